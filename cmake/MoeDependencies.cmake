@@ -1,0 +1,62 @@
+# Finds every external dependency once and exposes it as an imported target. Optional ones switch
+# their MOE_WITH_* option off with a message when they are missing, so the CPU tree always builds.
+
+find_package(Threads REQUIRED)
+
+# A real BLAS on the CPU (OpenBLAS from Debian's libopenblas-dev). We need its CBLAS header too.
+set(BLA_VENDOR OpenBLAS)
+find_package(BLAS REQUIRED)
+find_path(MOE_CBLAS_INCLUDE_DIR cblas.h
+          PATHS /usr/include/x86_64-linux-gnu/openblas-pthread /usr/include/openblas /usr/include
+                /usr/include/x86_64-linux-gnu /usr/include/aarch64-linux-gnu/openblas-pthread
+          REQUIRED)
+add_library(moe_blas INTERFACE)
+target_link_libraries(moe_blas INTERFACE ${BLAS_LIBRARIES})
+target_include_directories(moe_blas SYSTEM INTERFACE ${MOE_CBLAS_INCLUDE_DIR})
+
+find_package(Protobuf REQUIRED)
+find_package(nlohmann_json 3.10 REQUIRED)
+
+if(MOE_WITH_CUDA)
+  enable_language(CUDA)
+  set(CMAKE_CUDA_STANDARD 17)
+  set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+  find_package(CUDAToolkit REQUIRED)
+endif()
+
+if(MOE_WITH_MPI)
+  find_package(MPI COMPONENTS CXX)
+  if(NOT MPI_CXX_FOUND)
+    message(WARNING "MPI not found: the MPI backend is switched off")
+    set(MOE_WITH_MPI OFF)
+  endif()
+endif()
+
+if(MOE_WITH_NCCL AND NOT MOE_WITH_CUDA)
+  set(MOE_WITH_NCCL OFF)
+endif()
+if(MOE_WITH_NCCL)
+  find_path(MOE_NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} PATHS /usr/include)
+  find_library(MOE_NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR} PATHS /usr/lib/x86_64-linux-gnu /usr/lib)
+  if(MOE_NCCL_INCLUDE_DIR AND MOE_NCCL_LIBRARY)
+    add_library(moe_nccl INTERFACE)
+    target_include_directories(moe_nccl SYSTEM INTERFACE ${MOE_NCCL_INCLUDE_DIR})
+    target_link_libraries(moe_nccl INTERFACE ${MOE_NCCL_LIBRARY})
+  else()
+    message(WARNING "NCCL not found: the NCCL backend is switched off")
+    set(MOE_WITH_NCCL OFF)
+  endif()
+endif()
+
+if(MOE_BUILD_TESTS)
+  find_package(GTest REQUIRED)
+endif()
+if(MOE_BUILD_BENCHMARKS)
+  find_package(benchmark REQUIRED)
+endif()
+
+# Warning flags shared by every target of ours.
+add_library(moe_warnings INTERFACE)
+target_compile_options(moe_warnings INTERFACE
+  $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wno-unused-parameter>
+  $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<BOOL:${MOE_WERROR}>>:-Werror>)

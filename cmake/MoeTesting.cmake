@@ -1,0 +1,36 @@
+# moe_add_test(name SOURCES a.cc ... LIBS x y LABELS cpu|mpi|gpu [NP n] [TIMEOUT s])
+#   One GoogleTest binary. Without NP its tests are discovered one by one (ctest -L cpu runs them).
+#   With NP it runs as a single CTest entry under `mpirun -np n`.
+# moe_add_bench(name SOURCES ... LIBS ...)
+#   One Google Benchmark binary (never run by CTest).
+include(GoogleTest)
+
+function(moe_add_test name)
+  cmake_parse_arguments(ARG "" "NP;TIMEOUT" "SOURCES;LIBS;LABELS" ${ARGN})
+  if(NOT TARGET ${name})
+    add_executable(${name} ${ARG_SOURCES})
+    target_link_libraries(${name} PRIVATE ${ARG_LIBS} GTest::gtest moe_warnings)
+  endif()
+  if(NOT ARG_TIMEOUT)
+    set(ARG_TIMEOUT 600)
+  endif()
+  if(ARG_NP)
+    set(_env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+             OPENBLAS_NUM_THREADS=1 OMPI_MCA_btl_vader_single_copy_mechanism=none)
+    add_test(NAME ${name}_np${ARG_NP}
+             COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${ARG_NP} --oversubscribe
+                     $<TARGET_FILE:${name}>)
+    set_tests_properties(${name}_np${ARG_NP} PROPERTIES LABELS "${ARG_LABELS}" TIMEOUT ${ARG_TIMEOUT}
+                         ENVIRONMENT "${_env}")
+  else()
+    target_link_libraries(${name} PRIVATE GTest::gtest_main)
+    gtest_discover_tests(${name} DISCOVERY_MODE PRE_TEST
+                         PROPERTIES LABELS "${ARG_LABELS}" TIMEOUT ${ARG_TIMEOUT})
+  endif()
+endfunction()
+
+function(moe_add_bench name)
+  cmake_parse_arguments(ARG "" "" "SOURCES;LIBS" ${ARGN})
+  add_executable(${name} ${ARG_SOURCES})
+  target_link_libraries(${name} PRIVATE ${ARG_LIBS} benchmark::benchmark moe_warnings)
+endfunction()

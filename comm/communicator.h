@@ -1,0 +1,77 @@
+// The one communication interface, and the only comm header core/ includes (no <mpi.h>,
+// <nccl.h>). Backends: Local (ranks as threads of one process, host memory; for tests), MPI (host
+// buffers; device data staged through the host), NCCL (device buffers).
+//
+// Semantics, written once for every backend:
+// - Every method is collective over the communicator unless marked local: all ranks call the same
+//   methods in the same order with matching shapes and dtypes.
+// - Views must live in memory_space(): host for Local/MPI, device for NCCL. Counts are in rows of
+//   dimension 0 (all_to_all_v) or in whole views.
+// - Stream-ordered: device backends enqueue on `stream`; host backends return when data landed.
+// - `in` and `out` may alias only where noted.
+// - Errors: a failed or lost peer gives kUnavailable (naming the rank when known); a call after
+//   abort() gives kAborted. Errors never hang: host backends bound every wait (see the backend's
+//   timeout) and report which rank did not arrive.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comm/all_to_all_plan.h"
+#include "core/base/device.h"
+#include "core/base/tensor.h"
+
+namespace moe::comm {
+
+enum class ReduceOp { kSum, kMax, kMin };
+enum class MemorySpace { kHost, kDevice };
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  // Local queries.
+  virtual int rank() const = 0;
+  virtual int world_size() const = 0;
+  virtual MemorySpace memory_space() const = 0;
+  virtual const char* backend_name() const = 0;
+
+  // out = op over ranks of in (elementwise). Same shape/dtype; out may alias in.
+  virtual Status all_reduce(const TensorView& in, const TensorView& out, ReduceOp op,
+                            Stream stream = {}) = 0;
+  // out [world_size * in.numel()] (any shape with that many elements) = concatenation by rank.
+  virtual Status all_gather(const TensorView& in, const TensorView& out, Stream stream = {}) = 0;
+  // buf on every rank = buf on root.
+  virtual Status broadcast(const TensorView& buf, int root, Stream stream = {}) = 0;
+  // Equal chunks: in and out are [world_size, ...]; chunk r of in goes to rank r and arrives as
+  // chunk `rank()` of out on rank r. No aliasing.
+  virtual Status all_to_all(const TensorView& in, const TensorView& out, Stream stream = {}) = 0;
+  // Varying counts: in is [plan.send_total, ...], out is [plan.recv_total, ...], rows per plan.
+  // Plans must agree (my send_counts[r] == rank r's recv_counts[me]). No aliasing.
+  virtual Status all_to_all_v(const TensorView& in, const AllToAllPlan& plan,
+                              const TensorView& out, Stream stream = {}) = 0;
+  virtual Status barrier() = 0;
+
+  // Variable-length host byte strings (serialized protobuf): root receives every rank's string in
+  // rank order; other ranks receive an empty vector.
+  virtual StatusOr<std::vector<std::string>> gather_bytes(const std::string& mine, int root) = 0;
+  // Root's string on every rank.
+  virtual StatusOr<std::string> broadcast_bytes(const std::string& value, int root) = 0;
+
+  // A sub-communicator of the ranks that pass the same color, ordered by key (MPI_Comm_split).
+  virtual StatusOr<std::unique_ptr<Communicator>> split(int color, int key) = 0;
+
+  // Local: reports an error raised asynchronously (e.g. NCCL's async error, a peer's abort).
+  virtual Status poll_async_error() = 0;
+  // Local: tears the communicator down so that peers stop waiting; later calls fail with kAborted.
+  // Used by the launcher on fatal errors.
+  virtual Status abort(const std::string& reason) = 0;
+
+ protected:
+  Communicator() = default;
+};
+
+}  // namespace moe::comm

@@ -1,0 +1,48 @@
+#include "kernels/common.h"
+
+namespace moe::kernels {
+
+Status check_host_float(const char* op, const char* name, const TensorView& t) {
+  if (!t.is_host()) return unsupported_device(op, t);
+  if (t.dtype() != DType::kF32 && t.dtype() != DType::kF64) {
+    return invalid_argument_error(op, ": ", name, " has dtype ", dtype_name(t.dtype()),
+                                  ", expected f32 or f64");
+  }
+  return Status::OK();
+}
+
+Status check_dtype(const char* op, const char* name, const TensorView& t, DType dtype) {
+  if (t.dtype() != dtype) {
+    return invalid_argument_error(op, ": ", name, " has dtype ", dtype_name(t.dtype()),
+                                  ", expected ", dtype_name(dtype));
+  }
+  return Status::OK();
+}
+
+Status check_shape(const char* op, const char* name, const TensorView& t, const Shape& shape) {
+  if (t.shape() != shape) {
+    return invalid_argument_error(op, ": ", name, " has shape ", t.shape().to_string(),
+                                  ", expected ", shape.to_string());
+  }
+  return Status::OK();
+}
+
+Status check_same_dtype(const char* op, const TensorView& a, const char* name_b,
+                        const TensorView& b) {
+  if (a.dtype() != b.dtype()) {
+    return invalid_argument_error(op, ": ", name_b, " has dtype ", dtype_name(b.dtype()),
+                                  ", expected ", dtype_name(a.dtype()));
+  }
+  if (a.device() != b.device()) {
+    return invalid_argument_error(op, ": ", name_b, " is on ", b.device().to_string(),
+                                  ", expected ", a.device().to_string());
+  }
+  return Status::OK();
+}
+
+Status unsupported_device(const char* op, const TensorView& t) {
+  return unimplemented_error(op, ": no implementation for ", t.to_string(),
+                             " in this build (the CUDA kernels are not built)");
+}
+
+}  // namespace moe::kernels

@@ -1,0 +1,15 @@
+// Typed wrappers over CBLAS (OpenBLAS on the CPU) for row-major GEMM, for f32 and f64. These are
+// the CPU backend's matrix products; the naive triple loop lives only in the tests as the oracle.
+#pragma once
+
+#include <cstdint>
+
+namespace moe::kernels::ref {
+
+// C[M, N] = alpha * op(A) op(B) + beta * C, row-major with leading dimensions lda, ldb, ldc.
+// op(A) is [M, K]: A is [M, K] (lda >= K) or, transposed, [K, M] (lda >= M). Likewise B.
+template <typename T>
+void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, const T* a,
+          int64_t lda, const T* b, int64_t ldb, T beta, T* c, int64_t ldc);
+
+}  // namespace moe::kernels::ref

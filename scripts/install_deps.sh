@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Installs the Debian packages momoe needs to build and test on the CPU, if any are missing.
+# CUDA (nvcc, cuBLAS, NCCL) is optional and is not installed here.
+set -euo pipefail
+[ "${MOE_SKIP_INSTALL:-0}" = "1" ] && exit 0
+
+packages=(cmake g++ make libopenblas-dev libprotobuf-dev protobuf-compiler libopenmpi-dev
+          openmpi-bin libgtest-dev libbenchmark-dev nlohmann-json3-dev zstd
+          python3-matplotlib python3-protobuf python3-numpy)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+echo "installing: ${missing[*]}"
+sudo_cmd=()
+[ "$(id -u)" -ne 0 ] && sudo_cmd=(sudo)
+"${sudo_cmd[@]}" apt-get update -qq
+DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
