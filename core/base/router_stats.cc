@@ -1,0 +1,70 @@
+#include "core/base/router_stats.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/base/check.h"
+
+namespace moe {
+
+void RouterStatsInfo::merge(const RouterStatsInfo& o) {
+  MOE_CHECK(expert_load.size() == o.expert_load.size(), "merging stats of different layers");
+  tokens += o.tokens;
+  slots += o.slots;
+  for (size_t e = 0; e < expert_load.size(); ++e) expert_load[e] += o.expert_load[e];
+  dropped_slots += o.dropped_slots;
+  fully_dropped_tokens += o.fully_dropped_tokens;
+  balance_loss_sum += o.balance_loss_sum;
+  z_loss_sum += o.z_loss_sum;
+  entropy_sum += o.entropy_sum;
+  output_norm_sum += o.output_norm_sum;
+  state_norm_sum += o.state_norm_sum;
+  top1_gate_sum += o.top1_gate_sum;
+  if (cluster_size.size() == o.cluster_size.size()) {
+    for (size_t e = 0; e < cluster_size.size(); ++e) {
+      cluster_size[e] += o.cluster_size[e];
+      cluster_dispersion[e] += o.cluster_dispersion[e];
+    }
+  }
+  tiny_clusters += o.tiny_clusters;
+  metric_min = std::min(metric_min, o.metric_min);
+  metric_max = std::max(metric_max, o.metric_max);
+  metric_mean = (metric_mean * ranks + o.metric_mean * o.ranks) / (ranks + o.ranks);
+  single_expert_tokens += o.single_expert_tokens;
+  non_argmax_tokens += o.non_argmax_tokens;
+  halved_tokens += o.halved_tokens;
+  unmasked_sum += o.unmasked_sum;
+  ranks += o.ranks;
+}
+
+void RouterStatsInfo::finalize() {
+  const double t = tokens > 0 ? static_cast<double>(tokens) : 1.0;
+  dropped_fraction = slots > 0 ? static_cast<double>(dropped_slots) / slots : 0.0;
+  const double num_experts = static_cast<double>(expert_load.size());
+  dead_experts = 0;
+  double max_count = 0, mean_f = 0;
+  for (int64_t c : expert_load) {
+    max_count = std::max(max_count, static_cast<double>(c));
+    dead_experts += c == 0;
+    mean_f += slots > 0 ? 100.0 * c / slots : 0.0;
+  }
+  max_load = (slots > 0 && num_experts > 0) ? max_count / (slots / num_experts) : 0.0;
+  mean_f /= num_experts > 0 ? num_experts : 1.0;
+  double var = 0;
+  for (int64_t c : expert_load) {
+    const double f = slots > 0 ? 100.0 * c / slots : 0.0;
+    var += (f - mean_f) * (f - mean_f);
+  }
+  load_balance_std = num_experts > 0 ? std::sqrt(var / num_experts) : 0.0;  // population std
+  balance_loss = balance_loss_sum / t;
+  z_loss = z_loss_sum / t;
+  mean_entropy = entropy_sum / t;
+  mean_output_norm = output_norm_sum / t;
+  mean_state_norm = state_norm_sum / t;
+  mean_cluster_dispersion.assign(cluster_size.size(), 0.0);
+  for (size_t e = 0; e < cluster_size.size(); ++e) {
+    if (cluster_size[e] > 0) mean_cluster_dispersion[e] = cluster_dispersion[e] / cluster_size[e];
+  }
+}
+
+}  // namespace moe

@@ -1,0 +1,262 @@
+#include "kernels/reference/router_ref.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+namespace moe::kernels::ref {
+namespace {
+
+// True when logit a (index ia) ranks before logit b (index ib): larger first, ties by index.
+template <typename T>
+bool ranks_before(T a, int64_t ia, T b, int64_t ib) {
+  return a > b || (a == b && ia < ib);
+}
+
+template <typename T>
+double log_sum_exp(const T* row, int64_t n, const uint8_t* mask) {
+  double mx = -std::numeric_limits<double>::infinity();
+  for (int64_t i = 0; i < n; ++i)
+    if (mask == nullptr || mask[i]) mx = std::max(mx, static_cast<double>(row[i]));
+  double s = 0;
+  for (int64_t i = 0; i < n; ++i)
+    if (mask == nullptr || mask[i]) s += std::exp(static_cast<double>(row[i]) - mx);
+  return mx + std::log(s);
+}
+
+}  // namespace
+
+template <typename T>
+void topk_softmax(const T* logits, int64_t tokens, int64_t experts, int64_t k, int32_t* idx,
+                  T* gate, T* probs, T* lse) {
+  std::vector<uint8_t> taken(experts);
+  for (int64_t t = 0; t < tokens; ++t) {
+    const T* row = logits + t * experts;
+    std::fill(taken.begin(), taken.end(), 0);
+    for (int64_t j = 0; j < k; ++j) {
+      int64_t best = -1;
+      for (int64_t e = 0; e < experts; ++e) {
+        if (taken[e]) continue;
+        if (best < 0 || ranks_before(row[e], e, row[best], best)) best = e;
+      }
+      taken[best] = 1;
+      idx[t * k + j] = static_cast<int32_t>(best);
+    }
+    // Softmax over the K selected logits; idx[t, 0] holds the largest.
+    const double top = row[idx[t * k]];
+    double denom = 0;
+    for (int64_t j = 0; j < k; ++j) denom += std::exp(static_cast<double>(row[idx[t * k + j]]) - top);
+    for (int64_t j = 0; j < k; ++j) {
+      gate[t * k + j] = static_cast<T>(std::exp(static_cast<double>(row[idx[t * k + j]]) - top) / denom);
+    }
+    const double l = log_sum_exp(row, experts, nullptr);
+    lse[t] = static_cast<T>(l);
+    for (int64_t e = 0; e < experts; ++e) {
+      probs[t * experts + e] = static_cast<T>(std::exp(static_cast<double>(row[e]) - l));
+    }
+  }
+}
+
+template <typename T>
+void topk_softmax_backward(const T* d_gate, const T* gate, const int32_t* idx, int64_t tokens,
+                           int64_t experts, int64_t k, T* d_logits) {
+  for (int64_t t = 0; t < tokens; ++t) {
+    double dot = 0;
+    for (int64_t j = 0; j < k; ++j) dot += static_cast<double>(gate[t * k + j]) * d_gate[t * k + j];
+    for (int64_t j = 0; j < k; ++j) {
+      const double g = gate[t * k + j];
+      d_logits[t * experts + idx[t * k + j]] += static_cast<T>(g * (d_gate[t * k + j] - dot));
+    }
+  }
+}
+
+template <typename T>
+void sparsemixer_route(const SparseMixerParams& params, bool training, const CounterRng& rng,
+                       int64_t token_offset, const T* logits, int64_t tokens, int64_t experts,
+                       int32_t* idx, T* gate, T* probs, T* lse, uint8_t* mask, T* scale,
+                       uint8_t* is_argmax) {
+  const double r = params.jitter;
+  for (int64_t t = 0; t < tokens; ++t) {
+    const T* row = logits + t * experts;
+    uint8_t* mrow = mask + t * experts;
+    int64_t imax = 0;
+    for (int64_t e = 1; e < experts; ++e)
+      if (ranks_before(row[e], e, row[imax], imax)) imax = e;
+    const double top = row[imax];
+    for (int64_t e = 0; e < experts; ++e) {
+      const double th = row[e];
+      const double diff = top - th;
+      bool keep;
+      if (params.mask == SparseMixerMask::kPaper) {
+        keep = diff <= r * (std::fabs(top) + std::fabs(th));
+      } else {
+        // (theta* - theta_i) / max(|theta_i|, theta*) <= 2r, without the division (A.9.6): the
+        // denominator is >= |theta_i| >= 0, and 0/0 (both zero) keeps the expert like the code.
+        keep = diff <= 2.0 * r * std::max(std::fabs(th), top);
+      }
+      mrow[e] = (e == imax || keep) ? 1 : 0;
+    }
+    const double masked_lse = log_sum_exp(row, experts, mrow);
+    for (int64_t e = 0; e < experts; ++e) {
+      probs[t * experts + e] =
+          mrow[e] ? static_cast<T>(std::exp(static_cast<double>(row[e]) - masked_lse)) : T(0);
+    }
+    lse[t] = static_cast<T>(log_sum_exp(row, experts, nullptr));
+
+    int64_t chosen = imax;
+    double c = 1.0;
+    const uint64_t token = static_cast<uint64_t>(token_offset + t);
+    if (training) {
+      // Gumbel-max over the unmasked logits samples D ~ pi exactly.
+      double best = -std::numeric_limits<double>::infinity();
+      for (int64_t e = 0; e < experts; ++e) {
+        if (!mrow[e]) continue;
+        const double v = static_cast<double>(row[e]) +
+                         rng.gumbel(token * static_cast<uint64_t>(experts) + e, 0);
+        if (v > best) {
+          best = v;
+          chosen = e;
+        }
+      }
+      if (chosen != imax) {
+        switch (params.midpoint) {
+          case SparseMixerMidpoint::kPaper: c = 0.5; break;
+          case SparseMixerMidpoint::kReferenceCode:
+            c = rng.uniform(token * static_cast<uint64_t>(experts), 1) <= 0.5f ? 0.5 : 1.0;
+            break;
+          case SparseMixerMidpoint::kEulerOnly: c = 1.0; break;
+        }
+      }
+    }
+    idx[t] = static_cast<int32_t>(chosen);
+    scale[t] = static_cast<T>(c);
+    is_argmax[t] = chosen == imax ? 1 : 0;
+    gate[t] = static_cast<T>(c * static_cast<double>(probs[t * experts + chosen]));
+  }
+}
+
+template <typename T>
+void sparsemixer_backward(SparseMixerGateGrad rule, const T* d_gate, const int32_t* idx,
+                          const T* probs, const uint8_t* mask, const T* scale, int64_t tokens,
+                          int64_t experts, T* d_logits) {
+  for (int64_t t = 0; t < tokens; ++t) {
+    const double s = d_gate[t];
+    const double c = scale[t];
+    const double d_pi = rule == SparseMixerGateGrad::kReferenceCode ? 2.0 * s : (1.0 + c) * s;
+    const int64_t chosen = idx[t];
+    const double pi_d = probs[t * experts + chosen];
+    for (int64_t j = 0; j < experts; ++j) {
+      if (!mask[t * experts + j]) continue;
+      const double onehot = j == chosen ? 1.0 : 0.0;
+      d_logits[t * experts + j] +=
+          static_cast<T>(d_pi * pi_d * (onehot - static_cast<double>(probs[t * experts + j])));
+    }
+  }
+}
+
+void assign_capacity(const int32_t* idx, int64_t tokens, int64_t k, int64_t experts,
+                     int64_t capacity, int32_t* slot, int64_t* load, int64_t* kept) {
+  std::fill(load, load + experts, 0);
+  for (int64_t j = 0; j < k; ++j) {
+    for (int64_t t = 0; t < tokens; ++t) {
+      const int64_t e = idx[t * k + j];
+      const int64_t position = load[e]++;
+      slot[t * k + j] = (capacity < 0 || position < capacity) ? static_cast<int32_t>(position) : -1;
+    }
+  }
+  for (int64_t e = 0; e < experts; ++e) kept[e] = capacity < 0 ? load[e] : std::min(load[e], capacity);
+}
+
+template <typename T>
+void aux_losses_backward(const T* logits, const T* probs, const int64_t* load, const T* lse,
+                         int64_t tokens, int64_t experts, int64_t k, double balance_weight,
+                         double z_weight, T* d_logits) {
+  if (tokens == 0) return;
+  const double slots = static_cast<double>(tokens * k);
+  for (int64_t t = 0; t < tokens; ++t) {
+    const T* p = probs + t * experts;
+    T* d = d_logits + t * experts;
+    if (balance_weight != 0) {
+      // L = E sum_e f_e P_e, dL/dp_te = E f_e / T; softmax backward p_j (f_j - sum_e p_e f_e).
+      double pf = 0;
+      for (int64_t e = 0; e < experts; ++e) pf += static_cast<double>(p[e]) * (load[e] / slots);
+      const double c = balance_weight * static_cast<double>(experts) / static_cast<double>(tokens);
+      for (int64_t e = 0; e < experts; ++e) {
+        d[e] += static_cast<T>(c * static_cast<double>(p[e]) * (load[e] / slots - pf));
+      }
+    }
+    if (z_weight != 0) {
+      // Lz = mean_t lse_t^2, dLz/dlogit_tj = 2 lse_t softmax(logits_t)_j / T.
+      const double c = z_weight * 2.0 * static_cast<double>(lse[t]) / static_cast<double>(tokens);
+      for (int64_t e = 0; e < experts; ++e) {
+        d[e] += static_cast<T>(c * std::exp(static_cast<double>(logits[t * experts + e]) - lse[t]));
+      }
+    }
+  }
+}
+
+template <typename T>
+void ac_cluster_sums(const T* x, const int32_t* labels, int64_t tokens, int64_t d,
+                     int64_t experts, double* sums, int64_t* counts) {
+  std::fill(sums, sums + experts * d, 0.0);
+  std::fill(counts, counts + experts, 0);
+  for (int64_t t = 0; t < tokens; ++t) {
+    const int64_t k = labels[t];
+    counts[k] += 1;
+    for (int64_t q = 0; q < d; ++q) sums[k * d + q] += x[t * d + q];
+  }
+}
+
+template <typename T>
+void ac_cluster_abs_dev(const T* x, const int32_t* labels, int64_t tokens, int64_t d,
+                        int64_t experts, const double* sums, const int64_t* counts,
+                        double* abs_dev) {
+  std::fill(abs_dev, abs_dev + experts * d, 0.0);
+  for (int64_t t = 0; t < tokens; ++t) {
+    const int64_t k = labels[t];
+    const double inv = 1.0 / static_cast<double>(counts[k]);
+    for (int64_t q = 0; q < d; ++q) {
+      abs_dev[k * d + q] += std::fabs(static_cast<double>(x[t * d + q]) - sums[k * d + q] * inv);
+    }
+  }
+}
+
+template <typename T>
+void ac_apply_metric(const T* x, const int32_t* labels, const T* metric, int64_t tokens,
+                     int64_t d, T* out, bool accumulate) {
+  for (int64_t t = 0; t < tokens; ++t) {
+    const T* m = metric + static_cast<int64_t>(labels[t]) * d;
+    for (int64_t q = 0; q < d; ++q) {
+      if (accumulate) {
+        out[t * d + q] += x[t * d + q] * m[q];
+      } else {
+        out[t * d + q] = x[t * d + q] * m[q];
+      }
+    }
+  }
+}
+
+#define MOE_INSTANTIATE_ROUTER(T)                                                               \
+  template void topk_softmax<T>(const T*, int64_t, int64_t, int64_t, int32_t*, T*, T*, T*);     \
+  template void topk_softmax_backward<T>(const T*, const T*, const int32_t*, int64_t, int64_t,  \
+                                         int64_t, T*);                                          \
+  template void sparsemixer_route<T>(const SparseMixerParams&, bool, const CounterRng&,         \
+                                     int64_t, const T*, int64_t, int64_t, int32_t*, T*, T*, T*, \
+                                     uint8_t*, T*, uint8_t*);                                   \
+  template void sparsemixer_backward<T>(SparseMixerGateGrad, const T*, const int32_t*,          \
+                                        const T*, const uint8_t*, const T*, int64_t, int64_t,   \
+                                        T*);                                                    \
+  template void aux_losses_backward<T>(const T*, const T*, const int64_t*, const T*, int64_t,   \
+                                       int64_t, int64_t, double, double, T*);                   \
+  template void ac_cluster_sums<T>(const T*, const int32_t*, int64_t, int64_t, int64_t,         \
+                                   double*, int64_t*);                                          \
+  template void ac_cluster_abs_dev<T>(const T*, const int32_t*, int64_t, int64_t, int64_t,      \
+                                      const double*, const int64_t*, double*);                  \
+  template void ac_apply_metric<T>(const T*, const int32_t*, const T*, int64_t, int64_t, T*,   \
+                                   bool);
+MOE_INSTANTIATE_ROUTER(float)
+MOE_INSTANTIATE_ROUTER(double)
+#undef MOE_INSTANTIATE_ROUTER
+
+}  // namespace moe::kernels::ref

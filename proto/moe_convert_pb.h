@@ -1,0 +1,21 @@
+// proto/-internal: conversions between momoe.MoeConfig and MoeLayerConfig, shared by the other
+// converters of this folder (the model config embeds MoeConfig). Includes generated code; never
+// include it outside proto/.
+#pragma once
+
+#include "core/base/moe_config.h"
+#include "proto/moe.pb.h"
+
+namespace moe::proto_internal {
+
+// Overlays the fields present in `msg` onto `*cfg` (absent fields keep their current values), so
+// a per-layer message can override a model-wide default. Does not validate.
+Status apply_moe_proto(const momoe::MoeConfig& msg, const std::string& where, MoeLayerConfig* cfg);
+void moe_config_to_proto(const MoeLayerConfig& cfg, momoe::MoeConfig* msg);
+
+// Parses protobuf text into `msg`, turning syntax errors into kInvalidArgument naming `where`,
+// the line and the column.
+Status parse_text_proto(const std::string& text, const std::string& where,
+                        google::protobuf::Message* msg);
+
+}  // namespace moe::proto_internal

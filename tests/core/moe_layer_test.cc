@@ -1,0 +1,446 @@
+// MoE layer behaviour beyond single-layer gradients: the momentum recurrence over a 3-layer stack
+// with a dense sublayer in between (forward against a hand-computed recurrence, backward against
+// finite differences), mu = 0 / gamma = 1 reproducing plain SMoE bit for bit, robust and Adam
+// against their equations, capacity drops and dropless mode, SparseMixer's router gradient,
+// statistics and determinism.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "kernels/router.h"
+#include "tests/core/moe_layer_test_util.h"
+
+namespace moe::testing {
+namespace {
+
+// A stack: MoE layer 0 -> dense sublayer (x <- x + tanh(x) / 2, p untouched) -> MoE 1 -> MoE 2.
+// Every MoE layer has its own parameters (seeded by its index).
+struct Stack {
+  std::vector<std::unique_ptr<LayerHarness>> layers;
+  Tensor x0;
+  Tensor w_final;  // L = <w_final, x_final>
+  int64_t tokens;
+  int64_t d;
+
+  Stack(const MoeLayerConfig& cfg, int64_t num_tokens) : tokens(num_tokens), d(cfg.d_model) {
+    for (int i = 0; i < 3; ++i) {
+      layers.push_back(std::make_unique<LayerHarness>(cfg, tokens, 500 + 17 * i));
+    }
+    x0 = Tensor::empty({tokens, d}, DType::kF64);
+    w_final = Tensor::empty({tokens, d}, DType::kF64);
+    fill_uniform(x0, 91, -1.5, 1.5);
+    fill_uniform(w_final, 92);
+  }
+
+  static void dense(const Tensor& in, Tensor* out) {
+    for (int64_t i = 0; i < in.numel(); ++i)
+      out->data<double>()[i] = in.data<double>()[i] + 0.5 * std::tanh(in.data<double>()[i]);
+  }
+
+  // Forward through the stack; saves each layer's inputs and returns x_final.
+  Tensor forward(std::vector<MoeLayerSaved>* saved, std::vector<Tensor>* inputs,
+                 std::vector<Tensor>* p_inputs, Tensor* dense_in) {
+    saved->clear();
+    saved->resize(3);
+    inputs->clear();
+    p_inputs->clear();
+    Tensor x = Tensor::copy_of(x0);
+    Tensor p = Tensor::zeros({tokens, d}, DType::kF64);  // p_0 = 0
+    Tensor top1 = Tensor::empty({tokens}, DType::kI32);
+    for (int i = 0; i < 3; ++i) {
+      if (i == 1) {
+        *dense_in = Tensor::copy_of(x);
+        Tensor y = Tensor::empty({tokens, d}, DType::kF64);
+        dense(x, &y);
+        x = std::move(y);
+      }
+      inputs->push_back(Tensor::copy_of(x));
+      p_inputs->push_back(Tensor::copy_of(p));
+      Tensor out = Tensor::empty({tokens, d}, DType::kF64);
+      Tensor p_out = Tensor::empty({tokens, d}, DType::kF64);
+      Tensor next_top1 = Tensor::empty({tokens}, DType::kI32);
+      MoeLayerInputs in;
+      in.x_in = x;
+      in.x_base = x;
+      in.p_in = p;
+      in.prev_top1 = i == 0 ? TensorView() : top1.view();
+      in.token_offset = 0;
+      in.seed = 3;
+      MoeLayerOutputs o;
+      o.out = out;
+      o.p_out = p_out;
+      o.top1 = next_top1;
+      EXPECT_TRUE(layers[i]->layer->forward(in, o, &(*saved)[i], nullptr).ok());
+      x = std::move(out);
+      p = std::move(p_out);
+      top1 = std::move(next_top1);
+    }
+    return x;
+  }
+
+  double loss() {
+    std::vector<MoeLayerSaved> saved;
+    std::vector<Tensor> inputs, p_inputs;
+    Tensor dense_in;
+    Tensor x = forward(&saved, &inputs, &p_inputs, &dense_in);
+    double aux = 0;
+    for (const MoeLayerSaved& s : saved) aux += s.aux_loss;  // backward uses aux_scale = 1
+    return dot(x, w_final) + aux;
+  }
+
+  // Backward through the stack; returns dL/dx0 and leaves parameter gradients in each layer.
+  Tensor backward() {
+    std::vector<MoeLayerSaved> saved;
+    std::vector<Tensor> inputs, p_inputs;
+    Tensor dense_in;
+    forward(&saved, &inputs, &p_inputs, &dense_in);
+    Tensor dx = Tensor::copy_of(w_final);
+    Tensor dp = Tensor::zeros({tokens, d}, DType::kF64);  // nothing reads the last p
+    for (int i = 2; i >= 0; --i) {
+      EXPECT_TRUE(layers[i]->params->zero_grads().ok());
+      Tensor d_in = Tensor::empty({tokens, d}, DType::kF64);
+      Tensor d_base = Tensor::empty({tokens, d}, DType::kF64);
+      Tensor d_p_in = Tensor::empty({tokens, d}, DType::kF64);
+      MoeLayerGradOutputs g;
+      g.d_out = dx;
+      g.d_p_out = dp;
+      MoeLayerGradInputs gi;
+      gi.d_x_in = d_in;
+      gi.d_x_base = d_base;
+      gi.d_p_in = d_p_in;
+      EXPECT_TRUE(layers[i]->layer->backward(g, saved[i], gi).ok());
+      for (int64_t j = 0; j < d_in.numel(); ++j) d_in.data<double>()[j] += d_base.data<double>()[j];
+      dx = std::move(d_in);
+      dp = std::move(d_p_in);
+      if (i == 1) {
+        // Dense sublayer: p passes unchanged; dx through x + tanh(x)/2.
+        for (int64_t j = 0; j < dx.numel(); ++j) {
+          const double t = std::tanh(dense_in.data<double>()[j]);
+          dx.data<double>()[j] *= 1.0 + 0.5 * (1 - t * t);
+        }
+      }
+    }
+    return dx;
+  }
+};
+
+MoeLayerConfig momentum_config(double mu, double gamma, MomentumConvention conv) {
+  MoeLayerConfig cfg = small_config();
+  cfg.residual = ResidualKind::kHeavyBall;
+  cfg.heavy_ball = {mu, gamma};
+  cfg.convention = conv;
+  return cfg;
+}
+
+TEST(MoeStackTest, MomentumWithZeroMuAndUnitGammaIsPlainBitForBit) {
+  MoeLayerConfig plain_cfg = small_config();
+  plain_cfg.capacity_factor = 0.8;  // some drops, to cover that path too
+  MoeLayerConfig hb_cfg = momentum_config(0.0, 1.0, MomentumConvention::kPaper);
+  hb_cfg.capacity_factor = 0.8;
+  Stack plain(plain_cfg, 9), hb(hb_cfg, 9);
+  std::vector<MoeLayerSaved> s1, s2;
+  std::vector<Tensor> i1, i2, p1, p2;
+  Tensor d1, d2;
+  Tensor out_plain = plain.forward(&s1, &i1, &p1, &d1);
+  Tensor out_hb = hb.forward(&s2, &i2, &p2, &d2);
+  EXPECT_TRUE(bitwise_equal(out_plain, out_hb));
+  Tensor dx_plain = plain.backward();
+  Tensor dx_hb = hb.backward();
+  EXPECT_TRUE(bitwise_equal(dx_plain, dx_hb));
+  for (int i = 0; i < 3; ++i) {
+    for (size_t j = 0; j < plain.layers[i]->params->all().size(); ++j) {
+      const Parameter& a = *plain.layers[i]->params->all()[j];
+      const Parameter& b = *hb.layers[i]->params->all()[j];
+      EXPECT_TRUE(bitwise_equal(a.grad, b.grad)) << "layer " << i << " " << a.name;
+    }
+  }
+}
+
+// u_t(x) from a plain layer with the same parameters: out - x.
+Tensor smoe_output(LayerHarness* plain, const Tensor& x) {
+  Tensor saved_x = Tensor::copy_of(plain->x);
+  std::copy_n(x.data<double>(), x.numel(), plain->x.data<double>());
+  plain->with_state = false;
+  MoeLayerSaved s;
+  Tensor out;
+  plain->forward(&s, nullptr, &out);
+  std::copy_n(saved_x.data<double>(), x.numel(), plain->x.data<double>());
+  for (int64_t i = 0; i < out.numel(); ++i) out.data<double>()[i] -= x.data<double>()[i];
+  return out;
+}
+
+class RecurrenceTest : public ::testing::TestWithParam<MomentumConvention> {};
+
+TEST_P(RecurrenceTest, ForwardMatchesHandRecurrenceAndBackwardMatchesDifferences) {
+  const MomentumConvention conv = GetParam();
+  const double mu = 0.7, gamma = 1.3;
+  Stack stack(momentum_config(mu, gamma, conv), 8);
+  std::vector<MoeLayerSaved> saved;
+  std::vector<Tensor> inputs, p_inputs;
+  Tensor dense_in;
+  Tensor out = stack.forward(&saved, &inputs, &p_inputs, &dense_in);
+
+  // By hand: p_t = u_t + mu p_{t-1}, x_{t+1} = x_t + gamma p_t (paper); the reference code
+  // keeps m_t = mu m_{t-1} + gamma u_t and x_{t+1} = x_t - m_t.
+  std::vector<std::unique_ptr<LayerHarness>> plain;
+  for (int i = 0; i < 3; ++i) plain.push_back(std::make_unique<LayerHarness>(small_config(), 8, 500 + 17 * i));
+  Tensor x = Tensor::copy_of(stack.x0);
+  std::vector<double> p(x.numel(), 0.0);
+  for (int i = 0; i < 3; ++i) {
+    if (i == 1) {
+      Tensor y = Tensor::empty(x.shape(), DType::kF64);
+      Stack::dense(x, &y);
+      x = std::move(y);
+    }
+    EXPECT_LT(max_abs_diff(x, inputs[i]), 1e-12) << "input of layer " << i;
+    Tensor u = smoe_output(plain[i].get(), x);
+    for (int64_t j = 0; j < x.numel(); ++j) {
+      const double uj = u.data<double>()[j];
+      if (conv == MomentumConvention::kPaper) {
+        p[j] = uj + mu * p[j];
+        x.data<double>()[j] += gamma * p[j];
+      } else {
+        p[j] = mu * p[j] + gamma * uj;
+        x.data<double>()[j] -= p[j];
+      }
+    }
+  }
+  EXPECT_LT(max_abs_diff(x, out), 1e-12);
+
+  // Backward through the whole chain, including the momentum state (no detach).
+  Tensor dx = stack.backward();
+  std::vector<GradTarget> targets = {{"x0", stack.x0, dx}};
+  for (int i = 0; i < 3; ++i) {
+    for (GradTarget t : stack.layers[i]->param_targets()) {
+      t.name = "layer" + std::to_string(i) + "." + t.name;
+      targets.push_back(t);
+    }
+  }
+  for (const auto& f : check_gradients([&]() { return stack.loss(); }, targets)) ADD_FAILURE() << f;
+}
+
+INSTANTIATE_TEST_SUITE_P(Conventions, RecurrenceTest,
+                         ::testing::Values(MomentumConvention::kPaper,
+                                           MomentumConvention::kReferenceCode));
+
+TEST(RobustTest, DerivedCoefficientsAndShiftedInput) {
+  MoeLayerConfig cfg = small_config();
+  cfg.residual = ResidualKind::kRobust;
+  cfg.robust = {0.5, 2.0, 1.0};  // k = 2
+  ASSERT_TRUE(cfg.validate().ok());
+  EXPECT_DOUBLE_EQ(cfg.robust.gamma(), 2 * 0.25 * 1.5 / 2);  // k (1-rho)^2 (1+rho) / L
+  EXPECT_DOUBLE_EQ(cfg.robust.mu(), 2 * 0.125 / 1);          // k rho^3 / (k-1)
+  EXPECT_DOUBLE_EQ(cfg.robust.alpha(), 0.125 / (1 * 0.25 * 1.5));
+
+  LayerHarness robust(cfg, 6, 77);
+  MoeLayerSaved saved;
+  Tensor out, p_out;
+  robust.forward(&saved, nullptr, &out, &p_out);
+  // y = x + alpha gamma p; u = SMoE(y); p' = u + mu p; out = x + gamma p' (base x, not y).
+  LayerHarness plain(small_config(), 6, 77);
+  const double g = cfg.robust.gamma(), mu = cfg.robust.mu(), a = cfg.robust.alpha();
+  Tensor y = Tensor::copy_of(robust.x);
+  for (int64_t i = 0; i < y.numel(); ++i) y.data<double>()[i] += a * g * robust.p_in.data<double>()[i];
+  Tensor u = smoe_output(&plain, y);
+  for (int64_t i = 0; i < y.numel(); ++i) {
+    const double p = u.data<double>()[i] + mu * robust.p_in.data<double>()[i];
+    EXPECT_NEAR(p_out.data<double>()[i], p, 1e-12);
+    EXPECT_NEAR(out.data<double>()[i], robust.x.data<double>()[i] + g * p, 1e-12);
+  }
+}
+
+TEST(AdamTest, ReferenceCodeModeIsAScaledSignAndHandsOnGammaU) {
+  MoeLayerConfig cfg = small_config();
+  cfg.residual = ResidualKind::kAdam;
+  cfg.convention = MomentumConvention::kReferenceCode;
+  cfg.adam.eps_placement = AdamEpsPlacement::kInsideSqrt;
+  cfg.adam.kappa = 1.0;
+  cfg.heavy_ball = {0.7, 1.0};
+  LayerHarness adam(cfg, 8, 5);
+  adam.with_state = false;  // the first MoE layer: p = m = v = 0
+  MoeLayerSaved saved;
+  Tensor out, p_out;
+  adam.forward(&saved, nullptr, &out, &p_out);
+  LayerHarness plain(small_config(), 8, 5);
+  Tensor u = smoe_output(&plain, adam.x);
+  // inner = h - gamma1 p1 / sqrt(v1 + eps), with kappa = 1 removing h: out = -(0.1 u) /
+  // sqrt(0.001 u^2 + 1e-8) ~ -3.1623 sign(u) (spec/momentum-smoe.md 3.4).
+  int checked = 0;
+  for (int64_t i = 0; i < u.numel(); ++i) {
+    const double ui = u.data<double>()[i];
+    const double want = -0.1 * ui / std::sqrt(0.001 * ui * ui + 1e-8);
+    EXPECT_NEAR(out.data<double>()[i], want, 1e-12);
+    if (std::fabs(ui) > 0.1) {
+      EXPECT_NEAR(out.data<double>()[i], -std::sqrt(10.0) * (ui > 0 ? 1 : -1), 2e-3);
+      ++checked;
+    }
+    EXPECT_NEAR(p_out.data<double>()[i], 1.0 * ui, 1e-12);  // m = mu * 0 + gamma2 * u
+  }
+  EXPECT_GT(checked, 10);
+}
+
+TEST(CapacityLayerTest, DroplessEqualsACapacityThatDropsNothing) {
+  MoeLayerConfig dropless = momentum_config(0.7, 1.0, MomentumConvention::kPaper);
+  dropless.dropless = true;
+  MoeLayerConfig big = dropless;
+  big.dropless = false;
+  big.capacity_factor = static_cast<double>(big.num_experts);  // C = T K >= any load
+  LayerHarness a(dropless, 11, 8), b(big, 11, 8);
+  MoeLayerSaved sa, sb;
+  Tensor oa, ob, pa, pb;
+  a.forward(&sa, nullptr, &oa, &pa);
+  b.forward(&sb, nullptr, &ob, &pb);
+  EXPECT_TRUE(bitwise_equal(oa, ob));
+  EXPECT_TRUE(bitwise_equal(pa, pb));
+  EXPECT_EQ(sa.plan.dropped_slots, 0);
+  EXPECT_EQ(sb.plan.dropped_slots, 0);
+  EXPECT_LT(sa.plan.exchange.send_total, sb.plan.exchange.send_total);  // dropless sends no padding
+  Tensor dxa, dxb, t1, t2, t3, t4, t5, t6, t7, t8;
+  a.backward(&dxa, &t1, &t2, &t3, &t4);
+  b.backward(&dxb, &t5, &t6, &t7, &t8);
+  EXPECT_TRUE(bitwise_equal(dxa, dxb));
+  for (size_t j = 0; j < a.params->all().size(); ++j) {
+    EXPECT_TRUE(bitwise_equal(a.params->all()[j]->grad, b.params->all()[j]->grad))
+        << a.params->all()[j]->name;
+  }
+}
+
+TEST(CapacityLayerTest, OverflowTokensPassThroughTheResidualAndAreCounted) {
+  // Route every token's first choice to expert 0 (huge bias), K = 1, 10 tokens, E = 4,
+  // capacity factor 1: C = ceil(10 / 4) = 3, so tokens 3..9 are dropped and out = x for them.
+  MoeLayerConfig cfg = small_config();
+  cfg.top_k = 1;
+  cfg.capacity_factor = 1.0;
+  LayerHarness h(cfg, 10, 9);
+  h.params->find("moe.b_router")->value.data<double>()[0] = 100.0;
+  h.with_state = false;
+  MoeLayerSaved saved;
+  RouterStatsInfo stats;
+  Tensor out;
+  h.forward(&saved, &stats, &out);
+  EXPECT_EQ(saved.plan.capacity, 3);
+  EXPECT_EQ(stats.expert_load, (std::vector<int64_t>{10, 0, 0, 0}));
+  EXPECT_EQ(stats.dropped_slots, 7);
+  EXPECT_EQ(stats.fully_dropped_tokens, 7);
+  for (int64_t t = 0; t < 10; ++t) {
+    for (int64_t q = 0; q < cfg.d_model; ++q) {
+      const double x = h.x.data<double>()[t * 4 + q], o = out.data<double>()[t * 4 + q];
+      if (t < 3) {
+        EXPECT_NE(o, x);
+      } else {
+        EXPECT_EQ(o, x) << "dropped token " << t;
+      }
+    }
+  }
+  stats.finalize();
+  EXPECT_DOUBLE_EQ(stats.dropped_fraction, 0.7);
+  EXPECT_DOUBLE_EQ(stats.max_load, 4.0);  // 10 / (10 / 4)
+  EXPECT_EQ(stats.dead_experts, 3);
+}
+
+TEST(SparseMixerLayerTest, RouterGradientFollowsTheEstimatorRule) {
+  for (auto rule : {SparseMixerGateGrad::kReferenceCode, SparseMixerGateGrad::kPaper}) {
+    MoeLayerConfig cfg = small_config();
+    cfg.top_k = 1;
+    cfg.sparsemixer.enabled = true;
+    cfg.sparsemixer.jitter = 0.6;
+    cfg.sparsemixer.gate_grad = rule;
+    cfg.balance_loss_coef = 0;
+    cfg.z_loss_coef = 0;
+    LayerHarness h(cfg, 12, 21);
+    h.with_state = false;
+    MoeLayerSaved saved;
+    RouterStatsInfo stats;
+    h.forward(&saved, &stats);
+    EXPECT_GT(stats.non_argmax_tokens, 0) << "the test needs some non-argmax samples";
+    Tensor dx, t1, t2, t3, t4;
+    h.backward(&dx, &t1, &t2, &t3, &t4);
+    // By hand: s_t = <dL/du_t, omega ⊙ y_D>, dL/dpi_D = 2 s (reference) or (1 + c) s (paper),
+    // dtheta_j = dpi pi_D (1[j = D] - pi_j) Delta_j, dW = r^T dtheta.
+    const RouterSaved& r = saved.router;
+    const int64_t tokens = 12, experts = 4, d = 4;
+    const double* omega = h.params->find("moe.omega")->value.data<double>();
+    std::vector<double> dw(d * experts, 0.0);
+    for (int64_t t = 0; t < tokens; ++t) {
+      const int32_t row = saved.plan.row.data<int32_t>()[t];
+      if (row < 0) continue;
+      double s = 0;
+      for (int64_t q = 0; q < d; ++q) {
+        s += h.w_out.data<double>()[t * d + q] * omega[q] * saved.y_send.data<double>()[row * d + q];
+      }
+      const double c = r.scale.data<double>()[t];
+      const double dpi = rule == SparseMixerGateGrad::kReferenceCode ? 2 * s : (1 + c) * s;
+      const int32_t chosen = r.idx.data<int32_t>()[t];
+      const double pi_d = r.probs.data<double>()[t * experts + chosen];
+      for (int64_t j = 0; j < experts; ++j) {
+        if (!r.mask.data<uint8_t>()[t * experts + j]) continue;
+        const double dtheta = dpi * pi_d * ((j == chosen) - r.probs.data<double>()[t * experts + j]);
+        for (int64_t q = 0; q < d; ++q) dw[q * experts + j] += r.router_input.data<double>()[t * d + q] * dtheta;
+      }
+    }
+    const double* got = h.params->find("moe.w_router")->grad.data<double>();
+    for (int64_t i = 0; i < d * experts; ++i) EXPECT_NEAR(got[i], dw[i], 1e-12);
+  }
+}
+
+TEST(MoeLayerTest, StatisticsAndDeterminism) {
+  MoeLayerConfig cfg = momentum_config(0.7, 1.0, MomentumConvention::kPaper);
+  cfg.expert_dropout = 0.2;
+  cfg.output_dropout = 0.1;
+  LayerHarness h(cfg, 16, 33);
+  MoeLayerSaved s1, s2;
+  RouterStatsInfo st;
+  Tensor o1, o2;
+  h.forward(&s1, &st, &o1);
+  h.forward(&s2, nullptr, &o2);
+  EXPECT_TRUE(bitwise_equal(o1, o2));
+  int64_t total = 0;
+  for (int64_t c : st.expert_load) total += c;
+  EXPECT_EQ(total, 16 * 2);
+  EXPECT_EQ(st.tokens, 16);
+  EXPECT_GT(st.entropy_sum, 0.0);
+  EXPECT_LE(st.entropy_sum, 16 * std::log(4.0) + 1e-9);
+  EXPECT_GT(st.output_norm_sum, 0.0);
+  EXPECT_GT(st.state_norm_sum, 0.0);
+  // aux = 0.05 balance + 0.01 z (small_config's weights), from the same sums the stats report.
+  EXPECT_NEAR(s1.aux_loss, 0.05 * st.balance_loss_sum / 16 + 0.01 * st.z_loss_sum / 16, 1e-14);
+  // Another step draws other dropout masks.
+  h.step += 1;
+  MoeLayerSaved s3;
+  Tensor o3;
+  h.forward(&s3, nullptr, &o3);
+  EXPECT_FALSE(bitwise_equal(o1, o3));
+}
+
+TEST(MoeLayerTest, EvaluationModeIsDeterministicAndSkipsDropout) {
+  MoeLayerConfig cfg = small_config();
+  cfg.expert_dropout = 0.5;
+  cfg.output_dropout = 0.5;
+  LayerHarness a(cfg, 8, 3), b(small_config(), 8, 3);
+  a.training = false;
+  b.training = false;
+  MoeLayerSaved sa, sb;
+  Tensor oa, ob;
+  a.forward(&sa, nullptr, &oa);
+  b.forward(&sb, nullptr, &ob);
+  EXPECT_TRUE(bitwise_equal(oa, ob));
+}
+
+TEST(MoeLayerTest, RejectsMismatchedShapes) {
+  LayerHarness h(small_config(), 4, 1);
+  Tensor x = Tensor::zeros({4, 3}, DType::kF64);
+  Tensor out = Tensor::zeros({4, 4}, DType::kF64), p = Tensor::zeros({4, 4}, DType::kF64);
+  MoeLayerInputs in;
+  in.x_in = x;
+  in.x_base = x;
+  MoeLayerOutputs o;
+  o.out = out;
+  o.p_out = p;
+  MoeLayerSaved saved;
+  Status s = h.layer->forward(in, o, &saved, nullptr);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("[T, 4]"), std::string::npos) << s.message();
+}
+
+}  // namespace
+}  // namespace moe::testing

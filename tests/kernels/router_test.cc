@@ -1,0 +1,303 @@
+// Routing kernels against hand-computed cases: top-k ties and the softmax over the selected
+// logits, capacity slot order and drops, SparseMixer's masks, sampling and gate-gradient rules,
+// the balance and z losses, and the AC metric's normalisations.
+#include "kernels/router.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "tests/testing/gradient_check.h"
+
+namespace moe::kernels {
+namespace {
+
+using moe::testing::check_gradients;
+using moe::testing::fill_uniform;
+
+TEST(TopkSoftmaxTest, HandComputedWithTies) {
+  // Token 0: logits 1, 3, 3, 0 -> top-2 = experts 1, 2 (tie broken by index), gates 1/2, 1/2.
+  // Token 1: logits 2, -1, 0.5, 4 -> top-2 = 3, 0; gates softmax(4, 2).
+  Tensor logits = Tensor::from_vector<double>({2, 4}, {1, 3, 3, 0, 2, -1, 0.5, 4});
+  Tensor idx = Tensor::empty({2, 2}, DType::kI32);
+  Tensor gate = Tensor::empty({2, 2}, DType::kF64);
+  Tensor probs = Tensor::empty({2, 4}, DType::kF64);
+  Tensor lse = Tensor::empty({2}, DType::kF64);
+  ASSERT_TRUE(topk_softmax(logits, idx, gate, probs, lse).ok());
+  EXPECT_EQ(to_vector<int32_t>(idx), (std::vector<int32_t>{1, 2, 3, 0}));
+  EXPECT_DOUBLE_EQ(gate.data<double>()[0], 0.5);
+  const double g = 1.0 / (1.0 + std::exp(-2.0));
+  EXPECT_NEAR(gate.data<double>()[2], g, 1e-15);
+  EXPECT_NEAR(gate.data<double>()[3], 1 - g, 1e-15);
+  const double z0 = std::exp(1) + 2 * std::exp(3) + 1;
+  EXPECT_NEAR(lse.data<double>()[0], std::log(z0), 1e-14);
+  EXPECT_NEAR(probs.data<double>()[1], std::exp(3) / z0, 1e-15);
+}
+
+TEST(TopkSoftmaxTest, BackwardMatchesFiniteDifferences) {
+  const int64_t tokens = 5, experts = 6, k = 3;
+  Tensor logits = Tensor::empty({tokens, experts}, DType::kF64);
+  fill_uniform(logits, 1, -2, 2);
+  Tensor w = Tensor::empty({tokens, k}, DType::kF64);
+  fill_uniform(w, 2);
+  Tensor idx = Tensor::empty({tokens, k}, DType::kI32);
+  Tensor gate = Tensor::empty({tokens, k}, DType::kF64);
+  Tensor probs = Tensor::empty({tokens, experts}, DType::kF64);
+  Tensor lse = Tensor::empty({tokens}, DType::kF64);
+  auto loss = [&]() {
+    EXPECT_TRUE(topk_softmax(logits, idx, gate, probs, lse).ok());
+    return moe::testing::dot(gate, w);
+  };
+  loss();
+  Tensor d_logits = Tensor::zeros({tokens, experts}, DType::kF64);
+  ASSERT_TRUE(topk_softmax_backward(w, gate, idx, d_logits).ok());
+  for (const auto& f : check_gradients(loss, {{"logits", logits, d_logits}})) ADD_FAILURE() << f;
+}
+
+TEST(CapacityTest, FirstChoicesBeforeSecondChoicesThenTokenOrder) {
+  // 4 tokens, K = 2, 3 experts, capacity 2.
+  //   t0: (0, 1)  t1: (0, 2)  t2: (0, 1)  t3: (1, 0)
+  // First choices in token order: e0 <- t0 (slot 0), t1 (slot 1), t2 (dropped); e1 <- t3 (0).
+  // Second choices: e1 <- t0 (1); e2 <- t1 (0); e1 <- t2 (dropped); e0 <- t3 (dropped).
+  Tensor idx = Tensor::from_vector<int32_t>({4, 2}, {0, 1, 0, 2, 0, 1, 1, 0});
+  Tensor slot = Tensor::empty({4, 2}, DType::kI32);
+  Tensor load = Tensor::empty({3}, DType::kI64), kept = Tensor::empty({3}, DType::kI64);
+  ASSERT_TRUE(assign_capacity(idx, 3, 2, slot, load, kept).ok());
+  EXPECT_EQ(to_vector<int32_t>(slot), (std::vector<int32_t>{0, 1, 1, 0, -1, -1, 0, -1}));
+  EXPECT_EQ(to_vector<int64_t>(load), (std::vector<int64_t>{4, 3, 1}));
+  EXPECT_EQ(to_vector<int64_t>(kept), (std::vector<int64_t>{2, 2, 1}));
+  // Dropless: nothing dropped, slots count up per expert in the same order.
+  ASSERT_TRUE(assign_capacity(idx, 3, -1, slot, load, kept).ok());
+  EXPECT_EQ(to_vector<int32_t>(slot), (std::vector<int32_t>{0, 1, 1, 0, 2, 2, 0, 3}));
+  EXPECT_EQ(to_vector<int64_t>(kept), (std::vector<int64_t>{4, 3, 1}));
+  Tensor bad = Tensor::from_vector<int32_t>({1, 1}, {3});
+  Tensor slot1 = Tensor::empty({1, 1}, DType::kI32);
+  EXPECT_EQ(assign_capacity(bad, 3, 2, slot1, load, kept).code(), StatusCode::kInvalidArgument);
+}
+
+struct SmOut {
+  Tensor idx, gate, probs, lse, mask, scale, is_argmax;
+  explicit SmOut(int64_t tokens, int64_t experts)
+      : idx(Tensor::empty({tokens, 1}, DType::kI32)),
+        gate(Tensor::empty({tokens, 1}, DType::kF64)),
+        probs(Tensor::empty({tokens, experts}, DType::kF64)),
+        lse(Tensor::empty({tokens}, DType::kF64)),
+        mask(Tensor::empty({tokens, experts}, DType::kU8)),
+        scale(Tensor::empty({tokens}, DType::kF64)),
+        is_argmax(Tensor::empty({tokens}, DType::kU8)) {}
+  Status route(const SparseMixerRouteArgs& a, const Tensor& logits) {
+    return sparsemixer_route(a, logits, idx, gate, probs, lse, mask, scale, is_argmax);
+  }
+};
+
+TEST(SparseMixerTest, PaperAndReferenceMasks) {
+  // theta* = 2, r = 0.1. Paper: keep i iff 2 - th <= 0.1 (2 + |th|).
+  //   th = 1.7: 0.3 <= 0.37 keep; th = 1.6: 0.4 <= 0.36 drop; th = -2: drop.
+  // Reference code: keep iff 2 - th <= 0.2 max(|th|, 2) = 0.4: 1.7 keep, 1.6 keep, -2 drop.
+  Tensor logits = Tensor::from_vector<double>({1, 4}, {1.7, 2.0, 1.6, -2.0});
+  SparseMixerRouteArgs args;
+  args.training = false;
+  args.params.jitter = 0.1;
+  SmOut out(1, 4);
+  ASSERT_TRUE(out.route(args, logits).ok());
+  EXPECT_EQ(to_vector<uint8_t>(out.mask), (std::vector<uint8_t>{1, 1, 0, 0}));
+  EXPECT_EQ(out.idx.data<int32_t>()[0], 1);  // inference: argmax, full scale
+  EXPECT_EQ(out.scale.data<double>()[0], 1.0);
+  const double pi = std::exp(2.0) / (std::exp(2.0) + std::exp(1.7));
+  EXPECT_NEAR(out.gate.data<double>()[0], pi, 1e-15);
+  EXPECT_NEAR(out.lse.data<double>()[0],
+              std::log(std::exp(1.7) + std::exp(2.0) + std::exp(1.6) + std::exp(-2.0)), 1e-14);
+  args.params.mask = SparseMixerMask::kReferenceCode;
+  ASSERT_TRUE(out.route(args, logits).ok());
+  EXPECT_EQ(to_vector<uint8_t>(out.mask), (std::vector<uint8_t>{1, 1, 1, 0}));
+  // All-zero logits: the reference code's 0/0 keeps the expert (no division here).
+  Tensor zeros = Tensor::zeros({1, 4}, DType::kF64);
+  ASSERT_TRUE(out.route(args, zeros).ok());
+  EXPECT_EQ(to_vector<uint8_t>(out.mask), (std::vector<uint8_t>{1, 1, 1, 1}));
+}
+
+TEST(SparseMixerTest, SamplesFromTheMaskedSoftmaxAndHalvesNonArgmax) {
+  const int64_t tokens = 40000, experts = 3;
+  Tensor logits = Tensor::empty({tokens, experts}, DType::kF64);
+  for (int64_t t = 0; t < tokens; ++t) {
+    logits.data<double>()[t * 3 + 0] = 1.0;
+    logits.data<double>()[t * 3 + 1] = 1.5;
+    logits.data<double>()[t * 3 + 2] = -3.0;  // masked with r = 0.5: 4.5 > 0.5 * 4.5
+  }
+  SparseMixerRouteArgs args;
+  args.params.jitter = 0.5;
+  args.rng = CounterRng{5, make_stream(RngTag::kSparseMixer, 0, 0)};
+  SmOut out(tokens, experts);
+  for (auto policy : {SparseMixerMidpoint::kPaper, SparseMixerMidpoint::kReferenceCode,
+                      SparseMixerMidpoint::kEulerOnly}) {
+    args.params.midpoint = policy;
+    ASSERT_TRUE(out.route(args, logits).ok());
+    int64_t chose0 = 0, halved = 0, masked_chosen = 0;
+    for (int64_t t = 0; t < tokens; ++t) {
+      const int32_t d = out.idx.data<int32_t>()[t];
+      chose0 += d == 0;
+      masked_chosen += d == 2;
+      halved += out.scale.data<double>()[t] == 0.5;
+      EXPECT_EQ(out.is_argmax.data<uint8_t>()[t], d == 1 ? 1 : 0);
+      const double c = out.scale.data<double>()[t];
+      EXPECT_NEAR(out.gate.data<double>()[t], c * out.probs.data<double>()[t * 3 + d], 1e-15);
+    }
+    const double p0 = std::exp(1.0) / (std::exp(1.0) + std::exp(1.5));  // 0.3775
+    EXPECT_EQ(masked_chosen, 0);
+    EXPECT_NEAR(static_cast<double>(chose0) / tokens, p0, 0.01);
+    const double want_halved = policy == SparseMixerMidpoint::kPaper ? 1.0
+                               : policy == SparseMixerMidpoint::kReferenceCode ? 0.5 : 0.0;
+    EXPECT_NEAR(static_cast<double>(halved) / std::max<int64_t>(chose0, 1), want_halved, 0.02);
+  }
+}
+
+TEST(SparseMixerTest, GateGradientRulesByHand) {
+  // One token, 3 experts all unmasked; D = 0 sampled with c = 1/2 (non-argmax), s = 0.8.
+  Tensor probs = Tensor::from_vector<double>({1, 3}, {0.2, 0.5, 0.3});
+  Tensor mask = Tensor::from_vector<uint8_t>({1, 3}, {1, 1, 1});
+  Tensor idx = Tensor::from_vector<int32_t>({1, 1}, {0});
+  Tensor d_gate = Tensor::from_vector<double>({1, 1}, {0.8});
+  for (double c : {1.0, 0.5}) {
+    Tensor scale = Tensor::from_vector<double>({1}, {c});
+    for (auto rule : {SparseMixerGateGrad::kReferenceCode, SparseMixerGateGrad::kPaper}) {
+      Tensor d_logits = Tensor::zeros({1, 3}, DType::kF64);
+      ASSERT_TRUE(sparsemixer_backward(rule, d_gate, idx, probs, mask, scale, d_logits).ok());
+      const double dpi = rule == SparseMixerGateGrad::kReferenceCode ? 1.6 : (1 + c) * 0.8;
+      // d theta_j = dpi * pi_D * (1[j = D] - pi_j)
+      EXPECT_NEAR(d_logits.data<double>()[0], dpi * 0.2 * 0.8, 1e-15);
+      EXPECT_NEAR(d_logits.data<double>()[1], dpi * 0.2 * -0.5, 1e-15);
+      EXPECT_NEAR(d_logits.data<double>()[2], dpi * 0.2 * -0.3, 1e-15);
+    }
+  }
+  // Only one expert unmasked: pi_D = 1 and the router gets exactly zero gradient (A.9 #7).
+  Tensor one = Tensor::from_vector<double>({1, 3}, {1.0, 0.0, 0.0});
+  Tensor one_mask = Tensor::from_vector<uint8_t>({1, 3}, {1, 0, 0});
+  Tensor scale = Tensor::from_vector<double>({1}, {1.0});
+  Tensor d_logits = Tensor::zeros({1, 3}, DType::kF64);
+  ASSERT_TRUE(sparsemixer_backward(SparseMixerGateGrad::kReferenceCode, d_gate, idx, one,
+                                   one_mask, scale, d_logits).ok());
+  EXPECT_EQ(to_vector<double>(d_logits), (std::vector<double>{0, 0, 0}));
+}
+
+TEST(AuxLossTest, UniformRoutingGivesOneAndHandValues) {
+  // 4 tokens, 2 experts, K = 1, uniform probabilities, each expert gets 2 tokens: E sum f P = 1.
+  Tensor probs = Tensor::from_vector<double>({4, 2}, {0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5});
+  Tensor load = Tensor::from_vector<int64_t>({2}, {2, 2});
+  Tensor lse = Tensor::from_vector<double>({4}, {1, 2, 3, 4});
+  StatusOr<AuxLosses> l = aux_losses(probs, load, lse, 1);
+  ASSERT_TRUE(l.ok());
+  EXPECT_DOUBLE_EQ(l->balance, 1.0);
+  EXPECT_DOUBLE_EQ(l->z, (1 + 4 + 9 + 16) / 4.0);
+  // Collapse: all 4 tokens to expert 0 with P = (0.9, 0.1): 2 * (1 * 0.9 + 0 * 0.1) = 1.8.
+  Tensor probs2 = Tensor::from_vector<double>({4, 2}, {0.9, 0.1, 0.9, 0.1, 0.9, 0.1, 0.9, 0.1});
+  Tensor load2 = Tensor::from_vector<int64_t>({2}, {4, 0});
+  l = aux_losses(probs2, load2, lse, 1);
+  ASSERT_TRUE(l.ok());
+  EXPECT_NEAR(l->balance, 1.8, 1e-15);
+}
+
+TEST(AuxLossTest, BackwardMatchesFiniteDifferences) {
+  const int64_t tokens = 6, experts = 5, k = 2;
+  Tensor logits = Tensor::empty({tokens, experts}, DType::kF64);
+  fill_uniform(logits, 3, -2, 2);
+  Tensor load = Tensor::from_vector<int64_t>({experts}, {3, 0, 4, 2, 3});  // held fixed
+  Tensor idx = Tensor::empty({tokens, k}, DType::kI32);
+  Tensor gate = Tensor::empty({tokens, k}, DType::kF64);
+  Tensor probs = Tensor::empty({tokens, experts}, DType::kF64);
+  Tensor lse = Tensor::empty({tokens}, DType::kF64);
+  const double wb = 0.7, wz = 0.3;
+  auto loss = [&]() {
+    EXPECT_TRUE(topk_softmax(logits, idx, gate, probs, lse).ok());
+    StatusOr<AuxLosses> l = aux_losses(probs, load, lse, k);
+    return wb * l->balance + wz * l->z;
+  };
+  loss();
+  Tensor d_logits = Tensor::zeros({tokens, experts}, DType::kF64);
+  ASSERT_TRUE(aux_losses_backward(logits, probs, load, lse, k, wb, wz, d_logits).ok());
+  for (const auto& f : check_gradients(loss, {{"logits", logits, d_logits}})) ADD_FAILURE() << f;
+}
+
+TEST(AcMetricTest, MadAndBothNormalisations) {
+  // D = 2, E = 3. Cluster 0: rows (0, 0), (2, 4) -> mean (1, 2), MAD (1, 2).
+  // Cluster 1: one row -> tiny with min_cluster_size 2 (identity). Cluster 2: empty (identity).
+  Tensor x = Tensor::from_vector<double>({3, 2}, {0, 0, 5, 5, 2, 4});
+  Tensor labels = Tensor::from_vector<int32_t>({3}, {0, 1, 0});
+  Tensor sums = Tensor::empty({3, 2}, DType::kF64), abs_dev = Tensor::empty({3, 2}, DType::kF64);
+  Tensor counts = Tensor::empty({3}, DType::kI64);
+  ASSERT_TRUE(ac_cluster_sums(x, labels, sums, counts).ok());
+  ASSERT_TRUE(ac_cluster_abs_dev(x, labels, sums, counts, abs_dev).ok());
+  EXPECT_EQ(to_vector<int64_t>(counts), (std::vector<int64_t>{2, 1, 0}));
+  EXPECT_EQ(to_vector<double>(abs_dev), (std::vector<double>{2, 4, 0, 0, 0, 0}));
+
+  AcRouterParams params;
+  params.eps = 1e-4;
+  Tensor metric = Tensor::empty({3, 2}, DType::kF64);
+  StatusOr<AcMetricSummary> s = ac_metric(params, abs_dev, counts, metric);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->tiny_clusters, 2);
+  // Paper: w = (1/1.0001, 1/2.0001), scaled to mean 1 over features.
+  const double w0 = 1 / 1.0001, w1 = 1 / 2.0001;
+  EXPECT_NEAR(metric.data<double>()[0], 2 * w0 / (w0 + w1), 1e-14);
+  EXPECT_NEAR(metric.data<double>()[1], 2 * w1 / (w0 + w1), 1e-14);
+  EXPECT_EQ(metric.data<double>()[2], 1.0);
+  EXPECT_EQ(metric.data<double>()[5], 1.0);
+
+  // Reference code with every cluster (min_cluster_size 0): MAD 0 -> W = 1e4, clipped at
+  // 10 x the mean, then each feature normalised to mean 1 over the three clusters.
+  params.normalization = AcNormalization::kReferenceCode;
+  params.min_cluster_size = 0;
+  s = ac_metric(params, abs_dev, counts, metric);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->tiny_clusters, 0);
+  const double raw[6] = {w0, w1, 1e4, 1e4, 1e4, 1e4};
+  double mean = 0;
+  for (double v : raw) mean += v / 6;
+  double clipped[6];
+  for (int i = 0; i < 6; ++i) clipped[i] = std::min(raw[i], 10 * mean);
+  for (int q = 0; q < 2; ++q) {
+    const double col = (clipped[q] + clipped[2 + q] + clipped[4 + q]) / 3;
+    for (int k = 0; k < 3; ++k) {
+      EXPECT_NEAR(metric.data<double>()[k * 2 + q], clipped[k * 2 + q] / col, 1e-12);
+    }
+  }
+  EXPECT_EQ(s->clipped_fraction, 0.0);  // 10 x mean is above every weight here
+}
+
+TEST(AcMetricTest, ReferenceCodeClipsOutliers) {
+  // 20 clusters of 2 tokens, D = 2. Cluster 0 is perfectly tight (MAD 0 -> W = 1 / eps = 1e4);
+  // the others have MAD 1 (W ~ 1). The mean is ~501, so cluster 0 is clipped to 10 x mean.
+  const int64_t experts = 20;
+  Tensor abs_dev = Tensor::empty({experts, 2}, DType::kF64);
+  Tensor counts = Tensor::empty({experts}, DType::kI64);
+  for (int64_t k = 0; k < experts; ++k) {
+    counts.data<int64_t>()[k] = 2;
+    abs_dev.data<double>()[2 * k] = abs_dev.data<double>()[2 * k + 1] = k == 0 ? 0.0 : 2.0;
+  }
+  AcRouterParams params;
+  params.normalization = AcNormalization::kReferenceCode;
+  Tensor metric = Tensor::empty({experts, 2}, DType::kF64);
+  StatusOr<AcMetricSummary> s = ac_metric(params, abs_dev, counts, metric);
+  ASSERT_TRUE(s.ok());
+  EXPECT_DOUBLE_EQ(s->clipped_fraction, 2.0 / 40.0);
+  const double w = 1 / 1.0001, mean = (38 * w + 2e4) / 40, cap = 10 * mean;
+  const double col = (cap + 19 * w) / 20;
+  EXPECT_NEAR(metric.data<double>()[0], cap / col, 1e-12);
+  EXPECT_NEAR(metric.data<double>()[2], w / col, 1e-12);
+}
+
+TEST(AcMetricTest, ApplyAndBackward) {
+  Tensor x = Tensor::from_vector<double>({2, 2}, {1, 2, 3, 4});
+  Tensor labels = Tensor::from_vector<int32_t>({2}, {1, 0});
+  Tensor metric = Tensor::from_vector<double>({2, 2}, {10, 20, 0.5, 2});
+  Tensor out = Tensor::empty({2, 2}, DType::kF64);
+  ASSERT_TRUE(ac_apply_metric(x, labels, metric, out).ok());
+  EXPECT_EQ(to_vector<double>(out), (std::vector<double>{0.5, 4, 30, 80}));
+  Tensor dx = Tensor::from_vector<double>({2, 2}, {1, 1, 1, 1});
+  ASSERT_TRUE(ac_apply_metric_backward(x, labels, metric, dx).ok());
+  EXPECT_EQ(to_vector<double>(dx), (std::vector<double>{1.5, 5, 31, 81}));
+  Tensor bad = Tensor::from_vector<int32_t>({2}, {1, 2});
+  EXPECT_EQ(ac_apply_metric(x, bad, metric, out).code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace moe::kernels

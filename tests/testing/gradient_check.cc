@@ -1,0 +1,76 @@
+#include "tests/testing/gradient_check.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <sstream>
+
+namespace moe::testing {
+namespace {
+double load(const TensorView& t, int64_t i) {
+  return t.dtype() == DType::kF64 ? t.data<double>()[i] : t.data<float>()[i];
+}
+}  // namespace
+
+std::vector<std::string> check_gradients(const std::function<double()>& loss,
+                                         const std::vector<GradTarget>& targets,
+                                         const GradCheckOptions& options) {
+  std::vector<std::string> failures;
+  int reported = 0;
+  for (const GradTarget& target : targets) {
+    double* v = target.value.data<double>();
+    const double* a = target.analytic.data<double>();
+    for (int64_t i = 0; i < target.value.numel(); ++i) {
+      const double saved = v[i];
+      v[i] = saved + options.h;
+      const double plus = loss();
+      v[i] = saved - options.h;
+      const double minus = loss();
+      v[i] = saved;
+      const double fd = (plus - minus) / (2 * options.h);
+      const double tol = options.atol + options.rtol * std::max(std::fabs(a[i]), std::fabs(fd));
+      if (!(std::fabs(a[i] - fd) <= tol)) {
+        if (reported++ < options.max_failures_reported) {
+          std::ostringstream os;
+          os.precision(10);
+          os << target.name << "[" << i << "]: analytic " << a[i] << " vs finite difference "
+             << fd;
+          failures.push_back(os.str());
+        } else if (reported == options.max_failures_reported + 1) {
+          failures.push_back("... more mismatches");
+        }
+      }
+    }
+  }
+  return failures;
+}
+
+void fill_uniform(const TensorView& t, uint64_t seed, double lo, double hi) {
+  CounterRng rng{seed, make_stream(RngTag::kTest, 0, 0)};
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    const double v = lo + (hi - lo) * rng.uniform(static_cast<uint64_t>(i));
+    if (t.dtype() == DType::kF64) {
+      t.data<double>()[i] = v;
+    } else {
+      t.data<float>()[i] = static_cast<float>(v);
+    }
+  }
+}
+
+double dot(const TensorView& a, const TensorView& b) {
+  double s = 0;
+  for (int64_t i = 0; i < a.numel(); ++i) s += load(a, i) * load(b, i);
+  return s;
+}
+
+double max_abs_diff(const TensorView& a, const TensorView& b) {
+  double m = 0;
+  for (int64_t i = 0; i < a.numel(); ++i) m = std::max(m, std::fabs(load(a, i) - load(b, i)));
+  return m;
+}
+
+bool bitwise_equal(const TensorView& a, const TensorView& b) {
+  return a.nbytes() == b.nbytes() && std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
+}
+
+}  // namespace moe::testing
