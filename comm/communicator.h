@@ -46,8 +46,9 @@ class Communicator {
   virtual Status all_gather(const TensorView& in, const TensorView& out, Stream stream = {}) = 0;
   // buf on every rank = buf on root.
   virtual Status broadcast(const TensorView& buf, int root, Stream stream = {}) = 0;
-  // Equal chunks: in and out are [world_size, ...]; chunk r of in goes to rank r and arrives as
-  // chunk `rank()` of out on rank r. No aliasing.
+  // Equal chunks: in and out are [world_size * k, ...] (usually k = 1: [R, E_l, C, D]); chunk r
+  // (rows [r*k, (r+1)*k)) of in goes to rank r and arrives as chunk `rank()` of out on rank r.
+  // No aliasing.
   virtual Status all_to_all(const TensorView& in, const TensorView& out, Stream stream = {}) = 0;
   // Varying counts: in is [plan.send_total, ...], out is [plan.recv_total, ...], rows per plan.
   // Plans must agree (my send_counts[r] == rank r's recv_counts[me]). No aliasing.
@@ -61,7 +62,9 @@ class Communicator {
   // Root's string on every rank.
   virtual StatusOr<std::string> broadcast_bytes(const std::string& value, int root) = 0;
 
-  // A sub-communicator of the ranks that pass the same color, ordered by key (MPI_Comm_split).
+  // A sub-communicator of the ranks that pass the same color, ordered by key, ties by rank
+  // (MPI_Comm_split). color < 0 (MPI_UNDEFINED): this rank joins no group and gets nullptr.
+  // The result is independent of its parent (it may outlive it).
   virtual StatusOr<std::unique_ptr<Communicator>> split(int color, int key) = 0;
 
   // Local: reports an error raised asynchronously (e.g. NCCL's async error, a peer's abort).

@@ -1,0 +1,81 @@
+// The NCCL backend: the shared conformance checks on device buffers, one rank per visible GPU
+// (up to 4, as threads with a Local bootstrap). Skips cleanly where no GPU is visible.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "comm/local_communicator.h"
+#include "comm/nccl_communicator.h"
+#include "tests/comm/collective_checks.h"
+
+namespace moe::comm {
+namespace {
+
+#define MOE_SKIP_IF_NO_GPU()                                                   \
+  do {                                                                         \
+    if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device is visible"; \
+  } while (0)
+
+int ranks() { return std::min(cuda_device_count(), 4); }
+
+// Runs fn on an NCCL communicator per GPU, bootstrapped through a Local world.
+Status run_nccl_ranks(const std::function<Status(Communicator&, Device)>& fn) {
+  LocalOptions opts;
+  opts.timeout_seconds = 120;
+  return run_local_ranks(ranks(), [&](Communicator& local) -> Status {
+    // The NCCL communicator owns its bootstrap: hand it a duplicate of this rank's Local world.
+    MOE_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> bootstrap, local.split(0, local.rank()));
+    NcclOptions nccl_opts;
+    nccl_opts.device = local.rank();
+    MOE_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> nccl,
+                         NcclCommunicator::create(std::move(bootstrap), nccl_opts));
+    if (nccl->memory_space() != MemorySpace::kDevice) return internal_error("not a device backend");
+    return fn(*nccl, Device::cuda(local.rank()));
+  }, opts);
+}
+
+TEST(NcclCommunicatorTest, CreateWithoutAGpuFailsCleanly) {
+  if (cuda_device_count() > 0) GTEST_SKIP() << "a GPU is visible";
+  auto world = LocalCommunicator::create_world(1);
+  StatusOr<std::unique_ptr<Communicator>> nccl = NcclCommunicator::create(std::move(world[0]));
+  EXPECT_EQ(nccl.status().code(), StatusCode::kFailedPrecondition) << nccl.status().to_string();
+}
+
+TEST(NcclCommunicatorTest, Collectives) {
+  MOE_SKIP_IF_NO_GPU();
+  Status s = run_nccl_ranks([](Communicator& c, Device d) -> Status {
+    MOE_RETURN_IF_ERROR(testing::check_all_reduce(c, d));
+    MOE_RETURN_IF_ERROR(testing::check_all_gather(c, d));
+    MOE_RETURN_IF_ERROR(testing::check_broadcast(c, d));
+    MOE_RETURN_IF_ERROR(testing::check_all_to_all(c, d));
+    MOE_RETURN_IF_ERROR(testing::check_all_to_all_v(c, d));
+    MOE_RETURN_IF_ERROR(testing::check_barrier(c));
+    MOE_RETURN_IF_ERROR(testing::check_gather_bytes(c));
+    return testing::check_broadcast_bytes(c);
+  });
+  EXPECT_TRUE(s.ok()) << s.to_string();
+}
+
+TEST(NcclCommunicatorTest, SplitAndProcessGroups) {
+  MOE_SKIP_IF_NO_GPU();
+  Status s = run_nccl_ranks([](Communicator& c, Device d) -> Status {
+    MOE_RETURN_IF_ERROR(testing::check_split(c, d));
+    return testing::check_process_groups(c, d);
+  });
+  EXPECT_TRUE(s.ok()) << s.to_string();
+}
+
+TEST(NcclCommunicatorTest, ArgumentErrorsAndHostViews) {
+  MOE_SKIP_IF_NO_GPU();
+  Status s = run_nccl_ranks([](Communicator& c, Device d) -> Status {
+    MOE_RETURN_IF_ERROR(testing::check_argument_errors(c, d));
+    Tensor host = Tensor::zeros({4}, DType::kF32);
+    Status bad = c.all_reduce(host, host, ReduceOp::kSum);
+    if (bad.code() != StatusCode::kInvalidArgument) return internal_error("host view: ", bad.to_string());
+    return c.poll_async_error();
+  });
+  EXPECT_TRUE(s.ok()) << s.to_string();
+}
+
+}  // namespace
+}  // namespace moe::comm
