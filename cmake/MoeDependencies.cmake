@@ -16,6 +16,7 @@ target_include_directories(moe_blas SYSTEM INTERFACE ${MOE_CBLAS_INCLUDE_DIR})
 
 find_package(Protobuf REQUIRED)
 find_package(nlohmann_json 3.10 REQUIRED)
+find_package(ZLIB REQUIRED)  # gzip corpora and CRC32 checksums (core/data)
 
 if(MOE_WITH_CUDA)
   enable_language(CUDA)

@@ -1,0 +1,178 @@
+#include "core/data/corpus.h"
+
+#include <filesystem>
+#include <system_error>
+
+#include "core/base/check.h"
+#include "core/base/logging.h"
+#include "core/data/file_io.h"
+#include "core/data/text_reader.h"
+#include "core/data/token_cache.h"
+
+namespace moe::data {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr std::string_view kCacheKeyVersion = "momoe-corpus-cache-1";
+
+std::string sanitize(const std::string& name) {
+  std::string out = name.empty() ? "corpus" : name;
+  for (char& c : out) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '.' || c == '_' || c == '-';
+    if (!ok) c = '_';
+  }
+  return out;
+}
+
+// Adds a file's identity (absolute path, size, modification time) to the cache key.
+Status hash_file_identity(const std::string& path, uint64_t* hash) {
+  const auto mix = [&](const void* data, size_t size) {
+    *hash = fnv1a64_update(*hash, data, size);
+  };
+  if (path.empty()) {
+    mix("", 1);
+    return Status::OK();
+  }
+  std::error_code ec;
+  const std::string abs = fs::absolute(path, ec).lexically_normal().string();
+  mix(abs.data(), abs.size() + 1);  // with the terminating NUL as a separator
+  const auto size = fs::file_size(path, ec);
+  if (ec) {
+    if (!fs::exists(path)) return not_found_error("text file not found: ", path);
+    return internal_error("cannot stat ", path, ": ", ec.message());
+  }
+  const auto mtime = fs::last_write_time(path, ec).time_since_epoch().count();
+  if (ec) return internal_error("cannot stat ", path, ": ", ec.message());
+  const uint64_t fields[2] = {static_cast<uint64_t>(size), static_cast<uint64_t>(mtime)};
+  mix(fields, sizeof(fields));
+  return Status::OK();
+}
+
+StatusOr<uint64_t> cache_key(const CorpusSpec& spec) {
+  uint64_t hash = fnv1a64(kCacheKeyVersion);
+  for (const std::string* path :
+       {&spec.train_path, &spec.valid_path, &spec.test_path, &spec.vocab_path}) {
+    MOE_RETURN_IF_ERROR(hash_file_identity(*path, &hash));
+  }
+  const int64_t options[2] = {spec.vocab.max_size, spec.vocab.min_count};
+  return fnv1a64_update(hash, options, sizeof(options));
+}
+
+Status validate_spec(const CorpusSpec& spec) {
+  if (spec.train_path.empty()) {
+    return invalid_argument_error("corpus '", spec.name, "': train_path is empty");
+  }
+  return Status::OK();
+}
+
+StatusOr<TokenSplit> tokenize_split(const std::string& name, const std::string& path,
+                                    const Vocabulary& vocab) {
+  TokenSplit split;
+  split.name = name;
+  split.source = path;
+  if (path.empty()) return split;
+  MOE_ASSIGN_OR_RETURN(split.ids, tokenize_file(path, vocab));
+  return split;
+}
+
+}  // namespace
+
+StatusOr<std::vector<int32_t>> tokenize_file(const std::string& path, const Vocabulary& vocab) {
+  MOE_ASSIGN_OR_RETURN(std::string text, read_text_file(path));
+  return vocab.encode(text);
+}
+
+StatusOr<TokenizedCorpus> build_corpus(const CorpusSpec& spec) {
+  MOE_RETURN_IF_ERROR(validate_spec(spec));
+  TokenizedCorpus corpus;
+  corpus.train.name = "train";
+  corpus.train.source = spec.train_path;
+  {
+    MOE_ASSIGN_OR_RETURN(std::string train_text, read_text_file(spec.train_path));
+    if (spec.vocab_path.empty()) {
+      MOE_ASSIGN_OR_RETURN(corpus.vocab, Vocabulary::build_from_text(train_text, spec.vocab));
+      corpus.vocab_source = spec.train_path;
+    } else {
+      MOE_ASSIGN_OR_RETURN(corpus.vocab, Vocabulary::load(spec.vocab_path));
+      corpus.vocab_source = spec.vocab_path;
+    }
+    corpus.train.ids = corpus.vocab.encode(train_text);
+  }
+  MOE_ASSIGN_OR_RETURN(corpus.valid, tokenize_split("valid", spec.valid_path, corpus.vocab));
+  MOE_ASSIGN_OR_RETURN(corpus.test, tokenize_split("test", spec.test_path, corpus.vocab));
+  return corpus;
+}
+
+StatusOr<TokenizedCorpus> load_or_build_corpus(const CorpusSpec& spec,
+                                               const std::string& cache_dir) {
+  MOE_RETURN_IF_ERROR(validate_spec(spec));
+  if (cache_dir.empty()) return build_corpus(spec);
+
+  MOE_ASSIGN_OR_RETURN(const uint64_t key, cache_key(spec));
+  const std::string prefix =
+      (fs::path(cache_dir) / str_cat(sanitize(spec.name), "-", hex64(key).substr(2))).string();
+  const std::string vocab_file = prefix + ".vocab";
+  struct SplitRef {
+    const char* name;
+    const std::string* source;
+    TokenSplit TokenizedCorpus::*member;
+  };
+  const SplitRef splits[3] = {{"train", &spec.train_path, &TokenizedCorpus::train},
+                              {"valid", &spec.valid_path, &TokenizedCorpus::valid},
+                              {"test", &spec.test_path, &TokenizedCorpus::test}};
+  const auto split_file = [&](const char* name) { return str_cat(prefix, ".", name, ".tok"); };
+
+  // Try the cache.
+  std::string note;
+  {
+    StatusOr<Vocabulary> vocab = Vocabulary::load(vocab_file);
+    if (vocab.ok()) {
+      TokenizedCorpus corpus;
+      corpus.vocab = std::move(vocab).value();
+      corpus.vocab_source = spec.vocab_path.empty() ? spec.train_path : spec.vocab_path;
+      bool hit = true;
+      for (const SplitRef& s : splits) {
+        TokenSplit& split = corpus.*(s.member);
+        split.name = s.name;
+        split.source = *s.source;
+        if (s.source->empty()) continue;
+        StatusOr<std::vector<int32_t>> ids =
+            load_token_cache(split_file(s.name), corpus.vocab, vocab_file);
+        if (!ids.ok()) {
+          note = ids.status().to_string();
+          hit = false;
+          break;
+        }
+        split.ids = std::move(ids).value();
+      }
+      if (hit) {
+        corpus.from_cache = true;
+        return corpus;
+      }
+    } else {
+      note = vocab.status().to_string();
+    }
+  }
+  if (!note.empty() && note.rfind("NOT_FOUND", 0) != 0) {
+    log_warning("corpus cache for '", spec.name, "' is unusable, rebuilding: ", note);
+  }
+
+  // Build from the text and write the cache.
+  MOE_ASSIGN_OR_RETURN(TokenizedCorpus corpus, build_corpus(spec));
+  corpus.cache_note = note;
+  std::error_code ec;
+  fs::create_directories(cache_dir, ec);
+  if (ec) return internal_error("cannot create cache folder ", cache_dir, ": ", ec.message());
+  MOE_RETURN_IF_ERROR(corpus.vocab.save(vocab_file));
+  for (const SplitRef& s : splits) {
+    const TokenSplit& split = corpus.*(s.member);
+    if (!split.present()) continue;
+    MOE_RETURN_IF_ERROR(
+        write_token_cache(split_file(s.name), split.ids, corpus.vocab.fingerprint()));
+  }
+  return corpus;
+}
+
+}  // namespace moe::data

@@ -1,0 +1,56 @@
+// Training and evaluation sequences over one split's token stream.
+//
+// With N tokens and sequence length S, sequence i covers tokens [i*S, i*S + S] (S+1 tokens):
+//   inputs  = tokens[i*S     .. i*S + S - 1]
+//   targets = tokens[i*S + 1 .. i*S + S]
+// so consecutive sequences share their boundary token and every token after the first is a target
+// exactly once (up to the tail). There are floor((N-1)/S) sequences; the tail is not used.
+//
+// Evaluation visits every sequence of a split once, in order, in batches of B sequences (the last
+// batch may be smaller); eval_batch_ids gives the ids of batch b.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/base/status.h"
+#include "core/base/tensor.h"
+#include "core/data/corpus.h"
+
+namespace moe::data {
+
+class SequenceSet {
+ public:
+  // Views `split.ids`, which must outlive the set and stay unchanged. Errors (kInvalidArgument):
+  // seq_len < 1, or fewer than seq_len + 1 tokens (naming the split's file, its token count and S).
+  static StatusOr<SequenceSet> create(const TokenSplit& split, int64_t seq_len);
+
+  int64_t size() const { return num_sequences_; }
+  int64_t seq_len() const { return seq_len_; }
+  const std::string& source() const { return source_; }
+
+  // Fills inputs and targets (i32 [B, S], host, B = ids.size()) for sequences `ids`.
+  // Errors (kInvalidArgument): wrong dtype, shape or device; an id outside [0, size()).
+  Status fill(const std::vector<int64_t>& ids, const TensorView& inputs,
+              const TensorView& targets) const;
+
+ private:
+  SequenceSet() = default;
+  const int32_t* tokens_ = nullptr;  // [N]
+  int64_t num_tokens_ = 0;
+  int64_t seq_len_ = 0;
+  int64_t num_sequences_ = 0;
+  std::string source_;
+};
+
+// Number of sequences of length seq_len in num_tokens tokens: floor((num_tokens - 1) / seq_len),
+// or kInvalidArgument naming `source` when num_tokens < seq_len + 1 (or seq_len < 1).
+StatusOr<int64_t> count_sequences(int64_t num_tokens, int64_t seq_len, const std::string& source);
+
+// Evaluation batches: ceil(num_sequences / batch) of them; batch b holds ids
+// [b*batch, min((b+1)*batch, num_sequences)). Aborts on batch < 1 or b out of range.
+int64_t num_eval_batches(int64_t num_sequences, int64_t batch);
+std::vector<int64_t> eval_batch_ids(int64_t num_sequences, int64_t batch, int64_t b);
+
+}  // namespace moe::data
