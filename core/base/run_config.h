@@ -1,0 +1,76 @@
+// Plain configuration of a training run (the structs behind proto/train.proto, parallel.proto and
+// model.proto), filled and validated by proto/run_convert.cc.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/base/model_config.h"
+
+namespace moe {
+
+enum class OptimizerKind { kAdamW, kSgd };
+enum class LrScheduleKind { kConstant, kCosine };
+enum class CommBackend { kAuto, kMpi, kNccl };
+
+struct OptimizerConfig {
+  OptimizerKind kind = OptimizerKind::kAdamW;
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.0;
+  double momentum = 0.0;  // SGD
+};
+
+struct DataConfig {
+  std::string train = "data/brown/train.txt.gz";
+  std::string valid = "data/brown/valid.txt.gz";
+  std::string test = "data/brown/test.txt.gz";
+  int64_t vocab_max_size = 0;
+  int64_t vocab_min_count = 1;
+  std::string cache_dir;  // empty: RUN_DIR/cache
+};
+
+struct ParallelConfig {
+  int ep = 1;
+  CommBackend backend = CommBackend::kAuto;
+  double timeout_seconds = 600;
+};
+
+struct TrainConfig {
+  int64_t steps = 200;
+  int64_t batch_size = 16;
+  int64_t grad_accum = 1;
+  OptimizerConfig optimizer;
+  LrScheduleKind schedule = LrScheduleKind::kConstant;
+  int64_t warmup_steps = 0;
+  double min_lr_ratio = 0.1;
+  double grad_clip = 1.0;
+  uint64_t seed = 1;
+  int64_t eval_every = 0;
+  int64_t eval_sequences = 0;
+  int64_t checkpoint_every = 0;
+  int64_t keep_checkpoints = 2;
+  int64_t log_every = 1;
+  double attack_rate = 0.025;
+  uint64_t attack_seed = 1;
+  int64_t probe_every = 10;
+  int64_t probe_sequences = 4;
+  double collapse_threshold = 4.0;
+
+  Status validate() const;
+  // Learning rate at optimiser step `step` (0-based): linear warmup from 0, then constant or
+  // cosine decay to min_lr_ratio * lr at the last step.
+  double learning_rate(int64_t step) const;
+};
+
+struct RunConfig {
+  ModelConfig model;
+  TrainConfig train;
+  DataConfig data;
+  ParallelConfig parallel;
+  std::string text;  // the resolved configuration in protobuf text format (for manifests)
+};
+
+}  // namespace moe

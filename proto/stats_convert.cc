@@ -1,0 +1,213 @@
+#include "proto/stats_convert.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "core/base/check.h"
+#include "proto/stats.pb.h"
+
+namespace moe {
+namespace {
+
+void router_to_proto(const RouterStatsInfo& s, momoe::RouterStats* m) {
+  m->set_block(s.block);
+  m->set_moe_index(s.moe_index);
+  m->set_tokens(s.tokens);
+  m->set_slots(s.slots);
+  for (int64_t v : s.expert_load) m->add_expert_load(v);
+  m->set_dropped_slots(s.dropped_slots);
+  m->set_fully_dropped_tokens(s.fully_dropped_tokens);
+  m->set_balance_loss_sum(s.balance_loss_sum);
+  m->set_z_loss_sum(s.z_loss_sum);
+  m->set_entropy_sum(s.entropy_sum);
+  m->set_output_norm_sum(s.output_norm_sum);
+  m->set_state_norm_sum(s.state_norm_sum);
+  m->set_top1_gate_sum(s.top1_gate_sum);
+  for (int64_t v : s.cluster_size) m->add_cluster_size(v);
+  for (double v : s.cluster_dispersion) m->add_cluster_dispersion(v);
+  m->set_tiny_clusters(s.tiny_clusters);
+  m->set_metric_min(s.metric_min);
+  m->set_metric_max(s.metric_max);
+  m->set_metric_mean(s.metric_mean);
+  m->set_single_expert_tokens(s.single_expert_tokens);
+  m->set_non_argmax_tokens(s.non_argmax_tokens);
+  m->set_halved_tokens(s.halved_tokens);
+  m->set_unmasked_sum(s.unmasked_sum);
+  m->set_dropped_fraction(s.dropped_fraction);
+  m->set_max_load(s.max_load);
+  m->set_load_balance_std(s.load_balance_std);
+  m->set_dead_experts(s.dead_experts);
+  m->set_balance_loss(s.balance_loss);
+  m->set_z_loss(s.z_loss);
+  m->set_mean_entropy(s.mean_entropy);
+  m->set_mean_output_norm(s.mean_output_norm);
+  m->set_mean_state_norm(s.mean_state_norm);
+  m->set_probe_flip_rate(s.probe_flip_rate);
+  m->set_ranks(s.ranks);
+  for (double v : s.mean_cluster_dispersion) m->add_mean_cluster_dispersion(v);
+}
+
+RouterStatsInfo router_from_proto(const momoe::RouterStats& m) {
+  RouterStatsInfo s;
+  s.block = m.block();
+  s.moe_index = m.moe_index();
+  s.tokens = m.tokens();
+  s.slots = m.slots();
+  s.expert_load.assign(m.expert_load().begin(), m.expert_load().end());
+  s.dropped_slots = m.dropped_slots();
+  s.fully_dropped_tokens = m.fully_dropped_tokens();
+  s.balance_loss_sum = m.balance_loss_sum();
+  s.z_loss_sum = m.z_loss_sum();
+  s.entropy_sum = m.entropy_sum();
+  s.output_norm_sum = m.output_norm_sum();
+  s.state_norm_sum = m.state_norm_sum();
+  s.top1_gate_sum = m.top1_gate_sum();
+  s.cluster_size.assign(m.cluster_size().begin(), m.cluster_size().end());
+  s.cluster_dispersion.assign(m.cluster_dispersion().begin(), m.cluster_dispersion().end());
+  s.tiny_clusters = m.tiny_clusters();
+  s.metric_min = m.metric_min();
+  s.metric_max = m.metric_max();
+  s.metric_mean = m.metric_mean();
+  s.single_expert_tokens = m.single_expert_tokens();
+  s.non_argmax_tokens = m.non_argmax_tokens();
+  s.halved_tokens = m.halved_tokens();
+  s.unmasked_sum = m.unmasked_sum();
+  s.dropped_fraction = m.dropped_fraction();
+  s.max_load = m.max_load();
+  s.load_balance_std = m.load_balance_std();
+  s.dead_experts = m.dead_experts();
+  s.balance_loss = m.balance_loss();
+  s.z_loss = m.z_loss();
+  s.mean_entropy = m.mean_entropy();
+  s.mean_output_norm = m.mean_output_norm();
+  s.mean_state_norm = m.mean_state_norm();
+  s.probe_flip_rate = m.probe_flip_rate();
+  s.ranks = m.ranks();
+  s.mean_cluster_dispersion.assign(m.mean_cluster_dispersion().begin(),
+                                   m.mean_cluster_dispersion().end());
+  return s;
+}
+
+// Protobuf's varint (at most 10 bytes for 64 bits).
+void put_varint(uint64_t v, std::string* out) {
+  while (v >= 0x80) {
+    out->push_back(static_cast<char>((v & 0x7f) | 0x80));
+    v >>= 7;
+  }
+  out->push_back(static_cast<char>(v));
+}
+
+// Returns false when the buffer ends inside the varint.
+bool get_varint(const std::string& buf, size_t* pos, uint64_t* v) {
+  *v = 0;
+  for (int shift = 0; shift < 64; shift += 7) {
+    if (*pos >= buf.size()) return false;
+    const uint8_t byte = static_cast<uint8_t>(buf[(*pos)++]);
+    *v |= static_cast<uint64_t>(byte & 0x7f) << shift;
+    if (!(byte & 0x80)) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+std::string serialize_step_stats(const StepStatsInfo& s) {
+  momoe::StepStats m;
+  m.set_step(s.step);
+  m.set_rank(s.rank);
+  m.set_loss(s.loss);
+  m.set_aux_loss(s.aux_loss);
+  m.set_learning_rate(s.learning_rate);
+  m.set_grad_norm(s.grad_norm);
+  m.set_tokens(s.tokens);
+  m.set_step_seconds(s.step_seconds);
+  m.set_tokens_per_second(s.tokens_per_second);
+  m.set_skipped(s.skipped);
+  for (const RouterStatsInfo& l : s.layers) router_to_proto(l, m.add_layers());
+  for (const std::string& a : s.anomalies) m.add_anomalies(a);
+  if (s.valid_ppl) m.set_valid_ppl(*s.valid_ppl);
+  if (s.test_ppl) m.set_test_ppl(*s.test_ppl);
+  if (s.attacked_valid_ppl) m.set_attacked_valid_ppl(*s.attacked_valid_ppl);
+  if (s.attacked_test_ppl) m.set_attacked_test_ppl(*s.attacked_test_ppl);
+  if (s.attack_rate) m.set_attack_rate(*s.attack_rate);
+  return m.SerializeAsString();
+}
+
+StatusOr<StepStatsInfo> parse_step_stats(const std::string& bytes) {
+  momoe::StepStats m;
+  if (!m.ParseFromString(bytes)) return data_loss_error("malformed StepStats message");
+  StepStatsInfo s;
+  s.step = m.step();
+  s.rank = m.rank();
+  s.loss = m.loss();
+  s.aux_loss = m.aux_loss();
+  s.learning_rate = m.learning_rate();
+  s.grad_norm = m.grad_norm();
+  s.tokens = m.tokens();
+  s.step_seconds = m.step_seconds();
+  s.tokens_per_second = m.tokens_per_second();
+  s.skipped = m.skipped();
+  for (const momoe::RouterStats& l : m.layers()) s.layers.push_back(router_from_proto(l));
+  s.anomalies.assign(m.anomalies().begin(), m.anomalies().end());
+  if (m.has_valid_ppl()) s.valid_ppl = m.valid_ppl();
+  if (m.has_test_ppl()) s.test_ppl = m.test_ppl();
+  if (m.has_attacked_valid_ppl()) s.attacked_valid_ppl = m.attacked_valid_ppl();
+  if (m.has_attacked_test_ppl()) s.attacked_test_ppl = m.attacked_test_ppl();
+  if (m.has_attack_rate()) s.attack_rate = m.attack_rate();
+  return s;
+}
+
+StatsFileWriter::~StatsFileWriter() { close(); }
+
+Status StatsFileWriter::open(const std::string& path) {
+  close();
+  file_ = std::fopen(path.c_str(), "ab");
+  if (file_ == nullptr) return not_found_error("cannot open stats file ", path, " for appending");
+  path_ = path;
+  return Status::OK();
+}
+
+Status StatsFileWriter::append(const StepStatsInfo& stats) {
+  if (file_ == nullptr) return failed_precondition_error("stats file is not open");
+  const std::string body = serialize_step_stats(stats);
+  std::string record;
+  put_varint(body.size(), &record);
+  record += body;
+  if (std::fwrite(record.data(), 1, record.size(), file_) != record.size() ||
+      std::fflush(file_) != 0) {
+    return internal_error("writing stats file ", path_, " failed");
+  }
+  return Status::OK();
+}
+
+void StatsFileWriter::close() {
+  if (file_ != nullptr) std::fclose(file_);
+  file_ = nullptr;
+}
+
+StatusOr<StatsFileContents> read_stats_file(const std::string& path, int64_t offset) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return not_found_error("stats file ", path, " cannot be opened");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string buf = ss.str();
+  StatsFileContents out;
+  size_t pos = static_cast<size_t>(std::max<int64_t>(0, offset));
+  out.bytes_read = static_cast<int64_t>(pos);
+  while (pos < buf.size()) {
+    size_t p = pos;
+    uint64_t len = 0;
+    if (!get_varint(buf, &p, &len) || p + len > buf.size()) {
+      out.truncated_tail = true;
+      break;
+    }
+    StatusOr<StepStatsInfo> s = parse_step_stats(buf.substr(p, len));
+    if (!s.ok()) return data_loss_error("stats file ", path, ": malformed record at byte ", pos);
+    out.steps.push_back(std::move(s).value());
+    pos = p + len;
+    out.bytes_read = static_cast<int64_t>(pos);
+  }
+  return out;
+}
+
+}  // namespace moe
