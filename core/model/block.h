@@ -1,0 +1,84 @@
+// One transformer block: attention sublayer, then a dense FFN or MoE sublayer, in the reference
+// code's post-LN double-residual form or pre-LN (core/base/model_config.h BlockStyle). The MoE
+// residual state (momentum p, Adam moments, previous top-1) enters and leaves every block; dense
+// blocks pass it through unchanged.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "comm/communicator.h"
+#include "core/base/model_config.h"
+#include "core/layers/attention.h"
+#include "core/layers/dense_ffn.h"
+#include "core/layers/layer_norm.h"
+#include "core/layers/moe_layer.h"
+#include "core/layers/rng_streams.h"
+
+namespace moe {
+
+// Residual-dynamics state threaded through the MoE layers of one forward pass: the momentum state
+// p [N, D] (empty = zero, before the first MoE layer) and the previous MoE layer's argmax expert
+// top1 [N] i32 (empty before the first MoE layer). The Adam moments live only inside the first
+// MoE layer (AdamSMoE is only ever the first, and starts from zero), so they are not threaded.
+struct MoeState {
+  Tensor p;
+  Tensor top1;
+};
+
+// dL/dp flowing backwards; empty means zero.
+struct MoeStateGrad {
+  Tensor d_p;
+};
+
+struct StepContext {
+  int64_t batch = 0;            // sequences in this micro-batch
+  int64_t sequence_offset = 0;  // global index of sequence 0 (keys every random draw)
+  int64_t seq_len = 0;
+  int64_t step = 0;
+  uint64_t seed = 0;
+  bool training = true;
+  comm::Communicator* stats_comm = nullptr;  // global AC statistics
+  int64_t token_offset() const { return sequence_offset * seq_len; }
+};
+
+class TransformerBlock {
+ public:
+  struct Saved {
+    MultiHeadAttention::Saved attn;
+    Tensor attn_out;               // [N, D] before residual dropout
+    LayerNorm::Saved ln1, ln2, ln_in;
+    DenseFfn::Saved ffn;
+    MoeLayerSaved moe;
+  };
+
+  TransformerBlock(int index, const ModelConfig& model, const BlockPlan& plan, int moe_index,
+                   ParameterSet* params, comm::Communicator* ep_comm);
+
+  // h [N, D] updated in place; state updated in place (MoE blocks). stats (MoE blocks) may be null.
+  Status forward(const StepContext& ctx, Tensor* h, MoeState* state, Saved* saved,
+                 RouterStatsInfo* stats) const;
+  // dh [N, D] updated in place (gradient w.r.t. the block input on return); state gradients
+  // updated in place. aux_scale: dL/d(aux loss).
+  Status backward(const StepContext& ctx, const Saved& saved, double aux_scale, Tensor* dh,
+                  MoeStateGrad* state_grad) const;
+
+  bool is_moe() const { return moe_ != nullptr; }
+  const MoeLayer* moe() const { return moe_.get(); }
+
+ private:
+  Status residual_dropout(const StepContext& ctx, RandomSite site, const TensorView& x,
+                          bool backward) const;
+
+  int index_;
+  BlockStyle style_;
+  double dropout_;
+  MultiHeadAttention attn_;
+  LayerNorm ln1_;
+  LayerNorm ln2_;
+  std::unique_ptr<LayerNorm> ln_in_;  // post-LN MoE blocks: the inner LN of the double residual
+  std::unique_ptr<DenseFfn> ffn_;
+  std::unique_ptr<MoeLayer> moe_;
+};
+
+}  // namespace moe
