@@ -150,57 +150,59 @@ Status assign_capacity(const TensorView& idx, int64_t num_experts, int64_t capac
   return Status::OK();
 }
 
-StatusOr<AuxLosses> aux_losses(const TensorView& probs, const TensorView& load,
-                               const TensorView& lse, int64_t top_k) {
-  constexpr const char* kOp = "aux_losses";
+StatusOr<AuxSums> aux_sums(const TensorView& probs, const TensorView& lse) {
+  constexpr const char* kOp = "aux_sums";
   MOE_RETURN_IF_ERROR(check_host_float(kOp, "probs", probs));
   if (probs.ndim() != 2) return invalid_argument_error(kOp, ": probs must be [T, E]");
   const int64_t tokens = probs.dim(0), experts = probs.dim(1);
-  MOE_RETURN_IF_ERROR(check_dtype(kOp, "load", load, DType::kI64));
-  MOE_RETURN_IF_ERROR(check_shape(kOp, "load", load, Shape{experts}));
   MOE_RETURN_IF_ERROR(check_same_dtype(kOp, probs, "lse", lse));
   MOE_RETURN_IF_ERROR(check_shape(kOp, "lse", lse, Shape{tokens}));
-  AuxLosses out;
-  if (tokens == 0) return out;
-  const double slots = static_cast<double>(tokens * top_k);
-  Status s = dispatch_host_float(kOp, probs, [&](auto tag) {
+  AuxSums out;
+  out.prob_sum.assign(experts, 0.0);
+  MOE_RETURN_IF_ERROR(dispatch_host_float(kOp, probs, [&](auto tag) {
     using T = decltype(tag);
     const T* p = probs.data<T>();
-    const int64_t* l = load.data<int64_t>();
-    for (int64_t e = 0; e < experts; ++e) {
-      double mean_p = 0;
-      for (int64_t t = 0; t < tokens; ++t) mean_p += p[t * experts + e];
-      out.balance += (l[e] / slots) * (mean_p / tokens);
-    }
-    out.balance *= static_cast<double>(experts);
+    for (int64_t t = 0; t < tokens; ++t)
+      for (int64_t e = 0; e < experts; ++e) out.prob_sum[e] += p[t * experts + e];
     const T* z = lse.data<T>();
-    for (int64_t t = 0; t < tokens; ++t) out.z += static_cast<double>(z[t]) * z[t];
-    out.z /= tokens;
-  });
-  MOE_RETURN_IF_ERROR(s);
+    for (int64_t t = 0; t < tokens; ++t) out.lse_sq_sum += static_cast<double>(z[t]) * z[t];
+  }));
+  return out;
+}
+
+AuxLosses aux_losses(const AuxSums& sums, const std::vector<int64_t>& load, int64_t tokens,
+                     int64_t top_k) {
+  AuxLosses out;
+  if (tokens <= 0) return out;
+  const double t = static_cast<double>(tokens);
+  const double slots = t * static_cast<double>(top_k);
+  for (size_t e = 0; e < load.size(); ++e) out.balance += (load[e] / slots) * (sums.prob_sum[e] / t);
+  out.balance *= static_cast<double>(load.size());
+  out.z = sums.lse_sq_sum / t;
   return out;
 }
 
 Status aux_losses_backward(const TensorView& logits, const TensorView& probs,
-                           const TensorView& load, const TensorView& lse, int64_t top_k,
-                           double balance_weight, double z_weight, const TensorView& d_logits,
-                           Stream stream) {
+                           const std::vector<int64_t>& load, int64_t tokens,
+                           const TensorView& lse, int64_t top_k, double balance_weight,
+                           double z_weight, const TensorView& d_logits, Stream stream) {
   constexpr const char* kOp = "aux_losses_backward";
   MOE_RETURN_IF_ERROR(check_host_float(kOp, "logits", logits));
   if (logits.ndim() != 2) return invalid_argument_error(kOp, ": logits must be [T, E]");
-  const int64_t tokens = logits.dim(0), experts = logits.dim(1);
+  const int64_t local = logits.dim(0), experts = logits.dim(1);
   MOE_RETURN_IF_ERROR(check_same_dtype(kOp, logits, "probs", probs));
   MOE_RETURN_IF_ERROR(check_shape(kOp, "probs", probs, logits.shape()));
-  MOE_RETURN_IF_ERROR(check_dtype(kOp, "load", load, DType::kI64));
-  MOE_RETURN_IF_ERROR(check_shape(kOp, "load", load, Shape{experts}));
+  if (static_cast<int64_t>(load.size()) != experts) {
+    return invalid_argument_error(kOp, ": load has ", load.size(), " entries, expected ", experts);
+  }
   MOE_RETURN_IF_ERROR(check_same_dtype(kOp, logits, "lse", lse));
-  MOE_RETURN_IF_ERROR(check_shape(kOp, "lse", lse, Shape{tokens}));
+  MOE_RETURN_IF_ERROR(check_shape(kOp, "lse", lse, Shape{local}));
   MOE_RETURN_IF_ERROR(check_same_dtype(kOp, logits, "d_logits", d_logits));
   MOE_RETURN_IF_ERROR(check_shape(kOp, "d_logits", d_logits, logits.shape()));
   return dispatch_host_float(kOp, logits, [&](auto tag) {
     using T = decltype(tag);
-    ref::aux_losses_backward<T>(logits.data<T>(), probs.data<T>(), load.data<int64_t>(),
-                                lse.data<T>(), tokens, experts, top_k, balance_weight, z_weight,
+    ref::aux_losses_backward<T>(logits.data<T>(), probs.data<T>(), load.data(), lse.data<T>(),
+                                local, tokens, experts, top_k, balance_weight, z_weight,
                                 d_logits.data<T>());
   });
 }

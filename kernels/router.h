@@ -58,20 +58,30 @@ Status assign_capacity(const TensorView& idx, int64_t num_experts, int64_t capac
                        Stream stream = {});
 
 // --- Auxiliary losses --------------------------------------------------------------------------
+// The sums the auxiliary losses are made of, over this rank's tokens; ranks add them up for the
+// global scope. prob_sum[e] = sum_t probs[t, e]; lse_sq_sum = sum_t lse[t]^2.
+struct AuxSums {
+  std::vector<double> prob_sum;  // [E]
+  double lse_sq_sum = 0;
+};
+StatusOr<AuxSums> aux_sums(const TensorView& probs, const TensorView& lse);
+
 // Switch balance loss E * sum_e f_e P_e with f_e = load[e] / (T K) (no gradient) and
-// P_e = mean_t probs[t, e]; z-loss mean_t lse[t]^2. Returns both (unweighted).
+// P_e = prob_sum[e] / T; z-loss lse_sq_sum / T. T = `tokens` (this rank's or the global count),
+// load [E] i64 over the same tokens. Unweighted.
 struct AuxLosses {
   double balance = 0;
   double z = 0;
 };
-StatusOr<AuxLosses> aux_losses(const TensorView& probs, const TensorView& load,
-                               const TensorView& lse, int64_t top_k);
+AuxLosses aux_losses(const AuxSums& sums, const std::vector<int64_t>& load, int64_t tokens,
+                     int64_t top_k);
+// Gradient of the losses above w.r.t. this rank's logits, with T = `tokens` and the same `load`:
 // d_logits += balance_weight * dBalance/dlogits (through `probs`, which is the full or masked
 // softmax of the logits) + z_weight * dZ/dlogits (through softmax(logits) = exp(logits - lse)).
 Status aux_losses_backward(const TensorView& logits, const TensorView& probs,
-                           const TensorView& load, const TensorView& lse, int64_t top_k,
-                           double balance_weight, double z_weight, const TensorView& d_logits,
-                           Stream stream = {});
+                           const std::vector<int64_t>& load, int64_t tokens,
+                           const TensorView& lse, int64_t top_k, double balance_weight,
+                           double z_weight, const TensorView& d_logits, Stream stream = {});
 
 // --- Adaptive Clustering metric (spec/sparsemixer-acmoe.md B.3, B.7, B.9) --------------------
 // Pass 1: per-cluster sums of x and counts, clusters given by labels [T] i32 in [0, E).

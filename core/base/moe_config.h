@@ -103,6 +103,13 @@ struct SparseMixerParams {
   bool omega = true;  // trainable per-layer D-vector scale of the expert output, init 1
 };
 
+// Over which tokens the load-balancing and z losses are computed.
+enum class BalanceScope {
+  kLocal,   // this rank's micro-batch (the reference code; depends on how the batch is split)
+  kGlobal,  // every data rank's micro-batch: loads, mean probabilities and the token count are
+            // all-reduced, so the loss and its gradient do not depend on the EP/DP layout
+};
+
 struct MoeLayerConfig {
   int64_t d_model = 0;      // D
   int64_t d_expert = 0;     // F, expert hidden width
@@ -115,6 +122,7 @@ struct MoeLayerConfig {
   double output_dropout = 0.0;  // on u before the residual dynamics, in [0, 1)
   double balance_loss_coef = 0.01;  // Switch load-balancing loss weight, >= 0
   double z_loss_coef = 0.0;         // router z-loss weight, >= 0
+  BalanceScope balance_scope = BalanceScope::kGlobal;
 
   ResidualKind residual = ResidualKind::kPlain;
   MomentumConvention convention = MomentumConvention::kPaper;

@@ -174,7 +174,7 @@ Status MoeLayer::forward(const MoeLayerInputs& in, const MoeLayerOutputs& out,
   if (out.top1.numel() > 0) MOE_RETURN_IF_ERROR(copy_or_zero(saved->router.top1, out.top1));
 
   RouterStatsInfo* s = stats;
-  MOE_ASSIGN_OR_RETURN(double aux, router_.aux_loss(saved->router, plan.load, s));
+  MOE_ASSIGN_OR_RETURN(double aux, router_.aux_loss(plan.load, in.stats_comm, &saved->router, s));
   saved->aux_loss = aux;
   if (s != nullptr) {
     s->block = block_;
@@ -236,7 +236,7 @@ Status MoeLayer::backward(const MoeLayerGradOutputs& g, const MoeLayerSaved& sav
   MOE_RETURN_IF_ERROR(device_memset_zero(gi.d_x_in.raw(), gi.d_x_in.device(), gi.d_x_in.nbytes()));
   MOE_RETURN_IF_ERROR(dispatcher_.dispatch_backward(d_compact, saved.plan, gi.d_x_in));
   MOE_RETURN_IF_ERROR(
-      router_.backward(d_gate, saved.router, saved.plan.load, g.aux_scale, gi.d_x_in));
+      router_.backward(d_gate, saved.router, g.aux_scale, gi.d_x_in));
   if (saved.y.numel() > 0) {
     // Robust: y = x + a p, so dL/dp_in gains a * dL/dy.
     Tensor shifted = Tensor::empty({tokens, d}, d_out.dtype());

@@ -37,7 +37,9 @@ struct MoeLayerInputs {
   int64_t step = 0;
   uint64_t seed = 0;
   bool training = true;
-  comm::Communicator* stats_comm = nullptr;  // every data rank, for global AC statistics
+  // Every rank that holds tokens (the world): global AC statistics and the global-scope balance
+  // and z losses are all-reduced over it. Null: this rank's tokens only.
+  comm::Communicator* stats_comm = nullptr;
 };
 
 struct MoeLayerOutputs {

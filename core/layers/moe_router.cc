@@ -1,5 +1,7 @@
 #include "core/layers/moe_router.h"
 
+#include <cmath>
+
 #include "kernels/activation.h"
 #include "kernels/common.h"
 #include "kernels/gemm.h"
@@ -132,20 +134,42 @@ Status MoeRouter::forward(const RouterForwardArgs& args, RouterSaved* saved,
   return Status::OK();
 }
 
-StatusOr<double> MoeRouter::aux_loss(const RouterSaved& saved, const TensorView& load,
-                                     RouterStatsInfo* stats) const {
-  MOE_ASSIGN_OR_RETURN(kernels::AuxLosses losses,
-                       kernels::aux_losses(saved.probs, load, saved.lse, cfg_.top_k));
+StatusOr<double> MoeRouter::aux_loss(const TensorView& load, comm::Communicator* data_comm,
+                                     RouterSaved* saved, RouterStatsInfo* stats) const {
+  const int64_t tokens = saved->logits.dim(0), experts = cfg_.num_experts;
+  MOE_ASSIGN_OR_RETURN(kernels::AuxSums sums, kernels::aux_sums(saved->probs, saved->lse));
+  saved->balance_load = to_vector<int64_t>(load);
+  saved->balance_tokens = tokens;
+  if (cfg_.balance_scope == BalanceScope::kGlobal && data_comm != nullptr &&
+      data_comm->world_size() > 1) {
+    // One all-reduce of [load (E), prob sums (E), token count, lse^2 sum] in f64.
+    Tensor packed = Tensor::empty({2 * experts + 2}, DType::kF64);
+    double* v = packed.data<double>();
+    for (int64_t e = 0; e < experts; ++e) {
+      v[e] = static_cast<double>(saved->balance_load[e]);
+      v[experts + e] = sums.prob_sum[e];
+    }
+    v[2 * experts] = static_cast<double>(tokens);
+    v[2 * experts + 1] = sums.lse_sq_sum;
+    MOE_RETURN_IF_ERROR(data_comm->all_reduce(packed, packed, comm::ReduceOp::kSum));
+    for (int64_t e = 0; e < experts; ++e) {
+      saved->balance_load[e] = static_cast<int64_t>(std::llround(v[e]));
+      sums.prob_sum[e] = v[experts + e];
+    }
+    saved->balance_tokens = static_cast<int64_t>(std::llround(v[2 * experts]));
+    sums.lse_sq_sum = v[2 * experts + 1];
+  }
+  const kernels::AuxLosses losses =
+      kernels::aux_losses(sums, saved->balance_load, saved->balance_tokens, cfg_.top_k);
   if (stats != nullptr) {
-    const int64_t tokens = saved.logits.dim(0);
     stats->balance_loss_sum += losses.balance * static_cast<double>(tokens);
     stats->z_loss_sum += losses.z * static_cast<double>(tokens);
-    MOE_ASSIGN_OR_RETURN(double entropy, kernels::entropy_sum(saved.probs));
+    MOE_ASSIGN_OR_RETURN(double entropy, kernels::entropy_sum(saved->probs));
     stats->entropy_sum += entropy;
     double top1_gate = 0;
-    MOE_RETURN_IF_ERROR(kernels::dispatch_host_float("router stats", saved.gate, [&](auto tag) {
+    MOE_RETURN_IF_ERROR(kernels::dispatch_host_float("router stats", saved->gate, [&](auto tag) {
       using T = decltype(tag);
-      const T* g = saved.gate.data<T>();
+      const T* g = saved->gate.data<T>();
       for (int64_t t = 0; t < tokens; ++t) top1_gate += g[t * cfg_.top_k];
     }));
     stats->top1_gate_sum += top1_gate;
@@ -153,8 +177,8 @@ StatusOr<double> MoeRouter::aux_loss(const RouterSaved& saved, const TensorView&
   return cfg_.balance_loss_coef * losses.balance + cfg_.z_loss_coef * losses.z;
 }
 
-Status MoeRouter::backward(const TensorView& d_gate, const RouterSaved& saved,
-                           const TensorView& load, double aux_scale, const TensorView& d_y) {
+Status MoeRouter::backward(const TensorView& d_gate, const RouterSaved& saved, double aux_scale,
+                           const TensorView& d_y) {
   const int64_t tokens = saved.logits.dim(0), experts = cfg_.num_experts;
   Tensor d_logits = Tensor::zeros({tokens, experts}, saved.logits.dtype());
   if (cfg_.sparsemixer.enabled) {
@@ -165,8 +189,8 @@ Status MoeRouter::backward(const TensorView& d_gate, const RouterSaved& saved,
     MOE_RETURN_IF_ERROR(kernels::topk_softmax_backward(d_gate, saved.gate, saved.idx, d_logits));
   }
   MOE_RETURN_IF_ERROR(kernels::aux_losses_backward(
-      saved.logits, saved.probs, load, saved.lse, cfg_.top_k, aux_scale * cfg_.balance_loss_coef,
-      aux_scale * cfg_.z_loss_coef, d_logits));
+      saved.logits, saved.probs, saved.balance_load, saved.balance_tokens, saved.lse, cfg_.top_k,
+      aux_scale * cfg_.balance_loss_coef, aux_scale * cfg_.z_loss_coef, d_logits));
 
   // s = r W + b: dW += r^T ds, db += sum_t ds, dr = ds W^T.
   MOE_RETURN_IF_ERROR(kernels::gemm(saved.router_input, true, d_logits, false, w_->grad, 1.0, 1.0));

@@ -43,6 +43,9 @@ struct RouterSaved {
   bool ac_applied = false;
   Tensor labels;        // [T] i32
   Tensor metric;        // [E, D]
+  // The tokens the auxiliary losses are over (this rank's, or every data rank's).
+  std::vector<int64_t> balance_load;  // [E]
+  int64_t balance_tokens = 0;
 };
 
 class MoeRouter {
@@ -53,15 +56,17 @@ class MoeRouter {
   // args.stats_comm when AC statistics are global.
   Status forward(const RouterForwardArgs& args, RouterSaved* saved, RouterStatsInfo* stats);
 
-  // Unweighted losses from the saved probabilities and the per-expert load (before capacity);
-  // adds them and the entropy and top-1 gate sums to `stats`.
-  StatusOr<double> aux_loss(const RouterSaved& saved, const TensorView& load,
-                            RouterStatsInfo* stats) const;
+  // The weighted balance + z loss from the saved probabilities and this rank's per-expert load
+  // (before capacity). With BalanceScope::kGlobal and a `data_comm`, the loads, probability sums
+  // and token counts of every data rank are all-reduced first (collective over data_comm). Adds
+  // the unweighted losses, the entropy and the top-1 gate sums to `stats`.
+  StatusOr<double> aux_loss(const TensorView& load, comm::Communicator* data_comm,
+                            RouterSaved* saved, RouterStatsInfo* stats) const;
 
   // d_gate [T, K]: gradient w.r.t. the gate values. aux_scale: dL/d(aux loss of this layer)
   // (1 for a plain sum). Accumulates into d_y [T, D] and the router parameter gradients.
-  Status backward(const TensorView& d_gate, const RouterSaved& saved, const TensorView& load,
-                  double aux_scale, const TensorView& d_y);
+  Status backward(const TensorView& d_gate, const RouterSaved& saved, double aux_scale,
+                  const TensorView& d_y);
 
  private:
   Status compute_ac_metric(const RouterForwardArgs& args, RouterSaved* saved,

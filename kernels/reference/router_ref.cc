@@ -170,11 +170,11 @@ void assign_capacity(const int32_t* idx, int64_t tokens, int64_t k, int64_t expe
 
 template <typename T>
 void aux_losses_backward(const T* logits, const T* probs, const int64_t* load, const T* lse,
-                         int64_t tokens, int64_t experts, int64_t k, double balance_weight,
-                         double z_weight, T* d_logits) {
+                         int64_t local, int64_t tokens, int64_t experts, int64_t k,
+                         double balance_weight, double z_weight, T* d_logits) {
   if (tokens == 0) return;
   const double slots = static_cast<double>(tokens * k);
-  for (int64_t t = 0; t < tokens; ++t) {
+  for (int64_t t = 0; t < local; ++t) {
     const T* p = probs + t * experts;
     T* d = d_logits + t * experts;
     if (balance_weight != 0) {
@@ -248,7 +248,7 @@ void ac_apply_metric(const T* x, const int32_t* labels, const T* metric, int64_t
                                         const T*, const uint8_t*, const T*, int64_t, int64_t,   \
                                         T*);                                                    \
   template void aux_losses_backward<T>(const T*, const T*, const int64_t*, const T*, int64_t,   \
-                                       int64_t, int64_t, double, double, T*);                   \
+                                       int64_t, int64_t, int64_t, double, double, T*);          \
   template void ac_cluster_sums<T>(const T*, const int32_t*, int64_t, int64_t, int64_t,         \
                                    double*, int64_t*);                                          \
   template void ac_cluster_abs_dev<T>(const T*, const int32_t*, int64_t, int64_t, int64_t,      \

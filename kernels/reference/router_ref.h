@@ -29,10 +29,11 @@ void sparsemixer_backward(SparseMixerGateGrad rule, const T* d_gate, const int32
 void assign_capacity(const int32_t* idx, int64_t tokens, int64_t k, int64_t experts,
                      int64_t capacity, int32_t* slot, int64_t* load, int64_t* kept);
 
+// `local` rows of logits; `tokens` is the T the losses are normalised by (local or global).
 template <typename T>
 void aux_losses_backward(const T* logits, const T* probs, const int64_t* load, const T* lse,
-                         int64_t tokens, int64_t experts, int64_t k, double balance_weight,
-                         double z_weight, T* d_logits);
+                         int64_t local, int64_t tokens, int64_t experts, int64_t k,
+                         double balance_weight, double z_weight, T* d_logits);
 
 template <typename T>
 void ac_cluster_sums(const T* x, const int32_t* labels, int64_t tokens, int64_t d,

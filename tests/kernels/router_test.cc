@@ -182,25 +182,31 @@ TEST(SparseMixerTest, GateGradientRulesByHand) {
 TEST(AuxLossTest, UniformRoutingGivesOneAndHandValues) {
   // 4 tokens, 2 experts, K = 1, uniform probabilities, each expert gets 2 tokens: E sum f P = 1.
   Tensor probs = Tensor::from_vector<double>({4, 2}, {0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5});
-  Tensor load = Tensor::from_vector<int64_t>({2}, {2, 2});
   Tensor lse = Tensor::from_vector<double>({4}, {1, 2, 3, 4});
-  StatusOr<AuxLosses> l = aux_losses(probs, load, lse, 1);
-  ASSERT_TRUE(l.ok());
-  EXPECT_DOUBLE_EQ(l->balance, 1.0);
-  EXPECT_DOUBLE_EQ(l->z, (1 + 4 + 9 + 16) / 4.0);
+  StatusOr<AuxSums> sums = aux_sums(probs, lse);
+  ASSERT_TRUE(sums.ok());
+  EXPECT_EQ(sums->prob_sum, (std::vector<double>{2.0, 2.0}));
+  AuxLosses l = aux_losses(*sums, {2, 2}, 4, 1);
+  EXPECT_DOUBLE_EQ(l.balance, 1.0);
+  EXPECT_DOUBLE_EQ(l.z, (1 + 4 + 9 + 16) / 4.0);
   // Collapse: all 4 tokens to expert 0 with P = (0.9, 0.1): 2 * (1 * 0.9 + 0 * 0.1) = 1.8.
   Tensor probs2 = Tensor::from_vector<double>({4, 2}, {0.9, 0.1, 0.9, 0.1, 0.9, 0.1, 0.9, 0.1});
-  Tensor load2 = Tensor::from_vector<int64_t>({2}, {4, 0});
-  l = aux_losses(probs2, load2, lse, 1);
-  ASSERT_TRUE(l.ok());
-  EXPECT_NEAR(l->balance, 1.8, 1e-15);
+  l = aux_losses(*aux_sums(probs2, lse), {4, 0}, 4, 1);
+  EXPECT_NEAR(l.balance, 1.8, 1e-15);
+  // Global scope: two ranks' sums add up to the loss over all 8 tokens.
+  AuxSums both = *aux_sums(probs, lse);
+  const AuxSums other = *aux_sums(probs2, lse);
+  for (int e = 0; e < 2; ++e) both.prob_sum[e] += other.prob_sum[e];
+  both.lse_sq_sum += other.lse_sq_sum;
+  l = aux_losses(both, {6, 2}, 8, 1);
+  EXPECT_NEAR(l.balance, 2 * ((6.0 / 8) * (5.6 / 8) + (2.0 / 8) * (2.4 / 8)), 1e-15);
 }
 
 TEST(AuxLossTest, BackwardMatchesFiniteDifferences) {
   const int64_t tokens = 6, experts = 5, k = 2;
   Tensor logits = Tensor::empty({tokens, experts}, DType::kF64);
   fill_uniform(logits, 3, -2, 2);
-  Tensor load = Tensor::from_vector<int64_t>({experts}, {3, 0, 4, 2, 3});  // held fixed
+  const std::vector<int64_t> load = {3, 0, 4, 2, 3};  // held fixed
   Tensor idx = Tensor::empty({tokens, k}, DType::kI32);
   Tensor gate = Tensor::empty({tokens, k}, DType::kF64);
   Tensor probs = Tensor::empty({tokens, experts}, DType::kF64);
@@ -208,12 +214,12 @@ TEST(AuxLossTest, BackwardMatchesFiniteDifferences) {
   const double wb = 0.7, wz = 0.3;
   auto loss = [&]() {
     EXPECT_TRUE(topk_softmax(logits, idx, gate, probs, lse).ok());
-    StatusOr<AuxLosses> l = aux_losses(probs, load, lse, k);
-    return wb * l->balance + wz * l->z;
+    AuxLosses l = aux_losses(*aux_sums(probs, lse), load, tokens, k);
+    return wb * l.balance + wz * l.z;
   };
   loss();
   Tensor d_logits = Tensor::zeros({tokens, experts}, DType::kF64);
-  ASSERT_TRUE(aux_losses_backward(logits, probs, load, lse, k, wb, wz, d_logits).ok());
+  ASSERT_TRUE(aux_losses_backward(logits, probs, load, tokens, lse, k, wb, wz, d_logits).ok());
   for (const auto& f : check_gradients(loss, {{"logits", logits, d_logits}})) ADD_FAILURE() << f;
 }
 
