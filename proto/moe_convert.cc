@@ -54,6 +54,12 @@ Status apply_moe_proto(const momoe::MoeConfig& m, const std::string& where, MoeL
   if (m.has_output_dropout()) c->output_dropout = m.output_dropout();
   if (m.has_balance_loss_coef()) c->balance_loss_coef = m.balance_loss_coef();
   if (m.has_z_loss_coef()) c->z_loss_coef = m.z_loss_coef();
+  switch (m.balance_scope()) {
+    case momoe::MoeConfig::BALANCE_SCOPE_UNSPECIFIED: break;
+    case momoe::MoeConfig::LOCAL: c->balance_scope = BalanceScope::kLocal; break;
+    case momoe::MoeConfig::GLOBAL: c->balance_scope = BalanceScope::kGlobal; break;
+    default: return invalid_argument_error(where, ".balance_scope: unknown value");
+  }
   switch (m.residual()) {
     case momoe::MoeConfig::RESIDUAL_UNSPECIFIED: break;
     case momoe::MoeConfig::PLAIN: c->residual = ResidualKind::kPlain; break;
@@ -151,6 +157,8 @@ void moe_config_to_proto(const MoeLayerConfig& c, momoe::MoeConfig* m) {
   m->set_output_dropout(c.output_dropout);
   m->set_balance_loss_coef(c.balance_loss_coef);
   m->set_z_loss_coef(c.z_loss_coef);
+  m->set_balance_scope(c.balance_scope == BalanceScope::kLocal ? momoe::MoeConfig::LOCAL
+                                                               : momoe::MoeConfig::GLOBAL);
   switch (c.residual) {
     case ResidualKind::kPlain: m->set_residual(momoe::MoeConfig::PLAIN); break;
     case ResidualKind::kHeavyBall: m->set_residual(momoe::MoeConfig::HEAVY_BALL); break;
