@@ -176,6 +176,10 @@ Status MoeLayer::forward(const MoeLayerInputs& in, const MoeLayerOutputs& out,
   RouterStatsInfo* s = stats;
   MOE_ASSIGN_OR_RETURN(double aux, router_.aux_loss(plan.load, in.stats_comm, &saved->router, s));
   saved->aux_loss = aux;
+  saved->aux_grad_multiplier =
+      (cfg_.balance_scope == BalanceScope::kGlobal && in.stats_comm != nullptr)
+          ? static_cast<double>(in.stats_comm->world_size())
+          : 1.0;
   if (s != nullptr) {
     s->block = block_;
     s->moe_index = moe_index_;
@@ -236,7 +240,7 @@ Status MoeLayer::backward(const MoeLayerGradOutputs& g, const MoeLayerSaved& sav
   MOE_RETURN_IF_ERROR(device_memset_zero(gi.d_x_in.raw(), gi.d_x_in.device(), gi.d_x_in.nbytes()));
   MOE_RETURN_IF_ERROR(dispatcher_.dispatch_backward(d_compact, saved.plan, gi.d_x_in));
   MOE_RETURN_IF_ERROR(
-      router_.backward(d_gate, saved.router, g.aux_scale, gi.d_x_in));
+      router_.backward(d_gate, saved.router, g.aux_scale * saved.aux_grad_multiplier, gi.d_x_in));
   if (saved.y.numel() > 0) {
     // Robust: y = x + a p, so dL/dp_in gains a * dL/dy.
     Tensor shifted = Tensor::empty({tokens, d}, d_out.dtype());

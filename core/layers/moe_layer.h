@@ -63,6 +63,9 @@ struct MoeLayerSaved {
   CounterRng output_dropout_rng;
   int64_t token_offset = 0;
   double aux_loss = 0;  // weighted balance + z loss of this call
+  // A global-scope aux loss is one quantity shared by R data ranks, so each rank's share of its
+  // gradient is R times the per-rank weight the caller passes (see MoeLayerGradOutputs).
+  double aux_grad_multiplier = 1.0;
 };
 
 struct MoeLayerGradOutputs {
@@ -70,7 +73,9 @@ struct MoeLayerGradOutputs {
   TensorView d_p_out;       // [T, D] from later layers; empty means zero
   TensorView d_adam_m_out;  // empty means zero
   TensorView d_adam_v_out;
-  double aux_scale = 1.0;   // dL/d(aux_loss)
+  // dL/d(aux_loss) for a per-rank loss; when the layer's balance scope is global over R data
+  // ranks, the gradient uses R * aux_scale (the trainer passes 1 / (ranks * micro-batches)).
+  double aux_scale = 1.0;
 };
 
 struct MoeLayerGradInputs {

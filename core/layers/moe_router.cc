@@ -1,5 +1,6 @@
 #include "core/layers/moe_router.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/activation.h"
@@ -54,20 +55,26 @@ Status MoeRouter::compute_ac_metric(const RouterForwardArgs& args, RouterSaved* 
     Tensor local_counts = Tensor::empty({experts}, DType::kI64);
     Tensor local_sums = Tensor::empty({experts, d}, DType::kF64);
     MOE_RETURN_IF_ERROR(kernels::ac_cluster_sums(args.y, saved->labels, local_sums, local_counts));
-    stats->cluster_size = to_vector<int64_t>(local_counts);
-    stats->cluster_dispersion.assign(experts, 0.0);
+    // Accumulated over the micro-batches of a step.
+    const bool first = stats->cluster_size.empty();
+    if (first) {
+      stats->cluster_size.assign(experts, 0);
+      stats->cluster_dispersion.assign(experts, 0.0);
+    }
     const double* dev = abs_dev.data<double>();
     const int64_t* n = counts.data<int64_t>();
     for (int64_t k = 0; k < experts; ++k) {
+      const int64_t local_n = local_counts.data<int64_t>()[k];
+      stats->cluster_size[k] += local_n;
       if (n[k] == 0) continue;
       double mean_mad = 0;
       for (int64_t q = 0; q < d; ++q) mean_mad += dev[k * d + q] / static_cast<double>(n[k]);
       mean_mad /= static_cast<double>(d);
-      stats->cluster_dispersion[k] = mean_mad * static_cast<double>(stats->cluster_size[k]);
+      stats->cluster_dispersion[k] += mean_mad * static_cast<double>(local_n);
     }
-    stats->tiny_clusters = summary.tiny_clusters;
-    stats->metric_min = summary.min;
-    stats->metric_max = summary.max;
+    stats->tiny_clusters += summary.tiny_clusters;
+    stats->metric_min = first ? summary.min : std::min(stats->metric_min, summary.min);
+    stats->metric_max = first ? summary.max : std::max(stats->metric_max, summary.max);
     stats->metric_mean = summary.mean;
   }
   return Status::OK();

@@ -1,0 +1,150 @@
+#include "core/train/coordinator.h"
+
+#include <cmath>
+#include <iomanip>
+#include <sstream>
+
+#include "core/base/logging.h"
+#include "proto/stats_convert.h"
+
+namespace moe {
+namespace {
+
+uint64_t fnv1a(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+std::string format_duration(double seconds) {
+  const int64_t s = static_cast<int64_t>(seconds + 0.5);
+  std::ostringstream os;
+  if (s >= 3600) os << s / 3600 << "h";
+  if (s >= 60) os << (s / 60) % 60 << "m";
+  os << s % 60 << "s";
+  return os.str();
+}
+
+}  // namespace
+
+Coordinator::Coordinator(const RunConfig& cfg, comm::Communicator* world, std::string stats_path,
+                         std::FILE* progress)
+    : cfg_(cfg), world_(world), progress_(progress), start_(std::chrono::steady_clock::now()) {
+  if (is_root() && !stats_path.empty()) {
+    writer_ = std::make_unique<StatsFileWriter>();
+    Status s = writer_->open(stats_path);
+    if (!s.ok()) {
+      log_error("statistics will not be written: ", s.to_string());
+      writer_.reset();
+    }
+  }
+}
+
+Coordinator::~Coordinator() = default;
+
+Status Coordinator::verify_same_config(const std::string& config_text) const {
+  if (world_ == nullptr || world_->world_size() == 1) return Status::OK();
+  const std::string mine = std::to_string(fnv1a(config_text));
+  MOE_ASSIGN_OR_RETURN(std::vector<std::string> all, world_->gather_bytes(mine, 0));
+  std::string verdict;
+  if (world_->rank() == 0) {
+    for (size_t r = 1; r < all.size(); ++r) {
+      if (all[r] != all[0]) verdict += (verdict.empty() ? "" : ", ") + std::to_string(r);
+    }
+  }
+  MOE_ASSIGN_OR_RETURN(verdict, world_->broadcast_bytes(verdict, 0));
+  if (!verdict.empty()) {
+    return invalid_argument_error("rank(s) ", verdict, " run a different configuration than rank 0 ",
+                                  "(the resolved configs' hashes differ; check --config and --set)");
+  }
+  return Status::OK();
+}
+
+StatusOr<StepStatsInfo> Coordinator::report_step(const StepStatsInfo& local,
+                                                 const std::vector<double>& flip_rates,
+                                                 int64_t total_steps) {
+  std::vector<StepStatsInfo> per_rank;
+  if (world_ != nullptr && world_->world_size() > 1) {
+    MOE_ASSIGN_OR_RETURN(std::vector<std::string> bytes,
+                         world_->gather_bytes(serialize_step_stats(local), 0));
+    if (!is_root()) return local;
+    for (size_t r = 0; r < bytes.size(); ++r) {
+      MOE_ASSIGN_OR_RETURN(StepStatsInfo s, parse_step_stats(bytes[r]));
+      per_rank.push_back(std::move(s));
+    }
+  } else {
+    per_rank.push_back(local);
+  }
+  StepStatsInfo agg = aggregate_step_stats(per_rank);
+  for (size_t l = 0; l < agg.layers.size() && l < flip_rates.size(); ++l) {
+    agg.layers[l].probe_flip_rate = flip_rates[l];
+  }
+  if (!std::isfinite(agg.loss)) {
+    agg.anomalies.push_back(str_cat("step ", agg.step, ": non-finite loss; the update was skipped"));
+  }
+  for (const RouterStatsInfo& l : agg.layers) {
+    if (l.max_load > cfg_.train.collapse_threshold) {
+      agg.anomalies.push_back(str_cat("step ", agg.step, ": block ", l.block,
+                                      " routing collapsed: the busiest expert gets ", l.max_load,
+                                      "x the mean load (threshold ", cfg_.train.collapse_threshold, ")"));
+    }
+  }
+  if (writer_ != nullptr) {
+    Status s = writer_->append(agg);
+    if (!s.ok()) log_error("stats.pb: ", s.to_string());
+  }
+  if (first_step_ < 0) {
+    first_step_ = agg.step;
+    start_ = std::chrono::steady_clock::now() -
+             std::chrono::microseconds(static_cast<int64_t>(agg.step_seconds * 1e6));
+  }
+  if ((agg.step + 1) % cfg_.train.log_every == 0 || agg.step + 1 == total_steps || !agg.anomalies.empty()) {
+    print(progress_line(agg, total_steps));
+    for (const std::string& a : agg.anomalies) log_warning(a);
+  }
+  return agg;
+}
+
+std::string Coordinator::progress_line(const StepStatsInfo& s, int64_t total_steps) const {
+  const double elapsed =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  const int64_t done = s.step + 1 - first_step_;
+  const double eta = done > 0 ? elapsed / static_cast<double>(done) *
+                                    static_cast<double>(total_steps - s.step - 1)
+                              : 0;
+  double balance = 0, dropped = 0;
+  for (const RouterStatsInfo& l : s.layers) {
+    balance += l.balance_loss;
+    dropped += l.dropped_fraction;
+  }
+  if (!s.layers.empty()) {
+    balance /= static_cast<double>(s.layers.size());
+    dropped /= static_cast<double>(s.layers.size());
+  }
+  std::ostringstream os;
+  os << "step " << s.step + 1 << "/" << total_steps << std::fixed << std::setprecision(4)
+     << " | loss " << s.loss << std::setprecision(2) << " | ppl " << std::exp(s.loss)
+     << std::scientific << std::setprecision(2) << " | lr " << s.learning_rate << std::fixed
+     << std::setprecision(3) << " | bal " << balance << " | aux " << s.aux_loss << std::setprecision(2)
+     << " | drop " << 100 * dropped << "% | gnorm " << s.grad_norm << " | "
+     << std::setprecision(0) << s.tokens_per_second << " tok/s | ETA " << format_duration(eta);
+  if (s.skipped) os << " | SKIPPED";
+  return os.str();
+}
+
+void Coordinator::report_eval(const StepStatsInfo& eval) {
+  if (!is_root() || writer_ == nullptr) return;
+  Status s = writer_->append(eval);
+  if (!s.ok()) log_error("stats.pb: ", s.to_string());
+}
+
+void Coordinator::print(const std::string& line) const {
+  if (!is_root() || progress_ == nullptr) return;
+  std::fprintf(progress_, "%s\n", line.c_str());
+  std::fflush(progress_);
+}
+
+}  // namespace moe

@@ -1,0 +1,57 @@
+// The coordinator: rank 0's view of the job. Every rank calls these collectively; rank 0 does the
+// work. It checks that every rank runs the same configuration, gathers each rank's serialized
+// StepStats, aggregates them per layer (global expert loads are sums over ranks), flags anomalies
+// (a non-finite loss, a collapsed layer), appends the aggregate to RUN_DIR/stats.pb and prints one
+// progress line per logged step.
+#pragma once
+
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "core/base/run_config.h"
+#include "core/base/step_stats.h"
+
+namespace moe {
+
+class StatsFileWriter;
+
+class Coordinator {
+ public:
+  // world nullable (one rank). stats_path empty: no file. progress: where rank 0 prints.
+  Coordinator(const RunConfig& cfg, comm::Communicator* world, std::string stats_path,
+              std::FILE* progress);
+  ~Coordinator();
+
+  // Collective: fails on every rank, naming the ranks whose configuration text differs from
+  // rank 0's (a hash of the resolved config is exchanged).
+  Status verify_same_config(const std::string& config_text) const;
+
+  // Collective: gathers `local` from every rank; rank 0 aggregates, adds `flip_rates` (one per
+  // MoE layer, or empty) and anomalies, writes and prints. Returns the aggregate on rank 0 and
+  // `local` elsewhere.
+  StatusOr<StepStatsInfo> report_step(const StepStatsInfo& local,
+                                      const std::vector<double>& flip_rates, int64_t total_steps);
+
+  // Rank 0: appends an evaluation record (step and perplexities) to stats.pb.
+  void report_eval(const StepStatsInfo& eval);
+
+  bool is_root() const { return world_ == nullptr || world_->rank() == 0; }
+  // Rank 0: prints a line (newline added).
+  void print(const std::string& line) const;
+
+ private:
+  std::string progress_line(const StepStatsInfo& s, int64_t total_steps) const;
+
+  RunConfig cfg_;
+  comm::Communicator* world_;
+  std::unique_ptr<StatsFileWriter> writer_;
+  std::FILE* progress_;
+  std::chrono::steady_clock::time_point start_;
+  int64_t first_step_ = -1;
+};
+
+}  // namespace moe

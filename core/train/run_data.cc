@@ -1,0 +1,81 @@
+#include "core/train/run_data.h"
+
+#include <filesystem>
+
+#include "core/base/check.h"
+
+namespace moe {
+namespace {
+
+Status make_sequences(const data::TokenSplit& split, int64_t seq_len,
+                      std::optional<data::SequenceSet>* out) {
+  if (!split.present()) return Status::OK();
+  MOE_ASSIGN_OR_RETURN(data::SequenceSet set, data::SequenceSet::create(split, seq_len));
+  out->emplace(std::move(set));
+  return Status::OK();
+}
+
+StatusOr<std::unique_ptr<RunData>> load_here(const RunConfig& cfg, const std::string& run_dir) {
+  data::CorpusSpec spec;
+  spec.name = "corpus";
+  spec.train_path = cfg.data.train;
+  spec.valid_path = cfg.data.valid;
+  spec.test_path = cfg.data.test;
+  spec.vocab.max_size = cfg.data.vocab_max_size;
+  spec.vocab.min_count = cfg.data.vocab_min_count;
+  const std::string cache = cfg.data.cache_dir.empty() ? run_dir + "/cache" : cfg.data.cache_dir;
+  std::error_code ec;
+  std::filesystem::create_directories(cache, ec);
+  if (ec) return internal_error("cannot create cache directory ", cache, ": ", ec.message());
+  auto d = std::make_unique<RunData>();
+  MOE_ASSIGN_OR_RETURN(d->corpus, data::load_or_build_corpus(spec, cache));
+  return d;
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<RunData>> load_run_data(const RunConfig& cfg, const std::string& run_dir,
+                                                 comm::Communicator* world) {
+  std::unique_ptr<RunData> d;
+  const int rank = world == nullptr ? 0 : world->rank();
+  // Rank 0 builds (and caches); its outcome is broadcast so that a bad file fails every rank
+  // with the same message instead of leaving the others waiting.
+  std::string error;
+  if (rank == 0) {
+    StatusOr<std::unique_ptr<RunData>> r = load_here(cfg, run_dir);
+    if (r.ok()) {
+      d = std::move(r).value();
+    } else {
+      error = r.status().message();
+      if (error.empty()) error = "corpus loading failed";
+    }
+  }
+  if (world != nullptr && world->world_size() > 1) {
+    MOE_ASSIGN_OR_RETURN(error, world->broadcast_bytes(error, 0));
+    if (error.empty() && rank != 0) {
+      MOE_ASSIGN_OR_RETURN(d, load_here(cfg, run_dir));
+    }
+  }
+  if (!error.empty()) return invalid_argument_error(error);
+
+  const int64_t s = cfg.model.seq_len;
+  const data::Vocabulary& vocab = d->corpus.vocab;
+  MOE_RETURN_IF_ERROR(make_sequences(d->corpus.train, s, &d->train));
+  MOE_RETURN_IF_ERROR(make_sequences(d->corpus.valid, s, &d->valid));
+  MOE_RETURN_IF_ERROR(make_sequences(d->corpus.test, s, &d->test));
+  for (auto [split, out, seq, rate] :
+       {std::tuple{&d->corpus.valid, &d->attacked_valid, &d->attacked_valid_seq, &d->attacked_valid_rate},
+        std::tuple{&d->corpus.test, &d->attacked_test, &d->attacked_test_seq, &d->attacked_test_rate}}) {
+    if (!split->present() || cfg.train.attack_rate <= 0) continue;
+    MOE_ASSIGN_OR_RETURN(data::AttackResult a, data::attack_tokens(split->ids, cfg.train.attack_rate,
+                                                                   cfg.train.attack_seed, vocab));
+    *out = *split;
+    out->name = "attacked_" + split->name;
+    out->ids = std::move(a.tokens);
+    *rate = a.swap_fraction;
+    MOE_RETURN_IF_ERROR(make_sequences(*out, s, seq));
+  }
+  return d;
+}
+
+}  // namespace moe

@@ -1,0 +1,245 @@
+#include "core/train/trainer.h"
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+
+#include "core/base/logging.h"
+#include "core/train/grad_sync.h"
+
+namespace moe {
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+Trainer::Trainer(const RunConfig& cfg, const TrainerOptions& opts, comm::Communicator* world)
+    : cfg_(cfg), opts_(opts), world_(world) {}
+
+Trainer::~Trainer() = default;
+
+StatusOr<std::unique_ptr<Trainer>> Trainer::create(const RunConfig& cfg, const TrainerOptions& opts,
+                                                   comm::Communicator* world) {
+  std::unique_ptr<Trainer> t(new Trainer(cfg, opts, world));
+  MOE_RETURN_IF_ERROR(t->setup());
+  return t;
+}
+
+Status Trainer::setup() {
+  const int ranks = world_ == nullptr ? 1 : world_->world_size();
+  const int rank = world_ == nullptr ? 0 : world_->rank();
+  std::error_code ec;
+  std::filesystem::create_directories(opts_.run_dir, ec);
+  if (ec) return internal_error("cannot create run directory ", opts_.run_dir, ": ", ec.message());
+
+  coordinator_ = std::make_unique<Coordinator>(
+      cfg_, world_, rank == 0 ? opts_.run_dir + "/stats.pb" : std::string(), opts_.progress);
+  MOE_RETURN_IF_ERROR(coordinator_->verify_same_config(cfg_.text));
+
+  // Layout: world = EP x DP; every world rank holds an equal slice of each micro-batch.
+  if (world_ != nullptr && ranks > 1) {
+    MOE_ASSIGN_OR_RETURN(groups_, comm::make_process_groups(world_, cfg_.parallel.ep));
+    has_groups_ = true;
+  } else if (cfg_.parallel.ep != 1) {
+    return invalid_argument_error("--ep ", cfg_.parallel.ep, " needs ", cfg_.parallel.ep,
+                                  " ranks, but this is a single process (launch with mpirun)");
+  }
+  const TrainConfig& t = cfg_.train;
+  if (t.batch_size % (t.grad_accum * ranks) != 0) {
+    return invalid_argument_error("train.batch_size = ", t.batch_size, " is not divisible by ",
+                                  "grad_accum (", t.grad_accum, ") x world size (", ranks, ")");
+  }
+  micro_batch_per_rank_ = t.batch_size / (t.grad_accum * ranks);
+
+  MOE_ASSIGN_OR_RETURN(data_, load_run_data(cfg_, opts_.run_dir, world_));
+  const int64_t vocab = data_->corpus.vocab.size();
+  if (cfg_.model.vocab_size == 0) {
+    cfg_.model.vocab_size = vocab;
+  } else if (cfg_.model.vocab_size != vocab) {
+    return invalid_argument_error("model.vocab_size = ", cfg_.model.vocab_size,
+                                  " does not match the vocabulary built from ", cfg_.data.train,
+                                  " (", vocab, " words)");
+  }
+  MOE_RETURN_IF_ERROR(cfg_.model.validate(cfg_.parallel.ep));
+  if (!data_->train) return invalid_argument_error("no training split");
+
+  model_ = std::make_unique<TransformerLM>(cfg_.model, opts_.dtype,
+                                           has_groups_ ? groups_.ep.get() : nullptr);
+  MOE_RETURN_IF_ERROR(model_->init_parameters(t.seed));
+  optimizer_ = std::make_unique<Optimizer>(t.optimizer, &model_->params());
+  MOE_ASSIGN_OR_RETURN(data::BatchScheduler sched,
+                       data::BatchScheduler::create(data_->train->size(), t.batch_size, t.seed));
+  scheduler_.emplace(std::move(sched));
+
+  if (rank == 0) {
+    int64_t dense = 0, expert = 0;
+    for (const auto& p : model_->params().all()) (p->kind == ParamKind::kDense ? dense : expert) += p->value.numel();
+    coordinator_->print(str_cat("momoe: ", ranks, " rank(s), ep ", cfg_.parallel.ep, " x dp ",
+                                ranks / cfg_.parallel.ep, "; vocabulary ", vocab, " words; ",
+                                data_->train->size(), " training sequences of ", cfg_.model.seq_len,
+                                " tokens; ", cfg_.model.blocks.size(), " blocks (",
+                                model_->num_moe_layers(), " MoE); parameters: ", dense,
+                                " dense + ", expert, " expert on this rank"));
+  }
+  return Status::OK();
+}
+
+StatusOr<std::vector<double>> Trainer::probe_flip_rates() {
+  std::vector<double> rates;
+  const TrainConfig& t = cfg_.train;
+  if (t.probe_every <= 0 || model_->num_moe_layers() == 0) return rates;
+  const int64_t step = steps_done();
+  if (step % t.probe_every != 0) return rates;
+  // The probe: the first probe_sequences validation (else training) sequences, the same on
+  // every rank, routed in evaluation mode.
+  const data::SequenceSet& set = data_->valid ? *data_->valid : *data_->train;
+  const int64_t n = std::min<int64_t>(t.probe_sequences, set.size());
+  std::vector<int64_t> ids(n);
+  for (int64_t i = 0; i < n; ++i) ids[i] = i;
+  Tensor inputs = Tensor::empty({n, cfg_.model.seq_len}, DType::kI32);
+  Tensor targets = Tensor::empty({n, cfg_.model.seq_len}, DType::kI32);
+  MOE_RETURN_IF_ERROR(set.fill(ids, inputs, targets));
+  StepContext ctx;
+  ctx.batch = n;
+  ctx.seq_len = cfg_.model.seq_len;
+  ctx.seed = t.seed;
+  ctx.stats_comm = world_;
+  MOE_ASSIGN_OR_RETURN(std::vector<Tensor> top1s, model_->route_probe(inputs, ctx));
+  for (size_t l = 0; l < top1s.size(); ++l) {
+    double rate = 0;
+    if (l < previous_probe_.size()) {
+      int64_t flips = 0;
+      for (int64_t i = 0; i < top1s[l].numel(); ++i) {
+        flips += top1s[l].data<int32_t>()[i] != previous_probe_[l].data<int32_t>()[i];
+      }
+      rate = static_cast<double>(flips) / static_cast<double>(top1s[l].numel());
+    }
+    rates.push_back(rate);
+  }
+  previous_probe_ = std::move(top1s);
+  return rates;
+}
+
+StatusOr<StepStatsInfo> Trainer::step() {
+  const auto t0 = std::chrono::steady_clock::now();
+  const TrainConfig& t = cfg_.train;
+  const int ranks = world_ == nullptr ? 1 : world_->world_size();
+  const int rank = world_ == nullptr ? 0 : world_->rank();
+  const int64_t step = steps_done();
+  MOE_ASSIGN_OR_RETURN(std::vector<double> flips, probe_flip_rates());
+
+  const std::vector<int64_t> global = scheduler_->next();
+  const int64_t micro = t.batch_size / t.grad_accum;
+  const int64_t s = cfg_.model.seq_len;
+  MOE_RETURN_IF_ERROR(model_->params().zero_grads());
+  StepStatsInfo stats;
+  stats.step = step;
+  stats.rank = rank;
+  stats.learning_rate = t.learning_rate(step);
+  LossResult loss;
+  Tensor inputs = Tensor::empty({micro_batch_per_rank_, s}, DType::kI32);
+  Tensor targets = Tensor::empty({micro_batch_per_rank_, s}, DType::kI32);
+  const double scale = 1.0 / static_cast<double>(ranks * t.grad_accum);
+  for (int64_t a = 0; a < t.grad_accum; ++a) {
+    const std::vector<int64_t> micro_ids(global.begin() + a * micro, global.begin() + (a + 1) * micro);
+    MOE_ASSIGN_OR_RETURN(std::vector<int64_t> mine, data::split_for_rank(micro_ids, ranks, rank));
+    MOE_RETURN_IF_ERROR(data_->train->fill(mine, inputs, targets));
+    StepContext ctx;
+    ctx.batch = micro_batch_per_rank_;
+    ctx.seq_len = s;
+    // The sequence's position in the global step order keys every random draw.
+    ctx.sequence_offset = step * t.batch_size + a * micro + rank * micro_batch_per_rank_;
+    ctx.step = step;
+    ctx.seed = t.seed;
+    ctx.training = true;
+    ctx.stats_comm = world_;
+    TransformerLM::Activations acts;
+    LossResult micro_loss;
+    MOE_RETURN_IF_ERROR(model_->forward(inputs, targets, ctx, &acts, &micro_loss, &stats.layers));
+    MOE_RETURN_IF_ERROR(model_->backward(acts, scale, scale));
+    loss.loss_sum += micro_loss.loss_sum;
+    loss.tokens += micro_loss.tokens;
+    loss.aux_loss += micro_loss.aux_loss / static_cast<double>(t.grad_accum);
+  }
+  stats.loss = loss.mean();
+  stats.aux_loss = loss.aux_loss;
+  stats.tokens = loss.tokens;
+
+  MOE_RETURN_IF_ERROR(all_reduce_gradients(&model_->params(), world_,
+                                           has_groups_ ? groups_.dp.get() : nullptr));
+  // Every rank must agree on skipping: the global loss decides.
+  double global_loss = loss.loss_sum;
+  if (world_ != nullptr && ranks > 1) {
+    Tensor v = Tensor::from_vector<double>({1}, {loss.loss_sum});
+    MOE_RETURN_IF_ERROR(world_->all_reduce(v, v, comm::ReduceOp::kSum));
+    global_loss = v.data<double>()[0];
+  }
+  MOE_ASSIGN_OR_RETURN(double norm, global_grad_norm(model_->params(),
+                                                     has_groups_ ? groups_.ep.get() : nullptr));
+  stats.grad_norm = norm;
+  stats.skipped = !std::isfinite(global_loss) || !std::isfinite(norm);
+  if (!stats.skipped) {
+    if (t.grad_clip > 0 && norm > t.grad_clip) {
+      MOE_RETURN_IF_ERROR(scale_gradients(&model_->params(), t.grad_clip / norm));
+    }
+    MOE_RETURN_IF_ERROR(optimizer_->step(stats.learning_rate, updates_));
+    ++updates_;
+  }
+  stats.step_seconds = seconds_since(t0);
+  stats.tokens_per_second = static_cast<double>(stats.tokens) / std::max(1e-9, stats.step_seconds);
+  return coordinator_->report_step(stats, flips, t.steps);
+}
+
+StatusOr<EvalReport> Trainer::evaluate() {
+  EvalReport r;
+  const TrainConfig& t = cfg_.train;
+  const int64_t batch = std::max<int64_t>(1, micro_batch_per_rank_);
+  auto run = [&](const std::optional<data::SequenceSet>& set,
+                 std::optional<EvalResult>* out) -> Status {
+    if (!set) return Status::OK();
+    MOE_ASSIGN_OR_RETURN(EvalResult e, evaluate_perplexity(model_.get(), *set, batch,
+                                                           t.eval_sequences, t.seed, world_));
+    *out = e;
+    return Status::OK();
+  };
+  MOE_RETURN_IF_ERROR(run(data_->valid, &r.valid));
+  MOE_RETURN_IF_ERROR(run(data_->test, &r.test));
+  MOE_RETURN_IF_ERROR(run(data_->attacked_valid_seq, &r.attacked_valid));
+  MOE_RETURN_IF_ERROR(run(data_->attacked_test_seq, &r.attacked_test));
+  r.attack_rate = data_->attacked_valid_rate;
+  StepStatsInfo record;
+  record.step = steps_done();
+  record.rank = -1;
+  if (r.valid) record.valid_ppl = r.valid->perplexity();
+  if (r.test) record.test_ppl = r.test->perplexity();
+  if (r.attacked_valid) record.attacked_valid_ppl = r.attacked_valid->perplexity();
+  if (r.attacked_test) record.attacked_test_ppl = r.attacked_test->perplexity();
+  if (r.attacked_valid || r.attacked_test) record.attack_rate = r.attack_rate;
+  coordinator_->report_eval(record);
+  auto fmt = [](const std::optional<EvalResult>& e) {
+    return e ? str_cat(e->perplexity()) : std::string("-");
+  };
+  coordinator_->print(str_cat("eval at step ", steps_done(), ": valid ppl ", fmt(r.valid),
+                              " | test ppl ", fmt(r.test), " | attacked (", cfg_.train.attack_rate,
+                              " word swaps, realised ", r.attack_rate, ") valid ppl ",
+                              fmt(r.attacked_valid), " | test ppl ", fmt(r.attacked_test)));
+  return r;
+}
+
+Status Trainer::run() {
+  const TrainConfig& t = cfg_.train;
+  while (steps_done() < t.steps) {
+    MOE_ASSIGN_OR_RETURN(StepStatsInfo s, step());
+    (void)s;
+    const int64_t done = steps_done();
+    if (t.eval_every > 0 && done % t.eval_every == 0 && done < t.steps) {
+      MOE_RETURN_IF_ERROR(evaluate().status());
+    }
+  }
+  return evaluate().status();
+}
+
+}  // namespace moe

@@ -1,0 +1,83 @@
+// The training loop of one rank. Every rank of the job runs a Trainer over the same config; the
+// communicators make it EP x DP parallel:
+//   - each step's global batch (batch_size sequences from the seeded scheduler) is cut into
+//     grad_accum micro-batches, and each micro-batch into equal contiguous slices per world rank,
+//     so the sequences a step trains on do not depend on the layout;
+//   - the objective is mean(token cross-entropy over the global batch) + mean over micro-batches
+//     of the MoE layers' aux losses; dense gradients are summed over the world and expert
+//     gradients over the DP group;
+//   - a non-finite loss or gradient norm skips the update (reported as an anomaly);
+//   - rank 0's Coordinator writes stats.pb and prints progress; evaluation reports clean and
+//     word-swap-attacked perplexity.
+#pragma once
+
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "comm/communicator.h"
+#include "comm/process_groups.h"
+#include "core/base/run_config.h"
+#include "core/data/batch_scheduler.h"
+#include "core/model/transformer.h"
+#include "core/train/coordinator.h"
+#include "core/train/evaluator.h"
+#include "core/train/optimizer.h"
+#include "core/train/run_data.h"
+
+namespace moe {
+
+struct TrainerOptions {
+  std::string run_dir;           // statistics, checkpoints and the token cache go here
+  bool resume = true;            // continue from the newest checkpoint in run_dir when present
+  std::FILE* progress = stdout;  // rank 0's progress lines (nullptr: silent)
+  DType dtype = DType::kF32;
+};
+
+struct EvalReport {
+  std::optional<EvalResult> valid, test, attacked_valid, attacked_test;
+  double attack_rate = 0;
+};
+
+class Trainer {
+ public:
+  // world: nullable for a single process. Collective: checks the config across ranks, loads the
+  // data, builds and initialises the model (or restores the newest checkpoint).
+  static StatusOr<std::unique_ptr<Trainer>> create(const RunConfig& cfg, const TrainerOptions& opts,
+                                                   comm::Communicator* world);
+  ~Trainer();
+
+  // Trains until cfg.train.steps, evaluating and checkpointing as configured. Collective.
+  Status run();
+  // One optimiser step; returns the aggregated statistics on rank 0 (this rank's elsewhere).
+  StatusOr<StepStatsInfo> step();
+  // Perplexities on valid and test, clean and attacked. Collective.
+  StatusOr<EvalReport> evaluate();
+
+  int64_t steps_done() const { return scheduler_->cursor().step; }
+  TransformerLM& model() { return *model_; }
+  const RunConfig& config() const { return cfg_; }
+  const RunData& data() const { return *data_; }
+  Coordinator& coordinator() { return *coordinator_; }
+
+ private:
+  Trainer(const RunConfig& cfg, const TrainerOptions& opts, comm::Communicator* world);
+  Status setup();
+  StatusOr<std::vector<double>> probe_flip_rates();
+
+  RunConfig cfg_;
+  TrainerOptions opts_;
+  comm::Communicator* world_;
+  comm::ProcessGroups groups_;
+  bool has_groups_ = false;
+  std::unique_ptr<RunData> data_;
+  std::unique_ptr<TransformerLM> model_;
+  std::unique_ptr<Optimizer> optimizer_;
+  std::optional<data::BatchScheduler> scheduler_;
+  std::unique_ptr<Coordinator> coordinator_;
+  int64_t updates_ = 0;  // optimiser updates applied (skipped steps excluded)
+  std::vector<Tensor> previous_probe_;  // per MoE layer, the probe batch's argmax experts
+  int64_t micro_batch_per_rank_ = 0;
+};
+
+}  // namespace moe

@@ -1,0 +1,92 @@
+#include "launcher/flags.h"
+
+#include <cstdlib>
+#include <sstream>
+
+namespace moe {
+
+void FlagParser::value(const std::string& name, const std::string& help, bool repeatable) {
+  specs_[name] = {help, true, repeatable};
+  order_.push_back(name);
+}
+
+void FlagParser::switch_flag(const std::string& name, const std::string& help) {
+  specs_[name] = {help, false, false};
+  order_.push_back(name);
+}
+
+Status FlagParser::parse(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg.rfind("--", 0) != 0 || arg == "--") {
+      positional_.push_back(arg);
+      continue;
+    }
+    std::string name = arg.substr(2), value;
+    bool inline_value = false;
+    const size_t eq = name.find('=');
+    if (eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+      inline_value = true;
+    }
+    auto it = specs_.find(name);
+    if (it == specs_.end()) return invalid_argument_error("unknown flag --", name, " (see --help)");
+    if (!it->second.takes_value) {
+      if (inline_value) return invalid_argument_error("--", name, " takes no value");
+      values_[name].push_back("1");
+      continue;
+    }
+    if (!inline_value) {
+      if (i + 1 >= argc) return invalid_argument_error("--", name, " needs a value");
+      value = argv[++i];
+    }
+    if (!it->second.repeatable && values_.count(name)) {
+      return invalid_argument_error("--", name, " given more than once");
+    }
+    values_[name].push_back(value);
+  }
+  return Status::OK();
+}
+
+bool FlagParser::has(const std::string& name) const { return values_.count(name) > 0; }
+
+std::string FlagParser::get(const std::string& name, const std::string& fallback) const {
+  auto it = values_.find(name);
+  return it == values_.end() ? fallback : it->second.back();
+}
+
+std::vector<std::string> FlagParser::get_all(const std::string& name) const {
+  auto it = values_.find(name);
+  return it == values_.end() ? std::vector<std::string>{} : it->second;
+}
+
+StatusOr<int64_t> FlagParser::get_int(const std::string& name, int64_t fallback) const {
+  if (!has(name)) return fallback;
+  const std::string v = get(name);
+  char* end = nullptr;
+  const long long x = std::strtoll(v.c_str(), &end, 10);
+  if (v.empty() || *end != '\0') return invalid_argument_error("--", name, " = '", v, "' is not an integer");
+  return static_cast<int64_t>(x);
+}
+
+StatusOr<double> FlagParser::get_double(const std::string& name, double fallback) const {
+  if (!has(name)) return fallback;
+  const std::string v = get(name);
+  char* end = nullptr;
+  const double x = std::strtod(v.c_str(), &end);
+  if (v.empty() || *end != '\0') return invalid_argument_error("--", name, " = '", v, "' is not a number");
+  return x;
+}
+
+std::string FlagParser::usage() const {
+  std::ostringstream os;
+  for (const std::string& name : order_) {
+    const Spec& s = specs_.at(name);
+    os << "  --" << name << (s.takes_value ? " VALUE" : "") << (s.repeatable ? " (repeatable)" : "")
+       << "\n      " << s.help << "\n";
+  }
+  return os.str();
+}
+
+}  // namespace moe

@@ -1,0 +1,42 @@
+#include "launcher/world.h"
+
+#include <cstdlib>
+#include <string>
+
+#if defined(MOE_WITH_MPI)
+#include "comm/mpi_communicator.h"
+#endif
+
+namespace moe {
+
+bool launched_by_mpi() {
+  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MV2_COMM_WORLD_SIZE"}) {
+    if (std::getenv(var) != nullptr) return true;
+  }
+  return false;
+}
+
+StatusOr<World> make_world(int* argc, char*** argv, CommBackend backend, double timeout_seconds) {
+  World w;
+  const bool want_mpi = backend == CommBackend::kMpi || (backend == CommBackend::kAuto && launched_by_mpi());
+  if (backend == CommBackend::kNccl) {
+    return unimplemented_error("parallel.backend = NCCL: the CUDA training backend is not in this "
+                               "build; use MPI (CPU ranks)");
+  }
+  if (!want_mpi) return w;
+#if defined(MOE_WITH_MPI)
+  MOE_ASSIGN_OR_RETURN(std::unique_ptr<comm::MpiRuntime> runtime,
+                       comm::MpiRuntime::init(argc, argv, comm::MpiThreadLevel::kSerialized));
+  w.runtime = std::shared_ptr<comm::MpiRuntime>(std::move(runtime));
+  comm::MpiOptions opts;
+  opts.timeout_seconds = timeout_seconds;
+  MOE_ASSIGN_OR_RETURN(w.comm, comm::MpiCommunicator::create_world(opts));
+  if (w.comm->world_size() == 1 && backend == CommBackend::kAuto) w.comm.reset();
+  return w;
+#else
+  return unimplemented_error("launched under mpirun, but this build has no MPI backend "
+                             "(configure with MOE_WITH_MPI=ON and an MPI library)");
+#endif
+}
+
+}  // namespace moe
