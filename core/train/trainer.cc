@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "core/base/logging.h"
+#include "core/checkpoint/checkpoint_io.h"
 #include "core/train/grad_sync.h"
 
 namespace moe {
@@ -74,6 +75,24 @@ Status Trainer::setup() {
                        data::BatchScheduler::create(data_->train->size(), t.batch_size, t.seed));
   scheduler_.emplace(std::move(sched));
 
+  // Resume from the newest complete checkpoint of the run directory.
+  if (opts_.resume) {
+    std::string latest;
+    if (rank == 0) {
+      StatusOr<std::string> found = ckpt::find_latest_checkpoint(opts_.run_dir);
+      if (found.ok()) latest = *found;
+    }
+    if (world_ != nullptr && ranks > 1) {
+      MOE_ASSIGN_OR_RETURN(latest, world_->broadcast_bytes(latest, 0));
+    }
+    if (!latest.empty()) {
+      MOE_RETURN_IF_ERROR(restore_checkpoint(latest, training_state(), world_,
+                                             has_groups_ ? &groups_ : nullptr));
+      resumed_from_ = latest;
+      coordinator_->print(str_cat("momoe: resumed from ", latest, " at step ", steps_done()));
+    }
+  }
+
   if (rank == 0) {
     int64_t dense = 0, expert = 0;
     for (const auto& p : model_->params().all()) (p->kind == ParamKind::kDense ? dense : expert) += p->value.numel();
@@ -85,6 +104,26 @@ Status Trainer::setup() {
                                 " dense + ", expert, " expert on this rank"));
   }
   return Status::OK();
+}
+
+TrainingState Trainer::training_state() {
+  TrainingState st;
+  st.cfg = &cfg_;
+  st.model = model_.get();
+  st.optimizer = optimizer_.get();
+  st.scheduler = &*scheduler_;
+  st.updates = &updates_;
+  st.vocab = &data_->corpus.vocab;
+  st.vocab_source = data_->corpus.vocab_source;
+  return st;
+}
+
+StatusOr<std::string> Trainer::save() {
+  MOE_ASSIGN_OR_RETURN(std::string dir, save_checkpoint(opts_.run_dir, training_state(), world_,
+                                                        has_groups_ ? &groups_ : nullptr,
+                                                        cfg_.train.keep_checkpoints));
+  coordinator_->print(str_cat("momoe: checkpoint ", dir));
+  return dir;
 }
 
 StatusOr<std::vector<double>> Trainer::probe_flip_rates() {
@@ -231,14 +270,19 @@ StatusOr<EvalReport> Trainer::evaluate() {
 
 Status Trainer::run() {
   const TrainConfig& t = cfg_.train;
+  int64_t saved_at = -1;
   while (steps_done() < t.steps) {
-    MOE_ASSIGN_OR_RETURN(StepStatsInfo s, step());
-    (void)s;
+    MOE_RETURN_IF_ERROR(step().status());
     const int64_t done = steps_done();
+    if (t.checkpoint_every > 0 && done % t.checkpoint_every == 0) {
+      MOE_RETURN_IF_ERROR(save().status());
+      saved_at = done;
+    }
     if (t.eval_every > 0 && done % t.eval_every == 0 && done < t.steps) {
       MOE_RETURN_IF_ERROR(evaluate().status());
     }
   }
+  if (saved_at != steps_done()) MOE_RETURN_IF_ERROR(save().status());
   return evaluate().status();
 }
 

@@ -20,6 +20,7 @@
 #include "core/base/run_config.h"
 #include "core/data/batch_scheduler.h"
 #include "core/model/transformer.h"
+#include "core/train/checkpoint.h"
 #include "core/train/coordinator.h"
 #include "core/train/evaluator.h"
 #include "core/train/optimizer.h"
@@ -53,6 +54,10 @@ class Trainer {
   StatusOr<StepStatsInfo> step();
   // Perplexities on valid and test, clean and attacked. Collective.
   StatusOr<EvalReport> evaluate();
+  // Writes RUN_DIR/ckpt-<step>; returns its path. Collective.
+  StatusOr<std::string> save();
+  // The checkpoint this trainer resumed from ("" for a fresh start).
+  const std::string& resumed_from() const { return resumed_from_; }
 
   int64_t steps_done() const { return scheduler_->cursor().step; }
   TransformerLM& model() { return *model_; }
@@ -63,6 +68,7 @@ class Trainer {
  private:
   Trainer(const RunConfig& cfg, const TrainerOptions& opts, comm::Communicator* world);
   Status setup();
+  TrainingState training_state();
   StatusOr<std::vector<double>> probe_flip_rates();
 
   RunConfig cfg_;
@@ -78,6 +84,7 @@ class Trainer {
   int64_t updates_ = 0;  // optimiser updates applied (skipped steps excluded)
   std::vector<Tensor> previous_probe_;  // per MoE layer, the probe batch's argmax experts
   int64_t micro_batch_per_rank_ = 0;
+  std::string resumed_from_;
 };
 
 }  // namespace moe

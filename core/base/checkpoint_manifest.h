@@ -1,0 +1,39 @@
+// Plain form of proto/checkpoint.proto's CheckpointManifest (see there for the fields).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace moe {
+
+enum class CheckpointFileKind { kDense, kExpertShard, kOptimizerDense, kOptimizerExpert, kOther };
+
+struct CheckpointFileInfo {
+  std::string path;
+  uint64_t size_bytes = 0;
+  uint32_t crc32 = 0;
+  CheckpointFileKind kind = CheckpointFileKind::kOther;
+  int32_t ep_rank = 0;
+  int32_t ep_size = 1;
+};
+
+struct CheckpointManifestInfo {
+  static constexpr uint32_t kFormatVersion = 1;
+  uint32_t format_version = kFormatVersion;
+  int64_t step = 0;
+  int64_t updates = 0;
+  int64_t created_unix_time = 0;
+  std::string config_text;
+  std::vector<CheckpointFileInfo> files;
+  uint64_t seed = 0;
+  uint64_t data_epoch = 0;
+  int64_t data_position = 0;
+  int32_t world_size = 1, ep_size = 1, dp_size = 1;
+  uint64_t vocab_fingerprint = 0;
+  std::string dtype;
+  std::map<std::string, std::string> extra;
+};
+
+}  // namespace moe

@@ -1,0 +1,16 @@
+// Checkpoint manifests <-> protobuf bytes.
+#pragma once
+
+#include <string>
+
+#include "core/base/checkpoint_manifest.h"
+#include "core/base/status.h"
+
+namespace moe {
+
+std::string serialize_manifest(const CheckpointManifestInfo& info);
+// kDataLoss naming `path` when the bytes do not parse; kFailedPrecondition for an unknown
+// format version.
+StatusOr<CheckpointManifestInfo> parse_manifest(const std::string& bytes, const std::string& path);
+
+}  // namespace moe
