@@ -1,8 +1,19 @@
 #include "core/base/run_config.h"
 
 #include <cmath>
+#include <cstdlib>
+#include <fstream>
 
 namespace moe {
+
+std::string bundled_data_path(const std::string& relative) {
+  if (const char* env = std::getenv("MOMOE_DATA_DIR")) return std::string(env) + "/" + relative;
+#if defined(MOE_SOURCE_DIR)
+  const std::string source = std::string(MOE_SOURCE_DIR) + "/data/" + relative;
+  if (std::ifstream(source).good()) return source;
+#endif
+  return "data/" + relative;
+}
 
 Status TrainConfig::validate() const {
   auto range = [](const char* field, double value, const char* allowed) {

@@ -9,6 +9,10 @@
 
 namespace moe {
 
+// `relative` inside the bundled data directory: $MOMOE_DATA_DIR when set, else the source tree's
+// data/ folder (compiled in), else ./data.
+std::string bundled_data_path(const std::string& relative);
+
 enum class OptimizerKind { kAdamW, kSgd };
 enum class LrScheduleKind { kConstant, kCosine };
 enum class CommBackend { kAuto, kMpi, kNccl };
@@ -23,10 +27,12 @@ struct OptimizerConfig {
   double momentum = 0.0;  // SGD
 };
 
+// Relative paths are relative to the working directory, except the defaults: the bundled Brown
+// corpus, found in $MOMOE_DATA_DIR or else the source tree's data/ (see bundled_data_path).
 struct DataConfig {
-  std::string train = "data/brown/train.txt.gz";
-  std::string valid = "data/brown/valid.txt.gz";
-  std::string test = "data/brown/test.txt.gz";
+  std::string train = bundled_data_path("brown/train.txt.gz");
+  std::string valid = bundled_data_path("brown/valid.txt.gz");
+  std::string test = bundled_data_path("brown/test.txt.gz");
   int64_t vocab_max_size = 0;
   int64_t vocab_min_count = 1;
   std::string cache_dir;  // empty: RUN_DIR/cache

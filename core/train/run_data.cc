@@ -40,14 +40,14 @@ StatusOr<std::unique_ptr<RunData>> load_run_data(const RunConfig& cfg, const std
   const int rank = world == nullptr ? 0 : world->rank();
   // Rank 0 builds (and caches); its outcome is broadcast so that a bad file fails every rank
   // with the same message instead of leaving the others waiting.
+  // The error travels as "<code digit><message>".
   std::string error;
   if (rank == 0) {
     StatusOr<std::unique_ptr<RunData>> r = load_here(cfg, run_dir);
     if (r.ok()) {
       d = std::move(r).value();
     } else {
-      error = r.status().message();
-      if (error.empty()) error = "corpus loading failed";
+      error = std::to_string(static_cast<int>(r.status().code())) + r.status().message();
     }
   }
   if (world != nullptr && world->world_size() > 1) {
@@ -56,7 +56,7 @@ StatusOr<std::unique_ptr<RunData>> load_run_data(const RunConfig& cfg, const std
       MOE_ASSIGN_OR_RETURN(d, load_here(cfg, run_dir));
     }
   }
-  if (!error.empty()) return invalid_argument_error(error);
+  if (!error.empty()) return Status(static_cast<StatusCode>(error[0] - '0'), error.substr(1));
 
   const int64_t s = cfg.model.seq_len;
   const data::Vocabulary& vocab = d->corpus.vocab;

@@ -33,7 +33,7 @@ TEST(RunConfigTest, ArchStringAndMoeDefaults) {
   EXPECT_EQ(m.d_ff, 64);
   EXPECT_EQ(m.num_moe_layers(), 3);
   EXPECT_EQ(c->parallel.ep, 1);
-  EXPECT_EQ(c->data.train, "data/brown/train.txt.gz");
+  EXPECT_NE(c->data.train.find("data/brown/train.txt.gz"), std::string::npos);
   // The resolved text parses again to the same configuration.
   StatusOr<RunConfig> again = parse_run_config(c->text, "resolved");
   ASSERT_TRUE(again.ok());

@@ -1,0 +1,199 @@
+#include "launcher/stats_export.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <iomanip>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "core/base/check.h"
+
+namespace moe {
+namespace {
+
+bool is_training_step(const StepStatsInfo& s) { return s.tokens > 0 || !s.layers.empty(); }
+
+nlohmann::json layer_json(const RouterStatsInfo& l) {
+  nlohmann::json j;
+  j["block"] = l.block;
+  j["moe_index"] = l.moe_index;
+  j["tokens"] = l.tokens;
+  j["expert_load"] = l.expert_load;
+  j["dropped_fraction"] = l.dropped_fraction;
+  j["max_load"] = l.max_load;
+  j["load_balance_std"] = l.load_balance_std;
+  j["dead_experts"] = l.dead_experts;
+  j["balance_loss"] = l.balance_loss;
+  j["z_loss"] = l.z_loss;
+  j["mean_entropy"] = l.mean_entropy;
+  j["mean_output_norm"] = l.mean_output_norm;
+  j["mean_state_norm"] = l.mean_state_norm;
+  j["probe_flip_rate"] = l.probe_flip_rate;
+  if (!l.cluster_size.empty()) {
+    j["cluster_size"] = l.cluster_size;
+    j["mean_cluster_dispersion"] = l.mean_cluster_dispersion;
+    j["tiny_clusters"] = l.tiny_clusters;
+    j["metric_min"] = l.metric_min;
+    j["metric_max"] = l.metric_max;
+  }
+  if (l.unmasked_sum > 0) {
+    j["single_expert_tokens"] = l.single_expert_tokens;
+    j["non_argmax_tokens"] = l.non_argmax_tokens;
+    j["halved_tokens"] = l.halved_tokens;
+    j["mean_unmasked"] = l.tokens > 0 ? l.unmasked_sum / static_cast<double>(l.tokens) : 0.0;
+  }
+  return j;
+}
+
+}  // namespace
+
+std::string step_line(const StepStatsInfo& s) {
+  std::ostringstream os;
+  os << std::fixed << std::setprecision(4);
+  if (!is_training_step(s)) {
+    os << "eval step " << s.step;
+    if (s.valid_ppl) os << " valid_ppl " << *s.valid_ppl;
+    if (s.test_ppl) os << " test_ppl " << *s.test_ppl;
+    if (s.attacked_valid_ppl) os << " attacked_valid_ppl " << *s.attacked_valid_ppl;
+    if (s.attacked_test_ppl) os << " attacked_test_ppl " << *s.attacked_test_ppl;
+    return os.str();
+  }
+  os << "step " << s.step << " loss " << s.loss << " ppl " << std::exp(s.loss) << " aux "
+     << s.aux_loss << " gnorm " << s.grad_norm << " tok/s " << std::setprecision(0)
+     << s.tokens_per_second << std::setprecision(3);
+  for (const RouterStatsInfo& l : s.layers) {
+    os << " | b" << l.block << " drop " << l.dropped_fraction << " maxload " << l.max_load
+       << " H " << l.mean_entropy;
+  }
+  for (const std::string& a : s.anomalies) os << " | " << a;
+  return os.str();
+}
+
+std::string summary_table(const std::vector<StepStatsInfo>& steps, int64_t window) {
+  std::vector<const StepStatsInfo*> train;
+  const StepStatsInfo* last_eval = nullptr;
+  for (const StepStatsInfo& s : steps) {
+    if (is_training_step(s)) {
+      train.push_back(&s);
+    } else {
+      last_eval = &s;
+    }
+  }
+  std::ostringstream os;
+  if (train.empty()) {
+    os << "no training steps recorded\n";
+    return os.str();
+  }
+  const size_t from = train.size() > static_cast<size_t>(window) ? train.size() - window : 0;
+  const StepStatsInfo& last = *train.back();
+  double loss = 0;
+  for (size_t i = from; i < train.size(); ++i) loss += train[i]->loss;
+  loss /= static_cast<double>(train.size() - from);
+  os << "steps recorded: " << train.size() << ", last step " << last.step << ", mean loss over the last "
+     << train.size() - from << ": " << std::fixed << std::setprecision(4) << loss << " (ppl "
+     << std::setprecision(2) << std::exp(loss) << ")\n";
+  if (last_eval != nullptr) {
+    os << std::setprecision(2) << "last evaluation (step " << last_eval->step << "):";
+    if (last_eval->valid_ppl) os << " valid ppl " << *last_eval->valid_ppl;
+    if (last_eval->test_ppl) os << ", test ppl " << *last_eval->test_ppl;
+    if (last_eval->attacked_valid_ppl) os << ", attacked valid ppl " << *last_eval->attacked_valid_ppl;
+    if (last_eval->attacked_test_ppl) os << ", attacked test ppl " << *last_eval->attacked_test_ppl;
+    if (last_eval->attack_rate) os << " (swap rate " << *last_eval->attack_rate << ")";
+    os << "\n";
+  }
+  os << std::left << std::setw(6) << "block" << std::right << std::setw(10) << "drop%" << std::setw(10)
+     << "maxload" << std::setw(10) << "lb_std" << std::setw(8) << "dead" << std::setw(10) << "balance"
+     << std::setw(10) << "z_loss" << std::setw(10) << "entropy" << std::setw(10) << "|u|"
+     << std::setw(10) << "|p|" << std::setw(10) << "flip%" << "\n";
+  for (size_t l = 0; l < last.layers.size(); ++l) {
+    double v[10] = {0};
+    for (size_t i = from; i < train.size(); ++i) {
+      if (l >= train[i]->layers.size()) continue;
+      const RouterStatsInfo& r = train[i]->layers[l];
+      const double x[10] = {100 * r.dropped_fraction, r.max_load, r.load_balance_std,
+                            static_cast<double>(r.dead_experts), r.balance_loss, r.z_loss,
+                            r.mean_entropy, r.mean_output_norm, r.mean_state_norm,
+                            100 * r.probe_flip_rate};
+      for (int k = 0; k < 10; ++k) v[k] += x[k];
+    }
+    const double n = static_cast<double>(train.size() - from);
+    os << std::left << std::setw(6) << last.layers[l].block << std::right << std::fixed
+       << std::setprecision(3);
+    for (int k = 0; k < 10; ++k) os << std::setw(k == 3 ? 8 : 10) << v[k] / n;
+    os << "\n";
+  }
+  for (const StepStatsInfo* s : train) {
+    for (const std::string& a : s->anomalies) os << "anomaly: " << a << "\n";
+  }
+  return os.str();
+}
+
+Status write_csv(const std::vector<StepStatsInfo>& steps, const std::string& path) {
+  std::ofstream out(path);
+  if (!out) return not_found_error("cannot write ", path);
+  out << "step,loss,aux_loss,learning_rate,grad_norm,tokens_per_second,skipped,block,moe_index,"
+         "dropped_fraction,max_load,load_balance_std,dead_experts,balance_loss,z_loss,"
+         "mean_entropy,mean_output_norm,mean_state_norm,probe_flip_rate,expert_load\n";
+  out << std::setprecision(9);
+  for (const StepStatsInfo& s : steps) {
+    if (!is_training_step(s)) continue;
+    for (const RouterStatsInfo& l : s.layers) {
+      out << s.step << ',' << s.loss << ',' << s.aux_loss << ',' << s.learning_rate << ','
+          << s.grad_norm << ',' << s.tokens_per_second << ',' << (s.skipped ? 1 : 0) << ','
+          << l.block << ',' << l.moe_index << ',' << l.dropped_fraction << ',' << l.max_load << ','
+          << l.load_balance_std << ',' << l.dead_experts << ',' << l.balance_loss << ','
+          << l.z_loss << ',' << l.mean_entropy << ',' << l.mean_output_norm << ','
+          << l.mean_state_norm << ',' << l.probe_flip_rate << ",\"";
+      for (size_t e = 0; e < l.expert_load.size(); ++e) out << (e ? " " : "") << l.expert_load[e];
+      out << "\"\n";
+    }
+  }
+  if (!out) return internal_error("writing ", path, " failed");
+  return Status::OK();
+}
+
+Status write_json_lines(const std::vector<StepStatsInfo>& steps, const std::string& path) {
+  std::ofstream out(path);
+  if (!out) return not_found_error("cannot write ", path);
+  for (const StepStatsInfo& s : steps) {
+    nlohmann::json j;
+    j["step"] = s.step;
+    if (is_training_step(s)) {
+      j["loss"] = s.loss;
+      j["aux_loss"] = s.aux_loss;
+      j["learning_rate"] = s.learning_rate;
+      j["grad_norm"] = s.grad_norm;
+      j["tokens"] = s.tokens;
+      j["tokens_per_second"] = s.tokens_per_second;
+      j["skipped"] = s.skipped;
+      j["layers"] = nlohmann::json::array();
+      for (const RouterStatsInfo& l : s.layers) j["layers"].push_back(layer_json(l));
+      if (!s.anomalies.empty()) j["anomalies"] = s.anomalies;
+    }
+    if (s.valid_ppl) j["valid_ppl"] = *s.valid_ppl;
+    if (s.test_ppl) j["test_ppl"] = *s.test_ppl;
+    if (s.attacked_valid_ppl) j["attacked_valid_ppl"] = *s.attacked_valid_ppl;
+    if (s.attacked_test_ppl) j["attacked_test_ppl"] = *s.attacked_test_ppl;
+    if (s.attack_rate) j["attack_rate"] = *s.attack_rate;
+    out << j.dump() << "\n";
+  }
+  if (!out) return internal_error("writing ", path, " failed");
+  return Status::OK();
+}
+
+Status plot(const std::string& json_path, const std::string& png_path) {
+  const char* env = std::getenv("MOMOE_PLOT_SCRIPT");
+  const std::string script = env != nullptr ? env : MOE_PLOT_SCRIPT;
+  // Debian's python3 has matplotlib (python3-matplotlib); prefer it over other installations.
+  const std::string python = std::ifstream("/usr/bin/python3").good() ? "/usr/bin/python3" : "python3";
+  const std::string cmd = python + " '" + script + "' '" + json_path + "' '" + png_path + "'";
+  const int rc = std::system(cmd.c_str());
+  if (rc != 0) {
+    return internal_error("plotting failed (", cmd, " exited with ", rc,
+                          "); it needs python3 with matplotlib (Debian: python3-matplotlib)");
+  }
+  return Status::OK();
+}
+
+}  // namespace moe

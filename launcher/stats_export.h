@@ -1,0 +1,22 @@
+// Formatting of step statistics for momoe-stats: the per-layer summary table, CSV, JSON lines,
+// a one-line step summary, and the PNG plots (drawn by plot_stats.py with matplotlib).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/base/status.h"
+#include "core/base/step_stats.h"
+
+namespace moe {
+
+// Mean over the last `window` training steps of each layer's statistics, plus the last
+// evaluation's perplexities.
+std::string summary_table(const std::vector<StepStatsInfo>& steps, int64_t window);
+std::string step_line(const StepStatsInfo& s);
+Status write_csv(const std::vector<StepStatsInfo>& steps, const std::string& path);
+Status write_json_lines(const std::vector<StepStatsInfo>& steps, const std::string& path);
+// Runs python3 plot_stats.py JSON PNG (MOMOE_PLOT_SCRIPT overrides the script's location).
+Status plot(const std::string& json_path, const std::string& png_path);
+
+}  // namespace moe

@@ -1,0 +1,104 @@
+// momoe-stats: reads RUN_DIR/stats.pb (length-delimited StepStats written by the coordinator).
+//
+//   momoe-stats RUN_DIR                  summary table per MoE layer (last --window steps)
+//   momoe-stats RUN_DIR --csv FILE       one row per step and layer
+//   momoe-stats RUN_DIR --json FILE      every record as JSON lines
+//   momoe-stats RUN_DIR --follow         print each new step as the run writes it (Ctrl-C ends)
+//   momoe-stats RUN_DIR --plot out.png   loss/perplexity curves and per-layer expert-load heatmaps
+//                                        (python3 with matplotlib; see plot_stats.py)
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <sstream>
+#include <thread>
+
+#include "core/base/check.h"
+#include "core/base/logging.h"
+#include "launcher/flags.h"
+#include "launcher/stats_export.h"
+#include "proto/stats_convert.h"
+
+namespace moe {
+namespace {
+
+int fail(const Status& s) {
+  log_error(s.to_string());
+  return s.code() == StatusCode::kInvalidArgument || s.code() == StatusCode::kNotFound ? 2 : 1;
+}
+
+std::string stats_path(const std::string& arg) {
+  return std::filesystem::is_directory(arg) ? arg + "/stats.pb" : arg;
+}
+
+Status follow(const std::string& path, double poll_seconds, int64_t max_polls) {
+  int64_t offset = 0;
+  for (int64_t poll = 0; max_polls <= 0 || poll < max_polls; ++poll) {
+    if (std::filesystem::exists(path)) {
+      MOE_ASSIGN_OR_RETURN(StatsFileContents c, read_stats_file(path, offset));
+      for (const StepStatsInfo& s : c.steps) std::cout << step_line(s) << std::endl;
+      offset = c.bytes_read;
+    }
+    std::this_thread::sleep_for(std::chrono::duration<double>(poll_seconds));
+  }
+  return Status::OK();
+}
+
+int run(int argc, char** argv) {
+  FlagParser flags;
+  flags.value("csv", "write one row per (step, layer) to this CSV file");
+  flags.value("json", "write every record as a JSON line to this file");
+  flags.value("plot", "write loss/perplexity and expert-load plots to this PNG");
+  flags.value("window", "steps averaged in the summary table (default 20)");
+  flags.switch_flag("follow", "print new steps as they are written");
+  flags.value("poll-seconds", "--follow polling interval (default 1)");
+  flags.value("max-polls", "--follow: stop after this many polls (default: never)");
+  flags.switch_flag("help", "print this help");
+  Status parsed = flags.parse(argc, argv);
+  if (flags.has("help")) {
+    std::printf("usage: momoe-stats RUN_DIR|stats.pb [flags]\n%s", flags.usage().c_str());
+    return 0;
+  }
+  if (!parsed.ok()) return fail(parsed);
+  if (flags.positional().size() != 1) return fail(invalid_argument_error("expected one RUN_DIR (see --help)"));
+  const std::string path = stats_path(flags.positional()[0]);
+  if (flags.has("follow")) {
+    StatusOr<double> poll = flags.get_double("poll-seconds", 1.0);
+    StatusOr<int64_t> max_polls = flags.get_int("max-polls", 0);
+    if (!poll.ok()) return fail(poll.status());
+    if (!max_polls.ok()) return fail(max_polls.status());
+    Status s = follow(path, *poll, *max_polls);
+    return s.ok() ? 0 : fail(s);
+  }
+  StatusOr<StatsFileContents> contents = read_stats_file(path);
+  if (!contents.ok()) return fail(contents.status());
+  if (contents->truncated_tail) log_warning(path, ": the last record is incomplete (run still writing, or killed)");
+  StatusOr<int64_t> window = flags.get_int("window", 20);
+  if (!window.ok()) return fail(window.status());
+  std::cout << summary_table(contents->steps, *window);
+  if (flags.has("csv")) {
+    Status s = write_csv(contents->steps, flags.get("csv"));
+    if (!s.ok()) return fail(s);
+  }
+  if (flags.has("json") || flags.has("plot")) {
+    const std::string json = flags.has("json") ? flags.get("json") : flags.get("plot") + ".json";
+    Status s = write_json_lines(contents->steps, json);
+    if (!s.ok()) return fail(s);
+    if (flags.has("plot")) {
+      s = plot(json, flags.get("plot"));
+      if (!flags.has("json")) std::filesystem::remove(json);
+      if (!s.ok()) return fail(s);
+      std::cout << "wrote " << flags.get("plot") << "\n";
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace moe
+
+int main(int argc, char** argv) { return moe::run(argc, argv); }
