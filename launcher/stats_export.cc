@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "core/base/check.h"
+#include "launcher/env_params.h"
 
 namespace moe {
 namespace {
@@ -183,8 +184,7 @@ Status write_json_lines(const std::vector<StepStatsInfo>& steps, const std::stri
 }
 
 Status plot(const std::string& json_path, const std::string& png_path) {
-  const char* env = std::getenv("MOMOE_PLOT_SCRIPT");
-  const std::string script = env != nullptr ? env : MOE_PLOT_SCRIPT;
+  const std::string script = env::plot_script().empty() ? MOE_PLOT_SCRIPT : env::plot_script();
   // Debian's python3 has matplotlib (python3-matplotlib); prefer it over other installations.
   const std::string python = std::ifstream("/usr/bin/python3").good() ? "/usr/bin/python3" : "python3";
   const std::string cmd = python + " '" + script + "' '" + json_path + "' '" + png_path + "'";

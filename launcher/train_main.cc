@@ -6,12 +6,16 @@
 // Thin by design: parse flags, load and validate the config, create the world communicator,
 // build the Trainer, run it, and turn a Status into an exit code (aborting the communicator on a
 // fatal error so that no peer waits forever).
+#include <malloc.h>
+
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 
 #include "core/base/logging.h"
 #include "core/train/trainer.h"
+#include "launcher/env_params.h"
 #include "launcher/flags.h"
 #include "launcher/world.h"
 #include "proto/run_convert.h"
@@ -65,6 +69,15 @@ int run(int argc, char** argv) {
   TrainerOptions opts;
   opts.run_dir = flags.get("run-dir", "runs/" + std::filesystem::path(flags.get("config")).stem().string());
   opts.resume = !flags.has("fresh");
+  if (env::fault_rank() == world->rank() && env::fault_step() >= 0) {
+    const int64_t at = env::fault_step();
+    opts.after_step = [at](int64_t done) {
+      if (done == at) {
+        log_error("fault injection: killing this rank after step ", done, " (MOMOE_FAULT_STEP)");
+        std::raise(SIGKILL);
+      }
+    };
+  }
   StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::create(*cfg, opts, world->comm.get());
   if (!trainer.ok()) return fail(trainer.status(), &*world);
   Status s = (*trainer)->run();
@@ -75,4 +88,10 @@ int run(int argc, char** argv) {
 }  // namespace
 }  // namespace moe
 
-int main(int argc, char** argv) { return moe::run(argc, argv); }
+int main(int argc, char** argv) {
+  // Activations are allocated and freed every step; keep freed memory in the heap instead of
+  // returning it to the kernel (which costs page faults on every reuse).
+  mallopt(M_MMAP_THRESHOLD, 1 << 30);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  return moe::run(argc, argv);
+}

@@ -274,6 +274,7 @@ Status Trainer::run() {
   while (steps_done() < t.steps) {
     MOE_RETURN_IF_ERROR(step().status());
     const int64_t done = steps_done();
+    if (opts_.after_step) opts_.after_step(done);
     if (t.checkpoint_every > 0 && done % t.checkpoint_every == 0) {
       MOE_RETURN_IF_ERROR(save().status());
       saved_at = done;

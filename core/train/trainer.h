@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -33,6 +34,8 @@ struct TrainerOptions {
   bool resume = true;            // continue from the newest checkpoint in run_dir when present
   std::FILE* progress = stdout;  // rank 0's progress lines (nullptr: silent)
   DType dtype = DType::kF32;
+  // Called after every completed step with the number of steps done (fault injection, hooks).
+  std::function<void(int64_t)> after_step;
 };
 
 struct EvalReport {
