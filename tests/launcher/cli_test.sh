@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# The executables as a user runs them: momoe-train on the bundled corpus (tiny model), then
+# momoe-stats (table, CSV, JSON, --follow, PNG plot) and momoe-eval on a text file; and the errors
+# a user can make (missing config, unknown flag, bad --set) exit non-zero naming the problem.
+# Usage: cli_test.sh BIN_DIR CONFIG
+set -u
+bin=$1
+config=$2
+run=$(mktemp -d)
+trap 'rm -rf "$run"' EXIT
+export OPENBLAS_NUM_THREADS=1
+fail() { echo "FAIL: $*"; exit 1; }
+
+"$bin/momoe-train" --config "$config" --run-dir "$run" --set train.steps=4 \
+  --set train.eval_sequences=8 > "$run/train.log" 2>&1 || { cat "$run/train.log"; fail "momoe-train failed"; }
+grep -q "step 4/4 | loss" "$run/train.log" || { cat "$run/train.log"; fail "no progress line"; }
+grep -q "eval at step 4: valid ppl" "$run/train.log" || fail "no evaluation line"
+
+"$bin/momoe-stats" "$run" --csv "$run/s.csv" --json "$run/s.jsonl" > "$run/table" || fail "momoe-stats failed"
+cat "$run/table"
+grep -q "steps recorded: 4" "$run/table" || fail "summary table"
+[ "$(wc -l < "$run/s.csv")" -eq 9 ] || fail "CSV should have 1 + 4 steps x 2 layers rows"
+[ "$(wc -l < "$run/s.jsonl")" -eq 5 ] || fail "JSON should have 4 steps + 1 evaluation"
+"$bin/momoe-stats" "$run" --follow --poll-seconds 0.1 --max-polls 2 > "$run/follow" || fail "--follow"
+[ "$(grep -c '^step ' "$run/follow")" -eq 4 ] || fail "--follow printed $(grep -c '^step ' "$run/follow") steps"
+if /usr/bin/python3 -c "import matplotlib" 2>/dev/null; then
+  "$bin/momoe-stats" "$run" --plot "$run/plot.png" > /dev/null || fail "--plot"
+  [ -s "$run/plot.png" ] || fail "no PNG written"
+  head -c 8 "$run/plot.png" | od -An -c | grep -q "P   N   G" || fail "not a PNG"
+fi
+
+"$bin/momoe-eval" --checkpoint "$run/ckpt-00000004" --text "$(dirname "$config")/../../data/brown/test.txt.gz" \
+  --max-sequences 16 --attack-rate 0.5 > "$run/eval" || fail "momoe-eval failed"
+cat "$run/eval"
+grep -q '"ppl"' "$run/eval" && grep -q '"attacked_ppl"' "$run/eval" || fail "momoe-eval output"
+
+expect_error() {  # expect_error NEEDLE COMMAND...
+  local needle=$1; shift
+  if "$@" > "$run/err" 2>&1; then fail "'$*' succeeded"; fi
+  grep -q -- "$needle" "$run/err" || { cat "$run/err"; fail "'$*' did not mention '$needle'"; }
+}
+expect_error "missing.pbtxt" "$bin/momoe-train" --config "$run/missing.pbtxt"
+expect_error "unknown flag --bogus" "$bin/momoe-train" --config "$config" --bogus 1
+expect_error "has no field 'stepz'" "$bin/momoe-train" --config "$config" --set train.stepz=3
+expect_error "train.batch_size = 0" "$bin/momoe-train" --config "$config" --set train.batch_size=0 --run-dir "$run/x"
+expect_error "needs 2 ranks" "$bin/momoe-train" --config "$config" --ep 2 --run-dir "$run/y"
+expect_error "no checkpoint in" "$bin/momoe-eval" --checkpoint "$run" --text "$config"
+expect_error "stats file" "$bin/momoe-stats" "$run/nothing"
+echo PASS
