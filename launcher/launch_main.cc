@@ -1,0 +1,150 @@
+// momoe-launch: builds and runs the multi-rank command line for a momoe job, and prints it.
+//
+//   momoe-launch -np 8 -- momoe-train --config configs/momentum.pbtxt --ep 8         (one node)
+//   momoe-launch -np 64 --hostfile hosts --ranks-per-node 8 -- momoe-train ... --ep 8
+//   (inside a Slurm allocation the line is srun; --launcher mpirun|srun forces one)
+//
+// Each rank starts through `momoe-launch --rank-exec -- CMD`, which binds the rank to a GPU by its
+// node-local rank (CUDA_VISIBLE_DEVICES = local_rank mod GPUs, unless already set) and then execs
+// CMD. NCCL_*, MOMOE_*, OMPI_MCA_*, UCX_*, OPENBLAS_NUM_THREADS and OMP_NUM_THREADS pass through.
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/base/device.h"
+#include "core/base/logging.h"
+
+extern char** environ;
+
+namespace moe {
+namespace {
+
+const char* kPassPrefixes[] = {"NCCL_", "MOMOE_", "OMPI_MCA_", "UCX_", "OPENBLAS_NUM_THREADS",
+                               "OMP_NUM_THREADS", "CUDA_VISIBLE_DEVICES"};
+
+std::string quote(const std::string& s) {
+  if (s.find_first_of(" \t\"'$\\") == std::string::npos && !s.empty()) return s;
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+int usage(const char* why) {
+  if (why != nullptr) std::fprintf(stderr, "momoe-launch: %s\n", why);
+  std::fprintf(stderr,
+               "usage: momoe-launch -np N [--hostfile FILE] [--ranks-per-node M]\n"
+               "                    [--launcher mpirun|srun] [--dry-run] -- COMMAND [ARGS...]\n");
+  return 2;
+}
+
+// The per-rank trampoline: GPU binding by node-local rank, then exec.
+int rank_exec(std::vector<std::string> cmd) {
+  const char* local = nullptr;
+  for (const char* var : {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "MPI_LOCALRANKID", "PMI_LOCAL_RANK"}) {
+    if ((local = std::getenv(var)) != nullptr) break;
+  }
+  const int gpus = cuda_device_count();
+  if (local != nullptr && gpus > 0 && std::getenv("CUDA_VISIBLE_DEVICES") == nullptr) {
+    const std::string device = std::to_string(std::atoi(local) % gpus);
+    setenv("CUDA_VISIBLE_DEVICES", device.c_str(), 1);
+  }
+  std::vector<char*> argv;
+  for (std::string& a : cmd) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  execvp(argv[0], argv.data());
+  std::fprintf(stderr, "momoe-launch: cannot run %s\n", cmd[0].c_str());
+  return 127;
+}
+
+int run(int argc, char** argv) {
+  int np = 0, per_node = 0;
+  std::string hostfile, launcher;
+  bool dry_run = false, exec_mode = false;
+  std::vector<std::string> cmd;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&](const char* name) -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "momoe-launch: %s needs a value\n", name);
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (a == "--") {
+      for (++i; i < argc; ++i) cmd.push_back(argv[i]);
+      break;
+    }
+    if (a == "-np" || a == "--np") {
+      np = std::atoi(value("-np").c_str());
+    } else if (a == "--hostfile") {
+      hostfile = value("--hostfile");
+    } else if (a == "--ranks-per-node") {
+      per_node = std::atoi(value("--ranks-per-node").c_str());
+    } else if (a == "--launcher") {
+      launcher = value("--launcher");
+    } else if (a == "--dry-run") {
+      dry_run = true;
+    } else if (a == "--rank-exec") {
+      exec_mode = true;
+    } else if (a == "--help" || a == "-h") {
+      usage(nullptr);
+      return 0;
+    } else {
+      return usage(("unknown argument " + a).c_str());
+    }
+  }
+  if (cmd.empty()) return usage("no command after --");
+  if (exec_mode) return rank_exec(cmd);
+  if (np < 1) return usage("-np N (N >= 1) is required");
+  if (launcher.empty()) launcher = std::getenv("SLURM_JOB_ID") != nullptr ? "srun" : "mpirun";
+  if (launcher != "mpirun" && launcher != "srun") return usage("--launcher must be mpirun or srun");
+
+  char self[4096];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  const std::string me = n > 0 ? std::string(self, static_cast<size_t>(n)) : argv[0];
+  std::vector<std::string> line;
+  if (launcher == "srun") {
+    line = {"srun", "--ntasks", std::to_string(np), "--export=ALL", "--kill-on-bad-exit=1"};
+    if (per_node > 0) line.insert(line.end(), {"--ntasks-per-node", std::to_string(per_node)});
+  } else {
+    line = {"mpirun", "-np", std::to_string(np), "--bind-to", "none"};
+    if (!hostfile.empty()) line.insert(line.end(), {"--hostfile", hostfile});
+    if (per_node > 0) line.insert(line.end(), {"--map-by", "ppr:" + std::to_string(per_node) + ":node"});
+    if (hostfile.empty() && np > static_cast<int>(std::thread::hardware_concurrency())) {
+      line.push_back("--oversubscribe");
+    }
+    if (geteuid() == 0) line.push_back("--allow-run-as-root");
+    for (char** e = environ; *e != nullptr; ++e) {
+      const std::string kv = *e;
+      const std::string name = kv.substr(0, kv.find('='));
+      for (const char* p : kPassPrefixes) {
+        if (name.rfind(p, 0) == 0) {
+          line.insert(line.end(), {"-x", name});
+          break;
+        }
+      }
+    }
+  }
+  line.insert(line.end(), {me, "--rank-exec", "--"});
+  line.insert(line.end(), cmd.begin(), cmd.end());
+  std::string printed;
+  for (const std::string& s : line) printed += (printed.empty() ? "" : " ") + quote(s);
+  std::printf("momoe-launch: %s\n", printed.c_str());
+  std::fflush(stdout);
+  if (dry_run) return 0;
+  std::vector<char*> args;
+  for (std::string& s : line) args.push_back(s.data());
+  args.push_back(nullptr);
+  execvp(args[0], args.data());
+  std::fprintf(stderr, "momoe-launch: cannot run %s (is it installed and on PATH?)\n", line[0].c_str());
+  return 127;
+}
+
+}  // namespace
+}  // namespace moe
+
+int main(int argc, char** argv) { return moe::run(argc, argv); }
