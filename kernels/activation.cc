@@ -1,5 +1,8 @@
 #include "kernels/activation.h"
 
+#include <algorithm>
+#include <cstring>
+
 #include "kernels/common.h"
 #include "kernels/reference/activation_ref.h"
 
@@ -50,9 +53,6 @@ Status check_grouped(const char* op, const TensorView& x, const TensorView& per_
   return Status::OK();
 }
 
-bool keep_element(const CounterRng& rng, uint64_t key, int64_t n, int64_t j, float p) {
-  return rng.uniform(key * static_cast<uint64_t>(n) + static_cast<uint64_t>(j)) >= p;
-}
 
 Status dropout_apply(const char* op, const TensorView& x, const TensorView& row_keys,
                      CounterRng rng, float p, const TensorView& y) {
@@ -63,6 +63,10 @@ Status dropout_apply(const char* op, const TensorView& x, const TensorView& row_
                                   " must be the same [M, N]");
   }
   if (!(p >= 0.f && p < 1.f)) return invalid_argument_error(op, ": p = ", p, " not in [0, 1)");
+  if (p == 0.f) {  // identity
+    if (x.raw() != y.raw()) std::memcpy(y.raw(), x.raw(), x.nbytes());
+    return Status::OK();
+  }
   const bool keyed = row_keys.numel() > 0;
   if (keyed) {
     MOE_RETURN_IF_ERROR(check_dtype(op, "row_keys", row_keys, DType::kI64));
@@ -75,10 +79,18 @@ Status dropout_apply(const char* op, const TensorView& x, const TensorView& row_
     T* py = y.data<T>();
     const int64_t* keys = keyed ? row_keys.data<int64_t>() : nullptr;
     const T scale = static_cast<T>(1.0 / (1.0 - static_cast<double>(p)));
+    // Element (r, j) uses lane j % 4 of Philox block key(r) * ceil(N / 4) + j / 4: four elements
+    // per draw, and still a function of (row key, column) only.
+    const uint64_t blocks_per_row = static_cast<uint64_t>((n + 3) / 4);
     for (int64_t r = 0; r < m; ++r) {
       const uint64_t key = static_cast<uint64_t>(keyed ? keys[r] : r);
-      for (int64_t j = 0; j < n; ++j) {
-        py[r * n + j] = (p == 0.f || keep_element(rng, key, n, j, p)) ? px[r * n + j] * scale : T(0);
+      for (int64_t j0 = 0; j0 < n; j0 += 4) {
+        uint32_t bits[4];
+        rng.block(key * blocks_per_row + static_cast<uint64_t>(j0 / 4), bits);
+        for (int64_t j = j0; j < std::min(n, j0 + 4); ++j) {
+          const float u = static_cast<float>(bits[j - j0] >> 8) * (1.0f / 16777216.0f);
+          py[r * n + j] = u >= p ? px[r * n + j] * scale : T(0);
+        }
       }
     }
   });
@@ -96,7 +108,14 @@ Status activation_forward(Activation act, const TensorView& x, const TensorView&
     using T = decltype(tag);
     const T* px = x.data<T>();
     T* py = y.data<T>();
-    for (int64_t i = 0; i < x.numel(); ++i) py[i] = apply(act, px[i]);
+    const int64_t n = x.numel();
+    switch (act) {
+      case Activation::kRelu:
+        for (int64_t i = 0; i < n; ++i) py[i] = px[i] > T(0) ? px[i] : T(0);
+        break;
+      default:
+        for (int64_t i = 0; i < n; ++i) py[i] = apply(act, px[i]);
+    }
   });
 }
 
@@ -114,7 +133,14 @@ Status activation_backward(Activation act, const TensorView& x, const TensorView
     const T* px = x.data<T>();
     const T* pdy = dy.data<T>();
     T* pdx = dx.data<T>();
-    for (int64_t i = 0; i < x.numel(); ++i) pdx[i] = apply_grad(act, px[i]) * pdy[i];
+    const int64_t n = x.numel();
+    switch (act) {
+      case Activation::kRelu:
+        for (int64_t i = 0; i < n; ++i) pdx[i] = px[i] > T(0) ? pdy[i] : T(0);
+        break;
+      default:
+        for (int64_t i = 0; i < n; ++i) pdx[i] = apply_grad(act, px[i]) * pdy[i];
+    }
   });
 }
 

@@ -113,8 +113,9 @@ Status TransformerLM::forward_impl(const TensorView& inputs, const TensorView& t
   if (top1s != nullptr) return Status::OK();
   acts->logits = Tensor::empty({n, cfg_.vocab_size}, dtype);
   MOE_RETURN_IF_ERROR(head_->forward(acts->h_final, acts->logits));
+  acts->lse = Tensor::empty({n}, dtype);
   MOE_ASSIGN_OR_RETURN(kernels::CrossEntropyResult ce,
-                       kernels::cross_entropy_forward(acts->logits, targets.reshape({n})));
+                       kernels::cross_entropy_forward(acts->logits, targets.reshape({n}), acts->lse));
   loss->loss_sum += ce.loss_sum;
   loss->tokens += ce.count;
   acts->counted = ce.count;
@@ -132,7 +133,7 @@ Status TransformerLM::backward(const Activations& acts, double ce_scale, double 
   Tensor d_logits = Tensor::empty(acts.logits.shape(), acts.logits.dtype());
   const double scale = acts.counted > 0 ? ce_scale / static_cast<double>(acts.counted) : 0.0;
   MOE_RETURN_IF_ERROR(kernels::cross_entropy_backward(acts.logits, acts.targets.view().reshape({n}),
-                                                      scale, d_logits));
+                                                      acts.lse, scale, d_logits));
   Tensor dh = Tensor::empty({n, cfg_.d_model}, acts.h_final.dtype());
   MOE_RETURN_IF_ERROR(head_->backward(acts.h_final, d_logits, dh));
   if (final_ln_ != nullptr) MOE_RETURN_IF_ERROR(final_ln_->backward(dh, acts.final_ln, dh));

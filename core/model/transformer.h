@@ -34,6 +34,7 @@ class TransformerLM {
     LayerNorm::Saved final_ln;
     Tensor h_final;          // [N, D] head input
     Tensor logits;           // [N, V]
+    Tensor lse;              // [N] logsumexp of each row of logits
     int64_t counted = 0;
   };
 

@@ -3,8 +3,59 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 
 namespace moe::kernels::ref {
+namespace {
+
+std::atomic<bool> g_timing{false};
+std::atomic<int64_t> g_nanos{0};
+std::atomic<int64_t> g_calls{0};
+std::atomic<double> g_flops{0};
+
+// Times the enclosing BLAS call when timing is on.
+class GemmTimer {
+ public:
+  GemmTimer(int64_t m, int64_t n, int64_t k) : on_(g_timing.load(std::memory_order_relaxed)) {
+    if (!on_) return;
+    flops_ = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
+    start_ = std::chrono::steady_clock::now();
+  }
+  ~GemmTimer() {
+    if (!on_) return;
+    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                        std::chrono::steady_clock::now() - start_).count();
+    g_nanos.fetch_add(ns, std::memory_order_relaxed);
+    g_calls.fetch_add(1, std::memory_order_relaxed);
+    double old = g_flops.load(std::memory_order_relaxed);
+    while (!g_flops.compare_exchange_weak(old, old + flops_, std::memory_order_relaxed)) {
+    }
+  }
+
+ private:
+  bool on_;
+  double flops_ = 0;
+  std::chrono::steady_clock::time_point start_;
+};
+
+}  // namespace
+
+void set_gemm_timing(bool enabled) { g_timing = enabled; }
+
+GemmCounters gemm_counters() {
+  GemmCounters c;
+  c.seconds = static_cast<double>(g_nanos.load()) * 1e-9;
+  c.calls = g_calls.load();
+  c.flops = g_flops.load();
+  return c;
+}
+
+void reset_gemm_counters() {
+  g_nanos = 0;
+  g_calls = 0;
+  g_flops = 0;
+}
 
 template <>
 void gemm<float>(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
@@ -16,6 +67,7 @@ void gemm<float>(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, fl
       for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == 0 ? 0.f : beta * c[i * ldc + j];
     return;
   }
+  GemmTimer timer(m, n, k);
   cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
               trans_b ? CblasTrans : CblasNoTrans, static_cast<int>(m), static_cast<int>(n),
               static_cast<int>(k), alpha, a, static_cast<int>(lda), b, static_cast<int>(ldb), beta,
@@ -32,6 +84,7 @@ void gemm<double>(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, d
       for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == 0 ? 0.0 : beta * c[i * ldc + j];
     return;
   }
+  GemmTimer timer(m, n, k);
   cblas_dgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
               trans_b ? CblasTrans : CblasNoTrans, static_cast<int>(m), static_cast<int>(n),
               static_cast<int>(k), alpha, a, static_cast<int>(lda), b, static_cast<int>(ldb), beta,

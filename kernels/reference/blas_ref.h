@@ -12,4 +12,15 @@ template <typename T>
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, const T* a,
           int64_t lda, const T* b, int64_t ldb, T beta, T* c, int64_t ldc);
 
+// Optional accounting of every BLAS call (for benchmarks: the share of step time in GEMMs).
+// Off by default; counters are atomic, so ranks running as threads may share them.
+struct GemmCounters {
+  double seconds = 0;
+  int64_t calls = 0;
+  double flops = 0;  // 2 m n k per call
+};
+void set_gemm_timing(bool enabled);
+GemmCounters gemm_counters();
+void reset_gemm_counters();
+
 }  // namespace moe::kernels::ref

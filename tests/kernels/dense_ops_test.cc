@@ -101,7 +101,10 @@ TEST(CrossEntropyTest, KnownValuesAndIgnoredTargets) {
   r = cross_entropy_forward(logits, targets);
   EXPECT_NEAR(r->loss_sum, std::log(7.0), 1e-12);  // row 0 is now certain
   Tensor d = Tensor::empty({3, v}, DType::kF64);
-  ASSERT_TRUE(cross_entropy_backward(logits, targets, 0.5, d).ok());
+  Tensor lse = Tensor::empty({3}, DType::kF64);
+  ASSERT_TRUE(cross_entropy_forward(logits, targets, lse).ok());
+  EXPECT_NEAR(lse.data<double>()[2], std::log(7.0), 1e-14);
+  ASSERT_TRUE(cross_entropy_backward(logits, targets, lse, 0.5, d).ok());
   for (int64_t j = 0; j < v; ++j) EXPECT_EQ(d.data<double>()[v + j], 0.0);  // ignored row
   EXPECT_NEAR(d.data<double>()[2 * v + 6], 0.5 * (1.0 / 7 - 1), 1e-15);
   Tensor bad = Tensor::from_vector<int32_t>({3}, {2, 7, 0});

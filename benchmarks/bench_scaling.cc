@@ -1,0 +1,110 @@
+// momoe-bench scaling: one point of a weak- or strong-scaling curve per invocation (run it under
+// mpirun -np R for R = 1, 2, 4, ...; benchmarks/run_scaling.sh does the sweep and the plot).
+//   --what layer: the MoE layer forward + backward at EP = R (D, F, E, K below; capacity 1.25)
+//   --what train: a training step of the quick-start model at EP = R
+//   --mode weak:   the per-rank work is fixed (tokens per rank, or sequences per rank)
+//   --mode strong: the global work is fixed and split over the ranks
+// Reports the median time per iteration and the aggregate tokens/s (all ranks).
+//
+//   mpirun -np 4 momoe-bench scaling --what layer --mode weak [--tokens 2048] [--d 256] [--f 512]
+//       [--experts 16] [--top-k 2] [--iterations 10] [--warmup 2]
+#include <cstdio>
+#include <filesystem>
+
+#include "benchmarks/bench_util.h"
+#include "core/layers/moe_layer.h"
+#include "core/train/trainer.h"
+#include "launcher/world.h"
+#include "proto/run_convert.h"
+
+namespace moe::bench {
+namespace {
+
+Status layer_point(const Args& a, World* world, bool weak, JsonLine* j) {
+  const int ranks = world->size();
+  const int64_t base = a.get("tokens", 2048);
+  const int64_t tokens = weak ? base : base / ranks;
+  MoeLayerConfig cfg;
+  cfg.d_model = a.get("d", 256);
+  cfg.d_expert = a.get("f", 512);
+  cfg.num_experts = a.get("experts", 16);
+  cfg.top_k = a.get("top-k", 2);
+  cfg.capacity_factor = 1.25;
+  MOE_RETURN_IF_ERROR(cfg.validate("bench", ranks));
+  ParameterSet params(DType::kF32);
+  MoeLayer layer("moe", cfg, 0, 0, &params, world->comm.get());
+  CounterRng rng{3, make_stream(RngTag::kTest, 0, 0)};
+  for (const auto& p : params.all())
+    for (int64_t i = 0; i < p->value.numel(); ++i) p->value.data<float>()[i] = 0.05f * rng.normal(i);
+  Tensor x = Tensor::empty({tokens, cfg.d_model}, DType::kF32);
+  for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = rng.normal(1000000 + world->rank() * x.numel() + i);
+  Tensor out = Tensor::empty(x.shape(), DType::kF32), p_out = Tensor::empty(x.shape(), DType::kF32);
+  Tensor dx = Tensor::empty(x.shape(), DType::kF32), db = Tensor::empty(x.shape(), DType::kF32),
+         dp = Tensor::empty(x.shape(), DType::kF32);
+  MOE_ASSIGN_OR_RETURN(Timing t, time_it(static_cast<int>(a.get("warmup", 2)),
+                                         static_cast<int>(a.get("iterations", 10)), [&]() -> Status {
+    MoeLayerInputs in;
+    in.x_in = x;
+    in.x_base = x;
+    in.token_offset = world->rank() * tokens;
+    MoeLayerOutputs o;
+    o.out = out;
+    o.p_out = p_out;
+    MoeLayerSaved saved;
+    MOE_RETURN_IF_ERROR(layer.forward(in, o, &saved, nullptr));
+    MoeLayerGradOutputs g;
+    g.d_out = out;
+    MoeLayerGradInputs gi{dx, db, dp, {}, {}};
+    return layer.backward(g, saved, gi);
+  }));
+  j->str("what", "layer").num("tokens_per_rank", tokens).num("d", cfg.d_model).num("f", cfg.d_expert)
+      .num("experts", cfg.num_experts).num("top_k", cfg.top_k).num("iteration_ms", t.median * 1e3)
+      .num("tokens_per_second", static_cast<double>(tokens) * ranks / t.median);
+  return Status::OK();
+}
+
+Status train_point(const Args& a, World* world, bool weak, JsonLine* j) {
+  const int ranks = world->size();
+  const int64_t per_rank = a.get("sequences", 4);
+  const int64_t batch = weak ? per_rank * ranks : per_rank * 4;  // strong: 4 ranks' worth, split
+  if (batch % ranks != 0) return invalid_argument_error("global batch ", batch, " does not divide over ", ranks, " ranks");
+  MOE_ASSIGN_OR_RETURN(RunConfig cfg, load_run_config(std::string(MOE_SOURCE_DIR) + "/configs/quickstart.pbtxt",
+                                                      {"train.batch_size=" + std::to_string(batch),
+                                                       "train.probe_every=0"}, ranks));
+  TrainerOptions opts;
+  opts.run_dir = (std::filesystem::temp_directory_path() / "momoe_bench_scaling").string();
+  opts.resume = false;
+  opts.progress = nullptr;
+  MOE_ASSIGN_OR_RETURN(std::unique_ptr<Trainer> t, Trainer::create(cfg, opts, world->comm.get()));
+  MOE_ASSIGN_OR_RETURN(Timing timing, time_it(static_cast<int>(a.get("warmup", 1)),
+                                              static_cast<int>(a.get("iterations", 3)),
+                                              [&]() { return t->step().status(); }));
+  j->str("what", "train").num("global_batch", batch).num("ep", ranks).num("step_ms", timing.median * 1e3)
+      .num("tokens_per_second", static_cast<double>(batch * cfg.model.seq_len) / timing.median);
+  return Status::OK();
+}
+
+}  // namespace
+
+Status bench_scaling(int argc, char** argv, World* world) {
+  MOE_ASSIGN_OR_RETURN(Args a, Args::parse(argc, argv, {"what", "mode", "tokens", "sequences", "d", "f",
+                                                        "experts", "top-k", "iterations", "warmup"}));
+  const std::string what = a.get_str("what", "layer"), mode = a.get_str("mode", "weak");
+  if (mode != "weak" && mode != "strong") return invalid_argument_error("--mode must be weak or strong");
+  JsonLine j("scaling");
+  j.str("mode", mode).num("world_size", world->size());
+  if (what == "layer") {
+    MOE_RETURN_IF_ERROR(layer_point(a, world, mode == "weak", &j));
+  } else if (what == "train") {
+    MOE_RETURN_IF_ERROR(train_point(a, world, mode == "weak", &j));
+  } else {
+    return invalid_argument_error("--what must be layer or train");
+  }
+  if (world->rank() == 0) {
+    std::printf("%s\n", j.dump().c_str());
+    std::fflush(stdout);
+  }
+  return Status::OK();
+}
+
+}  // namespace moe::bench

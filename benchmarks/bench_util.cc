@@ -1,0 +1,113 @@
+#include "benchmarks/bench_util.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <iomanip>
+#include <numeric>
+#include <sstream>
+#include <thread>
+
+#include "core/base/check.h"
+#include "core/base/device.h"
+
+namespace moe::bench {
+
+StatusOr<Timing> time_it(int warmup, int iterations, const std::function<Status()>& fn) {
+  for (int i = 0; i < warmup; ++i) MOE_RETURN_IF_ERROR(fn());
+  std::vector<double> t;
+  for (int i = 0; i < iterations; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    MOE_RETURN_IF_ERROR(fn());
+    t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  Timing out;
+  out.iterations = iterations;
+  if (t.empty()) return out;
+  std::sort(t.begin(), t.end());
+  out.median = t[t.size() / 2];
+  out.min = t.front();
+  out.mean = std::accumulate(t.begin(), t.end(), 0.0) / static_cast<double>(t.size());
+  return out;
+}
+
+JsonLine::JsonLine(const std::string& bench) { str("bench", bench); }
+
+JsonLine& JsonLine::num(const std::string& key, double value) {
+  std::ostringstream os;
+  os << std::setprecision(6) << value;
+  fields_.emplace_back(key, os.str());
+  return *this;
+}
+
+JsonLine& JsonLine::str(const std::string& key, const std::string& value) {
+  fields_.emplace_back(key, "\"" + value + "\"");
+  return *this;
+}
+
+std::string JsonLine::dump() const {
+  std::string out = "{";
+  for (size_t i = 0; i < fields_.size(); ++i) {
+    out += (i ? ", \"" : "\"") + fields_[i].first + "\": " + fields_[i].second;
+  }
+  return out + "}";
+}
+
+std::string environment_line(int world_size) {
+  char host[256] = "?";
+  gethostname(host, sizeof(host) - 1);
+  const char* blas = std::getenv("OPENBLAS_NUM_THREADS");
+  JsonLine j("env");
+  j.str("host", host)
+      .num("cores", std::thread::hardware_concurrency())
+      .str("openblas_threads", blas != nullptr ? blas : "default")
+      .num("world_size", world_size)
+      .num("cuda_devices", cuda_device_count())
+#ifdef NDEBUG
+      .str("build", "optimised");
+#else
+      .str("build", "NOT OPTIMISED: timings are meaningless");
+#endif
+  return j.dump();
+}
+
+StatusOr<Args> Args::parse(int argc, char** argv, const std::vector<std::string>& known) {
+  Args a;
+  for (int i = 0; i < argc; ++i) {
+    std::string key = argv[i];
+    if (key.rfind("--", 0) != 0) return invalid_argument_error("expected --key value, got '", key, "'");
+    key = key.substr(2);
+    if (std::find(known.begin(), known.end(), key) == known.end()) {
+      std::string list;
+      for (const std::string& k : known) list += " --" + k;
+      return invalid_argument_error("unknown option --", key, " (known:", list, ")");
+    }
+    if (i + 1 >= argc) return invalid_argument_error("--", key, " needs a value");
+    a.values_[key] = argv[++i];
+  }
+  return a;
+}
+
+int64_t Args::get(const std::string& key, int64_t fallback) const {
+  auto it = values_.find(key);
+  return it == values_.end() ? fallback : std::strtoll(it->second.c_str(), nullptr, 10);
+}
+
+std::string Args::get_str(const std::string& key, const std::string& fallback) const {
+  auto it = values_.find(key);
+  return it == values_.end() ? fallback : it->second;
+}
+
+std::vector<int64_t> Args::get_list(const std::string& key, std::vector<int64_t> fallback) const {
+  auto it = values_.find(key);
+  if (it == values_.end()) return fallback;
+  std::vector<int64_t> out;
+  std::stringstream ss(it->second);
+  std::string item;
+  while (std::getline(ss, item, ',')) out.push_back(std::strtoll(item.c_str(), nullptr, 10));
+  return out;
+}
+
+}  // namespace moe::bench

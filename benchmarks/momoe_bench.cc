@@ -1,0 +1,58 @@
+// momoe-bench: benchmarks that print JSON lines (the first line describes the environment).
+//   momoe-bench train     [--preset quickstart|smoe-medium|all] ...    CPU training throughput
+//   momoe-bench alltoall  ...    (under mpirun)  MoE exchange vs a plain MPI_Alltoall, same bytes
+//   momoe-bench scaling   ...    (under mpirun)  one weak/strong scaling point
+// The MoE layer's own CPU benchmark is the Google Benchmark binary moe_layer_bench.
+#include <malloc.h>
+
+#include <cstdio>
+#include <cstring>
+
+#include "benchmarks/bench_util.h"
+#include "core/base/logging.h"
+#include "launcher/world.h"
+
+namespace moe::bench {
+Status bench_train(int argc, char** argv, World* world);
+Status bench_alltoall(int argc, char** argv, World* world);
+Status bench_scaling(int argc, char** argv, World* world);
+}  // namespace moe::bench
+
+int main(int argc, char** argv) {
+  using namespace moe;
+  // As momoe-train: keep freed activations in the heap (no page faults on reuse).
+  mallopt(M_MMAP_THRESHOLD, 1 << 30);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  if (argc < 2 || std::strcmp(argv[1], "--help") == 0) {
+    std::fprintf(stderr, "usage: momoe-bench train|alltoall|scaling [--key value ...]\n");
+    return argc < 2 ? 2 : 0;
+  }
+  StatusOr<World> world = make_world(&argc, &argv, CommBackend::kAuto, 600);
+  if (!world.ok()) {
+    log_error(world.status().to_string());
+    return 1;
+  }
+  set_log_rank(world->rank());
+  if (world->rank() == 0) std::printf("%s\n", bench::environment_line(world->size()).c_str());
+  const std::string cmd = argv[1];
+  Status s;
+  if (cmd == "train") {
+    s = bench::bench_train(argc - 2, argv + 2, &*world);
+  } else if (cmd == "alltoall") {
+#if defined(MOE_BENCH_WITH_MPI)
+    s = bench::bench_alltoall(argc - 2, argv + 2, &*world);
+#else
+    s = unimplemented_error("momoe-bench alltoall needs the MPI backend (built without MPI)");
+#endif
+  } else if (cmd == "scaling") {
+    s = bench::bench_scaling(argc - 2, argv + 2, &*world);
+  } else {
+    s = invalid_argument_error("unknown benchmark '", cmd, "' (train, alltoall, scaling)");
+  }
+  if (!s.ok()) {
+    log_error(s.to_string());
+    if (world->comm != nullptr && world->size() > 1) world->comm->abort(s.message()).ignore_error();
+    return 1;
+  }
+  return 0;
+}
