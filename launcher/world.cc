@@ -1,5 +1,7 @@
 #include "launcher/world.h"
 
+#include "core/base/device.h"
+
 #include <cstdlib>
 #include <string>
 
@@ -20,8 +22,13 @@ StatusOr<World> make_world(int* argc, char*** argv, CommBackend backend, double 
   World w;
   const bool want_mpi = backend == CommBackend::kMpi || (backend == CommBackend::kAuto && launched_by_mpi());
   if (backend == CommBackend::kNccl) {
-    return unimplemented_error("parallel.backend = NCCL: the CUDA training backend is not in this "
-                               "build; use MPI (CPU ranks)");
+    if (cuda_device_count() == 0) {
+      return failed_precondition_error("parallel.backend = NCCL needs a GPU on every rank, but this "
+                                       "machine has none visible (check CUDA_VISIBLE_DEVICES and the "
+                                       "driver), or use the MPI backend");
+    }
+    return unimplemented_error("parallel.backend = NCCL: the CUDA training path is not built yet; "
+                               "use the MPI backend (CPU ranks)");
   }
   if (!want_mpi) return w;
 #if defined(MOE_WITH_MPI)

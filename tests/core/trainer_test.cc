@@ -186,6 +186,29 @@ TEST_F(TrainerTest, BadDataInputsNameTheFile) {
   fs::remove_all(dir);
 }
 
+TEST_F(TrainerTest, NonFiniteLossSkipsTheUpdateAndIsReported) {
+  const std::string run = fresh_dir("trainer_nan");
+  auto t = make(run, {"train.steps=3"});
+  ASSERT_TRUE(t->step().ok());
+  // Poison one positional embedding: every sequence then has a NaN loss.
+  Parameter* pos = t->model().params().find("embed.positions");
+  pos->value.data<float>()[0] = std::nanf("");
+  const std::vector<double> before = flat_parameters(t->model());
+  StatusOr<StepStatsInfo> s = t->step();
+  ASSERT_TRUE(s.ok()) << s.status().to_string();
+  EXPECT_TRUE(s->skipped);
+  ASSERT_FALSE(s->anomalies.empty());
+  EXPECT_NE(s->anomalies[0].find("non-finite loss"), std::string::npos) << s->anomalies[0];
+  const std::vector<double> after = flat_parameters(t->model());
+  ASSERT_EQ(before.size(), after.size());
+  for (size_t i = 0; i < before.size(); ++i) {
+    if (std::isnan(before[i])) continue;  // the poisoned element
+    ASSERT_EQ(before[i], after[i]) << "parameter " << i << " moved";
+  }
+  EXPECT_EQ(t->steps_done(), 2);  // the step counts (the data moves on), the update does not
+  fs::remove_all(run);
+}
+
 TEST_F(TrainerTest, GradientAccumulationMatchesOneBigBatch) {
   // Same global batch in 1 or 2 micro-batches: losses agree to float rounding (the balance
   // loss is per micro-batch, so only with its coefficient at 0 are the objectives identical).
