@@ -33,6 +33,22 @@ Status check_labels(const char* op, const TensorView& labels, int64_t tokens, in
   return Status::OK();
 }
 
+// The arguments the two AC statistics passes share: x [T, D] float, sums [E, D] f64, counts
+// [E] i64, labels [T] i32 in [0, E).
+Status check_cluster_args(const char* op, const TensorView& x, const TensorView& labels,
+                          const TensorView& sums, const TensorView& counts) {
+  MOE_RETURN_IF_ERROR(check_host_float(op, "x", x));
+  if (x.ndim() != 2 || sums.ndim() != 2) {
+    return invalid_argument_error(op, ": x must be [T, D] and sums [E, D]");
+  }
+  const int64_t experts = sums.dim(0);
+  MOE_RETURN_IF_ERROR(check_dtype(op, "sums", sums, DType::kF64));
+  MOE_RETURN_IF_ERROR(check_shape(op, "sums", sums, Shape{experts, x.dim(1)}));
+  MOE_RETURN_IF_ERROR(check_dtype(op, "counts", counts, DType::kI64));
+  MOE_RETURN_IF_ERROR(check_shape(op, "counts", counts, Shape{experts}));
+  return check_labels(op, labels, x.dim(0), experts);
+}
+
 }  // namespace
 
 Status topk_softmax(const TensorView& logits, const TensorView& idx, const TensorView& gate,
@@ -210,16 +226,8 @@ Status aux_losses_backward(const TensorView& logits, const TensorView& probs,
 Status ac_cluster_sums(const TensorView& x, const TensorView& labels, const TensorView& sums,
                        const TensorView& counts, Stream stream) {
   constexpr const char* kOp = "ac_cluster_sums";
-  MOE_RETURN_IF_ERROR(check_host_float(kOp, "x", x));
-  if (x.ndim() != 2 || sums.ndim() != 2) {
-    return invalid_argument_error(kOp, ": x must be [T, D] and sums [E, D]");
-  }
+  MOE_RETURN_IF_ERROR(check_cluster_args(kOp, x, labels, sums, counts));
   const int64_t experts = sums.dim(0);
-  MOE_RETURN_IF_ERROR(check_dtype(kOp, "sums", sums, DType::kF64));
-  MOE_RETURN_IF_ERROR(check_shape(kOp, "sums", sums, Shape{experts, x.dim(1)}));
-  MOE_RETURN_IF_ERROR(check_dtype(kOp, "counts", counts, DType::kI64));
-  MOE_RETURN_IF_ERROR(check_shape(kOp, "counts", counts, Shape{experts}));
-  MOE_RETURN_IF_ERROR(check_labels(kOp, labels, x.dim(0), experts));
   return dispatch_host_float(kOp, x, [&](auto tag) {
     using T = decltype(tag);
     ref::ac_cluster_sums<T>(x.data<T>(), labels.data<int32_t>(), x.dim(0), x.dim(1), experts,
@@ -230,18 +238,10 @@ Status ac_cluster_sums(const TensorView& x, const TensorView& labels, const Tens
 Status ac_cluster_abs_dev(const TensorView& x, const TensorView& labels, const TensorView& sums,
                           const TensorView& counts, const TensorView& abs_dev, Stream stream) {
   constexpr const char* kOp = "ac_cluster_abs_dev";
-  MOE_RETURN_IF_ERROR(check_host_float(kOp, "x", x));
-  if (x.ndim() != 2 || sums.ndim() != 2) {
-    return invalid_argument_error(kOp, ": x must be [T, D] and sums [E, D]");
-  }
+  MOE_RETURN_IF_ERROR(check_cluster_args(kOp, x, labels, sums, counts));
   const int64_t experts = sums.dim(0);
-  MOE_RETURN_IF_ERROR(check_dtype(kOp, "sums", sums, DType::kF64));
-  MOE_RETURN_IF_ERROR(check_shape(kOp, "sums", sums, Shape{experts, x.dim(1)}));
-  MOE_RETURN_IF_ERROR(check_dtype(kOp, "counts", counts, DType::kI64));
-  MOE_RETURN_IF_ERROR(check_shape(kOp, "counts", counts, Shape{experts}));
   MOE_RETURN_IF_ERROR(check_dtype(kOp, "abs_dev", abs_dev, DType::kF64));
   MOE_RETURN_IF_ERROR(check_shape(kOp, "abs_dev", abs_dev, sums.shape()));
-  MOE_RETURN_IF_ERROR(check_labels(kOp, labels, x.dim(0), experts));
   return dispatch_host_float(kOp, x, [&](auto tag) {
     using T = decltype(tag);
     ref::ac_cluster_abs_dev<T>(x.data<T>(), labels.data<int32_t>(), x.dim(0), x.dim(1), experts,

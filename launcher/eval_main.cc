@@ -12,16 +12,14 @@
 #include "core/data/corpus.h"
 #include "core/train/checkpoint.h"
 #include "core/train/evaluator.h"
+#include "launcher/exit_status.h"
 #include "launcher/flags.h"
 #include "proto/run_convert.h"
 
 namespace moe {
 namespace {
 
-int fail(const Status& s) {
-  log_error(s.to_string());
-  return s.code() == StatusCode::kInvalidArgument || s.code() == StatusCode::kNotFound ? 2 : 1;
-}
+int fail(const Status& s) { return exit_with(s); }
 
 StatusOr<std::string> evaluate(const FlagParser& flags) {
   const std::string dir = flags.get("checkpoint");

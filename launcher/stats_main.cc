@@ -19,6 +19,7 @@
 
 #include "core/base/check.h"
 #include "core/base/logging.h"
+#include "launcher/exit_status.h"
 #include "launcher/flags.h"
 #include "launcher/stats_export.h"
 #include "proto/stats_convert.h"
@@ -26,10 +27,7 @@
 namespace moe {
 namespace {
 
-int fail(const Status& s) {
-  log_error(s.to_string());
-  return s.code() == StatusCode::kInvalidArgument || s.code() == StatusCode::kNotFound ? 2 : 1;
-}
+int fail(const Status& s) { return exit_with(s); }
 
 std::string stats_path(const std::string& arg) {
   return std::filesystem::is_directory(arg) ? arg + "/stats.pb" : arg;

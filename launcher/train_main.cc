@@ -16,6 +16,7 @@
 #include "core/base/logging.h"
 #include "core/train/trainer.h"
 #include "launcher/env_params.h"
+#include "launcher/exit_status.h"
 #include "launcher/flags.h"
 #include "launcher/world.h"
 #include "proto/run_convert.h"
@@ -24,11 +25,7 @@ namespace moe {
 namespace {
 
 int fail(const Status& s, World* world) {
-  log_error(s.to_string());
-  if (world != nullptr && world->comm != nullptr && world->size() > 1) {
-    world->comm->abort(s.message()).ignore_error();
-  }
-  return s.code() == StatusCode::kInvalidArgument || s.code() == StatusCode::kNotFound ? 2 : 1;
+  return exit_with(s, world != nullptr ? world->comm.get() : nullptr);
 }
 
 int run(int argc, char** argv) {

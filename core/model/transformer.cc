@@ -3,6 +3,7 @@
 #include <cmath>
 #include <limits>
 
+#include "core/base/hash.h"
 #include "core/layers/rng_streams.h"
 #include "kernels/activation.h"
 #include "kernels/common.h"
@@ -11,16 +12,6 @@
 
 namespace moe {
 namespace {
-
-// FNV-1a 64 of a parameter name: the init stream of that parameter.
-uint64_t name_hash(const std::string& name) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : name) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  return h;
-}
 
 Status embedding_dropout(const StepContext& ctx, double p, const TensorView& h, bool backward) {
   if (!ctx.training || p <= 0) return Status::OK();
@@ -61,7 +52,8 @@ Status TransformerLM::init_parameters(uint64_t seed) {
     } else if (leaf[0] == 'b') {
       fill = 0.0;  // beta and the biases b_qkv, b_o, b1, b2, b_router
     }
-    const CounterRng rng{seed, make_stream(RngTag::kInit, 0, name_hash(n))};
+    // One stream per parameter name; the element's global index draws from it.
+    const CounterRng rng{seed, make_stream(RngTag::kInit, 0, fnv1a64(n))};
     const int64_t count = p->value.numel();
     const int64_t base = p->kind == ParamKind::kExpert ? p->first_expert * (count / p->value.dim(0)) : 0;
     MOE_RETURN_IF_ERROR(kernels::dispatch_host_float("init_parameters", p->value, [&](auto tag) {

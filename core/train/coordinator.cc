@@ -4,20 +4,12 @@
 #include <iomanip>
 #include <sstream>
 
+#include "core/base/hash.h"
 #include "core/base/logging.h"
 #include "proto/stats_convert.h"
 
 namespace moe {
 namespace {
-
-uint64_t fnv1a(const std::string& s) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : s) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  return h;
-}
 
 std::string format_duration(double seconds) {
   const int64_t s = static_cast<int64_t>(seconds + 0.5);
@@ -47,7 +39,7 @@ Coordinator::~Coordinator() = default;
 
 Status Coordinator::verify_same_config(const std::string& config_text) const {
   if (world_ == nullptr || world_->world_size() == 1) return Status::OK();
-  const std::string mine = std::to_string(fnv1a(config_text));
+  const std::string mine = std::to_string(fnv1a64(config_text));
   MOE_ASSIGN_OR_RETURN(std::vector<std::string> all, world_->gather_bytes(mine, 0));
   std::string verdict;
   if (world_->rank() == 0) {
