@@ -1,8 +1,10 @@
 // momoe-bench: benchmarks that print JSON lines (the first line describes the environment).
+//   momoe-bench layer     [--tokens T --d D --f F --experts E --top-k K --variant V]
+//                         the MoE layer forward + backward against a dense GEMM floor (CPU)
 //   momoe-bench train     [--preset quickstart|smoe-medium|all] ...    CPU training throughput
 //   momoe-bench alltoall  ...    (under mpirun)  MoE exchange vs a plain MPI_Alltoall, same bytes
 //   momoe-bench scaling   ...    (under mpirun)  one weak/strong scaling point
-// The MoE layer's own CPU benchmark is the Google Benchmark binary moe_layer_bench.
+// moe_layer_bench (Google Benchmark) sweeps the CPU layer over shapes and variants.
 #include <malloc.h>
 
 #include <cstdio>
@@ -13,6 +15,7 @@
 #include "launcher/world.h"
 
 namespace moe::bench {
+Status bench_layer(int argc, char** argv, World* world);
 Status bench_train(int argc, char** argv, World* world);
 Status bench_alltoall(int argc, char** argv, World* world);
 Status bench_scaling(int argc, char** argv, World* world);
@@ -24,7 +27,7 @@ int main(int argc, char** argv) {
   mallopt(M_MMAP_THRESHOLD, 1 << 30);
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
   if (argc < 2 || std::strcmp(argv[1], "--help") == 0) {
-    std::fprintf(stderr, "usage: momoe-bench train|alltoall|scaling [--key value ...]\n");
+    std::fprintf(stderr, "usage: momoe-bench layer|train|alltoall|scaling [--key value ...]\n");
     return argc < 2 ? 2 : 0;
   }
   StatusOr<World> world = make_world(&argc, &argv, CommBackend::kAuto, 600);
@@ -36,7 +39,9 @@ int main(int argc, char** argv) {
   if (world->rank() == 0) std::printf("%s\n", bench::environment_line(world->size()).c_str());
   const std::string cmd = argv[1];
   Status s;
-  if (cmd == "train") {
+  if (cmd == "layer") {
+    s = bench::bench_layer(argc - 2, argv + 2, &*world);
+  } else if (cmd == "train") {
     s = bench::bench_train(argc - 2, argv + 2, &*world);
   } else if (cmd == "alltoall") {
 #if defined(MOE_BENCH_WITH_MPI)
@@ -47,7 +52,7 @@ int main(int argc, char** argv) {
   } else if (cmd == "scaling") {
     s = bench::bench_scaling(argc - 2, argv + 2, &*world);
   } else {
-    s = invalid_argument_error("unknown benchmark '", cmd, "' (train, alltoall, scaling)");
+    s = invalid_argument_error("unknown benchmark '", cmd, "' (layer, train, alltoall, scaling)");
   }
   if (!s.ok()) {
     log_error(s.to_string());

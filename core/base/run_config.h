@@ -61,7 +61,7 @@ struct TrainConfig {
   int64_t log_every = 1;
   double attack_rate = 0.025;
   uint64_t attack_seed = 1;
-  int64_t probe_every = 10;
+  int64_t probe_every = 1;
   int64_t probe_sequences = 4;
   double collapse_threshold = 4.0;
 
