@@ -17,7 +17,9 @@ enum class BlockStyle {
   // dense: h = LN3(h + FFN(h)).
   kPostLnDoubleResidual,
   // h = h + Attn(LN1(h)); MoE: h = MoE(x_in = LN2(h), x_base = h); dense: h = h + FFN(LN2(h));
-  // a final LN before the head.
+  // a final LN before the head. The momentum recurrence runs on the residual stream h
+  // (x_{t+1} = h + gamma p); a robust layer's shifted input is LN2(h) + alpha gamma p (the papers
+  // define the variants without LayerNorms; this is our reading for pre-LN).
   kPreLn,
 };
 
