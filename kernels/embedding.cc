@@ -1,24 +1,28 @@
 #include "kernels/embedding.h"
 
-#include <cstring>
-
 #include "kernels/common.h"
+#include "kernels/reference/embedding_ref.h"
 
 namespace moe::kernels {
 namespace {
 
-Status check_ids(const char* op, const TensorView& ids, const TensorView& rows,
-                 const TensorView& table) {
-  MOE_RETURN_IF_ERROR(check_dtype(op, "ids", ids, DType::kI32));
-  if (table.ndim() != 2 || rows.ndim() != 2 || rows.dim(1) != table.dim(1) ||
-      ids.numel() != rows.dim(0)) {
-    return invalid_argument_error(op, ": needs ids [N], table [V, D], rows [N, D]; got ",
-                                  ids.to_string(), ", ", table.to_string(), ", ", rows.to_string());
+// ids i32 [N] within [0, V) of table [V, D]; rows [N, D] of the table's dtype.
+Status check_args(const char* op, const TensorView& ids, const TensorView& table,
+                  const char* table_name, const TensorView& rows, const char* rows_name) {
+  MOE_RETURN_IF_ERROR(check_host_float(op, table_name, table));
+  if (table.ndim() != 2) {
+    return invalid_argument_error(op, ": ", table_name, " must be [V, D], got ", table.to_string());
   }
+  MOE_RETURN_IF_ERROR(check_dtype(op, "ids", ids, DType::kI32));
+  if (ids.ndim() != 1)
+    return invalid_argument_error(op, ": ids must be [N], got ", ids.to_string());
+  if (!ids.is_host()) return unsupported_device(op, ids);
+  MOE_RETURN_IF_ERROR(check_same_dtype(op, table, rows_name, rows));
+  MOE_RETURN_IF_ERROR(check_shape(op, rows_name, rows, Shape{ids.dim(0), table.dim(1)}));
   const int32_t* p = ids.data<int32_t>();
   for (int64_t n = 0; n < ids.numel(); ++n) {
     if (p[n] < 0 || p[n] >= table.dim(0)) {
-      return invalid_argument_error(op, ": id ", p[n], " at position ", n,
+      return invalid_argument_error(op, ": ids: id ", p[n], " at position ", n,
                                     " is outside the vocabulary [0, ", table.dim(0), ")");
     }
   }
@@ -30,31 +34,22 @@ Status check_ids(const char* op, const TensorView& ids, const TensorView& rows,
 Status embedding_forward(const TensorView& ids, const TensorView& table, const TensorView& out,
                          Stream stream) {
   constexpr const char* kOp = "embedding_forward";
-  MOE_RETURN_IF_ERROR(check_host_float(kOp, "table", table));
-  MOE_RETURN_IF_ERROR(check_same_dtype(kOp, table, "out", out));
-  MOE_RETURN_IF_ERROR(check_ids(kOp, ids, out, table));
-  const size_t row = static_cast<size_t>(table.dim(1)) * dtype_size(table.dtype());
-  const char* src = static_cast<const char*>(table.raw());
-  char* dst = static_cast<char*>(out.raw());
-  const int32_t* p = ids.data<int32_t>();
-  for (int64_t n = 0; n < ids.numel(); ++n) std::memcpy(dst + n * row, src + p[n] * row, row);
-  return Status::OK();
+  MOE_RETURN_IF_ERROR(check_args(kOp, ids, table, "table", out, "out"));
+  return dispatch_host_float(kOp, table, [&](auto tag) {
+    using T = decltype(tag);
+    ref::embedding_forward<T>(ids.data<int32_t>(), ids.numel(), table.data<T>(), table.dim(1),
+                              out.data<T>());
+  });
 }
 
-Status embedding_backward(const TensorView& ids, const TensorView& d_out,
-                          const TensorView& d_table, Stream stream) {
+Status embedding_backward(const TensorView& ids, const TensorView& d_out, const TensorView& d_table,
+                          Stream stream) {
   constexpr const char* kOp = "embedding_backward";
-  MOE_RETURN_IF_ERROR(check_host_float(kOp, "d_table", d_table));
-  MOE_RETURN_IF_ERROR(check_same_dtype(kOp, d_table, "d_out", d_out));
-  MOE_RETURN_IF_ERROR(check_ids(kOp, ids, d_out, d_table));
+  MOE_RETURN_IF_ERROR(check_args(kOp, ids, d_table, "d_table", d_out, "d_out"));
   return dispatch_host_float(kOp, d_table, [&](auto tag) {
     using T = decltype(tag);
-    const int64_t d = d_table.dim(1);
-    const int32_t* p = ids.data<int32_t>();
-    const T* g = d_out.data<T>();
-    T* t = d_table.data<T>();
-    for (int64_t n = 0; n < ids.numel(); ++n)
-      for (int64_t j = 0; j < d; ++j) t[p[n] * d + j] += g[n * d + j];
+    ref::embedding_backward<T>(ids.data<int32_t>(), ids.numel(), d_out.data<T>(), d_table.dim(1),
+                               d_table.data<T>());
   });
 }
 

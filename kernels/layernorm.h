@@ -1,5 +1,5 @@
 // Layer normalisation over the last dimension: y = (x - mean) * rstd * gamma + beta,
-// rstd = 1 / sqrt(var + eps) (biased variance, as PyTorch).
+// rstd = 1 / sqrt(var + eps) (biased variance, as PyTorch). Host f32/f64; statistics in double.
 #pragma once
 
 #include "core/base/device.h"
@@ -7,13 +7,14 @@
 
 namespace moe::kernels {
 
-// x, y [N, D]; gamma, beta [D]; mean, rstd [N] (saved for backward). Overwrites y, mean, rstd.
-// y may alias x.
+// [in] x [N, D]; [in] gamma, beta [D]; eps >= 0.
+// [out] y [N, D] (may alias x), mean and rstd [N] (saved for backward): all overwritten.
+// Every tensor has x's float dtype.
 Status layernorm_forward(const TensorView& x, const TensorView& gamma, const TensorView& beta,
                          double eps, const TensorView& y, const TensorView& mean,
                          const TensorView& rstd, Stream stream = {});
-// dx (overwritten; may alias dy), dgamma and dbeta (accumulated) from dy and the saved x, mean,
-// rstd.
+// [in] dy [N, D]; the saved x [N, D], mean and rstd [N]; gamma [D].
+// [out] dx [N, D], overwritten (may alias dy). [in,out] dgamma, dbeta [D], ACCUMULATED.
 Status layernorm_backward(const TensorView& dy, const TensorView& x, const TensorView& gamma,
                           const TensorView& mean, const TensorView& rstd, const TensorView& dx,
                           const TensorView& dgamma, const TensorView& dbeta, Stream stream = {});

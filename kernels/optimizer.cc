@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "kernels/common.h"
+#include "kernels/reference/optimizer_ref.h"
 
 namespace moe::kernels {
 namespace {
@@ -22,24 +23,14 @@ Status adamw_step(const AdamWArgs& a, const TensorView& param, const TensorView&
   MOE_RETURN_IF_ERROR(check_like(kOp, param, "m", m));
   MOE_RETURN_IF_ERROR(check_like(kOp, param, "v", v));
   if (a.step < 1) return invalid_argument_error(kOp, ": step = ", a.step, " must be >= 1");
+  if (!(a.beta1 >= 0 && a.beta1 < 1) || !(a.beta2 >= 0 && a.beta2 < 1)) {
+    return invalid_argument_error(kOp, ": beta1 = ", a.beta1, " and beta2 = ", a.beta2,
+                                  " must be in [0, 1)");
+  }
+  if (!(a.eps > 0)) return invalid_argument_error(kOp, ": eps = ", a.eps, " must be > 0");
   return dispatch_host_float(kOp, param, [&](auto tag) {
     using T = decltype(tag);
-    const double bc1 = 1.0 - std::pow(a.beta1, static_cast<double>(a.step));
-    const double bc2 = 1.0 - std::pow(a.beta2, static_cast<double>(a.step));
-    T* p = param.data<T>();
-    const T* g = grad.data<T>();
-    T* pm = m.data<T>();
-    T* pv = v.data<T>();
-    for (int64_t i = 0; i < param.numel(); ++i) {
-      const double gi = g[i];
-      const double mi = a.beta1 * pm[i] + (1 - a.beta1) * gi;
-      const double vi = a.beta2 * pv[i] + (1 - a.beta2) * gi * gi;
-      pm[i] = static_cast<T>(mi);
-      pv[i] = static_cast<T>(vi);
-      double pi = static_cast<double>(p[i]) * (1.0 - a.lr * a.weight_decay);
-      pi -= a.lr * (mi / bc1) / (std::sqrt(vi / bc2) + a.eps);
-      p[i] = static_cast<T>(pi);
-    }
+    ref::adamw_step<T>(a, param.numel(), param.data<T>(), grad.data<T>(), m.data<T>(), v.data<T>());
   });
 }
 
@@ -48,77 +39,33 @@ Status sgd_step(const SgdArgs& a, const TensorView& param, const TensorView& gra
   constexpr const char* kOp = "sgd_step";
   MOE_RETURN_IF_ERROR(check_host_float(kOp, "param", param));
   MOE_RETURN_IF_ERROR(check_like(kOp, param, "grad", grad));
+  if (a.momentum < 0) {
+    return invalid_argument_error(kOp, ": momentum = ", a.momentum, " must be >= 0");
+  }
   if (a.momentum > 0) MOE_RETURN_IF_ERROR(check_like(kOp, param, "buf", buf));
   return dispatch_host_float(kOp, param, [&](auto tag) {
     using T = decltype(tag);
-    T* p = param.data<T>();
-    const T* g = grad.data<T>();
-    for (int64_t i = 0; i < param.numel(); ++i) {
-      double d = static_cast<double>(g[i]) + a.weight_decay * static_cast<double>(p[i]);
-      if (a.momentum > 0) {
-        T* b = buf.data<T>();
-        d = a.first_step ? d : a.momentum * static_cast<double>(b[i]) + d;
-        b[i] = static_cast<T>(d);
-      }
-      p[i] = static_cast<T>(static_cast<double>(p[i]) - a.lr * d);
-    }
+    ref::sgd_step<T>(a, param.numel(), param.data<T>(), grad.data<T>(),
+                     a.momentum > 0 ? buf.data<T>() : nullptr);
   });
 }
 
 StatusOr<double> sum_of_squares(const std::vector<TensorView>& views) {
+  constexpr const char* kOp = "sum_of_squares";
   double total = 0;
   for (const TensorView& t : views) {
-    MOE_RETURN_IF_ERROR(dispatch_host_float("sum_of_squares", t, [&](auto tag) {
+    MOE_RETURN_IF_ERROR(check_host_float(kOp, "views", t));
+    MOE_RETURN_IF_ERROR(dispatch_host_float(kOp, t, [&](auto tag) {
       using T = decltype(tag);
-      const T* p = t.data<T>();
-      for (int64_t i = 0; i < t.numel(); ++i) total += static_cast<double>(p[i]) * p[i];
+      ref::accumulate_sum_of_squares<T>(t.data<T>(), t.numel(), &total);
     }));
   }
   return total;
 }
 
-Status scale_inplace(const TensorView& x, double alpha, Stream stream) {
-  return dispatch_host_float("scale_inplace", x, [&](auto tag) {
-    using T = decltype(tag);
-    T* p = x.data<T>();
-    for (int64_t i = 0; i < x.numel(); ++i) p[i] = static_cast<T>(alpha * p[i]);
-  });
-}
-
-Status axpy(double alpha, const TensorView& x, const TensorView& y, Stream stream) {
-  constexpr const char* kOp = "axpy";
-  MOE_RETURN_IF_ERROR(check_host_float(kOp, "x", x));
-  MOE_RETURN_IF_ERROR(check_like(kOp, x, "y", y));
-  return dispatch_host_float(kOp, x, [&](auto tag) {
-    using T = decltype(tag);
-    const T* px = x.data<T>();
-    T* py = y.data<T>();
-    for (int64_t i = 0; i < x.numel(); ++i) py[i] = static_cast<T>(py[i] + alpha * px[i]);
-  });
-}
-
-Status add(const TensorView& a, const TensorView& b, const TensorView& out, Stream stream) {
-  constexpr const char* kOp = "add";
-  MOE_RETURN_IF_ERROR(check_host_float(kOp, "a", a));
-  MOE_RETURN_IF_ERROR(check_like(kOp, a, "b", b));
-  MOE_RETURN_IF_ERROR(check_like(kOp, a, "out", out));
-  return dispatch_host_float(kOp, a, [&](auto tag) {
-    using T = decltype(tag);
-    const T* pa = a.data<T>();
-    const T* pb = b.data<T>();
-    T* po = out.data<T>();
-    for (int64_t i = 0; i < a.numel(); ++i) po[i] = pa[i] + pb[i];
-  });
-}
-
-StatusOr<bool> all_finite(const TensorView& x) {
-  bool finite = true;
-  MOE_RETURN_IF_ERROR(dispatch_host_float("all_finite", x, [&](auto tag) {
-    using T = decltype(tag);
-    const T* p = x.data<T>();
-    for (int64_t i = 0; i < x.numel() && finite; ++i) finite = std::isfinite(static_cast<double>(p[i]));
-  }));
-  return finite;
+StatusOr<double> global_l2_norm(const std::vector<TensorView>& views) {
+  MOE_ASSIGN_OR_RETURN(const double sq, sum_of_squares(views));
+  return std::sqrt(sq);
 }
 
 }  // namespace moe::kernels

@@ -1,11 +1,13 @@
-// Optimiser updates on parameter views (fp32 master weights and state on the GPU, the working
-// dtype on the CPU), the global gradient norm, and elementwise helpers.
+// Optimiser updates on parameter views (the working dtype on the CPU, f32 or f64, for parameter,
+// gradient and state alike), and the global gradient norm used for clipping. Clipping itself is
+// scale_inplace (kernels/elementwise.h, included here for the optimiser's callers).
 #pragma once
 
 #include <vector>
 
 #include "core/base/device.h"
 #include "core/base/tensor.h"
+#include "kernels/elementwise.h"
 
 namespace moe::kernels {
 
@@ -14,8 +16,10 @@ struct AdamWArgs {
   double weight_decay = 0;  // decoupled: p *= 1 - lr * wd, before the Adam step (PyTorch AdamW)
   int64_t step = 1;         // 1-based, for bias correction
 };
-// m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2; p -= lr * (m / (1 - b1^t)) /
-// (sqrt(v / (1 - b2^t)) + eps). param, grad, m, v: one shape and float dtype; m, v updated.
+// One AdamW step, elementwise, in double:
+//   m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2;
+//   p = p (1 - lr wd) - lr (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps).
+// [in,out] param, m, v (updated in place); [in] grad. One shape and float dtype.
 Status adamw_step(const AdamWArgs& args, const TensorView& param, const TensorView& grad,
                   const TensorView& m, const TensorView& v, Stream stream = {});
 
@@ -23,20 +27,17 @@ struct SgdArgs {
   double lr = 1e-2, momentum = 0, weight_decay = 0;
   bool first_step = true;  // the momentum buffer starts as the gradient (PyTorch)
 };
-// g' = g + wd p; buf = first ? g' : momentum buf + g' (when momentum > 0); p -= lr * buf (or g').
-// `buf` may be empty when momentum == 0.
+// One SGD step (PyTorch's, without dampening or Nesterov):
+//   g' = g + wd p;  buf = first_step ? g' : momentum buf + g' (only when momentum > 0);
+//   p -= lr * (momentum > 0 ? buf : g').
+// [in,out] param; [in] grad; [in,out] buf (may be an empty view when momentum == 0).
 Status sgd_step(const SgdArgs& args, const TensorView& param, const TensorView& grad,
                 const TensorView& buf, Stream stream = {});
 
-// sum of squares of every element of every view, accumulated in double.
+// Sum of squares of every element of every view (float views of any mix of f32/f64),
+// accumulated in double in view order.
 StatusOr<double> sum_of_squares(const std::vector<TensorView>& views);
-// x *= alpha, in place.
-Status scale_inplace(const TensorView& x, double alpha, Stream stream = {});
-// y += alpha * x.
-Status axpy(double alpha, const TensorView& x, const TensorView& y, Stream stream = {});
-// out = a + b (out may alias a or b).
-Status add(const TensorView& a, const TensorView& b, const TensorView& out, Stream stream = {});
-// True when every element is finite.
-StatusOr<bool> all_finite(const TensorView& x);
+// sqrt(sum_of_squares(views)): the global L2 norm of a list of gradients.
+StatusOr<double> global_l2_norm(const std::vector<TensorView>& views);
 
 }  // namespace moe::kernels

@@ -1,7 +1,11 @@
-// Causal multi-head self-attention sublayer:
-//   qkv = x W_qkv + b_qkv; ctx = attention(qkv); y = ctx W_o + b_o
-// Parameters: <prefix>.w_qkv [D, 3D], <prefix>.b_qkv [3D], <prefix>.w_o [D, D], <prefix>.b_o [D].
-// Dropout on the attention probabilities only (the block applies residual dropout).
+// Causal multi-head self-attention sublayer (x @ W convention, row-major):
+//   qkv = x W_qkv + b_qkv [N, 3D];  ctx = attention(qkv) [N, D] (kernels/attention.h);
+//   y = ctx W_o + b_o [N, D],  with N = B*S rows, sequence-major.
+// Parameters: <prefix>.w_qkv [D, 3D], <prefix>.b_qkv [3D], <prefix>.w_o [D, D], <prefix>.b_o [D]
+// (biases are not weight-decayed). Dropout applies to the attention probabilities only, keyed by
+// the global sequence index (so masks do not depend on how batches are split across ranks); the
+// block applies residual dropout. Forward overwrites y; backward overwrites dx and accumulates
+// (+=) parameter gradients. Errors name the layer's prefix.
 #pragma once
 
 #include <string>
@@ -13,26 +17,34 @@ namespace moe {
 
 class MultiHeadAttention {
  public:
+  // Everything backward needs, filled by forward.
   struct Saved {
-    Tensor x;      // [B*S, D]
-    Tensor qkv;    // [B*S, 3D]
-    Tensor probs;  // [B, H, S, S]
-    Tensor ctx;    // [B*S, D]
+    Tensor x;      // [N, D] the input
+    Tensor qkv;    // [N, 3D]
+    Tensor probs;  // [B, H, S, S] softmax before dropout
+    Tensor ctx;    // [N, D] attention output before W_o
     int64_t batch = 0;
+    int64_t seq_len = 0;
     int64_t sequence_offset = 0;
-    float dropout = 0.f;
+    float dropout = 0.f;  // 0 when not training
     CounterRng rng;
   };
-  MultiHeadAttention(const std::string& prefix, int64_t d_model, int64_t heads, int64_t seq_len,
+  // heads must divide d_model. max_seq_len bounds S.
+  MultiHeadAttention(const std::string& prefix, int64_t d_model, int64_t heads, int64_t max_seq_len,
                      double attention_dropout, ParameterSet* params);
-  // x, y [B*S, D]; y overwritten. training enables the probability dropout.
+  // [in] x [B*S, D] (B = batch sequences of S <= max_seq_len tokens); sequence_offset: the global
+  // index of this batch's first sequence (keys the dropout mask); training enables dropout, drawn
+  // from rng. [out] y [B*S, D], overwritten (may alias x).
   Status forward(const TensorView& x, int64_t batch, int64_t sequence_offset, bool training,
                  CounterRng rng, const TensorView& y, Saved* saved) const;
-  // dx overwritten; parameter gradients accumulate.
+  // [in] dy [B*S, D]; [out] dx [B*S, D], overwritten.
   Status backward(const TensorView& dy, const Saved& saved, const TensorView& dx) const;
 
  private:
-  int64_t d_model_, heads_, seq_len_;
+  Status check(const char* name, const TensorView& t, int64_t rows) const;
+
+  std::string prefix_;
+  int64_t d_model_, heads_, max_seq_len_;
   double attention_dropout_;
   Parameter* w_qkv_;
   Parameter* b_qkv_;

@@ -1,0 +1,19 @@
+// Deterministic parameter initialisation helpers for the model (layers do not initialise
+// themselves). Element i of a tensor is a pure function of (rng, first_index + i), so the same
+// stream gives the same values on every rank and in any order, and a shard that passes its
+// global element offset as first_index gets exactly its slice of the unsharded tensor.
+#pragma once
+
+#include <cstdint>
+
+#include "core/base/rng.h"
+#include "core/base/tensor.h"
+
+namespace moe {
+
+// t[i] = stddev * rng.normal(first_index + i). t: host f32|f64; stddev >= 0.
+Status init_normal(const TensorView& t, double stddev, CounterRng rng, uint64_t first_index = 0);
+// t[i] = value. t: host f32|f64.
+Status init_constant(const TensorView& t, double value);
+
+}  // namespace moe

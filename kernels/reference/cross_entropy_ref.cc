@@ -1,0 +1,69 @@
+#include "kernels/reference/cross_entropy_ref.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace moe::kernels::ref {
+namespace {
+
+// logsumexp of a row: the exponentials in the working precision (expf for f32: this loop runs
+// over the whole vocabulary for every token), stabilised by the row maximum, summed in double.
+template <typename T>
+double row_lse(const T* row, int64_t v) {
+  T mx = -std::numeric_limits<T>::infinity();
+  for (int64_t j = 0; j < v; ++j) mx = std::max(mx, row[j]);
+  double s = 0;
+  for (int64_t j = 0; j < v; ++j) s += std::exp(row[j] - mx);
+  return static_cast<double>(mx) + std::log(s);
+}
+
+}  // namespace
+
+template <typename T>
+double cross_entropy_forward(const T* logits, const int32_t* targets, int64_t n, int64_t v, T* lse,
+                             T* row_loss, int64_t* count) {
+  double total = 0;
+  *count = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    double l = 0, loss = 0;
+    if (targets[i] >= 0) {
+      const T* row = logits + i * v;
+      l = row_lse(row, v);
+      loss = l - static_cast<double>(row[targets[i]]);
+      total += loss;
+      ++*count;
+    }
+    if (lse != nullptr) lse[i] = static_cast<T>(l);
+    if (row_loss != nullptr) row_loss[i] = static_cast<T>(loss);
+  }
+  return total;
+}
+
+template <typename T>
+void cross_entropy_backward(const T* logits, const int32_t* targets, const T* lse, int64_t n,
+                            int64_t v, double scale, T* d_logits) {
+  const T s = static_cast<T>(scale);
+  for (int64_t i = 0; i < n; ++i) {
+    const T* row = logits + i * v;
+    T* d = d_logits + i * v;
+    if (targets[i] < 0) {
+      std::fill(d, d + v, T(0));
+      continue;
+    }
+    // Element j is read before d[j] is written, so d may alias row.
+    for (int64_t j = 0; j < v; ++j) d[j] = s * std::exp(row[j] - lse[i]);
+    d[targets[i]] -= s;
+  }
+}
+
+#define MOE_INSTANTIATE_CROSS_ENTROPY(T)                                                        \
+  template double cross_entropy_forward<T>(const T*, const int32_t*, int64_t, int64_t, T*, T*,  \
+                                           int64_t*);                                           \
+  template void cross_entropy_backward<T>(const T*, const int32_t*, const T*, int64_t, int64_t, \
+                                          double, T*);
+MOE_INSTANTIATE_CROSS_ENTROPY(float)
+MOE_INSTANTIATE_CROSS_ENTROPY(double)
+#undef MOE_INSTANTIATE_CROSS_ENTROPY
+
+}  // namespace moe::kernels::ref

@@ -1,0 +1,74 @@
+#include "kernels/reference/layernorm_ref.h"
+
+#include <cmath>
+#include <vector>
+
+namespace moe::kernels::ref {
+
+template <typename T>
+void layernorm_forward(const T* x, const T* gamma, const T* beta, int64_t n, int64_t d, double eps,
+                       T* y, T* mean, T* rstd) {
+  for (int64_t r = 0; r < n; ++r) {
+    const T* row = x + r * d;
+    double m = 0;
+    for (int64_t j = 0; j < d; ++j) m += row[j];
+    m /= static_cast<double>(d);
+    double var = 0;
+    for (int64_t j = 0; j < d; ++j) {
+      const double c = static_cast<double>(row[j]) - m;
+      var += c * c;
+    }
+    var /= static_cast<double>(d);
+    const double rs = 1.0 / std::sqrt(var + eps);
+    mean[r] = static_cast<T>(m);
+    rstd[r] = static_cast<T>(rs);
+    // Element j is read before y[j] is written, so y may alias x.
+    for (int64_t j = 0; j < d; ++j) {
+      const double xhat = (static_cast<double>(row[j]) - m) * rs;
+      y[r * d + j] = static_cast<T>(xhat * gamma[j] + beta[j]);
+    }
+  }
+}
+
+// With xhat = (x - mean) * rstd and g = dy * gamma:
+//   dx = rstd * (g - mean_j(g) - xhat * mean_j(g * xhat)),
+//   dgamma += sum_rows dy * xhat,  dbeta += sum_rows dy.
+template <typename T>
+void layernorm_backward(const T* dy, const T* x, const T* gamma, const T* mean, const T* rstd,
+                        int64_t n, int64_t d, T* dx, T* dgamma, T* dbeta) {
+  std::vector<double> xhat(d), g(d), dg_sum(d, 0.0), db_sum(d, 0.0);
+  for (int64_t r = 0; r < n; ++r) {
+    const double m = mean[r], rs = rstd[r];
+    double mean_g = 0, mean_g_xhat = 0;
+    for (int64_t j = 0; j < d; ++j) {
+      const double dyj = dy[r * d + j];
+      xhat[j] = (static_cast<double>(x[r * d + j]) - m) * rs;
+      g[j] = dyj * static_cast<double>(gamma[j]);
+      mean_g += g[j];
+      mean_g_xhat += g[j] * xhat[j];
+      dg_sum[j] += dyj * xhat[j];
+      db_sum[j] += dyj;
+    }
+    mean_g /= static_cast<double>(d);
+    mean_g_xhat /= static_cast<double>(d);
+    // dy of this row is fully read above, so dx may alias dy.
+    for (int64_t j = 0; j < d; ++j) {
+      dx[r * d + j] = static_cast<T>(rs * (g[j] - mean_g - xhat[j] * mean_g_xhat));
+    }
+  }
+  for (int64_t j = 0; j < d; ++j) {
+    dgamma[j] = static_cast<T>(static_cast<double>(dgamma[j]) + dg_sum[j]);
+    dbeta[j] = static_cast<T>(static_cast<double>(dbeta[j]) + db_sum[j]);
+  }
+}
+
+#define MOE_INSTANTIATE_LAYERNORM(T)                                                             \
+  template void layernorm_forward<T>(const T*, const T*, const T*, int64_t, int64_t, double, T*, \
+                                     T*, T*);                                                    \
+  template void layernorm_backward<T>(const T*, const T*, const T*, const T*, const T*, int64_t, \
+                                      int64_t, T*, T*, T*);
+MOE_INSTANTIATE_LAYERNORM(float)
+MOE_INSTANTIATE_LAYERNORM(double)
+#undef MOE_INSTANTIATE_LAYERNORM
+
+}  // namespace moe::kernels::ref

@@ -1,0 +1,170 @@
+// MultiHeadAttention layer (core/layers/attention.h): parameter registration, forward against
+// explicit loops (projections, causal softmax, the documented dropout key) for awkward shapes,
+// gradients of x and of every parameter against central finite differences in f64 with and
+// without dropout, masks independent of batching, evaluation mode, and argument errors.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "core/layers/attention.h"
+#include "tests/core/dense_layer_test_util.h"
+
+namespace moe::testing {
+namespace {
+
+struct Case {
+  int64_t batch, seq, max_seq, heads, head_dim;
+};
+std::string name(const Case& c) {
+  return str_cat("B", c.batch, "_S", c.seq, "_Smax", c.max_seq, "_H", c.heads, "_Dh", c.head_dim);
+}
+void PrintTo(const Case& c, std::ostream* os) { *os << name(c); }
+
+// y [B*S, D] by explicit loops. p: the dropout probability in effect (0 = none).
+std::vector<double> naive_mha(const ParameterSet& params, const std::vector<double>& x,
+                              const Case& c, float p, CounterRng rng, int64_t seq_offset) {
+  const int64_t S = c.seq, H = c.heads, Dh = c.head_dim, D = H * Dh, N = c.batch * S;
+  const auto get = [&](const char* leaf) {
+    return to_vector<double>(params.find(str_cat("attn.", leaf))->value);
+  };
+  const std::vector<double> qkv = naive_matmul(x, get("w_qkv"), N, D, 3 * D, false, get("b_qkv"));
+  std::vector<double> ctx(N * D, 0.0);
+  for (int64_t b = 0; b < c.batch; ++b) {
+    for (int64_t h = 0; h < H; ++h) {
+      for (int64_t i = 0; i < S; ++i) {
+        std::vector<double> e(i + 1);
+        double z = 0;
+        for (int64_t j = 0; j <= i; ++j) {
+          double score = 0;
+          for (int64_t k = 0; k < Dh; ++k) {
+            score +=
+                qkv[(b * S + i) * 3 * D + h * Dh + k] * qkv[(b * S + j) * 3 * D + D + h * Dh + k];
+          }
+          e[j] = std::exp(score / std::sqrt(static_cast<double>(Dh)));
+          z += e[j];
+        }
+        for (int64_t j = 0; j <= i; ++j) {
+          double keep = 1.0;
+          if (p > 0) {
+            const uint64_t key =
+                static_cast<uint64_t>((((seq_offset + b) * H + h) * S + i) * S + j);
+            keep = rng.uniform(key) >= p ? 1.0 / (1.0 - p) : 0.0;
+          }
+          for (int64_t k = 0; k < Dh; ++k) {
+            ctx[(b * S + i) * D + h * Dh + k] +=
+                e[j] / z * keep * qkv[(b * S + j) * 3 * D + 2 * D + h * Dh + k];
+          }
+        }
+      }
+    }
+  }
+  return naive_matmul(ctx, get("w_o"), N, D, D, false, get("b_o"));
+}
+
+TEST(AttentionLayerTest, RegistersNamedParameters) {
+  ParameterSet params(DType::kF32);
+  MultiHeadAttention attn("blocks.1.attn", 6, 2, 8, 0.1, &params);
+  const std::vector<std::pair<std::string, Shape>> want = {{"blocks.1.attn.w_qkv", {6, 18}},
+                                                           {"blocks.1.attn.b_qkv", {18}},
+                                                           {"blocks.1.attn.w_o", {6, 6}},
+                                                           {"blocks.1.attn.b_o", {6}}};
+  for (const auto& [name, shape] : want) {
+    const Parameter* p = params.find(name);
+    ASSERT_NE(p, nullptr) << name;
+    EXPECT_EQ(p->value.shape(), shape) << name;
+    EXPECT_EQ(p->weight_decay, name.find(".w_") != std::string::npos) << name;
+  }
+}
+
+class AttentionLayerShapes : public ::testing::TestWithParam<Case> {};
+
+TEST_P(AttentionLayerShapes, ForwardMatchesLoopsAndGradientsMatchDifferences) {
+  const Case c = GetParam();
+  const int64_t D = c.heads * c.head_dim, N = c.batch * c.seq;
+  const CounterRng rng{5, make_stream(RngTag::kTest, 9, 1)};
+  for (const bool training : {false, true}) {
+    SCOPED_TRACE(training ? "training (dropout 0.3)" : "evaluation");
+    ParameterSet params(DType::kF64);
+    MultiHeadAttention attn("attn", D, c.heads, c.max_seq, 0.3, &params);
+    randomize_parameters(&params, 50);
+    Tensor x = Tensor::empty({N, D}, DType::kF64);
+    fill_uniform(x, 51, -1, 1);
+    Tensor y = Tensor::empty({N, D}, DType::kF64);
+    MultiHeadAttention::Saved saved;
+    ASSERT_TRUE(attn.forward(x, c.batch, 7, training, rng, y, &saved).ok());
+    const std::vector<double> want =
+        naive_mha(params, to_vector<double>(x), c, training ? 0.3f : 0.f, rng, 7);
+    for (int64_t i = 0; i < N * D; ++i) EXPECT_NEAR(y.data<double>()[i], want[i], 1e-13) << i;
+
+    Tensor w = Tensor::empty(y.shape(), DType::kF64);
+    fill_uniform(w, 52);
+    auto loss = [&]() {
+      MultiHeadAttention::Saved s;
+      EXPECT_TRUE(attn.forward(x, c.batch, 7, training, rng, y, &s).ok());
+      return dot(y, w);
+    };
+    Tensor dx = Tensor::empty(x.shape(), DType::kF64);
+    ASSERT_TRUE(attn.backward(w, saved, dx).ok());
+    std::vector<GradTarget> targets = parameter_targets(params);
+    targets.push_back({"x", x, dx});
+    for (const auto& f : check_gradients(loss, targets, kFiniteDiff)) ADD_FAILURE() << f;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, AttentionLayerShapes,
+                         ::testing::Values(Case{1, 1, 1, 1, 3}, Case{2, 3, 5, 2, 3},
+                                           Case{1, 5, 5, 3, 2}, Case{3, 2, 4, 1, 5}),
+                         [](const ::testing::TestParamInfo<Case>& info) {
+                           return name(info.param);
+                         });
+
+TEST(AttentionLayerTest, DropoutDoesNotDependOnBatching) {
+  const int64_t B = 3, S = 4, H = 2, D = 6;
+  ParameterSet params(DType::kF32);
+  MultiHeadAttention attn("attn", D, H, S, 0.5, &params);
+  randomize_parameters(&params, 60);
+  Tensor x = Tensor::empty({B * S, D}, DType::kF32);
+  fill_uniform(x, 61);
+  const CounterRng rng{8, make_stream(RngTag::kTest, 10, 3)};
+  Tensor y = Tensor::empty({B * S, D}, DType::kF32);
+  MultiHeadAttention::Saved saved;
+  ASSERT_TRUE(attn.forward(x, B, 20, true, rng, y, &saved).ok());
+  for (int64_t b = 0; b < B; ++b) {
+    Tensor one = Tensor::empty({S, D}, DType::kF32);
+    MultiHeadAttention::Saved s;
+    ASSERT_TRUE(
+        attn.forward(x.view().rows(b * S, (b + 1) * S), 1, 20 + b, true, rng, one, &s).ok());
+    EXPECT_TRUE(bitwise_equal(one, y.view().rows(b * S, (b + 1) * S))) << b;
+  }
+}
+
+TEST(AttentionLayerTest, BadArgumentsNameTheLayer) {
+  ParameterSet params(DType::kF32);
+  MultiHeadAttention attn("blocks.2.attn", 4, 2, 3, 0.0, &params);
+  MultiHeadAttention::Saved saved;
+  Tensor x = Tensor::zeros({6, 4}, DType::kF32), y = Tensor::zeros({6, 4}, DType::kF32);
+  ASSERT_TRUE(attn.forward(x, 2, 0, true, {}, y, &saved).ok());
+  expect_invalid(attn.forward(x, 4, 0, true, {}, y, &saved), {"blocks.2.attn", "x"});  // 6 % 4
+  expect_invalid(attn.forward(x, 1, 0, true, {}, y, &saved), {"blocks.2.attn", "S <= 3"});
+  expect_invalid(attn.forward(x, 0, 0, true, {}, y, &saved), {"blocks.2.attn", "B = 0"});
+  expect_invalid(attn.forward(Tensor::zeros({6, 5}, DType::kF32), 2, 0, true, {}, y, &saved),
+                 {"blocks.2.attn", "x"});
+  expect_invalid(attn.forward(Tensor::zeros({6, 4}, DType::kF64), 2, 0, true, {}, y, &saved),
+                 {"blocks.2.attn", "x"});
+  expect_invalid(attn.forward(x, 2, 0, true, {}, Tensor::zeros({6, 3}, DType::kF32), &saved),
+                 {"blocks.2.attn", "y"});
+  expect_invalid(attn.backward(Tensor::zeros({5, 4}, DType::kF32), saved, x),
+                 {"blocks.2.attn", "dy"});
+  expect_invalid(attn.backward(y, saved, Tensor::zeros({6, 4}, DType::kF64)),
+                 {"blocks.2.attn", "dx"});
+  // H must divide D: reported by the attention kernel, with the layer's name.
+  ParameterSet params3(DType::kF32);
+  MultiHeadAttention bad_heads("attn3", 4, 3, 3, 0.0, &params3);
+  expect_invalid(bad_heads.forward(x, 2, 0, false, {}, y, &saved), {"attn3", "divisible by H = 3"});
+}
+
+}  // namespace
+}  // namespace moe::testing

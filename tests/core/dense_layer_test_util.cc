@@ -1,0 +1,44 @@
+#include "tests/core/dense_layer_test_util.h"
+
+#include <gtest/gtest.h>
+
+namespace moe::testing {
+
+void randomize_parameters(ParameterSet* params, uint64_t seed, double lo, double hi) {
+  uint64_t k = 0;
+  for (const auto& p : params->all()) {
+    fill_uniform(p->value, seed + k++, lo, hi);
+    ASSERT_TRUE(p->grad.zero().ok());
+  }
+}
+
+std::vector<GradTarget> parameter_targets(const ParameterSet& params) {
+  std::vector<GradTarget> targets;
+  for (const auto& p : params.all()) targets.push_back({p->name, p->value, p->grad});
+  return targets;
+}
+
+std::vector<double> naive_matmul(const std::vector<double>& a, const std::vector<double>& b,
+                                 int64_t m, int64_t k, int64_t n, bool b_transposed,
+                                 const std::vector<double>& bias) {
+  std::vector<double> c(m * n);
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double s = bias.empty() ? 0.0 : bias[j];
+      for (int64_t x = 0; x < k; ++x)
+        s += a[i * k + x] * (b_transposed ? b[j * k + x] : b[x * n + j]);
+      c[i * n + j] = s;
+    }
+  }
+  return c;
+}
+
+void expect_invalid(const Status& s, const std::vector<std::string>& needles) {
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.to_string();
+  for (const std::string& needle : needles) {
+    EXPECT_NE(s.message().find(needle), std::string::npos)
+        << "'" << needle << "' not in: " << s.message();
+  }
+}
+
+}  // namespace moe::testing

@@ -1,0 +1,31 @@
+// Helpers shared by the dense layer tests: random parameters, one finite-difference target per
+// parameter, naive row-major products, and the kInvalidArgument check.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/base/status.h"
+#include "core/layers/parameters.h"
+#include "tests/testing/gradient_check.h"
+
+namespace moe::testing {
+
+// Central differences in f64 with a tight tolerance (h, atol, rtol).
+inline const GradCheckOptions kFiniteDiff{1e-6, 1e-8, 1e-6};
+
+// Fills parameter k with uniform values in [lo, hi) from seed + k, and zeroes every gradient.
+void randomize_parameters(ParameterSet* params, uint64_t seed, double lo = -0.5, double hi = 0.5);
+// One target per parameter: the value perturbed, the accumulated gradient compared.
+std::vector<GradTarget> parameter_targets(const ParameterSet& params);
+
+// Naive c [M, N] = a [M, K] b [K, N] (b_transposed: b is [N, K]) + bias [N] (empty: none).
+std::vector<double> naive_matmul(const std::vector<double>& a, const std::vector<double>& b,
+                                 int64_t m, int64_t k, int64_t n, bool b_transposed,
+                                 const std::vector<double>& bias = {});
+
+// The status is kInvalidArgument and its message contains every needle.
+void expect_invalid(const Status& s, const std::vector<std::string>& needles);
+
+}  // namespace moe::testing

@@ -1,0 +1,156 @@
+// Layer norm (kernels/layernorm.h): forward against a two-pass computation and hand values,
+// saved mean/rstd, aliasing, the backward against central finite differences in f64 (dx
+// overwritten, dgamma/dbeta accumulated), and argument errors.
+#include "kernels/layernorm.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "tests/testing/gradient_check.h"
+
+namespace moe::kernels {
+namespace {
+
+using moe::testing::check_gradients;
+using moe::testing::dot;
+using moe::testing::fill_uniform;
+
+void expect_invalid(const Status& s, const std::string& needle) {
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.to_string();
+  EXPECT_NE(s.message().find(needle), std::string::npos) << s.message();
+}
+
+TEST(LayerNormTest, HandValues) {
+  Tensor x = Tensor::from_vector<double>({2, 4}, {1, 2, 3, 4, -2, 0, 2, 4});
+  Tensor g = Tensor::from_vector<double>({4}, {1, 2, 1, 1});
+  Tensor b = Tensor::from_vector<double>({4}, {0, 0, 0, 10});
+  Tensor y = Tensor::empty({2, 4}, DType::kF64), mean = Tensor::empty({2}, DType::kF64),
+         rstd = Tensor::empty({2}, DType::kF64);
+  ASSERT_TRUE(layernorm_forward(x, g, b, 0.0, y, mean, rstd).ok());
+  const double s0 = 1 / std::sqrt(1.25);  // row 0: mean 2.5, biased variance 1.25
+  const double s1 = 1 / std::sqrt(5.0);   // row 1: mean 1, variance (9 + 1 + 1 + 9) / 4
+  EXPECT_EQ(to_vector<double>(mean), (std::vector<double>{2.5, 1.0}));
+  EXPECT_NEAR(rstd.data<double>()[0], s0, 1e-15);
+  EXPECT_NEAR(rstd.data<double>()[1], s1, 1e-15);
+  const std::vector<double> want = {-1.5 * s0, 2 * -0.5 * s0, 0.5 * s0, 1.5 * s0 + 10,
+                                    -3 * s1,   2 * -1 * s1,   1 * s1,   3 * s1 + 10};
+  for (int i = 0; i < 8; ++i) EXPECT_NEAR(y.data<double>()[i], want[i], 1e-14) << i;
+}
+
+TEST(LayerNormTest, ForwardMatchesTwoPassForAwkwardShapesAndAliases) {
+  struct Case {
+    int64_t n, d;
+    double eps;
+  };
+  for (const Case c : {Case{1, 1, 1e-5}, Case{3, 5, 1e-5}, Case{4, 7, 0.1}, Case{2, 33, 1e-6}}) {
+    SCOPED_TRACE(str_cat("N ", c.n, " D ", c.d));
+    for (DType dt : {DType::kF64, DType::kF32}) {
+      Tensor x = Tensor::empty({c.n, c.d}, dt), g = Tensor::empty({c.d}, dt),
+             b = Tensor::empty({c.d}, dt);
+      fill_uniform(x, 1, -3, 3);
+      fill_uniform(g, 2, 0.5, 1.5);
+      fill_uniform(b, 3);
+      Tensor y = Tensor::empty({c.n, c.d}, dt), mean = Tensor::empty({c.n}, dt),
+             rstd = Tensor::empty({c.n}, dt);
+      Tensor x_copy = Tensor::copy_of(x);
+      ASSERT_TRUE(layernorm_forward(x, g, b, c.eps, y, mean, rstd).ok());
+      const double tol = dt == DType::kF64 ? 1e-13 : 2e-6;
+      auto at = [](const Tensor& t, int64_t i) {
+        return t.dtype() == DType::kF64 ? t.data<double>()[i] : double{t.data<float>()[i]};
+      };
+      for (int64_t r = 0; r < c.n; ++r) {
+        double m = 0, v = 0;
+        for (int64_t j = 0; j < c.d; ++j) m += at(x, r * c.d + j) / c.d;
+        for (int64_t j = 0; j < c.d; ++j)
+          v += (at(x, r * c.d + j) - m) * (at(x, r * c.d + j) - m) / c.d;
+        EXPECT_NEAR(at(mean, r), m, tol);
+        EXPECT_NEAR(at(rstd, r), 1 / std::sqrt(v + c.eps), tol * (1 + 1 / std::sqrt(v + c.eps)));
+        for (int64_t j = 0; j < c.d; ++j) {
+          const double want = (at(x, r * c.d + j) - m) / std::sqrt(v + c.eps) * at(g, j) + at(b, j);
+          EXPECT_NEAR(at(y, r * c.d + j), want, tol * 10);
+        }
+      }
+      // y may alias x: the same bits as the separate output.
+      ASSERT_TRUE(layernorm_forward(x_copy, g, b, c.eps, x_copy, mean, rstd).ok());
+      EXPECT_TRUE(moe::testing::bitwise_equal(x_copy, y));
+    }
+  }
+}
+
+TEST(LayerNormTest, BackwardMatchesFiniteDifferencesAndAccumulates) {
+  struct Case {
+    int64_t n, d;
+  };
+  for (const Case c : {Case{1, 1}, Case{1, 3}, Case{3, 5}, Case{4, 7}}) {
+    SCOPED_TRACE(str_cat("N ", c.n, " D ", c.d));
+    Tensor x = Tensor::empty({c.n, c.d}, DType::kF64), g = Tensor::empty({c.d}, DType::kF64),
+           b = Tensor::empty({c.d}, DType::kF64);
+    fill_uniform(x, 11, -2, 2);
+    fill_uniform(g, 12, 0.5, 1.5);
+    fill_uniform(b, 13);
+    Tensor y = Tensor::empty({c.n, c.d}, DType::kF64), mean = Tensor::empty({c.n}, DType::kF64),
+           rstd = Tensor::empty({c.n}, DType::kF64);
+    Tensor w = Tensor::empty({c.n, c.d}, DType::kF64);
+    fill_uniform(w, 14);
+    auto loss = [&]() {
+      EXPECT_TRUE(layernorm_forward(x, g, b, 1e-5, y, mean, rstd).ok());
+      return dot(y, w);
+    };
+    loss();
+    Tensor dx = Tensor::empty({c.n, c.d}, DType::kF64);
+    fill_uniform(dx, 15);  // overwritten
+    Tensor dg = Tensor::zeros({c.d}, DType::kF64), db = Tensor::zeros({c.d}, DType::kF64);
+    ASSERT_TRUE(layernorm_backward(w, x, g, mean, rstd, dx, dg, db).ok());
+    for (const auto& f : check_gradients(loss, {{"x", x, dx}, {"gamma", g, dg}, {"beta", b, db}},
+                                         {1e-6, 1e-8, 1e-6})) {
+      ADD_FAILURE() << f;
+    }
+    // A second backward adds the same parameter gradients again; dx (aliasing dy here) is
+    // overwritten with the same values.
+    loss();
+    Tensor dg1 = Tensor::copy_of(dg), db1 = Tensor::copy_of(db), dx1 = Tensor::copy_of(dx);
+    Tensor dy = Tensor::copy_of(w);
+    ASSERT_TRUE(layernorm_backward(dy, x, g, mean, rstd, dy, dg, db).ok());
+    EXPECT_LT(moe::testing::max_abs_diff(dy, dx1), 1e-15);
+    for (int64_t j = 0; j < c.d; ++j) {
+      EXPECT_NEAR(dg.data<double>()[j], 2 * dg1.data<double>()[j], 1e-14);
+      EXPECT_NEAR(db.data<double>()[j], 2 * db1.data<double>()[j], 1e-14);
+    }
+  }
+}
+
+TEST(LayerNormTest, BadArgumentsAreInvalidArgument) {
+  Tensor x = Tensor::zeros({2, 3}, DType::kF32), g = Tensor::zeros({3}, DType::kF32),
+         b = Tensor::zeros({3}, DType::kF32), y = Tensor::zeros({2, 3}, DType::kF32),
+         mean = Tensor::zeros({2}, DType::kF32), rstd = Tensor::zeros({2}, DType::kF32);
+  ASSERT_TRUE(layernorm_forward(x, g, b, 1e-5, y, mean, rstd).ok());
+  expect_invalid(layernorm_forward(x.view().reshape({6}), g, b, 1e-5, y, mean, rstd), "x");
+  expect_invalid(layernorm_forward(Tensor::zeros({2, 3}, DType::kI32), g, b, 1e-5, y, mean, rstd),
+                 "x");
+  expect_invalid(layernorm_forward(x, Tensor::zeros({4}, DType::kF32), b, 1e-5, y, mean, rstd),
+                 "gamma");
+  expect_invalid(layernorm_forward(x, g, Tensor::zeros({3}, DType::kF64), 1e-5, y, mean, rstd),
+                 "beta");
+  expect_invalid(layernorm_forward(x, g, b, 1e-5, Tensor::zeros({3, 2}, DType::kF32), mean, rstd),
+                 "y");
+  expect_invalid(layernorm_forward(x, g, b, 1e-5, y, Tensor::zeros({3}, DType::kF32), rstd),
+                 "mean");
+  expect_invalid(layernorm_forward(x, g, b, 1e-5, y, mean, Tensor::zeros({2}, DType::kF64)),
+                 "rstd");
+  expect_invalid(layernorm_forward(x, g, b, -1.0, y, mean, rstd), "eps");
+  Tensor dx = Tensor::zeros({2, 3}, DType::kF32);
+  expect_invalid(layernorm_backward(Tensor::zeros({2, 2}, DType::kF32), x, g, mean, rstd, dx, g, b),
+                 "dy");
+  expect_invalid(layernorm_backward(y, x, g, mean, rstd, Tensor::zeros({2, 2}, DType::kF32), g, b),
+                 "dx");
+  expect_invalid(layernorm_backward(y, x, g, mean, rstd, dx, Tensor::zeros({2}, DType::kF32), b),
+                 "dgamma");
+  expect_invalid(layernorm_backward(y, x, g, mean, rstd, dx, g, Tensor::zeros({3}, DType::kF64)),
+                 "dbeta");
+}
+
+}  // namespace
+}  // namespace moe::kernels

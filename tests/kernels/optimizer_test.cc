@@ -1,0 +1,151 @@
+// Optimiser steps (kernels/optimizer.h) against hand-computed values: AdamW over one and two
+// steps (bias correction, decoupled weight decay) in f64 and f32, SGD with and without momentum
+// and weight decay, the global gradient norm, and argument errors.
+#include "kernels/optimizer.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+namespace moe::kernels {
+namespace {
+
+void expect_invalid(const Status& s, const std::string& needle) {
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.to_string();
+  EXPECT_NE(s.message().find(needle), std::string::npos) << s.message();
+}
+
+// One AdamW step of a scalar, written out from the paper's algorithm (Loshchilov & Hutter):
+// decay first, then the bias-corrected Adam update.
+struct ScalarAdam {
+  double p, m = 0, v = 0;
+  void step(double g, double lr, double b1, double b2, double eps, double wd, int t) {
+    m = b1 * m + (1 - b1) * g;
+    v = b2 * v + (1 - b2) * g * g;
+    const double m_hat = m / (1 - std::pow(b1, t)), v_hat = v / (1 - std::pow(b2, t));
+    p = p - lr * wd * p - lr * m_hat / (std::sqrt(v_hat) + eps);
+  }
+};
+
+TEST(AdamWTest, OneAndTwoStepsByHand) {
+  Tensor p = Tensor::from_vector<double>({3}, {1.0, -2.0, 0.5});
+  Tensor m = Tensor::zeros({3}, DType::kF64), v = Tensor::zeros({3}, DType::kF64);
+  Tensor g1 = Tensor::from_vector<double>({3}, {0.5, -1.0, 0.0});
+  Tensor g2 = Tensor::from_vector<double>({3}, {0.1, 2.0, -3.0});
+  AdamWArgs a{0.1, 0.9, 0.99, 1e-8, 0.01, 1};
+  ASSERT_TRUE(adamw_step(a, p, g1, m, v).ok());
+  // Step 1: m = 0.1 g, v = 0.01 g^2, m_hat = g, v_hat = g^2: p = p (1 - 0.001) - 0.1 g / (|g| +
+  // eps).
+  EXPECT_NEAR(p.data<double>()[0], 1.0 * 0.999 - 0.1 * 0.5 / (0.5 + 1e-8), 1e-15);
+  EXPECT_NEAR(p.data<double>()[1], -2.0 * 0.999 + 0.1 * 1.0 / (1.0 + 1e-8), 1e-15);
+  EXPECT_NEAR(p.data<double>()[2], 0.5 * 0.999, 1e-15);  // zero gradient: decay only
+  EXPECT_NEAR(m.data<double>()[1], -0.1, 1e-16);
+  EXPECT_NEAR(v.data<double>()[1], 0.01, 1e-16);
+  const double p0 = p.data<double>()[0];
+  a.step = 2;
+  ASSERT_TRUE(adamw_step(a, p, g2, m, v).ok());
+  const double m0 = 0.9 * 0.05 + 0.1 * 0.1, v0 = 0.99 * 0.0025 + 0.01 * 0.01;
+  const double want = p0 * 0.999 - 0.1 * (m0 / (1 - 0.81)) / (std::sqrt(v0 / (1 - 0.9801)) + 1e-8);
+  EXPECT_NEAR(p.data<double>()[0], want, 1e-15);
+  EXPECT_NEAR(m.data<double>()[0], m0, 1e-16);
+  EXPECT_NEAR(v.data<double>()[0], v0, 1e-16);
+}
+
+TEST(AdamWTest, ThreeStepsAgainstScalarAlgorithmInF32AndF64) {
+  const std::vector<std::vector<double>> grads = {{0.3, -0.2}, {-0.1, 0.4}, {0.25, 0.0}};
+  for (DType dt : {DType::kF64, DType::kF32}) {
+    Tensor p = Tensor::zeros({2}, dt), g = Tensor::zeros({2}, dt), m = Tensor::zeros({2}, dt),
+           v = Tensor::zeros({2}, dt);
+    std::vector<ScalarAdam> want = {{0.7}, {-1.3}};
+    auto set = [&](const Tensor& t, int i, double x) {
+      if (dt == DType::kF64)
+        t.data<double>()[i] = x;
+      else
+        t.data<float>()[i] = static_cast<float>(x);
+    };
+    auto get = [&](const Tensor& t, int i) {
+      return dt == DType::kF64 ? t.data<double>()[i] : double{t.data<float>()[i]};
+    };
+    set(p, 0, 0.7);
+    set(p, 1, -1.3);
+    for (int t = 1; t <= 3; ++t) {
+      for (int i = 0; i < 2; ++i) {
+        set(g, i, grads[t - 1][i]);
+        want[i].step(get(g, i), 0.05, 0.8, 0.95, 1e-6, 0.1, t);
+      }
+      ASSERT_TRUE(adamw_step({0.05, 0.8, 0.95, 1e-6, 0.1, t}, p, g, m, v).ok());
+      for (int i = 0; i < 2; ++i) {
+        EXPECT_NEAR(get(p, i), want[i].p, dt == DType::kF64 ? 1e-15 : 1e-6) << "step " << t;
+      }
+    }
+  }
+}
+
+TEST(SgdTest, PlainStepWithWeightDecay) {
+  Tensor p = Tensor::from_vector<double>({2}, {1.0, -4.0});
+  Tensor g = Tensor::from_vector<double>({2}, {2.0, 0.5});
+  ASSERT_TRUE(sgd_step({0.1, 0.0, 0.5, true}, p, g, TensorView()).ok());
+  // p -= lr (g + wd p).
+  EXPECT_DOUBLE_EQ(p.data<double>()[0], 1.0 - 0.1 * (2.0 + 0.5 * 1.0));
+  EXPECT_DOUBLE_EQ(p.data<double>()[1], -4.0 - 0.1 * (0.5 + 0.5 * -4.0));
+}
+
+TEST(SgdTest, MomentumOverTwoSteps) {
+  Tensor p = Tensor::from_vector<double>({1}, {1.0});
+  Tensor buf = Tensor::from_vector<double>({1}, {123.0});  // ignored on the first step
+  Tensor g = Tensor::from_vector<double>({1}, {2.0});
+  SgdArgs a{0.1, 0.5, 0.0, true};
+  ASSERT_TRUE(sgd_step(a, p, g, buf).ok());
+  EXPECT_DOUBLE_EQ(buf.data<double>()[0], 2.0);
+  EXPECT_DOUBLE_EQ(p.data<double>()[0], 1.0 - 0.1 * 2.0);
+  a.first_step = false;
+  a.weight_decay = 0.25;
+  ASSERT_TRUE(sgd_step(a, p, g, buf).ok());
+  const double d = 2.0 + 0.25 * 0.8;  // g + wd p
+  EXPECT_DOUBLE_EQ(buf.data<double>()[0], 0.5 * 2.0 + d);
+  EXPECT_DOUBLE_EQ(p.data<double>()[0], 0.8 - 0.1 * (0.5 * 2.0 + d));
+}
+
+TEST(GradNormTest, GlobalNormOverMixedViewsAndClipping) {
+  Tensor a = Tensor::from_vector<double>({2}, {3.0, 0.0});
+  Tensor b = Tensor::from_vector<float>({2, 1}, {4.0f, 12.0f});
+  StatusOr<double> sq = sum_of_squares({a, b});
+  ASSERT_TRUE(sq.ok());
+  EXPECT_DOUBLE_EQ(*sq, 9.0 + 16.0 + 144.0);
+  StatusOr<double> norm = global_l2_norm({a, b});
+  ASSERT_TRUE(norm.ok());
+  EXPECT_DOUBLE_EQ(*norm, 13.0);
+  EXPECT_DOUBLE_EQ(*global_l2_norm({}), 0.0);
+  // Clip to norm 1.
+  ASSERT_TRUE(scale_inplace(a, 1.0 / *norm).ok());
+  ASSERT_TRUE(scale_inplace(b, 1.0 / *norm).ok());
+  EXPECT_NEAR(*global_l2_norm({a, b}), 1.0, 1e-7);
+  expect_invalid(global_l2_norm({a, Tensor::zeros({2}, DType::kI32)}).status(), "views");
+}
+
+TEST(OptimizerTest, BadArgumentsAreInvalidArgument) {
+  Tensor p = Tensor::zeros({3}, DType::kF32), g = Tensor::zeros({3}, DType::kF32),
+         m = Tensor::zeros({3}, DType::kF32), v = Tensor::zeros({3}, DType::kF32);
+  AdamWArgs a;
+  ASSERT_TRUE(adamw_step(a, p, g, m, v).ok());
+  expect_invalid(adamw_step(a, p, Tensor::zeros({4}, DType::kF32), m, v), "grad");
+  expect_invalid(adamw_step(a, p, g, Tensor::zeros({3}, DType::kF64), v), "m");
+  expect_invalid(adamw_step(a, p, g, m, Tensor::zeros({1, 3}, DType::kF32)), "v");
+  expect_invalid(adamw_step(a, Tensor::zeros({3}, DType::kI32), g, m, v), "param");
+  a.step = 0;
+  expect_invalid(adamw_step(a, p, g, m, v), "step");
+  a.step = 1;
+  a.beta2 = 1.0;
+  expect_invalid(adamw_step(a, p, g, m, v), "beta2");
+  a.beta2 = 0.999;
+  a.eps = 0;
+  expect_invalid(adamw_step(a, p, g, m, v), "eps");
+  expect_invalid(sgd_step({0.1, 0.9, 0.0, true}, p, g, TensorView()), "buf");
+  expect_invalid(sgd_step({0.1, -0.5, 0.0, true}, p, g, m), "momentum");
+  expect_invalid(sgd_step({0.1, 0.0, 0.0, true}, p, Tensor::zeros({3}, DType::kF64), m), "grad");
+}
+
+}  // namespace
+}  // namespace moe::kernels
