@@ -31,7 +31,8 @@ Status add_bias_grouped(const TensorView& x, const TensorView& bias,
 Status bias_grad_grouped(const TensorView& dy, const TensorView& dbias,
                          const std::vector<int64_t>& offsets, Stream stream = {});
 
-// Inverted dropout with a counter-based mask: keep(r, j) = rng.uniform(key(r) * N + j) >= p,
+// Inverted dropout with a counter-based mask: keep(r, j) = u >= p, u the 24-bit uniform from lane
+// j % 4 of rng.block(key(r) * ceil(N / 4) + j / 4) (four elements per Philox draw),
 // y = keep ? x / (1 - p) : 0. key(r) = row_keys[r] (i64 [M]) when given, else r. Keying rows by a
 // global token id makes the mask independent of where the row sits in a buffer (EP layout).
 // x, y: [M, N] (y may alias x). p in [0, 1).

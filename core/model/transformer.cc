@@ -1,9 +1,7 @@
 #include "core/model/transformer.h"
 
-#include <cmath>
-#include <limits>
-
 #include "core/base/hash.h"
+#include "core/layers/init.h"
 #include "core/layers/rng_streams.h"
 #include "kernels/activation.h"
 #include "kernels/common.h"
@@ -46,24 +44,18 @@ Status TransformerLM::init_parameters(uint64_t seed) {
   for (const auto& p : params_->all()) {
     const std::string& n = p->name;
     const std::string leaf = n.substr(n.rfind('.') + 1);
-    double fill = std::numeric_limits<double>::quiet_NaN();  // NaN: draw from N(0, init_std)
     if (leaf == "gamma" || leaf == "omega") {
-      fill = 1.0;
+      MOE_RETURN_IF_ERROR(init_constant(p->value, 1.0));
     } else if (leaf[0] == 'b') {
-      fill = 0.0;  // beta and the biases b_qkv, b_o, b1, b2, b_router
+      MOE_RETURN_IF_ERROR(init_constant(p->value, 0.0));  // beta, b_qkv, b_o, b1, b2, b_router
+    } else {
+      // One stream per parameter name; an expert shard draws its slice of the global tensor.
+      const CounterRng rng{seed, make_stream(RngTag::kInit, 0, fnv1a64(n))};
+      const uint64_t first = p->kind == ParamKind::kExpert
+                                 ? static_cast<uint64_t>(p->first_expert * (p->value.numel() / p->value.dim(0)))
+                                 : 0;
+      MOE_RETURN_IF_ERROR(init_normal(p->value, cfg_.init_std, rng, first));
     }
-    // One stream per parameter name; the element's global index draws from it.
-    const CounterRng rng{seed, make_stream(RngTag::kInit, 0, fnv1a64(n))};
-    const int64_t count = p->value.numel();
-    const int64_t base = p->kind == ParamKind::kExpert ? p->first_expert * (count / p->value.dim(0)) : 0;
-    MOE_RETURN_IF_ERROR(kernels::dispatch_host_float("init_parameters", p->value, [&](auto tag) {
-      using T = decltype(tag);
-      T* v = p->value.data<T>();
-      for (int64_t i = 0; i < count; ++i) {
-        v[i] = std::isnan(fill) ? static_cast<T>(cfg_.init_std * rng.normal(static_cast<uint64_t>(base + i)))
-                                : static_cast<T>(fill);
-      }
-    }));
   }
   return Status::OK();
 }
