@@ -1,5 +1,6 @@
 #include "core/layers/moe_layer.h"
 
+#include "core/layers/init.h"
 #include "core/layers/rng_streams.h"
 #include "kernels/activation.h"
 #include "kernels/moe_dispatch.h"
@@ -12,14 +13,6 @@ Tensor token_keys(int64_t tokens, int64_t token_offset) {
   Tensor keys = Tensor::empty({tokens}, DType::kI64);
   for (int64_t t = 0; t < tokens; ++t) keys.data<int64_t>()[t] = token_offset + t;
   return keys;
-}
-
-void set_one(const Tensor& t, int64_t i) {
-  if (t.dtype() == DType::kF64) {
-    t.data<double>()[i] = 1.0;
-  } else {
-    t.data<float>()[i] = 1.0f;
-  }
 }
 
 // dst = src, or zeros when src is empty. dst may be empty (nothing to do).
@@ -56,8 +49,8 @@ MoeLayer::MoeLayer(const std::string& prefix, const MoeLayerConfig& cfg, int blo
                dispatcher_.first_local_expert(), params) {
   if (cfg.sparsemixer.enabled && cfg.sparsemixer.omega) {
     omega_ = &params->add(prefix + ".omega", {cfg.d_model}, ParamKind::kDense, false);
-    // Initialised to ones (A.3); the model's initialiser leaves it alone.
-    for (int64_t i = 0; i < cfg.d_model; ++i) set_one(omega_->value, i);
+    // All ones (spec/sparsemixer-acmoe.md A.3), as the model's initialiser also sets it.
+    MOE_CHECK(init_constant(omega_->value, 1.0).ok());
   }
 }
 
@@ -173,26 +166,26 @@ Status MoeLayer::forward(const MoeLayerInputs& in, const MoeLayerOutputs& out,
   MOE_RETURN_IF_ERROR(copy_or_zero(adam ? saved->v_out.view() : in.adam_v_in, out.adam_v_out));
   if (out.top1.numel() > 0) MOE_RETURN_IF_ERROR(copy_or_zero(saved->router.top1, out.top1));
 
-  RouterStatsInfo* s = stats;
-  MOE_ASSIGN_OR_RETURN(double aux, router_.aux_loss(plan.load, in.stats_comm, &saved->router, s));
+  MOE_ASSIGN_OR_RETURN(double aux,
+                       router_.aux_loss(plan.load, in.stats_comm, &saved->router, stats));
   saved->aux_loss = aux;
   saved->aux_grad_multiplier =
       (cfg_.balance_scope == BalanceScope::kGlobal && in.stats_comm != nullptr)
           ? static_cast<double>(in.stats_comm->world_size())
           : 1.0;
-  if (s != nullptr) {
-    s->block = block_;
-    s->moe_index = moe_index_;
-    s->tokens += tokens;
-    s->slots += tokens * cfg_.top_k;
-    s->expert_load.resize(cfg_.num_experts, 0);
-    for (int64_t e = 0; e < cfg_.num_experts; ++e) s->expert_load[e] += plan.load.data<int64_t>()[e];
-    s->dropped_slots += plan.dropped_slots;
-    s->fully_dropped_tokens += plan.fully_dropped_tokens;
+  if (stats != nullptr) {
+    stats->block = block_;
+    stats->moe_index = moe_index_;
+    stats->tokens += tokens;
+    stats->slots += tokens * cfg_.top_k;
+    stats->expert_load.resize(cfg_.num_experts, 0);
+    for (int64_t e = 0; e < cfg_.num_experts; ++e) stats->expert_load[e] += plan.load.data<int64_t>()[e];
+    stats->dropped_slots += plan.dropped_slots;
+    stats->fully_dropped_tokens += plan.fully_dropped_tokens;
     MOE_ASSIGN_OR_RETURN(double u_norm, kernels::row_norm_sum(saved->u));
     MOE_ASSIGN_OR_RETURN(double p_norm, kernels::row_norm_sum(out.p_out));
-    s->output_norm_sum += u_norm;
-    s->state_norm_sum += p_norm;
+    stats->output_norm_sum += u_norm;
+    stats->state_norm_sum += p_norm;
   }
   return Status::OK();
 }

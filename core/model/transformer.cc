@@ -4,7 +4,6 @@
 #include "core/layers/init.h"
 #include "core/layers/rng_streams.h"
 #include "kernels/activation.h"
-#include "kernels/common.h"
 #include "kernels/cross_entropy.h"
 #include "kernels/optimizer.h"
 
