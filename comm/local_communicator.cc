@@ -9,6 +9,7 @@
 
 #include "comm/host_reduce.h"
 #include "comm/local_group.h"
+#include "comm/view_util.h"
 #include "core/base/check.h"
 
 namespace moe::comm {
@@ -31,19 +32,7 @@ std::string host_view_error(const char* what, const TensorView& v) {
   return {};
 }
 
-bool overlaps(const void* a, size_t na, const void* b, size_t nb) {
-  if (na == 0 || nb == 0) return false;
-  auto pa = reinterpret_cast<uintptr_t>(a);
-  auto pb = reinterpret_cast<uintptr_t>(b);
-  return pa < pb + nb && pb < pa + na;
-}
 
-// Bytes of one row (dimension 0) of a view with ndim >= 1.
-size_t row_bytes_of(const TensorView& v) {
-  size_t bytes = dtype_size(v.dtype());
-  for (int i = 1; i < v.ndim(); ++i) bytes *= static_cast<size_t>(v.dim(i));
-  return bytes;
-}
 
 void copy_bytes(void* dst, const void* src, size_t n) {
   if (n != 0 && dst != src) std::memcpy(dst, src, n);

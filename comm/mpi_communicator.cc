@@ -10,6 +10,7 @@
 #include "comm/host_reduce.h"
 #include "comm/host_staging.h"
 #include "comm/mpi_util.h"
+#include "comm/view_util.h"
 #include "core/base/check.h"
 #include "core/base/logging.h"
 
@@ -50,18 +51,7 @@ const char* op_text(ReduceOp op) {
   return "?";
 }
 
-bool overlaps(const void* a, size_t na, const void* b, size_t nb) {
-  if (na == 0 || nb == 0) return false;
-  auto pa = reinterpret_cast<uintptr_t>(a);
-  auto pb = reinterpret_cast<uintptr_t>(b);
-  return pa < pb + nb && pb < pa + na;
-}
 
-size_t row_bytes_of(const TensorView& v) {
-  size_t bytes = dtype_size(v.dtype());
-  for (int i = 1; i < v.ndim(); ++i) bytes *= static_cast<size_t>(v.dim(i));
-  return bytes;
-}
 
 // (datatype, count) describing `bytes` contiguous bytes with count <= max_count. Above it, one
 // element of a derived type: q blocks of max_count bytes, then the remainder (BigMPI's trick).

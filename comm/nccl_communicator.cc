@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "comm/bootstrap.h"
+#include "comm/view_util.h"
 #include "core/base/check.h"
 
 namespace moe::comm {
@@ -43,18 +44,7 @@ Status check_device_view(const char* op, const char* what, const TensorView& v) 
   return Status::OK();
 }
 
-bool overlaps(const void* a, size_t na, const void* b, size_t nb) {
-  if (na == 0 || nb == 0) return false;
-  auto pa = reinterpret_cast<uintptr_t>(a);
-  auto pb = reinterpret_cast<uintptr_t>(b);
-  return pa < pb + nb && pb < pa + na;
-}
 
-size_t row_bytes_of(const TensorView& v) {
-  size_t bytes = dtype_size(v.dtype());
-  for (int i = 1; i < v.ndim(); ++i) bytes *= static_cast<size_t>(v.dim(i));
-  return bytes;
-}
 
 }  // namespace
 
