@@ -1,6 +1,8 @@
 #include "core/train/checkpoint.h"
 
 #include <chrono>
+#include <cstdlib>
+#include <cstring>
 #include <map>
 
 #include "core/checkpoint/checkpoint_io.h"
@@ -85,7 +87,11 @@ Status read_expert_tensor(const std::vector<ckpt::SafetensorsFile>& shards, cons
   const size_t row_bytes = dst.nbytes() / static_cast<size_t>(std::max<int64_t>(local, 1));
   int64_t filled = 0;
   for (const ckpt::SafetensorsFile& f : shards) {
-    const int64_t f_first = std::stoll(f.metadata().at("first_expert"));
+    auto meta = f.metadata().find("first_expert");
+    if (meta == f.metadata().end()) {
+      return data_loss_error("expert shard ", f.path(), " has no first_expert metadata");
+    }
+    const int64_t f_first = std::strtoll(meta->second.c_str(), nullptr, 10);
     MOE_ASSIGN_OR_RETURN(Tensor t, f.read(name));
     const int64_t f_local = t.dim(0);
     std::vector<int64_t> expect = dst.shape().to_vector();
