@@ -1,6 +1,7 @@
-// Every environment variable the momoe executables read, with its default and meaning, in one
-// place (NCCL_PARAM style). Library code reads none of these (core reads only MOMOE_DATA_DIR, in
-// core/base/run_config.cc, to locate the bundled corpora).
+// Every MOMOE_* environment variable the executables read, with its default and meaning, in one
+// place (NCCL_PARAM style). Library code reads none of these; core reads only MOMOE_DATA_DIR (in
+// core/base/run_config.cc, to locate the bundled corpora). The launcher also reads the variables
+// MPI and Slurm set to describe the job (launcher/world.cc, launcher/launch_main.cc).
 #pragma once
 
 #include <cstdint>
