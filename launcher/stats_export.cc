@@ -1,6 +1,8 @@
 #include "launcher/stats_export.h"
 
+#include <algorithm>
 #include <cmath>
+#include <map>
 #include <cstdlib>
 #include <fstream>
 #include <iomanip>
@@ -48,6 +50,19 @@ nlohmann::json layer_json(const RouterStatsInfo& l) {
 }
 
 }  // namespace
+
+std::vector<StepStatsInfo> latest_per_step(std::vector<StepStatsInfo> steps) {
+  std::map<std::pair<bool, int64_t>, size_t> last;  // (is training, step) -> index
+  for (size_t i = 0; i < steps.size(); ++i) last[{is_training_step(steps[i]), steps[i].step}] = i;
+  std::vector<size_t> keep;
+  for (const auto& [key, index] : last) keep.push_back(index);
+  std::sort(keep.begin(), keep.end(), [&](size_t a, size_t b) {
+    return steps[a].step != steps[b].step ? steps[a].step < steps[b].step : a < b;
+  });
+  std::vector<StepStatsInfo> out;
+  for (size_t i : keep) out.push_back(std::move(steps[i]));
+  return out;
+}
 
 std::string step_line(const StepStatsInfo& s) {
   std::ostringstream os;

@@ -10,6 +10,11 @@
 
 namespace moe {
 
+// A resumed run appends records for steps it had already written before it was stopped (the steps
+// after the last checkpoint are trained again). Keeps the last record of each step (training and
+// evaluation records separately), in step order.
+std::vector<StepStatsInfo> latest_per_step(std::vector<StepStatsInfo> steps);
+
 // Mean over the last `window` training steps of each layer's statistics, plus the last
 // evaluation's perplexities.
 std::string summary_table(const std::vector<StepStatsInfo>& steps, int64_t window);

@@ -74,6 +74,7 @@ int run(int argc, char** argv) {
   }
   StatusOr<StatsFileContents> contents = read_stats_file(path);
   if (!contents.ok()) return fail(contents.status());
+  contents->steps = latest_per_step(std::move(contents->steps));
   if (contents->truncated_tail) log_warning(path, ": the last record is incomplete (run still writing, or killed)");
   StatusOr<int64_t> window = flags.get_int("window", 20);
   if (!window.ok()) return fail(window.status());

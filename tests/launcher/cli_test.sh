@@ -34,6 +34,17 @@ fi
 cat "$run/eval"
 grep -q '"ppl"' "$run/eval" && grep -q '"attacked_ppl"' "$run/eval" || fail "momoe-eval output"
 
+# Resume after a checkpoint at step 2 of a 4-step run: steps 3 and 4 are recorded twice in
+# stats.pb, and momoe-stats keeps the last record of each.
+resume=$run/resume
+"$bin/momoe-train" --config "$config" --run-dir "$resume" --set train.steps=4 --set train.checkpoint_every=2 \
+  --set train.eval_sequences=8 > /dev/null 2>&1 || fail "resume run 1"
+rm -rf "$resume/ckpt-00000004"
+"$bin/momoe-train" --config "$config" --run-dir "$resume" --set train.steps=4 --set train.checkpoint_every=2 \
+  --set train.eval_sequences=8 > /dev/null 2>&1 || fail "resume run 2"
+"$bin/momoe-stats" "$resume" --csv "$run/r.csv" > /dev/null || fail "momoe-stats after resume"
+[ "$(wc -l < "$run/r.csv")" -eq 9 ] || fail "duplicate steps after resume: $(wc -l < "$run/r.csv") CSV lines"
+
 expect_error() {  # expect_error NEEDLE COMMAND...
   local needle=$1; shift
   if "$@" > "$run/err" 2>&1; then fail "'$*' succeeded"; fi
