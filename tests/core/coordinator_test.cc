@@ -1,0 +1,69 @@
+// The coordinator on one rank: aggregation into stats.pb, the progress line, and the anomalies it
+// reports (a non-finite loss, a collapsed layer).
+#include "core/train/coordinator.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+
+#include "proto/stats_convert.h"
+#include "tests/core/trainer_test_util.h"
+
+namespace moe::testing {
+namespace {
+
+RouterStatsInfo layer(std::vector<int64_t> load) {
+  RouterStatsInfo l;
+  l.block = 1;
+  l.tokens = 0;
+  for (int64_t c : load) l.tokens += c;
+  l.slots = l.tokens;
+  l.expert_load = std::move(load);
+  return l;
+}
+
+TEST(CoordinatorTest, FlagsCollapseAndNonFiniteLossAndWritesStats) {
+  const std::string dir = fresh_dir("coordinator");
+  RunConfig cfg;
+  cfg.train.collapse_threshold = 3.0;
+  std::FILE* progress = std::tmpfile();
+  Coordinator c(cfg, nullptr, dir + "/stats.pb", progress);
+
+  StepStatsInfo balanced;
+  balanced.step = 0;
+  balanced.loss = 2.0;
+  balanced.tokens = 40;
+  balanced.layers.push_back(layer({10, 10, 10, 10}));
+  StatusOr<StepStatsInfo> a = c.report_step(balanced, {0.25}, 10);
+  ASSERT_TRUE(a.ok());
+  EXPECT_TRUE(a->anomalies.empty());
+  EXPECT_DOUBLE_EQ(a->layers[0].max_load, 1.0);
+  EXPECT_DOUBLE_EQ(a->layers[0].probe_flip_rate, 0.25);
+
+  StepStatsInfo collapsed = balanced;
+  collapsed.step = 1;
+  collapsed.loss = std::nan("");
+  collapsed.layers[0] = layer({37, 1, 1, 1});  // max load 37 / 10 = 3.7x the mean
+  StatusOr<StepStatsInfo> b = c.report_step(collapsed, {}, 10);
+  ASSERT_TRUE(b.ok());
+  ASSERT_EQ(b->anomalies.size(), 2u);
+  EXPECT_NE(b->anomalies[0].find("non-finite loss"), std::string::npos);
+  EXPECT_NE(b->anomalies[1].find("block 1 routing collapsed"), std::string::npos) << b->anomalies[1];
+
+  StatusOr<StatsFileContents> stats = read_stats_file(dir + "/stats.pb");
+  ASSERT_TRUE(stats.ok());
+  ASSERT_EQ(stats->steps.size(), 2u);
+  EXPECT_EQ(stats->steps[1].anomalies.size(), 2u);
+  EXPECT_EQ(stats->steps[0].layers[0].expert_load, (std::vector<int64_t>{10, 10, 10, 10}));
+  std::rewind(progress);
+  char line[512] = {0};
+  ASSERT_NE(std::fgets(line, sizeof(line), progress), nullptr);
+  EXPECT_NE(std::string(line).find("step 1/10 | loss 2.0000"), std::string::npos) << line;
+  std::fclose(progress);
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace moe::testing
