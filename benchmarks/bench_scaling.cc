@@ -1,7 +1,7 @@
 // momoe-bench scaling: one point of a weak- or strong-scaling curve per invocation (run it under
 // mpirun -np R for R = 1, 2, 4, ...; benchmarks/run_scaling.sh does the sweep and the plot).
 //   --what layer: the MoE layer forward + backward at EP = R (D, F, E, K below; capacity 1.25)
-//   --what train: a training step of the quick-start model at EP = R
+//   --what train: a training step of the quick-start model (16 experts) at EP = R
 //   --mode weak:   the per-rank work is fixed (tokens per rank, or sequences per rank)
 //   --mode strong: the global work is fixed and split over the ranks
 // Reports the median time per iteration and the aggregate tokens/s (all ranks).
@@ -70,7 +70,10 @@ Status train_point(const Args& a, World* world, bool weak, JsonLine* j) {
   if (batch % ranks != 0) return invalid_argument_error("global batch ", batch, " does not divide over ", ranks, " ranks");
   MOE_ASSIGN_OR_RETURN(RunConfig cfg, load_run_config(std::string(MOE_SOURCE_DIR) + "/configs/quickstart.pbtxt",
                                                       {"train.batch_size=" + std::to_string(batch),
-                                                       "train.probe_every=0"}, ranks));
+                                                       "train.probe_every=0",
+                                                       // 16 experts so that EP divides up to 16
+                                                       "model.moe.num_experts=16"},
+                                                      ranks));
   TrainerOptions opts;
   opts.run_dir = (std::filesystem::temp_directory_path() / "momoe_bench_scaling").string();
   opts.resume = false;
