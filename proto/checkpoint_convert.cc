@@ -1,5 +1,8 @@
 #include "proto/checkpoint_convert.h"
 
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
+
 #include "proto/checkpoint.pb.h"
 
 namespace moe {
@@ -29,7 +32,16 @@ std::string serialize_manifest(const CheckpointManifestInfo& c) {
   m.set_vocab_fingerprint(c.vocab_fingerprint);
   m.set_dtype(c.dtype);
   for (const auto& [k, v] : c.extra) (*m.mutable_extra())[k] = v;
-  return m.SerializeAsString();
+  // Deterministic: the same manifest gives the same bytes (map entries sorted by key), so
+  // checkpoints of identical runs are byte-identical.
+  std::string out;
+  {
+    google::protobuf::io::StringOutputStream stream(&out);
+    google::protobuf::io::CodedOutputStream coded(&stream);
+    coded.SetSerializationDeterministic(true);
+    m.SerializeToCodedStream(&coded);
+  }
+  return out;
 }
 
 StatusOr<CheckpointManifestInfo> parse_manifest(const std::string& bytes, const std::string& path) {
@@ -49,6 +61,10 @@ StatusOr<CheckpointManifestInfo> parse_manifest(const std::string& bytes, const 
   for (const momoe::CheckpointFile& p : m.files()) {
     if (p.kind() == momoe::CheckpointFile::KIND_UNSPECIFIED) {
       return data_loss_error("checkpoint manifest ", path, ": file ", p.path(), " has no kind");
+    }
+    if (!momoe::CheckpointFile::Kind_IsValid(p.kind())) {  // proto3 keeps unknown enum values
+      return data_loss_error("checkpoint manifest ", path, ": file ", p.path(), " has unknown kind ",
+                             static_cast<int>(p.kind()));
     }
     CheckpointFileInfo f;
     f.path = p.path();

@@ -8,6 +8,7 @@
 
 namespace moe {
 
+// Deterministic bytes (the `extra` map in key order).
 std::string serialize_manifest(const CheckpointManifestInfo& info);
 // kDataLoss naming `path` when the bytes do not parse; kFailedPrecondition for an unknown
 // format version.

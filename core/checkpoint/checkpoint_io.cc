@@ -1,6 +1,7 @@
 #include "core/checkpoint/checkpoint_io.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <filesystem>
 #include <vector>
@@ -12,18 +13,40 @@ namespace moe::ckpt {
 namespace fs = std::filesystem;
 namespace {
 
-// Steps of the ckpt-<digits> directories of run_dir, ascending.
+// The step of a directory named "ckpt-<at least 8 digits>", or -1 for any other name
+// (including "ckpt-00000120.tmp" and "ckpt-00000120.old").
+int64_t checkpoint_step(const std::string& name) {
+  constexpr size_t kPrefix = 5;  // "ckpt-"
+  if (name.rfind("ckpt-", 0) != 0 || name.size() < kPrefix + 8 || name.size() > kPrefix + 18) return -1;
+  int64_t step = 0;
+  for (size_t i = kPrefix; i < name.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(name[i]);
+    if (!std::isdigit(c)) return -1;
+    step = step * 10 + (c - '0');
+  }
+  return step;
+}
+
+// Steps and paths of the ckpt-<digits> directories of run_dir, ascending.
 std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string& run_dir) {
   std::vector<std::pair<int64_t, std::string>> out;
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(run_dir, ec)) {
-    const std::string name = entry.path().filename().string();
-    if (!entry.is_directory() || name.size() != 13 || name.rfind("ckpt-", 0) != 0) continue;
-    if (!std::all_of(name.begin() + 5, name.end(), ::isdigit)) continue;
-    out.emplace_back(std::stoll(name.substr(5)), entry.path().string());
+    const int64_t step = checkpoint_step(entry.path().filename().string());
+    std::error_code type_ec;
+    if (step >= 0 && entry.is_directory(type_ec)) out.emplace_back(step, entry.path().string());
   }
   std::sort(out.begin(), out.end());
   return out;
+}
+
+// A manifest path must stay inside the checkpoint directory.
+bool is_safe_relative_path(const std::string& p) {
+  if (p.empty() || p.front() == '/') return false;
+  for (const fs::path& part : fs::path(p)) {
+    if (part == ".." || part == ".") return false;
+  }
+  return true;
 }
 
 }  // namespace
@@ -47,22 +70,36 @@ Status write_manifest(const std::string& dir, const CheckpointManifestInfo& info
 
 Status verify_checkpoint_dir(const std::string& dir, const CheckpointManifestInfo& info) {
   for (const CheckpointFileInfo& f : info.files) {
+    if (!is_safe_relative_path(f.path)) {
+      return data_loss_error("checkpoint ", dir, ": the manifest lists '", f.path,
+                             "', which is not a path inside the checkpoint directory");
+    }
     const std::string path = dir + "/" + f.path;
     std::error_code ec;
-    const uintmax_t size = fs::file_size(path, ec);
-    if (ec) return data_loss_error("checkpoint ", dir, ": file ", f.path, " listed in the manifest is missing");
-    if (size != f.size_bytes) {
-      return data_loss_error("checkpoint ", dir, ": file ", f.path, " is ", size,
-                             " bytes, manifest says ", f.size_bytes, " (truncated?)");
+    if (!fs::is_regular_file(path, ec)) {
+      return data_loss_error("checkpoint ", dir, ": file ", f.path, " listed in the manifest is missing");
     }
-    MOE_ASSIGN_OR_RETURN(uint32_t crc, crc32_of_file(path));
-    if (crc != f.crc32) return data_loss_error("checkpoint ", dir, ": checksum mismatch in ", f.path);
+    const uintmax_t size = fs::file_size(path, ec);
+    if (ec) return data_loss_error("checkpoint ", dir, ": cannot stat ", f.path, ": ", ec.message());
+    if (size != f.size_bytes) {
+      return data_loss_error("checkpoint ", dir, ": file ", f.path, " is ", size, " bytes, manifest says ",
+                             f.size_bytes, size < f.size_bytes ? " (truncated?)" : "");
+    }
+    StatusOr<uint32_t> crc = crc32_of_file(path);
+    if (!crc.ok()) return data_loss_error("checkpoint ", dir, ": ", crc.status().message());
+    if (*crc != f.crc32) {
+      return data_loss_error("checkpoint ", dir, ": checksum mismatch in ", f.path, " (crc32 ", *crc,
+                             ", manifest says ", f.crc32, ")");
+    }
   }
   return Status::OK();
 }
 
 StatusOr<CheckpointFileInfo> describe_file(const std::string& dir, const std::string& relative_path,
                                            CheckpointFileKind kind, int ep_rank, int ep_size) {
+  if (!is_safe_relative_path(relative_path)) {
+    return invalid_argument_error("describe_file: '", relative_path, "' is not a path inside ", dir);
+  }
   CheckpointFileInfo f;
   f.path = relative_path;
   f.kind = kind;
@@ -70,8 +107,9 @@ StatusOr<CheckpointFileInfo> describe_file(const std::string& dir, const std::st
   f.ep_size = ep_size;
   const std::string path = dir + "/" + relative_path;
   std::error_code ec;
+  if (!fs::is_regular_file(path, ec)) return not_found_error("checkpoint file ", path, " is missing");
   f.size_bytes = fs::file_size(path, ec);
-  if (ec) return not_found_error("checkpoint file ", path, " is missing");
+  if (ec) return not_found_error("checkpoint file ", path, " is missing: ", ec.message());
   MOE_ASSIGN_OR_RETURN(f.crc32, crc32_of_file(path));
   return f;
 }
@@ -86,10 +124,13 @@ StatusOr<std::string> find_latest_checkpoint(const std::string& run_dir) {
 
 Status prune_checkpoints(const std::string& run_dir, int64_t keep) {
   auto all = list_checkpoints(run_dir);
-  for (size_t i = 0; i + static_cast<size_t>(std::max<int64_t>(keep, 0)) < all.size(); ++i) {
+  int64_t complete = 0;
+  for (auto it = all.rbegin(); it != all.rend(); ++it) {
+    if (!read_manifest(it->second).ok()) continue;  // not ours to judge: left alone
+    if (++complete <= keep) continue;
     std::error_code ec;
-    fs::remove_all(all[i].second, ec);
-    if (ec) return internal_error("cannot remove old checkpoint ", all[i].second, ": ", ec.message());
+    fs::remove_all(it->second, ec);
+    if (ec) return internal_error("cannot remove old checkpoint ", it->second, ": ", ec.message());
   }
   return Status::OK();
 }

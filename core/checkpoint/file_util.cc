@@ -1,75 +1,148 @@
 #include "core/checkpoint/file_util.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
+#include <vector>
 
 namespace moe::ckpt {
 namespace fs = std::filesystem;
+namespace {
+
+std::string parent_of(const std::string& path) {
+  const std::string dir = fs::path(path).parent_path().string();
+  return dir.empty() ? "." : dir;
+}
+
+// write(2) until done, retrying on EINTR and short writes.
+bool write_all(int fd, const char* p, size_t n) {
+  while (n > 0) {
+    const ssize_t w = ::write(fd, p, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return false;
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+  return true;
+}
+
+// fsyncs every regular file and directory under dir (not dir itself), deepest first.
+Status fsync_tree(const std::string& dir) {
+  std::error_code ec;
+  std::vector<std::string> dirs;
+  for (fs::recursive_directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    if (it->is_directory()) {
+      dirs.push_back(it->path().string());
+    } else if (it->is_regular_file()) {
+      MOE_RETURN_IF_ERROR(fsync_path(it->path().string()));
+    }
+  }
+  if (ec) return internal_error("cannot list ", dir, ": ", ec.message());
+  for (auto it = dirs.rbegin(); it != dirs.rend(); ++it) MOE_RETURN_IF_ERROR(fsync_path(*it));
+  return Status::OK();
+}
+
+}  // namespace
 
 Status fsync_path(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return internal_error("cannot open ", path, " to sync: ", std::strerror(errno));
   const int rc = ::fsync(fd);
+  const int err = errno;
   ::close(fd);
-  if (rc != 0) return internal_error("fsync of ", path, " failed: ", std::strerror(errno));
+  if (rc != 0) return internal_error("fsync of ", path, " failed: ", std::strerror(err));
   return Status::OK();
 }
 
 Status write_file_atomic(const std::string& path, const std::string& bytes) {
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) return internal_error("cannot create ", tmp, ": ", std::strerror(errno));
-    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    out.flush();
-    if (!out) return internal_error("writing ", tmp, " failed (disk full?)");
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return internal_error("cannot create ", tmp, ": ", std::strerror(errno));
+  const bool written = write_all(fd, bytes.data(), bytes.size());
+  const int write_errno = errno;
+  const bool synced = written && ::fsync(fd) == 0;
+  const int sync_errno = errno;
+  const bool closed = ::close(fd) == 0;
+  if (!written || !synced || !closed) {
+    ::unlink(tmp.c_str());
+    return internal_error(!written ? "writing " : !synced ? "fsync of " : "closing ", tmp, " (", bytes.size(),
+                          " bytes) failed: ", std::strerror(!written ? write_errno : sync_errno));
   }
-  MOE_RETURN_IF_ERROR(fsync_path(tmp));
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) return internal_error("cannot rename ", tmp, " to ", path, ": ", ec.message());
-  const std::string dir = fs::path(path).parent_path().string();
-  return fsync_path(dir.empty() ? "." : dir);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    return internal_error("cannot rename ", tmp, " to ", path, ": ", std::strerror(err));
+  }
+  return fsync_path(parent_of(path));
 }
 
 StatusOr<std::string> read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return not_found_error("cannot open ", path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) return data_loss_error("reading ", path, " failed");
-  return ss.str();
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return not_found_error("cannot open ", path, ": ", std::strerror(errno));
+  std::string out;
+  struct stat st;
+  if (::fstat(fd, &st) == 0 && st.st_size > 0) out.reserve(static_cast<size_t>(st.st_size));
+  char buf[1 << 16];
+  for (;;) {
+    const ssize_t r = ::read(fd, buf, sizeof(buf));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) {
+      const int err = errno;
+      ::close(fd);
+      return data_loss_error("reading ", path, " failed: ", std::strerror(err));
+    }
+    if (r == 0) break;
+    out.append(buf, static_cast<size_t>(r));
+  }
+  ::close(fd);
+  return out;
 }
 
-uint32_t crc32_of(const std::string& bytes) {
-  uLong crc = crc32(0L, Z_NULL, 0);
-  const Bytef* p = reinterpret_cast<const Bytef*>(bytes.data());
-  size_t left = bytes.size();
-  while (left > 0) {
-    const uInt n = static_cast<uInt>(std::min<size_t>(left, 1u << 30));
-    crc = crc32(crc, p, n);
-    p += n;
-    left -= n;
+uint32_t crc32_update(uint32_t crc, const void* data, size_t n) {
+  uLong c = crc;
+  const Bytef* p = static_cast<const Bytef*>(data);
+  while (n > 0) {
+    const uInt chunk = static_cast<uInt>(std::min<size_t>(n, 1u << 30));
+    c = ::crc32(c, p, chunk);
+    p += chunk;
+    n -= chunk;
   }
-  return static_cast<uint32_t>(crc);
+  return static_cast<uint32_t>(c);
 }
+
+uint32_t crc32_of(const std::string& bytes) { return crc32_update(0, bytes.data(), bytes.size()); }
 
 StatusOr<uint32_t> crc32_of_file(const std::string& path) {
-  MOE_ASSIGN_OR_RETURN(std::string bytes, read_file(path));
-  return crc32_of(bytes);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return not_found_error("cannot open ", path, ": ", std::strerror(errno));
+  std::vector<char> buf(1 << 20);
+  uint32_t crc = 0;
+  for (;;) {
+    const ssize_t r = ::read(fd, buf.data(), buf.size());
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) {
+      const int err = errno;
+      ::close(fd);
+      return data_loss_error("reading ", path, " failed: ", std::strerror(err));
+    }
+    if (r == 0) break;
+    crc = crc32_update(crc, buf.data(), static_cast<size_t>(r));
+  }
+  ::close(fd);
+  return crc;
 }
 
 StatusOr<AtomicDirectory> AtomicDirectory::begin(const std::string& final_dir) {
   AtomicDirectory d = attach(final_dir);
   std::error_code ec;
-  fs::remove_all(d.tmp_, ec);
+  fs::remove_all(d.tmp_, ec);  // stale, from a crash
+  if (ec) return internal_error("cannot remove the stale ", d.tmp_, ": ", ec.message());
   fs::create_directories(d.tmp_, ec);
   if (ec) return internal_error("cannot create ", d.tmp_, ": ", ec.message());
   return d;
@@ -77,29 +150,39 @@ StatusOr<AtomicDirectory> AtomicDirectory::begin(const std::string& final_dir) {
 
 AtomicDirectory AtomicDirectory::attach(const std::string& final_dir) {
   AtomicDirectory d;
+  // "run/ckpt-1/" and "run/ckpt-1" name the same directory; the suffixes need the bare name.
   d.final_ = final_dir;
-  d.tmp_ = final_dir + ".tmp";
+  while (d.final_.size() > 1 && d.final_.back() == '/') d.final_.pop_back();
+  d.tmp_ = d.final_ + ".tmp";
   return d;
 }
 
 Status AtomicDirectory::commit() {
   std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(tmp_, ec)) {
-    if (entry.is_regular_file()) MOE_RETURN_IF_ERROR(fsync_path(entry.path().string()));
-  }
-  if (ec) return internal_error("cannot list ", tmp_, ": ", ec.message());
+  if (!fs::is_directory(tmp_, ec)) return failed_precondition_error("commit: ", tmp_, " is not a directory");
+  MOE_RETURN_IF_ERROR(fsync_tree(tmp_));
   MOE_RETURN_IF_ERROR(fsync_path(tmp_));
+  const std::string parent = parent_of(final_);
+  // An existing final_dir is moved aside first: rename() cannot replace a non-empty directory.
+  // A crash between the two renames leaves "<final>.old" and "<final>.tmp", both ignored by
+  // loaders; the previous checkpoints of the run are untouched.
   const std::string old = final_ + ".old";
-  if (fs::exists(final_)) {
+  const bool replacing = fs::exists(final_, ec);
+  if (replacing) {
     fs::remove_all(old, ec);
+    if (ec) return internal_error("cannot remove the stale ", old, ": ", ec.message());
     fs::rename(final_, old, ec);
-    if (ec) return internal_error("cannot move ", final_, " aside: ", ec.message());
+    if (ec) return internal_error("cannot move ", final_, " aside to ", old, ": ", ec.message());
   }
   fs::rename(tmp_, final_, ec);
   if (ec) return internal_error("cannot rename ", tmp_, " to ", final_, ": ", ec.message());
-  fs::remove_all(old, ec);
-  const std::string parent = fs::path(final_).parent_path().string();
-  return fsync_path(parent.empty() ? "." : parent);
+  MOE_RETURN_IF_ERROR(fsync_path(parent));
+  if (replacing) {
+    fs::remove_all(old, ec);
+    if (ec) return internal_error("committed ", final_, " but cannot remove ", old, ": ", ec.message());
+    MOE_RETURN_IF_ERROR(fsync_path(parent));
+  }
+  return Status::OK();
 }
 
 }  // namespace moe::ckpt

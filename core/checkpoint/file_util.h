@@ -3,6 +3,7 @@
 // only when complete, so a crash never leaves a half checkpoint that looks whole.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -10,16 +11,25 @@
 
 namespace moe::ckpt {
 
-// Writes bytes to path + ".tmp.<pid>", fsyncs, renames over `path`, fsyncs the directory.
+// Writes bytes to path + ".tmp.<pid>", fsyncs it, renames it over `path`, fsyncs the directory.
+// On failure the temporary file is removed and `path` is left as it was (kInternal naming the
+// file and the system error).
 Status write_file_atomic(const std::string& path, const std::string& bytes);
-// The whole file; kNotFound naming the path when it cannot be opened.
+// The whole file; kNotFound naming the path (and the system error) when it cannot be opened,
+// kDataLoss when reading fails part way.
 StatusOr<std::string> read_file(const std::string& path);
+// CRC-32 as zlib computes it (the gzip/PNG polynomial); crc32_of("123456789") == 0xCBF43926.
 uint32_t crc32_of(const std::string& bytes);
+// Continues a CRC: crc32_update(crc32_of(a), b.data(), b.size()) == crc32_of(a + b); start at 0.
+uint32_t crc32_update(uint32_t crc, const void* data, size_t n);
+// Streams the file in 1 MiB blocks (never holds it whole). Errors as read_file.
 StatusOr<uint32_t> crc32_of_file(const std::string& path);
 Status fsync_path(const std::string& path);  // a file or a directory
 
-// A checkpoint directory under construction. Files go into path(); commit() makes it visible as
-// `final_dir` (replacing an older one of that name safely).
+// A checkpoint directory under construction. Files go into path() (final_dir + ".tmp");
+// commit() makes it visible as `final_dir`, replacing an older one of that name (moved to
+// final_dir + ".old", then removed). A crash before commit leaves only the ".tmp" directory,
+// which loaders ignore and the next begin() removes.
 class AtomicDirectory {
  public:
   // Creates final_dir + ".tmp" (removing a stale one left by a crash).
@@ -28,7 +38,8 @@ class AtomicDirectory {
   static AtomicDirectory attach(const std::string& final_dir);
   const std::string& path() const { return tmp_; }
   const std::string& final_path() const { return final_; }
-  // fsyncs every file and the directory, renames it to final_dir, fsyncs the parent.
+  // fsyncs every file and directory under path() and path() itself, renames it to final_dir,
+  // fsyncs the parent. kFailedPrecondition when path() does not exist (committed already).
   Status commit();
 
  private:

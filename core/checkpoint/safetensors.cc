@@ -1,15 +1,24 @@
 #include "core/checkpoint/safetensors.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <nlohmann/json.hpp>
 
 #include "core/checkpoint/file_util.h"
 
+// Tensor bytes are copied as they lie in memory; safetensors stores them little-endian.
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "safetensors I/O assumes a little-endian host"
+#endif
+
 namespace moe::ckpt {
 namespace {
 
 using nlohmann::json;
+
+// The reference reader's limit (safetensors/src/tensor.rs MAX_HEADER_SIZE).
+constexpr uint64_t kMaxHeaderBytes = 100'000'000;
 
 bool dtype_from_name(const std::string& s, DType* out) {
   for (DType d : {DType::kF32, DType::kF64, DType::kBF16, DType::kI32, DType::kI64, DType::kU8}) {
@@ -21,10 +30,57 @@ bool dtype_from_name(const std::string& s, DType* out) {
   return false;
 }
 
+// Parses one tensor entry of the header into *info; the error names file and tensor.
+Status parse_entry(const json& e, const std::string& where, TensorInfo* info) {
+  if (!e.is_object() || !e.contains("dtype") || !e.contains("shape") || !e.contains("data_offsets") ||
+      !e["dtype"].is_string() || !e["shape"].is_array() || !e["data_offsets"].is_array() ||
+      e["data_offsets"].size() != 2) {
+    return data_loss_error(where, ": needs dtype (string), shape (array) and data_offsets [begin, end]; got ",
+                           e.dump());
+  }
+  if (!dtype_from_name(e["dtype"].get<std::string>(), &info->dtype)) {
+    return data_loss_error(where, ": unsupported dtype ", e["dtype"].dump(),
+                           " (this build reads F32, F64, BF16, I32, I64, U8)");
+  }
+  uint64_t numel = 1;
+  for (const json& d : e["shape"]) {
+    // Non-negative integers parse as unsigned; anything else (negative, fraction) is refused.
+    if (!d.is_number_unsigned() || d.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX) ||
+        __builtin_mul_overflow(numel, d.get<uint64_t>(), &numel)) {
+      return data_loss_error(where, ": bad shape ", e["shape"].dump());
+    }
+    info->shape.push_back(static_cast<int64_t>(d.get<uint64_t>()));
+  }
+  for (const json& o : e["data_offsets"]) {
+    if (!o.is_number_unsigned() || o.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) {
+      return data_loss_error(where, ": bad data_offsets ", e["data_offsets"].dump());
+    }
+  }
+  info->begin = static_cast<int64_t>(e["data_offsets"][0].get<uint64_t>());
+  info->end = static_cast<int64_t>(e["data_offsets"][1].get<uint64_t>());
+  uint64_t nbytes = 0;
+  if (__builtin_mul_overflow(numel, static_cast<uint64_t>(dtype_size(info->dtype)), &nbytes) ||
+      info->end < info->begin || static_cast<uint64_t>(info->end - info->begin) != nbytes) {
+    return data_loss_error(where, ": data_offsets [", info->begin, ", ", info->end, "] do not hold ", numel,
+                           " elements of ", dtype_safetensors_name(info->dtype), " (", nbytes, " bytes)");
+  }
+  return Status::OK();
+}
+
+std::string shape_string(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
 }  // namespace
 
 void SafetensorsWriter::add(const std::string& name, const TensorView& tensor) {
   MOE_CHECK(tensor.is_host(), "safetensors: ", name, " is not a host tensor");
+  MOE_CHECK(name != "__metadata__", "safetensors: \"__metadata__\" is not a tensor name");
+  for (const auto& [existing, t] : tensors_) {
+    MOE_CHECK(existing != name, "safetensors: tensor '", name, "' added twice");
+  }
   tensors_.emplace_back(name, tensor);
 }
 
@@ -33,7 +89,8 @@ void SafetensorsWriter::set_metadata(const std::string& key, const std::string& 
 }
 
 std::string SafetensorsWriter::serialize() const {
-  // Build the header with ordered keys: __metadata__ first, then tensors in insertion order.
+  // The header is assembled by hand so that keys keep our order (nlohmann's json object would
+  // sort them): __metadata__ first, then tensors in insertion order.
   std::string header = "{";
   bool first = true;
   if (!metadata_.empty()) {
@@ -42,14 +99,11 @@ std::string SafetensorsWriter::serialize() const {
   }
   int64_t offset = 0;
   for (const auto& [name, t] : tensors_) {
-    json entry;
-    entry["dtype"] = dtype_safetensors_name(t.dtype());
-    entry["shape"] = t.shape().to_vector();
-    entry["data_offsets"] = {offset, offset + static_cast<int64_t>(t.nbytes())};
-    offset += static_cast<int64_t>(t.nbytes());
-    header += (first ? "" : ",") + json(name).dump() + ":" +
-              "{\"dtype\":" + entry["dtype"].dump() + ",\"shape\":" + entry["shape"].dump() +
-              ",\"data_offsets\":" + entry["data_offsets"].dump() + "}";
+    const int64_t end = offset + static_cast<int64_t>(t.nbytes());
+    header += (first ? "" : ",") + json(name).dump() + ":{\"dtype\":" +
+              json(dtype_safetensors_name(t.dtype())).dump() + ",\"shape\":" + json(t.shape().to_vector()).dump() +
+              ",\"data_offsets\":" + json({offset, end}).dump() + "}";
+    offset = end;
     first = false;
   }
   header += "}";
@@ -57,6 +111,7 @@ std::string SafetensorsWriter::serialize() const {
   std::string out(8, '\0');
   const uint64_t n = header.size();
   for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((n >> (8 * i)) & 0xff);
+  out.reserve(8 + header.size() + static_cast<size_t>(offset));
   out += header;
   for (const auto& [name, t] : tensors_) out.append(static_cast<const char*>(t.raw()), t.nbytes());
   return out;
@@ -80,18 +135,24 @@ StatusOr<SafetensorsFile> SafetensorsFile::parse(std::string bytes, const std::s
   }
   uint64_t n = 0;
   for (int i = 0; i < 8; ++i) n |= static_cast<uint64_t>(static_cast<uint8_t>(bytes[i])) << (8 * i);
+  if (n > kMaxHeaderBytes) {
+    return data_loss_error("safetensors file ", path, ": header length ", n, " is over the ", kMaxHeaderBytes,
+                           "-byte limit (not a safetensors file?)");
+  }
   if (n > bytes.size() - 8) {
     return data_loss_error("safetensors file ", path, ": header length ", n, " exceeds the ",
                            bytes.size() - 8, " bytes that follow (truncated?)");
   }
-  json header = json::parse(bytes.begin() + 8, bytes.begin() + 8 + static_cast<int64_t>(n), nullptr,
-                            /*allow_exceptions=*/false);
-  if (header.is_discarded() || !header.is_object()) {
+  const json header = json::parse(bytes.begin() + 8, bytes.begin() + 8 + static_cast<int64_t>(n), nullptr,
+                                  /*allow_exceptions=*/false);
+  if (header.is_discarded()) {
+    return data_loss_error("safetensors file ", path, ": the ", n, "-byte header is not valid UTF-8 JSON");
+  }
+  if (!header.is_object()) {
     return data_loss_error("safetensors file ", path, ": the header is not a JSON object");
   }
   f.data_start_ = 8 + n;
   const uint64_t data_size = bytes.size() - f.data_start_;
-  std::vector<std::pair<int64_t, int64_t>> ranges;
   for (auto it = header.begin(); it != header.end(); ++it) {
     const std::string& name = it.key();
     const json& e = it.value();
@@ -105,43 +166,39 @@ StatusOr<SafetensorsFile> SafetensorsFile::parse(std::string bytes, const std::s
       }
       continue;
     }
-    const std::string where = "safetensors file " + path + ", tensor '" + name + "'";
-    if (!e.is_object() || !e.contains("dtype") || !e.contains("shape") || !e.contains("data_offsets") ||
-        !e["dtype"].is_string() || !e["shape"].is_array() || !e["data_offsets"].is_array() ||
-        e["data_offsets"].size() != 2) {
-      return data_loss_error(where, ": needs dtype, shape and data_offsets [begin, end]");
-    }
     TensorInfo info;
-    if (!dtype_from_name(e["dtype"].get<std::string>(), &info.dtype)) {
-      return data_loss_error(where, ": unsupported dtype ", e["dtype"].dump());
-    }
-    int64_t numel = 1;
-    for (const json& d : e["shape"]) {
-      if (!d.is_number_integer() || d.get<int64_t>() < 0) return data_loss_error(where, ": bad shape ", e["shape"].dump());
-      info.shape.push_back(d.get<int64_t>());
-      numel *= d.get<int64_t>();
-    }
-    for (const json& o : e["data_offsets"]) {
-      if (!o.is_number_integer() || o.get<int64_t>() < 0) return data_loss_error(where, ": bad data_offsets");
-    }
-    info.begin = e["data_offsets"][0].get<int64_t>();
-    info.end = e["data_offsets"][1].get<int64_t>();
-    if (info.end < info.begin || static_cast<uint64_t>(info.end) > data_size) {
-      return data_loss_error(where, ": data_offsets [", info.begin, ", ", info.end,
-                             "] outside the ", data_size, " data bytes (truncated?)");
-    }
-    if (info.end - info.begin != numel * static_cast<int64_t>(dtype_size(info.dtype))) {
-      return data_loss_error(where, ": ", info.end - info.begin, " bytes do not hold ", numel,
-                             " elements of ", dtype_safetensors_name(info.dtype));
-    }
-    ranges.emplace_back(info.begin, info.end);
+    MOE_RETURN_IF_ERROR(parse_entry(e, "safetensors file " + path + ", tensor '" + name + "'", &info));
     f.tensors_[name] = info;
   }
-  std::sort(ranges.begin(), ranges.end());
-  for (size_t i = 1; i < ranges.size(); ++i) {
-    if (ranges[i].first < ranges[i - 1].second) {
-      return data_loss_error("safetensors file ", path, ": tensor data ranges overlap");
+  // The byte ranges, in offset order, must tile [0, data_size) exactly.
+  std::vector<std::pair<const std::string*, const TensorInfo*>> order;
+  for (const auto& [name, info] : f.tensors_) order.emplace_back(&name, &info);
+  std::sort(order.begin(), order.end(), [](const auto& a, const auto& b) {
+    return std::make_pair(a.second->begin, a.second->end) < std::make_pair(b.second->begin, b.second->end);
+  });
+  int64_t expected = 0;
+  const std::string* previous = nullptr;
+  for (const auto& [name, info] : order) {
+    const std::string where = "safetensors file " + path + ", tensor '" + *name + "': data_offsets [" +
+                              std::to_string(info->begin) + ", " + std::to_string(info->end) + "]";
+    if (info->begin < expected) {
+      return data_loss_error(where, " overlaps tensor '", *previous, "', which ends at byte ", expected);
     }
+    if (info->begin > expected) {
+      return data_loss_error(where, " leave bytes [", expected, ", ", info->begin, ") ",
+                             previous ? "after tensor '" + *previous + "'" : std::string("at the start of the data"),
+                             " unused");
+    }
+    if (static_cast<uint64_t>(info->end) > data_size) {
+      return data_loss_error(where, " run past the ", data_size, " data bytes (truncated?)");
+    }
+    expected = info->end;
+    previous = name;
+  }
+  if (static_cast<uint64_t>(expected) != data_size) {
+    return data_loss_error("safetensors file ", path, ": ", data_size - static_cast<uint64_t>(expected),
+                           " bytes ", previous ? "after the last tensor '" + *previous + "'" : std::string("of data"),
+                           " belong to no tensor");
   }
   f.bytes_ = std::move(bytes);
   return f;
@@ -161,19 +218,28 @@ StatusOr<TensorInfo> SafetensorsFile::info(const std::string& name) const {
 
 Status SafetensorsFile::read_into(const std::string& name, const TensorView& dst) const {
   MOE_ASSIGN_OR_RETURN(TensorInfo info, this->info(name));
-  if (info.dtype != dst.dtype() || Shape(info.shape) != dst.shape()) {
-    return invalid_argument_error("tensor '", name, "' in ", path_, " is ",
-                                  dtype_safetensors_name(info.dtype), Shape(info.shape).to_string(),
-                                  ", expected ", dtype_safetensors_name(dst.dtype()),
+  // Compared as vectors: the file may hold more dims than Shape can (Shape::kMaxDims).
+  if (info.dtype != dst.dtype() || info.shape != dst.shape().to_vector()) {
+    return invalid_argument_error("tensor '", name, "' in ", path_, " is ", dtype_safetensors_name(info.dtype),
+                                  shape_string(info.shape), ", expected ", dtype_safetensors_name(dst.dtype()),
                                   dst.shape().to_string());
   }
-  if (!dst.is_host()) return invalid_argument_error("read_into needs a host tensor for '", name, "'");
-  std::memcpy(dst.raw(), bytes_.data() + data_start_ + info.begin, static_cast<size_t>(info.end - info.begin));
+  if (!dst.is_host()) {
+    return invalid_argument_error("read_into: tensor '", name, "' of ", path_, " needs a host destination, got ",
+                                  dst.to_string());
+  }
+  if (info.end > info.begin) {
+    std::memcpy(dst.raw(), bytes_.data() + data_start_ + info.begin, static_cast<size_t>(info.end - info.begin));
+  }
   return Status::OK();
 }
 
 StatusOr<Tensor> SafetensorsFile::read(const std::string& name) const {
   MOE_ASSIGN_OR_RETURN(TensorInfo info, this->info(name));
+  if (info.shape.size() > static_cast<size_t>(Shape::kMaxDims)) {
+    return invalid_argument_error("tensor '", name, "' in ", path_, " has ", info.shape.size(),
+                                  " dims; tensors here have at most ", Shape::kMaxDims);
+  }
   Tensor t = Tensor::empty(Shape(info.shape), info.dtype);
   MOE_RETURN_IF_ERROR(read_into(name, t));
   return t;
