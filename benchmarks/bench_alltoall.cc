@@ -1,19 +1,31 @@
-// momoe-bench alltoall: the MoE token exchange against a plain exchange of the same bytes, in one
-// run, under mpirun:
-//   exchange: the dispatcher's all-to-all of the capacity buffer through comm::MpiCommunicator
-//   plain:    MPI_Alltoall of the same number of bytes per peer, called directly
-//   moe:      the whole dispatch + combine data path (row gathers, counts exchange, both
-//             all-to-alls, compaction) as the MoE layer runs it
-// Bytes are counted from the real plan (padding rows included, since they travel):
-//   bytes_per_rank = send rows * D * 4 for one direction; dispatch + combine move twice that.
-// Ratios: plain_time / exchange_time (target >= 0.9) and 2 * plain_time / moe_time.
-// A correctness pre-check runs first: combine(dispatch(x)) with unit gates must equal K * x.
+// momoe-bench alltoall: the MoE token exchange (capacity mode, random routing seeded by rank)
+// against a plain exchange of the same bytes, in one run, under mpirun (or alone: np 1 has no
+// communicator, and every exchange is the dispatcher's local copy).
+//   exchange: the two all-to-alls of dispatch + combine (send -> recv, recv -> send), called as
+//             the dispatcher calls them, through comm::Communicator (MPI backend)
+//   plain:    two MPI_Alltoall calls of the same bytes per peer, made directly
+//   dispatch_combine: end to end, MoeDispatcher::dispatch then gather_back (row gathers into the
+//             capacity buffer, both exchanges, compaction and its inverse); plan: the counts
+//             exchange, the key exchange and the maps, which the layer pays once per forward
+// Bytes come from the real plan, padding included (empty capacity slots travel too):
+//   bytes_per_peer = E_l * C * D * 4 per direction
+//   bytes_per_rank = 2 * (send rows + recv rows) * D * 4   (sent + received, both directions)
+//   busbw_gbps     = 2 * send bytes * (R - 1) / R / time    (nccl-tests' all-to-all factor)
+// Every timed iteration starts after a barrier and counts as its slowest rank (the max over
+// ranks); the line gives the median and min over --iterations after --warmup untimed ones.
+// Ratios: plain / exchange (target >= 0.9) and plain / dispatch_combine.
+// Before timing, every rank checks combine(gather_back(dispatch(x))) == K x with unit gates on a
+// small size where nothing drops, then == (kept slots) x with the plan that is timed.
 //
 //   mpirun -np 4 momoe-bench alltoall [--tokens 4096,16384] [--d 512] [--experts 16] [--top-k 2]
-//                                     [--iterations 20] [--warmup 3]
+//                                     [--capacity-factor 1.25] [--iterations 20] [--warmup 3]
 #include <mpi.h>
 
+#include <algorithm>
+#include <chrono>
+#include <climits>
 #include <cstdio>
+#include <cstdlib>
 
 #include "benchmarks/bench_util.h"
 #include "core/base/rng.h"
@@ -24,16 +36,20 @@
 namespace moe::bench {
 namespace {
 
+// idx [T, K] i32: a random first expert per token, then the next K - 1 (distinct, wrapping).
 Tensor random_routing(int rank, int64_t tokens, int64_t experts, int64_t k) {
   Tensor idx = Tensor::empty({tokens, k}, DType::kI32);
   CounterRng rng{11, make_stream(RngTag::kTest, static_cast<uint64_t>(rank), 1)};
   for (int64_t t = 0; t < tokens; ++t) {
     const int64_t first = rng.u32(t) % experts;
-    for (int64_t j = 0; j < k; ++j) idx.data<int32_t>()[t * k + j] = static_cast<int32_t>((first + j) % experts);
+    for (int64_t j = 0; j < k; ++j)
+      idx.data<int32_t>()[t * k + j] = static_cast<int32_t>((first + j) % experts);
   }
   return idx;
 }
 
+// combine(gather_back(dispatch(x))) with unit gates must be (slots kept for t) x_t: K x_t when
+// nothing was dropped.
 Status check_identity(const MoeDispatcher& d, const DispatchPlan& plan, int64_t tokens, int64_t dim,
                       int64_t k) {
   Tensor x = Tensor::empty({tokens, dim}, DType::kF32);
@@ -45,72 +61,179 @@ Status check_identity(const MoeDispatcher& d, const DispatchPlan& plan, int64_t 
   for (int64_t i = 0; i < gates.numel(); ++i) gates.data<float>()[i] = 1.f;
   Tensor u = Tensor::empty({tokens, dim}, DType::kF32);
   MOE_RETURN_IF_ERROR(kernels::combine(send, plan.row, gates, TensorView(), u));
-  for (int64_t i = 0; i < x.numel(); ++i) {
-    if (u.data<float>()[i] != static_cast<float>(k) * x.data<float>()[i]) {
-      return internal_error("check failed: combine(dispatch(x)) != K x at element ", i);
+  const int32_t* slot = plan.slot.data<int32_t>();
+  for (int64_t t = 0; t < tokens; ++t) {
+    int64_t kept = 0;
+    for (int64_t j = 0; j < k; ++j) kept += slot[t * k + j] >= 0;
+    for (int64_t c = 0; c < dim; ++c) {
+      const float want = static_cast<float>(kept) * x.data<float>()[t * dim + c];
+      if (u.data<float>()[t * dim + c] != want) {
+        return internal_error("check failed: combine(dispatch(x)) != (kept slots) x at token ", t);
+      }
     }
   }
   return Status::OK();
 }
 
+// Like time_it, but each iteration starts after a barrier and takes the slowest rank's time.
+StatusOr<Timing> time_collective(int warmup, int iterations, comm::Communicator* comm,
+                                 const std::function<Status()>& fn) {
+  for (int i = 0; i < warmup; ++i) MOE_RETURN_IF_ERROR(fn());
+  std::vector<double> t(iterations);
+  for (int i = 0; i < iterations; ++i) {
+    if (comm != nullptr) MOE_RETURN_IF_ERROR(comm->barrier());
+    const auto t0 = std::chrono::steady_clock::now();
+    MOE_RETURN_IF_ERROR(fn());
+    t[i] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  if (comm != nullptr && iterations > 0) {
+    Tensor slowest = Tensor::from_vector<double>({iterations}, t);
+    MOE_RETURN_IF_ERROR(comm->all_reduce(slowest, slowest, comm::ReduceOp::kMax));
+    t = to_vector<double>(slowest);
+  }
+  Timing out;
+  out.iterations = iterations;
+  if (t.empty()) return out;
+  std::sort(t.begin(), t.end());
+  out.median = t[t.size() / 2];
+  out.min = t.front();
+  return out;
+}
+
+// One rank: the dispatcher's exchange is a copy, in both directions.
+Status copy_both_ways(const Tensor& send, const Tensor& recv) {
+  MOE_RETURN_IF_ERROR(
+      device_memcpy(recv.raw(), recv.device(), send.raw(), send.device(), send.nbytes()));
+  return device_memcpy(send.raw(), send.device(), recv.raw(), recv.device(), recv.nbytes());
+}
+
+std::string mpi_library() {
+  char version[MPI_MAX_LIBRARY_VERSION_STRING] = "?";
+  int length = 0;
+  MPI_Get_library_version(version, &length);  // allowed before MPI_Init
+  std::string s(version, static_cast<size_t>(std::max(length, 0)));
+  s = s.substr(0, s.find_first_of(",\n"));
+  return s;
+}
+
 }  // namespace
 
 Status bench_alltoall(int argc, char** argv, World* world) {
-  MOE_ASSIGN_OR_RETURN(Args a, Args::parse(argc, argv, {"tokens", "d", "experts", "top-k", "iterations", "warmup"}));
+  MOE_ASSIGN_OR_RETURN(Args a, Args::parse(argc, argv,
+                                           {"tokens", "d", "experts", "top-k", "capacity-factor",
+                                            "iterations", "warmup"}));
   const int64_t dim = a.get("d", 512), experts = a.get("experts", 16), k = a.get("top-k", 2);
-  const int iterations = static_cast<int>(a.get("iterations", 20)), warmup = static_cast<int>(a.get("warmup", 3));
+  const double capacity_factor = std::strtod(a.get_str("capacity-factor", "1.25").c_str(), nullptr);
+  const int iterations = static_cast<int>(a.get("iterations", 20)),
+            warmup = static_cast<int>(a.get("warmup", 3));
   comm::Communicator* comm = world->comm.get();
   const int ranks = world->size();
-  if (experts % ranks != 0) return invalid_argument_error("--experts ", experts, " is not divisible by ", ranks, " ranks");
+  if (experts % ranks != 0)
+    return invalid_argument_error("--experts ", experts, " is not divisible by ", ranks, " ranks");
+  if (world->rank() == 0) {
+    JsonLine env("alltoall_env");
+    env.str("mpi", mpi_library())
+        .str("backend", comm != nullptr ? comm->backend_name() : "none (one rank)")
+        .str("plain", comm != nullptr ? "MPI_Alltoall" : "memcpy")
+        .num("world_size", ranks);
+    std::printf("%s\n", env.dump().c_str());
+  }
   for (int64_t tokens : a.get_list("tokens", {4096, 16384})) {
     MoeLayerConfig cfg;
     cfg.d_model = dim;
     cfg.d_expert = dim;
     cfg.num_experts = experts;
     cfg.top_k = k;
-    cfg.capacity_factor = 1.25;
+    cfg.capacity_factor = capacity_factor;
     MOE_RETURN_IF_ERROR(cfg.validate("bench", ranks));
+    {
+      // On at most 512 tokens with C = T (no token reaches an expert twice): nothing drops, and
+      // the result must be exactly K x.
+      const int64_t small = std::min<int64_t>(tokens, 512);
+      MoeLayerConfig roomy = cfg;
+      roomy.capacity_factor = static_cast<double>(experts) / static_cast<double>(k);
+      MoeDispatcher d(roomy, comm);
+      DispatchPlan plan;
+      MOE_RETURN_IF_ERROR(d.plan(random_routing(world->rank(), small, experts, k), 0, &plan));
+      if (plan.dropped_slots != 0) return internal_error("check failed: C = T dropped a slot");
+      MOE_RETURN_IF_ERROR(check_identity(d, plan, small, dim, k));
+    }
+    const Tensor idx = random_routing(world->rank(), tokens, experts, k);
     MoeDispatcher d(cfg, comm);
-    Tensor idx = random_routing(world->rank(), tokens, experts, k);
     DispatchPlan plan;
     MOE_RETURN_IF_ERROR(d.plan(idx, 0, &plan));
     MOE_RETURN_IF_ERROR(check_identity(d, plan, tokens, dim, k));
 
-    const int64_t rows = plan.exchange.send_total;
+    // The exchange as the dispatcher makes it: chunked [R, E_l * C, D] views, both directions.
+    const int64_t rows = plan.exchange.send_total, recv_rows = plan.exchange.recv_total;
+    Tensor send = Tensor::zeros({rows, dim}, DType::kF32),
+           recv = Tensor::zeros({recv_rows, dim}, DType::kF32);
+    const Shape chunked{ranks, rows / ranks, dim};
+    MOE_ASSIGN_OR_RETURN(
+        Timing exchange, time_collective(warmup, iterations, comm, [&]() -> Status {
+          if (comm == nullptr) return copy_both_ways(send, recv);
+          MOE_RETURN_IF_ERROR(
+              comm->all_to_all(send.view().reshape(chunked), recv.view().reshape(chunked)));
+          return comm->all_to_all(recv.view().reshape(chunked), send.view().reshape(chunked));
+        }));
+    if (rows / ranks * dim > INT_MAX)
+      return invalid_argument_error("MPI_Alltoall count overflows int");
+    const int count = static_cast<int>(rows / ranks * dim);
+    MOE_ASSIGN_OR_RETURN(Timing plain, time_collective(warmup, iterations, comm, [&]() -> Status {
+                           if (comm == nullptr) return copy_both_ways(send, recv);
+                           if (MPI_Alltoall(send.raw(), count, MPI_FLOAT, recv.raw(), count,
+                                            MPI_FLOAT, MPI_COMM_WORLD) != MPI_SUCCESS ||
+                               MPI_Alltoall(recv.raw(), count, MPI_FLOAT, send.raw(), count,
+                                            MPI_FLOAT, MPI_COMM_WORLD) != MPI_SUCCESS) {
+                             return internal_error("MPI_Alltoall failed");
+                           }
+                           return Status::OK();
+                         }));
     Tensor x = Tensor::empty({tokens, dim}, DType::kF32);
     for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = 1.f;
-    Tensor send = Tensor::zeros({rows, dim}, DType::kF32), recv = Tensor::zeros({rows, dim}, DType::kF32);
-    const Shape chunked{ranks, rows / ranks, dim};
-    MOE_ASSIGN_OR_RETURN(Timing exchange, time_it(warmup, iterations, [&]() -> Status {
-      if (comm == nullptr) return device_memcpy(recv.raw(), recv.device(), send.raw(), send.device(), send.nbytes());
-      return comm->all_to_all(send.view().reshape(chunked), recv.view().reshape(chunked));
-    }));
-    const int count = static_cast<int>(rows / ranks * dim);
-    MOE_ASSIGN_OR_RETURN(Timing plain, time_it(warmup, iterations, [&]() -> Status {
-      if (comm == nullptr) return device_memcpy(recv.raw(), recv.device(), send.raw(), send.device(), send.nbytes());
-      if (MPI_Alltoall(send.raw(), count, MPI_FLOAT, recv.raw(), count, MPI_FLOAT, MPI_COMM_WORLD) != MPI_SUCCESS) {
-        return internal_error("MPI_Alltoall failed");
-      }
-      return Status::OK();
-    }));
-    MOE_ASSIGN_OR_RETURN(Timing moe, time_it(warmup, iterations, [&]() -> Status {
-      DispatchPlan p;
-      MOE_RETURN_IF_ERROR(d.plan(idx, 0, &p));
-      Tensor compact, back;
-      MOE_RETURN_IF_ERROR(d.dispatch(x, p, &compact));
-      return d.gather_back(compact, p, &back);
-    }));
+    MOE_ASSIGN_OR_RETURN(Timing end_to_end,
+                         time_collective(warmup, iterations, comm, [&]() -> Status {
+                           Tensor compact, back;
+                           MOE_RETURN_IF_ERROR(d.dispatch(x, plan, &compact));
+                           return d.gather_back(compact, plan, &back);
+                         }));
+    MOE_ASSIGN_OR_RETURN(Timing planning,
+                         time_collective(warmup, iterations, comm, [&]() -> Status {
+                           DispatchPlan p;
+                           return d.plan(idx, 0, &p);
+                         }));
     if (world->rank() == 0) {
-      const double bytes = static_cast<double>(rows) * dim * 4;
+      int64_t filled = 0;
+      for (int64_t r = 0; r < rows; ++r) filled += plan.send_token.data<int32_t>()[r] >= 0;
+      const double row_bytes = static_cast<double>(dim) * sizeof(float);
+      const double send_bytes = static_cast<double>(rows) * row_bytes;
+      const double bus = ranks > 1 ? 2 * send_bytes * (ranks - 1) / ranks : 2 * send_bytes;
       JsonLine j("alltoall");
-      j.num("world_size", ranks).num("tokens", tokens).num("d", dim).num("experts", experts).num("top_k", k)
-          .num("capacity", plan.capacity).num("bytes_per_rank", bytes).num("iterations", iterations)
-          .num("exchange_ms", exchange.median * 1e3).num("plain_ms", plain.median * 1e3)
-          .num("moe_dispatch_combine_ms", moe.median * 1e3)
-          .num("exchange_gbps", bytes / exchange.median / 1e9)
-          .num("plain_gbps", bytes / plain.median / 1e9)
+      j.num("world_size", ranks)
+          .num("tokens", tokens)
+          .num("d", dim)
+          .num("experts", experts)
+          .num("top_k", k)
+          .num("capacity_factor", capacity_factor)
+          .num("capacity", plan.capacity)
+          .num("send_rows", rows)
+          .num("recv_rows", recv_rows)
+          .num("filled_fraction", rows > 0 ? static_cast<double>(filled) / rows : 0.0)
+          .num("bytes_per_peer", send_bytes / ranks)
+          .num("bytes_per_rank", 2 * (rows + recv_rows) * row_bytes)
+          .num("warmup", warmup)
+          .num("iterations", iterations)
+          .num("exchange_ms", exchange.median * 1e3)
+          .num("exchange_min_ms", exchange.min * 1e3)
+          .num("plain_ms", plain.median * 1e3)
+          .num("plain_min_ms", plain.min * 1e3)
+          .num("dispatch_combine_ms", end_to_end.median * 1e3)
+          .num("plan_ms", planning.median * 1e3)
+          .num("exchange_busbw_gbps", bus / exchange.median / 1e9)
+          .num("plain_busbw_gbps", bus / plain.median / 1e9)
           .num("ratio_plain_over_exchange", plain.median / exchange.median)
-          .num("ratio_2plain_over_moe", 2 * plain.median / moe.median).str("check", "ok");
+          .num("ratio_plain_over_dispatch_combine", plain.median / end_to_end.median)
+          .str("check", "ok");
       std::printf("%s\n", j.dump().c_str());
       std::fflush(stdout);
     }

@@ -175,7 +175,8 @@ struct MpiCommunicator::Impl {
     using Clock = std::chrono::steady_clock;
     const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                              std::chrono::duration<double>(opts.timeout_seconds));
-    for (int polls = 0;; ++polls) {
+    const auto backoff = Clock::now() + std::chrono::seconds(1);
+    for (;;) {
       int done = 0;
       const int rc = MPI_Testall(static_cast<int>(reqs.size()), reqs.data(), &done,
                                  MPI_STATUSES_IGNORE);
@@ -189,8 +190,12 @@ struct MpiCommunicator::Impl {
         stuck.insert(stuck.end(), reqs.begin(), reqs.end());
         return unavailable_error(broken);
       }
-      // Spin briefly for latency, then back off so oversubscribed ranks can run.
-      if (polls < 1000) {
+      // Poll continuously (yielding, as MPI's own blocking calls do when oversubscribed): a
+      // nonblocking collective advances only inside MPI calls, and a large exchange without a
+      // single-copy transport takes hundreds of fragment steps, so sleeping between polls
+      // stretches it several-fold. After a second without completion a peer is busy elsewhere:
+      // back off so that oversubscribed ranks can run.
+      if (Clock::now() < backoff) {
         std::this_thread::yield();
       } else {
         std::this_thread::sleep_for(std::chrono::microseconds(50));

@@ -139,7 +139,12 @@ Status MoeDispatcher::plan(const TensorView& idx, int64_t token_offset, Dispatch
 Status MoeDispatcher::exchange(const TensorView& in, const comm::AllToAllPlan& plan,
                                const TensorView& out) const {
   if (comm_ == nullptr) return device_memcpy(out.raw(), out.device(), in.raw(), in.device(), in.nbytes());
-  if (plan.is_uniform() && plan.send_counts[0] > 0) {
+  // Every rank must call the same collective, so the choice may not depend on local counts: in
+  // capacity mode every rank has checked that all use one C (plan() fails otherwise), so every
+  // rank's plan is uniform with E_l * C rows per peer; a dropless plan can be uniform on one
+  // rank and not on its peers, so dropless always takes all_to_all_v.
+  if (!cfg_.dropless && plan.send_counts[0] > 0) {
+    MOE_CHECK(plan.is_uniform(), "capacity plan is not uniform: ", plan.to_string());
     const int ranks = plan.world_size();
     std::vector<int64_t> dims = in.shape().to_vector();
     dims[0] = plan.send_counts[0];

@@ -77,7 +77,8 @@ double LayerHarness::forward(MoeLayerSaved* saved, RouterStatsInfo* stats, Tenso
   in.adam_m_in = with_adam_state ? m_in.view() : TensorView();
   in.adam_v_in = with_adam_state ? v_in.view() : TensorView();
   in.prev_top1 = prev_top1;
-  in.token_offset = 1000;
+  in.token_offset = token_offset;
+  in.stats_comm = stats_comm;
   in.step = step;
   in.seed = seed;
   in.training = training;

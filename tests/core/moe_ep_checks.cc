@@ -1,0 +1,371 @@
+#include "tests/core/moe_ep_checks.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <memory>
+
+#include "core/base/rng.h"
+#include "core/layers/moe_dispatcher.h"
+#include "kernels/moe_dispatch.h"
+#include "tests/core/moe_layer_test_util.h"
+
+namespace moe::testing {
+namespace {
+
+constexpr uint64_t kParamSeed = 42;
+
+int rank_of(const comm::Communicator* c) { return c == nullptr ? 0 : c->rank(); }
+int size_of(const comm::Communicator* c) { return c == nullptr ? 1 : c->world_size(); }
+
+// t [rows, D] f64 = rows [first_row, first_row + rows) of the global tensor drawn from `seed`.
+void fill_global_rows(const TensorView& t, uint64_t seed, int64_t first_row, double lo, double hi) {
+  CounterRng rng{seed, make_stream(RngTag::kTest, 0, 0)};
+  const int64_t offset = first_row * t.dim(1);
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    t.data<double>()[i] = lo + (hi - lo) * rng.uniform(static_cast<uint64_t>(offset + i));
+  }
+}
+
+struct TokenRun {
+  std::unique_ptr<LayerHarness> h;
+  MoeLayerSaved saved;
+  Tensor out, dx, dp;  // [T, D] output and gradients w.r.t. x and the momentum state p_in
+};
+
+// Forward and backward of a layer holding global tokens [first, first + tokens).
+TokenRun run_tokens(const MoeLayerConfig& cfg, int64_t first, int64_t tokens,
+                    comm::Communicator* ep, comm::Communicator* stats, double aux_scale) {
+  TokenRun run;
+  run.h = std::make_unique<LayerHarness>(cfg, tokens, kParamSeed, ep);
+  LayerHarness& h = *run.h;
+  fill_global_rows(h.x, 500, first, -1.5, 1.5);
+  fill_global_rows(h.p_in, 600, first, -0.5, 0.5);
+  fill_global_rows(h.w_out, 700, first, -1.0, 1.0);
+  fill_global_rows(h.w_p, 800, first, -1.0, 1.0);
+  for (int64_t t = 0; t < tokens; ++t) {
+    h.prev_top1.data<int32_t>()[t] = static_cast<int32_t>(((first + t) * 7 + 3) % cfg.num_experts);
+  }
+  h.token_offset = first;
+  h.stats_comm = stats;
+  h.aux_scale = aux_scale;
+  h.seed = 5;
+  h.forward(&run.saved, nullptr, &run.out);
+  Tensor dxb, dm, dv;
+  h.backward(&run.dx, &dxb, &run.dp, &dm, &dv);
+  return run;
+}
+
+Status expect_close(const std::string& what, const TensorView& got, const TensorView& want) {
+  if (got.shape() != want.shape()) {
+    return internal_error(what, ": shape ", got.to_string(), " != ", want.to_string());
+  }
+  const double diff = max_abs_diff(got, want);
+  if (!(diff <= kEpTolerance)) {
+    return internal_error(what, ": differs by ", diff, " (tolerance ", kEpTolerance, ")");
+  }
+  return Status::OK();
+}
+
+Status expect_close(const std::string& what, const std::vector<double>& got, const double* want) {
+  double worst = 0;
+  for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::fabs(got[i] - want[i]));
+  if (!(worst <= kEpTolerance)) {
+    return internal_error(what, ": differs by ", worst, " (tolerance ", kEpTolerance, ")");
+  }
+  return Status::OK();
+}
+
+// Capacity per source rank, by brute force: (t, j) takes position #{(t', j') routed to the same
+// expert with j' < j, or j' == j and t' < t} and is dropped when that is >= C.
+Status expect_capacity_slots(const MoeLayerConfig& cfg, const TensorView& idx,
+                             const DispatchPlan& plan) {
+  const int64_t tokens = idx.dim(0), k = idx.dim(1);
+  const int64_t capacity = static_cast<int64_t>(
+      std::ceil(cfg.capacity_factor * static_cast<double>(tokens * k) / cfg.num_experts));
+  if (plan.capacity != capacity)
+    return internal_error("capacity ", plan.capacity, " != ", capacity);
+  const int32_t* e = idx.data<int32_t>();
+  int64_t dropped = 0;
+  for (int64_t t = 0; t < tokens; ++t) {
+    for (int64_t j = 0; j < k; ++j) {
+      int64_t position = 0;
+      for (int64_t t2 = 0; t2 < tokens; ++t2) {
+        for (int64_t j2 = 0; j2 < k; ++j2) {
+          const bool earlier = j2 < j || (j2 == j && t2 < t);
+          position += earlier && e[t2 * k + j2] == e[t * k + j];
+        }
+      }
+      const int32_t want = position < capacity ? static_cast<int32_t>(position) : -1;
+      dropped += want < 0;
+      if (plan.slot.data<int32_t>()[t * k + j] != want) {
+        return internal_error("slot of (", t, ", ", j, ") is ",
+                              plan.slot.data<int32_t>()[t * k + j], ", expected ", want);
+      }
+    }
+  }
+  if (plan.dropped_slots != dropped) {
+    return internal_error("dropped_slots ", plan.dropped_slots, " != ", dropped);
+  }
+  return Status::OK();
+}
+
+Status forward_status(LayerHarness& h) {
+  MoeLayerSaved saved;
+  MoeLayerInputs in;
+  in.x_in = h.x;
+  in.x_base = h.x;
+  Tensor out = Tensor::empty(h.x.shape(), DType::kF64), p = Tensor::empty(h.x.shape(), DType::kF64);
+  MoeLayerOutputs o;
+  o.out = out;
+  o.p_out = p;
+  return h.layer->forward(in, o, &saved, nullptr);
+}
+
+}  // namespace
+
+Tensor seeded_routing(int rank, int64_t tokens, int64_t experts, int64_t k) {
+  Tensor idx = Tensor::empty({tokens, k}, DType::kI32);
+  CounterRng rng{77, make_stream(RngTag::kTest, static_cast<uint64_t>(rank), 0)};
+  for (int64_t t = 0; t < tokens; ++t) {
+    for (int64_t j = 0; j < k; ++j) {
+      int32_t e;
+      bool fresh;
+      uint64_t draw = static_cast<uint64_t>(t * 16 + j * 4);
+      do {
+        e = static_cast<int32_t>(rng.u32(draw++) % experts);
+        fresh = true;
+        for (int64_t i = 0; i < j; ++i) fresh &= idx.data<int32_t>()[t * k + i] != e;
+      } while (!fresh);
+      idx.data<int32_t>()[t * k + j] = e;
+    }
+  }
+  return idx;
+}
+
+Tensor skewed_routing(int rank, int ranks, int64_t per_peer) {
+  const int64_t base = ranks * per_peer, extra = rank == 1 ? per_peer : 0;
+  Tensor idx = Tensor::empty({base + extra, 1}, DType::kI32);
+  for (int64_t t = 0; t < base; ++t) idx.data<int32_t>()[t] = static_cast<int32_t>(t % ranks);
+  for (int64_t t = base; t < base + extra; ++t) idx.data<int32_t>()[t] = rank;
+  return idx;
+}
+
+Status check_dispatch_identity(const MoeLayerConfig& cfg, const RoutingFn& routing,
+                               comm::Communicator* ep) {
+  const int ranks = size_of(ep), rank = rank_of(ep);
+  const int64_t d = cfg.d_model, k = cfg.top_k;
+  // Every rank's routing, regenerated here; x of rank q stamped q * 1e6 + element index (exact).
+  std::vector<Tensor> idx(ranks);
+  std::vector<int64_t> first_token(ranks + 1, 0);
+  for (int q = 0; q < ranks; ++q) {
+    idx[q] = routing(q);
+    first_token[q + 1] = first_token[q] + idx[q].dim(0);
+  }
+  auto stamp = [&](int q, int64_t t, int64_t c) {
+    return q * 1e6 + static_cast<double>(t * d + c);
+  };
+  const int64_t tokens = idx[rank].dim(0);
+  Tensor x = Tensor::empty({tokens, d}, DType::kF64);
+  for (int64_t t = 0; t < tokens; ++t) {
+    for (int64_t c = 0; c < d; ++c) x.data<double>()[t * d + c] = stamp(rank, t, c);
+  }
+
+  MoeDispatcher dispatcher(cfg, ep);
+  DispatchPlan plan;
+  MOE_RETURN_IF_ERROR(dispatcher.plan(idx[rank], first_token[rank], &plan));
+  Tensor compact, send;
+  MOE_RETURN_IF_ERROR(dispatcher.dispatch(x, plan, &compact));
+  MOE_RETURN_IF_ERROR(dispatcher.gather_back(compact, plan, &send));  // identity experts
+  Tensor ones = Tensor::empty({tokens, k}, DType::kF64);
+  for (int64_t i = 0; i < ones.numel(); ++i) ones.data<double>()[i] = 1.0;
+  Tensor u = Tensor::empty({tokens, d}, DType::kF64);
+  MOE_RETURN_IF_ERROR(kernels::combine(send, plan.row, ones, TensorView(), u));
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    if (u.data<double>()[i] != k * x.data<double>()[i]) {
+      return internal_error("element ", i, ": combine gives ", u.data<double>()[i],
+                            ", K x = ", k * x.data<double>()[i]);
+    }
+  }
+
+  // The compact rows: per local expert, per source rank, that rank's assignments to the expert in
+  // slot order (first choices in token order, then second choices, ...), with their keys.
+  const int64_t local = cfg.num_experts / ranks;
+  if (static_cast<int64_t>(plan.expert_offsets.size()) != local + 1) {
+    return internal_error("expert_offsets has ", plan.expert_offsets.size(), " entries");
+  }
+  int64_t row = 0;
+  for (int64_t l = 0; l < local; ++l) {
+    const int32_t expert = static_cast<int32_t>(rank * local + l);
+    if (plan.expert_offsets[l] != row) {
+      return internal_error("local expert ", l, " starts at ", plan.expert_offsets[l],
+                            ", histogram says ", row);
+    }
+    for (int q = 0; q < ranks; ++q) {
+      const int64_t tq = idx[q].dim(0);
+      for (int64_t j = 0; j < k; ++j) {
+        for (int64_t t = 0; t < tq; ++t) {
+          if (idx[q].data<int32_t>()[t * k + j] != expert) continue;
+          if (row >= compact.dim(0))
+            return internal_error("fewer compact rows than the histogram's");
+          for (int64_t c = 0; c < d; ++c) {
+            if (compact.data<double>()[row * d + c] != stamp(q, t, c)) {
+              return internal_error("compact row ", row, " is not token ", t, " of rank ", q);
+            }
+          }
+          const int64_t key = plan.recv_key.data<int64_t>()[plan.compact_rows.data<int32_t>()[row]];
+          if (key != (first_token[q] + t) * k + j) {
+            return internal_error("compact row ", row, " has key ", key, ", expected ",
+                                  (first_token[q] + t) * k + j);
+          }
+          ++row;
+        }
+      }
+    }
+  }
+  if (plan.expert_offsets[local] != row || compact.dim(0) != row) {
+    return internal_error("received ", compact.dim(0), " rows, histogram says ", row);
+  }
+  return Status::OK();
+}
+
+Status check_layer_matches_single_rank(const MoeLayerConfig& cfg, int64_t tokens,
+                                       comm::Communicator* ep, int64_t* dropped_slots) {
+  const int ranks = size_of(ep), rank = rank_of(ep);
+  TokenRun mine = run_tokens(cfg, rank * tokens, tokens, ep, nullptr, 1.0);
+  if (dropped_slots != nullptr) *dropped_slots = mine.saved.plan.dropped_slots;
+  if (!cfg.dropless) {
+    Status s = expect_capacity_slots(cfg, mine.saved.router.idx, mine.saved.plan);
+    if (!s.ok()) return internal_error("EP rank ", rank, ": ", s.message());
+  }
+  std::map<std::string, std::vector<double>> expert_grad_sum;  // over the R single-rank layers
+  for (int q = 0; q < ranks; ++q) {
+    TokenRun single = run_tokens(cfg, q * tokens, tokens, nullptr, nullptr, 1.0);
+    const auto& ep_params = mine.h->params->all();
+    const auto& single_params = single.h->params->all();
+    for (size_t i = 0; i < single_params.size(); ++i) {
+      const Parameter& p = *single_params[i];
+      if (p.kind == ParamKind::kExpert) {
+        std::vector<double>& sum = expert_grad_sum[p.name];
+        sum.resize(p.grad.numel(), 0.0);
+        for (int64_t j = 0; j < p.grad.numel(); ++j) sum[j] += p.grad.data<double>()[j];
+      } else if (q == rank) {
+        MOE_RETURN_IF_ERROR(
+            expect_close(str_cat("rank ", rank, " grad ", p.name), ep_params[i]->grad, p.grad));
+      }
+    }
+    if (q != rank) continue;
+    const std::string at = str_cat("rank ", rank, " of ", ranks, ": ");
+    if (!bitwise_equal(mine.saved.router.idx, single.saved.router.idx)) {
+      return internal_error(at, "routing differs from the single-rank layer's");
+    }
+    if (!bitwise_equal(mine.saved.plan.slot, single.saved.plan.slot)) {
+      return internal_error(at, "capacity slots differ from the single-rank layer's");
+    }
+    MOE_RETURN_IF_ERROR(expect_close(at + "output", mine.out, single.out));
+    MOE_RETURN_IF_ERROR(expect_close(at + "dL/dx", mine.dx, single.dx));
+    MOE_RETURN_IF_ERROR(expect_close(at + "dL/dp", mine.dp, single.dp));
+  }
+  for (const auto& p : mine.h->params->all()) {
+    if (p->kind != ParamKind::kExpert) continue;
+    const int64_t per_expert = p->value.numel() / p->value.dim(0);
+    const std::vector<double> got = to_vector<double>(p->grad);
+    MOE_RETURN_IF_ERROR(
+        expect_close(str_cat("rank ", rank, " expert grad ", p->name), got,
+                     expert_grad_sum.at(p->name).data() + p->first_expert * per_expert));
+  }
+  return Status::OK();
+}
+
+Status check_global_matches_all_tokens(const MoeLayerConfig& cfg, int64_t tokens,
+                                       comm::Communicator& ep) {
+  const int ranks = ep.world_size(), rank = ep.rank();
+  TokenRun mine = run_tokens(cfg, rank * tokens, tokens, &ep, &ep, 1.0 / ranks);
+  TokenRun all = run_tokens(cfg, 0, ranks * tokens, nullptr, nullptr, 1.0);
+  const std::string at = str_cat("rank ", rank, " of ", ranks, ": ");
+  if (mine.saved.plan.dropped_slots != 0 || all.saved.plan.dropped_slots != 0) {
+    return internal_error(at, "the configuration drops tokens");
+  }
+  if (cfg.ac.enabled) {
+    if (!mine.saved.router.ac_applied || !all.saved.router.ac_applied) {
+      return internal_error(at, "the AC transform was not applied");
+    }
+    MOE_RETURN_IF_ERROR(
+        expect_close(at + "AC metric", mine.saved.router.metric, all.saved.router.metric));
+  }
+  if (!(std::fabs(mine.saved.aux_loss - all.saved.aux_loss) <= kEpTolerance)) {
+    return internal_error(at, "aux loss ", mine.saved.aux_loss, " != ", all.saved.aux_loss);
+  }
+  const int64_t first = rank * tokens, end = first + tokens;
+  MOE_RETURN_IF_ERROR(expect_close(at + "output", mine.out, all.out.view().rows(first, end)));
+  MOE_RETURN_IF_ERROR(expect_close(at + "dL/dx", mine.dx, all.dx.view().rows(first, end)));
+  MOE_RETURN_IF_ERROR(expect_close(at + "dL/dp", mine.dp, all.dp.view().rows(first, end)));
+  const auto& ep_params = mine.h->params->all();
+  const auto& all_params = all.h->params->all();
+  for (size_t i = 0; i < all_params.size(); ++i) {
+    const Parameter& p = *ep_params[i];
+    if (p.kind == ParamKind::kExpert) {
+      const int64_t per_expert = p.value.numel() / p.value.dim(0);
+      const std::vector<double> got = to_vector<double>(p.grad);
+      MOE_RETURN_IF_ERROR(
+          expect_close(at + "expert grad " + p.name, got,
+                       all_params[i]->grad.data<double>() + p.first_expert * per_expert));
+    } else {
+      Tensor sum = Tensor::copy_of(p.grad);  // dense: each rank holds its tokens' share
+      MOE_RETURN_IF_ERROR(ep.all_reduce(sum, sum, comm::ReduceOp::kSum));
+      MOE_RETURN_IF_ERROR(expect_close(at + "summed grad " + p.name, sum, all_params[i]->grad));
+    }
+  }
+  return Status::OK();
+}
+
+Status check_capacity_mismatch_reported(comm::Communicator& ep) {
+  const MoeLayerConfig cfg = small_config();  // C = ceil(4 * T * 2 / 4) = 2 T
+  const bool odd = ep.rank() == ep.world_size() - 1;
+  LayerHarness mismatched(cfg, odd ? 12 : 8, 1, &ep);
+  Status s = forward_status(mismatched);
+  if (s.ok()) return internal_error("rank ", ep.rank(), ": token counts 8 and 12 were accepted");
+  if (s.code() != StatusCode::kInvalidArgument ||
+      s.message().find("capacity") == std::string::npos) {
+    return internal_error("rank ", ep.rank(),
+                          ": expected kInvalidArgument naming the capacity, got ", s.to_string());
+  }
+  LayerHarness matched(cfg, 8, 1, &ep);  // the group is still in step
+  return forward_status(matched);
+}
+
+std::vector<std::string> single_rank_variants() {
+  return {"plain",          "heavy_ball", "robust",      "dropless",
+          "capacity_drops", "dropout",    "sparsemixer", "ac_local"};
+}
+
+std::vector<std::string> global_variants() {
+  return {"ac_global", "ac_global_dropless", "global_dropout_heavy_ball", "global_sparsemixer"};
+}
+
+MoeLayerConfig ep_variant(const std::string& name) {
+  MoeLayerConfig cfg = small_config();  // capacity factor 4: C = 2 T, nothing dropped
+  const bool global = name.find("global") != std::string::npos;
+  cfg.balance_scope = global ? BalanceScope::kGlobal : BalanceScope::kLocal;
+  if (name.find("heavy_ball") != std::string::npos) cfg.residual = ResidualKind::kHeavyBall;
+  if (name == "robust") cfg.residual = ResidualKind::kRobust;
+  if (name.find("dropless") != std::string::npos) cfg.dropless = true;
+  if (name == "capacity_drops") cfg.capacity_factor = 0.6;
+  if (name.find("dropout") != std::string::npos) {
+    cfg.expert_dropout = 0.3;
+    cfg.output_dropout = 0.2;
+  }
+  if (name.find("sparsemixer") != std::string::npos) {
+    cfg.top_k = 1;
+    cfg.sparsemixer.enabled = true;
+    cfg.sparsemixer.jitter = 0.5;
+  }
+  if (name.find("ac_") == 0) {
+    cfg.ac.enabled = true;
+    cfg.ac.global_stats = global;
+  }
+  return cfg;
+}
+
+}  // namespace moe::testing
