@@ -12,7 +12,7 @@
 #include <filesystem>
 
 #include "benchmarks/bench_util.h"
-#include "core/layers/moe_layer.h"
+#include "benchmarks/layer_fixture.h"
 #include "core/train/trainer.h"
 #include "launcher/world.h"
 #include "proto/run_convert.h"
@@ -24,39 +24,13 @@ Status layer_point(const Args& a, World* world, bool weak, JsonLine* j) {
   const int ranks = world->size();
   const int64_t base = a.get("tokens", 2048);
   const int64_t tokens = weak ? base : base / ranks;
-  MoeLayerConfig cfg;
-  cfg.d_model = a.get("d", 256);
-  cfg.d_expert = a.get("f", 512);
-  cfg.num_experts = a.get("experts", 16);
-  cfg.top_k = a.get("top-k", 2);
-  cfg.capacity_factor = 1.25;
+  const MoeLayerConfig cfg = layer_config(a.get("d", 256), a.get("f", 512), a.get("experts", 16),
+                                          a.get("top-k", 2), LayerVariant::kPlain);
   MOE_RETURN_IF_ERROR(cfg.validate("bench", ranks));
-  ParameterSet params(DType::kF32);
-  MoeLayer layer("moe", cfg, 0, 0, &params, world->comm.get());
-  CounterRng rng{3, make_stream(RngTag::kTest, 0, 0)};
-  for (const auto& p : params.all())
-    for (int64_t i = 0; i < p->value.numel(); ++i) p->value.data<float>()[i] = 0.05f * rng.normal(i);
-  Tensor x = Tensor::empty({tokens, cfg.d_model}, DType::kF32);
-  for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = rng.normal(1000000 + world->rank() * x.numel() + i);
-  Tensor out = Tensor::empty(x.shape(), DType::kF32), p_out = Tensor::empty(x.shape(), DType::kF32);
-  Tensor dx = Tensor::empty(x.shape(), DType::kF32), db = Tensor::empty(x.shape(), DType::kF32),
-         dp = Tensor::empty(x.shape(), DType::kF32);
+  LayerFixture fixture(cfg, tokens, world->comm.get(), world->rank());
   MOE_ASSIGN_OR_RETURN(Timing t, time_it(static_cast<int>(a.get("warmup", 2)),
-                                         static_cast<int>(a.get("iterations", 10)), [&]() -> Status {
-    MoeLayerInputs in;
-    in.x_in = x;
-    in.x_base = x;
-    in.token_offset = world->rank() * tokens;
-    MoeLayerOutputs o;
-    o.out = out;
-    o.p_out = p_out;
-    MoeLayerSaved saved;
-    MOE_RETURN_IF_ERROR(layer.forward(in, o, &saved, nullptr));
-    MoeLayerGradOutputs g;
-    g.d_out = out;
-    MoeLayerGradInputs gi{dx, db, dp, {}, {}};
-    return layer.backward(g, saved, gi);
-  }));
+                                         static_cast<int>(a.get("iterations", 10)),
+                                         [&]() { return fixture.forward_backward(); }));
   j->str("what", "layer").num("tokens_per_rank", tokens).num("d", cfg.d_model).num("f", cfg.d_expert)
       .num("experts", cfg.num_experts).num("top_k", cfg.top_k).num("iteration_ms", t.median * 1e3)
       .num("tokens_per_second", static_cast<double>(tokens) * ranks / t.median);

@@ -5,12 +5,11 @@
 //   momoe-bench alltoall  ...    (under mpirun)  MoE exchange vs a plain MPI_Alltoall, same bytes
 //   momoe-bench scaling   ...    (under mpirun)  one weak/strong scaling point
 // moe_layer_bench (Google Benchmark) sweeps the CPU layer over shapes and variants.
-#include <malloc.h>
-
 #include <cstdio>
 #include <cstring>
 
 #include "benchmarks/bench_util.h"
+#include "core/base/device.h"
 #include "core/base/logging.h"
 #include "launcher/world.h"
 
@@ -23,9 +22,7 @@ Status bench_scaling(int argc, char** argv, World* world);
 
 int main(int argc, char** argv) {
   using namespace moe;
-  // As momoe-train: keep freed activations in the heap (no page faults on reuse).
-  mallopt(M_MMAP_THRESHOLD, 1 << 30);
-  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  moe::keep_freed_host_memory();
   if (argc < 2 || std::strcmp(argv[1], "--help") == 0) {
     std::fprintf(stderr, "usage: momoe-bench layer|train|alltoall|scaling [--key value ...]\n");
     return argc < 2 ? 2 : 0;

@@ -6,13 +6,12 @@
 // Thin by design: parse flags, load and validate the config, create the world communicator,
 // build the Trainer, run it, and turn a Status into an exit code (aborting the communicator on a
 // fatal error so that no peer waits forever).
-#include <malloc.h>
-
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 
+#include "core/base/device.h"
 #include "core/base/logging.h"
 #include "core/train/trainer.h"
 #include "launcher/env_params.h"
@@ -86,9 +85,6 @@ int run(int argc, char** argv) {
 }  // namespace moe
 
 int main(int argc, char** argv) {
-  // Activations are allocated and freed every step; keep freed memory in the heap instead of
-  // returning it to the kernel (which costs page faults on every reuse).
-  mallopt(M_MMAP_THRESHOLD, 1 << 30);
-  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  moe::keep_freed_host_memory();
   return moe::run(argc, argv);
 }

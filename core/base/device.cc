@@ -1,5 +1,7 @@
 #include "core/base/device.h"
 
+#include <malloc.h>
+
 #include <cstdlib>
 #include <cstring>
 
@@ -13,6 +15,11 @@ namespace moe {
 
 std::string Device::to_string() const {
   return is_host() ? std::string("host") : str_cat("cuda:", index);
+}
+
+void keep_freed_host_memory() {
+  mallopt(M_MMAP_THRESHOLD, 1 << 30);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
 }
 
 bool built_with_cuda() {

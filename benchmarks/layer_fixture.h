@@ -1,0 +1,40 @@
+// One MoE layer with deterministic f32 parameters and inputs, ready to run forward and backward:
+// shared by the layer benchmarks (moe_layer_bench, momoe-bench layer and scaling).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "comm/communicator.h"
+#include "core/layers/moe_layer.h"
+
+namespace moe::bench {
+
+enum class LayerVariant { kPlain, kMomentum, kAc, kSparseMixer };
+const char* variant_name(LayerVariant v);
+// "plain" | "momentum" | "ac" | "sparsemixer"; kInvalidArgument otherwise.
+StatusOr<LayerVariant> parse_variant(const std::string& name);
+
+// The benchmarks' layer config: capacity 1.25, ReLU, the variant's router and residual.
+MoeLayerConfig layer_config(int64_t d, int64_t f, int64_t experts, int64_t top_k, LayerVariant v);
+
+class LayerFixture {
+ public:
+  // `rank` offsets the input draws and the token ids (EP runs: every rank its own tokens).
+  LayerFixture(const MoeLayerConfig& cfg, int64_t tokens, comm::Communicator* comm, int rank = 0);
+  Status forward(MoeLayerSaved* saved);
+  Status backward(const MoeLayerSaved& saved);
+  Status forward_backward();
+  // False when the last forward's output or input gradient holds a NaN or infinity.
+  bool outputs_finite() const;
+  const MoeLayerConfig& config() const { return cfg_; }
+
+ private:
+  MoeLayerConfig cfg_;
+  int64_t token_offset_;
+  ParameterSet params_;
+  std::unique_ptr<MoeLayer> layer_;
+  Tensor x_, p_, prev_top1_, d_out_, out_, p_out_, d_x_, d_base_, d_p_;
+};
+
+}  // namespace moe::bench
