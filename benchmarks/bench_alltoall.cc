@@ -22,7 +22,6 @@
 #include <mpi.h>
 
 #include <algorithm>
-#include <chrono>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
@@ -73,31 +72,6 @@ Status check_identity(const MoeDispatcher& d, const DispatchPlan& plan, int64_t 
     }
   }
   return Status::OK();
-}
-
-// Like time_it, but each iteration starts after a barrier and takes the slowest rank's time.
-StatusOr<Timing> time_collective(int warmup, int iterations, comm::Communicator* comm,
-                                 const std::function<Status()>& fn) {
-  for (int i = 0; i < warmup; ++i) MOE_RETURN_IF_ERROR(fn());
-  std::vector<double> t(iterations);
-  for (int i = 0; i < iterations; ++i) {
-    if (comm != nullptr) MOE_RETURN_IF_ERROR(comm->barrier());
-    const auto t0 = std::chrono::steady_clock::now();
-    MOE_RETURN_IF_ERROR(fn());
-    t[i] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  }
-  if (comm != nullptr && iterations > 0) {
-    Tensor slowest = Tensor::from_vector<double>({iterations}, t);
-    MOE_RETURN_IF_ERROR(comm->all_reduce(slowest, slowest, comm::ReduceOp::kMax));
-    t = to_vector<double>(slowest);
-  }
-  Timing out;
-  out.iterations = iterations;
-  if (t.empty()) return out;
-  std::sort(t.begin(), t.end());
-  out.median = t[t.size() / 2];
-  out.min = t.front();
-  return out;
 }
 
 // One rank: the dispatcher's exchange is a copy, in both directions.
@@ -170,38 +144,51 @@ Status bench_alltoall(int argc, char** argv, World* world) {
            recv = Tensor::zeros({recv_rows, dim}, DType::kF32);
     const Shape chunked{ranks, rows / ranks, dim};
     MOE_ASSIGN_OR_RETURN(
-        Timing exchange, time_collective(warmup, iterations, comm, [&]() -> Status {
-          if (comm == nullptr) return copy_both_ways(send, recv);
-          MOE_RETURN_IF_ERROR(
-              comm->all_to_all(send.view().reshape(chunked), recv.view().reshape(chunked)));
-          return comm->all_to_all(recv.view().reshape(chunked), send.view().reshape(chunked));
-        }));
+        Timing exchange,
+        time_it(
+            warmup, iterations,
+            [&]() -> Status {
+              if (comm == nullptr) return copy_both_ways(send, recv);
+              MOE_RETURN_IF_ERROR(
+                  comm->all_to_all(send.view().reshape(chunked), recv.view().reshape(chunked)));
+              return comm->all_to_all(recv.view().reshape(chunked), send.view().reshape(chunked));
+            },
+            comm));
     if (rows / ranks * dim > INT_MAX)
       return invalid_argument_error("MPI_Alltoall count overflows int");
     const int count = static_cast<int>(rows / ranks * dim);
-    MOE_ASSIGN_OR_RETURN(Timing plain, time_collective(warmup, iterations, comm, [&]() -> Status {
-                           if (comm == nullptr) return copy_both_ways(send, recv);
-                           if (MPI_Alltoall(send.raw(), count, MPI_FLOAT, recv.raw(), count,
-                                            MPI_FLOAT, MPI_COMM_WORLD) != MPI_SUCCESS ||
-                               MPI_Alltoall(recv.raw(), count, MPI_FLOAT, send.raw(), count,
-                                            MPI_FLOAT, MPI_COMM_WORLD) != MPI_SUCCESS) {
-                             return internal_error("MPI_Alltoall failed");
-                           }
-                           return Status::OK();
-                         }));
+    MOE_ASSIGN_OR_RETURN(Timing plain,
+                         time_it(
+                             warmup, iterations,
+                             [&]() -> Status {
+                               if (comm == nullptr) return copy_both_ways(send, recv);
+                               if (MPI_Alltoall(send.raw(), count, MPI_FLOAT, recv.raw(), count,
+                                                MPI_FLOAT, MPI_COMM_WORLD) != MPI_SUCCESS ||
+                                   MPI_Alltoall(recv.raw(), count, MPI_FLOAT, send.raw(), count,
+                                                MPI_FLOAT, MPI_COMM_WORLD) != MPI_SUCCESS) {
+                                 return internal_error("MPI_Alltoall failed");
+                               }
+                               return Status::OK();
+                             },
+                             comm));
     Tensor x = Tensor::empty({tokens, dim}, DType::kF32);
     for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = 1.f;
     MOE_ASSIGN_OR_RETURN(Timing end_to_end,
-                         time_collective(warmup, iterations, comm, [&]() -> Status {
-                           Tensor compact, back;
-                           MOE_RETURN_IF_ERROR(d.dispatch(x, plan, &compact));
-                           return d.gather_back(compact, plan, &back);
-                         }));
-    MOE_ASSIGN_OR_RETURN(Timing planning,
-                         time_collective(warmup, iterations, comm, [&]() -> Status {
-                           DispatchPlan p;
-                           return d.plan(idx, 0, &p);
-                         }));
+                         time_it(
+                             warmup, iterations,
+                             [&]() -> Status {
+                               Tensor compact, back;
+                               MOE_RETURN_IF_ERROR(d.dispatch(x, plan, &compact));
+                               return d.gather_back(compact, plan, &back);
+                             },
+                             comm));
+    MOE_ASSIGN_OR_RETURN(Timing planning, time_it(
+                                              warmup, iterations,
+                                              [&]() -> Status {
+                                                DispatchPlan p;
+                                                return d.plan(idx, 0, &p);
+                                              },
+                                              comm));
     if (world->rank() == 0) {
       int64_t filled = 0;
       for (int64_t r = 0; r < rows; ++r) filled += plan.send_token.data<int32_t>()[r] >= 0;

@@ -4,7 +4,8 @@
 //   --what train: a training step of the quick-start model (16 experts) at EP = R
 //   --mode weak:   the per-rank work is fixed (tokens per rank, or sequences per rank)
 //   --mode strong: the global work is fixed and split over the ranks
-// Reports the median time per iteration and the aggregate tokens/s (all ranks).
+// Reports the median time per iteration (each starts after a barrier and counts as the slowest
+// rank) and the aggregate tokens/s (all ranks).
 //
 //   mpirun -np 4 momoe-bench scaling --what layer --mode weak [--tokens 2048] [--d 256] [--f 512]
 //       [--experts 16] [--top-k 2] [--iterations 10] [--warmup 2]
@@ -28,11 +29,17 @@ Status layer_point(const Args& a, World* world, bool weak, JsonLine* j) {
                                           a.get("top-k", 2), LayerVariant::kPlain);
   MOE_RETURN_IF_ERROR(cfg.validate("bench", ranks));
   LayerFixture fixture(cfg, tokens, world->comm.get(), world->rank());
-  MOE_ASSIGN_OR_RETURN(Timing t, time_it(static_cast<int>(a.get("warmup", 2)),
-                                         static_cast<int>(a.get("iterations", 10)),
-                                         [&]() { return fixture.forward_backward(); }));
-  j->str("what", "layer").num("tokens_per_rank", tokens).num("d", cfg.d_model).num("f", cfg.d_expert)
-      .num("experts", cfg.num_experts).num("top_k", cfg.top_k).num("iteration_ms", t.median * 1e3)
+  MOE_ASSIGN_OR_RETURN(
+      Timing t, time_it(
+                    static_cast<int>(a.get("warmup", 2)), static_cast<int>(a.get("iterations", 10)),
+                    [&]() { return fixture.forward_backward(); }, world->comm.get()));
+  j->str("what", "layer")
+      .num("tokens_per_rank", tokens)
+      .num("d", cfg.d_model)
+      .num("f", cfg.d_expert)
+      .num("experts", cfg.num_experts)
+      .num("top_k", cfg.top_k)
+      .num("iteration_ms", t.median * 1e3)
       .num("tokens_per_second", static_cast<double>(tokens) * ranks / t.median);
   return Status::OK();
 }
@@ -41,22 +48,29 @@ Status train_point(const Args& a, World* world, bool weak, JsonLine* j) {
   const int ranks = world->size();
   const int64_t per_rank = a.get("sequences", 4);
   const int64_t batch = weak ? per_rank * ranks : per_rank * 4;  // strong: 4 ranks' worth, split
-  if (batch % ranks != 0) return invalid_argument_error("global batch ", batch, " does not divide over ", ranks, " ranks");
-  MOE_ASSIGN_OR_RETURN(RunConfig cfg, load_run_config(std::string(MOE_SOURCE_DIR) + "/configs/quickstart.pbtxt",
-                                                      {"train.batch_size=" + std::to_string(batch),
-                                                       "train.probe_every=0",
-                                                       // 16 experts so that EP divides up to 16
-                                                       "model.moe.num_experts=16"},
-                                                      ranks));
+  if (batch % ranks != 0)
+    return invalid_argument_error("global batch ", batch, " does not divide over ", ranks,
+                                  " ranks");
+  MOE_ASSIGN_OR_RETURN(
+      RunConfig cfg,
+      load_run_config(std::string(MOE_SOURCE_DIR) + "/configs/quickstart.pbtxt",
+                      {"train.batch_size=" + std::to_string(batch), "train.probe_every=0",
+                       // 16 experts so that EP divides up to 16
+                       "model.moe.num_experts=16"},
+                      ranks));
   TrainerOptions opts;
   opts.run_dir = (std::filesystem::temp_directory_path() / "momoe_bench_scaling").string();
   opts.resume = false;
   opts.progress = nullptr;
   MOE_ASSIGN_OR_RETURN(std::unique_ptr<Trainer> t, Trainer::create(cfg, opts, world->comm.get()));
-  MOE_ASSIGN_OR_RETURN(Timing timing, time_it(static_cast<int>(a.get("warmup", 1)),
-                                              static_cast<int>(a.get("iterations", 3)),
-                                              [&]() { return t->step().status(); }));
-  j->str("what", "train").num("global_batch", batch).num("ep", ranks).num("step_ms", timing.median * 1e3)
+  MOE_ASSIGN_OR_RETURN(Timing timing, time_it(
+                                          static_cast<int>(a.get("warmup", 1)),
+                                          static_cast<int>(a.get("iterations", 3)),
+                                          [&]() { return t->step().status(); }, world->comm.get()));
+  j->str("what", "train")
+      .num("global_batch", batch)
+      .num("ep", ranks)
+      .num("step_ms", timing.median * 1e3)
       .num("tokens_per_second", static_cast<double>(batch * cfg.model.seq_len) / timing.median);
   return Status::OK();
 }
@@ -64,10 +78,12 @@ Status train_point(const Args& a, World* world, bool weak, JsonLine* j) {
 }  // namespace
 
 Status bench_scaling(int argc, char** argv, World* world) {
-  MOE_ASSIGN_OR_RETURN(Args a, Args::parse(argc, argv, {"what", "mode", "tokens", "sequences", "d", "f",
-                                                        "experts", "top-k", "iterations", "warmup"}));
+  MOE_ASSIGN_OR_RETURN(Args a, Args::parse(argc, argv,
+                                           {"what", "mode", "tokens", "sequences", "d", "f",
+                                            "experts", "top-k", "iterations", "warmup"}));
   const std::string what = a.get_str("what", "layer"), mode = a.get_str("mode", "weak");
-  if (mode != "weak" && mode != "strong") return invalid_argument_error("--mode must be weak or strong");
+  if (mode != "weak" && mode != "strong")
+    return invalid_argument_error("--mode must be weak or strong");
   JsonLine j("scaling");
   j.str("mode", mode).num("world_size", world->size());
   if (what == "layer") {

@@ -15,13 +15,20 @@
 
 namespace moe::bench {
 
-StatusOr<Timing> time_it(int warmup, int iterations, const std::function<Status()>& fn) {
+StatusOr<Timing> time_it(int warmup, int iterations, const std::function<Status()>& fn,
+                         comm::Communicator* comm) {
   for (int i = 0; i < warmup; ++i) MOE_RETURN_IF_ERROR(fn());
   std::vector<double> t;
   for (int i = 0; i < iterations; ++i) {
+    if (comm != nullptr) MOE_RETURN_IF_ERROR(comm->barrier());
     const auto t0 = std::chrono::steady_clock::now();
     MOE_RETURN_IF_ERROR(fn());
     t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  if (comm != nullptr && iterations > 0) {
+    Tensor slowest = Tensor::from_vector<double>({iterations}, t);
+    MOE_RETURN_IF_ERROR(comm->all_reduce(slowest, slowest, comm::ReduceOp::kMax));
+    t.assign(slowest.data<double>(), slowest.data<double>() + iterations);
   }
   Timing out;
   out.iterations = iterations;
@@ -77,7 +84,8 @@ StatusOr<Args> Args::parse(int argc, char** argv, const std::vector<std::string>
   Args a;
   for (int i = 0; i < argc; ++i) {
     std::string key = argv[i];
-    if (key.rfind("--", 0) != 0) return invalid_argument_error("expected --key value, got '", key, "'");
+    if (key.rfind("--", 0) != 0)
+      return invalid_argument_error("expected --key value, got '", key, "'");
     key = key.substr(2);
     if (std::find(known.begin(), known.end(), key) == known.end()) {
       std::string list;

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/communicator.h"
 #include "core/base/status.h"
 
 namespace moe::bench {
@@ -15,8 +16,10 @@ struct Timing {
   double median = 0, min = 0, mean = 0;  // seconds
   int iterations = 0;
 };
-// Runs fn `warmup` times untimed, then `iterations` times timed.
-StatusOr<Timing> time_it(int warmup, int iterations, const std::function<Status()>& fn);
+// Runs fn `warmup` times untimed, then `iterations` times timed. With a communicator (collective
+// over it): every timed iteration starts after a barrier and counts as the slowest rank's time.
+StatusOr<Timing> time_it(int warmup, int iterations, const std::function<Status()>& fn,
+                         comm::Communicator* comm = nullptr);
 
 // One JSON object per line: {"bench": name, key: value, ...}. Values are numbers or strings.
 class JsonLine {
