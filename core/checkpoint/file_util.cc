@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <vector>
 
 namespace moe::ckpt {
@@ -48,6 +49,31 @@ Status fsync_tree(const std::string& dir) {
   return Status::OK();
 }
 
+// Reads `path` from start to end in blocks of at most `block` bytes, retrying on EINTR;
+// fn(data, n, file size as fstat reports it, or 0). Errors name the file and the system's reason.
+Status read_blocks(const std::string& path, size_t block,
+                   const std::function<void(const char*, size_t, uint64_t)>& fn) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return not_found_error("cannot open ", path, ": ", std::strerror(errno));
+  struct stat st;
+  const uint64_t size =
+      ::fstat(fd, &st) == 0 && st.st_size > 0 ? static_cast<uint64_t>(st.st_size) : 0;
+  std::vector<char> buf(block);
+  for (;;) {
+    const ssize_t r = ::read(fd, buf.data(), buf.size());
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) {
+      const int err = errno;
+      ::close(fd);
+      return data_loss_error("reading ", path, " failed: ", std::strerror(err));
+    }
+    if (r == 0) break;
+    fn(buf.data(), static_cast<size_t>(r), size);
+  }
+  ::close(fd);
+  return Status::OK();
+}
+
 }  // namespace
 
 Status fsync_path(const std::string& path) {
@@ -71,7 +97,10 @@ Status write_file_atomic(const std::string& path, const std::string& bytes) {
   const bool closed = ::close(fd) == 0;
   if (!written || !synced || !closed) {
     ::unlink(tmp.c_str());
-    return internal_error(!written ? "writing " : !synced ? "fsync of " : "closing ", tmp, " (", bytes.size(),
+    return internal_error(!written  ? "writing "
+                          : !synced ? "fsync of "
+                                    : "closing ",
+                          tmp, " (", bytes.size(),
                           " bytes) failed: ", std::strerror(!written ? write_errno : sync_errno));
   }
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
@@ -83,24 +112,12 @@ Status write_file_atomic(const std::string& path, const std::string& bytes) {
 }
 
 StatusOr<std::string> read_file(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return not_found_error("cannot open ", path, ": ", std::strerror(errno));
   std::string out;
-  struct stat st;
-  if (::fstat(fd, &st) == 0 && st.st_size > 0) out.reserve(static_cast<size_t>(st.st_size));
-  char buf[1 << 16];
-  for (;;) {
-    const ssize_t r = ::read(fd, buf, sizeof(buf));
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0) {
-      const int err = errno;
-      ::close(fd);
-      return data_loss_error("reading ", path, " failed: ", std::strerror(err));
-    }
-    if (r == 0) break;
-    out.append(buf, static_cast<size_t>(r));
-  }
-  ::close(fd);
+  MOE_RETURN_IF_ERROR(
+      read_blocks(path, size_t{1} << 16, [&](const char* p, size_t n, uint64_t size) {
+        if (out.empty() && size > 0) out.reserve(size);
+        out.append(p, n);
+      }));
   return out;
 }
 
@@ -119,22 +136,10 @@ uint32_t crc32_update(uint32_t crc, const void* data, size_t n) {
 uint32_t crc32_of(const std::string& bytes) { return crc32_update(0, bytes.data(), bytes.size()); }
 
 StatusOr<uint32_t> crc32_of_file(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return not_found_error("cannot open ", path, ": ", std::strerror(errno));
-  std::vector<char> buf(1 << 20);
   uint32_t crc = 0;
-  for (;;) {
-    const ssize_t r = ::read(fd, buf.data(), buf.size());
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0) {
-      const int err = errno;
-      ::close(fd);
-      return data_loss_error("reading ", path, " failed: ", std::strerror(err));
-    }
-    if (r == 0) break;
-    crc = crc32_update(crc, buf.data(), static_cast<size_t>(r));
-  }
-  ::close(fd);
+  MOE_RETURN_IF_ERROR(read_blocks(path, size_t{1} << 20, [&](const char* p, size_t n, uint64_t) {
+    crc = crc32_update(crc, p, n);
+  }));
   return crc;
 }
 
@@ -159,7 +164,8 @@ AtomicDirectory AtomicDirectory::attach(const std::string& final_dir) {
 
 Status AtomicDirectory::commit() {
   std::error_code ec;
-  if (!fs::is_directory(tmp_, ec)) return failed_precondition_error("commit: ", tmp_, " is not a directory");
+  if (!fs::is_directory(tmp_, ec))
+    return failed_precondition_error("commit: ", tmp_, " is not a directory");
   MOE_RETURN_IF_ERROR(fsync_tree(tmp_));
   MOE_RETURN_IF_ERROR(fsync_path(tmp_));
   const std::string parent = parent_of(final_);
@@ -179,7 +185,8 @@ Status AtomicDirectory::commit() {
   MOE_RETURN_IF_ERROR(fsync_path(parent));
   if (replacing) {
     fs::remove_all(old, ec);
-    if (ec) return internal_error("committed ", final_, " but cannot remove ", old, ": ", ec.message());
+    if (ec)
+      return internal_error("committed ", final_, " but cannot remove ", old, ": ", ec.message());
     MOE_RETURN_IF_ERROR(fsync_path(parent));
   }
   return Status::OK();
