@@ -30,7 +30,7 @@
 #include "core/base/rng.h"
 #include "core/layers/moe_dispatcher.h"
 #include "kernels/moe_dispatch.h"
-#include "launcher/world.h"
+#include "comm/world.h"
 
 namespace moe::bench {
 namespace {
@@ -48,18 +48,17 @@ Tensor random_routing(int rank, int64_t tokens, int64_t experts, int64_t k) {
 }
 
 // combine(gather_back(dispatch(x))) with unit gates must be (slots kept for t) x_t: K x_t when
-// nothing was dropped.
-Status check_identity(const MoeDispatcher& d, const DispatchPlan& plan, int64_t tokens, int64_t dim,
-                      int64_t k) {
+// nothing was dropped. (The benchmark's context is an unguarded host context: it reads results.)
+Status check_identity(Context& ctx, const MoeDispatcher& d, const DispatchPlan& plan,
+                      int64_t tokens, int64_t dim, int64_t k) {
   Tensor x = Tensor::empty({tokens, dim}, DType::kF32);
   for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = static_cast<float>(i % 1000);
-  Tensor compact, send;
-  MOE_RETURN_IF_ERROR(d.dispatch(x, plan, &compact));
-  MOE_RETURN_IF_ERROR(d.gather_back(compact, plan, &send));
+  MOE_ASSIGN_OR_RETURN(Tensor rows, d.dispatch(x, plan));
+  MOE_ASSIGN_OR_RETURN(Tensor send, d.gather_back(rows, plan));
   Tensor gates = Tensor::empty({tokens, k}, DType::kF32);
   for (int64_t i = 0; i < gates.numel(); ++i) gates.data<float>()[i] = 1.f;
   Tensor u = Tensor::empty({tokens, dim}, DType::kF32);
-  MOE_RETURN_IF_ERROR(kernels::combine(send, plan.row, gates, TensorView(), u));
+  MOE_RETURN_IF_ERROR(kernels::combine(ctx, send, plan.row, gates, TensorView(), u));
   const int32_t* slot = plan.slot.data<int32_t>();
   for (int64_t t = 0; t < tokens; ++t) {
     int64_t kept = 0;
@@ -74,11 +73,11 @@ Status check_identity(const MoeDispatcher& d, const DispatchPlan& plan, int64_t 
   return Status::OK();
 }
 
-// One rank: the dispatcher's exchange is a copy, in both directions.
-Status copy_both_ways(const Tensor& send, const Tensor& recv) {
-  MOE_RETURN_IF_ERROR(
-      device_memcpy(recv.raw(), recv.device(), send.raw(), send.device(), send.nbytes()));
-  return device_memcpy(send.raw(), send.device(), recv.raw(), recv.device(), recv.nbytes());
+// One rank: the plain reference exchange is a copy, in both directions (the dispatcher itself
+// skips it: its receive buffer is the send buffer).
+Status copy_both_ways(Context& ctx, const Tensor& send, const Tensor& recv) {
+  MOE_RETURN_IF_ERROR(ctx.copy(send, recv));
+  return ctx.copy(recv, send);
 }
 
 std::string mpi_library() {
@@ -92,7 +91,7 @@ std::string mpi_library() {
 
 }  // namespace
 
-Status bench_alltoall(int argc, char** argv, World* world) {
+Status bench_alltoall(int argc, char** argv, comm::World* world) {
   MOE_ASSIGN_OR_RETURN(Args a, Args::parse(argc, argv,
                                            {"tokens", "d", "experts", "top-k", "capacity-factor",
                                             "iterations", "warmup"}));
@@ -102,6 +101,7 @@ Status bench_alltoall(int argc, char** argv, World* world) {
             warmup = static_cast<int>(a.get("warmup", 3));
   comm::Communicator* comm = world->comm.get();
   const int ranks = world->size();
+  std::unique_ptr<Context> ctx = Context::host();
   if (experts % ranks != 0)
     return invalid_argument_error("--experts ", experts, " is not divisible by ", ranks, " ranks");
   if (world->rank() == 0) {
@@ -126,17 +126,18 @@ Status bench_alltoall(int argc, char** argv, World* world) {
       const int64_t small = std::min<int64_t>(tokens, 512);
       MoeLayerConfig roomy = cfg;
       roomy.capacity_factor = static_cast<double>(experts) / static_cast<double>(k);
-      MoeDispatcher d(roomy, comm);
+      MoeDispatcher d(roomy, ctx.get(), comm);
       DispatchPlan plan;
-      MOE_RETURN_IF_ERROR(d.plan(random_routing(world->rank(), small, experts, k), 0, &plan));
-      if (plan.dropped_slots != 0) return internal_error("check failed: C = T dropped a slot");
-      MOE_RETURN_IF_ERROR(check_identity(d, plan, small, dim, k));
+      Tensor drops = Tensor::zeros({2}, DType::kF64);
+      MOE_RETURN_IF_ERROR(d.plan(random_routing(world->rank(), small, experts, k), 0, drops, &plan));
+      if (drops.data<double>()[0] != 0) return internal_error("check failed: C = T dropped a slot");
+      MOE_RETURN_IF_ERROR(check_identity(*ctx, d, plan, small, dim, k));
     }
     const Tensor idx = random_routing(world->rank(), tokens, experts, k);
-    MoeDispatcher d(cfg, comm);
+    MoeDispatcher d(cfg, ctx.get(), comm);
     DispatchPlan plan;
-    MOE_RETURN_IF_ERROR(d.plan(idx, 0, &plan));
-    MOE_RETURN_IF_ERROR(check_identity(d, plan, tokens, dim, k));
+    MOE_RETURN_IF_ERROR(d.plan(idx, 0, {}, &plan));
+    MOE_RETURN_IF_ERROR(check_identity(*ctx, d, plan, tokens, dim, k));
 
     // The exchange as the dispatcher makes it: chunked [R, E_l * C, D] views, both directions.
     const int64_t rows = plan.exchange.send_total, recv_rows = plan.exchange.recv_total;
@@ -148,7 +149,7 @@ Status bench_alltoall(int argc, char** argv, World* world) {
         time_it(
             warmup, iterations,
             [&]() -> Status {
-              if (comm == nullptr) return copy_both_ways(send, recv);
+              if (comm == nullptr) return copy_both_ways(*ctx, send, recv);
               MOE_RETURN_IF_ERROR(
                   comm->all_to_all(send.view().reshape(chunked), recv.view().reshape(chunked)));
               return comm->all_to_all(recv.view().reshape(chunked), send.view().reshape(chunked));
@@ -161,7 +162,7 @@ Status bench_alltoall(int argc, char** argv, World* world) {
                          time_it(
                              warmup, iterations,
                              [&]() -> Status {
-                               if (comm == nullptr) return copy_both_ways(send, recv);
+                               if (comm == nullptr) return copy_both_ways(*ctx, send, recv);
                                if (MPI_Alltoall(send.raw(), count, MPI_FLOAT, recv.raw(), count,
                                                 MPI_FLOAT, MPI_COMM_WORLD) != MPI_SUCCESS ||
                                    MPI_Alltoall(recv.raw(), count, MPI_FLOAT, send.raw(), count,
@@ -177,16 +178,15 @@ Status bench_alltoall(int argc, char** argv, World* world) {
                          time_it(
                              warmup, iterations,
                              [&]() -> Status {
-                               Tensor compact, back;
-                               MOE_RETURN_IF_ERROR(d.dispatch(x, plan, &compact));
-                               return d.gather_back(compact, plan, &back);
+                               MOE_ASSIGN_OR_RETURN(Tensor rows, d.dispatch(x, plan));
+                               return d.gather_back(rows, plan).status();
                              },
                              comm));
     MOE_ASSIGN_OR_RETURN(Timing planning, time_it(
                                               warmup, iterations,
                                               [&]() -> Status {
                                                 DispatchPlan p;
-                                                return d.plan(idx, 0, &p);
+                                                return d.plan(idx, 0, {}, &p);
                                               },
                                               comm));
     if (world->rank() == 0) {

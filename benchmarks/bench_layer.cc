@@ -14,13 +14,13 @@
 #include "benchmarks/bench_util.h"
 #include "benchmarks/layer_fixture.h"
 #include "core/base/rng.h"
-#include "core/layers/init.h"
+#include "kernels/init.h"
 #include "kernels/gemm.h"
-#include "launcher/world.h"
+#include "comm/world.h"
 
 namespace moe::bench {
 
-Status bench_layer(int argc, char** argv, World* world) {
+Status bench_layer(int argc, char** argv, comm::World* world) {
   MOE_ASSIGN_OR_RETURN(Args a, Args::parse(argc, argv, {"tokens", "d", "f", "experts", "top-k",
                                                         "variant", "iterations", "warmup"}));
   if (world->size() != 1) return invalid_argument_error("momoe-bench layer runs on one rank");
@@ -31,7 +31,8 @@ Status bench_layer(int argc, char** argv, World* world) {
   const int64_t tokens = a.get("tokens", 2048), d = cfg.d_model, f = cfg.d_expert;
   LayerFixture fixture(cfg, tokens, nullptr);
   MOE_RETURN_IF_ERROR(fixture.forward_backward());
-  if (!fixture.outputs_finite()) return internal_error("check failed: non-finite output");
+  MOE_ASSIGN_OR_RETURN(bool finite, fixture.outputs_finite());
+  if (!finite) return internal_error("check failed: non-finite output");
   const int iters = static_cast<int>(a.get("iterations", 5));
   const int warm = static_cast<int>(a.get("warmup", 1));
   MOE_ASSIGN_OR_RETURN(Timing t, time_it(warm, iters, [&]() { return fixture.forward_backward(); }));
@@ -39,10 +40,12 @@ Status bench_layer(int argc, char** argv, World* world) {
   Tensor ga = Tensor::empty({tokens * cfg.top_k, d}, DType::kF32);
   Tensor gb = Tensor::empty({d, f}, DType::kF32);
   Tensor gc = Tensor::empty({tokens * cfg.top_k, f}, DType::kF32);
-  MOE_RETURN_IF_ERROR(init_normal(ga, 1.0, CounterRng{3, make_stream(RngTag::kTest, 3, 0)}));
-  MOE_RETURN_IF_ERROR(init_normal(gb, 1.0, CounterRng{3, make_stream(RngTag::kTest, 3, 1)}));
-  MOE_ASSIGN_OR_RETURN(Timing g, time_it(warm, iters,
-                                         [&]() { return kernels::gemm(ga, false, gb, false, gc); }));
+  Context& ctx = fixture.context();
+  MOE_RETURN_IF_ERROR(kernels::init_normal(ctx, ga, 1.0, CounterRng{3, make_stream(RngTag::kTest, 3, 0)}));
+  MOE_RETURN_IF_ERROR(kernels::init_normal(ctx, gb, 1.0, CounterRng{3, make_stream(RngTag::kTest, 3, 1)}));
+  MOE_ASSIGN_OR_RETURN(Timing g, time_it(warm, iters, [&]() {
+                         return kernels::gemm(ctx, ga, false, gb, false, gc);
+                       }));
   const double gemm_flops = 2.0 * tokens * cfg.top_k * d * f;
   const double layer_flops =
       3.0 * tokens * (2.0 * cfg.top_k * (2.0 * d * f) + 2.0 * d * cfg.num_experts);

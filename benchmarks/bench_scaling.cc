@@ -15,13 +15,13 @@
 #include "benchmarks/bench_util.h"
 #include "benchmarks/layer_fixture.h"
 #include "core/train/trainer.h"
-#include "launcher/world.h"
+#include "comm/world.h"
 #include "proto/run_convert.h"
 
 namespace moe::bench {
 namespace {
 
-Status layer_point(const Args& a, World* world, bool weak, JsonLine* j) {
+Status layer_point(const Args& a, comm::World* world, bool weak, JsonLine* j) {
   const int ranks = world->size();
   const int64_t base = a.get("tokens", 2048);
   const int64_t tokens = weak ? base : base / ranks;
@@ -44,7 +44,7 @@ Status layer_point(const Args& a, World* world, bool weak, JsonLine* j) {
   return Status::OK();
 }
 
-Status train_point(const Args& a, World* world, bool weak, JsonLine* j) {
+Status train_point(const Args& a, comm::World* world, bool weak, JsonLine* j) {
   const int ranks = world->size();
   const int64_t per_rank = a.get("sequences", 4);
   const int64_t batch = weak ? per_rank * ranks : per_rank * 4;  // strong: 4 ranks' worth, split
@@ -77,7 +77,7 @@ Status train_point(const Args& a, World* world, bool weak, JsonLine* j) {
 
 }  // namespace
 
-Status bench_scaling(int argc, char** argv, World* world) {
+Status bench_scaling(int argc, char** argv, comm::World* world) {
   MOE_ASSIGN_OR_RETURN(Args a, Args::parse(argc, argv,
                                            {"what", "mode", "tokens", "sequences", "d", "f",
                                             "experts", "top-k", "iterations", "warmup"}));

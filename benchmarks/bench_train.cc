@@ -10,7 +10,7 @@
 #include "benchmarks/bench_util.h"
 #include "core/train/trainer.h"
 #include "kernels/reference/blas_ref.h"
-#include "launcher/world.h"
+#include "comm/world.h"
 #include "proto/run_convert.h"
 
 namespace moe::bench {
@@ -34,7 +34,7 @@ std::vector<Preset> presets(const std::string& which) {
   return {};
 }
 
-Status run_preset(const Preset& p, const std::string& config, int steps, int warmup, World* world) {
+Status run_preset(const Preset& p, const std::string& config, int steps, int warmup, comm::World* world) {
   MOE_ASSIGN_OR_RETURN(RunConfig cfg, load_run_config(config, p.overrides, 0));
   TrainerOptions opts;
   opts.run_dir = (std::filesystem::temp_directory_path() / ("momoe_bench_train_" + p.name)).string();
@@ -55,7 +55,7 @@ Status run_preset(const Preset& p, const std::string& config, int steps, int war
   const kernels::ref::GemmCounters g = kernels::ref::gemm_counters();
   if (world->rank() == 0) {
     int64_t params = 0;
-    for (const auto& prm : t->model().params().all()) params += prm->value.numel();
+    for (const auto& prm : t->model().params().all()) params += prm->numel();
     JsonLine j("train");
     j.str("preset", p.name)
         .num("world_size", world->size())
@@ -77,7 +77,7 @@ Status run_preset(const Preset& p, const std::string& config, int steps, int war
 
 }  // namespace
 
-Status bench_train(int argc, char** argv, World* world) {
+Status bench_train(int argc, char** argv, comm::World* world) {
   MOE_ASSIGN_OR_RETURN(Args a, Args::parse(argc, argv, {"preset", "config", "steps", "warmup"}));
   const std::vector<Preset> ps = presets(a.get_str("preset", "all"));
   if (ps.empty()) return invalid_argument_error("--preset must be quickstart, smoe-medium or all");

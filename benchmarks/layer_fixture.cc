@@ -3,7 +3,8 @@
 #include <cmath>
 
 #include "core/base/rng.h"
-#include "core/layers/init.h"
+#include "kernels/elementwise.h"
+#include "kernels/init.h"
 
 namespace moe::bench {
 
@@ -39,41 +40,40 @@ MoeLayerConfig layer_config(int64_t d, int64_t f, int64_t experts, int64_t top_k
 }
 
 LayerFixture::LayerFixture(const MoeLayerConfig& cfg, int64_t tokens, comm::Communicator* comm,
-                           int rank)
-    : cfg_(cfg), token_offset_(rank * tokens), params_(DType::kF32) {
+                           int rank, DType act)
+    : cfg_(cfg), token_offset_(rank * tokens), ctx_(Context::host()), params_(ctx_.get(), act) {
   layer_ = std::make_unique<MoeLayer>("moe", cfg, 1, 1, &params_, comm);
+  MOE_CHECK(params_.allocate().ok());
   // N(0, 0.05^2) weights, one stream per parameter; expert shards draw their slice of the global
   // tensor, so every EP layout holds the same weights.
   uint64_t param_stream = 0;
   for (const auto& p : params_.all()) {
     ++param_stream;
-    if (p->name.find("omega") != std::string::npos) continue;  // stays at 1
+    if (p->name.find("omega") != std::string::npos) {
+      MOE_CHECK(kernels::init_constant(*ctx_, p->master, 1.0).ok());
+      continue;
+    }
     const uint64_t first =
-        p->kind == ParamKind::kExpert
-            ? static_cast<uint64_t>(p->first_expert * (p->value.numel() / p->value.dim(0)))
-            : 0;
+        p->kind == ParamKind::kExpert ? static_cast<uint64_t>(p->first_expert * (p->numel() / p->shape[0])) : 0;
     const CounterRng rng{1, make_stream(RngTag::kTest, 1, param_stream)};
-    MOE_CHECK(init_normal(p->value, 0.05, rng, first).ok());
+    MOE_CHECK(kernels::init_normal(*ctx_, p->master, 0.05, rng, first).ok());
   }
+  MOE_CHECK(params_.refresh_working().ok());
   const int64_t d = cfg.d_model;
   uint64_t stream = 100 + static_cast<uint64_t>(rank) * 4;
-  auto randn = [&](Shape s) {
-    Tensor t = Tensor::empty(s, DType::kF32);
-    MOE_CHECK(init_normal(t, 1.0, CounterRng{2, make_stream(RngTag::kTest, 2, stream++)}).ok());
+  auto randn = [&](Shape s, DType dtype) {
+    Tensor t = ctx_->empty(s, dtype).value();
+    MOE_CHECK(kernels::init_normal(*ctx_, t, 1.0, CounterRng{2, make_stream(RngTag::kTest, 2, stream++)}).ok());
     return t;
   };
-  x_ = randn({tokens, d});
-  p_ = randn({tokens, d});
-  d_out_ = randn({tokens, d});
-  out_ = Tensor::empty({tokens, d}, DType::kF32);
-  p_out_ = Tensor::empty({tokens, d}, DType::kF32);
-  d_x_ = Tensor::empty({tokens, d}, DType::kF32);
-  d_base_ = Tensor::empty({tokens, d}, DType::kF32);
-  d_p_ = Tensor::empty({tokens, d}, DType::kF32);
-  prev_top1_ = Tensor::empty({tokens}, DType::kI32);
+  x_ = randn({tokens, d}, act);
+  p_ = randn({tokens, d}, compute_dtype(act));
+  d_out_ = randn({tokens, d}, act);
+  Tensor top1 = Tensor::empty({tokens}, DType::kI32);
   for (int64_t t = 0; t < tokens; ++t) {
-    prev_top1_.data<int32_t>()[t] = static_cast<int32_t>(t % cfg.num_experts);
+    top1.data<int32_t>()[t] = static_cast<int32_t>(t % cfg.num_experts);
   }
+  prev_top1_ = ctx_->upload(top1).value();
 }
 
 Status LayerFixture::forward(MoeLayerSaved* saved) {
@@ -83,17 +83,17 @@ Status LayerFixture::forward(MoeLayerSaved* saved) {
   in.p_in = p_;
   in.prev_top1 = prev_top1_;
   in.token_offset = token_offset_;
-  MoeLayerOutputs o;
-  o.out = out_;
-  o.p_out = p_out_;
-  return layer_->forward(in, o, saved, nullptr);
+  MOE_ASSIGN_OR_RETURN(MoeLayerOutputs out, layer_->forward(in, saved));
+  out_ = out.out;
+  return Status::OK();
 }
 
 Status LayerFixture::backward(const MoeLayerSaved& saved) {
   MoeLayerGradOutputs g;
   g.d_out = d_out_;
-  MoeLayerGradInputs gi{d_x_, d_base_, d_p_, {}, {}};
-  return layer_->backward(g, saved, gi);
+  MOE_ASSIGN_OR_RETURN(MoeLayerGradInputs gi, layer_->backward(g, saved));
+  d_x_ = gi.d_x_in;
+  return Status::OK();
 }
 
 Status LayerFixture::forward_backward() {
@@ -102,11 +102,12 @@ Status LayerFixture::forward_backward() {
   return backward(saved);
 }
 
-bool LayerFixture::outputs_finite() const {
-  for (int64_t i = 0; i < out_.numel(); ++i) {
-    if (!std::isfinite(out_.data<float>()[i]) || !std::isfinite(d_x_.data<float>()[i])) return false;
-  }
-  return true;
+StatusOr<bool> LayerFixture::outputs_finite() {
+  MOE_ASSIGN_OR_RETURN(Tensor bad, ctx_->zeros({1}, DType::kF64));
+  MOE_RETURN_IF_ERROR(kernels::count_nonfinite(*ctx_, out_, bad));
+  MOE_RETURN_IF_ERROR(kernels::count_nonfinite(*ctx_, d_x_, bad));
+  MOE_ASSIGN_OR_RETURN(Tensor host, ctx_->read_back(bad));
+  return host.data<double>()[0] == 0;
 }
 
 }  // namespace moe::bench

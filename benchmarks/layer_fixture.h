@@ -21,20 +21,24 @@ MoeLayerConfig layer_config(int64_t d, int64_t f, int64_t experts, int64_t top_k
 class LayerFixture {
  public:
   // `rank` offsets the input draws and the token ids (EP runs: every rank its own tokens).
-  LayerFixture(const MoeLayerConfig& cfg, int64_t tokens, comm::Communicator* comm, int rank = 0);
+  // act: the activation dtype (f32, or bf16 for the BF16 precision policy).
+  LayerFixture(const MoeLayerConfig& cfg, int64_t tokens, comm::Communicator* comm, int rank = 0,
+               DType act = DType::kF32);
   Status forward(MoeLayerSaved* saved);
   Status backward(const MoeLayerSaved& saved);
   Status forward_backward();
   // False when the last forward's output or input gradient holds a NaN or infinity.
-  bool outputs_finite() const;
+  StatusOr<bool> outputs_finite();
   const MoeLayerConfig& config() const { return cfg_; }
+  Context& context() { return *ctx_; }
 
  private:
   MoeLayerConfig cfg_;
   int64_t token_offset_;
+  std::unique_ptr<Context> ctx_;
   ParameterSet params_;
   std::unique_ptr<MoeLayer> layer_;
-  Tensor x_, p_, prev_top1_, d_out_, out_, p_out_, d_x_, d_base_, d_p_;
+  Tensor x_, p_, prev_top1_, d_out_, out_, d_x_;
 };
 
 }  // namespace moe::bench

@@ -30,7 +30,7 @@ void run(benchmark::State& state, bool with_backward) {
   const LayerVariant variant = kVariants[state.range(5)];
   const MoeLayerConfig cfg = layer_config(d, f, e, k, variant);
   LayerFixture fixture(cfg, tokens, nullptr);
-  if (!fixture.forward_backward().ok() || !fixture.outputs_finite()) {
+  if (!fixture.forward_backward().ok() || !fixture.outputs_finite().value_or(false)) {
     state.SkipWithError("check failed: the layer did not produce finite outputs");
     return;
   }
@@ -69,7 +69,6 @@ BENCHMARK(BM_MoeLayerForwardBackward)->Apply(shapes);
 }  // namespace moe::bench
 
 int main(int argc, char** argv) {
-  moe::keep_freed_host_memory();  // as the executables do: no page faults on activation reuse
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks();

@@ -11,23 +11,22 @@
 #include "benchmarks/bench_util.h"
 #include "core/base/device.h"
 #include "core/base/logging.h"
-#include "launcher/world.h"
+#include "comm/world.h"
 
 namespace moe::bench {
-Status bench_layer(int argc, char** argv, World* world);
-Status bench_train(int argc, char** argv, World* world);
-Status bench_alltoall(int argc, char** argv, World* world);
-Status bench_scaling(int argc, char** argv, World* world);
+Status bench_layer(int argc, char** argv, comm::World* world);
+Status bench_train(int argc, char** argv, comm::World* world);
+Status bench_alltoall(int argc, char** argv, comm::World* world);
+Status bench_scaling(int argc, char** argv, comm::World* world);
 }  // namespace moe::bench
 
 int main(int argc, char** argv) {
   using namespace moe;
-  moe::keep_freed_host_memory();
   if (argc < 2 || std::strcmp(argv[1], "--help") == 0) {
     std::fprintf(stderr, "usage: momoe-bench layer|train|alltoall|scaling [--key value ...]\n");
     return argc < 2 ? 2 : 0;
   }
-  StatusOr<World> world = make_world(&argc, &argv, CommBackend::kAuto, 600);
+  StatusOr<comm::World> world = comm::make_world(&argc, &argv, CommBackend::kAuto, 600);
   if (!world.ok()) {
     log_error(world.status().to_string());
     return 1;

@@ -2,29 +2,19 @@
 
 #include "core/base/check.h"
 
-#if defined(MOE_WITH_CUDA)
-#include <cuda_runtime_api.h>
-#endif
-
 namespace moe::comm {
-
-Status synchronize_stream(Stream stream) {
-#if defined(MOE_WITH_CUDA)
-  return MOE_CUDA_STATUS(cudaStreamSynchronize(static_cast<cudaStream_t>(stream.handle)));
-#else
-  return Status::OK();
-#endif
-}
 
 StatusOr<HostStage> HostStage::input(const TensorView& view, Stream stream) {
   HostStage stage;
   stage.view_ = view;
   if (view.is_host()) return stage;
-  MOE_RETURN_IF_ERROR(synchronize_stream(stream));
   stage.staged_ = true;
+  stage.stream_ = stream;
   stage.buffer_.resize(view.nbytes());
+  // The copy is ordered after the producer's work on `stream`; wait for it to land.
   MOE_RETURN_IF_ERROR(device_memcpy(stage.buffer_.data(), Device::host(), view.raw(),
-                                    view.device(), view.nbytes()));
+                                    view.device(), view.nbytes(), stream));
+  MOE_RETURN_IF_ERROR(stream_synchronize(view.device(), stream));
   return stage;
 }
 
@@ -35,12 +25,9 @@ StatusOr<HostStage> HostStage::output(const TensorView& view, Stream stream) {
 Status HostStage::finish() {
   if (!staged_) return Status::OK();
   MOE_RETURN_IF_ERROR(device_memcpy(view_.raw(), view_.device(), buffer_.data(), Device::host(),
-                                    view_.nbytes()));
-#if defined(MOE_WITH_CUDA)
-  // cudaMemcpy from pageable memory may return before the DMA lands.
-  MOE_RETURN_IF_ERROR(MOE_CUDA_STATUS(cudaDeviceSynchronize()));
-#endif
-  return Status::OK();
+                                    view_.nbytes(), stream_));
+  // The host buffer is freed with this stage: the copy must have read it.
+  return stream_synchronize(view_.device(), stream_);
 }
 
 }  // namespace moe::comm

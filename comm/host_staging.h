@@ -1,9 +1,9 @@
 // Host windows onto views for host-only backends (MPI): a host view is used in place; a device
 // view is copied through a host buffer (in before the exchange, out after it). Internal to comm/.
 //
-// Stream contract: staging an input first synchronizes `stream` (the producer of the data);
-// finishing an output waits for the device copy to land, so work enqueued afterwards on any
-// stream sees the data.
+// Stream contract: staging an input copies on `stream` (after the producer's work) and waits for
+// the copy; finishing an output copies back on the same stream and waits, so work enqueued
+// afterwards on any stream sees the data.
 #pragma once
 
 #include <cstddef>
@@ -31,10 +31,8 @@ class HostStage {
  private:
   TensorView view_;
   bool staged_ = false;
+  Stream stream_;
   std::vector<unsigned char> buffer_;
 };
-
-// Waits for all work on `stream` (no-op without CUDA or for host-only builds).
-Status synchronize_stream(Stream stream);
 
 }  // namespace moe::comm

@@ -146,6 +146,7 @@ Status LocalCommunicator::collective(
 
 Status LocalCommunicator::all_reduce(const TensorView& in, const TensorView& out, ReduceOp op,
                                      Stream) {
+  DeviceAccessScope device_side;  // the backend moves tensor memory
   LocalPost post;
   post.op = LocalOp::kAllReduce;
   post.in = in.raw();
@@ -183,6 +184,7 @@ Status LocalCommunicator::all_reduce(const TensorView& in, const TensorView& out
 }
 
 Status LocalCommunicator::all_gather(const TensorView& in, const TensorView& out, Stream) {
+  DeviceAccessScope device_side;  // the backend moves tensor memory
   LocalPost post;
   post.op = LocalOp::kAllGather;
   post.in = in.raw();
@@ -216,6 +218,7 @@ Status LocalCommunicator::all_gather(const TensorView& in, const TensorView& out
 }
 
 Status LocalCommunicator::broadcast(const TensorView& buf, int root, Stream) {
+  DeviceAccessScope device_side;  // the backend moves tensor memory
   LocalPost post;
   post.op = LocalOp::kBroadcast;
   post.in = buf.raw();
@@ -242,6 +245,7 @@ Status LocalCommunicator::broadcast(const TensorView& buf, int root, Stream) {
 }
 
 Status LocalCommunicator::all_to_all(const TensorView& in, const TensorView& out, Stream) {
+  DeviceAccessScope device_side;  // the backend moves tensor memory
   const int n = world_size();
   LocalPost post;
   post.op = LocalOp::kAllToAll;
@@ -279,6 +283,7 @@ Status LocalCommunicator::all_to_all(const TensorView& in, const TensorView& out
 
 Status LocalCommunicator::all_to_all_v(const TensorView& in, const AllToAllPlan& plan,
                                        const TensorView& out, Stream) {
+  DeviceAccessScope device_side;  // the backend moves tensor memory
   const int n = world_size();
   LocalPost post;
   post.op = LocalOp::kAllToAllV;

@@ -240,6 +240,7 @@ StatusOr<std::unique_ptr<Communicator>> MpiCommunicator::create_world(MpiOptions
 
 Status MpiCommunicator::all_reduce(const TensorView& in, const TensorView& out, ReduceOp op,
                                    Stream stream) {
+  DeviceAccessScope device_side;  // the backend moves tensor memory
   MOE_RETURN_IF_ERROR(impl_->usable("all_reduce"));
   if (in.dtype() != out.dtype() || in.numel() != out.numel() || !in.defined() || !out.defined()) {
     return invalid_argument_error("all_reduce: in ", in.to_string(), " and out ", out.to_string(),
@@ -280,6 +281,7 @@ Status MpiCommunicator::all_reduce(const TensorView& in, const TensorView& out, 
 }
 
 Status MpiCommunicator::all_gather(const TensorView& in, const TensorView& out, Stream stream) {
+  DeviceAccessScope device_side;  // the backend moves tensor memory
   MOE_RETURN_IF_ERROR(impl_->usable("all_gather"));
   if (in.dtype() != out.dtype() || out.numel() != in.numel() * impl_->size || !in.defined() ||
       !out.defined()) {
@@ -301,6 +303,7 @@ Status MpiCommunicator::all_gather(const TensorView& in, const TensorView& out, 
 }
 
 Status MpiCommunicator::broadcast(const TensorView& buf, int root, Stream stream) {
+  DeviceAccessScope device_side;  // the backend moves tensor memory
   MOE_RETURN_IF_ERROR(impl_->usable("broadcast"));
   MOE_RETURN_IF_ERROR(impl_->check_root(root, "broadcast"));
   if (!buf.defined()) return invalid_argument_error("broadcast: buf has no data");
@@ -314,6 +317,7 @@ Status MpiCommunicator::broadcast(const TensorView& buf, int root, Stream stream
 }
 
 Status MpiCommunicator::all_to_all(const TensorView& in, const TensorView& out, Stream stream) {
+  DeviceAccessScope device_side;  // the backend moves tensor memory
   MOE_RETURN_IF_ERROR(impl_->usable("all_to_all"));
   const int n = impl_->size;
   if (in.ndim() < 1 || out.ndim() < 1 || in.dim(0) % n != 0 || in.dtype() != out.dtype() ||
@@ -337,6 +341,7 @@ Status MpiCommunicator::all_to_all(const TensorView& in, const TensorView& out, 
 
 Status MpiCommunicator::all_to_all_v(const TensorView& in, const AllToAllPlan& plan,
                                      const TensorView& out, Stream stream) {
+  DeviceAccessScope device_side;  // the backend moves tensor memory
   MOE_RETURN_IF_ERROR(impl_->usable("all_to_all_v"));
   const int n = impl_->size;
   if (plan.world_size() != n) {

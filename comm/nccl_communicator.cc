@@ -4,6 +4,7 @@
 #include <nccl.h>
 
 #include <cstring>
+#include <initializer_list>
 
 #include "comm/bootstrap.h"
 #include "comm/view_util.h"
@@ -38,10 +39,18 @@ cudaStream_t cuda_stream(Stream stream) { return static_cast<cudaStream_t>(strea
 Status check_device_view(const char* op, const char* what, const TensorView& v) {
   if (!v.device().is_cuda()) {
     return invalid_argument_error(op, ": ", what, " is ", v.to_string(),
-                                  " but the nccl backend needs device memory");
+                                  " but the other view is device memory (both on the host, or both "
+                                  "on the device)");
   }
   if (!v.defined()) return invalid_argument_error(op, ": ", what, " has no data");
   return Status::OK();
+}
+
+// Host views are small control data (counts, flags, statistics): they go through the bootstrap.
+bool all_host(std::initializer_list<const TensorView*> views) {
+  for (const TensorView* v : views)
+    if (!v->is_host()) return false;
+  return true;
 }
 
 
@@ -115,7 +124,9 @@ StatusOr<std::unique_ptr<Communicator>> NcclCommunicator::create(
 
 Status NcclCommunicator::all_reduce(const TensorView& in, const TensorView& out, ReduceOp op,
                                     Stream stream) {
+  DeviceAccessScope device_side;  // the backend moves tensor memory
   MOE_RETURN_IF_ERROR(impl_->enter());
+  if (all_host({&in, &out})) return impl_->bootstrap->all_reduce(in, out, op);
   MOE_RETURN_IF_ERROR(check_device_view("all_reduce", "in", in));
   MOE_RETURN_IF_ERROR(check_device_view("all_reduce", "out", out));
   if (in.dtype() != out.dtype() || in.numel() != out.numel()) {
@@ -131,7 +142,9 @@ Status NcclCommunicator::all_reduce(const TensorView& in, const TensorView& out,
 }
 
 Status NcclCommunicator::all_gather(const TensorView& in, const TensorView& out, Stream stream) {
+  DeviceAccessScope device_side;  // the backend moves tensor memory
   MOE_RETURN_IF_ERROR(impl_->enter());
+  if (all_host({&in, &out})) return impl_->bootstrap->all_gather(in, out);
   MOE_RETURN_IF_ERROR(check_device_view("all_gather", "in", in));
   MOE_RETURN_IF_ERROR(check_device_view("all_gather", "out", out));
   if (in.dtype() != out.dtype() || out.numel() != in.numel() * impl_->size) {
@@ -146,7 +159,9 @@ Status NcclCommunicator::all_gather(const TensorView& in, const TensorView& out,
 }
 
 Status NcclCommunicator::broadcast(const TensorView& buf, int root, Stream stream) {
+  DeviceAccessScope device_side;  // the backend moves tensor memory
   MOE_RETURN_IF_ERROR(impl_->enter());
+  if (buf.is_host()) return impl_->bootstrap->broadcast(buf, root);
   MOE_RETURN_IF_ERROR(check_device_view("broadcast", "buf", buf));
   if (root < 0 || root >= impl_->size) {
     return invalid_argument_error("broadcast: root ", root, " is not a rank of a world of ",
@@ -157,7 +172,9 @@ Status NcclCommunicator::broadcast(const TensorView& buf, int root, Stream strea
 }
 
 Status NcclCommunicator::all_to_all(const TensorView& in, const TensorView& out, Stream stream) {
+  DeviceAccessScope device_side;  // the backend moves tensor memory
   MOE_RETURN_IF_ERROR(impl_->enter());
+  if (all_host({&in, &out})) return impl_->bootstrap->all_to_all(in, out);
   MOE_RETURN_IF_ERROR(check_device_view("all_to_all", "in", in));
   MOE_RETURN_IF_ERROR(check_device_view("all_to_all", "out", out));
   const int n = impl_->size;
@@ -183,7 +200,9 @@ Status NcclCommunicator::all_to_all(const TensorView& in, const TensorView& out,
 
 Status NcclCommunicator::all_to_all_v(const TensorView& in, const AllToAllPlan& plan,
                                       const TensorView& out, Stream stream) {
+  DeviceAccessScope device_side;  // the backend moves tensor memory
   MOE_RETURN_IF_ERROR(impl_->enter());
+  if (all_host({&in, &out})) return impl_->bootstrap->all_to_all_v(in, plan, out);
   MOE_RETURN_IF_ERROR(check_device_view("all_to_all_v", "in", in));
   MOE_RETURN_IF_ERROR(check_device_view("all_to_all_v", "out", out));
   const int n = impl_->size;

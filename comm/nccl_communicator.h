@@ -4,8 +4,10 @@
 // this communicator owns. This header does not include <nccl.h>.
 //
 // Contract beyond communicator.h:
-// - Memory: every view must be on a CUDA device (memory_space() == kDevice), normally this
-//   rank's device; host views give kInvalidArgument.
+// - Memory: data views are on a CUDA device (memory_space() == kDevice), normally this rank's
+//   device. Views that are all on the host (small control data: counts, flags, statistics) go
+//   through the bootstrap communicator instead, synchronously; a host view mixed with a device
+//   view is kInvalidArgument.
 // - Stream-ordered: data collectives are enqueued on `stream` (a cudaStream_t; null is the
 //   default stream) and return before the data lands; synchronize the stream to read results.
 //   all_to_all(_v) is one ncclGroupStart / ncclSend+ncclRecv per peer / ncclGroupEnd.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "kernels/common.h"
 #include "kernels/reference/activation_ref.h"
@@ -39,57 +40,79 @@ T apply_grad(Activation act, T x) {
   return T(1);
 }
 
-Status check_grouped(const char* op, const TensorView& x, const TensorView& per_group,
-                     const std::vector<int64_t>& offsets) {
-  if (x.ndim() != 2 || per_group.ndim() != 2 || per_group.dim(1) != x.dim(1)) {
-    return invalid_argument_error(op, ": needs x [M, N] and bias [G, N], got ", x.to_string(),
-                                  ", ", per_group.to_string());
-  }
-  if (static_cast<int64_t>(offsets.size()) != per_group.dim(0) + 1 || offsets.front() != 0 ||
-      offsets.back() != x.dim(0)) {
-    return invalid_argument_error(op, ": offsets must have G + 1 = ", per_group.dim(0) + 1,
-                                  " entries from 0 to ", x.dim(0));
-  }
-  return Status::OK();
+// x [M, N] act and a per-row-group parameter p [G, N] of x's compute dtype.
+Status check_bias(const Context& ctx, const char* op, const TensorView& x, const char* x_name,
+                  const TensorView& p, const char* p_name, int64_t groups) {
+  MOE_RETURN_IF_ERROR(check_act(ctx, op, x_name, x));
+  if (x.ndim() != 2) return invalid_argument_error(op, ": ", x_name, " must be [M, N]");
+  MOE_RETURN_IF_ERROR(check_device(ctx, op, p_name, p));
+  const Shape want = groups < 0 ? Shape{x.dim(1)} : Shape{groups, x.dim(1)};
+  return check_compute(op, p_name, p, x.dtype(), want);
 }
 
+// x[rows, :] += bias row (A act, F bias).
+template <typename A, typename F>
+void add_bias_rows(A* x, int64_t begin, int64_t end, int64_t n, const F* bias) {
+  for (int64_t r = begin; r < end; ++r) {
+    A* row = x + r * n;
+    for (int64_t j = 0; j < n; ++j) row[j] = static_cast<A>(static_cast<F>(row[j]) + bias[j]);
+  }
+}
 
-Status dropout_apply(const char* op, const TensorView& x, const TensorView& row_keys,
-                     CounterRng rng, float p, const TensorView& y) {
-  MOE_RETURN_IF_ERROR(check_host_float(op, "x", x));
-  MOE_RETURN_IF_ERROR(check_same_dtype(op, x, "y", y));
-  if (x.shape() != y.shape() || x.ndim() != 2) {
-    return invalid_argument_error(op, ": x ", x.to_string(), " and y ", y.to_string(),
-                                  " must be the same [M, N]");
+template <typename A, typename F>
+void bias_grad_rows(const A* dy, int64_t begin, int64_t end, int64_t n, double* acc) {
+  for (int64_t r = begin; r < end; ++r) {
+    const A* row = dy + r * n;
+    for (int64_t j = 0; j < n; ++j) acc[j] += static_cast<double>(row[j]);
+  }
+}
+
+Status dropout_apply(Context& ctx, const char* op, const TensorView& x, const TensorView& row_keys,
+                     int64_t key_base, CounterRng rng, float p, const TensorView& y) {
+  MOE_KERNEL_ENTRY(ctx, op);
+  MOE_RETURN_IF_ERROR(check_act(ctx, op, "x", x));
+  MOE_RETURN_IF_ERROR(check_like(op, x, "y", y));
+  if (x.ndim() != 2) {
+    return invalid_argument_error(op, ": x ", x.to_string(), " must be [M, N]");
   }
   if (!(p >= 0.f && p < 1.f)) return invalid_argument_error(op, ": p = ", p, " not in [0, 1)");
-  if (p == 0.f) {  // identity
-    if (x.raw() != y.raw()) std::memcpy(y.raw(), x.raw(), x.nbytes());
-    return Status::OK();
-  }
   const bool keyed = row_keys.numel() > 0;
   if (keyed) {
+    MOE_RETURN_IF_ERROR(check_device(ctx, op, "row_keys", row_keys));
     MOE_RETURN_IF_ERROR(check_dtype(op, "row_keys", row_keys, DType::kI64));
     MOE_RETURN_IF_ERROR(check_shape(op, "row_keys", row_keys, Shape{x.dim(0)}));
   }
-  return dispatch_host_float(op, x, [&](auto tag) {
+  return dispatch_float(op, x, [&](auto tag) {
     using T = decltype(tag);
+    using C = accum_t<T>;
     const int64_t m = x.dim(0), n = x.dim(1);
     const T* px = x.data<T>();
     T* py = y.data<T>();
     const int64_t* keys = keyed ? row_keys.data<int64_t>() : nullptr;
-    const T scale = static_cast<T>(1.0 / (1.0 - static_cast<double>(p)));
+    if (p == 0.f) {
+      if (px != py) std::memcpy(py, px, x.nbytes());
+      for (int64_t r = 0; keyed && r < m; ++r) {
+        if (keys[r] < 0) std::fill(py + r * n, py + (r + 1) * n, T(0));
+      }
+      return;
+    }
+    const C scale = static_cast<C>(1.0 / (1.0 - static_cast<double>(p)));
     // Element (r, j) uses lane j % 4 of Philox block key(r) * ceil(N / 4) + j / 4: four elements
     // per draw, and still a function of (row key, column) only.
     const uint64_t blocks_per_row = static_cast<uint64_t>((n + 3) / 4);
     for (int64_t r = 0; r < m; ++r) {
-      const uint64_t key = static_cast<uint64_t>(keyed ? keys[r] : r);
+      const int64_t key = keyed ? keys[r] : key_base + r;
+      if (key < 0) {
+        std::fill(py + r * n, py + (r + 1) * n, T(0));
+        continue;
+      }
       for (int64_t j0 = 0; j0 < n; j0 += 4) {
         uint32_t bits[4];
-        rng.block(key * blocks_per_row + static_cast<uint64_t>(j0 / 4), bits);
+        rng.block(static_cast<uint64_t>(key) * blocks_per_row + static_cast<uint64_t>(j0 / 4),
+                  bits);
         for (int64_t j = j0; j < std::min(n, j0 + 4); ++j) {
           const float u = static_cast<float>(bits[j - j0] >> 8) * (1.0f / 16777216.0f);
-          py[r * n + j] = u >= p ? px[r * n + j] * scale : T(0);
+          py[r * n + j] = u >= p ? static_cast<T>(static_cast<C>(px[r * n + j]) * scale) : T(0);
         }
       }
     }
@@ -98,95 +121,129 @@ Status dropout_apply(const char* op, const TensorView& x, const TensorView& row_
 
 }  // namespace
 
-Status activation_forward(Activation act, const TensorView& x, const TensorView& y,
-                          Stream stream) {
+Status activation_forward(Context& ctx, Activation act, const TensorView& x, const TensorView& y) {
   constexpr const char* kOp = "activation_forward";
-  MOE_RETURN_IF_ERROR(check_host_float(kOp, "x", x));
-  MOE_RETURN_IF_ERROR(check_same_dtype(kOp, x, "y", y));
-  if (x.shape() != y.shape()) return invalid_argument_error(kOp, ": x and y shapes differ");
-  return dispatch_host_float(kOp, x, [&](auto tag) {
+  MOE_KERNEL_ENTRY(ctx, kOp);
+  MOE_RETURN_IF_ERROR(check_act(ctx, kOp, "x", x));
+  MOE_RETURN_IF_ERROR(check_like(kOp, x, "y", y));
+  return dispatch_float(kOp, x, [&](auto tag) {
     using T = decltype(tag);
+    using C = accum_t<T>;
     const T* px = x.data<T>();
     T* py = y.data<T>();
     const int64_t n = x.numel();
     switch (act) {
       case Activation::kRelu:
-        for (int64_t i = 0; i < n; ++i) py[i] = px[i] > T(0) ? px[i] : T(0);
+        for (int64_t i = 0; i < n; ++i) py[i] = static_cast<C>(px[i]) > C(0) ? px[i] : T(0);
         break;
       default:
-        for (int64_t i = 0; i < n; ++i) py[i] = apply(act, px[i]);
+        for (int64_t i = 0; i < n; ++i) py[i] = static_cast<T>(apply<C>(act, px[i]));
     }
   });
 }
 
-Status activation_backward(Activation act, const TensorView& x, const TensorView& dy,
-                           const TensorView& dx, Stream stream) {
+Status activation_backward(Context& ctx, Activation act, const TensorView& x, const TensorView& dy,
+                           const TensorView& dx) {
   constexpr const char* kOp = "activation_backward";
-  MOE_RETURN_IF_ERROR(check_host_float(kOp, "x", x));
-  MOE_RETURN_IF_ERROR(check_same_dtype(kOp, x, "dy", dy));
-  MOE_RETURN_IF_ERROR(check_same_dtype(kOp, x, "dx", dx));
-  if (x.shape() != dy.shape() || x.shape() != dx.shape()) {
-    return invalid_argument_error(kOp, ": x, dy and dx shapes differ");
-  }
-  return dispatch_host_float(kOp, x, [&](auto tag) {
+  MOE_KERNEL_ENTRY(ctx, kOp);
+  MOE_RETURN_IF_ERROR(check_act(ctx, kOp, "x", x));
+  MOE_RETURN_IF_ERROR(check_like(kOp, x, "dy", dy));
+  MOE_RETURN_IF_ERROR(check_like(kOp, x, "dx", dx));
+  return dispatch_float(kOp, x, [&](auto tag) {
     using T = decltype(tag);
+    using C = accum_t<T>;
     const T* px = x.data<T>();
     const T* pdy = dy.data<T>();
     T* pdx = dx.data<T>();
     const int64_t n = x.numel();
     switch (act) {
       case Activation::kRelu:
-        for (int64_t i = 0; i < n; ++i) pdx[i] = px[i] > T(0) ? pdy[i] : T(0);
+        for (int64_t i = 0; i < n; ++i) pdx[i] = static_cast<C>(px[i]) > C(0) ? pdy[i] : T(0);
         break;
       default:
-        for (int64_t i = 0; i < n; ++i) pdx[i] = apply_grad(act, px[i]) * pdy[i];
+        for (int64_t i = 0; i < n; ++i) {
+          pdx[i] = static_cast<T>(apply_grad<C>(act, px[i]) * static_cast<C>(pdy[i]));
+        }
     }
   });
 }
 
-Status add_bias_grouped(const TensorView& x, const TensorView& bias,
-                        const std::vector<int64_t>& offsets, Stream stream) {
-  constexpr const char* kOp = "add_bias_grouped";
-  MOE_RETURN_IF_ERROR(check_host_float(kOp, "x", x));
-  MOE_RETURN_IF_ERROR(check_same_dtype(kOp, x, "bias", bias));
-  MOE_RETURN_IF_ERROR(check_grouped(kOp, x, bias, offsets));
-  return dispatch_host_float(kOp, x, [&](auto tag) {
-    using T = decltype(tag);
-    const int64_t n = x.dim(1);
-    T* px = x.data<T>();
-    const T* pb = bias.data<T>();
-    for (size_t g = 0; g + 1 < offsets.size(); ++g)
-      for (int64_t r = offsets[g]; r < offsets[g + 1]; ++r)
-        for (int64_t j = 0; j < n; ++j) px[r * n + j] += pb[g * n + j];
+Status add_bias(Context& ctx, const TensorView& x, const TensorView& bias) {
+  constexpr const char* kOp = "add_bias";
+  MOE_KERNEL_ENTRY(ctx, kOp);
+  MOE_RETURN_IF_ERROR(check_bias(ctx, kOp, x, "x", bias, "bias", -1));
+  return dispatch_act(kOp, x, [&](auto at, auto ft) {
+    using A = decltype(at);
+    using F = decltype(ft);
+    add_bias_rows<A, F>(x.data<A>(), 0, x.dim(0), x.dim(1), bias.data<F>());
   });
 }
 
-Status bias_grad_grouped(const TensorView& dy, const TensorView& dbias,
-                         const std::vector<int64_t>& offsets, Stream stream) {
-  constexpr const char* kOp = "bias_grad_grouped";
-  MOE_RETURN_IF_ERROR(check_host_float(kOp, "dy", dy));
-  MOE_RETURN_IF_ERROR(check_same_dtype(kOp, dy, "dbias", dbias));
-  MOE_RETURN_IF_ERROR(check_grouped(kOp, dy, dbias, offsets));
-  return dispatch_host_float(kOp, dy, [&](auto tag) {
-    using T = decltype(tag);
+Status bias_grad(Context& ctx, const TensorView& dy, const TensorView& dbias) {
+  constexpr const char* kOp = "bias_grad";
+  MOE_KERNEL_ENTRY(ctx, kOp);
+  MOE_RETURN_IF_ERROR(check_bias(ctx, kOp, dy, "dy", dbias, "dbias", -1));
+  return dispatch_act(kOp, dy, [&](auto at, auto ft) {
+    using A = decltype(at);
+    using F = decltype(ft);
     const int64_t n = dy.dim(1);
-    const T* pdy = dy.data<T>();
-    T* pdb = dbias.data<T>();
-    for (size_t g = 0; g + 1 < offsets.size(); ++g)
-      for (int64_t r = offsets[g]; r < offsets[g + 1]; ++r)
-        for (int64_t j = 0; j < n; ++j) pdb[g * n + j] += pdy[r * n + j];
+    std::vector<double> acc(n, 0.0);
+    bias_grad_rows<A, F>(dy.data<A>(), 0, dy.dim(0), n, acc.data());
+    F* db = dbias.data<F>();
+    for (int64_t j = 0; j < n; ++j) db[j] = static_cast<F>(db[j] + acc[j]);
   });
 }
 
-Status dropout_forward(const TensorView& x, const TensorView& row_keys, CounterRng rng, float p,
-                       const TensorView& y, Stream stream) {
-  return dropout_apply("dropout_forward", x, row_keys, rng, p, y);
+Status add_bias_blocks(Context& ctx, const TensorView& x, const TensorView& bias,
+                       const ExpertBlocks& blocks) {
+  constexpr const char* kOp = "add_bias_blocks";
+  MOE_KERNEL_ENTRY(ctx, kOp);
+  MOE_RETURN_IF_ERROR(check_bias(ctx, kOp, x, "x", bias, "bias", blocks.local_experts));
+  MOE_RETURN_IF_ERROR(validate_blocks(kOp, blocks, x.dim(0)));
+  return dispatch_act(kOp, x, [&](auto at, auto ft) {
+    using A = decltype(at);
+    using F = decltype(ft);
+    const int64_t n = x.dim(1);
+    A* px = x.data<A>();
+    for (int64_t b = 0; b < blocks.blocks(); ++b) {
+      const auto [begin, end] = blocks.block_rows(b);
+      const int64_t used = begin + filled_rows(blocks, b);
+      add_bias_rows<A, F>(px, begin, used, n, bias.data<F>() + blocks.expert_of(b) * n);
+      std::fill(px + used * n, px + end * n, A(0));
+    }
+  });
 }
 
-Status dropout_backward(const TensorView& dy, const TensorView& row_keys, CounterRng rng, float p,
-                        const TensorView& dx, Stream stream) {
+Status bias_grad_blocks(Context& ctx, const TensorView& dy, const TensorView& dbias,
+                        const ExpertBlocks& blocks) {
+  constexpr const char* kOp = "bias_grad_blocks";
+  MOE_KERNEL_ENTRY(ctx, kOp);
+  MOE_RETURN_IF_ERROR(check_bias(ctx, kOp, dy, "dy", dbias, "dbias", blocks.local_experts));
+  MOE_RETURN_IF_ERROR(validate_blocks(kOp, blocks, dy.dim(0)));
+  return dispatch_act(kOp, dy, [&](auto at, auto ft) {
+    using A = decltype(at);
+    using F = decltype(ft);
+    const int64_t n = dy.dim(1), experts = blocks.local_experts;
+    std::vector<double> acc(experts * n, 0.0);
+    for (int64_t b = 0; b < blocks.blocks(); ++b) {
+      const int64_t begin = blocks.block_rows(b).first;
+      bias_grad_rows<A, F>(dy.data<A>(), begin, begin + filled_rows(blocks, b), n,
+                           acc.data() + blocks.expert_of(b) * n);
+    }
+    F* db = dbias.data<F>();
+    for (int64_t i = 0; i < experts * n; ++i) db[i] = static_cast<F>(db[i] + acc[i]);
+  });
+}
+
+Status dropout_forward(Context& ctx, const TensorView& x, const TensorView& row_keys,
+                       int64_t key_base, CounterRng rng, float p, const TensorView& y) {
+  return dropout_apply(ctx, "dropout_forward", x, row_keys, key_base, rng, p, y);
+}
+
+Status dropout_backward(Context& ctx, const TensorView& dy, const TensorView& row_keys,
+                        int64_t key_base, CounterRng rng, float p, const TensorView& dx) {
   // Inverted dropout is linear with a fixed mask: its backward is the same masked scaling.
-  return dropout_apply("dropout_backward", dy, row_keys, rng, p, dx);
+  return dropout_apply(ctx, "dropout_backward", dy, row_keys, key_base, rng, p, dx);
 }
 
 }  // namespace moe::kernels

@@ -1,12 +1,12 @@
-// Elementwise activations, bias addition and dropout on row blocks. "Grouped" ops take G+1 row
-// offsets so that one call covers every local expert (group g owns rows offsets[g]..offsets[g+1]).
+// Elementwise activations, bias addition and its gradient (dense rows, or one bias per local
+// expert over ExpertBlocks), and counter-based dropout. Activations are "act" (f32, f64, bf16);
+// biases and bias gradients are full precision (F = compute_dtype(act)).
 #pragma once
 
-#include <vector>
-
-#include "core/base/device.h"
+#include "core/base/context.h"
 #include "core/base/rng.h"
 #include "core/base/tensor.h"
+#include "kernels/expert_blocks.h"
 
 namespace moe::kernels {
 
@@ -17,29 +17,35 @@ enum class Activation {
 };
 const char* activation_name(Activation act);
 
-// y = act(x). x, y: same shape and float dtype; y may alias x.
-Status activation_forward(Activation act, const TensorView& x, const TensorView& y,
-                          Stream stream = {});
-// dx = act'(x) * dy, where x is the pre-activation input. dx may alias dy. Overwrites dx.
-Status activation_backward(Activation act, const TensorView& x, const TensorView& dy,
-                           const TensorView& dx, Stream stream = {});
+// y = act(x). x, y: one act dtype and shape; y may alias x.
+Status activation_forward(Context& ctx, Activation act, const TensorView& x, const TensorView& y);
+// dx = act'(x) * dy, x the pre-activation input. One act dtype and shape; dx may alias dy.
+Status activation_backward(Context& ctx, Activation act, const TensorView& x, const TensorView& dy,
+                           const TensorView& dx);
 
-// x[rows of g, :] += bias[g, :]. x: [M, N]; bias: [G, N]; in place.
-Status add_bias_grouped(const TensorView& x, const TensorView& bias,
-                        const std::vector<int64_t>& offsets, Stream stream = {});
-// dbias[g, :] += sum over rows of g of dy[row, :]. Accumulates.
-Status bias_grad_grouped(const TensorView& dy, const TensorView& dbias,
-                         const std::vector<int64_t>& offsets, Stream stream = {});
+// x[r, :] += bias[:] for every row. x [M, N] act; bias [N] F. In place.
+Status add_bias(Context& ctx, const TensorView& x, const TensorView& bias);
+// dbias[:] += sum over rows of dy[r, :]. dy [M, N] act; dbias [N] F. Accumulates (in double,
+// row order).
+Status bias_grad(Context& ctx, const TensorView& dy, const TensorView& dbias);
+// Per local expert: x[rows of block b, :] += bias[expert_of(b), :]. x [M, N] act; bias [E_l, N] F.
+// Padding rows (capacity mode with `filled`) are set to zero on the host backend.
+Status add_bias_blocks(Context& ctx, const TensorView& x, const TensorView& bias,
+                       const ExpertBlocks& blocks);
+// dbias[l, :] += sum over the filled rows of l's blocks (rank order, then row order) of dy.
+Status bias_grad_blocks(Context& ctx, const TensorView& dy, const TensorView& dbias,
+                        const ExpertBlocks& blocks);
 
-// Inverted dropout with a counter-based mask: keep(r, j) = u >= p, u the 24-bit uniform from lane
-// j % 4 of rng.block(key(r) * ceil(N / 4) + j / 4) (four elements per Philox draw),
-// y = keep ? x / (1 - p) : 0. key(r) = row_keys[r] (i64 [M]) when given, else r. Keying rows by a
-// global token id makes the mask independent of where the row sits in a buffer (EP layout).
-// x, y: [M, N] (y may alias x). p in [0, 1).
-Status dropout_forward(const TensorView& x, const TensorView& row_keys, CounterRng rng, float p,
-                       const TensorView& y, Stream stream = {});
+// Inverted dropout with a counter-based mask. Row r's key is row_keys[r] (i64 [M] on the device)
+// when given, else key_base + r. Element (r, j) is kept when u >= p, u the 24-bit uniform from
+// lane j % 4 of rng.block(key * ceil(N / 4) + j / 4) (four elements per Philox draw); kept
+// elements are scaled by 1 / (1 - p). A row whose key is negative (an empty capacity slot) is
+// zeroed. Keying rows by a global token id makes the mask independent of where the row sits in a
+// buffer (EP layout). x, y [M, N] one act dtype (y may alias x). p in [0, 1); p = 0 copies.
+Status dropout_forward(Context& ctx, const TensorView& x, const TensorView& row_keys,
+                       int64_t key_base, CounterRng rng, float p, const TensorView& y);
 // dx = keep ? dy / (1 - p) : 0, redrawing the same mask. dx may alias dy.
-Status dropout_backward(const TensorView& dy, const TensorView& row_keys, CounterRng rng, float p,
-                        const TensorView& dx, Stream stream = {});
+Status dropout_backward(Context& ctx, const TensorView& dy, const TensorView& row_keys,
+                        int64_t key_base, CounterRng rng, float p, const TensorView& dx);
 
 }  // namespace moe::kernels

@@ -7,8 +7,9 @@ namespace moe::kernels {
 namespace {
 
 // Validates args and qkv [B*S, 3D] with D divisible by H; sets *d_model.
-Status check_args(const char* op, const AttentionArgs& a, const TensorView& qkv, int64_t* d_model) {
-  MOE_RETURN_IF_ERROR(check_host_float(op, "qkv", qkv));
+Status check_args(const Context& ctx, const char* op, const AttentionArgs& a,
+                  const TensorView& qkv, int64_t* d_model) {
+  MOE_RETURN_IF_ERROR(check_act(ctx, op, "qkv", qkv));
   if (a.batch < 1 || a.seq_len < 1 || a.heads < 1) {
     return invalid_argument_error(op, ": batch, seq_len and heads must be >= 1, got ", a.batch,
                                   ", ", a.seq_len, ", ", a.heads);
@@ -26,41 +27,47 @@ Status check_args(const char* op, const AttentionArgs& a, const TensorView& qkv,
   return Status::OK();
 }
 
-Status check_like(const char* op, const TensorView& qkv, const char* name, const TensorView& t,
-                  const Shape& shape) {
+Status check_act_shape(const char* op, const TensorView& qkv, const char* name,
+                       const TensorView& t, const Shape& shape) {
   MOE_RETURN_IF_ERROR(check_same_dtype(op, qkv, name, t));
   return check_shape(op, name, t, shape);
 }
 
 }  // namespace
 
-Status attention_forward(const AttentionArgs& a, const TensorView& qkv, const TensorView& out,
-                         const TensorView& probs, Stream stream) {
+Status attention_forward(Context& ctx, const AttentionArgs& a, const TensorView& qkv,
+                         const TensorView& out, const TensorView& lse) {
   constexpr const char* kOp = "attention_forward";
+  MOE_KERNEL_ENTRY(ctx, kOp);
   int64_t D = 0;
-  MOE_RETURN_IF_ERROR(check_args(kOp, a, qkv, &D));
+  MOE_RETURN_IF_ERROR(check_args(ctx, kOp, a, qkv, &D));
   const int64_t S = a.seq_len, H = a.heads;
-  MOE_RETURN_IF_ERROR(check_like(kOp, qkv, "out", out, Shape{a.batch * S, D}));
-  MOE_RETURN_IF_ERROR(check_like(kOp, qkv, "probs", probs, Shape{a.batch, H, S, S}));
-  return dispatch_host_float(kOp, qkv, [&](auto tag) {
-    using T = decltype(tag);
-    ref::attention_forward<T>(a, D / H, qkv.data<T>(), out.data<T>(), probs.data<T>());
+  MOE_RETURN_IF_ERROR(check_act_shape(kOp, qkv, "out", out, Shape{a.batch * S, D}));
+  MOE_RETURN_IF_ERROR(check_device(ctx, kOp, "lse", lse));
+  MOE_RETURN_IF_ERROR(check_compute(kOp, "lse", lse, qkv.dtype(), Shape{a.batch, H, S}));
+  return dispatch_act(kOp, qkv, [&](auto at, auto ft) {
+    using A = decltype(at);
+    using F = decltype(ft);
+    ref::attention_forward<A, F>(a, D / H, qkv.data<A>(), out.data<A>(), lse.data<F>());
   });
 }
 
-Status attention_backward(const AttentionArgs& a, const TensorView& d_out, const TensorView& qkv,
-                          const TensorView& probs, const TensorView& d_qkv, Stream stream) {
+Status attention_backward(Context& ctx, const AttentionArgs& a, const TensorView& d_out,
+                          const TensorView& qkv, const TensorView& lse, const TensorView& d_qkv) {
   constexpr const char* kOp = "attention_backward";
+  MOE_KERNEL_ENTRY(ctx, kOp);
   int64_t D = 0;
-  MOE_RETURN_IF_ERROR(check_args(kOp, a, qkv, &D));
+  MOE_RETURN_IF_ERROR(check_args(ctx, kOp, a, qkv, &D));
   const int64_t S = a.seq_len, H = a.heads;
-  MOE_RETURN_IF_ERROR(check_like(kOp, qkv, "d_out", d_out, Shape{a.batch * S, D}));
-  MOE_RETURN_IF_ERROR(check_like(kOp, qkv, "probs", probs, Shape{a.batch, H, S, S}));
-  MOE_RETURN_IF_ERROR(check_like(kOp, qkv, "d_qkv", d_qkv, qkv.shape()));
-  return dispatch_host_float(kOp, qkv, [&](auto tag) {
-    using T = decltype(tag);
-    ref::attention_backward<T>(a, D / H, d_out.data<T>(), qkv.data<T>(), probs.data<T>(),
-                               d_qkv.data<T>());
+  MOE_RETURN_IF_ERROR(check_act_shape(kOp, qkv, "d_out", d_out, Shape{a.batch * S, D}));
+  MOE_RETURN_IF_ERROR(check_device(ctx, kOp, "lse", lse));
+  MOE_RETURN_IF_ERROR(check_compute(kOp, "lse", lse, qkv.dtype(), Shape{a.batch, H, S}));
+  MOE_RETURN_IF_ERROR(check_act_shape(kOp, qkv, "d_qkv", d_qkv, qkv.shape()));
+  return dispatch_act(kOp, qkv, [&](auto at, auto ft) {
+    using A = decltype(at);
+    using F = decltype(ft);
+    ref::attention_backward<A, F>(a, D / H, d_out.data<A>(), qkv.data<A>(), lse.data<F>(),
+                                  d_qkv.data<A>());
   });
 }
 

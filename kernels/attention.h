@@ -3,8 +3,11 @@
 // Q, K, V are the head slices of qkv [B*S, 3D] (in [B, S, 3, H, Dh] terms: columns [0, D) are
 // q [B, S, H, Dh], [D, 2D) k and [2D, 3D) v, with head h owning columns h*Dh .. (h+1)*Dh of
 // each), so the QKV projection's output is used without a split copy. O is written to
-// out [B*S, D] = [B, S, H, Dh]. Position i attends to j <= i. The softmax subtracts the row
-// maximum and sums in double. Matrix products go through BLAS, one (b, h) at a time.
+// out [B*S, D] = [B, S, H, Dh]. Position i attends to j <= i.
+//
+// The forward saves only the row logsumexp lse [B, H, S] (the contract of a fused GPU kernel);
+// the backward recomputes P = exp(Q K^T / sqrt(Dh) - lse) from Q and K. Softmax sums are in
+// double on the host; scores and products in the compute precision (f32 for f32 and bf16).
 //
 // Dropout on the probabilities keeps element (b, h, i, j) when
 //   rng.uniform((((sequence_offset + b) * H + h) * S + i) * S + j) >= dropout
@@ -13,7 +16,7 @@
 // split across ranks. dropout = 0 draws nothing.
 #pragma once
 
-#include "core/base/device.h"
+#include "core/base/context.h"
 #include "core/base/rng.h"
 #include "core/base/tensor.h"
 
@@ -28,13 +31,13 @@ struct AttentionArgs {
   int64_t sequence_offset = 0;  // global index of sequence 0 (keys the mask)
 };
 
-// [in] qkv [B*S, 3D] (f32|f64). [out] out [B*S, D], overwritten. [out] probs [B, H, S, S],
-// overwritten with the softmax before dropout (zero above the diagonal), saved for backward.
-Status attention_forward(const AttentionArgs& args, const TensorView& qkv, const TensorView& out,
-                         const TensorView& probs, Stream stream = {});
-// [in] d_out [B*S, D]; the saved qkv [B*S, 3D] and probs [B, H, S, S]; args as in forward (the
-// dropout mask is redrawn). [out] d_qkv [B*S, 3D] = (dq | dk | dv), overwritten.
-Status attention_backward(const AttentionArgs& args, const TensorView& d_out, const TensorView& qkv,
-                          const TensorView& probs, const TensorView& d_qkv, Stream stream = {});
+// [in] qkv [B*S, 3D] act. [out] out [B*S, D] act, overwritten. [out] lse [B, H, S] F, the
+// logsumexp of each row of scaled, masked scores (before dropout), overwritten.
+Status attention_forward(Context& ctx, const AttentionArgs& args, const TensorView& qkv,
+                         const TensorView& out, const TensorView& lse);
+// [in] d_out [B*S, D] act; the saved qkv [B*S, 3D] and lse [B, H, S]; args as in forward (the
+// dropout mask is redrawn). [out] d_qkv [B*S, 3D] act = (dq | dk | dv), overwritten.
+Status attention_backward(Context& ctx, const AttentionArgs& args, const TensorView& d_out,
+                          const TensorView& qkv, const TensorView& lse, const TensorView& d_qkv);
 
 }  // namespace moe::kernels

@@ -2,8 +2,33 @@
 
 namespace moe::kernels {
 
-Status check_host_float(const char* op, const char* name, const TensorView& t) {
-  if (!t.is_host()) return unsupported_device(op, t);
+Status check_context(const Context& ctx, const char* op) {
+  if (!ctx.device().is_host()) {
+    return unimplemented_error(op, ": no kernel for ", ctx.device().to_string(),
+                               " in this build (the CUDA kernels are not built)");
+  }
+  return Status::OK();
+}
+
+Status check_device(const Context& ctx, const char* op, const char* name, const TensorView& t) {
+  if (t.device() != ctx.device()) {
+    return invalid_argument_error(op, ": ", name, " is on ", t.device().to_string(),
+                                  ", the context on ", ctx.device().to_string());
+  }
+  return Status::OK();
+}
+
+Status check_act(const Context& ctx, const char* op, const char* name, const TensorView& t) {
+  MOE_RETURN_IF_ERROR(check_device(ctx, op, name, t));
+  if (!dtype_is_floating(t.dtype())) {
+    return invalid_argument_error(op, ": ", name, " has dtype ", dtype_name(t.dtype()),
+                                  ", expected f32, f64 or bf16");
+  }
+  return Status::OK();
+}
+
+Status check_full(const Context& ctx, const char* op, const char* name, const TensorView& t) {
+  MOE_RETURN_IF_ERROR(check_device(ctx, op, name, t));
   if (t.dtype() != DType::kF32 && t.dtype() != DType::kF64) {
     return invalid_argument_error(op, ": ", name, " has dtype ", dtype_name(t.dtype()),
                                   ", expected f32 or f64");
@@ -38,6 +63,17 @@ Status check_same_dtype(const char* op, const TensorView& a, const char* name_b,
                                   ", expected ", a.device().to_string());
   }
   return Status::OK();
+}
+
+Status check_compute(const char* op, const char* name, const TensorView& t, DType act,
+                     const Shape& shape) {
+  MOE_RETURN_IF_ERROR(check_dtype(op, name, t, compute_dtype(act)));
+  return check_shape(op, name, t, shape);
+}
+
+Status check_like(const char* op, const TensorView& like, const char* name, const TensorView& t) {
+  MOE_RETURN_IF_ERROR(check_same_dtype(op, like, name, t));
+  return check_shape(op, name, t, like.shape());
 }
 
 Status unsupported_device(const char* op, const TensorView& t) {

@@ -1,33 +1,81 @@
-// Shared argument checks for kernel entry points. Every entry point validates its views (device,
-// dtype, shape) and returns kInvalidArgument naming the op and the argument before touching data.
+// Shared argument checks and dtype dispatch for kernel entry points. Every entry point validates
+// its views (device, dtype, shape) before touching data and returns kInvalidArgument naming the
+// op and the argument; data-dependent checks (an index out of range) happen while the kernel runs
+// and are reported the same way.
+//
+// Dtype roles (core/base/dtype.h): "act" is f32, f64 or bf16; "F" is compute_dtype(act).
+// dispatch_act calls f(A{}, F{}) with (float, float), (double, double) or (bf16, float).
 #pragma once
 
 #include <string>
 
+#include "core/base/context.h"
 #include "core/base/tensor.h"
 
 namespace moe::kernels {
 
-// Float tensors of one op share one dtype; the host backend supports f32 and f64.
-Status check_host_float(const char* op, const char* name, const TensorView& t);
+// An entry point's first lines: the views must live on ctx's device (a CUDA context needs the
+// CUDA kernels, which this build does not have yet), and the kernel may touch device memory.
+#define MOE_KERNEL_ENTRY(ctx, op)                                          \
+  MOE_RETURN_IF_ERROR(::moe::kernels::check_context(ctx, op));             \
+  ::moe::DeviceAccessScope _moe_device_scope
+
+Status check_context(const Context& ctx, const char* op);
+
+// The view lives on ctx's device.
+Status check_device(const Context& ctx, const char* op, const char* name, const TensorView& t);
+// An activation view: f32, f64 or bf16 on ctx's device.
+Status check_act(const Context& ctx, const char* op, const char* name, const TensorView& t);
+// A full-precision view: f32 or f64 on ctx's device.
+Status check_full(const Context& ctx, const char* op, const char* name, const TensorView& t);
 Status check_dtype(const char* op, const char* name, const TensorView& t, DType dtype);
 Status check_shape(const char* op, const char* name, const TensorView& t, const Shape& shape);
+// b has a's dtype and lives on a's device.
 Status check_same_dtype(const char* op, const TensorView& a, const char* name_b,
                         const TensorView& b);
-// Operations on CUDA tensors are provided by the CUDA backend; without it this is the error.
+// t has dtype compute_dtype(act) and the given shape.
+Status check_compute(const char* op, const char* name, const TensorView& t, DType act,
+                     const Shape& shape);
+// t has `like`'s dtype and shape (and device).
+Status check_like(const char* op, const TensorView& like, const char* name, const TensorView& t);
 Status unsupported_device(const char* op, const TensorView& t);
 
-// Calls f.template operator()<T>() with T = float or double for a host float tensor.
-template <typename F>
-Status dispatch_host_float(const char* op, const TensorView& t, F&& f) {
-  if (!t.is_host()) return unsupported_device(op, t);
+// Calls f(A{}, F{}) for an activation dtype (see above).
+template <typename Fn>
+Status dispatch_act(const char* op, const TensorView& t, Fn&& f) {
+  switch (t.dtype()) {
+    case DType::kF32: f(float{}, float{}); return Status::OK();
+    case DType::kF64: f(double{}, double{}); return Status::OK();
+    case DType::kBF16: f(bf16{}, float{}); return Status::OK();
+    default:
+      return invalid_argument_error(op, ": dtype ", dtype_name(t.dtype()),
+                                    " is not an activation dtype (f32, f64, bf16)");
+  }
+}
+
+// Calls f(T{}) with T = float or double for a full-precision view.
+template <typename Fn>
+Status dispatch_full(const char* op, const TensorView& t, Fn&& f) {
   switch (t.dtype()) {
     case DType::kF32: f(float{}); return Status::OK();
     case DType::kF64: f(double{}); return Status::OK();
     default:
       return invalid_argument_error(op, ": dtype ", dtype_name(t.dtype()),
-                                    " is not supported on the host (f32, f64)");
+                                    " is not a full-precision dtype (f32, f64)");
   }
 }
+
+// Calls f(T{}) with T = float, double or bf16 for any float view.
+template <typename Fn>
+Status dispatch_float(const char* op, const TensorView& t, Fn&& f) {
+  switch (t.dtype()) {
+    case DType::kF32: f(float{}); return Status::OK();
+    case DType::kF64: f(double{}); return Status::OK();
+    case DType::kBF16: f(bf16{}); return Status::OK();
+    default:
+      return invalid_argument_error(op, ": dtype ", dtype_name(t.dtype()), " is not a float dtype");
+  }
+}
+
 
 }  // namespace moe::kernels

@@ -6,63 +6,80 @@
 namespace moe::kernels {
 namespace {
 
-Status check_args(const char* op, const TensorView& logits, const TensorView& targets) {
-  MOE_RETURN_IF_ERROR(check_host_float(op, "logits", logits));
+Status check_args(const Context& ctx, const char* op, const TensorView& logits,
+                  const TensorView& targets) {
+  MOE_RETURN_IF_ERROR(check_full(ctx, op, "logits", logits));
   if (logits.ndim() != 2 || logits.dim(1) < 1) {
     return invalid_argument_error(op, ": logits must be [N, V] with V >= 1, got ",
                                   logits.to_string());
   }
+  MOE_RETURN_IF_ERROR(check_device(ctx, op, "targets", targets));
   MOE_RETURN_IF_ERROR(check_dtype(op, "targets", targets, DType::kI32));
-  MOE_RETURN_IF_ERROR(check_shape(op, "targets", targets, Shape{logits.dim(0)}));
-  if (!targets.is_host()) return unsupported_device(op, targets);
+  return check_shape(op, "targets", targets, Shape{logits.dim(0)});
+}
+
+// Inside the kernel: every target in [-1, V).
+Status check_targets(const char* op, const TensorView& targets, int64_t vocab) {
   const int32_t* t = targets.data<int32_t>();
   for (int64_t n = 0; n < targets.numel(); ++n) {
-    if (t[n] < -1 || t[n] >= logits.dim(1)) {
+    if (t[n] < -1 || t[n] >= vocab) {
       return invalid_argument_error(op, ": targets: target ", t[n], " at row ", n,
-                                    " is outside [-1, ", logits.dim(1), ")");
+                                    " is outside [-1, ", vocab, ")");
     }
   }
   return Status::OK();
 }
 
-// A per-row [N] tensor of logits' dtype.
-Status check_rows(const char* op, const TensorView& logits, const char* name, const TensorView& t) {
-  MOE_RETURN_IF_ERROR(check_same_dtype(op, logits, name, t));
-  return check_shape(op, name, t, Shape{logits.dim(0)});
-}
-
 }  // namespace
 
-StatusOr<CrossEntropyResult> cross_entropy_forward(const TensorView& logits,
-                                                   const TensorView& targets, const TensorView& lse,
-                                                   const TensorView& row_loss) {
+Status cross_entropy_forward(Context& ctx, const TensorView& logits, const TensorView& targets,
+                             const TensorView& lse, const TensorView& sums,
+                             const TensorView& row_loss) {
   constexpr const char* kOp = "cross_entropy_forward";
-  MOE_RETURN_IF_ERROR(check_args(kOp, logits, targets));
-  const bool want_lse = lse.numel() > 0, want_rows = row_loss.numel() > 0;
-  if (want_lse) MOE_RETURN_IF_ERROR(check_rows(kOp, logits, "lse", lse));
-  if (want_rows) MOE_RETURN_IF_ERROR(check_rows(kOp, logits, "row_loss", row_loss));
-  CrossEntropyResult r;
-  MOE_RETURN_IF_ERROR(dispatch_host_float(kOp, logits, [&](auto tag) {
+  MOE_KERNEL_ENTRY(ctx, kOp);
+  MOE_RETURN_IF_ERROR(check_args(ctx, kOp, logits, targets));
+  MOE_RETURN_IF_ERROR(check_device(ctx, kOp, "lse", lse));
+  MOE_RETURN_IF_ERROR(check_same_dtype(kOp, logits, "lse", lse));
+  MOE_RETURN_IF_ERROR(check_shape(kOp, "lse", lse, Shape{logits.dim(0)}));
+  MOE_RETURN_IF_ERROR(check_device(ctx, kOp, "sums", sums));
+  MOE_RETURN_IF_ERROR(check_dtype(kOp, "sums", sums, DType::kF64));
+  MOE_RETURN_IF_ERROR(check_shape(kOp, "sums", sums, Shape{2}));
+  const bool want_rows = row_loss.numel() > 0;
+  if (want_rows) {
+    MOE_RETURN_IF_ERROR(check_same_dtype(kOp, logits, "row_loss", row_loss));
+    MOE_RETURN_IF_ERROR(check_shape(kOp, "row_loss", row_loss, Shape{logits.dim(0)}));
+  }
+  MOE_RETURN_IF_ERROR(check_targets(kOp, targets, logits.dim(1)));
+  return dispatch_full(kOp, logits, [&](auto tag) {
     using T = decltype(tag);
-    r.loss_sum = ref::cross_entropy_forward<T>(
-        logits.data<T>(), targets.data<int32_t>(), logits.dim(0), logits.dim(1),
-        want_lse ? lse.data<T>() : nullptr, want_rows ? row_loss.data<T>() : nullptr, &r.count);
-  }));
-  return r;
+    int64_t count = 0;
+    const double loss = ref::cross_entropy_forward<T>(
+        logits.data<T>(), targets.data<int32_t>(), logits.dim(0), logits.dim(1), lse.data<T>(),
+        want_rows ? row_loss.data<T>() : nullptr, &count);
+    sums.data<double>()[0] += loss;
+    sums.data<double>()[1] += static_cast<double>(count);
+  });
 }
 
-Status cross_entropy_backward(const TensorView& logits, const TensorView& targets,
-                              const TensorView& lse, double scale, const TensorView& d_logits,
-                              Stream stream) {
+Status cross_entropy_backward(Context& ctx, const TensorView& logits, const TensorView& targets,
+                              const TensorView& lse, double scale, const TensorView& d_logits) {
   constexpr const char* kOp = "cross_entropy_backward";
-  MOE_RETURN_IF_ERROR(check_args(kOp, logits, targets));
-  MOE_RETURN_IF_ERROR(check_rows(kOp, logits, "lse", lse));
-  MOE_RETURN_IF_ERROR(check_same_dtype(kOp, logits, "d_logits", d_logits));
+  MOE_KERNEL_ENTRY(ctx, kOp);
+  MOE_RETURN_IF_ERROR(check_args(ctx, kOp, logits, targets));
+  MOE_RETURN_IF_ERROR(check_same_dtype(kOp, logits, "lse", lse));
+  MOE_RETURN_IF_ERROR(check_shape(kOp, "lse", lse, Shape{logits.dim(0)}));
+  MOE_RETURN_IF_ERROR(check_act(ctx, kOp, "d_logits", d_logits));
   MOE_RETURN_IF_ERROR(check_shape(kOp, "d_logits", d_logits, logits.shape()));
-  return dispatch_host_float(kOp, logits, [&](auto tag) {
-    using T = decltype(tag);
-    ref::cross_entropy_backward<T>(logits.data<T>(), targets.data<int32_t>(), lse.data<T>(),
-                                   logits.dim(0), logits.dim(1), scale, d_logits.data<T>());
+  if (compute_dtype(d_logits.dtype()) != logits.dtype()) {
+    return invalid_argument_error(kOp, ": d_logits has dtype ", dtype_name(d_logits.dtype()),
+                                  " for ", dtype_name(logits.dtype()), " logits");
+  }
+  MOE_RETURN_IF_ERROR(check_targets(kOp, targets, logits.dim(1)));
+  return dispatch_act(kOp, d_logits, [&](auto dt, auto ft) {
+    using D = decltype(dt);
+    using F = decltype(ft);
+    ref::cross_entropy_backward<F, D>(logits.data<F>(), targets.data<int32_t>(), lse.data<F>(),
+                                      logits.dim(0), logits.dim(1), scale, d_logits.data<D>());
   });
 }
 

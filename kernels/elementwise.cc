@@ -8,61 +8,97 @@
 namespace moe::kernels {
 namespace {
 
-Status check_like(const char* op, const TensorView& ref, const char* name, const TensorView& t) {
-  MOE_RETURN_IF_ERROR(check_same_dtype(op, ref, name, t));
-  return check_shape(op, name, t, ref.shape());
+// Calls f(X{}, Y{}) for two float views.
+template <typename Fn>
+Status dispatch_pair(const char* op, const TensorView& x, const TensorView& y, Fn&& f) {
+  return dispatch_float(op, x, [&](auto xt) {
+    Status s = dispatch_float(op, y, [&](auto yt) { f(xt, yt); });
+    (void)s;  // y's dtype was checked by the caller
+  });
+}
+
+Status check_scalar_slots(const Context& ctx, const char* op, const TensorView& out) {
+  MOE_RETURN_IF_ERROR(check_device(ctx, op, "out", out));
+  return check_dtype(op, "out", out, DType::kF64);
 }
 
 }  // namespace
 
-Status add(const TensorView& a, const TensorView& b, const TensorView& out, Stream stream) {
+Status add(Context& ctx, const TensorView& a, const TensorView& b, const TensorView& out) {
   constexpr const char* kOp = "add";
-  MOE_RETURN_IF_ERROR(check_host_float(kOp, "a", a));
+  MOE_KERNEL_ENTRY(ctx, kOp);
+  MOE_RETURN_IF_ERROR(check_act(ctx, kOp, "a", a));
   MOE_RETURN_IF_ERROR(check_like(kOp, a, "b", b));
   MOE_RETURN_IF_ERROR(check_like(kOp, a, "out", out));
-  return dispatch_host_float(kOp, a, [&](auto tag) {
+  return dispatch_float(kOp, a, [&](auto tag) {
     using T = decltype(tag);
     ref::add<T>(a.data<T>(), b.data<T>(), a.numel(), out.data<T>());
   });
 }
 
-Status axpy(double alpha, const TensorView& x, const TensorView& y, Stream stream) {
+Status axpy(Context& ctx, double alpha, const TensorView& x, const TensorView& y) {
   constexpr const char* kOp = "axpy";
-  MOE_RETURN_IF_ERROR(check_host_float(kOp, "x", x));
-  MOE_RETURN_IF_ERROR(check_like(kOp, x, "y", y));
-  return dispatch_host_float(kOp, x, [&](auto tag) {
-    using T = decltype(tag);
-    ref::axpy<T>(alpha, x.data<T>(), x.numel(), y.data<T>());
+  MOE_KERNEL_ENTRY(ctx, kOp);
+  MOE_RETURN_IF_ERROR(check_act(ctx, kOp, "x", x));
+  MOE_RETURN_IF_ERROR(check_act(ctx, kOp, "y", y));
+  MOE_RETURN_IF_ERROR(check_shape(kOp, "y", y, x.shape()));
+  return dispatch_pair(kOp, x, y, [&](auto xt, auto yt) {
+    using X = decltype(xt);
+    using Y = decltype(yt);
+    ref::axpy<X, Y>(alpha, x.data<X>(), x.numel(), y.data<Y>());
   });
 }
 
-Status scale_inplace(const TensorView& x, double alpha, Stream stream) {
-  constexpr const char* kOp = "scale_inplace";
-  MOE_RETURN_IF_ERROR(check_host_float(kOp, "x", x));
-  return dispatch_host_float(kOp, x, [&](auto tag) {
+Status scale(Context& ctx, const TensorView& x, double alpha) {
+  constexpr const char* kOp = "scale";
+  MOE_KERNEL_ENTRY(ctx, kOp);
+  MOE_RETURN_IF_ERROR(check_act(ctx, kOp, "x", x));
+  return dispatch_float(kOp, x, [&](auto tag) {
     using T = decltype(tag);
     ref::scale<T>(alpha, x.numel(), x.data<T>());
   });
 }
 
-Status copy(const TensorView& src, const TensorView& dst, Stream stream) {
-  constexpr const char* kOp = "copy";
-  if (!src.is_host()) return unsupported_device(kOp, src);
-  if (!dst.is_host()) return unsupported_device(kOp, dst);
-  MOE_RETURN_IF_ERROR(check_like(kOp, src, "dst", dst));
-  if (src.nbytes() > 0) std::memcpy(dst.raw(), src.raw(), src.nbytes());
-  return Status::OK();
+Status convert(Context& ctx, const TensorView& src, const TensorView& dst) {
+  constexpr const char* kOp = "convert";
+  MOE_KERNEL_ENTRY(ctx, kOp);
+  MOE_RETURN_IF_ERROR(check_device(ctx, kOp, "src", src));
+  MOE_RETURN_IF_ERROR(check_device(ctx, kOp, "dst", dst));
+  MOE_RETURN_IF_ERROR(check_shape(kOp, "dst", dst, src.shape()));
+  if (src.dtype() == dst.dtype()) {
+    if (src.nbytes() > 0) std::memcpy(dst.raw(), src.raw(), src.nbytes());
+    return Status::OK();
+  }
+  if (!dtype_is_floating(src.dtype()) || !dtype_is_floating(dst.dtype())) {
+    return invalid_argument_error(kOp, ": no conversion from ", dtype_name(src.dtype()), " to ",
+                                  dtype_name(dst.dtype()));
+  }
+  return dispatch_pair(kOp, src, dst, [&](auto st, auto dt) {
+    using S = decltype(st);
+    using D = decltype(dt);
+    ref::convert<S, D>(src.data<S>(), src.numel(), dst.data<D>());
+  });
 }
 
-StatusOr<bool> all_finite(const TensorView& x) {
-  constexpr const char* kOp = "all_finite";
-  MOE_RETURN_IF_ERROR(check_host_float(kOp, "x", x));
-  bool finite = true;
-  MOE_RETURN_IF_ERROR(dispatch_host_float(kOp, x, [&](auto tag) {
+Status count_nonfinite(Context& ctx, const TensorView& x, const TensorView& out) {
+  constexpr const char* kOp = "count_nonfinite";
+  MOE_KERNEL_ENTRY(ctx, kOp);
+  MOE_RETURN_IF_ERROR(check_act(ctx, kOp, "x", x));
+  MOE_RETURN_IF_ERROR(check_scalar_slots(ctx, kOp, out));
+  MOE_RETURN_IF_ERROR(check_shape(kOp, "out", out, Shape{1}));
+  return dispatch_float(kOp, x, [&](auto tag) {
     using T = decltype(tag);
-    finite = ref::all_finite<T>(x.data<T>(), x.numel());
-  }));
-  return finite;
+    out.data<double>()[0] += static_cast<double>(ref::count_nonfinite<T>(x.data<T>(), x.numel()));
+  });
+}
+
+Status add_scalar(Context& ctx, const TensorView& out, double value) {
+  constexpr const char* kOp = "add_scalar";
+  MOE_KERNEL_ENTRY(ctx, kOp);
+  MOE_RETURN_IF_ERROR(check_scalar_slots(ctx, kOp, out));
+  double* p = out.data<double>();
+  for (int64_t i = 0; i < out.numel(); ++i) p[i] += value;
+  return Status::OK();
 }
 
 }  // namespace moe::kernels

@@ -1,22 +1,27 @@
-// Small elementwise helpers on host views of one float dtype (f32|f64): sums of residual
-// branches, gradient accumulation, scaling (gradient clipping), copies, and a finiteness check.
-// Arithmetic is done in double and rounded once to the tensor's dtype.
+// Small elementwise ops: sums of residual branches, gradient accumulation across dtypes, scaling,
+// dtype conversion (working copies of master weights, fp32 router inputs), and the device-side
+// scalars of the step (non-finite counts, statistics constants). Every op is enqueued on ctx;
+// none returns a host value.
 #pragma once
 
-#include "core/base/device.h"
+#include "core/base/context.h"
 #include "core/base/tensor.h"
 
 namespace moe::kernels {
 
-// out = a + b. a, b, out: one shape and dtype; out may alias a or b. Overwrites out.
-Status add(const TensorView& a, const TensorView& b, const TensorView& out, Stream stream = {});
-// y += alpha * x. x, y: one shape and dtype. Accumulates into y.
-Status axpy(double alpha, const TensorView& x, const TensorView& y, Stream stream = {});
-// x *= alpha, in place.
-Status scale_inplace(const TensorView& x, double alpha, Stream stream = {});
-// dst = src (any dtype; same shape and dtype). Overwrites dst; the two must not overlap.
-Status copy(const TensorView& src, const TensorView& dst, Stream stream = {});
-// True when every element is finite (no NaN or infinity).
-StatusOr<bool> all_finite(const TensorView& x);
+// out = a + b. a, b, out: one activation dtype and shape; out may alias a or b. Overwrites out.
+Status add(Context& ctx, const TensorView& a, const TensorView& b, const TensorView& out);
+// y += alpha * x, in double, rounded once to y's dtype. x, y: one shape, any float dtypes (an f32
+// router gradient into a bf16 activation gradient, say). Accumulates into y.
+Status axpy(Context& ctx, double alpha, const TensorView& x, const TensorView& y);
+// x *= alpha, in place (any float dtype).
+Status scale(Context& ctx, const TensorView& x, double alpha);
+// dst = src converted between float dtypes (bf16 rounds to nearest even), or copied when the
+// dtypes are equal (any dtype). One shape; no overlap. Overwrites dst.
+Status convert(Context& ctx, const TensorView& src, const TensorView& dst);
+// out[0] += the number of NaN and infinite elements of x (any float dtype). out: f64 [1].
+Status count_nonfinite(Context& ctx, const TensorView& x, const TensorView& out);
+// out[i] += value for every element of out (f64): host constants into device statistics.
+Status add_scalar(Context& ctx, const TensorView& out, double value);
 
 }  // namespace moe::kernels

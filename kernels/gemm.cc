@@ -1,37 +1,48 @@
 #include "kernels/gemm.h"
 
+#include <algorithm>
+#include <cstring>
+
 #include "kernels/common.h"
 #include "kernels/reference/blas_ref.h"
 
 namespace moe::kernels {
 namespace {
 
-Status check_offsets(const char* op, const std::vector<int64_t>& offsets, int64_t groups,
-                     int64_t rows) {
-  if (static_cast<int64_t>(offsets.size()) != groups + 1) {
-    return invalid_argument_error(op, ": ", offsets.size(), " offsets for ", groups,
-                                  " groups (need groups + 1)");
-  }
-  if (offsets.front() != 0 || offsets.back() != rows) {
-    return invalid_argument_error(op, ": offsets must run from 0 to ", rows, ", got ",
-                                  offsets.front(), " .. ", offsets.back());
-  }
-  for (size_t g = 1; g < offsets.size(); ++g) {
-    if (offsets[g] < offsets[g - 1]) {
-      return invalid_argument_error(op, ": offsets decrease at group ", g - 1);
-    }
+// A and B share a float dtype; C is A's dtype or f32 for bf16 inputs.
+Status check_operands(const Context& ctx, const char* op, const TensorView& a, const char* b_name,
+                      const TensorView& b, const char* c_name, const TensorView& c) {
+  MOE_RETURN_IF_ERROR(check_act(ctx, op, "a", a));
+  MOE_RETURN_IF_ERROR(check_same_dtype(op, a, b_name, b));
+  MOE_RETURN_IF_ERROR(check_device(ctx, op, c_name, c));
+  const bool same = c.dtype() == a.dtype();
+  const bool widened = a.dtype() == DType::kBF16 && c.dtype() == DType::kF32;
+  if (!same && !widened) {
+    return invalid_argument_error(op, ": ", c_name, " has dtype ", dtype_name(c.dtype()),
+                                  " for ", dtype_name(a.dtype()), " operands (expected ",
+                                  dtype_name(a.dtype()),
+                                  a.dtype() == DType::kBF16 ? " or f32)" : ")");
   }
   return Status::OK();
 }
 
+// Calls f(T{}, C{}) for the operand and output types.
+template <typename Fn>
+Status dispatch_gemm(const char* op, const TensorView& a, const TensorView& c, Fn&& f) {
+  if (a.dtype() == DType::kBF16 && c.dtype() == DType::kF32) {
+    f(bf16{}, float{});
+    return Status::OK();
+  }
+  return dispatch_float(op, a, [&](auto tag) { f(tag, tag); });
+}
+
 }  // namespace
 
-Status gemm(const TensorView& a, bool trans_a, const TensorView& b, bool trans_b,
-            const TensorView& c, double alpha, double beta, Stream stream) {
+Status gemm(Context& ctx, const TensorView& a, bool trans_a, const TensorView& b, bool trans_b,
+            const TensorView& c, double alpha, double beta) {
   constexpr const char* kOp = "gemm";
-  MOE_RETURN_IF_ERROR(check_host_float(kOp, "a", a));
-  MOE_RETURN_IF_ERROR(check_same_dtype(kOp, a, "b", b));
-  MOE_RETURN_IF_ERROR(check_same_dtype(kOp, a, "c", c));
+  MOE_KERNEL_ENTRY(ctx, kOp);
+  MOE_RETURN_IF_ERROR(check_operands(ctx, kOp, a, "b", b, "c", c));
   if (a.ndim() != 2 || b.ndim() != 2 || c.ndim() != 2) {
     return invalid_argument_error(kOp, ": needs 2-D operands, got ", a.to_string(), ", ",
                                   b.to_string(), ", ", c.to_string());
@@ -44,77 +55,76 @@ Status gemm(const TensorView& a, bool trans_a, const TensorView& b, bool trans_b
     return invalid_argument_error(kOp, ": shapes do not chain: op(a) [", m, ", ", k, "], op(b) [",
                                   kb, ", ", n, "], c ", c.shape().to_string());
   }
-  return dispatch_host_float(kOp, a, [&](auto tag) {
-    using T = decltype(tag);
-    ref::gemm<T>(trans_a, trans_b, m, n, k, static_cast<T>(alpha), a.data<T>(), a.dim(1),
-                 b.data<T>(), b.dim(1), static_cast<T>(beta), c.data<T>(), n);
+  return dispatch_gemm(kOp, a, c, [&](auto tt, auto ct) {
+    using T = decltype(tt);
+    using C = decltype(ct);
+    ref::gemm_mixed<T, C>(trans_a, trans_b, m, n, k, alpha, a.data<T>(), a.dim(1), b.data<T>(),
+                          b.dim(1), beta, c.data<C>(), n);
   });
 }
 
-Status grouped_gemm(const TensorView& a, const TensorView& b, bool trans_b, const TensorView& c,
-                    const std::vector<int64_t>& offsets, double alpha, double beta,
-                    Stream stream) {
-  constexpr const char* kOp = "grouped_gemm";
-  MOE_RETURN_IF_ERROR(check_host_float(kOp, "a", a));
-  MOE_RETURN_IF_ERROR(check_same_dtype(kOp, a, "b", b));
-  MOE_RETURN_IF_ERROR(check_same_dtype(kOp, a, "c", c));
-  if (a.ndim() != 2 || b.ndim() != 3 || c.ndim() != 2) {
-    return invalid_argument_error(kOp, ": needs a [M, K], b [G, K, N], c [M, N]; got ",
-                                  a.to_string(), ", ", b.to_string(), ", ", c.to_string());
+Status expert_gemm(Context& ctx, const TensorView& x, const TensorView& w, bool trans_w,
+                   const TensorView& y, const ExpertBlocks& blocks) {
+  constexpr const char* kOp = "expert_gemm";
+  MOE_KERNEL_ENTRY(ctx, kOp);
+  MOE_RETURN_IF_ERROR(check_act(ctx, kOp, "x", x));
+  MOE_RETURN_IF_ERROR(check_same_dtype(kOp, x, "w", w));
+  MOE_RETURN_IF_ERROR(check_same_dtype(kOp, x, "y", y));
+  if (x.ndim() != 2 || w.ndim() != 3 || y.ndim() != 2) {
+    return invalid_argument_error(kOp, ": needs x [M, K], w [E_l, K, N], y [M, N]; got ",
+                                  x.to_string(), ", ", w.to_string(), ", ", y.to_string());
   }
-  const int64_t groups = b.dim(0);
-  const int64_t k = a.dim(1);
-  const int64_t n = trans_b ? b.dim(1) : b.dim(2);
-  const int64_t kb = trans_b ? b.dim(2) : b.dim(1);
-  if (k != kb || c.dim(0) != a.dim(0) || c.dim(1) != n) {
-    return invalid_argument_error(kOp, ": shapes do not chain: a ", a.shape().to_string(), ", b ",
-                                  b.shape().to_string(), (trans_b ? " (transposed)" : ""), ", c ",
-                                  c.shape().to_string());
+  const int64_t k = x.dim(1);
+  const int64_t n = trans_w ? w.dim(1) : w.dim(2);
+  const int64_t kw = trans_w ? w.dim(2) : w.dim(1);
+  if (k != kw || y.dim(0) != x.dim(0) || y.dim(1) != n || w.dim(0) != blocks.local_experts) {
+    return invalid_argument_error(kOp, ": shapes do not chain: x ", x.shape().to_string(), ", w ",
+                                  w.shape().to_string(), (trans_w ? " (transposed)" : ""), ", y ",
+                                  y.shape().to_string(), " with ", blocks.local_experts,
+                                  " local experts");
   }
-  MOE_RETURN_IF_ERROR(check_offsets(kOp, offsets, groups, a.dim(0)));
-  return dispatch_host_float(kOp, a, [&](auto tag) {
+  MOE_RETURN_IF_ERROR(validate_blocks(kOp, blocks, x.dim(0)));
+  return dispatch_float(kOp, x, [&](auto tag) {
     using T = decltype(tag);
-    const T* pa = a.data<T>();
-    const T* pb = b.data<T>();
-    T* pc = c.data<T>();
-    const int64_t b_stride = b.dim(1) * b.dim(2);
-    for (int64_t g = 0; g < groups; ++g) {
-      const int64_t rows = offsets[g + 1] - offsets[g];
-      if (rows == 0) continue;
-      ref::gemm<T>(false, trans_b, rows, n, k, static_cast<T>(alpha), pa + offsets[g] * k, k,
-                   pb + g * b_stride, b.dim(2), static_cast<T>(beta), pc + offsets[g] * n, n);
+    const T* px = x.data<T>();
+    const T* pw = w.data<T>();
+    T* py = y.data<T>();
+    const int64_t w_stride = w.dim(1) * w.dim(2);
+    for (int64_t b = 0; b < blocks.blocks(); ++b) {
+      const auto [begin, end] = blocks.block_rows(b);
+      const int64_t used = filled_rows(blocks, b);
+      if (used > 0) {
+        ref::gemm_mixed<T, T>(false, trans_w, used, n, k, 1.0, px + begin * k, k,
+                              pw + blocks.expert_of(b) * w_stride, w.dim(2), 0.0, py + begin * n,
+                              n);
+      }
+      std::fill(py + (begin + used) * n, py + end * n, T(0));
     }
   });
 }
 
-Status grouped_gemm_wgrad(const TensorView& a, const TensorView& d, const TensorView& c,
-                          const std::vector<int64_t>& offsets, double alpha, double beta,
-                          Stream stream) {
-  constexpr const char* kOp = "grouped_gemm_wgrad";
-  MOE_RETURN_IF_ERROR(check_host_float(kOp, "a", a));
-  MOE_RETURN_IF_ERROR(check_same_dtype(kOp, a, "d", d));
-  MOE_RETURN_IF_ERROR(check_same_dtype(kOp, a, "c", c));
-  if (a.ndim() != 2 || d.ndim() != 2 || c.ndim() != 3 || a.dim(0) != d.dim(0) ||
-      c.dim(1) != a.dim(1) || c.dim(2) != d.dim(1)) {
-    return invalid_argument_error(kOp, ": needs a [M, K], d [M, N], c [G, K, N]; got ",
-                                  a.to_string(), ", ", d.to_string(), ", ", c.to_string());
+Status expert_gemm_wgrad(Context& ctx, const TensorView& x, const TensorView& dy,
+                         const TensorView& dw, const ExpertBlocks& blocks) {
+  constexpr const char* kOp = "expert_gemm_wgrad";
+  MOE_KERNEL_ENTRY(ctx, kOp);
+  MOE_RETURN_IF_ERROR(check_operands(ctx, kOp, x, "dy", dy, "dw", dw));
+  if (x.ndim() != 2 || dy.ndim() != 2 || dw.ndim() != 3 || x.dim(0) != dy.dim(0) ||
+      dw.dim(0) != blocks.local_experts || dw.dim(1) != x.dim(1) || dw.dim(2) != dy.dim(1)) {
+    return invalid_argument_error(kOp, ": needs x [M, K], dy [M, N], dw [E_l, K, N]; got ",
+                                  x.to_string(), ", ", dy.to_string(), ", ", dw.to_string());
   }
-  const int64_t groups = c.dim(0);
-  MOE_RETURN_IF_ERROR(check_offsets(kOp, offsets, groups, a.dim(0)));
-  return dispatch_host_float(kOp, a, [&](auto tag) {
-    using T = decltype(tag);
-    const int64_t k = a.dim(1);
-    const int64_t n = d.dim(1);
-    for (int64_t g = 0; g < groups; ++g) {
-      const int64_t rows = offsets[g + 1] - offsets[g];
-      T* pc = c.data<T>() + g * k * n;
-      if (rows == 0) {
-        // An expert that received no rows: the product is zero.
-        for (int64_t i = 0; i < k * n; ++i) pc[i] = beta == 0 ? T(0) : static_cast<T>(beta) * pc[i];
-        continue;
-      }
-      ref::gemm<T>(true, false, k, n, rows, static_cast<T>(alpha), a.data<T>() + offsets[g] * k,
-                   k, d.data<T>() + offsets[g] * n, n, static_cast<T>(beta), pc, n);
+  MOE_RETURN_IF_ERROR(validate_blocks(kOp, blocks, x.dim(0)));
+  return dispatch_gemm(kOp, x, dw, [&](auto tt, auto ct) {
+    using T = decltype(tt);
+    using C = decltype(ct);
+    const int64_t k = x.dim(1), n = dy.dim(1);
+    for (int64_t b = 0; b < blocks.blocks(); ++b) {
+      const int64_t used = filled_rows(blocks, b);
+      if (used == 0) continue;  // an expert that received no rows: nothing to add
+      const int64_t begin = blocks.block_rows(b).first;
+      ref::gemm_mixed<T, C>(true, false, k, n, used, 1.0, x.data<T>() + begin * k, k,
+                            dy.data<T>() + begin * n, n, 1.0,
+                            dw.data<C>() + blocks.expert_of(b) * k * n, n);
     }
   });
 }

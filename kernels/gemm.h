@@ -2,29 +2,31 @@
 //
 // All matrices are row-major. `trans_x` means the stored matrix is the transpose of the operand.
 // Outputs are C = alpha * op(A) op(B) + beta * C: beta = 0 overwrites, beta = 1 accumulates.
+// Dtypes: A and B share one float dtype (f32, f64 or bf16); C has that dtype, or f32 when A and
+// B are bf16 (an fp32 result: weight gradients into fp32 gradients, logits for the loss).
+// Accumulation is f32 for bf16 and f32 inputs, f64 for f64.
 #pragma once
 
-#include "core/base/device.h"
+#include "core/base/context.h"
 #include "core/base/tensor.h"
+#include "kernels/expert_blocks.h"
 
 namespace moe::kernels {
 
-// a: [M, K] or [K, M] (trans_a); b: [K, N] or [N, K] (trans_b); c: [M, N]. One float dtype.
-Status gemm(const TensorView& a, bool trans_a, const TensorView& b, bool trans_b,
-            const TensorView& c, double alpha = 1.0, double beta = 0.0, Stream stream = {});
+// a: [M, K] or [K, M] (trans_a); b: [K, N] or [N, K] (trans_b); c: [M, N].
+Status gemm(Context& ctx, const TensorView& a, bool trans_a, const TensorView& b, bool trans_b,
+            const TensorView& c, double alpha = 1.0, double beta = 0.0);
 
-// Grouped product over G groups of rows, the shape of expert computation:
-//   for g in [0, G): c[offsets[g]:offsets[g+1], :] = alpha * a[rows of g] op(b[g]) + beta * c[...]
-// a: [M_total, K]; b: [G, K, N] (or [G, N, K] with trans_b); c: [M_total, N];
-// offsets: G+1 row offsets, non-decreasing, offsets[0] = 0, offsets[G] = M_total.
-Status grouped_gemm(const TensorView& a, const TensorView& b, bool trans_b, const TensorView& c,
-                    const std::vector<int64_t>& offsets, double alpha = 1.0, double beta = 0.0,
-                    Stream stream = {});
-
-// Grouped weight gradient: for each g, c[g] = alpha * a[rows of g]^T d[rows of g] + beta * c[g].
-// a: [M_total, K]; d: [M_total, N]; c: [G, K, N].
-Status grouped_gemm_wgrad(const TensorView& a, const TensorView& d, const TensorView& c,
-                          const std::vector<int64_t>& offsets, double alpha = 1.0,
-                          double beta = 0.0, Stream stream = {});
+// The experts' product over blocks (kernels/expert_blocks.h): for every block b,
+//   y[rows of b] = x[rows of b] op(w[expert_of(b)])      (overwritten)
+// x: [M, K]; w: [E_l, K, N] (or [E_l, N, K] with trans_w); y: [M, N]; M = blocks.rows().
+// Capacity mode: padding rows of y are zero on the host backend.
+Status expert_gemm(Context& ctx, const TensorView& x, const TensorView& w, bool trans_w,
+                   const TensorView& y, const ExpertBlocks& blocks);
+// The experts' weight gradient: dw[l] += sum over l's blocks (rank order) of
+//   x[rows of b]^T dy[rows of b].
+// x: [M, K]; dy: [M, N]; dw: [E_l, K, N], accumulated (f32 when x and dy are bf16).
+Status expert_gemm_wgrad(Context& ctx, const TensorView& x, const TensorView& dy,
+                         const TensorView& dw, const ExpertBlocks& blocks);
 
 }  // namespace moe::kernels

@@ -1,61 +1,159 @@
 #include "kernels/moe_dispatch.h"
 
 #include <cstring>
+#include <vector>
 
 #include "kernels/common.h"
+#include "kernels/reference/moe_dispatch_ref.h"
 
 namespace moe::kernels {
 namespace {
 
-Status check_index(const char* op, const TensorView& index, int64_t rows, int64_t limit) {
-  MOE_RETURN_IF_ERROR(check_dtype(op, "index", index, DType::kI32));
-  MOE_RETURN_IF_ERROR(check_shape(op, "index", index, Shape{rows}));
-  const int32_t* p = index.data<int32_t>();
-  for (int64_t i = 0; i < rows; ++i) {
-    if (p[i] >= limit) {
-      return invalid_argument_error(op, ": index[", i, "] = ", p[i], " >= ", limit);
+Status check_i32(const Context& ctx, const char* op, const char* name, const TensorView& t,
+                 const Shape& shape) {
+  MOE_RETURN_IF_ERROR(check_device(ctx, op, name, t));
+  MOE_RETURN_IF_ERROR(check_dtype(op, name, t, DType::kI32));
+  return check_shape(op, name, t, shape);
+}
+
+Status check_i64(const Context& ctx, const char* op, const char* name, const TensorView& t,
+                 const Shape& shape) {
+  MOE_RETURN_IF_ERROR(check_device(ctx, op, name, t));
+  MOE_RETURN_IF_ERROR(check_dtype(op, name, t, DType::kI64));
+  return check_shape(op, name, t, shape);
+}
+
+// Inside a kernel: every entry of rows [T, K] is -1 or a row of a [limit, ...] tensor.
+Status check_row_range(const char* op, const char* name, const TensorView& rows, int64_t limit) {
+  const int32_t* r = rows.data<int32_t>();
+  for (int64_t i = 0; i < rows.numel(); ++i) {
+    if (r[i] < -1 || r[i] >= limit) {
+      return invalid_argument_error(op, ": ", name, "[", i, "] = ", r[i], " is outside [-1, ",
+                                    limit, ")");
     }
   }
   return Status::OK();
 }
 
-Status check_combine(const char* op, const TensorView& y, const TensorView& row,
-                     const TensorView& gate, const TensorView& omega, const TensorView& u) {
-  MOE_RETURN_IF_ERROR(check_host_float(op, "y", y));
-  MOE_RETURN_IF_ERROR(check_same_dtype(op, y, "gate", gate));
-  MOE_RETURN_IF_ERROR(check_same_dtype(op, y, "u", u));
+// y [M, D] act; row [T, K] i32; gate [T, K] F; omega [D] F or empty; u [T, D] act.
+Status check_combine(const Context& ctx, const char* op, const TensorView& y,
+                     const TensorView& row, const TensorView& gate, const TensorView& omega,
+                     const char* u_name, const TensorView& u) {
+  MOE_RETURN_IF_ERROR(check_act(ctx, op, "y", y));
+  MOE_RETURN_IF_ERROR(check_same_dtype(op, y, u_name, u));
   if (y.ndim() != 2 || row.ndim() != 2 || u.ndim() != 2 || u.dim(1) != y.dim(1)) {
-    return invalid_argument_error(op, ": needs y [M, D], row [T, K], u [T, D]; got ",
+    return invalid_argument_error(op, ": needs y [M, D], row [T, K], ", u_name, " [T, D]; got ",
                                   y.to_string(), ", ", row.to_string(), ", ", u.to_string());
   }
-  MOE_RETURN_IF_ERROR(check_dtype(op, "row", row, DType::kI32));
-  MOE_RETURN_IF_ERROR(check_shape(op, "row", row, Shape{u.dim(0), row.dim(1)}));
-  MOE_RETURN_IF_ERROR(check_shape(op, "gate", gate, row.shape()));
+  MOE_RETURN_IF_ERROR(check_i32(ctx, op, "row", row, Shape{u.dim(0), row.dim(1)}));
+  MOE_RETURN_IF_ERROR(check_device(ctx, op, "gate", gate));
+  MOE_RETURN_IF_ERROR(check_compute(op, "gate", gate, y.dtype(), row.shape()));
   if (omega.numel() > 0) {
-    MOE_RETURN_IF_ERROR(check_same_dtype(op, y, "omega", omega));
-    MOE_RETURN_IF_ERROR(check_shape(op, "omega", omega, Shape{y.dim(1)}));
-  }
-  const int32_t* r = row.data<int32_t>();
-  for (int64_t i = 0; i < row.numel(); ++i) {
-    if (r[i] >= y.dim(0)) {
-      return invalid_argument_error(op, ": row ", r[i], " of slot ", i, " >= ", y.dim(0));
-    }
+    MOE_RETURN_IF_ERROR(check_device(ctx, op, "omega", omega));
+    MOE_RETURN_IF_ERROR(check_compute(op, "omega", omega, y.dtype(), Shape{y.dim(1)}));
   }
   return Status::OK();
 }
 
 }  // namespace
 
-Status gather_rows(const TensorView& src, const TensorView& index, const TensorView& dst,
-                   Stream stream) {
+Status moe_layout(Context& ctx, const LayoutArgs& a, const TensorView& idx,
+                  const TensorView& slot, const TensorView& row, const TensorView& load,
+                  const TensorView& kept, const TensorView& send_token, const TensorView& send_key,
+                  const TensorView& drops) {
+  constexpr const char* kOp = "moe_layout";
+  MOE_KERNEL_ENTRY(ctx, kOp);
+  MOE_RETURN_IF_ERROR(check_device(ctx, kOp, "idx", idx));
+  MOE_RETURN_IF_ERROR(check_dtype(kOp, "idx", idx, DType::kI32));
+  if (idx.ndim() != 2) return invalid_argument_error(kOp, ": idx must be [T, K]");
+  if (a.num_experts < 1) return invalid_argument_error(kOp, ": num_experts must be >= 1");
+  const int64_t tokens = idx.dim(0), k = idx.dim(1), experts = a.num_experts;
+  const int64_t send_rows = a.capacity >= 0 ? experts * a.capacity : tokens * k;
+  MOE_RETURN_IF_ERROR(check_i32(ctx, kOp, "slot", slot, idx.shape()));
+  MOE_RETURN_IF_ERROR(check_i32(ctx, kOp, "row", row, idx.shape()));
+  MOE_RETURN_IF_ERROR(check_i64(ctx, kOp, "load", load, Shape{experts}));
+  MOE_RETURN_IF_ERROR(check_i64(ctx, kOp, "kept", kept, Shape{experts}));
+  MOE_RETURN_IF_ERROR(check_i32(ctx, kOp, "send_token", send_token, Shape{send_rows}));
+  MOE_RETURN_IF_ERROR(check_i64(ctx, kOp, "send_key", send_key, Shape{send_rows}));
+  if (drops.numel() > 0) {
+    MOE_RETURN_IF_ERROR(check_device(ctx, kOp, "drops", drops));
+    MOE_RETURN_IF_ERROR(check_dtype(kOp, "drops", drops, DType::kF64));
+    MOE_RETURN_IF_ERROR(check_shape(kOp, "drops", drops, Shape{2}));
+  }
+  const int32_t* pidx = idx.data<int32_t>();
+  for (int64_t i = 0; i < idx.numel(); ++i) {
+    if (pidx[i] < 0 || pidx[i] >= experts) {
+      return invalid_argument_error(kOp, ": expert index ", pidx[i], " outside [0, ", experts, ")");
+    }
+  }
+  int32_t* pslot = slot.data<int32_t>();
+  int64_t* pload = load.data<int64_t>();
+  ref::assign_capacity(pidx, tokens, k, experts, a.capacity, pslot, pload, kept.data<int64_t>());
+  // Block offsets of the send buffer: e * C, or the exclusive prefix sum of the loads.
+  std::vector<int64_t> block(experts + 1, 0);
+  for (int64_t e = 0; e < experts; ++e) {
+    block[e + 1] = block[e] + (a.capacity >= 0 ? a.capacity : pload[e]);
+  }
+  int32_t* prow = row.data<int32_t>();
+  int32_t* ptoken = send_token.data<int32_t>();
+  int64_t* pkey = send_key.data<int64_t>();
+  std::fill_n(ptoken, send_rows, -1);
+  std::fill_n(pkey, send_rows, -1);
+  int64_t dropped = 0, fully_dropped = 0;
+  for (int64_t t = 0; t < tokens; ++t) {
+    int64_t token_drops = 0;
+    for (int64_t j = 0; j < k; ++j) {
+      const int64_t s = pslot[t * k + j];
+      if (s < 0) {
+        prow[t * k + j] = -1;
+        ++token_drops;
+        continue;
+      }
+      const int64_t r = block[pidx[t * k + j]] + s;
+      prow[t * k + j] = static_cast<int32_t>(r);
+      ptoken[r] = static_cast<int32_t>(t);
+      pkey[r] = (a.token_offset + t) * k + j;
+    }
+    dropped += token_drops;
+    fully_dropped += token_drops == k;
+  }
+  if (drops.numel() > 0) {
+    drops.data<double>()[0] += static_cast<double>(dropped);
+    drops.data<double>()[1] += static_cast<double>(fully_dropped);
+  }
+  return Status::OK();
+}
+
+Status block_fill_counts(Context& ctx, const TensorView& keys, const TensorView& filled) {
+  constexpr const char* kOp = "block_fill_counts";
+  MOE_KERNEL_ENTRY(ctx, kOp);
+  MOE_RETURN_IF_ERROR(check_device(ctx, kOp, "keys", keys));
+  MOE_RETURN_IF_ERROR(check_dtype(kOp, "keys", keys, DType::kI64));
+  if (keys.ndim() != 2) return invalid_argument_error(kOp, ": keys must be [B, C]");
+  MOE_RETURN_IF_ERROR(check_i32(ctx, kOp, "filled", filled, Shape{keys.dim(0)}));
+  const int64_t blocks = keys.dim(0), c = keys.dim(1);
+  const int64_t* pk = keys.data<int64_t>();
+  int32_t* pf = filled.data<int32_t>();
+  for (int64_t b = 0; b < blocks; ++b) {
+    int32_t n = 0;
+    for (int64_t i = 0; i < c; ++i) n += pk[b * c + i] >= 0;
+    pf[b] = n;
+  }
+  return Status::OK();
+}
+
+Status gather_rows(Context& ctx, const TensorView& src, const TensorView& index,
+                   const TensorView& dst) {
   constexpr const char* kOp = "gather_rows";
-  if (!src.is_host()) return unsupported_device(kOp, src);
+  MOE_KERNEL_ENTRY(ctx, kOp);
+  MOE_RETURN_IF_ERROR(check_device(ctx, kOp, "src", src));
   MOE_RETURN_IF_ERROR(check_same_dtype(kOp, src, "dst", dst));
   if (src.ndim() != 2 || dst.ndim() != 2 || src.dim(1) != dst.dim(1)) {
     return invalid_argument_error(kOp, ": needs src [N, D] and dst [M, D], got ",
                                   src.to_string(), ", ", dst.to_string());
   }
-  MOE_RETURN_IF_ERROR(check_index(kOp, index, dst.dim(0), src.dim(0)));
+  MOE_RETURN_IF_ERROR(check_i32(ctx, kOp, "index", index, Shape{dst.dim(0)}));
+  MOE_RETURN_IF_ERROR(check_row_range(kOp, "index", index, src.dim(0)));
   const size_t row_bytes = static_cast<size_t>(src.dim(1)) * dtype_size(src.dtype());
   const char* s = static_cast<const char*>(src.raw());
   char* d = static_cast<char*>(dst.raw());
@@ -70,107 +168,59 @@ Status gather_rows(const TensorView& src, const TensorView& index, const TensorV
   return Status::OK();
 }
 
-Status scatter_add_rows(const TensorView& src, const TensorView& index, const TensorView& dst,
-                        Stream stream) {
-  constexpr const char* kOp = "scatter_add_rows";
-  MOE_RETURN_IF_ERROR(check_host_float(kOp, "src", src));
+Status gather_sum_rows(Context& ctx, const TensorView& src, const TensorView& rows,
+                       const TensorView& dst) {
+  constexpr const char* kOp = "gather_sum_rows";
+  MOE_KERNEL_ENTRY(ctx, kOp);
+  MOE_RETURN_IF_ERROR(check_act(ctx, kOp, "src", src));
   MOE_RETURN_IF_ERROR(check_same_dtype(kOp, src, "dst", dst));
-  if (src.ndim() != 2 || dst.ndim() != 2 || src.dim(1) != dst.dim(1)) {
-    return invalid_argument_error(kOp, ": needs src [M, D] and dst [N, D], got ",
-                                  src.to_string(), ", ", dst.to_string());
+  if (src.ndim() != 2 || dst.ndim() != 2 || rows.ndim() != 2 || src.dim(1) != dst.dim(1)) {
+    return invalid_argument_error(kOp, ": needs src [S, D], rows [T, K] and dst [T, D], got ",
+                                  src.to_string(), ", ", rows.to_string(), ", ", dst.to_string());
   }
-  MOE_RETURN_IF_ERROR(check_index(kOp, index, src.dim(0), dst.dim(0)));
-  return dispatch_host_float(kOp, src, [&](auto tag) {
-    using T = decltype(tag);
-    const int64_t d = src.dim(1);
-    const T* s = src.data<T>();
-    T* o = dst.data<T>();
-    const int32_t* idx = index.data<int32_t>();
-    for (int64_t i = 0; i < src.dim(0); ++i) {
-      if (idx[i] < 0) continue;
-      T* out = o + static_cast<int64_t>(idx[i]) * d;
-      for (int64_t q = 0; q < d; ++q) out[q] += s[i * d + q];
-    }
+  MOE_RETURN_IF_ERROR(check_i32(ctx, kOp, "rows", rows, Shape{dst.dim(0), rows.dim(1)}));
+  MOE_RETURN_IF_ERROR(check_row_range(kOp, "rows", rows, src.dim(0)));
+  return dispatch_float(kOp, src, [&](auto tag) {
+    using A = decltype(tag);
+    ref::gather_sum_rows<A>(src.data<A>(), rows.data<int32_t>(), dst.dim(0), rows.dim(1),
+                            src.dim(1), dst.data<A>());
   });
 }
 
-Status combine(const TensorView& y, const TensorView& row, const TensorView& gate,
-               const TensorView& omega, const TensorView& u, Stream stream) {
+Status combine(Context& ctx, const TensorView& y, const TensorView& row, const TensorView& gate,
+               const TensorView& omega, const TensorView& u) {
   constexpr const char* kOp = "combine";
-  MOE_RETURN_IF_ERROR(check_combine(kOp, y, row, gate, omega, u));
-  return dispatch_host_float(kOp, y, [&](auto tag) {
-    using T = decltype(tag);
-    const int64_t tokens = u.dim(0), k = row.dim(1), d = y.dim(1);
-    const T* py = y.data<T>();
-    const T* g = gate.data<T>();
-    const T* w = omega.numel() > 0 ? omega.data<T>() : nullptr;
-    const int32_t* r = row.data<int32_t>();
-    T* pu = u.data<T>();
-    for (int64_t t = 0; t < tokens; ++t) {
-      T* out = pu + t * d;
-      for (int64_t q = 0; q < d; ++q) out[q] = T(0);
-      for (int64_t j = 0; j < k; ++j) {
-        const int32_t rr = r[t * k + j];
-        if (rr < 0) continue;
-        const T gj = g[t * k + j];
-        const T* src = py + static_cast<int64_t>(rr) * d;
-        if (w != nullptr) {
-          for (int64_t q = 0; q < d; ++q) out[q] += gj * (w[q] * src[q]);
-        } else {
-          for (int64_t q = 0; q < d; ++q) out[q] += gj * src[q];
-        }
-      }
-    }
+  MOE_KERNEL_ENTRY(ctx, kOp);
+  MOE_RETURN_IF_ERROR(check_combine(ctx, kOp, y, row, gate, omega, "u", u));
+  MOE_RETURN_IF_ERROR(check_row_range(kOp, "row", row, y.dim(0)));
+  return dispatch_act(kOp, y, [&](auto at, auto ft) {
+    using A = decltype(at);
+    using F = decltype(ft);
+    ref::combine<A, F>(y.data<A>(), row.data<int32_t>(), gate.data<F>(),
+                       omega.numel() > 0 ? omega.data<F>() : nullptr, u.dim(0), row.dim(1),
+                       y.dim(1), u.data<A>());
   });
 }
 
-Status combine_backward(const TensorView& du, const TensorView& y, const TensorView& row,
-                        const TensorView& gate, const TensorView& omega, const TensorView& dy,
-                        const TensorView& d_gate, const TensorView& d_omega, Stream stream) {
+Status combine_backward(Context& ctx, const TensorView& du, const TensorView& y,
+                        const TensorView& row, const TensorView& gate, const TensorView& omega,
+                        const TensorView& dy, const TensorView& d_gate,
+                        const TensorView& d_omega) {
   constexpr const char* kOp = "combine_backward";
-  MOE_RETURN_IF_ERROR(check_combine(kOp, y, row, gate, omega, du));
-  MOE_RETURN_IF_ERROR(check_same_dtype(kOp, y, "dy", dy));
-  MOE_RETURN_IF_ERROR(check_shape(kOp, "dy", dy, y.shape()));
-  MOE_RETURN_IF_ERROR(check_same_dtype(kOp, y, "d_gate", d_gate));
-  MOE_RETURN_IF_ERROR(check_shape(kOp, "d_gate", d_gate, gate.shape()));
-  const bool with_omega = omega.numel() > 0;
-  if (with_omega && d_omega.numel() > 0) {
-    MOE_RETURN_IF_ERROR(check_same_dtype(kOp, y, "d_omega", d_omega));
-    MOE_RETURN_IF_ERROR(check_shape(kOp, "d_omega", d_omega, omega.shape()));
-  }
-  return dispatch_host_float(kOp, y, [&](auto tag) {
-    using T = decltype(tag);
-    const int64_t tokens = du.dim(0), k = row.dim(1), d = y.dim(1);
-    const T* pdu = du.data<T>();
-    const T* py = y.data<T>();
-    const T* g = gate.data<T>();
-    const T* w = with_omega ? omega.data<T>() : nullptr;
-    T* dw = (with_omega && d_omega.numel() > 0) ? d_omega.data<T>() : nullptr;
-    const int32_t* r = row.data<int32_t>();
-    T* pdy = dy.data<T>();
-    T* pdg = d_gate.data<T>();
-    for (int64_t i = 0; i < dy.numel(); ++i) pdy[i] = T(0);
-    for (int64_t t = 0; t < tokens; ++t) {
-      const T* dut = pdu + t * d;
-      for (int64_t j = 0; j < k; ++j) {
-        const int32_t rr = r[t * k + j];
-        if (rr < 0) {
-          pdg[t * k + j] = T(0);
-          continue;
-        }
-        const T gj = g[t * k + j];
-        const T* src = py + static_cast<int64_t>(rr) * d;
-        T* dst = pdy + static_cast<int64_t>(rr) * d;
-        double dot = 0;
-        for (int64_t q = 0; q < d; ++q) {
-          const T wq = w != nullptr ? w[q] : T(1);
-          dst[q] = gj * wq * dut[q];
-          dot += static_cast<double>(dut[q]) * (wq * src[q]);
-          if (dw != nullptr) dw[q] += gj * src[q] * dut[q];
-        }
-        pdg[t * k + j] = static_cast<T>(dot);
-      }
-    }
+  MOE_KERNEL_ENTRY(ctx, kOp);
+  MOE_RETURN_IF_ERROR(check_combine(ctx, kOp, y, row, gate, omega, "du", du));
+  MOE_RETURN_IF_ERROR(check_like(kOp, y, "dy", dy));
+  MOE_RETURN_IF_ERROR(check_like(kOp, gate, "d_gate", d_gate));
+  const bool with_omega = omega.numel() > 0 && d_omega.numel() > 0;
+  if (with_omega) MOE_RETURN_IF_ERROR(check_like(kOp, omega, "d_omega", d_omega));
+  MOE_RETURN_IF_ERROR(check_row_range(kOp, "row", row, y.dim(0)));
+  return dispatch_act(kOp, y, [&](auto at, auto ft) {
+    using A = decltype(at);
+    using F = decltype(ft);
+    ref::combine_backward<A, F>(du.data<A>(), y.data<A>(), row.data<int32_t>(), gate.data<F>(),
+                                omega.numel() > 0 ? omega.data<F>() : nullptr, du.dim(0),
+                                row.dim(1), y.dim(1), y.dim(0), dy.data<A>(), d_gate.data<F>(),
+                                with_omega ? d_omega.data<F>() : nullptr);
   });
 }
 

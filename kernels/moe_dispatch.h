@@ -1,33 +1,65 @@
-// Data movement of the MoE layer: row gathers into capacity/expert buffers, the deterministic
-// scatter-add that is their backward, and the gate-weighted combine with its backward.
-// No atomics: every accumulation runs in a fixed order, so outputs are bit-reproducible.
+// Data movement of the MoE layer (DESIGN.md steps 3-6): the layout step that turns routing into
+// capacity slots and send-buffer rows (DeepEP's layout kernel), the row gathers into and out of
+// the exchange buffers, and the gate-weighted combine with its backward. No atomics: every
+// accumulation runs in a fixed order, so outputs are bit-reproducible.
+//
+// The send buffer holds one block per global expert, in expert order (rank e / E_l owns expert
+// e): C rows per block in capacity mode (rows past the expert's kept count are empty), or the
+// expert's load in dropless mode (blocks at the exclusive prefix sums of the loads; T*K rows in
+// all, since nothing is dropped).
 #pragma once
 
-#include "core/base/device.h"
+#include "core/base/context.h"
 #include "core/base/tensor.h"
 
 namespace moe::kernels {
 
+struct LayoutArgs {
+  int64_t num_experts = 0;   // E
+  int64_t capacity = -1;     // C per expert, or -1 (dropless)
+  int64_t token_offset = 0;  // global id of token 0 (dropout keys)
+};
+
+// [in] idx [T, K] i32 (expert of each assignment, in [0, E)). Slots are assigned in a stable
+// order: all first choices in token order, then all second choices, and so on.
+// [out] slot [T, K] i32: position in the expert's block, -1 when dropped (position >= C).
+// [out] row [T, K] i32: the send-buffer row, -1 when dropped.
+// [out] load [E] i64: assignments before capacity; kept [E] i64: min(load, C).
+// [out] send_token [S] i32: the token of each send row, -1 for an empty slot.
+// [out] send_key [S] i64: the row's dropout key (global token * K + choice), -1 when empty.
+//   S = E * C (capacity) or T * K (dropless).
+// [in,out, optional] drops f64 [2]: += dropped assignments, += tokens with every choice dropped.
+// An expert index outside [0, E) is kInvalidArgument.
+Status moe_layout(Context& ctx, const LayoutArgs& args, const TensorView& idx,
+                  const TensorView& slot, const TensorView& row, const TensorView& load,
+                  const TensorView& kept, const TensorView& send_token, const TensorView& send_key,
+                  const TensorView& drops = {});
+
+// filled[b] = the number of keys >= 0 in block b of keys [B, C] (i64): the rows in use of each
+// block of a padded capacity receive buffer. filled: i32 [B], overwritten.
+Status block_fill_counts(Context& ctx, const TensorView& keys, const TensorView& filled);
+
 // dst[i, :] = src[index[i], :], or zeros where index[i] < 0 (empty capacity slot).
-//   src [N, D]; index [M] i32; dst [M, D] (overwritten). Any dtype.
-Status gather_rows(const TensorView& src, const TensorView& index, const TensorView& dst,
-                   Stream stream = {});
-// dst[index[i], :] += src[i, :] for i = 0, 1, ... in order, skipping index[i] < 0.
-//   src [M, D]; index [M] i32; dst [N, D] (accumulated). Float dtypes.
-Status scatter_add_rows(const TensorView& src, const TensorView& index, const TensorView& dst,
-                        Stream stream = {});
+//   src [N, D]; index [M] i32; dst [M, D] (overwritten). Any dtype. An index >= N is an error.
+Status gather_rows(Context& ctx, const TensorView& src, const TensorView& index,
+                   const TensorView& dst);
+// dst[t, :] = sum over k (in order) of src[rows[t, k], :], skipping rows[t, k] < 0: the backward
+// of gathering each token's K assignments (the dispatch backward, as a gather: no scatter, no
+// atomics). src [S, D] act; rows [T, K] i32; dst [T, D] act (overwritten; sums in float/double).
+Status gather_sum_rows(Context& ctx, const TensorView& src, const TensorView& rows,
+                       const TensorView& dst);
 
 // u[t, :] = sum_k gate[t, k] * (omega ⊙ y[row[t, k], :]), summed in k order; rows < 0 (dropped)
-// contribute nothing. omega [D] may be empty (all ones).
-//   y [M, D]; row [T, K] i32; gate [T, K]; u [T, D] (overwritten).
-Status combine(const TensorView& y, const TensorView& row, const TensorView& gate,
-               const TensorView& omega, const TensorView& u, Stream stream = {});
+// contribute nothing. y [M, D] act; row [T, K] i32; gate [T, K] F; omega [D] F or empty (all
+// ones); u [T, D] act (overwritten).
+Status combine(Context& ctx, const TensorView& y, const TensorView& row, const TensorView& gate,
+               const TensorView& omega, const TensorView& u);
 // Backward of combine:
-//   dy[row[t, k], :] = gate[t, k] * omega ⊙ du[t, :]   (overwritten; unreferenced rows zeroed)
-//   d_gate[t, k] = <du[t, :], omega ⊙ y[row[t, k], :]>   (overwritten; 0 for dropped slots)
-//   d_omega += sum_{t, k} gate[t, k] * y[row[t, k], :] ⊙ du[t, :]   (accumulated, if given)
-Status combine_backward(const TensorView& du, const TensorView& y, const TensorView& row,
-                        const TensorView& gate, const TensorView& omega, const TensorView& dy,
-                        const TensorView& d_gate, const TensorView& d_omega, Stream stream = {});
+//   dy[row[t, k], :] = gate[t, k] * omega ⊙ du[t, :]   (act; overwritten, unreferenced rows 0)
+//   d_gate[t, k] = <du[t, :], omega ⊙ y[row[t, k], :]>   (F; overwritten, 0 for dropped slots)
+//   d_omega += sum_{t, k} gate[t, k] * y[row[t, k], :] ⊙ du[t, :]   (F; accumulated, if given)
+Status combine_backward(Context& ctx, const TensorView& du, const TensorView& y,
+                        const TensorView& row, const TensorView& gate, const TensorView& omega,
+                        const TensorView& dy, const TensorView& d_gate, const TensorView& d_omega);
 
 }  // namespace moe::kernels

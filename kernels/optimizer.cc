@@ -1,24 +1,15 @@
 #include "kernels/optimizer.h"
 
-#include <cmath>
-
 #include "kernels/common.h"
 #include "kernels/reference/optimizer_ref.h"
 
 namespace moe::kernels {
-namespace {
 
-Status check_like(const char* op, const TensorView& ref, const char* name, const TensorView& t) {
-  MOE_RETURN_IF_ERROR(check_same_dtype(op, ref, name, t));
-  return check_shape(op, name, t, ref.shape());
-}
-
-}  // namespace
-
-Status adamw_step(const AdamWArgs& a, const TensorView& param, const TensorView& grad,
-                  const TensorView& m, const TensorView& v, Stream stream) {
+Status adamw_step(Context& ctx, const AdamWArgs& a, const TensorView& param,
+                  const TensorView& grad, const TensorView& m, const TensorView& v) {
   constexpr const char* kOp = "adamw_step";
-  MOE_RETURN_IF_ERROR(check_host_float(kOp, "param", param));
+  MOE_KERNEL_ENTRY(ctx, kOp);
+  MOE_RETURN_IF_ERROR(check_full(ctx, kOp, "param", param));
   MOE_RETURN_IF_ERROR(check_like(kOp, param, "grad", grad));
   MOE_RETURN_IF_ERROR(check_like(kOp, param, "m", m));
   MOE_RETURN_IF_ERROR(check_like(kOp, param, "v", v));
@@ -28,44 +19,51 @@ Status adamw_step(const AdamWArgs& a, const TensorView& param, const TensorView&
                                   " must be in [0, 1)");
   }
   if (!(a.eps > 0)) return invalid_argument_error(kOp, ": eps = ", a.eps, " must be > 0");
-  return dispatch_host_float(kOp, param, [&](auto tag) {
+  if (!(a.grad_scale > 0)) {
+    return invalid_argument_error(kOp, ": grad_scale = ", a.grad_scale, " must be > 0");
+  }
+  return dispatch_full(kOp, param, [&](auto tag) {
     using T = decltype(tag);
     ref::adamw_step<T>(a, param.numel(), param.data<T>(), grad.data<T>(), m.data<T>(), v.data<T>());
   });
 }
 
-Status sgd_step(const SgdArgs& a, const TensorView& param, const TensorView& grad,
-                const TensorView& buf, Stream stream) {
+Status sgd_step(Context& ctx, const SgdArgs& a, const TensorView& param, const TensorView& grad,
+                const TensorView& buf) {
   constexpr const char* kOp = "sgd_step";
-  MOE_RETURN_IF_ERROR(check_host_float(kOp, "param", param));
+  MOE_KERNEL_ENTRY(ctx, kOp);
+  MOE_RETURN_IF_ERROR(check_full(ctx, kOp, "param", param));
   MOE_RETURN_IF_ERROR(check_like(kOp, param, "grad", grad));
   if (a.momentum < 0) {
     return invalid_argument_error(kOp, ": momentum = ", a.momentum, " must be >= 0");
   }
+  if (!(a.grad_scale > 0)) {
+    return invalid_argument_error(kOp, ": grad_scale = ", a.grad_scale, " must be > 0");
+  }
   if (a.momentum > 0) MOE_RETURN_IF_ERROR(check_like(kOp, param, "buf", buf));
-  return dispatch_host_float(kOp, param, [&](auto tag) {
+  return dispatch_full(kOp, param, [&](auto tag) {
     using T = decltype(tag);
     ref::sgd_step<T>(a, param.numel(), param.data<T>(), grad.data<T>(),
                      a.momentum > 0 ? buf.data<T>() : nullptr);
   });
 }
 
-StatusOr<double> sum_of_squares(const std::vector<TensorView>& views) {
+Status sum_of_squares(Context& ctx, const std::vector<TensorView>& views, const TensorView& out) {
   constexpr const char* kOp = "sum_of_squares";
-  double total = 0;
+  MOE_KERNEL_ENTRY(ctx, kOp);
+  MOE_RETURN_IF_ERROR(check_device(ctx, kOp, "out", out));
+  MOE_RETURN_IF_ERROR(check_dtype(kOp, "out", out, DType::kF64));
+  MOE_RETURN_IF_ERROR(check_shape(kOp, "out", out, Shape{1}));
+  for (const TensorView& t : views) MOE_RETURN_IF_ERROR(check_act(ctx, kOp, "views", t));
+  double total = out.data<double>()[0];
   for (const TensorView& t : views) {
-    MOE_RETURN_IF_ERROR(check_host_float(kOp, "views", t));
-    MOE_RETURN_IF_ERROR(dispatch_host_float(kOp, t, [&](auto tag) {
+    MOE_RETURN_IF_ERROR(dispatch_float(kOp, t, [&](auto tag) {
       using T = decltype(tag);
       ref::accumulate_sum_of_squares<T>(t.data<T>(), t.numel(), &total);
     }));
   }
-  return total;
-}
-
-StatusOr<double> global_l2_norm(const std::vector<TensorView>& views) {
-  MOE_ASSIGN_OR_RETURN(const double sq, sum_of_squares(views));
-  return std::sqrt(sq);
+  out.data<double>()[0] = total;
+  return Status::OK();
 }
 
 }  // namespace moe::kernels

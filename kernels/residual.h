@@ -15,7 +15,7 @@
 // (residual_shift_input) and its gradient is added to d_p_in by the caller.
 #pragma once
 
-#include "core/base/device.h"
+#include "core/base/context.h"
 #include "core/base/tensor.h"
 
 namespace moe::kernels {
@@ -32,27 +32,30 @@ struct ResidualArgs {
   bool eps_inside_sqrt = false;
 };
 
-// All views [T, D] of one float dtype. m_in/v_in/m_out/v_out are used by kAdam only (empty
-// otherwise); p_in may be empty for kPlain (then p_out is zero-filled... p_out must be given).
-// Overwrites out, p_out (and m_out, v_out).
-Status residual_forward(const ResidualArgs& args, const TensorView& x, const TensorView& u,
-                        const TensorView& p_in, const TensorView& m_in, const TensorView& v_in,
-                        const TensorView& out, const TensorView& p_out, const TensorView& m_out,
-                        const TensorView& v_out, Stream stream = {});
+// Dtypes: x, u and out are act (f32, f64, bf16); the states p, m and v are full precision
+// F = compute_dtype(act) always, and arithmetic is in double. All views are [T, D].
+// m_in/v_in/m_out/v_out are used by kAdam only (empty otherwise); p_in, m_in, v_in may be empty
+// (zero: before the first MoE layer). Overwrites out, p_out (and m_out, v_out).
+Status residual_forward(Context& ctx, const ResidualArgs& args, const TensorView& x,
+                        const TensorView& u, const TensorView& p_in, const TensorView& m_in,
+                        const TensorView& v_in, const TensorView& out, const TensorView& p_out,
+                        const TensorView& m_out, const TensorView& v_out);
 
-// Gradients of the forward above. d_p_out/d_m_out/d_v_out may be empty (zero: no later layer
-// reads the state). Needs u, m_out and v_out from the forward (Adam). Overwrites dx, du, d_p_in
-// (and d_m_in, d_v_in for kAdam). Where v_out == 0 the derivative of sqrt is taken as 0 (the
-// subgradient at u = 0), so a dropped token yields finite gradients.
-Status residual_backward(const ResidualArgs& args, const TensorView& d_out,
+// Gradients of the forward above. d_out, u, dx, du are act; the state gradients F.
+// d_p_out/d_m_out/d_v_out may be empty (zero: no later layer reads the state). Needs u, m_out and
+// v_out from the forward (Adam). Overwrites dx, du, d_p_in (and d_m_in, d_v_in when given, kAdam).
+// Where v_out == 0 the derivative of sqrt is taken as 0 (the subgradient at u = 0), so a dropped
+// token yields finite gradients.
+Status residual_backward(Context& ctx, const ResidualArgs& args, const TensorView& d_out,
                          const TensorView& d_p_out, const TensorView& d_m_out,
                          const TensorView& d_v_out, const TensorView& u, const TensorView& m_out,
                          const TensorView& v_out, const TensorView& dx, const TensorView& du,
                          const TensorView& d_p_in, const TensorView& d_m_in,
-                         const TensorView& d_v_in, Stream stream = {});
+                         const TensorView& d_v_in);
 
-// y = x + a_shift * p (the robust variant's router and expert input). Overwrites y.
-Status residual_shift_input(const TensorView& x, const TensorView& p, double a_shift,
-                            const TensorView& y, Stream stream = {});
+// y = x + a_shift * p (the robust variant's router and expert input). x, y act; p F.
+// Overwrites y. (Its backward adds a_shift * dL/dy to dL/dp: kernels::axpy.)
+Status residual_shift_input(Context& ctx, const TensorView& x, const TensorView& p,
+                            double a_shift, const TensorView& y);
 
 }  // namespace moe::kernels

@@ -31,8 +31,11 @@ StatusOr<std::string> evaluate(const FlagParser& flags) {
   }
   cfg.model.vocab_size = vocab.size();
   MOE_RETURN_IF_ERROR(cfg.model.validate(1));
-  TransformerLM model(cfg.model, DType::kF32, nullptr);
-  MOE_RETURN_IF_ERROR(load_parameters(dir, &model, nullptr));
+  std::unique_ptr<Context> ctx = Context::host();
+  MOE_ASSIGN_OR_RETURN(std::unique_ptr<TransformerLM> model,
+                       TransformerLM::create(cfg.model, ctx.get(),
+                                             activation_dtype(cfg.train.precision), nullptr));
+  MOE_RETURN_IF_ERROR(load_parameters(dir, model.get(), nullptr));
 
   const std::string text = flags.get("text");
   data::TokenSplit split;
@@ -44,7 +47,7 @@ StatusOr<std::string> evaluate(const FlagParser& flags) {
   MOE_ASSIGN_OR_RETURN(double rate, flags.get_double("attack-rate", cfg.train.attack_rate));
   if (batch < 1) return invalid_argument_error("--batch ", batch, " must be >= 1");
   MOE_ASSIGN_OR_RETURN(data::SequenceSet set, data::SequenceSet::create(split, cfg.model.seq_len));
-  MOE_ASSIGN_OR_RETURN(EvalResult clean, evaluate_perplexity(&model, set, batch, max_sequences,
+  MOE_ASSIGN_OR_RETURN(EvalResult clean, evaluate_perplexity(model.get(), set, batch, max_sequences,
                                                              cfg.train.seed, nullptr));
   std::string line = str_cat("{\"checkpoint\": \"", dir, "\", \"step\": ", m.step, ", \"text\": \"",
                              text, "\", \"tokens\": ", clean.tokens, ", \"ppl\": ", clean.perplexity());
@@ -54,7 +57,7 @@ StatusOr<std::string> evaluate(const FlagParser& flags) {
     data::TokenSplit attacked = split;
     attacked.ids = std::move(a.tokens);
     MOE_ASSIGN_OR_RETURN(data::SequenceSet aset, data::SequenceSet::create(attacked, cfg.model.seq_len));
-    MOE_ASSIGN_OR_RETURN(EvalResult att, evaluate_perplexity(&model, aset, batch, max_sequences,
+    MOE_ASSIGN_OR_RETURN(EvalResult att, evaluate_perplexity(model.get(), aset, batch, max_sequences,
                                                              cfg.train.seed, nullptr));
     line += str_cat(", \"attack_rate\": ", rate, ", \"realised_swap_fraction\": ", a.swap_fraction,
                     ", \"attacked_ppl\": ", att.perplexity());

@@ -11,19 +11,18 @@
 #include <cstdlib>
 #include <filesystem>
 
-#include "core/base/device.h"
 #include "core/base/logging.h"
 #include "core/train/trainer.h"
 #include "launcher/env_params.h"
 #include "launcher/exit_status.h"
 #include "launcher/flags.h"
-#include "launcher/world.h"
+#include "comm/world.h"
 #include "proto/run_convert.h"
 
 namespace moe {
 namespace {
 
-int fail(const Status& s, World* world) {
+int fail(const Status& s, comm::World* world) {
   return exit_with(s, world != nullptr ? world->comm.get() : nullptr);
 }
 
@@ -58,7 +57,7 @@ int run(int argc, char** argv) {
       load_run_config(flags.get("config"), flags.get_all("set"), static_cast<int>(*ep));
   if (!cfg.ok()) return fail(cfg.status(), nullptr);
 
-  StatusOr<World> world = make_world(&argc, &argv, cfg->parallel.backend, cfg->parallel.timeout_seconds);
+  StatusOr<comm::World> world = comm::make_world(&argc, &argv, cfg->parallel.backend, cfg->parallel.timeout_seconds);
   if (!world.ok()) return fail(world.status(), nullptr);
   set_log_rank(world->rank());
 
@@ -84,7 +83,4 @@ int run(int argc, char** argv) {
 }  // namespace
 }  // namespace moe
 
-int main(int argc, char** argv) {
-  moe::keep_freed_host_memory();
-  return moe::run(argc, argv);
-}
+int main(int argc, char** argv) { return moe::run(argc, argv); }

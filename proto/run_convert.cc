@@ -157,6 +157,8 @@ Status convert_train(const momoe::TrainConfig& t, TrainConfig* c) {
   if (t.has_probe_every()) c->probe_every = t.probe_every();
   if (t.has_probe_sequences()) c->probe_sequences = t.probe_sequences();
   if (t.has_collapse_threshold()) c->collapse_threshold = t.collapse_threshold();
+  if (t.precision() == momoe::TrainConfig::BF16) c->precision = Precision::kBf16;
+  if (t.device() == momoe::TrainConfig::CUDA) c->device = DeviceKind::kCuda;
   return c->validate();
 }
 

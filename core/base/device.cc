@@ -1,7 +1,5 @@
 #include "core/base/device.h"
 
-#include <malloc.h>
-
 #include <cstdlib>
 #include <cstring>
 
@@ -15,11 +13,6 @@ namespace moe {
 
 std::string Device::to_string() const {
   return is_host() ? std::string("host") : str_cat("cuda:", index);
-}
-
-void keep_freed_host_memory() {
-  mallopt(M_MMAP_THRESHOLD, 1 << 30);
-  mallopt(M_TRIM_THRESHOLD, 1 << 30);
 }
 
 bool built_with_cuda() {
@@ -43,63 +36,57 @@ int cuda_device_count() {
 #endif
 }
 
-StatusOr<void*> device_malloc(Device device, size_t bytes) {
-  if (bytes == 0) return static_cast<void*>(nullptr);
-  if (device.is_host()) {
-    const size_t rounded = (bytes + 63) / 64 * 64;
-    void* ptr = std::aligned_alloc(64, rounded);
-    if (ptr == nullptr) return resource_exhausted_error("host allocation of ", bytes, " bytes failed");
-    return ptr;
-  }
+StatusOr<Stream> create_stream(int device) {
 #if defined(MOE_WITH_CUDA)
-  MOE_CUDA_RETURN_IF_ERROR(cudaSetDevice(device.index));
-  void* ptr = nullptr;
-  cudaError_t err = cudaMalloc(&ptr, bytes);
-  if (err == cudaErrorMemoryAllocation) {
-    cudaGetLastError();
-    return resource_exhausted_error("cuda:", device.index, " allocation of ", bytes, " bytes failed");
-  }
-  MOE_CUDA_RETURN_IF_ERROR(err);
-  return ptr;
+  MOE_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
+  cudaStream_t s = nullptr;
+  MOE_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  return Stream{s};
 #else
-  return unimplemented_error("allocation on ", device.to_string(), ": built without CUDA");
+  return unimplemented_error("stream on cuda:", device, ": built without CUDA");
 #endif
 }
 
-void device_free(Device device, void* ptr) {
-  if (ptr == nullptr) return;
-  if (device.is_host()) {
-    std::free(ptr);
-    return;
-  }
+void destroy_stream(Stream stream) {
 #if defined(MOE_WITH_CUDA)
-  cudaFree(ptr);
+  if (stream.handle != nullptr) cudaStreamDestroy(static_cast<cudaStream_t>(stream.handle));
+#endif
+}
+
+Status stream_synchronize(Device device, Stream stream) {
+  if (device.is_host()) return Status::OK();
+#if defined(MOE_WITH_CUDA)
+  return MOE_CUDA_STATUS(cudaStreamSynchronize(static_cast<cudaStream_t>(stream.handle)));
+#else
+  return unimplemented_error("synchronize on ", device.to_string(), ": built without CUDA");
 #endif
 }
 
 Status device_memcpy(void* dst, Device dst_device, const void* src, Device src_device,
-                     size_t bytes) {
+                     size_t bytes, Stream stream) {
   if (bytes == 0) return Status::OK();
   if (dst_device.is_host() && src_device.is_host()) {
     std::memmove(dst, src, bytes);
     return Status::OK();
   }
 #if defined(MOE_WITH_CUDA)
-  return MOE_CUDA_STATUS(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault));
+  return MOE_CUDA_STATUS(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault,
+                                         static_cast<cudaStream_t>(stream.handle)));
 #else
   return unimplemented_error("copy between ", src_device.to_string(), " and ",
                              dst_device.to_string(), ": built without CUDA");
 #endif
 }
 
-Status device_memset_zero(void* ptr, Device device, size_t bytes) {
+Status device_memset_zero(void* ptr, Device device, size_t bytes, Stream stream) {
   if (bytes == 0) return Status::OK();
   if (device.is_host()) {
     std::memset(ptr, 0, bytes);
     return Status::OK();
   }
 #if defined(MOE_WITH_CUDA)
-  return MOE_CUDA_STATUS(cudaMemset(ptr, 0, bytes));
+  return MOE_CUDA_STATUS(
+      cudaMemsetAsync(ptr, 0, bytes, static_cast<cudaStream_t>(stream.handle)));
 #else
   return unimplemented_error("memset on ", device.to_string(), ": built without CUDA");
 #endif

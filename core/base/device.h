@@ -1,5 +1,9 @@
 // Where memory lives and how work is ordered. Host code never includes CUDA headers through this
 // file: a stream is carried as an opaque handle (cudaStream_t is a pointer).
+//
+// The host "device" runs everything synchronously: its stream is a no-op, copies happen when
+// called. On CUDA every copy here is enqueued on a stream and returns before the data lands;
+// stream_synchronize() is the wait (core code waits only through Context::synchronize).
 #pragma once
 
 #include <cstddef>
@@ -35,16 +39,17 @@ bool built_with_cuda();
 // when the runtime reports any error (cudaGetDeviceCount fails on GPU-less machines).
 int cuda_device_count();
 
-// For executables (call once from main): keep freed host blocks in the heap instead of returning
-// them to the kernel. Activations are allocated and freed every step; without this each reuse of
-// a large block costs page faults (measured: ~30% of a CPU training step).
-void keep_freed_host_memory();
+// A non-blocking CUDA stream on `device` (kUnimplemented without CUDA). destroy_stream(null) is a
+// no-op.
+StatusOr<Stream> create_stream(int device);
+void destroy_stream(Stream stream);
+// Waits for all work enqueued on `stream` (no-op on the host).
+Status stream_synchronize(Device device, Stream stream);
 
-// Raw allocation on a device. Host memory is 64-byte aligned. Errors name the device and size.
-StatusOr<void*> device_malloc(Device device, size_t bytes);
-void device_free(Device device, void* ptr);
-// Copies `bytes` between any two devices (host<->host, host<->cuda, cuda<->cuda); synchronous.
-Status device_memcpy(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes);
-Status device_memset_zero(void* ptr, Device device, size_t bytes);
+// Copies `bytes` between any two devices (host<->host, host<->cuda, cuda<->cuda), enqueued on
+// `stream`; host<->host copies happen now (and may overlap, like memmove).
+Status device_memcpy(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes,
+                     Stream stream = {});
+Status device_memset_zero(void* ptr, Device device, size_t bytes, Stream stream = {});
 
 }  // namespace moe

@@ -42,4 +42,6 @@ bool dtype_is_floating(DType dtype) {
   return dtype == DType::kF32 || dtype == DType::kF64 || dtype == DType::kBF16;
 }
 
+DType compute_dtype(DType act) { return act == DType::kF64 ? DType::kF64 : DType::kF32; }
+
 }  // namespace moe

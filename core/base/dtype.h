@@ -1,5 +1,10 @@
-// Element types. f32 is the CPU training type, f64 the finite-difference type, bf16 the GPU
-// activation type, i32/i64 indices and token ids, u8 raw bytes.
+// Element types. f32 is the FP32 training type, f64 the finite-difference type, bf16 the BF16
+// activation type (CPU and GPU), i32/i64 indices and token ids, u8 raw bytes.
+//
+// Kernels name two float roles per argument: "act" (the activation dtype: f32, f64 or bf16) and
+// "F" = compute_dtype(act) (f64 for f64 activations, else f32): the dtype of master weights,
+// gradients, optimizer state, router logits, softmax, losses, the momentum state and layer-norm
+// statistics, which stay in full precision whatever the activations are.
 #pragma once
 
 #include <cstddef>
@@ -22,14 +27,17 @@ const char* dtype_name(DType dtype);
 // "F32", "F64", "BF16", "I32", "I64", "U8" (the safetensors header spelling).
 const char* dtype_safetensors_name(DType dtype);
 bool dtype_is_floating(DType dtype);
+// The full-precision partner of an activation dtype: f64 for f64, f32 for f32 and bf16.
+DType compute_dtype(DType act);
 
-// bfloat16 as raw bits (the top half of an IEEE f32). Conversion rounds to nearest even; NaN stays
-// NaN.
+// bfloat16 as raw bits (the top half of an IEEE f32). Conversion from float rounds to nearest
+// even (explicit); NaN stays NaN. Conversion to float is exact and implicit, so a reference loop
+// reads bf16 like float (arithmetic happens in float) and stores with an explicit bf16(...).
 struct bf16 {
   uint16_t bits = 0;
   bf16() = default;
   MOE_HOST_DEVICE explicit bf16(float f) : bits(from_float(f)) {}
-  MOE_HOST_DEVICE explicit operator float() const { return to_float(bits); }
+  MOE_HOST_DEVICE operator float() const { return to_float(bits); }  // NOLINT: exact
 
   MOE_HOST_DEVICE static uint16_t from_float(float f) {
     uint32_t u;
@@ -58,5 +66,17 @@ template <> struct DTypeOf<int64_t> { static constexpr DType value = DType::kI64
 template <> struct DTypeOf<uint8_t> { static constexpr DType value = DType::kU8; };
 template <typename T>
 inline constexpr DType dtype_of = DTypeOf<T>::value;
+
+// The type a kernel accumulates T in: float for bf16, T otherwise.
+template <typename T>
+struct AccumOf {
+  using type = T;
+};
+template <>
+struct AccumOf<bf16> {
+  using type = float;
+};
+template <typename T>
+using accum_t = typename AccumOf<T>::type;
 
 }  // namespace moe

@@ -67,4 +67,40 @@ void RouterStatsInfo::finalize() {
   }
 }
 
+void RouterStatsLayout::read(const double* b, RouterStatsInfo* info) const {
+  auto count = [](double v) { return static_cast<int64_t>(std::llround(v)); };
+  info->tokens = count(b[kTokens]);
+  info->slots = count(b[kSlots]);
+  info->dropped_slots = count(b[kDroppedSlots]);
+  info->fully_dropped_tokens = count(b[kFullyDropped]);
+  info->balance_loss_sum = b[kBalanceLossSum];
+  info->z_loss_sum = b[kZLossSum];
+  info->entropy_sum = b[kEntropySum];
+  info->output_norm_sum = b[kOutputNormSum];
+  info->state_norm_sum = b[kStateNormSum];
+  info->top1_gate_sum = b[kTop1GateSum];
+  info->unmasked_sum = b[kUnmaskedSum];
+  info->single_expert_tokens = count(b[kSingleExpert]);
+  info->non_argmax_tokens = count(b[kNonArgmax]);
+  info->halved_tokens = count(b[kHalved]);
+  info->expert_load.resize(experts_);
+  for (int64_t e = 0; e < experts_; ++e) info->expert_load[e] = count(b[expert_load() + e]);
+  const double* ac_block = b + ac();
+  const double* fixed = ac_block + 2 * experts_;
+  info->cluster_size.clear();
+  info->cluster_dispersion.clear();
+  if (fixed[4] > 0) {  // an AC layer: the ac_stats kernel ran
+    info->cluster_size.resize(experts_);
+    info->cluster_dispersion.resize(experts_);
+    for (int64_t e = 0; e < experts_; ++e) {
+      info->cluster_size[e] = count(ac_block[e]);
+      info->cluster_dispersion[e] = ac_block[experts_ + e];
+    }
+    info->tiny_clusters = count(fixed[0]);
+    info->metric_min = fixed[1];
+    info->metric_max = fixed[2];
+    info->metric_mean = fixed[3];
+  }
+}
+
 }  // namespace moe

@@ -1,6 +1,10 @@
 // Plain router statistics of one MoE layer for one step (the struct behind stats.proto's
 // RouterStats). Counters are sums over tokens so that ranks aggregate by merge(); derived means
 // are computed by finalize() after aggregation, never averaged across ranks.
+//
+// On the device a layer accumulates its counters into a block of f64 slots of the step's
+// statistics buffer (RouterStatsLayout); the trainer reads the buffer back once per step and
+// RouterStatsLayout::read() fills this struct.
 #pragma once
 
 #include <cstdint>
@@ -52,6 +56,43 @@ struct RouterStatsInfo {
   void merge(const RouterStatsInfo& other);
   // Computes the derived fields from the sums.
   void finalize();
+};
+
+// AC statistics slots after the 2E per-cluster ones: tiny clusters, metric min, max, mean, calls.
+inline constexpr int64_t kAcStatsFixed = 5;
+
+// The device block of one MoE layer with E experts: f64 slots, all sums (+=) over the step's
+// micro-batches, except the AC metric's min/max/mean (combined by the ac_stats kernel).
+class RouterStatsLayout {
+ public:
+  enum Slot : int64_t {
+    kTokens = 0,
+    kSlots,
+    kDroppedSlots,     // then kFullyDropped: the layout kernel's two counters
+    kFullyDropped,
+    kBalanceLossSum,   // then kZLossSum: balance * T and z * T per call
+    kZLossSum,
+    kAuxLoss,          // the weighted aux loss (balance_coef * balance + z_coef * z)
+    kEntropySum,
+    kOutputNormSum,
+    kStateNormSum,
+    kTop1GateSum,
+    kUnmaskedSum,      // SparseMixer: the four sparsemixer_stats counters
+    kSingleExpert,
+    kNonArgmax,
+    kHalved,
+    kFixedSlots,
+  };
+  explicit RouterStatsLayout(int64_t experts) : experts_(experts) {}
+  int64_t expert_load() const { return kFixedSlots; }           // [E]
+  int64_t ac() const { return kFixedSlots + experts_; }          // [2E + kAcStatsFixed]
+  int64_t size() const { return kFixedSlots + 3 * experts_ + kAcStatsFixed; }
+  // Fills the counters of `info` (block, moe_index and the derived fields are the caller's)
+  // from a block read back to the host.
+  void read(const double* block, RouterStatsInfo* info) const;
+
+ private:
+  int64_t experts_;
 };
 
 }  // namespace moe

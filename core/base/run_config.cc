@@ -15,6 +15,10 @@ std::string bundled_data_path(const std::string& relative) {
   return "data/" + relative;
 }
 
+const char* precision_name(Precision p) { return p == Precision::kBf16 ? "BF16" : "FP32"; }
+
+DType activation_dtype(Precision p) { return p == Precision::kBf16 ? DType::kBF16 : DType::kF32; }
+
 Status TrainConfig::validate() const {
   auto range = [](const char* field, double value, const char* allowed) {
     return invalid_argument_error("train.", field, " = ", value, " is outside the allowed range ",

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 
+#include "core/base/dtype.h"
 #include "core/base/model_config.h"
 
 namespace moe {
@@ -16,6 +17,14 @@ std::string bundled_data_path(const std::string& relative);
 enum class OptimizerKind { kAdamW, kSgd };
 enum class LrScheduleKind { kConstant, kCosine };
 enum class CommBackend { kAuto, kMpi, kNccl };
+// train.precision: FP32 (fp32 everything), or BF16 (bf16 working weights, activations and GEMM
+// inputs with fp32 accumulation; fp32 masters, gradients, optimizer state, router, losses,
+// momentum state and layer-norm statistics).
+enum class Precision { kFp32, kBf16 };
+enum class DeviceKind { kCpu, kCuda };
+const char* precision_name(Precision p);    // "FP32" | "BF16"
+// The activation dtype of a precision: f32 or bf16.
+DType activation_dtype(Precision p);
 
 struct OptimizerConfig {
   OptimizerKind kind = OptimizerKind::kAdamW;
@@ -64,6 +73,8 @@ struct TrainConfig {
   int64_t probe_every = 1;
   int64_t probe_sequences = 4;
   double collapse_threshold = 4.0;
+  Precision precision = Precision::kFp32;
+  DeviceKind device = DeviceKind::kCpu;
 
   Status validate() const;
   // Learning rate at optimiser step `step` (0-based): linear warmup from 0, then constant or

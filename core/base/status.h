@@ -111,6 +111,8 @@ class [[nodiscard]] StatusOr {
   T& operator*() & { return *value_; }
   const T* operator->() const { return &*value_; }
   T* operator->() { return &*value_; }
+  // The value, or `fallback` on error.
+  T value_or(T fallback) const& { return ok() ? *value_ : std::move(fallback); }
 
  private:
   Status status_;

@@ -1,7 +1,11 @@
 #include "core/base/tensor.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <sstream>
+
+#include "core/base/allocator.h"
 
 namespace moe {
 
@@ -47,9 +51,25 @@ bool Shape::operator==(const Shape& o) const {
   return true;
 }
 
+namespace {
+thread_local int g_device_access_depth = 0;
+}  // namespace
+
+DeviceAccessScope::DeviceAccessScope() { ++g_device_access_depth; }
+DeviceAccessScope::~DeviceAccessScope() { --g_device_access_depth; }
+bool device_access_allowed() { return g_device_access_depth > 0; }
+
+void TensorView::access_violation() const {
+  detail::check_failed(__FILE__, __LINE__, "device_access_allowed()",
+                       str_cat("host access to device tensor ", to_string(),
+                               " outside a kernel: core/layers and core/model must not read or "
+                               "write tensor memory on the host (use a kernel, or read results "
+                               "back once per step through Context::read_back)"));
+}
+
 TensorView TensorView::reshape(Shape shape) const {
   MOE_CHECK(shape.numel() == numel(), "reshape ", shape_.to_string(), " -> ", shape.to_string());
-  return TensorView(data_, dtype_, shape, device_);
+  return TensorView(data_, dtype_, shape, device_, guarded_);
 }
 
 TensorView TensorView::rows(int64_t begin, int64_t end) const {
@@ -60,7 +80,7 @@ TensorView TensorView::rows(int64_t begin, int64_t end) const {
   const int64_t row_elems = dim(0) == 0 ? 0 : numel() / dim(0);
   char* base = static_cast<char*>(data_);
   return TensorView(base == nullptr ? nullptr : base + begin * row_elems * dtype_size(dtype_),
-                    dtype_, s, device_);
+                    dtype_, s, device_, guarded_);
 }
 
 TensorView TensorView::operator[](int64_t i) const {
@@ -71,44 +91,54 @@ TensorView TensorView::operator[](int64_t i) const {
 }
 
 std::string TensorView::to_string() const {
-  return str_cat(dtype_name(dtype_), shape_.to_string(), "@", device_.to_string());
+  return str_cat(dtype_name(dtype_), shape_.to_string(), "@", device_.to_string(),
+                 guarded_ ? "(guarded)" : "");
 }
 
-Tensor::~Tensor() { release(); }
-
-Tensor::Tensor(Tensor&& other) noexcept : owned_(other.owned_), view_(other.view_) {
-  other.owned_ = nullptr;
-  other.view_ = TensorView();
-}
-
-Tensor& Tensor::operator=(Tensor&& other) noexcept {
-  if (this != &other) {
-    release();
-    owned_ = other.owned_;
-    view_ = other.view_;
-    other.owned_ = nullptr;
-    other.view_ = TensorView();
+// Owns one block: from an allocator (returned stream-ordered) or from aligned_alloc (host).
+struct TensorStorage {
+  void* ptr = nullptr;
+  size_t bytes = 0;
+  std::shared_ptr<Allocator> allocator;
+  Stream stream;
+  ~TensorStorage() {
+    if (ptr == nullptr) return;
+    if (allocator) {
+      allocator->deallocate(ptr, bytes, stream);
+    } else {
+      std::free(ptr);
+    }
   }
-  return *this;
-}
+};
 
-void Tensor::release() {
-  if (owned_ != nullptr) device_free(view_.device(), owned_);
-  owned_ = nullptr;
-}
-
-StatusOr<Tensor> Tensor::allocate(Shape shape, DType dtype, Device device) {
+StatusOr<Tensor> Tensor::allocate(Shape shape, DType dtype,
+                                  const std::shared_ptr<Allocator>& allocator, Stream stream,
+                                  bool guarded) {
+  MOE_CHECK(allocator != nullptr, "Tensor::allocate without an allocator");
   Tensor t;
   const size_t bytes = static_cast<size_t>(shape.numel()) * dtype_size(dtype);
-  MOE_ASSIGN_OR_RETURN(t.owned_, device_malloc(device, bytes));
-  t.view_ = TensorView(t.owned_, dtype, shape, device);
+  auto storage = std::make_shared<TensorStorage>();
+  MOE_ASSIGN_OR_RETURN(storage->ptr, allocator->allocate(bytes, stream));
+  storage->bytes = bytes;
+  storage->allocator = allocator;
+  storage->stream = stream;
+  t.view_ = TensorView(storage->ptr, dtype, shape, allocator->device(), guarded);
+  t.storage_ = std::move(storage);
   return t;
 }
 
 Tensor Tensor::empty(Shape shape, DType dtype) {
-  StatusOr<Tensor> t = allocate(shape, dtype, Device::host());
-  MOE_CHECK(t.ok(), t.status().to_string());
-  return std::move(t).value();
+  Tensor t;
+  const size_t bytes = static_cast<size_t>(shape.numel()) * dtype_size(dtype);
+  auto storage = std::make_shared<TensorStorage>();
+  if (bytes > 0) {
+    storage->ptr = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+    MOE_CHECK(storage->ptr != nullptr, "host allocation of ", bytes, " bytes failed");
+  }
+  storage->bytes = bytes;
+  t.view_ = TensorView(storage->ptr, dtype, shape, Device::host());
+  t.storage_ = std::move(storage);
+  return t;
 }
 
 Tensor Tensor::zeros(Shape shape, DType dtype) {
@@ -118,20 +148,44 @@ Tensor Tensor::zeros(Shape shape, DType dtype) {
 }
 
 Tensor Tensor::copy_of(const TensorView& src) {
+  MOE_CHECK(src.is_host(), "Tensor::copy_of needs a host view, got ", src.to_string(),
+            " (use Context::read_back)");
   Tensor t = empty(src.shape(), src.dtype());
-  Status s = device_memcpy(t.raw(), Device::host(), src.raw(), src.device(), src.nbytes());
-  MOE_CHECK(s.ok(), s.to_string());
+  if (src.nbytes() > 0) std::memcpy(t.raw(), src.raw(), src.nbytes());
   return t;
 }
 
-Status Tensor::zero() { return device_memset_zero(raw(), device(), nbytes()); }
+Tensor Tensor::reshape(Shape shape) const {
+  Tensor t = *this;
+  t.view_ = view_.reshape(shape);
+  return t;
+}
+
+Tensor Tensor::rows(int64_t begin, int64_t end) const {
+  Tensor t = *this;
+  t.view_ = view_.rows(begin, end);
+  return t;
+}
+
+Status Tensor::zero() {
+  if (!view_.is_host()) {
+    return invalid_argument_error("Tensor::zero on ", view_.to_string(), ": use Context::zero");
+  }
+  if (nbytes() > 0) std::memset(raw(), 0, nbytes());
+  return Status::OK();
+}
 
 Status Tensor::copy_from(const TensorView& src) {
   if (src.shape() != shape() || src.dtype() != dtype()) {
     return invalid_argument_error("copy_from: source ", src.to_string(), " does not match ",
                                   view_.to_string());
   }
-  return device_memcpy(raw(), device(), src.raw(), src.device(), nbytes());
+  if (!src.is_host() || !view_.is_host()) {
+    return invalid_argument_error("Tensor::copy_from between ", src.to_string(), " and ",
+                                  view_.to_string(), ": use Context::copy");
+  }
+  if (nbytes() > 0) std::memmove(raw(), src.raw(), nbytes());
+  return Status::OK();
 }
 
 namespace {

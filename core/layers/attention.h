@@ -2,10 +2,11 @@
 //   qkv = x W_qkv + b_qkv [N, 3D];  ctx = attention(qkv) [N, D] (kernels/attention.h);
 //   y = ctx W_o + b_o [N, D],  with N = B*S rows, sequence-major.
 // Parameters: <prefix>.w_qkv [D, 3D], <prefix>.b_qkv [3D], <prefix>.w_o [D, D], <prefix>.b_o [D]
-// (biases are not weight-decayed). Dropout applies to the attention probabilities only, keyed by
-// the global sequence index (so masks do not depend on how batches are split across ranks); the
-// block applies residual dropout. Forward overwrites y; backward overwrites dx and accumulates
-// (+=) parameter gradients. Errors name the layer's prefix.
+// (biases are not weight-decayed; the matrices are GEMM operands, bf16 under BF16). Dropout
+// applies to the attention probabilities only, keyed by the global sequence index (so masks do
+// not depend on how batches are split across ranks); the block applies residual dropout. The
+// forward saves the row logsumexp, not the [B, H, S, S] probabilities. Forward and backward
+// return new tensors; backward accumulates (+=) parameter gradients. Errors name the prefix.
 #pragma once
 
 #include <string>
@@ -19,10 +20,10 @@ class MultiHeadAttention {
  public:
   // Everything backward needs, filled by forward.
   struct Saved {
-    Tensor x;      // [N, D] the input
-    Tensor qkv;    // [N, 3D]
-    Tensor probs;  // [B, H, S, S] softmax before dropout
-    Tensor ctx;    // [N, D] attention output before W_o
+    Tensor x;    // [N, D] the input
+    Tensor qkv;  // [N, 3D]
+    Tensor lse;  // [B, H, S] F: row logsumexp of the scores
+    Tensor ctx;  // [N, D] attention output before W_o
     int64_t batch = 0;
     int64_t seq_len = 0;
     int64_t sequence_offset = 0;
@@ -34,16 +35,18 @@ class MultiHeadAttention {
                      double attention_dropout, ParameterSet* params);
   // [in] x [B*S, D] (B = batch sequences of S <= max_seq_len tokens); sequence_offset: the global
   // index of this batch's first sequence (keys the dropout mask); training enables dropout, drawn
-  // from rng. [out] y [B*S, D], overwritten (may alias x).
-  Status forward(const TensorView& x, int64_t batch, int64_t sequence_offset, bool training,
-                 CounterRng rng, const TensorView& y, Saved* saved) const;
-  // [in] dy [B*S, D]; [out] dx [B*S, D], overwritten.
-  Status backward(const TensorView& dy, const Saved& saved, const TensorView& dx) const;
+  // from rng. Returns y [B*S, D].
+  StatusOr<Tensor> forward(const Tensor& x, int64_t batch, int64_t sequence_offset, bool training,
+                           CounterRng rng, Saved* saved) const;
+  // [in] dy [B*S, D]; returns dx [B*S, D].
+  StatusOr<Tensor> backward(const Tensor& dy, const Saved& saved) const;
 
  private:
   Status check(const char* name, const TensorView& t, int64_t rows) const;
 
   std::string prefix_;
+  Context& ctx_;
+  DType act_;
   int64_t d_model_, heads_, max_seq_len_;
   double attention_dropout_;
   Parameter* w_qkv_;

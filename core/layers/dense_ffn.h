@@ -1,10 +1,10 @@
 // Dense feed-forward sublayer (x @ W convention, row-major):
 //   h = dropout(act(x W1 + b1)) [N, F];  y = h W2 + b2 [N, D].
 // Parameters: <prefix>.w1 [D, F], <prefix>.b1 [F], <prefix>.w2 [F, D], <prefix>.b2 [D] (biases
-// are not weight-decayed). The hidden dropout keys row t by the global token id
-// token_offset + t (kernels/activation.h), so masks do not depend on how batches are split across
-// ranks. Forward overwrites y; backward overwrites dx and accumulates (+=) parameter gradients.
-// Errors name the layer's prefix.
+// are not weight-decayed; the matrices are GEMM operands, bf16 under BF16). The hidden dropout
+// keys row t by the global token id token_offset + t (kernels/activation.h), so masks do not
+// depend on how batches are split across ranks. Forward and backward return new tensors; backward
+// accumulates (+=) parameter gradients. Errors name the layer's prefix.
 #pragma once
 
 #include <string>
@@ -23,23 +23,25 @@ class DenseFfn {
     Tensor x;             // [N, D] the input
     Tensor h_pre;         // [N, F] x W1 + b1
     Tensor h;             // [N, F] after the activation and dropout
-    Tensor keys;          // [N] i64 global token ids (dropout keys; empty without dropout)
+    int64_t token_offset = 0;  // dropout key of row 0
     float dropout = 0.f;  // 0 when not training
     CounterRng rng;
   };
   DenseFfn(const std::string& prefix, int64_t d_model, int64_t d_ff, ExpertActivation activation,
            double dropout, ParameterSet* params);
   // [in] x [N, D]; token_offset: the global id of row 0; training enables dropout, drawn from rng.
-  // [out] y [N, D], overwritten (may alias x).
-  Status forward(const TensorView& x, int64_t token_offset, bool training, CounterRng rng,
-                 const TensorView& y, Saved* saved) const;
-  // [in] dy [N, D]; [out] dx [N, D], overwritten.
-  Status backward(const TensorView& dy, const Saved& saved, const TensorView& dx) const;
+  // Returns y [N, D].
+  StatusOr<Tensor> forward(const Tensor& x, int64_t token_offset, bool training, CounterRng rng,
+                           Saved* saved) const;
+  // [in] dy [N, D]; returns dx [N, D].
+  StatusOr<Tensor> backward(const Tensor& dy, const Saved& saved) const;
 
  private:
   Status check(const char* name, const TensorView& t, int64_t rows) const;
 
   std::string prefix_;
+  Context& ctx_;
+  DType act_;
   kernels::Activation activation_;
   double dropout_;
   int64_t d_model_, d_ff_;

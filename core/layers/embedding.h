@@ -4,8 +4,10 @@
 //     Parameters: <prefix>.tokens [V, D], <prefix>.positions [S_max, D].
 //   OutputHead: logits = h W^T, W [V, D] (no bias): an untied <prefix>.weight, or the embedding's
 //     token table when tied (the head's gradient then accumulates into the table's gradient).
-// Initialisation is the model's job (core/layers/init.h). Forward overwrites its output; backward
-// overwrites dh (head) and accumulates (+=) parameter gradients. Errors name the layer's prefix.
+// Initialisation is the model's job (kernels/init.h). The token table and the head are GEMM
+// operands (bf16 working copies under BF16); positions stay full precision. The head's logits are
+// full precision (the loss is fp32 always); its input gradient has the activation dtype. Forward
+// and backward return new tensors and accumulate (+=) parameter gradients. Errors name the prefix.
 #pragma once
 
 #include <string>
@@ -18,17 +20,19 @@ class Embedding {
  public:
   Embedding(const std::string& prefix, int64_t vocab, int64_t d_model, int64_t max_seq_len,
             ParameterSet* params);
-  // [in] ids i32 [B, S], 1 <= S <= S_max, each in [0, V). [out] h [B*S, D], overwritten.
+  // [in] ids i32 [B, S] on the device, 1 <= S <= S_max, each in [0, V). Returns h [B*S, D].
   // An id outside [0, V) is kInvalidArgument naming it.
-  Status forward(const TensorView& ids, const TensorView& h) const;
+  StatusOr<Tensor> forward(const TensorView& ids) const;
   // [in] ids i32 [B, S]; [in] dh [B*S, D]. Accumulates into the tokens and positions gradients.
   Status backward(const TensorView& ids, const TensorView& dh) const;
   Parameter& tokens() { return *tokens_; }
 
  private:
-  Status check(const TensorView& ids, const char* h_name, const TensorView& h) const;
+  Status check_ids(const TensorView& ids) const;
 
   std::string prefix_;
+  Context& ctx_;
+  DType act_;
   int64_t d_model_, max_seq_len_;
   Parameter* tokens_;
   Parameter* positions_;
@@ -40,17 +44,19 @@ class OutputHead {
   // an untied <prefix>.weight.
   OutputHead(const std::string& prefix, int64_t vocab, int64_t d_model, Parameter* tied,
              ParameterSet* params);
-  // [in] h [N, D]; [out] logits [N, V], overwritten.
-  Status forward(const TensorView& h, const TensorView& logits) const;
-  // [in] the forward's h [N, D]; [in] d_logits [N, V]; [out] dh [N, D], overwritten.
+  // [in] h [N, D] act; returns logits [N, V] F.
+  StatusOr<Tensor> forward(const TensorView& h) const;
+  // [in] the forward's h [N, D]; [in] d_logits [N, V] act; returns dh [N, D] act.
   // Accumulates into the weight's gradient (the token table's when tied).
-  Status backward(const TensorView& h, const TensorView& d_logits, const TensorView& dh) const;
+  StatusOr<Tensor> backward(const TensorView& h, const TensorView& d_logits) const;
   bool tied() const { return tied_; }
 
  private:
   Status check(const char* name, const TensorView& t, int64_t cols) const;
 
   std::string prefix_;
+  Context& ctx_;
+  DType act_;
   bool tied_;
   Parameter* weight_;
 };

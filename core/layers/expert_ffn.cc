@@ -15,51 +15,61 @@ kernels::Activation to_kernel_activation(ExpertActivation act) {
 
 ExpertFfn::ExpertFfn(const std::string& prefix, const MoeLayerConfig& cfg, int64_t local_experts,
                      int64_t first_expert, ParameterSet* params)
-    : activation_(to_kernel_activation(cfg.activation)),
+    : ctx_(params->context()),
+      act_(params->act_dtype()),
+      activation_(to_kernel_activation(cfg.activation)),
       local_experts_(local_experts),
+      d_model_(cfg.d_model),
       d_ff_(cfg.d_expert) {
   const int64_t e = cfg.num_experts, d = cfg.d_model, f = cfg.d_expert;
-  w1_ = &params->add_expert(prefix + ".w1", {local_experts, d, f}, e, first_expert);
+  w1_ = &params->add_expert(prefix + ".w1", {local_experts, d, f}, e, first_expert, true, true);
   b1_ = &params->add_expert(prefix + ".b1", {local_experts, f}, e, first_expert, false);
-  w2_ = &params->add_expert(prefix + ".w2", {local_experts, f, d}, e, first_expert);
+  w2_ = &params->add_expert(prefix + ".w2", {local_experts, f, d}, e, first_expert, true, true);
   b2_ = &params->add_expert(prefix + ".b2", {local_experts, d}, e, first_expert, false);
 }
 
-Status ExpertFfn::forward(const TensorView& x, const std::vector<int64_t>& offsets,
-                          const TensorView& row_keys, CounterRng rng, float dropout_p,
-                          const TensorView& y, ExpertSaved* saved) {
+StatusOr<Tensor> ExpertFfn::forward(const Tensor& x, const kernels::ExpertBlocks& blocks,
+                                    const Tensor& row_keys, CounterRng rng, float dropout_p,
+                                    ExpertSaved* saved) {
   const int64_t rows = x.dim(0);
-  saved->x = Tensor::copy_of(x);
-  saved->offsets = offsets;
-  saved->row_keys = Tensor::copy_of(row_keys);
+  saved->x = x;
+  saved->blocks = blocks;
+  saved->row_keys = row_keys;
   saved->rng = rng;
-  saved->dropout = dropout_p > 0;
-  saved->h_pre = Tensor::empty({rows, d_ff_}, x.dtype());
-  saved->h = Tensor::empty({rows, d_ff_}, x.dtype());
-  MOE_RETURN_IF_ERROR(kernels::grouped_gemm(x, w1_->value, false, saved->h_pre, offsets));
-  MOE_RETURN_IF_ERROR(kernels::add_bias_grouped(saved->h_pre, b1_->value, offsets));
-  MOE_RETURN_IF_ERROR(kernels::activation_forward(activation_, saved->h_pre, saved->h));
-  if (saved->dropout) {
-    MOE_RETURN_IF_ERROR(kernels::dropout_forward(saved->h, row_keys, rng, dropout_p, saved->h));
+  saved->dropout = dropout_p;
+  MOE_ASSIGN_OR_RETURN(saved->h_pre, ctx_.empty({rows, d_ff_}, act_));
+  MOE_ASSIGN_OR_RETURN(saved->h, ctx_.empty({rows, d_ff_}, act_));
+  MOE_RETURN_IF_ERROR(kernels::expert_gemm(ctx_, x, w1_->value, false, saved->h_pre, blocks));
+  MOE_RETURN_IF_ERROR(kernels::add_bias_blocks(ctx_, saved->h_pre, b1_->value, blocks));
+  MOE_RETURN_IF_ERROR(
+      kernels::activation_forward(ctx_, activation_, saved->h_pre, saved->h));
+  if (dropout_p > 0) {
+    MOE_RETURN_IF_ERROR(
+        kernels::dropout_forward(ctx_, saved->h, row_keys, 0, rng, dropout_p, saved->h));
   }
-  MOE_RETURN_IF_ERROR(kernels::grouped_gemm(saved->h, w2_->value, false, y, offsets));
-  return kernels::add_bias_grouped(y, b2_->value, offsets);
+  MOE_ASSIGN_OR_RETURN(Tensor y, ctx_.empty({rows, d_model_}, act_));
+  MOE_RETURN_IF_ERROR(kernels::expert_gemm(ctx_, saved->h, w2_->value, false, y, blocks));
+  MOE_RETURN_IF_ERROR(kernels::add_bias_blocks(ctx_, y, b2_->value, blocks));
+  return y;
 }
 
-Status ExpertFfn::backward(const TensorView& dy, const ExpertSaved& saved, float dropout_p,
-                           const TensorView& dx) {
+StatusOr<Tensor> ExpertFfn::backward(const Tensor& dy, const ExpertSaved& saved) {
   const int64_t rows = dy.dim(0);
-  MOE_RETURN_IF_ERROR(kernels::grouped_gemm_wgrad(saved.h, dy, w2_->grad, saved.offsets, 1.0, 1.0));
-  MOE_RETURN_IF_ERROR(kernels::bias_grad_grouped(dy, b2_->grad, saved.offsets));
-  Tensor dh = Tensor::empty({rows, d_ff_}, dy.dtype());
-  MOE_RETURN_IF_ERROR(kernels::grouped_gemm(dy, w2_->value, true, dh, saved.offsets));
-  if (saved.dropout) {
-    MOE_RETURN_IF_ERROR(kernels::dropout_backward(dh, saved.row_keys, saved.rng, dropout_p, dh));
+  const kernels::ExpertBlocks& blocks = saved.blocks;
+  MOE_RETURN_IF_ERROR(kernels::expert_gemm_wgrad(ctx_, saved.h, dy, w2_->grad, blocks));
+  MOE_RETURN_IF_ERROR(kernels::bias_grad_blocks(ctx_, dy, b2_->grad, blocks));
+  MOE_ASSIGN_OR_RETURN(Tensor dh, ctx_.empty({rows, d_ff_}, act_));
+  MOE_RETURN_IF_ERROR(kernels::expert_gemm(ctx_, dy, w2_->value, true, dh, blocks));
+  if (saved.dropout > 0) {
+    MOE_RETURN_IF_ERROR(kernels::dropout_backward(ctx_, dh, saved.row_keys, 0, saved.rng,
+                                                  saved.dropout, dh));
   }
-  MOE_RETURN_IF_ERROR(kernels::activation_backward(activation_, saved.h_pre, dh, dh));
-  MOE_RETURN_IF_ERROR(kernels::grouped_gemm_wgrad(saved.x, dh, w1_->grad, saved.offsets, 1.0, 1.0));
-  MOE_RETURN_IF_ERROR(kernels::bias_grad_grouped(dh, b1_->grad, saved.offsets));
-  return kernels::grouped_gemm(dh, w1_->value, true, dx, saved.offsets);
+  MOE_RETURN_IF_ERROR(kernels::activation_backward(ctx_, activation_, saved.h_pre, dh, dh));
+  MOE_RETURN_IF_ERROR(kernels::expert_gemm_wgrad(ctx_, saved.x, dh, w1_->grad, blocks));
+  MOE_RETURN_IF_ERROR(kernels::bias_grad_blocks(ctx_, dh, b1_->grad, blocks));
+  MOE_ASSIGN_OR_RETURN(Tensor dx, ctx_.empty({rows, d_model_}, act_));
+  MOE_RETURN_IF_ERROR(kernels::expert_gemm(ctx_, dh, w1_->value, true, dx, blocks));
+  return dx;
 }
 
 }  // namespace moe

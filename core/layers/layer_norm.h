@@ -1,8 +1,9 @@
 // LayerNorm sublayer over the last dimension (kernels/layernorm.h):
 //   y = (x - mean) * rstd * gamma + beta.
 // Parameters: <prefix>.gamma [D] (the model initialises it to 1), <prefix>.beta [D] (0); neither
-// is weight-decayed. Forward overwrites y; backward overwrites dx and accumulates (+=) the gamma
-// and beta gradients. Errors name the layer's prefix.
+// is weight-decayed, both stay full precision. x, y are activations (act); mean and rstd are F.
+// Forward returns a new y and saves x (shared, not copied); backward returns a new dx and
+// accumulates (+=) the gamma and beta gradients. Errors name the layer's prefix.
 #pragma once
 
 #include <string>
@@ -15,16 +16,17 @@ class LayerNorm {
  public:
   struct Saved {
     Tensor x;           // [N, D] the input
-    Tensor mean, rstd;  // [N]
+    Tensor mean, rstd;  // [N] F
   };
   LayerNorm(const std::string& prefix, int64_t d, ParameterSet* params, double eps = 1e-5);
-  // [in] x [N, D]; [out] y [N, D], overwritten (may alias x); fills saved.
-  Status forward(const TensorView& x, const TensorView& y, Saved* saved) const;
-  // [in] dy [N, D]; [out] dx [N, D], overwritten (may alias dy).
-  Status backward(const TensorView& dy, const Saved& saved, const TensorView& dx) const;
+  // [in] x [N, D]; returns y [N, D]; fills saved.
+  StatusOr<Tensor> forward(const Tensor& x, Saved* saved) const;
+  // [in] dy [N, D]; returns dx [N, D].
+  StatusOr<Tensor> backward(const Tensor& dy, const Saved& saved) const;
 
  private:
   std::string prefix_;
+  Context& ctx_;
   double eps_;
   Parameter* gamma_;
   Parameter* beta_;

@@ -1,56 +1,44 @@
 #include "core/layers/moe_layer.h"
 
-#include "core/layers/init.h"
 #include "core/layers/rng_streams.h"
 #include "kernels/activation.h"
+#include "kernels/elementwise.h"
 #include "kernels/moe_dispatch.h"
-#include "kernels/router.h"
+#include "kernels/moe_stats.h"
 
 namespace moe {
 namespace {
 
-Tensor token_keys(int64_t tokens, int64_t token_offset) {
-  Tensor keys = Tensor::empty({tokens}, DType::kI64);
-  for (int64_t t = 0; t < tokens; ++t) keys.data<int64_t>()[t] = token_offset + t;
-  return keys;
-}
-
-// dst = src, or zeros when src is empty. dst may be empty (nothing to do).
-Status copy_or_zero(const TensorView& src, const TensorView& dst) {
-  if (dst.numel() == 0) return Status::OK();
-  if (src.numel() == 0) return device_memset_zero(dst.raw(), dst.device(), dst.nbytes());
-  if (src.shape() != dst.shape() || src.dtype() != dst.dtype()) {
-    return invalid_argument_error("moe layer: state ", src.to_string(), " cannot pass to ",
-                                  dst.to_string());
-  }
-  return device_memcpy(dst.raw(), dst.device(), src.raw(), src.device(), src.nbytes());
-}
-
-Status check_activation(const char* name, const TensorView& t, const TensorView& like,
+// t is [T, D] with dtype `dtype` (or empty, when optional).
+Status check_activation(const char* name, const TensorView& t, const TensorView& like, DType dtype,
                         bool required) {
   if (!required && t.numel() == 0) return Status::OK();
-  if (t.shape() != like.shape() || t.dtype() != like.dtype()) {
+  if (t.shape() != like.shape() || t.dtype() != dtype) {
     return invalid_argument_error("moe layer: ", name, " is ", t.to_string(), ", expected ",
-                                  like.to_string());
+                                  dtype_name(dtype), like.shape().to_string());
   }
   return Status::OK();
+}
+
+TensorView slot(const TensorView& stats, int64_t first, int64_t n = 1) {
+  return stats.rows(first, first + n);
 }
 
 }  // namespace
 
 MoeLayer::MoeLayer(const std::string& prefix, const MoeLayerConfig& cfg, int block, int moe_index,
                    ParameterSet* params, comm::Communicator* ep_comm)
-    : cfg_(cfg),
+    : ctx_(params->context()),
+      cfg_(cfg),
       block_(block),
       moe_index_(moe_index),
       router_(prefix, cfg, params),
-      dispatcher_(cfg, ep_comm),
+      dispatcher_(cfg, &params->context(), ep_comm),
       experts_(prefix, cfg, cfg.num_experts / dispatcher_.ep_size(),
                dispatcher_.first_local_expert(), params) {
   if (cfg.sparsemixer.enabled && cfg.sparsemixer.omega) {
+    // All ones at initialisation (spec/sparsemixer-acmoe.md A.3): the model's initialiser.
     omega_ = &params->add(prefix + ".omega", {cfg.d_model}, ParamKind::kDense, false);
-    // All ones (spec/sparsemixer-acmoe.md A.3), as the model's initialiser also sets it.
-    MOE_CHECK(init_constant(omega_->value, 1.0).ok());
   }
 }
 
@@ -93,156 +81,153 @@ double MoeLayer::input_shift() const {
   return cfg_.convention == MomentumConvention::kPaper ? alpha * cfg_.robust.gamma() : -alpha;
 }
 
-Status MoeLayer::forward(const MoeLayerInputs& in, const MoeLayerOutputs& out,
-                         MoeLayerSaved* saved, RouterStatsInfo* stats) {
-  const TensorView& x = in.x_in;
-  if (x.ndim() != 2 || x.dim(1) != cfg_.d_model) {
-    return invalid_argument_error("moe layer (block ", block_, "): input ", x.to_string(),
+StatusOr<MoeLayerOutputs> MoeLayer::forward(const MoeLayerInputs& in, MoeLayerSaved* saved) {
+  const Tensor& x = in.x_in;
+  if (x.ndim() != 2 || x.dim(1) != cfg_.d_model || !dtype_is_floating(x.dtype())) {
+    return invalid_argument_error("moe layer (block ", block_, "): input ", x.view().to_string(),
                                   " is not [T, ", cfg_.d_model, "]");
   }
   const int64_t tokens = x.dim(0), d = cfg_.d_model;
-  MOE_RETURN_IF_ERROR(check_activation("x_base", in.x_base, x, true));
-  MOE_RETURN_IF_ERROR(check_activation("p_in", in.p_in, x, false));
-  MOE_RETURN_IF_ERROR(check_activation("adam_m_in", in.adam_m_in, x, false));
-  MOE_RETURN_IF_ERROR(check_activation("adam_v_in", in.adam_v_in, x, false));
-  MOE_RETURN_IF_ERROR(check_activation("out", out.out, x, true));
-  MOE_RETURN_IF_ERROR(check_activation("p_out", out.p_out, x, true));
-  MOE_RETURN_IF_ERROR(check_activation("adam_m_out", out.adam_m_out, x, false));
-  MOE_RETURN_IF_ERROR(check_activation("adam_v_out", out.adam_v_out, x, false));
+  const DType act = x.dtype(), f = compute_dtype(act);
+  MOE_RETURN_IF_ERROR(check_activation("x_base", in.x_base, x, act, true));
+  MOE_RETURN_IF_ERROR(check_activation("p_in", in.p_in, x, f, false));
+  MOE_RETURN_IF_ERROR(check_activation("adam_m_in", in.adam_m_in, x, f, false));
+  MOE_RETURN_IF_ERROR(check_activation("adam_v_in", in.adam_v_in, x, f, false));
+  const RouterStatsLayout layout(cfg_.num_experts);
+  const TensorView& stats = in.stats;
+  if (stats.numel() > 0 && (stats.dtype() != DType::kF64 || stats.numel() != layout.size())) {
+    return invalid_argument_error("moe layer (block ", block_, "): statistics block ",
+                                  stats.to_string(), " is not f64[", layout.size(), "]");
+  }
   saved->training = in.training;
   saved->token_offset = in.token_offset;
   saved->output_dropout_rng = site_rng(in.seed, RandomSite::kMoeOut, block_, in.step);
+  if (stats.numel() > 0) {
+    MOE_RETURN_IF_ERROR(kernels::add_scalar(ctx_, slot(stats, RouterStatsLayout::kTokens),
+                                            static_cast<double>(tokens)));
+    MOE_RETURN_IF_ERROR(kernels::add_scalar(ctx_, slot(stats, RouterStatsLayout::kSlots),
+                                            static_cast<double>(tokens * cfg_.top_k)));
+  }
 
   // Robust: the router and the experts see y = x + alpha gamma p; the residual base stays x.
-  TensorView y = x;
-  saved->y = Tensor();
-  if (cfg_.residual == ResidualKind::kRobust && in.p_in.numel() > 0) {
-    saved->y = Tensor::empty({tokens, d}, x.dtype());
-    MOE_RETURN_IF_ERROR(kernels::residual_shift_input(x, in.p_in, input_shift(), saved->y));
-    y = saved->y;
+  Tensor y = x;
+  saved->robust_shift = cfg_.residual == ResidualKind::kRobust && in.p_in.numel() > 0;
+  if (saved->robust_shift) {
+    MOE_ASSIGN_OR_RETURN(y, ctx_.empty_like(x));
+    MOE_RETURN_IF_ERROR(kernels::residual_shift_input(ctx_, x, in.p_in, input_shift(), y));
   }
 
   RouterForwardArgs route{y, in.prev_top1, in.training,
                           site_rng(in.seed, RandomSite::kSparseMixer, block_, in.step),
-                          in.token_offset, in.stats_comm};
-  MOE_RETURN_IF_ERROR(router_.forward(route, &saved->router, stats));
-  MOE_RETURN_IF_ERROR(dispatcher_.plan(saved->router.idx, in.token_offset, &saved->plan));
+                          in.token_offset, in.stats_comm, stats};
+  MOE_RETURN_IF_ERROR(router_.forward(route, &saved->router));
+  const TensorView drops =
+      stats.numel() > 0 ? slot(stats, RouterStatsLayout::kDroppedSlots, 2) : TensorView();
+  MOE_RETURN_IF_ERROR(dispatcher_.plan(saved->router.idx, in.token_offset, drops, &saved->plan)
+                          .with_context(str_cat("block ", block_)));
   const DispatchPlan& plan = saved->plan;
 
-  Tensor compact;
-  MOE_RETURN_IF_ERROR(dispatcher_.dispatch(y, plan, &compact));
-  Tensor compact_keys = Tensor::empty({compact.dim(0)}, DType::kI64);
-  MOE_RETURN_IF_ERROR(kernels::gather_rows(plan.recv_key.view().reshape({plan.recv_key.numel(), 1}),
-                                           plan.compact_rows,
-                                           compact_keys.view().reshape({compact.dim(0), 1})));
-  Tensor y_compact = Tensor::empty({compact.dim(0), d}, x.dtype());
+  MOE_ASSIGN_OR_RETURN(Tensor rows, dispatcher_.dispatch(y, plan));
   const float expert_p = in.training ? static_cast<float>(cfg_.expert_dropout) : 0.f;
-  MOE_RETURN_IF_ERROR(experts_.forward(compact, plan.expert_offsets, compact_keys,
-                                       site_rng(in.seed, RandomSite::kExpertHidden, block_, in.step),
-                                       expert_p, y_compact, &saved->experts));
-  MOE_RETURN_IF_ERROR(dispatcher_.gather_back(y_compact, plan, &saved->y_send));
+  MOE_ASSIGN_OR_RETURN(
+      Tensor y_rows,
+      experts_.forward(rows, plan.blocks, plan.recv_key,
+                       site_rng(in.seed, RandomSite::kExpertHidden, block_, in.step), expert_p,
+                       &saved->experts));
+  MOE_ASSIGN_OR_RETURN(saved->y_send, dispatcher_.gather_back(y_rows, plan));
 
-  saved->u = Tensor::empty({tokens, d}, x.dtype());
-  const TensorView omega = omega_ != nullptr ? omega_->value.view() : TensorView();
+  MOE_ASSIGN_OR_RETURN(saved->u, ctx_.empty({tokens, d}, act));
+  const TensorView omega = omega_ != nullptr ? omega_->value : TensorView();
   MOE_RETURN_IF_ERROR(
-      kernels::combine(saved->y_send, plan.row, saved->router.gate, omega, saved->u));
+      kernels::combine(ctx_, saved->y_send, plan.row, saved->router.gate, omega, saved->u));
   if (in.training && cfg_.output_dropout > 0) {
-    MOE_RETURN_IF_ERROR(kernels::dropout_forward(saved->u, token_keys(tokens, in.token_offset),
+    MOE_RETURN_IF_ERROR(kernels::dropout_forward(ctx_, saved->u, {}, in.token_offset,
                                                  saved->output_dropout_rng,
                                                  static_cast<float>(cfg_.output_dropout),
                                                  saved->u));
   }
 
-  const kernels::ResidualArgs args = residual_args();
+  MoeLayerOutputs out;
   const bool adam = cfg_.residual == ResidualKind::kAdam;
+  MOE_ASSIGN_OR_RETURN(out.out, ctx_.empty({tokens, d}, act));
+  MOE_ASSIGN_OR_RETURN(out.p_out, ctx_.empty({tokens, d}, f));
   if (adam) {
-    saved->m_out = Tensor::empty({tokens, d}, x.dtype());
-    saved->v_out = Tensor::empty({tokens, d}, x.dtype());
+    MOE_ASSIGN_OR_RETURN(saved->m_out, ctx_.empty({tokens, d}, f));
+    MOE_ASSIGN_OR_RETURN(saved->v_out, ctx_.empty({tokens, d}, f));
   }
-  MOE_RETURN_IF_ERROR(kernels::residual_forward(
-      args, in.x_base, saved->u, in.p_in, in.adam_m_in, in.adam_v_in, out.out, out.p_out,
-      adam ? saved->m_out.view() : TensorView(), adam ? saved->v_out.view() : TensorView()));
-  MOE_RETURN_IF_ERROR(copy_or_zero(adam ? saved->m_out.view() : in.adam_m_in, out.adam_m_out));
-  MOE_RETURN_IF_ERROR(copy_or_zero(adam ? saved->v_out.view() : in.adam_v_in, out.adam_v_out));
-  if (out.top1.numel() > 0) MOE_RETURN_IF_ERROR(copy_or_zero(saved->router.top1, out.top1));
+  MOE_RETURN_IF_ERROR(kernels::residual_forward(ctx_, residual_args(), in.x_base, saved->u, in.p_in,
+                                                in.adam_m_in, in.adam_v_in, out.out, out.p_out,
+                                                saved->m_out, saved->v_out));
+  // Layers other than Adam pass the moments through unchanged.
+  out.adam_m_out = adam ? saved->m_out : in.adam_m_in;
+  out.adam_v_out = adam ? saved->v_out : in.adam_v_in;
+  out.top1 = saved->router.top1;
 
-  MOE_ASSIGN_OR_RETURN(double aux,
+  MOE_ASSIGN_OR_RETURN(saved->aux,
                        router_.aux_loss(plan.load, in.stats_comm, &saved->router, stats));
-  saved->aux_loss = aux;
   saved->aux_grad_multiplier =
       (cfg_.balance_scope == BalanceScope::kGlobal && in.stats_comm != nullptr)
           ? static_cast<double>(in.stats_comm->world_size())
           : 1.0;
-  if (stats != nullptr) {
-    stats->block = block_;
-    stats->moe_index = moe_index_;
-    stats->tokens += tokens;
-    stats->slots += tokens * cfg_.top_k;
-    stats->expert_load.resize(cfg_.num_experts, 0);
-    for (int64_t e = 0; e < cfg_.num_experts; ++e) stats->expert_load[e] += plan.load.data<int64_t>()[e];
-    stats->dropped_slots += plan.dropped_slots;
-    stats->fully_dropped_tokens += plan.fully_dropped_tokens;
-    MOE_ASSIGN_OR_RETURN(double u_norm, kernels::row_norm_sum(saved->u));
-    MOE_ASSIGN_OR_RETURN(double p_norm, kernels::row_norm_sum(out.p_out));
-    stats->output_norm_sum += u_norm;
-    stats->state_norm_sum += p_norm;
+  if (stats.numel() > 0) {
+    MOE_RETURN_IF_ERROR(kernels::accumulate_counts(
+        ctx_, plan.load, slot(stats, layout.expert_load(), cfg_.num_experts)));
+    MOE_RETURN_IF_ERROR(
+        kernels::row_norm_sum(ctx_, saved->u, slot(stats, RouterStatsLayout::kOutputNormSum)));
+    MOE_RETURN_IF_ERROR(
+        kernels::row_norm_sum(ctx_, out.p_out, slot(stats, RouterStatsLayout::kStateNormSum)));
   }
-  return Status::OK();
+  return out;
 }
 
-Status MoeLayer::backward(const MoeLayerGradOutputs& g, const MoeLayerSaved& saved,
-                          const MoeLayerGradInputs& gi) {
-  const TensorView& d_out = g.d_out;
-  const int64_t tokens = d_out.dim(0), d = cfg_.d_model;
-  MOE_RETURN_IF_ERROR(check_activation("d_out", d_out, saved.u, true));
-  MOE_RETURN_IF_ERROR(check_activation("d_x_in", gi.d_x_in, saved.u, true));
-  MOE_RETURN_IF_ERROR(check_activation("d_x_base", gi.d_x_base, saved.u, true));
-  MOE_RETURN_IF_ERROR(check_activation("d_p_in", gi.d_p_in, saved.u, true));
+StatusOr<MoeLayerGradInputs> MoeLayer::backward(const MoeLayerGradOutputs& g,
+                                                const MoeLayerSaved& saved) {
+  const Tensor& d_out = g.d_out;
+  const DType act = saved.u.dtype(), f = compute_dtype(act);
+  MOE_RETURN_IF_ERROR(check_activation("d_out", d_out, saved.u, act, true));
+  MOE_RETURN_IF_ERROR(check_activation("d_p_out", g.d_p_out, saved.u, f, false));
   const bool adam = cfg_.residual == ResidualKind::kAdam;
 
-  Tensor du = Tensor::empty({tokens, d}, d_out.dtype());
-  MOE_RETURN_IF_ERROR(kernels::residual_backward(
-      residual_args(), d_out, g.d_p_out, g.d_adam_m_out, g.d_adam_v_out, saved.u, saved.m_out,
-      saved.v_out, gi.d_x_base, du, gi.d_p_in, adam ? gi.d_adam_m_in : TensorView(),
-      adam ? gi.d_adam_v_in : TensorView()));
-  if (!adam) {
-    // Layers other than Adam pass the moments through unchanged.
-    MOE_RETURN_IF_ERROR(copy_or_zero(g.d_adam_m_out, gi.d_adam_m_in));
-    MOE_RETURN_IF_ERROR(copy_or_zero(g.d_adam_v_out, gi.d_adam_v_in));
+  MoeLayerGradInputs gi;
+  MOE_ASSIGN_OR_RETURN(Tensor du, ctx_.empty_like(saved.u));
+  MOE_ASSIGN_OR_RETURN(gi.d_x_base, ctx_.empty_like(saved.u));
+  MOE_ASSIGN_OR_RETURN(gi.d_p_in, ctx_.empty(saved.u.shape(), f));
+  if (adam) {
+    MOE_ASSIGN_OR_RETURN(gi.d_adam_m_in, ctx_.empty(saved.u.shape(), f));
+    MOE_ASSIGN_OR_RETURN(gi.d_adam_v_in, ctx_.empty(saved.u.shape(), f));
+  } else {
+    gi.d_adam_m_in = g.d_adam_m_out;  // passed through unchanged
+    gi.d_adam_v_in = g.d_adam_v_out;
   }
+  MOE_RETURN_IF_ERROR(kernels::residual_backward(
+      ctx_, residual_args(), d_out, g.d_p_out, g.d_adam_m_out, g.d_adam_v_out, saved.u,
+      saved.m_out, saved.v_out, gi.d_x_base, du, gi.d_p_in,
+      adam ? gi.d_adam_m_in.view() : TensorView(), adam ? gi.d_adam_v_in.view() : TensorView()));
   if (saved.training && cfg_.output_dropout > 0) {
-    MOE_RETURN_IF_ERROR(kernels::dropout_backward(du, token_keys(tokens, saved.token_offset),
+    MOE_RETURN_IF_ERROR(kernels::dropout_backward(ctx_, du, {}, saved.token_offset,
                                                   saved.output_dropout_rng,
                                                   static_cast<float>(cfg_.output_dropout), du));
   }
 
-  Tensor d_y_send = Tensor::empty(saved.y_send.shape(), d_out.dtype());
-  Tensor d_gate = Tensor::empty(saved.router.gate.shape(), d_out.dtype());
-  const TensorView omega = omega_ != nullptr ? omega_->value.view() : TensorView();
-  const TensorView d_omega = omega_ != nullptr ? omega_->grad.view() : TensorView();
-  MOE_RETURN_IF_ERROR(kernels::combine_backward(du, saved.y_send, saved.plan.row,
+  MOE_ASSIGN_OR_RETURN(Tensor d_y_send, ctx_.empty_like(saved.y_send));
+  MOE_ASSIGN_OR_RETURN(Tensor d_gate, ctx_.empty_like(saved.router.gate));
+  const TensorView omega = omega_ != nullptr ? omega_->value : TensorView();
+  const TensorView d_omega = omega_ != nullptr ? omega_->grad : TensorView();
+  MOE_RETURN_IF_ERROR(kernels::combine_backward(ctx_, du, saved.y_send, saved.plan.row,
                                                 saved.router.gate, omega, d_y_send, d_gate,
                                                 d_omega));
-  Tensor d_y_compact;
-  MOE_RETURN_IF_ERROR(dispatcher_.gather_back_backward(d_y_send, saved.plan, &d_y_compact));
-  Tensor d_compact = Tensor::empty(d_y_compact.shape(), d_out.dtype());
-  const float expert_p = saved.training ? static_cast<float>(cfg_.expert_dropout) : 0.f;
-  MOE_RETURN_IF_ERROR(experts_.backward(d_y_compact, saved.experts, expert_p, d_compact));
+  MOE_ASSIGN_OR_RETURN(Tensor d_y_rows, dispatcher_.gather_back_backward(d_y_send, saved.plan));
+  MOE_ASSIGN_OR_RETURN(Tensor d_rows, experts_.backward(d_y_rows, saved.experts));
 
   // dL/dy: through the dispatch and through the router.
-  MOE_RETURN_IF_ERROR(device_memset_zero(gi.d_x_in.raw(), gi.d_x_in.device(), gi.d_x_in.nbytes()));
-  MOE_RETURN_IF_ERROR(dispatcher_.dispatch_backward(d_compact, saved.plan, gi.d_x_in));
-  MOE_RETURN_IF_ERROR(
-      router_.backward(d_gate, saved.router, g.aux_scale * saved.aux_grad_multiplier, gi.d_x_in));
-  if (saved.y.numel() > 0) {
+  MOE_ASSIGN_OR_RETURN(gi.d_x_in, dispatcher_.dispatch_backward(d_rows, saved.plan));
+  MOE_RETURN_IF_ERROR(router_.backward(d_gate, saved.router,
+                                       g.aux_scale * saved.aux_grad_multiplier, gi.d_x_in));
+  if (saved.robust_shift) {
     // Robust: y = x + a p, so dL/dp_in gains a * dL/dy.
-    Tensor shifted = Tensor::empty({tokens, d}, d_out.dtype());
-    MOE_RETURN_IF_ERROR(
-        kernels::residual_shift_input(gi.d_p_in, gi.d_x_in, input_shift(), shifted));
-    MOE_RETURN_IF_ERROR(device_memcpy(gi.d_p_in.raw(), gi.d_p_in.device(), shifted.raw(),
-                                      shifted.device(), shifted.nbytes()));
+    MOE_RETURN_IF_ERROR(kernels::axpy(ctx_, input_shift(), gi.d_x_in, gi.d_p_in));
   }
-  return Status::OK();
+  return gi;
 }
 
 }  // namespace moe

@@ -1,12 +1,17 @@
-// One MoE sublayer on one rank (DESIGN.md "One MoE layer on one rank"): router -> capacity slots
-// -> dispatch through capacity (or dropless) buffers and the EP all-to-all -> grouped expert FFNs
-// -> exchange back -> gate-weighted combine -> residual dynamics (plain, heavy-ball, Adam,
-// robust) -> statistics. Backward mirrors it, with gradients flowing through the momentum state.
+// One MoE sublayer on one rank (DESIGN.md "One MoE layer on one rank"): router -> dispatch
+// layout (capacity slots) -> exchange into the expert blocks (padded capacity buffers, or
+// dropless) -> expert FFNs -> exchange back -> gate-weighted combine -> residual dynamics (plain,
+// heavy-ball, Adam, robust) -> statistics. Backward mirrors it, with gradients flowing through
+// the momentum state. Device-neutral: every step is a kernel or a collective on the layer's
+// Context; nothing is read on the host, and in capacity mode nothing waits (dropless mode reads
+// the exchanged counts once per forward).
 //
 // Inputs are split into x_in (what the router and experts see) and x_base (the residual base):
 // they are the same tensor in the post-LN block and differ in a pre-LN block (x_in = LN(h),
 // x_base = h). The momentum state p starts at zero before the first MoE layer of a forward pass
-// and is passed from layer to layer by the model.
+// and is passed from layer to layer by the model. Dtypes: x, out and the gradients through them
+// are activations (act); the momentum state, the Adam moments, the router and the losses are
+// full precision (F).
 //
 // Parameters: <prefix>.w_router [D, E], <prefix>.b_router [E] (dense); <prefix>.w1, b1, w2, b2
 // (expert shards, see expert_ffn.h); <prefix>.omega [D] (dense, SparseMixer with omega).
@@ -27,12 +32,12 @@
 namespace moe {
 
 struct MoeLayerInputs {
-  TensorView x_in;       // [T, D] router and expert input
-  TensorView x_base;     // [T, D] residual base
-  TensorView p_in;       // [T, D] momentum state; empty means zeros
-  TensorView adam_m_in;  // [T, D] Adam moments; empty means zeros
-  TensorView adam_v_in;
-  TensorView prev_top1;  // [T] i32 previous MoE layer's argmax; empty at the first MoE layer
+  Tensor x_in;       // [T, D] act: router and expert input
+  Tensor x_base;     // [T, D] act: residual base
+  Tensor p_in;       // [T, D] F momentum state; empty means zeros
+  Tensor adam_m_in;  // [T, D] F Adam moments; empty means zeros
+  Tensor adam_v_in;
+  Tensor prev_top1;  // [T] i32 previous MoE layer's argmax; empty at the first MoE layer
   int64_t token_offset = 0;  // global id of token 0 (keys every random draw)
   int64_t step = 0;
   uint64_t seed = 0;
@@ -40,50 +45,53 @@ struct MoeLayerInputs {
   // Every rank that holds tokens (the world): global AC statistics and the global-scope balance
   // and z losses are all-reduced over it. Null: this rank's tokens only.
   comm::Communicator* stats_comm = nullptr;
+  // This layer's statistics block (f64 [RouterStatsLayout(E).size()], accumulated), or empty.
+  TensorView stats;
 };
 
 struct MoeLayerOutputs {
-  TensorView out;         // [T, D] x_{t+1} (overwritten)
-  TensorView p_out;       // [T, D] momentum state after this layer (overwritten)
-  TensorView adam_m_out;  // [T, D] optional: Adam moments after this layer (overwritten)
-  TensorView adam_v_out;
-  TensorView top1;        // [T] i32 optional: this layer's argmax expert (overwritten)
+  Tensor out;         // [T, D] act: x_{t+1}
+  Tensor p_out;       // [T, D] F: momentum state after this layer
+  Tensor adam_m_out;  // [T, D] F: Adam moments after this layer (Adam layers; else the inputs)
+  Tensor adam_v_out;
+  Tensor top1;        // [T] i32: this layer's argmax expert
 };
 
 struct MoeLayerSaved {
   RouterSaved router;
   DispatchPlan plan;
   ExpertSaved experts;
-  Tensor y;        // [T, D] robust: the shifted input; empty otherwise (x_in was used)
   Tensor y_send;   // [S, D] expert outputs in send layout (combine backward)
   Tensor u;        // [T, D] SMoE output after output dropout (residual input)
-  Tensor m_out;    // [T, D] Adam moments (Adam layers)
+  Tensor m_out;    // [T, D] F Adam moments (Adam layers)
   Tensor v_out;
+  bool robust_shift = false;  // the router and experts saw y = x + a p
   bool training = true;
   CounterRng output_dropout_rng;
   int64_t token_offset = 0;
-  double aux_loss = 0;  // weighted balance + z loss of this call
+  // (balance, z, weighted) of this call, f64 [3] on the device (kernels::aux_losses).
+  Tensor aux;
   // A global-scope aux loss is one quantity shared by R data ranks, so each rank's share of its
   // gradient is R times the per-rank weight the caller passes (see MoeLayerGradOutputs).
   double aux_grad_multiplier = 1.0;
 };
 
 struct MoeLayerGradOutputs {
-  TensorView d_out;         // [T, D]
-  TensorView d_p_out;       // [T, D] from later layers; empty means zero
-  TensorView d_adam_m_out;  // empty means zero
-  TensorView d_adam_v_out;
+  Tensor d_out;         // [T, D] act
+  Tensor d_p_out;       // [T, D] F from later layers; empty means zero
+  Tensor d_adam_m_out;  // F; empty means zero
+  Tensor d_adam_v_out;
   // dL/d(aux_loss) for a per-rank loss; when the layer's balance scope is global over R data
   // ranks, the gradient uses R * aux_scale (the trainer passes 1 / (ranks * micro-batches)).
   double aux_scale = 1.0;
 };
 
 struct MoeLayerGradInputs {
-  TensorView d_x_in;       // [T, D] overwritten
-  TensorView d_x_base;     // [T, D] overwritten (may alias nothing else)
-  TensorView d_p_in;       // [T, D] overwritten
-  TensorView d_adam_m_in;  // optional, overwritten
-  TensorView d_adam_v_in;
+  Tensor d_x_in;       // [T, D] act
+  Tensor d_x_base;     // [T, D] act
+  Tensor d_p_in;       // [T, D] F
+  Tensor d_adam_m_in;  // [T, D] F (Adam layers: their gradient; others: passed through)
+  Tensor d_adam_v_in;
 };
 
 class MoeLayer {
@@ -93,28 +101,29 @@ class MoeLayer {
   MoeLayer(const std::string& prefix, const MoeLayerConfig& cfg, int block, int moe_index,
            ParameterSet* params, comm::Communicator* ep_comm);
 
-  // Fills out, saved and (if non-null) stats. Collective over the EP group.
-  Status forward(const MoeLayerInputs& in, const MoeLayerOutputs& out, MoeLayerSaved* saved,
-                 RouterStatsInfo* stats);
+  // Collective over the EP group.
+  StatusOr<MoeLayerOutputs> forward(const MoeLayerInputs& in, MoeLayerSaved* saved);
   // Collective over the EP group. Parameter gradients accumulate.
-  Status backward(const MoeLayerGradOutputs& grad_out, const MoeLayerSaved& saved,
-                  const MoeLayerGradInputs& grad_in);
+  StatusOr<MoeLayerGradInputs> backward(const MoeLayerGradOutputs& grad_out,
+                                        const MoeLayerSaved& saved);
 
   const MoeLayerConfig& config() const { return cfg_; }
   int block() const { return block_; }
   int moe_index() const { return moe_index_; }
+  MoeDispatcher& dispatcher() { return dispatcher_; }
 
  private:
   kernels::ResidualArgs residual_args() const;
   double input_shift() const;  // robust: a_shift in y = x + a_shift p
 
+  Context& ctx_;
   MoeLayerConfig cfg_;
   int block_;
   int moe_index_;
   MoeRouter router_;
   MoeDispatcher dispatcher_;
   ExpertFfn experts_;
-  Parameter* omega_ = nullptr;  // [D]
+  Parameter* omega_ = nullptr;  // [D] F
 };
 
 }  // namespace moe

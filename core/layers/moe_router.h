@@ -1,9 +1,11 @@
-// The router of one MoE layer: logits s = r W_r + b_r in the working float dtype (f32 on the CPU,
-// fp32 on the GPU), where r is the layer input y, or y ⊙ M[prev_top1] for an Adaptive Clustering
-// layer; then top-k softmax (or SparseMixer's masked softmax and sample); the load-balancing and
-// z losses; and the router statistics.
+// The router of one MoE layer, in full precision whatever the activations (F: f32, or f64 in
+// gradient tests): logits s = r W_r + b_r, where r is the layer input y (widened to F), or
+// y ⊙ M[prev_top1] for an Adaptive Clustering layer; then top-k softmax (or SparseMixer's masked
+// softmax and sample); the load-balancing and z losses; and the router statistics, accumulated
+// into the layer's device statistics block (core/base/router_stats.h). Nothing is read on the
+// host.
 //
-// Parameters (dense, replicated): <prefix>.w_router [D, E], <prefix>.b_router [E].
+// Parameters (dense, replicated, F): <prefix>.w_router [D, E], <prefix>.b_router [E].
 #pragma once
 
 #include <string>
@@ -17,61 +19,63 @@
 namespace moe {
 
 struct RouterForwardArgs {
-  TensorView y;          // [T, D] router input before the AC transform
-  TensorView prev_top1;  // [T] i32 previous MoE layer's argmax, or empty (first MoE layer)
+  Tensor y;                    // [T, D] act: the router input before the AC transform
+  Tensor prev_top1;            // [T] i32 previous MoE layer's argmax, or empty (first MoE layer)
   bool training = true;
   CounterRng sparsemixer_rng;  // SparseMixer draws
   int64_t token_offset = 0;    // global id of token 0
   // For global AC statistics: the communicator over every rank that holds tokens (nullable).
   comm::Communicator* stats_comm = nullptr;
+  TensorView stats;            // the layer's statistics block (f64), or empty
 };
 
-// Everything backward needs, owned.
+// Everything backward needs, owned (shared storage).
 struct RouterSaved {
-  Tensor router_input;  // [T, D] r
-  Tensor logits;        // [T, E]
-  Tensor probs;         // [T, E] full softmax, or SparseMixer's masked softmax
-  Tensor lse;           // [T] logsumexp of the logits (z-loss)
+  Tensor router_input;  // [T, D] F: r
+  Tensor logits;        // [T, E] F
+  Tensor probs;         // [T, E] F: full softmax, or SparseMixer's masked softmax
+  Tensor lse;           // [T] F: logsumexp of the logits (z-loss)
   Tensor idx;           // [T, K] i32 chosen experts (top-1 first)
-  Tensor gate;          // [T, K] gate values (SparseMixer: c * pi_D)
+  Tensor gate;          // [T, K] F gate values (SparseMixer: c * pi_D)
   Tensor top1;          // [T] i32 argmax of the logits (the next AC layer's clusters)
   // SparseMixer only.
   Tensor mask;          // [T, E] u8
-  Tensor scale;         // [T] c
+  Tensor scale;         // [T] F: c
   Tensor is_argmax;     // [T] u8
   // AC only (when the transform was applied).
   bool ac_applied = false;
   Tensor labels;        // [T] i32
-  Tensor metric;        // [E, D]
-  // The tokens the auxiliary losses are over (this rank's, or every data rank's).
-  std::vector<int64_t> balance_load;  // [E]
-  int64_t balance_tokens = 0;
+  Tensor metric;        // [E, D] F
+  // The sums the auxiliary losses were computed from (f64 [2E + 2], kernels/router.h), over this
+  // rank's tokens or, for the global scope, every data rank's: the backward reads loads and T.
+  Tensor aux_packed;
 };
 
 class MoeRouter {
  public:
   MoeRouter(const std::string& prefix, const MoeLayerConfig& cfg, ParameterSet* params);
 
-  // Fills `saved` and the AC and SparseMixer fields of `stats`. Collective over
+  // Fills `saved` and the AC and SparseMixer slots of args.stats. Collective over
   // args.stats_comm when AC statistics are global.
-  Status forward(const RouterForwardArgs& args, RouterSaved* saved, RouterStatsInfo* stats);
+  Status forward(const RouterForwardArgs& args, RouterSaved* saved);
 
-  // The weighted balance + z loss from the saved probabilities and this rank's per-expert load
-  // (before capacity). With BalanceScope::kGlobal and a `data_comm`, the loads, probability sums
-  // and token counts of every data rank are all-reduced first (collective over data_comm). Adds
-  // the unweighted losses, the entropy and the top-1 gate sums to `stats`.
-  StatusOr<double> aux_loss(const TensorView& load, comm::Communicator* data_comm,
-                            RouterSaved* saved, RouterStatsInfo* stats) const;
+  // The balance and z losses from the saved probabilities and this rank's per-expert load
+  // (before capacity, i64 [E]), as f64 [3] (balance, z, weighted; kernels::aux_losses). With
+  // BalanceScope::kGlobal and a `data_comm`, the packed sums of every data rank are all-reduced
+  // first (collective over data_comm). Adds the losses, the entropy and the top-1 gate sum into
+  // `stats` (may be empty).
+  StatusOr<Tensor> aux_loss(const Tensor& load, comm::Communicator* data_comm, RouterSaved* saved,
+                            const TensorView& stats) const;
 
-  // d_gate [T, K]: gradient w.r.t. the gate values. aux_scale: dL/d(aux loss of this layer)
-  // (1 for a plain sum). Accumulates into d_y [T, D] and the router parameter gradients.
-  Status backward(const TensorView& d_gate, const RouterSaved& saved, double aux_scale,
+  // d_gate [T, K] F: gradient w.r.t. the gate values. aux_scale: dL/d(aux loss of this layer)
+  // (1 for a plain sum). Accumulates into d_y [T, D] (act) and the router parameter gradients.
+  Status backward(const Tensor& d_gate, const RouterSaved& saved, double aux_scale,
                   const TensorView& d_y);
 
  private:
-  Status compute_ac_metric(const RouterForwardArgs& args, RouterSaved* saved,
-                           RouterStatsInfo* stats);
+  Status compute_ac_metric(const RouterForwardArgs& args, RouterSaved* saved);
 
+  Context& ctx_;
   MoeLayerConfig cfg_;
   Parameter* w_;  // [D, E]
   Parameter* b_;  // [E]

@@ -1,27 +1,65 @@
 #include "core/layers/parameters.h"
 
+#include "kernels/elementwise.h"
+
 namespace moe {
 
+ParameterSet::ParameterSet(Context* ctx, DType act) : ctx_(ctx), act_(act) {
+  MOE_CHECK(ctx != nullptr, "ParameterSet needs a context");
+  MOE_CHECK(dtype_is_floating(act), "ParameterSet: activation dtype ", dtype_name(act));
+}
+
 Parameter& ParameterSet::add(const std::string& name, Shape shape, ParamKind kind,
-                             bool weight_decay) {
+                             bool weight_decay, bool matmul) {
+  MOE_CHECK(!allocated_, "parameter '", name, "' registered after allocate()");
   MOE_CHECK(find(name) == nullptr, "parameter '", name, "' registered twice");
   auto p = std::make_unique<Parameter>();
   p->name = name;
   p->kind = kind;
   p->weight_decay = weight_decay;
-  p->value = Tensor::zeros(shape, dtype_);
-  p->grad = Tensor::zeros(shape, dtype_);
+  p->matmul = matmul;
+  p->shape = shape;
   params_.push_back(std::move(p));
   return *params_.back();
 }
 
 Parameter& ParameterSet::add_expert(const std::string& name, Shape local_shape,
                                     int64_t global_experts, int64_t first_expert,
-                                    bool weight_decay) {
-  Parameter& p = add(name, local_shape, ParamKind::kExpert, weight_decay);
+                                    bool weight_decay, bool matmul) {
+  Parameter& p = add(name, local_shape, ParamKind::kExpert, weight_decay, matmul);
   p.global_experts = global_experts;
   p.first_expert = first_expert;
   return p;
+}
+
+Status ParameterSet::allocate() {
+  MOE_CHECK(!allocated_, "ParameterSet::allocate() called twice");
+  const DType f = master_dtype();
+  int64_t working = 0;
+  for (const auto& p : params_) working += has_working(*p) ? p->numel() : 0;
+  for (ParamKind kind : {ParamKind::kDense, ParamKind::kExpert}) {
+    const int64_t n = numel(kind);
+    MOE_ASSIGN_OR_RETURN(masters_[index(kind)], ctx_->zeros({n}, f));
+    MOE_ASSIGN_OR_RETURN(grads_[index(kind)], ctx_->zeros({n}, f));
+  }
+  MOE_ASSIGN_OR_RETURN(working_, ctx_->zeros({working}, act_));
+  int64_t offset[2] = {0, 0}, working_offset = 0;
+  for (const auto& p : params_) {
+    const int i = index(p->kind);
+    const int64_t n = p->numel();
+    p->arena_offset = offset[i];
+    p->master = p->slice_of(masters_[i]);
+    p->grad = p->slice_of(grads_[i]);
+    offset[i] += n;
+    if (has_working(*p)) {
+      p->value = working_.view().rows(working_offset, working_offset + n).reshape(p->shape);
+      working_offset += n;
+    } else {
+      p->value = p->master;
+    }
+  }
+  allocated_ = true;
+  return Status::OK();
 }
 
 Parameter* ParameterSet::find(const std::string& name) {
@@ -38,12 +76,27 @@ const Parameter* ParameterSet::find(const std::string& name) const {
 
 int64_t ParameterSet::numel() const {
   int64_t n = 0;
-  for (const auto& p : params_) n += p->value.numel();
+  for (const auto& p : params_) n += p->numel();
+  return n;
+}
+
+int64_t ParameterSet::numel(ParamKind kind) const {
+  int64_t n = 0;
+  for (const auto& p : params_) n += p->kind == kind ? p->numel() : 0;
   return n;
 }
 
 Status ParameterSet::zero_grads() {
-  for (auto& p : params_) MOE_RETURN_IF_ERROR(p->grad.zero());
+  MOE_CHECK(allocated_, "zero_grads() before allocate()");
+  for (const Tensor& g : grads_) MOE_RETURN_IF_ERROR(ctx_->zero(g));
+  return Status::OK();
+}
+
+Status ParameterSet::refresh_working() {
+  MOE_CHECK(allocated_, "refresh_working() before allocate()");
+  for (const auto& p : params_) {
+    if (has_working(*p)) MOE_RETURN_IF_ERROR(kernels::convert(*ctx_, p->master, p->value));
+  }
   return Status::OK();
 }
 

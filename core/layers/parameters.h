@@ -1,17 +1,26 @@
 // Named parameters with their gradients. A model owns one ParameterSet; every layer registers its
-// tensors at construction and keeps views. Names are stable, dotted paths ("blocks.3.moe.w1") and
-// are the tensor names in checkpoints.
+// tensors at construction and keeps Parameter pointers. Names are stable, dotted paths
+// ("blocks.3.moe.w1") and are the tensor names in checkpoints.
 //
-// Expert parameters are sharded over the EP group: a rank holds experts
+// Precision (train.precision): the set is created for an activation dtype `act` (f32, bf16, or
+// f64 in gradient tests). Master weights and gradients are full precision, F = compute_dtype(act);
+// a parameter registered as a matrix-product operand (`matmul`) gets a working copy in `act` when
+// act != F (bf16 weights for bf16 GEMMs), refreshed from the master after every update. Layers
+// compute with `value`, accumulate into `grad`; the optimizer updates `master`; checkpoints store
+// masters (fp32 safetensors whatever the precision).
+//
+// Memory: after every layer registered, allocate() lays the masters and the gradients out in
+// contiguous arenas per kind, dense parameters first and expert shards after, so the gradient
+// all-reduce of each kind is one collective on one view, in place. Working copies share one more
+// arena. Expert parameters are sharded over the EP group: a rank holds experts
 // [first_expert, first_expert + local_experts) of `global_experts`, stacked along dimension 0.
-// Dense parameters are replicated. Gradients are accumulated (+=) by backward and cleared by
-// zero_grads().
 #pragma once
 
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "core/base/context.h"
 #include "core/base/tensor.h"
 
 namespace moe {
@@ -25,37 +34,71 @@ struct Parameter {
   std::string name;
   ParamKind kind = ParamKind::kDense;
   bool weight_decay = true;  // AdamW decays matrices, not biases, norms or scales
-  Tensor value;
-  Tensor grad;
+  bool matmul = false;       // a GEMM operand: working copy in the activation dtype
+  Shape shape;
+  // Views into the set's arenas (valid after ParameterSet::allocate()).
+  TensorView master;  // F: updated by the optimizer, stored by checkpoints
+  TensorView value;   // what layers compute with: `master`, or its working copy
+  TensorView grad;    // F: accumulated (+=) by backward, zeroed by zero_grads()
   // kExpert only: where this shard sits in the global [global_experts, ...] tensor.
   int64_t global_experts = 0;
   int64_t first_expert = 0;
+  // Element offset of master and grad in their kind's arena (ParameterSet::masters(kind)); any
+  // tensor laid out like the arena (optimizer state, a host copy) has the parameter there too.
+  int64_t arena_offset = 0;
+  int64_t numel() const { return shape.numel(); }
+  // This parameter's slice of a tensor laid out like its kind's arena.
+  TensorView slice_of(const TensorView& arena) const {
+    return arena.rows(arena_offset, arena_offset + numel()).reshape(shape);
+  }
 };
 
 class ParameterSet {
  public:
-  explicit ParameterSet(DType dtype) : dtype_(dtype) {}
+  // act: f32, f64 or bf16 (see above). ctx: where the arenas live (borrowed).
+  ParameterSet(Context* ctx, DType act);
   ParameterSet(const ParameterSet&) = delete;
   ParameterSet& operator=(const ParameterSet&) = delete;
 
-  // Registers a zero-initialised host parameter (and a zero gradient). Aborts on a duplicate name
-  // (a programmer error). The returned reference stays valid for the set's lifetime.
+  // Registers a parameter (no memory yet). Aborts on a duplicate name or after allocate()
+  // (programmer errors). The returned reference stays valid for the set's lifetime.
   Parameter& add(const std::string& name, Shape shape, ParamKind kind = ParamKind::kDense,
-                 bool weight_decay = true);
+                 bool weight_decay = true, bool matmul = false);
   Parameter& add_expert(const std::string& name, Shape local_shape, int64_t global_experts,
-                        int64_t first_expert, bool weight_decay = true);
+                        int64_t first_expert, bool weight_decay = true, bool matmul = false);
+  // Allocates the arenas (masters and gradients zeroed). Once, after every layer registered.
+  Status allocate();
+  bool allocated() const { return allocated_; }
 
   // nullptr when absent.
   Parameter* find(const std::string& name);
   const Parameter* find(const std::string& name) const;
   const std::vector<std::unique_ptr<Parameter>>& all() const { return params_; }
-  DType dtype() const { return dtype_; }
-  int64_t numel() const;  // local element count
+  DType act_dtype() const { return act_; }
+  DType master_dtype() const { return compute_dtype(act_); }
+  Context& context() const { return *ctx_; }
+  int64_t numel() const;                 // local element count
+  int64_t numel(ParamKind kind) const;
+
+  // The contiguous masters or gradients of one kind (empty when the kind has none).
+  const Tensor& masters(ParamKind kind) const { return masters_[index(kind)]; }
+  const Tensor& grads(ParamKind kind) const { return grads_[index(kind)]; }
+  // Zeroes every gradient (one memset per arena).
   Status zero_grads();
+  // Copies the masters into the working copies (after an optimizer step, an initialisation or a
+  // checkpoint load). No-op when every value is its master.
+  Status refresh_working();
 
  private:
-  DType dtype_;
+  static int index(ParamKind kind) { return kind == ParamKind::kDense ? 0 : 1; }
+  bool has_working(const Parameter& p) const { return p.matmul && act_ != master_dtype(); }
+
+  Context* ctx_;
+  DType act_;
+  bool allocated_ = false;
   std::vector<std::unique_ptr<Parameter>> params_;
+  Tensor masters_[2], grads_[2];
+  Tensor working_;
 };
 
 }  // namespace moe

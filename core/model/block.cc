@@ -1,19 +1,14 @@
 #include "core/model/block.h"
 
-#include "core/layers/rng_streams.h"
 #include "kernels/activation.h"
-#include "kernels/optimizer.h"
+#include "kernels/elementwise.h"
 
 namespace moe {
-namespace {
-
-Tensor like(const Tensor& t) { return Tensor::empty(t.shape(), t.dtype()); }
-
-}  // namespace
 
 TransformerBlock::TransformerBlock(int index, const ModelConfig& model, const BlockPlan& plan,
                                    int moe_index, ParameterSet* params, comm::Communicator* ep_comm)
-    : index_(index),
+    : ctx_(params->context()),
+      index_(index),
       style_(model.block_style),
       dropout_(model.dropout),
       attn_(str_cat("blocks.", index, ".attn"), model.d_model, model.n_heads, model.seq_len,
@@ -33,131 +28,138 @@ TransformerBlock::TransformerBlock(int index, const ModelConfig& model, const Bl
   }
 }
 
-Status TransformerBlock::residual_dropout(const StepContext& ctx, RandomSite site,
-                                          const TensorView& x, bool backward) const {
-  if (!ctx.training || dropout_ <= 0) return Status::OK();
-  const int64_t n = x.dim(0);
-  Tensor keys = Tensor::empty({n}, DType::kI64);
-  for (int64_t t = 0; t < n; ++t) keys.data<int64_t>()[t] = ctx.token_offset() + t;
+StatusOr<Tensor> TransformerBlock::residual_dropout(const StepContext& ctx, RandomSite site,
+                                                    const Tensor& x, bool backward) const {
+  if (!ctx.training || dropout_ <= 0) return x;
+  MOE_ASSIGN_OR_RETURN(Tensor y, ctx_.empty_like(x));
   const CounterRng rng = site_rng(ctx.seed, site, index_, ctx.step);
   const float p = static_cast<float>(dropout_);
-  return backward ? kernels::dropout_backward(x, keys, rng, p, x)
-                  : kernels::dropout_forward(x, keys, rng, p, x);
+  MOE_RETURN_IF_ERROR(backward
+                          ? kernels::dropout_backward(ctx_, x, {}, ctx.token_offset(), rng, p, y)
+                          : kernels::dropout_forward(ctx_, x, {}, ctx.token_offset(), rng, p, y));
+  return y;
 }
 
-Status TransformerBlock::forward(const StepContext& ctx, Tensor* h, MoeState* state, Saved* s,
-                                 RouterStatsInfo* stats) const {
+StatusOr<Tensor> TransformerBlock::sum(const Tensor& a, const Tensor& b) const {
+  MOE_ASSIGN_OR_RETURN(Tensor out, ctx_.empty_like(a));
+  MOE_RETURN_IF_ERROR(kernels::add(ctx_, a, b, out));
+  return out;
+}
+
+StatusOr<Tensor> TransformerBlock::forward(const StepContext& ctx, const Tensor& h_in,
+                                           MoeState* state, Saved* s,
+                                           const TensorView& stats) const {
   const bool post = style_ == BlockStyle::kPostLnDoubleResidual;
 
   // Attention sublayer: post-LN h = LN1(h + drop(Attn(h))); pre-LN h = h + drop(Attn(LN1(h))).
-  Tensor attn_in = post ? Tensor::copy_of(*h) : like(*h);
-  if (!post) MOE_RETURN_IF_ERROR(ln1_.forward(*h, attn_in, &s->ln1));
-  s->attn_out = like(*h);
-  MOE_RETURN_IF_ERROR(attn_.forward(attn_in, ctx.batch, ctx.sequence_offset, ctx.training,
-                                    site_rng(ctx.seed, RandomSite::kAttentionProbs, index_, ctx.step),
-                                    s->attn_out, &s->attn));
-  Tensor dropped = Tensor::copy_of(s->attn_out);
-  MOE_RETURN_IF_ERROR(residual_dropout(ctx, RandomSite::kAttentionOut, dropped, false));
-  MOE_RETURN_IF_ERROR(kernels::add(*h, dropped, *h));
-  if (post) MOE_RETURN_IF_ERROR(ln1_.forward(*h, *h, &s->ln1));
+  Tensor attn_in = h_in;
+  if (!post) {
+    MOE_ASSIGN_OR_RETURN(attn_in, ln1_.forward(h_in, &s->ln1));
+  }
+  MOE_ASSIGN_OR_RETURN(
+      Tensor a, attn_.forward(attn_in, ctx.batch, ctx.sequence_offset, ctx.training,
+                              site_rng(ctx.seed, RandomSite::kAttentionProbs, index_, ctx.step),
+                              &s->attn));
+  MOE_ASSIGN_OR_RETURN(a, residual_dropout(ctx, RandomSite::kAttentionOut, a, false));
+  MOE_ASSIGN_OR_RETURN(Tensor h, sum(h_in, a));
+  if (post) {
+    MOE_ASSIGN_OR_RETURN(h, ln1_.forward(h, &s->ln1));
+  }
 
   if (moe_ != nullptr) {
     // post-LN: h = LN2(h + LN_in(z)), z = MoE(x_in = h, x_base = h);
     // pre-LN:  h = z, z = MoE(x_in = LN2(h), x_base = h).
-    Tensor x_in = post ? Tensor::copy_of(*h) : like(*h);
-    if (!post) MOE_RETURN_IF_ERROR(ln2_.forward(*h, x_in, &s->ln2));
-    Tensor z = like(*h);
-    Tensor p_out = like(*h);
-    Tensor top1 = Tensor::empty({h->dim(0)}, DType::kI32);
     MoeLayerInputs in;
-    in.x_in = x_in;
-    in.x_base = *h;
-    in.p_in = state->p.view();
-    in.prev_top1 = state->top1.view();
+    in.x_in = h;
+    if (!post) {
+      MOE_ASSIGN_OR_RETURN(in.x_in, ln2_.forward(h, &s->ln2));
+    }
+    in.x_base = h;
+    in.p_in = state->p;
+    in.prev_top1 = state->top1;
     in.token_offset = ctx.token_offset();
     in.step = ctx.step;
     in.seed = ctx.seed;
     in.training = ctx.training;
     in.stats_comm = ctx.stats_comm;
-    MoeLayerOutputs out;
-    out.out = z;
-    out.p_out = p_out;
-    out.top1 = top1;
-    MOE_RETURN_IF_ERROR(moe_->forward(in, out, &s->moe, stats).with_context(str_cat("block ", index_)));
-    state->p = std::move(p_out);
-    state->top1 = std::move(top1);
-    if (post) {
-      MOE_RETURN_IF_ERROR(ln_in_->forward(z, z, &s->ln_in));
-      MOE_RETURN_IF_ERROR(kernels::add(*h, z, *h));
-      return ln2_.forward(*h, *h, &s->ln2);
-    }
-    *h = std::move(z);
-    return Status::OK();
+    in.stats = stats;
+    StatusOr<MoeLayerOutputs> out = moe_->forward(in, &s->moe);
+    if (!out.ok()) return out.status().with_context(str_cat("block ", index_));
+    state->p = out->p_out;
+    state->top1 = out->top1;
+    if (!post) return out->out;
+    MOE_ASSIGN_OR_RETURN(Tensor z, ln_in_->forward(out->out, &s->ln_in));
+    MOE_ASSIGN_OR_RETURN(h, sum(h, z));
+    return ln2_.forward(h, &s->ln2);
   }
 
   // Dense: post-LN h = LN2(h + drop(FFN(h))); pre-LN h = h + drop(FFN(LN2(h))).
-  Tensor ffn_in = post ? Tensor::copy_of(*h) : like(*h);
-  if (!post) MOE_RETURN_IF_ERROR(ln2_.forward(*h, ffn_in, &s->ln2));
-  Tensor f = like(*h);
-  MOE_RETURN_IF_ERROR(ffn_->forward(ffn_in, ctx.token_offset(), ctx.training,
-                                    site_rng(ctx.seed, RandomSite::kFfnHidden, index_, ctx.step), f,
-                                    &s->ffn));
-  MOE_RETURN_IF_ERROR(residual_dropout(ctx, RandomSite::kFfnOut, f, false));
-  MOE_RETURN_IF_ERROR(kernels::add(*h, f, *h));
-  if (post) MOE_RETURN_IF_ERROR(ln2_.forward(*h, *h, &s->ln2));
-  return Status::OK();
+  Tensor ffn_in = h;
+  if (!post) {
+    MOE_ASSIGN_OR_RETURN(ffn_in, ln2_.forward(h, &s->ln2));
+  }
+  MOE_ASSIGN_OR_RETURN(Tensor f, ffn_->forward(ffn_in, ctx.token_offset(), ctx.training,
+                                               site_rng(ctx.seed, RandomSite::kFfnHidden, index_,
+                                                        ctx.step),
+                                               &s->ffn));
+  MOE_ASSIGN_OR_RETURN(f, residual_dropout(ctx, RandomSite::kFfnOut, f, false));
+  MOE_ASSIGN_OR_RETURN(h, sum(h, f));
+  if (post) return ln2_.forward(h, &s->ln2);
+  return h;
 }
 
-Status TransformerBlock::backward(const StepContext& ctx, const Saved& s, double aux_scale,
-                                  Tensor* dh, MoeStateGrad* state_grad) const {
+StatusOr<Tensor> TransformerBlock::backward(const StepContext& ctx, const Saved& s,
+                                            double aux_scale, const Tensor& dh_out,
+                                            MoeStateGrad* state_grad) const {
   const bool post = style_ == BlockStyle::kPostLnDoubleResidual;
-  // dh is dL/d(block output). First the FFN or MoE sublayer, leaving dL/dh_mid in dh.
+  // First the FFN or MoE sublayer, giving dL/dh_mid (h_mid: the attention sublayer's output).
+  Tensor dh;
   if (moe_ != nullptr) {
-    Tensor dz = like(*dh);
+    Tensor d_sum, dz = dh_out;
     if (post) {
-      MOE_RETURN_IF_ERROR(ln2_.backward(*dh, s.ln2, *dh));  // dL/d(h_mid + LN_in(z))
-      MOE_RETURN_IF_ERROR(ln_in_->backward(*dh, s.ln_in, dz));
-    } else {
-      MOE_RETURN_IF_ERROR(device_memcpy(dz.raw(), dz.device(), dh->raw(), dh->device(), dh->nbytes()));
-      MOE_RETURN_IF_ERROR(dh->zero());
+      MOE_ASSIGN_OR_RETURN(d_sum, ln2_.backward(dh_out, s.ln2));  // dL/d(h_mid + LN_in(z))
+      MOE_ASSIGN_OR_RETURN(dz, ln_in_->backward(d_sum, s.ln_in));
     }
-    Tensor d_x_in = like(*dh), d_x_base = like(*dh), d_p_in = like(*dh);
     MoeLayerGradOutputs g;
     g.d_out = dz;
-    g.d_p_out = state_grad->d_p.view();
+    g.d_p_out = state_grad->d_p;
     g.aux_scale = aux_scale;
-    MoeLayerGradInputs gi;
-    gi.d_x_in = d_x_in;
-    gi.d_x_base = d_x_base;
-    gi.d_p_in = d_p_in;
-    MOE_RETURN_IF_ERROR(moe_->backward(g, s.moe, gi).with_context(str_cat("block ", index_)));
-    state_grad->d_p = std::move(d_p_in);
-    // post: dh_mid = dL/d(sum) (outer residual) + d_x_in + d_x_base; pre: through LN2 for x_in.
-    MOE_RETURN_IF_ERROR(kernels::add(*dh, d_x_base, *dh));
+    StatusOr<MoeLayerGradInputs> gi = moe_->backward(g, s.moe);
+    if (!gi.ok()) return gi.status().with_context(str_cat("block ", index_));
+    state_grad->d_p = gi->d_p_in;
+    // post: dh_mid = dL/d(sum) (outer residual) + d_x_in + d_x_base;
+    // pre: dh_mid = d_x_base + LN2'(d_x_in).
     if (post) {
-      MOE_RETURN_IF_ERROR(kernels::add(*dh, d_x_in, *dh));
+      MOE_ASSIGN_OR_RETURN(dh, sum(d_sum, gi->d_x_base));
+      MOE_RETURN_IF_ERROR(kernels::add(ctx_, dh, gi->d_x_in, dh));
     } else {
-      MOE_RETURN_IF_ERROR(ln2_.backward(d_x_in, s.ln2, d_x_in));
-      MOE_RETURN_IF_ERROR(kernels::add(*dh, d_x_in, *dh));
+      MOE_ASSIGN_OR_RETURN(Tensor d_ln, ln2_.backward(gi->d_x_in, s.ln2));
+      MOE_ASSIGN_OR_RETURN(dh, sum(gi->d_x_base, d_ln));
     }
   } else {
-    if (post) MOE_RETURN_IF_ERROR(ln2_.backward(*dh, s.ln2, *dh));
-    Tensor df = Tensor::copy_of(*dh);
-    MOE_RETURN_IF_ERROR(residual_dropout(ctx, RandomSite::kFfnOut, df, true));
-    Tensor d_ffn_in = like(*dh);
-    MOE_RETURN_IF_ERROR(ffn_->backward(df, s.ffn, d_ffn_in));
-    if (!post) MOE_RETURN_IF_ERROR(ln2_.backward(d_ffn_in, s.ln2, d_ffn_in));
-    MOE_RETURN_IF_ERROR(kernels::add(*dh, d_ffn_in, *dh));
+    Tensor d_sum = dh_out;
+    if (post) {
+      MOE_ASSIGN_OR_RETURN(d_sum, ln2_.backward(dh_out, s.ln2));
+    }
+    MOE_ASSIGN_OR_RETURN(Tensor df, residual_dropout(ctx, RandomSite::kFfnOut, d_sum, true));
+    MOE_ASSIGN_OR_RETURN(Tensor d_ffn_in, ffn_->backward(df, s.ffn));
+    if (!post) {
+      MOE_ASSIGN_OR_RETURN(d_ffn_in, ln2_.backward(d_ffn_in, s.ln2));
+    }
+    MOE_ASSIGN_OR_RETURN(dh, sum(d_sum, d_ffn_in));
   }
 
   // Attention sublayer.
-  if (post) MOE_RETURN_IF_ERROR(ln1_.backward(*dh, s.ln1, *dh));
-  Tensor da = Tensor::copy_of(*dh);
-  MOE_RETURN_IF_ERROR(residual_dropout(ctx, RandomSite::kAttentionOut, da, true));
-  Tensor d_attn_in = like(*dh);
-  MOE_RETURN_IF_ERROR(attn_.backward(da, s.attn, d_attn_in));
-  if (!post) MOE_RETURN_IF_ERROR(ln1_.backward(d_attn_in, s.ln1, d_attn_in));
-  return kernels::add(*dh, d_attn_in, *dh);
+  Tensor d_sum = dh;
+  if (post) {
+    MOE_ASSIGN_OR_RETURN(d_sum, ln1_.backward(dh, s.ln1));
+  }
+  MOE_ASSIGN_OR_RETURN(Tensor da, residual_dropout(ctx, RandomSite::kAttentionOut, d_sum, true));
+  MOE_ASSIGN_OR_RETURN(Tensor d_attn_in, attn_.backward(da, s.attn));
+  if (!post) {
+    MOE_ASSIGN_OR_RETURN(d_attn_in, ln1_.backward(d_attn_in, s.ln1));
+  }
+  return sum(d_sum, d_attn_in);
 }
 
 }  // namespace moe

@@ -1,7 +1,8 @@
 // One transformer block: attention sublayer, then a dense FFN or MoE sublayer, in the reference
 // code's post-LN double-residual form or pre-LN (core/base/model_config.h BlockStyle). The MoE
-// residual state (momentum p, Adam moments, previous top-1) enters and leaves every block; dense
-// blocks pass it through unchanged.
+// residual state (momentum p, previous top-1) enters and leaves every block; dense blocks pass it
+// through unchanged. Every sublayer returns new tensors (the Context's allocator makes that
+// cheap), so what a sublayer saved for the backward is never overwritten and nothing is copied.
 #pragma once
 
 #include <memory>
@@ -18,7 +19,7 @@
 namespace moe {
 
 // Residual-dynamics state threaded through the MoE layers of one forward pass: the momentum state
-// p [N, D] (empty = zero, before the first MoE layer) and the previous MoE layer's argmax expert
+// p [N, D] F (empty = zero, before the first MoE layer) and the previous MoE layer's argmax expert
 // top1 [N] i32 (empty before the first MoE layer). The Adam moments live only inside the first
 // MoE layer (AdamSMoE is only ever the first, and starts from zero), so they are not threaded.
 struct MoeState {
@@ -38,7 +39,7 @@ struct StepContext {
   int64_t step = 0;
   uint64_t seed = 0;
   bool training = true;
-  comm::Communicator* stats_comm = nullptr;  // global AC statistics
+  comm::Communicator* stats_comm = nullptr;  // global AC statistics and aux losses
   int64_t token_offset() const { return sequence_offset * seq_len; }
 };
 
@@ -46,7 +47,6 @@ class TransformerBlock {
  public:
   struct Saved {
     MultiHeadAttention::Saved attn;
-    Tensor attn_out;               // [N, D] before residual dropout
     LayerNorm::Saved ln1, ln2, ln_in;
     DenseFfn::Saved ffn;
     MoeLayerSaved moe;
@@ -55,21 +55,26 @@ class TransformerBlock {
   TransformerBlock(int index, const ModelConfig& model, const BlockPlan& plan, int moe_index,
                    ParameterSet* params, comm::Communicator* ep_comm);
 
-  // h [N, D] updated in place; state updated in place (MoE blocks). stats (MoE blocks) may be null.
-  Status forward(const StepContext& ctx, Tensor* h, MoeState* state, Saved* saved,
-                 RouterStatsInfo* stats) const;
-  // dh [N, D] updated in place (gradient w.r.t. the block input on return); state gradients
-  // updated in place. aux_scale: dL/d(aux loss).
-  Status backward(const StepContext& ctx, const Saved& saved, double aux_scale, Tensor* dh,
-                  MoeStateGrad* state_grad) const;
+  // Returns the block output for h [N, D]; state updated (MoE blocks). stats: the MoE layer's
+  // statistics block (f64), or empty.
+  StatusOr<Tensor> forward(const StepContext& ctx, const Tensor& h, MoeState* state, Saved* saved,
+                           const TensorView& stats) const;
+  // Returns dL/d(block input) for dh = dL/d(block output); state gradients updated in place.
+  // aux_scale: dL/d(aux loss).
+  StatusOr<Tensor> backward(const StepContext& ctx, const Saved& saved, double aux_scale,
+                            const Tensor& dh, MoeStateGrad* state_grad) const;
 
   bool is_moe() const { return moe_ != nullptr; }
-  const MoeLayer* moe() const { return moe_.get(); }
+  MoeLayer* moe() const { return moe_.get(); }
 
  private:
-  Status residual_dropout(const StepContext& ctx, RandomSite site, const TensorView& x,
-                          bool backward) const;
+  // Residual dropout keyed by the global token id: a new tensor, or x itself when inactive.
+  StatusOr<Tensor> residual_dropout(const StepContext& ctx, RandomSite site, const Tensor& x,
+                                    bool backward) const;
+  // a + b into a new tensor.
+  StatusOr<Tensor> sum(const Tensor& a, const Tensor& b) const;
 
+  Context& ctx_;
   int index_;
   BlockStyle style_;
   double dropout_;

@@ -1,35 +1,29 @@
 #include "core/model/transformer.h"
 
 #include "core/base/hash.h"
-#include "core/layers/init.h"
 #include "core/layers/rng_streams.h"
 #include "kernels/activation.h"
 #include "kernels/cross_entropy.h"
-#include "kernels/optimizer.h"
+#include "kernels/elementwise.h"
+#include "kernels/init.h"
 
 namespace moe {
-namespace {
 
-Status embedding_dropout(const StepContext& ctx, double p, const TensorView& h, bool backward) {
-  if (!ctx.training || p <= 0) return Status::OK();
-  const int64_t n = h.dim(0);
-  Tensor keys = Tensor::empty({n}, DType::kI64);
-  for (int64_t t = 0; t < n; ++t) keys.data<int64_t>()[t] = ctx.token_offset() + t;
-  const CounterRng rng = site_rng(ctx.seed, RandomSite::kEmbedding, 0, ctx.step);
-  return backward ? kernels::dropout_backward(h, keys, rng, static_cast<float>(p), h)
-                  : kernels::dropout_forward(h, keys, rng, static_cast<float>(p), h);
-}
-
-}  // namespace
-
-TransformerLM::TransformerLM(const ModelConfig& cfg, DType dtype, comm::Communicator* ep_comm)
-    : cfg_(cfg), params_(std::make_unique<ParameterSet>(dtype)) {
+TransformerLM::TransformerLM(const ModelConfig& cfg, Context* ctx, DType act,
+                             comm::Communicator* ep_comm)
+    : cfg_(cfg), ctx_(*ctx), params_(std::make_unique<ParameterSet>(ctx, act)) {
   embed_ = std::make_unique<Embedding>("embed", cfg.vocab_size, cfg.d_model, cfg.seq_len,
                                        params_.get());
+  stats_offsets_.push_back(0);
   for (size_t b = 0; b < cfg.blocks.size(); ++b) {
     blocks_.push_back(std::make_unique<TransformerBlock>(static_cast<int>(b), cfg, cfg.blocks[b],
-                                                         num_moe_, params_.get(), ep_comm));
-    num_moe_ += cfg.blocks[b].moe;
+                                                         num_moe_layers(), params_.get(),
+                                                         ep_comm));
+    if (cfg.blocks[b].moe) {
+      const int64_t experts = cfg.blocks[b].moe_cfg.num_experts;
+      moe_experts_.push_back(experts);
+      stats_offsets_.push_back(stats_offsets_.back() + RouterStatsLayout(experts).size());
+    }
   }
   if (cfg.block_style == BlockStyle::kPreLn) {
     final_ln_ = std::make_unique<LayerNorm>("final_ln", cfg.d_model, params_.get());
@@ -39,104 +33,137 @@ TransformerLM::TransformerLM(const ModelConfig& cfg, DType dtype, comm::Communic
                                        params_.get());
 }
 
+StatusOr<std::unique_ptr<TransformerLM>> TransformerLM::create(const ModelConfig& cfg,
+                                                               Context* ctx, DType act,
+                                                               comm::Communicator* ep_comm) {
+  std::unique_ptr<TransformerLM> model(new TransformerLM(cfg, ctx, act, ep_comm));
+  MOE_RETURN_IF_ERROR(model->params_->allocate());
+  return model;
+}
+
 Status TransformerLM::init_parameters(uint64_t seed) {
   for (const auto& p : params_->all()) {
     const std::string& n = p->name;
     const std::string leaf = n.substr(n.rfind('.') + 1);
     if (leaf == "gamma" || leaf == "omega") {
-      MOE_RETURN_IF_ERROR(init_constant(p->value, 1.0));
+      MOE_RETURN_IF_ERROR(kernels::init_constant(ctx_, p->master, 1.0));
     } else if (leaf[0] == 'b') {
-      MOE_RETURN_IF_ERROR(init_constant(p->value, 0.0));  // beta, b_qkv, b_o, b1, b2, b_router
+      // beta, b_qkv, b_o, b1, b2, b_router
+      MOE_RETURN_IF_ERROR(kernels::init_constant(ctx_, p->master, 0.0));
     } else {
       // One stream per parameter name; an expert shard draws its slice of the global tensor.
       const CounterRng rng{seed, make_stream(RngTag::kInit, 0, fnv1a64(n))};
       const uint64_t first = p->kind == ParamKind::kExpert
-                                 ? static_cast<uint64_t>(p->first_expert * (p->value.numel() / p->value.dim(0)))
+                                 ? static_cast<uint64_t>(p->first_expert * (p->numel() / p->shape[0]))
                                  : 0;
-      MOE_RETURN_IF_ERROR(init_normal(p->value, cfg_.init_std, rng, first));
+      MOE_RETURN_IF_ERROR(kernels::init_normal(ctx_, p->master, cfg_.init_std, rng, first));
     }
   }
-  return Status::OK();
+  return params_->refresh_working();
+}
+
+StatusOr<Tensor> TransformerLM::embedding_dropout(const StepContext& ctx, const Tensor& h,
+                                                  bool backward) {
+  if (!ctx.training || cfg_.dropout <= 0) return h;
+  MOE_ASSIGN_OR_RETURN(Tensor y, ctx_.empty_like(h));
+  const CounterRng rng = site_rng(ctx.seed, RandomSite::kEmbedding, 0, ctx.step);
+  const float p = static_cast<float>(cfg_.dropout);
+  MOE_RETURN_IF_ERROR(backward
+                          ? kernels::dropout_backward(ctx_, h, {}, ctx.token_offset(), rng, p, y)
+                          : kernels::dropout_forward(ctx_, h, {}, ctx.token_offset(), rng, p, y));
+  return y;
 }
 
 Status TransformerLM::forward_impl(const TensorView& inputs, const TensorView& targets,
-                                   const StepContext& ctx, Activations* acts, LossResult* loss,
-                                   std::vector<RouterStatsInfo>* stats,
+                                   const StepContext& ctx, Activations* acts,
+                                   const TensorView& sums, const TensorView& stats,
                                    std::vector<Tensor>* top1s) {
-  const int64_t batch = inputs.dim(0), n = batch * cfg_.seq_len;
-  const DType dtype = params_->dtype();
   if (inputs.ndim() != 2 || inputs.dim(1) != cfg_.seq_len || inputs.dtype() != DType::kI32) {
     return invalid_argument_error("model: inputs ", inputs.to_string(), " are not i32 [B, ",
                                   cfg_.seq_len, "]");
   }
+  if (targets.shape() != inputs.shape() || targets.dtype() != DType::kI32) {
+    return invalid_argument_error("model: targets ", targets.to_string(), " do not match inputs ",
+                                  inputs.to_string());
+  }
+  if (sums.numel() > 0 && (sums.dtype() != DType::kF64 || sums.numel() != kLossSlots)) {
+    return invalid_argument_error("model: loss sums ", sums.to_string(), " are not f64[",
+                                  static_cast<int64_t>(kLossSlots), "]");
+  }
+  if (stats.numel() > 0 && (stats.dtype() != DType::kF64 || stats.numel() != stats_size())) {
+    return invalid_argument_error("model: statistics ", stats.to_string(), " are not f64[",
+                                  stats_size(), "]");
+  }
+  const int64_t n = inputs.dim(0) * cfg_.seq_len;
   acts->ctx = ctx;
-  acts->inputs = Tensor::copy_of(inputs);
-  acts->targets = Tensor::copy_of(targets);
+  MOE_ASSIGN_OR_RETURN(acts->inputs, ctx_.upload(inputs));
+  MOE_ASSIGN_OR_RETURN(acts->targets, ctx_.upload(targets));
   acts->blocks.clear();
   acts->blocks.resize(blocks_.size());
-  if (stats != nullptr && stats->size() != static_cast<size_t>(num_moe_)) stats->assign(num_moe_, {});
 
-  Tensor h = Tensor::empty({n, cfg_.d_model}, dtype);
-  MOE_RETURN_IF_ERROR(embed_->forward(inputs, h));
-  MOE_RETURN_IF_ERROR(embedding_dropout(ctx, cfg_.dropout, h, false));
+  MOE_ASSIGN_OR_RETURN(Tensor h, embed_->forward(acts->inputs));
+  MOE_ASSIGN_OR_RETURN(h, embedding_dropout(ctx, h, false));
   MoeState state;
   int moe = 0;
   for (size_t b = 0; b < blocks_.size(); ++b) {
-    RouterStatsInfo* s = nullptr;
-    if (blocks_[b]->is_moe() && stats != nullptr) s = &(*stats)[moe];
-    MOE_RETURN_IF_ERROR(blocks_[b]->forward(ctx, &h, &state, &acts->blocks[b], s));
+    TensorView block_stats;
+    if (blocks_[b]->is_moe() && stats.numel() > 0) {
+      block_stats = stats.rows(stats_offsets_[moe], stats_offsets_[moe + 1]);
+    }
+    MOE_ASSIGN_OR_RETURN(h, blocks_[b]->forward(ctx, h, &state, &acts->blocks[b], block_stats));
     if (blocks_[b]->is_moe()) {
-      loss->aux_loss += acts->blocks[b].moe.aux_loss;
-      if (top1s != nullptr) top1s->push_back(Tensor::copy_of(state.top1));
+      if (sums.numel() > 0) {
+        MOE_RETURN_IF_ERROR(kernels::axpy(ctx_, 1.0, acts->blocks[b].moe.aux.rows(2, 3),
+                                          sums.rows(kAuxLoss, kAuxLoss + 1)));
+      }
+      if (top1s != nullptr) top1s->push_back(state.top1);
       ++moe;
     }
   }
-  if (final_ln_ != nullptr) MOE_RETURN_IF_ERROR(final_ln_->forward(h, h, &acts->final_ln));
-  acts->h_final = std::move(h);
+  if (final_ln_ != nullptr) {
+    MOE_ASSIGN_OR_RETURN(h, final_ln_->forward(h, &acts->final_ln));
+  }
+  acts->h_final = h;
   if (top1s != nullptr) return Status::OK();
-  acts->logits = Tensor::empty({n, cfg_.vocab_size}, dtype);
-  MOE_RETURN_IF_ERROR(head_->forward(acts->h_final, acts->logits));
-  acts->lse = Tensor::empty({n}, dtype);
-  MOE_ASSIGN_OR_RETURN(kernels::CrossEntropyResult ce,
-                       kernels::cross_entropy_forward(acts->logits, targets.reshape({n}), acts->lse));
-  loss->loss_sum += ce.loss_sum;
-  loss->tokens += ce.count;
-  acts->counted = ce.count;
-  return Status::OK();
+  MOE_ASSIGN_OR_RETURN(acts->logits, head_->forward(acts->h_final));
+  MOE_ASSIGN_OR_RETURN(acts->lse, ctx_.empty({n}, acts->logits.dtype()));
+  MOE_ASSIGN_OR_RETURN(Tensor scratch, ctx_.zeros({2}, DType::kF64));
+  const TensorView ce_sums = sums.numel() > 0 ? sums.rows(kLossSum, kLossTokens + 1) : scratch.view();
+  return kernels::cross_entropy_forward(ctx_, acts->logits, acts->targets.view().reshape({n}),
+                                        acts->lse, ce_sums);
 }
 
 Status TransformerLM::forward(const TensorView& inputs, const TensorView& targets,
-                              const StepContext& ctx, Activations* acts, LossResult* loss,
-                              std::vector<RouterStatsInfo>* stats) {
-  return forward_impl(inputs, targets, ctx, acts, loss, stats, nullptr);
+                              const StepContext& ctx, Activations* acts, const TensorView& sums,
+                              const TensorView& stats) {
+  return forward_impl(inputs, targets, ctx, acts, sums, stats, nullptr);
 }
 
 Status TransformerLM::backward(const Activations& acts, double ce_scale, double aux_scale) {
   const int64_t n = acts.h_final.dim(0);
-  Tensor d_logits = Tensor::empty(acts.logits.shape(), acts.logits.dtype());
-  const double scale = acts.counted > 0 ? ce_scale / static_cast<double>(acts.counted) : 0.0;
-  MOE_RETURN_IF_ERROR(kernels::cross_entropy_backward(acts.logits, acts.targets.view().reshape({n}),
-                                                      acts.lse, scale, d_logits));
-  Tensor dh = Tensor::empty({n, cfg_.d_model}, acts.h_final.dtype());
-  MOE_RETURN_IF_ERROR(head_->backward(acts.h_final, d_logits, dh));
-  if (final_ln_ != nullptr) MOE_RETURN_IF_ERROR(final_ln_->backward(dh, acts.final_ln, dh));
+  MOE_ASSIGN_OR_RETURN(Tensor d_logits, ctx_.empty(acts.logits.shape(), params_->act_dtype()));
+  MOE_RETURN_IF_ERROR(kernels::cross_entropy_backward(
+      ctx_, acts.logits, acts.targets.view().reshape({n}), acts.lse, ce_scale, d_logits));
+  MOE_ASSIGN_OR_RETURN(Tensor dh, head_->backward(acts.h_final, d_logits));
+  if (final_ln_ != nullptr) {
+    MOE_ASSIGN_OR_RETURN(dh, final_ln_->backward(dh, acts.final_ln));
+  }
   MoeStateGrad state_grad;
   for (size_t b = blocks_.size(); b-- > 0;) {
-    MOE_RETURN_IF_ERROR(blocks_[b]->backward(acts.ctx, acts.blocks[b], aux_scale, &dh, &state_grad));
+    MOE_ASSIGN_OR_RETURN(
+        dh, blocks_[b]->backward(acts.ctx, acts.blocks[b], aux_scale, dh, &state_grad));
   }
-  MOE_RETURN_IF_ERROR(embedding_dropout(acts.ctx, cfg_.dropout, dh, true));
+  MOE_ASSIGN_OR_RETURN(dh, embedding_dropout(acts.ctx, dh, true));
   return embed_->backward(acts.inputs, dh);
 }
 
-StatusOr<LossResult> TransformerLM::evaluate(const TensorView& inputs, const TensorView& targets,
-                                             const StepContext& ctx,
-                                             std::vector<RouterStatsInfo>* stats) {
+Status TransformerLM::evaluate(const TensorView& inputs, const TensorView& targets,
+                               const StepContext& ctx, const TensorView& sums,
+                               const TensorView& stats) {
   StepContext eval = ctx;
   eval.training = false;
   Activations acts;
-  LossResult loss;
-  MOE_RETURN_IF_ERROR(forward_impl(inputs, targets, eval, &acts, &loss, stats, nullptr));
-  return loss;
+  return forward_impl(inputs, targets, eval, &acts, sums, stats, nullptr);
 }
 
 StatusOr<std::vector<Tensor>> TransformerLM::route_probe(const TensorView& inputs,
@@ -144,9 +171,8 @@ StatusOr<std::vector<Tensor>> TransformerLM::route_probe(const TensorView& input
   StepContext eval = ctx;
   eval.training = false;
   Activations acts;
-  LossResult loss;
   std::vector<Tensor> top1s;
-  MOE_RETURN_IF_ERROR(forward_impl(inputs, inputs, eval, &acts, &loss, nullptr, &top1s));
+  MOE_RETURN_IF_ERROR(forward_impl(inputs, inputs, eval, &acts, {}, {}, &top1s));
   return top1s;
 }
 

@@ -1,10 +1,15 @@
 // The MoE transformer language model: embedding (+ learned positions, dropout) -> blocks ->
-// (final LN for pre-LN) -> output head -> cross-entropy. Owns its ParameterSet; the MoE layers'
-// experts are sharded over the EP communicator given at construction.
+// (final LN for pre-LN) -> output head -> cross-entropy. Owns its ParameterSet on its Context;
+// the MoE layers' experts are sharded over the EP communicator given at creation.
 //
-// Per micro-batch: forward() saves activations in an Activations object and returns the loss
-// sums; backward() accumulates parameter gradients of
-//   ce_scale * (mean token cross-entropy) + aux_scale * (sum of the MoE layers' aux losses).
+// Device-neutral: forward and backward enqueue kernels and collectives on the Context and never
+// read results on the host. Losses and statistics accumulate into device tensors the caller owns
+// (read back once per step by the trainer):
+//   sums f64 [kLossSlots]: += the token cross-entropy sum, += the counted tokens, += the MoE
+//   layers' weighted aux losses;
+//   stats f64 [stats_size()]: one RouterStatsLayout block per MoE layer, at stats_offset(l).
+// backward() accumulates parameter gradients of
+//   ce_scale * (sum of token cross-entropies) + aux_scale * (sum of the MoE layers' aux losses).
 #pragma once
 
 #include <memory>
@@ -18,62 +23,68 @@
 
 namespace moe {
 
-struct LossResult {
-  double loss_sum = 0;  // sum of token cross-entropies
-  int64_t tokens = 0;   // counted tokens
-  double aux_loss = 0;  // weighted balance + z losses, summed over MoE layers
-  double mean() const { return tokens > 0 ? loss_sum / static_cast<double>(tokens) : 0.0; }
-};
-
 class TransformerLM {
  public:
+  enum LossSlot : int64_t { kLossSum = 0, kLossTokens, kAuxLoss, kLossSlots };
+
   struct Activations {
     StepContext ctx;
-    Tensor inputs, targets;  // i32 [B, S]
+    Tensor inputs, targets;  // i32 [B, S] on the device
     std::vector<TransformerBlock::Saved> blocks;
     LayerNorm::Saved final_ln;
     Tensor h_final;          // [N, D] head input
-    Tensor logits;           // [N, V]
-    Tensor lse;              // [N] logsumexp of each row of logits
-    int64_t counted = 0;
+    Tensor logits;           // [N, V] F
+    Tensor lse;              // [N] F: logsumexp of each row of logits
   };
 
-  // dtype: f32 for training on the CPU, f64 for gradient checks. ep_comm: nullable (one rank).
-  TransformerLM(const ModelConfig& cfg, DType dtype, comm::Communicator* ep_comm);
+  // act: the activation dtype (f32, bf16, or f64 for gradient checks). ep_comm: nullable.
+  static StatusOr<std::unique_ptr<TransformerLM>> create(const ModelConfig& cfg, Context* ctx,
+                                                         DType act, comm::Communicator* ep_comm);
 
   // Deterministic initialisation from `seed`: every element is drawn from a counter keyed by the
   // parameter's name and its global index, so any EP layout gets the same global weights.
   // Matrices ~ N(0, init_std); biases 0; LayerNorm gamma 1; SparseMixer omega 1.
   Status init_parameters(uint64_t seed);
 
-  // inputs, targets i32 [B, S] (targets -1 ignored). stats: one entry per MoE layer, merged into
-  // (so micro-batches accumulate); may be null.
+  // inputs, targets i32 [B, S] (host or device; targets -1 ignored). sums and stats as above
+  // (stats may be empty).
   Status forward(const TensorView& inputs, const TensorView& targets, const StepContext& ctx,
-                 Activations* acts, LossResult* loss, std::vector<RouterStatsInfo>* stats);
+                 Activations* acts, const TensorView& sums, const TensorView& stats);
   Status backward(const Activations& acts, double ce_scale, double aux_scale);
-  // Per-token log-likelihood evaluation (no dropout, nothing saved): returns the loss sums.
-  StatusOr<LossResult> evaluate(const TensorView& inputs, const TensorView& targets,
-                                const StepContext& ctx, std::vector<RouterStatsInfo>* stats);
+  // Evaluation-mode forward (no dropout, nothing kept): accumulates into sums (and stats).
+  Status evaluate(const TensorView& inputs, const TensorView& targets, const StepContext& ctx,
+                  const TensorView& sums, const TensorView& stats);
   // The argmax expert of every MoE layer for every token of `inputs` (evaluation mode): the probe
-  // for the routing flip rate. Returns one [N] i32 tensor per MoE layer.
+  // for the routing flip rate. One [N] i32 device tensor per MoE layer.
   StatusOr<std::vector<Tensor>> route_probe(const TensorView& inputs, const StepContext& ctx);
 
+  // The statistics buffer: the block of MoE layer l starts at stats_offset(l).
+  int64_t stats_size() const { return stats_offsets_.back(); }
+  int64_t stats_offset(int moe_layer) const { return stats_offsets_[moe_layer]; }
+  int64_t moe_experts(int moe_layer) const { return moe_experts_[moe_layer]; }
+
   ParameterSet& params() { return *params_; }
+  Context& context() { return ctx_; }
   const ModelConfig& config() const { return cfg_; }
-  int num_moe_layers() const { return num_moe_; }
+  int num_moe_layers() const { return static_cast<int>(moe_experts_.size()); }
+  const std::vector<std::unique_ptr<TransformerBlock>>& blocks() const { return blocks_; }
 
  private:
+  TransformerLM(const ModelConfig& cfg, Context* ctx, DType act, comm::Communicator* ep_comm);
   Status forward_impl(const TensorView& inputs, const TensorView& targets, const StepContext& ctx,
-                      Activations* acts, LossResult* loss, std::vector<RouterStatsInfo>* stats,
+                      Activations* acts, const TensorView& sums, const TensorView& stats,
                       std::vector<Tensor>* top1s);
+  StatusOr<Tensor> embedding_dropout(const StepContext& ctx, const Tensor& h, bool backward);
 
   ModelConfig cfg_;
+  Context& ctx_;
   std::unique_ptr<ParameterSet> params_;
   std::unique_ptr<Embedding> embed_;
   std::vector<std::unique_ptr<TransformerBlock>> blocks_;
   std::unique_ptr<LayerNorm> final_ln_;  // pre-LN only
   std::unique_ptr<OutputHead> head_;
-  int num_moe_ = 0;
+  std::vector<int64_t> moe_experts_;     // per MoE layer
+  std::vector<int64_t> stats_offsets_;   // [num MoE layers + 1]
 };
 
 }  // namespace moe

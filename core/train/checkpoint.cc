@@ -38,17 +38,35 @@ int ep_rank_of(const comm::ProcessGroups* g) { return g == nullptr ? 0 : g->ep_r
 int ep_size_of(const comm::ProcessGroups* g) { return g == nullptr ? 1 : g->ep_size; }
 int dp_rank_of(const comm::ProcessGroups* g) { return g == nullptr ? 0 : g->dp_rank; }
 
+// Host copies of the masters and the optimizer state of one kind, laid out like the arena.
+struct HostArenas {
+  Tensor masters;
+  std::vector<Tensor> state;  // per optimizer slot
+};
+
+StatusOr<HostArenas> read_back_arenas(const TrainingState& st, ParamKind kind) {
+  Context& ctx = st.model->context();
+  HostArenas h;
+  MOE_ASSIGN_OR_RETURN(h.masters, ctx.read_back(st.model->params().masters(kind)));
+  for (int slot = 0; slot < st.optimizer->slots(); ++slot) {
+    MOE_ASSIGN_OR_RETURN(Tensor s, ctx.read_back(st.optimizer->state(slot, kind)));
+    h.state.push_back(std::move(s));
+  }
+  return h;
+}
+
 Status write_files(const std::string& tmp, const TrainingState& st, const comm::ProcessGroups* g,
                    int rank) {
   const int ep_rank = ep_rank_of(g), ep_size = ep_size_of(g);
   std::vector<Optimizer::StateTensor> opt = st.optimizer->state_tensors();
   if (rank == 0) {
+    MOE_ASSIGN_OR_RETURN(HostArenas host, read_back_arenas(st, ParamKind::kDense));
     ckpt::SafetensorsWriter dense, opt_dense;
     for (const auto& p : st.model->params().all()) {
-      if (p->kind == ParamKind::kDense) dense.add(p->name, p->value);
+      if (p->kind == ParamKind::kDense) dense.add(p->name, p->slice_of(host.masters));
     }
     for (const auto& s : opt) {
-      if (s.param->kind == ParamKind::kDense) opt_dense.add(s.name, *s.value);
+      if (s.param->kind == ParamKind::kDense) opt_dense.add(s.name, s.param->slice_of(host.state[s.slot]));
     }
     MOE_RETURN_IF_ERROR(dense.write(tmp + "/" + kDenseFile));
     MOE_RETURN_IF_ERROR(opt_dense.write(tmp + "/" + kOptDenseFile));
@@ -56,17 +74,20 @@ Status write_files(const std::string& tmp, const TrainingState& st, const comm::
   }
   if (dp_rank_of(g) == 0) {
     // One copy of the expert shards: the first DP group's (every DP replica is identical).
+    MOE_ASSIGN_OR_RETURN(HostArenas host, read_back_arenas(st, ParamKind::kExpert));
     ckpt::SafetensorsWriter experts, opt_experts;
     int64_t first = 0, local = 0, global = 0;
     for (const auto& p : st.model->params().all()) {
       if (p->kind != ParamKind::kExpert) continue;
-      experts.add(p->name, p->value);
+      experts.add(p->name, p->slice_of(host.masters));
       first = p->first_expert;
-      local = p->value.dim(0);
+      local = p->shape[0];
       global = p->global_experts;
     }
     for (const auto& s : opt) {
-      if (s.param->kind == ParamKind::kExpert) opt_experts.add(s.name, *s.value);
+      if (s.param->kind == ParamKind::kExpert) {
+        opt_experts.add(s.name, s.param->slice_of(host.state[s.slot]));
+      }
     }
     for (auto* w : {&experts, &opt_experts}) {
       w->set_metadata("first_expert", std::to_string(first));
@@ -115,6 +136,8 @@ Status read_expert_tensor(const std::vector<ckpt::SafetensorsFile>& shards, cons
   return Status::OK();
 }
 
+// Reads every parameter (and, with an optimizer, its state) into host arenas laid out like the
+// device ones, then uploads them and refreshes the working copies.
 Status load_into(const std::string& dir, const CheckpointManifestInfo& m, TransformerLM* model,
                  Optimizer* optimizer) {
   MOE_ASSIGN_OR_RETURN(ckpt::SafetensorsFile dense, ckpt::SafetensorsFile::open(dir + "/" + kDenseFile));
@@ -125,23 +148,47 @@ Status load_into(const std::string& dir, const CheckpointManifestInfo& m, Transf
       (f.kind == CheckpointFileKind::kExpertShard ? shards : opt_shards).push_back(std::move(s));
     }
   }
-  for (const auto& p : model->params().all()) {
+  ParameterSet& params = model->params();
+  Context& ctx = model->context();
+  auto host_like = [&](const Tensor& arena) { return Tensor::empty(arena.shape(), arena.dtype()); };
+  const Tensor host_masters[2] = {host_like(params.masters(ParamKind::kDense)),
+                                  host_like(params.masters(ParamKind::kExpert))};
+  auto arena = [](ParamKind kind) { return kind == ParamKind::kDense ? 0 : 1; };
+  for (const auto& p : params.all()) {
+    const TensorView dst = p->slice_of(host_masters[arena(p->kind)]);
     if (p->kind == ParamKind::kDense) {
-      MOE_RETURN_IF_ERROR(dense.read_into(p->name, p->value));
+      MOE_RETURN_IF_ERROR(dense.read_into(p->name, dst));
     } else {
-      MOE_RETURN_IF_ERROR(read_expert_tensor(shards, p->name, p->first_expert, p->value));
+      MOE_RETURN_IF_ERROR(read_expert_tensor(shards, p->name, p->first_expert, dst));
     }
   }
-  if (optimizer == nullptr) return Status::OK();
+  for (ParamKind kind : {ParamKind::kDense, ParamKind::kExpert}) {
+    MOE_RETURN_IF_ERROR(ctx.copy(host_masters[arena(kind)], params.masters(kind)));
+  }
+  MOE_RETURN_IF_ERROR(params.refresh_working());
+  if (optimizer == nullptr) return ctx.synchronize();  // the host arenas are freed on return
   MOE_ASSIGN_OR_RETURN(ckpt::SafetensorsFile opt_dense, ckpt::SafetensorsFile::open(dir + "/" + kOptDenseFile));
-  for (const auto& s : optimizer->state_tensors()) {
-    if (s.param->kind == ParamKind::kDense) {
-      MOE_RETURN_IF_ERROR(opt_dense.read_into(s.name, *s.value));
-    } else {
-      MOE_RETURN_IF_ERROR(read_expert_tensor(opt_shards, s.name, s.param->first_expert, *s.value));
+  std::vector<Tensor> host_state;  // [slot * 2 + kind]
+  for (int slot = 0; slot < optimizer->slots(); ++slot) {
+    for (ParamKind kind : {ParamKind::kDense, ParamKind::kExpert}) {
+      host_state.push_back(host_like(optimizer->state(slot, kind)));
     }
   }
-  return Status::OK();
+  for (const auto& s : optimizer->state_tensors()) {
+    const TensorView dst = s.param->slice_of(host_state[s.slot * 2 + arena(s.param->kind)]);
+    if (s.param->kind == ParamKind::kDense) {
+      MOE_RETURN_IF_ERROR(opt_dense.read_into(s.name, dst));
+    } else {
+      MOE_RETURN_IF_ERROR(read_expert_tensor(opt_shards, s.name, s.param->first_expert, dst));
+    }
+  }
+  for (int slot = 0; slot < optimizer->slots(); ++slot) {
+    for (ParamKind kind : {ParamKind::kDense, ParamKind::kExpert}) {
+      MOE_RETURN_IF_ERROR(
+          ctx.copy(host_state[slot * 2 + arena(kind)], optimizer->state(slot, kind)));
+    }
+  }
+  return ctx.synchronize();
 }
 
 }  // namespace
@@ -174,7 +221,7 @@ StatusOr<std::string> save_checkpoint(const std::string& run_dir, const Training
       m.ep_size = ep_size_of(g);
       m.dp_size = g == nullptr ? 1 : g->dp_size;
       m.vocab_fingerprint = st.vocab->fingerprint();
-      m.dtype = dtype_name(st.model->params().dtype());
+      m.dtype = dtype_name(st.model->params().master_dtype());
       const std::vector<std::pair<std::string, CheckpointFileKind>> common = {
           {kDenseFile, CheckpointFileKind::kDense},
           {kOptDenseFile, CheckpointFileKind::kOptimizerDense},
@@ -213,9 +260,9 @@ Status restore_checkpoint(const std::string& dir, const TrainingState& st,
           m.vocab_fingerprint, ", but the vocabulary built from ", st.vocab_source, " has 0x",
           st.vocab->fingerprint(), std::dec, " (the training corpus or vocabulary options changed)");
     }
-    if (m.dtype != dtype_name(st.model->params().dtype())) {
+    if (m.dtype != dtype_name(st.model->params().master_dtype())) {
       return failed_precondition_error("checkpoint ", dir, " holds ", m.dtype, " parameters, this run ",
-                                       dtype_name(st.model->params().dtype()));
+                                       dtype_name(st.model->params().master_dtype()));
     }
     MOE_RETURN_IF_ERROR(load_into(dir, m, st.model, st.optimizer));
     data::DataCursor cursor;

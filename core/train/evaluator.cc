@@ -17,7 +17,8 @@ StatusOr<EvalResult> evaluate_perplexity(TransformerLM* model, const data::Seque
   const int64_t total = max_sequences > 0 ? std::min(max_sequences, set.size()) : set.size();
   const int64_t s = set.seq_len();
   const int64_t chunk = batch * ranks;  // sequences per collective round
-  EvalResult result;
+  Context& ctx = model->context();
+  MOE_ASSIGN_OR_RETURN(Tensor sums, ctx.zeros({TransformerLM::kLossSlots}, DType::kF64));
   Tensor inputs = Tensor::empty({batch, s}, DType::kI32);
   Tensor targets = Tensor::empty({batch, s}, DType::kI32);
   for (int64_t start = 0; start < total; start += chunk) {
@@ -29,23 +30,22 @@ StatusOr<EvalResult> evaluate_perplexity(TransformerLM* model, const data::Seque
     while (static_cast<int64_t>(mine.size()) < batch) mine.push_back(0);
     MOE_RETURN_IF_ERROR(set.fill(mine, inputs, targets));
     for (int64_t i = real * s; i < batch * s; ++i) targets.data<int32_t>()[i] = -1;
-    StepContext ctx;
-    ctx.batch = batch;
-    ctx.seq_len = s;
-    ctx.sequence_offset = start + static_cast<int64_t>(rank) * batch;
-    ctx.seed = seed;
-    ctx.training = false;
-    ctx.stats_comm = world;
-    MOE_ASSIGN_OR_RETURN(LossResult loss, model->evaluate(inputs, targets, ctx, nullptr));
-    result.loss_sum += loss.loss_sum;
-    result.tokens += loss.tokens;
+    StepContext step;
+    step.batch = batch;
+    step.seq_len = s;
+    step.sequence_offset = start + static_cast<int64_t>(rank) * batch;
+    step.seed = seed;
+    step.training = false;
+    step.stats_comm = world;
+    MOE_RETURN_IF_ERROR(model->evaluate(inputs, targets, step, sums, {}));
   }
   if (world != nullptr && ranks > 1) {
-    Tensor sums = Tensor::from_vector<double>({2}, {result.loss_sum, static_cast<double>(result.tokens)});
-    MOE_RETURN_IF_ERROR(world->all_reduce(sums, sums, comm::ReduceOp::kSum));
-    result.loss_sum = sums.data<double>()[0];
-    result.tokens = static_cast<int64_t>(std::llround(sums.data<double>()[1]));
+    MOE_RETURN_IF_ERROR(world->all_reduce(sums, sums, comm::ReduceOp::kSum, ctx.stream()));
   }
+  MOE_ASSIGN_OR_RETURN(Tensor host, ctx.read_back(sums));  // one wait per evaluation
+  EvalResult result;
+  result.loss_sum = host.data<double>()[TransformerLM::kLossSum];
+  result.tokens = static_cast<int64_t>(std::llround(host.data<double>()[TransformerLM::kLossTokens]));
   return result;
 }
 

@@ -1,7 +1,7 @@
-// Gradient reduction for EP x DP: dense gradients are summed over the world (every rank holds a
-// replica), expert gradients over the DP group (the ranks holding the same expert shard). Both
-// are packed into one buffer per group so that each is a single all-reduce. Also the global
-// gradient norm, which counts every expert shard once.
+// Gradient reduction for EP x DP, in place on the ParameterSet's gradient arenas (no packing):
+// dense gradients are summed over the world (every rank holds a replica), expert gradients over
+// the DP group (the ranks holding the same expert shard): one all-reduce per kind. Also the
+// squared gradient norm, on the device, for clipping and the non-finite check.
 #pragma once
 
 #include "comm/communicator.h"
@@ -9,13 +9,12 @@
 
 namespace moe {
 
-// world and dp may be null (one rank / no DP replicas).
+// world and dp may be null (one rank / no DP replicas). Stream-ordered on the params' context.
 Status all_reduce_gradients(ParameterSet* params, comm::Communicator* world,
                             comm::Communicator* dp);
-// sqrt(sum of dense squares + sum over the EP group of expert-shard squares). Call after
-// all_reduce_gradients: dense gradients are then identical everywhere. ep may be null.
-StatusOr<double> global_grad_norm(const ParameterSet& params, comm::Communicator* ep);
-// Multiplies every gradient by `scale`.
-Status scale_gradients(ParameterSet* params, double scale);
+// out f64 [2] (accumulated): out[0] += the sum of squares of the dense gradients, out[1] += that
+// of this rank's expert shards. After all_reduce_gradients the dense part is the same on every
+// rank; the global norm is sqrt(out[0] + the sum of out[1] over the EP group).
+Status gradient_squares(ParameterSet* params, const TensorView& out);
 
 }  // namespace moe

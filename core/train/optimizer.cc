@@ -4,40 +4,51 @@
 
 namespace moe {
 
-Optimizer::Optimizer(const OptimizerConfig& cfg, ParameterSet* params) : cfg_(cfg), params_(params) {
-  for (const auto& p : params->all()) {
-    const bool needs_first = cfg.kind == OptimizerKind::kAdamW || cfg.momentum > 0;
-    first_.push_back(needs_first ? Tensor::zeros(p->value.shape(), p->value.dtype()) : Tensor());
-    second_.push_back(cfg.kind == OptimizerKind::kAdamW
-                          ? Tensor::zeros(p->value.shape(), p->value.dtype())
-                          : Tensor());
-  }
+int Optimizer::slots() const {
+  if (cfg_.kind == OptimizerKind::kAdamW) return 2;
+  return cfg_.momentum > 0 ? 1 : 0;
 }
 
-Status Optimizer::step(double lr, int64_t step) {
-  const auto& all = params_->all();
-  for (size_t i = 0; i < all.size(); ++i) {
-    Parameter& p = *all[i];
-    const double wd = p.weight_decay ? cfg_.weight_decay : 0.0;
-    if (cfg_.kind == OptimizerKind::kAdamW) {
-      kernels::AdamWArgs a{lr, cfg_.beta1, cfg_.beta2, cfg_.eps, wd, step + 1};
-      MOE_RETURN_IF_ERROR(kernels::adamw_step(a, p.value, p.grad, first_[i], second_[i])
-                              .with_context(p.name));
-    } else {
-      kernels::SgdArgs a{lr, cfg_.momentum, wd, step == 0};
-      MOE_RETURN_IF_ERROR(kernels::sgd_step(a, p.value, p.grad, first_[i]).with_context(p.name));
+StatusOr<std::unique_ptr<Optimizer>> Optimizer::create(const OptimizerConfig& cfg,
+                                                       ParameterSet* params) {
+  std::unique_ptr<Optimizer> opt(new Optimizer(cfg, params));
+  Context& ctx = params->context();
+  for (int slot = 0; slot < opt->slots(); ++slot) {
+    for (ParamKind kind : {ParamKind::kDense, ParamKind::kExpert}) {
+      MOE_ASSIGN_OR_RETURN(opt->state_[slot][kind == ParamKind::kDense ? 0 : 1],
+                           ctx.zeros({params->numel(kind)}, params->master_dtype()));
     }
   }
-  return Status::OK();
+  return opt;
 }
 
-std::vector<Optimizer::StateTensor> Optimizer::state_tensors() {
+Status Optimizer::step(double lr, int64_t step, double grad_scale) {
+  Context& ctx = params_->context();
+  for (const auto& owned : params_->all()) {
+    const Parameter& p = *owned;
+    const double wd = p.weight_decay ? cfg_.weight_decay : 0.0;
+    if (cfg_.kind == OptimizerKind::kAdamW) {
+      kernels::AdamWArgs a{lr, cfg_.beta1, cfg_.beta2, cfg_.eps, wd, step + 1, grad_scale};
+      MOE_RETURN_IF_ERROR(kernels::adamw_step(ctx, a, p.master, p.grad,
+                                              p.slice_of(state(0, p.kind)),
+                                              p.slice_of(state(1, p.kind)))
+                              .with_context(p.name));
+    } else {
+      kernels::SgdArgs a{lr, cfg_.momentum, wd, step == 0, grad_scale};
+      const TensorView buf = slots() > 0 ? p.slice_of(state(0, p.kind)) : TensorView();
+      MOE_RETURN_IF_ERROR(kernels::sgd_step(ctx, a, p.master, p.grad, buf).with_context(p.name));
+    }
+  }
+  return params_->refresh_working();
+}
+
+std::vector<Optimizer::StateTensor> Optimizer::state_tensors() const {
   std::vector<StateTensor> out;
-  const auto& all = params_->all();
-  const char* first_name = cfg_.kind == OptimizerKind::kAdamW ? ".adam_m" : ".momentum";
-  for (size_t i = 0; i < all.size(); ++i) {
-    if (first_[i].numel() > 0) out.push_back({all[i]->name + first_name, all[i].get(), &first_[i]});
-    if (second_[i].numel() > 0) out.push_back({all[i]->name + ".adam_v", all[i].get(), &second_[i]});
+  const char* names[2] = {cfg_.kind == OptimizerKind::kAdamW ? ".adam_m" : ".momentum", ".adam_v"};
+  for (const auto& p : params_->all()) {
+    for (int slot = 0; slot < slots(); ++slot) {
+      out.push_back({p->name + names[slot], p.get(), slot, p->slice_of(state(slot, p->kind))});
+    }
   }
   return out;
 }

@@ -7,6 +7,7 @@
 #include "core/base/logging.h"
 #include "core/checkpoint/checkpoint_io.h"
 #include "core/train/grad_sync.h"
+#include "kernels/moe_stats.h"
 
 namespace moe {
 namespace {
@@ -67,10 +68,16 @@ Status Trainer::setup() {
   MOE_RETURN_IF_ERROR(cfg_.model.validate(cfg_.parallel.ep));
   if (!data_->train) return invalid_argument_error("no training split");
 
-  model_ = std::make_unique<TransformerLM>(cfg_.model, opts_.dtype,
-                                           has_groups_ ? groups_.ep.get() : nullptr);
+  if (t.device == DeviceKind::kCuda) {
+    return unimplemented_error("train.device = CUDA: this build has no CUDA kernels yet (every op "
+                               "runs on the CPU); use train.device = CPU");
+  }
+  ctx_ = Context::host(opts_.context);
+  MOE_ASSIGN_OR_RETURN(model_, TransformerLM::create(cfg_.model, ctx_.get(),
+                                                     activation_dtype(t.precision),
+                                                     has_groups_ ? groups_.ep.get() : nullptr));
   MOE_RETURN_IF_ERROR(model_->init_parameters(t.seed));
-  optimizer_ = std::make_unique<Optimizer>(t.optimizer, &model_->params());
+  MOE_ASSIGN_OR_RETURN(optimizer_, Optimizer::create(t.optimizer, &model_->params()));
   MOE_ASSIGN_OR_RETURN(data::BatchScheduler sched,
                        data::BatchScheduler::create(data_->train->size(), t.batch_size, t.seed));
   scheduler_.emplace(std::move(sched));
@@ -95,9 +102,10 @@ Status Trainer::setup() {
 
   if (rank == 0) {
     int64_t dense = 0, expert = 0;
-    for (const auto& p : model_->params().all()) (p->kind == ParamKind::kDense ? dense : expert) += p->value.numel();
+    for (const auto& p : model_->params().all()) (p->kind == ParamKind::kDense ? dense : expert) += p->numel();
     coordinator_->print(str_cat("momoe: ", ranks, " rank(s), ep ", cfg_.parallel.ep, " x dp ",
-                                ranks / cfg_.parallel.ep, "; vocabulary ", vocab, " words; ",
+                                ranks / cfg_.parallel.ep, "; ", precision_name(t.precision),
+                                " on the CPU; vocabulary ", vocab, " words; ",
                                 data_->train->size(), " training sequences of ", cfg_.model.seq_len,
                                 " tokens; ", cfg_.model.blocks.size(), " blocks (",
                                 model_->num_moe_layers(), " MoE); parameters: ", dense,
@@ -126,12 +134,10 @@ StatusOr<std::string> Trainer::save() {
   return dir;
 }
 
-StatusOr<std::vector<double>> Trainer::probe_flip_rates() {
-  std::vector<double> rates;
+StatusOr<bool> Trainer::probe_flips(const TensorView& flips) {
   const TrainConfig& t = cfg_.train;
-  if (t.probe_every <= 0 || model_->num_moe_layers() == 0) return rates;
-  const int64_t step = steps_done();
-  if (step % t.probe_every != 0) return rates;
+  if (t.probe_every <= 0 || model_->num_moe_layers() == 0) return false;
+  if (steps_done() % t.probe_every != 0) return false;
   // The probe: the first probe_sequences validation (else training) sequences, the same on
   // every rank, routed in evaluation mode.
   const data::SequenceSet& set = data_->valid ? *data_->valid : *data_->train;
@@ -147,19 +153,14 @@ StatusOr<std::vector<double>> Trainer::probe_flip_rates() {
   ctx.seed = t.seed;
   ctx.stats_comm = world_;
   MOE_ASSIGN_OR_RETURN(std::vector<Tensor> top1s, model_->route_probe(inputs, ctx));
-  for (size_t l = 0; l < top1s.size(); ++l) {
-    double rate = 0;
-    if (l < previous_probe_.size()) {
-      int64_t flips = 0;
-      for (int64_t i = 0; i < top1s[l].numel(); ++i) {
-        flips += top1s[l].data<int32_t>()[i] != previous_probe_[l].data<int32_t>()[i];
-      }
-      rate = static_cast<double>(flips) / static_cast<double>(top1s[l].numel());
+  if (previous_probe_.size() == top1s.size()) {
+    for (size_t l = 0; l < top1s.size(); ++l) {
+      MOE_RETURN_IF_ERROR(kernels::count_mismatches(*ctx_, top1s[l], previous_probe_[l],
+                                                    flips.rows(l, l + 1)));
     }
-    rates.push_back(rate);
   }
   previous_probe_ = std::move(top1s);
-  return rates;
+  return true;
 }
 
 StatusOr<StepStatsInfo> Trainer::step() {
@@ -168,17 +169,22 @@ StatusOr<StepStatsInfo> Trainer::step() {
   const int ranks = world_ == nullptr ? 1 : world_->world_size();
   const int rank = world_ == nullptr ? 0 : world_->rank();
   const int64_t step = steps_done();
-  MOE_ASSIGN_OR_RETURN(std::vector<double> flips, probe_flip_rates());
+  const int layers = model_->num_moe_layers();
+
+  // The step buffer (f64, on the device): loss sums | grad squares (dense, expert) | the
+  // all-reduced loss sum | probe flips per MoE layer | router statistics.
+  enum : int64_t { kLoss = 0, kGradSq = TransformerLM::kLossSlots, kGlobalLoss = kGradSq + 2,
+                   kFlips = kGlobalLoss + 1 };
+  const int64_t stats_at = kFlips + layers;
+  MOE_ASSIGN_OR_RETURN(Tensor buffer, ctx_->zeros({stats_at + model_->stats_size()}, DType::kF64));
+  const TensorView loss_sums = buffer.view().rows(kLoss, kLoss + TransformerLM::kLossSlots);
+  const TensorView stats_block = buffer.view().rows(stats_at, buffer.numel());
+  MOE_ASSIGN_OR_RETURN(bool probed, probe_flips(buffer.view().rows(kFlips, kFlips + layers)));
 
   const std::vector<int64_t> global = scheduler_->next();
   const int64_t micro = t.batch_size / t.grad_accum;
   const int64_t s = cfg_.model.seq_len;
   MOE_RETURN_IF_ERROR(model_->params().zero_grads());
-  StepStatsInfo stats;
-  stats.step = step;
-  stats.rank = rank;
-  stats.learning_rate = t.learning_rate(step);
-  LossResult loss;
   Tensor inputs = Tensor::empty({micro_batch_per_rank_, s}, DType::kI32);
   Tensor targets = Tensor::empty({micro_batch_per_rank_, s}, DType::kI32);
   const double scale = 1.0 / static_cast<double>(ranks * t.grad_accum);
@@ -186,6 +192,9 @@ StatusOr<StepStatsInfo> Trainer::step() {
     const std::vector<int64_t> micro_ids(global.begin() + a * micro, global.begin() + (a + 1) * micro);
     MOE_ASSIGN_OR_RETURN(std::vector<int64_t> mine, data::split_for_rank(micro_ids, ranks, rank));
     MOE_RETURN_IF_ERROR(data_->train->fill(mine, inputs, targets));
+    // The loss is the mean over this micro-batch's counted targets (host data, counted here).
+    int64_t counted = 0;
+    for (int64_t i = 0; i < targets.numel(); ++i) counted += targets.data<int32_t>()[i] >= 0;
     StepContext ctx;
     ctx.batch = micro_batch_per_rank_;
     ctx.seq_len = s;
@@ -196,35 +205,61 @@ StatusOr<StepStatsInfo> Trainer::step() {
     ctx.training = true;
     ctx.stats_comm = world_;
     TransformerLM::Activations acts;
-    LossResult micro_loss;
-    MOE_RETURN_IF_ERROR(model_->forward(inputs, targets, ctx, &acts, &micro_loss, &stats.layers));
-    MOE_RETURN_IF_ERROR(model_->backward(acts, scale, scale));
-    loss.loss_sum += micro_loss.loss_sum;
-    loss.tokens += micro_loss.tokens;
-    loss.aux_loss += micro_loss.aux_loss / static_cast<double>(t.grad_accum);
+    MOE_RETURN_IF_ERROR(model_->forward(inputs, targets, ctx, &acts, loss_sums, stats_block));
+    MOE_RETURN_IF_ERROR(
+        model_->backward(acts, counted > 0 ? scale / static_cast<double>(counted) : 0.0, scale));
   }
-  stats.loss = loss.mean();
-  stats.aux_loss = loss.aux_loss;
-  stats.tokens = loss.tokens;
 
   MOE_RETURN_IF_ERROR(all_reduce_gradients(&model_->params(), world_,
                                            has_groups_ ? groups_.dp.get() : nullptr));
-  // Every rank must agree on skipping: the global loss decides.
-  double global_loss = loss.loss_sum;
+  MOE_RETURN_IF_ERROR(gradient_squares(&model_->params(), buffer.view().rows(kGradSq, kGradSq + 2)));
+  // Every rank must agree on skipping: the global loss and the global norm decide. Expert shards
+  // count once per EP group; dense gradients are already identical everywhere.
+  MOE_RETURN_IF_ERROR(ctx_->copy(buffer.view().rows(kLoss, kLoss + 1),
+                                 buffer.view().rows(kGlobalLoss, kGlobalLoss + 1)));
   if (world_ != nullptr && ranks > 1) {
-    Tensor v = Tensor::from_vector<double>({1}, {loss.loss_sum});
-    MOE_RETURN_IF_ERROR(world_->all_reduce(v, v, comm::ReduceOp::kSum));
-    global_loss = v.data<double>()[0];
+    MOE_RETURN_IF_ERROR(world_->all_reduce(buffer.view().rows(kGlobalLoss, kGlobalLoss + 1),
+                                           buffer.view().rows(kGlobalLoss, kGlobalLoss + 1),
+                                           comm::ReduceOp::kSum, ctx_->stream()));
   }
-  MOE_ASSIGN_OR_RETURN(double norm, global_grad_norm(model_->params(),
-                                                     has_groups_ ? groups_.ep.get() : nullptr));
+  if (has_groups_ && groups_.ep->world_size() > 1) {
+    MOE_RETURN_IF_ERROR(groups_.ep->all_reduce(buffer.view().rows(kGradSq + 1, kGradSq + 2),
+                                               buffer.view().rows(kGradSq + 1, kGradSq + 2),
+                                               comm::ReduceOp::kSum, ctx_->stream()));
+  }
+  MOE_ASSIGN_OR_RETURN(Tensor host, ctx_->read_back(buffer));  // the step's one wait
+  const double* v = host.data<double>();
+
+  StepStatsInfo stats;
+  stats.step = step;
+  stats.rank = rank;
+  stats.learning_rate = t.learning_rate(step);
+  stats.tokens = static_cast<int64_t>(std::llround(v[kLoss + TransformerLM::kLossTokens]));
+  stats.loss = stats.tokens > 0 ? v[kLoss + TransformerLM::kLossSum] / static_cast<double>(stats.tokens) : 0.0;
+  stats.aux_loss = v[kLoss + TransformerLM::kAuxLoss] / static_cast<double>(t.grad_accum);
+  const double norm = std::sqrt(v[kGradSq] + v[kGradSq + 1]);
   stats.grad_norm = norm;
-  stats.skipped = !std::isfinite(global_loss) || !std::isfinite(norm);
+  stats.skipped = !std::isfinite(v[kGlobalLoss]) || !std::isfinite(norm);
+  stats.layers.resize(layers);
+  for (int l = 0; l < layers; ++l) {
+    RouterStatsInfo& info = stats.layers[l];
+    RouterStatsLayout(model_->moe_experts(l)).read(v + stats_at + model_->stats_offset(l), &info);
+    info.moe_index = l;
+  }
+  int moe = 0;
+  for (const auto& b : model_->blocks()) {
+    if (b->is_moe()) stats.layers[moe++].block = b->moe()->block();
+  }
+  std::vector<double> flips;
+  if (probed) {
+    const double probe_tokens =
+        static_cast<double>(std::min<int64_t>(t.probe_sequences, (data_->valid ? *data_->valid : *data_->train).size()) *
+                            cfg_.model.seq_len);
+    for (int l = 0; l < layers; ++l) flips.push_back(v[kFlips + l] / probe_tokens);
+  }
   if (!stats.skipped) {
-    if (t.grad_clip > 0 && norm > t.grad_clip) {
-      MOE_RETURN_IF_ERROR(scale_gradients(&model_->params(), t.grad_clip / norm));
-    }
-    MOE_RETURN_IF_ERROR(optimizer_->step(stats.learning_rate, updates_));
+    const double grad_scale = (t.grad_clip > 0 && norm > t.grad_clip) ? t.grad_clip / norm : 1.0;
+    MOE_RETURN_IF_ERROR(optimizer_->step(stats.learning_rate, updates_, grad_scale));
     ++updates_;
   }
   stats.step_seconds = seconds_since(t0);

@@ -7,6 +7,10 @@
 //     of the MoE layers' aux losses; dense gradients are summed over the world and expert
 //     gradients over the DP group;
 //   - a non-finite loss or gradient norm skips the update (reported as an anomaly);
+//   - device-neutral: every rank owns one Context (train.device, train.precision); losses,
+//     gradient norms and router statistics accumulate in one device step buffer that is read
+//     back once per step, right before the optimizer update (the step's only wait in capacity
+//     mode; a dropless MoE layer adds one small counts read per forward);
 //   - rank 0's Coordinator writes stats.pb and prints progress; evaluation reports clean and
 //     word-swap-attacked perplexity.
 #pragma once
@@ -18,6 +22,7 @@
 
 #include "comm/communicator.h"
 #include "comm/process_groups.h"
+#include "core/base/context.h"
 #include "core/base/run_config.h"
 #include "core/data/batch_scheduler.h"
 #include "core/model/transformer.h"
@@ -33,7 +38,8 @@ struct TrainerOptions {
   std::string run_dir;           // statistics, checkpoints and the token cache go here
   bool resume = true;            // continue from the newest checkpoint in run_dir when present
   std::FILE* progress = stdout;  // rank 0's progress lines (nullptr: silent)
-  DType dtype = DType::kF32;
+  // The host context's options (tests guard host access to its tensors).
+  ContextOptions context;
   // Called after every completed step with the number of steps done (fault injection, hooks).
   std::function<void(int64_t)> after_step;
 };
@@ -64,6 +70,7 @@ class Trainer {
 
   int64_t steps_done() const { return scheduler_->cursor().step; }
   TransformerLM& model() { return *model_; }
+  Context& context() { return *ctx_; }
   const RunConfig& config() const { return cfg_; }
   const RunData& data() const { return *data_; }
   Coordinator& coordinator() { return *coordinator_; }
@@ -72,11 +79,14 @@ class Trainer {
   Trainer(const RunConfig& cfg, const TrainerOptions& opts, comm::Communicator* world);
   Status setup();
   TrainingState training_state();
-  StatusOr<std::vector<double>> probe_flip_rates();
+  // Probe step: routes the probe batch and counts, per MoE layer, the tokens whose top-1 expert
+  // changed since the last probe into flips (f64 [L], on the device). Returns whether it probed.
+  StatusOr<bool> probe_flips(const TensorView& flips);
 
   RunConfig cfg_;
   TrainerOptions opts_;
   comm::Communicator* world_;
+  std::unique_ptr<Context> ctx_;
   comm::ProcessGroups groups_;
   bool has_groups_ = false;
   std::unique_ptr<RunData> data_;
@@ -85,7 +95,7 @@ class Trainer {
   std::optional<data::BatchScheduler> scheduler_;
   std::unique_ptr<Coordinator> coordinator_;
   int64_t updates_ = 0;  // optimiser updates applied (skipped steps excluded)
-  std::vector<Tensor> previous_probe_;  // per MoE layer, the probe batch's argmax experts
+  std::vector<Tensor> previous_probe_;  // per MoE layer, the probe batch's argmax experts (device)
   int64_t micro_batch_per_rank_ = 0;
   std::string resumed_from_;
 };

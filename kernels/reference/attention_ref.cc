@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
+#include "core/base/dtype.h"
 #include "kernels/reference/blas_ref.h"
 
 namespace moe::kernels::ref {
@@ -18,6 +20,53 @@ void mask_row(const AttentionArgs& a, int64_t b, int64_t h, int64_t i, T inv_kee
   }
 }
 
+// One (b, h) head in the compute type C (float or double): q, k, v [S, Dh] with row stride ld.
+// bf16 heads are widened into these buffers; f32/f64 heads are used in place.
+template <typename A, typename C>
+struct HeadView {
+  std::vector<C> q_buf, k_buf, v_buf;
+  const C* q;
+  const C* k;
+  const C* v;
+  int64_t ld;
+  HeadView(const A* base, int64_t S, int64_t D, int64_t Dh, int64_t h) {
+    if constexpr (std::is_same_v<A, C>) {
+      q = base + h * Dh;
+      k = base + D + h * Dh;
+      v = base + 2 * D + h * Dh;
+      ld = 3 * D;
+    } else {
+      q_buf.resize(S * Dh);
+      k_buf.resize(S * Dh);
+      v_buf.resize(S * Dh);
+      for (int64_t s = 0; s < S; ++s) {
+        for (int64_t c = 0; c < Dh; ++c) {
+          q_buf[s * Dh + c] = static_cast<C>(base[s * 3 * D + h * Dh + c]);
+          k_buf[s * Dh + c] = static_cast<C>(base[s * 3 * D + D + h * Dh + c]);
+          v_buf[s * Dh + c] = static_cast<C>(base[s * 3 * D + 2 * D + h * Dh + c]);
+        }
+      }
+      q = q_buf.data();
+      k = k_buf.data();
+      v = v_buf.data();
+      ld = Dh;
+    }
+  }
+};
+
+// dst[s, :] (row stride ld_dst, type A) = src[s, :] (row stride Dh, type C), S rows of Dh.
+template <typename A, typename C>
+void store_rows(const C* src, int64_t S, int64_t Dh, A* dst, int64_t ld_dst) {
+  for (int64_t s = 0; s < S; ++s)
+    for (int64_t c = 0; c < Dh; ++c) dst[s * ld_dst + c] = static_cast<A>(src[s * Dh + c]);
+}
+
+// P[i, :] = exp(scale * q_i . k_j - lse_i) for j <= i, 0 above the diagonal (scores in p).
+template <typename C>
+void scores(const C* q, const C* k, int64_t ld, int64_t S, int64_t Dh, C scale, C* p) {
+  gemm<C>(false, true, S, S, Dh, scale, q, ld, k, ld, C(0), p, S);
+}
+
 }  // namespace
 
 bool attention_keep(const AttentionArgs& a, int64_t b, int64_t h, int64_t i, int64_t j) {
@@ -28,25 +77,25 @@ bool attention_keep(const AttentionArgs& a, int64_t b, int64_t h, int64_t i, int
   return a.rng.uniform(key) >= a.dropout;
 }
 
-template <typename T>
-void attention_forward(const AttentionArgs& a, int64_t head_dim, const T* qkv, T* out, T* probs) {
+template <typename A, typename F>
+void attention_forward(const AttentionArgs& a, int64_t head_dim, const A* qkv, A* out, F* lse) {
+  using C = accum_t<A>;
   const int64_t S = a.seq_len, H = a.heads, Dh = head_dim, D = H * Dh;
-  const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(Dh)));
-  const T inv_keep = static_cast<T>(1.0 / (1.0 - static_cast<double>(a.dropout)));
+  const C scale = static_cast<C>(1.0 / std::sqrt(static_cast<double>(Dh)));
+  const C inv_keep = static_cast<C>(1.0 / (1.0 - static_cast<double>(a.dropout)));
   const bool drop = a.dropout > 0.f;
-  std::vector<T> dropped(drop ? S * S : 0);  // [S, S] dropout(P) for one (b, h)
+  std::vector<C> p(S * S);  // [S, S] probabilities (then dropout(P)) of one (b, h)
+  std::vector<C> mask(drop ? S : 0);
+  std::vector<C> o(std::is_same_v<A, C> ? 0 : S * Dh);
   std::vector<double> e(S);
   for (int64_t b = 0; b < a.batch; ++b) {
-    const T* base = qkv + b * S * 3 * D;
+    const A* base = qkv + b * S * 3 * D;
     for (int64_t h = 0; h < H; ++h) {
-      const T* q = base + h * Dh;
-      const T* k = base + D + h * Dh;
-      const T* v = base + 2 * D + h * Dh;
-      T* p = probs + (b * H + h) * S * S;
-      // p = scale * Q K^T [S, S]; entries above the diagonal are overwritten below.
-      gemm<T>(false, true, S, S, Dh, scale, q, 3 * D, k, 3 * D, T(0), p, S);
+      const HeadView<A, C> hv(base, S, D, Dh, h);
+      scores<C>(hv.q, hv.k, hv.ld, S, Dh, scale, p.data());
+      F* row_lse = lse + (b * H + h) * S;
       for (int64_t i = 0; i < S; ++i) {
-        T* row = p + i * S;
+        C* row = p.data() + i * S;
         double mx = -std::numeric_limits<double>::infinity();
         for (int64_t j = 0; j <= i; ++j) mx = std::max(mx, static_cast<double>(row[j]));
         double sum = 0;
@@ -54,17 +103,22 @@ void attention_forward(const AttentionArgs& a, int64_t head_dim, const T* qkv, T
           e[j] = std::exp(static_cast<double>(row[j]) - mx);
           sum += e[j];
         }
-        for (int64_t j = 0; j <= i; ++j) row[j] = static_cast<T>(e[j] / sum);
-        for (int64_t j = i + 1; j < S; ++j) row[j] = T(0);
+        row_lse[i] = static_cast<F>(mx + std::log(sum));
+        for (int64_t j = 0; j <= i; ++j) row[j] = static_cast<C>(e[j] / sum);
+        for (int64_t j = i + 1; j < S; ++j) row[j] = C(0);
         if (drop) {
-          T* d = dropped.data() + i * S;
-          mask_row(a, b, h, i, inv_keep, d);
-          for (int64_t j = 0; j < S; ++j) d[j] *= row[j];
+          mask_row(a, b, h, i, inv_keep, mask.data());
+          for (int64_t j = 0; j < S; ++j) row[j] *= mask[j];
         }
       }
       // O[:, head h] = dropout(P) V.
-      gemm<T>(false, false, S, Dh, S, T(1), drop ? dropped.data() : p, S, v, 3 * D, T(0),
-              out + b * S * D + h * Dh, D);
+      if constexpr (std::is_same_v<A, C>) {
+        gemm<C>(false, false, S, Dh, S, C(1), p.data(), S, hv.v, hv.ld, C(0),
+                out + b * S * D + h * Dh, D);
+      } else {
+        gemm<C>(false, false, S, Dh, S, C(1), p.data(), S, hv.v, hv.ld, C(0), o.data(), Dh);
+        store_rows<A, C>(o.data(), S, Dh, out + b * S * D + h * Dh, D);
+      }
     }
   }
 }
@@ -72,56 +126,93 @@ void attention_forward(const AttentionArgs& a, int64_t head_dim, const T* qkv, T
 // With P' = dropout(P) = P * M (M the scale mask) and O = P' V:
 //   dV = P'^T dO;  dP = (dO V^T) * M;  dS_ij = P_ij (dP_ij - sum_j P_ij dP_ij);
 //   dQ = scale dS K;  dK = scale dS^T Q.
-template <typename T>
-void attention_backward(const AttentionArgs& a, int64_t head_dim, const T* d_out, const T* qkv,
-                        const T* probs, T* d_qkv) {
+// P is recomputed from the scores and the saved lse.
+template <typename A, typename F>
+void attention_backward(const AttentionArgs& a, int64_t head_dim, const A* d_out, const A* qkv,
+                        const F* lse, A* d_qkv) {
+  using C = accum_t<A>;
+  constexpr bool kWiden = !std::is_same_v<A, C>;
   const int64_t S = a.seq_len, H = a.heads, Dh = head_dim, D = H * Dh;
-  const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(Dh)));
-  const T inv_keep = static_cast<T>(1.0 / (1.0 - static_cast<double>(a.dropout)));
+  const C scale = static_cast<C>(1.0 / std::sqrt(static_cast<double>(Dh)));
+  const C inv_keep = static_cast<C>(1.0 / (1.0 - static_cast<double>(a.dropout)));
   const bool drop = a.dropout > 0.f;
-  std::vector<T> mask(drop ? S * S : 0), dropped(drop ? S * S : 0), d_p(S * S);
+  std::vector<C> p(S * S), mask(drop ? S * S : 0), dropped(drop ? S * S : 0), d_p(S * S);
+  std::vector<C> dout_buf(kWiden ? S * Dh : 0), grad_buf(kWiden ? S * Dh : 0);
   for (int64_t b = 0; b < a.batch; ++b) {
-    const T* base = qkv + b * S * 3 * D;
-    T* dbase = d_qkv + b * S * 3 * D;
-    const T* dout = d_out + b * S * D;
+    const A* base = qkv + b * S * 3 * D;
+    A* dbase = d_qkv + b * S * 3 * D;
+    const A* dout_b = d_out + b * S * D;
     for (int64_t h = 0; h < H; ++h) {
-      const T* q = base + h * Dh;
-      const T* k = base + D + h * Dh;
-      const T* v = base + 2 * D + h * Dh;
-      const T* p = probs + (b * H + h) * S * S;
+      const HeadView<A, C> hv(base, S, D, Dh, h);
+      const C* dout;
+      int64_t ld_dout;
+      if constexpr (kWiden) {
+        for (int64_t s = 0; s < S; ++s)
+          for (int64_t c = 0; c < Dh; ++c) dout_buf[s * Dh + c] = static_cast<C>(dout_b[s * D + h * Dh + c]);
+        dout = dout_buf.data();
+        ld_dout = Dh;
+      } else {
+        dout = dout_b + h * Dh;
+        ld_dout = D;
+      }
+      // Recompute P from the scores and lse.
+      scores<C>(hv.q, hv.k, hv.ld, S, Dh, scale, p.data());
+      const F* row_lse = lse + (b * H + h) * S;
+      for (int64_t i = 0; i < S; ++i) {
+        C* row = p.data() + i * S;
+        const double l = row_lse[i];
+        for (int64_t j = 0; j <= i; ++j) row[j] = static_cast<C>(std::exp(static_cast<double>(row[j]) - l));
+        for (int64_t j = i + 1; j < S; ++j) row[j] = C(0);
+      }
       if (drop) {
         for (int64_t i = 0; i < S; ++i) mask_row(a, b, h, i, inv_keep, mask.data() + i * S);
         for (int64_t x = 0; x < S * S; ++x) dropped[x] = p[x] * mask[x];
       }
-      gemm<T>(true, false, S, Dh, S, T(1), drop ? dropped.data() : p, S, dout + h * Dh, D, T(0),
-              dbase + 2 * D + h * Dh, 3 * D);
-      gemm<T>(false, true, S, S, Dh, T(1), dout + h * Dh, D, v, 3 * D, T(0), d_p.data(), S);
+      // dV = P'^T dO.
+      const C* pp = drop ? dropped.data() : p.data();
+      if constexpr (kWiden) {
+        gemm<C>(true, false, S, Dh, S, C(1), pp, S, dout, ld_dout, C(0), grad_buf.data(), Dh);
+        store_rows<A, C>(grad_buf.data(), S, Dh, dbase + 2 * D + h * Dh, 3 * D);
+      } else {
+        gemm<C>(true, false, S, Dh, S, C(1), pp, S, dout, ld_dout, C(0), dbase + 2 * D + h * Dh,
+                3 * D);
+      }
+      gemm<C>(false, true, S, S, Dh, C(1), dout, ld_dout, hv.v, hv.ld, C(0), d_p.data(), S);
       for (int64_t i = 0; i < S; ++i) {
-        T* dp = d_p.data() + i * S;
-        const T* pr = p + i * S;
+        C* dp = d_p.data() + i * S;
+        const C* pr = p.data() + i * S;
         if (drop) {
           for (int64_t j = 0; j <= i; ++j) dp[j] *= mask[i * S + j];
         }
         double dot = 0;
         for (int64_t j = 0; j <= i; ++j) dot += static_cast<double>(pr[j]) * dp[j];
         for (int64_t j = 0; j <= i; ++j) {
-          dp[j] = static_cast<T>(static_cast<double>(pr[j]) * (static_cast<double>(dp[j]) - dot));
+          dp[j] = static_cast<C>(static_cast<double>(pr[j]) * (static_cast<double>(dp[j]) - dot));
         }
-        for (int64_t j = i + 1; j < S; ++j) dp[j] = T(0);
+        for (int64_t j = i + 1; j < S; ++j) dp[j] = C(0);
       }
-      gemm<T>(false, false, S, Dh, S, scale, d_p.data(), S, k, 3 * D, T(0), dbase + h * Dh, 3 * D);
-      gemm<T>(true, false, S, Dh, S, scale, d_p.data(), S, q, 3 * D, T(0), dbase + D + h * Dh,
-              3 * D);
+      if constexpr (kWiden) {
+        gemm<C>(false, false, S, Dh, S, scale, d_p.data(), S, hv.k, hv.ld, C(0), grad_buf.data(), Dh);
+        store_rows<A, C>(grad_buf.data(), S, Dh, dbase + h * Dh, 3 * D);
+        gemm<C>(true, false, S, Dh, S, scale, d_p.data(), S, hv.q, hv.ld, C(0), grad_buf.data(), Dh);
+        store_rows<A, C>(grad_buf.data(), S, Dh, dbase + D + h * Dh, 3 * D);
+      } else {
+        gemm<C>(false, false, S, Dh, S, scale, d_p.data(), S, hv.k, hv.ld, C(0), dbase + h * Dh,
+                3 * D);
+        gemm<C>(true, false, S, Dh, S, scale, d_p.data(), S, hv.q, hv.ld, C(0),
+                dbase + D + h * Dh, 3 * D);
+      }
     }
   }
 }
 
-#define MOE_INSTANTIATE_ATTENTION(T)                                                               \
-  template void attention_forward<T>(const AttentionArgs&, int64_t, const T*, T*, T*);             \
-  template void attention_backward<T>(const AttentionArgs&, int64_t, const T*, const T*, const T*, \
-                                      T*);
-MOE_INSTANTIATE_ATTENTION(float)
-MOE_INSTANTIATE_ATTENTION(double)
+#define MOE_INSTANTIATE_ATTENTION(A, F)                                                         \
+  template void attention_forward<A, F>(const AttentionArgs&, int64_t, const A*, A*, F*);       \
+  template void attention_backward<A, F>(const AttentionArgs&, int64_t, const A*, const A*,     \
+                                         const F*, A*);
+MOE_INSTANTIATE_ATTENTION(float, float)
+MOE_INSTANTIATE_ATTENTION(double, double)
+MOE_INSTANTIATE_ATTENTION(bf16, float)
 #undef MOE_INSTANTIATE_ATTENTION
 
 }  // namespace moe::kernels::ref

@@ -1,5 +1,7 @@
-// Typed wrappers over CBLAS (OpenBLAS on the CPU) for row-major GEMM, for f32 and f64. These are
-// the CPU backend's matrix products; the naive triple loop lives only in the tests as the oracle.
+// Typed wrappers over CBLAS (OpenBLAS on the CPU) for row-major GEMM, for f32 and f64, and the
+// bf16 product (operands widened to f32 tiles, f32 accumulation: Debian's OpenBLAS is built
+// without sbgemm). These are the CPU backend's matrix products; the naive triple loop lives only
+// in the tests as the oracle.
 #pragma once
 
 #include <cstdint>
@@ -11,6 +13,14 @@ namespace moe::kernels::ref {
 template <typename T>
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, const T* a,
           int64_t lda, const T* b, int64_t ldb, T beta, T* c, int64_t ldc);
+
+// C[M, N] = alpha * op(A) op(B) + beta * C for inputs of type T (float, double or bf16) and an
+// output of type C: C = T, or C = float when T = bf16 (an fp32 output, e.g. weight gradients).
+// bf16 inputs are multiplied as f32 (exact widening) with f32 accumulation, and the result is
+// rounded once to C.
+template <typename T, typename C>
+void gemm_mixed(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha,
+                const T* a, int64_t lda, const T* b, int64_t ldb, double beta, C* c, int64_t ldc);
 
 // Optional accounting of every BLAS call (for benchmarks: the share of step time in GEMMs).
 // Off by default; counters are atomic, so ranks running as threads may share them.

@@ -4,6 +4,9 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
+
+#include "core/base/dtype.h"
 
 namespace moe::kernels::ref {
 namespace {
@@ -71,31 +74,38 @@ double cross_entropy_forward(const T* logits, const int32_t* targets, int64_t n,
   return total;
 }
 
-template <typename T>
+template <typename T, typename D>
 void cross_entropy_backward(const T* logits, const int32_t* targets, const T* lse, int64_t n,
-                            int64_t v, double scale, T* d_logits) {
+                            int64_t v, double scale, D* d_logits) {
   const T s = static_cast<T>(scale);
   for (int64_t i = 0; i < n; ++i) {
     const T* row = logits + i * v;
-    T* d = d_logits + i * v;
+    D* d = d_logits + i * v;
     if (targets[i] < 0) {
-      std::fill(d, d + v, T(0));
+      std::fill(d, d + v, D(0));
       continue;
     }
-    // Element j is read before d[j] is written, so d may alias row.
     const T l = lse[i];
-    for (int64_t j = 0; j < v; ++j) d[j] = s * vector_exp(row[j] - l);
-    d[targets[i]] -= s;
+    if constexpr (std::is_same_v<T, D>) {
+      // Element j is read before d[j] is written, so d may alias row.
+      for (int64_t j = 0; j < v; ++j) d[j] = s * vector_exp(row[j] - l);
+      d[targets[i]] -= s;
+    } else {
+      const int64_t t = targets[i];
+      for (int64_t j = 0; j < v; ++j) d[j] = static_cast<D>(s * vector_exp(row[j] - l) - (j == t ? s : T(0)));
+    }
   }
 }
 
 #define MOE_INSTANTIATE_CROSS_ENTROPY(T)                                                        \
   template double cross_entropy_forward<T>(const T*, const int32_t*, int64_t, int64_t, T*, T*,  \
                                            int64_t*);                                           \
-  template void cross_entropy_backward<T>(const T*, const int32_t*, const T*, int64_t, int64_t, \
-                                          double, T*);
+  template void cross_entropy_backward<T, T>(const T*, const int32_t*, const T*, int64_t,        \
+                                             int64_t, double, T*);
 MOE_INSTANTIATE_CROSS_ENTROPY(float)
 MOE_INSTANTIATE_CROSS_ENTROPY(double)
+template void cross_entropy_backward<float, bf16>(const float*, const int32_t*, const float*,
+                                                  int64_t, int64_t, double, bf16*);
 #undef MOE_INSTANTIATE_CROSS_ENTROPY
 
 }  // namespace moe::kernels::ref

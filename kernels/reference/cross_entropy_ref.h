@@ -11,9 +11,10 @@ namespace moe::kernels::ref {
 template <typename T>
 double cross_entropy_forward(const T* logits, const int32_t* targets, int64_t n, int64_t v, T* lse,
                              T* row_loss, int64_t* count);
-// lse [N] from the forward; d_logits [N, V] overwritten (may alias logits).
-template <typename T>
+// lse [N] from the forward; d_logits [N, V] of type D (T, or bf16 for f32 logits) overwritten
+// (may alias logits when D = T).
+template <typename T, typename D>
 void cross_entropy_backward(const T* logits, const int32_t* targets, const T* lse, int64_t n,
-                            int64_t v, double scale, T* d_logits);
+                            int64_t v, double scale, D* d_logits);
 
 }  // namespace moe::kernels::ref

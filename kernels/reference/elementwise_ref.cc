@@ -2,17 +2,21 @@
 
 #include <cmath>
 
+#include "core/base/dtype.h"
+
 namespace moe::kernels::ref {
 
 template <typename T>
 void add(const T* a, const T* b, int64_t n, T* out) {
-  for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+  for (int64_t i = 0; i < n; ++i) {
+    out[i] = static_cast<T>(static_cast<accum_t<T>>(a[i]) + static_cast<accum_t<T>>(b[i]));
+  }
 }
 
-template <typename T>
-void axpy(double alpha, const T* x, int64_t n, T* y) {
+template <typename X, typename Y>
+void axpy(double alpha, const X* x, int64_t n, Y* y) {
   for (int64_t i = 0; i < n; ++i) {
-    y[i] = static_cast<T>(static_cast<double>(y[i]) + alpha * static_cast<double>(x[i]));
+    y[i] = static_cast<Y>(static_cast<double>(y[i]) + alpha * static_cast<double>(x[i]));
   }
 }
 
@@ -21,21 +25,38 @@ void scale(double alpha, int64_t n, T* x) {
   for (int64_t i = 0; i < n; ++i) x[i] = static_cast<T>(alpha * static_cast<double>(x[i]));
 }
 
+template <typename S, typename D>
+void convert(const S* src, int64_t n, D* dst) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<D>(static_cast<accum_t<S>>(src[i]));
+}
+
 template <typename T>
-bool all_finite(const T* x, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    if (!std::isfinite(x[i])) return false;
-  }
-  return true;
+int64_t count_nonfinite(const T* x, int64_t n) {
+  int64_t bad = 0;
+  for (int64_t i = 0; i < n; ++i) bad += !std::isfinite(static_cast<accum_t<T>>(x[i]));
+  return bad;
 }
 
 #define MOE_INSTANTIATE_ELEMENTWISE(T)                   \
   template void add<T>(const T*, const T*, int64_t, T*); \
-  template void axpy<T>(double, const T*, int64_t, T*);  \
   template void scale<T>(double, int64_t, T*);           \
-  template bool all_finite<T>(const T*, int64_t);
+  template int64_t count_nonfinite<T>(const T*, int64_t);
 MOE_INSTANTIATE_ELEMENTWISE(float)
 MOE_INSTANTIATE_ELEMENTWISE(double)
+MOE_INSTANTIATE_ELEMENTWISE(bf16)
 #undef MOE_INSTANTIATE_ELEMENTWISE
+
+#define MOE_INSTANTIATE_PAIR(X, Y)                                   \
+  template void axpy<X, Y>(double, const X*, int64_t, Y*);           \
+  template void convert<X, Y>(const X*, int64_t, Y*);
+#define MOE_INSTANTIATE_PAIRS(X) \
+  MOE_INSTANTIATE_PAIR(X, float) \
+  MOE_INSTANTIATE_PAIR(X, double) \
+  MOE_INSTANTIATE_PAIR(X, bf16)
+MOE_INSTANTIATE_PAIRS(float)
+MOE_INSTANTIATE_PAIRS(double)
+MOE_INSTANTIATE_PAIRS(bf16)
+#undef MOE_INSTANTIATE_PAIRS
+#undef MOE_INSTANTIATE_PAIR
 
 }  // namespace moe::kernels::ref

@@ -3,11 +3,13 @@
 #include <cmath>
 #include <vector>
 
+#include "core/base/dtype.h"
+
 namespace moe::kernels::ref {
 
-template <typename T>
-void layernorm_forward(const T* x, const T* gamma, const T* beta, int64_t n, int64_t d, double eps,
-                       T* y, T* mean, T* rstd) {
+template <typename T, typename F>
+void layernorm_forward(const T* x, const F* gamma, const F* beta, int64_t n, int64_t d, double eps,
+                       T* y, F* mean, F* rstd) {
   for (int64_t r = 0; r < n; ++r) {
     const T* row = x + r * d;
     double m = 0;
@@ -20,8 +22,8 @@ void layernorm_forward(const T* x, const T* gamma, const T* beta, int64_t n, int
     }
     var /= static_cast<double>(d);
     const double rs = 1.0 / std::sqrt(var + eps);
-    mean[r] = static_cast<T>(m);
-    rstd[r] = static_cast<T>(rs);
+    mean[r] = static_cast<F>(m);
+    rstd[r] = static_cast<F>(rs);
     // Element j is read before y[j] is written, so y may alias x.
     for (int64_t j = 0; j < d; ++j) {
       const double xhat = (static_cast<double>(row[j]) - m) * rs;
@@ -33,9 +35,9 @@ void layernorm_forward(const T* x, const T* gamma, const T* beta, int64_t n, int
 // With xhat = (x - mean) * rstd and g = dy * gamma:
 //   dx = rstd * (g - mean_j(g) - xhat * mean_j(g * xhat)),
 //   dgamma += sum_rows dy * xhat,  dbeta += sum_rows dy.
-template <typename T>
-void layernorm_backward(const T* dy, const T* x, const T* gamma, const T* mean, const T* rstd,
-                        int64_t n, int64_t d, T* dx, T* dgamma, T* dbeta) {
+template <typename T, typename F>
+void layernorm_backward(const T* dy, const T* x, const F* gamma, const F* mean, const F* rstd,
+                        int64_t n, int64_t d, T* dx, F* dgamma, F* dbeta) {
   std::vector<double> xhat(d), g(d), dg_sum(d, 0.0), db_sum(d, 0.0);
   for (int64_t r = 0; r < n; ++r) {
     const double m = mean[r], rs = rstd[r];
@@ -57,18 +59,19 @@ void layernorm_backward(const T* dy, const T* x, const T* gamma, const T* mean, 
     }
   }
   for (int64_t j = 0; j < d; ++j) {
-    dgamma[j] = static_cast<T>(static_cast<double>(dgamma[j]) + dg_sum[j]);
-    dbeta[j] = static_cast<T>(static_cast<double>(dbeta[j]) + db_sum[j]);
+    dgamma[j] = static_cast<F>(static_cast<double>(dgamma[j]) + dg_sum[j]);
+    dbeta[j] = static_cast<F>(static_cast<double>(dbeta[j]) + db_sum[j]);
   }
 }
 
-#define MOE_INSTANTIATE_LAYERNORM(T)                                                             \
-  template void layernorm_forward<T>(const T*, const T*, const T*, int64_t, int64_t, double, T*, \
-                                     T*, T*);                                                    \
-  template void layernorm_backward<T>(const T*, const T*, const T*, const T*, const T*, int64_t, \
-                                      int64_t, T*, T*, T*);
-MOE_INSTANTIATE_LAYERNORM(float)
-MOE_INSTANTIATE_LAYERNORM(double)
+#define MOE_INSTANTIATE_LAYERNORM(T, F)                                                          \
+  template void layernorm_forward<T, F>(const T*, const F*, const F*, int64_t, int64_t, double,  \
+                                        T*, F*, F*);                                             \
+  template void layernorm_backward<T, F>(const T*, const T*, const F*, const F*, const F*,       \
+                                         int64_t, int64_t, T*, F*, F*);
+MOE_INSTANTIATE_LAYERNORM(float, float)
+MOE_INSTANTIATE_LAYERNORM(double, double)
+MOE_INSTANTIATE_LAYERNORM(bf16, float)
 #undef MOE_INSTANTIATE_LAYERNORM
 
 }  // namespace moe::kernels::ref

@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "core/base/dtype.h"
+
 namespace moe::kernels::ref {
 
 // The update in the parameter's precision (fp32 master weights, as PyTorch's AdamW), with the
@@ -17,8 +19,9 @@ void adamw_step(const AdamWArgs& a, int64_t n, T* param, const T* grad, T* m, T*
   const T b1 = static_cast<T>(a.beta1), b2 = static_cast<T>(a.beta2);
   const T c1 = static_cast<T>(1.0 - a.beta1), c2 = static_cast<T>(1.0 - a.beta2);
   const T eps = static_cast<T>(a.eps);
+  const T gs = static_cast<T>(a.grad_scale);
   for (int64_t i = 0; i < n; ++i) {
-    const T g = grad[i];
+    const T g = gs * grad[i];
     const T mi = b1 * m[i] + c1 * g;
     const T vi = b2 * v[i] + c2 * g * g;
     m[i] = mi;
@@ -31,7 +34,8 @@ template <typename T>
 void sgd_step(const SgdArgs& a, int64_t n, T* param, const T* grad, T* buf) {
   const bool momentum = a.momentum > 0;
   for (int64_t i = 0; i < n; ++i) {
-    double d = static_cast<double>(grad[i]) + a.weight_decay * static_cast<double>(param[i]);
+    double d = a.grad_scale * static_cast<double>(grad[i]) +
+               a.weight_decay * static_cast<double>(param[i]);
     if (momentum) {
       d = a.first_step ? d : a.momentum * static_cast<double>(buf[i]) + d;
       buf[i] = static_cast<T>(d);
@@ -46,6 +50,8 @@ void accumulate_sum_of_squares(const T* x, int64_t n, double* total) {
   for (int64_t i = 0; i < n; ++i) s += static_cast<double>(x[i]) * static_cast<double>(x[i]);
   *total = s;
 }
+
+template void accumulate_sum_of_squares<bf16>(const bf16*, int64_t, double*);
 
 #define MOE_INSTANTIATE_OPTIMIZER(T)                                            \
   template void adamw_step<T>(const AdamWArgs&, int64_t, T*, const T*, T*, T*); \

@@ -5,6 +5,8 @@
 #include <limits>
 #include <vector>
 
+#include "core/base/dtype.h"
+
 namespace moe::kernels::ref {
 namespace {
 
@@ -155,25 +157,12 @@ void sparsemixer_backward(SparseMixerGateGrad rule, const T* d_gate, const int32
   }
 }
 
-void assign_capacity(const int32_t* idx, int64_t tokens, int64_t k, int64_t experts,
-                     int64_t capacity, int32_t* slot, int64_t* load, int64_t* kept) {
-  std::fill(load, load + experts, 0);
-  for (int64_t j = 0; j < k; ++j) {
-    for (int64_t t = 0; t < tokens; ++t) {
-      const int64_t e = idx[t * k + j];
-      const int64_t position = load[e]++;
-      slot[t * k + j] = (capacity < 0 || position < capacity) ? static_cast<int32_t>(position) : -1;
-    }
-  }
-  for (int64_t e = 0; e < experts; ++e) kept[e] = capacity < 0 ? load[e] : std::min(load[e], capacity);
-}
-
 template <typename T>
-void aux_losses_backward(const T* logits, const T* probs, const int64_t* load, const T* lse,
-                         int64_t local, int64_t tokens, int64_t experts, int64_t k,
+void aux_losses_backward(const T* logits, const T* probs, const double* load, const T* lse,
+                         int64_t local, double tokens, int64_t experts, int64_t k,
                          double balance_weight, double z_weight, T* d_logits) {
-  if (tokens == 0) return;
-  const double slots = static_cast<double>(tokens * k);
+  if (!(tokens > 0)) return;
+  const double slots = tokens * static_cast<double>(k);
   for (int64_t t = 0; t < local; ++t) {
     const T* p = probs + t * experts;
     T* d = d_logits + t * experts;
@@ -181,14 +170,14 @@ void aux_losses_backward(const T* logits, const T* probs, const int64_t* load, c
       // L = E sum_e f_e P_e, dL/dp_te = E f_e / T; softmax backward p_j (f_j - sum_e p_e f_e).
       double pf = 0;
       for (int64_t e = 0; e < experts; ++e) pf += static_cast<double>(p[e]) * (load[e] / slots);
-      const double c = balance_weight * static_cast<double>(experts) / static_cast<double>(tokens);
+      const double c = balance_weight * static_cast<double>(experts) / tokens;
       for (int64_t e = 0; e < experts; ++e) {
         d[e] += static_cast<T>(c * static_cast<double>(p[e]) * (load[e] / slots - pf));
       }
     }
     if (z_weight != 0) {
       // Lz = mean_t lse_t^2, dLz/dlogit_tj = 2 lse_t softmax(logits_t)_j / T.
-      const double c = z_weight * 2.0 * static_cast<double>(lse[t]) / static_cast<double>(tokens);
+      const double c = z_weight * 2.0 * static_cast<double>(lse[t]) / tokens;
       for (int64_t e = 0; e < experts; ++e) {
         d[e] += static_cast<T>(c * std::exp(static_cast<double>(logits[t * experts + e]) - lse[t]));
       }
@@ -196,20 +185,20 @@ void aux_losses_backward(const T* logits, const T* probs, const int64_t* load, c
   }
 }
 
-template <typename T>
-void ac_cluster_sums(const T* x, const int32_t* labels, int64_t tokens, int64_t d,
+template <typename A>
+void ac_cluster_sums(const A* x, const int32_t* labels, int64_t tokens, int64_t d,
                      int64_t experts, double* sums, int64_t* counts) {
   std::fill(sums, sums + experts * d, 0.0);
   std::fill(counts, counts + experts, 0);
   for (int64_t t = 0; t < tokens; ++t) {
     const int64_t k = labels[t];
     counts[k] += 1;
-    for (int64_t q = 0; q < d; ++q) sums[k * d + q] += x[t * d + q];
+    for (int64_t q = 0; q < d; ++q) sums[k * d + q] += static_cast<double>(x[t * d + q]);
   }
 }
 
-template <typename T>
-void ac_cluster_abs_dev(const T* x, const int32_t* labels, int64_t tokens, int64_t d,
+template <typename A>
+void ac_cluster_abs_dev(const A* x, const int32_t* labels, int64_t tokens, int64_t d,
                         int64_t experts, const double* sums, const int64_t* counts,
                         double* abs_dev) {
   std::fill(abs_dev, abs_dev + experts * d, 0.0);
@@ -222,19 +211,93 @@ void ac_cluster_abs_dev(const T* x, const int32_t* labels, int64_t tokens, int64
   }
 }
 
-template <typename T>
-void ac_apply_metric(const T* x, const int32_t* labels, const T* metric, int64_t tokens,
-                     int64_t d, T* out, bool accumulate) {
+template <typename A, typename F>
+void ac_apply_metric(const A* x, const int32_t* labels, const F* metric, int64_t tokens,
+                     int64_t d, F* out) {
   for (int64_t t = 0; t < tokens; ++t) {
-    const T* m = metric + static_cast<int64_t>(labels[t]) * d;
+    const F* m = metric + static_cast<int64_t>(labels[t]) * d;
+    for (int64_t q = 0; q < d; ++q) out[t * d + q] = static_cast<F>(x[t * d + q]) * m[q];
+  }
+}
+
+template <typename A, typename F>
+void ac_apply_metric_backward(const F* d_out, const int32_t* labels, const F* metric,
+                              int64_t tokens, int64_t d, A* dx) {
+  for (int64_t t = 0; t < tokens; ++t) {
+    const F* m = metric + static_cast<int64_t>(labels[t]) * d;
     for (int64_t q = 0; q < d; ++q) {
-      if (accumulate) {
-        out[t * d + q] += x[t * d + q] * m[q];
-      } else {
-        out[t * d + q] = x[t * d + q] * m[q];
+      dx[t * d + q] = static_cast<A>(static_cast<F>(dx[t * d + q]) + d_out[t * d + q] * m[q]);
+    }
+  }
+}
+
+void ac_metric(const AcRouterParams& params, const double* dev, const int64_t* n,
+               int64_t experts, int64_t d, double* w, double* summary) {
+  std::vector<uint8_t> active(experts, 0);
+  std::fill(w, w + experts * d, 1.0);
+  std::fill(summary, summary + 5, 0.0);
+  double& tiny = summary[0];
+  double& clipped_fraction = summary[1];
+  for (int64_t k = 0; k < experts; ++k) {
+    active[k] = n[k] >= params.min_cluster_size;
+    tiny += !active[k];
+    if (!active[k]) continue;
+    for (int64_t q = 0; q < d; ++q) {
+      const double mad = n[k] > 0 ? dev[k * d + q] / static_cast<double>(n[k]) : 0.0;
+      w[k * d + q] = 1.0 / (mad + params.eps);
+    }
+  }
+  if (params.normalization == AcNormalization::kPaper) {
+    // Lemma 1 (Eq. 21): each active cluster's weights have mean 1 over the D features.
+    for (int64_t k = 0; k < experts; ++k) {
+      if (!active[k]) continue;
+      double sum = 0;
+      for (int64_t q = 0; q < d; ++q) sum += w[k * d + q];
+      for (int64_t q = 0; q < d; ++q) w[k * d + q] *= static_cast<double>(d) / sum;
+    }
+  } else {
+    // Reference code: clip at clip_mult x the global mean, then each feature has mean 1 over the
+    // active clusters.
+    double mean = 0;
+    int64_t active_count = 0;
+    for (int64_t k = 0; k < experts; ++k) {
+      if (!active[k]) continue;
+      ++active_count;
+      for (int64_t q = 0; q < d; ++q) mean += w[k * d + q];
+    }
+    if (active_count > 0) {
+      mean /= static_cast<double>(active_count * d);
+      const double cap = params.clip_mult * mean;
+      int64_t clipped = 0;
+      for (int64_t k = 0; k < experts; ++k) {
+        if (!active[k]) continue;
+        for (int64_t q = 0; q < d; ++q) {
+          if (w[k * d + q] > cap) {
+            w[k * d + q] = cap;
+            ++clipped;
+          }
+        }
+      }
+      clipped_fraction = static_cast<double>(clipped) / static_cast<double>(active_count * d);
+      for (int64_t q = 0; q < d; ++q) {
+        double col = 0;
+        for (int64_t k = 0; k < experts; ++k)
+          if (active[k]) col += w[k * d + q];
+        col /= static_cast<double>(active_count);
+        for (int64_t k = 0; k < experts; ++k)
+          if (active[k]) w[k * d + q] /= col;
       }
     }
   }
+  double mn = std::numeric_limits<double>::infinity(), mx = -mn, mean = 0;
+  for (int64_t i = 0; i < experts * d; ++i) {
+    mn = std::min(mn, w[i]);
+    mx = std::max(mx, w[i]);
+    mean += w[i];
+  }
+  summary[2] = mn;
+  summary[3] = mx;
+  summary[4] = mean / static_cast<double>(std::max<int64_t>(1, experts * d));
 }
 
 #define MOE_INSTANTIATE_ROUTER(T)                                                               \
@@ -247,16 +310,23 @@ void ac_apply_metric(const T* x, const int32_t* labels, const T* metric, int64_t
   template void sparsemixer_backward<T>(SparseMixerGateGrad, const T*, const int32_t*,          \
                                         const T*, const uint8_t*, const T*, int64_t, int64_t,   \
                                         T*);                                                    \
-  template void aux_losses_backward<T>(const T*, const T*, const int64_t*, const T*, int64_t,   \
-                                       int64_t, int64_t, int64_t, double, double, T*);          \
-  template void ac_cluster_sums<T>(const T*, const int32_t*, int64_t, int64_t, int64_t,         \
-                                   double*, int64_t*);                                          \
-  template void ac_cluster_abs_dev<T>(const T*, const int32_t*, int64_t, int64_t, int64_t,      \
-                                      const double*, const int64_t*, double*);                  \
-  template void ac_apply_metric<T>(const T*, const int32_t*, const T*, int64_t, int64_t, T*,   \
-                                   bool);
+  template void aux_losses_backward<T>(const T*, const T*, const double*, const T*, int64_t,    \
+                                       double, int64_t, int64_t, double, double, T*);
 MOE_INSTANTIATE_ROUTER(float)
 MOE_INSTANTIATE_ROUTER(double)
 #undef MOE_INSTANTIATE_ROUTER
+
+#define MOE_INSTANTIATE_AC(A, F)                                                                \
+  template void ac_cluster_sums<A>(const A*, const int32_t*, int64_t, int64_t, int64_t,         \
+                                   double*, int64_t*);                                          \
+  template void ac_cluster_abs_dev<A>(const A*, const int32_t*, int64_t, int64_t, int64_t,      \
+                                      const double*, const int64_t*, double*);                  \
+  template void ac_apply_metric<A, F>(const A*, const int32_t*, const F*, int64_t, int64_t, F*); \
+  template void ac_apply_metric_backward<A, F>(const F*, const int32_t*, const F*, int64_t,     \
+                                               int64_t, A*);
+MOE_INSTANTIATE_AC(float, float)
+MOE_INSTANTIATE_AC(double, double)
+MOE_INSTANTIATE_AC(bf16, float)
+#undef MOE_INSTANTIATE_AC
 
 }  // namespace moe::kernels::ref

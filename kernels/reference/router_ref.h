@@ -1,5 +1,6 @@
 // Plain C++ routing loops (the CPU backend and the oracle for the CUDA router kernels). Pointers
-// are row-major; see kernels/router.h for the contracts. T = float or double.
+// are row-major; see kernels/router.h for the contracts. T = F = float or double (router);
+// A = float, double or bf16 (activations read by the AC statistics).
 #pragma once
 
 #include <cstdint>
@@ -26,24 +27,29 @@ void sparsemixer_backward(SparseMixerGateGrad rule, const T* d_gate, const int32
                           const T* probs, const uint8_t* mask, const T* scale, int64_t tokens,
                           int64_t experts, T* d_logits);
 
-void assign_capacity(const int32_t* idx, int64_t tokens, int64_t k, int64_t experts,
-                     int64_t capacity, int32_t* slot, int64_t* load, int64_t* kept);
-
-// `local` rows of logits; `tokens` is the T the losses are normalised by (local or global).
+// `local` rows of logits; `tokens` is the T the losses are normalised by (local or global);
+// load [E] as doubles (the packed, possibly all-reduced sums).
 template <typename T>
-void aux_losses_backward(const T* logits, const T* probs, const int64_t* load, const T* lse,
-                         int64_t local, int64_t tokens, int64_t experts, int64_t k,
+void aux_losses_backward(const T* logits, const T* probs, const double* load, const T* lse,
+                         int64_t local, double tokens, int64_t experts, int64_t k,
                          double balance_weight, double z_weight, T* d_logits);
 
-template <typename T>
-void ac_cluster_sums(const T* x, const int32_t* labels, int64_t tokens, int64_t d,
+// AC statistics over x of type A (float, double or bf16); the metric and router input are F.
+template <typename A>
+void ac_cluster_sums(const A* x, const int32_t* labels, int64_t tokens, int64_t d,
                      int64_t experts, double* sums, int64_t* counts);
-template <typename T>
-void ac_cluster_abs_dev(const T* x, const int32_t* labels, int64_t tokens, int64_t d,
+template <typename A>
+void ac_cluster_abs_dev(const A* x, const int32_t* labels, int64_t tokens, int64_t d,
                         int64_t experts, const double* sums, const int64_t* counts,
                         double* abs_dev);
-template <typename T>
-void ac_apply_metric(const T* x, const int32_t* labels, const T* metric, int64_t tokens,
-                     int64_t d, T* out, bool accumulate);
+template <typename A, typename F>
+void ac_apply_metric(const A* x, const int32_t* labels, const F* metric, int64_t tokens,
+                     int64_t d, F* out);
+template <typename A, typename F>
+void ac_apply_metric_backward(const F* d_out, const int32_t* labels, const F* metric,
+                              int64_t tokens, int64_t d, A* dx);
+// The metric as doubles w [E, D] and summary [5] (see kernels::ac_metric).
+void ac_metric(const AcRouterParams& params, const double* abs_dev, const int64_t* counts,
+               int64_t experts, int64_t d, double* w, double* summary);
 
 }  // namespace moe::kernels::ref

@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include "core/base/allocator.h"
+#include "core/base/context.h"
+
 namespace moe {
 namespace {
 
@@ -23,7 +26,23 @@ TEST(TensorTest, MoveTransfersOwnership) {
   Tensor a = Tensor::from_vector<int32_t>({2}, {7, 9});
   Tensor b = std::move(a);
   EXPECT_EQ(to_vector<int32_t>(b), (std::vector<int32_t>{7, 9}));
-  EXPECT_EQ(a.numel(), 0);
+  EXPECT_EQ(a.numel(), 0);  // NOLINT: reading a moved-from tensor is defined (empty)
+}
+
+// Copies share storage (saving an activation costs no copy); the storage lives as long as any
+// tensor does; reshape and rows keep it alive too. clone-like deep copies are explicit.
+TEST(TensorTest, CopiesShareStorageUntilTheLastOneGoes) {
+  Tensor a = Tensor::from_vector<float>({2, 2}, {1, 2, 3, 4});
+  Tensor b = a;
+  b.data<float>()[0] = 10;
+  EXPECT_EQ(a.data<float>()[0], 10);
+  Tensor row = a.rows(1, 2);
+  a = Tensor();
+  b = Tensor();
+  EXPECT_EQ(to_vector<float>(row), (std::vector<float>{3, 4}));  // still owned by `row`
+  Tensor deep = Tensor::copy_of(row);
+  deep.data<float>()[0] = -1;
+  EXPECT_EQ(row.data<float>()[0], 3);
 }
 
 TEST(TensorTest, CopyFromChecksShape) {
@@ -47,9 +66,98 @@ TEST(TensorDeathTest, WrongTypedAccessAborts) {
   EXPECT_DEATH(t.data<double>(), "read as f64");
 }
 
-TEST(DeviceTest, NoGpuMeansZeroDevices) {
-  // On CI (no GPU) the count must be 0, never an error; on a GPU machine it is positive.
-  EXPECT_GE(cuda_device_count(), 0);
+// A guarded context's tensors stand in for device memory: host access outside a
+// DeviceAccessScope (a kernel, a communicator, the context's own copies) aborts, naming the rule.
+TEST(TensorDeathTest, GuardedTensorsAbortOnHostAccessOutsideAScope) {
+  ContextOptions opts;
+  opts.guard_host_access = true;
+  std::unique_ptr<Context> ctx = Context::host(opts);
+  Tensor t = ctx->zeros({4}, DType::kF32).value();
+  EXPECT_TRUE(t.view().guarded());
+  EXPECT_TRUE(t.view().rows(1, 2).guarded());  // views inherit the guard
+  EXPECT_DEATH(t.data<float>(), "core/layers and core/model must not read or write");
+  EXPECT_DEATH(t.raw(), "outside a kernel");
+  {
+    DeviceAccessScope device_side;
+    t.data<float>()[0] = 1.f;  // allowed: this is what a kernel does
+  }
+  // The one legal way to look: read_back, a counted synchronisation, into unguarded memory.
+  const int64_t syncs = ctx->sync_count();
+  Tensor host = ctx->read_back(t).value();
+  EXPECT_EQ(ctx->sync_count(), syncs + 1);
+  EXPECT_FALSE(host.view().guarded());
+  EXPECT_EQ(host.data<float>()[0], 1.f);
+  // Copying into unguarded host memory is a read back, not a stream-ordered copy.
+  EXPECT_EQ(ctx->copy(t, Tensor::zeros({4}, DType::kF32)).code(), StatusCode::kInvalidArgument);
+  // Uploads from host memory are fine.
+  ASSERT_TRUE(ctx->copy(Tensor::from_vector<float>({4}, {1, 2, 3, 4}), t).ok());
+  EXPECT_EQ(to_vector<float>(ctx->read_back(t).value()), (std::vector<float>{1, 2, 3, 4}));
+}
+
+TEST(AllocatorTest, BucketsAndReuse) {
+  EXPECT_EQ(allocator_bucket_size(1), 64u);
+  EXPECT_EQ(allocator_bucket_size(512), 512u);
+  EXPECT_EQ(allocator_bucket_size(513), 576u);      // 512 + 64
+  EXPECT_EQ(allocator_bucket_size(1000), 1024u);
+  EXPECT_EQ(allocator_bucket_size(1 << 20), size_t{1} << 20);
+  EXPECT_LE(allocator_bucket_size((1 << 20) + 1), (size_t{1} << 20) * 9 / 8);
+  std::shared_ptr<Allocator> a = make_host_caching_allocator(size_t{1} << 20);
+  void* p = a->allocate(1000, {}).value();
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % 64, 0u);
+  a->deallocate(p, 1000, {});
+  void* q = a->allocate(1010, {}).value();  // same bucket: the cached block comes back
+  EXPECT_EQ(q, p);
+  AllocatorStats s = a->stats();
+  EXPECT_EQ(s.allocations, 2);
+  EXPECT_EQ(s.cache_hits, 1);
+  EXPECT_EQ(s.bytes_in_use, 1024u);
+  a->deallocate(q, 1010, {});
+  // A block larger than the cache limit is freed, not cached.
+  void* big = a->allocate(size_t{2} << 20, {}).value();
+  a->deallocate(big, size_t{2} << 20, {});
+  EXPECT_EQ(a->stats().bytes_cached, 1024u);
+  a->release_cached();
+  EXPECT_EQ(a->stats().bytes_cached, 0u);
+  EXPECT_EQ(a->allocate(0, {}).value(), nullptr);
+}
+
+// Tensors of a context come from its caching allocator: a step that frees and reallocates the
+// same shapes is served from the cache.
+TEST(ContextTest, TensorsReuseCachedBlocks) {
+  std::unique_ptr<Context> ctx = Context::host();
+  for (int i = 0; i < 3; ++i) {
+    Tensor a = ctx->empty({256, 64}, DType::kF32).value();
+    Tensor b = ctx->zeros({64}, DType::kI64).value();
+    EXPECT_EQ(b.data<int64_t>()[63], 0);
+  }
+  const AllocatorStats s = ctx->allocator().stats();
+  EXPECT_EQ(s.allocations, 6);
+  EXPECT_EQ(s.cache_hits, 4);
+  EXPECT_EQ(s.bytes_in_use, 0u);
+  Tensor like = ctx->empty_like(Tensor::zeros({3, 5}, DType::kBF16)).value();
+  EXPECT_EQ(like.shape(), (Shape{3, 5}));
+  EXPECT_EQ(like.dtype(), DType::kBF16);
+  EXPECT_EQ(like.device(), ctx->device());
+}
+
+// Without a GPU (CI) the count is 0, never an error, and asking for a CUDA context says why it
+// cannot have one; with a GPU the context gets a stream-ordered pool on that device.
+TEST(DeviceTest, CudaContextOnlyWithADevice) {
+  const int n = cuda_device_count();
+  StatusOr<std::unique_ptr<Context>> ctx = Context::cuda(0);
+  if (n == 0) {
+    ASSERT_FALSE(ctx.ok());
+    EXPECT_EQ(ctx.status().code(), built_with_cuda() ? StatusCode::kFailedPrecondition
+                                                     : StatusCode::kUnimplemented)
+        << ctx.status().to_string();
+    EXPECT_FALSE(make_cuda_pool_allocator(0).ok());
+    return;
+  }
+  ASSERT_TRUE(ctx.ok()) << ctx.status().to_string();
+  EXPECT_TRUE((*ctx)->device().is_cuda());
+  EXPECT_TRUE((*ctx)->guarded());
+  Tensor t = (*ctx)->upload(Tensor::from_vector<float>({3}, {1, 2, 3})).value();
+  EXPECT_EQ(to_vector<float>((*ctx)->read_back(t).value()), (std::vector<float>{1, 2, 3}));
 }
 
 }  // namespace

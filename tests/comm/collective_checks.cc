@@ -1,5 +1,7 @@
 #include "tests/comm/collective_checks.h"
 
+#include "core/base/allocator.h"
+
 #include <algorithm>
 #include <functional>
 #include <string>
@@ -44,15 +46,29 @@ StatusOr<Tensor> make(Device device, DType dtype, Shape shape, const ValueFn& va
   Tensor host = Tensor::empty(shape, dtype);
   for (int64_t i = 0; i < host.numel(); ++i) store(host, i, value(i));
   if (device.is_host()) return host;
-  MOE_ASSIGN_OR_RETURN(Tensor t, Tensor::allocate(shape, dtype, device));
-  MOE_RETURN_IF_ERROR(t.copy_from(host));
+  MOE_ASSIGN_OR_RETURN(std::shared_ptr<Allocator> pool, make_cuda_pool_allocator(device.index));
+  MOE_ASSIGN_OR_RETURN(Tensor t, Tensor::allocate(shape, dtype, pool, Stream{}, true));
+  DeviceAccessScope device_side;
+  MOE_RETURN_IF_ERROR(device_memcpy(t.raw(), device, host.raw(), Device::host(), host.nbytes()));
+  MOE_RETURN_IF_ERROR(stream_synchronize(device, Stream{}));
   return t;
+}
+
+// A host copy of a view on any device (waits for the default stream).
+Tensor host_copy(const TensorView& v) {
+  if (v.is_host()) return Tensor::copy_of(v);
+  Tensor host = Tensor::empty(v.shape(), v.dtype());
+  DeviceAccessScope device_side;
+  MOE_CHECK(stream_synchronize(v.device(), Stream{}).ok());
+  MOE_CHECK(device_memcpy(host.raw(), Device::host(), v.raw(), v.device(), v.nbytes()).ok());
+  MOE_CHECK(stream_synchronize(v.device(), Stream{}).ok());
+  return host;
 }
 
 // OK when every element of `got` (any device) equals expected(i) exactly.
 Status expect_values(const std::string& what, int rank, const TensorView& got,
                      const ValueFn& expected) {
-  Tensor host = Tensor::copy_of(got);
+  Tensor host = host_copy(got);
   for (int64_t i = 0; i < host.numel(); ++i) {
     const double want = expected(i);
     if (load(host, i) != want) {
@@ -255,7 +271,7 @@ StatusOr<std::vector<int64_t>> members_of(Communicator& group, int world_rank, D
   MOE_ASSIGN_OR_RETURN(Tensor in, make(device, DType::kI64, {1}, [&](int64_t) { return world_rank; }));
   MOE_ASSIGN_OR_RETURN(Tensor out, make(device, DType::kI64, {group.world_size()}, [](int64_t) { return -1; }));
   MOE_RETURN_IF_ERROR(group.all_gather(in, out));
-  return to_vector<int64_t>(Tensor::copy_of(out));
+  return to_vector<int64_t>(host_copy(out));
 }
 }  // namespace
 

@@ -65,7 +65,7 @@ std::vector<double> naive_mha(const ParameterSet& params, const std::vector<doub
 }
 
 TEST(AttentionLayerTest, RegistersNamedParameters) {
-  ParameterSet params(DType::kF32);
+  ParameterSet params(&host_context(), DType::kF32);
   MultiHeadAttention attn("blocks.1.attn", 6, 2, 8, 0.1, &params);
   const std::vector<std::pair<std::string, Shape>> want = {{"blocks.1.attn.w_qkv", {6, 18}},
                                                            {"blocks.1.attn.b_qkv", {18}},
@@ -74,8 +74,9 @@ TEST(AttentionLayerTest, RegistersNamedParameters) {
   for (const auto& [name, shape] : want) {
     const Parameter* p = params.find(name);
     ASSERT_NE(p, nullptr) << name;
-    EXPECT_EQ(p->value.shape(), shape) << name;
+    EXPECT_EQ(p->shape, shape) << name;
     EXPECT_EQ(p->weight_decay, name.find(".w_") != std::string::npos) << name;
+    EXPECT_EQ(p->matmul, name.find(".w_") != std::string::npos) << name;  // bf16 under BF16
   }
 }
 
@@ -87,14 +88,15 @@ TEST_P(AttentionLayerShapes, ForwardMatchesLoopsAndGradientsMatchDifferences) {
   const CounterRng rng{5, make_stream(RngTag::kTest, 9, 1)};
   for (const bool training : {false, true}) {
     SCOPED_TRACE(training ? "training (dropout 0.3)" : "evaluation");
-    ParameterSet params(DType::kF64);
+    ParameterSet params(&host_context(), DType::kF64);
     MultiHeadAttention attn("attn", D, c.heads, c.max_seq, 0.3, &params);
     randomize_parameters(&params, 50);
     Tensor x = Tensor::empty({N, D}, DType::kF64);
     fill_uniform(x, 51, -1, 1);
-    Tensor y = Tensor::empty({N, D}, DType::kF64);
     MultiHeadAttention::Saved saved;
-    ASSERT_TRUE(attn.forward(x, c.batch, 7, training, rng, y, &saved).ok());
+    StatusOr<Tensor> out = attn.forward(x, c.batch, 7, training, rng, &saved);
+    ASSERT_TRUE(out.ok()) << out.status().to_string();
+    Tensor y = *out;
     const std::vector<double> want =
         naive_mha(params, to_vector<double>(x), c, training ? 0.3f : 0.f, rng, 7);
     for (int64_t i = 0; i < N * D; ++i) EXPECT_NEAR(y.data<double>()[i], want[i], 1e-13) << i;
@@ -103,13 +105,12 @@ TEST_P(AttentionLayerShapes, ForwardMatchesLoopsAndGradientsMatchDifferences) {
     fill_uniform(w, 52);
     auto loss = [&]() {
       MultiHeadAttention::Saved s;
-      EXPECT_TRUE(attn.forward(x, c.batch, 7, training, rng, y, &s).ok());
-      return dot(y, w);
+      return dot(attn.forward(x, c.batch, 7, training, rng, &s).value(), w);
     };
-    Tensor dx = Tensor::empty(x.shape(), DType::kF64);
-    ASSERT_TRUE(attn.backward(w, saved, dx).ok());
+    StatusOr<Tensor> dx = attn.backward(w, saved);
+    ASSERT_TRUE(dx.ok());
     std::vector<GradTarget> targets = parameter_targets(params);
-    targets.push_back({"x", x, dx});
+    targets.push_back({"x", x, *dx});
     for (const auto& f : check_gradients(loss, targets, kFiniteDiff)) ADD_FAILURE() << f;
   }
 }
@@ -123,47 +124,44 @@ INSTANTIATE_TEST_SUITE_P(Shapes, AttentionLayerShapes,
 
 TEST(AttentionLayerTest, DropoutDoesNotDependOnBatching) {
   const int64_t B = 3, S = 4, H = 2, D = 6;
-  ParameterSet params(DType::kF32);
+  ParameterSet params(&host_context(), DType::kF32);
   MultiHeadAttention attn("attn", D, H, S, 0.5, &params);
   randomize_parameters(&params, 60);
   Tensor x = Tensor::empty({B * S, D}, DType::kF32);
   fill_uniform(x, 61);
   const CounterRng rng{8, make_stream(RngTag::kTest, 10, 3)};
-  Tensor y = Tensor::empty({B * S, D}, DType::kF32);
   MultiHeadAttention::Saved saved;
-  ASSERT_TRUE(attn.forward(x, B, 20, true, rng, y, &saved).ok());
+  Tensor y = attn.forward(x, B, 20, true, rng, &saved).value();
   for (int64_t b = 0; b < B; ++b) {
-    Tensor one = Tensor::empty({S, D}, DType::kF32);
     MultiHeadAttention::Saved s;
-    ASSERT_TRUE(
-        attn.forward(x.view().rows(b * S, (b + 1) * S), 1, 20 + b, true, rng, one, &s).ok());
-    EXPECT_TRUE(bitwise_equal(one, y.view().rows(b * S, (b + 1) * S))) << b;
+    StatusOr<Tensor> one = attn.forward(x.rows(b * S, (b + 1) * S), 1, 20 + b, true, rng, &s);
+    ASSERT_TRUE(one.ok());
+    EXPECT_TRUE(bitwise_equal(*one, y.view().rows(b * S, (b + 1) * S))) << b;
   }
 }
 
 TEST(AttentionLayerTest, BadArgumentsNameTheLayer) {
-  ParameterSet params(DType::kF32);
+  ParameterSet params(&host_context(), DType::kF32);
   MultiHeadAttention attn("blocks.2.attn", 4, 2, 3, 0.0, &params);
+  ASSERT_TRUE(params.allocate().ok());
   MultiHeadAttention::Saved saved;
-  Tensor x = Tensor::zeros({6, 4}, DType::kF32), y = Tensor::zeros({6, 4}, DType::kF32);
-  ASSERT_TRUE(attn.forward(x, 2, 0, true, {}, y, &saved).ok());
-  expect_invalid(attn.forward(x, 4, 0, true, {}, y, &saved), {"blocks.2.attn", "x"});  // 6 % 4
-  expect_invalid(attn.forward(x, 1, 0, true, {}, y, &saved), {"blocks.2.attn", "S <= 3"});
-  expect_invalid(attn.forward(x, 0, 0, true, {}, y, &saved), {"blocks.2.attn", "B = 0"});
-  expect_invalid(attn.forward(Tensor::zeros({6, 5}, DType::kF32), 2, 0, true, {}, y, &saved),
+  Tensor x = Tensor::zeros({6, 4}, DType::kF32);
+  ASSERT_TRUE(attn.forward(x, 2, 0, true, {}, &saved).ok());
+  expect_invalid(attn.forward(x, 4, 0, true, {}, &saved).status(), {"blocks.2.attn", "x"});  // 6 % 4
+  expect_invalid(attn.forward(x, 1, 0, true, {}, &saved).status(), {"blocks.2.attn", "S <= 3"});
+  expect_invalid(attn.forward(x, 0, 0, true, {}, &saved).status(), {"blocks.2.attn", "B = 0"});
+  expect_invalid(attn.forward(Tensor::zeros({6, 5}, DType::kF32), 2, 0, true, {}, &saved).status(),
                  {"blocks.2.attn", "x"});
-  expect_invalid(attn.forward(Tensor::zeros({6, 4}, DType::kF64), 2, 0, true, {}, y, &saved),
+  expect_invalid(attn.forward(Tensor::zeros({6, 4}, DType::kF64), 2, 0, true, {}, &saved).status(),
                  {"blocks.2.attn", "x"});
-  expect_invalid(attn.forward(x, 2, 0, true, {}, Tensor::zeros({6, 3}, DType::kF32), &saved),
-                 {"blocks.2.attn", "y"});
-  expect_invalid(attn.backward(Tensor::zeros({5, 4}, DType::kF32), saved, x),
+  expect_invalid(attn.backward(Tensor::zeros({5, 4}, DType::kF32), saved).status(),
                  {"blocks.2.attn", "dy"});
-  expect_invalid(attn.backward(y, saved, Tensor::zeros({6, 4}, DType::kF64)),
-                 {"blocks.2.attn", "dx"});
   // H must divide D: reported by the attention kernel, with the layer's name.
-  ParameterSet params3(DType::kF32);
+  ParameterSet params3(&host_context(), DType::kF32);
   MultiHeadAttention bad_heads("attn3", 4, 3, 3, 0.0, &params3);
-  expect_invalid(bad_heads.forward(x, 2, 0, false, {}, y, &saved), {"attn3", "divisible by H = 3"});
+  ASSERT_TRUE(params3.allocate().ok());
+  expect_invalid(bad_heads.forward(x, 2, 0, false, {}, &saved).status(),
+                 {"attn3", "divisible by H = 3"});
 }
 
 }  // namespace

@@ -5,16 +5,18 @@
 namespace moe::testing {
 
 void randomize_parameters(ParameterSet* params, uint64_t seed, double lo, double hi) {
-  uint64_t k = 0;
-  for (const auto& p : params->all()) {
-    fill_uniform(p->value, seed + k++, lo, hi);
-    ASSERT_TRUE(p->grad.zero().ok());
+  if (!params->allocated()) {
+    ASSERT_TRUE(params->allocate().ok());
   }
+  uint64_t k = 0;
+  for (const auto& p : params->all()) fill_uniform(p->master, seed + k++, lo, hi);
+  ASSERT_TRUE(params->refresh_working().ok());
+  ASSERT_TRUE(params->zero_grads().ok());
 }
 
 std::vector<GradTarget> parameter_targets(const ParameterSet& params) {
   std::vector<GradTarget> targets;
-  for (const auto& p : params.all()) targets.push_back({p->name, p->value, p->grad});
+  for (const auto& p : params.all()) targets.push_back({p->name, p->master, p->grad});
   return targets;
 }
 

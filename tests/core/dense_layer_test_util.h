@@ -15,7 +15,9 @@ namespace moe::testing {
 // Central differences in f64 with a tight tolerance (h, atol, rtol).
 inline const GradCheckOptions kFiniteDiff{1e-6, 1e-8, 1e-6};
 
-// Fills parameter k with uniform values in [lo, hi) from seed + k, and zeroes every gradient.
+// Allocates the set (if needed), fills parameter k's master with uniform values in [lo, hi) from
+// seed + k, refreshes the working copies, and zeroes every gradient. The host test context's
+// memory is readable by the tests.
 void randomize_parameters(ParameterSet* params, uint64_t seed, double lo = -0.5, double hi = 0.5);
 // One target per parameter: the value perturbed, the accumulated gradient compared.
 std::vector<GradTarget> parameter_targets(const ParameterSet& params);

@@ -19,12 +19,14 @@ Tensor make_ids(int64_t b, int64_t s, int64_t vocab) {
 }
 
 TEST(EmbeddingLayerTest, RegistersNamedParameters) {
-  ParameterSet params(DType::kF32);
+  ParameterSet params(&host_context(), DType::kF32);
   Embedding embed("embed", 11, 4, 6, &params);
   ASSERT_NE(params.find("embed.tokens"), nullptr);
   ASSERT_NE(params.find("embed.positions"), nullptr);
-  EXPECT_EQ(params.find("embed.tokens")->value.shape(), (Shape{11, 4}));
-  EXPECT_EQ(params.find("embed.positions")->value.shape(), (Shape{6, 4}));
+  EXPECT_EQ(params.find("embed.tokens")->shape, (Shape{11, 4}));
+  EXPECT_EQ(params.find("embed.positions")->shape, (Shape{6, 4}));
+  EXPECT_TRUE(params.find("embed.tokens")->matmul);  // the tied head's operand
+  EXPECT_FALSE(params.find("embed.positions")->matmul);
   EXPECT_EQ(&embed.tokens(), params.find("embed.tokens"));
 }
 
@@ -34,12 +36,11 @@ TEST(EmbeddingLayerTest, ForwardAndGradientsForAwkwardShapes) {
   };
   for (const Case c : {Case{1, 1, 1, 3, 1}, Case{2, 3, 5, 3, 4}, Case{3, 4, 4, 7, 3}}) {
     SCOPED_TRACE(str_cat("B ", c.b, " S ", c.s, " S_max ", c.s_max, " V ", c.vocab, " D ", c.d));
-    ParameterSet params(DType::kF64);
+    ParameterSet params(&host_context(), DType::kF64);
     Embedding embed("embed", c.vocab, c.d, c.s_max, &params);
     randomize_parameters(&params, 10);
     const Tensor ids = make_ids(c.b, c.s, c.vocab);
-    Tensor h = Tensor::empty({c.b * c.s, c.d}, DType::kF64);
-    ASSERT_TRUE(embed.forward(ids, h).ok());
+    Tensor h = embed.forward(ids).value();
     const double* tok = params.find("embed.tokens")->value.data<double>();
     const double* pos = params.find("embed.positions")->value.data<double>();
     for (int64_t r = 0; r < c.b * c.s; ++r) {
@@ -50,10 +51,7 @@ TEST(EmbeddingLayerTest, ForwardAndGradientsForAwkwardShapes) {
     }
     Tensor w = Tensor::empty(h.shape(), DType::kF64);
     fill_uniform(w, 11);
-    auto loss = [&]() {
-      EXPECT_TRUE(embed.forward(ids, h).ok());
-      return dot(h, w);
-    };
+    auto loss = [&]() { return dot(embed.forward(ids).value(), w); };
     ASSERT_TRUE(embed.backward(ids, w).ok());
     for (const auto& f : check_gradients(loss, parameter_targets(params), kFiniteDiff))
       ADD_FAILURE() << f;
@@ -68,35 +66,28 @@ TEST(EmbeddingLayerTest, ForwardAndGradientsForAwkwardShapes) {
 
 TEST(OutputHeadTest, UntiedForwardAndGradients) {
   const int64_t n = 5, d = 4, vocab = 3;
-  ParameterSet params(DType::kF64);
+  ParameterSet params(&host_context(), DType::kF64);
   OutputHead head("head", vocab, d, nullptr, &params);
   ASSERT_NE(params.find("head.weight"), nullptr);
   EXPECT_FALSE(head.tied());
   randomize_parameters(&params, 20);
   Tensor h = Tensor::empty({n, d}, DType::kF64);
   fill_uniform(h, 21);
-  Tensor logits = Tensor::empty({n, vocab}, DType::kF64);
-  ASSERT_TRUE(head.forward(h, logits).ok());
+  Tensor logits = head.forward(h).value();
   const std::vector<double> want =
       naive_matmul(to_vector<double>(h), to_vector<double>(params.find("head.weight")->value), n, d,
                    vocab, /*b_transposed=*/true);
   for (int64_t i = 0; i < n * vocab; ++i) EXPECT_NEAR(logits.data<double>()[i], want[i], 1e-14);
   Tensor w = Tensor::empty(logits.shape(), DType::kF64);
   fill_uniform(w, 22);
-  auto loss = [&]() {
-    EXPECT_TRUE(head.forward(h, logits).ok());
-    return dot(logits, w);
-  };
-  Tensor dh = Tensor::empty({n, d}, DType::kF64);
-  fill_uniform(dh, 23);  // overwritten
-  ASSERT_TRUE(head.backward(h, w, dh).ok());
+  auto loss = [&]() { return dot(head.forward(h).value(), w); };
+  Tensor dh = head.backward(h, w).value();
   std::vector<GradTarget> targets = parameter_targets(params);
   targets.push_back({"h", h, dh});
   for (const auto& f : check_gradients(loss, targets, kFiniteDiff)) ADD_FAILURE() << f;
-  // The weight gradient accumulates; dh is overwritten.
-  Tensor once = Tensor::copy_of(params.find("head.weight")->grad), dh_once = Tensor::copy_of(dh);
-  ASSERT_TRUE(head.backward(h, w, dh).ok());
-  EXPECT_TRUE(bitwise_equal(dh, dh_once));
+  // The weight gradient accumulates; dh comes out the same.
+  Tensor once = Tensor::copy_of(params.find("head.weight")->grad);
+  EXPECT_TRUE(bitwise_equal(head.backward(h, w).value(), dh));
   for (int64_t i = 0; i < once.numel(); ++i) {
     EXPECT_EQ(params.find("head.weight")->grad.data<double>()[i], 2 * once.data<double>()[i]);
   }
@@ -104,7 +95,7 @@ TEST(OutputHeadTest, UntiedForwardAndGradients) {
 
 TEST(OutputHeadTest, TiedHeadAccumulatesIntoTheTokenTable) {
   const int64_t b = 2, s = 3, d = 4, vocab = 5;
-  ParameterSet params(DType::kF64);
+  ParameterSet params(&host_context(), DType::kF64);
   Embedding embed("embed", vocab, d, s, &params);
   OutputHead head("head", vocab, d, &embed.tokens(), &params);
   EXPECT_TRUE(head.tied());
@@ -112,26 +103,23 @@ TEST(OutputHeadTest, TiedHeadAccumulatesIntoTheTokenTable) {
   EXPECT_EQ(params.all().size(), 2u);
   randomize_parameters(&params, 30);
   const Tensor ids = make_ids(b, s, vocab);
-  Tensor h = Tensor::empty({b * s, d}, DType::kF64);
-  Tensor logits = Tensor::empty({b * s, vocab}, DType::kF64);
-  Tensor w = Tensor::empty(logits.shape(), DType::kF64);
+  Tensor h;
+  Tensor w = Tensor::empty({b * s, vocab}, DType::kF64);
   fill_uniform(w, 31);
   // L = sum(w * (embed(ids) T^T)): the table enters twice.
   auto loss = [&]() {
-    EXPECT_TRUE(embed.forward(ids, h).ok());
-    EXPECT_TRUE(head.forward(h, logits).ok());
-    return dot(logits, w);
+    h = embed.forward(ids).value();
+    return dot(head.forward(h).value(), w);
   };
   loss();
-  Tensor dh = Tensor::empty(h.shape(), DType::kF64);
-  ASSERT_TRUE(head.backward(h, w, dh).ok());
+  Tensor dh = head.backward(h, w).value();
   ASSERT_TRUE(embed.backward(ids, dh).ok());
   for (const auto& f : check_gradients(loss, parameter_targets(params), kFiniteDiff))
     ADD_FAILURE() << f;
   // A second micro-batch's backward adds to the table's gradient (the head's part included).
   Tensor once = Tensor::copy_of(embed.tokens().grad);
   loss();
-  ASSERT_TRUE(head.backward(h, w, dh).ok());
+  dh = head.backward(h, w).value();
   ASSERT_TRUE(embed.backward(ids, dh).ok());
   for (int64_t i = 0; i < once.numel(); ++i) {
     EXPECT_NEAR(embed.tokens().grad.data<double>()[i], 2 * once.data<double>()[i], 1e-14);
@@ -139,31 +127,30 @@ TEST(OutputHeadTest, TiedHeadAccumulatesIntoTheTokenTable) {
 }
 
 TEST(EmbeddingLayerTest, BadArgumentsNameTheLayerAndArgument) {
-  ParameterSet params(DType::kF32);
+  ParameterSet params(&host_context(), DType::kF32);
   Embedding embed("embed", 3, 2, 4, &params);
   OutputHead head("head", 3, 2, nullptr, &params);
+  ASSERT_TRUE(params.allocate().ok());
   Tensor h = Tensor::zeros({4, 2}, DType::kF32);
-  expect_invalid(embed.forward(Tensor::from_vector<int32_t>({2, 2}, {0, 1, 3, 2}), h),
+  expect_invalid(embed.forward(Tensor::from_vector<int32_t>({2, 2}, {0, 1, 3, 2})).status(),
                  {"embed", "id 3 at position 2"});
-  expect_invalid(embed.forward(Tensor::from_vector<int64_t>({2, 2}, {0, 1, 1, 2}), h),
+  expect_invalid(embed.forward(Tensor::from_vector<int64_t>({2, 2}, {0, 1, 1, 2})).status(),
                  {"embed", "ids"});
-  expect_invalid(
-      embed.forward(Tensor::zeros({1, 5}, DType::kI32), Tensor::zeros({5, 2}, DType::kF32)),
-      {"embed", "ids", "S <= 4"});
-  expect_invalid(
-      embed.forward(Tensor::zeros({2, 2}, DType::kI32), Tensor::zeros({4, 3}, DType::kF32)),
-      {"embed", "h"});
-  expect_invalid(
-      embed.forward(Tensor::zeros({2, 2}, DType::kI32), Tensor::zeros({4, 2}, DType::kF64)),
-      {"embed", "h"});
+  expect_invalid(embed.forward(Tensor::zeros({1, 5}, DType::kI32)).status(),
+                 {"embed", "ids", "S <= 4"});
   expect_invalid(
       embed.backward(Tensor::zeros({2, 2}, DType::kI32), Tensor::zeros({3, 2}, DType::kF32)),
       {"embed", "dh"});
+  expect_invalid(
+      embed.backward(Tensor::zeros({2, 2}, DType::kI32), Tensor::zeros({4, 2}, DType::kF64)),
+      {"embed", "dh"});
   Tensor logits = Tensor::zeros({4, 3}, DType::kF32);
-  expect_invalid(head.forward(Tensor::zeros({4, 3}, DType::kF32), logits), {"head", "h"});
-  expect_invalid(head.forward(h, Tensor::zeros({4, 4}, DType::kF32)), {"head", "logits"});
-  expect_invalid(head.backward(h, logits, Tensor::zeros({4, 3}, DType::kF32)), {"head", "dh"});
-  expect_invalid(head.backward(h, Tensor::zeros({3, 3}, DType::kF32), h), {"head", "d_logits"});
+  expect_invalid(head.forward(Tensor::zeros({4, 3}, DType::kF32)).status(), {"head", "h"});
+  expect_invalid(head.forward(Tensor::zeros({4, 2}, DType::kF64)).status(), {"head", "h"});
+  expect_invalid(head.backward(h, Tensor::zeros({4, 4}, DType::kF32)).status(),
+                 {"head", "d_logits"});
+  expect_invalid(head.backward(h, Tensor::zeros({3, 3}, DType::kF32)).status(),
+                 {"head", "d_logits"});
 }
 
 }  // namespace

@@ -31,6 +31,7 @@ void fill_global_rows(const TensorView& t, uint64_t seed, int64_t first_row, dou
 struct TokenRun {
   std::unique_ptr<LayerHarness> h;
   MoeLayerSaved saved;
+  RouterStatsInfo stats;
   Tensor out, dx, dp;  // [T, D] output and gradients w.r.t. x and the momentum state p_in
 };
 
@@ -51,7 +52,7 @@ TokenRun run_tokens(const MoeLayerConfig& cfg, int64_t first, int64_t tokens,
   h.stats_comm = stats;
   h.aux_scale = aux_scale;
   h.seed = 5;
-  h.forward(&run.saved, nullptr, &run.out);
+  h.forward(&run.saved, &run.stats, &run.out);
   Tensor dxb, dm, dv;
   h.backward(&run.dx, &dxb, &run.dp, &dm, &dv);
   return run;
@@ -80,7 +81,7 @@ Status expect_close(const std::string& what, const std::vector<double>& got, con
 // Capacity per source rank, by brute force: (t, j) takes position #{(t', j') routed to the same
 // expert with j' < j, or j' == j and t' < t} and is dropped when that is >= C.
 Status expect_capacity_slots(const MoeLayerConfig& cfg, const TensorView& idx,
-                             const DispatchPlan& plan) {
+                             const DispatchPlan& plan, int64_t dropped_slots) {
   const int64_t tokens = idx.dim(0), k = idx.dim(1);
   const int64_t capacity = static_cast<int64_t>(
       std::ceil(cfg.capacity_factor * static_cast<double>(tokens * k) / cfg.num_experts));
@@ -105,8 +106,8 @@ Status expect_capacity_slots(const MoeLayerConfig& cfg, const TensorView& idx,
       }
     }
   }
-  if (plan.dropped_slots != dropped) {
-    return internal_error("dropped_slots ", plan.dropped_slots, " != ", dropped);
+  if (dropped_slots != dropped) {
+    return internal_error("dropped_slots ", dropped_slots, " != ", dropped);
   }
   return Status::OK();
 }
@@ -116,11 +117,7 @@ Status forward_status(LayerHarness& h) {
   MoeLayerInputs in;
   in.x_in = h.x;
   in.x_base = h.x;
-  Tensor out = Tensor::empty(h.x.shape(), DType::kF64), p = Tensor::empty(h.x.shape(), DType::kF64);
-  MoeLayerOutputs o;
-  o.out = out;
-  o.p_out = p;
-  return h.layer->forward(in, o, &saved, nullptr);
+  return h.layer->forward(in, &saved).status();
 }
 
 }  // namespace
@@ -172,16 +169,16 @@ Status check_dispatch_identity(const MoeLayerConfig& cfg, const RoutingFn& routi
     for (int64_t c = 0; c < d; ++c) x.data<double>()[t * d + c] = stamp(rank, t, c);
   }
 
-  MoeDispatcher dispatcher(cfg, ep);
+  std::unique_ptr<Context> ctx = Context::host();  // this rank's
+  MoeDispatcher dispatcher(cfg, ctx.get(), ep);
   DispatchPlan plan;
-  MOE_RETURN_IF_ERROR(dispatcher.plan(idx[rank], first_token[rank], &plan));
-  Tensor compact, send;
-  MOE_RETURN_IF_ERROR(dispatcher.dispatch(x, plan, &compact));
-  MOE_RETURN_IF_ERROR(dispatcher.gather_back(compact, plan, &send));  // identity experts
+  MOE_RETURN_IF_ERROR(dispatcher.plan(idx[rank], first_token[rank], {}, &plan));
+  MOE_ASSIGN_OR_RETURN(Tensor rows, dispatcher.dispatch(x, plan));
+  MOE_ASSIGN_OR_RETURN(Tensor send, dispatcher.gather_back(rows, plan));  // identity experts
   Tensor ones = Tensor::empty({tokens, k}, DType::kF64);
   for (int64_t i = 0; i < ones.numel(); ++i) ones.data<double>()[i] = 1.0;
   Tensor u = Tensor::empty({tokens, d}, DType::kF64);
-  MOE_RETURN_IF_ERROR(kernels::combine(send, plan.row, ones, TensorView(), u));
+  MOE_RETURN_IF_ERROR(kernels::combine(*ctx, send, plan.row, ones, TensorView(), u));
   for (int64_t i = 0; i < x.numel(); ++i) {
     if (u.data<double>()[i] != k * x.data<double>()[i]) {
       return internal_error("element ", i, ": combine gives ", u.data<double>()[i],
@@ -189,43 +186,54 @@ Status check_dispatch_identity(const MoeLayerConfig& cfg, const RoutingFn& routi
     }
   }
 
-  // The compact rows: per local expert, per source rank, that rank's assignments to the expert in
-  // slot order (first choices in token order, then second choices, ...), with their keys.
+  // The received rows, block by block (source rank q = b / E_l, local expert l = b % E_l): that
+  // rank's assignments to the expert in slot order (first choices in token order, then second
+  // choices, ...), with their keys; in capacity mode the rest of each block of C rows is padding
+  // (zero rows, key -1).
   const int64_t local = cfg.num_experts / ranks;
-  if (static_cast<int64_t>(plan.expert_offsets.size()) != local + 1) {
-    return internal_error("expert_offsets has ", plan.expert_offsets.size(), " entries");
+  const kernels::ExpertBlocks& blocks = plan.blocks;
+  if (blocks.blocks() != ranks * local || blocks.rows() != rows.dim(0)) {
+    return internal_error("blocks ", blocks.blocks(), " x ", blocks.rows(), " rows for ",
+                          rows.dim(0), " received rows");
   }
-  int64_t row = 0;
-  for (int64_t l = 0; l < local; ++l) {
-    const int32_t expert = static_cast<int32_t>(rank * local + l);
-    if (plan.expert_offsets[l] != row) {
-      return internal_error("local expert ", l, " starts at ", plan.expert_offsets[l],
-                            ", histogram says ", row);
-    }
-    for (int q = 0; q < ranks; ++q) {
+  for (int q = 0; q < ranks; ++q) {
+    for (int64_t l = 0; l < local; ++l) {
+      const int64_t b = q * local + l;
+      const int32_t expert = static_cast<int32_t>(rank * local + l);
+      auto [row, end] = blocks.block_rows(b);
       const int64_t tq = idx[q].dim(0);
+      int64_t n = 0;
       for (int64_t j = 0; j < k; ++j) {
         for (int64_t t = 0; t < tq; ++t) {
           if (idx[q].data<int32_t>()[t * k + j] != expert) continue;
-          if (row >= compact.dim(0))
-            return internal_error("fewer compact rows than the histogram's");
+          if (row >= end) return internal_error("block ", b, " has fewer rows than the histogram");
           for (int64_t c = 0; c < d; ++c) {
-            if (compact.data<double>()[row * d + c] != stamp(q, t, c)) {
-              return internal_error("compact row ", row, " is not token ", t, " of rank ", q);
+            if (rows.data<double>()[row * d + c] != stamp(q, t, c)) {
+              return internal_error("block ", b, " row ", row, " is not token ", t, " of rank ", q);
             }
           }
-          const int64_t key = plan.recv_key.data<int64_t>()[plan.compact_rows.data<int32_t>()[row]];
+          const int64_t key = plan.recv_key.data<int64_t>()[row];
           if (key != (first_token[q] + t) * k + j) {
-            return internal_error("compact row ", row, " has key ", key, ", expected ",
+            return internal_error("row ", row, " has key ", key, ", expected ",
                                   (first_token[q] + t) * k + j);
           }
           ++row;
+          ++n;
+        }
+      }
+      if (kernels::filled_rows(blocks, b) != n) {
+        return internal_error("block ", b, " reports ", kernels::filled_rows(blocks, b),
+                              " filled rows, the histogram ", n);
+      }
+      for (; row < end; ++row) {  // capacity padding
+        if (plan.recv_key.data<int64_t>()[row] != -1) {
+          return internal_error("padding row ", row, " of block ", b, " has a key");
+        }
+        for (int64_t c = 0; c < d; ++c) {
+          if (rows.data<double>()[row * d + c] != 0) return internal_error("padding row ", row, " is not zero");
         }
       }
     }
-  }
-  if (plan.expert_offsets[local] != row || compact.dim(0) != row) {
-    return internal_error("received ", compact.dim(0), " rows, histogram says ", row);
   }
   return Status::OK();
 }
@@ -234,9 +242,10 @@ Status check_layer_matches_single_rank(const MoeLayerConfig& cfg, int64_t tokens
                                        comm::Communicator* ep, int64_t* dropped_slots) {
   const int ranks = size_of(ep), rank = rank_of(ep);
   TokenRun mine = run_tokens(cfg, rank * tokens, tokens, ep, nullptr, 1.0);
-  if (dropped_slots != nullptr) *dropped_slots = mine.saved.plan.dropped_slots;
+  if (dropped_slots != nullptr) *dropped_slots = mine.stats.dropped_slots;
   if (!cfg.dropless) {
-    Status s = expect_capacity_slots(cfg, mine.saved.router.idx, mine.saved.plan);
+    Status s = expect_capacity_slots(cfg, mine.saved.router.idx, mine.saved.plan,
+                                     mine.stats.dropped_slots);
     if (!s.ok()) return internal_error("EP rank ", rank, ": ", s.message());
   }
   std::map<std::string, std::vector<double>> expert_grad_sum;  // over the R single-rank layers
@@ -269,7 +278,7 @@ Status check_layer_matches_single_rank(const MoeLayerConfig& cfg, int64_t tokens
   }
   for (const auto& p : mine.h->params->all()) {
     if (p->kind != ParamKind::kExpert) continue;
-    const int64_t per_expert = p->value.numel() / p->value.dim(0);
+    const int64_t per_expert = p->numel() / p->shape[0];
     const std::vector<double> got = to_vector<double>(p->grad);
     MOE_RETURN_IF_ERROR(
         expect_close(str_cat("rank ", rank, " expert grad ", p->name), got,
@@ -284,7 +293,7 @@ Status check_global_matches_all_tokens(const MoeLayerConfig& cfg, int64_t tokens
   TokenRun mine = run_tokens(cfg, rank * tokens, tokens, &ep, &ep, 1.0 / ranks);
   TokenRun all = run_tokens(cfg, 0, ranks * tokens, nullptr, nullptr, 1.0);
   const std::string at = str_cat("rank ", rank, " of ", ranks, ": ");
-  if (mine.saved.plan.dropped_slots != 0 || all.saved.plan.dropped_slots != 0) {
+  if (mine.stats.dropped_slots != 0 || all.stats.dropped_slots != 0) {
     return internal_error(at, "the configuration drops tokens");
   }
   if (cfg.ac.enabled) {
@@ -294,8 +303,8 @@ Status check_global_matches_all_tokens(const MoeLayerConfig& cfg, int64_t tokens
     MOE_RETURN_IF_ERROR(
         expect_close(at + "AC metric", mine.saved.router.metric, all.saved.router.metric));
   }
-  if (!(std::fabs(mine.saved.aux_loss - all.saved.aux_loss) <= kEpTolerance)) {
-    return internal_error(at, "aux loss ", mine.saved.aux_loss, " != ", all.saved.aux_loss);
+  if (!(std::fabs(aux_loss(mine.saved) - aux_loss(all.saved)) <= kEpTolerance)) {
+    return internal_error(at, "aux loss ", aux_loss(mine.saved), " != ", aux_loss(all.saved));
   }
   const int64_t first = rank * tokens, end = first + tokens;
   MOE_RETURN_IF_ERROR(expect_close(at + "output", mine.out, all.out.view().rows(first, end)));
@@ -306,7 +315,7 @@ Status check_global_matches_all_tokens(const MoeLayerConfig& cfg, int64_t tokens
   for (size_t i = 0; i < all_params.size(); ++i) {
     const Parameter& p = *ep_params[i];
     if (p.kind == ParamKind::kExpert) {
-      const int64_t per_expert = p.value.numel() / p.value.dim(0);
+      const int64_t per_expert = p.numel() / p.shape[0];
       const std::vector<double> got = to_vector<double>(p.grad);
       MOE_RETURN_IF_ERROR(
           expect_close(at + "expert grad " + p.name, got,

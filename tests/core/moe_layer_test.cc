@@ -56,24 +56,18 @@ struct Stack {
       }
       inputs->push_back(Tensor::copy_of(x));
       p_inputs->push_back(Tensor::copy_of(p));
-      Tensor out = Tensor::empty({tokens, d}, DType::kF64);
-      Tensor p_out = Tensor::empty({tokens, d}, DType::kF64);
-      Tensor next_top1 = Tensor::empty({tokens}, DType::kI32);
       MoeLayerInputs in;
       in.x_in = x;
       in.x_base = x;
       in.p_in = p;
-      in.prev_top1 = i == 0 ? TensorView() : top1.view();
+      if (i > 0) in.prev_top1 = top1;
       in.token_offset = 0;
       in.seed = 3;
-      MoeLayerOutputs o;
-      o.out = out;
-      o.p_out = p_out;
-      o.top1 = next_top1;
-      EXPECT_TRUE(layers[i]->layer->forward(in, o, &(*saved)[i], nullptr).ok());
-      x = std::move(out);
-      p = std::move(p_out);
-      top1 = std::move(next_top1);
+      StatusOr<MoeLayerOutputs> o = layers[i]->layer->forward(in, &(*saved)[i]);
+      EXPECT_TRUE(o.ok()) << o.status().to_string();
+      x = o->out;
+      p = o->p_out;
+      top1 = o->top1;
     }
     return x;
   }
@@ -84,7 +78,7 @@ struct Stack {
     Tensor dense_in;
     Tensor x = forward(&saved, &inputs, &p_inputs, &dense_in);
     double aux = 0;
-    for (const MoeLayerSaved& s : saved) aux += s.aux_loss;  // backward uses aux_scale = 1
+    for (const MoeLayerSaved& s : saved) aux += aux_loss(s);  // backward uses aux_scale = 1
     return dot(x, w_final) + aux;
   }
 
@@ -98,20 +92,15 @@ struct Stack {
     Tensor dp = Tensor::zeros({tokens, d}, DType::kF64);  // nothing reads the last p
     for (int i = 2; i >= 0; --i) {
       EXPECT_TRUE(layers[i]->params->zero_grads().ok());
-      Tensor d_in = Tensor::empty({tokens, d}, DType::kF64);
-      Tensor d_base = Tensor::empty({tokens, d}, DType::kF64);
-      Tensor d_p_in = Tensor::empty({tokens, d}, DType::kF64);
       MoeLayerGradOutputs g;
       g.d_out = dx;
       g.d_p_out = dp;
-      MoeLayerGradInputs gi;
-      gi.d_x_in = d_in;
-      gi.d_x_base = d_base;
-      gi.d_p_in = d_p_in;
-      EXPECT_TRUE(layers[i]->layer->backward(g, saved[i], gi).ok());
-      for (int64_t j = 0; j < d_in.numel(); ++j) d_in.data<double>()[j] += d_base.data<double>()[j];
-      dx = std::move(d_in);
-      dp = std::move(d_p_in);
+      StatusOr<MoeLayerGradInputs> gi = layers[i]->layer->backward(g, saved[i]);
+      EXPECT_TRUE(gi.ok()) << gi.status().to_string();
+      Tensor d_in = Tensor::copy_of(gi->d_x_in);
+      for (int64_t j = 0; j < d_in.numel(); ++j) d_in.data<double>()[j] += gi->d_x_base.data<double>()[j];
+      dx = d_in;
+      dp = gi->d_p_in;
       if (i == 1) {
         // Dense sublayer: p passes unchanged; dx through x + tanh(x)/2.
         for (int64_t j = 0; j < dx.numel(); ++j) {
@@ -287,13 +276,14 @@ TEST(CapacityLayerTest, DroplessEqualsACapacityThatDropsNothing) {
   big.capacity_factor = static_cast<double>(big.num_experts);  // C = T K >= any load
   LayerHarness a(dropless, 11, 8), b(big, 11, 8);
   MoeLayerSaved sa, sb;
+  RouterStatsInfo sta, stb;
   Tensor oa, ob, pa, pb;
-  a.forward(&sa, nullptr, &oa, &pa);
-  b.forward(&sb, nullptr, &ob, &pb);
+  a.forward(&sa, &sta, &oa, &pa);
+  b.forward(&sb, &stb, &ob, &pb);
   EXPECT_TRUE(bitwise_equal(oa, ob));
   EXPECT_TRUE(bitwise_equal(pa, pb));
-  EXPECT_EQ(sa.plan.dropped_slots, 0);
-  EXPECT_EQ(sb.plan.dropped_slots, 0);
+  EXPECT_EQ(sta.dropped_slots, 0);
+  EXPECT_EQ(stb.dropped_slots, 0);
   EXPECT_LT(sa.plan.exchange.send_total, sb.plan.exchange.send_total);  // dropless sends no padding
   Tensor dxa, dxb, t1, t2, t3, t4, t5, t6, t7, t8;
   a.backward(&dxa, &t1, &t2, &t3, &t4);
@@ -312,7 +302,7 @@ TEST(CapacityLayerTest, OverflowTokensPassThroughTheResidualAndAreCounted) {
   cfg.top_k = 1;
   cfg.capacity_factor = 1.0;
   LayerHarness h(cfg, 10, 9);
-  h.params->find("moe.b_router")->value.data<double>()[0] = 100.0;
+  h.params->find("moe.b_router")->master.data<double>()[0] = 100.0;
   h.with_state = false;
   MoeLayerSaved saved;
   RouterStatsInfo stats;
@@ -359,7 +349,7 @@ TEST(SparseMixerLayerTest, RouterGradientFollowsTheEstimatorRule) {
     // dtheta_j = dpi pi_D (1[j = D] - pi_j) Delta_j, dW = r^T dtheta.
     const RouterSaved& r = saved.router;
     const int64_t tokens = 12, experts = 4, d = 4;
-    const double* omega = h.params->find("moe.omega")->value.data<double>();
+    const double* omega = h.params->find("moe.omega")->master.data<double>();
     std::vector<double> dw(d * experts, 0.0);
     for (int64_t t = 0; t < tokens; ++t) {
       const int32_t row = saved.plan.row.data<int32_t>()[t];
@@ -403,7 +393,7 @@ TEST(MoeLayerTest, StatisticsAndDeterminism) {
   EXPECT_GT(st.output_norm_sum, 0.0);
   EXPECT_GT(st.state_norm_sum, 0.0);
   // aux = 0.05 balance + 0.01 z (small_config's weights), from the same sums the stats report.
-  EXPECT_NEAR(s1.aux_loss, 0.05 * st.balance_loss_sum / 16 + 0.01 * st.z_loss_sum / 16, 1e-14);
+  EXPECT_NEAR(aux_loss(s1), 0.05 * st.balance_loss_sum / 16 + 0.01 * st.z_loss_sum / 16, 1e-14);
   // Another step draws other dropout masks.
   h.step += 1;
   MoeLayerSaved s3;
@@ -429,15 +419,11 @@ TEST(MoeLayerTest, EvaluationModeIsDeterministicAndSkipsDropout) {
 TEST(MoeLayerTest, RejectsMismatchedShapes) {
   LayerHarness h(small_config(), 4, 1);
   Tensor x = Tensor::zeros({4, 3}, DType::kF64);
-  Tensor out = Tensor::zeros({4, 4}, DType::kF64), p = Tensor::zeros({4, 4}, DType::kF64);
   MoeLayerInputs in;
   in.x_in = x;
   in.x_base = x;
-  MoeLayerOutputs o;
-  o.out = out;
-  o.p_out = p;
   MoeLayerSaved saved;
-  Status s = h.layer->forward(in, o, &saved, nullptr);
+  Status s = h.layer->forward(in, &saved).status();
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("[T, 4]"), std::string::npos) << s.message();
 }

@@ -17,24 +17,32 @@ MoeLayerConfig small_config() {
   return cfg;
 }
 
+double aux_loss(const MoeLayerSaved& saved) { return saved.aux.data<double>()[2]; }
+
+Tensor or_zeros(const Tensor& t, int64_t rows, int64_t cols) {
+  return t.numel() > 0 ? t : Tensor::zeros({rows, cols}, DType::kF64);
+}
+
 LayerHarness::LayerHarness(const MoeLayerConfig& config, int64_t num_tokens, uint64_t fill_seed,
                            comm::Communicator* comm)
     : cfg(config), tokens(num_tokens), ep_comm(comm) {
-  params = std::make_unique<ParameterSet>(DType::kF64);
+  ctx = Context::host();
+  params = std::make_unique<ParameterSet>(ctx.get(), DType::kF64);
   layer = std::make_unique<MoeLayer>("moe", cfg, /*block=*/2, /*moe_index=*/1, params.get(), comm);
+  EXPECT_TRUE(params->allocate().ok());
   uint64_t s = fill_seed;
   for (const auto& p : params->all()) {
     if (p->name.find("omega") != std::string::npos) {
-      fill_uniform(p->value, ++s, 0.5, 1.5);
+      fill_uniform(p->master, ++s, 0.5, 1.5);
     } else if (p->kind == ParamKind::kExpert) {
       // Every rank draws the global tensor and keeps its shard, so layouts agree.
-      const int64_t per_expert = p->value.numel() / p->value.dim(0);
+      const int64_t per_expert = p->numel() / p->shape[0];
       Tensor global = Tensor::empty({p->global_experts * per_expert}, DType::kF64);
       fill_uniform(global, ++s, -0.8, 0.8);
-      std::copy_n(global.data<double>() + p->first_expert * per_expert, p->value.numel(),
-                  p->value.data<double>());
+      std::copy_n(global.data<double>() + p->first_expert * per_expert, p->numel(),
+                  p->master.data<double>());
     } else {
-      fill_uniform(p->value, ++s, -0.8, 0.8);
+      fill_uniform(p->master, ++s, -0.8, 0.8);
     }
   }
   const int64_t d = cfg.d_model;
@@ -65,31 +73,38 @@ LayerHarness::LayerHarness(const MoeLayerConfig& config, int64_t num_tokens, uin
 double LayerHarness::forward(MoeLayerSaved* saved, RouterStatsInfo* stats, Tensor* out_copy,
                              Tensor* p_out_copy, Tensor* top1_copy) {
   const int64_t d = cfg.d_model;
-  Tensor out = Tensor::empty({tokens, d}, DType::kF64);
-  Tensor p_out = Tensor::empty({tokens, d}, DType::kF64);
-  Tensor m_out = Tensor::empty({tokens, d}, DType::kF64);
-  Tensor v_out = Tensor::empty({tokens, d}, DType::kF64);
-  Tensor top1 = Tensor::empty({tokens}, DType::kI32);
+  const RouterStatsLayout layout(cfg.num_experts);
+  Tensor block = Tensor::zeros({layout.size()}, DType::kF64);
   MoeLayerInputs in;
   in.x_in = x;
-  in.x_base = separate_base ? x_base.view() : x.view();
-  in.p_in = with_state ? p_in.view() : TensorView();
-  in.adam_m_in = with_adam_state ? m_in.view() : TensorView();
-  in.adam_v_in = with_adam_state ? v_in.view() : TensorView();
+  in.x_base = separate_base ? x_base : x;
+  if (with_state) in.p_in = p_in;
+  if (with_adam_state) {
+    in.adam_m_in = m_in;
+    in.adam_v_in = v_in;
+  }
   in.prev_top1 = prev_top1;
   in.token_offset = token_offset;
   in.stats_comm = stats_comm;
   in.step = step;
   in.seed = seed;
   in.training = training;
-  MoeLayerOutputs o{out, p_out, m_out, v_out, top1};
-  Status s = layer->forward(in, o, saved, stats);
-  EXPECT_TRUE(s.ok()) << s.to_string();
-  double loss = dot(out, w_out) + dot(p_out, w_p) + dot(m_out, w_m) + dot(v_out, w_v) +
-                aux_scale * saved->aux_loss;
-  if (out_copy != nullptr) *out_copy = std::move(out);
-  if (p_out_copy != nullptr) *p_out_copy = std::move(p_out);
-  if (top1_copy != nullptr) *top1_copy = std::move(top1);
+  if (stats != nullptr) in.stats = block;
+  StatusOr<MoeLayerOutputs> o = layer->forward(in, saved);
+  EXPECT_TRUE(o.ok()) << o.status().to_string();
+  if (!o.ok()) return 0;
+  if (stats != nullptr) {
+    *stats = RouterStatsInfo();
+    layout.read(block.data<double>(), stats);
+    stats->block = layer->block();
+    stats->moe_index = layer->moe_index();
+  }
+  double loss = dot(o->out, w_out) + dot(o->p_out, w_p) + dot(o->adam_m_out, w_m) +
+                dot(o->adam_v_out, w_v) + aux_scale * aux_loss(*saved);
+  if (out_copy != nullptr) *out_copy = o->out;
+  if (p_out_copy != nullptr) *p_out_copy = o->p_out;
+  if (top1_copy != nullptr) *top1_copy = o->top1;
+  (void)d;
   return loss;
 }
 
@@ -99,15 +114,15 @@ void LayerHarness::backward(Tensor* d_x, Tensor* d_x_base, Tensor* d_p_in, Tenso
   MoeLayerSaved saved;
   forward(&saved);
   ASSERT_TRUE(params->zero_grads().ok());
-  *d_x = Tensor::empty({tokens, d}, DType::kF64);
-  *d_x_base = Tensor::empty({tokens, d}, DType::kF64);
-  *d_p_in = Tensor::empty({tokens, d}, DType::kF64);
-  *d_m_in = Tensor::empty({tokens, d}, DType::kF64);
-  *d_v_in = Tensor::empty({tokens, d}, DType::kF64);
   MoeLayerGradOutputs g{w_out, w_p, w_m, w_v, aux_scale};
-  MoeLayerGradInputs gi{*d_x, *d_x_base, *d_p_in, *d_m_in, *d_v_in};
-  Status s = layer->backward(g, saved, gi);
-  ASSERT_TRUE(s.ok()) << s.to_string();
+  StatusOr<MoeLayerGradInputs> gi = layer->backward(g, saved);
+  ASSERT_TRUE(gi.ok()) << gi.status().to_string();
+  // Copies: the caller may modify them.
+  *d_x = Tensor::copy_of(gi->d_x_in);
+  *d_x_base = Tensor::copy_of(gi->d_x_base);
+  *d_p_in = Tensor::copy_of(gi->d_p_in);
+  *d_m_in = Tensor::copy_of(or_zeros(gi->d_adam_m_in, tokens, d));
+  *d_v_in = Tensor::copy_of(or_zeros(gi->d_adam_v_in, tokens, d));
   if (!separate_base) {
     // Post-LN style: x feeds both the router/experts and the residual base.
     for (int64_t i = 0; i < d_x->numel(); ++i) d_x->data<double>()[i] += d_x_base->data<double>()[i];
@@ -119,7 +134,7 @@ std::vector<GradTarget> LayerHarness::param_targets(const std::vector<std::strin
   for (const auto& p : params->all()) {
     bool skipped = false;
     for (const std::string& s : skip) skipped |= p->name.find(s) != std::string::npos;
-    if (!skipped) targets.push_back({p->name, p->value, p->grad});
+    if (!skipped) targets.push_back({p->name, p->master, p->grad});
   }
   return targets;
 }

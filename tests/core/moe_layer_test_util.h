@@ -1,5 +1,6 @@
-// Test harness for the MoE layer: builds a layer in f64 with deterministic parameters, runs forward
-// and backward, and exposes a scalar loss for finite-difference checks:
+// Test harness for the MoE layer: builds a layer in f64 on the (unguarded) host test context with
+// deterministic parameters, runs forward and backward, and exposes a scalar loss for
+// finite-difference checks:
 //   L = <w_out, out> + <w_p, p_out> + <w_m, m_out> + <w_v, v_out> + aux_scale * aux_loss.
 #pragma once
 
@@ -15,6 +16,7 @@ namespace moe::testing {
 struct LayerHarness {
   MoeLayerConfig cfg;
   int64_t tokens = 0;
+  std::unique_ptr<Context> ctx;  // one per harness: ranks of the Local backend are threads
   std::unique_ptr<ParameterSet> params;
   std::unique_ptr<MoeLayer> layer;
   Tensor x, x_base, p_in, m_in, v_in, prev_top1;
@@ -33,7 +35,7 @@ struct LayerHarness {
   LayerHarness(const MoeLayerConfig& config, int64_t num_tokens, uint64_t fill_seed,
                comm::Communicator* comm = nullptr);
 
-  // Runs forward; returns L. `stats` may be null.
+  // Runs forward; returns L. `stats` may be null (else the layer's statistics block, read back).
   double forward(MoeLayerSaved* saved, RouterStatsInfo* stats = nullptr, Tensor* out = nullptr,
                  Tensor* p_out = nullptr, Tensor* top1 = nullptr);
   // Runs forward and backward; fills the parameter gradients (after zeroing) and the input
@@ -45,5 +47,10 @@ struct LayerHarness {
 
 // Small config used by most tests: D = 4, F = 5, E = 4, K = 2, GELU (smooth, for differences).
 MoeLayerConfig small_config();
+
+// The weighted aux loss (balance_coef * balance + z_coef * z) a forward saved.
+double aux_loss(const MoeLayerSaved& saved);
+// A zero-filled [rows, cols] f64 tensor in place of an empty one (gradients passed through).
+Tensor or_zeros(const Tensor& t, int64_t rows, int64_t cols);
 
 }  // namespace moe::testing

@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "tests/testing/gradient_check.h"
 
 namespace moe::testing {
@@ -65,6 +67,20 @@ struct Batch {
   }
 };
 
+std::unique_ptr<TransformerLM> make_model(const ModelConfig& cfg, DType act) {
+  StatusOr<std::unique_ptr<TransformerLM>> m = TransformerLM::create(cfg, &host_context(), act, nullptr);
+  EXPECT_TRUE(m.ok()) << m.status().to_string();
+  return std::move(m).value();
+}
+
+// The loss sums of one forward, read back: (cross-entropy sum, counted tokens, aux loss).
+struct Sums {
+  Tensor t = Tensor::zeros({TransformerLM::kLossSlots}, DType::kF64);
+  double loss_sum() const { return t.data<double>()[TransformerLM::kLossSum]; }
+  double tokens() const { return t.data<double>()[TransformerLM::kLossTokens]; }
+  double aux() const { return t.data<double>()[TransformerLM::kAuxLoss]; }
+};
+
 StepContext context(int64_t batch, int64_t seq_len) {
   StepContext ctx;
   ctx.batch = batch;
@@ -81,27 +97,30 @@ class TransformerGradTest : public ::testing::TestWithParam<ModelCase> {};
 TEST_P(TransformerGradTest, EveryParameterMatchesFiniteDifferences) {
   const ModelCase& c = GetParam();
   ModelConfig cfg = make_config(c);
-  TransformerLM model(cfg, DType::kF64, nullptr);
+  std::unique_ptr<TransformerLM> m = make_model(cfg, DType::kF64);
+  TransformerLM& model = *m;
   ASSERT_TRUE(model.init_parameters(5).ok());
   Batch batch(2, cfg.seq_len, cfg.vocab_size, 3);
   const StepContext ctx = context(2, cfg.seq_len);
   const double ce_scale = 1.3, aux_scale = 0.7;
+  const double counted = static_cast<double>(2 * cfg.seq_len - 1);
+  // The mean token cross-entropy and the sum of the aux losses.
   auto loss = [&]() {
     TransformerLM::Activations acts;
-    LossResult r;
-    EXPECT_TRUE(model.forward(batch.inputs, batch.targets, ctx, &acts, &r, nullptr).ok());
-    return ce_scale * r.mean() + aux_scale * r.aux_loss;
+    Sums r;
+    EXPECT_TRUE(model.forward(batch.inputs, batch.targets, ctx, &acts, r.t, {}).ok());
+    return ce_scale * r.loss_sum() / r.tokens() + aux_scale * r.aux();
   };
   {
     TransformerLM::Activations acts;
-    LossResult r;
-    ASSERT_TRUE(model.forward(batch.inputs, batch.targets, ctx, &acts, &r, nullptr).ok());
+    Sums r;
+    ASSERT_TRUE(model.forward(batch.inputs, batch.targets, ctx, &acts, r.t, {}).ok());
     ASSERT_TRUE(model.params().zero_grads().ok());
-    ASSERT_TRUE(model.backward(acts, ce_scale, aux_scale).ok());
-    EXPECT_EQ(r.tokens, 2 * cfg.seq_len - 1);
+    ASSERT_TRUE(model.backward(acts, ce_scale / counted, aux_scale).ok());
+    EXPECT_EQ(r.tokens(), counted);
   }
   std::vector<GradTarget> targets;
-  for (const auto& p : model.params().all()) targets.push_back({p->name, p->value, p->grad});
+  for (const auto& p : model.params().all()) targets.push_back({p->name, p->master, p->grad});
   for (const std::string& f : check_gradients(loss, targets)) ADD_FAILURE() << c.name << ": " << f;
 }
 
@@ -120,17 +139,20 @@ TEST(TransformerTest, DeterministicAndZeroMomentumIsPlain) {
   ModelConfig plain_cfg = make_config(plain_case);
   ModelConfig hb_cfg = make_config(hb_case);
   for (BlockPlan& b : hb_cfg.blocks) b.moe_cfg.heavy_ball = {0.0, 1.0};
-  TransformerLM plain(plain_cfg, DType::kF32, nullptr), hb(hb_cfg, DType::kF32, nullptr);
+  std::unique_ptr<TransformerLM> plain_model = make_model(plain_cfg, DType::kF32);
+  std::unique_ptr<TransformerLM> hb_model = make_model(hb_cfg, DType::kF32);
+  TransformerLM& plain = *plain_model;
+  TransformerLM& hb = *hb_model;
   ASSERT_TRUE(plain.init_parameters(1).ok());
   ASSERT_TRUE(hb.init_parameters(1).ok());
   Batch batch(3, plain_cfg.seq_len, plain_cfg.vocab_size, 4);
   const StepContext ctx = context(3, plain_cfg.seq_len);
   TransformerLM::Activations a1, a2, a3;
-  LossResult r1, r2, r3;
-  ASSERT_TRUE(plain.forward(batch.inputs, batch.targets, ctx, &a1, &r1, nullptr).ok());
-  ASSERT_TRUE(plain.forward(batch.inputs, batch.targets, ctx, &a2, &r2, nullptr).ok());
-  ASSERT_TRUE(hb.forward(batch.inputs, batch.targets, ctx, &a3, &r3, nullptr).ok());
-  EXPECT_EQ(r1.loss_sum, r2.loss_sum);
+  Sums r1, r2, r3;
+  ASSERT_TRUE(plain.forward(batch.inputs, batch.targets, ctx, &a1, r1.t, {}).ok());
+  ASSERT_TRUE(plain.forward(batch.inputs, batch.targets, ctx, &a2, r2.t, {}).ok());
+  ASSERT_TRUE(hb.forward(batch.inputs, batch.targets, ctx, &a3, r3.t, {}).ok());
+  EXPECT_EQ(r1.loss_sum(), r2.loss_sum());
   EXPECT_TRUE(bitwise_equal(a1.logits, a2.logits));
   EXPECT_TRUE(bitwise_equal(a1.logits, a3.logits));
   ASSERT_TRUE(plain.params().zero_grads().ok());
@@ -145,18 +167,59 @@ TEST(TransformerTest, DeterministicAndZeroMomentumIsPlain) {
 
 TEST(TransformerTest, RejectsBadInputs) {
   ModelConfig cfg = make_config({"x", "sgsf", BlockStyle::kPreLn, false, 0.0});
-  TransformerLM model(cfg, DType::kF32, nullptr);
+  std::unique_ptr<TransformerLM> m = make_model(cfg, DType::kF32);
+  TransformerLM& model = *m;
   ASSERT_TRUE(model.init_parameters(1).ok());
   Batch batch(1, cfg.seq_len, cfg.vocab_size, 4);
   batch.inputs.data<int32_t>()[2] = 11;  // outside the vocabulary
   TransformerLM::Activations acts;
-  LossResult r;
-  Status s = model.forward(batch.inputs, batch.targets, context(1, cfg.seq_len), &acts, &r, nullptr);
+  Sums r;
+  Status s = model.forward(batch.inputs, batch.targets, context(1, cfg.seq_len), &acts, r.t, {});
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("outside the vocabulary"), std::string::npos) << s.message();
   Tensor wrong = Tensor::zeros({1, 3}, DType::kI32);
-  s = model.forward(wrong, wrong, context(1, 3), &acts, &r, nullptr);
+  s = model.forward(wrong, wrong, context(1, 3), &acts, r.t, {});
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+}
+
+// BF16 precision: bf16 working weights, activations and GEMM inputs, fp32 masters, gradients and
+// losses. One forward and backward stay close to FP32 from the same masters (bf16 rounds to 8
+// significant bits, so gradients agree to a few percent of their scale), and the gradients land
+// in the fp32 arena.
+TEST(TransformerTest, Bf16CloseToFp32FromTheSameMasters) {
+  ModelConfig cfg = make_config({"bf16", "sgsmsfsr", BlockStyle::kPostLnDoubleResidual, false, 0.1});
+  std::unique_ptr<TransformerLM> f32 = make_model(cfg, DType::kF32);
+  std::unique_ptr<TransformerLM> b16 = make_model(cfg, DType::kBF16);
+  ASSERT_TRUE(f32->init_parameters(3).ok());
+  ASSERT_TRUE(b16->init_parameters(3).ok());
+  EXPECT_EQ(b16->params().master_dtype(), DType::kF32);
+  EXPECT_EQ(b16->params().find("blocks.0.attn.w_qkv")->value.dtype(), DType::kBF16);
+  EXPECT_EQ(b16->params().find("blocks.0.moe.w_router")->value.dtype(), DType::kF32);
+  EXPECT_EQ(b16->params().find("blocks.0.ln1.gamma")->value.dtype(), DType::kF32);
+  EXPECT_TRUE(bitwise_equal(f32->params().masters(ParamKind::kDense), b16->params().masters(ParamKind::kDense)));
+  Batch batch(4, cfg.seq_len, cfg.vocab_size, 9);
+  const StepContext ctx = context(4, cfg.seq_len);
+  TransformerLM::Activations a32, a16;
+  Sums r32, r16;
+  ASSERT_TRUE(f32->forward(batch.inputs, batch.targets, ctx, &a32, r32.t, {}).ok());
+  ASSERT_TRUE(b16->forward(batch.inputs, batch.targets, ctx, &a16, r16.t, {}).ok());
+  EXPECT_EQ(a16.logits.dtype(), DType::kF32);  // the loss is fp32 always
+  EXPECT_NEAR(r16.loss_sum() / r16.tokens(), r32.loss_sum() / r32.tokens(), 0.02);
+  ASSERT_TRUE(f32->params().zero_grads().ok());
+  ASSERT_TRUE(b16->params().zero_grads().ok());
+  ASSERT_TRUE(f32->backward(a32, 1.0 / r32.tokens(), 1.0).ok());
+  ASSERT_TRUE(b16->backward(a16, 1.0 / r16.tokens(), 1.0).ok());
+  for (ParamKind kind : {ParamKind::kDense, ParamKind::kExpert}) {
+    const TensorView g32 = f32->params().grads(kind), g16 = b16->params().grads(kind);
+    ASSERT_EQ(g16.dtype(), DType::kF32);
+    double diff = 0, norm = 0;
+    for (int64_t i = 0; i < g32.numel(); ++i) {
+      const double a = g32.data<float>()[i], b = g16.data<float>()[i];
+      diff += (a - b) * (a - b);
+      norm += a * a;
+    }
+    EXPECT_LT(std::sqrt(diff), 0.05 * std::sqrt(norm)) << (kind == ParamKind::kDense ? "dense" : "expert");
+  }
 }
 
 }  // namespace

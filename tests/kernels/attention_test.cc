@@ -1,7 +1,8 @@
-// Causal attention core (kernels/attention.h) against explicit loops: outputs and saved
-// probabilities for awkward shapes (S = 1, B = 1, H = 1, Dh not a multiple of 4), the dropout
-// mask recomputed from its documented key, masks independent of how sequences are batched, the
-// backward against central finite differences in f64, and argument errors.
+// Causal attention core (kernels/attention.h) against explicit loops: outputs and the saved row
+// logsumexp for awkward shapes (S = 1, B = 1, H = 1, Dh not a multiple of 4), the dropout mask
+// recomputed from its documented key, masks independent of how sequences are batched, the
+// backward (which recomputes the probabilities from the lse) against central finite differences
+// in f64, bf16 activations against f32, and argument errors.
 #include "kernels/attention.h"
 
 #include <gtest/gtest.h>
@@ -20,6 +21,8 @@ using moe::testing::check_gradients;
 using moe::testing::dot;
 using moe::testing::fill_uniform;
 
+Context& ctx() { return testing::host_context(); }
+
 struct Dims {
   int64_t batch, seq, heads, head_dim;
 };
@@ -37,13 +40,13 @@ double mask_scale(const AttentionArgs& a, int64_t b, int64_t h, int64_t i, int64
   return a.rng.uniform(key) >= a.dropout ? 1.0 / (1.0 - a.dropout) : 0.0;
 }
 
-// out [B*S, D] and probs [B, H, S, S] by the textbook formula (no max subtraction; the inputs
-// are small), qkv read as [B, S, 3, H, Dh].
+// out [B*S, D] and the row logsumexp lse [B, H, S] by the textbook formula (no max subtraction;
+// the inputs are small), qkv read as [B, S, 3, H, Dh].
 void naive_attention(const AttentionArgs& a, int64_t dh, const std::vector<double>& qkv,
-                     std::vector<double>* out, std::vector<double>* probs) {
+                     std::vector<double>* out, std::vector<double>* lse) {
   const int64_t S = a.seq_len, H = a.heads, D = H * dh;
   out->assign(a.batch * S * D, 0.0);
-  probs->assign(a.batch * H * S * S, 0.0);
+  lse->assign(a.batch * H * S, 0.0);
   auto at = [&](int64_t b, int64_t s, int64_t part, int64_t h, int64_t c) {
     return qkv[((b * S + s) * 3 + part) * D + h * dh + c];
   };
@@ -58,7 +61,7 @@ void naive_attention(const AttentionArgs& a, int64_t dh, const std::vector<doubl
           w[j] = std::exp(score / std::sqrt(static_cast<double>(dh)));
           z += w[j];
         }
-        for (int64_t j = 0; j <= i; ++j) (*probs)[((b * H + h) * S + i) * S + j] = w[j] / z;
+        (*lse)[(b * H + h) * S + i] = std::log(z);
         for (int64_t c = 0; c < dh; ++c) {
           double o = 0;
           for (int64_t j = 0; j <= i; ++j)
@@ -82,27 +85,44 @@ TEST_P(AttentionShapes, ForwardMatchesLoopsWithAndWithoutDropout) {
     Tensor qkv = Tensor::empty({N, 3 * D}, DType::kF64);
     fill_uniform(qkv, 1, -1.5, 1.5);
     Tensor out = Tensor::empty({N, D}, DType::kF64);
-    Tensor probs = Tensor::empty({d.batch, d.heads, d.seq, d.seq}, DType::kF64);
-    fill_uniform(probs, 99);  // stale contents must be overwritten
-    ASSERT_TRUE(attention_forward(args, qkv, out, probs).ok());
-    std::vector<double> want_out, want_probs;
-    naive_attention(args, d.head_dim, to_vector<double>(qkv), &want_out, &want_probs);
+    Tensor lse = Tensor::empty({d.batch, d.heads, d.seq}, DType::kF64);
+    fill_uniform(lse, 99);  // stale contents must be overwritten
+    ASSERT_TRUE(attention_forward(ctx(), args, qkv, out, lse).ok());
+    std::vector<double> want_out, want_lse;
+    naive_attention(args, d.head_dim, to_vector<double>(qkv), &want_out, &want_lse);
     for (int64_t i = 0; i < out.numel(); ++i)
       EXPECT_NEAR(out.data<double>()[i], want_out[i], 1e-13) << i;
-    for (int64_t i = 0; i < probs.numel(); ++i)
-      EXPECT_NEAR(probs.data<double>()[i], want_probs[i], 1e-14) << i;
+    for (int64_t i = 0; i < lse.numel(); ++i)
+      EXPECT_NEAR(lse.data<double>()[i], want_lse[i], 1e-14) << i;
 
     // f32: the same computation within single-precision rounding.
     Tensor qkv32 = Tensor::empty({N, 3 * D}, DType::kF32);
     fill_uniform(qkv32, 1, -1.5, 1.5);
     Tensor out32 = Tensor::empty({N, D}, DType::kF32);
-    Tensor probs32 = Tensor::empty({d.batch, d.heads, d.seq, d.seq}, DType::kF32);
-    ASSERT_TRUE(attention_forward(args, qkv32, out32, probs32).ok());
+    Tensor lse32 = Tensor::empty({d.batch, d.heads, d.seq}, DType::kF32);
+    ASSERT_TRUE(attention_forward(ctx(), args, qkv32, out32, lse32).ok());
     std::vector<double> qkv_as_f64(qkv32.numel());
     for (int64_t i = 0; i < qkv32.numel(); ++i) qkv_as_f64[i] = qkv32.data<float>()[i];
-    naive_attention(args, d.head_dim, qkv_as_f64, &want_out, &want_probs);
+    naive_attention(args, d.head_dim, qkv_as_f64, &want_out, &want_lse);
     for (int64_t i = 0; i < out32.numel(); ++i)
       EXPECT_NEAR(out32.data<float>()[i], want_out[i], 2e-6) << i;
+
+    // bf16: the f32 computation on the same (bf16-exact) inputs, outputs rounded to bf16, lse f32.
+    Tensor qkv16 = Tensor::empty({N, 3 * D}, DType::kBF16);
+    for (int64_t i = 0; i < qkv16.numel(); ++i) {
+      qkv16.data<bf16>()[i] = bf16(qkv32.data<float>()[i]);
+      qkv_as_f64[i] = static_cast<float>(qkv16.data<bf16>()[i]);
+    }
+    Tensor out16 = Tensor::empty({N, D}, DType::kBF16);
+    ASSERT_TRUE(attention_forward(ctx(), args, qkv16, out16, lse32).ok());
+    naive_attention(args, d.head_dim, qkv_as_f64, &want_out, &want_lse);
+    for (int64_t i = 0; i < out16.numel(); ++i) {
+      // One bf16 rounding (relative 2^-8) on top of f32 rounding.
+      EXPECT_NEAR(static_cast<float>(out16.data<bf16>()[i]), want_out[i],
+                  4e-3 * std::fabs(want_out[i]) + 2e-6) << i;
+    }
+    for (int64_t i = 0; i < lse32.numel(); ++i)
+      EXPECT_NEAR(lse32.data<float>()[i], want_lse[i], 2e-6) << i;
   }
 }
 
@@ -116,17 +136,17 @@ TEST_P(AttentionShapes, BackwardMatchesFiniteDifferences) {
     Tensor qkv = Tensor::empty({N, 3 * D}, DType::kF64);
     fill_uniform(qkv, 5, -1, 1);
     Tensor out = Tensor::empty({N, D}, DType::kF64);
-    Tensor probs = Tensor::empty({d.batch, d.heads, d.seq, d.seq}, DType::kF64);
+    Tensor lse = Tensor::empty({d.batch, d.heads, d.seq}, DType::kF64);
     Tensor w = Tensor::empty({N, D}, DType::kF64);
     fill_uniform(w, 6);
     auto loss = [&]() {
-      EXPECT_TRUE(attention_forward(args, qkv, out, probs).ok());
+      EXPECT_TRUE(attention_forward(ctx(), args, qkv, out, lse).ok());
       return dot(out, w);
     };
     loss();
     Tensor d_qkv = Tensor::empty(qkv.shape(), DType::kF64);
     fill_uniform(d_qkv, 77);  // overwritten, not accumulated
-    ASSERT_TRUE(attention_backward(args, w, qkv, probs, d_qkv).ok());
+    ASSERT_TRUE(attention_backward(ctx(), args, w, qkv, lse, d_qkv).ok());
     for (const auto& f : check_gradients(loss, {{"qkv", qkv, d_qkv}}, {1e-6, 1e-8, 1e-6})) {
       ADD_FAILURE() << f;
     }
@@ -140,31 +160,23 @@ INSTANTIATE_TEST_SUITE_P(Shapes, AttentionShapes,
                            return name(info.param);
                          });
 
-TEST(AttentionTest, ProbabilitiesAreCausalRowsSummingToOne) {
+TEST(AttentionTest, LargeScoresStayFiniteAndPositionZeroAttendsToItself) {
   const int64_t B = 2, S = 6, H = 3, Dh = 2, D = H * Dh;
   Tensor qkv = Tensor::empty({B * S, 3 * D}, DType::kF64);
   fill_uniform(qkv, 8, -30, 30);  // large scores: the max subtraction keeps exp finite
   Tensor out = Tensor::empty({B * S, D}, DType::kF64);
-  Tensor probs = Tensor::empty({B, H, S, S}, DType::kF64);
-  ASSERT_TRUE(attention_forward({B, S, H, 0.f, {}, 0}, qkv, out, probs).ok());
-  for (int64_t r = 0; r < B * H * S; ++r) {
-    const int64_t i = r % S;
-    double sum = 0;
-    for (int64_t j = 0; j < S; ++j) {
-      const double pij = probs.data<double>()[r * S + j];
-      ASSERT_TRUE(std::isfinite(pij));
-      if (j > i) {
-        EXPECT_EQ(pij, 0.0);
-      }
-      sum += pij;
-    }
-    EXPECT_NEAR(sum, 1.0, 1e-14);
-  }
-  // Position 0 attends only to itself: its output is its own value row.
+  Tensor lse = Tensor::empty({B, H, S}, DType::kF64);
+  ASSERT_TRUE(attention_forward(ctx(), {B, S, H, 0.f, {}, 0}, qkv, out, lse).ok());
+  for (int64_t i = 0; i < lse.numel(); ++i) ASSERT_TRUE(std::isfinite(lse.data<double>()[i]));
+  for (int64_t i = 0; i < out.numel(); ++i) ASSERT_TRUE(std::isfinite(out.data<double>()[i]));
+  // Position 0 attends only to itself: its output is its own value row, and its lse is its score.
   for (int64_t h = 0; h < H; ++h) {
+    double score = 0;
     for (int64_t c = 0; c < Dh; ++c) {
       EXPECT_DOUBLE_EQ(out.data<double>()[h * Dh + c], qkv.data<double>()[2 * D + h * Dh + c]);
+      score += qkv.data<double>()[h * Dh + c] * qkv.data<double>()[D + h * Dh + c];
     }
+    EXPECT_NEAR(lse.data<double>()[h * S], score / std::sqrt(2.0), 1e-12);
   }
 }
 
@@ -174,24 +186,24 @@ TEST(AttentionTest, DropoutMaskIsKeyedByGlobalSequenceNotBatchPosition) {
   Tensor qkv = Tensor::empty({B * S, 3 * D}, DType::kF32);
   fill_uniform(qkv, 9);
   Tensor out = Tensor::empty({B * S, D}, DType::kF32);
-  Tensor probs = Tensor::empty({B, H, S, S}, DType::kF32);
-  ASSERT_TRUE(attention_forward({B, S, H, 0.5f, rng, 40}, qkv, out, probs).ok());
+  Tensor probs = Tensor::empty({B, H, S}, DType::kF32);  // the lse
+  ASSERT_TRUE(attention_forward(ctx(), {B, S, H, 0.5f, rng, 40}, qkv, out, probs).ok());
   for (int64_t b = 0; b < B; ++b) {
     Tensor one_out = Tensor::empty({S, D}, DType::kF32);
-    Tensor one_probs = Tensor::empty({1, H, S, S}, DType::kF32);
-    ASSERT_TRUE(attention_forward({1, S, H, 0.5f, rng, 40 + b}, qkv.view().rows(b * S, (b + 1) * S),
+    Tensor one_probs = Tensor::empty({1, H, S}, DType::kF32);
+    ASSERT_TRUE(attention_forward(ctx(), {1, S, H, 0.5f, rng, 40 + b}, qkv.view().rows(b * S, (b + 1) * S),
                                   one_out, one_probs)
                     .ok());
     EXPECT_TRUE(moe::testing::bitwise_equal(one_out, out.view().rows(b * S, (b + 1) * S))) << b;
   }
   // The same call again gives the same bits; p = 0 with any stream equals no dropout at all.
   Tensor again = Tensor::empty({B * S, D}, DType::kF32);
-  ASSERT_TRUE(attention_forward({B, S, H, 0.5f, rng, 40}, qkv, again, probs).ok());
+  ASSERT_TRUE(attention_forward(ctx(), {B, S, H, 0.5f, rng, 40}, qkv, again, probs).ok());
   EXPECT_TRUE(moe::testing::bitwise_equal(again, out));
   Tensor plain = Tensor::empty({B * S, D}, DType::kF32);
   Tensor zero_p = Tensor::empty({B * S, D}, DType::kF32);
-  ASSERT_TRUE(attention_forward({B, S, H, 0.f, {}, 0}, qkv, plain, probs).ok());
-  ASSERT_TRUE(attention_forward({B, S, H, 0.f, rng, 40}, qkv, zero_p, probs).ok());
+  ASSERT_TRUE(attention_forward(ctx(), {B, S, H, 0.f, {}, 0}, qkv, plain, probs).ok());
+  ASSERT_TRUE(attention_forward(ctx(), {B, S, H, 0.f, rng, 40}, qkv, zero_p, probs).ok());
   EXPECT_TRUE(moe::testing::bitwise_equal(plain, zero_p));
   EXPECT_FALSE(moe::testing::bitwise_equal(plain, out));
 }
@@ -218,28 +230,30 @@ TEST(AttentionTest, BadArgumentsAreInvalidArgument) {
   const int64_t B = 2, S = 3, H = 2, D = 4;
   Tensor qkv = Tensor::zeros({B * S, 3 * D}, DType::kF32);
   Tensor out = Tensor::zeros({B * S, D}, DType::kF32);
-  Tensor probs = Tensor::zeros({B, H, S, S}, DType::kF32);
+  Tensor probs = Tensor::zeros({B, H, S}, DType::kF32);  // the lse
   const AttentionArgs ok{B, S, H, 0.f, {}, 0};
-  ASSERT_TRUE(attention_forward(ok, qkv, out, probs).ok());
-  expect_invalid(attention_forward({B, S, 3, 0.f, {}, 0}, qkv, out, probs),
+  ASSERT_TRUE(attention_forward(ctx(), ok, qkv, out, probs).ok());
+  expect_invalid(attention_forward(ctx(), {B, S, 3, 0.f, {}, 0}, qkv, out, probs),
                  "qkv");  // H = 3 does not divide D = 4
-  expect_invalid(attention_forward({B, S + 1, H, 0.f, {}, 0}, qkv, out, probs), "qkv");
-  expect_invalid(attention_forward({0, S, H, 0.f, {}, 0}, qkv, out, probs), "batch");
-  expect_invalid(attention_forward({B, S, H, 1.f, {}, 0}, qkv, out, probs), "dropout");
-  expect_invalid(attention_forward({B, S, H, -0.1f, {}, 0}, qkv, out, probs), "dropout");
+  expect_invalid(attention_forward(ctx(), {B, S + 1, H, 0.f, {}, 0}, qkv, out, probs), "qkv");
+  expect_invalid(attention_forward(ctx(), {0, S, H, 0.f, {}, 0}, qkv, out, probs), "batch");
+  expect_invalid(attention_forward(ctx(), {B, S, H, 1.f, {}, 0}, qkv, out, probs), "dropout");
+  expect_invalid(attention_forward(ctx(), {B, S, H, -0.1f, {}, 0}, qkv, out, probs), "dropout");
   Tensor out_bad = Tensor::zeros({B * S, D + 1}, DType::kF32);
-  expect_invalid(attention_forward(ok, qkv, out_bad, probs), "out");
+  expect_invalid(attention_forward(ctx(), ok, qkv, out_bad, probs), "out");
   Tensor out_f64 = Tensor::zeros({B * S, D}, DType::kF64);
-  expect_invalid(attention_forward(ok, qkv, out_f64, probs), "out");
-  Tensor probs_bad = Tensor::zeros({B, H, S, S + 1}, DType::kF32);
-  expect_invalid(attention_forward(ok, qkv, out, probs_bad), "probs");
+  expect_invalid(attention_forward(ctx(), ok, qkv, out_f64, probs), "out");
+  Tensor probs_bad = Tensor::zeros({B, H, S + 1}, DType::kF32);
+  expect_invalid(attention_forward(ctx(), ok, qkv, out, probs_bad), "lse");
+  expect_invalid(attention_forward(ctx(), ok, qkv, out, Tensor::zeros({B, H, S}, DType::kBF16)),
+                 "lse");
   Tensor qkv_i32 = Tensor::zeros({B * S, 3 * D}, DType::kI32);
-  expect_invalid(attention_forward(ok, qkv_i32, out, probs), "qkv");
+  expect_invalid(attention_forward(ctx(), ok, qkv_i32, out, probs), "qkv");
   Tensor d_qkv_bad = Tensor::zeros({B * S, 3 * D - 1}, DType::kF32);
-  expect_invalid(attention_backward(ok, out, qkv, probs, d_qkv_bad), "d_qkv");
+  expect_invalid(attention_backward(ctx(), ok, out, qkv, probs, d_qkv_bad), "d_qkv");
   Tensor d_qkv = Tensor::zeros({B * S, 3 * D}, DType::kF32);
-  expect_invalid(attention_backward(ok, out_bad, qkv, probs, d_qkv), "d_out");
-  expect_invalid(attention_backward(ok, out, qkv, probs_bad, d_qkv), "probs");
+  expect_invalid(attention_backward(ctx(), ok, out_bad, qkv, probs, d_qkv), "d_out");
+  expect_invalid(attention_backward(ctx(), ok, out, qkv, probs_bad, d_qkv), "lse");
 }
 
 }  // namespace

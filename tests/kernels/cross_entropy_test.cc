@@ -18,6 +18,27 @@ namespace {
 using moe::testing::check_gradients;
 using moe::testing::fill_uniform;
 
+Context& ctx() { return testing::host_context(); }
+
+struct CrossEntropyResult {
+  double loss_sum = 0;
+  int64_t count = 0;
+  double mean() const { return count > 0 ? loss_sum / static_cast<double>(count) : 0.0; }
+};
+
+// The forward with fresh device sums (and an lse scratch when none is given), read back.
+StatusOr<CrossEntropyResult> ce_forward(const TensorView& logits, const TensorView& targets,
+                                        const TensorView& lse = {}, const TensorView& rows = {}) {
+  Tensor scratch = logits.ndim() == 2 && dtype_is_floating(logits.dtype())
+                       ? Tensor::empty({logits.dim(0)}, logits.dtype())
+                       : Tensor::empty({0}, DType::kF32);
+  Tensor sums = Tensor::zeros({2}, DType::kF64);
+  MOE_RETURN_IF_ERROR(cross_entropy_forward(ctx(), logits, targets,
+                                            lse.numel() > 0 ? lse : scratch.view(), sums, rows));
+  return CrossEntropyResult{sums.data<double>()[0],
+                            static_cast<int64_t>(sums.data<double>()[1])};
+}
+
 void expect_invalid(const Status& s, const std::string& needle) {
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.to_string();
   EXPECT_NE(s.message().find(needle), std::string::npos) << s.message();
@@ -31,7 +52,7 @@ TEST(CrossEntropyTest, UniformLogitsGiveLogV) {
         for (int64_t i = 0; i < logits.numel(); ++i) logits.data<double>()[i] = 2.5;
       }
       Tensor targets = Tensor::from_vector<int32_t>({4}, {0, static_cast<int32_t>(v - 1), -1, 0});
-      StatusOr<CrossEntropyResult> r = cross_entropy_forward(logits, targets);
+      StatusOr<CrossEntropyResult> r = ce_forward(logits, targets);
       ASSERT_TRUE(r.ok()) << r.status().to_string();
       EXPECT_EQ(r->count, 3);
       EXPECT_NEAR(r->loss_sum, 3 * std::log(static_cast<double>(v)), 1e-6);
@@ -48,7 +69,7 @@ TEST(CrossEntropyTest, HandValuesRowLossAndLse) {
   Tensor lse = Tensor::empty({3}, DType::kF64), rows = Tensor::empty({3}, DType::kF64);
   fill_uniform(lse, 1);
   fill_uniform(rows, 2);
-  StatusOr<CrossEntropyResult> r = cross_entropy_forward(logits, targets, lse, rows);
+  StatusOr<CrossEntropyResult> r = ce_forward(logits, targets, lse, rows);
   ASSERT_TRUE(r.ok());
   const double lse0 = std::log(std::exp(1.0) + std::exp(2.0) + std::exp(3.0));
   EXPECT_EQ(r->count, 2);
@@ -62,7 +83,7 @@ TEST(CrossEntropyTest, HandValuesRowLossAndLse) {
   // Backward for the mean: scale = 1 / count; ignored rows get zeros.
   Tensor d = Tensor::empty({3, 3}, DType::kF64);
   fill_uniform(d, 3);
-  ASSERT_TRUE(cross_entropy_backward(logits, targets, lse, 0.5, d).ok());
+  ASSERT_TRUE(cross_entropy_backward(ctx(), logits, targets, lse, 0.5, d).ok());
   const double z = std::exp(lse0);
   const std::vector<double> want = {0.5 * (std::exp(1.0) / z - 1),
                                     0.5 * std::exp(2.0) / z,
@@ -88,11 +109,11 @@ TEST(CrossEntropyTest, HugeLogitsStayFinite) {
     }
     Tensor targets = Tensor::from_vector<int32_t>({2}, {1, 0});
     Tensor lse = Tensor::empty({2}, dt);
-    StatusOr<CrossEntropyResult> r = cross_entropy_forward(logits, targets, lse);
+    StatusOr<CrossEntropyResult> r = ce_forward(logits, targets, lse);
     ASSERT_TRUE(r.ok());
     EXPECT_NEAR(r->loss_sum, std::log(3.0), 1e-6);  // row 0: log 3; row 1: certain, 0
     Tensor d = Tensor::empty({2, 3}, dt);
-    ASSERT_TRUE(cross_entropy_backward(logits, targets, lse, 1.0, d).ok());
+    ASSERT_TRUE(cross_entropy_backward(ctx(), logits, targets, lse, 1.0, d).ok());
     for (int64_t i = 0; i < d.numel(); ++i) {
       const double di = dt == DType::kF64 ? d.data<double>()[i] : double{d.data<float>()[i]};
       EXPECT_TRUE(std::isfinite(di)) << i;
@@ -108,7 +129,7 @@ TEST(CrossEntropyTest, HugeLogitsStayFinite) {
 TEST(CrossEntropyTest, AllIgnoredCountsNothing) {
   Tensor logits = Tensor::zeros({2, 4}, DType::kF32);
   Tensor targets = Tensor::from_vector<int32_t>({2}, {-1, -1});
-  StatusOr<CrossEntropyResult> r = cross_entropy_forward(logits, targets);
+  StatusOr<CrossEntropyResult> r = ce_forward(logits, targets);
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->count, 0);
   EXPECT_EQ(r->loss_sum, 0.0);
@@ -128,19 +149,38 @@ TEST(CrossEntropyTest, BackwardMatchesFiniteDifferences) {
       targets.data<int32_t>()[i] = i % 3 == 1 ? -1 : static_cast<int32_t>((5 * i + 1) % c.v);
     }
     const double scale = 0.7;
-    auto loss = [&]() { return scale * cross_entropy_forward(logits, targets)->loss_sum; };
+    auto loss = [&]() { return scale * ce_forward(logits, targets)->loss_sum; };
     Tensor lse = Tensor::empty({c.n}, DType::kF64);
-    ASSERT_TRUE(cross_entropy_forward(logits, targets, lse).ok());
+    ASSERT_TRUE(ce_forward(logits, targets, lse).ok());
     Tensor d = Tensor::empty({c.n, c.v}, DType::kF64);
-    ASSERT_TRUE(cross_entropy_backward(logits, targets, lse, scale, d).ok());
+    ASSERT_TRUE(cross_entropy_backward(ctx(), logits, targets, lse, scale, d).ok());
     for (const auto& f : check_gradients(loss, {{"logits", logits, d}}, {1e-6, 1e-8, 1e-6})) {
       ADD_FAILURE() << f;
     }
     // d_logits may alias logits.
     Tensor in_place = Tensor::copy_of(logits);
-    ASSERT_TRUE(cross_entropy_backward(in_place, targets, lse, scale, in_place).ok());
+    ASSERT_TRUE(cross_entropy_backward(ctx(), in_place, targets, lse, scale, in_place).ok());
     EXPECT_TRUE(moe::testing::bitwise_equal(in_place, d));
   }
+}
+
+// bf16 head activations: the loss stays f32 and the gradient is the f32 one rounded to bf16.
+TEST(CrossEntropyTest, Bf16GradientFromF32Logits) {
+  Tensor logits = Tensor::empty({3, 5}, DType::kF32);
+  fill_uniform(logits, 9, -4, 4);
+  Tensor targets = Tensor::from_vector<int32_t>({3}, {4, -1, 0});
+  Tensor lse = Tensor::empty({3}, DType::kF32);
+  ASSERT_TRUE(ce_forward(logits, targets, lse).ok());
+  Tensor d32 = Tensor::empty({3, 5}, DType::kF32), d16 = Tensor::empty({3, 5}, DType::kBF16);
+  ASSERT_TRUE(cross_entropy_backward(ctx(), logits, targets, lse, 0.5, d32).ok());
+  ASSERT_TRUE(cross_entropy_backward(ctx(), logits, targets, lse, 0.5, d16).ok());
+  for (int i = 0; i < 15; ++i) {
+    EXPECT_EQ(static_cast<float>(d16.data<bf16>()[i]), static_cast<float>(bf16(d32.data<float>()[i])))
+        << i;
+  }
+  expect_invalid(cross_entropy_backward(ctx(), logits, targets, lse, 1.0,
+                                        Tensor::zeros({3, 5}, DType::kF64)),
+                 "d_logits");
 }
 
 TEST(CrossEntropyTest, BadArgumentsAreInvalidArgument) {
@@ -148,30 +188,32 @@ TEST(CrossEntropyTest, BadArgumentsAreInvalidArgument) {
   Tensor targets = Tensor::from_vector<int32_t>({3}, {0, -1, 3});
   Tensor lse = Tensor::zeros({3}, DType::kF32);
   Tensor d = Tensor::zeros({3, 4}, DType::kF32);
-  ASSERT_TRUE(cross_entropy_forward(logits, targets, lse).ok());
+  ASSERT_TRUE(ce_forward(logits, targets, lse).ok());
   expect_invalid(
-      cross_entropy_forward(logits, Tensor::from_vector<int32_t>({3}, {0, 4, 1})).status(),
+      ce_forward(logits, Tensor::from_vector<int32_t>({3}, {0, 4, 1})).status(),
       "target 4 at row 1");
   expect_invalid(
-      cross_entropy_forward(logits, Tensor::from_vector<int32_t>({3}, {0, 1, -2})).status(),
+      ce_forward(logits, Tensor::from_vector<int32_t>({3}, {0, 1, -2})).status(),
       "target -2 at row 2");
   expect_invalid(
-      cross_entropy_forward(logits, Tensor::from_vector<int64_t>({3}, {0, 1, 2})).status(),
+      ce_forward(logits, Tensor::from_vector<int64_t>({3}, {0, 1, 2})).status(),
       "targets");
-  expect_invalid(cross_entropy_forward(logits, Tensor::from_vector<int32_t>({2}, {0, 1})).status(),
+  expect_invalid(ce_forward(logits, Tensor::from_vector<int32_t>({2}, {0, 1})).status(),
                  "targets");
-  expect_invalid(cross_entropy_forward(logits.view().reshape({12}), targets).status(), "logits");
-  expect_invalid(cross_entropy_forward(Tensor::zeros({3, 4}, DType::kI32), targets).status(),
+  expect_invalid(ce_forward(logits.view().reshape({12}), targets).status(), "logits");
+  expect_invalid(ce_forward(Tensor::zeros({3, 4}, DType::kI32), targets).status(),
                  "logits");
-  expect_invalid(cross_entropy_forward(logits, targets, Tensor::zeros({4}, DType::kF32)).status(),
+  expect_invalid(ce_forward(logits, targets, Tensor::zeros({4}, DType::kF32)).status(),
                  "lse");
   expect_invalid(
-      cross_entropy_forward(logits, targets, lse, Tensor::zeros({3}, DType::kF64)).status(),
+      ce_forward(logits, targets, lse, Tensor::zeros({3}, DType::kF64)).status(),
       "row_loss");
-  expect_invalid(cross_entropy_backward(logits, targets, Tensor::zeros({3}, DType::kF64), 1.0, d),
+  expect_invalid(cross_entropy_forward(ctx(), logits, targets, lse, Tensor::zeros({2}, DType::kF32)),
+                 "sums");
+  expect_invalid(cross_entropy_backward(ctx(), logits, targets, Tensor::zeros({3}, DType::kF64), 1.0, d),
                  "lse");
   expect_invalid(
-      cross_entropy_backward(logits, targets, lse, 1.0, Tensor::zeros({3, 5}, DType::kF32)),
+      cross_entropy_backward(ctx(), logits, targets, lse, 1.0, Tensor::zeros({3, 5}, DType::kF32)),
       "d_logits");
 }
 

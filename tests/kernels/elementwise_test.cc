@@ -1,5 +1,5 @@
-// Elementwise helpers (kernels/elementwise.h) against hand values, including aliasing, and their
-// argument errors.
+// Elementwise helpers (kernels/elementwise.h) against hand values, including aliasing, dtype
+// conversion and mixed-dtype accumulation, and their argument errors.
 #include "kernels/elementwise.h"
 
 #include <gtest/gtest.h>
@@ -9,54 +9,85 @@
 #include <string>
 #include <vector>
 
+#include "tests/testing/gradient_check.h"
+
 namespace moe::kernels {
 namespace {
+
+Context& ctx() { return testing::host_context(); }
 
 void expect_invalid(const Status& s, const std::string& needle) {
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.to_string();
   EXPECT_NE(s.message().find(needle), std::string::npos) << s.message();
 }
 
-TEST(ElementwiseTest, AddAxpyScaleCopy) {
+TEST(ElementwiseTest, AddAxpyScaleConvert) {
   Tensor a = Tensor::from_vector<double>({2, 2}, {1, 2, 3, 4});
   Tensor b = Tensor::from_vector<double>({2, 2}, {10, 20, 30, 40});
   Tensor out = Tensor::empty({2, 2}, DType::kF64);
-  ASSERT_TRUE(add(a, b, out).ok());
+  ASSERT_TRUE(add(ctx(), a, b, out).ok());
   EXPECT_EQ(to_vector<double>(out), (std::vector<double>{11, 22, 33, 44}));
-  ASSERT_TRUE(add(a, b, a).ok());  // out aliases a
+  ASSERT_TRUE(add(ctx(), a, b, a).ok());  // out aliases a
   EXPECT_EQ(to_vector<double>(a), (std::vector<double>{11, 22, 33, 44}));
-  ASSERT_TRUE(axpy(-0.5, b, a).ok());
+  ASSERT_TRUE(axpy(ctx(), -0.5, b, a).ok());
   EXPECT_EQ(to_vector<double>(a), (std::vector<double>{6, 12, 18, 24}));
-  ASSERT_TRUE(scale_inplace(a, 0.25).ok());
+  ASSERT_TRUE(scale(ctx(), a, 0.25).ok());
   EXPECT_EQ(to_vector<double>(a), (std::vector<double>{1.5, 3, 4.5, 6}));
   Tensor f = Tensor::from_vector<float>({3}, {1.5f, -2.f, 0.f});
   Tensor f2 = Tensor::from_vector<float>({3}, {1.f, 1.f, 1.f});
-  ASSERT_TRUE(axpy(2.0, f, f2).ok());
+  ASSERT_TRUE(axpy(ctx(), 2.0, f, f2).ok());
   EXPECT_EQ(to_vector<float>(f2), (std::vector<float>{4.f, -3.f, 1.f}));
   Tensor ids = Tensor::from_vector<int32_t>({3}, {7, 8, 9});
   Tensor ids_copy = Tensor::zeros({3}, DType::kI32);
-  ASSERT_TRUE(copy(ids, ids_copy).ok());
+  ASSERT_TRUE(convert(ctx(), ids, ids_copy).ok());
   EXPECT_EQ(to_vector<int32_t>(ids_copy), (std::vector<int32_t>{7, 8, 9}));
 }
 
-TEST(ElementwiseTest, AllFinite) {
-  Tensor ok = Tensor::from_vector<float>({2}, {1.f, -1e30f});
-  EXPECT_TRUE(*all_finite(ok));
-  EXPECT_FALSE(*all_finite(Tensor::from_vector<double>({2}, {1.0, std::nan("")})));
-  EXPECT_FALSE(
-      *all_finite(Tensor::from_vector<float>({1}, {std::numeric_limits<float>::infinity()})));
-  EXPECT_TRUE(*all_finite(Tensor::zeros({0}, DType::kF64)));
+// bf16 round to nearest even: 1 + 2^-8 is a tie between 1 and 1 + 2^-7 and rounds to even (1);
+// 1 + 3 * 2^-9 rounds up. An f32 gradient accumulates into a bf16 one in double, rounded once.
+TEST(ElementwiseTest, Bf16ConversionAndMixedAxpy) {
+  Tensor f = Tensor::from_vector<float>({4}, {1.f + 1.f / 256, 1.f + 3.f / 512, -2.5f, 1e-3f});
+  Tensor b = Tensor::empty({4}, DType::kBF16);
+  ASSERT_TRUE(convert(ctx(), f, b).ok());
+  const bf16* pb = b.data<bf16>();
+  EXPECT_EQ(static_cast<float>(pb[0]), 1.f);
+  EXPECT_EQ(static_cast<float>(pb[1]), 1.f + 1.f / 128);
+  EXPECT_EQ(static_cast<float>(pb[2]), -2.5f);
+  EXPECT_NEAR(static_cast<float>(pb[3]), 1e-3f, 1e-5f);
+  Tensor back = Tensor::empty({4}, DType::kF32);
+  ASSERT_TRUE(convert(ctx(), b, back).ok());
+  EXPECT_EQ(to_vector<float>(back)[2], -2.5f);
+  // y (bf16) += 0.5 * x (f32): 1 + 0.5 * (1/128) = 1 + 1/256 -> ties to even (1).
+  Tensor y = Tensor::empty({1}, DType::kBF16);
+  y.data<bf16>()[0] = bf16(1.f);
+  ASSERT_TRUE(axpy(ctx(), 0.5, Tensor::from_vector<float>({1}, {1.f / 128}), y).ok());
+  EXPECT_EQ(static_cast<float>(y.data<bf16>()[0]), 1.f);
+}
+
+TEST(ElementwiseTest, CountNonfiniteAndAddScalar) {
+  Tensor out = Tensor::zeros({1}, DType::kF64);
+  ASSERT_TRUE(count_nonfinite(ctx(), Tensor::from_vector<float>({2}, {1.f, -1e30f}), out).ok());
+  EXPECT_EQ(out.data<double>()[0], 0);
+  ASSERT_TRUE(count_nonfinite(ctx(), Tensor::from_vector<double>({2}, {1.0, std::nan("")}), out).ok());
+  ASSERT_TRUE(count_nonfinite(
+                  ctx(), Tensor::from_vector<float>({1}, {std::numeric_limits<float>::infinity()}), out)
+                  .ok());
+  EXPECT_EQ(out.data<double>()[0], 2);  // accumulated
+  ASSERT_TRUE(add_scalar(ctx(), out, 0.5).ok());
+  EXPECT_EQ(out.data<double>()[0], 2.5);
 }
 
 TEST(ElementwiseTest, BadArgumentsAreInvalidArgument) {
   Tensor a = Tensor::zeros({2, 3}, DType::kF32);
-  expect_invalid(add(a, Tensor::zeros({3, 2}, DType::kF32), a), "b");
-  expect_invalid(add(a, a, Tensor::zeros({2, 3}, DType::kF64)), "out");
-  expect_invalid(add(Tensor::zeros({2, 3}, DType::kI32), a, a), "a");
-  expect_invalid(axpy(1.0, a, Tensor::zeros({6}, DType::kF32)), "y");
-  expect_invalid(scale_inplace(Tensor::zeros({2}, DType::kI64), 2.0), "x");
-  expect_invalid(copy(a, Tensor::zeros({2, 3}, DType::kF64)), "dst");
-  expect_invalid(all_finite(Tensor::zeros({2}, DType::kI32)).status(), "x");
+  expect_invalid(add(ctx(), a, Tensor::zeros({3, 2}, DType::kF32), a), "b");
+  expect_invalid(add(ctx(), a, a, Tensor::zeros({2, 3}, DType::kF64)), "out");
+  expect_invalid(add(ctx(), Tensor::zeros({2, 3}, DType::kI32), a, a), "a");
+  expect_invalid(axpy(ctx(), 1.0, a, Tensor::zeros({6}, DType::kF32)), "y");
+  expect_invalid(scale(ctx(), Tensor::zeros({2}, DType::kI64), 2.0), "x");
+  expect_invalid(convert(ctx(), a, Tensor::zeros({2, 3}, DType::kI32)), "conversion");
+  expect_invalid(convert(ctx(), a, Tensor::zeros({6}, DType::kF64)), "dst");
+  expect_invalid(count_nonfinite(ctx(), Tensor::zeros({2}, DType::kI32), Tensor::zeros({1}, DType::kF64)), "x");
+  expect_invalid(add_scalar(ctx(), Tensor::zeros({1}, DType::kF32), 1.0), "out");
 }
 
 }  // namespace

@@ -18,6 +18,8 @@ using moe::testing::check_gradients;
 using moe::testing::dot;
 using moe::testing::fill_uniform;
 
+Context& ctx() { return testing::host_context(); }
+
 void expect_invalid(const Status& s, const std::string& needle) {
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.to_string();
   EXPECT_NE(s.message().find(needle), std::string::npos) << s.message();
@@ -29,7 +31,7 @@ TEST(LayerNormTest, HandValues) {
   Tensor b = Tensor::from_vector<double>({4}, {0, 0, 0, 10});
   Tensor y = Tensor::empty({2, 4}, DType::kF64), mean = Tensor::empty({2}, DType::kF64),
          rstd = Tensor::empty({2}, DType::kF64);
-  ASSERT_TRUE(layernorm_forward(x, g, b, 0.0, y, mean, rstd).ok());
+  ASSERT_TRUE(layernorm_forward(ctx(), x, g, b, 0.0, y, mean, rstd).ok());
   const double s0 = 1 / std::sqrt(1.25);  // row 0: mean 2.5, biased variance 1.25
   const double s1 = 1 / std::sqrt(5.0);   // row 1: mean 1, variance (9 + 1 + 1 + 9) / 4
   EXPECT_EQ(to_vector<double>(mean), (std::vector<double>{2.5, 1.0}));
@@ -56,7 +58,7 @@ TEST(LayerNormTest, ForwardMatchesTwoPassForAwkwardShapesAndAliases) {
       Tensor y = Tensor::empty({c.n, c.d}, dt), mean = Tensor::empty({c.n}, dt),
              rstd = Tensor::empty({c.n}, dt);
       Tensor x_copy = Tensor::copy_of(x);
-      ASSERT_TRUE(layernorm_forward(x, g, b, c.eps, y, mean, rstd).ok());
+      ASSERT_TRUE(layernorm_forward(ctx(), x, g, b, c.eps, y, mean, rstd).ok());
       const double tol = dt == DType::kF64 ? 1e-13 : 2e-6;
       auto at = [](const Tensor& t, int64_t i) {
         return t.dtype() == DType::kF64 ? t.data<double>()[i] : double{t.data<float>()[i]};
@@ -74,7 +76,7 @@ TEST(LayerNormTest, ForwardMatchesTwoPassForAwkwardShapesAndAliases) {
         }
       }
       // y may alias x: the same bits as the separate output.
-      ASSERT_TRUE(layernorm_forward(x_copy, g, b, c.eps, x_copy, mean, rstd).ok());
+      ASSERT_TRUE(layernorm_forward(ctx(), x_copy, g, b, c.eps, x_copy, mean, rstd).ok());
       EXPECT_TRUE(moe::testing::bitwise_equal(x_copy, y));
     }
   }
@@ -96,14 +98,14 @@ TEST(LayerNormTest, BackwardMatchesFiniteDifferencesAndAccumulates) {
     Tensor w = Tensor::empty({c.n, c.d}, DType::kF64);
     fill_uniform(w, 14);
     auto loss = [&]() {
-      EXPECT_TRUE(layernorm_forward(x, g, b, 1e-5, y, mean, rstd).ok());
+      EXPECT_TRUE(layernorm_forward(ctx(), x, g, b, 1e-5, y, mean, rstd).ok());
       return dot(y, w);
     };
     loss();
     Tensor dx = Tensor::empty({c.n, c.d}, DType::kF64);
     fill_uniform(dx, 15);  // overwritten
     Tensor dg = Tensor::zeros({c.d}, DType::kF64), db = Tensor::zeros({c.d}, DType::kF64);
-    ASSERT_TRUE(layernorm_backward(w, x, g, mean, rstd, dx, dg, db).ok());
+    ASSERT_TRUE(layernorm_backward(ctx(), w, x, g, mean, rstd, dx, dg, db).ok());
     for (const auto& f : check_gradients(loss, {{"x", x, dx}, {"gamma", g, dg}, {"beta", b, db}},
                                          {1e-6, 1e-8, 1e-6})) {
       ADD_FAILURE() << f;
@@ -113,7 +115,7 @@ TEST(LayerNormTest, BackwardMatchesFiniteDifferencesAndAccumulates) {
     loss();
     Tensor dg1 = Tensor::copy_of(dg), db1 = Tensor::copy_of(db), dx1 = Tensor::copy_of(dx);
     Tensor dy = Tensor::copy_of(w);
-    ASSERT_TRUE(layernorm_backward(dy, x, g, mean, rstd, dy, dg, db).ok());
+    ASSERT_TRUE(layernorm_backward(ctx(), dy, x, g, mean, rstd, dy, dg, db).ok());
     EXPECT_LT(moe::testing::max_abs_diff(dy, dx1), 1e-15);
     for (int64_t j = 0; j < c.d; ++j) {
       EXPECT_NEAR(dg.data<double>()[j], 2 * dg1.data<double>()[j], 1e-14);
@@ -122,33 +124,61 @@ TEST(LayerNormTest, BackwardMatchesFiniteDifferencesAndAccumulates) {
   }
 }
 
+// bf16 activations with fp32 parameters and statistics: the statistics are the f32 ones of the
+// same (bf16-exact) input, and the output is the f32 output rounded once.
+TEST(LayerNormTest, Bf16ActivationsWithF32Statistics) {
+  const int64_t n = 3, d = 9;
+  Tensor xb = Tensor::empty({n, d}, DType::kBF16), xf = Tensor::empty({n, d}, DType::kF32);
+  fill_uniform(xb, 21, -3, 3);
+  for (int64_t i = 0; i < n * d; ++i) xf.data<float>()[i] = static_cast<float>(xb.data<bf16>()[i]);
+  Tensor g = Tensor::empty({d}, DType::kF32), b = Tensor::empty({d}, DType::kF32);
+  fill_uniform(g, 22, 0.5, 1.5);
+  fill_uniform(b, 23);
+  Tensor yb = Tensor::empty({n, d}, DType::kBF16), yf = Tensor::empty({n, d}, DType::kF32);
+  Tensor mb = Tensor::empty({n}, DType::kF32), rb = Tensor::empty({n}, DType::kF32);
+  Tensor mf = Tensor::empty({n}, DType::kF32), rf = Tensor::empty({n}, DType::kF32);
+  ASSERT_TRUE(layernorm_forward(ctx(), xb, g, b, 1e-5, yb, mb, rb).ok());
+  ASSERT_TRUE(layernorm_forward(ctx(), xf, g, b, 1e-5, yf, mf, rf).ok());
+  EXPECT_TRUE(moe::testing::bitwise_equal(mb, mf));
+  EXPECT_TRUE(moe::testing::bitwise_equal(rb, rf));
+  for (int64_t i = 0; i < n * d; ++i) {
+    EXPECT_EQ(static_cast<float>(yb.data<bf16>()[i]), static_cast<float>(bf16(yf.data<float>()[i])));
+  }
+  // The backward: dx in bf16, parameter gradients in f32; bf16 statistics dtypes are refused.
+  Tensor dx = Tensor::empty({n, d}, DType::kBF16);
+  Tensor dg = Tensor::zeros({d}, DType::kF32), db = Tensor::zeros({d}, DType::kF32);
+  ASSERT_TRUE(layernorm_backward(ctx(), yb, xb, g, mb, rb, dx, dg, db).ok());
+  expect_invalid(layernorm_forward(ctx(), xb, g, b, 1e-5, yb, Tensor::zeros({n}, DType::kBF16), rb),
+                 "mean");
+}
+
 TEST(LayerNormTest, BadArgumentsAreInvalidArgument) {
   Tensor x = Tensor::zeros({2, 3}, DType::kF32), g = Tensor::zeros({3}, DType::kF32),
          b = Tensor::zeros({3}, DType::kF32), y = Tensor::zeros({2, 3}, DType::kF32),
          mean = Tensor::zeros({2}, DType::kF32), rstd = Tensor::zeros({2}, DType::kF32);
-  ASSERT_TRUE(layernorm_forward(x, g, b, 1e-5, y, mean, rstd).ok());
-  expect_invalid(layernorm_forward(x.view().reshape({6}), g, b, 1e-5, y, mean, rstd), "x");
-  expect_invalid(layernorm_forward(Tensor::zeros({2, 3}, DType::kI32), g, b, 1e-5, y, mean, rstd),
+  ASSERT_TRUE(layernorm_forward(ctx(), x, g, b, 1e-5, y, mean, rstd).ok());
+  expect_invalid(layernorm_forward(ctx(), x.view().reshape({6}), g, b, 1e-5, y, mean, rstd), "x");
+  expect_invalid(layernorm_forward(ctx(), Tensor::zeros({2, 3}, DType::kI32), g, b, 1e-5, y, mean, rstd),
                  "x");
-  expect_invalid(layernorm_forward(x, Tensor::zeros({4}, DType::kF32), b, 1e-5, y, mean, rstd),
+  expect_invalid(layernorm_forward(ctx(), x, Tensor::zeros({4}, DType::kF32), b, 1e-5, y, mean, rstd),
                  "gamma");
-  expect_invalid(layernorm_forward(x, g, Tensor::zeros({3}, DType::kF64), 1e-5, y, mean, rstd),
+  expect_invalid(layernorm_forward(ctx(), x, g, Tensor::zeros({3}, DType::kF64), 1e-5, y, mean, rstd),
                  "beta");
-  expect_invalid(layernorm_forward(x, g, b, 1e-5, Tensor::zeros({3, 2}, DType::kF32), mean, rstd),
+  expect_invalid(layernorm_forward(ctx(), x, g, b, 1e-5, Tensor::zeros({3, 2}, DType::kF32), mean, rstd),
                  "y");
-  expect_invalid(layernorm_forward(x, g, b, 1e-5, y, Tensor::zeros({3}, DType::kF32), rstd),
+  expect_invalid(layernorm_forward(ctx(), x, g, b, 1e-5, y, Tensor::zeros({3}, DType::kF32), rstd),
                  "mean");
-  expect_invalid(layernorm_forward(x, g, b, 1e-5, y, mean, Tensor::zeros({2}, DType::kF64)),
+  expect_invalid(layernorm_forward(ctx(), x, g, b, 1e-5, y, mean, Tensor::zeros({2}, DType::kF64)),
                  "rstd");
-  expect_invalid(layernorm_forward(x, g, b, -1.0, y, mean, rstd), "eps");
+  expect_invalid(layernorm_forward(ctx(), x, g, b, -1.0, y, mean, rstd), "eps");
   Tensor dx = Tensor::zeros({2, 3}, DType::kF32);
-  expect_invalid(layernorm_backward(Tensor::zeros({2, 2}, DType::kF32), x, g, mean, rstd, dx, g, b),
+  expect_invalid(layernorm_backward(ctx(), Tensor::zeros({2, 2}, DType::kF32), x, g, mean, rstd, dx, g, b),
                  "dy");
-  expect_invalid(layernorm_backward(y, x, g, mean, rstd, Tensor::zeros({2, 2}, DType::kF32), g, b),
+  expect_invalid(layernorm_backward(ctx(), y, x, g, mean, rstd, Tensor::zeros({2, 2}, DType::kF32), g, b),
                  "dx");
-  expect_invalid(layernorm_backward(y, x, g, mean, rstd, dx, Tensor::zeros({2}, DType::kF32), b),
+  expect_invalid(layernorm_backward(ctx(), y, x, g, mean, rstd, dx, Tensor::zeros({2}, DType::kF32), b),
                  "dgamma");
-  expect_invalid(layernorm_backward(y, x, g, mean, rstd, dx, g, Tensor::zeros({3}, DType::kF64)),
+  expect_invalid(layernorm_backward(ctx(), y, x, g, mean, rstd, dx, g, Tensor::zeros({3}, DType::kF64)),
                  "dbeta");
 }
 

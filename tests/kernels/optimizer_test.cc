@@ -9,8 +9,12 @@
 #include <string>
 #include <vector>
 
+#include "tests/testing/gradient_check.h"
+
 namespace moe::kernels {
 namespace {
+
+Context& ctx() { return testing::host_context(); }
 
 void expect_invalid(const Status& s, const std::string& needle) {
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.to_string();
@@ -35,7 +39,7 @@ TEST(AdamWTest, OneAndTwoStepsByHand) {
   Tensor g1 = Tensor::from_vector<double>({3}, {0.5, -1.0, 0.0});
   Tensor g2 = Tensor::from_vector<double>({3}, {0.1, 2.0, -3.0});
   AdamWArgs a{0.1, 0.9, 0.99, 1e-8, 0.01, 1};
-  ASSERT_TRUE(adamw_step(a, p, g1, m, v).ok());
+  ASSERT_TRUE(adamw_step(ctx(), a, p, g1, m, v).ok());
   // Step 1: m = 0.1 g, v = 0.01 g^2, m_hat = g, v_hat = g^2: p = p (1 - 0.001) - 0.1 g / (|g| +
   // eps).
   EXPECT_NEAR(p.data<double>()[0], 1.0 * 0.999 - 0.1 * 0.5 / (0.5 + 1e-8), 1e-15);
@@ -45,7 +49,7 @@ TEST(AdamWTest, OneAndTwoStepsByHand) {
   EXPECT_NEAR(v.data<double>()[1], 0.01, 1e-16);
   const double p0 = p.data<double>()[0];
   a.step = 2;
-  ASSERT_TRUE(adamw_step(a, p, g2, m, v).ok());
+  ASSERT_TRUE(adamw_step(ctx(), a, p, g2, m, v).ok());
   const double m0 = 0.9 * 0.05 + 0.1 * 0.1, v0 = 0.99 * 0.0025 + 0.01 * 0.01;
   const double want = p0 * 0.999 - 0.1 * (m0 / (1 - 0.81)) / (std::sqrt(v0 / (1 - 0.9801)) + 1e-8);
   EXPECT_NEAR(p.data<double>()[0], want, 1e-15);
@@ -75,7 +79,7 @@ TEST(AdamWTest, ThreeStepsAgainstScalarAlgorithmInF32AndF64) {
         set(g, i, grads[t - 1][i]);
         want[i].step(get(g, i), 0.05, 0.8, 0.95, 1e-6, 0.1, t);
       }
-      ASSERT_TRUE(adamw_step({0.05, 0.8, 0.95, 1e-6, 0.1, t}, p, g, m, v).ok());
+      ASSERT_TRUE(adamw_step(ctx(), {0.05, 0.8, 0.95, 1e-6, 0.1, t}, p, g, m, v).ok());
       for (int i = 0; i < 2; ++i) {
         EXPECT_NEAR(get(p, i), want[i].p, dt == DType::kF64 ? 1e-15 : 1e-6) << "step " << t;
       }
@@ -86,7 +90,7 @@ TEST(AdamWTest, ThreeStepsAgainstScalarAlgorithmInF32AndF64) {
 TEST(SgdTest, PlainStepWithWeightDecay) {
   Tensor p = Tensor::from_vector<double>({2}, {1.0, -4.0});
   Tensor g = Tensor::from_vector<double>({2}, {2.0, 0.5});
-  ASSERT_TRUE(sgd_step({0.1, 0.0, 0.5, true}, p, g, TensorView()).ok());
+  ASSERT_TRUE(sgd_step(ctx(), {0.1, 0.0, 0.5, true}, p, g, TensorView()).ok());
   // p -= lr (g + wd p).
   EXPECT_DOUBLE_EQ(p.data<double>()[0], 1.0 - 0.1 * (2.0 + 0.5 * 1.0));
   EXPECT_DOUBLE_EQ(p.data<double>()[1], -4.0 - 0.1 * (0.5 + 0.5 * -4.0));
@@ -97,54 +101,68 @@ TEST(SgdTest, MomentumOverTwoSteps) {
   Tensor buf = Tensor::from_vector<double>({1}, {123.0});  // ignored on the first step
   Tensor g = Tensor::from_vector<double>({1}, {2.0});
   SgdArgs a{0.1, 0.5, 0.0, true};
-  ASSERT_TRUE(sgd_step(a, p, g, buf).ok());
+  ASSERT_TRUE(sgd_step(ctx(), a, p, g, buf).ok());
   EXPECT_DOUBLE_EQ(buf.data<double>()[0], 2.0);
   EXPECT_DOUBLE_EQ(p.data<double>()[0], 1.0 - 0.1 * 2.0);
   a.first_step = false;
   a.weight_decay = 0.25;
-  ASSERT_TRUE(sgd_step(a, p, g, buf).ok());
+  ASSERT_TRUE(sgd_step(ctx(), a, p, g, buf).ok());
   const double d = 2.0 + 0.25 * 0.8;  // g + wd p
   EXPECT_DOUBLE_EQ(buf.data<double>()[0], 0.5 * 2.0 + d);
   EXPECT_DOUBLE_EQ(p.data<double>()[0], 0.8 - 0.1 * (0.5 * 2.0 + d));
 }
 
-TEST(GradNormTest, GlobalNormOverMixedViewsAndClipping) {
+TEST(GradNormTest, SumOfSquaresOverMixedViewsAccumulates) {
   Tensor a = Tensor::from_vector<double>({2}, {3.0, 0.0});
   Tensor b = Tensor::from_vector<float>({2, 1}, {4.0f, 12.0f});
-  StatusOr<double> sq = sum_of_squares({a, b});
-  ASSERT_TRUE(sq.ok());
-  EXPECT_DOUBLE_EQ(*sq, 9.0 + 16.0 + 144.0);
-  StatusOr<double> norm = global_l2_norm({a, b});
-  ASSERT_TRUE(norm.ok());
-  EXPECT_DOUBLE_EQ(*norm, 13.0);
-  EXPECT_DOUBLE_EQ(*global_l2_norm({}), 0.0);
-  // Clip to norm 1.
-  ASSERT_TRUE(scale_inplace(a, 1.0 / *norm).ok());
-  ASSERT_TRUE(scale_inplace(b, 1.0 / *norm).ok());
-  EXPECT_NEAR(*global_l2_norm({a, b}), 1.0, 1e-7);
-  expect_invalid(global_l2_norm({a, Tensor::zeros({2}, DType::kI32)}).status(), "views");
+  Tensor out = Tensor::zeros({1}, DType::kF64);
+  ASSERT_TRUE(sum_of_squares(ctx(), {a, b}, out).ok());
+  EXPECT_DOUBLE_EQ(out.data<double>()[0], 9.0 + 16.0 + 144.0);
+  ASSERT_TRUE(sum_of_squares(ctx(), {}, out).ok());
+  EXPECT_DOUBLE_EQ(out.data<double>()[0], 169.0);  // accumulated: unchanged by nothing
+  expect_invalid(sum_of_squares(ctx(), {a, Tensor::zeros({2}, DType::kI32)}, out), "views");
+  expect_invalid(sum_of_squares(ctx(), {a}, Tensor::zeros({1}, DType::kF32)), "out");
+}
+
+// grad_scale (clipping folded into the update) equals scaling the gradient first.
+TEST(AdamWTest, GradScaleEqualsScaledGradient) {
+  Tensor p1 = Tensor::from_vector<double>({3}, {0.5, -1.0, 2.0}), p2 = Tensor::copy_of(p1);
+  Tensor g = Tensor::from_vector<double>({3}, {3.0, -4.0, 12.0});
+  Tensor g_scaled = Tensor::from_vector<double>({3}, {3.0 / 13, -4.0 / 13, 12.0 / 13});
+  Tensor m1 = Tensor::zeros({3}, DType::kF64), v1 = Tensor::zeros({3}, DType::kF64);
+  Tensor m2 = Tensor::zeros({3}, DType::kF64), v2 = Tensor::zeros({3}, DType::kF64);
+  AdamWArgs a{0.01, 0.9, 0.999, 1e-8, 0.1, 1, 1.0 / 13};
+  ASSERT_TRUE(adamw_step(ctx(), a, p1, g, m1, v1).ok());
+  a.grad_scale = 1.0;
+  ASSERT_TRUE(adamw_step(ctx(), a, p2, g_scaled, m2, v2).ok());
+  EXPECT_LT(testing::max_abs_diff(p1, p2), 1e-15);
+  EXPECT_LT(testing::max_abs_diff(m1, m2), 1e-15);
+  SgdArgs s{0.1, 0.0, 0.0, true, 0.5};
+  Tensor q = Tensor::from_vector<double>({1}, {1.0});
+  ASSERT_TRUE(sgd_step(ctx(), s, q, Tensor::from_vector<double>({1}, {2.0}), TensorView()).ok());
+  EXPECT_DOUBLE_EQ(q.data<double>()[0], 1.0 - 0.1 * 1.0);
 }
 
 TEST(OptimizerTest, BadArgumentsAreInvalidArgument) {
   Tensor p = Tensor::zeros({3}, DType::kF32), g = Tensor::zeros({3}, DType::kF32),
          m = Tensor::zeros({3}, DType::kF32), v = Tensor::zeros({3}, DType::kF32);
   AdamWArgs a;
-  ASSERT_TRUE(adamw_step(a, p, g, m, v).ok());
-  expect_invalid(adamw_step(a, p, Tensor::zeros({4}, DType::kF32), m, v), "grad");
-  expect_invalid(adamw_step(a, p, g, Tensor::zeros({3}, DType::kF64), v), "m");
-  expect_invalid(adamw_step(a, p, g, m, Tensor::zeros({1, 3}, DType::kF32)), "v");
-  expect_invalid(adamw_step(a, Tensor::zeros({3}, DType::kI32), g, m, v), "param");
+  ASSERT_TRUE(adamw_step(ctx(), a, p, g, m, v).ok());
+  expect_invalid(adamw_step(ctx(), a, p, Tensor::zeros({4}, DType::kF32), m, v), "grad");
+  expect_invalid(adamw_step(ctx(), a, p, g, Tensor::zeros({3}, DType::kF64), v), "m");
+  expect_invalid(adamw_step(ctx(), a, p, g, m, Tensor::zeros({1, 3}, DType::kF32)), "v");
+  expect_invalid(adamw_step(ctx(), a, Tensor::zeros({3}, DType::kI32), g, m, v), "param");
   a.step = 0;
-  expect_invalid(adamw_step(a, p, g, m, v), "step");
+  expect_invalid(adamw_step(ctx(), a, p, g, m, v), "step");
   a.step = 1;
   a.beta2 = 1.0;
-  expect_invalid(adamw_step(a, p, g, m, v), "beta2");
+  expect_invalid(adamw_step(ctx(), a, p, g, m, v), "beta2");
   a.beta2 = 0.999;
   a.eps = 0;
-  expect_invalid(adamw_step(a, p, g, m, v), "eps");
-  expect_invalid(sgd_step({0.1, 0.9, 0.0, true}, p, g, TensorView()), "buf");
-  expect_invalid(sgd_step({0.1, -0.5, 0.0, true}, p, g, m), "momentum");
-  expect_invalid(sgd_step({0.1, 0.0, 0.0, true}, p, Tensor::zeros({3}, DType::kF64), m), "grad");
+  expect_invalid(adamw_step(ctx(), a, p, g, m, v), "eps");
+  expect_invalid(sgd_step(ctx(), {0.1, 0.9, 0.0, true}, p, g, TensorView()), "buf");
+  expect_invalid(sgd_step(ctx(), {0.1, -0.5, 0.0, true}, p, g, m), "momentum");
+  expect_invalid(sgd_step(ctx(), {0.1, 0.0, 0.0, true}, p, Tensor::zeros({3}, DType::kF64), m), "grad");
 }
 
 }  // namespace

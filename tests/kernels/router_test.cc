@@ -15,6 +15,25 @@ namespace {
 using moe::testing::check_gradients;
 using moe::testing::fill_uniform;
 
+Context& ctx() { return testing::host_context(); }
+
+// balance, z (unweighted) from probs, lse and a per-expert load over `tokens` tokens, through the
+// packed device sums.
+struct Aux {
+  double balance, z;
+};
+Aux aux_of(const TensorView& packed, int64_t k) {
+  Tensor losses = Tensor::zeros({3}, DType::kF64);
+  EXPECT_TRUE(aux_losses(ctx(), packed, k, 0.0, 0.0, losses).ok());
+  return {losses.data<double>()[0], losses.data<double>()[1]};
+}
+Tensor packed_sums(const Tensor& probs, const Tensor& lse, const std::vector<int64_t>& load) {
+  Tensor packed = Tensor::empty({aux_packed_size(probs.dim(1))}, DType::kF64);
+  Tensor l = Tensor::from_vector<int64_t>({static_cast<int64_t>(load.size())}, load);
+  EXPECT_TRUE(aux_sums(ctx(), probs, lse, l, probs.dim(0), packed).ok());
+  return packed;
+}
+
 TEST(TopkSoftmaxTest, HandComputedWithTies) {
   // Token 0: logits 1, 3, 3, 0 -> top-2 = experts 1, 2 (tie broken by index), gates 1/2, 1/2.
   // Token 1: logits 2, -1, 0.5, 4 -> top-2 = 3, 0; gates softmax(4, 2).
@@ -23,7 +42,7 @@ TEST(TopkSoftmaxTest, HandComputedWithTies) {
   Tensor gate = Tensor::empty({2, 2}, DType::kF64);
   Tensor probs = Tensor::empty({2, 4}, DType::kF64);
   Tensor lse = Tensor::empty({2}, DType::kF64);
-  ASSERT_TRUE(topk_softmax(logits, idx, gate, probs, lse).ok());
+  ASSERT_TRUE(topk_softmax(ctx(), logits, idx, gate, probs, lse).ok());
   EXPECT_EQ(to_vector<int32_t>(idx), (std::vector<int32_t>{1, 2, 3, 0}));
   EXPECT_DOUBLE_EQ(gate.data<double>()[0], 0.5);
   const double g = 1.0 / (1.0 + std::exp(-2.0));
@@ -45,34 +64,13 @@ TEST(TopkSoftmaxTest, BackwardMatchesFiniteDifferences) {
   Tensor probs = Tensor::empty({tokens, experts}, DType::kF64);
   Tensor lse = Tensor::empty({tokens}, DType::kF64);
   auto loss = [&]() {
-    EXPECT_TRUE(topk_softmax(logits, idx, gate, probs, lse).ok());
+    EXPECT_TRUE(topk_softmax(ctx(), logits, idx, gate, probs, lse).ok());
     return moe::testing::dot(gate, w);
   };
   loss();
   Tensor d_logits = Tensor::zeros({tokens, experts}, DType::kF64);
-  ASSERT_TRUE(topk_softmax_backward(w, gate, idx, d_logits).ok());
+  ASSERT_TRUE(topk_softmax_backward(ctx(), w, gate, idx, d_logits).ok());
   for (const auto& f : check_gradients(loss, {{"logits", logits, d_logits}})) ADD_FAILURE() << f;
-}
-
-TEST(CapacityTest, FirstChoicesBeforeSecondChoicesThenTokenOrder) {
-  // 4 tokens, K = 2, 3 experts, capacity 2.
-  //   t0: (0, 1)  t1: (0, 2)  t2: (0, 1)  t3: (1, 0)
-  // First choices in token order: e0 <- t0 (slot 0), t1 (slot 1), t2 (dropped); e1 <- t3 (0).
-  // Second choices: e1 <- t0 (1); e2 <- t1 (0); e1 <- t2 (dropped); e0 <- t3 (dropped).
-  Tensor idx = Tensor::from_vector<int32_t>({4, 2}, {0, 1, 0, 2, 0, 1, 1, 0});
-  Tensor slot = Tensor::empty({4, 2}, DType::kI32);
-  Tensor load = Tensor::empty({3}, DType::kI64), kept = Tensor::empty({3}, DType::kI64);
-  ASSERT_TRUE(assign_capacity(idx, 3, 2, slot, load, kept).ok());
-  EXPECT_EQ(to_vector<int32_t>(slot), (std::vector<int32_t>{0, 1, 1, 0, -1, -1, 0, -1}));
-  EXPECT_EQ(to_vector<int64_t>(load), (std::vector<int64_t>{4, 3, 1}));
-  EXPECT_EQ(to_vector<int64_t>(kept), (std::vector<int64_t>{2, 2, 1}));
-  // Dropless: nothing dropped, slots count up per expert in the same order.
-  ASSERT_TRUE(assign_capacity(idx, 3, -1, slot, load, kept).ok());
-  EXPECT_EQ(to_vector<int32_t>(slot), (std::vector<int32_t>{0, 1, 1, 0, 2, 2, 0, 3}));
-  EXPECT_EQ(to_vector<int64_t>(kept), (std::vector<int64_t>{4, 3, 1}));
-  Tensor bad = Tensor::from_vector<int32_t>({1, 1}, {3});
-  Tensor slot1 = Tensor::empty({1, 1}, DType::kI32);
-  EXPECT_EQ(assign_capacity(bad, 3, 2, slot1, load, kept).code(), StatusCode::kInvalidArgument);
 }
 
 struct SmOut {
@@ -86,7 +84,7 @@ struct SmOut {
         scale(Tensor::empty({tokens}, DType::kF64)),
         is_argmax(Tensor::empty({tokens}, DType::kU8)) {}
   Status route(const SparseMixerRouteArgs& a, const Tensor& logits) {
-    return sparsemixer_route(a, logits, idx, gate, probs, lse, mask, scale, is_argmax);
+    return sparsemixer_route(ctx(), a, logits, idx, gate, probs, lse, mask, scale, is_argmax);
   }
 };
 
@@ -161,7 +159,7 @@ TEST(SparseMixerTest, GateGradientRulesByHand) {
     Tensor scale = Tensor::from_vector<double>({1}, {c});
     for (auto rule : {SparseMixerGateGrad::kReferenceCode, SparseMixerGateGrad::kPaper}) {
       Tensor d_logits = Tensor::zeros({1, 3}, DType::kF64);
-      ASSERT_TRUE(sparsemixer_backward(rule, d_gate, idx, probs, mask, scale, d_logits).ok());
+      ASSERT_TRUE(sparsemixer_backward(ctx(), rule, d_gate, idx, probs, mask, scale, d_logits).ok());
       const double dpi = rule == SparseMixerGateGrad::kReferenceCode ? 1.6 : (1 + c) * 0.8;
       // d theta_j = dpi * pi_D * (1[j = D] - pi_j)
       EXPECT_NEAR(d_logits.data<double>()[0], dpi * 0.2 * 0.8, 1e-15);
@@ -174,7 +172,7 @@ TEST(SparseMixerTest, GateGradientRulesByHand) {
   Tensor one_mask = Tensor::from_vector<uint8_t>({1, 3}, {1, 0, 0});
   Tensor scale = Tensor::from_vector<double>({1}, {1.0});
   Tensor d_logits = Tensor::zeros({1, 3}, DType::kF64);
-  ASSERT_TRUE(sparsemixer_backward(SparseMixerGateGrad::kReferenceCode, d_gate, idx, one,
+  ASSERT_TRUE(sparsemixer_backward(ctx(), SparseMixerGateGrad::kReferenceCode, d_gate, idx, one,
                                    one_mask, scale, d_logits).ok());
   EXPECT_EQ(to_vector<double>(d_logits), (std::vector<double>{0, 0, 0}));
 }
@@ -183,23 +181,26 @@ TEST(AuxLossTest, UniformRoutingGivesOneAndHandValues) {
   // 4 tokens, 2 experts, K = 1, uniform probabilities, each expert gets 2 tokens: E sum f P = 1.
   Tensor probs = Tensor::from_vector<double>({4, 2}, {0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5});
   Tensor lse = Tensor::from_vector<double>({4}, {1, 2, 3, 4});
-  StatusOr<AuxSums> sums = aux_sums(probs, lse);
-  ASSERT_TRUE(sums.ok());
-  EXPECT_EQ(sums->prob_sum, (std::vector<double>{2.0, 2.0}));
-  AuxLosses l = aux_losses(*sums, {2, 2}, 4, 1);
+  Tensor packed = packed_sums(probs, lse, {2, 2});
+  EXPECT_EQ(to_vector<double>(packed), (std::vector<double>{2, 2, 2, 2, 4, 30}));
+  Aux l = aux_of(packed, 1);
   EXPECT_DOUBLE_EQ(l.balance, 1.0);
   EXPECT_DOUBLE_EQ(l.z, (1 + 4 + 9 + 16) / 4.0);
+  // The weighted loss uses the coefficients.
+  Tensor losses = Tensor::zeros({3}, DType::kF64);
+  ASSERT_TRUE(aux_losses(ctx(), packed, 1, 0.01, 0.001, losses).ok());
+  EXPECT_DOUBLE_EQ(losses.data<double>()[2], 0.01 * 1.0 + 0.001 * 7.5);
   // Collapse: all 4 tokens to expert 0 with P = (0.9, 0.1): 2 * (1 * 0.9 + 0 * 0.1) = 1.8.
   Tensor probs2 = Tensor::from_vector<double>({4, 2}, {0.9, 0.1, 0.9, 0.1, 0.9, 0.1, 0.9, 0.1});
-  l = aux_losses(*aux_sums(probs2, lse), {4, 0}, 4, 1);
-  EXPECT_NEAR(l.balance, 1.8, 1e-15);
-  // Global scope: two ranks' sums add up to the loss over all 8 tokens.
-  AuxSums both = *aux_sums(probs, lse);
-  const AuxSums other = *aux_sums(probs2, lse);
-  for (int e = 0; e < 2; ++e) both.prob_sum[e] += other.prob_sum[e];
-  both.lse_sq_sum += other.lse_sq_sum;
-  l = aux_losses(both, {6, 2}, 8, 1);
-  EXPECT_NEAR(l.balance, 2 * ((6.0 / 8) * (5.6 / 8) + (2.0 / 8) * (2.4 / 8)), 1e-15);
+  Tensor packed2 = packed_sums(probs2, lse, {4, 0});
+  EXPECT_NEAR(aux_of(packed2, 1).balance, 1.8, 1e-15);
+  // Global scope: two ranks' packed sums add up (an all-reduce) to the loss over all 8 tokens.
+  for (int64_t i = 0; i < packed.numel(); ++i) packed.data<double>()[i] += packed2.data<double>()[i];
+  EXPECT_NEAR(aux_of(packed, 1).balance, 2 * ((6.0 / 8) * (5.6 / 8) + (2.0 / 8) * (2.4 / 8)),
+              1e-15);
+  // No tokens: zero losses.
+  Tensor none = Tensor::zeros({6}, DType::kF64);
+  EXPECT_EQ(aux_of(none, 1).balance, 0.0);
 }
 
 TEST(AuxLossTest, BackwardMatchesFiniteDifferences) {
@@ -213,13 +214,15 @@ TEST(AuxLossTest, BackwardMatchesFiniteDifferences) {
   Tensor lse = Tensor::empty({tokens}, DType::kF64);
   const double wb = 0.7, wz = 0.3;
   auto loss = [&]() {
-    EXPECT_TRUE(topk_softmax(logits, idx, gate, probs, lse).ok());
-    AuxLosses l = aux_losses(*aux_sums(probs, lse), load, tokens, k);
+    EXPECT_TRUE(topk_softmax(ctx(), logits, idx, gate, probs, lse).ok());
+    Aux l = aux_of(packed_sums(probs, lse, load), k);
     return wb * l.balance + wz * l.z;
   };
   loss();
   Tensor d_logits = Tensor::zeros({tokens, experts}, DType::kF64);
-  ASSERT_TRUE(aux_losses_backward(logits, probs, load, tokens, lse, k, wb, wz, d_logits).ok());
+  ASSERT_TRUE(aux_losses_backward(ctx(), logits, probs, packed_sums(probs, lse, load), lse, k, wb,
+                                  wz, d_logits)
+                  .ok());
   for (const auto& f : check_gradients(loss, {{"logits", logits, d_logits}})) ADD_FAILURE() << f;
 }
 
@@ -230,17 +233,17 @@ TEST(AcMetricTest, MadAndBothNormalisations) {
   Tensor labels = Tensor::from_vector<int32_t>({3}, {0, 1, 0});
   Tensor sums = Tensor::empty({3, 2}, DType::kF64), abs_dev = Tensor::empty({3, 2}, DType::kF64);
   Tensor counts = Tensor::empty({3}, DType::kI64);
-  ASSERT_TRUE(ac_cluster_sums(x, labels, sums, counts).ok());
-  ASSERT_TRUE(ac_cluster_abs_dev(x, labels, sums, counts, abs_dev).ok());
+  ASSERT_TRUE(ac_cluster_sums(ctx(), x, labels, sums, counts).ok());
+  ASSERT_TRUE(ac_cluster_abs_dev(ctx(), x, labels, sums, counts, abs_dev).ok());
   EXPECT_EQ(to_vector<int64_t>(counts), (std::vector<int64_t>{2, 1, 0}));
   EXPECT_EQ(to_vector<double>(abs_dev), (std::vector<double>{2, 4, 0, 0, 0, 0}));
 
   AcRouterParams params;
   params.eps = 1e-4;
   Tensor metric = Tensor::empty({3, 2}, DType::kF64);
-  StatusOr<AcMetricSummary> s = ac_metric(params, abs_dev, counts, metric);
-  ASSERT_TRUE(s.ok());
-  EXPECT_EQ(s->tiny_clusters, 2);
+  Tensor summary = Tensor::empty({kAcSummarySize}, DType::kF64);
+  ASSERT_TRUE(ac_metric(ctx(), params, abs_dev, counts, metric, summary).ok());
+  EXPECT_EQ(summary.data<double>()[0], 2);  // tiny clusters
   // Paper: w = (1/1.0001, 1/2.0001), scaled to mean 1 over features.
   const double w0 = 1 / 1.0001, w1 = 1 / 2.0001;
   EXPECT_NEAR(metric.data<double>()[0], 2 * w0 / (w0 + w1), 1e-14);
@@ -252,9 +255,8 @@ TEST(AcMetricTest, MadAndBothNormalisations) {
   // 10 x the mean, then each feature normalised to mean 1 over the three clusters.
   params.normalization = AcNormalization::kReferenceCode;
   params.min_cluster_size = 0;
-  s = ac_metric(params, abs_dev, counts, metric);
-  ASSERT_TRUE(s.ok());
-  EXPECT_EQ(s->tiny_clusters, 0);
+  ASSERT_TRUE(ac_metric(ctx(), params, abs_dev, counts, metric, summary).ok());
+  EXPECT_EQ(summary.data<double>()[0], 0);
   const double raw[6] = {w0, w1, 1e4, 1e4, 1e4, 1e4};
   double mean = 0;
   for (double v : raw) mean += v / 6;
@@ -266,7 +268,16 @@ TEST(AcMetricTest, MadAndBothNormalisations) {
       EXPECT_NEAR(metric.data<double>()[k * 2 + q], clipped[k * 2 + q] / col, 1e-12);
     }
   }
-  EXPECT_EQ(s->clipped_fraction, 0.0);  // 10 x mean is above every weight here
+  EXPECT_EQ(summary.data<double>()[1], 0.0);  // 10 x mean is above every weight here
+  double lo = 1e300, hi = -1e300, sum = 0;
+  for (int i = 0; i < 6; ++i) {
+    lo = std::min(lo, metric.data<double>()[i]);
+    hi = std::max(hi, metric.data<double>()[i]);
+    sum += metric.data<double>()[i];
+  }
+  EXPECT_EQ(summary.data<double>()[2], lo);
+  EXPECT_EQ(summary.data<double>()[3], hi);
+  EXPECT_NEAR(summary.data<double>()[4], sum / 6, 1e-14);
 }
 
 TEST(AcMetricTest, ReferenceCodeClipsOutliers) {
@@ -282,9 +293,9 @@ TEST(AcMetricTest, ReferenceCodeClipsOutliers) {
   AcRouterParams params;
   params.normalization = AcNormalization::kReferenceCode;
   Tensor metric = Tensor::empty({experts, 2}, DType::kF64);
-  StatusOr<AcMetricSummary> s = ac_metric(params, abs_dev, counts, metric);
-  ASSERT_TRUE(s.ok());
-  EXPECT_DOUBLE_EQ(s->clipped_fraction, 2.0 / 40.0);
+  Tensor summary = Tensor::empty({kAcSummarySize}, DType::kF64);
+  ASSERT_TRUE(ac_metric(ctx(), params, abs_dev, counts, metric, summary).ok());
+  EXPECT_DOUBLE_EQ(summary.data<double>()[1], 2.0 / 40.0);
   const double w = 1 / 1.0001, mean = (38 * w + 2e4) / 40, cap = 10 * mean;
   const double col = (cap + 19 * w) / 20;
   EXPECT_NEAR(metric.data<double>()[0], cap / col, 1e-12);
@@ -296,13 +307,23 @@ TEST(AcMetricTest, ApplyAndBackward) {
   Tensor labels = Tensor::from_vector<int32_t>({2}, {1, 0});
   Tensor metric = Tensor::from_vector<double>({2, 2}, {10, 20, 0.5, 2});
   Tensor out = Tensor::empty({2, 2}, DType::kF64);
-  ASSERT_TRUE(ac_apply_metric(x, labels, metric, out).ok());
+  ASSERT_TRUE(ac_apply_metric(ctx(), x, labels, metric, out).ok());
   EXPECT_EQ(to_vector<double>(out), (std::vector<double>{0.5, 4, 30, 80}));
   Tensor dx = Tensor::from_vector<double>({2, 2}, {1, 1, 1, 1});
-  ASSERT_TRUE(ac_apply_metric_backward(x, labels, metric, dx).ok());
+  ASSERT_TRUE(ac_apply_metric_backward(ctx(), x, labels, metric, dx).ok());
   EXPECT_EQ(to_vector<double>(dx), (std::vector<double>{1.5, 5, 31, 81}));
+  // bf16 activations: the router input is f32 (x widened exactly), the gradient accumulates into
+  // bf16 once per element.
+  Tensor xb = Tensor::empty({2, 2}, DType::kBF16);
+  for (int i = 0; i < 4; ++i) xb.data<bf16>()[i] = bf16(static_cast<float>(i + 1));
+  Tensor mf = Tensor::from_vector<float>({2, 2}, {10, 20, 0.5, 2});
+  Tensor outf = Tensor::empty({2, 2}, DType::kF32);
+  ASSERT_TRUE(ac_apply_metric(ctx(), xb, labels, mf, outf).ok());
+  EXPECT_EQ(to_vector<float>(outf), (std::vector<float>{0.5, 4, 30, 80}));
+  EXPECT_EQ(ac_apply_metric(ctx(), xb, labels, mf, Tensor::empty({2, 2}, DType::kBF16)).code(),
+            StatusCode::kInvalidArgument);
   Tensor bad = Tensor::from_vector<int32_t>({2}, {1, 2});
-  EXPECT_EQ(ac_apply_metric(x, bad, metric, out).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ac_apply_metric(ctx(), x, bad, metric, out).code(), StatusCode::kInvalidArgument);
 }
 
 }  // namespace

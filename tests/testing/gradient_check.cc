@@ -8,9 +8,24 @@
 namespace moe::testing {
 namespace {
 double load(const TensorView& t, int64_t i) {
-  return t.dtype() == DType::kF64 ? t.data<double>()[i] : t.data<float>()[i];
+  switch (t.dtype()) {
+    case DType::kF64: return t.data<double>()[i];
+    case DType::kBF16: return static_cast<float>(t.data<bf16>()[i]);
+    default: return t.data<float>()[i];
+  }
 }
 }  // namespace
+
+Context& host_context() {
+  static std::unique_ptr<Context> ctx = Context::host();
+  return *ctx;
+}
+
+Tensor to_device(Context& ctx, const TensorView& host) {
+  StatusOr<Tensor> t = ctx.upload(host);
+  MOE_CHECK(t.ok(), t.status().to_string());
+  return std::move(t).value();
+}
 
 std::vector<std::string> check_gradients(const std::function<double()>& loss,
                                          const std::vector<GradTarget>& targets,
@@ -51,6 +66,8 @@ void fill_uniform(const TensorView& t, uint64_t seed, double lo, double hi) {
     const double v = lo + (hi - lo) * rng.uniform(static_cast<uint64_t>(i));
     if (t.dtype() == DType::kF64) {
       t.data<double>()[i] = v;
+    } else if (t.dtype() == DType::kBF16) {
+      t.data<bf16>()[i] = bf16(static_cast<float>(v));
     } else {
       t.data<float>()[i] = static_cast<float>(v);
     }

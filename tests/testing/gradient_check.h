@@ -7,10 +7,16 @@
 #include <string>
 #include <vector>
 
+#include "core/base/context.h"
 #include "core/base/rng.h"
 #include "core/base/tensor.h"
 
 namespace moe::testing {
+
+// A process-wide host context whose tensors tests may read directly (unguarded).
+Context& host_context();
+// Copies a host view into a new tensor of `ctx` (stream-ordered; the host context copies now).
+Tensor to_device(Context& ctx, const TensorView& host);
 
 struct GradTarget {
   std::string name;
@@ -30,7 +36,7 @@ std::vector<std::string> check_gradients(const std::function<double()>& loss,
                                          const std::vector<GradTarget>& targets,
                                          const GradCheckOptions& options = {});
 
-// Fills a float tensor with uniform values in [lo, hi) from a counter RNG.
+// Fills a float tensor (f32, f64 or bf16) with uniform values in [lo, hi) from a counter RNG.
 void fill_uniform(const TensorView& t, uint64_t seed, double lo = -1.0, double hi = 1.0);
 // sum(a * b) over elements, in double.
 double dot(const TensorView& a, const TensorView& b);

@@ -1,4 +1,4 @@
-#include "launcher/world.h"
+#include "comm/world.h"
 
 #include "core/base/device.h"
 
@@ -9,7 +9,7 @@
 #include "comm/mpi_communicator.h"
 #endif
 
-namespace moe {
+namespace moe::comm {
 
 bool launched_by_mpi() {
   for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MV2_COMM_WORLD_SIZE"}) {
@@ -32,12 +32,12 @@ StatusOr<World> make_world(int* argc, char*** argv, CommBackend backend, double 
   }
   if (!want_mpi) return w;
 #if defined(MOE_WITH_MPI)
-  MOE_ASSIGN_OR_RETURN(std::unique_ptr<comm::MpiRuntime> runtime,
-                       comm::MpiRuntime::init(argc, argv, comm::MpiThreadLevel::kSerialized));
-  w.runtime = std::shared_ptr<comm::MpiRuntime>(std::move(runtime));
-  comm::MpiOptions opts;
+  MOE_ASSIGN_OR_RETURN(std::unique_ptr<MpiRuntime> runtime,
+                       MpiRuntime::init(argc, argv, MpiThreadLevel::kSerialized));
+  w.runtime = std::shared_ptr<MpiRuntime>(std::move(runtime));
+  MpiOptions opts;
   opts.timeout_seconds = timeout_seconds;
-  MOE_ASSIGN_OR_RETURN(w.comm, comm::MpiCommunicator::create_world(opts));
+  MOE_ASSIGN_OR_RETURN(w.comm, MpiCommunicator::create_world(opts));
   if (w.comm->world_size() == 1 && backend == CommBackend::kAuto) w.comm.reset();
   return w;
 #else
@@ -46,4 +46,4 @@ StatusOr<World> make_world(int* argc, char*** argv, CommBackend backend, double 
 #endif
 }
 
-}  // namespace moe
+}  // namespace moe::comm

@@ -1,14 +1,16 @@
-#include "core/layers/init.h"
+#include "kernels/init.h"
 
 #include "kernels/common.h"
 
-namespace moe {
+namespace moe::kernels {
 
-Status init_normal(const TensorView& t, double stddev, CounterRng rng, uint64_t first_index) {
+Status init_normal(Context& ctx, const TensorView& t, double stddev, CounterRng rng,
+                   uint64_t first_index) {
   constexpr const char* kOp = "init_normal";
-  MOE_RETURN_IF_ERROR(kernels::check_host_float(kOp, "t", t));
+  MOE_KERNEL_ENTRY(ctx, kOp);
+  MOE_RETURN_IF_ERROR(check_act(ctx, kOp, "t", t));
   if (!(stddev >= 0)) return invalid_argument_error(kOp, ": stddev = ", stddev, " must be >= 0");
-  return kernels::dispatch_host_float(kOp, t, [&](auto tag) {
+  return dispatch_float(kOp, t, [&](auto tag) {
     using T = decltype(tag);
     T* p = t.data<T>();
     for (int64_t i = 0; i < t.numel(); ++i) {
@@ -18,14 +20,15 @@ Status init_normal(const TensorView& t, double stddev, CounterRng rng, uint64_t 
   });
 }
 
-Status init_constant(const TensorView& t, double value) {
+Status init_constant(Context& ctx, const TensorView& t, double value) {
   constexpr const char* kOp = "init_constant";
-  MOE_RETURN_IF_ERROR(kernels::check_host_float(kOp, "t", t));
-  return kernels::dispatch_host_float(kOp, t, [&](auto tag) {
+  MOE_KERNEL_ENTRY(ctx, kOp);
+  MOE_RETURN_IF_ERROR(check_act(ctx, kOp, "t", t));
+  return dispatch_float(kOp, t, [&](auto tag) {
     using T = decltype(tag);
     T* p = t.data<T>();
     for (int64_t i = 0; i < t.numel(); ++i) p[i] = static_cast<T>(value);
   });
 }
 
-}  // namespace moe
+}  // namespace moe::kernels

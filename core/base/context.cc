@@ -1,0 +1,123 @@
+#include "core/base/context.h"
+
+#include "core/base/check.h"
+
+#if defined(MOE_WITH_CUDA)
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+#endif
+
+namespace moe {
+
+std::unique_ptr<Context> Context::host(const ContextOptions& options) {
+  std::unique_ptr<Context> ctx(new Context());
+  ctx->device_ = Device::host();
+  ctx->allocator_ = make_host_caching_allocator(options.host_cache_limit_bytes);
+  ctx->guarded_ = options.guard_host_access;
+  return ctx;
+}
+
+StatusOr<std::unique_ptr<Context>> Context::cuda(int device, const ContextOptions& options) {
+#if defined(MOE_WITH_CUDA)
+  const int count = cuda_device_count();
+  if (device < 0 || device >= count) {
+    return failed_precondition_error("cuda:", device, " is not available (", count,
+                                     " CUDA device(s) visible; check CUDA_VISIBLE_DEVICES and "
+                                     "the driver)");
+  }
+  std::unique_ptr<Context> ctx(new Context());
+  ctx->device_ = Device::cuda(device);
+  MOE_ASSIGN_OR_RETURN(ctx->stream_, create_stream(device));
+  MOE_ASSIGN_OR_RETURN(ctx->allocator_, make_cuda_pool_allocator(device));
+  cublasHandle_t handle = nullptr;
+  MOE_CUBLAS_RETURN_IF_ERROR(cublasCreate(&handle));
+  ctx->blas_handle_ = handle;
+  MOE_CUBLAS_RETURN_IF_ERROR(
+      cublasSetStream(handle, static_cast<cudaStream_t>(ctx->stream_.handle)));
+  ctx->guarded_ = true;  // device memory: host access is never allowed
+  (void)options;
+  return ctx;
+#else
+  (void)options;
+  return unimplemented_error("a CUDA context on cuda:", device,
+                             ": this build has no CUDA support (configure with MOE_WITH_CUDA=ON)");
+#endif
+}
+
+Context::~Context() {
+#if defined(MOE_WITH_CUDA)
+  if (blas_handle_ != nullptr) cublasDestroy(static_cast<cublasHandle_t>(blas_handle_));
+  if (device_.is_cuda()) {
+    cudaStreamSynchronize(static_cast<cudaStream_t>(stream_.handle));
+    destroy_stream(stream_);
+  }
+#endif
+}
+
+StatusOr<Tensor> Context::empty(Shape shape, DType dtype) {
+  return Tensor::allocate(shape, dtype, allocator_, stream_, guarded_);
+}
+
+StatusOr<Tensor> Context::zeros(Shape shape, DType dtype) {
+  MOE_ASSIGN_OR_RETURN(Tensor t, empty(shape, dtype));
+  MOE_RETURN_IF_ERROR(zero(t));
+  return t;
+}
+
+StatusOr<Tensor> Context::empty_like(const TensorView& like) {
+  return empty(like.shape(), like.dtype());
+}
+
+Status Context::check_mine(const char* op, const TensorView& t) const {
+  if (t.device() != device_ || (device_.is_host() && guarded_ && !t.guarded())) {
+    return invalid_argument_error("context ", op, ": ", t.to_string(), " is not memory of this ",
+                                  device_.to_string(), " context",
+                                  device_.is_host() && guarded_
+                                      ? " (reading device data on the host is a read_back)"
+                                      : "");
+  }
+  return Status::OK();
+}
+
+Status Context::copy(const TensorView& src, const TensorView& dst) {
+  if (src.shape() != dst.shape() || src.dtype() != dst.dtype()) {
+    return invalid_argument_error("context copy: ", src.to_string(), " -> ", dst.to_string(),
+                                  " (shapes and dtypes must match)");
+  }
+  MOE_RETURN_IF_ERROR(check_mine("copy", dst));
+  if (!src.is_host()) MOE_RETURN_IF_ERROR(check_mine("copy", src));
+  DeviceAccessScope device_side;
+  return device_memcpy(dst.raw(), dst.device(), src.raw(), src.device(), src.nbytes(), stream_);
+}
+
+Status Context::zero(const TensorView& t) {
+  MOE_RETURN_IF_ERROR(check_mine("zero", t));
+  DeviceAccessScope device_side;
+  return device_memset_zero(t.raw(), t.device(), t.nbytes(), stream_);
+}
+
+StatusOr<Tensor> Context::upload(const TensorView& host) {
+  MOE_ASSIGN_OR_RETURN(Tensor t, empty_like(host));
+  MOE_RETURN_IF_ERROR(copy(host, t));
+  return t;
+}
+
+StatusOr<Tensor> Context::clone(const TensorView& src) { return upload(src); }
+
+Status Context::synchronize() {
+  ++sync_count_;
+  return stream_synchronize(device_, stream_);
+}
+
+StatusOr<Tensor> Context::read_back(const TensorView& t) {
+  MOE_RETURN_IF_ERROR(check_mine("read_back", t));
+  MOE_RETURN_IF_ERROR(synchronize());
+  Tensor host = Tensor::empty(t.shape(), t.dtype());
+  DeviceAccessScope device_side;
+  MOE_RETURN_IF_ERROR(
+      device_memcpy(host.raw(), Device::host(), t.raw(), t.device(), t.nbytes(), stream_));
+  MOE_RETURN_IF_ERROR(stream_synchronize(device_, stream_));
+  return host;
+}
+
+}  // namespace moe

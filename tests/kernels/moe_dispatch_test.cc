@@ -1,0 +1,161 @@
+// MoE data movement (kernels/moe_dispatch.h) on hand-computed cases: the layout step's capacity
+// slots in the stable order (first choices before second choices, then token order), send rows,
+// loads and keys in capacity and dropless mode; the filled-prefix counts of a padded receive
+// buffer; row gathers (empty slots zeroed); the gather-sum dispatch backward; combine and its
+// backward against central finite differences in f64; bf16 rows with fp32 gates; argument errors.
+#include "kernels/moe_dispatch.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "tests/testing/gradient_check.h"
+
+namespace moe::kernels {
+namespace {
+
+using moe::testing::check_gradients;
+using moe::testing::dot;
+using moe::testing::fill_uniform;
+
+Context& ctx() { return testing::host_context(); }
+
+void expect_invalid(const Status& s, const std::string& needle) {
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.to_string();
+  EXPECT_NE(s.message().find(needle), std::string::npos) << s.message();
+}
+
+struct Layout {
+  Tensor slot, row, load, kept, send_token, send_key, drops;
+  Layout(int64_t tokens, int64_t k, int64_t experts, int64_t send_rows)
+      : slot(Tensor::empty({tokens, k}, DType::kI32)),
+        row(Tensor::empty({tokens, k}, DType::kI32)),
+        load(Tensor::empty({experts}, DType::kI64)),
+        kept(Tensor::empty({experts}, DType::kI64)),
+        send_token(Tensor::empty({send_rows}, DType::kI32)),
+        send_key(Tensor::empty({send_rows}, DType::kI64)),
+        drops(Tensor::zeros({2}, DType::kF64)) {}
+  Status run(const LayoutArgs& a, const Tensor& idx) {
+    return moe_layout(ctx(), a, idx, slot, row, load, kept, send_token, send_key, drops);
+  }
+};
+
+TEST(MoeLayoutTest, CapacityFirstChoicesBeforeSecondChoicesThenTokenOrder) {
+  // 4 tokens, K = 2, 3 experts, capacity 2.
+  //   t0: (0, 1)  t1: (0, 2)  t2: (0, 1)  t3: (1, 0)
+  // First choices in token order: e0 <- t0 (slot 0), t1 (slot 1), t2 (dropped); e1 <- t3 (0).
+  // Second choices: e1 <- t0 (1); e2 <- t1 (0); e1 <- t2 (dropped); e0 <- t3 (dropped).
+  Tensor idx = Tensor::from_vector<int32_t>({4, 2}, {0, 1, 0, 2, 0, 1, 1, 0});
+  Layout l(4, 2, 3, 6);
+  ASSERT_TRUE(l.run({3, 2, 100}, idx).ok());
+  EXPECT_EQ(to_vector<int32_t>(l.slot), (std::vector<int32_t>{0, 1, 1, 0, -1, -1, 0, -1}));
+  EXPECT_EQ(to_vector<int64_t>(l.load), (std::vector<int64_t>{4, 3, 1}));
+  EXPECT_EQ(to_vector<int64_t>(l.kept), (std::vector<int64_t>{2, 2, 1}));
+  // Send rows: expert e's block at e * C.
+  EXPECT_EQ(to_vector<int32_t>(l.row), (std::vector<int32_t>{0, 3, 1, 4, -1, -1, 2, -1}));
+  EXPECT_EQ(to_vector<int32_t>(l.send_token), (std::vector<int32_t>{0, 1, 3, 0, 1, -1}));
+  // Keys: (token_offset + t) * K + choice.
+  EXPECT_EQ(to_vector<int64_t>(l.send_key),
+            (std::vector<int64_t>{200, 202, 206, 201, 203, -1}));
+  EXPECT_EQ(to_vector<double>(l.drops), (std::vector<double>{3, 1}));  // t2 lost both choices
+}
+
+TEST(MoeLayoutTest, DroplessBlocksAtPrefixSumsOfLoads) {
+  Tensor idx = Tensor::from_vector<int32_t>({4, 2}, {0, 1, 0, 2, 0, 1, 1, 0});
+  Layout l(4, 2, 3, 8);
+  ASSERT_TRUE(l.run({3, -1, 0}, idx).ok());
+  EXPECT_EQ(to_vector<int32_t>(l.slot), (std::vector<int32_t>{0, 1, 1, 0, 2, 2, 0, 3}));
+  EXPECT_EQ(to_vector<int64_t>(l.kept), (std::vector<int64_t>{4, 3, 1}));
+  // Blocks: e0 rows [0, 4), e1 [4, 7), e2 [7, 8).
+  EXPECT_EQ(to_vector<int32_t>(l.row), (std::vector<int32_t>{0, 5, 1, 7, 2, 6, 4, 3}));
+  EXPECT_EQ(to_vector<int32_t>(l.send_token), (std::vector<int32_t>{0, 1, 2, 3, 3, 0, 2, 1}));
+  EXPECT_EQ(to_vector<double>(l.drops), (std::vector<double>{0, 0}));
+  Tensor bad = Tensor::from_vector<int32_t>({1, 1}, {3});
+  Layout one(1, 1, 3, 1);
+  expect_invalid(one.run({3, -1, 0}, bad), "expert index 3");
+  expect_invalid(moe_layout(ctx(), {3, 2, 0}, idx, one.slot, l.row, l.load, l.kept, l.send_token,
+                            l.send_key),
+                 "slot");
+}
+
+TEST(MoeLayoutTest, BlockFillCounts) {
+  Tensor keys = Tensor::from_vector<int64_t>({3, 3}, {5, 9, -1, -1, -1, -1, 0, 1, 2});
+  Tensor filled = Tensor::empty({3}, DType::kI32);
+  ASSERT_TRUE(block_fill_counts(ctx(), keys, filled).ok());
+  EXPECT_EQ(to_vector<int32_t>(filled), (std::vector<int32_t>{2, 0, 3}));
+  expect_invalid(block_fill_counts(ctx(), keys, Tensor::empty({2}, DType::kI32)), "filled");
+}
+
+TEST(GatherTest, GatherRowsAndGatherSum) {
+  Tensor src = Tensor::from_vector<float>({3, 2}, {1, 2, 3, 4, 5, 6});
+  Tensor dst = Tensor::from_vector<float>({4, 2}, {9, 9, 9, 9, 9, 9, 9, 9});
+  ASSERT_TRUE(gather_rows(ctx(), src, Tensor::from_vector<int32_t>({4}, {2, -1, 0, 2}), dst).ok());
+  EXPECT_EQ(to_vector<float>(dst), (std::vector<float>{5, 6, 0, 0, 1, 2, 5, 6}));
+  expect_invalid(gather_rows(ctx(), src, Tensor::from_vector<int32_t>({4}, {0, 3, 0, 0}), dst),
+                 "index[1] = 3");
+  // dx[t] = sum over k of src[rows[t, k]] (dropped choices skipped), overwriting dx.
+  Tensor dx = Tensor::from_vector<float>({2, 2}, {7, 7, 7, 7});
+  ASSERT_TRUE(
+      gather_sum_rows(ctx(), src, Tensor::from_vector<int32_t>({2, 2}, {0, 2, -1, 1}), dx).ok());
+  EXPECT_EQ(to_vector<float>(dx), (std::vector<float>{6, 8, 3, 4}));
+  // bf16 rows: summed in float, rounded once.
+  Tensor s16 = Tensor::empty({2, 1}, DType::kBF16), d16 = Tensor::empty({1, 1}, DType::kBF16);
+  s16.data<bf16>()[0] = bf16(1.f);
+  s16.data<bf16>()[1] = bf16(1.f / 256);
+  ASSERT_TRUE(gather_sum_rows(ctx(), s16, Tensor::from_vector<int32_t>({1, 3}, {1, 0, 1}), d16).ok());
+  EXPECT_EQ(static_cast<float>(d16.data<bf16>()[0]), 1.f + 1.f / 128);  // 1 + 2/256 exactly
+}
+
+TEST(CombineTest, HandValuesAndBackwardMatchesFiniteDifferences) {
+  // u[t] = sum_k gate[t, k] omega * y[row[t, k]]; row -1 is dropped.
+  Tensor y = Tensor::from_vector<double>({3, 2}, {1, 2, 3, 4, 5, 6});
+  Tensor row = Tensor::from_vector<int32_t>({2, 2}, {2, 0, -1, 1});
+  Tensor gate = Tensor::from_vector<double>({2, 2}, {0.5, 0.25, 0.9, 2.0});
+  Tensor omega = Tensor::from_vector<double>({2}, {1.0, 10.0});
+  Tensor u = Tensor::empty({2, 2}, DType::kF64);
+  ASSERT_TRUE(combine(ctx(), y, row, gate, omega, u).ok());
+  EXPECT_EQ(to_vector<double>(u), (std::vector<double>{2.75, 35, 6, 80}));
+  ASSERT_TRUE(combine(ctx(), y, row, gate, TensorView(), u).ok());
+  EXPECT_EQ(to_vector<double>(u), (std::vector<double>{2.75, 3.5, 6, 8}));
+
+  // Finite differences through y, the gates and omega.
+  Tensor w = Tensor::empty({2, 2}, DType::kF64);
+  fill_uniform(w, 3);
+  auto loss = [&]() {
+    EXPECT_TRUE(combine(ctx(), y, row, gate, omega, u).ok());
+    return dot(u, w);
+  };
+  Tensor dy = Tensor::empty({3, 2}, DType::kF64), d_gate = Tensor::empty({2, 2}, DType::kF64);
+  fill_uniform(dy, 4);  // overwritten (unreferenced rows zeroed)
+  Tensor d_omega = Tensor::zeros({2}, DType::kF64);
+  ASSERT_TRUE(combine_backward(ctx(), w, y, row, gate, omega, dy, d_gate, d_omega).ok());
+  for (const auto& f : check_gradients(
+           loss, {{"y", y, dy}, {"gate", gate, d_gate}, {"omega", omega, d_omega}})) {
+    ADD_FAILURE() << f;
+  }
+  EXPECT_EQ(d_gate.data<double>()[2], 0.0);  // dropped choice
+}
+
+TEST(CombineTest, Bf16RowsWithF32Gates) {
+  Tensor yf = Tensor::empty({3, 4}, DType::kF32), y16 = Tensor::empty({3, 4}, DType::kBF16);
+  fill_uniform(y16, 5);
+  for (int i = 0; i < 12; ++i) yf.data<float>()[i] = static_cast<float>(y16.data<bf16>()[i]);
+  Tensor row = Tensor::from_vector<int32_t>({2, 2}, {2, 0, 1, -1});
+  Tensor gate = Tensor::from_vector<float>({2, 2}, {0.7f, 0.3f, 1.f, 0.f});
+  Tensor uf = Tensor::empty({2, 4}, DType::kF32), u16 = Tensor::empty({2, 4}, DType::kBF16);
+  ASSERT_TRUE(combine(ctx(), yf, row, gate, TensorView(), uf).ok());
+  ASSERT_TRUE(combine(ctx(), y16, row, gate, TensorView(), u16).ok());
+  for (int i = 0; i < 8; ++i) {
+    EXPECT_EQ(static_cast<float>(u16.data<bf16>()[i]), static_cast<float>(bf16(uf.data<float>()[i])));
+  }
+  // Gates must be F (f32 for bf16 rows).
+  expect_invalid(combine(ctx(), y16, row, Tensor::zeros({2, 2}, DType::kBF16), TensorView(), u16),
+                 "gate");
+  expect_invalid(combine(ctx(), yf, Tensor::from_vector<int32_t>({2, 2}, {3, 0, 0, 0}), gate,
+                         TensorView(), uf),
+                 "row[0] = 3");
+}
+
+}  // namespace
+}  // namespace moe::kernels
