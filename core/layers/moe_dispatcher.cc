@@ -26,10 +26,11 @@ int64_t MoeDispatcher::capacity(int64_t tokens) const {
 
 Status MoeDispatcher::agree_tokens(int64_t tokens) {
   if (cfg_.dropless || ep_size() == 1 || agreed_tokens_.count(tokens) > 0) return Status::OK();
-  // Host-side: [max T, max -T] over the group.
-  Tensor range = Tensor::from_vector<int64_t>({2}, {tokens, -tokens});
+  // Host values, not device data: [max T, max -T] over the group.
+  Tensor range = Tensor::from_vector<int64_t>({2}, {tokens, -tokens});  // host-ok: token counts
   MOE_RETURN_IF_ERROR(comm_->all_reduce(range, range, comm::ReduceOp::kMax));
-  const int64_t most = range.data<int64_t>()[0], least = -range.data<int64_t>()[1];
+  const int64_t* extremes = range.data<int64_t>();  // host-ok: token counts
+  const int64_t most = extremes[0], least = -extremes[1];
   if (most != least) {
     return invalid_argument_error("moe dispatch: the EP ranks hold between ", least, " and ", most,
                                   " tokens, so their capacities differ (", capacity(least),
@@ -87,8 +88,9 @@ Status MoeDispatcher::plan(const Tensor& idx, int64_t token_offset, const Tensor
                                           counts.view().rows(experts, 2 * experts).reshape({ranks, local}),
                                           ctx_.stream()));
   }
-  MOE_ASSIGN_OR_RETURN(Tensor host, ctx_.read_back(counts));  // the layer's one sync (dropless)
-  const int64_t* kept = host.data<int64_t>();
+  // The layer's one synchronisation (dropless only): the exchanged counts size the buffers.
+  MOE_ASSIGN_OR_RETURN(Tensor host, ctx_.read_back(counts));  // host-ok: dropless counts read
+  const int64_t* kept = host.data<int64_t>();                 // host-ok: the read-back copy
   const int64_t* received = kept + experts;
   std::vector<int64_t> send_counts(ranks, 0), recv_counts(ranks, 0);
   p->blocks.capacity = -1;

@@ -63,17 +63,22 @@ class ParallelTrainerTest : public ::testing::Test {
         }
       }
       if (save_at_end) MOE_RETURN_IF_ERROR(t->save().status());
-      std::lock_guard<std::mutex> lock(mu);
+      std::vector<std::vector<double>> values;
       for (const auto& p : t->model().params().all()) {
-        const float* v = p->value.data<float>();
+        values.push_back(parameter_values(t->model(), *p));
+      }
+      std::lock_guard<std::mutex> lock(mu);
+      size_t i = 0;
+      for (const auto& p : t->model().params().all()) {
+        const std::vector<double>& v = values[i++];
         if (p->kind == ParamKind::kDense) {
-          if (rank == 0) result.params[p->name].assign(v, v + p->value.numel());
+          if (rank == 0) result.params[p->name] = v;
           continue;
         }
-        const int64_t per_expert = p->value.numel() / p->value.dim(0);
+        const int64_t per_expert = p->numel() / p->shape[0];
         std::vector<double>& global = result.params[p->name];
         global.resize(p->global_experts * per_expert);
-        std::copy(v, v + p->value.numel(), global.begin() + p->first_expert * per_expert);
+        std::copy(v.begin(), v.end(), global.begin() + p->first_expert * per_expert);
       }
       return Status::OK();
     };

@@ -78,10 +78,10 @@ TEST_F(TrainerTest, SameSeedIsBitIdenticalAndResumeIsBitExact) {
   const std::string a = fresh_dir("trainer_a"), b = fresh_dir("trainer_b");
   auto straight = make(a, {"train.steps=8"}, false);
   std::vector<double> straight_losses;
-  for (int i = 0; i < 8; ++i) straight_losses.push_back(straight->step()->loss);
+  for (int i = 0; i < 8; ++i) straight_losses.push_back(step_loss(*straight));
 
   auto same = make(b, {"train.steps=8"}, false);
-  for (int i = 0; i < 8; ++i) EXPECT_EQ(same->step()->loss, straight_losses[i]) << "step " << i;
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(step_loss(*same), straight_losses[i]) << "step " << i;
   EXPECT_EQ(flat_parameters(same->model()), flat_parameters(straight->model()));
 
   // 4 steps, save, a new process resumes and takes 4 more: identical to 8 straight.
@@ -93,7 +93,7 @@ TEST_F(TrainerTest, SameSeedIsBitIdenticalAndResumeIsBitExact) {
   auto resumed = make(b, {"train.steps=8"}, true);
   ASSERT_EQ(resumed->steps_done(), 4);
   EXPECT_EQ(fs::path(resumed->resumed_from()).filename(), "ckpt-00000004");
-  for (int i = 4; i < 8; ++i) EXPECT_EQ(resumed->step()->loss, straight_losses[i]) << "step " << i;
+  for (int i = 4; i < 8; ++i) EXPECT_EQ(step_loss(*resumed), straight_losses[i]) << "step " << i;
   EXPECT_EQ(flat_parameters(resumed->model()), flat_parameters(straight->model()));
   fs::remove_all(a);
   fs::remove_all(b);
@@ -191,8 +191,7 @@ TEST_F(TrainerTest, NonFiniteLossSkipsTheUpdateAndIsReported) {
   auto t = make(run, {"train.steps=3"});
   ASSERT_TRUE(t->step().ok());
   // Poison one positional embedding: every sequence then has a NaN loss.
-  Parameter* pos = t->model().params().find("embed.positions");
-  pos->value.data<float>()[0] = std::nanf("");
+  set_parameter(t->model(), "embed.positions", 0, std::nanf(""));
   const std::vector<double> before = flat_parameters(t->model());
   StatusOr<StepStatsInfo> s = t->step();
   ASSERT_TRUE(s.ok()) << s.status().to_string();
@@ -221,11 +220,39 @@ TEST_F(TrainerTest, GradientAccumulationMatchesOneBigBatch) {
   auto one_batch = make(a, common, false);
   auto accumulated = make(b, two, false);
   for (int i = 0; i < 3; ++i) {
-    const double l1 = one_batch->step()->loss, l2 = accumulated->step()->loss;
+    const double l1 = step_loss(*one_batch), l2 = step_loss(*accumulated);
     EXPECT_NEAR(l1, l2, 1e-5 * std::fabs(l1)) << "step " << i;
   }
   fs::remove_all(a);
   fs::remove_all(b);
+}
+
+// Every trainer test runs under a guarded context (quiet_options): a host access to tensor memory
+// in a layer or the model aborts the test. Here the waits are counted too: in capacity mode a
+// training step synchronises exactly once (the step buffer's read back); each dropless MoE layer
+// adds one counts read per forward (the probe's forward included); an evaluation adds one.
+TEST_F(TrainerTest, OneSyncPerStepAndNoHostAccessInLayers) {
+  const std::string run = fresh_dir("trainer_syncs");
+  auto t = make(run, {"train.steps=4", "train.probe_every=2"}, false);
+  ASSERT_TRUE(t->context().guarded());
+  for (int i = 0; i < 4; ++i) {
+    const int64_t before = t->context().sync_count();
+    ASSERT_TRUE(t->step().ok());
+    EXPECT_EQ(t->context().sync_count() - before, 1) << "step " << i;
+  }
+  int64_t before = t->context().sync_count();
+  ASSERT_TRUE(t->evaluate().ok());
+  EXPECT_EQ(t->context().sync_count() - before, 4);  // valid, test, attacked valid, attacked test
+
+  // Dropless: the tiny model has 3 MoE layers; the probe (steps 0 and 2) adds a forward.
+  auto d = make(fresh_dir("trainer_syncs_dropless"),
+                {"train.steps=4", "train.probe_every=2", "model.moe.dropless=true"}, false);
+  for (int i = 0; i < 4; ++i) {
+    before = d->context().sync_count();
+    ASSERT_TRUE(d->step().ok());
+    EXPECT_EQ(d->context().sync_count() - before, 1 + 3 + (i % 2 == 0 ? 3 : 0)) << "step " << i;
+  }
+  fs::remove_all(run);
 }
 
 }  // namespace

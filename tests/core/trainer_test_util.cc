@@ -1,7 +1,9 @@
 #include "tests/core/trainer_test_util.h"
 
+#include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -57,16 +59,42 @@ TrainerOptions quiet_options(const std::string& run_dir, bool resume) {
   o.run_dir = run_dir;
   o.resume = resume;
   o.progress = nullptr;
+  o.context.guard_host_access = true;
   return o;
+}
+
+double step_loss(Trainer& t) {
+  StatusOr<StepStatsInfo> s = t.step();
+  EXPECT_TRUE(s.ok()) << s.status().to_string();
+  return s.ok() ? s->loss : std::nan("");
+}
+
+std::vector<double> parameter_values(TransformerLM& model, const Parameter& p) {
+  StatusOr<Tensor> host = model.context().read_back(p.master);
+  EXPECT_TRUE(host.ok()) << host.status().to_string();
+  const float* v = host->data<float>();
+  return std::vector<double>(v, v + p.numel());
 }
 
 std::vector<double> flat_parameters(TransformerLM& model) {
   std::vector<double> out;
   for (const auto& p : model.params().all()) {
-    const float* v = p->value.data<float>();
-    out.insert(out.end(), v, v + p->value.numel());
+    const std::vector<double> v = parameter_values(model, *p);
+    out.insert(out.end(), v.begin(), v.end());
   }
   return out;
+}
+
+void set_parameter(TransformerLM& model, const std::string& name, int64_t index, float value) {
+  Parameter* p = model.params().find(name);
+  ASSERT_NE(p, nullptr) << name;
+  Context& ctx = model.context();
+  StatusOr<Tensor> host = ctx.read_back(p->master);
+  ASSERT_TRUE(host.ok());
+  host->data<float>()[index] = value;
+  ASSERT_TRUE(ctx.copy(*host, p->master).ok());
+  ASSERT_TRUE(model.params().refresh_working().ok());
+  ASSERT_TRUE(ctx.synchronize().ok());
 }
 
 }  // namespace moe::testing

@@ -21,9 +21,18 @@ std::string write_small_corpus(const std::string& dir, int train_lines = 2500);
 StatusOr<RunConfig> tiny_config(const std::string& corpus_dir, const std::string& extra = "",
                                 const std::vector<std::string>& overrides = {}, int ep = 0);
 
+// No progress output, and the host context guards host access to its tensors: every trainer test
+// also proves that layers and the model never touch tensor memory on the host.
 TrainerOptions quiet_options(const std::string& run_dir, bool resume = true);
 
-// Every parameter of a model, concatenated in registration order (f32 as double).
+// Every parameter's master of a model, concatenated in registration order (f32 as double),
+// read back from the model's context.
 std::vector<double> flat_parameters(TransformerLM& model);
+// One training step's loss; a failed step fails the test and gives NaN.
+double step_loss(Trainer& t);
+// One parameter's master values, read back.
+std::vector<double> parameter_values(TransformerLM& model, const Parameter& p);
+// Sets element `index` of a parameter's master (and refreshes the working copies).
+void set_parameter(TransformerLM& model, const std::string& name, int64_t index, float value);
 
 }  // namespace moe::testing

@@ -1,0 +1,141 @@
+// The BF16 precision policy on the CPU (train.precision): every model family in configs/ (their
+// arch, router and residual settings, shrunk to test size on a small real corpus) trains 100
+// steps in BF16 with per-step losses close to FP32 from the same initial masters; two BF16 runs
+// are bit-identical; checkpoints hold fp32 masters whatever the precision, so a BF16 run resumes
+// as FP32 and an FP32 run as BF16.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+
+#include "core/checkpoint/checkpoint_io.h"
+#include "proto/run_convert.h"
+#include "tests/core/trainer_test_util.h"
+
+namespace moe::testing {
+namespace {
+namespace fs = std::filesystem;
+
+// Every per-step loss of a 100-step BF16 run stays within this relative distance of the FP32
+// run's. Measured worst case over the eight families: 4e-4 (each family's figure is in the
+// test's log line); bf16 keeps 8 significant bits and the runs drift apart slowly. 0.5% leaves
+// about a 10x margin.
+constexpr double kBf16LossTolerance = 0.005;
+
+std::vector<std::string> families() {
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(std::string(MOE_SOURCE_DIR) + "/configs")) {
+    if (e.path().extension() == ".pbtxt") names.push_back(e.path().stem().string());
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+class PrecisionTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  static void SetUpTestSuite() {
+    corpus_ = new std::string(fresh_dir("precision_corpus"));
+    ASSERT_FALSE(write_small_corpus(*corpus_).empty());
+  }
+  static void TearDownTestSuite() {
+    fs::remove_all(*corpus_);
+    delete corpus_;
+  }
+
+  // The family's config at test size: its arch, routing and residual settings, small widths.
+  static StatusOr<RunConfig> config(const std::string& family, const std::string& precision,
+                                    int64_t steps) {
+    return load_run_config(
+        std::string(MOE_SOURCE_DIR) + "/configs/" + family + ".pbtxt",
+        {"model.d_model=32", "model.n_heads=2", "model.seq_len=16", "model.d_ff=48",
+         "model.moe.d_expert=32", "model.moe.num_experts=4", "train.batch_size=8",
+         "train.steps=" + std::to_string(steps), "train.eval_every=0", "train.checkpoint_every=0",
+         "train.probe_every=10", "train.schedule.warmup_steps=10", "train.precision=" + precision,
+         "data.train=" + *corpus_ + "/train.txt", "data.valid=" + *corpus_ + "/valid.txt",
+         "data.test=" + *corpus_ + "/test.txt", "data.vocab_max_size=1500"},
+        0);
+  }
+
+  static std::vector<double> train(const std::string& family, const std::string& precision,
+                                   const std::string& run_dir, int steps) {
+    StatusOr<RunConfig> cfg = config(family, precision, steps);
+    EXPECT_TRUE(cfg.ok()) << cfg.status().to_string();
+    StatusOr<std::unique_ptr<Trainer>> t =
+        Trainer::create(*cfg, quiet_options(run_dir, false), nullptr);
+    EXPECT_TRUE(t.ok()) << t.status().to_string();
+    std::vector<double> losses;
+    for (int i = 0; i < steps && t.ok(); ++i) losses.push_back(step_loss(**t));
+    return losses;
+  }
+
+  static std::string* corpus_;
+};
+std::string* PrecisionTest::corpus_ = nullptr;
+
+TEST_P(PrecisionTest, Bf16TracksFp32AndIsDeterministic) {
+  const std::string family = GetParam();
+  const std::string dir = fresh_dir("precision_" + family);
+  const std::vector<double> fp32 = train(family, "FP32", dir + "/fp32", 100);
+  const std::vector<double> bf16 = train(family, "BF16", dir + "/bf16", 100);
+  const std::vector<double> again = train(family, "BF16", dir + "/bf16_again", 100);
+  ASSERT_EQ(fp32.size(), 100u);
+  ASSERT_EQ(bf16.size(), 100u);
+  EXPECT_EQ(bf16, again) << "two BF16 runs differ";
+  double worst = 0;
+  for (size_t i = 0; i < fp32.size(); ++i) {
+    const double rel = std::fabs(bf16[i] - fp32[i]) / std::fabs(fp32[i]);
+    worst = std::max(worst, rel);
+    EXPECT_LE(rel, kBf16LossTolerance) << "step " << i << ": fp32 " << fp32[i] << ", bf16 "
+                                       << bf16[i];
+  }
+  EXPECT_LT(bf16.back(), bf16.front() - 1.0) << "BF16 training does not learn";
+  std::printf("[ precision ] %s: loss %.4f -> %.4f (fp32 %.4f), worst per-step |bf16 - fp32| / fp32 = %.4f\n",
+              family.c_str(), bf16.front(), bf16.back(), fp32.back(), worst);
+  fs::remove_all(dir);
+}
+
+INSTANTIATE_TEST_SUITE_P(Configs, PrecisionTest, ::testing::ValuesIn(families()),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           return info.param;
+                         });
+
+// A checkpoint stores fp32 masters whatever the precision: BF16 resumes as FP32 (continuing
+// exactly where FP32 from the same masters and optimizer state would), and FP32 as BF16.
+TEST_F(PrecisionTest, CheckpointsAreFp32AndResumeAcrossPrecisions) {
+  const std::string dir = fresh_dir("precision_resume");
+  for (const auto& [from, to] : std::vector<std::pair<std::string, std::string>>{
+           {"BF16", "FP32"}, {"FP32", "BF16"}}) {
+    SCOPED_TRACE(from + " -> " + to);
+    const std::string run = dir + "/" + from;
+    StatusOr<RunConfig> cfg = config("quickstart", from, 6);
+    ASSERT_TRUE(cfg.ok());
+    {
+      auto t = Trainer::create(*cfg, quiet_options(run, false), nullptr);
+      ASSERT_TRUE(t.ok()) << t.status().to_string();
+      for (int i = 0; i < 3; ++i) step_loss(**t);
+      StatusOr<std::string> saved = (*t)->save();
+      ASSERT_TRUE(saved.ok()) << saved.status().to_string();
+      StatusOr<CheckpointManifestInfo> m = ckpt::read_manifest(*saved);
+      ASSERT_TRUE(m.ok());
+      EXPECT_EQ(m->dtype, "f32");
+    }
+    // Resume in the other precision, and in the same one as the reference for the next step.
+    StatusOr<RunConfig> other = config("quickstart", to, 6);
+    auto resumed = Trainer::create(*other, quiet_options(run, true), nullptr);
+    ASSERT_TRUE(resumed.ok()) << resumed.status().to_string();
+    EXPECT_EQ((*resumed)->steps_done(), 3);
+    EXPECT_EQ((*resumed)->model().params().act_dtype(),
+              to == "BF16" ? DType::kBF16 : DType::kF32);
+    auto same = Trainer::create(*cfg, quiet_options(run, true), nullptr);
+    ASSERT_TRUE(same.ok());
+    // The masters loaded are the saved ones, bit for bit, in either precision.
+    EXPECT_EQ(flat_parameters((*resumed)->model()), flat_parameters((*same)->model()));
+    const double l_other = step_loss(**resumed), l_same = step_loss(**same);
+    EXPECT_NEAR(l_other, l_same, kBf16LossTolerance * l_same);
+    EXPECT_TRUE(std::isfinite(l_other));
+  }
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace moe::testing
