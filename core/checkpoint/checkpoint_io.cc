@@ -6,7 +6,7 @@
 #include <filesystem>
 #include <vector>
 
-#include "core/checkpoint/file_util.h"
+#include "core/io/file_util.h"
 #include "proto/checkpoint_convert.h"
 
 namespace moe::ckpt {
@@ -59,13 +59,13 @@ std::string checkpoint_dir_name(int64_t step) {
 
 StatusOr<CheckpointManifestInfo> read_manifest(const std::string& dir) {
   const std::string path = dir + "/manifest.pb";
-  StatusOr<std::string> bytes = read_file(path);
+  StatusOr<std::string> bytes = io::read_file(path);
   if (!bytes.ok()) return not_found_error("no checkpoint in ", dir, " (manifest.pb missing)");
   return parse_manifest(*bytes, path);
 }
 
 Status write_manifest(const std::string& dir, const CheckpointManifestInfo& info) {
-  return write_file_atomic(dir + "/manifest.pb", serialize_manifest(info));
+  return io::write_file_atomic(dir + "/manifest.pb", serialize_manifest(info));
 }
 
 Status verify_checkpoint_dir(const std::string& dir, const CheckpointManifestInfo& info) {
@@ -85,7 +85,7 @@ Status verify_checkpoint_dir(const std::string& dir, const CheckpointManifestInf
       return data_loss_error("checkpoint ", dir, ": file ", f.path, " is ", size, " bytes, manifest says ",
                              f.size_bytes, size < f.size_bytes ? " (truncated?)" : "");
     }
-    StatusOr<uint32_t> crc = crc32_of_file(path);
+    StatusOr<uint32_t> crc = io::crc32_of_file(path);
     if (!crc.ok()) return data_loss_error("checkpoint ", dir, ": ", crc.status().message());
     if (*crc != f.crc32) {
       return data_loss_error("checkpoint ", dir, ": checksum mismatch in ", f.path, " (crc32 ", *crc,
@@ -110,7 +110,7 @@ StatusOr<CheckpointFileInfo> describe_file(const std::string& dir, const std::st
   if (!fs::is_regular_file(path, ec)) return not_found_error("checkpoint file ", path, " is missing");
   f.size_bytes = fs::file_size(path, ec);
   if (ec) return not_found_error("checkpoint file ", path, " is missing: ", ec.message());
-  MOE_ASSIGN_OR_RETURN(f.crc32, crc32_of_file(path));
+  MOE_ASSIGN_OR_RETURN(f.crc32, io::crc32_of_file(path));
   return f;
 }
 

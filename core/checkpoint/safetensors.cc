@@ -5,7 +5,7 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
-#include "core/checkpoint/file_util.h"
+#include "core/io/file_util.h"
 
 // Tensor bytes are copied as they lie in memory; safetensors stores them little-endian.
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -118,11 +118,11 @@ std::string SafetensorsWriter::serialize() const {
 }
 
 Status SafetensorsWriter::write(const std::string& path) const {
-  return write_file_atomic(path, serialize());
+  return io::write_file_atomic(path, serialize());
 }
 
 StatusOr<SafetensorsFile> SafetensorsFile::open(const std::string& path) {
-  MOE_ASSIGN_OR_RETURN(std::string bytes, read_file(path));
+  MOE_ASSIGN_OR_RETURN(std::string bytes, io::read_file(path));
   return parse(std::move(bytes), path);
 }
 

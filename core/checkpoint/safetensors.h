@@ -26,7 +26,7 @@ class SafetensorsWriter {
   void add(const std::string& name, const TensorView& tensor);
   void set_metadata(const std::string& key, const std::string& value);
   std::string serialize() const;
-  // serialize() written crash-safely (file_util.h write_file_atomic).
+  // serialize() written crash-safely (core/io/file_util.h).
   Status write(const std::string& path) const;
 
  private:

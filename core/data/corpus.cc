@@ -5,7 +5,8 @@
 
 #include "core/base/check.h"
 #include "core/base/logging.h"
-#include "core/data/file_io.h"
+#include "core/base/hash.h"
+#include "core/io/file_util.h"
 #include "core/data/text_reader.h"
 #include "core/data/token_cache.h"
 
@@ -112,7 +113,7 @@ StatusOr<TokenizedCorpus> load_or_build_corpus(const CorpusSpec& spec,
 
   MOE_ASSIGN_OR_RETURN(const uint64_t key, cache_key(spec));
   const std::string prefix =
-      (fs::path(cache_dir) / str_cat(sanitize(spec.name), "-", hex64(key).substr(2))).string();
+      (fs::path(cache_dir) / str_cat(sanitize(spec.name), "-", io::hex64(key).substr(2))).string();
   const std::string vocab_file = prefix + ".vocab";
   struct SplitRef {
     const char* name;

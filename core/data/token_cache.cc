@@ -3,7 +3,8 @@
 #include <cstring>
 
 #include "core/base/check.h"
-#include "core/data/file_io.h"
+#include "core/base/hash.h"
+#include "core/io/file_util.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "token_cache.cc writes the host byte order and assumes a little-endian host"
@@ -33,16 +34,16 @@ Status write_token_cache(const std::string& path, const std::vector<int32_t>& id
   put<uint32_t>(header + 12, static_cast<uint32_t>(kTokenCacheHeaderBytes));
   put<uint64_t>(header + 16, vocab_fingerprint);
   put<uint64_t>(header + 24, static_cast<uint64_t>(ids.size()));
-  put<uint32_t>(header + 32, crc32_of(ids.data(), ids.size() * sizeof(int32_t)));
-  put<uint32_t>(header + 36, crc32_of(header, 36));
+  put<uint32_t>(header + 32, io::crc32_of(ids.data(), ids.size() * sizeof(int32_t)));
+  put<uint32_t>(header + 36, io::crc32_of(header, 36));
   const std::string_view payload(reinterpret_cast<const char*>(ids.data()),
                                  ids.size() * sizeof(int32_t));
-  return write_file_atomic(path, {std::string_view(header, sizeof(header)), payload});
+  return io::write_file_atomic(path, {std::string_view(header, sizeof(header)), payload});
 }
 
 StatusOr<std::vector<int32_t>> load_token_cache(const std::string& path, const Vocabulary& vocab,
                                                 const std::string& vocab_source) {
-  MOE_ASSIGN_OR_RETURN(std::string bytes, read_file_bytes(path));
+  MOE_ASSIGN_OR_RETURN(std::string bytes, io::read_file(path));
   const int64_t actual_size = static_cast<int64_t>(bytes.size());
   if (actual_size < 8 || std::memcmp(bytes.data(), kTokenCacheMagic, 8) != 0) {
     return data_loss_error("token cache ", path, " does not start with the magic '",
@@ -53,10 +54,10 @@ StatusOr<std::vector<int32_t>> load_token_cache(const std::string& path, const V
                            kTokenCacheHeaderBytes, " bytes (the header), found ", actual_size);
   }
   const char* h = bytes.data();
-  const uint32_t header_crc = crc32_of(h, 36);
+  const uint32_t header_crc = io::crc32_of(h, 36);
   if (get<uint32_t>(h + 36) != header_crc) {
     return data_loss_error("token cache ", path, " has a corrupted header: crc32 ",
-                           hex32(header_crc), ", stored ", hex32(get<uint32_t>(h + 36)));
+                           io::hex32(header_crc), ", stored ", io::hex32(get<uint32_t>(h + 36)));
   }
   const uint32_t version = get<uint32_t>(h + 8);
   if (version != kTokenCacheVersion) {
@@ -78,10 +79,10 @@ StatusOr<std::vector<int32_t>> load_token_cache(const std::string& path, const V
                            actual_size);
   }
   const char* payload = h + kTokenCacheHeaderBytes;
-  const uint32_t crc = crc32_of(payload, static_cast<size_t>(count) * 4);
+  const uint32_t crc = io::crc32_of(payload, static_cast<size_t>(count) * 4);
   if (crc != get<uint32_t>(h + 32)) {
-    return data_loss_error("token cache ", path, " is corrupted: payload crc32 ", hex32(crc),
-                           ", stored ", hex32(get<uint32_t>(h + 32)));
+    return data_loss_error("token cache ", path, " is corrupted: payload crc32 ", io::hex32(crc),
+                           ", stored ", io::hex32(get<uint32_t>(h + 32)));
   }
   MOE_RETURN_IF_ERROR(check_vocab_fingerprint(get<uint64_t>(h + 16), str_cat("token cache ", path),
                                               vocab.fingerprint(), vocab_source));

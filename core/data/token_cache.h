@@ -11,7 +11,7 @@
 //   36      4     u32 CRC32 of header bytes [0, 36)
 //   40      4*N   i32 token ids [N]
 //
-// Written to a temporary name, fsynced, then renamed (file_io.h).
+// Written to a temporary name, fsynced, then renamed (core/io/file_util.h).
 #pragma once
 
 #include <cstdint>

@@ -4,7 +4,8 @@
 #include <cstdlib>
 
 #include "core/base/check.h"
-#include "core/data/file_io.h"
+#include "core/base/hash.h"
+#include "core/io/file_util.h"
 #include "core/data/text_reader.h"
 
 namespace moe::data {
@@ -68,8 +69,8 @@ Status check_vocab_fingerprint(uint64_t expected, const std::string& expected_so
                                uint64_t actual, const std::string& actual_source) {
   if (expected == actual) return Status::OK();
   return failed_precondition_error("vocabulary mismatch: ", expected_source,
-                                   " was built with vocabulary fingerprint ", hex64(expected),
-                                   ", but ", actual_source, " has fingerprint ", hex64(actual));
+                                   " was built with vocabulary fingerprint ", io::hex64(expected),
+                                   ", but ", actual_source, " has fingerprint ", io::hex64(actual));
 }
 
 Vocabulary::Vocabulary()
@@ -171,13 +172,13 @@ Status Vocabulary::save(const std::string& path) const {
     body += '\n';
   }
   const std::string header = str_cat(kHeaderTag, " version=", kFormatVersion,
-                                     " size=", tokens_.size(), " fingerprint=", hex64(fingerprint_),
-                                     " crc32=", hex32(crc32_of(body.data(), body.size())), "\n");
-  return write_file_atomic(path, {header, body});
+                                     " size=", tokens_.size(), " fingerprint=", io::hex64(fingerprint_),
+                                     " crc32=", io::hex32(io::crc32_of(body.data(), body.size())), "\n");
+  return io::write_file_atomic(path, {header, body});
 }
 
 StatusOr<Vocabulary> Vocabulary::load(const std::string& path) {
-  MOE_ASSIGN_OR_RETURN(std::string bytes, read_file_bytes(path));
+  MOE_ASSIGN_OR_RETURN(std::string bytes, io::read_file(path));
   const std::string_view all(bytes);
   const size_t header_end = all.find('\n');
   const std::string_view header = all.substr(0, header_end);
@@ -226,11 +227,11 @@ StatusOr<Vocabulary> Vocabulary::load(const std::string& path) {
                                      "; this build reads version ", kFormatVersion);
   }
   const std::string_view body = all.substr(header_end + 1);
-  const uint32_t actual_crc = crc32_of(body.data(), body.size());
+  const uint32_t actual_crc = io::crc32_of(body.data(), body.size());
   if (actual_crc != crc) {
     return data_loss_error("vocabulary file ", path, " is corrupted: crc32 of its ", body.size(),
-                           " content bytes is ", hex32(actual_crc), ", header says ",
-                           hex32(static_cast<uint32_t>(crc)));
+                           " content bytes is ", io::hex32(actual_crc), ", header says ",
+                           io::hex32(static_cast<uint32_t>(crc)));
   }
   MOE_RETURN_IF_ERROR(validate_utf8(body, path));
 
@@ -287,7 +288,7 @@ StatusOr<Vocabulary> Vocabulary::load(const std::string& path) {
   const uint64_t actual_fingerprint = vocab_fingerprint(tokens);
   if (actual_fingerprint != fingerprint) {
     return data_loss_error("vocabulary file ", path, ": its tokens have fingerprint ",
-                           hex64(actual_fingerprint), ", header says ", hex64(fingerprint));
+                           io::hex64(actual_fingerprint), ", header says ", io::hex64(fingerprint));
   }
   return Vocabulary(std::move(tokens), std::move(counts));
 }

@@ -6,7 +6,7 @@
 #include <map>
 
 #include "core/checkpoint/checkpoint_io.h"
-#include "core/checkpoint/file_util.h"
+#include "core/io/file_util.h"
 #include "core/checkpoint/safetensors.h"
 
 namespace moe {
@@ -200,9 +200,9 @@ StatusOr<std::string> save_checkpoint(const std::string& run_dir, const Training
   const int64_t step = st.scheduler->cursor().step;
   const std::string final_dir = run_dir + "/" + ckpt::checkpoint_dir_name(step);
   Status begun = Status::OK();
-  if (rank == 0) begun = ckpt::AtomicDirectory::begin(final_dir).status();
+  if (rank == 0) begun = io::AtomicDirectory::begin(final_dir).status();
   MOE_RETURN_IF_ERROR(agree(world, begun));
-  ckpt::AtomicDirectory dir = ckpt::AtomicDirectory::attach(final_dir);
+  io::AtomicDirectory dir = io::AtomicDirectory::attach(final_dir);
   MOE_RETURN_IF_ERROR(agree(world, write_files(dir.path(), st, g, rank)));
 
   Status committed = Status::OK();

@@ -8,6 +8,7 @@
 
 #include "core/base/dtype.h"
 #include "kernels/reference/blas_ref.h"
+#include "kernels/reference/vector_math.h"
 
 namespace moe::kernels::ref {
 namespace {
@@ -87,7 +88,6 @@ void attention_forward(const AttentionArgs& a, int64_t head_dim, const A* qkv, A
   std::vector<C> p(S * S);  // [S, S] probabilities (then dropout(P)) of one (b, h)
   std::vector<C> mask(drop ? S : 0);
   std::vector<C> o(std::is_same_v<A, C> ? 0 : S * Dh);
-  std::vector<double> e(S);
   for (int64_t b = 0; b < a.batch; ++b) {
     const A* base = qkv + b * S * 3 * D;
     for (int64_t h = 0; h < H; ++h) {
@@ -96,15 +96,14 @@ void attention_forward(const AttentionArgs& a, int64_t head_dim, const A* qkv, A
       F* row_lse = lse + (b * H + h) * S;
       for (int64_t i = 0; i < S; ++i) {
         C* row = p.data() + i * S;
-        double mx = -std::numeric_limits<double>::infinity();
-        for (int64_t j = 0; j <= i; ++j) mx = std::max(mx, static_cast<double>(row[j]));
+        C mx = -std::numeric_limits<C>::infinity();
+        for (int64_t j = 0; j <= i; ++j) mx = std::max(mx, row[j]);
+        for (int64_t j = 0; j <= i; ++j) row[j] = vector_exp(row[j] - mx);
         double sum = 0;
-        for (int64_t j = 0; j <= i; ++j) {
-          e[j] = std::exp(static_cast<double>(row[j]) - mx);
-          sum += e[j];
-        }
-        row_lse[i] = static_cast<F>(mx + std::log(sum));
-        for (int64_t j = 0; j <= i; ++j) row[j] = static_cast<C>(e[j] / sum);
+        for (int64_t j = 0; j <= i; ++j) sum += row[j];
+        row_lse[i] = static_cast<F>(static_cast<double>(mx) + std::log(sum));
+        const C inv = static_cast<C>(1.0 / sum);
+        for (int64_t j = 0; j <= i; ++j) row[j] *= inv;
         for (int64_t j = i + 1; j < S; ++j) row[j] = C(0);
         if (drop) {
           mask_row(a, b, h, i, inv_keep, mask.data());
@@ -160,8 +159,8 @@ void attention_backward(const AttentionArgs& a, int64_t head_dim, const A* d_out
       const F* row_lse = lse + (b * H + h) * S;
       for (int64_t i = 0; i < S; ++i) {
         C* row = p.data() + i * S;
-        const double l = row_lse[i];
-        for (int64_t j = 0; j <= i; ++j) row[j] = static_cast<C>(std::exp(static_cast<double>(row[j]) - l));
+        const C l = static_cast<C>(row_lse[i]);
+        for (int64_t j = 0; j <= i; ++j) row[j] = vector_exp(row[j] - l);
         for (int64_t j = i + 1; j < S; ++j) row[j] = C(0);
       }
       if (drop) {

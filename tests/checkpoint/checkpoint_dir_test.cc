@@ -8,7 +8,7 @@
 #include <fstream>
 
 #include "core/checkpoint/checkpoint_io.h"
-#include "core/checkpoint/file_util.h"
+#include "core/io/file_util.h"
 #include "proto/checkpoint_convert.h"
 
 namespace moe::ckpt {
@@ -34,7 +34,7 @@ class CheckpointDirTest : public ::testing::Test {
   static void put(const std::string& path, const std::string& bytes) {
     std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
   }
-  static std::string get(const std::string& path) { return *read_file(path); }
+  static std::string get(const std::string& path) { return *io::read_file(path); }
   static std::vector<std::string> entries(const std::string& dir) {
     std::vector<std::string> out;
     for (const auto& e : fs::directory_iterator(dir)) out.push_back(e.path().filename().string());
@@ -43,7 +43,7 @@ class CheckpointDirTest : public ::testing::Test {
   }
   // A committed checkpoint holding one data file, as the trainer would write it.
   std::string commit_checkpoint(int64_t step, const std::string& payload) {
-    StatusOr<AtomicDirectory> d = AtomicDirectory::begin(root_ + "/" + checkpoint_dir_name(step));
+    StatusOr<io::AtomicDirectory> d = io::AtomicDirectory::begin(root_ + "/" + checkpoint_dir_name(step));
     EXPECT_TRUE(d.ok()) << d.status().to_string();
     put(d->path() + "/data.bin", payload);
     CheckpointManifestInfo m;
@@ -61,41 +61,41 @@ class CheckpointDirTest : public ::testing::Test {
 
 TEST_F(CheckpointDirTest, Crc32MatchesPublishedCheckValues) {
   // The CRC-32 (ISO-HDLC, zlib) check value of "123456789", and two more standard vectors.
-  EXPECT_EQ(crc32_of("123456789"), 0xCBF43926u);
-  EXPECT_EQ(crc32_of(""), 0u);
-  EXPECT_EQ(crc32_of("The quick brown fox jumps over the lazy dog"), 0x414FA339u);
-  EXPECT_EQ(crc32_update(crc32_of("12345"), "6789", 4), 0xCBF43926u);
+  EXPECT_EQ(io::crc32_of("123456789"), 0xCBF43926u);
+  EXPECT_EQ(io::crc32_of(""), 0u);
+  EXPECT_EQ(io::crc32_of("The quick brown fox jumps over the lazy dog"), 0x414FA339u);
+  EXPECT_EQ(io::crc32_update(io::crc32_of("12345"), "6789", 4), 0xCBF43926u);
   // Streaming over a file larger than the 1 MiB read block.
   std::string big;
   for (int i = 0; i < (3 << 19) + 7; ++i) big.push_back(static_cast<char>((i * 131) ^ (i >> 9)));
   put(root_ + "/big.bin", big);
   uint32_t piecewise = 0;
   for (size_t i = 0; i < big.size(); i += 1000) {
-    piecewise = crc32_update(piecewise, big.data() + i, std::min<size_t>(1000, big.size() - i));
+    piecewise = io::crc32_update(piecewise, big.data() + i, std::min<size_t>(1000, big.size() - i));
   }
-  EXPECT_EQ(*crc32_of_file(root_ + "/big.bin"), piecewise);
-  EXPECT_EQ(crc32_of(big), piecewise);
+  EXPECT_EQ(*io::crc32_of_file(root_ + "/big.bin"), piecewise);
+  EXPECT_EQ(io::crc32_of(big), piecewise);
   put(root_ + "/check.txt", "123456789");
-  EXPECT_EQ(*crc32_of_file(root_ + "/check.txt"), 0xCBF43926u);
-  StatusOr<uint32_t> missing = crc32_of_file(root_ + "/nope");
+  EXPECT_EQ(*io::crc32_of_file(root_ + "/check.txt"), 0xCBF43926u);
+  StatusOr<uint32_t> missing = io::crc32_of_file(root_ + "/nope");
   EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
   EXPECT_TRUE(contains(missing.status().message(), root_ + "/nope"));
 }
 
 TEST_F(CheckpointDirTest, WriteFileAtomicReplacesAndLeavesNoTemporaries) {
   const std::string path = root_ + "/f.bin";
-  ASSERT_TRUE(write_file_atomic(path, "first").ok());
+  ASSERT_TRUE(io::write_file_atomic(path, "first").ok());
   EXPECT_EQ(get(path), "first");
   const std::string binary("a\0b\xff", 4);
-  ASSERT_TRUE(write_file_atomic(path, binary).ok());
+  ASSERT_TRUE(io::write_file_atomic(path, binary).ok());
   EXPECT_EQ(get(path), binary);
-  ASSERT_TRUE(write_file_atomic(root_ + "/empty", "").ok());
+  ASSERT_TRUE(io::write_file_atomic(root_ + "/empty", "").ok());
   EXPECT_EQ(get(root_ + "/empty"), "");
   EXPECT_EQ(entries(root_), (std::vector<std::string>{"empty", "f.bin"}));
-  Status s = write_file_atomic(root_ + "/no/such/dir/f.bin", "x");
+  Status s = io::write_file_atomic(root_ + "/no/such/dir/f.bin", "x");
   EXPECT_FALSE(s.ok());
   EXPECT_TRUE(contains(s.message(), root_ + "/no/such/dir/f.bin.tmp.")) << s.message();
-  StatusOr<std::string> r = read_file(root_ + "/absent.bin");
+  StatusOr<std::string> r = io::read_file(root_ + "/absent.bin");
   EXPECT_EQ(r.status().code(), StatusCode::kNotFound);
   EXPECT_TRUE(contains(r.status().message(), root_ + "/absent.bin")) << r.status().message();
 }
@@ -106,7 +106,7 @@ TEST_F(CheckpointDirTest, AtomicDirectoryIsInvisibleUntilCommitAndReplacesOnComm
   // A stale temporary directory from a crash is cleared by begin().
   fs::create_directories(final_dir + ".tmp/sub");
   put(final_dir + ".tmp/stale.bin", "stale");
-  StatusOr<AtomicDirectory> d = AtomicDirectory::begin(final_dir + "/");  // trailing slash
+  StatusOr<io::AtomicDirectory> d = io::AtomicDirectory::begin(final_dir + "/");  // trailing slash
   ASSERT_TRUE(d.ok()) << d.status().to_string();
   EXPECT_EQ(d->path(), final_dir + ".tmp");
   EXPECT_EQ(d->final_path(), final_dir);
@@ -124,7 +124,7 @@ TEST_F(CheckpointDirTest, AtomicDirectoryIsInvisibleUntilCommitAndReplacesOnComm
   EXPECT_TRUE(contains(again.message(), final_dir + ".tmp")) << again.message();
 
   // Committing the same name again replaces the whole directory, leaving no ".old" behind.
-  StatusOr<AtomicDirectory> d2 = AtomicDirectory::begin(final_dir);
+  StatusOr<io::AtomicDirectory> d2 = io::AtomicDirectory::begin(final_dir);
   ASSERT_TRUE(d2.ok());
   put(d2->path() + "/b.bin", "B2");
   EXPECT_EQ(get(final_dir + "/a.bin"), "A1");  // the old one stays whole until commit
@@ -133,9 +133,9 @@ TEST_F(CheckpointDirTest, AtomicDirectoryIsInvisibleUntilCommitAndReplacesOnComm
   EXPECT_EQ(entries(root_), (std::vector<std::string>{"ckpt-00000007", "keep.txt"}));
 
   // attach() names the directory another rank began, without clearing it.
-  StatusOr<AtomicDirectory> d3 = AtomicDirectory::begin(root_ + "/ckpt-00000008");
+  StatusOr<io::AtomicDirectory> d3 = io::AtomicDirectory::begin(root_ + "/ckpt-00000008");
   put(d3->path() + "/rank0.bin", "r0");
-  AtomicDirectory other = AtomicDirectory::attach(root_ + "/ckpt-00000008");
+  io::AtomicDirectory other = io::AtomicDirectory::attach(root_ + "/ckpt-00000008");
   put(other.path() + "/rank1.bin", "r1");
   ASSERT_TRUE(other.commit().ok());
   EXPECT_EQ(entries(root_ + "/ckpt-00000008"), (std::vector<std::string>{"rank0.bin", "rank1.bin"}));
@@ -148,7 +148,7 @@ TEST_F(CheckpointDirTest, FindLatestIgnoresTemporaryIncompleteAndOddlyNamedDirec
   commit_checkpoint(40, "forty");
   commit_checkpoint(9, "nine");  // written later, but an older step
   // An uncommitted checkpoint (crash before commit): a ".tmp" directory, even with a manifest.
-  StatusOr<AtomicDirectory> crashed = AtomicDirectory::begin(root_ + "/" + checkpoint_dir_name(50));
+  StatusOr<io::AtomicDirectory> crashed = io::AtomicDirectory::begin(root_ + "/" + checkpoint_dir_name(50));
   ASSERT_TRUE(write_manifest(crashed->path(), CheckpointManifestInfo{}).ok());
   // Left over from an interrupted replace, with a valid manifest inside.
   fs::copy(root_ + "/ckpt-00000040", root_ + "/ckpt-00000060.old");
@@ -189,7 +189,7 @@ TEST_F(CheckpointDirTest, VerifyRefusesMissingTruncatedCorruptedAndEscapingFiles
   ASSERT_TRUE(m.ok()) << m.status().to_string();
   ASSERT_EQ(m->files.size(), 1u);
   EXPECT_EQ(m->files[0].size_bytes, 10u);
-  EXPECT_EQ(m->files[0].crc32, crc32_of("payload-03"));
+  EXPECT_EQ(m->files[0].crc32, io::crc32_of("payload-03"));
   EXPECT_TRUE(verify_checkpoint_dir(dir, *m).ok());
 
   put(dir + "/data.bin", "payload-04");  // same size, one byte different

@@ -8,7 +8,7 @@
 #include <fstream>
 
 #include "core/checkpoint/checkpoint_io.h"
-#include "core/checkpoint/file_util.h"
+#include "core/io/file_util.h"
 #include "proto/stats_convert.h"
 #include "tests/core/trainer_test_util.h"
 
@@ -122,7 +122,7 @@ TEST_F(TrainerTest, CorruptedOrMismatchedCheckpointsAreRefusedAndKept) {
   t.reset();
   // Flip one byte of the dense parameters: the CRC catches it.
   const std::string dense = *dir + "/dense.safetensors";
-  std::string bytes = *ckpt::read_file(dense);
+  std::string bytes = *io::read_file(dense);
   bytes[bytes.size() / 2] ^= 0x5a;
   std::ofstream(dense, std::ios::binary) << bytes;
   StatusOr<RunConfig> cfg = tiny_config(*corpus_);
@@ -143,13 +143,13 @@ TEST_F(TrainerTest, CorruptedOrMismatchedCheckpointsAreRefusedAndKept) {
   auto t2 = make(run2, {"train.steps=1"});
   ASSERT_TRUE(t2->save().ok());
   t2.reset();
-  const std::string manifest_before = *ckpt::read_file(run2 + "/ckpt-00000000/manifest.pb");
+  const std::string manifest_before = *io::read_file(run2 + "/ckpt-00000000/manifest.pb");
   StatusOr<RunConfig> other = tiny_config(*corpus_, "", {"data.vocab_max_size=1000"});
   bad = Trainer::create(*other, quiet_options(run2), nullptr);
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_NE(bad.status().message().find("vocabulary fingerprint"), std::string::npos) << bad.status().message();
-  EXPECT_EQ(*ckpt::read_file(run2 + "/ckpt-00000000/manifest.pb"), manifest_before);
+  EXPECT_EQ(*io::read_file(run2 + "/ckpt-00000000/manifest.pb"), manifest_before);
   fs::remove_all(run);
   fs::remove_all(run2);
 }

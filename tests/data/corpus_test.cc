@@ -2,7 +2,8 @@
 
 #include <gtest/gtest.h>
 
-#include "core/data/file_io.h"
+#include "core/base/hash.h"
+#include "core/io/file_util.h"
 #include "tests/data/data_test_util.h"
 
 namespace moe::data {

@@ -5,7 +5,8 @@
 
 #include <cstring>
 
-#include "core/data/file_io.h"
+#include "core/base/hash.h"
+#include "core/io/file_util.h"
 #include "tests/data/data_test_util.h"
 
 namespace moe::data {
@@ -143,8 +144,8 @@ TEST_F(TokenCacheErrorTest, FingerprintMismatchNamesBoth) {
   EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
   EXPECT_TRUE(contains(s.message(), path)) << s.message();
   EXPECT_TRUE(contains(s.message(), "the-vocab-file")) << s.message();
-  EXPECT_TRUE(contains(s.message(), hex64(vocab_.fingerprint()))) << s.message();
-  EXPECT_TRUE(contains(s.message(), hex64(other.fingerprint()))) << s.message();
+  EXPECT_TRUE(contains(s.message(), io::hex64(vocab_.fingerprint()))) << s.message();
+  EXPECT_TRUE(contains(s.message(), io::hex64(other.fingerprint()))) << s.message();
 }
 
 TEST_F(TokenCacheErrorTest, MissingFileIsNotFound) {

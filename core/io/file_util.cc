@@ -1,4 +1,4 @@
-#include "core/checkpoint/file_util.h"
+#include "core/io/file_util.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -6,13 +6,15 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstdio>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <functional>
 #include <vector>
 
-namespace moe::ckpt {
+namespace moe::io {
 namespace fs = std::filesystem;
 namespace {
 
@@ -54,8 +56,16 @@ Status fsync_tree(const std::string& dir) {
 Status read_blocks(const std::string& path, size_t block,
                    const std::function<void(const char*, size_t, uint64_t)>& fn) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return not_found_error("cannot open ", path, ": ", std::strerror(errno));
+  if (fd < 0) {
+    const int err = errno;
+    if (err == ENOENT) return not_found_error("file not found: ", path);
+    return not_found_error("cannot open ", path, ": ", std::strerror(err));
+  }
   struct stat st;
+  if (::fstat(fd, &st) == 0 && !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return invalid_argument_error("cannot read ", path, ": not a regular file");
+  }
   const uint64_t size =
       ::fstat(fd, &st) == 0 && st.st_size > 0 ? static_cast<uint64_t>(st.st_size) : 0;
   std::vector<char> buf(block);
@@ -86,11 +96,19 @@ Status fsync_path(const std::string& path) {
   return Status::OK();
 }
 
-Status write_file_atomic(const std::string& path, const std::string& bytes) {
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+Status write_file_atomic(const std::string& path, const std::vector<std::string_view>& parts) {
+  static std::atomic<uint64_t> counter{0};
+  const std::string tmp = str_cat(path, ".tmp.", ::getpid(), ".", counter.fetch_add(1));
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return internal_error("cannot create ", tmp, ": ", std::strerror(errno));
-  const bool written = write_all(fd, bytes.data(), bytes.size());
+  if (fd < 0) {
+    return internal_error("cannot create ", tmp, " (for ", path, "): ", std::strerror(errno));
+  }
+  size_t bytes = 0;
+  bool written = true;
+  for (std::string_view part : parts) {
+    written = written && write_all(fd, part.data(), part.size());
+    bytes += part.size();
+  }
   const int write_errno = errno;
   const bool synced = written && ::fsync(fd) == 0;
   const int sync_errno = errno;
@@ -100,8 +118,8 @@ Status write_file_atomic(const std::string& path, const std::string& bytes) {
     return internal_error(!written  ? "writing "
                           : !synced ? "fsync of "
                                     : "closing ",
-                          tmp, " (", bytes.size(),
-                          " bytes) failed: ", std::strerror(!written ? write_errno : sync_errno));
+                          tmp, " (", bytes, " bytes for ", path,
+                          ") failed: ", std::strerror(!written ? write_errno : sync_errno));
   }
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
     const int err = errno;
@@ -133,7 +151,19 @@ uint32_t crc32_update(uint32_t crc, const void* data, size_t n) {
   return static_cast<uint32_t>(c);
 }
 
-uint32_t crc32_of(const std::string& bytes) { return crc32_update(0, bytes.data(), bytes.size()); }
+uint32_t crc32_of(std::string_view bytes) { return crc32_update(0, bytes.data(), bytes.size()); }
+
+std::string hex64(uint64_t value) {
+  char buf[19];
+  std::snprintf(buf, sizeof(buf), "0x%016llx", static_cast<unsigned long long>(value));
+  return buf;
+}
+
+std::string hex32(uint32_t value) {
+  char buf[11];
+  std::snprintf(buf, sizeof(buf), "0x%08x", value);
+  return buf;
+}
 
 StatusOr<uint32_t> crc32_of_file(const std::string& path) {
   uint32_t crc = 0;
@@ -192,4 +222,4 @@ Status AtomicDirectory::commit() {
   return Status::OK();
 }
 
-}  // namespace moe::ckpt
+}  // namespace moe::io

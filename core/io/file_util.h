@@ -1,30 +1,44 @@
-// Crash-safe file writing and checksums for checkpoints: a file is written to a temporary name,
-// flushed and renamed; a checkpoint directory is built under "<dir>.tmp" and renamed into place
-// only when complete, so a crash never leaves a half checkpoint that looks whole.
+// The one unit of crash-safe file I/O and checksums, shared by the data pipeline (vocabulary,
+// token cache) and the checkpoints: a file is written to a temporary name, flushed and renamed;
+// a checkpoint directory is built under "<dir>.tmp" and renamed into place only when complete,
+// so a crash never leaves a half file or a half checkpoint that looks whole.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "core/base/check.h"
 
-namespace moe::ckpt {
+namespace moe::io {
 
-// Writes bytes to path + ".tmp.<pid>", fsyncs it, renames it over `path`, fsyncs the directory.
-// On failure the temporary file is removed and `path` is left as it was (kInternal naming the
-// file and the system error).
-Status write_file_atomic(const std::string& path, const std::string& bytes);
-// The whole file; kNotFound naming the path (and the system error) when it cannot be opened,
-// kDataLoss when reading fails part way.
+// Writes `parts` (concatenated) to a temporary name unique to this process and call in the same
+// folder, fsyncs it, renames it over `path`, fsyncs the folder. On failure the temporary file is
+// removed and `path` is left as it was (kInternal naming the file and the system error).
+// Concurrent writers of the same content are safe (the last rename wins).
+Status write_file_atomic(const std::string& path, const std::vector<std::string_view>& parts);
+inline Status write_file_atomic(const std::string& path, const std::string& bytes) {
+  return write_file_atomic(path, std::vector<std::string_view>{bytes});
+}
+// The whole file. kNotFound naming the path (and the system error) when it cannot be opened,
+// kInvalidArgument when it is not a regular file (a directory, say), kDataLoss when reading fails
+// part way.
 StatusOr<std::string> read_file(const std::string& path);
 // CRC-32 as zlib computes it (the gzip/PNG polynomial); crc32_of("123456789") == 0xCBF43926.
-uint32_t crc32_of(const std::string& bytes);
+uint32_t crc32_of(std::string_view bytes);
+inline uint32_t crc32_of(const void* data, size_t n) {
+  return crc32_of(std::string_view(static_cast<const char*>(data), n));
+}
 // Continues a CRC: crc32_update(crc32_of(a), b.data(), b.size()) == crc32_of(a + b); start at 0.
 uint32_t crc32_update(uint32_t crc, const void* data, size_t n);
 // Streams the file in 1 MiB blocks (never holds it whole). Errors as read_file.
 StatusOr<uint32_t> crc32_of_file(const std::string& path);
 Status fsync_path(const std::string& path);  // a file or a directory
+// "0x0123456789abcdef" / "0x01234567".
+std::string hex64(uint64_t value);
+std::string hex32(uint32_t value);
 
 // A checkpoint directory under construction. Files go into path() (final_dir + ".tmp");
 // commit() makes it visible as `final_dir`, replacing an older one of that name (moved to
@@ -47,4 +61,4 @@ class AtomicDirectory {
   std::string tmp_;
 };
 
-}  // namespace moe::ckpt
+}  // namespace moe::io
