@@ -175,19 +175,6 @@ Status Tensor::zero() {
   return Status::OK();
 }
 
-Status Tensor::copy_from(const TensorView& src) {
-  if (src.shape() != shape() || src.dtype() != dtype()) {
-    return invalid_argument_error("copy_from: source ", src.to_string(), " does not match ",
-                                  view_.to_string());
-  }
-  if (!src.is_host() || !view_.is_host()) {
-    return invalid_argument_error("Tensor::copy_from between ", src.to_string(), " and ",
-                                  view_.to_string(), ": use Context::copy");
-  }
-  if (nbytes() > 0) std::memmove(raw(), src.raw(), nbytes());
-  return Status::OK();
-}
-
 namespace {
 
 template <typename Src, typename Dst>

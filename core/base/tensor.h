@@ -167,10 +167,8 @@ class Tensor {
   Tensor reshape(Shape shape) const;
   Tensor rows(int64_t begin, int64_t end) const;
 
-  // Host-only helpers (unguarded host tensors): fill with zeros; copy a host view of the same
-  // shape and dtype into this tensor. Device tensors use Context::zero / Context::copy.
+  // Host-only (unguarded host tensors): fill with zeros. Device tensors use Context::zero.
   Status zero();
-  Status copy_from(const TensorView& src);
 
  private:
   std::shared_ptr<TensorStorage> storage_;
