@@ -78,9 +78,7 @@ Status dropout_apply(Context& ctx, const char* op, const TensorView& x, const Te
   if (!(p >= 0.f && p < 1.f)) return invalid_argument_error(op, ": p = ", p, " not in [0, 1)");
   const bool keyed = row_keys.numel() > 0;
   if (keyed) {
-    MOE_RETURN_IF_ERROR(check_device(ctx, op, "row_keys", row_keys));
-    MOE_RETURN_IF_ERROR(check_dtype(op, "row_keys", row_keys, DType::kI64));
-    MOE_RETURN_IF_ERROR(check_shape(op, "row_keys", row_keys, Shape{x.dim(0)}));
+    MOE_RETURN_IF_ERROR(check_tensor(ctx, op, "row_keys", row_keys, DType::kI64, Shape{x.dim(0)}));
   }
   return dispatch_float(op, x, [&](auto tag) {
     using T = decltype(tag);

@@ -52,6 +52,13 @@ Status check_shape(const char* op, const char* name, const TensorView& t, const 
   return Status::OK();
 }
 
+Status check_tensor(const Context& ctx, const char* op, const char* name, const TensorView& t,
+                    DType dtype, const Shape& shape) {
+  MOE_RETURN_IF_ERROR(check_device(ctx, op, name, t));
+  MOE_RETURN_IF_ERROR(check_dtype(op, name, t, dtype));
+  return check_shape(op, name, t, shape);
+}
+
 Status check_same_dtype(const char* op, const TensorView& a, const char* name_b,
                         const TensorView& b) {
   if (a.dtype() != b.dtype()) {

@@ -30,6 +30,9 @@ Status check_act(const Context& ctx, const char* op, const char* name, const Ten
 Status check_full(const Context& ctx, const char* op, const char* name, const TensorView& t);
 Status check_dtype(const char* op, const char* name, const TensorView& t, DType dtype);
 Status check_shape(const char* op, const char* name, const TensorView& t, const Shape& shape);
+// t lives on ctx's device and has exactly this dtype and shape (index, mask and f64 sum views).
+Status check_tensor(const Context& ctx, const char* op, const char* name, const TensorView& t,
+                    DType dtype, const Shape& shape);
 // b has a's dtype and lives on a's device.
 Status check_same_dtype(const char* op, const TensorView& a, const char* name_b,
                         const TensorView& b);

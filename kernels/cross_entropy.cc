@@ -41,9 +41,7 @@ Status cross_entropy_forward(Context& ctx, const TensorView& logits, const Tenso
   MOE_RETURN_IF_ERROR(check_device(ctx, kOp, "lse", lse));
   MOE_RETURN_IF_ERROR(check_same_dtype(kOp, logits, "lse", lse));
   MOE_RETURN_IF_ERROR(check_shape(kOp, "lse", lse, Shape{logits.dim(0)}));
-  MOE_RETURN_IF_ERROR(check_device(ctx, kOp, "sums", sums));
-  MOE_RETURN_IF_ERROR(check_dtype(kOp, "sums", sums, DType::kF64));
-  MOE_RETURN_IF_ERROR(check_shape(kOp, "sums", sums, Shape{2}));
+  MOE_RETURN_IF_ERROR(check_tensor(ctx, kOp, "sums", sums, DType::kF64, Shape{2}));
   const bool want_rows = row_loss.numel() > 0;
   if (want_rows) {
     MOE_RETURN_IF_ERROR(check_same_dtype(kOp, logits, "row_loss", row_loss));

@@ -9,20 +9,6 @@
 namespace moe::kernels {
 namespace {
 
-Status check_i32(const Context& ctx, const char* op, const char* name, const TensorView& t,
-                 const Shape& shape) {
-  MOE_RETURN_IF_ERROR(check_device(ctx, op, name, t));
-  MOE_RETURN_IF_ERROR(check_dtype(op, name, t, DType::kI32));
-  return check_shape(op, name, t, shape);
-}
-
-Status check_i64(const Context& ctx, const char* op, const char* name, const TensorView& t,
-                 const Shape& shape) {
-  MOE_RETURN_IF_ERROR(check_device(ctx, op, name, t));
-  MOE_RETURN_IF_ERROR(check_dtype(op, name, t, DType::kI64));
-  return check_shape(op, name, t, shape);
-}
-
 // Inside a kernel: every entry of rows [T, K] is -1 or a row of a [limit, ...] tensor.
 Status check_row_range(const char* op, const char* name, const TensorView& rows, int64_t limit) {
   const int32_t* r = rows.data<int32_t>();
@@ -45,7 +31,7 @@ Status check_combine(const Context& ctx, const char* op, const TensorView& y,
     return invalid_argument_error(op, ": needs y [M, D], row [T, K], ", u_name, " [T, D]; got ",
                                   y.to_string(), ", ", row.to_string(), ", ", u.to_string());
   }
-  MOE_RETURN_IF_ERROR(check_i32(ctx, op, "row", row, Shape{u.dim(0), row.dim(1)}));
+  MOE_RETURN_IF_ERROR(check_tensor(ctx, op, "row", row, DType::kI32, Shape{u.dim(0), row.dim(1)}));
   MOE_RETURN_IF_ERROR(check_device(ctx, op, "gate", gate));
   MOE_RETURN_IF_ERROR(check_compute(op, "gate", gate, y.dtype(), row.shape()));
   if (omega.numel() > 0) {
@@ -69,16 +55,15 @@ Status moe_layout(Context& ctx, const LayoutArgs& a, const TensorView& idx,
   if (a.num_experts < 1) return invalid_argument_error(kOp, ": num_experts must be >= 1");
   const int64_t tokens = idx.dim(0), k = idx.dim(1), experts = a.num_experts;
   const int64_t send_rows = a.capacity >= 0 ? experts * a.capacity : tokens * k;
-  MOE_RETURN_IF_ERROR(check_i32(ctx, kOp, "slot", slot, idx.shape()));
-  MOE_RETURN_IF_ERROR(check_i32(ctx, kOp, "row", row, idx.shape()));
-  MOE_RETURN_IF_ERROR(check_i64(ctx, kOp, "load", load, Shape{experts}));
-  MOE_RETURN_IF_ERROR(check_i64(ctx, kOp, "kept", kept, Shape{experts}));
-  MOE_RETURN_IF_ERROR(check_i32(ctx, kOp, "send_token", send_token, Shape{send_rows}));
-  MOE_RETURN_IF_ERROR(check_i64(ctx, kOp, "send_key", send_key, Shape{send_rows}));
+  MOE_RETURN_IF_ERROR(check_tensor(ctx, kOp, "slot", slot, DType::kI32, idx.shape()));
+  MOE_RETURN_IF_ERROR(check_tensor(ctx, kOp, "row", row, DType::kI32, idx.shape()));
+  MOE_RETURN_IF_ERROR(check_tensor(ctx, kOp, "load", load, DType::kI64, Shape{experts}));
+  MOE_RETURN_IF_ERROR(check_tensor(ctx, kOp, "kept", kept, DType::kI64, Shape{experts}));
+  MOE_RETURN_IF_ERROR(
+      check_tensor(ctx, kOp, "send_token", send_token, DType::kI32, Shape{send_rows}));
+  MOE_RETURN_IF_ERROR(check_tensor(ctx, kOp, "send_key", send_key, DType::kI64, Shape{send_rows}));
   if (drops.numel() > 0) {
-    MOE_RETURN_IF_ERROR(check_device(ctx, kOp, "drops", drops));
-    MOE_RETURN_IF_ERROR(check_dtype(kOp, "drops", drops, DType::kF64));
-    MOE_RETURN_IF_ERROR(check_shape(kOp, "drops", drops, Shape{2}));
+    MOE_RETURN_IF_ERROR(check_tensor(ctx, kOp, "drops", drops, DType::kF64, Shape{2}));
   }
   const int32_t* pidx = idx.data<int32_t>();
   for (int64_t i = 0; i < idx.numel(); ++i) {
@@ -130,7 +115,7 @@ Status block_fill_counts(Context& ctx, const TensorView& keys, const TensorView&
   MOE_RETURN_IF_ERROR(check_device(ctx, kOp, "keys", keys));
   MOE_RETURN_IF_ERROR(check_dtype(kOp, "keys", keys, DType::kI64));
   if (keys.ndim() != 2) return invalid_argument_error(kOp, ": keys must be [B, C]");
-  MOE_RETURN_IF_ERROR(check_i32(ctx, kOp, "filled", filled, Shape{keys.dim(0)}));
+  MOE_RETURN_IF_ERROR(check_tensor(ctx, kOp, "filled", filled, DType::kI32, Shape{keys.dim(0)}));
   const int64_t blocks = keys.dim(0), c = keys.dim(1);
   const int64_t* pk = keys.data<int64_t>();
   int32_t* pf = filled.data<int32_t>();
@@ -152,7 +137,7 @@ Status gather_rows(Context& ctx, const TensorView& src, const TensorView& index,
     return invalid_argument_error(kOp, ": needs src [N, D] and dst [M, D], got ",
                                   src.to_string(), ", ", dst.to_string());
   }
-  MOE_RETURN_IF_ERROR(check_i32(ctx, kOp, "index", index, Shape{dst.dim(0)}));
+  MOE_RETURN_IF_ERROR(check_tensor(ctx, kOp, "index", index, DType::kI32, Shape{dst.dim(0)}));
   MOE_RETURN_IF_ERROR(check_row_range(kOp, "index", index, src.dim(0)));
   const size_t row_bytes = static_cast<size_t>(src.dim(1)) * dtype_size(src.dtype());
   const char* s = static_cast<const char*>(src.raw());
@@ -178,7 +163,8 @@ Status gather_sum_rows(Context& ctx, const TensorView& src, const TensorView& ro
     return invalid_argument_error(kOp, ": needs src [S, D], rows [T, K] and dst [T, D], got ",
                                   src.to_string(), ", ", rows.to_string(), ", ", dst.to_string());
   }
-  MOE_RETURN_IF_ERROR(check_i32(ctx, kOp, "rows", rows, Shape{dst.dim(0), rows.dim(1)}));
+  MOE_RETURN_IF_ERROR(
+      check_tensor(ctx, kOp, "rows", rows, DType::kI32, Shape{dst.dim(0), rows.dim(1)}));
   MOE_RETURN_IF_ERROR(check_row_range(kOp, "rows", rows, src.dim(0)));
   return dispatch_float(kOp, src, [&](auto tag) {
     using A = decltype(tag);

@@ -51,9 +51,7 @@ Status sgd_step(Context& ctx, const SgdArgs& a, const TensorView& param, const T
 Status sum_of_squares(Context& ctx, const std::vector<TensorView>& views, const TensorView& out) {
   constexpr const char* kOp = "sum_of_squares";
   MOE_KERNEL_ENTRY(ctx, kOp);
-  MOE_RETURN_IF_ERROR(check_device(ctx, kOp, "out", out));
-  MOE_RETURN_IF_ERROR(check_dtype(kOp, "out", out, DType::kF64));
-  MOE_RETURN_IF_ERROR(check_shape(kOp, "out", out, Shape{1}));
+  MOE_RETURN_IF_ERROR(check_tensor(ctx, kOp, "out", out, DType::kF64, Shape{1}));
   for (const TensorView& t : views) MOE_RETURN_IF_ERROR(check_act(ctx, kOp, "views", t));
   double total = out.data<double>()[0];
   for (const TensorView& t : views) {

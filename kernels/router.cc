@@ -18,27 +18,6 @@ Status check_logits(const Context& ctx, const char* op, const char* name, const 
   return Status::OK();
 }
 
-Status check_index(const Context& ctx, const char* op, const char* name, const TensorView& t,
-                   const Shape& shape) {
-  MOE_RETURN_IF_ERROR(check_device(ctx, op, name, t));
-  MOE_RETURN_IF_ERROR(check_dtype(op, name, t, DType::kI32));
-  return check_shape(op, name, t, shape);
-}
-
-Status check_u8(const Context& ctx, const char* op, const char* name, const TensorView& t,
-                const Shape& shape) {
-  MOE_RETURN_IF_ERROR(check_device(ctx, op, name, t));
-  MOE_RETURN_IF_ERROR(check_dtype(op, name, t, DType::kU8));
-  return check_shape(op, name, t, shape);
-}
-
-Status check_f64(const Context& ctx, const char* op, const char* name, const TensorView& t,
-                 const Shape& shape) {
-  MOE_RETURN_IF_ERROR(check_device(ctx, op, name, t));
-  MOE_RETURN_IF_ERROR(check_dtype(op, name, t, DType::kF64));
-  return check_shape(op, name, t, shape);
-}
-
 // t has like's dtype (and device) and the given shape.
 Status check_as(const char* op, const TensorView& like, const char* name, const TensorView& t,
                 const Shape& shape) {
@@ -67,11 +46,9 @@ Status check_cluster_args(const Context& ctx, const char* op, const TensorView& 
     return invalid_argument_error(op, ": x must be [T, D] and sums [E, D]");
   }
   const int64_t experts = sums.dim(0);
-  MOE_RETURN_IF_ERROR(check_f64(ctx, op, "sums", sums, Shape{experts, x.dim(1)}));
-  MOE_RETURN_IF_ERROR(check_device(ctx, op, "counts", counts));
-  MOE_RETURN_IF_ERROR(check_dtype(op, "counts", counts, DType::kI64));
-  MOE_RETURN_IF_ERROR(check_shape(op, "counts", counts, Shape{experts}));
-  return check_index(ctx, op, "labels", labels, Shape{x.dim(0)});
+  MOE_RETURN_IF_ERROR(check_tensor(ctx, op, "sums", sums, DType::kF64, Shape{experts, x.dim(1)}));
+  MOE_RETURN_IF_ERROR(check_tensor(ctx, op, "counts", counts, DType::kI64, Shape{experts}));
+  return check_tensor(ctx, op, "labels", labels, DType::kI32, Shape{x.dim(0)});
 }
 
 }  // namespace
@@ -86,7 +63,7 @@ Status topk_softmax(Context& ctx, const TensorView& logits, const TensorView& id
   if (k < 1 || k > experts) {
     return invalid_argument_error(kOp, ": top_k = ", k, " outside [1, ", experts, "]");
   }
-  MOE_RETURN_IF_ERROR(check_index(ctx, kOp, "idx", idx, Shape{tokens, k}));
+  MOE_RETURN_IF_ERROR(check_tensor(ctx, kOp, "idx", idx, DType::kI32, Shape{tokens, k}));
   MOE_RETURN_IF_ERROR(check_as(kOp, logits, "gate", gate, Shape{tokens, k}));
   MOE_RETURN_IF_ERROR(check_as(kOp, logits, "probs", probs, logits.shape()));
   MOE_RETURN_IF_ERROR(check_as(kOp, logits, "lse", lse, Shape{tokens}));
@@ -106,7 +83,7 @@ Status topk_softmax_backward(Context& ctx, const TensorView& d_gate, const Tenso
   if (gate.ndim() != 2) return invalid_argument_error(kOp, ": gate must be [T, K]");
   MOE_RETURN_IF_ERROR(check_as(kOp, d_logits, "gate", gate, Shape{d_logits.dim(0), gate.dim(1)}));
   MOE_RETURN_IF_ERROR(check_as(kOp, d_logits, "d_gate", d_gate, gate.shape()));
-  MOE_RETURN_IF_ERROR(check_index(ctx, kOp, "idx", idx, gate.shape()));
+  MOE_RETURN_IF_ERROR(check_tensor(ctx, kOp, "idx", idx, DType::kI32, gate.shape()));
   return dispatch_full(kOp, d_gate, [&](auto tag) {
     using T = decltype(tag);
     ref::topk_softmax_backward<T>(d_gate.data<T>(), gate.data<T>(), idx.data<int32_t>(),
@@ -123,13 +100,13 @@ Status sparsemixer_route(Context& ctx, const SparseMixerRouteArgs& args, const T
   MOE_KERNEL_ENTRY(ctx, kOp);
   MOE_RETURN_IF_ERROR(check_logits(ctx, kOp, "logits", logits));
   const int64_t tokens = logits.dim(0), experts = logits.dim(1);
-  MOE_RETURN_IF_ERROR(check_index(ctx, kOp, "idx", idx, Shape{tokens, 1}));
+  MOE_RETURN_IF_ERROR(check_tensor(ctx, kOp, "idx", idx, DType::kI32, Shape{tokens, 1}));
   MOE_RETURN_IF_ERROR(check_as(kOp, logits, "gate", gate, Shape{tokens, 1}));
   MOE_RETURN_IF_ERROR(check_as(kOp, logits, "probs", probs, logits.shape()));
   MOE_RETURN_IF_ERROR(check_as(kOp, logits, "lse", lse, Shape{tokens}));
-  MOE_RETURN_IF_ERROR(check_u8(ctx, kOp, "mask", mask, logits.shape()));
+  MOE_RETURN_IF_ERROR(check_tensor(ctx, kOp, "mask", mask, DType::kU8, logits.shape()));
   MOE_RETURN_IF_ERROR(check_as(kOp, logits, "scale", scale, Shape{tokens}));
-  MOE_RETURN_IF_ERROR(check_u8(ctx, kOp, "is_argmax", is_argmax, Shape{tokens}));
+  MOE_RETURN_IF_ERROR(check_tensor(ctx, kOp, "is_argmax", is_argmax, DType::kU8, Shape{tokens}));
   return dispatch_full(kOp, logits, [&](auto tag) {
     using T = decltype(tag);
     ref::sparsemixer_route<T>(args.params, args.training, args.rng, args.token_offset,
@@ -147,9 +124,9 @@ Status sparsemixer_backward(Context& ctx, SparseMixerGateGrad rule, const Tensor
   MOE_KERNEL_ENTRY(ctx, kOp);
   MOE_RETURN_IF_ERROR(check_logits(ctx, kOp, "probs", probs));
   const int64_t tokens = probs.dim(0);
-  MOE_RETURN_IF_ERROR(check_index(ctx, kOp, "idx", idx, Shape{tokens, 1}));
+  MOE_RETURN_IF_ERROR(check_tensor(ctx, kOp, "idx", idx, DType::kI32, Shape{tokens, 1}));
   MOE_RETURN_IF_ERROR(check_as(kOp, probs, "d_gate", d_gate, Shape{tokens, 1}));
-  MOE_RETURN_IF_ERROR(check_u8(ctx, kOp, "mask", mask, probs.shape()));
+  MOE_RETURN_IF_ERROR(check_tensor(ctx, kOp, "mask", mask, DType::kU8, probs.shape()));
   MOE_RETURN_IF_ERROR(check_as(kOp, probs, "scale", scale, Shape{tokens}));
   MOE_RETURN_IF_ERROR(check_as(kOp, probs, "d_logits", d_logits, probs.shape()));
   return dispatch_full(kOp, probs, [&](auto tag) {
@@ -167,10 +144,9 @@ Status aux_sums(Context& ctx, const TensorView& probs, const TensorView& lse,
   MOE_RETURN_IF_ERROR(check_logits(ctx, kOp, "probs", probs));
   const int64_t rows = probs.dim(0), experts = probs.dim(1);
   MOE_RETURN_IF_ERROR(check_as(kOp, probs, "lse", lse, Shape{rows}));
-  MOE_RETURN_IF_ERROR(check_device(ctx, kOp, "load", load));
-  MOE_RETURN_IF_ERROR(check_dtype(kOp, "load", load, DType::kI64));
-  MOE_RETURN_IF_ERROR(check_shape(kOp, "load", load, Shape{experts}));
-  MOE_RETURN_IF_ERROR(check_f64(ctx, kOp, "packed", packed, Shape{aux_packed_size(experts)}));
+  MOE_RETURN_IF_ERROR(check_tensor(ctx, kOp, "load", load, DType::kI64, Shape{experts}));
+  MOE_RETURN_IF_ERROR(
+      check_tensor(ctx, kOp, "packed", packed, DType::kF64, Shape{aux_packed_size(experts)}));
   return dispatch_full(kOp, probs, [&](auto tag) {
     using T = decltype(tag);
     double* v = packed.data<double>();
@@ -194,7 +170,7 @@ Status aux_losses(Context& ctx, const TensorView& packed, int64_t top_k, double 
   if (packed.ndim() != 1 || packed.numel() < 4 || packed.numel() % 2 != 0) {
     return invalid_argument_error(kOp, ": packed must be [2E + 2], got ", packed.to_string());
   }
-  MOE_RETURN_IF_ERROR(check_f64(ctx, kOp, "losses", losses, Shape{3}));
+  MOE_RETURN_IF_ERROR(check_tensor(ctx, kOp, "losses", losses, DType::kF64, Shape{3}));
   const int64_t experts = (packed.numel() - 2) / 2;
   const double* v = packed.data<double>();
   double* out = losses.data<double>();
@@ -220,7 +196,8 @@ Status aux_losses_backward(Context& ctx, const TensorView& logits, const TensorV
   MOE_RETURN_IF_ERROR(check_logits(ctx, kOp, "logits", logits));
   const int64_t local = logits.dim(0), experts = logits.dim(1);
   MOE_RETURN_IF_ERROR(check_as(kOp, logits, "probs", probs, logits.shape()));
-  MOE_RETURN_IF_ERROR(check_f64(ctx, kOp, "packed", packed, Shape{aux_packed_size(experts)}));
+  MOE_RETURN_IF_ERROR(
+      check_tensor(ctx, kOp, "packed", packed, DType::kF64, Shape{aux_packed_size(experts)}));
   MOE_RETURN_IF_ERROR(check_as(kOp, logits, "lse", lse, Shape{local}));
   MOE_RETURN_IF_ERROR(check_as(kOp, logits, "d_logits", d_logits, logits.shape()));
   return dispatch_full(kOp, logits, [&](auto tag) {
@@ -252,7 +229,7 @@ Status ac_cluster_abs_dev(Context& ctx, const TensorView& x, const TensorView& l
   constexpr const char* kOp = "ac_cluster_abs_dev";
   MOE_KERNEL_ENTRY(ctx, kOp);
   MOE_RETURN_IF_ERROR(check_cluster_args(ctx, kOp, x, labels, sums, counts));
-  MOE_RETURN_IF_ERROR(check_f64(ctx, kOp, "abs_dev", abs_dev, sums.shape()));
+  MOE_RETURN_IF_ERROR(check_tensor(ctx, kOp, "abs_dev", abs_dev, DType::kF64, sums.shape()));
   const int64_t experts = sums.dim(0);
   MOE_RETURN_IF_ERROR(check_label_range(kOp, labels, experts));
   return dispatch_float(kOp, x, [&](auto tag) {
@@ -271,12 +248,11 @@ Status ac_metric(Context& ctx, const AcRouterParams& params, const TensorView& a
   MOE_RETURN_IF_ERROR(check_dtype(kOp, "abs_dev", abs_dev, DType::kF64));
   if (abs_dev.ndim() != 2) return invalid_argument_error(kOp, ": abs_dev must be [E, D]");
   const int64_t experts = abs_dev.dim(0), d = abs_dev.dim(1);
-  MOE_RETURN_IF_ERROR(check_device(ctx, kOp, "counts", counts));
-  MOE_RETURN_IF_ERROR(check_dtype(kOp, "counts", counts, DType::kI64));
-  MOE_RETURN_IF_ERROR(check_shape(kOp, "counts", counts, Shape{experts}));
+  MOE_RETURN_IF_ERROR(check_tensor(ctx, kOp, "counts", counts, DType::kI64, Shape{experts}));
   MOE_RETURN_IF_ERROR(check_full(ctx, kOp, "metric", metric));
   MOE_RETURN_IF_ERROR(check_shape(kOp, "metric", metric, abs_dev.shape()));
-  MOE_RETURN_IF_ERROR(check_f64(ctx, kOp, "summary", summary, Shape{kAcSummarySize}));
+  MOE_RETURN_IF_ERROR(
+      check_tensor(ctx, kOp, "summary", summary, DType::kF64, Shape{kAcSummarySize}));
   std::vector<double> w(experts * d);
   ref::ac_metric(params, abs_dev.data<double>(), counts.data<int64_t>(), experts, d, w.data(),
                  summary.data<double>());
@@ -299,7 +275,7 @@ Status ac_apply_metric(Context& ctx, const TensorView& x, const TensorView& labe
   MOE_RETURN_IF_ERROR(check_compute(kOp, "metric", metric, x.dtype(), metric.shape()));
   MOE_RETURN_IF_ERROR(check_device(ctx, kOp, "out", out));
   MOE_RETURN_IF_ERROR(check_compute(kOp, "out", out, x.dtype(), x.shape()));
-  MOE_RETURN_IF_ERROR(check_index(ctx, kOp, "labels", labels, Shape{x.dim(0)}));
+  MOE_RETURN_IF_ERROR(check_tensor(ctx, kOp, "labels", labels, DType::kI32, Shape{x.dim(0)}));
   MOE_RETURN_IF_ERROR(check_label_range(kOp, labels, metric.dim(0)));
   return dispatch_act(kOp, x, [&](auto at, auto ft) {
     using A = decltype(at);
@@ -321,7 +297,7 @@ Status ac_apply_metric_backward(Context& ctx, const TensorView& d_out, const Ten
   MOE_RETURN_IF_ERROR(check_compute(kOp, "metric", metric, dx.dtype(), metric.shape()));
   MOE_RETURN_IF_ERROR(check_device(ctx, kOp, "d_out", d_out));
   MOE_RETURN_IF_ERROR(check_compute(kOp, "d_out", d_out, dx.dtype(), dx.shape()));
-  MOE_RETURN_IF_ERROR(check_index(ctx, kOp, "labels", labels, Shape{dx.dim(0)}));
+  MOE_RETURN_IF_ERROR(check_tensor(ctx, kOp, "labels", labels, DType::kI32, Shape{dx.dim(0)}));
   MOE_RETURN_IF_ERROR(check_label_range(kOp, labels, metric.dim(0)));
   return dispatch_act(kOp, dx, [&](auto at, auto ft) {
     using A = decltype(at);
@@ -335,7 +311,7 @@ Status argmax_rows(Context& ctx, const TensorView& logits, const TensorView& top
   constexpr const char* kOp = "argmax_rows";
   MOE_KERNEL_ENTRY(ctx, kOp);
   MOE_RETURN_IF_ERROR(check_logits(ctx, kOp, "logits", logits));
-  MOE_RETURN_IF_ERROR(check_index(ctx, kOp, "top1", top1, Shape{logits.dim(0)}));
+  MOE_RETURN_IF_ERROR(check_tensor(ctx, kOp, "top1", top1, DType::kI32, Shape{logits.dim(0)}));
   return dispatch_full(kOp, logits, [&](auto tag) {
     using T = decltype(tag);
     const int64_t experts = logits.dim(1);

@@ -35,12 +35,4 @@ std::vector<double> naive_matmul(const std::vector<double>& a, const std::vector
   return c;
 }
 
-void expect_invalid(const Status& s, const std::vector<std::string>& needles) {
-  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.to_string();
-  for (const std::string& needle : needles) {
-    EXPECT_NE(s.message().find(needle), std::string::npos)
-        << "'" << needle << "' not in: " << s.message();
-  }
-}
-
 }  // namespace moe::testing

@@ -1,5 +1,5 @@
 // Helpers shared by the dense layer tests: random parameters, one finite-difference target per
-// parameter, naive row-major products, and the kInvalidArgument check.
+// parameter, naive row-major products.
 #pragma once
 
 #include <cstdint>
@@ -9,6 +9,7 @@
 #include "core/base/status.h"
 #include "core/layers/parameters.h"
 #include "tests/testing/gradient_check.h"
+#include "tests/testing/status_expect.h"
 
 namespace moe::testing {
 
@@ -26,8 +27,5 @@ std::vector<GradTarget> parameter_targets(const ParameterSet& params);
 std::vector<double> naive_matmul(const std::vector<double>& a, const std::vector<double>& b,
                                  int64_t m, int64_t k, int64_t n, bool b_transposed,
                                  const std::vector<double>& bias = {});
-
-// The status is kInvalidArgument and its message contains every needle.
-void expect_invalid(const Status& s, const std::vector<std::string>& needles);
 
 }  // namespace moe::testing

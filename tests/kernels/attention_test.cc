@@ -13,11 +13,13 @@
 #include <vector>
 
 #include "tests/testing/gradient_check.h"
+#include "tests/testing/status_expect.h"
 
 namespace moe::kernels {
 namespace {
 
 using moe::testing::check_gradients;
+using moe::testing::expect_invalid;
 using moe::testing::dot;
 using moe::testing::fill_uniform;
 
@@ -219,11 +221,6 @@ TEST(AttentionTest, DropoutKeepsAboutOneMinusP) {
     }
   }
   EXPECT_NEAR(static_cast<double>(kept) / static_cast<double>(total), 0.75, 0.01);
-}
-
-void expect_invalid(const Status& s, const std::string& needle) {
-  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.to_string();
-  EXPECT_NE(s.message().find(needle), std::string::npos) << s.message();
 }
 
 TEST(AttentionTest, BadArgumentsAreInvalidArgument) {

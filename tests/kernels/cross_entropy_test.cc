@@ -11,11 +11,13 @@
 #include <vector>
 
 #include "tests/testing/gradient_check.h"
+#include "tests/testing/status_expect.h"
 
 namespace moe::kernels {
 namespace {
 
 using moe::testing::check_gradients;
+using moe::testing::expect_invalid;
 using moe::testing::fill_uniform;
 
 Context& ctx() { return testing::host_context(); }
@@ -37,11 +39,6 @@ StatusOr<CrossEntropyResult> ce_forward(const TensorView& logits, const TensorVi
                                             lse.numel() > 0 ? lse : scratch.view(), sums, rows));
   return CrossEntropyResult{sums.data<double>()[0],
                             static_cast<int64_t>(sums.data<double>()[1])};
-}
-
-void expect_invalid(const Status& s, const std::string& needle) {
-  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.to_string();
-  EXPECT_NE(s.message().find(needle), std::string::npos) << s.message();
 }
 
 TEST(CrossEntropyTest, UniformLogitsGiveLogV) {

@@ -10,18 +10,16 @@
 #include <vector>
 
 #include "tests/testing/gradient_check.h"
+#include "tests/testing/status_expect.h"
 
 namespace moe::kernels {
 namespace {
 
 using moe::testing::bitwise_equal;
 
-Context& ctx() { return testing::host_context(); }
+using moe::testing::expect_invalid;
 
-void expect_invalid(const Status& s, const std::vector<std::string>& needles) {
-  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.to_string();
-  for (const std::string& n : needles) EXPECT_NE(s.message().find(n), std::string::npos) << s.message();
-}
+Context& ctx() { return testing::host_context(); }
 
 TEST(InitTest, NormalIsTheCounterDrawScaled) {
   const CounterRng rng{17, make_stream(RngTag::kInit, 0, 42)};

@@ -10,20 +10,17 @@
 #include <vector>
 
 #include "tests/testing/gradient_check.h"
+#include "tests/testing/status_expect.h"
 
 namespace moe::kernels {
 namespace {
 
 using moe::testing::check_gradients;
+using moe::testing::expect_invalid;
 using moe::testing::dot;
 using moe::testing::fill_uniform;
 
 Context& ctx() { return testing::host_context(); }
-
-void expect_invalid(const Status& s, const std::string& needle) {
-  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.to_string();
-  EXPECT_NE(s.message().find(needle), std::string::npos) << s.message();
-}
 
 TEST(LayerNormTest, HandValues) {
   Tensor x = Tensor::from_vector<double>({2, 4}, {1, 2, 3, 4, -2, 0, 2, 4});

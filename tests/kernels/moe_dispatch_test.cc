@@ -11,20 +11,17 @@
 #include <vector>
 
 #include "tests/testing/gradient_check.h"
+#include "tests/testing/status_expect.h"
 
 namespace moe::kernels {
 namespace {
 
 using moe::testing::check_gradients;
+using moe::testing::expect_invalid;
 using moe::testing::dot;
 using moe::testing::fill_uniform;
 
 Context& ctx() { return testing::host_context(); }
-
-void expect_invalid(const Status& s, const std::string& needle) {
-  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.to_string();
-  EXPECT_NE(s.message().find(needle), std::string::npos) << s.message();
-}
 
 struct Layout {
   Tensor slot, row, load, kept, send_token, send_key, drops;

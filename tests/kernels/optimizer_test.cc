@@ -10,16 +10,14 @@
 #include <vector>
 
 #include "tests/testing/gradient_check.h"
+#include "tests/testing/status_expect.h"
 
 namespace moe::kernels {
 namespace {
 
-Context& ctx() { return testing::host_context(); }
+using moe::testing::expect_invalid;
 
-void expect_invalid(const Status& s, const std::string& needle) {
-  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.to_string();
-  EXPECT_NE(s.message().find(needle), std::string::npos) << s.message();
-}
+Context& ctx() { return testing::host_context(); }
 
 // One AdamW step of a scalar, written out from the paper's algorithm (Loshchilov & Hutter):
 // decay first, then the bias-corrected Adam update.
