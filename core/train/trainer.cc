@@ -134,10 +134,10 @@ StatusOr<std::string> Trainer::save() {
   return dir;
 }
 
-StatusOr<bool> Trainer::probe_flips(const TensorView& flips) {
+StatusOr<int64_t> Trainer::probe_flips(const TensorView& flips) {
   const TrainConfig& t = cfg_.train;
-  if (t.probe_every <= 0 || model_->num_moe_layers() == 0) return false;
-  if (steps_done() % t.probe_every != 0) return false;
+  if (t.probe_every <= 0 || model_->num_moe_layers() == 0) return 0;
+  if (steps_done() % t.probe_every != 0) return 0;
   // The probe: the first probe_sequences validation (else training) sequences, the same on
   // every rank, routed in evaluation mode.
   const data::SequenceSet& set = data_->valid ? *data_->valid : *data_->train;
@@ -160,7 +160,7 @@ StatusOr<bool> Trainer::probe_flips(const TensorView& flips) {
     }
   }
   previous_probe_ = std::move(top1s);
-  return true;
+  return n * cfg_.model.seq_len;
 }
 
 StatusOr<StepStatsInfo> Trainer::step() {
@@ -179,7 +179,8 @@ StatusOr<StepStatsInfo> Trainer::step() {
   MOE_ASSIGN_OR_RETURN(Tensor buffer, ctx_->zeros({stats_at + model_->stats_size()}, DType::kF64));
   const TensorView loss_sums = buffer.view().rows(kLoss, kLoss + TransformerLM::kLossSlots);
   const TensorView stats_block = buffer.view().rows(stats_at, buffer.numel());
-  MOE_ASSIGN_OR_RETURN(bool probed, probe_flips(buffer.view().rows(kFlips, kFlips + layers)));
+  MOE_ASSIGN_OR_RETURN(const int64_t probe_tokens,
+                       probe_flips(buffer.view().rows(kFlips, kFlips + layers)));
 
   const std::vector<int64_t> global = scheduler_->next();
   const int64_t micro = t.batch_size / t.grad_accum;
@@ -251,11 +252,8 @@ StatusOr<StepStatsInfo> Trainer::step() {
     if (b->is_moe()) stats.layers[moe++].block = b->moe()->block();
   }
   std::vector<double> flips;
-  if (probed) {
-    const double probe_tokens =
-        static_cast<double>(std::min<int64_t>(t.probe_sequences, (data_->valid ? *data_->valid : *data_->train).size()) *
-                            cfg_.model.seq_len);
-    for (int l = 0; l < layers; ++l) flips.push_back(v[kFlips + l] / probe_tokens);
+  if (probe_tokens > 0) {
+    for (int l = 0; l < layers; ++l) flips.push_back(v[kFlips + l] / static_cast<double>(probe_tokens));
   }
   if (!stats.skipped) {
     const double grad_scale = (t.grad_clip > 0 && norm > t.grad_clip) ? t.grad_clip / norm : 1.0;

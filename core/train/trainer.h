@@ -80,8 +80,9 @@ class Trainer {
   Status setup();
   TrainingState training_state();
   // Probe step: routes the probe batch and counts, per MoE layer, the tokens whose top-1 expert
-  // changed since the last probe into flips (f64 [L], on the device). Returns whether it probed.
-  StatusOr<bool> probe_flips(const TensorView& flips);
+  // changed since the last probe into flips (f64 [L], on the device). Returns the number of probe
+  // tokens, 0 when this step does not probe.
+  StatusOr<int64_t> probe_flips(const TensorView& flips);
 
   RunConfig cfg_;
   TrainerOptions opts_;
