@@ -16,9 +16,15 @@ namespace {
 // logsumexp of a row, stabilised by the row maximum; partial sums in T per lane, then double.
 template <typename T>
 double row_lse(const T* row, int64_t v) {
-  T mx = -std::numeric_limits<T>::infinity();
-  for (int64_t j = 0; j < v; ++j) mx = std::max(mx, row[j]);
   constexpr int kLanes = 8;
+  T lane_max[kLanes];
+  std::fill(lane_max, lane_max + kLanes, -std::numeric_limits<T>::infinity());
+  int64_t k = 0;
+  for (; k + kLanes <= v; k += kLanes) {
+    for (int l = 0; l < kLanes; ++l) lane_max[l] = std::max(lane_max[l], row[k + l]);
+  }
+  T mx = *std::max_element(lane_max, lane_max + kLanes);
+  for (; k < v; ++k) mx = std::max(mx, row[k]);
   T part[kLanes] = {};
   int64_t j = 0;
   for (; j + kLanes <= v; j += kLanes) {

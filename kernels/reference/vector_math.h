@@ -1,5 +1,6 @@
 // Call-free elementwise math for the host backend's hot loops (written so that the compiler can
-// vectorise them): shared by the cross-entropy and the attention softmax.
+// vectorise them; the kernels library is built with -fno-trapping-math so that GCC if-converts
+// the final select): shared by the cross-entropy and the attention softmax.
 #pragma once
 
 #include <algorithm>
