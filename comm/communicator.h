@@ -67,6 +67,9 @@ class Communicator {
   // The result is independent of its parent (it may outlive it).
   virtual StatusOr<std::unique_ptr<Communicator>> split(int color, int key) = 0;
 
+  // Local: the bound on every later wait of this communicator, in seconds (> 0). The trainer
+  // uses a long bound while the job starts and checkpoints, a short one while it trains.
+  virtual void set_timeout(double seconds) = 0;
   // Local: reports an error raised asynchronously (e.g. NCCL's async error, a peer's abort).
   virtual Status poll_async_error() = 0;
   // Local: tears the communicator down so that peers stop waiting; later calls fail with kAborted.

@@ -425,6 +425,12 @@ StatusOr<std::unique_ptr<Communicator>> LocalCommunicator::split(int color, int 
   return result;
 }
 
+void LocalCommunicator::set_timeout(double seconds) {
+  LocalUniverse& u = *group_->universe;
+  std::lock_guard<std::mutex> lock(u.mu);
+  u.timeout_seconds = seconds;  // shared by the universe's ranks, which all set the same bound
+}
+
 Status LocalCommunicator::poll_async_error() {
   LocalUniverse& u = *group_->universe;
   std::lock_guard<std::mutex> lock(u.mu);

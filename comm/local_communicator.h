@@ -73,6 +73,7 @@ class LocalCommunicator final : public Communicator {
   StatusOr<std::string> broadcast_bytes(const std::string& value, int root) override;
   // color < 0 (MPI_UNDEFINED): this rank joins no group and receives a null pointer.
   StatusOr<std::unique_ptr<Communicator>> split(int color, int key) override;
+  void set_timeout(double seconds) override;
   Status poll_async_error() override;
   Status abort(const std::string& reason) override;
 

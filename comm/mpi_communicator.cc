@@ -3,6 +3,8 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <array>
+#include <functional>
 #include <chrono>
 #include <cstring>
 #include <thread>
@@ -18,6 +20,8 @@ namespace moe::comm {
 namespace {
 
 using detail::mpi_alive;
+
+constexpr int kDiagTag = 7919;  // timeout diagnosis messages (their own communicator)
 
 // bf16 has no MPI type: it travels as MPI_UINT16_T with these user-defined operators.
 void bf16_sum(void* in, void* inout, int* len, MPI_Datatype*) {
@@ -129,6 +133,13 @@ struct MpiCommunicator::Impl {
   MPI_Op bf16_ops[3] = {MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL};  // sum, max, min
   std::string broken;                // why the communicator is unusable (after a timeout)
   std::vector<MPI_Request> stuck;   // requests a timeout left pending
+  // Timeout diagnosis (see diagnose()): its own communicator, the wait counter, and every rank's
+  // rank in MPI_COMM_WORLD (for messages).
+  MPI_Comm diag = MPI_COMM_NULL;
+  int64_t waits = 0;
+  std::vector<int> world_of;
+  std::vector<int64_t> diag_out;                 // this rank's note, kept alive for the sends
+  std::vector<std::array<int64_t, 2>> diag_in;   // the peers' notes
 
   ~Impl() {
     if (!mpi_alive()) return;
@@ -139,6 +150,7 @@ struct MpiCommunicator::Impl {
     for (MPI_Op& op : bf16_ops) {
       if (op != MPI_OP_NULL) MPI_Op_free(&op);
     }
+    if (diag != MPI_COMM_NULL && broken.empty()) MPI_Comm_free(&diag);
     if (comm != MPI_COMM_NULL) MPI_Comm_free(&comm);
   }
 
@@ -153,7 +165,88 @@ struct MpiCommunicator::Impl {
     MOE_MPI_RETURN_IF_ERROR(MPI_Op_create(&bf16_sum, 1, &bf16_ops[0]));
     MOE_MPI_RETURN_IF_ERROR(MPI_Op_create(&bf16_max, 1, &bf16_ops[1]));
     MOE_MPI_RETURN_IF_ERROR(MPI_Op_create(&bf16_min, 1, &bf16_ops[2]));
+    MOE_MPI_RETURN_IF_ERROR(MPI_Comm_dup(comm, &diag));
+    MOE_MPI_RETURN_IF_ERROR(MPI_Comm_set_errhandler(diag, MPI_ERRORS_RETURN));
+    MPI_Group mine = MPI_GROUP_NULL, world = MPI_GROUP_NULL;
+    MOE_MPI_RETURN_IF_ERROR(MPI_Comm_group(comm, &mine));
+    MOE_MPI_RETURN_IF_ERROR(MPI_Comm_group(MPI_COMM_WORLD, &world));
+    std::vector<int> ranks(static_cast<size_t>(size));
+    for (int r = 0; r < size; ++r) ranks[r] = r;
+    world_of.assign(static_cast<size_t>(size), 0);
+    MOE_MPI_RETURN_IF_ERROR(
+        MPI_Group_translate_ranks(mine, size, ranks.data(), world, world_of.data()));
+    MPI_Group_free(&mine);
+    MPI_Group_free(&world);
     return Status::OK();
+  }
+
+  std::string world_rank_list(const std::vector<int>& ranks) const {
+    std::string out;
+    for (int r : ranks) out += (out.empty() ? "" : ", ") + std::to_string(world_of[r]);
+    return out;
+  }
+
+  // After a timeout in wait #`wait_id` (`what`): every rank that times out tells every peer which
+  // wait it is stuck in, over the diagnosis communicator, and listens for `grace` seconds. A peer
+  // that says nothing did not arrive (dead, hung, or busy elsewhere); one that names another wait
+  // called the collectives in another order. Rank numbers are MPI_COMM_WORLD's.
+  std::string diagnose(int64_t wait_id, const char* what, double grace) {
+    const int64_t code = static_cast<int64_t>(std::hash<std::string>{}(what) & 0x7fffffff);
+    diag_out = {wait_id, code};
+    diag_in.assign(static_cast<size_t>(size), {-1, -1});
+    std::vector<MPI_Request> recvs(static_cast<size_t>(size), MPI_REQUEST_NULL);
+    for (int r = 0; r < size; ++r) {
+      if (r == rank) continue;
+      MPI_Request send = MPI_REQUEST_NULL;
+      if (MPI_Isend(diag_out.data(), 2, MPI_INT64_T, r, kDiagTag, diag, &send) == MPI_SUCCESS) {
+        stuck.push_back(send);
+      }
+      if (MPI_Irecv(diag_in[r].data(), 2, MPI_INT64_T, r, kDiagTag, diag, &recvs[r]) != MPI_SUCCESS) {
+        recvs[r] = MPI_REQUEST_NULL;
+      }
+    }
+    std::vector<bool> heard(static_cast<size_t>(size), false);
+    heard[rank] = true;
+    using Clock = std::chrono::steady_clock;
+    const auto until = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                          std::chrono::duration<double>(grace));
+    for (;;) {
+      bool all = true;
+      for (int r = 0; r < size; ++r) {
+        if (heard[r] || recvs[r] == MPI_REQUEST_NULL) continue;
+        int done = 0;
+        if (MPI_Test(&recvs[r], &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && done) heard[r] = true;
+        all = all && heard[r];
+      }
+      if (all || Clock::now() >= until) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    for (MPI_Request& r : recvs) {
+      if (r != MPI_REQUEST_NULL) stuck.push_back(r);
+    }
+    std::vector<int> missing, waiting, elsewhere;
+    for (int r = 0; r < size; ++r) {
+      if (r == rank) continue;
+      if (!heard[r]) {
+        missing.push_back(r);
+      } else if (diag_in[r][0] == wait_id && diag_in[r][1] == code) {
+        waiting.push_back(r);
+      } else {
+        elsewhere.push_back(r);
+      }
+    }
+    std::string out;
+    if (!missing.empty()) {
+      out = str_cat("rank(s) ", world_rank_list(missing), " did not arrive");
+    } else {
+      out = "every peer arrived late or waits too";
+    }
+    if (!elsewhere.empty()) {
+      out += str_cat("; rank(s) ", world_rank_list(elsewhere),
+                     " wait in another collective (a call-order mismatch)");
+    }
+    if (!waiting.empty()) out += str_cat("; rank(s) ", world_rank_list(waiting), " waited too");
+    return out;
   }
 
   std::string who() const {
@@ -170,8 +263,10 @@ struct MpiCommunicator::Impl {
     return Status::OK();
   }
 
-  // Polls `reqs` until all complete, MPI reports an error, or the timeout passes.
+  // Polls `reqs` until all complete, MPI reports an error, or the timeout passes; then names
+  // the ranks that did not arrive (diagnose()).
   Status wait(std::vector<MPI_Request>& reqs, const char* what) {
+    const int64_t wait_id = ++waits;
     using Clock = std::chrono::steady_clock;
     const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                              std::chrono::duration<double>(opts.timeout_seconds));
@@ -185,9 +280,10 @@ struct MpiCommunicator::Impl {
       }
       if (done) return Status::OK();
       if (Clock::now() >= deadline) {
-        broken = str_cat(who(), ": no progress in ", what, " for ", opts.timeout_seconds,
-                         " s; a peer may have died");
         stuck.insert(stuck.end(), reqs.begin(), reqs.end());
+        const std::string why = diagnose(wait_id, what, std::min(10.0, opts.timeout_seconds));
+        broken = str_cat(who(), ": ", what, " (collective #", wait_id, ") timed out after ",
+                         opts.timeout_seconds, " s: ", why);
         return unavailable_error(broken);
       }
       // Poll continuously (yielding, as MPI's own blocking calls do when oversubscribed): a
@@ -473,6 +569,8 @@ StatusOr<std::unique_ptr<Communicator>> MpiCommunicator::split(int color, int ke
   MOE_RETURN_IF_ERROR(impl->adopt(sub, impl_->opts));
   return std::unique_ptr<Communicator>(new MpiCommunicator(std::move(impl)));
 }
+
+void MpiCommunicator::set_timeout(double seconds) { impl_->opts.timeout_seconds = seconds; }
 
 Status MpiCommunicator::poll_async_error() {
   if (!impl_->broken.empty()) return unavailable_error(impl_->broken);

@@ -10,11 +10,13 @@
 // - Threads: one thread at a time per communicator (with MpiThreadLevel::kMultiple, different
 //   communicators may be used from different threads).
 // - Bounded waits: every collective is started nonblocking (MPI_Iallreduce, MPI_Ialltoallv, ...)
-//   and polled until MpiOptions::timeout_seconds; past it the call returns kUnavailable ("rank R:
-//   no progress in all_to_all_v for N s; a peer may have died") and the communicator is broken:
-//   later calls return kUnavailable and the caller is expected to abort(). MPI cannot tell which
-//   peer is missing. split() is guarded by a bounded barrier before the (blocking)
-//   MPI_Comm_split.
+//   and polled until the timeout (MpiOptions::timeout_seconds, set_timeout); past it the ranks
+//   that time out exchange notes over a private duplicate communicator for up to 10 s, and the
+//   call returns kUnavailable naming the world ranks that did not arrive ("rank 0:
+//   all_reduce (collective #812) timed out after 30 s: rank(s) 2 did not arrive; rank(s) 1
+//   waited too"). The communicator is then broken: later calls return kUnavailable and the
+//   caller is expected to abort(). split() is guarded by a bounded barrier before the
+//   (blocking) MPI_Comm_split.
 // - Argument errors are local (kInvalidArgument on the rank that passed them); its peers then
 //   run into the timeout. Plans of all_to_all_v are not cross-checked (a mismatch gives an MPI
 //   truncation error or wrong data).
@@ -100,6 +102,7 @@ class MpiCommunicator final : public Communicator {
   // The new communicator inherits this one's options.
   StatusOr<std::unique_ptr<Communicator>> split(int color, int key) override;
   // kUnavailable once a wait has timed out; OK otherwise.
+  void set_timeout(double seconds) override;
   Status poll_async_error() override;
   // Does not return when MPI_Abort ends the process, as it normally does.
   Status abort(const std::string& reason) override;

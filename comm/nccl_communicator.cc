@@ -277,6 +277,8 @@ StatusOr<std::unique_ptr<Communicator>> NcclCommunicator::split(int color, int k
   return std::unique_ptr<Communicator>(new NcclCommunicator(std::move(impl)));
 }
 
+void NcclCommunicator::set_timeout(double seconds) { impl_->bootstrap->set_timeout(seconds); }
+
 Status NcclCommunicator::poll_async_error() {
   if (!impl_->aborted.empty()) return aborted_error(impl_->aborted);
   ncclResult_t state = ncclSuccess;

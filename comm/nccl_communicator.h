@@ -62,6 +62,8 @@ class NcclCommunicator final : public Communicator {
   // Splits the bootstrap and the NCCL communicator (ncclCommSplit) alike; color < 0 gives null.
   StatusOr<std::unique_ptr<Communicator>> split(int color, int key) override;
   // ncclCommGetAsyncError, then the bootstrap's poll_async_error().
+  // The bootstrap's timeout (NCCL device operations are not bounded by it).
+  void set_timeout(double seconds) override;
   Status poll_async_error() override;
   Status abort(const std::string& reason) override;
 

@@ -1,6 +1,12 @@
-// How the executables end on an error: the Status is logged, a multi-rank job's communicator is
-// aborted (so that no peer waits), and the exit code says whether the user can fix the input
-// (2: bad argument or missing file) or something failed (1).
+// How the executables end. Exit codes (README "Exit codes"):
+//   0  done;
+//   1  failed (a system, I/O, communication or internal error; a damaged file);
+//   2  the input must change: a bad flag, config, file or value, a refused resume (a changed
+//      config, a checkpoint of another format), a run directory in use by another job;
+//   3  momoe-train stopped on a signal after writing a checkpoint: rerun the same command to
+//      resume.
+// On an error the Status is logged and a multi-rank job's communicator is aborted, so that no
+// peer waits.
 #pragma once
 
 #include "comm/communicator.h"
@@ -8,10 +14,24 @@
 
 namespace moe {
 
+inline constexpr int kExitFailed = 1;
+inline constexpr int kExitUserError = 2;
+inline constexpr int kExitStopped = 3;
+
+inline int exit_code_of(const Status& s) {
+  switch (s.code()) {
+    case StatusCode::kOk: return 0;
+    case StatusCode::kInvalidArgument:
+    case StatusCode::kNotFound:
+    case StatusCode::kFailedPrecondition: return kExitUserError;
+    default: return kExitFailed;
+  }
+}
+
 inline int exit_with(const Status& s, comm::Communicator* comm = nullptr) {
   log_error(s.to_string());
   if (comm != nullptr && comm->world_size() > 1) comm->abort(s.message()).ignore_error();
-  return s.code() == StatusCode::kInvalidArgument || s.code() == StatusCode::kNotFound ? 2 : 1;
+  return exit_code_of(s);
 }
 
 }  // namespace moe

@@ -1,5 +1,7 @@
 #include "launcher/flags.h"
 
+#include <cerrno>
+#include <cmath>
 #include <cstdlib>
 #include <sstream>
 
@@ -65,8 +67,11 @@ StatusOr<int64_t> FlagParser::get_int(const std::string& name, int64_t fallback)
   if (!has(name)) return fallback;
   const std::string v = get(name);
   char* end = nullptr;
+  errno = 0;
   const long long x = std::strtoll(v.c_str(), &end, 10);
-  if (v.empty() || *end != '\0') return invalid_argument_error("--", name, " = '", v, "' is not an integer");
+  if (v.empty() || *end != '\0' || errno == ERANGE) {
+    return invalid_argument_error("--", name, " = '", v, "' is not an integer");
+  }
   return static_cast<int64_t>(x);
 }
 
@@ -75,7 +80,9 @@ StatusOr<double> FlagParser::get_double(const std::string& name, double fallback
   const std::string v = get(name);
   char* end = nullptr;
   const double x = std::strtod(v.c_str(), &end);
-  if (v.empty() || *end != '\0') return invalid_argument_error("--", name, " = '", v, "' is not a number");
+  if (v.empty() || *end != '\0' || !std::isfinite(x)) {
+    return invalid_argument_error("--", name, " = '", v, "' is not a finite number");
+  }
   return x;
 }
 

@@ -6,6 +6,8 @@
 //   momoe-stats RUN_DIR --follow         print each new step as the run writes it (Ctrl-C ends)
 //   momoe-stats RUN_DIR --plot out.png   loss/perplexity curves and per-layer expert-load heatmaps
 //                                        (python3 with matplotlib; see plot_stats.py)
+#include <sys/stat.h>
+
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -33,13 +35,37 @@ std::string stats_path(const std::string& arg) {
   return std::filesystem::is_directory(arg) ? arg + "/stats.pb" : arg;
 }
 
+void warn_damage(const std::string& path, const StatsFileContents& c) {
+  if (c.damaged_at >= 0) {
+    log_warning(path, ": the record at byte ", c.damaged_at, " does not parse; showing the ",
+                c.steps.size(), " records before it");
+  }
+}
+
+// Prints each new record as the run appends it. A file that shrinks or is replaced (a new run
+// started with --fresh, a torn record cut off) is read again from its start, with a note.
 Status follow(const std::string& path, double poll_seconds, int64_t max_polls) {
   int64_t offset = 0;
+  uint64_t inode = 0;
+  bool warned = false;
   for (int64_t poll = 0; max_polls <= 0 || poll < max_polls; ++poll) {
-    if (std::filesystem::exists(path)) {
+    struct stat st;
+    if (::stat(path.c_str(), &st) == 0) {
+      const bool replaced = inode != 0 && static_cast<uint64_t>(st.st_ino) != inode;
+      if (replaced || st.st_size < offset) {
+        std::cout << "momoe-stats: " << path << (replaced ? " was replaced" : " shrank")
+                  << "; reading it again from the start" << std::endl;
+        offset = 0;
+        warned = false;
+      }
+      inode = static_cast<uint64_t>(st.st_ino);
       MOE_ASSIGN_OR_RETURN(StatsFileContents c, read_stats_file(path, offset));
       for (const StepStatsInfo& s : c.steps) std::cout << step_line(s) << std::endl;
       offset = c.bytes_read;
+      if (c.damaged_at >= 0 && !warned) {
+        warn_damage(path, c);
+        warned = true;
+      }
     }
     std::this_thread::sleep_for(std::chrono::duration<double>(poll_seconds));
   }
@@ -69,6 +95,9 @@ int run(int argc, char** argv) {
     StatusOr<int64_t> max_polls = flags.get_int("max-polls", 0);
     if (!poll.ok()) return fail(poll.status());
     if (!max_polls.ok()) return fail(max_polls.status());
+    if (!(*poll > 0) || !std::isfinite(*poll)) {
+      return fail(invalid_argument_error("--poll-seconds ", *poll, " must be > 0"));
+    }
     Status s = follow(path, *poll, *max_polls);
     return s.ok() ? 0 : fail(s);
   }
@@ -76,8 +105,10 @@ int run(int argc, char** argv) {
   if (!contents.ok()) return fail(contents.status());
   contents->steps = latest_per_step(std::move(contents->steps));
   if (contents->truncated_tail) log_warning(path, ": the last record is incomplete (run still writing, or killed)");
+  warn_damage(path, *contents);
   StatusOr<int64_t> window = flags.get_int("window", 20);
   if (!window.ok()) return fail(window.status());
+  if (*window < 1) return fail(invalid_argument_error("--window ", *window, " must be >= 1"));
   std::cout << summary_table(contents->steps, *window);
   if (flags.has("csv")) {
     Status s = write_csv(contents->steps, flags.get("csv"));

@@ -4,18 +4,24 @@
 //   mpirun -np 4 momoe-train --config ... --ep 2
 //
 // Thin by design: parse flags, load and validate the config, create the world communicator,
-// build the Trainer, run it, and turn a Status into an exit code (aborting the communicator on a
-// fatal error so that no peer waits forever).
+// build the Trainer, run it, and turn a Status into an exit code (launcher/exit_status.h;
+// aborting the communicator on a fatal error so that no peer waits forever). SIGINT, SIGTERM,
+// SIGHUP and SIGUSR1 stop the run gracefully (launcher/signals.h).
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
+#include <thread>
 
 #include "core/base/logging.h"
+#include "core/io/crash_point.h"
 #include "core/train/trainer.h"
 #include "launcher/env_params.h"
 #include "launcher/exit_status.h"
 #include "launcher/flags.h"
+#include "launcher/signals.h"
 #include "comm/world.h"
 #include "proto/run_convert.h"
 
@@ -26,18 +32,43 @@ int fail(const Status& s, comm::World* world) {
   return exit_with(s, world != nullptr ? world->comm.get() : nullptr);
 }
 
+// MOMOE_FAULT_* (env_params.h): kill or stall this rank after a given step.
+StatusOr<std::function<void(int64_t)>> fault_injection(int rank) {
+  MOE_ASSIGN_OR_RETURN(const int64_t fault_rank, env::fault_rank());
+  MOE_ASSIGN_OR_RETURN(const int64_t at, env::fault_step());
+  MOE_ASSIGN_OR_RETURN(const int64_t stall, env::fault_stall());
+  if (fault_rank != rank || at < 0) return std::function<void(int64_t)>();
+  return std::function<void(int64_t)>([at, stall](int64_t done) {
+    if (done != at) return;
+    if (stall != 0) {
+      log_error("fault injection: rank stops responding after step ", done, " (MOMOE_FAULT_STALL)");
+      std::this_thread::sleep_for(std::chrono::hours(1));
+    }
+    log_error("fault injection: killing this rank after step ", done, " (MOMOE_FAULT_STEP)");
+    std::raise(SIGKILL);
+  });
+}
+
 int run(int argc, char** argv) {
+  install_stop_signal_handlers();
   FlagParser flags;
   flags.value("config", "run configuration (protobuf text format, momoe.RunConfig)");
   flags.value("set", "override one config field, e.g. --set train.steps=100", true);
   flags.value("run-dir", "run directory (statistics, checkpoints, cache); default runs/<config name>");
   flags.value("ep", "expert-parallel group size (default: parallel.ep of the config)");
-  flags.switch_flag("fresh", "do not resume from a checkpoint in the run directory");
+  flags.switch_flag("fresh", "start a new run: move an earlier run's checkpoints and stats.pb to "
+                             "RUN_DIR/archive/ instead of resuming");
+  flags.value("resume-from", "resume from this checkpoint directory instead of the newest one");
+  flags.switch_flag("allow-config-change",
+                    "resume even if the config changes what training computes");
   flags.value("log-level", "debug | info | warning | error (default info)");
   flags.switch_flag("help", "print this help");
   Status parsed = flags.parse(argc, argv);
   if (flags.has("help")) {
-    std::printf("usage: momoe-train --config FILE [flags]\n%s", flags.usage().c_str());
+    std::printf("usage: momoe-train --config FILE [flags]\n%s"
+                "exit codes: 0 done, 1 failed, 2 bad input or refused, 3 stopped by a signal "
+                "after a checkpoint (rerun to resume)\n",
+                flags.usage().c_str());
     return 0;
   }
   if (!parsed.ok()) return fail(parsed, nullptr);
@@ -45,6 +76,9 @@ int run(int argc, char** argv) {
     return fail(invalid_argument_error("unexpected argument '", flags.positional()[0], "'"), nullptr);
   }
   if (!flags.has("config")) return fail(invalid_argument_error("--config FILE is required"), nullptr);
+  if (flags.has("fresh") && flags.has("resume-from")) {
+    return fail(invalid_argument_error("--fresh and --resume-from exclude each other"), nullptr);
+  }
   if (flags.has("log-level")) {
     StatusOr<LogLevel> level = parse_log_level(flags.get("log-level"));
     if (!level.ok()) return fail(level.status(), nullptr);
@@ -52,32 +86,37 @@ int run(int argc, char** argv) {
   }
   StatusOr<int64_t> ep = flags.get_int("ep", 0);
   if (!ep.ok()) return fail(ep.status(), nullptr);
-  if (*ep < 0) return fail(invalid_argument_error("--ep ", *ep, " must be >= 1"), nullptr);
+  if (flags.has("ep") && *ep < 1) {
+    return fail(invalid_argument_error("--ep ", *ep, " must be >= 1"), nullptr);
+  }
+  for (auto param : {env::crash_at, env::crash_trace}) {
+    if (!param().ok()) return fail(param().status(), nullptr);
+  }
+  io::set_crash_at(*env::crash_at());
+  io::set_crash_trace(*env::crash_trace() != 0);
   StatusOr<RunConfig> cfg =
       load_run_config(flags.get("config"), flags.get_all("set"), static_cast<int>(*ep));
   if (!cfg.ok()) return fail(cfg.status(), nullptr);
 
-  StatusOr<comm::World> world = comm::make_world(&argc, &argv, cfg->parallel.backend, cfg->parallel.timeout_seconds);
+  StatusOr<comm::World> world = comm::make_world(&argc, &argv, cfg->parallel.backend,
+                                                 cfg->parallel.setup_timeout_seconds);
   if (!world.ok()) return fail(world.status(), nullptr);
   set_log_rank(world->rank());
 
   TrainerOptions opts;
   opts.run_dir = flags.get("run-dir", "runs/" + std::filesystem::path(flags.get("config")).stem().string());
   opts.resume = !flags.has("fresh");
-  if (env::fault_rank() == world->rank() && env::fault_step() >= 0) {
-    const int64_t at = env::fault_step();
-    opts.after_step = [at](int64_t done) {
-      if (done == at) {
-        log_error("fault injection: killing this rank after step ", done, " (MOMOE_FAULT_STEP)");
-        std::raise(SIGKILL);
-      }
-    };
-  }
+  opts.resume_from = flags.get("resume-from");
+  opts.allow_config_change = flags.has("allow-config-change");
+  opts.stop_requested = stop_signal;
+  StatusOr<std::function<void(int64_t)>> fault = fault_injection(world->rank());
+  if (!fault.ok()) return fail(fault.status(), &*world);
+  opts.after_step = *fault;
   StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::create(*cfg, opts, world->comm.get());
   if (!trainer.ok()) return fail(trainer.status(), &*world);
   Status s = (*trainer)->run();
   if (!s.ok()) return fail(s, &*world);
-  return 0;
+  return (*trainer)->stopped() ? kExitStopped : 0;
 }
 
 }  // namespace

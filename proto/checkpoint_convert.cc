@@ -3,9 +3,25 @@
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 
+#include "core/io/file_util.h"
 #include "proto/checkpoint.pb.h"
 
 namespace moe {
+namespace {
+
+// The same message gives the same bytes (map entries sorted by key), so checkpoints of
+// identical runs are byte-identical.
+std::string deterministic_bytes(const google::protobuf::Message& m) {
+  std::string out;
+  google::protobuf::io::StringOutputStream stream(&out);
+  google::protobuf::io::CodedOutputStream coded(&stream);
+  coded.SetSerializationDeterministic(true);
+  m.SerializeToCodedStream(&coded);
+  coded.Trim();
+  return out;
+}
+
+}  // namespace
 
 std::string serialize_manifest(const CheckpointManifestInfo& c) {
   momoe::CheckpointManifest m;
@@ -32,25 +48,39 @@ std::string serialize_manifest(const CheckpointManifestInfo& c) {
   m.set_vocab_fingerprint(c.vocab_fingerprint);
   m.set_dtype(c.dtype);
   for (const auto& [k, v] : c.extra) (*m.mutable_extra())[k] = v;
-  // Deterministic: the same manifest gives the same bytes (map entries sorted by key), so
-  // checkpoints of identical runs are byte-identical.
-  std::string out;
-  {
-    google::protobuf::io::StringOutputStream stream(&out);
-    google::protobuf::io::CodedOutputStream coded(&stream);
-    coded.SetSerializationDeterministic(true);
-    m.SerializeToCodedStream(&coded);
-  }
-  return out;
+  m.set_run_id(c.run_id);
+  momoe::ManifestFile file;
+  file.set_manifest(deterministic_bytes(m));
+  file.set_crc32(io::crc32_of(file.manifest()));
+  return deterministic_bytes(file);
 }
 
 StatusOr<CheckpointManifestInfo> parse_manifest(const std::string& bytes, const std::string& path) {
+  momoe::ManifestFile file;
   momoe::CheckpointManifest m;
-  if (!m.ParseFromString(bytes)) return data_loss_error("checkpoint manifest ", path, " does not parse");
-  if (m.format_version() != CheckpointManifestInfo::kFormatVersion) {
-    return failed_precondition_error("checkpoint manifest ", path, " has format version ",
-                                     m.format_version(), "; this build reads version ",
-                                     CheckpointManifestInfo::kFormatVersion);
+  // Format 2 is a ManifestFile; a format-1 file is a bare CheckpointManifest, whose fields have
+  // other numbers, so it parses as a ManifestFile with no `manifest`.
+  if (file.ParseFromString(bytes) && !file.manifest().empty()) {
+    if (io::crc32_of(file.manifest()) != file.crc32()) {
+      return data_loss_error("checkpoint manifest ", path, " is corrupted (checksum mismatch: crc32 ",
+                             io::hex32(io::crc32_of(file.manifest())), ", recorded ",
+                             io::hex32(file.crc32()), ")");
+    }
+    if (!m.ParseFromString(file.manifest()) ||
+        m.format_version() != CheckpointManifestInfo::kFormatVersion) {
+      return data_loss_error("checkpoint manifest ", path, " is corrupted (its checksum matches, but "
+                             "it does not hold a format-", CheckpointManifestInfo::kFormatVersion,
+                             " manifest)");
+    }
+  } else {
+    if (!m.ParseFromString(bytes)) {
+      return data_loss_error("checkpoint manifest ", path, " is corrupted (it does not parse)");
+    }
+    if (m.format_version() != 1) {
+      return data_loss_error("checkpoint manifest ", path, " is corrupted or of an unknown format ",
+                             "(format version ", m.format_version(), "; this build reads 1 and ",
+                             CheckpointManifestInfo::kFormatVersion, ")");
+    }
   }
   CheckpointManifestInfo c;
   c.format_version = m.format_version();
@@ -84,6 +114,7 @@ StatusOr<CheckpointManifestInfo> parse_manifest(const std::string& bytes, const 
   c.vocab_fingerprint = m.vocab_fingerprint();
   c.dtype = m.dtype();
   c.extra.insert(m.extra().begin(), m.extra().end());
+  c.run_id = m.run_id();
   return c;
 }
 

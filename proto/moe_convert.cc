@@ -170,6 +170,7 @@ void moe_config_to_proto(const MoeLayerConfig& c, momoe::MoeConfig* m) {
   m->mutable_heavy_ball()->set_mu(c.heavy_ball.mu);
   m->mutable_heavy_ball()->set_gamma(c.heavy_ball.gamma);
   momoe::AdamConfig* a = m->mutable_adam();
+  a->set_reference_code(false);  // the fields below say it all
   a->set_beta1(c.adam.beta1);
   a->set_beta2(c.adam.beta2);
   a->set_eps(c.adam.eps);

@@ -4,10 +4,11 @@
 #include <google/protobuf/io/tokenizer.h>
 #include <google/protobuf/text_format.h>
 
-#include <fstream>
-#include <sstream>
+#include <cmath>
+#include <utility>
 
 #include "core/base/check.h"
+#include "core/io/file_util.h"
 #include "proto/moe_convert_pb.h"
 #include "proto/train.pb.h"
 
@@ -162,6 +163,144 @@ Status convert_train(const momoe::TrainConfig& t, TrainConfig* c) {
   return c->validate();
 }
 
+momoe::Activation activation_to_proto(ExpertActivation a) {
+  switch (a) {
+    case ExpertActivation::kRelu: return momoe::RELU;
+    case ExpertActivation::kGelu: return momoe::GELU;
+    case ExpertActivation::kGeluTanh: return momoe::GELU_TANH;
+  }
+  return momoe::RELU;
+}
+
+// Every field of the struct, explicitly (see resolved_config_text). The plan is written as
+// explicit blocks, each MoE block with its full config; `arch` is left out (it is shorthand for
+// the blocks) and `model.moe` holds the first MoE block's config.
+void run_config_to_proto(const RunConfig& cfg, momoe::RunConfig* msg) {
+  const ModelConfig& c = cfg.model;
+  momoe::ModelConfig* m = msg->mutable_model();
+  m->set_vocab_size(c.vocab_size);
+  m->set_d_model(c.d_model);
+  m->set_n_heads(c.n_heads);
+  m->set_seq_len(c.seq_len);
+  m->set_d_ff(c.d_ff);
+  m->set_activation(activation_to_proto(c.activation));
+  m->set_dropout(c.dropout);
+  m->set_attention_dropout(c.attention_dropout);
+  m->set_tie_embeddings(c.tie_embeddings);
+  m->set_block_style(c.block_style == BlockStyle::kPreLn
+                         ? momoe::ModelConfig::PRE_LN
+                         : momoe::ModelConfig::POST_LN_DOUBLE_RESIDUAL);
+  m->set_init_std(c.init_std);
+  const BlockPlan* first_moe = nullptr;
+  for (const BlockPlan& b : c.blocks) {
+    momoe::BlockConfig* blk = m->add_blocks();
+    blk->set_kind(b.moe ? momoe::BlockConfig::MOE : momoe::BlockConfig::DENSE);
+    if (b.moe) {
+      proto_internal::moe_config_to_proto(b.moe_cfg, blk->mutable_moe());
+      if (first_moe == nullptr) first_moe = &b;
+    }
+  }
+  MoeLayerConfig moe_default;
+  moe_default.d_model = c.d_model;
+  proto_internal::moe_config_to_proto(first_moe != nullptr ? first_moe->moe_cfg : moe_default,
+                                      m->mutable_moe());
+
+  const TrainConfig& t = cfg.train;
+  momoe::TrainConfig* tr = msg->mutable_train();
+  tr->set_steps(t.steps);
+  tr->set_batch_size(t.batch_size);
+  tr->set_grad_accum(t.grad_accum);
+  momoe::OptimizerConfig* o = tr->mutable_optimizer();
+  o->set_kind(t.optimizer.kind == OptimizerKind::kSgd ? momoe::OptimizerConfig::SGD
+                                                      : momoe::OptimizerConfig::ADAMW);
+  o->set_lr(t.optimizer.lr);
+  o->set_beta1(t.optimizer.beta1);
+  o->set_beta2(t.optimizer.beta2);
+  o->set_eps(t.optimizer.eps);
+  o->set_weight_decay(t.optimizer.weight_decay);
+  o->set_momentum(t.optimizer.momentum);
+  momoe::ScheduleConfig* sc = tr->mutable_schedule();
+  sc->set_kind(t.schedule == LrScheduleKind::kCosine ? momoe::ScheduleConfig::COSINE
+                                                     : momoe::ScheduleConfig::CONSTANT);
+  sc->set_warmup_steps(t.warmup_steps);
+  sc->set_min_lr_ratio(t.min_lr_ratio);
+  tr->set_grad_clip(t.grad_clip);
+  tr->set_seed(t.seed);
+  tr->set_eval_every(t.eval_every);
+  tr->set_eval_sequences(t.eval_sequences);
+  tr->set_checkpoint_every(t.checkpoint_every);
+  tr->set_keep_checkpoints(t.keep_checkpoints);
+  tr->set_log_every(t.log_every);
+  tr->set_attack_rate(t.attack_rate);
+  tr->set_attack_seed(t.attack_seed);
+  tr->set_probe_every(t.probe_every);
+  tr->set_probe_sequences(t.probe_sequences);
+  tr->set_collapse_threshold(t.collapse_threshold);
+  tr->set_precision(t.precision == Precision::kBf16 ? momoe::TrainConfig::BF16
+                                                    : momoe::TrainConfig::FP32);
+  tr->set_device(t.device == DeviceKind::kCuda ? momoe::TrainConfig::CUDA
+                                               : momoe::TrainConfig::CPU);
+
+  momoe::DataConfig* d = msg->mutable_data();
+  d->set_train(cfg.data.train);
+  d->set_valid(cfg.data.valid);
+  d->set_test(cfg.data.test);
+  d->set_vocab_max_size(cfg.data.vocab_max_size);
+  d->set_vocab_min_count(cfg.data.vocab_min_count);
+  d->set_cache_dir(cfg.data.cache_dir);
+
+  momoe::ParallelConfig* p = msg->mutable_parallel();
+  p->set_ep(cfg.parallel.ep);
+  p->set_backend(cfg.parallel.backend == CommBackend::kMpi    ? momoe::ParallelConfig::MPI
+                 : cfg.parallel.backend == CommBackend::kNccl ? momoe::ParallelConfig::NCCL
+                                                              : momoe::ParallelConfig::AUTO);
+  p->set_timeout_seconds(cfg.parallel.timeout_seconds);
+  p->set_setup_timeout_seconds(cfg.parallel.setup_timeout_seconds);
+}
+
+std::string field_value(const Message& msg, const FieldDescriptor* f, int index) {
+  std::string v;
+  google::protobuf::TextFormat::PrintFieldValueToString(msg, f, index, &v);
+  return v;
+}
+
+// Appends every leaf field whose value differs between a and b (same type), as a dotted path
+// ("model.blocks[1].moe.top_k"). A field set on one side only counts as a change.
+void diff_messages(const Message& a, const Message& b, const std::string& prefix,
+                   std::vector<ConfigChange>* out) {
+  const google::protobuf::Descriptor* d = a.GetDescriptor();
+  const google::protobuf::Reflection* ra = a.GetReflection();
+  const google::protobuf::Reflection* rb = b.GetReflection();
+  for (int i = 0; i < d->field_count(); ++i) {
+    const FieldDescriptor* f = d->field(i);
+    const std::string path = prefix + f->name();
+    const bool is_msg = f->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE;
+    if (f->is_repeated()) {
+      const int na = ra->FieldSize(a, f), nb = rb->FieldSize(b, f);
+      for (int k = 0; k < std::min(na, nb); ++k) {
+        const std::string at = str_cat(path, "[", k, "]");
+        if (is_msg) {
+          diff_messages(ra->GetRepeatedMessage(a, f, k), rb->GetRepeatedMessage(b, f, k), at + ".",
+                        out);
+        } else if (field_value(a, f, k) != field_value(b, f, k)) {
+          out->push_back({at, field_value(a, f, k), field_value(b, f, k)});
+        }
+      }
+      if (na != nb) out->push_back({path, str_cat(na, " entries"), str_cat(nb, " entries")});
+      continue;
+    }
+    if (is_msg) {
+      diff_messages(ra->GetMessage(a, f), rb->GetMessage(b, f), path + ".", out);
+      continue;
+    }
+    const bool ha = !f->has_presence() || ra->HasField(a, f);
+    const bool hb = !f->has_presence() || rb->HasField(b, f);
+    const std::string va = ha ? field_value(a, f, -1) : "(unset)";
+    const std::string vb = hb ? field_value(b, f, -1) : "(unset)";
+    if (va != vb) out->push_back({path, va, vb});
+  }
+}
+
 }  // namespace
 
 StatusOr<RunConfig> parse_run_config(const std::string& text, const std::string& source,
@@ -181,9 +320,14 @@ StatusOr<RunConfig> parse_run_config(const std::string& text, const std::string&
   if (p.backend() == momoe::ParallelConfig::MPI) cfg.parallel.backend = CommBackend::kMpi;
   if (p.backend() == momoe::ParallelConfig::NCCL) cfg.parallel.backend = CommBackend::kNccl;
   if (p.has_timeout_seconds()) cfg.parallel.timeout_seconds = p.timeout_seconds();
-  if (!(cfg.parallel.timeout_seconds > 0)) {
-    return invalid_argument_error("parallel.timeout_seconds = ", cfg.parallel.timeout_seconds,
-                                  " is outside the allowed range (0, inf)");
+  if (p.has_setup_timeout_seconds()) cfg.parallel.setup_timeout_seconds = p.setup_timeout_seconds();
+  for (const auto& [name, value] : {std::pair{"timeout_seconds", cfg.parallel.timeout_seconds},
+                                    std::pair{"setup_timeout_seconds",
+                                              cfg.parallel.setup_timeout_seconds}}) {
+    if (!(value > 0) || !std::isfinite(value)) {
+      return invalid_argument_error("parallel.", name, " = ", value,
+                                    " is outside the allowed range (0, inf)");
+    }
   }
 
   const momoe::DataConfig& d = msg.data();
@@ -209,18 +353,56 @@ StatusOr<RunConfig> parse_run_config(const std::string& text, const std::string&
   if (probe.vocab_size == 0) probe.vocab_size = 2;
   MOE_RETURN_IF_ERROR(probe.validate(cfg.parallel.ep).with_context(source));
 
-  google::protobuf::TextFormat::PrintToString(msg, &cfg.text);
+  cfg.text = resolved_config_text(cfg);
   return cfg;
 }
 
 StatusOr<RunConfig> load_run_config(const std::string& path,
                                     const std::vector<std::string>& overrides, int ep_size) {
-  std::ifstream in(path);
-  if (!in) return not_found_error("config file ", path, " cannot be opened");
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  if (in.bad()) return data_loss_error("config file ", path, " could not be read");
-  return parse_run_config(buffer.str(), path, overrides, ep_size);
+  StatusOr<std::string> text = io::read_file(path);
+  if (!text.ok()) {
+    return Status(text.status().code(), str_cat("config file: ", text.status().message()));
+  }
+  return parse_run_config(*text, path, overrides, ep_size);
+}
+
+std::string resolved_config_text(const RunConfig& cfg) {
+  momoe::RunConfig msg;
+  run_config_to_proto(cfg, &msg);
+  std::string text;
+  google::protobuf::TextFormat::PrintToString(msg, &text);
+  return text;
+}
+
+StatusOr<std::vector<ConfigChange>> diff_configs(const std::string& before,
+                                                 const std::string& after) {
+  momoe::RunConfig a, b;
+  MOE_RETURN_IF_ERROR(proto_internal::parse_text_proto(before, "the checkpoint's config", &a));
+  MOE_RETURN_IF_ERROR(proto_internal::parse_text_proto(after, "this run's config", &b));
+  std::vector<ConfigChange> out;
+  diff_messages(a, b, "", &out);
+  return out;
+}
+
+bool changes_training(const ConfigChange& change) {
+  // Fields that steer the run, not what it computes: the layout, how long it trains, what it
+  // logs, evaluates and keeps, and the precision and device (checkpoints hold fp32 masters, so
+  // a run may resume at the other precision or on the other device).
+  static const char* const kRunControl[] = {
+      "parallel.",           "train.steps",          "train.grad_accum",
+      "train.eval_every",    "train.eval_sequences", "train.checkpoint_every",
+      "train.keep_checkpoints", "train.log_every",   "train.attack_rate",
+      "train.attack_seed",   "train.probe_every",    "train.probe_sequences",
+      "train.collapse_threshold", "train.precision", "train.device",
+      "data.valid",          "data.test",            "data.cache_dir"};
+  for (const char* prefix : kRunControl) {
+    const std::string_view p(prefix);
+    if (change.path.compare(0, p.size(), p) == 0 &&
+        (p.back() == '.' || change.path.size() == p.size())) {
+      return false;
+    }
+  }
+  return true;
 }
 
 }  // namespace moe

@@ -17,9 +17,30 @@ namespace moe {
 StatusOr<RunConfig> parse_run_config(const std::string& text, const std::string& source,
                                      const std::vector<std::string>& overrides = {},
                                      int ep_size = 0);
-// Reads the file first (kNotFound naming it when missing).
+// Reads the file first (kNotFound naming it when missing, kInvalidArgument when it is not a
+// regular file).
 StatusOr<RunConfig> load_run_config(const std::string& path,
                                     const std::vector<std::string>& overrides = {},
                                     int ep_size = 0);
+
+// The resolved configuration in protobuf text format: every field explicit, defaults included
+// (enums never left UNSPECIFIED), the model plan as explicit blocks with their full MoE configs.
+// parse_run_config of it gives back the same RunConfig whatever this build's defaults are, so a
+// checkpoint that stores it determines its model (RunConfig::text holds it).
+std::string resolved_config_text(const RunConfig& cfg);
+
+// One field that differs between two configurations: its dotted path and both values in text
+// format ("(unset)" when absent; "N entries" for a repeated field of another length).
+struct ConfigChange {
+  std::string path;  // e.g. "model.blocks[1].moe.top_k"
+  std::string before, after;
+};
+// Every field that differs between two configs in text format (resolved ones compare exactly).
+StatusOr<std::vector<ConfigChange>> diff_configs(const std::string& before,
+                                                 const std::string& after);
+// Whether a change alters what training computes (the model, the optimiser and its schedule,
+// the batch, the seed, the training data), as opposed to the layout, the length of the run,
+// logging, evaluation, checkpointing, precision or device.
+bool changes_training(const ConfigChange& change);
 
 }  // namespace moe

@@ -1,9 +1,15 @@
 #include "proto/stats_convert.h"
 
-#include <fstream>
-#include <sstream>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
 
 #include "core/base/check.h"
+#include "core/io/file_util.h"
 #include "proto/stats.pb.h"
 
 namespace moe {
@@ -159,50 +165,92 @@ StatusOr<StepStatsInfo> parse_step_stats(const std::string& bytes) {
 
 StatsFileWriter::~StatsFileWriter() { close(); }
 
-Status StatsFileWriter::open(const std::string& path) {
+Status StatsFileWriter::open(const std::string& path, std::string* note) {
   close();
-  file_ = std::fopen(path.c_str(), "ab");
-  if (file_ == nullptr) return not_found_error("cannot open stats file ", path, " for appending");
+  note->clear();
   path_ = path;
+  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+  if (fd_ < 0) return not_found_error("cannot open stats file ", path, ": ", std::strerror(errno));
+  struct stat st;
+  if (::fstat(fd_, &st) != 0) return internal_error("cannot stat ", path, ": ", std::strerror(errno));
+  size_ = st.st_size;
+  if (size_ > 0) {
+    MOE_ASSIGN_OR_RETURN(StatsFileContents c, read_stats_file(path));
+    if (c.bytes_read < size_) {
+      const int64_t cut = size_ - c.bytes_read;
+      if (::ftruncate(fd_, c.bytes_read) != 0 || ::fsync(fd_) != 0) {
+        return internal_error("cannot truncate the torn end of ", path, ": ", std::strerror(errno));
+      }
+      *note = str_cat(path, ": removed ", c.damaged_at >= 0 ? "an unreadable" : "a torn",
+                      " last record (", cut, " bytes from byte ", c.bytes_read,
+                      ", left by an interrupted run); ", c.steps.size(), " whole records kept");
+      size_ = c.bytes_read;
+    }
+  }
+  if (::lseek(fd_, size_, SEEK_SET) < 0) {
+    return internal_error("cannot seek in ", path, ": ", std::strerror(errno));
+  }
   return Status::OK();
 }
 
 Status StatsFileWriter::append(const StepStatsInfo& stats) {
-  if (file_ == nullptr) return failed_precondition_error("stats file is not open");
+  if (fd_ < 0) return failed_precondition_error("stats file is not open");
   const std::string body = serialize_step_stats(stats);
   std::string record;
   put_varint(body.size(), &record);
   record += body;
-  if (std::fwrite(record.data(), 1, record.size(), file_) != record.size() ||
-      std::fflush(file_) != 0) {
-    return internal_error("writing stats file ", path_, " failed");
+  size_t done = 0;
+  while (done < record.size()) {
+    const ssize_t w = ::write(fd_, record.data() + done, record.size() - done);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      const int err = errno;
+      // Cut the partial record back so that the next append starts on a record boundary.
+      if (::ftruncate(fd_, size_) != 0 || ::lseek(fd_, size_, SEEK_SET) < 0) {
+        ::close(fd_);
+        fd_ = -1;
+      }
+      return internal_error("writing stats file ", path_, " failed: ", std::strerror(err));
+    }
+    done += static_cast<size_t>(w);
+  }
+  size_ += static_cast<int64_t>(record.size());
+  return Status::OK();
+}
+
+Status StatsFileWriter::sync() {
+  if (fd_ >= 0 && ::fsync(fd_) != 0) {
+    return internal_error("fsync of ", path_, " failed: ", std::strerror(errno));
   }
   return Status::OK();
 }
 
 void StatsFileWriter::close() {
-  if (file_ != nullptr) std::fclose(file_);
-  file_ = nullptr;
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
 }
 
 StatusOr<StatsFileContents> read_stats_file(const std::string& path, int64_t offset) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return not_found_error("stats file ", path, " cannot be opened");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  const std::string buf = ss.str();
+  StatusOr<std::string> bytes = io::read_file(path);
+  if (!bytes.ok()) {
+    return Status(bytes.status().code(), str_cat("stats file: ", bytes.status().message()));
+  }
+  const std::string& buf = *bytes;
   StatsFileContents out;
-  size_t pos = static_cast<size_t>(std::max<int64_t>(0, offset));
+  size_t pos = std::min(static_cast<size_t>(std::max<int64_t>(0, offset)), buf.size());
   out.bytes_read = static_cast<int64_t>(pos);
   while (pos < buf.size()) {
     size_t p = pos;
     uint64_t len = 0;
-    if (!get_varint(buf, &p, &len) || p + len > buf.size()) {
+    if (!get_varint(buf, &p, &len) || len > buf.size() - p) {
       out.truncated_tail = true;
       break;
     }
     StatusOr<StepStatsInfo> s = parse_step_stats(buf.substr(p, len));
-    if (!s.ok()) return data_loss_error("stats file ", path, ": malformed record at byte ", pos);
+    if (!s.ok()) {
+      out.damaged_at = static_cast<int64_t>(pos);
+      break;
+    }
     out.steps.push_back(std::move(s).value());
     pos = p + len;
     out.bytes_read = static_cast<int64_t>(pos);

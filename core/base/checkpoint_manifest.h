@@ -20,7 +20,9 @@ struct CheckpointFileInfo {
 };
 
 struct CheckpointManifestInfo {
-  static constexpr uint32_t kFormatVersion = 1;
+  // 2: manifest.pb is a checksummed ManifestFile and config_text is the resolved config.
+  // 1: a bare CheckpointManifest with the config as the user wrote it (still read).
+  static constexpr uint32_t kFormatVersion = 2;
   uint32_t format_version = kFormatVersion;
   int64_t step = 0;
   int64_t updates = 0;
@@ -34,6 +36,7 @@ struct CheckpointManifestInfo {
   uint64_t vocab_fingerprint = 0;
   std::string dtype;
   std::map<std::string, std::string> extra;
+  std::string run_id;  // empty in format 1
 };
 
 }  // namespace moe

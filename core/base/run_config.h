@@ -50,7 +50,8 @@ struct DataConfig {
 struct ParallelConfig {
   int ep = 1;
   CommBackend backend = CommBackend::kAuto;
-  double timeout_seconds = 600;
+  double timeout_seconds = 30;         // collectives of the training loop
+  double setup_timeout_seconds = 600;  // start-up and checkpoint writes
 };
 
 struct TrainConfig {
@@ -87,7 +88,9 @@ struct RunConfig {
   TrainConfig train;
   DataConfig data;
   ParallelConfig parallel;
-  std::string text;  // the resolved configuration in protobuf text format (for manifests)
+  // The resolved configuration (every field explicit) in protobuf text format: what checkpoints
+  // store and ranks compare. Kept in step with the fields above by proto/run_convert.cc.
+  std::string text;
 };
 
 }  // namespace moe

@@ -6,6 +6,9 @@
 #include <filesystem>
 #include <vector>
 
+#include <chrono>
+
+#include "core/base/logging.h"
 #include "core/io/file_util.h"
 #include "proto/checkpoint_convert.h"
 
@@ -25,19 +28,6 @@ int64_t checkpoint_step(const std::string& name) {
     step = step * 10 + (c - '0');
   }
   return step;
-}
-
-// Steps and paths of the ckpt-<digits> directories of run_dir, ascending.
-std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string& run_dir) {
-  std::vector<std::pair<int64_t, std::string>> out;
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(run_dir, ec)) {
-    const int64_t step = checkpoint_step(entry.path().filename().string());
-    std::error_code type_ec;
-    if (step >= 0 && entry.is_directory(type_ec)) out.emplace_back(step, entry.path().string());
-  }
-  std::sort(out.begin(), out.end());
-  return out;
 }
 
 // A manifest path must stay inside the checkpoint directory.
@@ -68,7 +58,8 @@ Status write_manifest(const std::string& dir, const CheckpointManifestInfo& info
   return io::write_file_atomic(dir + "/manifest.pb", serialize_manifest(info));
 }
 
-Status verify_checkpoint_dir(const std::string& dir, const CheckpointManifestInfo& info) {
+Status verify_checkpoint_dir(const std::string& dir, const CheckpointManifestInfo& info,
+                             bool checksums) {
   for (const CheckpointFileInfo& f : info.files) {
     if (!is_safe_relative_path(f.path)) {
       return data_loss_error("checkpoint ", dir, ": the manifest lists '", f.path,
@@ -85,6 +76,7 @@ Status verify_checkpoint_dir(const std::string& dir, const CheckpointManifestInf
       return data_loss_error("checkpoint ", dir, ": file ", f.path, " is ", size, " bytes, manifest says ",
                              f.size_bytes, size < f.size_bytes ? " (truncated?)" : "");
     }
+    if (!checksums) continue;
     StatusOr<uint32_t> crc = io::crc32_of_file(path);
     if (!crc.ok()) return data_loss_error("checkpoint ", dir, ": ", crc.status().message());
     if (*crc != f.crc32) {
@@ -93,6 +85,11 @@ Status verify_checkpoint_dir(const std::string& dir, const CheckpointManifestInf
     }
   }
   return Status::OK();
+}
+
+Status verify_checkpoint(const std::string& dir) {
+  MOE_ASSIGN_OR_RETURN(CheckpointManifestInfo m, read_manifest(dir));
+  return verify_checkpoint_dir(dir, m, true);
 }
 
 StatusOr<CheckpointFileInfo> describe_file(const std::string& dir, const std::string& relative_path,
@@ -114,25 +111,132 @@ StatusOr<CheckpointFileInfo> describe_file(const std::string& dir, const std::st
   return f;
 }
 
-StatusOr<std::string> find_latest_checkpoint(const std::string& run_dir) {
-  auto all = list_checkpoints(run_dir);
-  for (auto it = all.rbegin(); it != all.rend(); ++it) {
-    if (read_manifest(it->second).ok()) return it->second;
+std::vector<CheckpointDir> list_checkpoints(const std::string& run_dir) {
+  std::vector<CheckpointDir> out;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(run_dir, ec)) {
+    const int64_t step = checkpoint_step(entry.path().filename().string());
+    std::error_code type_ec;
+    if (step >= 0 && entry.is_directory(type_ec)) out.push_back({step, entry.path().string()});
   }
-  return not_found_error("no complete checkpoint in ", run_dir);
+  std::sort(out.begin(), out.end(),
+            [](const CheckpointDir& a, const CheckpointDir& b) { return a.step < b.step; });
+  return out;
 }
 
-Status prune_checkpoints(const std::string& run_dir, int64_t keep) {
-  auto all = list_checkpoints(run_dir);
-  int64_t complete = 0;
+Status damaged_checkpoint_error(const std::string& run_dir, const std::string& dir,
+                                const Status& why) {
+  std::vector<CheckpointDir> all = list_checkpoints(run_dir);
+  int64_t damaged_step = -1;
+  for (const CheckpointDir& c : all) {
+    if (fs::path(c.path).filename() == fs::path(dir).filename()) damaged_step = c.step;
+  }
+  std::string older;
   for (auto it = all.rbegin(); it != all.rend(); ++it) {
-    if (!read_manifest(it->second).ok()) continue;  // not ours to judge: left alone
-    if (++complete <= keep) continue;
-    std::error_code ec;
-    fs::remove_all(it->second, ec);
-    if (ec) return internal_error("cannot remove old checkpoint ", it->second, ": ", ec.message());
+    if (damaged_step >= 0 && it->step >= damaged_step) continue;
+    if (verify_checkpoint(it->path).ok()) {
+      older = it->path;
+      break;
+    }
+  }
+  const std::string advice =
+      older.empty()
+          ? std::string(" No older intact checkpoint exists: start a new run with --fresh (the "
+                        "damaged checkpoint is kept).")
+          : str_cat(" The newest intact checkpoint is ", older, ": resume from it with "
+                    "--resume-from ", older, ", or start a new run with --fresh. Nothing was deleted.");
+  return Status(StatusCode::kDataLoss,
+                str_cat("cannot resume from ", dir, ": ", why.message(), ".", advice));
+}
+
+StatusOr<std::string> find_resume_checkpoint(const std::string& run_dir) {
+  std::vector<CheckpointDir> all = list_checkpoints(run_dir);
+  if (all.empty()) return not_found_error("no checkpoint in ", run_dir);
+  const std::string& newest = all.back().path;
+  StatusOr<CheckpointManifestInfo> m = read_manifest(newest);
+  Status ok = m.ok() ? verify_checkpoint_dir(newest, *m, /*checksums=*/false) : m.status();
+  if (!ok.ok()) return damaged_checkpoint_error(run_dir, newest, ok);
+  return newest;
+}
+
+Status commit_checkpoint(io::AtomicDirectory& dir, const std::string& run_id) {
+  const std::string& final_dir = dir.final_path();
+  std::error_code ec;
+  std::string trash;
+  if (fs::exists(fs::symlink_status(final_dir, ec))) {
+    StatusOr<CheckpointManifestInfo> old = read_manifest(final_dir);
+    if (old.ok() && !run_id.empty() && old->run_id == run_id) {
+      trash = final_dir + io::kTrashSuffix;
+      MOE_RETURN_IF_ERROR(io::remove_tree(trash));
+      MOE_RETURN_IF_ERROR(io::rename_durable(final_dir, trash));
+    } else {
+      const int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
+                              std::chrono::system_clock::now().time_since_epoch()).count();
+      std::string aside = str_cat(final_dir, ".aside-", now);
+      for (int k = 2; fs::exists(fs::symlink_status(aside, ec)); ++k) {
+        aside = str_cat(final_dir, ".aside-", now, "-", k);
+      }
+      MOE_RETURN_IF_ERROR(io::rename_durable(final_dir, aside));
+      log_warning("checkpoint ", final_dir, " was not written by this run (",
+                  old.ok() ? str_cat("run ", old->run_id.empty() ? "unknown" : old->run_id)
+                           : old.status().message(),
+                  "): kept as ", aside);
+    }
+  }
+  MOE_RETURN_IF_ERROR(dir.commit());
+  if (!trash.empty()) MOE_RETURN_IF_ERROR(io::remove_tree(trash));
+  return Status::OK();
+}
+
+Status prune_checkpoints(const std::string& run_dir, int64_t keep, const std::string& run_id) {
+  std::vector<CheckpointDir> all = list_checkpoints(run_dir);
+  int64_t kept = 0;
+  for (auto it = all.rbegin(); it != all.rend(); ++it) {
+    StatusOr<CheckpointManifestInfo> m = read_manifest(it->path);
+    if (!m.ok() || run_id.empty() || m->run_id != run_id) continue;  // not ours to judge
+    if (++kept <= keep) continue;
+    MOE_RETURN_IF_ERROR(io::discard_tree(it->path));
   }
   return Status::OK();
+}
+
+StatusOr<std::vector<std::string>> recover_checkpoints(const std::string& run_dir) {
+  std::vector<std::string> notes;
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(run_dir, ec)) {
+    names.push_back(entry.path().filename().string());
+  }
+  if (ec) return internal_error("cannot list ", run_dir, ": ", ec.message());
+  std::sort(names.begin(), names.end());
+  auto ends_with = [](const std::string& s, const std::string& suffix) {
+    return s.size() > suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
+  for (const std::string& name : names) {
+    const std::string path = run_dir + "/" + name;
+    if (ends_with(name, io::kTrashSuffix)) {
+      MOE_RETURN_IF_ERROR(io::remove_tree(path));
+      notes.push_back(str_cat("removed ", path, " (a removal a crash interrupted)"));
+      continue;
+    }
+    for (const std::string& suffix : {std::string(io::kTmpSuffix), std::string(".old")}) {
+      if (!ends_with(name, suffix)) continue;
+      const std::string base = name.substr(0, name.size() - suffix.size());
+      if (checkpoint_step(base) < 0) continue;
+      const std::string final_dir = run_dir + "/" + base;
+      if (!fs::exists(fs::symlink_status(final_dir, ec)) && verify_checkpoint(path).ok()) {
+        MOE_RETURN_IF_ERROR(io::rename_durable(path, final_dir));
+        notes.push_back(str_cat("completed ", final_dir, " from ", path,
+                                " (a checkpoint commit a crash interrupted)"));
+      } else {
+        MOE_RETURN_IF_ERROR(io::discard_tree(path));
+        notes.push_back(str_cat("removed ", path, " (",
+                                suffix == io::kTmpSuffix ? "an unfinished checkpoint" : "a replaced checkpoint",
+                                ")"));
+      }
+    }
+  }
+  return notes;
 }
 
 }  // namespace moe::ckpt

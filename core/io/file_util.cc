@@ -1,5 +1,7 @@
 #include "core/io/file_util.h"
 
+#include "core/io/crash_point.h"
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -121,11 +123,57 @@ Status write_file_atomic(const std::string& path, const std::vector<std::string_
                           tmp, " (", bytes, " bytes for ", path,
                           ") failed: ", std::strerror(!written ? write_errno : sync_errno));
   }
+  crash_point(str_cat("rename ", tmp, " -> ", path));
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
     const int err = errno;
     ::unlink(tmp.c_str());
     return internal_error("cannot rename ", tmp, " to ", path, ": ", std::strerror(err));
   }
+  return fsync_path(parent_of(path));
+}
+
+Status rename_durable(const std::string& from, const std::string& to) {
+  crash_point(str_cat("rename ", from, " -> ", to));
+  if (::rename(from.c_str(), to.c_str()) != 0) {
+    return internal_error("cannot rename ", from, " to ", to, ": ", std::strerror(errno));
+  }
+  MOE_RETURN_IF_ERROR(fsync_path(parent_of(to)));
+  if (parent_of(from) != parent_of(to)) MOE_RETURN_IF_ERROR(fsync_path(parent_of(from)));
+  return Status::OK();
+}
+
+Status remove_tree(const std::string& path) {
+  std::error_code ec;
+  const fs::file_status st = fs::symlink_status(path, ec);
+  if (ec || !fs::exists(st)) return Status::OK();
+  if (fs::is_directory(st)) {
+    std::vector<std::string> children;
+    for (fs::directory_iterator it(path, ec), end; !ec && it != end; it.increment(ec)) {
+      children.push_back(it->path().string());
+    }
+    if (ec) return internal_error("cannot list ", path, ": ", ec.message());
+    std::sort(children.begin(), children.end());
+    for (const std::string& c : children) MOE_RETURN_IF_ERROR(remove_tree(c));
+    crash_point(str_cat("rmdir ", path));
+    if (::rmdir(path.c_str()) != 0 && errno != ENOENT) {
+      return internal_error("cannot remove ", path, ": ", std::strerror(errno));
+    }
+    return Status::OK();
+  }
+  crash_point(str_cat("unlink ", path));
+  if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
+    return internal_error("cannot remove ", path, ": ", std::strerror(errno));
+  }
+  return Status::OK();
+}
+
+Status discard_tree(const std::string& path) {
+  std::error_code ec;
+  if (!fs::exists(fs::symlink_status(path, ec))) return Status::OK();
+  const std::string trash = path + kTrashSuffix;
+  MOE_RETURN_IF_ERROR(remove_tree(trash));  // a leftover of an earlier crash
+  MOE_RETURN_IF_ERROR(rename_durable(path, trash));
+  MOE_RETURN_IF_ERROR(remove_tree(trash));
   return fsync_path(parent_of(path));
 }
 
@@ -175,9 +223,8 @@ StatusOr<uint32_t> crc32_of_file(const std::string& path) {
 
 StatusOr<AtomicDirectory> AtomicDirectory::begin(const std::string& final_dir) {
   AtomicDirectory d = attach(final_dir);
+  MOE_RETURN_IF_ERROR(remove_tree(d.tmp_));  // stale, from a crash
   std::error_code ec;
-  fs::remove_all(d.tmp_, ec);  // stale, from a crash
-  if (ec) return internal_error("cannot remove the stale ", d.tmp_, ": ", ec.message());
   fs::create_directories(d.tmp_, ec);
   if (ec) return internal_error("cannot create ", d.tmp_, ": ", ec.message());
   return d;
@@ -188,38 +235,21 @@ AtomicDirectory AtomicDirectory::attach(const std::string& final_dir) {
   // "run/ckpt-1/" and "run/ckpt-1" name the same directory; the suffixes need the bare name.
   d.final_ = final_dir;
   while (d.final_.size() > 1 && d.final_.back() == '/') d.final_.pop_back();
-  d.tmp_ = d.final_ + ".tmp";
+  d.tmp_ = d.final_ + kTmpSuffix;
   return d;
 }
 
 Status AtomicDirectory::commit() {
   std::error_code ec;
-  if (!fs::is_directory(tmp_, ec))
+  if (!fs::is_directory(tmp_, ec)) {
     return failed_precondition_error("commit: ", tmp_, " is not a directory");
+  }
+  if (fs::exists(fs::symlink_status(final_, ec))) {
+    return failed_precondition_error("commit: ", final_, " exists; move it aside first");
+  }
   MOE_RETURN_IF_ERROR(fsync_tree(tmp_));
   MOE_RETURN_IF_ERROR(fsync_path(tmp_));
-  const std::string parent = parent_of(final_);
-  // An existing final_dir is moved aside first: rename() cannot replace a non-empty directory.
-  // A crash between the two renames leaves "<final>.old" and "<final>.tmp", both ignored by
-  // loaders; the previous checkpoints of the run are untouched.
-  const std::string old = final_ + ".old";
-  const bool replacing = fs::exists(final_, ec);
-  if (replacing) {
-    fs::remove_all(old, ec);
-    if (ec) return internal_error("cannot remove the stale ", old, ": ", ec.message());
-    fs::rename(final_, old, ec);
-    if (ec) return internal_error("cannot move ", final_, " aside to ", old, ": ", ec.message());
-  }
-  fs::rename(tmp_, final_, ec);
-  if (ec) return internal_error("cannot rename ", tmp_, " to ", final_, ": ", ec.message());
-  MOE_RETURN_IF_ERROR(fsync_path(parent));
-  if (replacing) {
-    fs::remove_all(old, ec);
-    if (ec)
-      return internal_error("committed ", final_, " but cannot remove ", old, ": ", ec.message());
-    MOE_RETURN_IF_ERROR(fsync_path(parent));
-  }
-  return Status::OK();
+  return rename_durable(tmp_, final_);
 }
 
 }  // namespace moe::io

@@ -40,10 +40,21 @@ Status fsync_path(const std::string& path);  // a file or a directory
 std::string hex64(uint64_t value);
 std::string hex32(uint32_t value);
 
-// A checkpoint directory under construction. Files go into path() (final_dir + ".tmp");
-// commit() makes it visible as `final_dir`, replacing an older one of that name (moved to
-// final_dir + ".old", then removed). A crash before commit leaves only the ".tmp" directory,
-// which loaders ignore and the next begin() removes.
+// Renames `from` to `to` (one rename(2), so atomic) and fsyncs the parent folder(s): durable
+// when it returns. A crash point (crash_point.h) precedes it.
+Status rename_durable(const std::string& from, const std::string& to);
+// Removes a file or a directory tree entry by entry, deepest first (each unlink and rmdir a crash
+// point). A missing path is not an error.
+Status remove_tree(const std::string& path);
+// Removes a tree so that no crash leaves a half-deleted tree under its own name: it is renamed to
+// path + kTrashSuffix first, then removed. Whoever finds a "*.trash" name may remove it.
+Status discard_tree(const std::string& path);
+inline constexpr const char* kTrashSuffix = ".trash";
+inline constexpr const char* kTmpSuffix = ".tmp";
+
+// A directory under construction. Files go into path() (final_dir + ".tmp"); commit() makes it
+// visible as `final_dir` in one rename, so a name without ".tmp" is always whole. A crash before
+// commit leaves only the ".tmp" directory, which loaders ignore and the next begin() removes.
 class AtomicDirectory {
  public:
   // Creates final_dir + ".tmp" (removing a stale one left by a crash).
@@ -53,7 +64,8 @@ class AtomicDirectory {
   const std::string& path() const { return tmp_; }
   const std::string& final_path() const { return final_; }
   // fsyncs every file and directory under path() and path() itself, renames it to final_dir,
-  // fsyncs the parent. kFailedPrecondition when path() does not exist (committed already).
+  // fsyncs the parent. kFailedPrecondition when path() does not exist (committed already);
+  // kFailedPrecondition too when final_dir exists (the caller decides what happens to it).
   Status commit();
 
  private:

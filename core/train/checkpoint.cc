@@ -8,6 +8,7 @@
 #include "core/checkpoint/checkpoint_io.h"
 #include "core/io/file_util.h"
 #include "core/checkpoint/safetensors.h"
+#include "core/train/agree.h"
 
 namespace moe {
 namespace {
@@ -18,20 +19,6 @@ constexpr const char* kVocabFile = "vocab.txt";
 
 std::string expert_file(const char* kind, int ep_rank, int ep_size) {
   return str_cat(kind, "-ep", ep_rank, "-of-", ep_size, ".safetensors");
-}
-
-// Every rank passes its own status; all return the same verdict (rank-labelled errors).
-Status agree(comm::Communicator* world, const Status& local) {
-  if (world == nullptr || world->world_size() == 1) return local;
-  MOE_ASSIGN_OR_RETURN(std::vector<std::string> all,
-                       world->gather_bytes(local.ok() ? std::string() : local.to_string(), 0));
-  std::string verdict;
-  for (size_t r = 0; r < all.size(); ++r) {
-    if (!all[r].empty()) verdict += (verdict.empty() ? "" : "; ") + str_cat("rank ", r, ": ", all[r]);
-  }
-  MOE_ASSIGN_OR_RETURN(verdict, world->broadcast_bytes(verdict, 0));
-  if (verdict.empty()) return Status::OK();
-  return Status(local.ok() ? StatusCode::kAborted : local.code(), verdict);
 }
 
 int ep_rank_of(const comm::ProcessGroups* g) { return g == nullptr ? 0 : g->ep_rank; }
@@ -222,6 +209,7 @@ StatusOr<std::string> save_checkpoint(const std::string& run_dir, const Training
       m.dp_size = g == nullptr ? 1 : g->dp_size;
       m.vocab_fingerprint = st.vocab->fingerprint();
       m.dtype = dtype_name(st.model->params().master_dtype());
+      m.run_id = st.run_id;
       const std::vector<std::pair<std::string, CheckpointFileKind>> common = {
           {kDenseFile, CheckpointFileKind::kDense},
           {kOptDenseFile, CheckpointFileKind::kOptimizerDense},
@@ -241,8 +229,8 @@ StatusOr<std::string> save_checkpoint(const std::string& run_dir, const Training
         m.files.push_back(o);
       }
       MOE_RETURN_IF_ERROR(ckpt::write_manifest(dir.path(), m));
-      MOE_RETURN_IF_ERROR(dir.commit());
-      return ckpt::prune_checkpoints(run_dir, keep);
+      MOE_RETURN_IF_ERROR(ckpt::commit_checkpoint(dir, st.run_id));
+      return ckpt::prune_checkpoints(run_dir, keep, st.run_id);
     }();
   }
   MOE_RETURN_IF_ERROR(agree(world, committed));

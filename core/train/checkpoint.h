@@ -4,8 +4,10 @@
 //   experts-ep<r>-of-<R>.safetensors     the expert shards of EP rank r (the first DP group)
 //   optimizer-dense.safetensors, optimizer-experts-ep<r>-of-<R>.safetensors
 //   vocab.txt                            the vocabulary (for evaluating the checkpoint later)
-//   manifest.pb                          sizes, CRC32s, step, update count, data cursor, layout
-// Written under ckpt-<step>.tmp and renamed when every rank's files are complete. A checkpoint
+//   manifest.pb                          sizes, CRC32s, step, update count, data cursor, layout,
+//                                        the resolved config and the run id (checksummed)
+// Written under ckpt-<step>.tmp and renamed when every rank's files are complete
+// (core/checkpoint/checkpoint_io.h says how every instant of that is crash-safe). A checkpoint
 // saved at one EP size restores at another: each rank copies the experts it owns now out of
 // whichever shards hold them. Resuming on the same layout is bit-exact.
 #pragma once
@@ -29,9 +31,11 @@ struct TrainingState {
   int64_t* updates = nullptr;
   const data::Vocabulary* vocab = nullptr;
   std::string vocab_source;
+  std::string run_id;  // written into manifests; pruning removes only this run's checkpoints
 };
 
 // world, groups: null/absent for one process. Collective. Returns the checkpoint directory.
+// Keeps the `keep` newest checkpoints of state.run_id.
 StatusOr<std::string> save_checkpoint(const std::string& run_dir, const TrainingState& state,
                                       comm::Communicator* world, const comm::ProcessGroups* groups,
                                       int64_t keep);

@@ -27,10 +27,13 @@ Coordinator::Coordinator(const RunConfig& cfg, comm::Communicator* world, std::s
     : cfg_(cfg), world_(world), progress_(progress), start_(std::chrono::steady_clock::now()) {
   if (is_root() && !stats_path.empty()) {
     writer_ = std::make_unique<StatsFileWriter>();
-    Status s = writer_->open(stats_path);
+    std::string note;
+    Status s = writer_->open(stats_path, &note);
     if (!s.ok()) {
       log_error("statistics will not be written: ", s.to_string());
       writer_.reset();
+    } else if (!note.empty()) {
+      print("momoe: " + note);
     }
   }
 }
@@ -130,6 +133,12 @@ std::string Coordinator::progress_line(const StepStatsInfo& s, int64_t total_ste
 void Coordinator::report_eval(const StepStatsInfo& eval) {
   if (!is_root() || writer_ == nullptr) return;
   Status s = writer_->append(eval);
+  if (!s.ok()) log_error("stats.pb: ", s.to_string());
+}
+
+void Coordinator::flush() {
+  if (writer_ == nullptr) return;
+  Status s = writer_->sync();
   if (!s.ok()) log_error("stats.pb: ", s.to_string());
 }
 

@@ -38,6 +38,8 @@ class Coordinator {
 
   // Rank 0: appends an evaluation record (step and perplexities) to stats.pb.
   void report_eval(const StepStatsInfo& eval);
+  // Rank 0: makes every record written so far durable (fsync).
+  void flush();
 
   bool is_root() const { return world_ == nullptr || world_->rank() == 0; }
   // Rank 0: prints a line (newline added).

@@ -6,7 +6,9 @@
 
 #include "core/base/logging.h"
 #include "core/checkpoint/checkpoint_io.h"
+#include "core/train/agree.h"
 #include "core/train/grad_sync.h"
+#include "proto/run_convert.h"
 #include "kernels/moe_stats.h"
 
 namespace moe {
@@ -36,6 +38,9 @@ Status Trainer::setup() {
   std::error_code ec;
   std::filesystem::create_directories(opts_.run_dir, ec);
   if (ec) return internal_error("cannot create run directory ", opts_.run_dir, ": ", ec.message());
+  // The run directory: one job at a time, crash leftovers recovered, an earlier run moved aside
+  // by --fresh; rank 0 does it and every rank learns the verdict.
+  MOE_RETURN_IF_ERROR(agree(world_, rank == 0 ? take_run_directory() : Status::OK()));
 
   coordinator_ = std::make_unique<Coordinator>(
       cfg_, world_, rank == 0 ? opts_.run_dir + "/stats.pb" : std::string(), opts_.progress);
@@ -82,22 +87,43 @@ Status Trainer::setup() {
                        data::BatchScheduler::create(data_->train->size(), t.batch_size, t.seed));
   scheduler_.emplace(std::move(sched));
 
-  // Resume from the newest complete checkpoint of the run directory.
+  // The resolved config now that the vocabulary size is known: what checkpoints store.
+  cfg_.text = resolved_config_text(cfg_);
+
+  // Resume from the newest checkpoint of the run directory (or the one named).
+  std::string resume;
   if (opts_.resume) {
-    std::string latest;
+    Status chosen = Status::OK();
     if (rank == 0) {
-      StatusOr<std::string> found = ckpt::find_latest_checkpoint(opts_.run_dir);
-      if (found.ok()) latest = *found;
+      StatusOr<std::string> c = choose_resume_checkpoint();
+      if (c.ok()) resume = *c;
+      chosen = c.status();
     }
+    MOE_RETURN_IF_ERROR(agree(world_, chosen));
     if (world_ != nullptr && ranks > 1) {
-      MOE_ASSIGN_OR_RETURN(latest, world_->broadcast_bytes(latest, 0));
+      MOE_ASSIGN_OR_RETURN(resume, world_->broadcast_bytes(resume, 0));
     }
-    if (!latest.empty()) {
-      MOE_RETURN_IF_ERROR(restore_checkpoint(latest, training_state(), world_,
-                                             has_groups_ ? &groups_ : nullptr));
-      resumed_from_ = latest;
-      coordinator_->print(str_cat("momoe: resumed from ", latest, " at step ", steps_done()));
+  }
+  if (!resume.empty()) {
+    Status restored =
+        restore_checkpoint(resume, training_state(), world_, has_groups_ ? &groups_ : nullptr);
+    if (!restored.ok() && rank == 0 && restored.code() == StatusCode::kDataLoss &&
+        opts_.resume_from.empty()) {
+      restored = ckpt::damaged_checkpoint_error(opts_.run_dir, resume, restored);
     }
+    MOE_RETURN_IF_ERROR(restored);
+    resumed_from_ = resume;
+    coordinator_->print(str_cat("momoe: resumed from ", resume, " at step ", steps_done()));
+  }
+  if (rank == 0) {
+    // The run continues the checkpoint's run when it is one of this directory's; anything else
+    // (a fresh start, another directory's checkpoint, a format-1 checkpoint) starts a new run.
+    if (!resume.empty() && std::filesystem::equivalent(
+                               std::filesystem::path(resume).parent_path(), opts_.run_dir, ec)) {
+      StatusOr<CheckpointManifestInfo> m = ckpt::read_manifest(resume);
+      if (m.ok()) run_id_ = m->run_id;
+    }
+    if (run_id_.empty()) run_id_ = new_run_id();
   }
 
   if (rank == 0) {
@@ -114,6 +140,72 @@ Status Trainer::setup() {
   return Status::OK();
 }
 
+void Trainer::say(const std::string& line) const {
+  if (opts_.progress == nullptr || (world_ != nullptr && world_->rank() != 0)) return;
+  std::fprintf(opts_.progress, "momoe: %s\n", line.c_str());
+  std::fflush(opts_.progress);
+}
+
+Status Trainer::take_run_directory() {
+  std::string note;
+  MOE_ASSIGN_OR_RETURN(RunDirectoryLock lock, RunDirectoryLock::acquire(opts_.run_dir, &note));
+  lock_.emplace(std::move(lock));
+  if (!note.empty()) say(note);
+  MOE_ASSIGN_OR_RETURN(std::vector<std::string> recovered, ckpt::recover_checkpoints(opts_.run_dir));
+  for (const std::string& line : recovered) say("recovery: " + line);
+  if (!opts_.resume) {
+    MOE_ASSIGN_OR_RETURN(std::string archived, archive_previous_run(opts_.run_dir));
+    if (!archived.empty()) say(archived);
+  }
+  return Status::OK();
+}
+
+StatusOr<std::string> Trainer::choose_resume_checkpoint() {
+  std::string path = opts_.resume_from;
+  if (path.empty()) {
+    StatusOr<std::string> found = ckpt::find_resume_checkpoint(opts_.run_dir);
+    if (found.status().code() == StatusCode::kNotFound) return std::string();
+    MOE_RETURN_IF_ERROR(found.status());
+    path = *found;
+  }
+  MOE_RETURN_IF_ERROR(check_config_change(path));
+  return path;
+}
+
+Status Trainer::check_config_change(const std::string& checkpoint) {
+  MOE_ASSIGN_OR_RETURN(CheckpointManifestInfo m, ckpt::read_manifest(checkpoint));
+  std::string before = m.config_text;
+  if (m.format_version < 2) {
+    // A format-1 checkpoint stored the config as written: resolve it with this build's defaults
+    // (the best available reading), with the vocabulary size it was trained with.
+    StatusOr<RunConfig> old = parse_run_config(before, checkpoint + "/manifest.pb");
+    if (!old.ok()) {
+      return Status(old.status().code(), str_cat("the config of checkpoint ", checkpoint,
+                                                 " does not parse: ", old.status().message()));
+    }
+    if (old->model.vocab_size == 0) old->model.vocab_size = cfg_.model.vocab_size;
+    before = resolved_config_text(*old);
+    say(str_cat(checkpoint, " is a format-1 checkpoint: its manifest has no checksum and its "
+                "config was resolved with this build's defaults"));
+  }
+  MOE_ASSIGN_OR_RETURN(std::vector<ConfigChange> changes, diff_configs(before, cfg_.text));
+  if (changes.empty()) return Status::OK();
+  std::string refused;
+  say(str_cat("the config differs from ", checkpoint, "'s in ", changes.size(), " field(s):"));
+  for (const ConfigChange& c : changes) {
+    const bool training = changes_training(c);
+    say(str_cat("  ", c.path, ": ", c.before, " -> ", c.after,
+                training ? "  (changes what training computes)" : ""));
+    if (training) refused += str_cat(refused.empty() ? "" : ", ", c.path, ": ", c.before, " -> ", c.after);
+  }
+  if (!refused.empty() && !opts_.allow_config_change) {
+    return failed_precondition_error(
+        "resuming from ", checkpoint, " with this config would change what training computes (",
+        refused, "); pass --allow-config-change to resume anyway, or --fresh to start a new run");
+  }
+  return Status::OK();
+}
+
 TrainingState Trainer::training_state() {
   TrainingState st;
   st.cfg = &cfg_;
@@ -123,6 +215,7 @@ TrainingState Trainer::training_state() {
   st.updates = &updates_;
   st.vocab = &data_->corpus.vocab;
   st.vocab_source = data_->corpus.vocab_source;
+  st.run_id = run_id_;
   return st;
 }
 
@@ -172,9 +265,9 @@ StatusOr<StepStatsInfo> Trainer::step() {
   const int layers = model_->num_moe_layers();
 
   // The step buffer (f64, on the device): loss sums | grad squares (dense, expert) | the
-  // all-reduced loss sum | probe flips per MoE layer | router statistics.
+  // all-reduced loss sum | ranks asking to stop | probe flips per MoE layer | router statistics.
   enum : int64_t { kLoss = 0, kGradSq = TransformerLM::kLossSlots, kGlobalLoss = kGradSq + 2,
-                   kFlips = kGlobalLoss + 1 };
+                   kStop = kGlobalLoss + 1, kFlips = kStop + 1 };
   const int64_t stats_at = kFlips + layers;
   MOE_ASSIGN_OR_RETURN(Tensor buffer, ctx_->zeros({stats_at + model_->stats_size()}, DType::kF64));
   const TensorView loss_sums = buffer.view().rows(kLoss, kLoss + TransformerLM::kLossSlots);
@@ -216,11 +309,15 @@ StatusOr<StepStatsInfo> Trainer::step() {
   MOE_RETURN_IF_ERROR(gradient_squares(&model_->params(), buffer.view().rows(kGradSq, kGradSq + 2)));
   // Every rank must agree on skipping: the global loss and the global norm decide. Expert shards
   // count once per EP group; dense gradients are already identical everywhere.
+  // A stop request rides on the same reduction: the sum counts the ranks that were asked.
+  if (opts_.stop_requested) stop_local_ = opts_.stop_requested();
+  const Tensor stop_flag = Tensor::from_vector<double>({1}, {stop_local_ != 0 ? 1.0 : 0.0});
+  MOE_RETURN_IF_ERROR(ctx_->copy(stop_flag, buffer.view().rows(kStop, kStop + 1)));
   MOE_RETURN_IF_ERROR(ctx_->copy(buffer.view().rows(kLoss, kLoss + 1),
                                  buffer.view().rows(kGlobalLoss, kGlobalLoss + 1)));
   if (world_ != nullptr && ranks > 1) {
-    MOE_RETURN_IF_ERROR(world_->all_reduce(buffer.view().rows(kGlobalLoss, kGlobalLoss + 1),
-                                           buffer.view().rows(kGlobalLoss, kGlobalLoss + 1),
+    MOE_RETURN_IF_ERROR(world_->all_reduce(buffer.view().rows(kGlobalLoss, kStop + 1),
+                                           buffer.view().rows(kGlobalLoss, kStop + 1),
                                            comm::ReduceOp::kSum, ctx_->stream()));
   }
   if (has_groups_ && groups_.ep->world_size() > 1) {
@@ -239,6 +336,7 @@ StatusOr<StepStatsInfo> Trainer::step() {
   stats.loss = stats.tokens > 0 ? v[kLoss + TransformerLM::kLossSum] / static_cast<double>(stats.tokens) : 0.0;
   stats.aux_loss = v[kLoss + TransformerLM::kAuxLoss] / static_cast<double>(t.grad_accum);
   const double norm = std::sqrt(v[kGradSq] + v[kGradSq + 1]);
+  stop_agreed_ = v[kStop] > 0;
   stats.grad_norm = norm;
   stats.skipped = !std::isfinite(v[kGlobalLoss]) || !std::isfinite(norm);
   stats.layers.resize(layers);
@@ -308,6 +406,7 @@ Status Trainer::run() {
     MOE_RETURN_IF_ERROR(step().status());
     const int64_t done = steps_done();
     if (opts_.after_step) opts_.after_step(done);
+    if (stop_agreed_) break;
     if (t.checkpoint_every > 0 && done % t.checkpoint_every == 0) {
       MOE_RETURN_IF_ERROR(save().status());
       saved_at = done;
@@ -317,6 +416,13 @@ Status Trainer::run() {
     }
   }
   if (saved_at != steps_done()) MOE_RETURN_IF_ERROR(save().status());
+  coordinator_->flush();
+  if (stop_agreed_) {
+    coordinator_->print(str_cat("momoe: stopped after step ", steps_done(), " of ", t.steps,
+                                " on a stop request (", stop_local_ != 0 ? "this rank" : "another rank",
+                                " was signalled); rerun the same command to resume"));
+    return Status::OK();
+  }
   return evaluate().status();
 }
 

@@ -12,12 +12,18 @@
 //     back once per step, right before the optimizer update (the step's only wait in capacity
 //     mode; a dropless MoE layer adds one small counts read per forward);
 //   - rank 0's Coordinator writes stats.pb and prints progress; evaluation reports clean and
-//     word-swap-attacked perplexity.
+//     word-swap-attacked perplexity;
+//   - the run directory belongs to this job (rank 0 holds RUN_DIR/lock); at start-up rank 0
+//     recovers what a crash interrupted, and a resumed run lists every config field that changed
+//     since its checkpoint and refuses changes to what training computes unless allowed;
+//   - a stop request on any rank (a signal) ends every rank after the same step, with a
+//     checkpoint.
 #pragma once
 
 #include <cstdio>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "comm/communicator.h"
@@ -31,12 +37,23 @@
 #include "core/train/evaluator.h"
 #include "core/train/optimizer.h"
 #include "core/train/run_data.h"
+#include "core/train/run_directory.h"
 
 namespace moe {
 
 struct TrainerOptions {
   std::string run_dir;           // statistics, checkpoints and the token cache go here
-  bool resume = true;            // continue from the newest checkpoint in run_dir when present
+  // Continue from the newest checkpoint in run_dir when present. false (--fresh): start a new
+  // run, moving an earlier run's checkpoints and stats.pb to run_dir/archive/ first.
+  bool resume = true;
+  // Resume from this checkpoint directory instead (e.g. an older one when the newest is damaged).
+  std::string resume_from;
+  // Resume even when the config changes what training computes (every changed field is printed
+  // either way; see changes_training in proto/run_convert.h).
+  bool allow_config_change = false;
+  // Polled at every step: non-zero (a signal number) asks the job to stop. Any rank's request
+  // stops every rank after the same step, with a checkpoint (see stopped()).
+  std::function<int()> stop_requested;
   std::FILE* progress = stdout;  // rank 0's progress lines (nullptr: silent)
   // The host context's options (tests guard host access to its tensors).
   ContextOptions context;
@@ -57,8 +74,14 @@ class Trainer {
                                                    comm::Communicator* world);
   ~Trainer();
 
-  // Trains until cfg.train.steps, evaluating and checkpointing as configured. Collective.
+  // Trains until cfg.train.steps, evaluating and checkpointing as configured, or until a stop is
+  // requested (then it saves a checkpoint after the step in flight and returns OK with
+  // stopped() true; no final evaluation). Collective.
   Status run();
+  // Whether run() ended on a stop request, and the signal this rank received (0 when the request
+  // came from another rank).
+  bool stopped() const { return stop_agreed_; }
+  int stop_signal() const { return stop_local_; }
   // One optimiser step; returns the aggregated statistics on rank 0 (this rank's elsewhere).
   StatusOr<StepStatsInfo> step();
   // Perplexities on valid and test, clean and attacked. Collective.
@@ -83,6 +106,13 @@ class Trainer {
   // changed since the last probe into flips (f64 [L], on the device). Returns the number of probe
   // tokens, 0 when this step does not probe.
   StatusOr<int64_t> probe_flips(const TensorView& flips);
+  // Rank 0: takes the run directory (lock, crash recovery, --fresh archiving).
+  Status take_run_directory();
+  // Rank 0: the checkpoint to resume from ("" for a fresh start), after checking what the
+  // current config changes against the checkpoint's (printed; refused unless allowed).
+  StatusOr<std::string> choose_resume_checkpoint();
+  Status check_config_change(const std::string& checkpoint);
+  void say(const std::string& line) const;  // rank 0, before the coordinator exists too
 
   RunConfig cfg_;
   TrainerOptions opts_;
@@ -99,6 +129,10 @@ class Trainer {
   std::vector<Tensor> previous_probe_;  // per MoE layer, the probe batch's argmax experts (device)
   int64_t micro_batch_per_rank_ = 0;
   std::string resumed_from_;
+  std::optional<RunDirectoryLock> lock_;  // rank 0
+  std::string run_id_;                    // rank 0: the run this job continues or starts
+  int stop_local_ = 0;                    // the stop signal this rank saw
+  bool stop_agreed_ = false;              // some rank asked to stop; every rank agrees
 };
 
 }  // namespace moe

@@ -1,6 +1,8 @@
 // Checkpoint directories: CRC32 against published check values, crash-safe file and directory
-// writes, finding the newest complete checkpoint, refusing truncated and corrupted files, and
-// the manifest's protobuf round trip (including hand-encoded bad manifests).
+// writes, choosing the checkpoint to resume from (never passing over a damaged one silently),
+// pruning only this run's checkpoints, commit over an existing one, start-up recovery of every
+// interrupted state, refusing truncated and corrupted files, every bit flip of the manifest
+// detected, and the manifest's protobuf round trip (including hand-encoded bad manifests).
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -41,18 +43,21 @@ class CheckpointDirTest : public ::testing::Test {
     std::sort(out.begin(), out.end());
     return out;
   }
-  // A committed checkpoint holding one data file, as the trainer would write it.
-  std::string commit_checkpoint(int64_t step, const std::string& payload) {
+  // A committed checkpoint of run `run_id` holding one data file, as the trainer writes it.
+  std::string commit_checkpoint(int64_t step, const std::string& payload,
+                                const std::string& run_id = "run-a") {
     StatusOr<io::AtomicDirectory> d = io::AtomicDirectory::begin(root_ + "/" + checkpoint_dir_name(step));
     EXPECT_TRUE(d.ok()) << d.status().to_string();
     put(d->path() + "/data.bin", payload);
     CheckpointManifestInfo m;
     m.step = step;
+    m.run_id = run_id;
     StatusOr<CheckpointFileInfo> f = describe_file(d->path(), "data.bin", CheckpointFileKind::kDense, 0, 1);
     EXPECT_TRUE(f.ok()) << f.status().to_string();
     m.files.push_back(*f);
     EXPECT_TRUE(write_manifest(d->path(), m).ok());
-    EXPECT_TRUE(d->commit().ok());
+    Status c = ckpt::commit_checkpoint(*d, run_id);
+    EXPECT_TRUE(c.ok()) << c.to_string();
     return d->final_path();
   }
 
@@ -123,14 +128,15 @@ TEST_F(CheckpointDirTest, AtomicDirectoryIsInvisibleUntilCommitAndReplacesOnComm
   EXPECT_EQ(again.code(), StatusCode::kFailedPrecondition);
   EXPECT_TRUE(contains(again.message(), final_dir + ".tmp")) << again.message();
 
-  // Committing the same name again replaces the whole directory, leaving no ".old" behind.
+  // Committing over an existing name is refused: the caller decides what happens to the old one
+  // (ckpt::commit_checkpoint, below).
   StatusOr<io::AtomicDirectory> d2 = io::AtomicDirectory::begin(final_dir);
   ASSERT_TRUE(d2.ok());
   put(d2->path() + "/b.bin", "B2");
-  EXPECT_EQ(get(final_dir + "/a.bin"), "A1");  // the old one stays whole until commit
-  ASSERT_TRUE(d2->commit().ok());
-  EXPECT_EQ(entries(final_dir), std::vector<std::string>{"b.bin"});
-  EXPECT_EQ(entries(root_), (std::vector<std::string>{"ckpt-00000007", "keep.txt"}));
+  Status over = d2->commit();
+  EXPECT_EQ(over.code(), StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(contains(over.message(), final_dir + " exists")) << over.message();
+  EXPECT_EQ(get(final_dir + "/a.bin"), "A1");
 
   // attach() names the directory another rank began, without clearing it.
   StatusOr<io::AtomicDirectory> d3 = io::AtomicDirectory::begin(root_ + "/ckpt-00000008");
@@ -141,46 +147,115 @@ TEST_F(CheckpointDirTest, AtomicDirectoryIsInvisibleUntilCommitAndReplacesOnComm
   EXPECT_EQ(entries(root_ + "/ckpt-00000008"), (std::vector<std::string>{"rank0.bin", "rank1.bin"}));
 }
 
-TEST_F(CheckpointDirTest, FindLatestIgnoresTemporaryIncompleteAndOddlyNamedDirectories) {
-  EXPECT_EQ(find_latest_checkpoint(root_).status().code(), StatusCode::kNotFound);
-  EXPECT_EQ(find_latest_checkpoint(root_ + "/missing").status().code(), StatusCode::kNotFound);
+TEST_F(CheckpointDirTest, ResumePicksTheNewestAndNeverPassesOverADamagedOneSilently) {
+  EXPECT_EQ(find_resume_checkpoint(root_).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(find_resume_checkpoint(root_ + "/missing").status().code(), StatusCode::kNotFound);
   commit_checkpoint(5, "five");
   commit_checkpoint(40, "forty");
   commit_checkpoint(9, "nine");  // written later, but an older step
   // An uncommitted checkpoint (crash before commit): a ".tmp" directory, even with a manifest.
   StatusOr<io::AtomicDirectory> crashed = io::AtomicDirectory::begin(root_ + "/" + checkpoint_dir_name(50));
   ASSERT_TRUE(write_manifest(crashed->path(), CheckpointManifestInfo{}).ok());
-  // Left over from an interrupted replace, with a valid manifest inside.
-  fs::copy(root_ + "/ckpt-00000040", root_ + "/ckpt-00000060.old");
-  fs::create_directories(root_ + "/ckpt-00000070");  // no manifest: not a checkpoint
   fs::create_directories(root_ + "/ckpt-123");         // too few digits
   fs::create_directories(root_ + "/ckpt-0000008x");
   fs::create_directories(root_ + "/xckpt-00000090");
   put(root_ + "/ckpt-00000080", "a file, not a directory");
-  StatusOr<std::string> latest = find_latest_checkpoint(root_);
+  StatusOr<std::string> latest = find_resume_checkpoint(root_);
   ASSERT_TRUE(latest.ok()) << latest.status().to_string();
   EXPECT_EQ(*latest, root_ + "/ckpt-00000040");
   EXPECT_EQ(read_manifest(*latest)->step, 40);
+  EXPECT_EQ(list_checkpoints(root_).size(), 3u);
 
-  // Steps order numerically, including past 8 digits; an unreadable manifest is passed over.
+  // Steps order numerically, including past 8 digits.
   const std::string big = commit_checkpoint(123456789, "big");
   EXPECT_EQ(fs::path(big).filename(), "ckpt-123456789");
-  EXPECT_EQ(*find_latest_checkpoint(root_), big);
+  EXPECT_EQ(*find_resume_checkpoint(root_), big);
+  // A damaged newest checkpoint is an error that names it, why, and the newest intact older one
+  // with the flag to use it; 40 is damaged too (a file changed), so 9 is named.
   put(big + "/manifest.pb", "\xff\xff not a manifest");
-  EXPECT_EQ(*find_latest_checkpoint(root_), root_ + "/ckpt-00000040");
+  put(root_ + "/ckpt-00000040/data.bin", "fortY");
+  StatusOr<std::string> refused = find_resume_checkpoint(root_);
+  ASSERT_EQ(refused.status().code(), StatusCode::kDataLoss) << refused.status().to_string();
+  const std::string msg = refused.status().message();
+  EXPECT_TRUE(contains(msg, "cannot resume from " + big)) << msg;
+  EXPECT_TRUE(contains(msg, "manifest.pb is corrupted")) << msg;
+  EXPECT_TRUE(contains(msg, "--resume-from " + root_ + "/ckpt-00000009")) << msg;
+  EXPECT_TRUE(contains(msg, "Nothing was deleted")) << msg;
+  // A missing file of the newest is caught by the cheap check too.
+  fs::remove_all(big);
+  fs::remove(root_ + "/ckpt-00000040/data.bin");
+  refused = find_resume_checkpoint(root_);
+  EXPECT_TRUE(contains(refused.status().message(), "data.bin listed in the manifest is missing"))
+      << refused.status().to_string();
+}
 
-  // Pruning keeps the 2 newest complete checkpoints (40, 9); the damaged 123456789 and the
-  // manifest-less 70 neither count nor go.
-  ASSERT_TRUE(prune_checkpoints(root_, 2).ok());
+TEST_F(CheckpointDirTest, PruningRemovesOnlyThisRunsCompleteCheckpoints) {
+  commit_checkpoint(5, "five");
+  commit_checkpoint(9, "nine");
+  commit_checkpoint(12, "other run", "run-b");
+  commit_checkpoint(40, "forty");
+  const std::string damaged = commit_checkpoint(60, "sixty");
+  put(damaged + "/manifest.pb", "\xff damaged");
+  fs::create_directories(root_ + "/ckpt-00000070");  // no manifest
+  ASSERT_TRUE(prune_checkpoints(root_, 2, "run-a").ok());
   EXPECT_FALSE(fs::exists(root_ + "/ckpt-00000005"));
-  EXPECT_TRUE(fs::exists(root_ + "/ckpt-00000009"));
-  EXPECT_TRUE(fs::exists(root_ + "/ckpt-00000040"));
-  EXPECT_TRUE(fs::exists(big));
-  EXPECT_TRUE(fs::exists(root_ + "/ckpt-00000070"));
-  EXPECT_TRUE(fs::exists(root_ + "/ckpt-00000050.tmp"));  // temporaries are not checkpoints
-  ASSERT_TRUE(prune_checkpoints(root_, 1).ok());
+  for (const char* kept : {"ckpt-00000009", "ckpt-00000012", "ckpt-00000040", "ckpt-00000060",
+                           "ckpt-00000070"}) {
+    EXPECT_TRUE(fs::exists(root_ + "/" + kept)) << kept;
+  }
+  ASSERT_TRUE(prune_checkpoints(root_, 1, "run-a").ok());
   EXPECT_FALSE(fs::exists(root_ + "/ckpt-00000009"));
-  EXPECT_EQ(*find_latest_checkpoint(root_), root_ + "/ckpt-00000040");
+  EXPECT_TRUE(fs::exists(root_ + "/ckpt-00000012"));  // another run's: never ours to delete
+  ASSERT_TRUE(prune_checkpoints(root_, 0, "").ok());   // no run id: removes nothing
+  EXPECT_TRUE(fs::exists(root_ + "/ckpt-00000040"));
+  for (const std::string& e : entries(root_)) EXPECT_FALSE(contains(e, ".trash")) << e;
+}
+
+TEST_F(CheckpointDirTest, CommitReplacesThisRunsCheckpointAndKeepsAnyOther) {
+  const std::string dir = commit_checkpoint(7, "first");
+  commit_checkpoint(7, "second");  // the same run re-saves step 7: replaced
+  EXPECT_EQ(get(dir + "/data.bin"), "second");
+  EXPECT_EQ(entries(root_), std::vector<std::string>{"ckpt-00000007"});
+  commit_checkpoint(7, "third", "run-b");  // another run's step 7 is moved aside, not deleted
+  EXPECT_EQ(get(dir + "/data.bin"), "third");
+  std::vector<std::string> names = entries(root_);
+  ASSERT_EQ(names.size(), 2u);
+  EXPECT_TRUE(contains(names[1], "ckpt-00000007.aside-")) << names[1];
+  EXPECT_EQ(get(root_ + "/" + names[1] + "/data.bin"), "second");
+  put(dir + "/manifest.pb", "damaged");  // a damaged one is kept aside as well
+  commit_checkpoint(7, "fourth", "run-b");
+  EXPECT_EQ(entries(root_).size(), 3u);
+}
+
+TEST_F(CheckpointDirTest, RecoveryFinishesOrUndoesWhatACrashInterrupted) {
+  // Step 4 committed; step 8 written completely but not renamed (crash inside the commit),
+  // with the old step-8 checkpoint already renamed to .trash; step 12 half written; a pruned
+  // checkpoint half deleted; an ".old" of an earlier version next to its replacement.
+  commit_checkpoint(4, "four");
+  const std::string eight = commit_checkpoint(8, "eight");
+  fs::rename(eight, eight + ".trash");
+  StatusOr<io::AtomicDirectory> d = io::AtomicDirectory::begin(root_ + "/ckpt-00000008");
+  put(d->path() + "/data.bin", "eight again");
+  CheckpointManifestInfo m;
+  m.step = 8;
+  m.run_id = "run-a";
+  m.files.push_back(*describe_file(d->path(), "data.bin", CheckpointFileKind::kDense, 0, 1));
+  ASSERT_TRUE(write_manifest(d->path(), m).ok());
+  StatusOr<io::AtomicDirectory> twelve = io::AtomicDirectory::begin(root_ + "/ckpt-00000012");
+  put(twelve->path() + "/data.bin", "half");  // no manifest yet
+  fs::create_directories(root_ + "/ckpt-00000002.trash/sub");
+  fs::copy(root_ + "/ckpt-00000004", root_ + "/ckpt-00000004.old", fs::copy_options::recursive);
+  fs::copy(root_ + "/ckpt-00000004", root_ + "/ckpt-00000016.old", fs::copy_options::recursive);
+  StatusOr<std::vector<std::string>> notes = recover_checkpoints(root_);
+  ASSERT_TRUE(notes.ok()) << notes.status().to_string();
+  EXPECT_EQ(notes->size(), 6u);
+  EXPECT_EQ(entries(root_), (std::vector<std::string>{"ckpt-00000004", "ckpt-00000008", "ckpt-00000016"}));
+  EXPECT_EQ(get(root_ + "/ckpt-00000008/data.bin"), "eight again");
+  EXPECT_EQ(get(root_ + "/ckpt-00000016/data.bin"), "four");  // restored from its complete .old
+  for (const char* c : {"/ckpt-00000004", "/ckpt-00000008", "/ckpt-00000016"}) {
+    EXPECT_TRUE(verify_checkpoint(root_ + c).ok()) << c;
+  }
+  EXPECT_TRUE(recover_checkpoints(root_)->empty());  // nothing left to do
 }
 
 TEST_F(CheckpointDirTest, VerifyRefusesMissingTruncatedCorruptedAndEscapingFiles) {
@@ -265,6 +340,7 @@ CheckpointManifestInfo full_manifest() {
   m.vocab_fingerprint = 0x8000000000000001ull;
   m.dtype = "f32";
   m.extra = {{"git", "abc123"}, {"note", "ünïcode"}};
+  m.run_id = "0123456789abcdef";
   return m;
 }
 
@@ -292,6 +368,7 @@ void expect_same(const CheckpointManifestInfo& a, const CheckpointManifestInfo& 
   EXPECT_EQ(a.vocab_fingerprint, b.vocab_fingerprint);
   EXPECT_EQ(a.dtype, b.dtype);
   EXPECT_EQ(a.extra, b.extra);
+  EXPECT_EQ(a.run_id, b.run_id);
 }
 
 TEST_F(CheckpointDirTest, ManifestRoundTripsEveryField) {
@@ -324,9 +401,11 @@ TEST_F(CheckpointDirTest, HandEncodedBadManifestsAreRefused) {
   EXPECT_EQ(ok->files[0].path, "x");
   EXPECT_EQ(ok->files[0].kind, CheckpointFileKind::kExpertShard);
 
+  // A bare manifest is format 1; any other version in one means damage (or an unknown format).
   StatusOr<CheckpointManifestInfo> bad = parse_manifest(manifest(2, 2), "m.pb");
-  EXPECT_EQ(bad.status().code(), StatusCode::kFailedPrecondition);
-  EXPECT_TRUE(contains(bad.status().message(), "m.pb has format version 2")) << bad.status().message();
+  EXPECT_EQ(bad.status().code(), StatusCode::kDataLoss);
+  EXPECT_TRUE(contains(bad.status().message(), "m.pb is corrupted or of an unknown format (format version 2"))
+      << bad.status().message();
   bad = parse_manifest(manifest(1, 9), "m.pb");
   EXPECT_EQ(bad.status().code(), StatusCode::kDataLoss);
   EXPECT_TRUE(contains(bad.status().message(), "file x has unknown kind 9")) << bad.status().message();
@@ -335,7 +414,36 @@ TEST_F(CheckpointDirTest, HandEncodedBadManifestsAreRefused) {
   EXPECT_TRUE(contains(bad.status().message(), "file x has no kind")) << bad.status().message();
   bad = parse_manifest(manifest(1, 2).substr(0, 6), "m.pb");  // cut inside the files entry
   EXPECT_EQ(bad.status().code(), StatusCode::kDataLoss);
-  EXPECT_TRUE(contains(bad.status().message(), "m.pb does not parse")) << bad.status().message();
+  EXPECT_TRUE(contains(bad.status().message(), "m.pb is corrupted (it does not parse)"))
+      << bad.status().message();
+}
+
+TEST_F(CheckpointDirTest, EveryBitFlipOfTheManifestIsDetected) {
+  const std::string dir = commit_checkpoint(3, "payload");
+  CheckpointManifestInfo m = full_manifest();
+  m.files = read_manifest(dir)->files;
+  ASSERT_TRUE(write_manifest(dir, m).ok());
+  const std::string good = get(dir + "/manifest.pb");
+  ASSERT_TRUE(read_manifest(dir).ok());
+  int detected = 0;
+  for (size_t i = 0; i < good.size(); ++i) {
+    for (int bit = 0; bit < 8; ++bit) {
+      std::string bad = good;
+      bad[i] = static_cast<char>(bad[i] ^ (1 << bit));
+      StatusOr<CheckpointManifestInfo> r = parse_manifest(bad, "manifest.pb");
+      if (!r.ok()) {
+        EXPECT_EQ(r.status().code(), StatusCode::kDataLoss) << r.status().to_string();
+        ++detected;
+      } else {
+        ADD_FAILURE() << "a flip of bit " << bit << " of byte " << i << " was not detected";
+      }
+    }
+  }
+  EXPECT_EQ(detected, static_cast<int>(good.size()) * 8);
+  // Truncation anywhere is detected too.
+  for (size_t n = 0; n < good.size(); ++n) {
+    EXPECT_FALSE(parse_manifest(good.substr(0, n), "manifest.pb").ok()) << n;
+  }
 }
 
 }  // namespace

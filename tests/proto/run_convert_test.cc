@@ -5,6 +5,14 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <google/protobuf/text_format.h>
+
+#include "proto/train.pb.h"
 
 namespace moe {
 namespace {
@@ -94,6 +102,107 @@ TEST(RunConfigTest, PlanErrors) {
   EXPECT_EQ(c->model.blocks[1].moe_cfg.residual, ResidualKind::kRobust);
   EXPECT_FALSE(c->model.blocks[2].moe);
   EXPECT_EQ(load_run_config("/nonexistent/x.pbtxt").status().code(), StatusCode::kNotFound);
+}
+
+// Every field of a resolved config is explicit, recursively: optional fields are present and
+// enums are never UNSPECIFIED. The only fields left out are `model.arch` (shorthand for the
+// blocks, which are explicit) and the `moe` of a dense block. Together with the round trip below
+// this proves that a stored resolved config means the same model under any build's defaults:
+// the converters consult a default only for an absent field.
+void expect_every_field_set(const google::protobuf::Message& msg, const std::string& path,
+                            const std::string& source) {
+  using google::protobuf::FieldDescriptor;
+  const google::protobuf::Descriptor* d = msg.GetDescriptor();
+  const google::protobuf::Reflection* r = msg.GetReflection();
+  const bool dense_block = d->full_name() == "momoe.BlockConfig" &&
+                           static_cast<const momoe::BlockConfig&>(msg).kind() == momoe::BlockConfig::DENSE;
+  for (int i = 0; i < d->field_count(); ++i) {
+    const FieldDescriptor* f = d->field(i);
+    const std::string at = path + f->name();
+    if (at == "model.arch" || (dense_block && f->name() == "moe")) continue;
+    if (f->is_repeated()) {
+      for (int k = 0; k < r->FieldSize(msg, f); ++k) {
+        if (f->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) {
+          expect_every_field_set(r->GetRepeatedMessage(msg, f, k), str_cat(at, "[", k, "]."), source);
+        }
+      }
+      continue;
+    }
+    if (f->has_presence()) {
+      EXPECT_TRUE(r->HasField(msg, f)) << source << ": " << at << " is not explicit";
+    } else if (f->cpp_type() == FieldDescriptor::CPPTYPE_ENUM) {
+      EXPECT_NE(r->GetEnumValue(msg, f), 0) << source << ": " << at << " is UNSPECIFIED";
+    }
+    if (f->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE && r->HasField(msg, f)) {
+      expect_every_field_set(r->GetMessage(msg, f), at + ".", source);
+    }
+  }
+}
+
+std::vector<std::string> config_files() {
+  std::vector<std::string> out;
+  for (const auto& e : std::filesystem::directory_iterator(MOE_CONFIG_DIR)) {
+    if (e.path().extension() == ".pbtxt") out.push_back(e.path().string());
+  }
+  return out;
+}
+
+TEST(RunConfigTest, ResolvedConfigIsCompleteAndRoundTrips) {
+  const std::vector<std::string> files = config_files();
+  ASSERT_GE(files.size(), 8u);
+  std::vector<std::pair<std::string, StatusOr<RunConfig>>> cases;
+  for (const std::string& f : files) cases.emplace_back(f, load_run_config(f));
+  cases.emplace_back("kConfig", parse_run_config(kConfig, "kConfig"));
+  cases.emplace_back("blocks", parse_run_config(
+      "model { blocks { kind: MOE moe { num_experts: 4 residual: ADAM adam { reference_code: true } } }"
+      " blocks { kind: DENSE } blocks { kind: MOE moe { num_experts: 4 dropless: true } } }"
+      " train { precision: BF16 optimizer { kind: SGD momentum: 0.9 } schedule { kind: COSINE } }"
+      " parallel { backend: MPI timeout_seconds: 12.5 }", "blocks"));
+  for (auto& [name, cfg] : cases) {
+    ASSERT_TRUE(cfg.ok()) << name << ": " << cfg.status().to_string();
+    momoe::RunConfig msg;
+    ASSERT_TRUE(google::protobuf::TextFormat::ParseFromString(cfg->text, &msg)) << name;
+    expect_every_field_set(msg, "", name);
+    StatusOr<RunConfig> again = parse_run_config(cfg->text, name + " (resolved)");
+    ASSERT_TRUE(again.ok()) << name << ": " << again.status().to_string();
+    EXPECT_EQ(again->text, cfg->text) << name;
+    EXPECT_EQ(again->model.blocks.size(), cfg->model.blocks.size());
+  }
+}
+
+TEST(RunConfigTest, DiffListsEveryChangedFieldAndWhichChangeTraining) {
+  StatusOr<RunConfig> a = parse_run_config(kConfig, "a");
+  StatusOr<RunConfig> b = parse_run_config(
+      kConfig, "b", {"train.steps=20", "model.moe.top_k=3", "parallel.timeout_seconds=5"});
+  ASSERT_TRUE(a.ok() && b.ok());
+  StatusOr<std::vector<ConfigChange>> d = diff_configs(a->text, b->text);
+  ASSERT_TRUE(d.ok()) << d.status().to_string();
+  std::map<std::string, ConfigChange> by_path;
+  for (const ConfigChange& c : *d) by_path[c.path] = c;
+  ASSERT_TRUE(by_path.count("train.steps"));
+  EXPECT_EQ(by_path["train.steps"].before, "10");
+  EXPECT_EQ(by_path["train.steps"].after, "20");
+  EXPECT_FALSE(changes_training(by_path["train.steps"]));
+  EXPECT_FALSE(changes_training(by_path["parallel.timeout_seconds"]));
+  // top_k of every MoE block (blocks 0, 1 and 3) and of the model-wide MoE defaults.
+  for (const char* p : {"model.blocks[0].moe.top_k", "model.blocks[1].moe.top_k",
+                        "model.blocks[3].moe.top_k"}) {
+    ASSERT_TRUE(by_path.count(p)) << p;
+    EXPECT_TRUE(changes_training(by_path[p]));
+  }
+  EXPECT_EQ(d->size(), 6u);
+  StatusOr<RunConfig> c = parse_run_config(kConfig, "c", {"model.arch=sgsm"});
+  ASSERT_TRUE(c.ok());
+  d = diff_configs(a->text, c->text);
+  ASSERT_TRUE(d.ok());
+  bool saw_count = false;
+  for (const ConfigChange& ch : *d) saw_count |= ch.path == "model.blocks" && ch.before == "4 entries";
+  EXPECT_TRUE(saw_count);
+  EXPECT_TRUE(diff_configs(a->text, a->text)->empty());
+  // A config file that is a directory is refused, naming it.
+  StatusOr<RunConfig> dir = load_run_config(MOE_CONFIG_DIR);
+  EXPECT_EQ(dir.status().code(), StatusCode::kInvalidArgument) << dir.status().to_string();
+  EXPECT_NE(dir.status().message().find("not a regular file"), std::string::npos);
 }
 
 TEST(RunConfigTest, LearningRateSchedule) {
