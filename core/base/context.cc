@@ -112,7 +112,7 @@ Status Context::synchronize() {
 StatusOr<Tensor> Context::read_back(const TensorView& t) {
   MOE_RETURN_IF_ERROR(check_mine("read_back", t));
   MOE_RETURN_IF_ERROR(synchronize());
-  Tensor host = Tensor::empty(t.shape(), t.dtype());
+  MOE_ASSIGN_OR_RETURN(Tensor host, Tensor::try_empty(t.shape(), t.dtype()));
   DeviceAccessScope device_side;
   MOE_RETURN_IF_ERROR(
       device_memcpy(host.raw(), Device::host(), t.raw(), t.device(), t.nbytes(), stream_));

@@ -127,18 +127,27 @@ StatusOr<Tensor> Tensor::allocate(Shape shape, DType dtype,
   return t;
 }
 
-Tensor Tensor::empty(Shape shape, DType dtype) {
+StatusOr<Tensor> Tensor::try_empty(Shape shape, DType dtype) {
   Tensor t;
   const size_t bytes = static_cast<size_t>(shape.numel()) * dtype_size(dtype);
   auto storage = std::make_shared<TensorStorage>();
   if (bytes > 0) {
     storage->ptr = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
-    MOE_CHECK(storage->ptr != nullptr, "host allocation of ", bytes, " bytes failed");
+    if (storage->ptr == nullptr) {
+      return resource_exhausted_error("host memory: cannot allocate ", bytes, " bytes for ",
+                                      shape.to_string(), " ", dtype_name(dtype));
+    }
   }
   storage->bytes = bytes;
   t.view_ = TensorView(storage->ptr, dtype, shape, Device::host());
   t.storage_ = std::move(storage);
   return t;
+}
+
+Tensor Tensor::empty(Shape shape, DType dtype) {
+  StatusOr<Tensor> t = try_empty(shape, dtype);
+  MOE_CHECK(t.ok(), t.status().message());
+  return std::move(t).value();
 }
 
 Tensor Tensor::zeros(Shape shape, DType dtype) {

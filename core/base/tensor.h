@@ -133,8 +133,10 @@ class Tensor {
   static StatusOr<Tensor> allocate(Shape shape, DType dtype,
                                    const std::shared_ptr<Allocator>& allocator, Stream stream = {},
                                    bool guarded = false);
-  // Host storage, unguarded, for data pipelines, I/O and tests; aborts on out-of-memory (like
-  // std::vector). Core code allocates through its Context instead.
+  // Host storage, unguarded, for data pipelines, I/O and tests (core code allocates through its
+  // Context instead). try_empty returns kResourceExhausted naming the size when the memory is
+  // not there; empty aborts then (like std::vector), for small host tensors.
+  static StatusOr<Tensor> try_empty(Shape shape, DType dtype);
   static Tensor empty(Shape shape, DType dtype);
   static Tensor zeros(Shape shape, DType dtype);
   // A host copy of an unguarded host view (device data reaches the host through

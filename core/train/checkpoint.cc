@@ -137,9 +137,10 @@ Status load_into(const std::string& dir, const CheckpointManifestInfo& m, Transf
   }
   ParameterSet& params = model->params();
   Context& ctx = model->context();
-  auto host_like = [&](const Tensor& arena) { return Tensor::empty(arena.shape(), arena.dtype()); };
-  const Tensor host_masters[2] = {host_like(params.masters(ParamKind::kDense)),
-                                  host_like(params.masters(ParamKind::kExpert))};
+  auto host_like = [&](const Tensor& arena) { return Tensor::try_empty(arena.shape(), arena.dtype()); };
+  MOE_ASSIGN_OR_RETURN(Tensor dense_masters, host_like(params.masters(ParamKind::kDense)));
+  MOE_ASSIGN_OR_RETURN(Tensor expert_masters, host_like(params.masters(ParamKind::kExpert)));
+  const Tensor host_masters[2] = {dense_masters, expert_masters};
   auto arena = [](ParamKind kind) { return kind == ParamKind::kDense ? 0 : 1; };
   for (const auto& p : params.all()) {
     const TensorView dst = p->slice_of(host_masters[arena(p->kind)]);
@@ -158,7 +159,8 @@ Status load_into(const std::string& dir, const CheckpointManifestInfo& m, Transf
   std::vector<Tensor> host_state;  // [slot * 2 + kind]
   for (int slot = 0; slot < optimizer->slots(); ++slot) {
     for (ParamKind kind : {ParamKind::kDense, ParamKind::kExpert}) {
-      host_state.push_back(host_like(optimizer->state(slot, kind)));
+      MOE_ASSIGN_OR_RETURN(Tensor state, host_like(optimizer->state(slot, kind)));
+      host_state.push_back(std::move(state));
     }
   }
   for (const auto& s : optimizer->state_tensors()) {

@@ -1,5 +1,8 @@
 #include "core/train/trainer.h"
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -8,6 +11,7 @@
 #include "core/checkpoint/checkpoint_io.h"
 #include "core/train/agree.h"
 #include "core/train/grad_sync.h"
+#include "core/train/memory_estimate.h"
 #include "proto/run_convert.h"
 #include "kernels/moe_stats.h"
 
@@ -78,6 +82,7 @@ Status Trainer::setup() {
                                "runs on the CPU); use train.device = CPU");
   }
   ctx_ = Context::host(opts_.context);
+  MOE_RETURN_IF_ERROR(check_host_memory());
   MOE_ASSIGN_OR_RETURN(model_, TransformerLM::create(cfg_.model, ctx_.get(),
                                                      activation_dtype(t.precision),
                                                      has_groups_ ? groups_.ep.get() : nullptr));
@@ -144,6 +149,29 @@ void Trainer::say(const std::string& line) const {
   if (opts_.progress == nullptr || (world_ != nullptr && world_->rank() != 0)) return;
   std::fprintf(opts_.progress, "momoe: %s\n", line.c_str());
   std::fflush(opts_.progress);
+}
+
+Status Trainer::check_host_memory() {
+  const int ranks = world_ == nullptr ? 1 : world_->world_size();
+  // The ranks sharing rank 0's host share its memory (a homogeneous cluster is assumed).
+  char host[256] = {};
+  if (::gethostname(host, sizeof(host) - 1) != 0) host[0] = '\0';
+  int here = 1;
+  if (world_ != nullptr && ranks > 1) {
+    MOE_ASSIGN_OR_RETURN(std::vector<std::string> hosts, world_->gather_bytes(host, 0));
+    here = static_cast<int>(std::count(hosts.begin(), hosts.end(), std::string(host)));
+  }
+  Status fits = Status::OK();
+  if (world_ == nullptr || world_->rank() == 0) {
+    MemoryEstimate per_host = estimate_training_memory(cfg_, ranks);
+    const std::string where = here > 1 ? str_cat("host ", host, " (", here, " ranks)") : "this host";
+    per_host.parameter_bytes *= here;
+    per_host.gradient_bytes *= here;
+    per_host.optimizer_bytes *= here;
+    per_host.activation_bytes *= here;
+    fits = check_memory(per_host, available_host_memory(), where);
+  }
+  return agree(world_, fits);
 }
 
 Status Trainer::take_run_directory() {

@@ -112,6 +112,9 @@ class Trainer {
   // current config changes against the checkpoint's (printed; refused unless allowed).
   StatusOr<std::string> choose_resume_checkpoint();
   Status check_config_change(const std::string& checkpoint);
+  // Refuses (on every rank) a run whose estimated memory exceeds what rank 0's host has
+  // available (memory_estimate.h), before the model is allocated.
+  Status check_host_memory();
   void say(const std::string& line) const;  // rank 0, before the coordinator exists too
 
   RunConfig cfg_;

@@ -1,0 +1,130 @@
+#include "core/train/memory_estimate.h"
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+namespace moe {
+namespace {
+
+std::string gib(int64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.2f", static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0));
+  return buf;
+}
+
+// First integer in a file ("max" or a missing file: -1).
+int64_t read_int(const std::string& path) {
+  std::ifstream in(path);
+  std::string word;
+  if (!(in >> word)) return -1;
+  char* end = nullptr;
+  const long long v = std::strtoll(word.c_str(), &end, 10);
+  return *end == '\0' ? v : -1;
+}
+
+}  // namespace
+
+std::string MemoryEstimate::to_string() const {
+  return str_cat(gib(total()), " GiB (parameters ", gib(parameter_bytes), ", gradients ",
+                 gib(gradient_bytes), ", optimizer ", gib(optimizer_bytes), ", activations ",
+                 gib(activation_bytes), " for a micro-batch of ", micro_batch_tokens, " tokens)");
+}
+
+MemoryEstimate estimate_training_memory(const RunConfig& cfg, int world_size) {
+  const ModelConfig& m = cfg.model;
+  const TrainConfig& t = cfg.train;
+  const int64_t D = m.d_model, V = m.vocab_size, S = m.seq_len, H = m.n_heads;
+  const bool post = m.block_style == BlockStyle::kPostLnDoubleResidual;
+  const int64_t A = t.precision == Precision::kBf16 ? 2 : 4;  // activation bytes
+  const int ep = std::max(1, cfg.parallel.ep);
+
+  // Parameters, as the layers register them; `matmul` ones get a working copy under BF16.
+  int64_t params = S * D + V * D, matmul = V * D;  // positions, token embedding
+  if (!m.tie_embeddings) params += V * D, matmul += V * D;
+  if (!post) params += 2 * D;  // final LayerNorm
+  for (const BlockPlan& b : m.blocks) {
+    params += 4 * D * D + 4 * D + 4 * D;  // attention (qkv, o, biases), ln1, ln2
+    matmul += 4 * D * D;
+    if (!b.moe) {
+      params += 2 * D * m.d_ff + m.d_ff + D;
+      matmul += 2 * D * m.d_ff;
+      continue;
+    }
+    const MoeLayerConfig& c = b.moe_cfg;
+    const int64_t local = c.num_experts / ep;
+    if (post) params += 2 * D;  // ln_in
+    params += D * c.num_experts + c.num_experts;
+    params += local * (2 * D * c.d_expert + c.d_expert + D);
+    matmul += local * 2 * D * c.d_expert;
+    if (c.sparsemixer.enabled && c.sparsemixer.omega) params += D;
+  }
+  MemoryEstimate e;
+  e.parameters = params;
+  e.parameter_bytes = 4 * params + (A == 2 ? 2 * matmul : 0);
+  e.gradient_bytes = 4 * params;
+  const int slots = t.optimizer.kind == OptimizerKind::kAdamW ? 2 : (t.optimizer.momentum > 0 ? 1 : 0);
+  e.optimizer_bytes = 4 * params * slots;
+
+  // Activations of one micro-batch, per token: what each layer keeps for backward (inputs it
+  // reuses are shared, not copied), then the head's logits and their gradient, which coexist at
+  // the start of backward and are the step's largest transient.
+  const int64_t micro = t.batch_size / std::max<int64_t>(1, t.grad_accum * world_size);
+  const int64_t tokens = micro * S;
+  double per_token = 0;
+  per_token += 2.0 * D * A + 8;  // embedding output and its dropout
+  for (const BlockPlan& b : m.blocks) {
+    per_token += 8.0 * D * A + 4.0 * H + 16;  // qkv, context, output, dropout, sum, LN; lse, stats
+    if (!b.moe) {
+      per_token += 2.0 * m.d_ff * A + 4.0 * D * A + 8;
+      continue;
+    }
+    const MoeLayerConfig& c = b.moe_cfg;
+    // Rows an expert block holds per token: K assignments, padded to the capacity in capacity
+    // mode (C = capacity_factor * T * K / E per expert) or by one row per block in dropless.
+    const double rows = c.top_k * (c.dropless ? 1.0 : std::max(1.0, c.capacity_factor));
+    per_token += rows * (4.0 * D + 2.0 * c.d_expert) * A;    // x, h_pre, h, y in and out of experts
+    per_token += 4.0 * D + 3.0 * c.num_experts * 4 + 12.0 * c.top_k;  // router in, logits, probs, idx
+    per_token += 6.0 * D * A + 4.0 * D * 4;                   // u, out, LNs, sums; state p (F)
+    if (c.residual == ResidualKind::kAdam) per_token += 4.0 * D * 4;
+  }
+  per_token += 2.0 * D * A + 2.0 * V * 4 + 8;  // final hidden, logits and d_logits (f32), lse
+  // Backward holds a few [T, D] gradients at once on top of the saved activations.
+  per_token += 6.0 * D * 4;
+  e.micro_batch_tokens = tokens;
+  e.activation_bytes = static_cast<int64_t>(std::ceil(per_token * static_cast<double>(tokens)));
+  return e;
+}
+
+int64_t available_host_memory() {
+  int64_t available = -1;
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  int64_t kb = 0;
+  std::string unit;
+  while (meminfo >> key >> kb >> unit) {
+    if (key == "MemAvailable:") {
+      available = kb * 1024;
+      break;
+    }
+  }
+  // cgroup v2: the process's group limit.
+  const int64_t max = read_int("/sys/fs/cgroup/memory.max");
+  const int64_t current = read_int("/sys/fs/cgroup/memory.current");
+  if (max > 0 && current >= 0) {
+    const int64_t left = std::max<int64_t>(0, max - current);
+    available = available < 0 ? left : std::min(available, left);
+  }
+  return available;
+}
+
+Status check_memory(const MemoryEstimate& estimate, int64_t available, const std::string& where) {
+  if (available < 0 || estimate.total() <= available) return Status::OK();
+  return invalid_argument_error(
+      "this run needs about ", estimate.to_string(), " per rank, but ", where, " has ",
+      gib(available), " GiB available: lower train.batch_size (or raise train.grad_accum), "
+      "shorten model.seq_len, or run on more ranks");
+}
+
+}  // namespace moe

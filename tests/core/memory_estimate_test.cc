@@ -1,0 +1,107 @@
+// The memory estimate (core/train/memory_estimate.h) against what a step really allocates: for
+// every model family in configs/ at two sizes and both precisions, the parameter count is exact
+// and the estimated total brackets the allocator's measured peak; a run that cannot fit is
+// refused before anything is allocated, with the estimate in the message.
+#include "core/train/memory_estimate.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "proto/run_convert.h"
+#include "tests/core/trainer_test_util.h"
+
+namespace moe::testing {
+namespace {
+namespace fs = std::filesystem;
+
+std::vector<std::string> families() {
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(std::string(MOE_SOURCE_DIR) + "/configs")) {
+    if (e.path().extension() == ".pbtxt") names.push_back(e.path().stem().string());
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+class MemoryEstimateTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    corpus_ = new std::string(fresh_dir("memory_corpus"));
+    ASSERT_FALSE(write_small_corpus(*corpus_).empty());
+  }
+  static void TearDownTestSuite() {
+    fs::remove_all(*corpus_);
+    delete corpus_;
+  }
+  static StatusOr<RunConfig> config(const std::string& family, const std::vector<std::string>& extra) {
+    std::vector<std::string> set = {
+        "train.steps=1", "train.eval_every=0", "train.checkpoint_every=0", "train.probe_every=0",
+        "data.train=" + *corpus_ + "/train.txt", "data.valid=" + *corpus_ + "/valid.txt",
+        "data.test=" + *corpus_ + "/test.txt", "data.vocab_max_size=1500",
+        "data.cache_dir=" + *corpus_ + "/cache"};
+    set.insert(set.end(), extra.begin(), extra.end());
+    return load_run_config(std::string(MOE_SOURCE_DIR) + "/configs/" + family + ".pbtxt", set, 0);
+  }
+  static std::string* corpus_;
+};
+std::string* MemoryEstimateTest::corpus_ = nullptr;
+
+TEST_F(MemoryEstimateTest, ParametersAreExactAndTheTotalBracketsTheMeasuredPeak) {
+  const std::vector<std::vector<std::string>> sizes = {
+      {"model.d_model=64", "model.n_heads=2", "model.seq_len=32", "model.d_ff=128",
+       "model.moe.d_expert=64", "model.moe.num_experts=4", "train.batch_size=8"},
+      {"model.d_model=96", "model.n_heads=4", "model.seq_len=64", "model.d_ff=192",
+       "model.moe.d_expert=128", "model.moe.num_experts=8", "train.batch_size=16"}};
+  for (const std::string& family : families()) {
+    for (size_t s = 0; s < sizes.size(); ++s) {
+      for (const char* precision : {"FP32", "BF16"}) {
+        std::vector<std::string> set = sizes[s];
+        set.push_back(std::string("train.precision=") + precision);
+        StatusOr<RunConfig> cfg = config(family, set);
+        ASSERT_TRUE(cfg.ok()) << cfg.status().to_string();
+        const std::string run = fresh_dir("memory_" + family);
+        auto t = Trainer::create(*cfg, quiet_options(run, false), nullptr);
+        ASSERT_TRUE(t.ok()) << t.status().to_string();
+        ASSERT_TRUE((*t)->step().ok());
+        RunConfig resolved = *cfg;
+        resolved.model.vocab_size = (*t)->config().model.vocab_size;
+        const MemoryEstimate e = estimate_training_memory(resolved, 1);
+        int64_t params = 0;
+        for (const auto& p : (*t)->model().params().all()) params += p->numel();
+        EXPECT_EQ(e.parameters, params) << family;
+        const auto peak = static_cast<double>((*t)->context().allocator().stats().peak_bytes_in_use);
+        const double ratio = static_cast<double>(e.total()) / peak;
+        std::printf("%-12s size %zu %s: estimate %.2f MiB, peak %.2f MiB, ratio %.2f\n",
+                    family.c_str(), s, precision, e.total() / 1048576.0, peak / 1048576.0, ratio);
+        EXPECT_GE(ratio, 1.0) << family << " " << precision;
+        EXPECT_LE(ratio, 1.6) << family << " " << precision;
+        t->reset();
+        fs::remove_all(run);
+      }
+    }
+  }
+}
+
+TEST_F(MemoryEstimateTest, ARunThatCannotFitIsRefusedBeforeAllocating) {
+  StatusOr<RunConfig> cfg = config("quickstart", {"train.batch_size=100000"});
+  ASSERT_TRUE(cfg.ok());
+  const std::string run = fresh_dir("memory_huge");
+  auto t = Trainer::create(*cfg, quiet_options(run, false), nullptr);
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(t.status().message().find("this run needs about"), std::string::npos) << t.status().message();
+  EXPECT_NE(t.status().message().find("GiB available"), std::string::npos) << t.status().message();
+  EXPECT_NE(t.status().message().find("train.batch_size"), std::string::npos) << t.status().message();
+  fs::remove_all(run);
+
+  MemoryEstimate e;
+  e.activation_bytes = 3LL << 30;
+  EXPECT_TRUE(check_memory(e, -1, "this host").ok());  // unknown: never refused
+  EXPECT_TRUE(check_memory(e, 4LL << 30, "this host").ok());
+  EXPECT_FALSE(check_memory(e, 2LL << 30, "this host").ok());
+  EXPECT_GT(available_host_memory(), 0);
+}
+
+}  // namespace
+}  // namespace moe::testing
