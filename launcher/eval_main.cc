@@ -46,6 +46,12 @@ StatusOr<std::string> evaluate(const FlagParser& flags) {
   MOE_ASSIGN_OR_RETURN(int64_t max_sequences, flags.get_int("max-sequences", 0));
   MOE_ASSIGN_OR_RETURN(double rate, flags.get_double("attack-rate", cfg.train.attack_rate));
   if (batch < 1) return invalid_argument_error("--batch ", batch, " must be >= 1");
+  if (max_sequences < 0) {
+    return invalid_argument_error("--max-sequences ", max_sequences, " must be >= 0 (0: all)");
+  }
+  if (!(rate >= 0.0 && rate < 1.0)) {
+    return invalid_argument_error("--attack-rate ", rate, " must be in [0, 1)");
+  }
   MOE_ASSIGN_OR_RETURN(data::SequenceSet set, data::SequenceSet::create(split, cfg.model.seq_len));
   MOE_ASSIGN_OR_RETURN(EvalResult clean, evaluate_perplexity(model.get(), set, batch, max_sequences,
                                                              cfg.train.seed, nullptr));

@@ -7,9 +7,17 @@
 // Each rank starts through `momoe-launch --rank-exec -- CMD`, which binds the rank to a GPU by its
 // node-local rank (CUDA_VISIBLE_DEVICES = local_rank mod GPUs, unless already set) and then execs
 // CMD. NCCL_*, MOMOE_*, OMPI_MCA_*, UCX_*, OPENBLAS_NUM_THREADS and OMP_NUM_THREADS pass through.
+// The printed line is shell-quoted (it can be pasted), and Ctrl-C or SIGTERM to momoe-launch
+// stops every rank gracefully (see run_child).
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <cstdlib>
 #include <string>
 #include <thread>
@@ -26,11 +34,66 @@ namespace {
 const char* kPassPrefixes[] = {"NCCL_", "MOMOE_", "OMPI_MCA_", "UCX_", "OPENBLAS_NUM_THREADS",
                                "OMP_NUM_THREADS", "CUDA_VISIBLE_DEVICES"};
 
+// The word as a POSIX shell reads it back: bare when it holds only characters no shell treats
+// specially, else single-quoted (a ' inside becomes '\'').
 std::string quote(const std::string& s) {
-  if (s.find_first_of(" \t\"'$\\") == std::string::npos && !s.empty()) return s;
+  const bool plain = !s.empty() && std::all_of(s.begin(), s.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || std::strchr("_-./:=,@%+", c) != nullptr;
+  });
+  if (plain) return s;
   std::string out = "'";
   for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
   return out + "'";
+}
+
+// A whole positive integer, or -1 ("4abc", "", "0", "-2" and overflow are all -1).
+int positive_int(const std::string& v) {
+  if (v.empty() || v.size() > 9) return -1;
+  for (char c : v) {
+    if (!std::isdigit(static_cast<unsigned char>(c))) return -1;
+  }
+  const int n = std::atoi(v.c_str());
+  return n >= 1 ? n : -1;
+}
+
+// The launcher (mpirun or srun) runs as a child so that a stop signal reaches every rank as a
+// graceful one: the first SIGINT/SIGTERM/SIGHUP becomes SIGUSR1 for the launcher, which both
+// forward unchanged to every rank (Open MPI's mpirun would instead answer SIGINT/SIGTERM with
+// SIGTERM to the ranks and SIGKILL one second later); a second one is forwarded as SIGTERM.
+volatile std::sig_atomic_t g_child = 0;
+volatile std::sig_atomic_t g_signals = 0;
+
+void forward(int) {
+  if (g_child <= 0) return;
+  ::kill(g_child, g_signals++ == 0 ? SIGUSR1 : SIGTERM);
+}
+
+int run_child(std::vector<std::string>& line) {
+  std::vector<char*> args;
+  for (std::string& s : line) args.push_back(s.data());
+  args.push_back(nullptr);
+  const pid_t child = ::fork();
+  if (child < 0) {
+    std::fprintf(stderr, "momoe-launch: fork failed: %s\n", std::strerror(errno));
+    return 1;
+  }
+  if (child == 0) {
+    execvp(args[0], args.data());
+    std::fprintf(stderr, "momoe-launch: cannot run %s (is it installed and on PATH?)\n", args[0]);
+    _exit(127);
+  }
+  g_child = child;
+  struct sigaction sa;
+  std::memset(&sa, 0, sizeof(sa));
+  sa.sa_handler = forward;
+  sigemptyset(&sa.sa_mask);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGUSR1}) sigaction(sig, &sa, nullptr);
+  int status = 0;
+  while (::waitpid(child, &status, 0) < 0) {
+    if (errno != EINTR) return 1;
+  }
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  return 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
 }
 
 int usage(const char* why) {
@@ -79,11 +142,15 @@ int run(int argc, char** argv) {
       break;
     }
     if (a == "-np" || a == "--np") {
-      np = std::atoi(value("-np").c_str());
+      const std::string v = value("-np");
+      if ((np = positive_int(v)) < 1) return usage(("-np '" + v + "' is not a positive integer").c_str());
     } else if (a == "--hostfile") {
       hostfile = value("--hostfile");
     } else if (a == "--ranks-per-node") {
-      per_node = std::atoi(value("--ranks-per-node").c_str());
+      const std::string v = value("--ranks-per-node");
+      if ((per_node = positive_int(v)) < 1) {
+        return usage(("--ranks-per-node '" + v + "' is not a positive integer").c_str());
+      }
     } else if (a == "--launcher") {
       launcher = value("--launcher");
     } else if (a == "--dry-run") {
@@ -136,12 +203,7 @@ int run(int argc, char** argv) {
   std::printf("momoe-launch: %s\n", printed.c_str());
   std::fflush(stdout);
   if (dry_run) return 0;
-  std::vector<char*> args;
-  for (std::string& s : line) args.push_back(s.data());
-  args.push_back(nullptr);
-  execvp(args[0], args.data());
-  std::fprintf(stderr, "momoe-launch: cannot run %s (is it installed and on PATH?)\n", line[0].c_str());
-  return 127;
+  return run_child(line);
 }
 
 }  // namespace

@@ -142,7 +142,18 @@ Status Trainer::setup() {
                                 model_->num_moe_layers(), " MoE); parameters: ", dense,
                                 " dense + ", expert, " expert on this rank"));
   }
+  // Set-up ran under the (long) setup timeout; the step's collectives get the short one, so a
+  // rank that stops responding is named within seconds.
+  set_collective_timeout(cfg_.parallel.timeout_seconds);
   return Status::OK();
+}
+
+void Trainer::set_collective_timeout(double seconds) {
+  if (world_ != nullptr) world_->set_timeout(seconds);
+  if (has_groups_) {
+    groups_.ep->set_timeout(seconds);
+    groups_.dp->set_timeout(seconds);
+  }
 }
 
 void Trainer::say(const std::string& line) const {
@@ -248,9 +259,13 @@ TrainingState Trainer::training_state() {
 }
 
 StatusOr<std::string> Trainer::save() {
-  MOE_ASSIGN_OR_RETURN(std::string dir, save_checkpoint(opts_.run_dir, training_state(), world_,
-                                                        has_groups_ ? &groups_ : nullptr,
-                                                        cfg_.train.keep_checkpoints));
+  // Writing shards to a slow file system can take far longer than a step.
+  set_collective_timeout(cfg_.parallel.setup_timeout_seconds);
+  StatusOr<std::string> saved = save_checkpoint(opts_.run_dir, training_state(), world_,
+                                                has_groups_ ? &groups_ : nullptr,
+                                                cfg_.train.keep_checkpoints);
+  set_collective_timeout(cfg_.parallel.timeout_seconds);
+  MOE_ASSIGN_OR_RETURN(std::string dir, std::move(saved));
   coordinator_->print(str_cat("momoe: checkpoint ", dir));
   return dir;
 }

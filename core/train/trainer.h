@@ -116,6 +116,9 @@ class Trainer {
   // available (memory_estimate.h), before the model is allocated.
   Status check_host_memory();
   void say(const std::string& line) const;  // rank 0, before the coordinator exists too
+  // Bounds every later collective of the world and the EP/DP groups: parallel.timeout_seconds
+  // in the training loop, parallel.setup_timeout_seconds while saving a checkpoint.
+  void set_collective_timeout(double seconds);
 
   RunConfig cfg_;
   TrainerOptions opts_;

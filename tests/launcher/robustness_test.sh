@@ -1,0 +1,242 @@
+#!/usr/bin/env bash
+# A run never loses work: the executables as a user, a scheduler and a crash treat them.
+# Usage: robustness_test.sh BIN_DIR CONFIG CASE
+# Cases (one CTest entry each): signal, signal_mpi, stuck_rank_mpi, lock, fresh, damaged,
+# config_change, torn_stats, memory, inputs.
+set -u
+bin=$1
+config=$2
+case=$3
+run=$(mktemp -d)
+trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$run"' EXIT
+export OPENBLAS_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+cache="$run/cache"
+fail() { echo "FAIL [$case]: $*"; exit 1; }
+# train RUN_DIR [FLAGS...]: the tiny model with a shared token cache; output in RUN_DIR.log.
+train() {
+  local dir=$1; shift
+  "$bin/momoe-train" --config "$config" --run-dir "$dir" --set train.eval_sequences=8 \
+    --set data.cache_dir="$cache" "$@" > "$dir.log" 2>&1
+}
+# start RUN_DIR [FLAGS...]: train in the background; $pid is momoe-train's own pid (not a subshell's).
+start() {
+  local dir=$1; shift
+  "$bin/momoe-train" --config "$config" --run-dir "$dir" --set train.eval_sequences=8 \
+    --set data.cache_dir="$cache" "$@" > "$dir.log" 2>&1 &
+  pid=$!
+}
+expect_in() {  # expect_in FILE NEEDLE
+  grep -qF -- "$2" "$1" || { cat "$1"; fail "'$2' not in $1"; }
+}
+# Waits until FILE contains NEEDLE (at most 60 s) while process $pid lives.
+wait_for() {
+  for _ in $(seq 600); do
+    grep -qF -- "$2" "$1" 2>/dev/null && return 0
+    kill -0 "$pid" 2>/dev/null || { cat "$1"; fail "the process ended before '$2' appeared in $1"; }
+    sleep 0.1
+  done
+  cat "$1"; fail "timed out waiting for '$2' in $1"
+}
+long=(--set train.steps=1000000 --set train.log_every=200)
+
+case $case in
+signal)
+  # Each stop signal: the step in flight finishes, a checkpoint is written, statistics are
+  # flushed, exit code 3; the same command resumes from that step.
+  for sig in INT TERM HUP USR1; do
+    dir=$run/$sig
+    start "$dir" "${long[@]}"
+    wait_for "$dir.log" "step 200/"
+    kill -"$sig" "$pid"
+    wait "$pid"; rc=$?
+    [ "$rc" -eq 3 ] || { cat "$dir.log"; fail "SIG$sig: exit code $rc, expected 3"; }
+    expect_in "$dir.log" "SIG$sig received"
+    step=$(sed -n 's/.*stopped after step \([0-9]*\) of.*/\1/p' "$dir.log")
+    [ -n "$step" ] || { cat "$dir.log"; fail "SIG$sig: no 'stopped after step' line"; }
+    ckpt=$(printf "%s/ckpt-%08d" "$dir" "$step")
+    [ -f "$ckpt/manifest.pb" ] || fail "SIG$sig: no checkpoint at step $step"
+    "$bin/momoe-stats" "$dir" > "$dir.stats" || fail "momoe-stats"
+    expect_in "$dir.stats" "last step $((step - 1))"
+    train "$dir" --set train.steps=$((step + 2)) || { cat "$dir.log"; fail "SIG$sig: resume failed"; }
+    expect_in "$dir.log" "resumed from $ckpt at step $step"
+  done
+  # A second signal stops at once, without a checkpoint.
+  dir=$run/twice
+  start "$dir" "${long[@]}"
+  wait_for "$dir.log" "step 200/"
+  kill -TERM "$pid"
+  wait_for "$dir.log" "SIGTERM received"  # a signal sent while one is pending is merged into it
+  kill -TERM "$pid"
+  wait "$pid"; rc=$?
+  [ "$rc" -eq 143 ] || { cat "$dir.log"; fail "a second SIGTERM: exit status $rc, expected 143"; }
+  ;;
+signal_mpi)
+  # Under mpirun every rank stops after the same step: SIGUSR1 to mpirun (which forwards it to
+  # every rank), SIGTERM to one rank only, and Ctrl-C (SIGINT) to momoe-launch.
+  for how in usr1_mpirun term_one_rank int_launch; do
+    dir=$run/$how
+    if [ "$how" = int_launch ]; then
+      "$bin/momoe-launch" -np 2 -- "$bin/momoe-train" --config "$config" --run-dir "$dir" --ep 2 \
+        --set data.cache_dir="$cache" --set train.eval_sequences=8 "${long[@]}" > "$dir.log" 2>&1 &
+    else
+      mpirun -np 2 --oversubscribe "$bin/momoe-train" --config "$config" --run-dir "$dir" --ep 2 \
+        --set data.cache_dir="$cache" --set train.eval_sequences=8 "${long[@]}" > "$dir.log" 2>&1 &
+    fi
+    pid=$!
+    wait_for "$dir.log" "step 200/"
+    case $how in
+      usr1_mpirun) kill -USR1 "$pid" ;;
+      term_one_rank) kill -TERM "$(pgrep -f -- "--run-dir $dir" | grep -v "^$pid\$" | sort -n | tail -1)" ;;
+      int_launch) kill -INT "$pid" ;;
+    esac
+    wait "$pid"; rc=$?
+    [ "$rc" -ne 0 ] && [ "$rc" -ne 3 ] && { cat "$dir.log"; fail "$how: exit status $rc"; }
+    step=$(sed -n 's/.*stopped after step \([0-9]*\) of.*/\1/p' "$dir.log" | head -1)
+    [ -n "$step" ] || { cat "$dir.log"; fail "$how: no 'stopped after step' line"; }
+    ckpt=$(printf "%s/ckpt-%08d" "$dir" "$step")
+    [ -f "$ckpt/manifest.pb" ] || { cat "$dir.log"; fail "$how: no checkpoint at step $step"; }
+    [ -f "$ckpt/experts-ep1-of-2.safetensors" ] || fail "$how: rank 1's expert shard is missing"
+    train "$dir" --set train.steps=$((step + 1)) || { cat "$dir.log"; fail "$how: resume failed"; }
+    expect_in "$dir.log" "resumed from $ckpt at step $step"
+  done
+  ;;
+stuck_rank_mpi)
+  # A rank that stops responding (not dead) is detected within the training timeout, and the
+  # message names it.
+  dir=$run/stuck
+  start=$(date +%s)
+  MOMOE_FAULT_RANK=1 MOMOE_FAULT_STEP=3 MOMOE_FAULT_STALL=1 timeout 120 mpirun -np 2 --oversubscribe \
+    -x MOMOE_FAULT_RANK -x MOMOE_FAULT_STEP -x MOMOE_FAULT_STALL "$bin/momoe-train" --config "$config" \
+    --run-dir "$dir" --ep 2 --set data.cache_dir="$cache" --set train.steps=20 \
+    --set parallel.timeout_seconds=5 > "$dir.log" 2>&1
+  rc=$?
+  elapsed=$(( $(date +%s) - start ))
+  cat "$dir.log"
+  [ "$rc" -ne 0 ] || fail "the job exited 0 with a stuck rank"
+  [ "$rc" -ne 124 ] || fail "the job hung until the outer timeout"
+  [ "$elapsed" -le 60 ] || fail "the job took ${elapsed}s to end (timeout 5 s)"
+  expect_in "$dir.log" "timed out after 5 s: rank(s) 1 did not arrive"
+  ;;
+lock)
+  # One job per run directory: a second trainer is refused naming the first; a lock left by a
+  # killed job is recognised as stale and taken over.
+  dir=$run/locked
+  start "$dir" "${long[@]}"
+  wait_for "$dir.log" "step 200/"
+  "$bin/momoe-train" --config "$config" --run-dir "$dir" --set data.cache_dir="$cache" > "$run/second.log" 2>&1
+  rc=$?
+  [ "$rc" -eq 2 ] || { cat "$run/second.log"; fail "a second trainer on the directory: exit $rc, expected 2"; }
+  expect_in "$run/second.log" "is in use by another job (momoe-train pid $pid on host $(hostname)"
+  kill -KILL "$pid"; wait "$pid" 2>/dev/null
+  train "$dir" --set train.steps=2 --fresh || { cat "$dir.log"; fail "after a killed job"; }
+  expect_in "$dir.log" "took over the stale lock of $dir (momoe-train pid $pid on host $(hostname)"
+  ;;
+fresh)
+  # --fresh never mixes runs: the old run's checkpoints and statistics move to archive/.
+  dir=$run/fresh
+  train "$dir" --set train.steps=4 --set train.checkpoint_every=2 --set train.keep_checkpoints=5 || fail "run A"
+  train "$dir" --set train.steps=2 --set train.checkpoint_every=2 --set train.seed=5 --fresh || fail "run B"
+  expect_in "$dir.log" "--fresh: moved the previous run's files (2 checkpoint directories, stats.pb) to $dir/archive/"
+  archived=$(ls -d "$dir"/archive/*)
+  [ -f "$archived/ckpt-00000004/manifest.pb" ] && [ -f "$archived/ckpt-00000002/manifest.pb" ] \
+    && [ -f "$archived/stats.pb" ] || fail "run A's files are not in $archived"
+  [ "$(ls -d "$dir"/ckpt-* | wc -l)" -eq 1 ] || { ls "$dir"; fail "run A's checkpoints mixed into run B's"; }
+  train "$dir" --set train.steps=3 --set train.checkpoint_every=2 --set train.seed=5 || fail "resume B"
+  expect_in "$dir.log" "resumed from $dir/ckpt-00000002 at step 2"
+  "$bin/momoe-stats" "$dir" > "$run/stats" || fail "momoe-stats"
+  expect_in "$run/stats" "steps recorded: 3"
+  ;;
+damaged)
+  # A damaged newest checkpoint is reported, never passed over silently; an explicit flag
+  # resumes from the older one; nothing is deleted.
+  dir=$run/damaged
+  train "$dir" --set train.steps=4 --set train.checkpoint_every=2 --set train.keep_checkpoints=1 || fail "run"
+  [ -d "$dir/ckpt-00000002" ] && fail "pruning kept ckpt-2 with keep_checkpoints=1"
+  train "$dir" --set train.steps=6 --set train.checkpoint_every=2 --set train.keep_checkpoints=2 || fail "run 2"
+  printf '\x01' | dd of="$dir/ckpt-00000006/manifest.pb" bs=1 seek=30 conv=notrunc 2>/dev/null
+  train "$dir" --set train.steps=8 --set train.checkpoint_every=2 --set train.keep_checkpoints=2
+  rc=$?
+  [ "$rc" -eq 1 ] || { cat "$dir.log"; fail "resuming over a damaged manifest: exit $rc, expected 1"; }
+  expect_in "$dir.log" "cannot resume from $dir/ckpt-00000006: checkpoint manifest $dir/ckpt-00000006/manifest.pb is corrupted"
+  expect_in "$dir.log" "--resume-from $dir/ckpt-00000004"
+  "$bin/momoe-eval" --checkpoint "$dir/ckpt-00000006" --text "$config" > "$run/eval.log" 2>&1 \
+    && fail "momoe-eval evaluated a checkpoint with a damaged manifest"
+  expect_in "$run/eval.log" "is corrupted"
+  train "$dir" --set train.steps=8 --set train.checkpoint_every=2 --set train.keep_checkpoints=2 \
+    --resume-from "$dir/ckpt-00000004" || { cat "$dir.log"; fail "--resume-from"; }
+  expect_in "$dir.log" "resumed from $dir/ckpt-00000004 at step 4"
+  expect_in "$dir.log" "was not written by this run"
+  ls -d "$dir"/ckpt-00000006.aside-* > /dev/null 2>&1 || { ls "$dir"; fail "the damaged checkpoint was deleted"; }
+  ;;
+config_change)
+  # Resuming lists every changed field; changes to what training computes are refused unless
+  # allowed; a longer run is fine.
+  dir=$run/changed
+  train "$dir" --set train.steps=2 || fail "run"
+  train "$dir" --set train.steps=3 --set model.moe.top_k=1 --set train.optimizer.lr=0.01
+  rc=$?
+  [ "$rc" -eq 2 ] || { cat "$dir.log"; fail "a changed top_k: exit $rc, expected 2"; }
+  expect_in "$dir.log" "model.blocks[0].moe.top_k: 2 -> 1"
+  expect_in "$dir.log" "train.optimizer.lr: 0.003 -> 0.01"
+  expect_in "$dir.log" "pass --allow-config-change"
+  train "$dir" --set train.steps=3 || { cat "$dir.log"; fail "a longer run"; }
+  expect_in "$dir.log" "train.steps: 2 -> 3"
+  train "$dir" --set train.steps=4 --set model.moe.top_k=1 --allow-config-change || { cat "$dir.log"; fail "allowed"; }
+  expect_in "$dir.log" "resumed from $dir/ckpt-00000003 at step 3"
+  ;;
+torn_stats)
+  # A torn last record of stats.pb (a kill mid-write) is cut away before appending; the reader
+  # and --follow survive torn, damaged and truncated files.
+  dir=$run/torn
+  train "$dir" --set train.steps=3 || fail "run"
+  size=$(stat -c %s "$dir/stats.pb")
+  truncate -s $((size - 7)) "$dir/stats.pb"
+  "$bin/momoe-stats" "$dir" > "$run/s1" 2>&1 || { cat "$run/s1"; fail "momoe-stats refused a torn file"; }
+  expect_in "$run/s1" "the last record is incomplete"
+  train "$dir" --set train.steps=5 || { cat "$dir.log"; fail "resume"; }
+  expect_in "$dir.log" "removed a torn last record"
+  "$bin/momoe-stats" "$dir" > "$run/s2" 2>&1 || { cat "$run/s2"; fail "momoe-stats after the resume"; }
+  expect_in "$run/s2" "steps recorded: 5"
+  "$bin/momoe-stats" "$dir" --follow --poll-seconds 0.2 --max-polls 15 > "$run/follow" 2>&1 &
+  fpid=$!
+  sleep 1
+  : > "$dir/stats.pb"  # truncated under the follower (a new run's file)
+  sleep 0.5
+  train "$dir" --set train.steps=7 --fresh || fail "fresh run"
+  wait "$fpid"
+  expect_in "$run/follow" "reading it again from the start"
+  ;;
+memory)
+  start=$(date +%s)
+  "$bin/momoe-train" --config "$config" --run-dir "$run/mem" --set data.cache_dir="$cache" \
+    --set train.batch_size=10000000 > "$run/mem.log" 2>&1
+  rc=$?
+  [ "$rc" -eq 2 ] || { cat "$run/mem.log"; fail "an impossible batch: exit $rc, expected 2"; }
+  [ $(( $(date +%s) - start )) -le 30 ] || fail "the refusal took too long"
+  expect_in "$run/mem.log" "this run needs about"
+  expect_in "$run/mem.log" "GiB available: lower train.batch_size"
+  ;;
+inputs)
+  # Bad input gets exit code 2 and a message naming it.
+  expect_code() {  # expect_code CODE NEEDLE COMMAND...
+    local code=$1 needle=$2; shift 2
+    "$@" > "$run/err" 2>&1; local rc=$?
+    [ "$rc" -eq "$code" ] || { cat "$run/err"; fail "'$*' exited $rc, expected $code"; }
+    grep -qF -- "$needle" "$run/err" || { cat "$run/err"; fail "'$*' did not mention '$needle'"; }
+  }
+  train "$run/ok" --set train.steps=2 || fail "run"
+  ck=$run/ok/ckpt-00000002
+  expect_code 2 "--attack-rate -1 must be in [0, 1)" "$bin/momoe-eval" --checkpoint "$ck" --text "$config" --attack-rate -1
+  expect_code 2 "--attack-rate = 'nan' is not a finite number" "$bin/momoe-eval" --checkpoint "$ck" --text "$config" --attack-rate nan
+  expect_code 2 "--window 0 must be >= 1" "$bin/momoe-stats" "$run/ok" --window 0
+  expect_code 2 "-np '4abc' is not a positive integer" "$bin/momoe-launch" -np 4abc -- true
+  expect_code 2 "--ep 0 must be >= 1" "$bin/momoe-train" --config "$config" --ep 0
+  expect_code 2 "not a regular file" "$bin/momoe-train" --config "$run"
+  expect_code 2 "MOMOE_FAULT_RANK='abc' is not an integer" env MOMOE_FAULT_RANK=abc "$bin/momoe-train" --config "$config" --run-dir "$run/f" --set data.cache_dir="$cache"
+  expect_code 2 "--fresh and --resume-from exclude each other" "$bin/momoe-train" --config "$config" --fresh --resume-from "$ck"
+  out=$("$bin/momoe-launch" -np 2 --dry-run -- echo 'a b' "it's" 'x;y' plain)
+  [[ "$out" == *"echo 'a b' 'it'\\''s' 'x;y' plain" ]] || fail "the printed line is not shell-quoted: $out"
+  ;;
+*) fail "unknown case" ;;
+esac
+echo "PASS [$case]"
