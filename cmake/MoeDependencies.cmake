@@ -60,4 +60,9 @@ endif()
 add_library(moe_warnings INTERFACE)
 target_compile_options(moe_warnings INTERFACE
   $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wno-unused-parameter>
-  $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<BOOL:${MOE_WERROR}>>:-Werror>)
+  $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<BOOL:${MOE_WERROR}>>:-Werror>
+  # CUDA: nvcc's own warnings and the host compiler's, as errors under MOE_WERROR.
+  # nvcc's front end flags a discarded `Status&` from operator= of a [[nodiscard]] class (2810),
+  # which GCC rightly does not: silenced.
+  $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall,-Wextra,-Wno-unused-parameter --diag-suppress=2810>
+  $<$<AND:$<COMPILE_LANGUAGE:CUDA>,$<BOOL:${MOE_WERROR}>>:-Werror=all-warnings -Xcompiler=-Werror>)

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "kernels/common.h"
+#include "kernels/cuda/cuda_ops.h"
 #include "kernels/reference/activation_ref.h"
 
 namespace moe::kernels {
@@ -69,7 +70,7 @@ void bias_grad_rows(const A* dy, int64_t begin, int64_t end, int64_t n, double* 
 
 Status dropout_apply(Context& ctx, const char* op, const TensorView& x, const TensorView& row_keys,
                      int64_t key_base, CounterRng rng, float p, const TensorView& y) {
-  MOE_KERNEL_ENTRY(ctx, op);
+  MOE_KERNEL_ENTRY_CUDA(ctx, op);
   MOE_RETURN_IF_ERROR(check_act(ctx, op, "x", x));
   MOE_RETURN_IF_ERROR(check_like(op, x, "y", y));
   if (x.ndim() != 2) {
@@ -80,6 +81,7 @@ Status dropout_apply(Context& ctx, const char* op, const TensorView& x, const Te
   if (keyed) {
     MOE_RETURN_IF_ERROR(check_tensor(ctx, op, "row_keys", row_keys, DType::kI64, Shape{x.dim(0)}));
   }
+  MOE_ON_CUDA(ctx, cuda::dropout(ctx, x, row_keys, key_base, rng, p, y));
   return dispatch_float(op, x, [&](auto tag) {
     using T = decltype(tag);
     using C = accum_t<T>;
@@ -121,9 +123,10 @@ Status dropout_apply(Context& ctx, const char* op, const TensorView& x, const Te
 
 Status activation_forward(Context& ctx, Activation act, const TensorView& x, const TensorView& y) {
   constexpr const char* kOp = "activation_forward";
-  MOE_KERNEL_ENTRY(ctx, kOp);
+  MOE_KERNEL_ENTRY_CUDA(ctx, kOp);
   MOE_RETURN_IF_ERROR(check_act(ctx, kOp, "x", x));
   MOE_RETURN_IF_ERROR(check_like(kOp, x, "y", y));
+  MOE_ON_CUDA(ctx, cuda::activation_forward(ctx, act, x, y));
   return dispatch_float(kOp, x, [&](auto tag) {
     using T = decltype(tag);
     using C = accum_t<T>;
@@ -143,10 +146,11 @@ Status activation_forward(Context& ctx, Activation act, const TensorView& x, con
 Status activation_backward(Context& ctx, Activation act, const TensorView& x, const TensorView& dy,
                            const TensorView& dx) {
   constexpr const char* kOp = "activation_backward";
-  MOE_KERNEL_ENTRY(ctx, kOp);
+  MOE_KERNEL_ENTRY_CUDA(ctx, kOp);
   MOE_RETURN_IF_ERROR(check_act(ctx, kOp, "x", x));
   MOE_RETURN_IF_ERROR(check_like(kOp, x, "dy", dy));
   MOE_RETURN_IF_ERROR(check_like(kOp, x, "dx", dx));
+  MOE_ON_CUDA(ctx, cuda::activation_backward(ctx, act, x, dy, dx));
   return dispatch_float(kOp, x, [&](auto tag) {
     using T = decltype(tag);
     using C = accum_t<T>;
@@ -168,8 +172,9 @@ Status activation_backward(Context& ctx, Activation act, const TensorView& x, co
 
 Status add_bias(Context& ctx, const TensorView& x, const TensorView& bias) {
   constexpr const char* kOp = "add_bias";
-  MOE_KERNEL_ENTRY(ctx, kOp);
+  MOE_KERNEL_ENTRY_CUDA(ctx, kOp);
   MOE_RETURN_IF_ERROR(check_bias(ctx, kOp, x, "x", bias, "bias", -1));
+  MOE_ON_CUDA(ctx, cuda::add_bias(ctx, x, bias));
   return dispatch_act(kOp, x, [&](auto at, auto ft) {
     using A = decltype(at);
     using F = decltype(ft);
@@ -179,8 +184,9 @@ Status add_bias(Context& ctx, const TensorView& x, const TensorView& bias) {
 
 Status bias_grad(Context& ctx, const TensorView& dy, const TensorView& dbias) {
   constexpr const char* kOp = "bias_grad";
-  MOE_KERNEL_ENTRY(ctx, kOp);
+  MOE_KERNEL_ENTRY_CUDA(ctx, kOp);
   MOE_RETURN_IF_ERROR(check_bias(ctx, kOp, dy, "dy", dbias, "dbias", -1));
+  MOE_ON_CUDA(ctx, cuda::bias_grad(ctx, dy, dbias));
   return dispatch_act(kOp, dy, [&](auto at, auto ft) {
     using A = decltype(at);
     using F = decltype(ft);
@@ -195,9 +201,10 @@ Status bias_grad(Context& ctx, const TensorView& dy, const TensorView& dbias) {
 Status add_bias_blocks(Context& ctx, const TensorView& x, const TensorView& bias,
                        const ExpertBlocks& blocks) {
   constexpr const char* kOp = "add_bias_blocks";
-  MOE_KERNEL_ENTRY(ctx, kOp);
+  MOE_KERNEL_ENTRY_CUDA(ctx, kOp);
   MOE_RETURN_IF_ERROR(check_bias(ctx, kOp, x, "x", bias, "bias", blocks.local_experts));
   MOE_RETURN_IF_ERROR(validate_blocks(kOp, blocks, x.dim(0)));
+  MOE_ON_CUDA(ctx, cuda::add_bias_blocks(ctx, x, bias, blocks));
   return dispatch_act(kOp, x, [&](auto at, auto ft) {
     using A = decltype(at);
     using F = decltype(ft);
@@ -215,9 +222,10 @@ Status add_bias_blocks(Context& ctx, const TensorView& x, const TensorView& bias
 Status bias_grad_blocks(Context& ctx, const TensorView& dy, const TensorView& dbias,
                         const ExpertBlocks& blocks) {
   constexpr const char* kOp = "bias_grad_blocks";
-  MOE_KERNEL_ENTRY(ctx, kOp);
+  MOE_KERNEL_ENTRY_CUDA(ctx, kOp);
   MOE_RETURN_IF_ERROR(check_bias(ctx, kOp, dy, "dy", dbias, "dbias", blocks.local_experts));
   MOE_RETURN_IF_ERROR(validate_blocks(kOp, blocks, dy.dim(0)));
+  MOE_ON_CUDA(ctx, cuda::bias_grad_blocks(ctx, dy, dbias, blocks));
   return dispatch_act(kOp, dy, [&](auto at, auto ft) {
     using A = decltype(at);
     using F = decltype(ft);

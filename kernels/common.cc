@@ -2,12 +2,17 @@
 
 namespace moe::kernels {
 
-Status check_context(const Context& ctx, const char* op) {
-  if (!ctx.device().is_host()) {
-    return unimplemented_error(op, ": no kernel for ", ctx.device().to_string(),
-                               " in this build (the CUDA kernels are not built)");
-  }
-  return Status::OK();
+Status check_context(const Context& ctx, const char* op, bool has_cuda_kernel) {
+  if (ctx.device().is_host()) return Status::OK();
+#if defined(MOE_WITH_CUDA)
+  if (ctx.device().is_cuda() && has_cuda_kernel) return Status::OK();
+  return unimplemented_error(op, ": no CUDA kernel for this op yet (", ctx.device().to_string(),
+                             "); run it on the CPU");
+#else
+  (void)has_cuda_kernel;
+  return unimplemented_error(op, ": no kernel for ", ctx.device().to_string(),
+                             " in this build (configure with MOE_WITH_CUDA=ON)");
+#endif
 }
 
 Status check_device(const Context& ctx, const char* op, const char* name, const TensorView& t) {

@@ -14,13 +14,26 @@
 
 namespace moe::kernels {
 
-// An entry point's first lines: the views must live on ctx's device (a CUDA context needs the
-// CUDA kernels, which this build does not have yet), and the kernel may touch device memory.
+// An entry point's first lines: the context must be one this op runs on, and the kernel may
+// touch device memory. MOE_KERNEL_ENTRY: host contexts only (the op has no CUDA kernel yet, and a
+// CUDA context is refused naming it). MOE_KERNEL_ENTRY_CUDA: host or CUDA contexts; after
+// validating its views the entry point hands a CUDA context to kernels/cuda/ with MOE_ON_CUDA.
 #define MOE_KERNEL_ENTRY(ctx, op)                                          \
-  MOE_RETURN_IF_ERROR(::moe::kernels::check_context(ctx, op));             \
+  MOE_RETURN_IF_ERROR(::moe::kernels::check_context(ctx, op, false));      \
   ::moe::DeviceAccessScope _moe_device_scope
+#define MOE_KERNEL_ENTRY_CUDA(ctx, op)                                     \
+  MOE_RETURN_IF_ERROR(::moe::kernels::check_context(ctx, op, true));       \
+  ::moe::DeviceAccessScope _moe_device_scope
+#if defined(MOE_WITH_CUDA)
+#define MOE_ON_CUDA(ctx, call) \
+  if ((ctx).device().is_cuda()) return (call)
+#else
+#define MOE_ON_CUDA(ctx, call) static_cast<void>(0)
+#endif
 
-Status check_context(const Context& ctx, const char* op);
+// kUnimplemented for a context the op cannot run on (a CUDA context without has_cuda_kernel, or
+// in a build without CUDA).
+Status check_context(const Context& ctx, const char* op, bool has_cuda_kernel);
 
 // The view lives on ctx's device.
 Status check_device(const Context& ctx, const char* op, const char* name, const TensorView& t);

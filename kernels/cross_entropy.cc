@@ -1,6 +1,7 @@
 #include "kernels/cross_entropy.h"
 
 #include "kernels/common.h"
+#include "kernels/cuda/cuda_ops.h"
 #include "kernels/reference/cross_entropy_ref.h"
 
 namespace moe::kernels {
@@ -36,7 +37,7 @@ Status cross_entropy_forward(Context& ctx, const TensorView& logits, const Tenso
                              const TensorView& lse, const TensorView& sums,
                              const TensorView& row_loss) {
   constexpr const char* kOp = "cross_entropy_forward";
-  MOE_KERNEL_ENTRY(ctx, kOp);
+  MOE_KERNEL_ENTRY_CUDA(ctx, kOp);
   MOE_RETURN_IF_ERROR(check_args(ctx, kOp, logits, targets));
   MOE_RETURN_IF_ERROR(check_device(ctx, kOp, "lse", lse));
   MOE_RETURN_IF_ERROR(check_same_dtype(kOp, logits, "lse", lse));
@@ -47,6 +48,7 @@ Status cross_entropy_forward(Context& ctx, const TensorView& logits, const Tenso
     MOE_RETURN_IF_ERROR(check_same_dtype(kOp, logits, "row_loss", row_loss));
     MOE_RETURN_IF_ERROR(check_shape(kOp, "row_loss", row_loss, Shape{logits.dim(0)}));
   }
+  MOE_ON_CUDA(ctx, cuda::cross_entropy_forward(ctx, logits, targets, lse, sums, row_loss));
   MOE_RETURN_IF_ERROR(check_targets(kOp, targets, logits.dim(1)));
   return dispatch_full(kOp, logits, [&](auto tag) {
     using T = decltype(tag);
@@ -62,7 +64,7 @@ Status cross_entropy_forward(Context& ctx, const TensorView& logits, const Tenso
 Status cross_entropy_backward(Context& ctx, const TensorView& logits, const TensorView& targets,
                               const TensorView& lse, double scale, const TensorView& d_logits) {
   constexpr const char* kOp = "cross_entropy_backward";
-  MOE_KERNEL_ENTRY(ctx, kOp);
+  MOE_KERNEL_ENTRY_CUDA(ctx, kOp);
   MOE_RETURN_IF_ERROR(check_args(ctx, kOp, logits, targets));
   MOE_RETURN_IF_ERROR(check_same_dtype(kOp, logits, "lse", lse));
   MOE_RETURN_IF_ERROR(check_shape(kOp, "lse", lse, Shape{logits.dim(0)}));
@@ -72,6 +74,7 @@ Status cross_entropy_backward(Context& ctx, const TensorView& logits, const Tens
     return invalid_argument_error(kOp, ": d_logits has dtype ", dtype_name(d_logits.dtype()),
                                   " for ", dtype_name(logits.dtype()), " logits");
   }
+  MOE_ON_CUDA(ctx, cuda::cross_entropy_backward(ctx, logits, targets, lse, scale, d_logits));
   MOE_RETURN_IF_ERROR(check_targets(kOp, targets, logits.dim(1)));
   return dispatch_act(kOp, d_logits, [&](auto dt, auto ft) {
     using D = decltype(dt);

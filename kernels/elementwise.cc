@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "kernels/common.h"
+#include "kernels/cuda/cuda_ops.h"
 #include "kernels/reference/elementwise_ref.h"
 
 namespace moe::kernels {
@@ -26,10 +27,11 @@ Status check_scalar_slots(const Context& ctx, const char* op, const TensorView& 
 
 Status add(Context& ctx, const TensorView& a, const TensorView& b, const TensorView& out) {
   constexpr const char* kOp = "add";
-  MOE_KERNEL_ENTRY(ctx, kOp);
+  MOE_KERNEL_ENTRY_CUDA(ctx, kOp);
   MOE_RETURN_IF_ERROR(check_act(ctx, kOp, "a", a));
   MOE_RETURN_IF_ERROR(check_like(kOp, a, "b", b));
   MOE_RETURN_IF_ERROR(check_like(kOp, a, "out", out));
+  MOE_ON_CUDA(ctx, cuda::add(ctx, a, b, out));
   return dispatch_float(kOp, a, [&](auto tag) {
     using T = decltype(tag);
     ref::add<T>(a.data<T>(), b.data<T>(), a.numel(), out.data<T>());
@@ -38,10 +40,11 @@ Status add(Context& ctx, const TensorView& a, const TensorView& b, const TensorV
 
 Status axpy(Context& ctx, double alpha, const TensorView& x, const TensorView& y) {
   constexpr const char* kOp = "axpy";
-  MOE_KERNEL_ENTRY(ctx, kOp);
+  MOE_KERNEL_ENTRY_CUDA(ctx, kOp);
   MOE_RETURN_IF_ERROR(check_act(ctx, kOp, "x", x));
   MOE_RETURN_IF_ERROR(check_act(ctx, kOp, "y", y));
   MOE_RETURN_IF_ERROR(check_shape(kOp, "y", y, x.shape()));
+  MOE_ON_CUDA(ctx, cuda::axpy(ctx, alpha, x, y));
   return dispatch_pair(kOp, x, y, [&](auto xt, auto yt) {
     using X = decltype(xt);
     using Y = decltype(yt);
@@ -51,8 +54,9 @@ Status axpy(Context& ctx, double alpha, const TensorView& x, const TensorView& y
 
 Status scale(Context& ctx, const TensorView& x, double alpha) {
   constexpr const char* kOp = "scale";
-  MOE_KERNEL_ENTRY(ctx, kOp);
+  MOE_KERNEL_ENTRY_CUDA(ctx, kOp);
   MOE_RETURN_IF_ERROR(check_act(ctx, kOp, "x", x));
+  MOE_ON_CUDA(ctx, cuda::scale(ctx, x, alpha));
   return dispatch_float(kOp, x, [&](auto tag) {
     using T = decltype(tag);
     ref::scale<T>(alpha, x.numel(), x.data<T>());
@@ -61,10 +65,11 @@ Status scale(Context& ctx, const TensorView& x, double alpha) {
 
 Status convert(Context& ctx, const TensorView& src, const TensorView& dst) {
   constexpr const char* kOp = "convert";
-  MOE_KERNEL_ENTRY(ctx, kOp);
+  MOE_KERNEL_ENTRY_CUDA(ctx, kOp);
   MOE_RETURN_IF_ERROR(check_device(ctx, kOp, "src", src));
   MOE_RETURN_IF_ERROR(check_device(ctx, kOp, "dst", dst));
   MOE_RETURN_IF_ERROR(check_shape(kOp, "dst", dst, src.shape()));
+  MOE_ON_CUDA(ctx, cuda::convert(ctx, src, dst));
   if (src.dtype() == dst.dtype()) {
     if (src.nbytes() > 0) std::memcpy(dst.raw(), src.raw(), src.nbytes());
     return Status::OK();
@@ -82,10 +87,11 @@ Status convert(Context& ctx, const TensorView& src, const TensorView& dst) {
 
 Status count_nonfinite(Context& ctx, const TensorView& x, const TensorView& out) {
   constexpr const char* kOp = "count_nonfinite";
-  MOE_KERNEL_ENTRY(ctx, kOp);
+  MOE_KERNEL_ENTRY_CUDA(ctx, kOp);
   MOE_RETURN_IF_ERROR(check_act(ctx, kOp, "x", x));
   MOE_RETURN_IF_ERROR(check_scalar_slots(ctx, kOp, out));
   MOE_RETURN_IF_ERROR(check_shape(kOp, "out", out, Shape{1}));
+  MOE_ON_CUDA(ctx, cuda::count_nonfinite(ctx, x, out));
   return dispatch_float(kOp, x, [&](auto tag) {
     using T = decltype(tag);
     out.data<double>()[0] += static_cast<double>(ref::count_nonfinite<T>(x.data<T>(), x.numel()));
@@ -94,8 +100,9 @@ Status count_nonfinite(Context& ctx, const TensorView& x, const TensorView& out)
 
 Status add_scalar(Context& ctx, const TensorView& out, double value) {
   constexpr const char* kOp = "add_scalar";
-  MOE_KERNEL_ENTRY(ctx, kOp);
+  MOE_KERNEL_ENTRY_CUDA(ctx, kOp);
   MOE_RETURN_IF_ERROR(check_scalar_slots(ctx, kOp, out));
+  MOE_ON_CUDA(ctx, cuda::add_scalar(ctx, out, value));
   double* p = out.data<double>();
   for (int64_t i = 0; i < out.numel(); ++i) p[i] += value;
   return Status::OK();

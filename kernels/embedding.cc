@@ -1,6 +1,7 @@
 #include "kernels/embedding.h"
 
 #include "kernels/common.h"
+#include "kernels/cuda/cuda_ops.h"
 #include "kernels/reference/embedding_ref.h"
 
 namespace moe::kernels {
@@ -37,7 +38,7 @@ Status bad_id(const char* op, const TensorView& ids, int64_t at, int64_t vocab) 
 Status embedding_forward(Context& ctx, const TensorView& ids, const TensorView& table,
                          const TensorView& positions, int64_t seq_len, const TensorView& out) {
   constexpr const char* kOp = "embedding_forward";
-  MOE_KERNEL_ENTRY(ctx, kOp);
+  MOE_KERNEL_ENTRY_CUDA(ctx, kOp);
   MOE_RETURN_IF_ERROR(check_ids(ctx, kOp, ids));
   MOE_RETURN_IF_ERROR(check_act(ctx, kOp, "table", table));
   if (table.ndim() != 2) {
@@ -53,6 +54,7 @@ Status embedding_forward(Context& ctx, const TensorView& ids, const TensorView& 
     return invalid_argument_error(kOp, ": table has dtype ", dtype_name(table.dtype()),
                                   ", expected ", dtype_name(out.dtype()));
   }
+  MOE_ON_CUDA(ctx, cuda::embedding_forward(ctx, ids, table, positions, seq_len, out));
   int64_t bad = -1;
   auto run = [&](auto wt, auto at, auto ft) {
     using W = decltype(wt);
@@ -75,7 +77,7 @@ Status embedding_backward(Context& ctx, const TensorView& ids, const TensorView&
                           const TensorView& d_table, const TensorView& d_positions,
                           int64_t seq_len) {
   constexpr const char* kOp = "embedding_backward";
-  MOE_KERNEL_ENTRY(ctx, kOp);
+  MOE_KERNEL_ENTRY_CUDA(ctx, kOp);
   MOE_RETURN_IF_ERROR(check_ids(ctx, kOp, ids));
   MOE_RETURN_IF_ERROR(check_act(ctx, kOp, "d_out", d_out));
   MOE_RETURN_IF_ERROR(check_device(ctx, kOp, "d_table", d_table));
@@ -86,6 +88,7 @@ Status embedding_backward(Context& ctx, const TensorView& ids, const TensorView&
   MOE_RETURN_IF_ERROR(check_shape(kOp, "d_out", d_out, Shape{ids.dim(0), d_table.dim(1)}));
   MOE_RETURN_IF_ERROR(check_positions(ctx, kOp, "d_positions", d_positions, d_table.dtype(),
                                       ids.dim(0), d_table.dim(1), seq_len));
+  MOE_ON_CUDA(ctx, cuda::embedding_backward(ctx, ids, d_out, d_table, d_positions, seq_len));
   int64_t bad = -1;
   MOE_RETURN_IF_ERROR(dispatch_act(kOp, d_out, [&](auto at, auto ft) {
     using A = decltype(at);

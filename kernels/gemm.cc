@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "kernels/common.h"
+#include "kernels/cuda/cuda_ops.h"
 #include "kernels/reference/blas_ref.h"
 
 namespace moe::kernels {
@@ -41,7 +42,7 @@ Status dispatch_gemm(const char* op, const TensorView& a, const TensorView& c, F
 Status gemm(Context& ctx, const TensorView& a, bool trans_a, const TensorView& b, bool trans_b,
             const TensorView& c, double alpha, double beta) {
   constexpr const char* kOp = "gemm";
-  MOE_KERNEL_ENTRY(ctx, kOp);
+  MOE_KERNEL_ENTRY_CUDA(ctx, kOp);
   MOE_RETURN_IF_ERROR(check_operands(ctx, kOp, a, "b", b, "c", c));
   if (a.ndim() != 2 || b.ndim() != 2 || c.ndim() != 2) {
     return invalid_argument_error(kOp, ": needs 2-D operands, got ", a.to_string(), ", ",
@@ -55,6 +56,7 @@ Status gemm(Context& ctx, const TensorView& a, bool trans_a, const TensorView& b
     return invalid_argument_error(kOp, ": shapes do not chain: op(a) [", m, ", ", k, "], op(b) [",
                                   kb, ", ", n, "], c ", c.shape().to_string());
   }
+  MOE_ON_CUDA(ctx, cuda::gemm(ctx, a, trans_a, b, trans_b, c, alpha, beta));
   return dispatch_gemm(kOp, a, c, [&](auto tt, auto ct) {
     using T = decltype(tt);
     using C = decltype(ct);
@@ -66,7 +68,7 @@ Status gemm(Context& ctx, const TensorView& a, bool trans_a, const TensorView& b
 Status expert_gemm(Context& ctx, const TensorView& x, const TensorView& w, bool trans_w,
                    const TensorView& y, const ExpertBlocks& blocks) {
   constexpr const char* kOp = "expert_gemm";
-  MOE_KERNEL_ENTRY(ctx, kOp);
+  MOE_KERNEL_ENTRY_CUDA(ctx, kOp);
   MOE_RETURN_IF_ERROR(check_act(ctx, kOp, "x", x));
   MOE_RETURN_IF_ERROR(check_same_dtype(kOp, x, "w", w));
   MOE_RETURN_IF_ERROR(check_same_dtype(kOp, x, "y", y));
@@ -84,6 +86,7 @@ Status expert_gemm(Context& ctx, const TensorView& x, const TensorView& w, bool 
                                   " local experts");
   }
   MOE_RETURN_IF_ERROR(validate_blocks(kOp, blocks, x.dim(0)));
+  MOE_ON_CUDA(ctx, cuda::expert_gemm(ctx, x, w, trans_w, y, blocks));
   return dispatch_float(kOp, x, [&](auto tag) {
     using T = decltype(tag);
     const T* px = x.data<T>();
@@ -106,7 +109,7 @@ Status expert_gemm(Context& ctx, const TensorView& x, const TensorView& w, bool 
 Status expert_gemm_wgrad(Context& ctx, const TensorView& x, const TensorView& dy,
                          const TensorView& dw, const ExpertBlocks& blocks) {
   constexpr const char* kOp = "expert_gemm_wgrad";
-  MOE_KERNEL_ENTRY(ctx, kOp);
+  MOE_KERNEL_ENTRY_CUDA(ctx, kOp);
   MOE_RETURN_IF_ERROR(check_operands(ctx, kOp, x, "dy", dy, "dw", dw));
   if (x.ndim() != 2 || dy.ndim() != 2 || dw.ndim() != 3 || x.dim(0) != dy.dim(0) ||
       dw.dim(0) != blocks.local_experts || dw.dim(1) != x.dim(1) || dw.dim(2) != dy.dim(1)) {
@@ -114,6 +117,7 @@ Status expert_gemm_wgrad(Context& ctx, const TensorView& x, const TensorView& dy
                                   x.to_string(), ", ", dy.to_string(), ", ", dw.to_string());
   }
   MOE_RETURN_IF_ERROR(validate_blocks(kOp, blocks, x.dim(0)));
+  MOE_ON_CUDA(ctx, cuda::expert_gemm_wgrad(ctx, x, dy, dw, blocks));
   return dispatch_gemm(kOp, x, dw, [&](auto tt, auto ct) {
     using T = decltype(tt);
     using C = decltype(ct);

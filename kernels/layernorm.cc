@@ -1,6 +1,7 @@
 #include "kernels/layernorm.h"
 
 #include "kernels/common.h"
+#include "kernels/cuda/cuda_ops.h"
 #include "kernels/reference/layernorm_ref.h"
 
 namespace moe::kernels {
@@ -25,11 +26,12 @@ Status layernorm_forward(Context& ctx, const TensorView& x, const TensorView& ga
                          const TensorView& beta, double eps, const TensorView& y,
                          const TensorView& mean, const TensorView& rstd) {
   constexpr const char* kOp = "layernorm_forward";
-  MOE_KERNEL_ENTRY(ctx, kOp);
+  MOE_KERNEL_ENTRY_CUDA(ctx, kOp);
   MOE_RETURN_IF_ERROR(check_common(ctx, kOp, x, gamma, mean, rstd));
   MOE_RETURN_IF_ERROR(check_like(kOp, gamma, "beta", beta));
   MOE_RETURN_IF_ERROR(check_like(kOp, x, "y", y));
   if (!(eps >= 0)) return invalid_argument_error(kOp, ": eps = ", eps, " must be >= 0");
+  MOE_ON_CUDA(ctx, cuda::layernorm_forward(ctx, x, gamma, beta, eps, y, mean, rstd));
   return dispatch_act(kOp, x, [&](auto at, auto ft) {
     using A = decltype(at);
     using F = decltype(ft);
@@ -43,12 +45,13 @@ Status layernorm_backward(Context& ctx, const TensorView& dy, const TensorView& 
                           const TensorView& dx, const TensorView& dgamma,
                           const TensorView& dbeta) {
   constexpr const char* kOp = "layernorm_backward";
-  MOE_KERNEL_ENTRY(ctx, kOp);
+  MOE_KERNEL_ENTRY_CUDA(ctx, kOp);
   MOE_RETURN_IF_ERROR(check_common(ctx, kOp, x, gamma, mean, rstd));
   MOE_RETURN_IF_ERROR(check_like(kOp, x, "dy", dy));
   MOE_RETURN_IF_ERROR(check_like(kOp, x, "dx", dx));
   MOE_RETURN_IF_ERROR(check_like(kOp, gamma, "dgamma", dgamma));
   MOE_RETURN_IF_ERROR(check_like(kOp, gamma, "dbeta", dbeta));
+  MOE_ON_CUDA(ctx, cuda::layernorm_backward(ctx, dy, x, gamma, mean, rstd, dx, dgamma, dbeta));
   return dispatch_act(kOp, x, [&](auto at, auto ft) {
     using A = decltype(at);
     using F = decltype(ft);

@@ -1,6 +1,7 @@
 #include "kernels/optimizer.h"
 
 #include "kernels/common.h"
+#include "kernels/cuda/cuda_ops.h"
 #include "kernels/reference/optimizer_ref.h"
 
 namespace moe::kernels {
@@ -8,7 +9,7 @@ namespace moe::kernels {
 Status adamw_step(Context& ctx, const AdamWArgs& a, const TensorView& param,
                   const TensorView& grad, const TensorView& m, const TensorView& v) {
   constexpr const char* kOp = "adamw_step";
-  MOE_KERNEL_ENTRY(ctx, kOp);
+  MOE_KERNEL_ENTRY_CUDA(ctx, kOp);
   MOE_RETURN_IF_ERROR(check_full(ctx, kOp, "param", param));
   MOE_RETURN_IF_ERROR(check_like(kOp, param, "grad", grad));
   MOE_RETURN_IF_ERROR(check_like(kOp, param, "m", m));
@@ -22,6 +23,7 @@ Status adamw_step(Context& ctx, const AdamWArgs& a, const TensorView& param,
   if (!(a.grad_scale > 0)) {
     return invalid_argument_error(kOp, ": grad_scale = ", a.grad_scale, " must be > 0");
   }
+  MOE_ON_CUDA(ctx, cuda::adamw_step(ctx, a, param, grad, m, v));
   return dispatch_full(kOp, param, [&](auto tag) {
     using T = decltype(tag);
     ref::adamw_step<T>(a, param.numel(), param.data<T>(), grad.data<T>(), m.data<T>(), v.data<T>());
@@ -31,7 +33,7 @@ Status adamw_step(Context& ctx, const AdamWArgs& a, const TensorView& param,
 Status sgd_step(Context& ctx, const SgdArgs& a, const TensorView& param, const TensorView& grad,
                 const TensorView& buf) {
   constexpr const char* kOp = "sgd_step";
-  MOE_KERNEL_ENTRY(ctx, kOp);
+  MOE_KERNEL_ENTRY_CUDA(ctx, kOp);
   MOE_RETURN_IF_ERROR(check_full(ctx, kOp, "param", param));
   MOE_RETURN_IF_ERROR(check_like(kOp, param, "grad", grad));
   if (a.momentum < 0) {
@@ -41,6 +43,7 @@ Status sgd_step(Context& ctx, const SgdArgs& a, const TensorView& param, const T
     return invalid_argument_error(kOp, ": grad_scale = ", a.grad_scale, " must be > 0");
   }
   if (a.momentum > 0) MOE_RETURN_IF_ERROR(check_like(kOp, param, "buf", buf));
+  MOE_ON_CUDA(ctx, cuda::sgd_step(ctx, a, param, grad, buf));
   return dispatch_full(kOp, param, [&](auto tag) {
     using T = decltype(tag);
     ref::sgd_step<T>(a, param.numel(), param.data<T>(), grad.data<T>(),
@@ -50,9 +53,10 @@ Status sgd_step(Context& ctx, const SgdArgs& a, const TensorView& param, const T
 
 Status sum_of_squares(Context& ctx, const std::vector<TensorView>& views, const TensorView& out) {
   constexpr const char* kOp = "sum_of_squares";
-  MOE_KERNEL_ENTRY(ctx, kOp);
+  MOE_KERNEL_ENTRY_CUDA(ctx, kOp);
   MOE_RETURN_IF_ERROR(check_tensor(ctx, kOp, "out", out, DType::kF64, Shape{1}));
   for (const TensorView& t : views) MOE_RETURN_IF_ERROR(check_act(ctx, kOp, "views", t));
+  MOE_ON_CUDA(ctx, cuda::sum_of_squares(ctx, views, out));
   double total = out.data<double>()[0];
   for (const TensorView& t : views) {
     MOE_RETURN_IF_ERROR(dispatch_float(kOp, t, [&](auto tag) {

@@ -1,0 +1,296 @@
+// Activations, biases (dense and per expert block) and counter-based dropout on the GPU. The
+// activation formulas are the reference's, in double; bias gradients are column sums in double in
+// a fixed order; dropout draws the same Philox blocks as the CPU, so masks match bit for bit.
+#include <cmath>
+
+#include "kernels/common.h"
+#include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/cuda_util.cuh"
+
+namespace moe::kernels::cuda {
+namespace {
+
+constexpr double kInvSqrt2 = 0.70710678118654752440;
+constexpr double kInvSqrt2Pi = 0.39894228040143267794;
+constexpr double kSqrt2OverPi = 0.79788456080286535588;
+constexpr double kGeluCubic = 0.044715;
+
+__device__ double act_value(Activation act, double x) {
+  switch (act) {
+    case Activation::kRelu: return x > 0 ? x : 0.0;
+    case Activation::kGelu: return 0.5 * x * (1.0 + erf(x * kInvSqrt2));
+    default: return 0.5 * x * (1.0 + tanh(kSqrt2OverPi * (x + kGeluCubic * x * x * x)));
+  }
+}
+
+__device__ double act_grad(Activation act, double x) {
+  switch (act) {
+    case Activation::kRelu: return x > 0 ? 1.0 : 0.0;
+    case Activation::kGelu: {
+      const double cdf = 0.5 * (1.0 + erf(x * kInvSqrt2));
+      return cdf + x * kInvSqrt2Pi * exp(-0.5 * x * x);
+    }
+    default: {
+      const double th = tanh(kSqrt2OverPi * (x + kGeluCubic * x * x * x));
+      const double dinner = kSqrt2OverPi * (1.0 + 3.0 * kGeluCubic * x * x);
+      return 0.5 * (1.0 + th) + 0.5 * x * (1.0 - th * th) * dinner;
+    }
+  }
+}
+
+// The reference computes in accum_t<T> after rounding the activation to it (f32 for f32 and bf16,
+// f64 for f64): round the double result the same way.
+template <typename T>
+__global__ void activation_forward_kernel(Activation act, const T* x, int64_t n, T* y) {
+  using C = accum_t<T>;
+  MOE_GRID_LOOP(i, n) {
+    const C xi = load(x, i);
+    if (act == Activation::kRelu) {
+      store(y, i, xi > C(0) ? xi : C(0));
+    } else {
+      store(y, i, static_cast<C>(act_value(act, static_cast<double>(xi))));
+    }
+  }
+}
+
+template <typename T>
+__global__ void activation_backward_kernel(Activation act, const T* x, const T* dy, int64_t n,
+                                           T* dx) {
+  using C = accum_t<T>;
+  MOE_GRID_LOOP(i, n) {
+    const C xi = load(x, i);
+    if (act == Activation::kRelu) {
+      store(dx, i, xi > C(0) ? load(dy, i) : C(0));
+    } else {
+      store(dx, i, static_cast<C>(act_grad(act, static_cast<double>(xi))) * load(dy, i));
+    }
+  }
+}
+
+template <typename A, typename F>
+__global__ void add_bias_kernel(A* x, int64_t m, int64_t n, const F* bias) {
+  MOE_GRID_LOOP(i, m * n) { store(x, i, static_cast<F>(load(x, i)) + bias[i % n]); }
+}
+
+// Partial column sums: block (cx, chunk) sums rows [chunk * rows_per, ...) of columns
+// cx * blockDim + t, in row order, into partial[chunk, col].
+template <typename A>
+__global__ void column_partials_kernel(const A* dy, int64_t m, int64_t n, int64_t rows_per,
+                                       double* partial) {
+  const int64_t j = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (j >= n) return;
+  const int64_t begin = blockIdx.y * rows_per;
+  const int64_t end = begin + rows_per < m ? begin + rows_per : m;
+  double s = 0;
+  for (int64_t r = begin; r < end; ++r) s += static_cast<double>(load(dy, r * n + j));
+  partial[blockIdx.y * n + j] = s;
+}
+
+template <typename F>
+__global__ void column_finish_kernel(const double* partial, int64_t chunks, int64_t n, F* out) {
+  MOE_GRID_LOOP(j, n) {
+    double s = 0;
+    for (int64_t c = 0; c < chunks; ++c) s += partial[c * n + j];
+    out[j] = static_cast<F>(static_cast<double>(out[j]) + s);
+  }
+}
+
+// Rows in use of block b: the filled prefix (clamped to C), or all C rows without `filled`.
+__device__ __forceinline__ int64_t used_rows(const int32_t* filled, int64_t b, int64_t cap) {
+  if (filled == nullptr) return cap;
+  const int64_t f = filled[b];
+  return f < 0 ? 0 : (f > cap ? cap : f);
+}
+
+// Capacity mode: row i of block b = i / C gets its expert's bias, or zero past the filled prefix.
+template <typename A, typename F>
+__global__ void add_bias_capacity_kernel(A* x, int64_t rows, int64_t n, const F* bias,
+                                         const int32_t* filled, int64_t cap, int64_t experts) {
+  MOE_GRID_LOOP(i, rows * n) {
+    const int64_t row = i / n, j = i % n;
+    const int64_t b = row / cap;
+    if (row - b * cap < used_rows(filled, b, cap)) {
+      store(x, i, static_cast<F>(load(x, i)) + bias[(b % experts) * n + j]);
+    } else {
+      store(x, i, F(0));
+    }
+  }
+}
+
+// Dropless: a [begin, end) row range of one expert.
+template <typename A, typename F>
+__global__ void add_bias_range_kernel(A* x, int64_t begin, int64_t end, int64_t n, const F* bias) {
+  MOE_GRID_LOOP(i, (end - begin) * n) {
+    const int64_t at = begin * n + i;
+    store(x, at, static_cast<F>(load(x, at)) + bias[i % n]);
+  }
+}
+
+// dbias[l, j] += sum over blocks b = r * E_l + l (r ascending) of the used rows, in order.
+// Capacity mode (offsets == nullptr): block b is rows [b C, b C + used); dropless: the device
+// offsets.
+template <typename A, typename F>
+__global__ void bias_grad_blocks_kernel(const A* dy, int64_t n, int64_t ranks, int64_t experts,
+                                        int64_t cap, const int32_t* filled,
+                                        const int64_t* offsets, F* dbias) {
+  const int64_t j = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  const int64_t l = blockIdx.y;
+  if (j >= n) return;
+  double s = 0;
+  for (int64_t r = 0; r < ranks; ++r) {
+    const int64_t b = r * experts + l;
+    const int64_t begin = offsets == nullptr ? b * cap : offsets[b];
+    const int64_t end = offsets == nullptr ? begin + used_rows(filled, b, cap) : offsets[b + 1];
+    for (int64_t row = begin; row < end; ++row) s += static_cast<double>(load(dy, row * n + j));
+  }
+  dbias[l * n + j] = static_cast<F>(static_cast<double>(dbias[l * n + j]) + s);
+}
+
+// One thread per Philox block: elements (r, 4q .. 4q + 3).
+template <typename T>
+__global__ void dropout_kernel(const T* x, const int64_t* keys, int64_t key_base, CounterRng rng,
+                               float p, int64_t m, int64_t n, T* y) {
+  using C = accum_t<T>;
+  const int64_t per_row = (n + 3) / 4;
+  const C scale = static_cast<C>(1.0 / (1.0 - static_cast<double>(p)));
+  MOE_GRID_LOOP(t, m * per_row) {
+    const int64_t r = t / per_row, q = t % per_row;
+    const int64_t key = keys != nullptr ? keys[r] : key_base + r;
+    const int64_t j0 = q * 4;
+    const int64_t j1 = j0 + 4 < n ? j0 + 4 : n;
+    if (key < 0) {
+      for (int64_t j = j0; j < j1; ++j) store(y, r * n + j, C(0));
+      continue;
+    }
+    if (p == 0.f) {
+      for (int64_t j = j0; j < j1; ++j) y[r * n + j] = x[r * n + j];
+      continue;
+    }
+    uint32_t bits[4];
+    rng.block(static_cast<uint64_t>(key) * static_cast<uint64_t>(per_row) +
+                  static_cast<uint64_t>(q),
+              bits);
+    for (int64_t j = j0; j < j1; ++j) {
+      const float u = static_cast<float>(bits[j - j0] >> 8) * (1.0f / 16777216.0f);
+      store(y, r * n + j, u >= p ? static_cast<C>(load(x, r * n + j)) * scale : C(0));
+    }
+  }
+}
+
+}  // namespace
+
+Status activation_forward(Context& ctx, Activation act, const TensorView& x, const TensorView& y) {
+  const int64_t n = x.numel();
+  if (n == 0) return Status::OK();
+  MOE_RETURN_IF_ERROR(dispatch_float("activation_forward", x, [&](auto tag) {
+    using T = decltype(tag);
+    activation_forward_kernel<T><<<grid_for(n), kThreads, 0, stream_of(ctx)>>>(
+        act, x.data<T>(), n, y.data<T>());
+  }));
+  return launch_status("activation_forward");
+}
+
+Status activation_backward(Context& ctx, Activation act, const TensorView& x, const TensorView& dy,
+                           const TensorView& dx) {
+  const int64_t n = x.numel();
+  if (n == 0) return Status::OK();
+  MOE_RETURN_IF_ERROR(dispatch_float("activation_backward", x, [&](auto tag) {
+    using T = decltype(tag);
+    activation_backward_kernel<T><<<grid_for(n), kThreads, 0, stream_of(ctx)>>>(
+        act, x.data<T>(), dy.data<T>(), n, dx.data<T>());
+  }));
+  return launch_status("activation_backward");
+}
+
+Status add_bias(Context& ctx, const TensorView& x, const TensorView& bias) {
+  const int64_t m = x.dim(0), n = x.dim(1);
+  if (m * n == 0) return Status::OK();
+  MOE_RETURN_IF_ERROR(dispatch_act("add_bias", x, [&](auto at, auto ft) {
+    using A = decltype(at);
+    using F = decltype(ft);
+    add_bias_kernel<A, F><<<grid_for(m * n), kThreads, 0, stream_of(ctx)>>>(x.data<A>(), m, n,
+                                                                           bias.data<F>());
+  }));
+  return launch_status("add_bias");
+}
+
+Status bias_grad(Context& ctx, const TensorView& dy, const TensorView& dbias) {
+  const int64_t m = dy.dim(0), n = dy.dim(1);
+  if (m == 0 || n == 0) return Status::OK();
+  const int64_t rows_per = 256;
+  const int64_t chunks = (m + rows_per - 1) / rows_per;
+  MOE_ASSIGN_OR_RETURN(Tensor partial, ctx.empty({chunks, n}, DType::kF64));
+  MOE_RETURN_IF_ERROR(dispatch_act("bias_grad", dy, [&](auto at, auto ft) {
+    using A = decltype(at);
+    using F = decltype(ft);
+    const dim3 grid(static_cast<unsigned>((n + kThreads - 1) / kThreads),
+                    static_cast<unsigned>(chunks));
+    column_partials_kernel<A><<<grid, kThreads, 0, stream_of(ctx)>>>(dy.data<A>(), m, n, rows_per,
+                                                                      partial.data<double>());
+    column_finish_kernel<F><<<grid_for(n), kThreads, 0, stream_of(ctx)>>>(
+        partial.data<double>(), chunks, n, dbias.data<F>());
+  }));
+  return launch_status("bias_grad");
+}
+
+Status add_bias_blocks(Context& ctx, const TensorView& x, const TensorView& bias,
+                       const ExpertBlocks& blocks) {
+  const int64_t rows = x.dim(0), n = x.dim(1);
+  if (rows * n == 0) return Status::OK();
+  MOE_RETURN_IF_ERROR(dispatch_act("add_bias_blocks", x, [&](auto at, auto ft) {
+    using A = decltype(at);
+    using F = decltype(ft);
+    if (blocks.capacity >= 0) {
+      const int32_t* filled = blocks.filled.numel() > 0 ? blocks.filled.data<int32_t>() : nullptr;
+      add_bias_capacity_kernel<A, F><<<grid_for(rows * n), kThreads, 0, stream_of(ctx)>>>(
+          x.data<A>(), rows, n, bias.data<F>(), filled, blocks.capacity, blocks.local_experts);
+      return;
+    }
+    for (int64_t b = 0; b < blocks.blocks(); ++b) {
+      const auto [begin, end] = blocks.block_rows(b);
+      if (end == begin) continue;
+      add_bias_range_kernel<A, F><<<grid_for((end - begin) * n), kThreads, 0, stream_of(ctx)>>>(
+          x.data<A>(), begin, end, n, bias.data<F>() + blocks.expert_of(b) * n);
+    }
+  }));
+  return launch_status("add_bias_blocks");
+}
+
+Status bias_grad_blocks(Context& ctx, const TensorView& dy, const TensorView& dbias,
+                        const ExpertBlocks& blocks) {
+  const int64_t n = dy.dim(1), experts = blocks.local_experts;
+  if (n == 0 || experts == 0) return Status::OK();
+  Tensor offsets;
+  if (blocks.capacity < 0) {
+    // Dropless offsets live on the host: upload them (stream-ordered, no wait).
+    Tensor host = Tensor::from_vector<int64_t>(
+        Shape{static_cast<int64_t>(blocks.offsets.size())}, blocks.offsets);
+    MOE_ASSIGN_OR_RETURN(offsets, ctx.upload(host.view()));
+  }
+  MOE_RETURN_IF_ERROR(dispatch_act("bias_grad_blocks", dy, [&](auto at, auto ft) {
+    using A = decltype(at);
+    using F = decltype(ft);
+    const int32_t* filled = blocks.filled.numel() > 0 ? blocks.filled.data<int32_t>() : nullptr;
+    const dim3 grid(static_cast<unsigned>((n + kThreads - 1) / kThreads),
+                    static_cast<unsigned>(experts));
+    bias_grad_blocks_kernel<A, F><<<grid, kThreads, 0, stream_of(ctx)>>>(
+        dy.data<A>(), n, blocks.ranks, experts, blocks.capacity, filled,
+        blocks.capacity < 0 ? offsets.data<int64_t>() : nullptr, dbias.data<F>());
+  }));
+  return launch_status("bias_grad_blocks");
+}
+
+Status dropout(Context& ctx, const TensorView& x, const TensorView& row_keys, int64_t key_base,
+               CounterRng rng, float p, const TensorView& y) {
+  const int64_t m = x.dim(0), n = x.dim(1);
+  if (m * n == 0) return Status::OK();
+  MOE_RETURN_IF_ERROR(dispatch_float("dropout", x, [&](auto tag) {
+    using T = decltype(tag);
+    const int64_t* keys = row_keys.numel() > 0 ? row_keys.data<int64_t>() : nullptr;
+    dropout_kernel<T><<<grid_for(m * ((n + 3) / 4)), kThreads, 0, stream_of(ctx)>>>(
+        x.data<T>(), keys, key_base, rng, p, m, n, y.data<T>());
+  }));
+  return launch_status("dropout");
+}
+
+}  // namespace moe::kernels::cuda

@@ -1,0 +1,82 @@
+// The CUDA backend's entry points, one per kernel of kernels/*.h that has a GPU implementation.
+// The public entry point (kernels/<op>.cc) validates every view (device, dtype, shape) and then
+// calls the function here with a CUDA context; these functions only enqueue work on ctx.stream()
+// (never wait, never read device memory on the host) and return launch errors. Host-only header:
+// no CUDA types, so core code and the CPU build include it freely.
+//
+// Numerics follow the CPU reference (kernels/reference/): the same dtypes per argument, the same
+// accumulation precision (double where the reference sums in double), and fixed reduction orders
+// (no atomics deciding a result), so a run is bit-identical run to run on one GPU.
+#pragma once
+
+#include <vector>
+
+#include "core/base/context.h"
+#include "core/base/rng.h"
+#include "kernels/activation.h"
+#include "kernels/expert_blocks.h"
+#include "kernels/optimizer.h"
+
+namespace moe::kernels::cuda {
+
+// elementwise.cu
+Status add(Context& ctx, const TensorView& a, const TensorView& b, const TensorView& out);
+Status axpy(Context& ctx, double alpha, const TensorView& x, const TensorView& y);
+Status scale(Context& ctx, const TensorView& x, double alpha);
+Status convert(Context& ctx, const TensorView& src, const TensorView& dst);
+Status count_nonfinite(Context& ctx, const TensorView& x, const TensorView& out);
+Status add_scalar(Context& ctx, const TensorView& out, double value);
+
+// optimizer.cu
+Status adamw_step(Context& ctx, const AdamWArgs& args, const TensorView& param,
+                  const TensorView& grad, const TensorView& m, const TensorView& v);
+Status sgd_step(Context& ctx, const SgdArgs& args, const TensorView& param, const TensorView& grad,
+                const TensorView& buf);
+Status sum_of_squares(Context& ctx, const std::vector<TensorView>& views, const TensorView& out);
+
+// gemm.cu (cuBLAS)
+Status gemm(Context& ctx, const TensorView& a, bool trans_a, const TensorView& b, bool trans_b,
+            const TensorView& c, double alpha, double beta);
+Status expert_gemm(Context& ctx, const TensorView& x, const TensorView& w, bool trans_w,
+                   const TensorView& y, const ExpertBlocks& blocks);
+Status expert_gemm_wgrad(Context& ctx, const TensorView& x, const TensorView& dy,
+                         const TensorView& dw, const ExpertBlocks& blocks);
+
+// activation.cu
+Status activation_forward(Context& ctx, Activation act, const TensorView& x, const TensorView& y);
+Status activation_backward(Context& ctx, Activation act, const TensorView& x, const TensorView& dy,
+                           const TensorView& dx);
+Status add_bias(Context& ctx, const TensorView& x, const TensorView& bias);
+Status bias_grad(Context& ctx, const TensorView& dy, const TensorView& dbias);
+Status add_bias_blocks(Context& ctx, const TensorView& x, const TensorView& bias,
+                       const ExpertBlocks& blocks);
+Status bias_grad_blocks(Context& ctx, const TensorView& dy, const TensorView& dbias,
+                        const ExpertBlocks& blocks);
+// backward = false: y = mask(x) / (1 - p); backward = true: the same mask applied to dy.
+Status dropout(Context& ctx, const TensorView& x, const TensorView& row_keys, int64_t key_base,
+               CounterRng rng, float p, const TensorView& y);
+
+// layernorm.cu
+Status layernorm_forward(Context& ctx, const TensorView& x, const TensorView& gamma,
+                         const TensorView& beta, double eps, const TensorView& y,
+                         const TensorView& mean, const TensorView& rstd);
+Status layernorm_backward(Context& ctx, const TensorView& dy, const TensorView& x,
+                          const TensorView& gamma, const TensorView& mean, const TensorView& rstd,
+                          const TensorView& dx, const TensorView& dgamma, const TensorView& dbeta);
+
+// embedding.cu. Ids outside [0, V) cannot be reported without a sync: their output rows are
+// zero and they add no gradient (the data loader validates ids when it builds a batch).
+Status embedding_forward(Context& ctx, const TensorView& ids, const TensorView& table,
+                         const TensorView& positions, int64_t seq_len, const TensorView& out);
+Status embedding_backward(Context& ctx, const TensorView& ids, const TensorView& d_out,
+                          const TensorView& d_table, const TensorView& d_positions,
+                          int64_t seq_len);
+
+// cross_entropy.cu. A target outside [-1, V) is treated as ignored (-1), for the same reason.
+Status cross_entropy_forward(Context& ctx, const TensorView& logits, const TensorView& targets,
+                             const TensorView& lse, const TensorView& sums,
+                             const TensorView& row_loss);
+Status cross_entropy_backward(Context& ctx, const TensorView& logits, const TensorView& targets,
+                              const TensorView& lse, double scale, const TensorView& d_logits);
+
+}  // namespace moe::kernels::cuda

@@ -1,0 +1,123 @@
+// Helpers shared by the kernels/cuda/*.cu files: the context's stream, launch checks, grid sizes,
+// dtype dispatch on the device types, and deterministic block reductions.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "core/base/check.h"
+#include "core/base/context.h"
+#include "core/base/dtype.h"
+#include "core/base/status.h"
+
+namespace moe::kernels::cuda {
+
+inline cudaStream_t stream_of(const Context& ctx) {
+  return static_cast<cudaStream_t>(ctx.stream().handle);
+}
+
+// The status of the last launch on this thread (configuration errors; no wait).
+inline Status launch_status(const char* op) {
+  const cudaError_t err = cudaGetLastError();
+  if (err == cudaSuccess) return Status::OK();
+  return internal_error("cuda: ", op, ": kernel launch failed: ", cudaGetErrorString(err));
+}
+
+constexpr int kThreads = 256;
+
+// A grid-stride loop over [0, n).
+#define MOE_GRID_LOOP(i, n)                                                    \
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < (n); \
+       i += int64_t{gridDim.x} * blockDim.x)
+
+// Blocks for a grid-stride loop over n elements (at least 1, at most 65535 * 8).
+inline unsigned grid_for(int64_t n, int threads = kThreads) {
+  const int64_t blocks = (n + threads - 1) / threads;
+  return static_cast<unsigned>(blocks < 1 ? 1 : (blocks > 524280 ? 524280 : blocks));
+}
+
+// Loads any float type as its accumulation type; stores with rounding (bf16: nearest even).
+template <typename T>
+__device__ __forceinline__ accum_t<T> load(const T* p, int64_t i) {
+  return static_cast<accum_t<T>>(p[i]);
+}
+template <typename T, typename V>
+__device__ __forceinline__ void store(T* p, int64_t i, V v) {
+  if constexpr (std::is_same_v<T, bf16>) {
+    p[i] = bf16(static_cast<float>(v));
+  } else {
+    p[i] = static_cast<T>(v);
+  }
+}
+
+// Sum of v over the block (blockDim.x a multiple of 32, at most 1024); every thread gets the
+// result. A fixed tree: the same inputs give the same bits. `scratch` holds 32 values.
+template <typename V>
+__device__ V block_sum(V v, V* scratch) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  __syncthreads();  // scratch may still be read by an earlier call
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  const int warps = blockDim.x >> 5;
+  v = lane < warps ? scratch[lane] : V(0);
+  if (warp == 0) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
+    if (lane == 0) scratch[0] = v;
+  }
+  __syncthreads();
+  return scratch[0];
+}
+
+template <typename V>
+__device__ V block_max(V v, V* scratch) {
+  for (int o = 16; o > 0; o >>= 1) v = max(v, __shfl_down_sync(0xffffffffu, v, o));
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  __syncthreads();
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  const int warps = blockDim.x >> 5;
+  v = lane < warps ? scratch[lane] : scratch[0];
+  if (warp == 0) {
+    for (int o = 16; o > 0; o >>= 1) v = max(v, __shfl_down_sync(0xffffffffu, v, o));
+    if (lane == 0) scratch[0] = v;
+  }
+  __syncthreads();
+  return scratch[0];
+}
+
+// Deterministic sum of f(i) for i in [0, n) in double, added to *out (one device double): a
+// fixed grid writes per-block partials to `partials` (kReduceBlocks doubles), then one block adds
+// them in order. f is a __device__ functor.
+constexpr int kReduceBlocks = 256;
+
+template <typename Fn>
+__global__ void partial_sums_kernel(int64_t n, Fn f, double* partials) {
+  __shared__ double scratch[32];
+  double s = 0;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    s += f(i);
+  }
+  s = block_sum(s, scratch);
+  if (threadIdx.x == 0) partials[blockIdx.x] = s;
+}
+
+__global__ void finish_sum_kernel(const double* partials, int count, double* out);
+
+template <typename Fn>
+Status reduce_sum(Context& ctx, const char* op, int64_t n, Fn f, double* out) {
+  if (n <= 0) return Status::OK();
+  MOE_ASSIGN_OR_RETURN(Tensor partials, ctx.empty({kReduceBlocks}, DType::kF64));
+  const unsigned blocks = grid_for(n) < static_cast<unsigned>(kReduceBlocks)
+                              ? grid_for(n)
+                              : static_cast<unsigned>(kReduceBlocks);
+  partial_sums_kernel<<<blocks, kThreads, 0, stream_of(ctx)>>>(n, f, partials.data<double>());
+  finish_sum_kernel<<<1, kThreads, 0, stream_of(ctx)>>>(partials.data<double>(),
+                                                         static_cast<int>(blocks), out);
+  return launch_status(op);
+}
+
+}  // namespace moe::kernels::cuda

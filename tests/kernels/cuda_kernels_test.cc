@@ -1,0 +1,502 @@
+// The CUDA kernels against their CPU reference, op by op (label gpu; skips without a device).
+// Each case draws fresh random inputs, runs the op on the host context and on a CUDA context,
+// poisons the GPU outputs with NaN before the call, and compares ||gpu - cpu|| / ||cpu|| against
+// a tolerance per dtype. Awkward shapes throughout: one row, sizes that are not multiples of a
+// block or of 8, empty expert blocks, capacity padding. Every result is also recorded and printed
+// at the end as "op dtype max-relative-error" lines (the report).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <string>
+
+#include "core/base/device.h"
+#include "core/base/rng.h"
+#include "kernels/activation.h"
+#include "kernels/cross_entropy.h"
+#include "kernels/elementwise.h"
+#include "kernels/embedding.h"
+#include "kernels/gemm.h"
+#include "kernels/layernorm.h"
+#include "kernels/optimizer.h"
+#include "kernels/router.h"
+#include "tests/testing/gradient_check.h"
+
+namespace moe::kernels {
+namespace {
+
+using testing::host_context;
+
+std::map<std::string, double>& worst() {
+  static std::map<std::string, double> w;
+  return w;
+}
+
+class ReportEnvironment : public ::testing::Environment {
+ public:
+  void TearDown() override {
+    if (worst().empty()) return;
+    std::printf("max relative error, GPU vs CPU reference:\n");
+    for (const auto& [key, err] : worst()) std::printf("  %-40s %.3e\n", key.c_str(), err);
+  }
+};
+const auto* const kReport = ::testing::AddGlobalTestEnvironment(new ReportEnvironment);
+
+double tolerance(DType d) {
+  switch (d) {
+    case DType::kF64: return 1e-12;
+    case DType::kBF16: return 1e-2;
+    default: return 2e-6;
+  }
+}
+
+class CudaKernelTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device is visible";
+    auto c = Context::cuda(0);
+    ASSERT_TRUE(c.ok()) << c.status().to_string();
+    gpu_ = std::move(*c);
+  }
+
+  Context& cpu() { return host_context(); }
+  Context& gpu() { return *gpu_; }
+
+  // Host tensor, uniform in [lo, hi).
+  Tensor rand(Shape shape, DType dtype, double lo = -1.0, double hi = 1.0) {
+    Tensor t = Tensor::empty(shape, dtype);
+    testing::fill_uniform(t, ++seed_, lo, hi);
+    return t;
+  }
+  Tensor up(const Tensor& host) {
+    auto t = gpu().upload(host);
+    EXPECT_TRUE(t.ok()) << t.status().to_string();
+    return std::move(*t);
+  }
+  // A GPU tensor full of NaN (float) or 0x7f bytes (integers): an output the op must overwrite.
+  Tensor poisoned(Shape shape, DType dtype) {
+    Tensor h = Tensor::empty(shape, dtype);
+    if (dtype_is_floating(dtype)) {
+      Tensor f = Tensor::empty(shape, DType::kF64);
+      for (int64_t i = 0; i < f.numel(); ++i) {
+        f.data<double>()[i] = std::numeric_limits<double>::quiet_NaN();
+      }
+      EXPECT_TRUE(convert_into(f, h).ok());
+    } else if (h.nbytes() > 0) {
+      std::memset(h.raw(), 0x7f, h.nbytes());
+    }
+    return up(h);
+  }
+  Tensor down(const TensorView& t) {
+    auto h = gpu().read_back(t);
+    EXPECT_TRUE(h.ok()) << h.status().to_string();
+    return std::move(*h);
+  }
+  // ||gpu - ref|| / ||ref|| (absolute when ref is zero), recorded under op/dtype and checked.
+  void expect_close(const std::string& op, const TensorView& ref, const TensorView& gpu_t,
+                    double tol = -1) {
+    Tensor got = down(gpu_t);
+    ASSERT_EQ(ref.shape(), got.shape()) << op;
+    Tensor a = Tensor::empty(ref.shape(), DType::kF64), b = Tensor::empty(ref.shape(), DType::kF64);
+    ASSERT_TRUE(convert_into(ref, a).ok());
+    ASSERT_TRUE(convert_into(got, b).ok());
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < a.numel(); ++i) {
+      const double x = a.data<double>()[i], y = b.data<double>()[i];
+      num += (x - y) * (x - y);
+      den += x * x;
+      if (std::isfinite(x)) {
+        ASSERT_TRUE(std::isfinite(y)) << op << ": element " << i << " is " << y;
+      }
+    }
+    const double err = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+    const std::string key = op + " " + dtype_name(gpu_t.dtype());
+    worst()[key] = std::max(worst()[key], err);
+    EXPECT_LE(err, tol >= 0 ? tol : tolerance(gpu_t.dtype())) << key;
+  }
+
+  std::unique_ptr<Context> gpu_;
+  uint64_t seed_ = 100;
+};
+
+#define OK(expr) ASSERT_TRUE((expr).ok()) << (expr).to_string()
+
+const DType kActs[] = {DType::kF32, DType::kBF16, DType::kF64};
+
+TEST_F(CudaKernelTest, Elementwise) {
+  for (DType dt : kActs) {
+    for (int64_t n : {int64_t{1}, int64_t{1000}, int64_t{70001}}) {
+      Tensor a = rand({n}, dt), b = rand({n}, dt);
+      Tensor ga = up(a), gb = up(b), gout = poisoned({n}, dt);
+      Tensor out = Tensor::empty({n}, dt);
+      OK(add(cpu(), a, b, out));
+      OK(add(gpu(), ga, gb, gout));
+      expect_close("add", out, gout, 0);  // one rounding of the same sum: exact
+      OK(scale(cpu(), a, -0.37));
+      OK(scale(gpu(), ga, -0.37));
+      expect_close("scale", a, ga, 0);
+      // axpy across dtypes: an f32 gradient into this dtype.
+      Tensor x = rand({n}, DType::kF32);
+      Tensor gx = up(x);
+      OK(axpy(cpu(), 0.25, x, b));
+      OK(axpy(gpu(), 0.25, gx, gb));
+      expect_close("axpy", b, gb, 0);
+      // convert both ways through bf16.
+      Tensor c = Tensor::empty({n}, DType::kBF16), gc = poisoned({n}, DType::kBF16);
+      OK(convert(cpu(), a, c));
+      OK(convert(gpu(), ga, gc));
+      expect_close("convert", c, gc, 0);
+      Tensor back = Tensor::empty({n}, dt), gback = poisoned({n}, dt);
+      OK(convert(cpu(), c, back));
+      OK(convert(gpu(), gc, gback));
+      expect_close("convert", back, gback, 0);
+    }
+  }
+}
+
+TEST_F(CudaKernelTest, NonFiniteCountAndScalars) {
+  for (DType dt : kActs) {
+    Tensor x = rand({5, 1001}, dt);
+    Tensor f = Tensor::empty(x.shape(), DType::kF64);
+    OK(convert_into(x, f));
+    f.data<double>()[3] = std::numeric_limits<double>::infinity();
+    f.data<double>()[4000] = std::numeric_limits<double>::quiet_NaN();
+    f.data<double>()[5004] = -std::numeric_limits<double>::infinity();
+    OK(convert_into(f, x));
+    Tensor out = Tensor::zeros({1}, DType::kF64);
+    out.data<double>()[0] = 2;
+    Tensor gout = up(out);
+    OK(count_nonfinite(cpu(), x, out));
+    OK(count_nonfinite(gpu(), up(x), gout));
+    expect_close("count_nonfinite", out, gout, 0);
+    EXPECT_EQ(down(gout).data<double>()[0], 5.0);
+    OK(add_scalar(cpu(), out, 1.5));
+    OK(add_scalar(gpu(), gout, 1.5));
+    expect_close("add_scalar", out, gout, 0);
+  }
+}
+
+TEST_F(CudaKernelTest, Optimizers) {
+  for (DType dt : {DType::kF32, DType::kF64}) {
+    const Shape s{3, 333};
+    Tensor p = rand(s, dt), g = rand(s, dt), m = rand(s, dt, -0.1, 0.1), v = rand(s, dt, 0, 0.1);
+    Tensor gp = up(p), gg = up(g), gm = up(m), gv = up(v);
+    AdamWArgs a;
+    a.lr = 3e-3;
+    a.weight_decay = 0.1;
+    a.step = 7;
+    a.grad_scale = 0.5;
+    OK(adamw_step(cpu(), a, p, g, m, v));
+    OK(adamw_step(gpu(), a, gp, gg, gm, gv));
+    expect_close("adamw_step", p, gp);
+    expect_close("adamw_step(m)", m, gm);
+    expect_close("adamw_step(v)", v, gv);
+    for (bool first : {true, false}) {
+      SgdArgs sa;
+      sa.lr = 0.1;
+      sa.momentum = 0.9;
+      sa.weight_decay = 0.01;
+      sa.first_step = first;
+      OK(sgd_step(cpu(), sa, p, g, m));
+      OK(sgd_step(gpu(), sa, gp, gg, gm));
+      expect_close("sgd_step", p, gp);
+      expect_close("sgd_step(buf)", m, gm);
+    }
+    SgdArgs plain;
+    plain.momentum = 0;
+    OK(sgd_step(cpu(), plain, p, g, TensorView()));
+    OK(sgd_step(gpu(), plain, gp, gg, TensorView()));
+    expect_close("sgd_step", p, gp);
+  }
+  // The squared norm over views of mixed dtypes and sizes (one empty).
+  Tensor x = rand({1}, DType::kF32), y = rand({100003}, DType::kF32), z = rand({77}, DType::kBF16);
+  Tensor e = Tensor::empty({0}, DType::kF32);
+  Tensor out = Tensor::zeros({1}, DType::kF64);
+  Tensor gout = up(out);
+  Tensor gx = up(x), gy = up(y), gz = up(z), ge = up(e);
+  OK(sum_of_squares(cpu(), {x.view(), y.view(), z.view(), e.view()}, out));
+  OK(sum_of_squares(gpu(), {gx.view(), gy.view(), gz.view(), ge.view()}, gout));
+  expect_close("sum_of_squares", out, gout, 1e-13);
+}
+
+TEST_F(CudaKernelTest, Gemm) {
+  struct Case {
+    int64_t m, n, k;
+  };
+  for (DType dt : kActs) {
+    for (Case c : {Case{1, 1, 1}, Case{37, 53, 29}, Case{128, 96, 200}, Case{5, 7, 0}}) {
+      for (bool ta : {false, true}) {
+        for (bool tb : {false, true}) {
+          Tensor a = rand(ta ? Shape{c.k, c.m} : Shape{c.m, c.k}, dt);
+          Tensor b = rand(tb ? Shape{c.n, c.k} : Shape{c.k, c.n}, dt);
+          Tensor out = rand({c.m, c.n}, dt);
+          Tensor gout = up(out);
+          OK(gemm(cpu(), a, ta, b, tb, out, 0.5, 1.0));  // accumulate
+          OK(gemm(gpu(), up(a), ta, up(b), tb, gout, 0.5, 1.0));
+          expect_close("gemm", out, gout, dt == DType::kF32 ? 1e-5 : -1);
+          Tensor o2 = Tensor::empty({c.m, c.n}, dt), g2 = poisoned({c.m, c.n}, dt);
+          OK(gemm(cpu(), a, ta, b, tb, o2));
+          OK(gemm(gpu(), up(a), ta, up(b), tb, g2));
+          expect_close("gemm", o2, g2, dt == DType::kF32 ? 1e-5 : -1);
+        }
+      }
+    }
+  }
+  // bf16 operands into an f32 result (weight gradients, logits).
+  Tensor a = rand({33, 70}, DType::kBF16), b = rand({70, 45}, DType::kBF16);
+  Tensor out = Tensor::empty({33, 45}, DType::kF32), gout = poisoned({33, 45}, DType::kF32);
+  OK(gemm(cpu(), a, false, b, false, out));
+  OK(gemm(gpu(), up(a), false, up(b), false, gout));
+  expect_close("gemm(bf16->f32)", out, gout, 1e-5);
+}
+
+// Capacity mode: R = 2 ranks x E_l = 3 experts x C = 5 rows, filled prefixes 5, 0, 2 / 1, 5, 3;
+// padding rows hold zeros (as the dispatch writes them). Dropless: blocks of 3, 0, 2, 2, 1, 2 rows.
+std::vector<ExpertBlocks> block_layouts() {
+  ExpertBlocks cap;
+  cap.ranks = 2;
+  cap.local_experts = 3;
+  cap.capacity = 5;
+  cap.filled = Tensor::from_vector<int32_t>(Shape{6}, {5, 0, 2, 1, 5, 3});
+  ExpertBlocks dropless;
+  dropless.ranks = 2;
+  dropless.local_experts = 3;
+  dropless.offsets = {0, 3, 3, 5, 7, 8, 10};
+  return {cap, dropless};
+}
+
+// Zeroes the padding rows of x [rows, n] (capacity mode) on the host.
+void zero_padding(const Tensor& x, const ExpertBlocks& blocks) {
+  if (blocks.capacity < 0) return;
+  Tensor f = Tensor::empty(x.shape(), DType::kF64);
+  ASSERT_TRUE(convert_into(x, f).ok());
+  const int64_t n = x.dim(1);
+  for (int64_t b = 0; b < blocks.blocks(); ++b) {
+    for (int64_t r = blocks.filled.data<int32_t>()[b]; r < blocks.capacity; ++r) {
+      for (int64_t j = 0; j < n; ++j) f.data<double>()[(b * blocks.capacity + r) * n + j] = 0;
+    }
+  }
+  ASSERT_TRUE(convert_into(f, x).ok());
+}
+
+ExpertBlocks on_gpu(Context& gpu, const ExpertBlocks& blocks) {
+  ExpertBlocks g = blocks;
+  if (blocks.filled.numel() > 0) g.filled = *gpu.upload(blocks.filled);
+  return g;
+}
+
+TEST_F(CudaKernelTest, ExpertGemmsAndBlockBiases) {
+  for (const ExpertBlocks& blocks : block_layouts()) {
+    const ExpertBlocks gblocks = on_gpu(gpu(), blocks);
+    const int64_t rows = blocks.rows(), k = 12, n = 9;
+    for (DType dt : kActs) {
+      const DType f = compute_dtype(dt);
+      Tensor x = rand({rows, k}, dt);
+      zero_padding(x, blocks);
+      for (bool tw : {false, true}) {
+        Tensor w = rand(tw ? Shape{3, n, k} : Shape{3, k, n}, dt);
+        Tensor y = Tensor::empty({rows, n}, dt), gy = poisoned({rows, n}, dt);
+        OK(expert_gemm(cpu(), x, w, tw, y, blocks));
+        OK(expert_gemm(gpu(), up(x), up(w), tw, gy, gblocks));
+        expect_close("expert_gemm", y, gy, dt == DType::kF32 ? 1e-5 : -1);
+      }
+      Tensor dy = rand({rows, n}, dt);
+      zero_padding(dy, blocks);
+      Tensor dw = rand({3, k, n}, f);
+      Tensor gdw = up(dw);
+      OK(expert_gemm_wgrad(cpu(), x, dy, dw, blocks));
+      OK(expert_gemm_wgrad(gpu(), up(x), up(dy), gdw, gblocks));
+      expect_close("expert_gemm_wgrad", dw, gdw, dt == DType::kF32 ? 1e-5 : -1);
+      // Per-expert biases: padding rows become zero, gradients sum the used rows.
+      Tensor h = rand({rows, n}, dt), bias = rand({3, n}, f);
+      Tensor gh = up(h);
+      OK(add_bias_blocks(cpu(), h, bias, blocks));
+      OK(add_bias_blocks(gpu(), gh, up(bias), gblocks));
+      expect_close("add_bias_blocks", h, gh, 0);
+      Tensor db = rand({3, n}, f);
+      Tensor gdb = up(db);
+      Tensor g2 = rand({rows, n}, dt);
+      OK(bias_grad_blocks(cpu(), g2, db, blocks));
+      OK(bias_grad_blocks(gpu(), up(g2), gdb, gblocks));
+      expect_close("bias_grad_blocks", db, gdb, 0);  // the same double sums in the same order
+    }
+  }
+}
+
+TEST_F(CudaKernelTest, ActivationsBiasesDropout) {
+  for (DType dt : kActs) {
+    const DType f = compute_dtype(dt);
+    for (int64_t m : {int64_t{1}, int64_t{300}, int64_t{1031}}) {
+      const int64_t n = 13;
+      for (Activation act : {Activation::kRelu, Activation::kGelu, Activation::kGeluTanh}) {
+        Tensor x = rand({m, n}, dt, -3, 3), dy = rand({m, n}, dt);
+        Tensor y = Tensor::empty(x.shape(), dt), gy = poisoned(x.shape(), dt);
+        Tensor gx = up(x);
+        OK(activation_forward(cpu(), act, x, y));
+        OK(activation_forward(gpu(), act, gx, gy));
+        const std::string name = std::string("activation_forward(") + activation_name(act) + ")";
+        expect_close(name, y, gy, dt == DType::kBF16 ? 4e-3 : 1e-6);
+        Tensor dx = Tensor::empty(x.shape(), dt), gdx = poisoned(x.shape(), dt);
+        OK(activation_backward(cpu(), act, x, dy, dx));
+        OK(activation_backward(gpu(), act, gx, up(dy), gdx));
+        expect_close(std::string("activation_backward(") + activation_name(act) + ")", dx, gdx,
+                     dt == DType::kBF16 ? 4e-3 : 1e-6);
+      }
+      Tensor x = rand({m, n}, dt), bias = rand({n}, f);
+      Tensor gx = up(x);
+      OK(add_bias(cpu(), x, bias));
+      OK(add_bias(gpu(), gx, up(bias)));
+      expect_close("add_bias", x, gx, 0);
+      Tensor db = rand({n}, f);
+      Tensor gdb = up(db);
+      OK(bias_grad(cpu(), x, db));
+      OK(bias_grad(gpu(), gx, gdb));
+      expect_close("bias_grad", db, gdb, f == DType::kF64 ? 1e-14 : 1e-7);
+      // Dropout: the same Philox mask bit for bit, keyed by row or by key_base + row; negative
+      // keys zero their row.
+      CounterRng rng{7, make_stream(RngTag::kDropout, 2, 9)};
+      std::vector<int64_t> keys(m);
+      for (int64_t r = 0; r < m; ++r) keys[r] = (r % 7 == 3) ? -1 : 1000 + 3 * r;
+      Tensor hk = Tensor::from_vector<int64_t>(Shape{m}, keys);
+      for (bool keyed : {false, true}) {
+        for (float p : {0.0f, 0.1f, 0.5f}) {
+          Tensor y = Tensor::empty(x.shape(), dt), gy = poisoned(x.shape(), dt);
+          OK(dropout_forward(cpu(), x, keyed ? hk.view() : TensorView(), 55, rng, p, y));
+          Tensor gk = up(hk);
+          OK(dropout_forward(gpu(), gx, keyed ? gk.view() : TensorView(), 55, rng, p, gy));
+          expect_close("dropout_forward", y, gy, 0);
+          Tensor dx = Tensor::empty(x.shape(), dt), gdx = poisoned(x.shape(), dt);
+          OK(dropout_backward(cpu(), y, keyed ? hk.view() : TensorView(), 55, rng, p, dx));
+          OK(dropout_backward(gpu(), gy, keyed ? gk.view() : TensorView(), 55, rng, p, gdx));
+          expect_close("dropout_backward", dx, gdx, 0);
+        }
+      }
+    }
+  }
+}
+
+TEST_F(CudaKernelTest, LayerNorm) {
+  for (DType dt : kActs) {
+    const DType f = compute_dtype(dt);
+    for (int64_t d : {int64_t{1}, int64_t{7}, int64_t{352}, int64_t{1000}}) {
+      const int64_t n = 301;
+      Tensor x = rand({n, d}, dt, -2, 3), gamma = rand({d}, f), beta = rand({d}, f);
+      Tensor y = Tensor::empty(x.shape(), dt), mean = Tensor::empty({n}, f),
+             rstd = Tensor::empty({n}, f);
+      Tensor gx = up(x), gy = poisoned(x.shape(), dt), gmean = poisoned({n}, f),
+             grstd = poisoned({n}, f), ggamma = up(gamma);
+      OK(layernorm_forward(cpu(), x, gamma, beta, 1e-5, y, mean, rstd));
+      OK(layernorm_forward(gpu(), gx, ggamma, up(beta), 1e-5, gy, gmean, grstd));
+      expect_close("layernorm_forward", y, gy, dt == DType::kF32 ? 1e-6 : -1);
+      expect_close("layernorm_forward(mean)", mean, gmean, f == DType::kF64 ? 1e-12 : 1e-6);
+      expect_close("layernorm_forward(rstd)", rstd, grstd, f == DType::kF64 ? 1e-12 : 1e-6);
+      Tensor dy = rand({n, d}, dt), dgamma = rand({d}, f), dbeta = rand({d}, f);
+      Tensor dx = Tensor::empty(x.shape(), dt), gdx = poisoned(x.shape(), dt);
+      Tensor gdgamma = up(dgamma), gdbeta = up(dbeta);
+      OK(layernorm_backward(cpu(), dy, x, gamma, mean, rstd, dx, dgamma, dbeta));
+      OK(layernorm_backward(gpu(), up(dy), gx, ggamma, up(mean), up(rstd), gdx, gdgamma, gdbeta));
+      expect_close("layernorm_backward", dx, gdx, dt == DType::kF32 ? 1e-5 : -1);
+      expect_close("layernorm_backward(dgamma)", dgamma, gdgamma, f == DType::kF64 ? 1e-12 : 1e-6);
+      expect_close("layernorm_backward(dbeta)", dbeta, gdbeta, f == DType::kF64 ? 1e-12 : 1e-6);
+    }
+  }
+}
+
+TEST_F(CudaKernelTest, Embedding) {
+  const int64_t v = 50, d = 19, s = 8, n = 3 * s;
+  std::vector<int32_t> ids(n);
+  for (int64_t i = 0; i < n; ++i) ids[i] = static_cast<int32_t>((i * 7) % 13);  // repeats
+  Tensor hid = Tensor::from_vector<int32_t>(Shape{n}, ids);
+  Tensor gid = up(hid);
+  for (DType dt : kActs) {
+    const DType f = compute_dtype(dt);
+    for (bool widen : {false, true}) {
+      if (widen && dt != DType::kBF16) continue;
+      const DType wt = widen ? DType::kF32 : dt;
+      Tensor table = rand({v, d}, wt), pos = rand({s + 2, d}, f);
+      for (bool with_pos : {false, true}) {
+        Tensor out = Tensor::empty({n, d}, dt), gout = poisoned({n, d}, dt);
+        OK(embedding_forward(cpu(), hid, table, with_pos ? pos.view() : TensorView(), s, out));
+        Tensor gpos = up(pos);
+        OK(embedding_forward(gpu(), gid, up(table), with_pos ? gpos.view() : TensorView(), s,
+                             gout));
+        expect_close("embedding_forward", out, gout, 0);
+      }
+    }
+    Tensor dout = rand({n, d}, dt), dtable = rand({v, d}, f), dpos = rand({s, d}, f);
+    Tensor gdtable = up(dtable), gdpos = up(dpos);
+    OK(embedding_backward(cpu(), hid, dout, dtable, dpos, s));
+    OK(embedding_backward(gpu(), gid, up(dout), gdtable, gdpos, s));
+    expect_close("embedding_backward", dtable, gdtable, 0);
+    expect_close("embedding_backward(positions)", dpos, gdpos, 0);
+  }
+}
+
+TEST_F(CudaKernelTest, CrossEntropy) {
+  for (DType f : {DType::kF32, DType::kF64}) {
+    for (int64_t v : {int64_t{1}, int64_t{5}, int64_t{5003}}) {
+      const int64_t n = 37;
+      Tensor logits = rand({n, v}, f, -8, 8);
+      std::vector<int32_t> t(n);
+      for (int64_t i = 0; i < n; ++i) t[i] = i % 5 == 2 ? -1 : static_cast<int32_t>((i * 31) % v);
+      Tensor ht = Tensor::from_vector<int32_t>(Shape{n}, t);
+      Tensor lse = Tensor::empty({n}, f), rows = Tensor::empty({n}, f);
+      Tensor sums = Tensor::zeros({2}, DType::kF64);
+      Tensor glogits = up(logits), gt = up(ht), glse = poisoned({n}, f), grows = poisoned({n}, f),
+             gsums = up(sums);
+      OK(cross_entropy_forward(cpu(), logits, ht, lse, sums, rows));
+      OK(cross_entropy_forward(gpu(), glogits, gt, glse, gsums, grows));
+      const double tol = f == DType::kF64 ? 1e-13 : 1e-6;
+      expect_close("cross_entropy_forward(lse)", lse, glse, tol);
+      expect_close("cross_entropy_forward(row_loss)", rows, grows, tol);
+      expect_close("cross_entropy_forward(sums)", sums, gsums, tol);
+      for (DType dt : {f, DType::kBF16}) {
+        if (dt == DType::kBF16 && f == DType::kF64) continue;
+        Tensor d = Tensor::empty({n, v}, dt), gd = poisoned({n, v}, dt);
+        OK(cross_entropy_backward(cpu(), logits, ht, lse, 1.0 / 30, d));
+        OK(cross_entropy_backward(gpu(), glogits, gt, glse, 1.0 / 30, gd));
+        expect_close("cross_entropy_backward", d, gd, dt == DType::kBF16 ? -1 : tol);
+      }
+    }
+  }
+}
+
+// Same inputs, same GPU: bit-identical results (no atomics decide a sum).
+TEST_F(CudaKernelTest, RepeatedRunsAreBitIdentical) {
+  Tensor x = rand({2000, 333}, DType::kF32);
+  Tensor gx = up(x);
+  Tensor first;
+  for (int run = 0; run < 2; ++run) {
+    Tensor db = *gpu().zeros({333}, DType::kF32);
+    Tensor sq = *gpu().zeros({1}, DType::kF64);
+    OK(bias_grad(gpu(), gx, db));
+    OK(sum_of_squares(gpu(), {gx.view()}, sq));
+    Tensor both = Tensor::empty({334}, DType::kF64);
+    Tensor hdb = down(db), hsq = down(sq);
+    for (int j = 0; j < 333; ++j) both.data<double>()[j] = hdb.data<float>()[j];
+    both.data<double>()[333] = hsq.data<double>()[0];
+    if (run == 0) {
+      first = std::move(both);
+    } else {
+      EXPECT_TRUE(testing::bitwise_equal(first, both));
+    }
+  }
+}
+
+// An op without a CUDA kernel refuses a CUDA context by name instead of touching device memory.
+TEST_F(CudaKernelTest, AnOpWithoutACudaKernelSaysSo) {
+  Tensor logits = *gpu().zeros({4, 3}, DType::kF32);
+  Tensor probs = *gpu().zeros({4, 3}, DType::kF32);
+  Tensor idx = *gpu().zeros({4, 1}, DType::kI32);
+  Tensor w = *gpu().zeros({4, 1}, DType::kF32);
+  Tensor lse = *gpu().zeros({4}, DType::kF32);
+  Status s = topk_softmax(gpu(), logits, idx, w, probs, lse);
+  EXPECT_EQ(s.code(), StatusCode::kUnimplemented) << s.to_string();
+  EXPECT_NE(s.message().find("no CUDA kernel"), std::string::npos) << s.to_string();
+}
+
+}  // namespace
+}  // namespace moe::kernels
