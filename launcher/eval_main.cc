@@ -2,6 +2,7 @@
 // word-swap attack. The checkpoint brings its own config and vocabulary; any EP layout loads.
 //
 //   momoe-eval --checkpoint runs/quickstart/ckpt-00000300 --text my_corpus.txt [--attack-rate 0.025]
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -42,7 +43,11 @@ StatusOr<std::string> evaluate(const FlagParser& flags) {
   split.name = "text";
   split.source = text;
   MOE_ASSIGN_OR_RETURN(split.ids, data::tokenize_file(text, vocab));
-  MOE_ASSIGN_OR_RETURN(int64_t batch, flags.get_int("batch", 8));
+  // The trainer evaluates in batches of its per-rank micro-batch; at one rank that is the run's
+  // micro-batch, batch_size / grad_accum. (With the default eval_capacity_factor 0 nothing is dropped at evaluation, so
+  // the perplexity does not depend on the batch anyway.)
+  MOE_ASSIGN_OR_RETURN(int64_t batch, flags.get_int("batch", std::max<int64_t>(1, cfg.train.batch_size /
+                                                                         std::max<int64_t>(1, cfg.train.grad_accum))));
   MOE_ASSIGN_OR_RETURN(int64_t max_sequences, flags.get_int("max-sequences", 0));
   MOE_ASSIGN_OR_RETURN(double rate, flags.get_double("attack-rate", cfg.train.attack_rate));
   if (batch < 1) return invalid_argument_error("--batch ", batch, " must be >= 1");
@@ -76,7 +81,7 @@ int run(int argc, char** argv) {
   flags.value("checkpoint", "a checkpoint directory (RUN_DIR/ckpt-<step>)");
   flags.value("text", "a UTF-8 text file (.txt or .txt.gz), tokenized with the checkpoint's vocabulary");
   flags.value("attack-rate", "word-swap attack rate (default: the run's train.attack_rate; 0 = off)");
-  flags.value("batch", "sequences per evaluation batch (default 8)");
+  flags.value("batch", "sequences per evaluation batch (default: the trainer's, batch_size / grad_accum)");
   flags.value("max-sequences", "evaluate only the first N sequences (default: all)");
   flags.switch_flag("help", "print this help");
   Status parsed = flags.parse(argc, argv);

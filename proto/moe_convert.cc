@@ -43,6 +43,7 @@ Status apply_moe_proto(const momoe::MoeConfig& m, const std::string& where, MoeL
   if (m.has_top_k()) c->top_k = m.top_k();
   if (m.has_capacity_factor()) c->capacity_factor = m.capacity_factor();
   if (m.has_dropless()) c->dropless = m.dropless();
+  if (m.has_eval_capacity_factor()) c->eval_capacity_factor = m.eval_capacity_factor();
   switch (m.activation()) {
     case momoe::ACTIVATION_UNSPECIFIED: break;
     case momoe::RELU: c->activation = ExpertActivation::kRelu; break;
@@ -150,6 +151,7 @@ void moe_config_to_proto(const MoeLayerConfig& c, momoe::MoeConfig* m) {
   m->set_top_k(c.top_k);
   m->set_capacity_factor(c.capacity_factor);
   m->set_dropless(c.dropless);
+  m->set_eval_capacity_factor(c.eval_capacity_factor);
   m->set_activation(c.activation == ExpertActivation::kRelu   ? momoe::RELU
                     : c.activation == ExpertActivation::kGelu ? momoe::GELU
                                                               : momoe::GELU_TANH);

@@ -69,6 +69,9 @@ Status MoeLayerConfig::validate(const std::string& where, int ep_size) const {
     MOE_RETURN_IF_ERROR(require(finite(capacity_factor) && capacity_factor > 0, where,
                                 "capacity_factor", capacity_factor, "(0, inf) (or set dropless)"));
   }
+  MOE_RETURN_IF_ERROR(require(finite(eval_capacity_factor) && eval_capacity_factor >= 0, where,
+                              "eval_capacity_factor", eval_capacity_factor,
+                              "[0, inf) (0: no dropping at evaluation)"));
   MOE_RETURN_IF_ERROR(require(expert_dropout >= 0 && expert_dropout < 1, where, "expert_dropout",
                               expert_dropout, "[0, 1)"));
   MOE_RETURN_IF_ERROR(require(output_dropout >= 0 && output_dropout < 1, where, "output_dropout",

@@ -117,6 +117,9 @@ struct MoeLayerConfig {
   int64_t top_k = 2;        // K
   double capacity_factor = 1.25;  // C = ceil(capacity_factor * T * K / E), > 0
   bool dropless = false;          // size buffers to fit; nothing is dropped
+  // Forward passes with training off (evaluation, probes): 0 drops nothing (the default, so
+  // perplexity does not depend on the batch size or the EP layout); > 0 uses this capacity factor.
+  double eval_capacity_factor = 0.0;
   ExpertActivation activation = ExpertActivation::kRelu;
   double expert_dropout = 0.0;  // inside each expert, after the activation, in [0, 1)
   double output_dropout = 0.0;  // on u before the residual dynamics, in [0, 1)

@@ -17,9 +17,10 @@ int MoeDispatcher::ep_rank() const { return comm_ == nullptr ? 0 : comm_->rank()
 int64_t MoeDispatcher::local_experts() const { return cfg_.num_experts / ep_size(); }
 int64_t MoeDispatcher::first_local_expert() const { return ep_rank() * local_experts(); }
 
-int64_t MoeDispatcher::capacity(int64_t tokens) const {
-  if (cfg_.dropless) return -1;
-  return static_cast<int64_t>(std::ceil(cfg_.capacity_factor * static_cast<double>(tokens) *
+int64_t MoeDispatcher::capacity(int64_t tokens, bool training) const {
+  if (cfg_.dropless || (!training && cfg_.eval_capacity_factor <= 0)) return -1;
+  const double factor = training ? cfg_.capacity_factor : cfg_.eval_capacity_factor;
+  return static_cast<int64_t>(std::ceil(factor * static_cast<double>(tokens) *
                                         static_cast<double>(cfg_.top_k) /
                                         static_cast<double>(cfg_.num_experts)));
 }
@@ -43,13 +44,13 @@ Status MoeDispatcher::agree_tokens(int64_t tokens) {
 }
 
 Status MoeDispatcher::plan(const Tensor& idx, int64_t token_offset, const TensorView& drops,
-                           DispatchPlan* p) {
+                           DispatchPlan* p, bool training) {
   const int64_t tokens = idx.dim(0), k = cfg_.top_k, experts = cfg_.num_experts;
   const int ranks = ep_size();
   const int64_t local = local_experts();
-  MOE_RETURN_IF_ERROR(agree_tokens(tokens));
   p->tokens = tokens;
-  p->capacity = capacity(tokens);
+  p->capacity = capacity(tokens, training);
+  if (p->capacity >= 0) MOE_RETURN_IF_ERROR(agree_tokens(tokens));
   const bool dropless = p->capacity < 0;
   const int64_t send_rows = dropless ? tokens * k : experts * p->capacity;
   MOE_ASSIGN_OR_RETURN(p->slot, ctx_.empty({tokens, k}, DType::kI32));
@@ -68,7 +69,7 @@ Status MoeDispatcher::plan(const Tensor& idx, int64_t token_offset, const Tensor
     // Padded blocks of C rows: every rank sends E_l * C rows to every rank.
     p->exchange = comm::AllToAllPlan::uniform(ranks, local * p->capacity);
     p->blocks.capacity = p->capacity;
-    MOE_ASSIGN_OR_RETURN(p->recv_key, exchange(p->send_key, p->exchange));
+    MOE_ASSIGN_OR_RETURN(p->recv_key, exchange(p->send_key, p->exchange, p->capacity >= 0));
     MOE_ASSIGN_OR_RETURN(Tensor filled, ctx_.empty({ranks * local}, DType::kI32));
     MOE_RETURN_IF_ERROR(kernels::block_fill_counts(
         ctx_, p->recv_key.view().reshape({ranks * local, p->capacity}), filled));
@@ -104,21 +105,22 @@ Status MoeDispatcher::plan(const Tensor& idx, int64_t token_offset, const Tensor
     }
   }
   MOE_ASSIGN_OR_RETURN(p->exchange, comm::AllToAllPlan::from_counts(send_counts, recv_counts));
-  MOE_ASSIGN_OR_RETURN(p->recv_key, exchange(p->send_key, p->exchange));
+  MOE_ASSIGN_OR_RETURN(p->recv_key, exchange(p->send_key, p->exchange, p->capacity >= 0));
   return Status::OK();
 }
 
-StatusOr<Tensor> MoeDispatcher::exchange(const Tensor& in,
-                                         const comm::AllToAllPlan& plan) const {
+StatusOr<Tensor> MoeDispatcher::exchange(const Tensor& in, const comm::AllToAllPlan& plan,
+                                         bool capacity_mode) const {
   if (comm_ == nullptr) return in;  // one rank: the receive buffer is the send buffer
   std::vector<int64_t> dims = in.shape().to_vector();
   dims[0] = plan.recv_total;
   MOE_ASSIGN_OR_RETURN(Tensor out, ctx_.empty(Shape(dims), in.dtype()));
   // Every rank must call the same collective, so the choice may not depend on local counts: in
   // capacity mode every rank has agreed on one C (agree_tokens), so every plan is uniform; a
-  // dropless plan can be uniform on one rank and not on its peers, so dropless always takes
-  // all_to_all_v.
-  if (!cfg_.dropless) {
+  // dropless plan (dropless training, or evaluation without an eval capacity) can be uniform on
+  // one rank and not on its peers, so it always takes all_to_all_v. Every rank of a forward pass
+  // is in the same mode (the config and the training flag are the same everywhere).
+  if (capacity_mode) {
     const int ranks = plan.world_size();
     std::vector<int64_t> chunked = in.shape().to_vector();
     chunked[0] = plan.send_counts[0];
@@ -134,21 +136,22 @@ StatusOr<Tensor> MoeDispatcher::exchange(const Tensor& in,
 StatusOr<Tensor> MoeDispatcher::dispatch(const Tensor& x, const DispatchPlan& plan) const {
   MOE_ASSIGN_OR_RETURN(Tensor send, ctx_.empty({plan.exchange.send_total, x.dim(1)}, x.dtype()));
   MOE_RETURN_IF_ERROR(kernels::gather_rows(ctx_, x, plan.send_token, send));
-  return exchange(send, plan.exchange);
+  return exchange(send, plan.exchange, plan.capacity >= 0);
 }
 
 StatusOr<Tensor> MoeDispatcher::gather_back(const Tensor& y, const DispatchPlan& plan) const {
-  return exchange(y, plan.exchange.transposed());
+  return exchange(y, plan.exchange.transposed(), plan.capacity >= 0);
 }
 
 StatusOr<Tensor> MoeDispatcher::gather_back_backward(const Tensor& d_send,
                                                      const DispatchPlan& plan) const {
-  return exchange(d_send, plan.exchange);
+  return exchange(d_send, plan.exchange, plan.capacity >= 0);
 }
 
 StatusOr<Tensor> MoeDispatcher::dispatch_backward(const Tensor& d_rows,
                                                   const DispatchPlan& plan) const {
-  MOE_ASSIGN_OR_RETURN(Tensor d_send, exchange(d_rows, plan.exchange.transposed()));
+  MOE_ASSIGN_OR_RETURN(Tensor d_send,
+                       exchange(d_rows, plan.exchange.transposed(), plan.capacity >= 0));
   MOE_ASSIGN_OR_RETURN(Tensor dx, ctx_.empty({plan.tokens, d_rows.dim(1)}, d_rows.dtype()));
   MOE_RETURN_IF_ERROR(kernels::gather_sum_rows(ctx_, d_send, plan.row, dx));
   return dx;

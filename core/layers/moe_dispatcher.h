@@ -54,8 +54,9 @@ class MoeDispatcher {
   int ep_rank() const;
   int64_t local_experts() const;
   int64_t first_local_expert() const;
-  // C = ceil(capacity_factor * T * K / E), or -1 in dropless mode.
-  int64_t capacity(int64_t tokens) const;
+  // C = ceil(capacity_factor * T * K / E), or -1 in dropless mode. With training off the
+  // eval_capacity_factor applies instead (0: dropless).
+  int64_t capacity(int64_t tokens, bool training = true) const;
 
   // Capacity mode, collective over the EP group the first time `tokens` is seen: every rank
   // must pass the same count (one C everywhere); otherwise kInvalidArgument naming the counts
@@ -63,9 +64,10 @@ class MoeDispatcher {
   Status agree_tokens(int64_t tokens);
 
   // Builds the plan for idx [T, K] i32 (collective over the EP group). `drops` (f64 [2], may be
-  // empty) accumulates the dropped assignments and fully dropped tokens.
+  // empty) accumulates the dropped assignments and fully dropped tokens. `training` picks the
+  // capacity (capacity()).
   Status plan(const Tensor& idx, int64_t token_offset, const TensorView& drops,
-              DispatchPlan* plan);
+              DispatchPlan* plan, bool training = true);
   // x [T, D] -> the expert rows [M, D] (the receive buffer, in blocks).
   StatusOr<Tensor> dispatch(const Tensor& x, const DispatchPlan& plan) const;
   // Expert outputs [M, D] -> send-layout rows [S, D] back on the home ranks.
@@ -80,7 +82,8 @@ class MoeDispatcher {
   // Moves `in` ([S or M, ...] rows) to the peers under `exchange` (or its transpose): an
   // equal-chunk all_to_all in capacity mode, all_to_all_v in dropless mode, the identity at one
   // rank.
-  StatusOr<Tensor> exchange(const Tensor& in, const comm::AllToAllPlan& exchange) const;
+  StatusOr<Tensor> exchange(const Tensor& in, const comm::AllToAllPlan& exchange,
+                            bool capacity_mode) const;
 
   MoeLayerConfig cfg_;
   Context& ctx_;

@@ -123,7 +123,8 @@ StatusOr<MoeLayerOutputs> MoeLayer::forward(const MoeLayerInputs& in, MoeLayerSa
   MOE_RETURN_IF_ERROR(router_.forward(route, &saved->router));
   const TensorView drops =
       stats.numel() > 0 ? slot(stats, RouterStatsLayout::kDroppedSlots, 2) : TensorView();
-  MOE_RETURN_IF_ERROR(dispatcher_.plan(saved->router.idx, in.token_offset, drops, &saved->plan)
+  MOE_RETURN_IF_ERROR(dispatcher_.plan(saved->router.idx, in.token_offset, drops, &saved->plan,
+                                       in.training || in.training_capacity)
                           .with_context(str_cat("block ", block_)));
   const DispatchPlan& plan = saved->plan;
 

@@ -42,6 +42,7 @@ struct MoeLayerInputs {
   int64_t step = 0;
   uint64_t seed = 0;
   bool training = true;
+  bool training_capacity = false;  // training off, capacity as in training (StepContext)
   // Every rank that holds tokens (the world): global AC statistics and the global-scope balance
   // and z losses are all-reduced over it. Null: this rank's tokens only.
   comm::Communicator* stats_comm = nullptr;

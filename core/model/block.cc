@@ -81,6 +81,7 @@ StatusOr<Tensor> TransformerBlock::forward(const StepContext& ctx, const Tensor&
     in.step = ctx.step;
     in.seed = ctx.seed;
     in.training = ctx.training;
+    in.training_capacity = ctx.training_capacity;
     in.stats_comm = ctx.stats_comm;
     in.stats = stats;
     StatusOr<MoeLayerOutputs> out = moe_->forward(in, &s->moe);

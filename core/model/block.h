@@ -39,6 +39,9 @@ struct StepContext {
   int64_t step = 0;
   uint64_t seed = 0;
   bool training = true;
+  // With training off: drop at the training capacity anyway instead of the eval capacity (the
+  // routing probe, which runs inside a training step and must not add a dropless sync to it).
+  bool training_capacity = false;
   comm::Communicator* stats_comm = nullptr;  // global AC statistics and aux losses
   int64_t token_offset() const { return sequence_offset * seq_len; }
 };

@@ -170,6 +170,7 @@ StatusOr<std::vector<Tensor>> TransformerLM::route_probe(const TensorView& input
                                                          const StepContext& ctx) {
   StepContext eval = ctx;
   eval.training = false;
+  eval.training_capacity = true;
   Activations acts;
   std::vector<Tensor> top1s;
   MOE_RETURN_IF_ERROR(forward_impl(inputs, inputs, eval, &acts, {}, {}, &top1s));

@@ -55,7 +55,8 @@ class TransformerLM {
   Status evaluate(const TensorView& inputs, const TensorView& targets, const StepContext& ctx,
                   const TensorView& sums, const TensorView& stats);
   // The argmax expert of every MoE layer for every token of `inputs` (evaluation mode): the probe
-  // for the routing flip rate. One [N] i32 device tensor per MoE layer.
+  // for the routing flip rate, dropping at the training capacity (no sync in capacity mode). One
+  // [N] i32 device tensor per MoE layer.
   StatusOr<std::vector<Tensor>> route_probe(const TensorView& inputs, const StepContext& ctx);
 
   // The statistics buffer: the block of MoE layer l starts at stats_offset(l).

@@ -234,10 +234,13 @@ TEST_F(TrainerTest, GradientAccumulationMatchesOneBigBatch) {
 // Every trainer test runs under a guarded context (quiet_options): a host access to tensor memory
 // in a layer or the model aborts the test. Here the waits are counted too: in capacity mode a
 // training step synchronises exactly once (the step buffer's read back); each dropless MoE layer
-// adds one counts read per forward (the probe's forward included); an evaluation adds one.
+// adds one counts read per forward (the probe's forward included); an evaluation adds one per
+// split (with an eval capacity; evaluation is dropless by default, one counts read per MoE layer
+// and batch). The probe drops at the training capacity, so it adds no sync in capacity mode.
 TEST_F(TrainerTest, OneSyncPerStepAndNoHostAccessInLayers) {
   const std::string run = fresh_dir("trainer_syncs");
-  auto t = make(run, {"train.steps=4", "train.probe_every=2"}, false);
+  auto t = make(run, {"train.steps=4", "train.probe_every=2", "model.moe.eval_capacity_factor=1.25"},
+                false);
   ASSERT_TRUE(t->context().guarded());
   for (int i = 0; i < 4; ++i) {
     const int64_t before = t->context().sync_count();

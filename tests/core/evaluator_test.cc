@@ -1,0 +1,91 @@
+// Evaluation does not depend on how the sequences are batched: by default (eval_capacity_factor
+// 0) no token is dropped at evaluation, so the perplexity is the same at every batch size; a
+// positive eval_capacity_factor restores capacity dropping at evaluation (and with it the
+// dependence on the batch).
+#include "core/train/evaluator.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "core/base/rng.h"
+#include "tests/testing/gradient_check.h"
+
+namespace moe::testing {
+namespace {
+
+ModelConfig model_config(double eval_capacity_factor) {
+  ModelConfig m;
+  m.vocab_size = 23;
+  m.d_model = 8;
+  m.n_heads = 2;
+  m.seq_len = 6;
+  m.d_ff = 12;
+  m.init_std = 0.6;  // a peaked router, so that capacity 1.0 drops
+  MoeLayerConfig moe;
+  moe.d_model = 8;
+  moe.d_expert = 6;
+  moe.num_experts = 4;
+  moe.top_k = 2;
+  moe.capacity_factor = 1.0;
+  moe.eval_capacity_factor = eval_capacity_factor;
+  m.arch = "sgsg";
+  m.blocks = expand_arch_string(m.arch, moe).value();
+  EXPECT_TRUE(m.validate().ok()) << m.validate().to_string();
+  return m;
+}
+
+// `split` must outlive the set (which views its ids).
+data::SequenceSet sequences(int64_t vocab, int64_t seq_len, int64_t count, data::TokenSplit& split) {
+  split.name = "valid";
+  split.source = "generated";
+  CounterRng rng{5, make_stream(RngTag::kTest, 3, 0)};
+  for (int64_t i = 0; i < count * seq_len + 1; ++i) {
+    split.ids.push_back(static_cast<int32_t>(rng.u32(i) % vocab));
+  }
+  return data::SequenceSet::create(split, seq_len).value();
+}
+
+std::vector<double> perplexities(double eval_capacity_factor, const std::vector<int64_t>& batches) {
+  const ModelConfig cfg = model_config(eval_capacity_factor);
+  auto model = TransformerLM::create(cfg, &host_context(), DType::kF64, nullptr).value();
+  EXPECT_TRUE(model->init_parameters(3).ok());
+  data::TokenSplit split;
+  const data::SequenceSet set = sequences(cfg.vocab_size, cfg.seq_len, 24, split);
+  std::vector<double> out;
+  for (int64_t b : batches) {
+    StatusOr<EvalResult> r = evaluate_perplexity(model.get(), set, b, 0, 1, nullptr);
+    if (!r.ok()) {
+      ADD_FAILURE() << r.status().to_string();
+      return out;
+    }
+    EXPECT_EQ(r->tokens, 24 * cfg.seq_len);
+    out.push_back(r->perplexity());
+  }
+  return out;
+}
+
+TEST(EvaluatorTest, PerplexityDoesNotDependOnTheBatchByDefault) {
+  const std::vector<double> ppl = perplexities(0.0, {1, 3, 8, 24});
+  for (size_t i = 1; i < ppl.size(); ++i) EXPECT_NEAR(ppl[i], ppl[0], 1e-9 * ppl[0]) << i;
+}
+
+TEST(EvaluatorTest, APositiveEvalCapacityDropsAtEvaluation) {
+  // One sequence per batch: 6 tokens, C = ceil(1.0 * 6 * 2 / 4) = 3 rows per expert; 24 per batch:
+  // C = 72. The routed tokens differ, so the perplexities do.
+  const std::vector<double> ppl = perplexities(1.0, {1, 24});
+  const std::vector<double> dropless = perplexities(0.0, {1});
+  EXPECT_GT(std::abs(ppl[0] - ppl[1]), 1e-6 * ppl[0]);
+  EXPECT_GT(std::abs(ppl[0] - dropless[0]), 1e-6 * ppl[0]);
+}
+
+TEST(EvaluatorTest, RejectsANegativeEvalCapacity) {
+  ModelConfig m = model_config(0.0);
+  m.blocks[0].moe_cfg.eval_capacity_factor = -1;
+  Status s = m.validate();
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("eval_capacity_factor"), std::string::npos) << s.to_string();
+}
+
+}  // namespace
+}  // namespace moe::testing
