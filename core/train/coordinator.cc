@@ -1,5 +1,6 @@
 #include "core/train/coordinator.h"
 
+#include <algorithm>
 #include <cmath>
 #include <iomanip>
 #include <sstream>
@@ -110,10 +111,15 @@ std::string Coordinator::progress_line(const StepStatsInfo& s, int64_t total_ste
   const double eta = done > 0 ? elapsed / static_cast<double>(done) *
                                     static_cast<double>(total_steps - s.step - 1)
                               : 0;
-  double balance = 0, dropped = 0;
+  // bal: the Switch balance loss E sum_e f_e P_e (mean over layers). It reads about 1 whenever
+  // the router's mean probabilities P are near uniform, however unevenly the tokens are
+  // assigned (with P_e = 1/E it is sum_e f_e = 1), so the progress line also shows the load:
+  // the busiest expert's assignments over the mean, in the worst layer.
+  double balance = 0, dropped = 0, max_load = 0;
   for (const RouterStatsInfo& l : s.layers) {
     balance += l.balance_loss;
     dropped += l.dropped_fraction;
+    max_load = std::max(max_load, l.max_load);
   }
   if (!s.layers.empty()) {
     balance /= static_cast<double>(s.layers.size());
@@ -123,7 +129,8 @@ std::string Coordinator::progress_line(const StepStatsInfo& s, int64_t total_ste
   os << "step " << s.step + 1 << "/" << total_steps << std::fixed << std::setprecision(4)
      << " | loss " << s.loss << std::setprecision(2) << " | ppl " << std::exp(s.loss)
      << std::scientific << std::setprecision(2) << " | lr " << s.learning_rate << std::fixed
-     << std::setprecision(3) << " | bal " << balance << " | aux " << s.aux_loss << std::setprecision(2)
+     << std::setprecision(3) << " | bal " << balance << std::setprecision(2) << " | load max "
+     << max_load << std::setprecision(3) << " | aux " << s.aux_loss << std::setprecision(2)
      << " | drop " << 100 * dropped << "% | gnorm " << s.grad_norm << " | "
      << std::setprecision(0) << s.tokens_per_second << " tok/s | ETA " << format_duration(eta);
   if (s.skipped) os << " | SKIPPED";

@@ -65,5 +65,38 @@ TEST(CoordinatorTest, FlagsCollapseAndNonFiniteLossAndWritesStats) {
   std::filesystem::remove_all(dir);
 }
 
+// Why the balance loss can read 1.0 while tokens are dropped: E sum_e f_e P_e with the router's
+// mean probabilities P uniform (P_e = 1/E, as at initialisation) is sum_e f_e = 1 however the
+// tokens are assigned. Hand-computed: 4 experts, 40 tokens all routed to expert 0, capacity 10
+// (30 dropped), P uniform: balance 1.0, load max 4.0; the progress line shows both.
+TEST(CoordinatorTest, TheBalanceLossDoesNotSeeImbalanceUnderUniformProbabilities) {
+  const std::string dir = fresh_dir("coordinator_balance");
+  RunConfig cfg;
+  cfg.train.collapse_threshold = 10.0;
+  std::FILE* progress = std::tmpfile();
+  Coordinator c(cfg, nullptr, dir + "/stats.pb", progress);
+  StepStatsInfo s;
+  s.step = 0;
+  s.loss = 3.0;
+  s.tokens = 40;
+  RouterStatsInfo l = layer({40, 0, 0, 0});
+  l.dropped_slots = 30;
+  // balance_loss_sum = T * E * sum_e f_e P_e with f = (1, 0, 0, 0), P = 1/4 each.
+  l.balance_loss_sum = 40 * 4 * (1.0 * 0.25);
+  s.layers.push_back(l);
+  StatusOr<StepStatsInfo> r = c.report_step(s, {}, 10);
+  ASSERT_TRUE(r.ok());
+  EXPECT_DOUBLE_EQ(r->layers[0].balance_loss, 1.0);
+  EXPECT_DOUBLE_EQ(r->layers[0].max_load, 4.0);
+  EXPECT_DOUBLE_EQ(r->layers[0].dropped_fraction, 0.75);
+  std::rewind(progress);
+  char line[512] = {0};
+  ASSERT_NE(std::fgets(line, sizeof(line), progress), nullptr);
+  EXPECT_NE(std::string(line).find("| bal 1.000 | load max 4.00 | "), std::string::npos) << line;
+  EXPECT_NE(std::string(line).find("| drop 75.00% |"), std::string::npos) << line;
+  std::fclose(progress);
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace moe::testing

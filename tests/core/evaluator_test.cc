@@ -36,7 +36,8 @@ ModelConfig model_config(double eval_capacity_factor) {
 }
 
 // `split` must outlive the set (which views its ids).
-data::SequenceSet sequences(int64_t vocab, int64_t seq_len, int64_t count, data::TokenSplit& split) {
+data::SequenceSet sequences(int64_t vocab, int64_t seq_len, int64_t count,
+                            data::TokenSplit& split) {
   split.name = "valid";
   split.source = "generated";
   CounterRng rng{5, make_stream(RngTag::kTest, 3, 0)};

@@ -177,6 +177,56 @@ TEST(SparseMixerTest, GateGradientRulesByHand) {
   EXPECT_EQ(to_vector<double>(d_logits), (std::vector<double>{0, 0, 0}));
 }
 
+// Why a SparseMixer router can stay degenerate (spec A.9 #7, and the 82-84% of tokens
+// keeping one expert): the paper mask theta* - theta_i <= r (|theta*| + |theta_i|) is homogeneous
+// in theta, so scaling the logits (a small or a large router initialisation) never widens it; for
+// zero-mean logits with r = 0.1 most tokens keep only their argmax. Such a token gives the router
+// no gradient, from the gate path (GateGradientRulesByHand) nor from the balance loss, whose mean
+// probabilities go through the same masked softmax (checked here).
+TEST(SparseMixerTest, TheMaskIsScaleInvariantAndSingleExpertTokensTeachTheRouterNothing) {
+  const int64_t tokens = 2000, experts = 8;
+  Tensor base = Tensor::empty({tokens, experts}, DType::kF64);
+  fill_uniform(base, 11, -1, 1);
+  SparseMixerRouteArgs args;
+  args.training = false;
+  args.params.jitter = 0.1;
+  std::vector<int64_t> singles;
+  for (double scale : {1e-3, 1.0, 1e3}) {
+    Tensor logits = Tensor::empty({tokens, experts}, DType::kF64);
+    for (int64_t i = 0; i < tokens * experts; ++i) {
+      logits.data<double>()[i] = scale * base.data<double>()[i];
+    }
+    SmOut out(tokens, experts);
+    ASSERT_TRUE(out.route(args, logits).ok());
+    int64_t single = 0;
+    for (int64_t t = 0; t < tokens; ++t) {
+      int64_t kept = 0;
+      for (int64_t e = 0; e < experts; ++e) kept += out.mask.data<uint8_t>()[t * experts + e];
+      single += kept == 1;
+    }
+    singles.push_back(single);
+  }
+  EXPECT_EQ(singles[0], singles[1]);
+  EXPECT_EQ(singles[1], singles[2]);
+  EXPECT_GT(singles[1], tokens / 2) << "most tokens keep one expert";
+
+  // The balance loss through a masked softmax that keeps one expert: zero gradient for that token
+  // (the second token keeps two experts and does get one).
+  Tensor logits = Tensor::from_vector<double>({2, 3}, {0.05, 0.02, -0.01, 2.0, 1.8, -1.0});
+  SmOut out(2, 3);
+  ASSERT_TRUE(out.route(args, logits).ok());
+  EXPECT_EQ(to_vector<uint8_t>(out.mask), (std::vector<uint8_t>{1, 0, 0, 1, 1, 0}));
+  const std::vector<int64_t> load = {1, 0, 1};
+  Tensor d_logits = Tensor::zeros({2, 3}, DType::kF64);
+  ASSERT_TRUE(aux_losses_backward(ctx(), logits, out.probs, packed_sums(out.probs, out.lse, load),
+                                  out.lse, 1, 1.0, 0.0, d_logits)
+                  .ok());
+  EXPECT_EQ(d_logits.data<double>()[0], 0.0);
+  EXPECT_EQ(d_logits.data<double>()[1], 0.0);
+  EXPECT_EQ(d_logits.data<double>()[2], 0.0);
+  EXPECT_NE(d_logits.data<double>()[3], 0.0);
+}
+
 TEST(AuxLossTest, UniformRoutingGivesOneAndHandValues) {
   // 4 tokens, 2 experts, K = 1, uniform probabilities, each expert gets 2 tokens: E sum f P = 1.
   Tensor probs = Tensor::from_vector<double>({4, 2}, {0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5});

@@ -1,0 +1,302 @@
+#include "launcher/compare_grid.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <set>
+#include <sstream>
+
+#include "core/io/file_util.h"
+#include "proto/run_convert.h"
+
+namespace moe {
+namespace {
+
+bool valid_name(const std::string& name) {
+  if (name.empty() || name.size() > 64 || name[0] == '.' || name[0] == '-') return false;
+  for (char c : name) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '-' || c == '_' || c == '+' || c == '.';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+std::vector<std::string> split_words(const std::string& line) {
+  std::istringstream in(line);
+  std::vector<std::string> words;
+  std::string w;
+  while (in >> w) words.push_back(w);
+  return words;
+}
+
+std::string fmt(double v, int digits = 2) {
+  if (!std::isfinite(v)) return "-";
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.*f", digits, v);
+  return buf;
+}
+
+// Mean and sample standard deviation of the finite values (std 0 for one value).
+std::pair<double, double> mean_std(const std::vector<double>& values) {
+  std::vector<double> v;
+  for (double x : values) {
+    if (std::isfinite(x)) v.push_back(x);
+  }
+  if (v.empty()) return {NAN, NAN};
+  double mean = 0;
+  for (double x : v) mean += x;
+  mean /= static_cast<double>(v.size());
+  double var = 0;
+  for (double x : v) var += (x - mean) * (x - mean);
+  return {mean, v.size() > 1 ? std::sqrt(var / static_cast<double>(v.size() - 1)) : 0.0};
+}
+
+std::string target_label(double t) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%g", t);
+  return buf;
+}
+
+}  // namespace
+
+StatusOr<CompareVariant> parse_variant(const std::string& spec) {
+  const std::vector<std::string> words = split_words(spec);
+  if (words.empty())
+    return invalid_argument_error("an empty variant (expected NAME KEY=VALUE ...)");
+  CompareVariant v;
+  v.name = words[0];
+  if (!valid_name(v.name)) {
+    return invalid_argument_error("variant name '", v.name,
+                                  "': use letters, digits, '-', '_', '+' "
+                                  "and '.' (it names the run directory)");
+  }
+  for (size_t i = 1; i < words.size(); ++i) {
+    const size_t eq = words[i].find('=');
+    if (eq == std::string::npos || eq == 0) {
+      return invalid_argument_error("variant ", v.name, ": '", words[i],
+                                    "' is not KEY=VALUE (a --set override, or config=PATH)");
+    }
+    if (words[i].compare(0, eq, "config") == 0) {
+      v.config = words[i].substr(eq + 1);
+    } else {
+      v.overrides.push_back(words[i]);
+    }
+  }
+  return v;
+}
+
+StatusOr<std::vector<CompareVariant>> parse_grid_text(const std::string& text,
+                                                      const std::string& source) {
+  std::vector<CompareVariant> out;
+  std::istringstream in(text);
+  std::string line;
+  for (int number = 1; std::getline(in, line); ++number) {
+    const size_t hash = line.find('#');
+    if (hash != std::string::npos) line.resize(hash);
+    if (split_words(line).empty()) continue;
+    StatusOr<CompareVariant> v = parse_variant(line);
+    if (!v.ok()) return v.status().with_context(str_cat(source, ":", number));
+    out.push_back(std::move(*v));
+  }
+  if (out.empty())
+    return invalid_argument_error(source, ": no variant (one per line: NAME KEY=VALUE ...)");
+  return out;
+}
+
+StatusOr<std::vector<uint64_t>> parse_seeds(const std::string& list) {
+  std::vector<uint64_t> seeds;
+  std::stringstream in(list);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    char* end = nullptr;
+    const unsigned long long v = std::strtoull(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || item[0] == '-') {
+      return invalid_argument_error("--seeds '", list, "': '", item,
+                                    "' is not a seed (a list like 1,2,3)");
+    }
+    if (std::find(seeds.begin(), seeds.end(), v) != seeds.end()) {
+      return invalid_argument_error("--seeds '", list, "': seed ", v, " appears twice");
+    }
+    seeds.push_back(v);
+  }
+  if (seeds.empty()) return invalid_argument_error("--seeds: no seed given");
+  return seeds;
+}
+
+StatusOr<ComparePreset> compare_preset(const std::string& name) {
+  auto v = [](const std::string& spec) { return parse_variant(spec).value(); };
+  ComparePreset p;
+  if (name == "papers") {
+    // The quick-start model with 3 MoE blocks, 600 steps: the seven variants of the table.
+    p.base_config = "quickstart.pbtxt";
+    p.common = {"train.steps=600", "train.attack_rate=0.025", "train.log_every=100"};
+    p.variants = {v("smoe model.arch=sgsgsg"),
+                  v("momentum model.arch=smsmsm"),
+                  v("adam model.arch=sasmsm"),
+                  v("robust model.arch=srsrsr"),
+                  v("acmoe model.arch=sgscsc"),
+                  v("switch-top1 model.arch=sgsgsg model.moe.top_k=1"),
+                  v("sparsemixer-top1 model.arch=sgsgsg model.moe.top_k=1 "
+                    "model.moe.sparsemixer.enabled=true")};
+    return p;
+  }
+  if (name == "gpu-medium") {
+    // The papers' medium models (6 MoE layers of 16 experts, D = 352, seq 512; spec tables),
+    // sized for one GPU once the CUDA backend trains (it also runs, slowly, on the CPU).
+    p.base_config = "smoe.pbtxt";
+    p.common = {"train.attack_rate=0.025", "model.d_model=352", "model.seq_len=512",
+                "model.moe.d_expert=352", "model.moe.num_experts=16"};
+    p.variants = {v("smoe model.arch=sgsgsgsgsgsg"),
+                  v("momentum model.arch=smsmsmsmsmsm"),
+                  v("adam model.arch=sasmsmsmsmsm"),
+                  v("robust model.arch=srsrsrsrsrsr"),
+                  v("acmoe model.arch=sgsgscscscsc"),
+                  v("switch-top1 model.arch=sgsgsgsgsgsg model.moe.top_k=1"),
+                  v("sparsemixer-top1 model.arch=sgsgsgsgsgsg model.moe.top_k=1 "
+                    "model.moe.sparsemixer.enabled=true")};
+    return p;
+  }
+  return invalid_argument_error("unknown --preset '", name, "' (known: papers, gpu-medium)");
+}
+
+StatusOr<std::vector<RunConfig>> resolve_grid(const CompareGrid& grid, uint64_t seed) {
+  if (grid.variants.empty()) return invalid_argument_error("the grid has no variant");
+  std::set<std::string> names;
+  std::vector<RunConfig> out;
+  for (const CompareVariant& v : grid.variants) {
+    if (!names.insert(v.name).second) {
+      return invalid_argument_error("variant name '", v.name, "' appears twice in the grid");
+    }
+    std::vector<std::string> sets = grid.common;
+    sets.insert(sets.end(), v.overrides.begin(), v.overrides.end());
+    sets.push_back(str_cat("train.seed=", seed));
+    const std::string path = v.config.empty() ? grid.base_config : v.config;
+    StatusOr<RunConfig> cfg = load_run_config(path, sets);
+    if (!cfg.ok()) return cfg.status().with_context(str_cat("variant ", v.name));
+    out.push_back(std::move(*cfg));
+  }
+  // One budget: the same number of training tokens (steps x batch x sequence length).
+  auto budget = [](const RunConfig& c) {
+    return c.train.steps * c.train.batch_size * c.model.seq_len;
+  };
+  for (size_t i = 1; i < out.size(); ++i) {
+    if (budget(out[i]) != budget(out[0])) {
+      const RunConfig& a = out[0];
+      const RunConfig& b = out[i];
+      return invalid_argument_error(
+          "mismatched budgets: variant ", grid.variants[0].name, " trains ", budget(a), " tokens (",
+          a.train.steps, " steps x batch ", a.train.batch_size, " x seq_len ", a.model.seq_len,
+          "), variant ", grid.variants[i].name, " trains ", budget(b), " (", b.train.steps, " x ",
+          b.train.batch_size, " x ", b.model.seq_len,
+          "); give every variant the same budget (e.g. --set train.steps=N)");
+    }
+  }
+  return out;
+}
+
+CompareRun summarize_run(const std::string& variant, uint64_t seed,
+                         const std::vector<StepStatsInfo>& steps) {
+  CompareRun r;
+  r.variant = variant;
+  r.seed = seed;
+  for (const StepStatsInfo& s : steps) {
+    if (s.valid_ppl || s.attacked_valid_ppl) {  // an evaluation record
+      if (s.valid_ppl) r.valid_ppl = *s.valid_ppl;
+      if (s.attacked_valid_ppl) r.attacked_valid_ppl = *s.attacked_valid_ppl;
+      continue;
+    }
+    if (!s.skipped && std::isfinite(s.loss)) r.losses.emplace_back(s.step, s.loss);
+  }
+  r.ok = !r.losses.empty();
+  if (!r.ok) r.error = "no training step recorded";
+  return r;
+}
+
+int64_t steps_to_loss(const std::vector<std::pair<int64_t, double>>& losses, double target,
+                      int window) {
+  double sum = 0;
+  for (size_t i = 0; i < losses.size(); ++i) {
+    sum += losses[i].second;
+    if (i >= static_cast<size_t>(window)) sum -= losses[i - window].second;
+    const size_t n = std::min(i + 1, static_cast<size_t>(window));
+    if (n == static_cast<size_t>(window) && sum / static_cast<double>(n) <= target) {
+      return losses[i].first + 1;  // steps done
+    }
+  }
+  return -1;
+}
+
+std::string compare_markdown(const std::vector<CompareVariant>& variants,
+                             const std::vector<CompareRun>& runs,
+                             const std::vector<double>& target_losses) {
+  std::ostringstream out;
+  out << "| variant | runs | valid ppl | attacked valid ppl | final loss |";
+  for (double t : target_losses) out << " steps to loss " << target_label(t) << " |";
+  out << "\n|---|---|---|---|---|";
+  for (size_t i = 0; i < target_losses.size(); ++i) out << "---|";
+  out << "\n";
+  for (const CompareVariant& v : variants) {
+    std::vector<double> ppl, att, final_loss;
+    int ok = 0, total = 0;
+    std::vector<std::vector<double>> reach(target_losses.size());
+    for (const CompareRun& r : runs) {
+      if (r.variant != v.name) continue;
+      ++total;
+      if (!r.ok) continue;
+      ++ok;
+      ppl.push_back(r.valid_ppl);
+      att.push_back(r.attacked_valid_ppl);
+      final_loss.push_back(r.losses.back().second);
+      for (size_t t = 0; t < target_losses.size(); ++t) {
+        const int64_t s = steps_to_loss(r.losses, target_losses[t]);
+        if (s >= 0) reach[t].push_back(static_cast<double>(s));
+      }
+    }
+    auto cell = [](const std::vector<double>& x) {
+      const auto [m, s] = mean_std(x);
+      return std::isfinite(m) ? fmt(m) + " +- " + fmt(s) : std::string("-");
+    };
+    out << "| " << v.name << " | " << ok << (ok == total ? "" : str_cat(" of ", total)) << " | "
+        << cell(ppl) << " | " << cell(att) << " | " << cell(final_loss) << " |";
+    for (size_t t = 0; t < target_losses.size(); ++t) {
+      const auto [m, s] = mean_std(reach[t]);
+      out << " " << (std::isfinite(m) ? fmt(m, 0) : std::string("not reached"))
+          << (reach[t].size() == static_cast<size_t>(ok) || reach[t].empty()
+                  ? ""
+                  : str_cat(" (", reach[t].size(), " of ", ok, ")"))
+          << " |";
+    }
+    out << "\n";
+  }
+  return out.str();
+}
+
+std::string compare_csv(const std::vector<CompareRun>& runs,
+                        const std::vector<double>& target_losses) {
+  std::ostringstream out;
+  out << "variant,seed,ok,valid_ppl,attacked_valid_ppl,final_loss";
+  for (double t : target_losses) out << ",steps_to_loss_" << target_label(t);
+  out << "\n";
+  for (const CompareRun& r : runs) {
+    out << r.variant << "," << r.seed << "," << (r.ok ? 1 : 0) << "," << fmt(r.valid_ppl, 4) << ","
+        << fmt(r.attacked_valid_ppl, 4) << ","
+        << (r.losses.empty() ? std::string("-") : fmt(r.losses.back().second, 5));
+    for (double t : target_losses) out << "," << (r.ok ? steps_to_loss(r.losses, t) : -1);
+    out << "\n";
+  }
+  return out.str();
+}
+
+std::string curves_csv(const std::vector<CompareRun>& runs) {
+  std::ostringstream out;
+  out << "variant,seed,step,loss\n";
+  for (const CompareRun& r : runs) {
+    for (const auto& [step, loss] : r.losses) {
+      out << r.variant << "," << r.seed << "," << step << "," << fmt(loss, 6) << "\n";
+    }
+  }
+  return out.str();
+}
+
+}  // namespace moe

@@ -1,0 +1,92 @@
+// momoe-compare's grid: the variants of a comparison (each a name and `--set` overrides of one
+// base config, or its own config file), the seeds, and the summary of the finished runs (final
+// clean and attacked perplexity, steps to reach given losses, mean and spread over seeds) as
+// Markdown and CSV.
+//
+// A grid file has one variant per line: a name, then whitespace-separated KEY=VALUE overrides;
+// `config=PATH` gives the variant its own base config. '#' starts a comment.
+//     smoe        model.arch=sgsgsg
+//     momentum    model.arch=smsmsm
+//     sparsemixer model.arch=sgsgsg model.moe.top_k=1 model.moe.sparsemixer.enabled=true
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/base/run_config.h"
+#include "core/base/status.h"
+#include "core/base/step_stats.h"
+
+namespace moe {
+
+struct CompareVariant {
+  std::string name;                    // letters, digits, '-', '_', '+', '.'
+  std::string config;                  // base config file ("" = the grid's)
+  std::vector<std::string> overrides;  // KEY=VALUE, applied after the grid's common overrides
+};
+
+struct CompareGrid {
+  std::string base_config;
+  std::vector<std::string> common;  // overrides for every variant (--set)
+  std::vector<CompareVariant> variants;
+  std::vector<uint64_t> seeds;
+};
+
+// One variant from "NAME KEY=VALUE ..." (a grid-file line or a --variant flag).
+StatusOr<CompareVariant> parse_variant(const std::string& spec);
+// Every variant of a grid file's text (`source` names it in messages); at least one.
+StatusOr<std::vector<CompareVariant>> parse_grid_text(const std::string& text,
+                                                      const std::string& source);
+// "1,2,3" -> {1, 2, 3}; at least one, no duplicates.
+StatusOr<std::vector<uint64_t>> parse_seeds(const std::string& list);
+
+// The built-in grids: "papers" (the seven routing and residual variants of the four papers on a
+// quick-start-sized model, about 30 minutes on 2 CPU cores) and "gpu-medium" (the papers' 6-layer
+// medium models, sized for one GPU). kInvalidArgument naming the known presets otherwise.
+struct ComparePreset {
+  std::string base_config;  // relative to the source tree's configs/
+  std::vector<std::string> common;
+  std::vector<CompareVariant> variants;
+};
+StatusOr<ComparePreset> compare_preset(const std::string& name);
+
+// Each variant's resolved config for `seed` (the base, the common overrides, the variant's
+// overrides, train.seed). Refuses duplicate names, a variant whose overrides do not apply (naming
+// it), and variants trained at different budgets (train.steps x batch_size x seq_len tokens),
+// since their numbers would not compare.
+StatusOr<std::vector<RunConfig>> resolve_grid(const CompareGrid& grid, uint64_t seed);
+
+// What one finished run reports.
+struct CompareRun {
+  std::string variant;
+  uint64_t seed = 0;
+  bool ok = false;
+  std::string error;                               // why the run failed
+  std::vector<std::pair<int64_t, double>> losses;  // (step, training loss)
+  double valid_ppl = NAN, attacked_valid_ppl = NAN;
+};
+
+// A run's record from its stats.pb records: the per-step losses and the last evaluation.
+CompareRun summarize_run(const std::string& variant, uint64_t seed,
+                         const std::vector<StepStatsInfo>& steps);
+
+// The first step at which the mean loss of the last `window` steps is <= target; -1 if never.
+int64_t steps_to_loss(const std::vector<std::pair<int64_t, double>>& losses, double target,
+                      int window = 10);
+
+// The comparison table (one row per variant, in grid order): runs, clean and attacked valid
+// perplexity as mean +- sample standard deviation over seeds, and the mean steps to each target
+// loss (with how many seeds reached it).
+std::string compare_markdown(const std::vector<CompareVariant>& variants,
+                             const std::vector<CompareRun>& runs,
+                             const std::vector<double>& target_losses);
+// One row per run: variant, seed, ok, valid_ppl, attacked_valid_ppl, final_loss,
+// steps_to_loss_<target>...
+std::string compare_csv(const std::vector<CompareRun>& runs,
+                        const std::vector<double>& target_losses);
+// Long format for plotting: variant,seed,step,loss.
+std::string curves_csv(const std::vector<CompareRun>& runs);
+
+}  // namespace moe

@@ -1,0 +1,135 @@
+// momoe-compare's grid: parsing (variants, grid files, seeds), the built-in presets, budget checks,
+// and the summary (steps to a loss, mean +- sample std over seeds) on hand-computed numbers.
+#include "launcher/compare_grid.h"
+
+#include <gtest/gtest.h>
+
+#include "tests/testing/status_expect.h"
+
+namespace moe {
+namespace {
+
+using testing::expect_invalid;
+
+TEST(CompareGridTest, ParsesVariantsGridFilesAndSeeds) {
+  CompareVariant v = parse_variant("top1+sm  model.moe.top_k=1 config=a.pbtxt train.lr=2").value();
+  EXPECT_EQ(v.name, "top1+sm");
+  EXPECT_EQ(v.config, "a.pbtxt");
+  EXPECT_EQ(v.overrides, (std::vector<std::string>{"model.moe.top_k=1", "train.lr=2"}));
+  expect_invalid(parse_variant("").status(), {"empty variant"});
+  expect_invalid(parse_variant("a/b model.arch=sg").status(), {"variant name 'a/b'"});
+  expect_invalid(parse_variant("smoe model.arch").status(), {"variant smoe", "not KEY=VALUE"});
+
+  const auto grid =
+      parse_grid_text("# comment\nsmoe model.arch=sgsg  # plain\n\n  mom model.arch=smsm\n",
+                      "g.txt")
+          .value();
+  ASSERT_EQ(grid.size(), 2u);
+  EXPECT_EQ(grid[1].name, "mom");
+  EXPECT_EQ(grid[0].overrides, std::vector<std::string>{"model.arch=sgsg"});
+  expect_invalid(parse_grid_text("ok a=1\nbad b\n", "g.txt").status(),
+                 {"g.txt:2", "not KEY=VALUE"});
+  expect_invalid(parse_grid_text("# nothing\n", "g.txt").status(), {"g.txt", "no variant"});
+
+  EXPECT_EQ(parse_seeds("3,1,2").value(), (std::vector<uint64_t>{3, 1, 2}));
+  expect_invalid(parse_seeds("1,,2").status(), {"is not a seed"});
+  expect_invalid(parse_seeds("1,x").status(), {"'x' is not a seed"});
+  expect_invalid(parse_seeds("-1").status(), {"is not a seed"});
+  expect_invalid(parse_seeds("2,2").status(), {"seed 2 appears twice"});
+}
+
+TEST(CompareGridTest, PresetsResolveAndBudgetsMustMatch) {
+  for (const char* name : {"papers", "gpu-medium"}) {
+    ComparePreset p = compare_preset(name).value();
+    CompareGrid grid;
+    grid.base_config = std::string(MOE_CONFIG_DIR) + "/" + p.base_config;
+    grid.common = p.common;
+    grid.variants = p.variants;
+    StatusOr<std::vector<RunConfig>> cfgs = resolve_grid(grid, 7);
+    ASSERT_TRUE(cfgs.ok()) << name << ": " << cfgs.status().to_string();
+    EXPECT_EQ(cfgs->size(), 7u);
+    EXPECT_EQ(cfgs->front().train.seed, 7u);
+  }
+  expect_invalid(compare_preset("nope").status(), {"unknown --preset 'nope'", "papers"});
+
+  CompareGrid grid;
+  grid.base_config = TINY_CONFIG;
+  grid.variants = {parse_variant("a model.arch=sgsg").value(),
+                   parse_variant("b model.arch=smsm train.steps=7").value()};
+  expect_invalid(resolve_grid(grid, 1).status(),
+                 {"mismatched budgets", "variant a trains", "variant b trains", "train.steps"});
+  // The same tokens in other shapes are one budget.
+  grid.variants[1] = parse_variant("b model.arch=smsm").value();
+  EXPECT_TRUE(resolve_grid(grid, 1).ok());
+  grid.variants[1] = parse_variant("b model.no_such_field=1").value();
+  expect_invalid(resolve_grid(grid, 1).status(), {"variant b", "no_such_field"});
+  grid.variants[1] = parse_variant("a model.arch=smsm").value();
+  expect_invalid(resolve_grid(grid, 1).status(), {"'a' appears twice"});
+  grid.variants.clear();
+  expect_invalid(resolve_grid(grid, 1).status(), {"no variant"});
+}
+
+std::vector<std::pair<int64_t, double>> curve(std::vector<double> losses) {
+  std::vector<std::pair<int64_t, double>> out;
+  for (size_t i = 0; i < losses.size(); ++i) out.emplace_back(static_cast<int64_t>(i), losses[i]);
+  return out;
+}
+
+TEST(CompareGridTest, StepsToLossUseTheTrailingMean) {
+  // Window 2: means 9.5 (steps 0-1), 8.5, 7.5, 6.5: <= 7.5 first after step 3, i.e. 4 steps.
+  const auto c = curve({10, 9, 8, 7, 6});
+  EXPECT_EQ(steps_to_loss(c, 7.5, 2), 4);
+  EXPECT_EQ(steps_to_loss(c, 9.5, 2), 2);
+  EXPECT_EQ(steps_to_loss(c, 1.0, 2), -1);
+  EXPECT_EQ(steps_to_loss(curve({1}), 5.0, 2), -1);  // fewer steps than the window
+}
+
+TEST(CompareGridTest, SummaryTablesFromRunRecords) {
+  auto step = [](int64_t s, double loss) {
+    StepStatsInfo i;
+    i.step = s;
+    i.loss = loss;
+    return i;
+  };
+  auto eval = [](int64_t s, double ppl, double att) {
+    StepStatsInfo i;
+    i.step = s;
+    i.valid_ppl = ppl;
+    i.attacked_valid_ppl = att;
+    return i;
+  };
+  std::vector<StepStatsInfo> s1, s2;
+  for (int i = 0; i < 12; ++i) s1.push_back(step(i, 8.0 - 0.25 * i));
+  s1.push_back(eval(12, 100.0, 120.0));
+  for (int i = 0; i < 12; ++i) s2.push_back(step(i, 8.0 - 0.5 * i));
+  s2.push_back(eval(12, 110.0, 124.0));
+  StepStatsInfo skipped = step(12, 1.0);
+  skipped.skipped = true;
+  s2.push_back(skipped);
+  std::vector<CompareRun> runs = {summarize_run("a", 1, s1), summarize_run("a", 2, s2),
+                                  summarize_run("b", 1, {})};
+  EXPECT_TRUE(runs[0].ok);
+  EXPECT_EQ(runs[1].losses.size(), 12u);  // the skipped step is not a loss
+  EXPECT_FALSE(runs[2].ok);
+  // Seed 1: trailing 10-step means fall below 6.5 first at step 10 (mean of 8-0.25*(1..10) =
+  // 6.625 at step 10, 6.375 at step 11: 12 steps); seed 2 reaches it at step 9 (10 steps).
+  EXPECT_EQ(steps_to_loss(runs[0].losses, 6.5), 12);
+  EXPECT_EQ(steps_to_loss(runs[1].losses, 6.5), 10);
+  const std::vector<CompareVariant> variants = {parse_variant("a").value(),
+                                                parse_variant("b").value()};
+  const std::string md = compare_markdown(variants, runs, {6.5, 5.0});
+  // ppl mean 105, sample std sqrt(50) = 7.07; attacked 122 +- 2.83; final losses 5.25 and 2.5.
+  EXPECT_NE(
+      md.find("| a | 2 | 105.00 +- 7.07 | 122.00 +- 2.83 | 3.88 +- 1.94 | 11 | 12 (1 of 2) |"),
+      std::string::npos)
+      << md;
+  EXPECT_NE(md.find("| b | 0 of 1 | - | - | - | not reached | not reached |"), std::string::npos)
+      << md;
+  const std::string csv = compare_csv(runs, {6.5});
+  EXPECT_NE(csv.find("a,1,1,100.0000,120.0000,5.25000,12\n"), std::string::npos) << csv;
+  EXPECT_NE(csv.find("b,1,0,-,-,-,-1\n"), std::string::npos) << csv;
+  EXPECT_EQ(curves_csv(runs).find("variant,seed,step,loss\na,1,0,8.000000\n"), 0u);
+}
+
+}  // namespace
+}  // namespace moe

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# momoe-compare on a tiny grid (2 variants x 2 seeds, 20 steps): every run finishes, the tables
+# hold one row per variant and per run, the curves every step; bad grids are refused (exit 2)
+# with a message naming the problem, before anything runs.
+# Usage: compare_test.sh BIN_DIR TINY_CONFIG
+set -u
+bin=$1
+config=$2
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+export OPENBLAS_NUM_THREADS=1
+fail() { echo "FAIL: $*"; exit 1; }
+common=(--config "$config" --seeds 1,2 --set train.steps=20 --set train.eval_sequences=8
+        --set train.attack_rate=0.05 --set data.cache_dir="$out/cache" --losses 7.5)
+
+"$bin/momoe-compare" "${common[@]}" --variant 'plain model.arch=sgsg' \
+  --variant 'momentum model.arch=smsm' --jobs 2 --out "$out/c" > "$out/log" 2>&1 ||
+  { cat "$out/log"; fail "the tiny grid failed"; }
+grep -q "| plain | 2 | " "$out/c/summary.md" || { cat "$out/c/summary.md"; fail "no plain row"; }
+grep -q "| momentum | 2 | " "$out/c/summary.md" || { cat "$out/c/summary.md"; fail "no momentum row"; }
+[ "$(wc -l < "$out/c/runs.csv")" -eq 5 ] || { cat "$out/c/runs.csv"; fail "runs.csv: not 4 runs"; }
+[ "$(wc -l < "$out/c/curves.csv")" -eq 81 ] || fail "curves.csv: not 4 x 20 steps"
+if python3 -c "import matplotlib" 2> /dev/null || /usr/bin/python3 -c "import matplotlib" 2> /dev/null; then
+  [ -s "$out/c/loss.png" ] || { cat "$out/log"; fail "no loss.png"; }
+fi
+for run in plain-seed1 plain-seed2 momentum-seed1 momentum-seed2; do
+  [ -f "$out/c/runs/$run/stats.pb" ] || fail "no stats for $run"
+done
+
+# expect_refused NEEDLE ARGS...: exit 2, the message names the problem, nothing ran.
+expect_refused() {
+  local needle=$1; shift
+  "$bin/momoe-compare" "$@" > "$out/err" 2>&1; local rc=$?
+  [ "$rc" -eq 2 ] || { cat "$out/err"; fail "'$*' exited $rc, expected 2"; }
+  grep -qF -- "$needle" "$out/err" || { cat "$out/err"; fail "'$*' did not say '$needle'"; }
+  ! grep -q "done" "$out/err" || fail "'$*' ran something"
+}
+expect_refused "mismatched budgets" "${common[@]}" --variant 'a model.arch=sgsg' \
+  --variant 'b model.arch=smsm train.steps=30' --out "$out/d"
+expect_refused "variant b" "${common[@]}" --variant 'a model.arch=sgsg' \
+  --variant 'b model.moe.no_such_field=1' --out "$out/d"
+expect_refused "unknown --preset 'nope'" --preset nope --out "$out/d"
+expect_refused "'a' appears twice" "${common[@]}" --variant 'a model.arch=sgsg' \
+  --variant 'a model.arch=smsm' --out "$out/d"
+expect_refused "already holds a comparison" "${common[@]}" --variant 'a model.arch=sgsg' --out "$out/c"
+expect_refused "is not a seed" --config "$config" --variant 'a model.arch=sgsg' --seeds 1,x --out "$out/d"
+[ ! -e "$out/d" ] || fail "a refused grid created its output directory"
+echo PASS
