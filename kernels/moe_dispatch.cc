@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "kernels/common.h"
+#include "kernels/cuda/cuda_ops.h"
 #include "kernels/reference/moe_dispatch_ref.h"
 
 namespace moe::kernels {
@@ -48,7 +49,7 @@ Status moe_layout(Context& ctx, const LayoutArgs& a, const TensorView& idx,
                   const TensorView& kept, const TensorView& send_token, const TensorView& send_key,
                   const TensorView& drops) {
   constexpr const char* kOp = "moe_layout";
-  MOE_KERNEL_ENTRY(ctx, kOp);
+  MOE_KERNEL_ENTRY_CUDA(ctx, kOp);
   MOE_RETURN_IF_ERROR(check_device(ctx, kOp, "idx", idx));
   MOE_RETURN_IF_ERROR(check_dtype(kOp, "idx", idx, DType::kI32));
   if (idx.ndim() != 2) return invalid_argument_error(kOp, ": idx must be [T, K]");
@@ -65,6 +66,8 @@ Status moe_layout(Context& ctx, const LayoutArgs& a, const TensorView& idx,
   if (drops.numel() > 0) {
     MOE_RETURN_IF_ERROR(check_tensor(ctx, kOp, "drops", drops, DType::kF64, Shape{2}));
   }
+  MOE_ON_CUDA(ctx, cuda::moe_layout(ctx, a, idx, slot, row, load, kept, send_token, send_key,
+                                    drops));
   const int32_t* pidx = idx.data<int32_t>();
   for (int64_t i = 0; i < idx.numel(); ++i) {
     if (pidx[i] < 0 || pidx[i] >= experts) {
@@ -111,11 +114,12 @@ Status moe_layout(Context& ctx, const LayoutArgs& a, const TensorView& idx,
 
 Status block_fill_counts(Context& ctx, const TensorView& keys, const TensorView& filled) {
   constexpr const char* kOp = "block_fill_counts";
-  MOE_KERNEL_ENTRY(ctx, kOp);
+  MOE_KERNEL_ENTRY_CUDA(ctx, kOp);
   MOE_RETURN_IF_ERROR(check_device(ctx, kOp, "keys", keys));
   MOE_RETURN_IF_ERROR(check_dtype(kOp, "keys", keys, DType::kI64));
   if (keys.ndim() != 2) return invalid_argument_error(kOp, ": keys must be [B, C]");
   MOE_RETURN_IF_ERROR(check_tensor(ctx, kOp, "filled", filled, DType::kI32, Shape{keys.dim(0)}));
+  MOE_ON_CUDA(ctx, cuda::block_fill_counts(ctx, keys, filled));
   const int64_t blocks = keys.dim(0), c = keys.dim(1);
   const int64_t* pk = keys.data<int64_t>();
   int32_t* pf = filled.data<int32_t>();
@@ -130,7 +134,7 @@ Status block_fill_counts(Context& ctx, const TensorView& keys, const TensorView&
 Status gather_rows(Context& ctx, const TensorView& src, const TensorView& index,
                    const TensorView& dst) {
   constexpr const char* kOp = "gather_rows";
-  MOE_KERNEL_ENTRY(ctx, kOp);
+  MOE_KERNEL_ENTRY_CUDA(ctx, kOp);
   MOE_RETURN_IF_ERROR(check_device(ctx, kOp, "src", src));
   MOE_RETURN_IF_ERROR(check_same_dtype(kOp, src, "dst", dst));
   if (src.ndim() != 2 || dst.ndim() != 2 || src.dim(1) != dst.dim(1)) {
@@ -138,6 +142,7 @@ Status gather_rows(Context& ctx, const TensorView& src, const TensorView& index,
                                   src.to_string(), ", ", dst.to_string());
   }
   MOE_RETURN_IF_ERROR(check_tensor(ctx, kOp, "index", index, DType::kI32, Shape{dst.dim(0)}));
+  MOE_ON_CUDA(ctx, cuda::gather_rows(ctx, src, index, dst));
   MOE_RETURN_IF_ERROR(check_row_range(kOp, "index", index, src.dim(0)));
   const size_t row_bytes = static_cast<size_t>(src.dim(1)) * dtype_size(src.dtype());
   const char* s = static_cast<const char*>(src.raw());
@@ -156,7 +161,7 @@ Status gather_rows(Context& ctx, const TensorView& src, const TensorView& index,
 Status gather_sum_rows(Context& ctx, const TensorView& src, const TensorView& rows,
                        const TensorView& dst) {
   constexpr const char* kOp = "gather_sum_rows";
-  MOE_KERNEL_ENTRY(ctx, kOp);
+  MOE_KERNEL_ENTRY_CUDA(ctx, kOp);
   MOE_RETURN_IF_ERROR(check_act(ctx, kOp, "src", src));
   MOE_RETURN_IF_ERROR(check_same_dtype(kOp, src, "dst", dst));
   if (src.ndim() != 2 || dst.ndim() != 2 || rows.ndim() != 2 || src.dim(1) != dst.dim(1)) {
@@ -165,6 +170,7 @@ Status gather_sum_rows(Context& ctx, const TensorView& src, const TensorView& ro
   }
   MOE_RETURN_IF_ERROR(
       check_tensor(ctx, kOp, "rows", rows, DType::kI32, Shape{dst.dim(0), rows.dim(1)}));
+  MOE_ON_CUDA(ctx, cuda::gather_sum_rows(ctx, src, rows, dst));
   MOE_RETURN_IF_ERROR(check_row_range(kOp, "rows", rows, src.dim(0)));
   return dispatch_float(kOp, src, [&](auto tag) {
     using A = decltype(tag);
@@ -176,8 +182,9 @@ Status gather_sum_rows(Context& ctx, const TensorView& src, const TensorView& ro
 Status combine(Context& ctx, const TensorView& y, const TensorView& row, const TensorView& gate,
                const TensorView& omega, const TensorView& u) {
   constexpr const char* kOp = "combine";
-  MOE_KERNEL_ENTRY(ctx, kOp);
+  MOE_KERNEL_ENTRY_CUDA(ctx, kOp);
   MOE_RETURN_IF_ERROR(check_combine(ctx, kOp, y, row, gate, omega, "u", u));
+  MOE_ON_CUDA(ctx, cuda::combine(ctx, y, row, gate, omega, u));
   MOE_RETURN_IF_ERROR(check_row_range(kOp, "row", row, y.dim(0)));
   return dispatch_act(kOp, y, [&](auto at, auto ft) {
     using A = decltype(at);
@@ -193,12 +200,13 @@ Status combine_backward(Context& ctx, const TensorView& du, const TensorView& y,
                         const TensorView& dy, const TensorView& d_gate,
                         const TensorView& d_omega) {
   constexpr const char* kOp = "combine_backward";
-  MOE_KERNEL_ENTRY(ctx, kOp);
+  MOE_KERNEL_ENTRY_CUDA(ctx, kOp);
   MOE_RETURN_IF_ERROR(check_combine(ctx, kOp, y, row, gate, omega, "du", du));
   MOE_RETURN_IF_ERROR(check_like(kOp, y, "dy", dy));
   MOE_RETURN_IF_ERROR(check_like(kOp, gate, "d_gate", d_gate));
   const bool with_omega = omega.numel() > 0 && d_omega.numel() > 0;
   if (with_omega) MOE_RETURN_IF_ERROR(check_like(kOp, omega, "d_omega", d_omega));
+  MOE_ON_CUDA(ctx, cuda::combine_backward(ctx, du, y, row, gate, omega, dy, d_gate, d_omega));
   MOE_RETURN_IF_ERROR(check_row_range(kOp, "row", row, y.dim(0)));
   return dispatch_act(kOp, y, [&](auto at, auto ft) {
     using A = decltype(at);

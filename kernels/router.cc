@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "kernels/common.h"
+#include "kernels/cuda/cuda_ops.h"
 #include "kernels/reference/router_ref.h"
 
 namespace moe::kernels {
@@ -56,7 +57,7 @@ Status check_cluster_args(const Context& ctx, const char* op, const TensorView& 
 Status topk_softmax(Context& ctx, const TensorView& logits, const TensorView& idx,
                     const TensorView& gate, const TensorView& probs, const TensorView& lse) {
   constexpr const char* kOp = "topk_softmax";
-  MOE_KERNEL_ENTRY(ctx, kOp);
+  MOE_KERNEL_ENTRY_CUDA(ctx, kOp);
   MOE_RETURN_IF_ERROR(check_logits(ctx, kOp, "logits", logits));
   const int64_t tokens = logits.dim(0), experts = logits.dim(1);
   const int64_t k = idx.ndim() == 2 ? idx.dim(1) : -1;
@@ -67,6 +68,7 @@ Status topk_softmax(Context& ctx, const TensorView& logits, const TensorView& id
   MOE_RETURN_IF_ERROR(check_as(kOp, logits, "gate", gate, Shape{tokens, k}));
   MOE_RETURN_IF_ERROR(check_as(kOp, logits, "probs", probs, logits.shape()));
   MOE_RETURN_IF_ERROR(check_as(kOp, logits, "lse", lse, Shape{tokens}));
+  MOE_ON_CUDA(ctx, cuda::topk_softmax(ctx, logits, idx, gate, probs, lse));
   return dispatch_full(kOp, logits, [&](auto tag) {
     using T = decltype(tag);
     ref::topk_softmax<T>(logits.data<T>(), tokens, experts, k, idx.data<int32_t>(),
@@ -77,13 +79,14 @@ Status topk_softmax(Context& ctx, const TensorView& logits, const TensorView& id
 Status topk_softmax_backward(Context& ctx, const TensorView& d_gate, const TensorView& gate,
                              const TensorView& idx, const TensorView& d_logits) {
   constexpr const char* kOp = "topk_softmax_backward";
-  MOE_KERNEL_ENTRY(ctx, kOp);
+  MOE_KERNEL_ENTRY_CUDA(ctx, kOp);
   MOE_RETURN_IF_ERROR(check_logits(ctx, kOp, "d_logits", d_logits));
   MOE_RETURN_IF_ERROR(check_full(ctx, kOp, "gate", gate));
   if (gate.ndim() != 2) return invalid_argument_error(kOp, ": gate must be [T, K]");
   MOE_RETURN_IF_ERROR(check_as(kOp, d_logits, "gate", gate, Shape{d_logits.dim(0), gate.dim(1)}));
   MOE_RETURN_IF_ERROR(check_as(kOp, d_logits, "d_gate", d_gate, gate.shape()));
   MOE_RETURN_IF_ERROR(check_tensor(ctx, kOp, "idx", idx, DType::kI32, gate.shape()));
+  MOE_ON_CUDA(ctx, cuda::topk_softmax_backward(ctx, d_gate, gate, idx, d_logits));
   return dispatch_full(kOp, d_gate, [&](auto tag) {
     using T = decltype(tag);
     ref::topk_softmax_backward<T>(d_gate.data<T>(), gate.data<T>(), idx.data<int32_t>(),
@@ -97,7 +100,7 @@ Status sparsemixer_route(Context& ctx, const SparseMixerRouteArgs& args, const T
                          const TensorView& lse, const TensorView& mask, const TensorView& scale,
                          const TensorView& is_argmax) {
   constexpr const char* kOp = "sparsemixer_route";
-  MOE_KERNEL_ENTRY(ctx, kOp);
+  MOE_KERNEL_ENTRY_CUDA(ctx, kOp);
   MOE_RETURN_IF_ERROR(check_logits(ctx, kOp, "logits", logits));
   const int64_t tokens = logits.dim(0), experts = logits.dim(1);
   MOE_RETURN_IF_ERROR(check_tensor(ctx, kOp, "idx", idx, DType::kI32, Shape{tokens, 1}));
@@ -107,6 +110,8 @@ Status sparsemixer_route(Context& ctx, const SparseMixerRouteArgs& args, const T
   MOE_RETURN_IF_ERROR(check_tensor(ctx, kOp, "mask", mask, DType::kU8, logits.shape()));
   MOE_RETURN_IF_ERROR(check_as(kOp, logits, "scale", scale, Shape{tokens}));
   MOE_RETURN_IF_ERROR(check_tensor(ctx, kOp, "is_argmax", is_argmax, DType::kU8, Shape{tokens}));
+  MOE_ON_CUDA(ctx, cuda::sparsemixer_route(ctx, args, logits, idx, gate, probs, lse, mask, scale,
+                                           is_argmax));
   return dispatch_full(kOp, logits, [&](auto tag) {
     using T = decltype(tag);
     ref::sparsemixer_route<T>(args.params, args.training, args.rng, args.token_offset,
@@ -121,7 +126,7 @@ Status sparsemixer_backward(Context& ctx, SparseMixerGateGrad rule, const Tensor
                             const TensorView& mask, const TensorView& scale,
                             const TensorView& d_logits) {
   constexpr const char* kOp = "sparsemixer_backward";
-  MOE_KERNEL_ENTRY(ctx, kOp);
+  MOE_KERNEL_ENTRY_CUDA(ctx, kOp);
   MOE_RETURN_IF_ERROR(check_logits(ctx, kOp, "probs", probs));
   const int64_t tokens = probs.dim(0);
   MOE_RETURN_IF_ERROR(check_tensor(ctx, kOp, "idx", idx, DType::kI32, Shape{tokens, 1}));
@@ -129,6 +134,8 @@ Status sparsemixer_backward(Context& ctx, SparseMixerGateGrad rule, const Tensor
   MOE_RETURN_IF_ERROR(check_tensor(ctx, kOp, "mask", mask, DType::kU8, probs.shape()));
   MOE_RETURN_IF_ERROR(check_as(kOp, probs, "scale", scale, Shape{tokens}));
   MOE_RETURN_IF_ERROR(check_as(kOp, probs, "d_logits", d_logits, probs.shape()));
+  MOE_ON_CUDA(ctx, cuda::sparsemixer_backward(ctx, rule, d_gate, idx, probs, mask, scale,
+                                              d_logits));
   return dispatch_full(kOp, probs, [&](auto tag) {
     using T = decltype(tag);
     ref::sparsemixer_backward<T>(rule, d_gate.data<T>(), idx.data<int32_t>(), probs.data<T>(),
@@ -140,13 +147,14 @@ Status sparsemixer_backward(Context& ctx, SparseMixerGateGrad rule, const Tensor
 Status aux_sums(Context& ctx, const TensorView& probs, const TensorView& lse,
                 const TensorView& load, int64_t tokens, const TensorView& packed) {
   constexpr const char* kOp = "aux_sums";
-  MOE_KERNEL_ENTRY(ctx, kOp);
+  MOE_KERNEL_ENTRY_CUDA(ctx, kOp);
   MOE_RETURN_IF_ERROR(check_logits(ctx, kOp, "probs", probs));
   const int64_t rows = probs.dim(0), experts = probs.dim(1);
   MOE_RETURN_IF_ERROR(check_as(kOp, probs, "lse", lse, Shape{rows}));
   MOE_RETURN_IF_ERROR(check_tensor(ctx, kOp, "load", load, DType::kI64, Shape{experts}));
   MOE_RETURN_IF_ERROR(
       check_tensor(ctx, kOp, "packed", packed, DType::kF64, Shape{aux_packed_size(experts)}));
+  MOE_ON_CUDA(ctx, cuda::aux_sums(ctx, probs, lse, load, tokens, packed));
   return dispatch_full(kOp, probs, [&](auto tag) {
     using T = decltype(tag);
     double* v = packed.data<double>();
@@ -164,13 +172,14 @@ Status aux_sums(Context& ctx, const TensorView& probs, const TensorView& lse,
 Status aux_losses(Context& ctx, const TensorView& packed, int64_t top_k, double balance_coef,
                   double z_coef, const TensorView& losses) {
   constexpr const char* kOp = "aux_losses";
-  MOE_KERNEL_ENTRY(ctx, kOp);
+  MOE_KERNEL_ENTRY_CUDA(ctx, kOp);
   MOE_RETURN_IF_ERROR(check_device(ctx, kOp, "packed", packed));
   MOE_RETURN_IF_ERROR(check_dtype(kOp, "packed", packed, DType::kF64));
   if (packed.ndim() != 1 || packed.numel() < 4 || packed.numel() % 2 != 0) {
     return invalid_argument_error(kOp, ": packed must be [2E + 2], got ", packed.to_string());
   }
   MOE_RETURN_IF_ERROR(check_tensor(ctx, kOp, "losses", losses, DType::kF64, Shape{3}));
+  MOE_ON_CUDA(ctx, cuda::aux_losses(ctx, packed, top_k, balance_coef, z_coef, losses));
   const int64_t experts = (packed.numel() - 2) / 2;
   const double* v = packed.data<double>();
   double* out = losses.data<double>();
@@ -192,7 +201,7 @@ Status aux_losses_backward(Context& ctx, const TensorView& logits, const TensorV
                            const TensorView& packed, const TensorView& lse, int64_t top_k,
                            double balance_weight, double z_weight, const TensorView& d_logits) {
   constexpr const char* kOp = "aux_losses_backward";
-  MOE_KERNEL_ENTRY(ctx, kOp);
+  MOE_KERNEL_ENTRY_CUDA(ctx, kOp);
   MOE_RETURN_IF_ERROR(check_logits(ctx, kOp, "logits", logits));
   const int64_t local = logits.dim(0), experts = logits.dim(1);
   MOE_RETURN_IF_ERROR(check_as(kOp, logits, "probs", probs, logits.shape()));
@@ -200,6 +209,8 @@ Status aux_losses_backward(Context& ctx, const TensorView& logits, const TensorV
       check_tensor(ctx, kOp, "packed", packed, DType::kF64, Shape{aux_packed_size(experts)}));
   MOE_RETURN_IF_ERROR(check_as(kOp, logits, "lse", lse, Shape{local}));
   MOE_RETURN_IF_ERROR(check_as(kOp, logits, "d_logits", d_logits, logits.shape()));
+  MOE_ON_CUDA(ctx, cuda::aux_losses_backward(ctx, logits, probs, packed, lse, top_k, balance_weight,
+                                             z_weight, d_logits));
   return dispatch_full(kOp, logits, [&](auto tag) {
     using T = decltype(tag);
     const double* v = packed.data<double>();

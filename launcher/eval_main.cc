@@ -44,10 +44,12 @@ StatusOr<std::string> evaluate(const FlagParser& flags) {
   split.source = text;
   MOE_ASSIGN_OR_RETURN(split.ids, data::tokenize_file(text, vocab));
   // The trainer evaluates in batches of its per-rank micro-batch; at one rank that is the run's
-  // micro-batch, batch_size / grad_accum. (With the default eval_capacity_factor 0 nothing is dropped at evaluation, so
-  // the perplexity does not depend on the batch anyway.)
-  MOE_ASSIGN_OR_RETURN(int64_t batch, flags.get_int("batch", std::max<int64_t>(1, cfg.train.batch_size /
-                                                                         std::max<int64_t>(1, cfg.train.grad_accum))));
+  // micro-batch, batch_size / grad_accum. (With the default eval_capacity_factor 0 nothing is
+  // dropped at evaluation, so the perplexity does not depend on the batch anyway.)
+  MOE_ASSIGN_OR_RETURN(
+      int64_t batch,
+      flags.get_int("batch", std::max<int64_t>(1, cfg.train.batch_size /
+                                                      std::max<int64_t>(1, cfg.train.grad_accum))));
   MOE_ASSIGN_OR_RETURN(int64_t max_sequences, flags.get_int("max-sequences", 0));
   MOE_ASSIGN_OR_RETURN(double rate, flags.get_double("attack-rate", cfg.train.attack_rate));
   if (batch < 1) return invalid_argument_error("--batch ", batch, " must be >= 1");

@@ -17,15 +17,19 @@ constexpr double kGeluCubic = 0.044715;
 
 __device__ double act_value(Activation act, double x) {
   switch (act) {
-    case Activation::kRelu: return x > 0 ? x : 0.0;
-    case Activation::kGelu: return 0.5 * x * (1.0 + erf(x * kInvSqrt2));
-    default: return 0.5 * x * (1.0 + tanh(kSqrt2OverPi * (x + kGeluCubic * x * x * x)));
+    case Activation::kRelu:
+      return x > 0 ? x : 0.0;
+    case Activation::kGelu:
+      return 0.5 * x * (1.0 + erf(x * kInvSqrt2));
+    default:
+      return 0.5 * x * (1.0 + tanh(kSqrt2OverPi * (x + kGeluCubic * x * x * x)));
   }
 }
 
 __device__ double act_grad(Activation act, double x) {
   switch (act) {
-    case Activation::kRelu: return x > 0 ? 1.0 : 0.0;
+    case Activation::kRelu:
+      return x > 0 ? 1.0 : 0.0;
     case Activation::kGelu: {
       const double cdf = 0.5 * (1.0 + erf(x * kInvSqrt2));
       return cdf + x * kInvSqrt2Pi * exp(-0.5 * x * x);
@@ -131,8 +135,8 @@ __global__ void add_bias_range_kernel(A* x, int64_t begin, int64_t end, int64_t 
 // offsets.
 template <typename A, typename F>
 __global__ void bias_grad_blocks_kernel(const A* dy, int64_t n, int64_t ranks, int64_t experts,
-                                        int64_t cap, const int32_t* filled,
-                                        const int64_t* offsets, F* dbias) {
+                                        int64_t cap, const int32_t* filled, const int64_t* offsets,
+                                        F* dbias) {
   const int64_t j = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
   const int64_t l = blockIdx.y;
   if (j >= n) return;
@@ -167,9 +171,9 @@ __global__ void dropout_kernel(const T* x, const int64_t* keys, int64_t key_base
       continue;
     }
     uint32_t bits[4];
-    rng.block(static_cast<uint64_t>(key) * static_cast<uint64_t>(per_row) +
-                  static_cast<uint64_t>(q),
-              bits);
+    rng.block(
+        static_cast<uint64_t>(key) * static_cast<uint64_t>(per_row) + static_cast<uint64_t>(q),
+        bits);
     for (int64_t j = j0; j < j1; ++j) {
       const float u = static_cast<float>(bits[j - j0] >> 8) * (1.0f / 16777216.0f);
       store(y, r * n + j, u >= p ? static_cast<C>(load(x, r * n + j)) * scale : C(0));
@@ -184,8 +188,8 @@ Status activation_forward(Context& ctx, Activation act, const TensorView& x, con
   if (n == 0) return Status::OK();
   MOE_RETURN_IF_ERROR(dispatch_float("activation_forward", x, [&](auto tag) {
     using T = decltype(tag);
-    activation_forward_kernel<T><<<grid_for(n), kThreads, 0, stream_of(ctx)>>>(
-        act, x.data<T>(), n, y.data<T>());
+    activation_forward_kernel<T>
+        <<<grid_for(n), kThreads, 0, stream_of(ctx)>>>(act, x.data<T>(), n, y.data<T>());
   }));
   return launch_status("activation_forward");
 }
@@ -208,8 +212,8 @@ Status add_bias(Context& ctx, const TensorView& x, const TensorView& bias) {
   MOE_RETURN_IF_ERROR(dispatch_act("add_bias", x, [&](auto at, auto ft) {
     using A = decltype(at);
     using F = decltype(ft);
-    add_bias_kernel<A, F><<<grid_for(m * n), kThreads, 0, stream_of(ctx)>>>(x.data<A>(), m, n,
-                                                                           bias.data<F>());
+    add_bias_kernel<A, F>
+        <<<grid_for(m * n), kThreads, 0, stream_of(ctx)>>>(x.data<A>(), m, n, bias.data<F>());
   }));
   return launch_status("add_bias");
 }
@@ -226,7 +230,7 @@ Status bias_grad(Context& ctx, const TensorView& dy, const TensorView& dbias) {
     const dim3 grid(static_cast<unsigned>((n + kThreads - 1) / kThreads),
                     static_cast<unsigned>(chunks));
     column_partials_kernel<A><<<grid, kThreads, 0, stream_of(ctx)>>>(dy.data<A>(), m, n, rows_per,
-                                                                      partial.data<double>());
+                                                                     partial.data<double>());
     column_finish_kernel<F><<<grid_for(n), kThreads, 0, stream_of(ctx)>>>(
         partial.data<double>(), chunks, n, dbias.data<F>());
   }));
@@ -263,8 +267,8 @@ Status bias_grad_blocks(Context& ctx, const TensorView& dy, const TensorView& db
   Tensor offsets;
   if (blocks.capacity < 0) {
     // Dropless offsets live on the host: upload them (stream-ordered, no wait).
-    Tensor host = Tensor::from_vector<int64_t>(
-        Shape{static_cast<int64_t>(blocks.offsets.size())}, blocks.offsets);
+    Tensor host = Tensor::from_vector<int64_t>(Shape{static_cast<int64_t>(blocks.offsets.size())},
+                                               blocks.offsets);
     MOE_ASSIGN_OR_RETURN(offsets, ctx.upload(host.view()));
   }
   MOE_RETURN_IF_ERROR(dispatch_act("bias_grad_blocks", dy, [&](auto at, auto ft) {

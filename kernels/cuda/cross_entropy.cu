@@ -102,8 +102,7 @@ Status cross_entropy_backward(Context& ctx, const TensorView& logits, const Tens
     const F s = static_cast<F>(scale);
     if (d_logits.dtype() == DType::kBF16) {
       cross_entropy_backward_kernel<F, bf16><<<grid_for(n * v), kThreads, 0, stream_of(ctx)>>>(
-          logits.data<F>(), targets.data<int32_t>(), lse.data<F>(), n, v, s,
-          d_logits.data<bf16>());
+          logits.data<F>(), targets.data<int32_t>(), lse.data<F>(), n, v, s, d_logits.data<bf16>());
     } else {
       cross_entropy_backward_kernel<F, F><<<grid_for(n * v), kThreads, 0, stream_of(ctx)>>>(
           logits.data<F>(), targets.data<int32_t>(), lse.data<F>(), n, v, s, d_logits.data<F>());

@@ -15,7 +15,9 @@
 #include "core/base/rng.h"
 #include "kernels/activation.h"
 #include "kernels/expert_blocks.h"
+#include "kernels/moe_dispatch.h"
 #include "kernels/optimizer.h"
+#include "kernels/router.h"
 
 namespace moe::kernels::cuda {
 
@@ -78,5 +80,41 @@ Status cross_entropy_forward(Context& ctx, const TensorView& logits, const Tenso
                              const TensorView& row_loss);
 Status cross_entropy_backward(Context& ctx, const TensorView& logits, const TensorView& targets,
                               const TensorView& lse, double scale, const TensorView& d_logits);
+
+// router.cu
+Status topk_softmax(Context& ctx, const TensorView& logits, const TensorView& idx,
+                    const TensorView& gate, const TensorView& probs, const TensorView& lse);
+Status topk_softmax_backward(Context& ctx, const TensorView& d_gate, const TensorView& gate,
+                             const TensorView& idx, const TensorView& d_logits);
+Status sparsemixer_route(Context& ctx, const SparseMixerRouteArgs& args, const TensorView& logits,
+                         const TensorView& idx, const TensorView& gate, const TensorView& probs,
+                         const TensorView& lse, const TensorView& mask, const TensorView& scale,
+                         const TensorView& is_argmax);
+Status sparsemixer_backward(Context& ctx, SparseMixerGateGrad rule, const TensorView& d_gate,
+                            const TensorView& idx, const TensorView& probs, const TensorView& mask,
+                            const TensorView& scale, const TensorView& d_logits);
+Status aux_sums(Context& ctx, const TensorView& probs, const TensorView& lse,
+                const TensorView& load, int64_t tokens, const TensorView& packed);
+Status aux_losses(Context& ctx, const TensorView& packed, int64_t top_k, double balance_coef,
+                  double z_coef, const TensorView& losses);
+Status aux_losses_backward(Context& ctx, const TensorView& logits, const TensorView& probs,
+                           const TensorView& packed, const TensorView& lse, int64_t top_k,
+                           double balance_weight, double z_weight, const TensorView& d_logits);
+
+// moe_dispatch.cu
+Status moe_layout(Context& ctx, const LayoutArgs& args, const TensorView& idx,
+                  const TensorView& slot, const TensorView& row, const TensorView& load,
+                  const TensorView& kept, const TensorView& send_token, const TensorView& send_key,
+                  const TensorView& drops);
+Status block_fill_counts(Context& ctx, const TensorView& keys, const TensorView& filled);
+Status gather_rows(Context& ctx, const TensorView& src, const TensorView& index,
+                   const TensorView& dst);
+Status gather_sum_rows(Context& ctx, const TensorView& src, const TensorView& rows,
+                       const TensorView& dst);
+Status combine(Context& ctx, const TensorView& y, const TensorView& row, const TensorView& gate,
+               const TensorView& omega, const TensorView& u);
+Status combine_backward(Context& ctx, const TensorView& du, const TensorView& y,
+                        const TensorView& row, const TensorView& gate, const TensorView& omega,
+                        const TensorView& dy, const TensorView& d_gate, const TensorView& d_omega);
 
 }  // namespace moe::kernels::cuda

@@ -28,7 +28,7 @@ inline Status launch_status(const char* op) {
 constexpr int kThreads = 256;
 
 // A grid-stride loop over [0, n).
-#define MOE_GRID_LOOP(i, n)                                                    \
+#define MOE_GRID_LOOP(i, n)                                                 \
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < (n); \
        i += int64_t{gridDim.x} * blockDim.x)
 
@@ -116,7 +116,7 @@ Status reduce_sum(Context& ctx, const char* op, int64_t n, Fn f, double* out) {
                               : static_cast<unsigned>(kReduceBlocks);
   partial_sums_kernel<<<blocks, kThreads, 0, stream_of(ctx)>>>(n, f, partials.data<double>());
   finish_sum_kernel<<<1, kThreads, 0, stream_of(ctx)>>>(partials.data<double>(),
-                                                         static_cast<int>(blocks), out);
+                                                        static_cast<int>(blocks), out);
   return launch_status(op);
 }
 

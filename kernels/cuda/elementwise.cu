@@ -59,8 +59,8 @@ Status add(Context& ctx, const TensorView& a, const TensorView& b, const TensorV
   if (n == 0) return Status::OK();
   MOE_RETURN_IF_ERROR(dispatch_float("add", a, [&](auto tag) {
     using T = decltype(tag);
-    add_kernel<T><<<grid_for(n), kThreads, 0, stream_of(ctx)>>>(a.data<T>(), b.data<T>(), n,
-                                                                out.data<T>());
+    add_kernel<T>
+        <<<grid_for(n), kThreads, 0, stream_of(ctx)>>>(a.data<T>(), b.data<T>(), n, out.data<T>());
   }));
   return launch_status("add");
 }
@@ -71,8 +71,8 @@ Status axpy(Context& ctx, double alpha, const TensorView& x, const TensorView& y
   MOE_RETURN_IF_ERROR(pair("axpy", x, y, [&](auto xt, auto yt) {
     using X = decltype(xt);
     using Y = decltype(yt);
-    axpy_kernel<X, Y><<<grid_for(n), kThreads, 0, stream_of(ctx)>>>(alpha, x.data<X>(), n,
-                                                                    y.data<Y>());
+    axpy_kernel<X, Y>
+        <<<grid_for(n), kThreads, 0, stream_of(ctx)>>>(alpha, x.data<X>(), n, y.data<Y>());
   }));
   return launch_status("axpy");
 }
@@ -94,8 +94,8 @@ Status convert(Context& ctx, const TensorView& src, const TensorView& dst) {
   MOE_RETURN_IF_ERROR(pair("convert", src, dst, [&](auto st, auto dt) {
     using S = decltype(st);
     using D = decltype(dt);
-    convert_kernel<S, D><<<grid_for(n), kThreads, 0, stream_of(ctx)>>>(src.data<S>(), n,
-                                                                       dst.data<D>());
+    convert_kernel<S, D>
+        <<<grid_for(n), kThreads, 0, stream_of(ctx)>>>(src.data<S>(), n, dst.data<D>());
   }));
   return launch_status("convert");
 }

@@ -19,8 +19,8 @@ __global__ void embedding_forward_kernel(const int32_t* ids, int64_t n, const W*
     } else if (pos == nullptr) {
       store(out, i, load(table, static_cast<int64_t>(id) * d + j));
     } else {
-      store(out, i, static_cast<F>(load(table, static_cast<int64_t>(id) * d + j)) +
-                        pos[(r % s) * d + j]);
+      store(out, i,
+            static_cast<F>(load(table, static_cast<int64_t>(id) * d + j)) + pos[(r % s) * d + j]);
     }
   }
 }

@@ -13,9 +13,12 @@ namespace {
 
 cudaDataType_t cuda_type(DType d) {
   switch (d) {
-    case DType::kF64: return CUDA_R_64F;
-    case DType::kBF16: return CUDA_R_16BF;
-    default: return CUDA_R_32F;
+    case DType::kF64:
+      return CUDA_R_64F;
+    case DType::kBF16:
+      return CUDA_R_16BF;
+    default:
+      return CUDA_R_32F;
   }
 }
 
@@ -62,8 +65,8 @@ Status run_gemm(Context& ctx, const char* op, DType in, DType out, const GemmCal
         compute, CUBLAS_GEMM_DEFAULT);
   }
   if (st != CUBLAS_STATUS_SUCCESS) {
-    return internal_error("cublas: ", op, ": ", cublasGetStatusString(st), " (m ", g.m, ", n ",
-                          g.n, ", k ", g.k, ", batch ", g.batch, ")");
+    return internal_error("cublas: ", op, ": ", cublasGetStatusString(st), " (m ", g.m, ", n ", g.n,
+                          ", k ", g.k, ", batch ", g.batch, ")");
   }
   return Status::OK();
 }

@@ -62,8 +62,8 @@ __global__ void layernorm_backward_kernel(const T* dy, const T* x, const F* gamm
   }
 }
 
-// dgamma/dbeta partials over row chunks: partial[chunk, 0, j] = sum dy xhat, [chunk, 1, j] = sum dy.
-// Reads dy and x: call it before the row kernel, whose dx may alias dy.
+// dgamma/dbeta partials over row chunks: partial[chunk, 0, j] = sum dy xhat, [chunk, 1, j] = sum
+// dy. Reads dy and x: call it before the row kernel, whose dx may alias dy.
 template <typename T, typename F>
 __global__ void layernorm_param_partials_kernel(const T* dy, const T* x, const F* mean,
                                                 const F* rstd, int64_t n, int64_t d,
@@ -75,9 +75,8 @@ __global__ void layernorm_param_partials_kernel(const T* dy, const T* x, const F
   double sg = 0, sb = 0;
   for (int64_t r = begin; r < end; ++r) {
     const double dyj = static_cast<double>(load(dy, r * d + j));
-    const double xhat =
-        (static_cast<double>(load(x, r * d + j)) - static_cast<double>(mean[r])) *
-        static_cast<double>(rstd[r]);
+    const double xhat = (static_cast<double>(load(x, r * d + j)) - static_cast<double>(mean[r])) *
+                        static_cast<double>(rstd[r]);
     sg += dyj * xhat;
     sb += dyj;
   }

@@ -52,8 +52,8 @@ struct Square {
 
 }  // namespace
 
-Status adamw_step(Context& ctx, const AdamWArgs& a, const TensorView& param,
-                  const TensorView& grad, const TensorView& m, const TensorView& v) {
+Status adamw_step(Context& ctx, const AdamWArgs& a, const TensorView& param, const TensorView& grad,
+                  const TensorView& m, const TensorView& v) {
   const int64_t n = param.numel();
   if (n == 0) return Status::OK();
   MOE_RETURN_IF_ERROR(dispatch_full("adamw_step", param, [&](auto tag) {
@@ -93,8 +93,8 @@ Status sum_of_squares(Context& ctx, const std::vector<TensorView>& views, const 
     Status launched = Status::OK();
     MOE_RETURN_IF_ERROR(dispatch_float("sum_of_squares", x, [&](auto tag) {
       using T = decltype(tag);
-      launched = reduce_sum(ctx, "sum_of_squares", x.numel(), Square<T>{x.data<T>()},
-                            out.data<double>());
+      launched =
+          reduce_sum(ctx, "sum_of_squares", x.numel(), Square<T>{x.data<T>()}, out.data<double>());
     }));
     MOE_RETURN_IF_ERROR(launched);
   }

@@ -12,15 +12,18 @@
 #include <limits>
 #include <map>
 #include <string>
+#include <tuple>
 
 #include "core/base/device.h"
 #include "core/base/rng.h"
 #include "kernels/activation.h"
+#include "kernels/attention.h"
 #include "kernels/cross_entropy.h"
 #include "kernels/elementwise.h"
 #include "kernels/embedding.h"
 #include "kernels/gemm.h"
 #include "kernels/layernorm.h"
+#include "kernels/moe_dispatch.h"
 #include "kernels/optimizer.h"
 #include "kernels/router.h"
 #include "tests/testing/gradient_check.h"
@@ -47,9 +50,12 @@ const auto* const kReport = ::testing::AddGlobalTestEnvironment(new ReportEnviro
 
 double tolerance(DType d) {
   switch (d) {
-    case DType::kF64: return 1e-12;
-    case DType::kBF16: return 1e-2;
-    default: return 2e-6;
+    case DType::kF64:
+      return 1e-12;
+    case DType::kBF16:
+      return 1e-2;
+    default:
+      return 2e-6;
   }
 }
 
@@ -486,14 +492,223 @@ TEST_F(CudaKernelTest, RepeatedRunsAreBitIdentical) {
   }
 }
 
+TEST_F(CudaKernelTest, TopkSoftmaxAndAuxLosses) {
+  for (DType f : {DType::kF32, DType::kF64}) {
+    for (int64_t experts : {int64_t{1}, int64_t{8}, int64_t{61}}) {
+      for (int64_t k : {int64_t{1}, int64_t{2}, experts}) {
+        if (k > experts) continue;
+        const int64_t tokens = 1037;
+        Tensor logits = rand({tokens, experts}, f, -3, 3);
+        // Exact ties: the CPU's rule (lower index first) must hold on the GPU too.
+        for (int64_t t = 0; t < tokens; t += 7) {
+          Tensor row = Tensor::empty({experts}, DType::kF64);
+          for (int64_t e = 0; e < experts; ++e) row.data<double>()[e] = (e % 3) * 0.5;
+          ASSERT_TRUE(convert_into(row, logits.view().rows(t, t + 1).reshape({experts})).ok());
+        }
+        Tensor idx = Tensor::empty({tokens, k}, DType::kI32), gate = Tensor::empty({tokens, k}, f),
+               probs = Tensor::empty({tokens, experts}, f), lse = Tensor::empty({tokens}, f);
+        Tensor gl = up(logits), gidx = poisoned({tokens, k}, DType::kI32),
+               ggate = poisoned({tokens, k}, f), gprobs = poisoned({tokens, experts}, f),
+               glse = poisoned({tokens}, f);
+        OK(topk_softmax(cpu(), logits, idx, gate, probs, lse));
+        OK(topk_softmax(gpu(), gl, gidx, ggate, gprobs, glse));
+        EXPECT_TRUE(testing::bitwise_equal(idx, down(gidx))) << "top-k indices differ";
+        const double tol = f == DType::kF64 ? 1e-14 : 1e-6;
+        expect_close("topk_softmax(gate)", gate, ggate, tol);
+        expect_close("topk_softmax(probs)", probs, gprobs, tol);
+        expect_close("topk_softmax(lse)", lse, glse, tol);
+        Tensor dg = rand({tokens, k}, f), dl = rand({tokens, experts}, f);
+        Tensor gdl = up(dl);
+        OK(topk_softmax_backward(cpu(), dg, gate, idx, dl));
+        OK(topk_softmax_backward(gpu(), up(dg), ggate, gidx, gdl));
+        expect_close("topk_softmax_backward", dl, gdl, tol);
+        // The balance and z losses over these probabilities and a load.
+        Tensor load = Tensor::empty({experts}, DType::kI64);
+        for (int64_t e = 0; e < experts; ++e) load.data<int64_t>()[e] = (e * 37) % 101;
+        Tensor packed = Tensor::empty({aux_packed_size(experts)}, DType::kF64);
+        Tensor gpacked = poisoned({aux_packed_size(experts)}, DType::kF64);
+        OK(aux_sums(cpu(), probs, lse, load, tokens + 5, packed));
+        OK(aux_sums(gpu(), gprobs, glse, up(load), tokens + 5, gpacked));
+        expect_close("aux_sums", packed, gpacked, 1e-12);
+        Tensor losses = Tensor::empty({3}, DType::kF64), glosses = poisoned({3}, DType::kF64);
+        OK(aux_losses(cpu(), packed, k, 0.01, 0.001, losses));
+        OK(aux_losses(gpu(), gpacked, k, 0.01, 0.001, glosses));
+        expect_close("aux_losses", losses, glosses, 1e-12);
+        Tensor da = rand({tokens, experts}, f);
+        Tensor gda = up(da);
+        OK(aux_losses_backward(cpu(), logits, probs, packed, lse, k, 0.5, 0.25, da));
+        OK(aux_losses_backward(gpu(), gl, gprobs, gpacked, glse, k, 0.5, 0.25, gda));
+        expect_close("aux_losses_backward", da, gda, tol);
+      }
+    }
+  }
+}
+
+TEST_F(CudaKernelTest, SparseMixerRouteAndBackward) {
+  for (DType f : {DType::kF32, DType::kF64}) {
+    for (auto mask : {SparseMixerMask::kPaper, SparseMixerMask::kReferenceCode}) {
+      for (auto midpoint : {SparseMixerMidpoint::kPaper, SparseMixerMidpoint::kReferenceCode}) {
+        for (bool training : {false, true}) {
+          const int64_t tokens = 999, experts = 16;
+          Tensor logits = rand({tokens, experts}, f, -2, 2);
+          SparseMixerRouteArgs a;
+          a.params.jitter = 0.3;
+          a.params.mask = mask;
+          a.params.midpoint = midpoint;
+          a.training = training;
+          a.rng = CounterRng{17, make_stream(RngTag::kSparseMixer, 1, 4)};
+          a.token_offset = 123;
+          Tensor idx = Tensor::empty({tokens, 1}, DType::kI32),
+                 gate = Tensor::empty({tokens, 1}, f), probs = Tensor::empty({tokens, experts}, f),
+                 lse = Tensor::empty({tokens}, f), m = Tensor::empty({tokens, experts}, DType::kU8),
+                 sc = Tensor::empty({tokens}, f), am = Tensor::empty({tokens}, DType::kU8);
+          Tensor gidx = poisoned({tokens, 1}, DType::kI32), ggate = poisoned({tokens, 1}, f),
+                 gprobs = poisoned({tokens, experts}, f), glse = poisoned({tokens}, f),
+                 gm = poisoned({tokens, experts}, DType::kU8), gsc = poisoned({tokens}, f),
+                 gam = poisoned({tokens}, DType::kU8);
+          OK(sparsemixer_route(cpu(), a, logits, idx, gate, probs, lse, m, sc, am));
+          OK(sparsemixer_route(gpu(), a, up(logits), gidx, ggate, gprobs, glse, gm, gsc, gam));
+          // The same Philox draws: the same samples, masks and halvings (the Gumbel noise is
+          // computed in float by each side's logf, so a sample may differ only on an exact tie
+          // of perturbed logits to the last bit: none in these draws).
+          EXPECT_TRUE(testing::bitwise_equal(idx, down(gidx))) << "samples differ";
+          EXPECT_TRUE(testing::bitwise_equal(m, down(gm))) << "masks differ";
+          EXPECT_TRUE(testing::bitwise_equal(am, down(gam)));
+          const double tol = f == DType::kF64 ? 1e-14 : 1e-6;
+          expect_close("sparsemixer_route(gate)", gate, ggate, tol);
+          expect_close("sparsemixer_route(probs)", probs, gprobs, tol);
+          expect_close("sparsemixer_route(scale)", sc, gsc, 0);
+          for (auto rule : {SparseMixerGateGrad::kReferenceCode, SparseMixerGateGrad::kPaper}) {
+            Tensor dg = rand({tokens, 1}, f), dl = rand({tokens, experts}, f);
+            Tensor gdl = up(dl);
+            OK(sparsemixer_backward(cpu(), rule, dg, idx, probs, m, sc, dl));
+            OK(sparsemixer_backward(gpu(), rule, up(dg), gidx, gprobs, gm, gsc, gdl));
+            expect_close("sparsemixer_backward", dl, gdl, tol);
+          }
+        }
+      }
+    }
+  }
+}
+
+// Routing indices with skew (expert 0 popular) so that capacity drops happen.
+Tensor skewed_idx(int64_t tokens, int64_t k, int64_t experts, uint64_t seed) {
+  Tensor idx = Tensor::empty({tokens, k}, DType::kI32);
+  CounterRng rng{seed, make_stream(RngTag::kTest, 7, 0)};
+  for (int64_t t = 0; t < tokens; ++t) {
+    for (int64_t j = 0; j < k; ++j) {
+      int32_t e;
+      do {
+        const uint32_t u = rng.u32(t * 16 + j * 4 + 0) ^ rng.u32(t * 16 + j * 4 + 1, 1);
+        e = (u % 3 == 0) ? 0 : static_cast<int32_t>(u % experts);
+        rng.seed += 1;
+      } while ([&] {
+        for (int64_t q = 0; q < j; ++q) {
+          if (idx.data<int32_t>()[t * k + q] == e) return true;
+        }
+        return false;
+      }());
+      idx.data<int32_t>()[t * k + j] = e;
+    }
+  }
+  return idx;
+}
+
+TEST_F(CudaKernelTest, LayoutGathersAndCombine) {
+  struct Case {
+    int64_t tokens, k, experts, capacity;
+  };
+  for (Case c : {Case{1, 1, 1, 1}, Case{300, 2, 8, 90}, Case{1000, 2, 8, -1}, Case{777, 4, 16, 0},
+                 Case{513, 3, 5, 200}}) {
+    if (c.k > c.experts) continue;
+    Tensor idx = skewed_idx(c.tokens, c.k, c.experts, static_cast<uint64_t>(c.tokens));
+    LayoutArgs a;
+    a.num_experts = c.experts;
+    a.capacity = c.capacity;
+    a.token_offset = 40;
+    const int64_t send = c.capacity >= 0 ? c.experts * c.capacity : c.tokens * c.k;
+    const Shape tk{c.tokens, c.k};
+    Tensor slot = Tensor::empty(tk, DType::kI32), row = Tensor::empty(tk, DType::kI32),
+           load = Tensor::empty({c.experts}, DType::kI64),
+           kept = Tensor::empty({c.experts}, DType::kI64), st = Tensor::empty({send}, DType::kI32),
+           sk = Tensor::empty({send}, DType::kI64), drops = Tensor::zeros({2}, DType::kF64);
+    Tensor gslot = poisoned(tk, DType::kI32), grow = poisoned(tk, DType::kI32),
+           gload = poisoned({c.experts}, DType::kI64), gkept = poisoned({c.experts}, DType::kI64),
+           gst = poisoned({send}, DType::kI32), gsk = poisoned({send}, DType::kI64),
+           gdrops = up(drops);
+    OK(moe_layout(cpu(), a, idx, slot, row, load, kept, st, sk, drops));
+    OK(moe_layout(gpu(), a, up(idx), gslot, grow, gload, gkept, gst, gsk, gdrops));
+    for (auto [name, h, g] : {std::tuple<const char*, Tensor*, Tensor*>{"slot", &slot, &gslot},
+                              {"row", &row, &grow},
+                              {"load", &load, &gload},
+                              {"kept", &kept, &gkept},
+                              {"send_token", &st, &gst},
+                              {"send_key", &sk, &gsk},
+                              {"drops", &drops, &gdrops}}) {
+      EXPECT_TRUE(testing::bitwise_equal(*h, down(*g)))
+          << "moe_layout " << name << ", T " << c.tokens << " C " << c.capacity;
+    }
+    if (c.capacity > 0) {
+      TensorView keys = sk.view().reshape({c.experts, c.capacity});
+      Tensor filled = Tensor::empty({c.experts}, DType::kI32),
+             gf = poisoned({c.experts}, DType::kI32);
+      OK(block_fill_counts(cpu(), keys, filled));
+      OK(block_fill_counts(gpu(), gsk.view().reshape({c.experts, c.capacity}), gf));
+      EXPECT_TRUE(testing::bitwise_equal(filled, down(gf)));
+    }
+    for (DType dt : kActs) {
+      const DType f = compute_dtype(dt);
+      for (int64_t d : {int64_t{1}, int64_t{13}, int64_t{64}}) {
+        // Dispatch: gather token rows into the send buffer (empty slots zero).
+        Tensor x = rand({c.tokens, d}, dt);
+        Tensor sendb = Tensor::empty({send, d}, dt), gsend = poisoned({send, d}, dt);
+        OK(gather_rows(cpu(), x, st, sendb));
+        OK(gather_rows(gpu(), up(x), gst, gsend));
+        expect_close("gather_rows", sendb, gsend, 0);
+        // Its backward: each token sums its K rows.
+        Tensor g = rand({send, d}, dt);
+        Tensor sum = Tensor::empty({c.tokens, d}, dt), gsum = poisoned({c.tokens, d}, dt);
+        OK(gather_sum_rows(cpu(), g, row, sum));
+        OK(gather_sum_rows(gpu(), up(g), grow, gsum));
+        expect_close("gather_sum_rows", sum, gsum, dt == DType::kBF16 ? -1 : 1e-7);
+        // Combine with and without omega, and its backward.
+        Tensor y = rand({send, d}, dt), gate = rand(tk, f, 0, 1), omega = rand({d}, f, 0.5, 1.5);
+        Tensor gy = up(y), ggate = up(gate), gomega = up(omega);
+        for (bool with_omega : {false, true}) {
+          const TensorView w = with_omega ? omega.view() : TensorView();
+          const TensorView gw = with_omega ? gomega.view() : TensorView();
+          Tensor u = Tensor::empty({c.tokens, d}, dt), gu = poisoned({c.tokens, d}, dt);
+          OK(combine(cpu(), y, row, gate, w, u));
+          OK(combine(gpu(), gy, grow, ggate, gw, gu));
+          expect_close("combine", u, gu, dt == DType::kBF16 ? -1 : 1e-6);
+          Tensor du = rand({c.tokens, d}, dt);
+          Tensor dy = Tensor::empty({send, d}, dt), gdy = poisoned({send, d}, dt);
+          Tensor dg = Tensor::empty(tk, f), gdg = poisoned(tk, f);
+          Tensor dw = rand({d}, f), gdw = up(dw);
+          OK(combine_backward(cpu(), du, y, row, gate, w, dy, dg,
+                              with_omega ? dw.view() : TensorView()));
+          OK(combine_backward(gpu(), up(du), gy, grow, ggate, gw, gdy, gdg,
+                              with_omega ? gdw.view() : TensorView()));
+          expect_close("combine_backward(dy)", dy, gdy, dt == DType::kBF16 ? -1 : 1e-6);
+          expect_close("combine_backward(d_gate)", dg, gdg, f == DType::kF64 ? 1e-12 : 1e-5);
+          if (with_omega)
+            expect_close("combine_backward(d_omega)", dw, gdw, f == DType::kF64 ? 1e-12 : 1e-5);
+        }
+      }
+    }
+  }
+}
+
 // An op without a CUDA kernel refuses a CUDA context by name instead of touching device memory.
 TEST_F(CudaKernelTest, AnOpWithoutACudaKernelSaysSo) {
-  Tensor logits = *gpu().zeros({4, 3}, DType::kF32);
-  Tensor probs = *gpu().zeros({4, 3}, DType::kF32);
-  Tensor idx = *gpu().zeros({4, 1}, DType::kI32);
-  Tensor w = *gpu().zeros({4, 1}, DType::kF32);
-  Tensor lse = *gpu().zeros({4}, DType::kF32);
-  Status s = topk_softmax(gpu(), logits, idx, w, probs, lse);
+  AttentionArgs args;
+  args.batch = 1;
+  args.seq_len = 4;
+  args.heads = 1;
+  Tensor qkv = *gpu().zeros({4, 6}, DType::kF32);
+  Tensor out = *gpu().zeros({4, 2}, DType::kF32);
+  Tensor lse = *gpu().zeros({1, 1, 4}, DType::kF32);
+  Status s = attention_forward(gpu(), args, qkv, out, lse);
   EXPECT_EQ(s.code(), StatusCode::kUnimplemented) << s.to_string();
   EXPECT_NE(s.message().find("no CUDA kernel"), std::string::npos) << s.to_string();
 }

@@ -1,0 +1,358 @@
+// The MoE layer's data movement on the GPU: the layout step (capacity slots in the CPU's stable
+// order: all first choices in token order, then all second choices, ... decided by counting and
+// an exclusive scan, never by atomics), the row gathers, and the gate-weighted combine with its
+// backward. Every accumulation runs in a fixed order, as on the CPU.
+//
+// Indices out of range (an expert >= E, a row >= N) cannot be reported without a sync: such an
+// assignment is dropped and such a row reads as zeros (the router never produces them).
+#include "kernels/common.h"
+#include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/cuda_util.cuh"
+
+namespace moe::kernels::cuda {
+namespace {
+
+constexpr int kChunk = 256;  // assignments per layout block
+
+// Assignment a = j * T + t (the stable order). Block c handles assignments [c * 256, +256): each
+// gets its rank among the chunk's earlier assignments to the same expert (rank[a]); the last
+// assignment of each expert in the chunk writes the chunk's count for it (counts [chunks, E],
+// zeroed before).
+__global__ void layout_chunk_kernel(const int32_t* idx, int64_t tokens, int64_t k, int64_t experts,
+                                    int32_t* rank, int64_t* counts) {
+  __shared__ int32_t chunk_expert[kChunk];
+  const int64_t total = tokens * k;
+  const int64_t a = blockIdx.x * int64_t{kChunk} + threadIdx.x;
+  int32_t e = -1;
+  if (a < total) {
+    const int64_t j = a / tokens, t = a % tokens;
+    e = idx[t * k + j];
+    if (e < 0 || e >= experts) e = -1;  // dropped (see the file comment)
+  }
+  chunk_expert[threadIdx.x] = e;
+  __syncthreads();
+  if (a >= total || e < 0) return;
+  int32_t before = 0;
+  for (int i = 0; i < static_cast<int>(threadIdx.x); ++i) before += chunk_expert[i] == e;
+  bool last = true;
+  for (int i = threadIdx.x + 1; i < kChunk; ++i) last &= chunk_expert[i] != e;
+  rank[a] = before;
+  if (last) counts[blockIdx.x * experts + e] = before + 1;
+}
+
+// One thread per expert: exclusive prefix over the chunks (in chunk order), the load, the kept
+// count and the send-buffer block offsets (e * C, or filled by layout_offsets_kernel).
+__global__ void layout_scan_kernel(int64_t* counts, int64_t chunks, int64_t experts,
+                                   int64_t capacity, int64_t* load, int64_t* kept) {
+  MOE_GRID_LOOP(e, experts) {
+    int64_t running = 0;
+    for (int64_t c = 0; c < chunks; ++c) {
+      const int64_t n = counts[c * experts + e];
+      counts[c * experts + e] = running;
+      running += n;
+    }
+    load[e] = running;
+    kept[e] = capacity < 0 ? running : (running < capacity ? running : capacity);
+  }
+}
+
+// block[e] = e * C, or the exclusive prefix sum of the loads (dropless); one thread.
+__global__ void layout_offsets_kernel(const int64_t* load, int64_t experts, int64_t capacity,
+                                      int64_t* block) {
+  int64_t running = 0;
+  for (int64_t e = 0; e < experts; ++e) {
+    block[e] = capacity >= 0 ? e * capacity : running;
+    running += load[e];
+  }
+}
+
+// Per token: slots, rows, the send buffer's token and key, and the token's drops
+// (drop_scratch[2t] = dropped assignments, [2t + 1] = 1 when all K were dropped).
+__global__ void layout_rows_kernel(const int32_t* idx, const int32_t* rank, const int64_t* offsets,
+                                   const int64_t* block, int64_t tokens, int64_t k, int64_t experts,
+                                   int64_t capacity, int64_t token_offset, int32_t* slot,
+                                   int32_t* row, int32_t* send_token, int64_t* send_key,
+                                   double* drop_scratch) {
+  MOE_GRID_LOOP(t, tokens) {
+    int64_t token_drops = 0;
+    for (int64_t j = 0; j < k; ++j) {
+      const int64_t a = j * tokens + t;
+      const int32_t e = idx[t * k + j];
+      int64_t s = -1;
+      if (e >= 0 && e < experts) {
+        const int64_t position = offsets[(a / kChunk) * experts + e] + rank[a];
+        s = (capacity < 0 || position < capacity) ? position : -1;
+      }
+      slot[t * k + j] = static_cast<int32_t>(s);
+      if (s < 0) {
+        row[t * k + j] = -1;
+        ++token_drops;
+        continue;
+      }
+      const int64_t r = block[e] + s;
+      row[t * k + j] = static_cast<int32_t>(r);
+      send_token[r] = static_cast<int32_t>(t);
+      send_key[r] = (token_offset + t) * k + j;
+    }
+    drop_scratch[2 * t] = static_cast<double>(token_drops);
+    drop_scratch[2 * t + 1] = token_drops == k ? 1.0 : 0.0;
+  }
+}
+
+__global__ void fill_i32_kernel(int32_t* p, int64_t n, int32_t v) {
+  MOE_GRID_LOOP(i, n) { p[i] = v; }
+}
+__global__ void fill_i64_kernel(int64_t* p, int64_t n, int64_t v) {
+  MOE_GRID_LOOP(i, n) { p[i] = v; }
+}
+
+// drops[0] += sum of dropped assignments, drops[1] += fully dropped tokens: one block, fixed
+// order.
+__global__ void drops_sum_kernel(const double* scratch, int64_t tokens, double* drops) {
+  __shared__ double buf[32];
+  double a = 0, b = 0;
+  for (int64_t t = threadIdx.x; t < tokens; t += blockDim.x) {
+    a += scratch[2 * t];
+    b += scratch[2 * t + 1];
+  }
+  a = block_sum(a, buf);
+  b = block_sum(b, buf);
+  if (threadIdx.x == 0) {
+    drops[0] += a;
+    drops[1] += b;
+  }
+}
+
+__global__ void block_fill_counts_kernel(const int64_t* keys, int64_t blocks, int64_t c,
+                                         int32_t* filled) {
+  MOE_GRID_LOOP(b, blocks) {
+    int32_t n = 0;
+    for (int64_t i = 0; i < c; ++i) n += keys[b * c + i] >= 0;
+    filled[b] = n;
+  }
+}
+
+// Row copies in 4-byte words when the row size allows it, else bytes.
+template <typename W>
+__global__ void gather_rows_kernel(const W* src, int64_t n_src, const int32_t* index, int64_t m,
+                                   int64_t words, W* dst) {
+  MOE_GRID_LOOP(i, m * words) {
+    const int64_t r = i / words, w = i % words;
+    const int32_t s = index[r];
+    dst[i] = (s < 0 || s >= n_src) ? W(0) : src[static_cast<int64_t>(s) * words + w];
+  }
+}
+
+template <typename A>
+__global__ void gather_sum_rows_kernel(const A* src, int64_t n_src, const int32_t* rows,
+                                       int64_t tokens, int64_t k, int64_t d, A* dst) {
+  using C = accum_t<A>;
+  MOE_GRID_LOOP(i, tokens * d) {
+    const int64_t t = i / d, q = i % d;
+    C acc = C(0);
+    for (int64_t j = 0; j < k; ++j) {
+      const int32_t r = rows[t * k + j];
+      if (r < 0 || r >= n_src) continue;
+      acc += load(src, static_cast<int64_t>(r) * d + q);
+    }
+    store(dst, i, acc);
+  }
+}
+
+template <typename A, typename F>
+__global__ void combine_kernel(const A* y, int64_t y_rows, const int32_t* row, const F* gate,
+                               const F* omega, int64_t tokens, int64_t k, int64_t d, A* u) {
+  using C = accum_t<A>;
+  MOE_GRID_LOOP(i, tokens * d) {
+    const int64_t t = i / d, q = i % d;
+    C acc = C(0);
+    for (int64_t j = 0; j < k; ++j) {
+      const int32_t rr = row[t * k + j];
+      if (rr < 0 || rr >= y_rows) continue;
+      const C gj = static_cast<C>(gate[t * k + j]);
+      const C s = load(y, static_cast<int64_t>(rr) * d + q);
+      acc += omega != nullptr ? gj * (static_cast<C>(omega[q]) * s) : gj * s;
+    }
+    store(u, i, acc);
+  }
+}
+
+// dy rows of referenced slots (every row is referenced at most once; dy was zeroed).
+template <typename A, typename F>
+__global__ void combine_dy_kernel(const A* du, const int32_t* row, const F* gate, const F* omega,
+                                  int64_t y_rows, int64_t tokens, int64_t k, int64_t d, A* dy) {
+  using C = accum_t<A>;
+  MOE_GRID_LOOP(i, tokens * k * d) {
+    const int64_t tj = i / d, q = i % d, t = tj / k;
+    const int32_t rr = row[tj];
+    if (rr < 0 || rr >= y_rows) continue;
+    const C wq = omega != nullptr ? static_cast<C>(omega[q]) : C(1);
+    store(dy, static_cast<int64_t>(rr) * d + q,
+          static_cast<C>(gate[tj]) * wq * load(du, t * d + q));
+  }
+}
+
+// d_gate[t, j] = <du[t], omega ⊙ y[row]> in double: one warp per (t, j), fixed shuffle tree.
+template <typename A, typename F>
+__global__ void combine_dgate_kernel(const A* du, const A* y, int64_t y_rows, const int32_t* row,
+                                     const F* omega, int64_t tokens, int64_t k, int64_t d,
+                                     F* d_gate) {
+  const int64_t warps = int64_t{gridDim.x} * blockDim.x / 32;
+  const int lane = threadIdx.x & 31;
+  for (int64_t warp = (blockIdx.x * int64_t{blockDim.x} + threadIdx.x) / 32; warp < tokens * k;
+       warp += warps) {
+    const int64_t t = warp / k;
+    const int32_t rr = row[warp];
+    double dot = 0;
+    if (rr >= 0 && rr < y_rows) {
+      for (int64_t q = lane; q < d; q += 32) {
+        const double wq = omega != nullptr ? static_cast<double>(omega[q]) : 1.0;
+        dot += static_cast<double>(load(du, t * d + q)) *
+               (wq * static_cast<double>(load(y, static_cast<int64_t>(rr) * d + q)));
+      }
+    }
+    for (int o = 16; o > 0; o >>= 1) dot += __shfl_down_sync(0xffffffffu, dot, o);
+    if (lane == 0) d_gate[warp] = static_cast<F>(dot);
+  }
+}
+
+// d_omega[q] += sum over (t, j) in order of gate * y[row] * du (the reference's order and F sums).
+template <typename A, typename F>
+__global__ void combine_domega_kernel(const A* du, const A* y, int64_t y_rows, const int32_t* row,
+                                      const F* gate, int64_t tokens, int64_t k, int64_t d,
+                                      F* d_omega) {
+  using C = accum_t<A>;
+  MOE_GRID_LOOP(q, d) {
+    F acc = d_omega[q];
+    for (int64_t tj = 0; tj < tokens * k; ++tj) {
+      const int32_t rr = row[tj];
+      if (rr < 0 || rr >= y_rows) continue;
+      const C gj = static_cast<C>(gate[tj]);
+      acc += static_cast<F>(gj * load(y, static_cast<int64_t>(rr) * d + q) *
+                            load(du, (tj / k) * d + q));
+    }
+    d_omega[q] = acc;
+  }
+}
+
+}  // namespace
+
+Status moe_layout(Context& ctx, const LayoutArgs& a, const TensorView& idx, const TensorView& slot,
+                  const TensorView& row, const TensorView& load, const TensorView& kept,
+                  const TensorView& send_token, const TensorView& send_key,
+                  const TensorView& drops) {
+  const int64_t tokens = idx.dim(0), k = idx.dim(1), experts = a.num_experts;
+  const int64_t send_rows = a.capacity >= 0 ? experts * a.capacity : tokens * k;
+  const int64_t chunks = std::max<int64_t>(1, (tokens * k + kChunk - 1) / kChunk);
+  cudaStream_t s = stream_of(ctx);
+  MOE_ASSIGN_OR_RETURN(Tensor counts, ctx.zeros({chunks, experts}, DType::kI64));
+  MOE_ASSIGN_OR_RETURN(Tensor rank, ctx.empty({std::max<int64_t>(1, tokens * k)}, DType::kI32));
+  MOE_ASSIGN_OR_RETURN(Tensor block, ctx.empty({experts}, DType::kI64));
+  MOE_ASSIGN_OR_RETURN(Tensor scratch, ctx.empty({std::max<int64_t>(1, tokens), 2}, DType::kF64));
+  if (tokens * k > 0) {
+    layout_chunk_kernel<<<static_cast<unsigned>(chunks), kChunk, 0, s>>>(
+        idx.data<int32_t>(), tokens, k, experts, rank.data<int32_t>(), counts.data<int64_t>());
+  }
+  layout_scan_kernel<<<grid_for(experts), kThreads, 0, s>>>(counts.data<int64_t>(), chunks, experts,
+                                                            a.capacity, load.data<int64_t>(),
+                                                            kept.data<int64_t>());
+  layout_offsets_kernel<<<1, 1, 0, s>>>(load.data<int64_t>(), experts, a.capacity,
+                                        block.data<int64_t>());
+  if (send_rows > 0) {
+    fill_i32_kernel<<<grid_for(send_rows), kThreads, 0, s>>>(send_token.data<int32_t>(), send_rows,
+                                                             -1);
+    fill_i64_kernel<<<grid_for(send_rows), kThreads, 0, s>>>(send_key.data<int64_t>(), send_rows,
+                                                             -1);
+  }
+  if (tokens > 0) {
+    layout_rows_kernel<<<grid_for(tokens), kThreads, 0, s>>>(
+        idx.data<int32_t>(), rank.data<int32_t>(), counts.data<int64_t>(), block.data<int64_t>(),
+        tokens, k, experts, a.capacity, a.token_offset, slot.data<int32_t>(), row.data<int32_t>(),
+        send_token.data<int32_t>(), send_key.data<int64_t>(), scratch.data<double>());
+    if (drops.numel() > 0) {
+      drops_sum_kernel<<<1, kThreads, 0, s>>>(scratch.data<double>(), tokens, drops.data<double>());
+    }
+  }
+  return launch_status("moe_layout");
+}
+
+Status block_fill_counts(Context& ctx, const TensorView& keys, const TensorView& filled) {
+  const int64_t blocks = keys.dim(0);
+  if (blocks == 0) return Status::OK();
+  block_fill_counts_kernel<<<grid_for(blocks), kThreads, 0, stream_of(ctx)>>>(
+      keys.data<int64_t>(), blocks, keys.dim(1), filled.data<int32_t>());
+  return launch_status("block_fill_counts");
+}
+
+Status gather_rows(Context& ctx, const TensorView& src, const TensorView& index,
+                   const TensorView& dst) {
+  const int64_t m = dst.dim(0);
+  const int64_t row_bytes = src.dim(1) * static_cast<int64_t>(dtype_size(src.dtype()));
+  if (m == 0 || row_bytes == 0) return Status::OK();
+  if (row_bytes % 4 == 0) {
+    const int64_t words = row_bytes / 4;
+    gather_rows_kernel<uint32_t><<<grid_for(m * words), kThreads, 0, stream_of(ctx)>>>(
+        static_cast<const uint32_t*>(src.raw()), src.dim(0), index.data<int32_t>(), m, words,
+        static_cast<uint32_t*>(dst.raw()));
+  } else {
+    gather_rows_kernel<uint8_t><<<grid_for(m * row_bytes), kThreads, 0, stream_of(ctx)>>>(
+        static_cast<const uint8_t*>(src.raw()), src.dim(0), index.data<int32_t>(), m, row_bytes,
+        static_cast<uint8_t*>(dst.raw()));
+  }
+  return launch_status("gather_rows");
+}
+
+Status gather_sum_rows(Context& ctx, const TensorView& src, const TensorView& rows,
+                       const TensorView& dst) {
+  const int64_t tokens = dst.dim(0), d = dst.dim(1);
+  if (tokens * d == 0) return Status::OK();
+  MOE_RETURN_IF_ERROR(dispatch_float("gather_sum_rows", src, [&](auto tag) {
+    using A = decltype(tag);
+    gather_sum_rows_kernel<A><<<grid_for(tokens * d), kThreads, 0, stream_of(ctx)>>>(
+        src.data<A>(), src.dim(0), rows.data<int32_t>(), tokens, rows.dim(1), d, dst.data<A>());
+  }));
+  return launch_status("gather_sum_rows");
+}
+
+Status combine(Context& ctx, const TensorView& y, const TensorView& row, const TensorView& gate,
+               const TensorView& omega, const TensorView& u) {
+  const int64_t tokens = u.dim(0), d = u.dim(1);
+  if (tokens * d == 0) return Status::OK();
+  MOE_RETURN_IF_ERROR(dispatch_act("combine", y, [&](auto at, auto ft) {
+    using A = decltype(at);
+    using F = decltype(ft);
+    combine_kernel<A, F><<<grid_for(tokens * d), kThreads, 0, stream_of(ctx)>>>(
+        y.data<A>(), y.dim(0), row.data<int32_t>(), gate.data<F>(),
+        omega.numel() > 0 ? omega.data<F>() : nullptr, tokens, row.dim(1), d, u.data<A>());
+  }));
+  return launch_status("combine");
+}
+
+Status combine_backward(Context& ctx, const TensorView& du, const TensorView& y,
+                        const TensorView& row, const TensorView& gate, const TensorView& omega,
+                        const TensorView& dy, const TensorView& d_gate, const TensorView& d_omega) {
+  const int64_t tokens = du.dim(0), d = du.dim(1), k = row.dim(1), y_rows = y.dim(0);
+  MOE_RETURN_IF_ERROR(ctx.zero(dy));
+  if (tokens * k == 0) return Status::OK();
+  const bool with_omega = omega.numel() > 0 && d_omega.numel() > 0;
+  cudaStream_t s = stream_of(ctx);
+  MOE_RETURN_IF_ERROR(dispatch_act("combine_backward", y, [&](auto at, auto ft) {
+    using A = decltype(at);
+    using F = decltype(ft);
+    const F* w = omega.numel() > 0 ? omega.data<F>() : nullptr;
+    if (d > 0) {
+      combine_dy_kernel<A, F><<<grid_for(tokens * k * d), kThreads, 0, s>>>(
+          du.data<A>(), row.data<int32_t>(), gate.data<F>(), w, y_rows, tokens, k, d, dy.data<A>());
+    }
+    combine_dgate_kernel<A, F><<<grid_for(tokens * k * 32), kThreads, 0, s>>>(
+        du.data<A>(), y.data<A>(), y_rows, row.data<int32_t>(), w, tokens, k, d, d_gate.data<F>());
+    if (with_omega && d > 0) {
+      combine_domega_kernel<A, F>
+          <<<grid_for(d), kThreads, 0, s>>>(du.data<A>(), y.data<A>(), y_rows, row.data<int32_t>(),
+                                            gate.data<F>(), tokens, k, d, d_omega.data<F>());
+    }
+  }));
+  return launch_status("combine_backward");
+}
+
+}  // namespace moe::kernels::cuda

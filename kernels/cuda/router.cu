@@ -1,0 +1,325 @@
+// Routing on the GPU: top-k softmax (the CPU's tie rule: larger logit first, then lower index),
+// SparseMixer top-1 (the masked softmax, Gumbel-max sampling from the same Philox counters as the
+// CPU, the midpoint policies) and their backwards, and the auxiliary losses. One thread per token
+// runs the reference's per-token loop in double, so indices match the CPU exactly and values to
+// rounding; column sums are deterministic block reductions.
+#include <cmath>
+
+#include "kernels/common.h"
+#include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/cuda_util.cuh"
+
+namespace moe::kernels::cuda {
+namespace {
+
+template <typename T>
+__device__ __forceinline__ bool ranks_before(T a, int64_t ia, T b, int64_t ib) {
+  return a > b || (a == b && ia < ib);
+}
+
+// log(sum over kept i of exp(row[i])) in double; mask may be null (all kept).
+template <typename T>
+__device__ double log_sum_exp(const T* row, int64_t n, const uint8_t* mask) {
+  double mx = -INFINITY;
+  for (int64_t i = 0; i < n; ++i) {
+    if (mask == nullptr || mask[i]) mx = fmax(mx, static_cast<double>(row[i]));
+  }
+  double s = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    if (mask == nullptr || mask[i]) s += exp(static_cast<double>(row[i]) - mx);
+  }
+  return mx + log(s);
+}
+
+template <typename T>
+__global__ void topk_softmax_kernel(const T* logits, int64_t tokens, int64_t experts, int64_t k,
+                                    int32_t* idx, T* gate, T* probs, T* lse) {
+  MOE_GRID_LOOP(t, tokens) {
+    const T* row = logits + t * experts;
+    int32_t* ti = idx + t * k;
+    for (int64_t j = 0; j < k; ++j) {
+      int64_t best = -1;
+      for (int64_t e = 0; e < experts; ++e) {
+        bool taken = false;
+        for (int64_t q = 0; q < j; ++q) taken |= ti[q] == e;
+        if (taken) continue;
+        if (best < 0 || ranks_before(row[e], e, row[best], best)) best = e;
+      }
+      ti[j] = static_cast<int32_t>(best);
+    }
+    const double top = row[ti[0]];
+    double denom = 0;
+    for (int64_t j = 0; j < k; ++j) denom += exp(static_cast<double>(row[ti[j]]) - top);
+    for (int64_t j = 0; j < k; ++j) {
+      gate[t * k + j] = static_cast<T>(exp(static_cast<double>(row[ti[j]]) - top) / denom);
+    }
+    const double l = log_sum_exp(row, experts, static_cast<const uint8_t*>(nullptr));
+    lse[t] = static_cast<T>(l);
+    for (int64_t e = 0; e < experts; ++e) {
+      probs[t * experts + e] = static_cast<T>(exp(static_cast<double>(row[e]) - l));
+    }
+  }
+}
+
+template <typename T>
+__global__ void topk_softmax_backward_kernel(const T* d_gate, const T* gate, const int32_t* idx,
+                                             int64_t tokens, int64_t experts, int64_t k,
+                                             T* d_logits) {
+  MOE_GRID_LOOP(t, tokens) {
+    double dot = 0;
+    for (int64_t j = 0; j < k; ++j) {
+      dot += static_cast<double>(gate[t * k + j]) * static_cast<double>(d_gate[t * k + j]);
+    }
+    for (int64_t j = 0; j < k; ++j) {
+      const double g = gate[t * k + j];
+      T& d = d_logits[t * experts + idx[t * k + j]];
+      d += static_cast<T>(g * (static_cast<double>(d_gate[t * k + j]) - dot));
+    }
+  }
+}
+
+template <typename T>
+__global__ void sparsemixer_route_kernel(SparseMixerParams params, bool training, CounterRng rng,
+                                         int64_t token_offset, const T* logits, int64_t tokens,
+                                         int64_t experts, int32_t* idx, T* gate, T* probs, T* lse,
+                                         uint8_t* mask, T* scale, uint8_t* is_argmax) {
+  const double r = params.jitter;
+  MOE_GRID_LOOP(t, tokens) {
+    const T* row = logits + t * experts;
+    uint8_t* mrow = mask + t * experts;
+    int64_t imax = 0;
+    for (int64_t e = 1; e < experts; ++e) {
+      if (ranks_before(row[e], e, row[imax], imax)) imax = e;
+    }
+    const double top = row[imax];
+    for (int64_t e = 0; e < experts; ++e) {
+      const double th = row[e];
+      const double diff = top - th;
+      const bool keep = params.mask == SparseMixerMask::kPaper
+                            ? diff <= r * (fabs(top) + fabs(th))
+                            : diff <= 2.0 * r * fmax(fabs(th), top);
+      mrow[e] = (e == imax || keep) ? 1 : 0;
+    }
+    const double masked_lse = log_sum_exp(row, experts, mrow);
+    for (int64_t e = 0; e < experts; ++e) {
+      probs[t * experts + e] =
+          mrow[e] ? static_cast<T>(exp(static_cast<double>(row[e]) - masked_lse)) : T(0);
+    }
+    lse[t] = static_cast<T>(log_sum_exp(row, experts, static_cast<const uint8_t*>(nullptr)));
+    int64_t chosen = imax;
+    double c = 1.0;
+    const uint64_t token = static_cast<uint64_t>(token_offset + t);
+    if (training) {
+      double best = -INFINITY;
+      for (int64_t e = 0; e < experts; ++e) {
+        if (!mrow[e]) continue;
+        const double v =
+            static_cast<double>(row[e]) + rng.gumbel(token * static_cast<uint64_t>(experts) + e, 0);
+        if (v > best) {
+          best = v;
+          chosen = e;
+        }
+      }
+      if (chosen != imax) {
+        switch (params.midpoint) {
+          case SparseMixerMidpoint::kPaper:
+            c = 0.5;
+            break;
+          case SparseMixerMidpoint::kReferenceCode:
+            c = rng.uniform(token * static_cast<uint64_t>(experts), 1) <= 0.5f ? 0.5 : 1.0;
+            break;
+          case SparseMixerMidpoint::kEulerOnly:
+            c = 1.0;
+            break;
+        }
+      }
+    }
+    idx[t] = static_cast<int32_t>(chosen);
+    scale[t] = static_cast<T>(c);
+    is_argmax[t] = chosen == imax ? 1 : 0;
+    gate[t] = static_cast<T>(c * static_cast<double>(probs[t * experts + chosen]));
+  }
+}
+
+template <typename T>
+__global__ void sparsemixer_backward_kernel(SparseMixerGateGrad rule, const T* d_gate,
+                                            const int32_t* idx, const T* probs, const uint8_t* mask,
+                                            const T* scale, int64_t tokens, int64_t experts,
+                                            T* d_logits) {
+  MOE_GRID_LOOP(t, tokens) {
+    const double s = d_gate[t];
+    const double c = scale[t];
+    const double d_pi = rule == SparseMixerGateGrad::kReferenceCode ? 2.0 * s : (1.0 + c) * s;
+    const int64_t chosen = idx[t];
+    const double pi_d = probs[t * experts + chosen];
+    for (int64_t j = 0; j < experts; ++j) {
+      if (!mask[t * experts + j]) continue;
+      const double onehot = j == chosen ? 1.0 : 0.0;
+      d_logits[t * experts + j] +=
+          static_cast<T>(d_pi * pi_d * (onehot - static_cast<double>(probs[t * experts + j])));
+    }
+  }
+}
+
+// Block e < E: sum_t probs[t, e]; block E: sum_t lse[t]^2; block E + 1: the loads and tokens.
+template <typename T>
+__global__ void aux_sums_kernel(const T* probs, const T* lse, const int64_t* load, int64_t rows,
+                                int64_t experts, double tokens, double* packed) {
+  __shared__ double scratch[32];
+  const int64_t b = blockIdx.x;
+  if (b == experts + 1) {
+    for (int64_t e = threadIdx.x; e < experts; e += blockDim.x) {
+      packed[e] = static_cast<double>(load[e]);
+    }
+    if (threadIdx.x == 0) packed[2 * experts] = tokens;
+    return;
+  }
+  double s = 0;
+  for (int64_t t = threadIdx.x; t < rows; t += blockDim.x) {
+    if (b < experts) {
+      s += static_cast<double>(probs[t * experts + b]);
+    } else {
+      const double z = lse[t];
+      s += z * z;
+    }
+  }
+  s = block_sum(s, scratch);
+  if (threadIdx.x == 0) packed[b < experts ? experts + b : 2 * experts + 1] = s;
+}
+
+__global__ void aux_losses_kernel(const double* v, int64_t experts, int64_t top_k,
+                                  double balance_coef, double z_coef, double* out) {
+  const double t = v[2 * experts];
+  double balance = 0, z = 0;
+  if (t > 0) {
+    const double slots = t * static_cast<double>(top_k);
+    for (int64_t e = 0; e < experts; ++e) balance += (v[e] / slots) * (v[experts + e] / t);
+    balance *= static_cast<double>(experts);
+    z = v[2 * experts + 1] / t;
+  }
+  out[0] = balance;
+  out[1] = z;
+  out[2] = balance_coef * balance + z_coef * z;
+}
+
+template <typename T>
+__global__ void aux_losses_backward_kernel(const T* logits, const T* probs, const double* packed,
+                                           const T* lse, int64_t local, int64_t experts, int64_t k,
+                                           double balance_weight, double z_weight, T* d_logits) {
+  const double tokens = packed[2 * experts];  // read on the device: no host value
+  if (!(tokens > 0)) return;
+  const double slots = tokens * static_cast<double>(k);
+  MOE_GRID_LOOP(t, local) {
+    const T* p = probs + t * experts;
+    T* d = d_logits + t * experts;
+    if (balance_weight != 0) {
+      double pf = 0;
+      for (int64_t e = 0; e < experts; ++e) pf += static_cast<double>(p[e]) * (packed[e] / slots);
+      const double c = balance_weight * static_cast<double>(experts) / tokens;
+      for (int64_t e = 0; e < experts; ++e) {
+        d[e] += static_cast<T>(c * static_cast<double>(p[e]) * (packed[e] / slots - pf));
+      }
+    }
+    if (z_weight != 0) {
+      const double c = z_weight * 2.0 * static_cast<double>(lse[t]) / tokens;
+      for (int64_t e = 0; e < experts; ++e) {
+        d[e] += static_cast<T>(
+            c * exp(static_cast<double>(logits[t * experts + e]) - static_cast<double>(lse[t])));
+      }
+    }
+  }
+}
+
+}  // namespace
+
+Status topk_softmax(Context& ctx, const TensorView& logits, const TensorView& idx,
+                    const TensorView& gate, const TensorView& probs, const TensorView& lse) {
+  const int64_t tokens = logits.dim(0), experts = logits.dim(1), k = idx.dim(1);
+  if (tokens == 0) return Status::OK();
+  MOE_RETURN_IF_ERROR(dispatch_full("topk_softmax", logits, [&](auto tag) {
+    using T = decltype(tag);
+    topk_softmax_kernel<T><<<grid_for(tokens), kThreads, 0, stream_of(ctx)>>>(
+        logits.data<T>(), tokens, experts, k, idx.data<int32_t>(), gate.data<T>(), probs.data<T>(),
+        lse.data<T>());
+  }));
+  return launch_status("topk_softmax");
+}
+
+Status topk_softmax_backward(Context& ctx, const TensorView& d_gate, const TensorView& gate,
+                             const TensorView& idx, const TensorView& d_logits) {
+  const int64_t tokens = d_logits.dim(0);
+  if (tokens == 0) return Status::OK();
+  MOE_RETURN_IF_ERROR(dispatch_full("topk_softmax_backward", d_gate, [&](auto tag) {
+    using T = decltype(tag);
+    topk_softmax_backward_kernel<T><<<grid_for(tokens), kThreads, 0, stream_of(ctx)>>>(
+        d_gate.data<T>(), gate.data<T>(), idx.data<int32_t>(), tokens, d_logits.dim(1), gate.dim(1),
+        d_logits.data<T>());
+  }));
+  return launch_status("topk_softmax_backward");
+}
+
+Status sparsemixer_route(Context& ctx, const SparseMixerRouteArgs& args, const TensorView& logits,
+                         const TensorView& idx, const TensorView& gate, const TensorView& probs,
+                         const TensorView& lse, const TensorView& mask, const TensorView& scale,
+                         const TensorView& is_argmax) {
+  const int64_t tokens = logits.dim(0);
+  if (tokens == 0) return Status::OK();
+  MOE_RETURN_IF_ERROR(dispatch_full("sparsemixer_route", logits, [&](auto tag) {
+    using T = decltype(tag);
+    sparsemixer_route_kernel<T><<<grid_for(tokens), kThreads, 0, stream_of(ctx)>>>(
+        args.params, args.training, args.rng, args.token_offset, logits.data<T>(), tokens,
+        logits.dim(1), idx.data<int32_t>(), gate.data<T>(), probs.data<T>(), lse.data<T>(),
+        mask.data<uint8_t>(), scale.data<T>(), is_argmax.data<uint8_t>());
+  }));
+  return launch_status("sparsemixer_route");
+}
+
+Status sparsemixer_backward(Context& ctx, SparseMixerGateGrad rule, const TensorView& d_gate,
+                            const TensorView& idx, const TensorView& probs, const TensorView& mask,
+                            const TensorView& scale, const TensorView& d_logits) {
+  const int64_t tokens = probs.dim(0);
+  if (tokens == 0) return Status::OK();
+  MOE_RETURN_IF_ERROR(dispatch_full("sparsemixer_backward", probs, [&](auto tag) {
+    using T = decltype(tag);
+    sparsemixer_backward_kernel<T><<<grid_for(tokens), kThreads, 0, stream_of(ctx)>>>(
+        rule, d_gate.data<T>(), idx.data<int32_t>(), probs.data<T>(), mask.data<uint8_t>(),
+        scale.data<T>(), tokens, probs.dim(1), d_logits.data<T>());
+  }));
+  return launch_status("sparsemixer_backward");
+}
+
+Status aux_sums(Context& ctx, const TensorView& probs, const TensorView& lse,
+                const TensorView& load, int64_t tokens, const TensorView& packed) {
+  const int64_t rows = probs.dim(0), experts = probs.dim(1);
+  MOE_RETURN_IF_ERROR(dispatch_full("aux_sums", probs, [&](auto tag) {
+    using T = decltype(tag);
+    aux_sums_kernel<T><<<static_cast<unsigned>(experts + 2), kThreads, 0, stream_of(ctx)>>>(
+        probs.data<T>(), lse.data<T>(), load.data<int64_t>(), rows, experts,
+        static_cast<double>(tokens), packed.data<double>());
+  }));
+  return launch_status("aux_sums");
+}
+
+Status aux_losses(Context& ctx, const TensorView& packed, int64_t top_k, double balance_coef,
+                  double z_coef, const TensorView& losses) {
+  const int64_t experts = (packed.numel() - 2) / 2;
+  aux_losses_kernel<<<1, 1, 0, stream_of(ctx)>>>(packed.data<double>(), experts, top_k,
+                                                 balance_coef, z_coef, losses.data<double>());
+  return launch_status("aux_losses");
+}
+
+Status aux_losses_backward(Context& ctx, const TensorView& logits, const TensorView& probs,
+                           const TensorView& packed, const TensorView& lse, int64_t top_k,
+                           double balance_weight, double z_weight, const TensorView& d_logits) {
+  const int64_t local = logits.dim(0);
+  if (local == 0) return Status::OK();
+  MOE_RETURN_IF_ERROR(dispatch_full("aux_losses_backward", logits, [&](auto tag) {
+    using T = decltype(tag);
+    aux_losses_backward_kernel<T><<<grid_for(local), kThreads, 0, stream_of(ctx)>>>(
+        logits.data<T>(), probs.data<T>(), packed.data<double>(), lse.data<T>(), local,
+        logits.dim(1), top_k, balance_weight, z_weight, d_logits.data<T>());
+  }));
+  return launch_status("aux_losses_backward");
+}
+
+}  // namespace moe::kernels::cuda
