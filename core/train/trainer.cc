@@ -406,15 +406,16 @@ StatusOr<StepStatsInfo> Trainer::step() {
   return coordinator_->report_step(stats, flips, t.steps);
 }
 
-StatusOr<EvalReport> Trainer::evaluate() {
+StatusOr<EvalReport> Trainer::evaluate(bool whole_splits) {
   EvalReport r;
   const TrainConfig& t = cfg_.train;
   const int64_t batch = std::max<int64_t>(1, micro_batch_per_rank_);
+  const int64_t max_sequences = whole_splits ? 0 : t.eval_sequences;
   auto run = [&](const std::optional<data::SequenceSet>& set,
                  std::optional<EvalResult>* out) -> Status {
     if (!set) return Status::OK();
     MOE_ASSIGN_OR_RETURN(EvalResult e, evaluate_perplexity(model_.get(), *set, batch,
-                                                           t.eval_sequences, t.seed, world_));
+                                                           max_sequences, t.seed, world_));
     *out = e;
     return Status::OK();
   };
@@ -435,7 +436,11 @@ StatusOr<EvalReport> Trainer::evaluate() {
   auto fmt = [](const std::optional<EvalResult>& e) {
     return e ? str_cat(e->perplexity()) : std::string("-");
   };
-  coordinator_->print(str_cat("eval at step ", steps_done(), ": valid ppl ", fmt(r.valid),
+  const bool subset = max_sequences > 0 && r.valid && data_->valid->size() > max_sequences;
+  const std::string what =
+      subset ? str_cat(" (first ", max_sequences, " sequences of each split)")
+             : (t.eval_sequences > 0 ? std::string(" (whole splits)") : std::string());
+  coordinator_->print(str_cat("eval at step ", steps_done(), what, ": valid ppl ", fmt(r.valid),
                               " | test ppl ", fmt(r.test), " | attacked (", cfg_.train.attack_rate,
                               " word swaps, realised ", r.attack_rate, ") valid ppl ",
                               fmt(r.attacked_valid), " | test ppl ", fmt(r.attacked_test)));
@@ -466,7 +471,13 @@ Status Trainer::run() {
                                 " was signalled); rerun the same command to resume"));
     return Status::OK();
   }
-  return evaluate().status();
+  MOE_RETURN_IF_ERROR(evaluate().status());
+  // The final numbers over the whole splits too, beside the subset the run tracked.
+  const bool subset = t.eval_sequences > 0 &&
+                      ((data_->valid && data_->valid->size() > t.eval_sequences) ||
+                       (data_->test && data_->test->size() > t.eval_sequences));
+  if (subset) MOE_RETURN_IF_ERROR(evaluate(/*whole_splits=*/true).status());
+  return Status::OK();
 }
 
 }  // namespace moe

@@ -84,8 +84,10 @@ class Trainer {
   int stop_signal() const { return stop_local_; }
   // One optimiser step; returns the aggregated statistics on rank 0 (this rank's elsewhere).
   StatusOr<StepStatsInfo> step();
-  // Perplexities on valid and test, clean and attacked. Collective.
-  StatusOr<EvalReport> evaluate();
+  // Perplexities on valid and test, clean and attacked, over the first train.eval_sequences
+  // sequences of each split (all of them with whole_splits, or when eval_sequences is 0).
+  // Recorded in stats.pb and printed. Collective.
+  StatusOr<EvalReport> evaluate(bool whole_splits = false);
   // Writes RUN_DIR/ckpt-<step>; returns its path. Collective.
   StatusOr<std::string> save();
   // The checkpoint this trainer resumed from ("" for a fresh start).

@@ -14,7 +14,10 @@ fail() { echo "FAIL: $*"; exit 1; }
 "$bin/momoe-train" --config "$config" --run-dir "$run" --set train.steps=4 \
   --set train.eval_sequences=8 > "$run/train.log" 2>&1 || { cat "$run/train.log"; fail "momoe-train failed"; }
 grep -q "step 4/4 | loss" "$run/train.log" || { cat "$run/train.log"; fail "no progress line"; }
-grep -q "eval at step 4: valid ppl" "$run/train.log" || fail "no evaluation line"
+grep -qF "eval at step 4 (first 8 sequences of each split): valid ppl" "$run/train.log" ||
+  { cat "$run/train.log"; fail "no evaluation line"; }
+grep -qF "eval at step 4 (whole splits): valid ppl" "$run/train.log" ||
+  { cat "$run/train.log"; fail "no whole-split evaluation line"; }
 
 "$bin/momoe-stats" "$run" --csv "$run/s.csv" --json "$run/s.jsonl" > "$run/table" || fail "momoe-stats failed"
 cat "$run/table"
