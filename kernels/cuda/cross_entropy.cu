@@ -43,22 +43,6 @@ __global__ void cross_entropy_forward_kernel(const F* logits, const int32_t* tar
   }
 }
 
-// sums[0] += sum of row losses, sums[1] += counted rows: one block, fixed order.
-__global__ void cross_entropy_sums_kernel(const double* loss_scratch, int64_t n, double* sums) {
-  __shared__ double scratch[32];
-  double s = 0, c = 0;
-  for (int64_t r = threadIdx.x; r < n; r += blockDim.x) {
-    s += loss_scratch[2 * r];
-    c += loss_scratch[2 * r + 1];
-  }
-  s = block_sum(s, scratch);
-  c = block_sum(c, scratch);
-  if (threadIdx.x == 0) {
-    sums[0] += s;
-    sums[1] += c;
-  }
-}
-
 template <typename F, typename D>
 __global__ void cross_entropy_backward_kernel(const F* logits, const int32_t* targets, const F* lse,
                                               int64_t n, int64_t v, F scale, D* d_logits) {
@@ -87,8 +71,8 @@ Status cross_entropy_forward(Context& ctx, const TensorView& logits, const Tenso
     cross_entropy_forward_kernel<F><<<static_cast<unsigned>(n), kRowThreads, 0, stream_of(ctx)>>>(
         logits.data<F>(), targets.data<int32_t>(), v, lse.data<F>(),
         row_loss.numel() > 0 ? row_loss.data<F>() : nullptr, scratch.data<double>());
-    cross_entropy_sums_kernel<<<1, kThreads, 0, stream_of(ctx)>>>(scratch.data<double>(), n,
-                                                                  sums.data<double>());
+    add_pair_sums_kernel<<<1, kThreads, 0, stream_of(ctx)>>>(scratch.data<double>(), n,
+                                                             sums.data<double>());
   }));
   return launch_status("cross_entropy_forward");
 }

@@ -107,6 +107,10 @@ __global__ void partial_sums_kernel(int64_t n, Fn f, double* partials) {
 
 __global__ void finish_sum_kernel(const double* partials, int count, double* out);
 
+// out[0] += sum_i pairs[2i], out[1] += sum_i pairs[2i + 1] for i in [0, n): one block (launch
+// <<<1, kThreads>>>), fixed order. Per-row (value, count) pairs into a device accumulator.
+__global__ void add_pair_sums_kernel(const double* pairs, int64_t n, double* out);
+
 template <typename Fn>
 Status reduce_sum(Context& ctx, const char* op, int64_t n, Fn f, double* out) {
   if (n <= 0) return Status::OK();

@@ -99,28 +99,9 @@ __global__ void layout_rows_kernel(const int32_t* idx, const int32_t* rank, cons
   }
 }
 
-__global__ void fill_i32_kernel(int32_t* p, int64_t n, int32_t v) {
+template <typename T>
+__global__ void fill_kernel(T* p, int64_t n, T v) {
   MOE_GRID_LOOP(i, n) { p[i] = v; }
-}
-__global__ void fill_i64_kernel(int64_t* p, int64_t n, int64_t v) {
-  MOE_GRID_LOOP(i, n) { p[i] = v; }
-}
-
-// drops[0] += sum of dropped assignments, drops[1] += fully dropped tokens: one block, fixed
-// order.
-__global__ void drops_sum_kernel(const double* scratch, int64_t tokens, double* drops) {
-  __shared__ double buf[32];
-  double a = 0, b = 0;
-  for (int64_t t = threadIdx.x; t < tokens; t += blockDim.x) {
-    a += scratch[2 * t];
-    b += scratch[2 * t + 1];
-  }
-  a = block_sum(a, buf);
-  b = block_sum(b, buf);
-  if (threadIdx.x == 0) {
-    drops[0] += a;
-    drops[1] += b;
-  }
 }
 
 __global__ void block_fill_counts_kernel(const int64_t* keys, int64_t blocks, int64_t c,
@@ -259,10 +240,10 @@ Status moe_layout(Context& ctx, const LayoutArgs& a, const TensorView& idx, cons
   layout_offsets_kernel<<<1, 1, 0, s>>>(load.data<int64_t>(), experts, a.capacity,
                                         block.data<int64_t>());
   if (send_rows > 0) {
-    fill_i32_kernel<<<grid_for(send_rows), kThreads, 0, s>>>(send_token.data<int32_t>(), send_rows,
-                                                             -1);
-    fill_i64_kernel<<<grid_for(send_rows), kThreads, 0, s>>>(send_key.data<int64_t>(), send_rows,
-                                                             -1);
+    fill_kernel<int32_t>
+        <<<grid_for(send_rows), kThreads, 0, s>>>(send_token.data<int32_t>(), send_rows, -1);
+    fill_kernel<int64_t>
+        <<<grid_for(send_rows), kThreads, 0, s>>>(send_key.data<int64_t>(), send_rows, -1);
   }
   if (tokens > 0) {
     layout_rows_kernel<<<grid_for(tokens), kThreads, 0, s>>>(
@@ -270,7 +251,8 @@ Status moe_layout(Context& ctx, const LayoutArgs& a, const TensorView& idx, cons
         tokens, k, experts, a.capacity, a.token_offset, slot.data<int32_t>(), row.data<int32_t>(),
         send_token.data<int32_t>(), send_key.data<int64_t>(), scratch.data<double>());
     if (drops.numel() > 0) {
-      drops_sum_kernel<<<1, kThreads, 0, s>>>(scratch.data<double>(), tokens, drops.data<double>());
+      add_pair_sums_kernel<<<1, kThreads, 0, s>>>(scratch.data<double>(), tokens,
+                                                  drops.data<double>());
     }
   }
   return launch_status("moe_layout");
