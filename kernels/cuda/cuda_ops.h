@@ -17,6 +17,7 @@
 #include "kernels/expert_blocks.h"
 #include "kernels/moe_dispatch.h"
 #include "kernels/optimizer.h"
+#include "kernels/residual.h"
 #include "kernels/router.h"
 
 namespace moe::kernels::cuda {
@@ -116,5 +117,19 @@ Status combine(Context& ctx, const TensorView& y, const TensorView& row, const T
 Status combine_backward(Context& ctx, const TensorView& du, const TensorView& y,
                         const TensorView& row, const TensorView& gate, const TensorView& omega,
                         const TensorView& dy, const TensorView& d_gate, const TensorView& d_omega);
+
+// residual.cu
+Status residual_forward(Context& ctx, const ResidualArgs& args, const TensorView& x,
+                        const TensorView& u, const TensorView& p_in, const TensorView& m_in,
+                        const TensorView& v_in, const TensorView& out, const TensorView& p_out,
+                        const TensorView& m_out, const TensorView& v_out);
+Status residual_backward(Context& ctx, const ResidualArgs& args, const TensorView& d_out,
+                         const TensorView& d_p_out, const TensorView& d_m_out,
+                         const TensorView& d_v_out, const TensorView& u, const TensorView& m_out,
+                         const TensorView& v_out, const TensorView& dx, const TensorView& du,
+                         const TensorView& d_p_in, const TensorView& d_m_in,
+                         const TensorView& d_v_in);
+Status residual_shift_input(Context& ctx, const TensorView& x, const TensorView& p,
+                            double a_shift, const TensorView& y);
 
 }  // namespace moe::kernels::cuda

@@ -25,6 +25,7 @@
 #include "kernels/layernorm.h"
 #include "kernels/moe_dispatch.h"
 #include "kernels/optimizer.h"
+#include "kernels/residual.h"
 #include "kernels/router.h"
 #include "tests/testing/gradient_check.h"
 
@@ -696,6 +697,71 @@ TEST_F(CudaKernelTest, LayoutGathersAndCombine) {
         }
       }
     }
+  }
+}
+
+TEST_F(CudaKernelTest, ResidualDynamics) {
+  std::vector<ResidualArgs> forms(5);
+  forms[1].form = ResidualForm::kMomentum;
+  forms[1].a_state = 0.7;
+  forms[1].a_out = 1.3;
+  forms[2] = forms[1];
+  forms[2].a_input = 1.3;
+  forms[2].a_out = -1;
+  forms[3].form = ResidualForm::kAdam;
+  forms[3].a_state = 0.7;
+  forms[3].kappa = 0.2;
+  forms[3].gamma = 0.8;
+  forms[4] = forms[3];
+  forms[4].eps_inside_sqrt = true;
+  forms[4].kappa = 1;
+  forms[4].adam_sign = -1;
+  const Shape s{37, 19};
+  for (DType dt : kActs) {
+    const DType f = compute_dtype(dt);
+    for (const ResidualArgs& a : forms) {
+      const bool adam = a.form == ResidualForm::kAdam;
+      for (bool with_state : {false, true}) {
+        Tensor x = rand(s, dt), u = rand(s, dt), p = rand(s, f), m = rand(s, f),
+               v = rand(s, f, 0, 0.5);
+        Tensor gx = up(x), gu = up(u), gp = up(p), gm = up(m), gv = up(v);
+        auto opt = [&](const Tensor& t) { return with_state ? t.view() : TensorView(); };
+        auto adam_only = [&](const Tensor& t) { return adam ? t.view() : TensorView(); };
+        Tensor out = Tensor::empty(s, dt), pout = Tensor::empty(s, f), mout = Tensor::empty(s, f),
+               vout = Tensor::empty(s, f);
+        Tensor gout = poisoned(s, dt), gpout = poisoned(s, f), gmout = poisoned(s, f),
+               gvout = poisoned(s, f);
+        OK(residual_forward(cpu(), a, x, u, opt(p), adam ? opt(m) : TensorView(),
+                            adam ? opt(v) : TensorView(), out, pout, adam_only(mout),
+                            adam_only(vout)));
+        OK(residual_forward(gpu(), a, gx, gu, opt(gp), adam ? opt(gm) : TensorView(),
+                            adam ? opt(gv) : TensorView(), gout, gpout, adam_only(gmout),
+                            adam_only(gvout)));
+        const double tol = dt == DType::kBF16 ? -1 : (dt == DType::kF64 ? 1e-14 : 1e-7);
+        expect_close("residual_forward", out, gout, tol);
+        expect_close("residual_forward(p)", pout, gpout, f == DType::kF64 ? 1e-14 : 1e-7);
+        Tensor dout = rand(s, dt), dp = rand(s, f), dm = rand(s, f), dv = rand(s, f);
+        Tensor dx = Tensor::empty(s, dt), du = Tensor::empty(s, dt), dpi = Tensor::empty(s, f),
+               dmi = Tensor::empty(s, f), dvi = Tensor::empty(s, f);
+        Tensor gdx = poisoned(s, dt), gdu = poisoned(s, dt), gdpi = poisoned(s, f),
+               gdmi = poisoned(s, f), gdvi = poisoned(s, f);
+        Tensor gdp = up(dp), gdm = up(dm), gdv = up(dv);
+        OK(residual_backward(cpu(), a, dout, opt(dp), adam ? opt(dm) : TensorView(),
+                             adam ? opt(dv) : TensorView(), u, adam_only(mout), adam_only(vout), dx,
+                             du, dpi, adam_only(dmi), adam_only(dvi)));
+        OK(residual_backward(gpu(), a, up(dout), opt(gdp), adam ? opt(gdm) : TensorView(),
+                             adam ? opt(gdv) : TensorView(), gu, adam_only(gmout), adam_only(gvout),
+                             gdx, gdu, gdpi, adam_only(gdmi), adam_only(gdvi)));
+        expect_close("residual_backward(dx)", dx, gdx, tol);
+        expect_close("residual_backward(du)", du, gdu, dt == DType::kBF16 ? -1 : 1e-6);
+        expect_close("residual_backward(dp)", dpi, gdpi, f == DType::kF64 ? 1e-14 : 1e-7);
+      }
+    }
+    Tensor x = rand(s, dt), p = rand(s, f);
+    Tensor y = Tensor::empty(s, dt), gy = poisoned(s, dt);
+    OK(residual_shift_input(cpu(), x, p, 0.35, y));
+    OK(residual_shift_input(gpu(), up(x), up(p), 0.35, gy));
+    expect_close("residual_shift_input", y, gy, 0);
   }
 }
 
