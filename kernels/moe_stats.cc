@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "kernels/common.h"
+#include "kernels/cuda/cuda_ops.h"
 
 namespace moe::kernels {
 namespace {
@@ -25,10 +26,11 @@ Status check_typed(const Context& ctx, const char* op, const char* name, const T
 
 Status entropy_sum(Context& ctx, const TensorView& probs, const TensorView& out) {
   constexpr const char* kOp = "entropy_sum";
-  MOE_KERNEL_ENTRY(ctx, kOp);
+  MOE_KERNEL_ENTRY_CUDA(ctx, kOp);
   MOE_RETURN_IF_ERROR(check_full(ctx, kOp, "probs", probs));
   if (probs.ndim() != 2) return invalid_argument_error(kOp, ": probs must be [T, E]");
   MOE_RETURN_IF_ERROR(check_slots(ctx, kOp, out, 1));
+  MOE_ON_CUDA(ctx, cuda::entropy_sum(ctx, probs, out));
   return dispatch_full(kOp, probs, [&](auto tag) {
     using T = decltype(tag);
     const T* p = probs.data<T>();
@@ -41,10 +43,11 @@ Status entropy_sum(Context& ctx, const TensorView& probs, const TensorView& out)
 
 Status row_norm_sum(Context& ctx, const TensorView& x, const TensorView& out) {
   constexpr const char* kOp = "row_norm_sum";
-  MOE_KERNEL_ENTRY(ctx, kOp);
+  MOE_KERNEL_ENTRY_CUDA(ctx, kOp);
   MOE_RETURN_IF_ERROR(check_act(ctx, kOp, "x", x));
   if (x.ndim() != 2) return invalid_argument_error(kOp, ": x must be [T, D]");
   MOE_RETURN_IF_ERROR(check_slots(ctx, kOp, out, 1));
+  MOE_ON_CUDA(ctx, cuda::row_norm_sum(ctx, x, out));
   return dispatch_float(kOp, x, [&](auto tag) {
     using T = decltype(tag);
     const T* p = x.data<T>();
@@ -64,12 +67,13 @@ Status row_norm_sum(Context& ctx, const TensorView& x, const TensorView& out) {
 
 Status column_sum(Context& ctx, const TensorView& x, int64_t col, const TensorView& out) {
   constexpr const char* kOp = "column_sum";
-  MOE_KERNEL_ENTRY(ctx, kOp);
+  MOE_KERNEL_ENTRY_CUDA(ctx, kOp);
   MOE_RETURN_IF_ERROR(check_full(ctx, kOp, "x", x));
   if (x.ndim() != 2 || col < 0 || col >= x.dim(1)) {
     return invalid_argument_error(kOp, ": column ", col, " of ", x.to_string());
   }
   MOE_RETURN_IF_ERROR(check_slots(ctx, kOp, out, 1));
+  MOE_ON_CUDA(ctx, cuda::column_sum(ctx, x, col, out));
   return dispatch_full(kOp, x, [&](auto tag) {
     using T = decltype(tag);
     const T* p = x.data<T>();
@@ -81,9 +85,10 @@ Status column_sum(Context& ctx, const TensorView& x, int64_t col, const TensorVi
 
 Status accumulate_counts(Context& ctx, const TensorView& counts, const TensorView& out) {
   constexpr const char* kOp = "accumulate_counts";
-  MOE_KERNEL_ENTRY(ctx, kOp);
+  MOE_KERNEL_ENTRY_CUDA(ctx, kOp);
   MOE_RETURN_IF_ERROR(check_typed(ctx, kOp, "counts", counts, DType::kI64, Shape{counts.numel()}));
   MOE_RETURN_IF_ERROR(check_slots(ctx, kOp, out, counts.numel()));
+  MOE_ON_CUDA(ctx, cuda::accumulate_counts(ctx, counts, out));
   const int64_t* c = counts.data<int64_t>();
   double* o = out.data<double>();
   for (int64_t i = 0; i < counts.numel(); ++i) o[i] += static_cast<double>(c[i]);
@@ -93,10 +98,11 @@ Status accumulate_counts(Context& ctx, const TensorView& counts, const TensorVie
 Status count_mismatches(Context& ctx, const TensorView& a, const TensorView& b,
                         const TensorView& out) {
   constexpr const char* kOp = "count_mismatches";
-  MOE_KERNEL_ENTRY(ctx, kOp);
+  MOE_KERNEL_ENTRY_CUDA(ctx, kOp);
   MOE_RETURN_IF_ERROR(check_typed(ctx, kOp, "a", a, DType::kI32, Shape{a.numel()}));
   MOE_RETURN_IF_ERROR(check_typed(ctx, kOp, "b", b, DType::kI32, Shape{a.numel()}));
   MOE_RETURN_IF_ERROR(check_slots(ctx, kOp, out, 1));
+  MOE_ON_CUDA(ctx, cuda::count_mismatches(ctx, a, b, out));
   const int32_t* pa = a.data<int32_t>();
   const int32_t* pb = b.data<int32_t>();
   int64_t n = 0;
@@ -108,7 +114,7 @@ Status count_mismatches(Context& ctx, const TensorView& a, const TensorView& b,
 Status sparsemixer_stats(Context& ctx, const TensorView& mask, const TensorView& is_argmax,
                          const TensorView& scale, const TensorView& out) {
   constexpr const char* kOp = "sparsemixer_stats";
-  MOE_KERNEL_ENTRY(ctx, kOp);
+  MOE_KERNEL_ENTRY_CUDA(ctx, kOp);
   if (mask.ndim() != 2) return invalid_argument_error(kOp, ": mask must be [T, E]");
   const int64_t tokens = mask.dim(0), experts = mask.dim(1);
   MOE_RETURN_IF_ERROR(check_typed(ctx, kOp, "mask", mask, DType::kU8, mask.shape()));
@@ -116,6 +122,7 @@ Status sparsemixer_stats(Context& ctx, const TensorView& mask, const TensorView&
   MOE_RETURN_IF_ERROR(check_full(ctx, kOp, "scale", scale));
   MOE_RETURN_IF_ERROR(check_shape(kOp, "scale", scale, Shape{tokens}));
   MOE_RETURN_IF_ERROR(check_slots(ctx, kOp, out, 4));
+  MOE_ON_CUDA(ctx, cuda::sparsemixer_stats(ctx, mask, is_argmax, scale, out));
   return dispatch_full(kOp, scale, [&](auto tag) {
     using T = decltype(tag);
     const uint8_t* m = mask.data<uint8_t>();
@@ -136,7 +143,7 @@ Status sparsemixer_stats(Context& ctx, const TensorView& mask, const TensorView&
 Status ac_stats(Context& ctx, const TensorView& abs_dev, const TensorView& counts,
                 const TensorView& local_counts, const TensorView& summary, const TensorView& out) {
   constexpr const char* kOp = "ac_stats";
-  MOE_KERNEL_ENTRY(ctx, kOp);
+  MOE_KERNEL_ENTRY_CUDA(ctx, kOp);
   if (abs_dev.ndim() != 2) return invalid_argument_error(kOp, ": abs_dev must be [E, D]");
   const int64_t experts = abs_dev.dim(0), d = abs_dev.dim(1);
   MOE_RETURN_IF_ERROR(check_typed(ctx, kOp, "abs_dev", abs_dev, DType::kF64, abs_dev.shape()));
@@ -145,6 +152,7 @@ Status ac_stats(Context& ctx, const TensorView& abs_dev, const TensorView& count
       check_typed(ctx, kOp, "local_counts", local_counts, DType::kI64, Shape{experts}));
   MOE_RETURN_IF_ERROR(check_typed(ctx, kOp, "summary", summary, DType::kF64, Shape{5}));
   MOE_RETURN_IF_ERROR(check_slots(ctx, kOp, out, 2 * experts + kAcStatsFixed));
+  MOE_ON_CUDA(ctx, cuda::ac_stats(ctx, abs_dev, counts, local_counts, summary, out));
   const double* dev = abs_dev.data<double>();
   const int64_t* n = counts.data<int64_t>();
   const int64_t* local = local_counts.data<int64_t>();

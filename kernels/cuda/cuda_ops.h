@@ -16,6 +16,7 @@
 #include "kernels/activation.h"
 #include "kernels/expert_blocks.h"
 #include "kernels/moe_dispatch.h"
+#include "kernels/moe_stats.h"
 #include "kernels/optimizer.h"
 #include "kernels/residual.h"
 #include "kernels/router.h"
@@ -131,5 +132,17 @@ Status residual_backward(Context& ctx, const ResidualArgs& args, const TensorVie
                          const TensorView& d_v_in);
 Status residual_shift_input(Context& ctx, const TensorView& x, const TensorView& p,
                             double a_shift, const TensorView& y);
+
+// moe_stats.cu
+Status entropy_sum(Context& ctx, const TensorView& probs, const TensorView& out);
+Status row_norm_sum(Context& ctx, const TensorView& x, const TensorView& out);
+Status column_sum(Context& ctx, const TensorView& x, int64_t col, const TensorView& out);
+Status accumulate_counts(Context& ctx, const TensorView& counts, const TensorView& out);
+Status count_mismatches(Context& ctx, const TensorView& a, const TensorView& b,
+                        const TensorView& out);
+Status sparsemixer_stats(Context& ctx, const TensorView& mask, const TensorView& is_argmax,
+                         const TensorView& scale, const TensorView& out);
+Status ac_stats(Context& ctx, const TensorView& abs_dev, const TensorView& counts,
+                const TensorView& local_counts, const TensorView& summary, const TensorView& out);
 
 }  // namespace moe::kernels::cuda

@@ -24,6 +24,7 @@
 #include "kernels/gemm.h"
 #include "kernels/layernorm.h"
 #include "kernels/moe_dispatch.h"
+#include "kernels/moe_stats.h"
 #include "kernels/optimizer.h"
 #include "kernels/residual.h"
 #include "kernels/router.h"
@@ -762,6 +763,54 @@ TEST_F(CudaKernelTest, ResidualDynamics) {
     OK(residual_shift_input(cpu(), x, p, 0.35, y));
     OK(residual_shift_input(gpu(), up(x), up(p), 0.35, gy));
     expect_close("residual_shift_input", y, gy, 0);
+  }
+}
+
+TEST_F(CudaKernelTest, RouterAndLayerStatistics) {
+  for (DType f : {DType::kF32, DType::kF64}) {
+    const int64_t tokens = 1003, experts = 12;
+    Tensor logits = rand({tokens, experts}, f, -2, 2);
+    Tensor idx = Tensor::empty({tokens, 2}, DType::kI32), gate = Tensor::empty({tokens, 2}, f),
+           probs = Tensor::empty({tokens, experts}, f), lse = Tensor::empty({tokens}, f);
+    OK(topk_softmax(cpu(), logits, idx, gate, probs, lse));
+    Tensor gprobs = up(probs), ggate = up(gate);
+    Tensor out = Tensor::zeros({8}, DType::kF64);
+    out.data<double>()[0] = 3;  // statistics accumulate
+    Tensor gout = up(out);
+    OK(entropy_sum(cpu(), probs, out.view().rows(0, 1)));
+    OK(entropy_sum(gpu(), gprobs, gout.view().rows(0, 1)));
+    OK(column_sum(cpu(), gate, 1, out.view().rows(1, 2)));
+    OK(column_sum(gpu(), ggate, 1, gout.view().rows(1, 2)));
+    for (DType dt : kActs) {
+      Tensor x = rand({tokens, 33}, dt);
+      OK(row_norm_sum(cpu(), x, out.view().rows(2, 3)));
+      OK(row_norm_sum(gpu(), up(x), gout.view().rows(2, 3)));
+    }
+    Tensor shifted = Tensor::empty({tokens * 2}, DType::kI32);
+    for (int64_t i = 0; i < tokens * 2; ++i) {
+      shifted.data<int32_t>()[i] = idx.data<int32_t>()[i] + (i % 5 == 0 ? 1 : 0);
+    }
+    OK(count_mismatches(cpu(), idx.view().reshape({tokens * 2}), shifted, out.view().rows(3, 4)));
+    OK(count_mismatches(gpu(), up(idx).view().reshape({tokens * 2}), up(shifted),
+                        gout.view().rows(3, 4)));
+    Tensor counts = Tensor::empty({4}, DType::kI64);
+    for (int i = 0; i < 4; ++i) counts.data<int64_t>()[i] = 7 * i + 1;
+    OK(accumulate_counts(cpu(), counts, out.view().rows(4, 8)));
+    OK(accumulate_counts(gpu(), up(counts), gout.view().rows(4, 8)));
+    expect_close("router statistics", out, gout, 1e-13);
+    // SparseMixer's statistics from a training route.
+    SparseMixerRouteArgs a;
+    a.params.jitter = 0.3;
+    a.rng = CounterRng{3, make_stream(RngTag::kSparseMixer, 0, 1)};
+    Tensor i1 = Tensor::empty({tokens, 1}, DType::kI32), g1 = Tensor::empty({tokens, 1}, f),
+           p1 = Tensor::empty({tokens, experts}, f), l1 = Tensor::empty({tokens}, f),
+           m1 = Tensor::empty({tokens, experts}, DType::kU8), s1 = Tensor::empty({tokens}, f),
+           a1 = Tensor::empty({tokens}, DType::kU8);
+    OK(sparsemixer_route(cpu(), a, logits, i1, g1, p1, l1, m1, s1, a1));
+    Tensor sm = Tensor::zeros({4}, DType::kF64), gsm = up(sm);
+    OK(sparsemixer_stats(cpu(), m1, a1, s1, sm));
+    OK(sparsemixer_stats(gpu(), up(m1), up(a1), up(s1), gsm));
+    expect_close("sparsemixer_stats", sm, gsm, 0);
   }
 }
 
