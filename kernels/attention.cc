@@ -1,6 +1,7 @@
 #include "kernels/attention.h"
 
 #include "kernels/common.h"
+#include "kernels/cuda/cuda_ops.h"
 #include "kernels/reference/attention_ref.h"
 
 namespace moe::kernels {
@@ -38,13 +39,14 @@ Status check_act_shape(const char* op, const TensorView& qkv, const char* name,
 Status attention_forward(Context& ctx, const AttentionArgs& a, const TensorView& qkv,
                          const TensorView& out, const TensorView& lse) {
   constexpr const char* kOp = "attention_forward";
-  MOE_KERNEL_ENTRY(ctx, kOp);
+  MOE_KERNEL_ENTRY_CUDA(ctx, kOp);
   int64_t D = 0;
   MOE_RETURN_IF_ERROR(check_args(ctx, kOp, a, qkv, &D));
   const int64_t S = a.seq_len, H = a.heads;
   MOE_RETURN_IF_ERROR(check_act_shape(kOp, qkv, "out", out, Shape{a.batch * S, D}));
   MOE_RETURN_IF_ERROR(check_device(ctx, kOp, "lse", lse));
   MOE_RETURN_IF_ERROR(check_compute(kOp, "lse", lse, qkv.dtype(), Shape{a.batch, H, S}));
+  MOE_ON_CUDA(ctx, cuda::attention_forward(ctx, a, qkv, out, lse));
   return dispatch_act(kOp, qkv, [&](auto at, auto ft) {
     using A = decltype(at);
     using F = decltype(ft);
@@ -55,7 +57,7 @@ Status attention_forward(Context& ctx, const AttentionArgs& a, const TensorView&
 Status attention_backward(Context& ctx, const AttentionArgs& a, const TensorView& d_out,
                           const TensorView& qkv, const TensorView& lse, const TensorView& d_qkv) {
   constexpr const char* kOp = "attention_backward";
-  MOE_KERNEL_ENTRY(ctx, kOp);
+  MOE_KERNEL_ENTRY_CUDA(ctx, kOp);
   int64_t D = 0;
   MOE_RETURN_IF_ERROR(check_args(ctx, kOp, a, qkv, &D));
   const int64_t S = a.seq_len, H = a.heads;
@@ -63,6 +65,7 @@ Status attention_backward(Context& ctx, const AttentionArgs& a, const TensorView
   MOE_RETURN_IF_ERROR(check_device(ctx, kOp, "lse", lse));
   MOE_RETURN_IF_ERROR(check_compute(kOp, "lse", lse, qkv.dtype(), Shape{a.batch, H, S}));
   MOE_RETURN_IF_ERROR(check_act_shape(kOp, qkv, "d_qkv", d_qkv, qkv.shape()));
+  MOE_ON_CUDA(ctx, cuda::attention_backward(ctx, a, d_out, qkv, lse, d_qkv));
   return dispatch_act(kOp, qkv, [&](auto at, auto ft) {
     using A = decltype(at);
     using F = decltype(ft);

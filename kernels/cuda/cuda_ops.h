@@ -14,6 +14,7 @@
 #include "core/base/context.h"
 #include "core/base/rng.h"
 #include "kernels/activation.h"
+#include "kernels/attention.h"
 #include "kernels/expert_blocks.h"
 #include "kernels/moe_dispatch.h"
 #include "kernels/moe_stats.h"
@@ -144,5 +145,11 @@ Status sparsemixer_stats(Context& ctx, const TensorView& mask, const TensorView&
                          const TensorView& scale, const TensorView& out);
 Status ac_stats(Context& ctx, const TensorView& abs_dev, const TensorView& counts,
                 const TensorView& local_counts, const TensorView& summary, const TensorView& out);
+
+// attention.cu
+Status attention_forward(Context& ctx, const AttentionArgs& args, const TensorView& qkv,
+                         const TensorView& out, const TensorView& lse);
+Status attention_backward(Context& ctx, const AttentionArgs& args, const TensorView& d_out,
+                          const TensorView& qkv, const TensorView& lse, const TensorView& d_qkv);
 
 }  // namespace moe::kernels::cuda

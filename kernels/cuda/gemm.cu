@@ -5,6 +5,7 @@
 #include <cublas_v2.h>
 
 #include "kernels/common.h"
+#include "kernels/cuda/cublas_gemm.cuh"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/cuda_util.cuh"
 
@@ -22,20 +23,14 @@ cudaDataType_t cuda_type(DType d) {
   }
 }
 
-// One (optionally strided-batched) row-major product C = alpha op(A) op(B) + beta C with
-// A [m, k] (or [k, m]), B [k, n] (or [n, k]), C [m, n] leading dimensions lda, ldb, ldc.
-struct GemmCall {
-  bool trans_a = false, trans_b = false;
-  int64_t m = 0, n = 0, k = 0;
-  const void* a = nullptr;
-  int64_t lda = 0, stride_a = 0;
-  const void* b = nullptr;
-  int64_t ldb = 0, stride_b = 0;
-  void* c = nullptr;
-  int64_t ldc = 0, stride_c = 0;
-  int64_t batch = 1;
-  double alpha = 1, beta = 0;
-};
+const char* bytes(const TensorView& t, int64_t elements) {
+  return static_cast<const char*>(t.raw()) + elements * static_cast<int64_t>(dtype_size(t.dtype()));
+}
+char* bytes_mut(const TensorView& t, int64_t elements) {
+  return static_cast<char*>(t.raw()) + elements * static_cast<int64_t>(dtype_size(t.dtype()));
+}
+
+}  // namespace
 
 Status run_gemm(Context& ctx, const char* op, DType in, DType out, const GemmCall& g) {
   if (g.m == 0 || g.n == 0 || g.batch == 0) return Status::OK();
@@ -70,15 +65,6 @@ Status run_gemm(Context& ctx, const char* op, DType in, DType out, const GemmCal
   }
   return Status::OK();
 }
-
-const char* bytes(const TensorView& t, int64_t elements) {
-  return static_cast<const char*>(t.raw()) + elements * static_cast<int64_t>(dtype_size(t.dtype()));
-}
-char* bytes_mut(const TensorView& t, int64_t elements) {
-  return static_cast<char*>(t.raw()) + elements * static_cast<int64_t>(dtype_size(t.dtype()));
-}
-
-}  // namespace
 
 Status gemm(Context& ctx, const TensorView& a, bool trans_a, const TensorView& b, bool trans_b,
             const TensorView& c, double alpha, double beta) {

@@ -814,16 +814,49 @@ TEST_F(CudaKernelTest, RouterAndLayerStatistics) {
   }
 }
 
+TEST_F(CudaKernelTest, CausalAttention) {
+  struct Case {
+    int64_t batch, seq, heads, head_dim;
+    float dropout;
+  };
+  for (DType dt : kActs) {
+    const DType f = compute_dtype(dt);
+    for (Case c : {Case{1, 1, 1, 4, 0.f}, Case{2, 37, 3, 8, 0.f}, Case{3, 64, 4, 16, 0.1f},
+                   Case{1, 130, 2, 5, 0.25f}}) {
+      AttentionArgs a;
+      a.batch = c.batch;
+      a.seq_len = c.seq;
+      a.heads = c.heads;
+      a.dropout = c.dropout;
+      a.rng = CounterRng{9, make_stream(RngTag::kDropout, 3, 2)};
+      a.sequence_offset = 5;
+      const int64_t rows = c.batch * c.seq, d = c.heads * c.head_dim;
+      Tensor qkv = rand({rows, 3 * d}, dt, -1.5, 1.5);
+      Tensor out = Tensor::empty({rows, d}, dt), gout = poisoned({rows, d}, dt);
+      Tensor lse = Tensor::empty({c.batch, c.heads, c.seq}, f),
+             glse = poisoned({c.batch, c.heads, c.seq}, f);
+      Tensor gqkv = up(qkv);
+      OK(attention_forward(cpu(), a, qkv, out, lse));
+      OK(attention_forward(gpu(), a, gqkv, gout, glse));
+      const double tol = dt == DType::kBF16 ? -1 : (dt == DType::kF64 ? 1e-12 : 1e-5);
+      expect_close("attention_forward", out, gout, tol);
+      expect_close("attention_forward(lse)", lse, glse, f == DType::kF64 ? 1e-12 : 1e-6);
+      Tensor dout = rand({rows, d}, dt);
+      Tensor dqkv = Tensor::empty({rows, 3 * d}, dt), gdqkv = poisoned({rows, 3 * d}, dt);
+      OK(attention_backward(cpu(), a, dout, qkv, lse, dqkv));
+      OK(attention_backward(gpu(), a, up(dout), gqkv, glse, gdqkv));
+      expect_close("attention_backward", dqkv, gdqkv, tol);
+    }
+  }
+}
+
 // An op without a CUDA kernel refuses a CUDA context by name instead of touching device memory.
 TEST_F(CudaKernelTest, AnOpWithoutACudaKernelSaysSo) {
-  AttentionArgs args;
-  args.batch = 1;
-  args.seq_len = 4;
-  args.heads = 1;
-  Tensor qkv = *gpu().zeros({4, 6}, DType::kF32);
-  Tensor out = *gpu().zeros({4, 2}, DType::kF32);
-  Tensor lse = *gpu().zeros({1, 1, 4}, DType::kF32);
-  Status s = attention_forward(gpu(), args, qkv, out, lse);
+  Tensor x = *gpu().zeros({4, 3}, DType::kF32);
+  Tensor labels = *gpu().zeros({4}, DType::kI32);
+  Tensor sums = *gpu().zeros({2, 3}, DType::kF64);
+  Tensor counts = *gpu().zeros({2}, DType::kI64);
+  Status s = ac_cluster_sums(gpu(), x, labels, sums, counts);
   EXPECT_EQ(s.code(), StatusCode::kUnimplemented) << s.to_string();
   EXPECT_NE(s.message().find("no CUDA kernel"), std::string::npos) << s.to_string();
 }
