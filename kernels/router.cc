@@ -223,9 +223,10 @@ Status aux_losses_backward(Context& ctx, const TensorView& logits, const TensorV
 Status ac_cluster_sums(Context& ctx, const TensorView& x, const TensorView& labels,
                        const TensorView& sums, const TensorView& counts) {
   constexpr const char* kOp = "ac_cluster_sums";
-  MOE_KERNEL_ENTRY(ctx, kOp);
+  MOE_KERNEL_ENTRY_CUDA(ctx, kOp);
   MOE_RETURN_IF_ERROR(check_cluster_args(ctx, kOp, x, labels, sums, counts));
   const int64_t experts = sums.dim(0);
+  MOE_ON_CUDA(ctx, cuda::ac_cluster_sums(ctx, x, labels, sums, counts));
   MOE_RETURN_IF_ERROR(check_label_range(kOp, labels, experts));
   return dispatch_float(kOp, x, [&](auto tag) {
     using A = decltype(tag);
@@ -238,10 +239,11 @@ Status ac_cluster_abs_dev(Context& ctx, const TensorView& x, const TensorView& l
                           const TensorView& sums, const TensorView& counts,
                           const TensorView& abs_dev) {
   constexpr const char* kOp = "ac_cluster_abs_dev";
-  MOE_KERNEL_ENTRY(ctx, kOp);
+  MOE_KERNEL_ENTRY_CUDA(ctx, kOp);
   MOE_RETURN_IF_ERROR(check_cluster_args(ctx, kOp, x, labels, sums, counts));
   MOE_RETURN_IF_ERROR(check_tensor(ctx, kOp, "abs_dev", abs_dev, DType::kF64, sums.shape()));
   const int64_t experts = sums.dim(0);
+  MOE_ON_CUDA(ctx, cuda::ac_cluster_abs_dev(ctx, x, labels, sums, counts, abs_dev));
   MOE_RETURN_IF_ERROR(check_label_range(kOp, labels, experts));
   return dispatch_float(kOp, x, [&](auto tag) {
     using A = decltype(tag);
@@ -254,7 +256,7 @@ Status ac_cluster_abs_dev(Context& ctx, const TensorView& x, const TensorView& l
 Status ac_metric(Context& ctx, const AcRouterParams& params, const TensorView& abs_dev,
                  const TensorView& counts, const TensorView& metric, const TensorView& summary) {
   constexpr const char* kOp = "ac_metric";
-  MOE_KERNEL_ENTRY(ctx, kOp);
+  MOE_KERNEL_ENTRY_CUDA(ctx, kOp);
   MOE_RETURN_IF_ERROR(check_device(ctx, kOp, "abs_dev", abs_dev));
   MOE_RETURN_IF_ERROR(check_dtype(kOp, "abs_dev", abs_dev, DType::kF64));
   if (abs_dev.ndim() != 2) return invalid_argument_error(kOp, ": abs_dev must be [E, D]");
@@ -264,6 +266,7 @@ Status ac_metric(Context& ctx, const AcRouterParams& params, const TensorView& a
   MOE_RETURN_IF_ERROR(check_shape(kOp, "metric", metric, abs_dev.shape()));
   MOE_RETURN_IF_ERROR(
       check_tensor(ctx, kOp, "summary", summary, DType::kF64, Shape{kAcSummarySize}));
+  MOE_ON_CUDA(ctx, cuda::ac_metric(ctx, params, abs_dev, counts, metric, summary));
   std::vector<double> w(experts * d);
   ref::ac_metric(params, abs_dev.data<double>(), counts.data<int64_t>(), experts, d, w.data(),
                  summary.data<double>());
@@ -277,7 +280,7 @@ Status ac_metric(Context& ctx, const AcRouterParams& params, const TensorView& a
 Status ac_apply_metric(Context& ctx, const TensorView& x, const TensorView& labels,
                        const TensorView& metric, const TensorView& out) {
   constexpr const char* kOp = "ac_apply_metric";
-  MOE_KERNEL_ENTRY(ctx, kOp);
+  MOE_KERNEL_ENTRY_CUDA(ctx, kOp);
   MOE_RETURN_IF_ERROR(check_act(ctx, kOp, "x", x));
   if (x.ndim() != 2 || metric.ndim() != 2 || metric.dim(1) != x.dim(1)) {
     return invalid_argument_error(kOp, ": x must be [T, D] and metric [E, D]");
@@ -287,6 +290,7 @@ Status ac_apply_metric(Context& ctx, const TensorView& x, const TensorView& labe
   MOE_RETURN_IF_ERROR(check_device(ctx, kOp, "out", out));
   MOE_RETURN_IF_ERROR(check_compute(kOp, "out", out, x.dtype(), x.shape()));
   MOE_RETURN_IF_ERROR(check_tensor(ctx, kOp, "labels", labels, DType::kI32, Shape{x.dim(0)}));
+  MOE_ON_CUDA(ctx, cuda::ac_apply_metric(ctx, x, labels, metric, out));
   MOE_RETURN_IF_ERROR(check_label_range(kOp, labels, metric.dim(0)));
   return dispatch_act(kOp, x, [&](auto at, auto ft) {
     using A = decltype(at);
@@ -299,7 +303,7 @@ Status ac_apply_metric(Context& ctx, const TensorView& x, const TensorView& labe
 Status ac_apply_metric_backward(Context& ctx, const TensorView& d_out, const TensorView& labels,
                                 const TensorView& metric, const TensorView& dx) {
   constexpr const char* kOp = "ac_apply_metric_backward";
-  MOE_KERNEL_ENTRY(ctx, kOp);
+  MOE_KERNEL_ENTRY_CUDA(ctx, kOp);
   MOE_RETURN_IF_ERROR(check_act(ctx, kOp, "dx", dx));
   if (dx.ndim() != 2 || metric.ndim() != 2 || metric.dim(1) != dx.dim(1)) {
     return invalid_argument_error(kOp, ": dx must be [T, D] and metric [E, D]");
@@ -309,6 +313,7 @@ Status ac_apply_metric_backward(Context& ctx, const TensorView& d_out, const Ten
   MOE_RETURN_IF_ERROR(check_device(ctx, kOp, "d_out", d_out));
   MOE_RETURN_IF_ERROR(check_compute(kOp, "d_out", d_out, dx.dtype(), dx.shape()));
   MOE_RETURN_IF_ERROR(check_tensor(ctx, kOp, "labels", labels, DType::kI32, Shape{dx.dim(0)}));
+  MOE_ON_CUDA(ctx, cuda::ac_apply_metric_backward(ctx, d_out, labels, metric, dx));
   MOE_RETURN_IF_ERROR(check_label_range(kOp, labels, metric.dim(0)));
   return dispatch_act(kOp, dx, [&](auto at, auto ft) {
     using A = decltype(at);
@@ -320,9 +325,10 @@ Status ac_apply_metric_backward(Context& ctx, const TensorView& d_out, const Ten
 
 Status argmax_rows(Context& ctx, const TensorView& logits, const TensorView& top1) {
   constexpr const char* kOp = "argmax_rows";
-  MOE_KERNEL_ENTRY(ctx, kOp);
+  MOE_KERNEL_ENTRY_CUDA(ctx, kOp);
   MOE_RETURN_IF_ERROR(check_logits(ctx, kOp, "logits", logits));
   MOE_RETURN_IF_ERROR(check_tensor(ctx, kOp, "top1", top1, DType::kI32, Shape{logits.dim(0)}));
+  MOE_ON_CUDA(ctx, cuda::argmax_rows(ctx, logits, top1));
   return dispatch_full(kOp, logits, [&](auto tag) {
     using T = decltype(tag);
     const int64_t experts = logits.dim(1);

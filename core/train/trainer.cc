@@ -78,8 +78,9 @@ Status Trainer::setup() {
   if (!data_->train) return invalid_argument_error("no training split");
 
   if (t.device == DeviceKind::kCuda) {
-    return unimplemented_error("train.device = CUDA: this build has no CUDA kernels yet (every op "
-                               "runs on the CPU); use train.device = CPU");
+    return unimplemented_error("train.device = CUDA: the GPU training path is not wired yet (the "
+                               "CUDA kernels are built but the trainer runs on the CPU); use "
+                               "train.device = CPU");
   }
   ctx_ = Context::host(opts_.context);
   MOE_RETURN_IF_ERROR(check_host_memory());

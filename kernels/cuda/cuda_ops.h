@@ -16,6 +16,7 @@
 #include "kernels/activation.h"
 #include "kernels/attention.h"
 #include "kernels/expert_blocks.h"
+#include "kernels/init.h"
 #include "kernels/moe_dispatch.h"
 #include "kernels/moe_stats.h"
 #include "kernels/optimizer.h"
@@ -151,5 +152,24 @@ Status attention_forward(Context& ctx, const AttentionArgs& args, const TensorVi
                          const TensorView& out, const TensorView& lse);
 Status attention_backward(Context& ctx, const AttentionArgs& args, const TensorView& d_out,
                           const TensorView& qkv, const TensorView& lse, const TensorView& d_qkv);
+
+// ac_router.cu
+Status ac_cluster_sums(Context& ctx, const TensorView& x, const TensorView& labels,
+                       const TensorView& sums, const TensorView& counts);
+Status ac_cluster_abs_dev(Context& ctx, const TensorView& x, const TensorView& labels,
+                          const TensorView& sums, const TensorView& counts,
+                          const TensorView& abs_dev);
+Status ac_metric(Context& ctx, const AcRouterParams& params, const TensorView& abs_dev,
+                 const TensorView& counts, const TensorView& metric, const TensorView& summary);
+Status ac_apply_metric(Context& ctx, const TensorView& x, const TensorView& labels,
+                       const TensorView& metric, const TensorView& out);
+Status ac_apply_metric_backward(Context& ctx, const TensorView& d_out, const TensorView& labels,
+                                const TensorView& metric, const TensorView& dx);
+Status argmax_rows(Context& ctx, const TensorView& logits, const TensorView& top1);
+
+// init.cu
+Status init_normal(Context& ctx, const TensorView& t, double stddev, CounterRng rng,
+                   uint64_t first_index);
+Status init_constant(Context& ctx, const TensorView& t, double value);
 
 }  // namespace moe::kernels::cuda

@@ -22,6 +22,7 @@
 #include "kernels/elementwise.h"
 #include "kernels/embedding.h"
 #include "kernels/gemm.h"
+#include "kernels/init.h"
 #include "kernels/layernorm.h"
 #include "kernels/moe_dispatch.h"
 #include "kernels/moe_stats.h"
@@ -850,15 +851,81 @@ TEST_F(CudaKernelTest, CausalAttention) {
   }
 }
 
-// An op without a CUDA kernel refuses a CUDA context by name instead of touching device memory.
-TEST_F(CudaKernelTest, AnOpWithoutACudaKernelSaysSo) {
-  Tensor x = *gpu().zeros({4, 3}, DType::kF32);
-  Tensor labels = *gpu().zeros({4}, DType::kI32);
-  Tensor sums = *gpu().zeros({2, 3}, DType::kF64);
-  Tensor counts = *gpu().zeros({2}, DType::kI64);
-  Status s = ac_cluster_sums(gpu(), x, labels, sums, counts);
-  EXPECT_EQ(s.code(), StatusCode::kUnimplemented) << s.to_string();
-  EXPECT_NE(s.message().find("no CUDA kernel"), std::string::npos) << s.to_string();
+TEST_F(CudaKernelTest, AdaptiveClusteringArgmaxAndInit) {
+  const int64_t tokens = 501, d = 37, experts = 6;
+  std::vector<int32_t> lab(tokens);
+  for (int64_t t = 0; t < tokens; ++t) lab[t] = static_cast<int32_t>((t * 7) % 4);  // 4, 5 empty
+  lab[10] = 4;                                                                      // cluster 4: 1
+  Tensor labels = Tensor::from_vector<int32_t>(Shape{tokens}, lab);
+  Tensor glabels = up(labels);
+  for (DType dt : kActs) {
+    const DType f = compute_dtype(dt);
+    Tensor x = rand({tokens, d}, dt, -2, 2);
+    Tensor gx = up(x);
+    Tensor sums = Tensor::empty({experts, d}, DType::kF64),
+           counts = Tensor::empty({experts}, DType::kI64);
+    Tensor gsums = poisoned({experts, d}, DType::kF64), gcounts = poisoned({experts}, DType::kI64);
+    OK(ac_cluster_sums(cpu(), x, labels, sums, counts));
+    OK(ac_cluster_sums(gpu(), gx, glabels, gsums, gcounts));
+    EXPECT_TRUE(testing::bitwise_equal(sums, down(gsums))) << "cluster sums (same order)";
+    EXPECT_TRUE(testing::bitwise_equal(counts, down(gcounts)));
+    Tensor dev = Tensor::empty({experts, d}, DType::kF64),
+           gdev = poisoned({experts, d}, DType::kF64);
+    OK(ac_cluster_abs_dev(cpu(), x, labels, sums, counts, dev));
+    OK(ac_cluster_abs_dev(gpu(), gx, glabels, gsums, gcounts, gdev));
+    EXPECT_TRUE(testing::bitwise_equal(dev, down(gdev))) << "abs dev (same order)";
+    for (auto norm : {AcNormalization::kPaper, AcNormalization::kReferenceCode}) {
+      AcRouterParams params;
+      params.normalization = norm;
+      params.clip_mult = 1.5;  // some weights clip
+      Tensor metric = Tensor::empty({experts, d}, f), gmetric = poisoned({experts, d}, f);
+      Tensor summary = Tensor::empty({kAcSummarySize}, DType::kF64),
+             gsummary = poisoned({kAcSummarySize}, DType::kF64);
+      OK(ac_metric(cpu(), params, dev, counts, metric, summary));
+      OK(ac_metric(gpu(), params, gdev, gcounts, gmetric, gsummary));
+      expect_close("ac_metric", metric, gmetric, 0);
+      expect_close("ac_metric(summary)", summary, gsummary, 0);
+      Tensor out = Tensor::empty({tokens, d}, f), gout = poisoned({tokens, d}, f);
+      OK(ac_apply_metric(cpu(), x, labels, metric, out));
+      OK(ac_apply_metric(gpu(), gx, glabels, gmetric, gout));
+      expect_close("ac_apply_metric", out, gout, 0);
+      Tensor dout = rand({tokens, d}, f), dx = rand({tokens, d}, dt);
+      Tensor gdx = up(dx);
+      OK(ac_apply_metric_backward(cpu(), dout, labels, metric, dx));
+      OK(ac_apply_metric_backward(gpu(), up(dout), glabels, gmetric, gdx));
+      expect_close("ac_apply_metric_backward", dx, gdx, dt == DType::kBF16 ? -1 : 1e-12);
+    }
+    // Argmax with exact ties: the first maximum wins on both.
+    if (dt != DType::kBF16) {
+      Tensor logits = rand({tokens, experts}, f);
+      for (int64_t t = 0; t < tokens; t += 3) {
+        Tensor row = Tensor::from_vector<double>(Shape{experts}, {0.5, 1, 1, 0, 1, -1});
+        ASSERT_TRUE(convert_into(row, logits.view().rows(t, t + 1).reshape({experts})).ok());
+      }
+      Tensor top = Tensor::empty({tokens}, DType::kI32), gtop = poisoned({tokens}, DType::kI32);
+      OK(argmax_rows(cpu(), logits, top));
+      OK(argmax_rows(gpu(), up(logits), gtop));
+      EXPECT_TRUE(testing::bitwise_equal(top, down(gtop)));
+    }
+    // Initialisation from the same counters.
+    Tensor w = Tensor::empty({1000, 7}, dt), gw = poisoned({1000, 7}, dt);
+    const CounterRng rng{4, make_stream(RngTag::kInit, 3, 0)};
+    OK(init_normal(cpu(), w, 0.02, rng, 12345));
+    OK(init_normal(gpu(), gw, 0.02, rng, 12345));
+    expect_close("init_normal", w, gw, dt == DType::kBF16 ? -1 : 1e-6);
+    OK(init_constant(cpu(), w, 0.75));
+    OK(init_constant(gpu(), gw, 0.75));
+    expect_close("init_constant", w, gw, 0);
+  }
+}
+
+// Views of another device are refused by name, before any memory is touched.
+TEST_F(CudaKernelTest, HostViewsOnACudaContextAreRefused) {
+  Tensor host = rand({4, 3}, DType::kF32);
+  Tensor dev = *gpu().zeros({4, 3}, DType::kF32);
+  Status s = add(gpu(), host, dev, dev);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.to_string();
+  EXPECT_NE(s.message().find("is on host"), std::string::npos) << s.to_string();
 }
 
 }  // namespace

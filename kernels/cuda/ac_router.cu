@@ -1,0 +1,232 @@
+// The Adaptive Clustering router's statistics and metric on the GPU, and the per-row argmax.
+// Cluster sums walk the tokens in order with one thread per feature (each owns its column of
+// every cluster: no atomics, the CPU's order, the CPU's bits). The metric is a small [E, D] pass
+// run by one thread, a direct port of ref::ac_metric (the active clusters are recomputed from
+// the counts instead of kept in an array). Labels outside [0, E) are skipped (no sync to report
+// them; the router never produces them).
+#include <cmath>
+
+#include "kernels/common.h"
+#include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/cuda_util.cuh"
+
+namespace moe::kernels::cuda {
+namespace {
+
+template <typename A>
+__global__ void ac_cluster_sums_kernel(const A* x, const int32_t* labels, int64_t tokens, int64_t d,
+                                       int64_t experts, double* sums, int64_t* counts) {
+  const int64_t q = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (q == 0) {
+    for (int64_t k = 0; k < experts; ++k) counts[k] = 0;
+    for (int64_t t = 0; t < tokens; ++t) {
+      const int32_t k = labels[t];
+      if (k >= 0 && k < experts) counts[k] += 1;
+    }
+  }
+  if (q >= d) return;
+  for (int64_t k = 0; k < experts; ++k) sums[k * d + q] = 0;
+  for (int64_t t = 0; t < tokens; ++t) {
+    const int32_t k = labels[t];
+    if (k < 0 || k >= experts) continue;
+    sums[k * d + q] += static_cast<double>(load(x, t * d + q));
+  }
+}
+
+template <typename A>
+__global__ void ac_cluster_abs_dev_kernel(const A* x, const int32_t* labels, int64_t tokens,
+                                          int64_t d, int64_t experts, const double* sums,
+                                          const int64_t* counts, double* abs_dev) {
+  const int64_t q = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (q >= d) return;
+  for (int64_t k = 0; k < experts; ++k) abs_dev[k * d + q] = 0;
+  for (int64_t t = 0; t < tokens; ++t) {
+    const int32_t k = labels[t];
+    if (k < 0 || k >= experts) continue;
+    const double inv = 1.0 / static_cast<double>(counts[k]);
+    abs_dev[k * d + q] += fabs(static_cast<double>(load(x, t * d + q)) - sums[k * d + q] * inv);
+  }
+}
+
+// w (f64 scratch [E, D]) exactly as ref::ac_metric computes it, then metric = w in T.
+template <typename T>
+__global__ void ac_metric_kernel(AcRouterParams params, const double* dev, const int64_t* n,
+                                 int64_t experts, int64_t d, double* w, T* metric,
+                                 double* summary) {
+  auto active = [&](int64_t k) { return n[k] >= params.min_cluster_size; };
+  double tiny = 0, clipped_fraction = 0;
+  for (int64_t i = 0; i < experts * d; ++i) w[i] = 1.0;
+  for (int64_t k = 0; k < experts; ++k) {
+    if (!active(k)) {
+      tiny += 1;
+      continue;
+    }
+    for (int64_t q = 0; q < d; ++q) {
+      const double mad = n[k] > 0 ? dev[k * d + q] / static_cast<double>(n[k]) : 0.0;
+      w[k * d + q] = 1.0 / (mad + params.eps);
+    }
+  }
+  if (params.normalization == AcNormalization::kPaper) {
+    for (int64_t k = 0; k < experts; ++k) {
+      if (!active(k)) continue;
+      double sum = 0;
+      for (int64_t q = 0; q < d; ++q) sum += w[k * d + q];
+      for (int64_t q = 0; q < d; ++q) w[k * d + q] *= static_cast<double>(d) / sum;
+    }
+  } else {
+    double mean = 0;
+    int64_t active_count = 0;
+    for (int64_t k = 0; k < experts; ++k) {
+      if (!active(k)) continue;
+      ++active_count;
+      for (int64_t q = 0; q < d; ++q) mean += w[k * d + q];
+    }
+    if (active_count > 0) {
+      mean /= static_cast<double>(active_count * d);
+      const double cap = params.clip_mult * mean;
+      int64_t clipped = 0;
+      for (int64_t k = 0; k < experts; ++k) {
+        if (!active(k)) continue;
+        for (int64_t q = 0; q < d; ++q) {
+          if (w[k * d + q] > cap) {
+            w[k * d + q] = cap;
+            ++clipped;
+          }
+        }
+      }
+      clipped_fraction = static_cast<double>(clipped) / static_cast<double>(active_count * d);
+      for (int64_t q = 0; q < d; ++q) {
+        double col = 0;
+        for (int64_t k = 0; k < experts; ++k) {
+          if (active(k)) col += w[k * d + q];
+        }
+        col /= static_cast<double>(active_count);
+        for (int64_t k = 0; k < experts; ++k) {
+          if (active(k)) w[k * d + q] /= col;
+        }
+      }
+    }
+  }
+  double mn = INFINITY, mx = -INFINITY, mean = 0;
+  for (int64_t i = 0; i < experts * d; ++i) {
+    mn = fmin(mn, w[i]);
+    mx = fmax(mx, w[i]);
+    mean += w[i];
+    metric[i] = static_cast<T>(w[i]);
+  }
+  summary[0] = tiny;
+  summary[1] = clipped_fraction;
+  summary[2] = mn;
+  summary[3] = mx;
+  summary[4] = mean / static_cast<double>(experts * d > 0 ? experts * d : 1);
+}
+
+template <typename A, typename F>
+__global__ void ac_apply_kernel(const A* x, const int32_t* labels, const F* metric, int64_t tokens,
+                                int64_t d, F* out) {
+  MOE_GRID_LOOP(i, tokens * d) {
+    const int64_t t = i / d, q = i % d;
+    out[i] = static_cast<F>(load(x, i)) * metric[static_cast<int64_t>(labels[t]) * d + q];
+  }
+}
+
+template <typename A, typename F>
+__global__ void ac_apply_backward_kernel(const F* d_out, const int32_t* labels, const F* metric,
+                                         int64_t tokens, int64_t d, A* dx) {
+  MOE_GRID_LOOP(i, tokens * d) {
+    const int64_t t = i / d, q = i % d;
+    store(dx, i,
+          static_cast<F>(load(dx, i)) + d_out[i] * metric[static_cast<int64_t>(labels[t]) * d + q]);
+  }
+}
+
+template <typename T>
+__global__ void argmax_rows_kernel(const T* p, int64_t tokens, int64_t experts, int32_t* out) {
+  MOE_GRID_LOOP(t, tokens) {
+    int64_t best = 0;
+    for (int64_t e = 1; e < experts; ++e) {
+      if (p[t * experts + e] > p[t * experts + best]) best = e;
+    }
+    out[t] = static_cast<int32_t>(best);
+  }
+}
+
+}  // namespace
+
+Status ac_cluster_sums(Context& ctx, const TensorView& x, const TensorView& labels,
+                       const TensorView& sums, const TensorView& counts) {
+  const int64_t d = x.dim(1);
+  MOE_RETURN_IF_ERROR(dispatch_float("ac_cluster_sums", x, [&](auto tag) {
+    using A = decltype(tag);
+    ac_cluster_sums_kernel<A><<<grid_for(std::max<int64_t>(d, 1)), kThreads, 0, stream_of(ctx)>>>(
+        x.data<A>(), labels.data<int32_t>(), x.dim(0), d, sums.dim(0), sums.data<double>(),
+        counts.data<int64_t>());
+  }));
+  return launch_status("ac_cluster_sums");
+}
+
+Status ac_cluster_abs_dev(Context& ctx, const TensorView& x, const TensorView& labels,
+                          const TensorView& sums, const TensorView& counts,
+                          const TensorView& abs_dev) {
+  const int64_t d = x.dim(1);
+  if (d == 0) return Status::OK();
+  MOE_RETURN_IF_ERROR(dispatch_float("ac_cluster_abs_dev", x, [&](auto tag) {
+    using A = decltype(tag);
+    ac_cluster_abs_dev_kernel<A><<<grid_for(d), kThreads, 0, stream_of(ctx)>>>(
+        x.data<A>(), labels.data<int32_t>(), x.dim(0), d, sums.dim(0), sums.data<double>(),
+        counts.data<int64_t>(), abs_dev.data<double>());
+  }));
+  return launch_status("ac_cluster_abs_dev");
+}
+
+Status ac_metric(Context& ctx, const AcRouterParams& params, const TensorView& abs_dev,
+                 const TensorView& counts, const TensorView& metric, const TensorView& summary) {
+  MOE_ASSIGN_OR_RETURN(Tensor w, ctx.empty({std::max<int64_t>(1, abs_dev.numel())}, DType::kF64));
+  MOE_RETURN_IF_ERROR(dispatch_full("ac_metric", metric, [&](auto tag) {
+    using T = decltype(tag);
+    ac_metric_kernel<T><<<1, 1, 0, stream_of(ctx)>>>(
+        params, abs_dev.data<double>(), counts.data<int64_t>(), abs_dev.dim(0), abs_dev.dim(1),
+        w.data<double>(), metric.data<T>(), summary.data<double>());
+  }));
+  return launch_status("ac_metric");
+}
+
+Status ac_apply_metric(Context& ctx, const TensorView& x, const TensorView& labels,
+                       const TensorView& metric, const TensorView& out) {
+  const int64_t n = x.numel();
+  if (n == 0) return Status::OK();
+  MOE_RETURN_IF_ERROR(dispatch_act("ac_apply_metric", x, [&](auto at, auto ft) {
+    using A = decltype(at);
+    using F = decltype(ft);
+    ac_apply_kernel<A, F><<<grid_for(n), kThreads, 0, stream_of(ctx)>>>(
+        x.data<A>(), labels.data<int32_t>(), metric.data<F>(), x.dim(0), x.dim(1), out.data<F>());
+  }));
+  return launch_status("ac_apply_metric");
+}
+
+Status ac_apply_metric_backward(Context& ctx, const TensorView& d_out, const TensorView& labels,
+                                const TensorView& metric, const TensorView& dx) {
+  const int64_t n = dx.numel();
+  if (n == 0) return Status::OK();
+  MOE_RETURN_IF_ERROR(dispatch_act("ac_apply_metric_backward", dx, [&](auto at, auto ft) {
+    using A = decltype(at);
+    using F = decltype(ft);
+    ac_apply_backward_kernel<A, F><<<grid_for(n), kThreads, 0, stream_of(ctx)>>>(
+        d_out.data<F>(), labels.data<int32_t>(), metric.data<F>(), dx.dim(0), dx.dim(1),
+        dx.data<A>());
+  }));
+  return launch_status("ac_apply_metric_backward");
+}
+
+Status argmax_rows(Context& ctx, const TensorView& logits, const TensorView& top1) {
+  const int64_t tokens = logits.dim(0);
+  if (tokens == 0) return Status::OK();
+  MOE_RETURN_IF_ERROR(dispatch_full("argmax_rows", logits, [&](auto tag) {
+    using T = decltype(tag);
+    argmax_rows_kernel<T><<<grid_for(tokens), kThreads, 0, stream_of(ctx)>>>(
+        logits.data<T>(), tokens, logits.dim(1), top1.data<int32_t>());
+  }));
+  return launch_status("argmax_rows");
+}
+
+}  // namespace moe::kernels::cuda
