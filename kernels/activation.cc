@@ -21,26 +21,6 @@ const char* activation_name(Activation act) {
 
 namespace {
 
-template <typename T>
-T apply(Activation act, T x) {
-  switch (act) {
-    case Activation::kRelu: return ref::relu(x);
-    case Activation::kGelu: return ref::gelu_erf(x);
-    case Activation::kGeluTanh: return ref::gelu_tanh(x);
-  }
-  return x;
-}
-
-template <typename T>
-T apply_grad(Activation act, T x) {
-  switch (act) {
-    case Activation::kRelu: return ref::relu_grad(x);
-    case Activation::kGelu: return ref::gelu_erf_grad(x);
-    case Activation::kGeluTanh: return ref::gelu_tanh_grad(x);
-  }
-  return T(1);
-}
-
 // x [M, N] act and a per-row-group parameter p [G, N] of x's compute dtype.
 Status check_bias(const Context& ctx, const char* op, const TensorView& x, const char* x_name,
                   const TensorView& p, const char* p_name, int64_t groups) {
@@ -138,7 +118,9 @@ Status activation_forward(Context& ctx, Activation act, const TensorView& x, con
         for (int64_t i = 0; i < n; ++i) py[i] = static_cast<C>(px[i]) > C(0) ? px[i] : T(0);
         break;
       default:
-        for (int64_t i = 0; i < n; ++i) py[i] = static_cast<T>(apply<C>(act, px[i]));
+        for (int64_t i = 0; i < n; ++i) {
+          py[i] = static_cast<T>(ref::apply_activation<C>(act, px[i]));
+        }
     }
   });
 }
@@ -164,7 +146,8 @@ Status activation_backward(Context& ctx, Activation act, const TensorView& x, co
         break;
       default:
         for (int64_t i = 0; i < n; ++i) {
-          pdx[i] = static_cast<T>(apply_grad<C>(act, px[i]) * static_cast<C>(pdy[i]));
+          pdx[i] = static_cast<T>(ref::apply_activation_grad<C>(act, px[i]) *
+                                  static_cast<C>(pdy[i]));
         }
     }
   });

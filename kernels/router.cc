@@ -6,6 +6,7 @@
 
 #include "kernels/common.h"
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/reference/router_math.h"
 #include "kernels/reference/router_ref.h"
 
 namespace moe::kernels {
@@ -181,19 +182,8 @@ Status aux_losses(Context& ctx, const TensorView& packed, int64_t top_k, double 
   MOE_RETURN_IF_ERROR(check_tensor(ctx, kOp, "losses", losses, DType::kF64, Shape{3}));
   MOE_ON_CUDA(ctx, cuda::aux_losses(ctx, packed, top_k, balance_coef, z_coef, losses));
   const int64_t experts = (packed.numel() - 2) / 2;
-  const double* v = packed.data<double>();
-  double* out = losses.data<double>();
-  const double t = v[2 * experts];
-  double balance = 0, z = 0;
-  if (t > 0) {
-    const double slots = t * static_cast<double>(top_k);
-    for (int64_t e = 0; e < experts; ++e) balance += (v[e] / slots) * (v[experts + e] / t);
-    balance *= static_cast<double>(experts);
-    z = v[2 * experts + 1] / t;
-  }
-  out[0] = balance;
-  out[1] = z;
-  out[2] = balance_coef * balance + z_coef * z;
+  ref::aux_losses_from_packed(packed.data<double>(), experts, top_k, balance_coef, z_coef,
+                              losses.data<double>());
   return Status::OK();
 }
 

@@ -1,46 +1,16 @@
 // Activations, biases (dense and per expert block) and counter-based dropout on the GPU. The
-// activation formulas are the reference's, in double; bias gradients are column sums in double in
-// a fixed order; dropout draws the same Philox blocks as the CPU, so masks match bit for bit.
+// activation formulas are the reference's own (kernels/reference/activation_ref.h); bias gradients
+// are column sums in double in a fixed order; dropout draws the same Philox blocks as the CPU, so
+// masks match bit for bit.
 #include <cmath>
 
 #include "kernels/common.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/cuda_util.cuh"
+#include "kernels/reference/activation_ref.h"
 
 namespace moe::kernels::cuda {
 namespace {
-
-constexpr double kInvSqrt2 = 0.70710678118654752440;
-constexpr double kInvSqrt2Pi = 0.39894228040143267794;
-constexpr double kSqrt2OverPi = 0.79788456080286535588;
-constexpr double kGeluCubic = 0.044715;
-
-__device__ double act_value(Activation act, double x) {
-  switch (act) {
-    case Activation::kRelu:
-      return x > 0 ? x : 0.0;
-    case Activation::kGelu:
-      return 0.5 * x * (1.0 + erf(x * kInvSqrt2));
-    default:
-      return 0.5 * x * (1.0 + tanh(kSqrt2OverPi * (x + kGeluCubic * x * x * x)));
-  }
-}
-
-__device__ double act_grad(Activation act, double x) {
-  switch (act) {
-    case Activation::kRelu:
-      return x > 0 ? 1.0 : 0.0;
-    case Activation::kGelu: {
-      const double cdf = 0.5 * (1.0 + erf(x * kInvSqrt2));
-      return cdf + x * kInvSqrt2Pi * exp(-0.5 * x * x);
-    }
-    default: {
-      const double th = tanh(kSqrt2OverPi * (x + kGeluCubic * x * x * x));
-      const double dinner = kSqrt2OverPi * (1.0 + 3.0 * kGeluCubic * x * x);
-      return 0.5 * (1.0 + th) + 0.5 * x * (1.0 - th * th) * dinner;
-    }
-  }
-}
 
 // The reference computes in accum_t<T> after rounding the activation to it (f32 for f32 and bf16,
 // f64 for f64): round the double result the same way.
@@ -52,7 +22,7 @@ __global__ void activation_forward_kernel(Activation act, const T* x, int64_t n,
     if (act == Activation::kRelu) {
       store(y, i, xi > C(0) ? xi : C(0));
     } else {
-      store(y, i, static_cast<C>(act_value(act, static_cast<double>(xi))));
+      store(y, i, ref::apply_activation<C>(act, xi));
     }
   }
 }
@@ -66,7 +36,7 @@ __global__ void activation_backward_kernel(Activation act, const T* x, const T* 
     if (act == Activation::kRelu) {
       store(dx, i, xi > C(0) ? load(dy, i) : C(0));
     } else {
-      store(dx, i, static_cast<C>(act_grad(act, static_cast<double>(xi))) * load(dy, i));
+      store(dx, i, ref::apply_activation_grad<C>(act, xi) * load(dy, i));
     }
   }
 }

@@ -12,6 +12,7 @@
 #include "kernels/cuda/cublas_gemm.cuh"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/cuda_util.cuh"
+#include "kernels/reference/attention_ref.h"
 
 namespace moe::kernels::cuda {
 namespace {
@@ -20,16 +21,6 @@ constexpr int kRowThreads = 128;
 
 __device__ __forceinline__ float dev_exp(float x) { return expf(x); }
 __device__ __forceinline__ double dev_exp(double x) { return exp(x); }
-
-// The dropout keep decision of probability (b, h, i, j), as ref::attention_keep.
-__device__ __forceinline__ bool keep(const AttentionArgs& a, int64_t b, int64_t h, int64_t i,
-                                     int64_t j) {
-  if (a.dropout == 0.f) return true;
-  const uint64_t row =
-      static_cast<uint64_t>(((a.sequence_offset + b) * a.heads + h) * a.seq_len + i);
-  const uint64_t key = row * static_cast<uint64_t>(a.seq_len) + static_cast<uint64_t>(j);
-  return a.rng.uniform(key) >= a.dropout;
-}
 
 // Block (b h, i): row i of the scores of head (b, h) in p [B*H, S, S] becomes the causal softmax,
 // times the dropout scale where kept; lse [B*H*S] saved.
@@ -56,7 +47,7 @@ __global__ void softmax_rows_kernel(AttentionArgs a, C* p, F* lse) {
   const C inv_keep = static_cast<C>(1.0 / (1.0 - static_cast<double>(a.dropout)));
   for (int64_t j = threadIdx.x; j < S; j += blockDim.x) {
     C v = j <= i ? row[j] * inv : C(0);
-    if (a.dropout > 0.f) v *= (j <= i && keep(a, b, h, i, j)) ? inv_keep : C(0);
+    if (a.dropout > 0.f) v *= (j <= i && ref::attention_keep(a, b, h, i, j)) ? inv_keep : C(0);
     row[j] = v;
   }
 }
@@ -76,7 +67,8 @@ __global__ void softmax_backward_rows_kernel(AttentionArgs a, C* p, C* dp, const
   double dot = 0;
   for (int64_t j = threadIdx.x; j < S; j += blockDim.x) {
     const C pj = j <= i ? dev_exp(prow[j] - l) : C(0);
-    const C m = a.dropout > 0.f ? ((j <= i && keep(a, b, h, i, j)) ? inv_keep : C(0)) : C(1);
+    const C m =
+        a.dropout > 0.f ? ((j <= i && ref::attention_keep(a, b, h, i, j)) ? inv_keep : C(0)) : C(1);
     const C g = j <= i ? drow[j] * m : C(0);
     prow[j] = pj;
     drow[j] = g;
@@ -87,7 +79,8 @@ __global__ void softmax_backward_rows_kernel(AttentionArgs a, C* p, C* dp, const
     const double pj = prow[j];
     drow[j] = j <= i ? static_cast<C>(pj * (static_cast<double>(drow[j]) - dot)) : C(0);
     if (a.dropout > 0.f) {
-      prow[j] = static_cast<C>(pj) * ((j <= i && keep(a, b, h, i, j)) ? inv_keep : C(0));
+      prow[j] =
+          static_cast<C>(pj) * ((j <= i && ref::attention_keep(a, b, h, i, j)) ? inv_keep : C(0));
     }
   }
 }

@@ -8,6 +8,7 @@
 #include "kernels/common.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/cuda_util.cuh"
+#include "kernels/reference/router_math.h"
 
 namespace moe::kernels::cuda {
 namespace {
@@ -147,17 +148,8 @@ __global__ void sparsemixer_backward_kernel(SparseMixerGateGrad rule, const T* d
                                             const T* scale, int64_t tokens, int64_t experts,
                                             T* d_logits) {
   MOE_GRID_LOOP(t, tokens) {
-    const double s = d_gate[t];
-    const double c = scale[t];
-    const double d_pi = rule == SparseMixerGateGrad::kReferenceCode ? 2.0 * s : (1.0 + c) * s;
-    const int64_t chosen = idx[t];
-    const double pi_d = probs[t * experts + chosen];
-    for (int64_t j = 0; j < experts; ++j) {
-      if (!mask[t * experts + j]) continue;
-      const double onehot = j == chosen ? 1.0 : 0.0;
-      d_logits[t * experts + j] +=
-          static_cast<T>(d_pi * pi_d * (onehot - static_cast<double>(probs[t * experts + j])));
-    }
+    ref::sparsemixer_backward_token<T>(rule, d_gate[t], scale[t], idx[t], probs + t * experts,
+                                       mask + t * experts, experts, d_logits + t * experts);
   }
 }
 
@@ -189,17 +181,7 @@ __global__ void aux_sums_kernel(const T* probs, const T* lse, const int64_t* loa
 
 __global__ void aux_losses_kernel(const double* v, int64_t experts, int64_t top_k,
                                   double balance_coef, double z_coef, double* out) {
-  const double t = v[2 * experts];
-  double balance = 0, z = 0;
-  if (t > 0) {
-    const double slots = t * static_cast<double>(top_k);
-    for (int64_t e = 0; e < experts; ++e) balance += (v[e] / slots) * (v[experts + e] / t);
-    balance *= static_cast<double>(experts);
-    z = v[2 * experts + 1] / t;
-  }
-  out[0] = balance;
-  out[1] = z;
-  out[2] = balance_coef * balance + z_coef * z;
+  ref::aux_losses_from_packed(v, experts, top_k, balance_coef, z_coef, out);
 }
 
 template <typename T>
@@ -208,25 +190,10 @@ __global__ void aux_losses_backward_kernel(const T* logits, const T* probs, cons
                                            double balance_weight, double z_weight, T* d_logits) {
   const double tokens = packed[2 * experts];  // read on the device: no host value
   if (!(tokens > 0)) return;
-  const double slots = tokens * static_cast<double>(k);
   MOE_GRID_LOOP(t, local) {
-    const T* p = probs + t * experts;
-    T* d = d_logits + t * experts;
-    if (balance_weight != 0) {
-      double pf = 0;
-      for (int64_t e = 0; e < experts; ++e) pf += static_cast<double>(p[e]) * (packed[e] / slots);
-      const double c = balance_weight * static_cast<double>(experts) / tokens;
-      for (int64_t e = 0; e < experts; ++e) {
-        d[e] += static_cast<T>(c * static_cast<double>(p[e]) * (packed[e] / slots - pf));
-      }
-    }
-    if (z_weight != 0) {
-      const double c = z_weight * 2.0 * static_cast<double>(lse[t]) / tokens;
-      for (int64_t e = 0; e < experts; ++e) {
-        d[e] += static_cast<T>(
-            c * exp(static_cast<double>(logits[t * experts + e]) - static_cast<double>(lse[t])));
-      }
-    }
+    ref::aux_losses_backward_token<T>(logits + t * experts, probs + t * experts, packed,
+                                      static_cast<double>(lse[t]), tokens, experts, k,
+                                      balance_weight, z_weight, d_logits + t * experts);
   }
 }
 

@@ -70,14 +70,6 @@ void scores(const C* q, const C* k, int64_t ld, int64_t S, int64_t Dh, C scale, 
 
 }  // namespace
 
-bool attention_keep(const AttentionArgs& a, int64_t b, int64_t h, int64_t i, int64_t j) {
-  if (a.dropout == 0.f) return true;
-  const uint64_t row =
-      static_cast<uint64_t>(((a.sequence_offset + b) * a.heads + h) * a.seq_len + i);
-  const uint64_t key = row * static_cast<uint64_t>(a.seq_len) + static_cast<uint64_t>(j);
-  return a.rng.uniform(key) >= a.dropout;
-}
-
 template <typename A, typename F>
 void attention_forward(const AttentionArgs& a, int64_t head_dim, const A* qkv, A* out, F* lse) {
   using C = accum_t<A>;

@@ -5,12 +5,21 @@
 
 #include <cstdint>
 
+#include "core/base/dtype.h"  // MOE_HOST_DEVICE
 #include "kernels/attention.h"
 
 namespace moe::kernels::ref {
 
-// Whether dropout keeps probability (b, h, i, j); always true when args.dropout == 0.
-bool attention_keep(const AttentionArgs& args, int64_t b, int64_t h, int64_t i, int64_t j);
+// Whether dropout keeps probability (b, h, i, j); always true when args.dropout == 0. Keyed by
+// the global (sequence, head, row, column), so the CPU and the CUDA kernel draw the same mask.
+MOE_HOST_DEVICE inline bool attention_keep(const AttentionArgs& a, int64_t b, int64_t h, int64_t i,
+                                           int64_t j) {
+  if (a.dropout == 0.f) return true;
+  const uint64_t row =
+      static_cast<uint64_t>(((a.sequence_offset + b) * a.heads + h) * a.seq_len + i);
+  const uint64_t key = row * static_cast<uint64_t>(a.seq_len) + static_cast<uint64_t>(j);
+  return a.rng.uniform(key) >= a.dropout;
+}
 
 // qkv [B*S, 3D]; out [B*S, D]; lse [B, H, S]. D = H * head_dim.
 template <typename A, typename F>

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/base/dtype.h"
+#include "kernels/reference/router_math.h"
 
 namespace moe::kernels::ref {
 namespace {
@@ -143,17 +144,8 @@ void sparsemixer_backward(SparseMixerGateGrad rule, const T* d_gate, const int32
                           const T* probs, const uint8_t* mask, const T* scale, int64_t tokens,
                           int64_t experts, T* d_logits) {
   for (int64_t t = 0; t < tokens; ++t) {
-    const double s = d_gate[t];
-    const double c = scale[t];
-    const double d_pi = rule == SparseMixerGateGrad::kReferenceCode ? 2.0 * s : (1.0 + c) * s;
-    const int64_t chosen = idx[t];
-    const double pi_d = probs[t * experts + chosen];
-    for (int64_t j = 0; j < experts; ++j) {
-      if (!mask[t * experts + j]) continue;
-      const double onehot = j == chosen ? 1.0 : 0.0;
-      d_logits[t * experts + j] +=
-          static_cast<T>(d_pi * pi_d * (onehot - static_cast<double>(probs[t * experts + j])));
-    }
+    sparsemixer_backward_token<T>(rule, d_gate[t], scale[t], idx[t], probs + t * experts,
+                                  mask + t * experts, experts, d_logits + t * experts);
   }
 }
 
@@ -162,26 +154,10 @@ void aux_losses_backward(const T* logits, const T* probs, const double* load, co
                          int64_t local, double tokens, int64_t experts, int64_t k,
                          double balance_weight, double z_weight, T* d_logits) {
   if (!(tokens > 0)) return;
-  const double slots = tokens * static_cast<double>(k);
   for (int64_t t = 0; t < local; ++t) {
-    const T* p = probs + t * experts;
-    T* d = d_logits + t * experts;
-    if (balance_weight != 0) {
-      // L = E sum_e f_e P_e, dL/dp_te = E f_e / T; softmax backward p_j (f_j - sum_e p_e f_e).
-      double pf = 0;
-      for (int64_t e = 0; e < experts; ++e) pf += static_cast<double>(p[e]) * (load[e] / slots);
-      const double c = balance_weight * static_cast<double>(experts) / tokens;
-      for (int64_t e = 0; e < experts; ++e) {
-        d[e] += static_cast<T>(c * static_cast<double>(p[e]) * (load[e] / slots - pf));
-      }
-    }
-    if (z_weight != 0) {
-      // Lz = mean_t lse_t^2, dLz/dlogit_tj = 2 lse_t softmax(logits_t)_j / T.
-      const double c = z_weight * 2.0 * static_cast<double>(lse[t]) / tokens;
-      for (int64_t e = 0; e < experts; ++e) {
-        d[e] += static_cast<T>(c * std::exp(static_cast<double>(logits[t * experts + e]) - lse[t]));
-      }
-    }
+    aux_losses_backward_token<T>(logits + t * experts, probs + t * experts, load,
+                                 static_cast<double>(lse[t]), tokens, experts, k, balance_weight,
+                                 z_weight, d_logits + t * experts);
   }
 }
 
