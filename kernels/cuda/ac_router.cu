@@ -1,14 +1,14 @@
 // The Adaptive Clustering router's statistics and metric on the GPU, and the per-row argmax.
 // Cluster sums walk the tokens in order with one thread per feature (each owns its column of
 // every cluster: no atomics, the CPU's order, the CPU's bits). The metric is a small [E, D] pass
-// run by one thread, a direct port of ref::ac_metric (the active clusters are recomputed from
-// the counts instead of kept in an array). Labels outside [0, E) are skipped (no sync to report
-// them; the router never produces them).
+// run by one thread: ref::ac_metric itself (kernels/reference/router_math.h). Labels outside [0, E)
+// are skipped (no sync to report them; the router never produces them).
 #include <cmath>
 
 #include "kernels/common.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/cuda_util.cuh"
+#include "kernels/reference/router_math.h"
 
 namespace moe::kernels::cuda {
 namespace {
@@ -48,77 +48,13 @@ __global__ void ac_cluster_abs_dev_kernel(const A* x, const int32_t* labels, int
   }
 }
 
-// w (f64 scratch [E, D]) exactly as ref::ac_metric computes it, then metric = w in T.
+// ref::ac_metric into the f64 scratch w, then metric = w in T. One thread: a small [E, D] pass.
 template <typename T>
 __global__ void ac_metric_kernel(AcRouterParams params, const double* dev, const int64_t* n,
                                  int64_t experts, int64_t d, double* w, T* metric,
                                  double* summary) {
-  auto active = [&](int64_t k) { return n[k] >= params.min_cluster_size; };
-  double tiny = 0, clipped_fraction = 0;
-  for (int64_t i = 0; i < experts * d; ++i) w[i] = 1.0;
-  for (int64_t k = 0; k < experts; ++k) {
-    if (!active(k)) {
-      tiny += 1;
-      continue;
-    }
-    for (int64_t q = 0; q < d; ++q) {
-      const double mad = n[k] > 0 ? dev[k * d + q] / static_cast<double>(n[k]) : 0.0;
-      w[k * d + q] = 1.0 / (mad + params.eps);
-    }
-  }
-  if (params.normalization == AcNormalization::kPaper) {
-    for (int64_t k = 0; k < experts; ++k) {
-      if (!active(k)) continue;
-      double sum = 0;
-      for (int64_t q = 0; q < d; ++q) sum += w[k * d + q];
-      for (int64_t q = 0; q < d; ++q) w[k * d + q] *= static_cast<double>(d) / sum;
-    }
-  } else {
-    double mean = 0;
-    int64_t active_count = 0;
-    for (int64_t k = 0; k < experts; ++k) {
-      if (!active(k)) continue;
-      ++active_count;
-      for (int64_t q = 0; q < d; ++q) mean += w[k * d + q];
-    }
-    if (active_count > 0) {
-      mean /= static_cast<double>(active_count * d);
-      const double cap = params.clip_mult * mean;
-      int64_t clipped = 0;
-      for (int64_t k = 0; k < experts; ++k) {
-        if (!active(k)) continue;
-        for (int64_t q = 0; q < d; ++q) {
-          if (w[k * d + q] > cap) {
-            w[k * d + q] = cap;
-            ++clipped;
-          }
-        }
-      }
-      clipped_fraction = static_cast<double>(clipped) / static_cast<double>(active_count * d);
-      for (int64_t q = 0; q < d; ++q) {
-        double col = 0;
-        for (int64_t k = 0; k < experts; ++k) {
-          if (active(k)) col += w[k * d + q];
-        }
-        col /= static_cast<double>(active_count);
-        for (int64_t k = 0; k < experts; ++k) {
-          if (active(k)) w[k * d + q] /= col;
-        }
-      }
-    }
-  }
-  double mn = INFINITY, mx = -INFINITY, mean = 0;
-  for (int64_t i = 0; i < experts * d; ++i) {
-    mn = fmin(mn, w[i]);
-    mx = fmax(mx, w[i]);
-    mean += w[i];
-    metric[i] = static_cast<T>(w[i]);
-  }
-  summary[0] = tiny;
-  summary[1] = clipped_fraction;
-  summary[2] = mn;
-  summary[3] = mx;
-  summary[4] = mean / static_cast<double>(experts * d > 0 ? experts * d : 1);
+  ref::ac_metric(params, dev, n, experts, d, w, summary);
+  for (int64_t i = 0; i < experts * d; ++i) metric[i] = static_cast<T>(w[i]);
 }
 
 template <typename A, typename F>

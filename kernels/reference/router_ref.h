@@ -48,8 +48,6 @@ void ac_apply_metric(const A* x, const int32_t* labels, const F* metric, int64_t
 template <typename A, typename F>
 void ac_apply_metric_backward(const F* d_out, const int32_t* labels, const F* metric,
                               int64_t tokens, int64_t d, A* dx);
-// The metric as doubles w [E, D] and summary [5] (see kernels::ac_metric).
-void ac_metric(const AcRouterParams& params, const double* abs_dev, const int64_t* counts,
-               int64_t experts, int64_t d, double* w, double* summary);
+// The AC metric itself is ref::ac_metric in router_math.h (shared with the CUDA kernel).
 
 }  // namespace moe::kernels::ref
