@@ -91,24 +91,26 @@ struct Heads {
   int64_t S, H, Dh, D;
 };
 
-Status scores(Context& ctx, DType dt, const Heads& x, const void* q, const void* k, double scale,
-              void* p) {
+// C[h] [S, S] = alpha A[h] B[h]^T with A, B head slices (ld_a; B in qkv, ld 3D; head stride
+// Dh): the scores Q K^T (scaled) and their gradient dO V^T.
+Status head_product_nt(Context& ctx, DType dt, const Heads& x, const void* a, int64_t ld_a,
+                       const void* b, double alpha, void* c) {
   GemmCall g;
   g.trans_b = true;
   g.m = x.S;
   g.n = x.S;
   g.k = x.Dh;
-  g.a = q;
-  g.lda = 3 * x.D;
+  g.a = a;
+  g.lda = ld_a;
   g.stride_a = x.Dh;
-  g.b = k;
+  g.b = b;
   g.ldb = 3 * x.D;
   g.stride_b = x.Dh;
-  g.c = p;
+  g.c = c;
   g.ldc = x.S;
   g.stride_c = x.S * x.S;
   g.batch = x.H;
-  g.alpha = scale;
+  g.alpha = alpha;
   return run_gemm(ctx, "attention scores", dt, dt, g);
 }
 
@@ -132,27 +134,6 @@ Status p_times(Context& ctx, DType dt, const Heads& x, bool trans_p, const void*
   g.batch = x.H;
   g.alpha = alpha;
   return run_gemm(ctx, "attention values", dt, dt, g);
-}
-
-// dP[h] = dO[h] V[h]^T.
-Status grad_scores(Context& ctx, DType dt, const Heads& x, const void* dout, int64_t ld_dout,
-                   const void* v, void* dp) {
-  GemmCall g;
-  g.trans_b = true;
-  g.m = x.S;
-  g.n = x.S;
-  g.k = x.Dh;
-  g.a = dout;
-  g.lda = ld_dout;
-  g.stride_a = x.Dh;
-  g.b = v;
-  g.ldb = 3 * x.D;
-  g.stride_b = x.Dh;
-  g.c = dp;
-  g.ldc = x.S;
-  g.stride_c = x.S * x.S;
-  g.batch = x.H;
-  return run_gemm(ctx, "attention score gradients", dt, dt, g);
 }
 
 template <typename T>
@@ -195,8 +176,9 @@ Status forward_impl(Context& ctx, const AttentionArgs& a, const TensorView& qkv_
   const double scale = 1.0 / std::sqrt(static_cast<double>(x.Dh));
   for (int64_t b = 0; b < a.batch; ++b) {
     const int64_t base = b * x.S * 3 * x.D;
-    MOE_RETURN_IF_ERROR(scores(ctx, cdt, x, offset<C>(qkv, base), offset<C>(qkv, base + x.D), scale,
-                               offset_mut<C>(p.view(), b * x.H * x.S * x.S)));
+    MOE_RETURN_IF_ERROR(head_product_nt(ctx, cdt, x, offset<C>(qkv, base), 3 * x.D,
+                                        offset<C>(qkv, base + x.D), scale,
+                                        offset_mut<C>(p.view(), b * x.H * x.S * x.S)));
   }
   softmax_rows_kernel<C, F>
       <<<static_cast<unsigned>(a.batch * x.H * x.S), kRowThreads, 0, stream_of(ctx)>>>(
@@ -227,11 +209,12 @@ Status backward_impl(Context& ctx, const AttentionArgs& a, const TensorView& d_o
   const double scale = 1.0 / std::sqrt(static_cast<double>(x.Dh));
   for (int64_t b = 0; b < a.batch; ++b) {
     const int64_t base = b * x.S * 3 * x.D;
-    MOE_RETURN_IF_ERROR(scores(ctx, cdt, x, offset<C>(qkv, base), offset<C>(qkv, base + x.D), scale,
-                               offset_mut<C>(p.view(), b * x.H * sq)));
-    MOE_RETURN_IF_ERROR(grad_scores(ctx, cdt, x, offset<C>(dout, b * x.S * x.D), x.D,
-                                    offset<C>(qkv, base + 2 * x.D),
-                                    offset_mut<C>(dp.view(), b * x.H * sq)));
+    MOE_RETURN_IF_ERROR(head_product_nt(ctx, cdt, x, offset<C>(qkv, base), 3 * x.D,
+                                        offset<C>(qkv, base + x.D), scale,
+                                        offset_mut<C>(p.view(), b * x.H * sq)));
+    MOE_RETURN_IF_ERROR(head_product_nt(ctx, cdt, x, offset<C>(dout, b * x.S * x.D), x.D,
+                                        offset<C>(qkv, base + 2 * x.D), 1.0,
+                                        offset_mut<C>(dp.view(), b * x.H * sq)));
   }
   softmax_backward_rows_kernel<C, F>
       <<<static_cast<unsigned>(a.batch * x.H * x.S), kRowThreads, 0, stream_of(ctx)>>>(
