@@ -8,6 +8,9 @@
 //
 //   momoe-bench layer [--tokens 2048] [--d 352] [--f 352] [--experts 16] [--top-k 2]
 //                     [--variant plain|momentum|ac|sparsemixer] [--iterations 5] [--warmup 1]
+//                     [--threads 0]   (CPU threads; 0 = every core)
+// gemm_share is the layer's time inside BLAS tiles over its whole time (the rest: routing,
+// dispatch, activation, combine).
 #include <cmath>
 #include <cstdio>
 
@@ -16,26 +19,33 @@
 #include "core/base/rng.h"
 #include "kernels/init.h"
 #include "kernels/gemm.h"
+#include "kernels/reference/blas_ref.h"
 #include "comm/world.h"
 
 namespace moe::bench {
 
 Status bench_layer(int argc, char** argv, comm::World* world) {
   MOE_ASSIGN_OR_RETURN(Args a, Args::parse(argc, argv, {"tokens", "d", "f", "experts", "top-k",
-                                                        "variant", "iterations", "warmup"}));
+                                                        "variant", "iterations", "warmup",
+                                                        "threads"}));
   if (world->size() != 1) return invalid_argument_error("momoe-bench layer runs on one rank");
   MOE_ASSIGN_OR_RETURN(LayerVariant variant, parse_variant(a.get_str("variant", "plain")));
   const MoeLayerConfig cfg = layer_config(a.get("d", 352), a.get("f", 352), a.get("experts", 16),
                                           a.get("top-k", 2), variant);
   MOE_RETURN_IF_ERROR(cfg.validate("bench"));
   const int64_t tokens = a.get("tokens", 2048), d = cfg.d_model, f = cfg.d_expert;
-  LayerFixture fixture(cfg, tokens, nullptr);
+  const int threads = static_cast<int>(a.get("threads", 0));
+  LayerFixture fixture(cfg, tokens, nullptr, 0, DType::kF32, threads);
   MOE_RETURN_IF_ERROR(fixture.forward_backward());
   MOE_ASSIGN_OR_RETURN(bool finite, fixture.outputs_finite());
   if (!finite) return internal_error("check failed: non-finite output");
   const int iters = static_cast<int>(a.get("iterations", 5));
   const int warm = static_cast<int>(a.get("warmup", 1));
+  kernels::ref::reset_gemm_counters();
+  kernels::ref::set_gemm_timing(true);
   MOE_ASSIGN_OR_RETURN(Timing t, time_it(warm, iters, [&]() { return fixture.forward_backward(); }));
+  kernels::ref::set_gemm_timing(false);
+  const double gemm_seconds = kernels::ref::gemm_counters().seconds / (warm + iters);
   // The floor: one dense GEMM with the expert FFN's row count and width.
   Tensor ga = Tensor::empty({tokens * cfg.top_k, d}, DType::kF32);
   Tensor gb = Tensor::empty({d, f}, DType::kF32);
@@ -51,7 +61,9 @@ Status bench_layer(int argc, char** argv, comm::World* world) {
       3.0 * tokens * (2.0 * cfg.top_k * (2.0 * d * f) + 2.0 * d * cfg.num_experts);
   JsonLine j("layer");
   j.str("device", "cpu").str("variant", variant_name(variant)).num("tokens", tokens).num("d", d)
-      .num("f", f).num("experts", cfg.num_experts).num("top_k", cfg.top_k).num("fwd_bwd_ms", t.median * 1e3)
+      .num("f", f).num("experts", cfg.num_experts).num("top_k", cfg.top_k)
+      .num("threads", fixture.context().threads()).num("fwd_bwd_ms", t.median * 1e3)
+      .num("gemm_share", gemm_seconds / t.mean)
       .num("tokens_per_second", tokens / t.median)
       .num("gflops_per_second", layer_flops / t.median / 1e9)
       .num("dense_gemm_gflops_per_second", gemm_flops / g.median / 1e9)

@@ -4,8 +4,11 @@
 // experts, top-2, sequences of 512; vocabulary capped at 20000 for the bundled corpus).
 //
 //   momoe-bench train [--preset quickstart|smoe-medium|all] [--config FILE] [--steps 5] [--warmup 1]
+//                     [--threads 0]   (parallel.threads: CPU threads per rank, 0 = its share)
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
+#include <system_error>
 
 #include "benchmarks/bench_util.h"
 #include "core/train/trainer.h"
@@ -34,10 +37,42 @@ std::vector<Preset> presets(const std::string& which) {
   return {};
 }
 
-Status run_preset(const Preset& p, const std::string& config, int steps, int warmup, comm::World* world) {
-  MOE_ASSIGN_OR_RETURN(RunConfig cfg, load_run_config(config, p.overrides, 0));
+// A private run directory for this job: rank 0 makes it (mkdtemp, so concurrent jobs and ranks
+// never share a fixed path) and broadcasts its name; every rank uses it.
+StatusOr<std::string> make_job_dir(const std::string& preset, comm::World* world) {
+  std::string dir;
+  if (world->rank() == 0) {
+    std::error_code ec;
+    const std::filesystem::path tmp = std::filesystem::temp_directory_path(ec);
+    if (ec) return internal_error("momoe-bench train: no temporary directory: ", ec.message());
+    std::string templ = (tmp / ("momoe_bench_train_" + preset + "_XXXXXX")).string();
+    if (mkdtemp(templ.data()) == nullptr) {
+      return internal_error("momoe-bench train: cannot create a directory like ", templ);
+    }
+    dir = templ;
+  }
+  if (world->size() == 1) return dir;
+  return world->comm->broadcast_bytes(dir, 0);
+}
+
+// Removes the job directory once every rank is done with it (rank 0, after a barrier); a failure
+// to remove is reported, never thrown.
+Status remove_job_dir(const std::string& dir, comm::World* world) {
+  if (world->size() > 1) MOE_RETURN_IF_ERROR(world->comm->barrier());
+  if (world->rank() != 0) return Status::OK();
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+  if (ec) return internal_error("momoe-bench train: cannot remove ", dir, ": ", ec.message());
+  return Status::OK();
+}
+
+Status run_preset(const Preset& p, const std::string& config, int steps, int warmup, int threads,
+                  comm::World* world) {
+  std::vector<std::string> overrides = p.overrides;
+  overrides.push_back("parallel.threads=" + std::to_string(threads));
+  MOE_ASSIGN_OR_RETURN(RunConfig cfg, load_run_config(config, overrides, 0));
   TrainerOptions opts;
-  opts.run_dir = (std::filesystem::temp_directory_path() / ("momoe_bench_train_" + p.name)).string();
+  MOE_ASSIGN_OR_RETURN(opts.run_dir, make_job_dir(p.name, world));
   opts.resume = false;
   opts.progress = nullptr;
   MOE_ASSIGN_OR_RETURN(std::unique_ptr<Trainer> t, Trainer::create(cfg, opts, world->comm.get()));
@@ -59,6 +94,7 @@ Status run_preset(const Preset& p, const std::string& config, int steps, int war
     JsonLine j("train");
     j.str("preset", p.name)
         .num("world_size", world->size())
+        .num("threads_per_rank", t->context().threads())
         .num("params_on_rank0", static_cast<double>(params))
         .num("tokens_per_step", static_cast<double>(tokens) / steps)
         .num("step_seconds", seconds / steps)
@@ -71,20 +107,22 @@ Status run_preset(const Preset& p, const std::string& config, int steps, int war
     std::printf("%s\n", j.dump().c_str());
     std::fflush(stdout);
   }
-  std::filesystem::remove_all(opts.run_dir);
-  return Status::OK();
+  t.reset();
+  return remove_job_dir(opts.run_dir, world);
 }
 
 }  // namespace
 
 Status bench_train(int argc, char** argv, comm::World* world) {
-  MOE_ASSIGN_OR_RETURN(Args a, Args::parse(argc, argv, {"preset", "config", "steps", "warmup"}));
+  MOE_ASSIGN_OR_RETURN(Args a, Args::parse(argc, argv, {"preset", "config", "steps", "warmup",
+                                                        "threads"}));
   const std::vector<Preset> ps = presets(a.get_str("preset", "all"));
   if (ps.empty()) return invalid_argument_error("--preset must be quickstart, smoe-medium or all");
   const std::string config = a.get_str("config", std::string(MOE_SOURCE_DIR) + "/configs/quickstart.pbtxt");
   for (const Preset& p : ps) {
     MOE_RETURN_IF_ERROR(run_preset(p, config, static_cast<int>(a.get("steps", 5)),
-                                   static_cast<int>(a.get("warmup", 1)), world));
+                                   static_cast<int>(a.get("warmup", 1)),
+                                   static_cast<int>(a.get("threads", 0)), world));
   }
   return Status::OK();
 }

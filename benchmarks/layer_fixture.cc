@@ -40,8 +40,15 @@ MoeLayerConfig layer_config(int64_t d, int64_t f, int64_t experts, int64_t top_k
 }
 
 LayerFixture::LayerFixture(const MoeLayerConfig& cfg, int64_t tokens, comm::Communicator* comm,
-                           int rank, DType act)
-    : cfg_(cfg), token_offset_(rank * tokens), ctx_(Context::host()), params_(ctx_.get(), act) {
+                           int rank, DType act, int threads)
+    : cfg_(cfg),
+      token_offset_(rank * tokens),
+      ctx_(Context::host([&] {
+        ContextOptions o;
+        o.threads = threads;
+        return o;
+      }())),
+      params_(ctx_.get(), act) {
   layer_ = std::make_unique<MoeLayer>("moe", cfg, 1, 1, &params_, comm);
   MOE_CHECK(params_.allocate().ok());
   // N(0, 0.05^2) weights, one stream per parameter; expert shards draw their slice of the global

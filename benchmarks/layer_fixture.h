@@ -21,9 +21,10 @@ MoeLayerConfig layer_config(int64_t d, int64_t f, int64_t experts, int64_t top_k
 class LayerFixture {
  public:
   // `rank` offsets the input draws and the token ids (EP runs: every rank its own tokens).
-  // act: the activation dtype (f32, or bf16 for the BF16 precision policy).
+  // act: the activation dtype (f32, or bf16 for the BF16 precision policy). threads: the host
+  // context's threads (0: every core).
   LayerFixture(const MoeLayerConfig& cfg, int64_t tokens, comm::Communicator* comm, int rank = 0,
-               DType act = DType::kF32);
+               DType act = DType::kF32, int threads = 1);
   Status forward(MoeLayerSaved* saved);
   Status backward(const MoeLayerSaved& saved);
   Status forward_backward();

@@ -7,6 +7,8 @@
 // moe_layer_bench (Google Benchmark) sweeps the CPU layer over shapes and variants.
 #include <cstdio>
 #include <cstring>
+#include <exception>
+#include <string>
 
 #include "benchmarks/bench_util.h"
 #include "core/base/device.h"
@@ -20,7 +22,9 @@ Status bench_alltoall(int argc, char** argv, comm::World* world);
 Status bench_scaling(int argc, char** argv, comm::World* world);
 }  // namespace moe::bench
 
-int main(int argc, char** argv) {
+namespace {
+
+int run(int argc, char** argv) {
   using namespace moe;
   if (argc < 2 || std::strcmp(argv[1], "--help") == 0) {
     std::fprintf(stderr, "usage: momoe-bench layer|train|alltoall|scaling [--key value ...]\n");
@@ -56,4 +60,16 @@ int main(int argc, char** argv) {
     return 1;
   }
   return 0;
+}
+
+}  // namespace
+
+// Nothing is thrown past main: an exception from a library becomes one error line and exit 1.
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    moe::log_error(std::string("momoe-bench: ") + e.what());
+    return 1;
+  }
 }

@@ -18,12 +18,15 @@ namespace moe::kernels {
 // touch device memory. MOE_KERNEL_ENTRY: host contexts only (the op has no CUDA kernel yet, and a
 // CUDA context is refused naming it). MOE_KERNEL_ENTRY_CUDA: host or CUDA contexts; after
 // validating its views the entry point hands a CUDA context to kernels/cuda/ with MOE_ON_CUDA.
+// Both open the context's thread pool for parallel_for (core/base/thread_pool.h).
 #define MOE_KERNEL_ENTRY(ctx, op)                                          \
   MOE_RETURN_IF_ERROR(::moe::kernels::check_context(ctx, op, false));      \
-  ::moe::DeviceAccessScope _moe_device_scope
+  ::moe::DeviceAccessScope _moe_device_scope;                              \
+  ::moe::ParallelScope _moe_parallel_scope((ctx).thread_pool())
 #define MOE_KERNEL_ENTRY_CUDA(ctx, op)                                     \
   MOE_RETURN_IF_ERROR(::moe::kernels::check_context(ctx, op, true));       \
-  ::moe::DeviceAccessScope _moe_device_scope
+  ::moe::DeviceAccessScope _moe_device_scope;                              \
+  ::moe::ParallelScope _moe_parallel_scope((ctx).thread_pool())
 #if defined(MOE_WITH_CUDA)
 #define MOE_ON_CUDA(ctx, call) \
   if ((ctx).device().is_cuda()) return (call)

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/base/thread_pool.h"
 #include "kernels/common.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/reference/blas_ref.h"
@@ -93,16 +94,20 @@ Status expert_gemm(Context& ctx, const TensorView& x, const TensorView& w, bool 
     const T* pw = w.data<T>();
     T* py = y.data<T>();
     const int64_t w_stride = w.dim(1) * w.dim(2);
-    for (int64_t b = 0; b < blocks.blocks(); ++b) {
-      const auto [begin, end] = blocks.block_rows(b);
-      const int64_t used = filled_rows(blocks, b);
-      if (used > 0) {
-        ref::gemm_mixed<T, T>(false, trans_w, used, n, k, 1.0, px + begin * k, k,
-                              pw + blocks.expert_of(b) * w_stride, w.dim(2), 0.0, py + begin * n,
-                              n);
+    // One whole BLAS call per block, the blocks spread over the threads.
+    ref::ScopedGemmTimer timer(2.0 * static_cast<double>(blocks.rows()) * n * k);
+    parallel_for(blocks.blocks(), 1, [&](int64_t b0, int64_t b1) {
+      for (int64_t b = b0; b < b1; ++b) {
+        const auto [begin, end] = blocks.block_rows(b);
+        const int64_t used = filled_rows(blocks, b);
+        if (used > 0) {
+          ref::gemm_mixed<T, T>(false, trans_w, used, n, k, 1.0, px + begin * k, k,
+                                pw + blocks.expert_of(b) * w_stride, w.dim(2), 0.0,
+                                py + begin * n, n);
+        }
+        std::fill(py + (begin + used) * n, py + end * n, T(0));
       }
-      std::fill(py + (begin + used) * n, py + end * n, T(0));
-    }
+    });
   });
 }
 
@@ -121,15 +126,23 @@ Status expert_gemm_wgrad(Context& ctx, const TensorView& x, const TensorView& dy
   return dispatch_gemm(kOp, x, dw, [&](auto tt, auto ct) {
     using T = decltype(tt);
     using C = decltype(ct);
-    const int64_t k = x.dim(1), n = dy.dim(1);
-    for (int64_t b = 0; b < blocks.blocks(); ++b) {
-      const int64_t used = filled_rows(blocks, b);
-      if (used == 0) continue;  // an expert that received no rows: nothing to add
-      const int64_t begin = blocks.block_rows(b).first;
-      ref::gemm_mixed<T, C>(true, false, k, n, used, 1.0, x.data<T>() + begin * k, k,
-                            dy.data<T>() + begin * n, n, 1.0,
-                            dw.data<C>() + blocks.expert_of(b) * k * n, n);
-    }
+    const int64_t k = x.dim(1), n = dy.dim(1), experts = blocks.local_experts;
+    const T* px = x.data<T>();
+    const T* pdy = dy.data<T>();
+    C* pdw = dw.data<C>();
+    // Experts in parallel; an expert's blocks (one per source rank) add to its dW in rank order.
+    ref::ScopedGemmTimer timer(2.0 * static_cast<double>(blocks.rows()) * n * k);
+    parallel_for(experts, 1, [&](int64_t e0, int64_t e1) {
+      for (int64_t e = e0; e < e1; ++e) {
+        for (int64_t b = e; b < blocks.blocks(); b += experts) {
+          const int64_t used = filled_rows(blocks, b);
+          if (used == 0) continue;  // an expert that received no rows: nothing to add
+          const int64_t begin = blocks.block_rows(b).first;
+          ref::gemm_mixed<T, C>(true, false, k, n, used, 1.0, px + begin * k, k, pdy + begin * n,
+                                n, 1.0, pdw + e * k * n, n);
+        }
+      }
+    });
   });
 }
 

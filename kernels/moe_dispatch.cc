@@ -3,6 +3,7 @@
 #include <cstring>
 #include <vector>
 
+#include "core/base/thread_pool.h"
 #include "kernels/common.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/reference/moe_dispatch_ref.h"
@@ -148,13 +149,15 @@ Status gather_rows(Context& ctx, const TensorView& src, const TensorView& index,
   const char* s = static_cast<const char*>(src.raw());
   char* d = static_cast<char*>(dst.raw());
   const int32_t* idx = index.data<int32_t>();
-  for (int64_t i = 0; i < dst.dim(0); ++i) {
-    if (idx[i] < 0) {
-      std::memset(d + i * row_bytes, 0, row_bytes);
-    } else {
-      std::memcpy(d + i * row_bytes, s + idx[i] * row_bytes, row_bytes);
+  parallel_for(dst.dim(0), row_grain(src.dim(1)), [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      if (idx[i] < 0) {
+        std::memset(d + i * row_bytes, 0, row_bytes);
+      } else {
+        std::memcpy(d + i * row_bytes, s + idx[i] * row_bytes, row_bytes);
+      }
     }
-  }
+  });
   return Status::OK();
 }
 

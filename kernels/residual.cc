@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "core/base/thread_pool.h"
 #include "kernels/common.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/reference/residual_math.h"
@@ -18,9 +19,14 @@ Status check_role(const Context& ctx, const char* op, const TensorView& like, co
   return check_shape(op, name, t, like.shape());
 }
 
+// An optional view's data (nullptr when empty) and its element i (0 when absent).
 template <typename T>
-double at_or_zero(const TensorView& t, int64_t i) {
-  return t.numel() > 0 ? static_cast<double>(t.data<T>()[i]) : 0.0;
+T* data_or_null(const TensorView& t) {
+  return t.numel() > 0 ? t.data<T>() : nullptr;
+}
+template <typename T>
+double at_or_zero(const T* p, int64_t i) {
+  return p != nullptr ? static_cast<double>(p[i]) : 0.0;
 }
 
 }  // namespace
@@ -52,17 +58,24 @@ Status residual_forward(Context& ctx, const ResidualArgs& a, const TensorView& x
     const A* pu = u.data<A>();
     A* po = out.data<A>();
     F* pp = p_out.data<F>();
-    for (int64_t i = 0; i < n; ++i) {
-      const ref::ResidualPoint r = ref::residual_forward_point(
-          a, static_cast<double>(px[i]), static_cast<double>(pu[i]), at_or_zero<F>(p_in, i),
-          adam ? at_or_zero<F>(m_in, i) : 0.0, adam ? at_or_zero<F>(v_in, i) : 0.0);
-      po[i] = static_cast<A>(r.out);
-      pp[i] = static_cast<F>(r.p);
-      if (adam) {
-        m_out.data<F>()[i] = static_cast<F>(r.m);
-        v_out.data<F>()[i] = static_cast<F>(r.v);
+    const F* ppi = data_or_null<F>(p_in);
+    const F* pmi = adam ? data_or_null<F>(m_in) : nullptr;
+    const F* pvi = adam ? data_or_null<F>(v_in) : nullptr;
+    F* pmo = adam ? m_out.data<F>() : nullptr;
+    F* pvo = adam ? v_out.data<F>() : nullptr;
+    parallel_for(n, kElementGrain, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        const ref::ResidualPoint r = ref::residual_forward_point(
+            a, static_cast<double>(px[i]), static_cast<double>(pu[i]), at_or_zero(ppi, i),
+            at_or_zero(pmi, i), at_or_zero(pvi, i));
+        po[i] = static_cast<A>(r.out);
+        pp[i] = static_cast<F>(r.p);
+        if (adam) {
+          pmo[i] = static_cast<F>(r.m);
+          pvo[i] = static_cast<F>(r.v);
+        }
       }
-    }
+    });
   });
 }
 
@@ -99,18 +112,26 @@ Status residual_backward(Context& ctx, const ResidualArgs& a, const TensorView& 
     A* pdx = dx.data<A>();
     A* pdu = du.data<A>();
     F* pdp = d_p_in.data<F>();
-    for (int64_t i = 0; i < n; ++i) {
-      const ref::ResidualGrads g = ref::residual_backward_point(
-          a, static_cast<double>(pd[i]), at_or_zero<F>(d_p_out, i),
-          adam ? at_or_zero<F>(d_m_out, i) : 0.0, adam ? at_or_zero<F>(d_v_out, i) : 0.0,
-          static_cast<double>(pu[i]), adam ? static_cast<double>(m_out.data<F>()[i]) : 0.0,
-          adam ? static_cast<double>(v_out.data<F>()[i]) : 0.0);
-      pdx[i] = static_cast<A>(g.dx);
-      pdu[i] = static_cast<A>(g.du);
-      pdp[i] = static_cast<F>(g.dp);
-      if (adam && d_m_in.numel() > 0) d_m_in.data<F>()[i] = static_cast<F>(g.dm);
-      if (adam && d_v_in.numel() > 0) d_v_in.data<F>()[i] = static_cast<F>(g.dv);
-    }
+    const F* pdpo = data_or_null<F>(d_p_out);
+    const F* pdmo = adam ? data_or_null<F>(d_m_out) : nullptr;
+    const F* pdvo = adam ? data_or_null<F>(d_v_out) : nullptr;
+    const F* pmo = adam ? m_out.data<F>() : nullptr;
+    const F* pvo = adam ? v_out.data<F>() : nullptr;
+    F* pdmi = adam ? data_or_null<F>(d_m_in) : nullptr;
+    F* pdvi = adam ? data_or_null<F>(d_v_in) : nullptr;
+    parallel_for(n, kElementGrain, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        const ref::ResidualGrads g = ref::residual_backward_point(
+            a, static_cast<double>(pd[i]), at_or_zero(pdpo, i), at_or_zero(pdmo, i),
+            at_or_zero(pdvo, i), static_cast<double>(pu[i]), at_or_zero(pmo, i),
+            at_or_zero(pvo, i));
+        pdx[i] = static_cast<A>(g.dx);
+        pdu[i] = static_cast<A>(g.du);
+        pdp[i] = static_cast<F>(g.dp);
+        if (pdmi != nullptr) pdmi[i] = static_cast<F>(g.dm);
+        if (pdvi != nullptr) pdvi[i] = static_cast<F>(g.dv);
+      }
+    });
   });
 }
 
@@ -128,9 +149,11 @@ Status residual_shift_input(Context& ctx, const TensorView& x, const TensorView&
     const A* px = x.data<A>();
     const F* pp = p.data<F>();
     A* py = y.data<A>();
-    for (int64_t i = 0; i < x.numel(); ++i) {
-      py[i] = static_cast<A>(static_cast<double>(px[i]) + a_shift * static_cast<double>(pp[i]));
-    }
+    parallel_for(x.numel(), kElementGrain, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        py[i] = static_cast<A>(static_cast<double>(px[i]) + a_shift * static_cast<double>(pp[i]));
+      }
+    });
   });
 }
 

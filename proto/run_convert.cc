@@ -256,6 +256,7 @@ void run_config_to_proto(const RunConfig& cfg, momoe::RunConfig* msg) {
                                                               : momoe::ParallelConfig::AUTO);
   p->set_timeout_seconds(cfg.parallel.timeout_seconds);
   p->set_setup_timeout_seconds(cfg.parallel.setup_timeout_seconds);
+  p->set_threads(cfg.parallel.threads);
 }
 
 std::string field_value(const Message& msg, const FieldDescriptor* f, int index) {
@@ -321,6 +322,11 @@ StatusOr<RunConfig> parse_run_config(const std::string& text, const std::string&
   if (p.backend() == momoe::ParallelConfig::NCCL) cfg.parallel.backend = CommBackend::kNccl;
   if (p.has_timeout_seconds()) cfg.parallel.timeout_seconds = p.timeout_seconds();
   if (p.has_setup_timeout_seconds()) cfg.parallel.setup_timeout_seconds = p.setup_timeout_seconds();
+  if (p.has_threads()) cfg.parallel.threads = p.threads();
+  if (cfg.parallel.threads < 0 || cfg.parallel.threads > 4096) {
+    return invalid_argument_error("parallel.threads = ", cfg.parallel.threads,
+                                  " is outside the allowed range [0, 4096] (0 = every core)");
+  }
   for (const auto& [name, value] : {std::pair{"timeout_seconds", cfg.parallel.timeout_seconds},
                                     std::pair{"setup_timeout_seconds",
                                               cfg.parallel.setup_timeout_seconds}}) {

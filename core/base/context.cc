@@ -14,6 +14,8 @@ std::unique_ptr<Context> Context::host(const ContextOptions& options) {
   ctx->device_ = Device::host();
   ctx->allocator_ = make_host_caching_allocator(options.host_cache_limit_bytes);
   ctx->guarded_ = options.guard_host_access;
+  ctx->pool_ = std::make_unique<ThreadPool>(
+      options.threads > 0 ? options.threads : available_cores(), options.fine_grained_parallelism);
   return ctx;
 }
 

@@ -15,6 +15,7 @@
 
 #include "core/base/allocator.h"
 #include "core/base/tensor.h"
+#include "core/base/thread_pool.h"
 
 namespace moe {
 
@@ -23,6 +24,11 @@ struct ContextOptions {
   bool guard_host_access = false;
   // Host contexts: the most freed memory the caching allocator keeps for reuse.
   size_t host_cache_limit_bytes = size_t{8} << 30;
+  // Host contexts: the threads kernels run on (the caller plus threads - 1 workers). Results do
+  // not depend on it (see core/base/thread_pool.h). 0: every core this process may use.
+  int threads = 1;
+  // Host contexts (tests): cut parallel work as finely as possible (see ThreadPool).
+  bool fine_grained_parallelism = false;
 };
 
 class Context {
@@ -42,6 +48,9 @@ class Context {
   bool guarded() const { return guarded_; }
   // cublasHandle_t bound to stream() on CUDA; nullptr on the host.
   void* blas_handle() const { return blas_handle_; }
+  // The host's threads (kernels reach them through parallel_for); nullptr on CUDA.
+  ThreadPool* thread_pool() const { return pool_.get(); }
+  int threads() const { return pool_ ? pool_->threads() : 1; }
 
   // Tensors on this context's device, stream-ordered: uninitialised, zero-filled, or shaped like
   // `like`. kResourceExhausted (naming the size) when memory runs out.
@@ -72,6 +81,7 @@ class Context {
   std::shared_ptr<Allocator> allocator_;
   bool guarded_ = false;
   void* blas_handle_ = nullptr;
+  std::unique_ptr<ThreadPool> pool_;
   int64_t sync_count_ = 0;
 };
 

@@ -52,6 +52,7 @@ struct ParallelConfig {
   CommBackend backend = CommBackend::kAuto;
   double timeout_seconds = 30;         // collectives of the training loop
   double setup_timeout_seconds = 600;  // start-up and checkpoint writes
+  int threads = 0;                     // CPU threads per rank; 0 = the rank's share of the cores
 };
 
 struct TrainConfig {

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <string_view>
 
 #include "core/base/logging.h"
 #include "core/checkpoint/checkpoint_io.h"
@@ -82,7 +83,13 @@ Status Trainer::setup() {
                                "CUDA kernels are built but the trainer runs on the CPU); use "
                                "train.device = CPU");
   }
-  ctx_ = Context::host(opts_.context);
+  ContextOptions context = opts_.context;
+  const bool ranks_are_threads =
+      world_ != nullptr && std::string_view(world_->backend_name()) == "local";
+  context.threads = cfg_.parallel.threads > 0
+                        ? cfg_.parallel.threads
+                        : default_threads(ranks_are_threads ? ranks : 1);
+  ctx_ = Context::host(context);
   MOE_RETURN_IF_ERROR(check_host_memory());
   MOE_ASSIGN_OR_RETURN(model_, TransformerLM::create(cfg_.model, ctx_.get(),
                                                      activation_dtype(t.precision),

@@ -55,7 +55,8 @@ struct TrainerOptions {
   // stops every rank after the same step, with a checkpoint (see stopped()).
   std::function<int()> stop_requested;
   std::FILE* progress = stdout;  // rank 0's progress lines (nullptr: silent)
-  // The host context's options (tests guard host access to its tensors).
+  // The host context's options (tests guard host access to its tensors); its thread count comes
+  // from parallel.threads.
   ContextOptions context;
   // Called after every completed step with the number of steps done (fault injection, hooks).
   std::function<void(int64_t)> after_step;

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/base/dtype.h"
+#include "core/base/thread_pool.h"
 #include "kernels/reference/blas_ref.h"
 #include "kernels/reference/vector_math.h"
 
@@ -77,12 +78,15 @@ void attention_forward(const AttentionArgs& a, int64_t head_dim, const A* qkv, A
   const C scale = static_cast<C>(1.0 / std::sqrt(static_cast<double>(Dh)));
   const C inv_keep = static_cast<C>(1.0 / (1.0 - static_cast<double>(a.dropout)));
   const bool drop = a.dropout > 0.f;
+  // The (b, h) heads are spread over the threads; each has its own scratch.
+  parallel_for(a.batch * H, 1, [&](int64_t bh0, int64_t bh1) {
   std::vector<C> p(S * S);  // [S, S] probabilities (then dropout(P)) of one (b, h)
   std::vector<C> mask(drop ? S : 0);
   std::vector<C> o(std::is_same_v<A, C> ? 0 : S * Dh);
-  for (int64_t b = 0; b < a.batch; ++b) {
+  for (int64_t bh = bh0; bh < bh1; ++bh) {
+    const int64_t b = bh / H, h = bh % H;
     const A* base = qkv + b * S * 3 * D;
-    for (int64_t h = 0; h < H; ++h) {
+    {
       const HeadView<A, C> hv(base, S, D, Dh, h);
       scores<C>(hv.q, hv.k, hv.ld, S, Dh, scale, p.data());
       F* row_lse = lse + (b * H + h) * S;
@@ -112,6 +116,7 @@ void attention_forward(const AttentionArgs& a, int64_t head_dim, const A* qkv, A
       }
     }
   }
+  });
 }
 
 // With P' = dropout(P) = P * M (M the scale mask) and O = P' V:
@@ -127,13 +132,16 @@ void attention_backward(const AttentionArgs& a, int64_t head_dim, const A* d_out
   const C scale = static_cast<C>(1.0 / std::sqrt(static_cast<double>(Dh)));
   const C inv_keep = static_cast<C>(1.0 / (1.0 - static_cast<double>(a.dropout)));
   const bool drop = a.dropout > 0.f;
+  // The (b, h) heads are spread over the threads; each writes only its own columns of d_qkv.
+  parallel_for(a.batch * H, 1, [&](int64_t bh0, int64_t bh1) {
   std::vector<C> p(S * S), mask(drop ? S * S : 0), dropped(drop ? S * S : 0), d_p(S * S);
   std::vector<C> dout_buf(kWiden ? S * Dh : 0), grad_buf(kWiden ? S * Dh : 0);
-  for (int64_t b = 0; b < a.batch; ++b) {
+  for (int64_t bh = bh0; bh < bh1; ++bh) {
+    const int64_t b = bh / H, h = bh % H;
     const A* base = qkv + b * S * 3 * D;
     A* dbase = d_qkv + b * S * 3 * D;
     const A* dout_b = d_out + b * S * D;
-    for (int64_t h = 0; h < H; ++h) {
+    {
       const HeadView<A, C> hv(base, S, D, Dh, h);
       const C* dout;
       int64_t ld_dout;
@@ -195,6 +203,7 @@ void attention_backward(const AttentionArgs& a, int64_t head_dim, const A* d_out
       }
     }
   }
+  });
 }
 
 #define MOE_INSTANTIATE_ATTENTION(A, F)                                                         \

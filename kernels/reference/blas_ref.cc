@@ -9,6 +9,10 @@
 #include <vector>
 
 #include "core/base/dtype.h"
+#include "core/base/thread_pool.h"
+
+// OpenBLAS's thread control, when the BLAS is OpenBLAS (weak: another CBLAS simply lacks it).
+extern "C" void openblas_set_num_threads(int num_threads) __attribute__((weak));
 
 namespace moe::kernels::ref {
 namespace {
@@ -18,32 +22,82 @@ std::atomic<int64_t> g_nanos{0};
 std::atomic<int64_t> g_calls{0};
 std::atomic<double> g_flops{0};
 
-// Times the enclosing BLAS call when timing is on.
-class GemmTimer {
- public:
-  GemmTimer(int64_t m, int64_t n, int64_t k) : on_(g_timing.load(std::memory_order_relaxed)) {
-    if (!on_) return;
-    flops_ = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
-    start_ = std::chrono::steady_clock::now();
-  }
-  ~GemmTimer() {
-    if (!on_) return;
-    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                        std::chrono::steady_clock::now() - start_).count();
-    g_nanos.fetch_add(ns, std::memory_order_relaxed);
-    g_calls.fetch_add(1, std::memory_order_relaxed);
-    double old = g_flops.load(std::memory_order_relaxed);
-    while (!g_flops.compare_exchange_weak(old, old + flops_, std::memory_order_relaxed)) {
-    }
-  }
 
- private:
-  bool on_;
-  double flops_ = 0;
-  std::chrono::steady_clock::time_point start_;
+// BLAS runs single-threaded inside each tile: the pool is the only parallelism, so the thread
+// count cannot change how a product is cut (OPENBLAS_NUM_THREADS has no say).
+void single_threaded_blas() {
+  static const bool once = [] {
+    if (openblas_set_num_threads != nullptr) openblas_set_num_threads(1);
+    return true;
+  }();
+  (void)once;
+}
+
+// How a product C[M, N] is cut into tiles, each one BLAS call: from M, N and K and whether the
+// call is already inside a parallel_for body (then it stays whole: attention heads, expert
+// blocks), never from the thread count, so a tile's bits (and C's) are the same at any thread
+// count. Products under ~8 MFLOP stay whole; larger ones are cut into up to 16 tiles, rows first
+// (row tiles of C are contiguous, at least 32 rows), then columns in multiples of 16.
+struct Tiling {
+  int64_t rows_per_tile = 0, cols_per_tile = 0, row_tiles = 1, col_tiles = 1;
+  int64_t tiles() const { return row_tiles * col_tiles; }
 };
 
+Tiling tiling_for(int64_t m, int64_t n, int64_t k) {
+  const ThreadPool* pool = current_thread_pool();
+  const bool fine = pool != nullptr && pool->fine_grained();  // tests: tiles at small shapes
+  const double kTileFlops = fine ? 1.0e3 : 8.0e6;
+  constexpr int64_t kMaxTiles = 16;
+  const double flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
+  const int64_t want = in_parallel_region()
+                           ? 1
+                           : std::clamp<int64_t>(static_cast<int64_t>(flops / kTileFlops), 1, kMaxTiles);
+  const int64_t tm = std::clamp<int64_t>(m / (fine ? 2 : 32), 1, want);
+  const int64_t tn = std::clamp<int64_t>(n / (fine ? 16 : 64), 1, std::max<int64_t>(1, want / tm));
+  Tiling t;
+  t.rows_per_tile = (m + tm - 1) / tm;
+  t.cols_per_tile = tn == 1 ? n : ((n + tn - 1) / tn + 15) / 16 * 16;
+  t.row_tiles = (m + t.rows_per_tile - 1) / t.rows_per_tile;
+  t.col_tiles = (n + t.cols_per_tile - 1) / t.cols_per_tile;
+  return t;
+}
+
+// Runs blas(m, n, a, b, c) once per tile of C on the current thread pool, with a, b and c offset
+// to the tile (op(A) rows i0.., op(B) columns j0..).
+template <typename T, typename Blas>
+void tiled(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda,
+           const T* b, int64_t ldb, T* c, int64_t ldc, Blas&& blas) {
+  single_threaded_blas();
+  const Tiling t = tiling_for(m, n, k);
+  parallel_for(t.tiles(), 1, [&](int64_t begin, int64_t end) {
+    for (int64_t tile = begin; tile < end; ++tile) {
+      const int64_t i0 = (tile / t.col_tiles) * t.rows_per_tile;
+      const int64_t j0 = (tile % t.col_tiles) * t.cols_per_tile;
+      const int64_t mi = std::min(t.rows_per_tile, m - i0);
+      const int64_t nj = std::min(t.cols_per_tile, n - j0);
+      blas(mi, nj, a + (trans_a ? i0 : i0 * lda), b + (trans_b ? j0 * ldb : j0),
+           c + i0 * ldc + j0);
+    }
+  });
+}
+
 }  // namespace
+
+ScopedGemmTimer::ScopedGemmTimer(double flops)
+    : on_(g_timing.load(std::memory_order_relaxed) && !in_parallel_region()), flops_(flops) {
+  if (on_) start_ = std::chrono::steady_clock::now();
+}
+
+ScopedGemmTimer::~ScopedGemmTimer() {
+  if (!on_) return;
+  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                      std::chrono::steady_clock::now() - start_).count();
+  g_nanos.fetch_add(ns, std::memory_order_relaxed);
+  g_calls.fetch_add(1, std::memory_order_relaxed);
+  double old = g_flops.load(std::memory_order_relaxed);
+  while (!g_flops.compare_exchange_weak(old, old + flops_, std::memory_order_relaxed)) {
+  }
+}
 
 void set_gemm_timing(bool enabled) { g_timing = enabled; }
 
@@ -71,11 +125,15 @@ void gemm<float>(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, fl
       for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == 0 ? 0.f : beta * c[i * ldc + j];
     return;
   }
-  GemmTimer timer(m, n, k);
-  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
-              trans_b ? CblasTrans : CblasNoTrans, static_cast<int>(m), static_cast<int>(n),
-              static_cast<int>(k), alpha, a, static_cast<int>(lda), b, static_cast<int>(ldb), beta,
-              c, static_cast<int>(ldc));
+  ScopedGemmTimer timer(2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k));
+  tiled<float>(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc,
+           [&](int64_t mi, int64_t nj, const float* ai, const float* bj, float* cij) {
+             cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+                         trans_b ? CblasTrans : CblasNoTrans, static_cast<int>(mi),
+                         static_cast<int>(nj), static_cast<int>(k), alpha, ai,
+                         static_cast<int>(lda), bj, static_cast<int>(ldb), beta, cij,
+                         static_cast<int>(ldc));
+           });
 }
 
 template <>
@@ -88,11 +146,15 @@ void gemm<double>(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, d
       for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == 0 ? 0.0 : beta * c[i * ldc + j];
     return;
   }
-  GemmTimer timer(m, n, k);
-  cblas_dgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
-              trans_b ? CblasTrans : CblasNoTrans, static_cast<int>(m), static_cast<int>(n),
-              static_cast<int>(k), alpha, a, static_cast<int>(lda), b, static_cast<int>(ldb), beta,
-              c, static_cast<int>(ldc));
+  ScopedGemmTimer timer(2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k));
+  tiled<double>(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc,
+           [&](int64_t mi, int64_t nj, const double* ai, const double* bj, double* cij) {
+             cblas_dgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+                         trans_b ? CblasTrans : CblasNoTrans, static_cast<int>(mi),
+                         static_cast<int>(nj), static_cast<int>(k), alpha, ai,
+                         static_cast<int>(lda), bj, static_cast<int>(ldb), beta, cij,
+                         static_cast<int>(ldc));
+           });
 }
 
 namespace {
@@ -100,8 +162,12 @@ namespace {
 // A row-major [rows, cols] slice of a bf16 matrix with leading dimension ld, widened to f32.
 std::vector<float> widen(const bf16* p, int64_t rows, int64_t cols, int64_t ld) {
   std::vector<float> out(static_cast<size_t>(rows * cols));
-  for (int64_t i = 0; i < rows; ++i)
-    for (int64_t j = 0; j < cols; ++j) out[i * cols + j] = static_cast<float>(p[i * ld + j]);
+  parallel_for(rows, std::max<int64_t>(1, 16384 / std::max<int64_t>(cols, 1)),
+               [&](int64_t begin, int64_t end) {
+                 for (int64_t i = begin; i < end; ++i)
+                   for (int64_t j = 0; j < cols; ++j)
+                     out[i * cols + j] = static_cast<float>(p[i * ld + j]);
+               });
   return out;
 }
 

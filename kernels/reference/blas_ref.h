@@ -4,6 +4,7 @@
 // in the tests as the oracle.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 
 namespace moe::kernels::ref {
@@ -22,12 +23,26 @@ template <typename T, typename C>
 void gemm_mixed(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha,
                 const T* a, int64_t lda, const T* b, int64_t ldb, double beta, C* c, int64_t ldc);
 
-// Optional accounting of every BLAS call (for benchmarks: the share of step time in GEMMs).
-// Off by default; counters are atomic, so ranks running as threads may share them.
+// Optional accounting of GEMM time (for benchmarks: the share of step time in GEMMs): every
+// product called outside a parallel_for body, and every region opened with ScopedGemmTimer (the
+// expert GEMMs, whose per-block products run inside one). Wall time on the calling thread. Off
+// by default; counters are atomic, so ranks running as threads may share them.
 struct GemmCounters {
   double seconds = 0;
   int64_t calls = 0;
   double flops = 0;  // 2 m n k per call
+};
+class ScopedGemmTimer {
+ public:
+  explicit ScopedGemmTimer(double flops);
+  ~ScopedGemmTimer();
+  ScopedGemmTimer(const ScopedGemmTimer&) = delete;
+  ScopedGemmTimer& operator=(const ScopedGemmTimer&) = delete;
+
+ private:
+  bool on_;
+  double flops_;
+  std::chrono::steady_clock::time_point start_;
 };
 void set_gemm_timing(bool enabled);
 GemmCounters gemm_counters();

@@ -5,8 +5,10 @@
 #include <cstring>
 #include <limits>
 #include <type_traits>
+#include <vector>
 
 #include "core/base/dtype.h"
+#include "core/base/thread_pool.h"
 #include "kernels/reference/vector_math.h"
 
 namespace moe::kernels::ref {
@@ -41,19 +43,28 @@ double row_lse(const T* row, int64_t v) {
 template <typename T>
 double cross_entropy_forward(const T* logits, const int32_t* targets, int64_t n, int64_t v, T* lse,
                              T* row_loss, int64_t* count) {
+  // Rows in parallel; the total is added in row order afterwards.
+  std::vector<double> losses(static_cast<size_t>(n));
+  parallel_for(n, row_grain(2 * v), [&](int64_t r0, int64_t r1) {
+    for (int64_t i = r0; i < r1; ++i) {
+      double l = 0, loss = 0;
+      if (targets[i] >= 0) {
+        const T* row = logits + i * v;
+        l = row_lse(row, v);
+        loss = l - static_cast<double>(row[targets[i]]);
+      }
+      losses[i] = loss;
+      if (lse != nullptr) lse[i] = static_cast<T>(l);
+      if (row_loss != nullptr) row_loss[i] = static_cast<T>(loss);
+    }
+  });
   double total = 0;
   *count = 0;
   for (int64_t i = 0; i < n; ++i) {
-    double l = 0, loss = 0;
     if (targets[i] >= 0) {
-      const T* row = logits + i * v;
-      l = row_lse(row, v);
-      loss = l - static_cast<double>(row[targets[i]]);
-      total += loss;
+      total += losses[i];
       ++*count;
     }
-    if (lse != nullptr) lse[i] = static_cast<T>(l);
-    if (row_loss != nullptr) row_loss[i] = static_cast<T>(loss);
   }
   return total;
 }
@@ -62,7 +73,8 @@ template <typename T, typename D>
 void cross_entropy_backward(const T* logits, const int32_t* targets, const T* lse, int64_t n,
                             int64_t v, double scale, D* d_logits) {
   const T s = static_cast<T>(scale);
-  for (int64_t i = 0; i < n; ++i) {
+  parallel_for(n, row_grain(v), [&](int64_t r0, int64_t r1) {
+  for (int64_t i = r0; i < r1; ++i) {
     const T* row = logits + i * v;
     D* d = d_logits + i * v;
     if (targets[i] < 0) {
@@ -79,6 +91,7 @@ void cross_entropy_backward(const T* logits, const int32_t* targets, const T* ls
       for (int64_t j = 0; j < v; ++j) d[j] = static_cast<D>(s * vector_exp(row[j] - l) - (j == t ? s : T(0)));
     }
   }
+  });
 }
 
 #define MOE_INSTANTIATE_CROSS_ENTROPY(T)                                                        \

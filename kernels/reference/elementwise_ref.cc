@@ -3,38 +3,49 @@
 #include <cmath>
 
 #include "core/base/dtype.h"
+#include "core/base/thread_pool.h"
 
 namespace moe::kernels::ref {
 
 template <typename T>
 void add(const T* a, const T* b, int64_t n, T* out) {
-  for (int64_t i = 0; i < n; ++i) {
-    out[i] = static_cast<T>(static_cast<accum_t<T>>(a[i]) + static_cast<accum_t<T>>(b[i]));
-  }
+  parallel_for(n, kElementGrain, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      out[i] = static_cast<T>(static_cast<accum_t<T>>(a[i]) + static_cast<accum_t<T>>(b[i]));
+    }
+  });
 }
 
 template <typename X, typename Y>
 void axpy(double alpha, const X* x, int64_t n, Y* y) {
-  for (int64_t i = 0; i < n; ++i) {
-    y[i] = static_cast<Y>(static_cast<double>(y[i]) + alpha * static_cast<double>(x[i]));
-  }
+  parallel_for(n, kElementGrain, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      y[i] = static_cast<Y>(static_cast<double>(y[i]) + alpha * static_cast<double>(x[i]));
+    }
+  });
 }
 
 template <typename T>
 void scale(double alpha, int64_t n, T* x) {
-  for (int64_t i = 0; i < n; ++i) x[i] = static_cast<T>(alpha * static_cast<double>(x[i]));
+  parallel_for(n, kElementGrain, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) x[i] = static_cast<T>(alpha * static_cast<double>(x[i]));
+  });
 }
 
 template <typename S, typename D>
 void convert(const S* src, int64_t n, D* dst) {
-  for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<D>(static_cast<accum_t<S>>(src[i]));
+  parallel_for(n, kElementGrain, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) dst[i] = static_cast<D>(static_cast<accum_t<S>>(src[i]));
+  });
 }
 
 template <typename T>
 int64_t count_nonfinite(const T* x, int64_t n) {
-  int64_t bad = 0;
-  for (int64_t i = 0; i < n; ++i) bad += !std::isfinite(static_cast<accum_t<T>>(x[i]));
-  return bad;
+  return blocked_sum<int64_t>(n, int64_t{1} << 16, [&](int64_t begin, int64_t end) {
+    int64_t bad = 0;
+    for (int64_t i = begin; i < end; ++i) bad += !std::isfinite(static_cast<accum_t<T>>(x[i]));
+    return bad;
+  });
 }
 
 #define MOE_INSTANTIATE_ELEMENTWISE(T)                   \

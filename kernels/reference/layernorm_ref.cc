@@ -1,16 +1,19 @@
 #include "kernels/reference/layernorm_ref.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "core/base/dtype.h"
+#include "core/base/thread_pool.h"
 
 namespace moe::kernels::ref {
 
 template <typename T, typename F>
 void layernorm_forward(const T* x, const F* gamma, const F* beta, int64_t n, int64_t d, double eps,
                        T* y, F* mean, F* rstd) {
-  for (int64_t r = 0; r < n; ++r) {
+  parallel_for(n, row_grain(3 * d), [&](int64_t r0, int64_t r1) {
+  for (int64_t r = r0; r < r1; ++r) {
     const T* row = x + r * d;
     double m = 0;
     for (int64_t j = 0; j < d; ++j) m += row[j];
@@ -30,6 +33,7 @@ void layernorm_forward(const T* x, const F* gamma, const F* beta, int64_t n, int
       y[r * d + j] = static_cast<T>(xhat * gamma[j] + beta[j]);
     }
   }
+  });
 }
 
 // With xhat = (x - mean) * rstd and g = dy * gamma:
@@ -38,30 +42,45 @@ void layernorm_forward(const T* x, const F* gamma, const F* beta, int64_t n, int
 template <typename T, typename F>
 void layernorm_backward(const T* dy, const T* x, const F* gamma, const F* mean, const F* rstd,
                         int64_t n, int64_t d, T* dx, F* dgamma, F* dbeta) {
-  std::vector<double> xhat(d), g(d), dg_sum(d, 0.0), db_sum(d, 0.0);
-  for (int64_t r = 0; r < n; ++r) {
-    const double m = mean[r], rs = rstd[r];
-    double mean_g = 0, mean_g_xhat = 0;
-    for (int64_t j = 0; j < d; ++j) {
-      const double dyj = dy[r * d + j];
-      xhat[j] = (static_cast<double>(x[r * d + j]) - m) * rs;
-      g[j] = dyj * static_cast<double>(gamma[j]);
-      mean_g += g[j];
-      mean_g_xhat += g[j] * xhat[j];
-      dg_sum[j] += dyj * xhat[j];
-      db_sum[j] += dyj;
+  // dgamma and dbeta first (dx may alias dy): each column summed over the rows in row order, the
+  // columns spread over the threads.
+  constexpr int64_t kCols = 16;
+  parallel_for((d + kCols - 1) / kCols, std::max<int64_t>(1, kElementGrain / std::max<int64_t>(1, n * kCols)),
+               [&](int64_t c0, int64_t c1) {
+                 const int64_t j0 = c0 * kCols, j1 = std::min(d, c1 * kCols);
+                 std::vector<double> dg_sum(j1 - j0, 0.0), db_sum(j1 - j0, 0.0);
+                 for (int64_t r = 0; r < n; ++r) {
+                   const double m = mean[r], rs = rstd[r];
+                   for (int64_t j = j0; j < j1; ++j) {
+                     const double dyj = dy[r * d + j];
+                     dg_sum[j - j0] += dyj * ((static_cast<double>(x[r * d + j]) - m) * rs);
+                     db_sum[j - j0] += dyj;
+                   }
+                 }
+                 for (int64_t j = j0; j < j1; ++j) {
+                   dgamma[j] = static_cast<F>(static_cast<double>(dgamma[j]) + dg_sum[j - j0]);
+                   dbeta[j] = static_cast<F>(static_cast<double>(dbeta[j]) + db_sum[j - j0]);
+                 }
+               });
+  parallel_for(n, row_grain(4 * d), [&](int64_t r0, int64_t r1) {
+    std::vector<double> xhat(d), g(d);
+    for (int64_t r = r0; r < r1; ++r) {
+      const double m = mean[r], rs = rstd[r];
+      double mean_g = 0, mean_g_xhat = 0;
+      for (int64_t j = 0; j < d; ++j) {
+        xhat[j] = (static_cast<double>(x[r * d + j]) - m) * rs;
+        g[j] = static_cast<double>(dy[r * d + j]) * static_cast<double>(gamma[j]);
+        mean_g += g[j];
+        mean_g_xhat += g[j] * xhat[j];
+      }
+      mean_g /= static_cast<double>(d);
+      mean_g_xhat /= static_cast<double>(d);
+      // dy of this row is fully read above, so dx may alias dy.
+      for (int64_t j = 0; j < d; ++j) {
+        dx[r * d + j] = static_cast<T>(rs * (g[j] - mean_g - xhat[j] * mean_g_xhat));
+      }
     }
-    mean_g /= static_cast<double>(d);
-    mean_g_xhat /= static_cast<double>(d);
-    // dy of this row is fully read above, so dx may alias dy.
-    for (int64_t j = 0; j < d; ++j) {
-      dx[r * d + j] = static_cast<T>(rs * (g[j] - mean_g - xhat[j] * mean_g_xhat));
-    }
-  }
-  for (int64_t j = 0; j < d; ++j) {
-    dgamma[j] = static_cast<F>(static_cast<double>(dgamma[j]) + dg_sum[j]);
-    dbeta[j] = static_cast<F>(static_cast<double>(dbeta[j]) + db_sum[j]);
-  }
+  });
 }
 
 #define MOE_INSTANTIATE_LAYERNORM(T, F)                                                          \

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/base/dtype.h"
+#include "core/base/thread_pool.h"
 
 namespace moe::kernels::ref {
 
@@ -25,8 +26,9 @@ template <typename A, typename F>
 void combine(const A* y, const int32_t* row, const F* gate, const F* omega, int64_t tokens,
              int64_t k, int64_t d, A* u) {
   using C = accum_t<A>;
+  parallel_for(tokens, row_grain(k * d), [&](int64_t t0, int64_t t1) {
   std::vector<C> acc(std::is_same_v<A, C> ? 0 : d);
-  for (int64_t t = 0; t < tokens; ++t) {
+  for (int64_t t = t0; t < t1; ++t) {
     C* out;
     if constexpr (std::is_same_v<A, C>) {
       out = u + t * d;
@@ -49,6 +51,7 @@ void combine(const A* y, const int32_t* row, const F* gate, const F* omega, int6
       for (int64_t q = 0; q < d; ++q) u[t * d + q] = static_cast<A>(out[q]);
     }
   }
+  });
 }
 
 template <typename A, typename F>
@@ -56,47 +59,71 @@ void combine_backward(const A* du, const A* y, const int32_t* row, const F* gate
                       int64_t tokens, int64_t k, int64_t d, int64_t y_rows, A* dy, F* d_gate,
                       F* d_omega) {
   using C = accum_t<A>;
-  std::fill(dy, dy + y_rows * d, A(0));
-  for (int64_t t = 0; t < tokens; ++t) {
-    const A* dut = du + t * d;
-    for (int64_t j = 0; j < k; ++j) {
-      const int32_t rr = row[t * k + j];
-      if (rr < 0) {
-        d_gate[t * k + j] = F(0);
-        continue;
+  parallel_for(y_rows * d, kElementGrain, [&](int64_t begin, int64_t end) {
+    std::fill(dy + begin, dy + end, A(0));
+  });
+  // Every routed (t, j) owns its row of dy, so tokens run in parallel.
+  parallel_for(tokens, row_grain(2 * k * d), [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const A* dut = du + t * d;
+      for (int64_t j = 0; j < k; ++j) {
+        const int32_t rr = row[t * k + j];
+        if (rr < 0) {
+          d_gate[t * k + j] = F(0);
+          continue;
+        }
+        const C gj = static_cast<C>(gate[t * k + j]);
+        const A* src = y + static_cast<int64_t>(rr) * d;
+        A* dst = dy + static_cast<int64_t>(rr) * d;
+        double dot = 0;
+        for (int64_t q = 0; q < d; ++q) {
+          const C wq = omega != nullptr ? static_cast<C>(omega[q]) : C(1);
+          const C g = static_cast<C>(dut[q]);
+          const C s = static_cast<C>(src[q]);
+          dst[q] = static_cast<A>(gj * wq * g);
+          dot += static_cast<double>(g) * (wq * s);
+        }
+        d_gate[t * k + j] = static_cast<F>(dot);
       }
-      const C gj = static_cast<C>(gate[t * k + j]);
-      const A* src = y + static_cast<int64_t>(rr) * d;
-      A* dst = dy + static_cast<int64_t>(rr) * d;
-      double dot = 0;
-      for (int64_t q = 0; q < d; ++q) {
-        const C wq = omega != nullptr ? static_cast<C>(omega[q]) : C(1);
-        const C g = static_cast<C>(dut[q]);
-        const C s = static_cast<C>(src[q]);
-        dst[q] = static_cast<A>(gj * wq * g);
-        dot += static_cast<double>(g) * (wq * s);
-        if (d_omega != nullptr) d_omega[q] += static_cast<F>(gj * s * g);
-      }
-      d_gate[t * k + j] = static_cast<F>(dot);
     }
-  }
+  });
+  if (d_omega == nullptr) return;
+  // d_omega[q] sums over (t, j) in token order: columns in parallel, each column on one thread.
+  constexpr int64_t kCols = 32;
+  parallel_for((d + kCols - 1) / kCols, 1, [&](int64_t c0, int64_t c1) {
+    const int64_t q0 = c0 * kCols, q1 = std::min(d, c1 * kCols);
+    for (int64_t t = 0; t < tokens; ++t) {
+      const A* dut = du + t * d;
+      for (int64_t j = 0; j < k; ++j) {
+        const int32_t rr = row[t * k + j];
+        if (rr < 0) continue;
+        const C gj = static_cast<C>(gate[t * k + j]);
+        const A* src = y + static_cast<int64_t>(rr) * d;
+        for (int64_t q = q0; q < q1; ++q) {
+          d_omega[q] += static_cast<F>(gj * static_cast<C>(src[q]) * static_cast<C>(dut[q]));
+        }
+      }
+    }
+  });
 }
 
 template <typename A>
 void gather_sum_rows(const A* src, const int32_t* rows, int64_t tokens, int64_t k, int64_t d,
                      A* dst) {
   using C = accum_t<A>;
-  std::vector<C> acc(d);
-  for (int64_t t = 0; t < tokens; ++t) {
-    std::fill(acc.begin(), acc.end(), C(0));
-    for (int64_t j = 0; j < k; ++j) {
-      const int32_t r = rows[t * k + j];
-      if (r < 0) continue;
-      const A* s = src + static_cast<int64_t>(r) * d;
-      for (int64_t q = 0; q < d; ++q) acc[q] += static_cast<C>(s[q]);
+  parallel_for(tokens, row_grain(k * d), [&](int64_t t0, int64_t t1) {
+    std::vector<C> acc(d);
+    for (int64_t t = t0; t < t1; ++t) {
+      std::fill(acc.begin(), acc.end(), C(0));
+      for (int64_t j = 0; j < k; ++j) {
+        const int32_t r = rows[t * k + j];
+        if (r < 0) continue;
+        const A* s = src + static_cast<int64_t>(r) * d;
+        for (int64_t q = 0; q < d; ++q) acc[q] += static_cast<C>(s[q]);
+      }
+      for (int64_t q = 0; q < d; ++q) dst[t * d + q] = static_cast<A>(acc[q]);
     }
-    for (int64_t q = 0; q < d; ++q) dst[t * d + q] = static_cast<A>(acc[q]);
-  }
+  });
 }
 
 #define MOE_INSTANTIATE_DISPATCH(A, F)                                                          \

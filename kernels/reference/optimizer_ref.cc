@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "core/base/dtype.h"
+#include "core/base/thread_pool.h"
 
 namespace moe::kernels::ref {
 
@@ -20,35 +21,50 @@ void adamw_step(const AdamWArgs& a, int64_t n, T* param, const T* grad, T* m, T*
   const T c1 = static_cast<T>(1.0 - a.beta1), c2 = static_cast<T>(1.0 - a.beta2);
   const T eps = static_cast<T>(a.eps);
   const T gs = static_cast<T>(a.grad_scale);
-  for (int64_t i = 0; i < n; ++i) {
-    const T g = gs * grad[i];
-    const T mi = b1 * m[i] + c1 * g;
-    const T vi = b2 * v[i] + c2 * g * g;
-    m[i] = mi;
-    v[i] = vi;
-    param[i] = param[i] * decay - step_size * mi / (std::sqrt(vi) * inv_sqrt_bc2 + eps);
-  }
+  parallel_for(n, kElementGrain, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const T g = gs * grad[i];
+      const T mi = b1 * m[i] + c1 * g;
+      const T vi = b2 * v[i] + c2 * g * g;
+      m[i] = mi;
+      v[i] = vi;
+      param[i] = param[i] * decay - step_size * mi / (std::sqrt(vi) * inv_sqrt_bc2 + eps);
+    }
+  });
 }
 
 template <typename T>
 void sgd_step(const SgdArgs& a, int64_t n, T* param, const T* grad, T* buf) {
   const bool momentum = a.momentum > 0;
-  for (int64_t i = 0; i < n; ++i) {
-    double d = a.grad_scale * static_cast<double>(grad[i]) +
-               a.weight_decay * static_cast<double>(param[i]);
-    if (momentum) {
-      d = a.first_step ? d : a.momentum * static_cast<double>(buf[i]) + d;
-      buf[i] = static_cast<T>(d);
+  parallel_for(n, kElementGrain, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      double d = a.grad_scale * static_cast<double>(grad[i]) +
+                 a.weight_decay * static_cast<double>(param[i]);
+      if (momentum) {
+        d = a.first_step ? d : a.momentum * static_cast<double>(buf[i]) + d;
+        buf[i] = static_cast<T>(d);
+      }
+      param[i] = static_cast<T>(static_cast<double>(param[i]) - a.lr * d);
     }
-    param[i] = static_cast<T>(static_cast<double>(param[i]) - a.lr * d);
-  }
+  });
 }
 
+// Blocks of 2^16 elements, each summed in order (four lanes, so the loop vectorises), then added
+// in block order.
 template <typename T>
 void accumulate_sum_of_squares(const T* x, int64_t n, double* total) {
-  double s = *total;
-  for (int64_t i = 0; i < n; ++i) s += static_cast<double>(x[i]) * static_cast<double>(x[i]);
-  *total = s;
+  *total += blocked_sum<double>(n, int64_t{1} << 16, [&](int64_t begin, int64_t end) {
+    double lane[4] = {0, 0, 0, 0};
+    int64_t i = begin;
+    for (; i + 4 <= end; i += 4) {
+      for (int l = 0; l < 4; ++l) {
+        const double v = static_cast<double>(x[i + l]);
+        lane[l] += v * v;
+      }
+    }
+    for (; i < end; ++i) lane[0] += static_cast<double>(x[i]) * static_cast<double>(x[i]);
+    return (lane[0] + lane[1]) + (lane[2] + lane[3]);
+  });
 }
 
 template void accumulate_sum_of_squares<bf16>(const bf16*, int64_t, double*);
