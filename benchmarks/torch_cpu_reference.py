@@ -36,30 +36,36 @@ class MoE(torch.nn.Module):
         super().__init__()
         self.k, self.experts = k, experts
         self.router = torch.nn.Linear(d, experts, bias=False)
-        self.w1 = torch.nn.Parameter(torch.randn(experts, d, f) * 0.05)
-        self.b1 = torch.nn.Parameter(torch.zeros(experts, f))
-        self.w2 = torch.nn.Parameter(torch.randn(experts, f, d) * 0.05)
-        self.b2 = torch.nn.Parameter(torch.zeros(experts, d))
+        # One parameter per expert matrix (indexing a stacked [E, D, F] tensor would make every
+        # expert's backward write a zero-filled [E, D, F] gradient).
+        def params(*shape, std):
+            return torch.nn.ParameterList(
+                torch.nn.Parameter(torch.randn(*shape) * std) for _ in range(experts))
+        self.w1, self.b1 = params(d, f, std=0.05), params(f, std=0.0)
+        self.w2, self.b2 = params(f, d, std=0.05), params(d, std=0.0)
 
     def forward(self, x):
         t, d = x.shape
         probs = F.softmax(self.router(x), dim=-1)
         gate, idx = probs.topk(self.k, dim=-1)  # [T, K]
         flat_e = idx.reshape(-1)
-        order = torch.argsort(flat_e, stable=True)  # assignments grouped by expert, token order
-        counts = torch.bincount(flat_e, minlength=self.experts).tolist()
+        # Assignments grouped by expert (token order inside each); the first `cap` of each kept.
+        order = torch.argsort(flat_e, stable=True)
+        counts = torch.bincount(flat_e, minlength=self.experts)
+        starts = torch.cumsum(counts, 0) - counts
+        position = torch.arange(flat_e.numel()) - starts[flat_e[order]]
         cap = capacity_of(t, self.k, self.experts)
-        out = torch.zeros_like(x)
-        start = 0
-        for e, n in enumerate(counts):
-            take = order[start:start + min(n, cap)]  # the first `cap` in token order are kept
-            start += n
-            if take.numel() == 0:
-                continue
-            tok = take // self.k
-            h = torch.relu(torch.addmm(self.b1[e], x[tok], self.w1[e]))
-            y = torch.addmm(self.b2[e], h, self.w2[e])
-            out.index_add_(0, tok, y * gate.reshape(-1)[take].unsqueeze(1))
+        kept = order[position < cap]
+        tok = kept // self.k
+        xs = x.index_select(0, tok)  # one gather; its backward is one index_add
+        sizes = torch.clamp(counts, max=cap).tolist()
+        ys = []
+        for e, chunk in enumerate(xs.split(sizes)):
+            if chunk.shape[0] > 0:
+                h = torch.relu(torch.addmm(self.b1[e], chunk, self.w1[e]))
+                ys.append(torch.addmm(self.b2[e], h, self.w2[e]))
+        y = torch.cat(ys) * gate.reshape(-1)[kept].unsqueeze(1)
+        out = torch.zeros_like(x).index_add(0, tok, y)
         # load-balancing loss (Switch): E * sum_e frac_e * mean prob_e
         frac = torch.bincount(flat_e, minlength=self.experts).float() / flat_e.numel()
         balance = self.experts * (frac * probs.mean(0)).sum()

@@ -163,8 +163,10 @@ Status activation_backward(Context& ctx, Activation act, const TensorView& x, co
     parallel_for(n, kElementGrain, [&](int64_t begin, int64_t end) {
       switch (act) {
         case Activation::kRelu:
+          // dy is read whatever the sign (an unconditional load), so the select vectorises.
           for (int64_t i = begin; i < end; ++i) {
-            pdx[i] = static_cast<C>(px[i]) > C(0) ? pdy[i] : T(0);
+            const T g = pdy[i];
+            pdx[i] = static_cast<C>(px[i]) > C(0) ? g : T(0);
           }
           break;
         default:

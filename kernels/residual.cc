@@ -29,6 +29,18 @@ double at_or_zero(const T* p, int64_t i) {
   return p != nullptr ? static_cast<double>(p[i]) : 0.0;
 }
 
+// Calls f(args) with a copy of a whose form is a compile-time constant in each branch, so the
+// per-element switch in residual_math.h folds away and the loops vectorise.
+template <typename Fn>
+void with_constant_form(const ResidualArgs& a, Fn&& f) {
+  ResidualArgs c = a;
+  switch (a.form) {
+    case ResidualForm::kPlain: c.form = ResidualForm::kPlain; f(c); return;
+    case ResidualForm::kMomentum: c.form = ResidualForm::kMomentum; f(c); return;
+    case ResidualForm::kAdam: c.form = ResidualForm::kAdam; f(c); return;
+  }
+}
+
 }  // namespace
 
 Status residual_forward(Context& ctx, const ResidualArgs& a, const TensorView& x,
@@ -64,9 +76,10 @@ Status residual_forward(Context& ctx, const ResidualArgs& a, const TensorView& x
     F* pmo = adam ? m_out.data<F>() : nullptr;
     F* pvo = adam ? v_out.data<F>() : nullptr;
     parallel_for(n, kElementGrain, [&](int64_t begin, int64_t end) {
+      with_constant_form(a, [&](const ResidualArgs& af) {
       for (int64_t i = begin; i < end; ++i) {
         const ref::ResidualPoint r = ref::residual_forward_point(
-            a, static_cast<double>(px[i]), static_cast<double>(pu[i]), at_or_zero(ppi, i),
+            af, static_cast<double>(px[i]), static_cast<double>(pu[i]), at_or_zero(ppi, i),
             at_or_zero(pmi, i), at_or_zero(pvi, i));
         po[i] = static_cast<A>(r.out);
         pp[i] = static_cast<F>(r.p);
@@ -75,6 +88,7 @@ Status residual_forward(Context& ctx, const ResidualArgs& a, const TensorView& x
           pvo[i] = static_cast<F>(r.v);
         }
       }
+      });
     });
   });
 }
@@ -120,9 +134,10 @@ Status residual_backward(Context& ctx, const ResidualArgs& a, const TensorView& 
     F* pdmi = adam ? data_or_null<F>(d_m_in) : nullptr;
     F* pdvi = adam ? data_or_null<F>(d_v_in) : nullptr;
     parallel_for(n, kElementGrain, [&](int64_t begin, int64_t end) {
+      with_constant_form(a, [&](const ResidualArgs& af) {
       for (int64_t i = begin; i < end; ++i) {
         const ref::ResidualGrads g = ref::residual_backward_point(
-            a, static_cast<double>(pd[i]), at_or_zero(pdpo, i), at_or_zero(pdmo, i),
+            af, static_cast<double>(pd[i]), at_or_zero(pdpo, i), at_or_zero(pdmo, i),
             at_or_zero(pdvo, i), static_cast<double>(pu[i]), at_or_zero(pmo, i),
             at_or_zero(pvo, i));
         pdx[i] = static_cast<A>(g.dx);
@@ -131,6 +146,7 @@ Status residual_backward(Context& ctx, const ResidualArgs& a, const TensorView& 
         if (pdmi != nullptr) pdmi[i] = static_cast<F>(g.dm);
         if (pdvi != nullptr) pdvi[i] = static_cast<F>(g.dv);
       }
+      });
     });
   });
 }
