@@ -6,6 +6,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build} scripts/build.sh >/dev/null
+# momoe-train uses every core (parallel.threads = 0: its own thread pool, with BLAS single-threaded
+# inside it); one OpenBLAS thread keeps OpenBLAS from starting an idle pool of its own.
 export OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-1}
 args=("$@")
 [ ${#args[@]} -eq 0 ] && args=(--config configs/quickstart.pbtxt)

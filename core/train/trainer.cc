@@ -144,7 +144,8 @@ Status Trainer::setup() {
     for (const auto& p : model_->params().all()) (p->kind == ParamKind::kDense ? dense : expert) += p->numel();
     coordinator_->print(str_cat("momoe: ", ranks, " rank(s), ep ", cfg_.parallel.ep, " x dp ",
                                 ranks / cfg_.parallel.ep, "; ", precision_name(t.precision),
-                                " on the CPU; vocabulary ", vocab, " words; ",
+                                " on the CPU (", ctx_->threads(), " thread(s) per rank); vocabulary ",
+                                vocab, " words; ",
                                 data_->train->size(), " training sequences of ", cfg_.model.seq_len,
                                 " tokens; ", cfg_.model.blocks.size(), " blocks (",
                                 model_->num_moe_layers(), " MoE); parameters: ", dense,
