@@ -193,6 +193,8 @@ Status run(int argc, char** argv) {
       std::vector<std::string> sets = grid.common;
       sets.insert(sets.end(), v.overrides.begin(), v.overrides.end());
       sets.push_back(str_cat("train.seed=", seed));
+      // The runs share the cores: each gets its slice of threads (unless the grid sets them).
+      sets.insert(sets.begin(), str_cat("parallel.threads=", std::max<int64_t>(1, cores / jobs)));
       for (const std::string& s : sets) {
         j.argv.push_back("--set");
         j.argv.push_back(s);

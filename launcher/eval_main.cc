@@ -32,7 +32,9 @@ StatusOr<std::string> evaluate(const FlagParser& flags) {
   }
   cfg.model.vocab_size = vocab.size();
   MOE_RETURN_IF_ERROR(cfg.model.validate(1));
-  std::unique_ptr<Context> ctx = Context::host();
+  ContextOptions context;  // every core (the checkpoint's parallel.threads, when set)
+  context.threads = cfg.parallel.threads;
+  std::unique_ptr<Context> ctx = Context::host(context);
   MOE_ASSIGN_OR_RETURN(std::unique_ptr<TransformerLM> model,
                        TransformerLM::create(cfg.model, ctx.get(),
                                              activation_dtype(cfg.train.precision), nullptr));
