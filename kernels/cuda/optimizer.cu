@@ -5,6 +5,7 @@
 #include "kernels/common.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/cuda_util.cuh"
+#include "kernels/reference/optimizer_math.h"
 
 namespace moe::kernels::cuda {
 namespace {
@@ -31,12 +32,10 @@ template <typename T>
 __global__ void sgd_kernel(SgdArgs a, int64_t n, T* param, const T* grad, T* buf) {
   const bool momentum = a.momentum > 0;
   MOE_GRID_LOOP(i, n) {
-    double d = a.grad_scale * static_cast<double>(grad[i]) +
-               a.weight_decay * static_cast<double>(param[i]);
-    if (momentum) {
-      d = a.first_step ? d : a.momentum * static_cast<double>(buf[i]) + d;
-      buf[i] = static_cast<T>(d);
-    }
+    const double d = ref::sgd_direction(a, static_cast<double>(grad[i]),
+                                        static_cast<double>(param[i]),
+                                        momentum ? static_cast<double>(buf[i]) : 0.0);
+    if (momentum) buf[i] = static_cast<T>(d);
     param[i] = static_cast<T>(static_cast<double>(param[i]) - a.lr * d);
   }
 }

@@ -115,47 +115,48 @@ void reset_gemm_counters() {
   g_flops = 0;
 }
 
-template <>
-void gemm<float>(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-                 const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
-                 int64_t ldc) {
+namespace {
+
+// One row-major CBLAS product (a tile of a larger one, or the whole).
+void cblas_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+                int64_t ldc) {
+  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+              trans_b ? CblasTrans : CblasNoTrans, static_cast<int>(m), static_cast<int>(n),
+              static_cast<int>(k), alpha, a, static_cast<int>(lda), b, static_cast<int>(ldb), beta,
+              c, static_cast<int>(ldc));
+}
+void cblas_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha,
+                const double* a, int64_t lda, const double* b, int64_t ldb, double beta,
+                double* c, int64_t ldc) {
+  cblas_dgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+              trans_b ? CblasTrans : CblasNoTrans, static_cast<int>(m), static_cast<int>(n),
+              static_cast<int>(k), alpha, a, static_cast<int>(lda), b, static_cast<int>(ldb), beta,
+              c, static_cast<int>(ldc));
+}
+
+}  // namespace
+
+template <typename T>
+void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, const T* a,
+          int64_t lda, const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
   if (m == 0 || n == 0) return;
   if (k == 0) {
     for (int64_t i = 0; i < m; ++i)
-      for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == 0 ? 0.f : beta * c[i * ldc + j];
+      for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == 0 ? T(0) : beta * c[i * ldc + j];
     return;
   }
   ScopedGemmTimer timer(2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k));
-  tiled<float>(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc,
-           [&](int64_t mi, int64_t nj, const float* ai, const float* bj, float* cij) {
-             cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
-                         trans_b ? CblasTrans : CblasNoTrans, static_cast<int>(mi),
-                         static_cast<int>(nj), static_cast<int>(k), alpha, ai,
-                         static_cast<int>(lda), bj, static_cast<int>(ldb), beta, cij,
-                         static_cast<int>(ldc));
+  tiled<T>(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc,
+           [&](int64_t mi, int64_t nj, const T* ai, const T* bj, T* cij) {
+             cblas_gemm(trans_a, trans_b, mi, nj, k, alpha, ai, lda, bj, ldb, beta, cij, ldc);
            });
 }
 
-template <>
-void gemm<double>(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha,
-                  const double* a, int64_t lda, const double* b, int64_t ldb, double beta,
-                  double* c, int64_t ldc) {
-  if (m == 0 || n == 0) return;
-  if (k == 0) {
-    for (int64_t i = 0; i < m; ++i)
-      for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == 0 ? 0.0 : beta * c[i * ldc + j];
-    return;
-  }
-  ScopedGemmTimer timer(2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k));
-  tiled<double>(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc,
-           [&](int64_t mi, int64_t nj, const double* ai, const double* bj, double* cij) {
-             cblas_dgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
-                         trans_b ? CblasTrans : CblasNoTrans, static_cast<int>(mi),
-                         static_cast<int>(nj), static_cast<int>(k), alpha, ai,
-                         static_cast<int>(lda), bj, static_cast<int>(ldb), beta, cij,
-                         static_cast<int>(ldc));
-           });
-}
+template void gemm<float>(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t,
+                          const float*, int64_t, float, float*, int64_t);
+template void gemm<double>(bool, bool, int64_t, int64_t, int64_t, double, const double*, int64_t,
+                           const double*, int64_t, double, double*, int64_t);
 
 namespace {
 

@@ -4,6 +4,7 @@
 
 #include "core/base/dtype.h"
 #include "core/base/thread_pool.h"
+#include "kernels/reference/optimizer_math.h"
 
 namespace moe::kernels::ref {
 
@@ -38,12 +39,9 @@ void sgd_step(const SgdArgs& a, int64_t n, T* param, const T* grad, T* buf) {
   const bool momentum = a.momentum > 0;
   parallel_for(n, kElementGrain, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
-      double d = a.grad_scale * static_cast<double>(grad[i]) +
-                 a.weight_decay * static_cast<double>(param[i]);
-      if (momentum) {
-        d = a.first_step ? d : a.momentum * static_cast<double>(buf[i]) + d;
-        buf[i] = static_cast<T>(d);
-      }
+      const double d = sgd_direction(a, static_cast<double>(grad[i]), static_cast<double>(param[i]),
+                                     momentum ? static_cast<double>(buf[i]) : 0.0);
+      if (momentum) buf[i] = static_cast<T>(d);
       param[i] = static_cast<T>(static_cast<double>(param[i]) - a.lr * d);
     }
   });

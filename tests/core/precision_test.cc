@@ -22,15 +22,6 @@ namespace fs = std::filesystem;
 // about a 10x margin.
 constexpr double kBf16LossTolerance = 0.005;
 
-std::vector<std::string> families() {
-  std::vector<std::string> names;
-  for (const auto& e : fs::directory_iterator(std::string(MOE_SOURCE_DIR) + "/configs")) {
-    if (e.path().extension() == ".pbtxt") names.push_back(e.path().stem().string());
-  }
-  std::sort(names.begin(), names.end());
-  return names;
-}
-
 class PrecisionTest : public ::testing::TestWithParam<std::string> {
  protected:
   static void SetUpTestSuite() {
@@ -46,7 +37,7 @@ class PrecisionTest : public ::testing::TestWithParam<std::string> {
   static StatusOr<RunConfig> config(const std::string& family, const std::string& precision,
                                     int64_t steps) {
     return load_run_config(
-        std::string(MOE_SOURCE_DIR) + "/configs/" + family + ".pbtxt",
+        family_config_path(family),
         {"model.d_model=32", "model.n_heads=2", "model.seq_len=16", "model.d_ff=48",
          "model.moe.d_expert=32", "model.moe.num_experts=4", "train.batch_size=8",
          "train.steps=" + std::to_string(steps), "train.eval_every=0", "train.checkpoint_every=0",
@@ -94,7 +85,7 @@ TEST_P(PrecisionTest, Bf16TracksFp32AndIsDeterministic) {
   fs::remove_all(dir);
 }
 
-INSTANTIATE_TEST_SUITE_P(Configs, PrecisionTest, ::testing::ValuesIn(families()),
+INSTANTIATE_TEST_SUITE_P(Configs, PrecisionTest, ::testing::ValuesIn(config_families()),
                          [](const ::testing::TestParamInfo<std::string>& info) {
                            return info.param;
                          });

@@ -19,15 +19,6 @@ namespace fs = std::filesystem;
 
 constexpr int kSteps = 20;
 
-std::vector<std::string> families() {
-  std::vector<std::string> names;
-  for (const auto& e : fs::directory_iterator(std::string(MOE_SOURCE_DIR) + "/configs")) {
-    if (e.path().extension() == ".pbtxt") names.push_back(e.path().stem().string());
-  }
-  std::sort(names.begin(), names.end());
-  return names;
-}
-
 struct RunResult {
   std::vector<double> losses;
   std::vector<double> params;  // every master (widened), in parameter order
@@ -55,7 +46,7 @@ class ThreadInvarianceTest : public ::testing::TestWithParam<std::string> {
         "data.valid=" + *corpus_ + "/valid.txt", "data.test=" + *corpus_ + "/test.txt",
         "data.vocab_max_size=1500"};
     o.insert(o.end(), extra.begin(), extra.end());
-    return load_run_config(std::string(MOE_SOURCE_DIR) + "/configs/" + family + ".pbtxt", o, 0);
+    return load_run_config(family_config_path(family), o, 0);
   }
 
   static TrainerOptions options(const std::string& run_dir) {
@@ -107,7 +98,7 @@ TEST_P(ThreadInvarianceTest, OneTwoAndThreeThreadsGiveTheSameBits) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Configs, ThreadInvarianceTest, ::testing::ValuesIn(families()),
+INSTANTIATE_TEST_SUITE_P(Configs, ThreadInvarianceTest, ::testing::ValuesIn(config_families()),
                          [](const ::testing::TestParamInfo<std::string>& info) {
                            return info.param;
                          });

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -12,6 +13,19 @@
 #include "proto/run_convert.h"
 
 namespace moe::testing {
+
+std::vector<std::string> config_families() {
+  std::vector<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(std::string(MOE_SOURCE_DIR) + "/configs")) {
+    if (e.path().extension() == ".pbtxt") names.push_back(e.path().stem().string());
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+std::string family_config_path(const std::string& family) {
+  return std::string(MOE_SOURCE_DIR) + "/configs/" + family + ".pbtxt";
+}
 namespace fs = std::filesystem;
 
 std::string fresh_dir(const std::string& name) {
