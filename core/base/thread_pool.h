@@ -4,8 +4,9 @@
 // Determinism contract: parallel_for hands out ranges of indices; which thread runs a range and
 // how ranges are cut may change with the thread count, so a kernel must compute each output from
 // its own index range only (no shared accumulator). Reductions cut their input into blocks whose
-// size does not depend on the thread count (fixed_blocks below) and add the block results in
-// block order: a kernel's bits are the same at 1, 2 or 64 threads.
+// size does not depend on the thread count (FixedBlocks, blocked_sum below) and add the block
+// results in block order, or give each output column to one thread: a kernel's bits are the
+// same at 1, 2 or 64 threads.
 //
 // Kernel entry points open a ParallelScope for their Context (MOE_KERNEL_ENTRY); code outside one
 // (tests calling a reference directly) runs parallel_for inline on the calling thread.
