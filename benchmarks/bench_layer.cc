@@ -16,18 +16,18 @@
 
 #include "benchmarks/bench_util.h"
 #include "benchmarks/layer_fixture.h"
-#include "core/base/rng.h"
-#include "kernels/init.h"
-#include "kernels/gemm.h"
-#include "kernels/reference/blas_ref.h"
 #include "comm/world.h"
+#include "core/base/rng.h"
+#include "kernels/gemm.h"
+#include "kernels/init.h"
+#include "kernels/reference/blas_ref.h"
 
 namespace moe::bench {
 
 Status bench_layer(int argc, char** argv, comm::World* world) {
-  MOE_ASSIGN_OR_RETURN(Args a, Args::parse(argc, argv, {"tokens", "d", "f", "experts", "top-k",
-                                                        "variant", "iterations", "warmup",
-                                                        "threads"}));
+  MOE_ASSIGN_OR_RETURN(Args a, Args::parse(argc, argv,
+                                           {"tokens", "d", "f", "experts", "top-k", "variant",
+                                            "iterations", "warmup", "threads"}));
   if (world->size() != 1) return invalid_argument_error("momoe-bench layer runs on one rank");
   MOE_ASSIGN_OR_RETURN(LayerVariant variant, parse_variant(a.get_str("variant", "plain")));
   const MoeLayerConfig cfg = layer_config(a.get("d", 352), a.get("f", 352), a.get("experts", 16),
@@ -60,14 +60,21 @@ Status bench_layer(int argc, char** argv, comm::World* world) {
   const double layer_flops =
       3.0 * tokens * (2.0 * cfg.top_k * (2.0 * d * f) + 2.0 * d * cfg.num_experts);
   JsonLine j("layer");
-  j.str("device", "cpu").str("variant", variant_name(variant)).num("tokens", tokens).num("d", d)
-      .num("f", f).num("experts", cfg.num_experts).num("top_k", cfg.top_k)
-      .num("threads", fixture.context().threads()).num("fwd_bwd_ms", t.median * 1e3)
+  j.str("device", "cpu")
+      .str("variant", variant_name(variant))
+      .num("tokens", tokens)
+      .num("d", d)
+      .num("f", f)
+      .num("experts", cfg.num_experts)
+      .num("top_k", cfg.top_k)
+      .num("threads", fixture.context().threads())
+      .num("fwd_bwd_ms", t.median * 1e3)
       .num("gemm_share", gemm_seconds / t.mean)
       .num("tokens_per_second", tokens / t.median)
       .num("gflops_per_second", layer_flops / t.median / 1e9)
       .num("dense_gemm_gflops_per_second", gemm_flops / g.median / 1e9)
-      .num("roofline_ratio", (layer_flops / t.median) / (gemm_flops / g.median)).str("check", "ok");
+      .num("roofline_ratio", (layer_flops / t.median) / (gemm_flops / g.median))
+      .str("check", "ok");
   std::printf("%s\n", j.dump().c_str());
   return Status::OK();
 }

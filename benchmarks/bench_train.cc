@@ -3,7 +3,8 @@
 // an SMoE-medium-shaped config (spec/momentum-smoe.md 6.2: D = F = 352, 6 MoE layers of 16
 // experts, top-2, sequences of 512; vocabulary capped at 20000 for the bundled corpus).
 //
-//   momoe-bench train [--preset quickstart|smoe-medium|all] [--config FILE] [--steps 5] [--warmup 1]
+//   momoe-bench train [--preset quickstart|smoe-medium|all] [--config FILE] [--steps 5] [--warmup
+//   1]
 //                     [--threads 0]   (parallel.threads: CPU threads per rank, 0 = its share)
 #include <cstdio>
 #include <cstdlib>
@@ -11,9 +12,9 @@
 #include <system_error>
 
 #include "benchmarks/bench_util.h"
+#include "comm/world.h"
 #include "core/train/trainer.h"
 #include "kernels/reference/blas_ref.h"
-#include "comm/world.h"
 #include "proto/run_convert.h"
 
 namespace moe::bench {
@@ -114,8 +115,8 @@ Status run_preset(const Preset& p, const std::string& config, int steps, int war
 }  // namespace
 
 Status bench_train(int argc, char** argv, comm::World* world) {
-  MOE_ASSIGN_OR_RETURN(Args a, Args::parse(argc, argv, {"preset", "config", "steps", "warmup",
-                                                        "threads"}));
+  MOE_ASSIGN_OR_RETURN(Args a,
+                       Args::parse(argc, argv, {"preset", "config", "steps", "warmup", "threads"}));
   const std::vector<Preset> ps = presets(a.get_str("preset", "all"));
   if (ps.empty()) return invalid_argument_error("--preset must be quickstart, smoe-medium or all");
   const std::string config = a.get_str("config", std::string(MOE_SOURCE_DIR) + "/configs/quickstart.pbtxt");

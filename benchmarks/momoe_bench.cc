@@ -11,9 +11,9 @@
 #include <string>
 
 #include "benchmarks/bench_util.h"
+#include "comm/world.h"
 #include "core/base/device.h"
 #include "core/base/logging.h"
-#include "comm/world.h"
 
 namespace moe::bench {
 Status bench_layer(int argc, char** argv, comm::World* world);

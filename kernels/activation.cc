@@ -54,7 +54,8 @@ void add_bias_parallel(A* x, int64_t begin, int64_t end, int64_t n, const F* bia
 template <typename A>
 void bias_grad_rows(const A* dy, int64_t begin, int64_t end, int64_t n, double* acc) {
   constexpr int64_t kCols = 32;
-  parallel_for((n + kCols - 1) / kCols, std::max<int64_t>(1, kElementGrain / std::max<int64_t>(1, (end - begin) * kCols)),
+  parallel_for((n + kCols - 1) / kCols,
+               std::max<int64_t>(1, kElementGrain / std::max<int64_t>(1, (end - begin) * kCols)),
                [&](int64_t c0, int64_t c1) {
                  const int64_t j0 = c0 * kCols, j1 = std::min(n, c1 * kCols);
                  for (int64_t r = begin; r < end; ++r) {
@@ -171,8 +172,8 @@ Status activation_backward(Context& ctx, Activation act, const TensorView& x, co
           break;
         default:
           for (int64_t i = begin; i < end; ++i) {
-            pdx[i] = static_cast<T>(ref::apply_activation_grad<C>(act, px[i]) *
-                                    static_cast<C>(pdy[i]));
+            pdx[i] =
+                static_cast<T>(ref::apply_activation_grad<C>(act, px[i]) * static_cast<C>(pdy[i]));
           }
       }
     });
@@ -243,7 +244,7 @@ Status bias_grad_blocks(Context& ctx, const TensorView& dy, const TensorView& db
     for (int64_t b = 0; b < blocks.blocks(); ++b) {
       const int64_t begin = blocks.block_rows(b).first;
       bias_grad_rows<A>(dy.data<A>(), begin, begin + filled_rows(blocks, b), n,
-                           acc.data() + blocks.expert_of(b) * n);
+                        acc.data() + blocks.expert_of(b) * n);
     }
     F* db = dbias.data<F>();
     for (int64_t i = 0; i < experts * n; ++i) db[i] = static_cast<F>(db[i] + acc[i]);

@@ -19,13 +19,13 @@ namespace moe::kernels {
 // CUDA context is refused naming it). MOE_KERNEL_ENTRY_CUDA: host or CUDA contexts; after
 // validating its views the entry point hands a CUDA context to kernels/cuda/ with MOE_ON_CUDA.
 // Both open the context's thread pool for parallel_for (core/base/thread_pool.h).
-#define MOE_KERNEL_ENTRY(ctx, op)                                          \
-  MOE_RETURN_IF_ERROR(::moe::kernels::check_context(ctx, op, false));      \
-  ::moe::DeviceAccessScope _moe_device_scope;                              \
+#define MOE_KERNEL_ENTRY(ctx, op)                                     \
+  MOE_RETURN_IF_ERROR(::moe::kernels::check_context(ctx, op, false)); \
+  ::moe::DeviceAccessScope _moe_device_scope;                         \
   ::moe::ParallelScope _moe_parallel_scope((ctx).thread_pool())
-#define MOE_KERNEL_ENTRY_CUDA(ctx, op)                                     \
-  MOE_RETURN_IF_ERROR(::moe::kernels::check_context(ctx, op, true));       \
-  ::moe::DeviceAccessScope _moe_device_scope;                              \
+#define MOE_KERNEL_ENTRY_CUDA(ctx, op)                               \
+  MOE_RETURN_IF_ERROR(::moe::kernels::check_context(ctx, op, true)); \
+  ::moe::DeviceAccessScope _moe_device_scope;                        \
   ::moe::ParallelScope _moe_parallel_scope((ctx).thread_pool())
 #if defined(MOE_WITH_CUDA)
 #define MOE_ON_CUDA(ctx, call) \
@@ -58,6 +58,12 @@ Status check_compute(const char* op, const char* name, const TensorView& t, DTyp
 // t has `like`'s dtype and shape (and device).
 Status check_like(const char* op, const TensorView& like, const char* name, const TensorView& t);
 Status unsupported_device(const char* op, const TensorView& t);
+
+// An optional view's typed data: nullptr when the view is empty (an absent input or output).
+template <typename T>
+T* data_or_null(const TensorView& t) {
+  return t.numel() > 0 ? t.data<T>() : nullptr;
+}
 
 // Calls f(A{}, F{}) for an activation dtype (see above).
 template <typename Fn>

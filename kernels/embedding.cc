@@ -60,10 +60,9 @@ Status embedding_forward(Context& ctx, const TensorView& ids, const TensorView& 
     using W = decltype(wt);
     using A = decltype(at);
     using F = decltype(ft);
-    bad = ref::embedding_forward<W, A, F>(
-        ids.data<int32_t>(), ids.dim(0), table.data<W>(), table.dim(0),
-        positions.numel() > 0 ? positions.data<F>() : nullptr, seq_len, table.dim(1),
-        out.data<A>());
+    bad = ref::embedding_forward<W, A, F>(ids.data<int32_t>(), ids.dim(0), table.data<W>(),
+                                          table.dim(0), data_or_null<F>(positions), seq_len,
+                                          table.dim(1), out.data<A>());
   };
   if (widen) {
     run(float{}, bf16{}, float{});
@@ -94,9 +93,8 @@ Status embedding_backward(Context& ctx, const TensorView& ids, const TensorView&
     using A = decltype(at);
     using F = decltype(ft);
     bad = ref::embedding_backward<A, F>(ids.data<int32_t>(), ids.dim(0), d_table.dim(0),
-                                        d_out.data<A>(), seq_len, d_table.dim(1),
-                                        d_table.data<F>(),
-                                        d_positions.numel() > 0 ? d_positions.data<F>() : nullptr);
+                                        d_out.data<A>(), seq_len, d_table.dim(1), d_table.data<F>(),
+                                        data_or_null<F>(d_positions));
   }));
   return bad < 0 ? Status::OK() : bad_id(kOp, ids, bad, d_table.dim(0));
 }

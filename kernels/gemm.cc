@@ -102,8 +102,8 @@ Status expert_gemm(Context& ctx, const TensorView& x, const TensorView& w, bool 
         const int64_t used = filled_rows(blocks, b);
         if (used > 0) {
           ref::gemm_mixed<T, T>(false, trans_w, used, n, k, 1.0, px + begin * k, k,
-                                pw + blocks.expert_of(b) * w_stride, w.dim(2), 0.0,
-                                py + begin * n, n);
+                                pw + blocks.expert_of(b) * w_stride, w.dim(2), 0.0, py + begin * n,
+                                n);
         }
         std::fill(py + (begin + used) * n, py + end * n, T(0));
       }
@@ -138,8 +138,8 @@ Status expert_gemm_wgrad(Context& ctx, const TensorView& x, const TensorView& dy
           const int64_t used = filled_rows(blocks, b);
           if (used == 0) continue;  // an expert that received no rows: nothing to add
           const int64_t begin = blocks.block_rows(b).first;
-          ref::gemm_mixed<T, C>(true, false, k, n, used, 1.0, px + begin * k, k, pdy + begin * n,
-                                n, 1.0, pdw + e * k * n, n);
+          ref::gemm_mixed<T, C>(true, false, k, n, used, 1.0, px + begin * k, k, pdy + begin * n, n,
+                                1.0, pdw + e * k * n, n);
         }
       }
     });

@@ -192,9 +192,8 @@ Status combine(Context& ctx, const TensorView& y, const TensorView& row, const T
   return dispatch_act(kOp, y, [&](auto at, auto ft) {
     using A = decltype(at);
     using F = decltype(ft);
-    ref::combine<A, F>(y.data<A>(), row.data<int32_t>(), gate.data<F>(),
-                       omega.numel() > 0 ? omega.data<F>() : nullptr, u.dim(0), row.dim(1),
-                       y.dim(1), u.data<A>());
+    ref::combine<A, F>(y.data<A>(), row.data<int32_t>(), gate.data<F>(), data_or_null<F>(omega),
+                       u.dim(0), row.dim(1), y.dim(1), u.data<A>());
   });
 }
 
@@ -215,8 +214,8 @@ Status combine_backward(Context& ctx, const TensorView& du, const TensorView& y,
     using A = decltype(at);
     using F = decltype(ft);
     ref::combine_backward<A, F>(du.data<A>(), y.data<A>(), row.data<int32_t>(), gate.data<F>(),
-                                omega.numel() > 0 ? omega.data<F>() : nullptr, du.dim(0),
-                                row.dim(1), y.dim(1), y.dim(0), dy.data<A>(), d_gate.data<F>(),
+                                data_or_null<F>(omega), du.dim(0), row.dim(1), y.dim(1), y.dim(0),
+                                dy.data<A>(), d_gate.data<F>(),
                                 with_omega ? d_omega.data<F>() : nullptr);
   });
 }

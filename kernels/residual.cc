@@ -19,11 +19,7 @@ Status check_role(const Context& ctx, const char* op, const TensorView& like, co
   return check_shape(op, name, t, like.shape());
 }
 
-// An optional view's data (nullptr when empty) and its element i (0 when absent).
-template <typename T>
-T* data_or_null(const TensorView& t) {
-  return t.numel() > 0 ? t.data<T>() : nullptr;
-}
+// An optional input's element i (0 when absent).
 template <typename T>
 double at_or_zero(const T* p, int64_t i) {
   return p != nullptr ? static_cast<double>(p[i]) : 0.0;
@@ -35,9 +31,18 @@ template <typename Fn>
 void with_constant_form(const ResidualArgs& a, Fn&& f) {
   ResidualArgs c = a;
   switch (a.form) {
-    case ResidualForm::kPlain: c.form = ResidualForm::kPlain; f(c); return;
-    case ResidualForm::kMomentum: c.form = ResidualForm::kMomentum; f(c); return;
-    case ResidualForm::kAdam: c.form = ResidualForm::kAdam; f(c); return;
+    case ResidualForm::kPlain:
+      c.form = ResidualForm::kPlain;
+      f(c);
+      return;
+    case ResidualForm::kMomentum:
+      c.form = ResidualForm::kMomentum;
+      f(c);
+      return;
+    case ResidualForm::kAdam:
+      c.form = ResidualForm::kAdam;
+      f(c);
+      return;
   }
 }
 
@@ -60,8 +65,8 @@ Status residual_forward(Context& ctx, const ResidualArgs& a, const TensorView& x
   MOE_RETURN_IF_ERROR(check_role(ctx, kOp, x, "v_in", v_in, f, false));
   MOE_RETURN_IF_ERROR(check_role(ctx, kOp, x, "m_out", m_out, f, adam));
   MOE_RETURN_IF_ERROR(check_role(ctx, kOp, x, "v_out", v_out, f, adam));
-  MOE_ON_CUDA(ctx, cuda::residual_forward(ctx, a, x, u, p_in, m_in, v_in, out, p_out, m_out,
-                                          v_out));
+  MOE_ON_CUDA(ctx,
+              cuda::residual_forward(ctx, a, x, u, p_in, m_in, v_in, out, p_out, m_out, v_out));
   return dispatch_act(kOp, x, [&](auto at, auto ft) {
     using A = decltype(at);
     using F = decltype(ft);
@@ -77,17 +82,17 @@ Status residual_forward(Context& ctx, const ResidualArgs& a, const TensorView& x
     F* pvo = adam ? v_out.data<F>() : nullptr;
     parallel_for(n, kElementGrain, [&](int64_t begin, int64_t end) {
       with_constant_form(a, [&](const ResidualArgs& af) {
-      for (int64_t i = begin; i < end; ++i) {
-        const ref::ResidualPoint r = ref::residual_forward_point(
-            af, static_cast<double>(px[i]), static_cast<double>(pu[i]), at_or_zero(ppi, i),
-            at_or_zero(pmi, i), at_or_zero(pvi, i));
-        po[i] = static_cast<A>(r.out);
-        pp[i] = static_cast<F>(r.p);
-        if (adam) {
-          pmo[i] = static_cast<F>(r.m);
-          pvo[i] = static_cast<F>(r.v);
+        for (int64_t i = begin; i < end; ++i) {
+          const ref::ResidualPoint r = ref::residual_forward_point(
+              af, static_cast<double>(px[i]), static_cast<double>(pu[i]), at_or_zero(ppi, i),
+              at_or_zero(pmi, i), at_or_zero(pvi, i));
+          po[i] = static_cast<A>(r.out);
+          pp[i] = static_cast<F>(r.p);
+          if (adam) {
+            pmo[i] = static_cast<F>(r.m);
+            pvo[i] = static_cast<F>(r.v);
+          }
         }
-      }
       });
     });
   });
@@ -135,24 +140,24 @@ Status residual_backward(Context& ctx, const ResidualArgs& a, const TensorView& 
     F* pdvi = adam ? data_or_null<F>(d_v_in) : nullptr;
     parallel_for(n, kElementGrain, [&](int64_t begin, int64_t end) {
       with_constant_form(a, [&](const ResidualArgs& af) {
-      for (int64_t i = begin; i < end; ++i) {
-        const ref::ResidualGrads g = ref::residual_backward_point(
-            af, static_cast<double>(pd[i]), at_or_zero(pdpo, i), at_or_zero(pdmo, i),
-            at_or_zero(pdvo, i), static_cast<double>(pu[i]), at_or_zero(pmo, i),
-            at_or_zero(pvo, i));
-        pdx[i] = static_cast<A>(g.dx);
-        pdu[i] = static_cast<A>(g.du);
-        pdp[i] = static_cast<F>(g.dp);
-        if (pdmi != nullptr) pdmi[i] = static_cast<F>(g.dm);
-        if (pdvi != nullptr) pdvi[i] = static_cast<F>(g.dv);
-      }
+        for (int64_t i = begin; i < end; ++i) {
+          const ref::ResidualGrads g = ref::residual_backward_point(
+              af, static_cast<double>(pd[i]), at_or_zero(pdpo, i), at_or_zero(pdmo, i),
+              at_or_zero(pdvo, i), static_cast<double>(pu[i]), at_or_zero(pmo, i),
+              at_or_zero(pvo, i));
+          pdx[i] = static_cast<A>(g.dx);
+          pdu[i] = static_cast<A>(g.du);
+          pdp[i] = static_cast<F>(g.dp);
+          if (pdmi != nullptr) pdmi[i] = static_cast<F>(g.dm);
+          if (pdvi != nullptr) pdvi[i] = static_cast<F>(g.dv);
+        }
       });
     });
   });
 }
 
-Status residual_shift_input(Context& ctx, const TensorView& x, const TensorView& p,
-                            double a_shift, const TensorView& y) {
+Status residual_shift_input(Context& ctx, const TensorView& x, const TensorView& p, double a_shift,
+                            const TensorView& y) {
   constexpr const char* kOp = "residual_shift_input";
   MOE_KERNEL_ENTRY_CUDA(ctx, kOp);
   MOE_RETURN_IF_ERROR(check_act(ctx, kOp, "x", x));

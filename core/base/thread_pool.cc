@@ -124,7 +124,8 @@ int default_threads(int ranks_in_process) {
   const unsigned machine = std::thread::hardware_concurrency();
   int sharing = std::max(1, ranks_in_process);
   if (machine == 0 || static_cast<unsigned>(cores) >= machine) {
-    for (const char* var : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"}) {
+    for (const char* var :
+         {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"}) {
       const char* v = std::getenv(var);
       if (v != nullptr && std::atoi(v) > 0) {
         sharing *= std::atoi(v);
@@ -141,7 +142,9 @@ bool in_parallel_region() { return t_region_depth > 0; }
 ParallelRegion::ParallelRegion() { ++t_region_depth; }
 ParallelRegion::~ParallelRegion() { --t_region_depth; }
 
-ParallelScope::ParallelScope(ThreadPool* pool) : previous_(t_current_pool) { t_current_pool = pool; }
+ParallelScope::ParallelScope(ThreadPool* pool) : previous_(t_current_pool) {
+  t_current_pool = pool;
+}
 ParallelScope::~ParallelScope() { t_current_pool = previous_; }
 
 }  // namespace moe

@@ -26,7 +26,8 @@ class RangeFn {
  public:
   template <typename F>
   RangeFn(const F& f)  // NOLINT: implicit, like std::function_ref
-      : obj_(&f), call_([](const void* o, int64_t b, int64_t e) { (*static_cast<const F*>(o))(b, e); }) {}
+      : obj_(&f),
+        call_([](const void* o, int64_t b, int64_t e) { (*static_cast<const F*>(o))(b, e); }) {}
   void operator()(int64_t begin, int64_t end) const { call_(obj_, begin, end); }
 
  private:

@@ -13,8 +13,8 @@
 #include "core/train/agree.h"
 #include "core/train/grad_sync.h"
 #include "core/train/memory_estimate.h"
-#include "proto/run_convert.h"
 #include "kernels/moe_stats.h"
+#include "proto/run_convert.h"
 
 namespace moe {
 namespace {
@@ -86,9 +86,8 @@ Status Trainer::setup() {
   ContextOptions context = opts_.context;
   const bool ranks_are_threads =
       world_ != nullptr && std::string_view(world_->backend_name()) == "local";
-  context.threads = cfg_.parallel.threads > 0
-                        ? cfg_.parallel.threads
-                        : default_threads(ranks_are_threads ? ranks : 1);
+  context.threads = cfg_.parallel.threads > 0 ? cfg_.parallel.threads
+                                              : default_threads(ranks_are_threads ? ranks : 1);
   ctx_ = Context::host(context);
   MOE_RETURN_IF_ERROR(check_host_memory());
   MOE_ASSIGN_OR_RETURN(model_, TransformerLM::create(cfg_.model, ctx_.get(),
@@ -142,14 +141,13 @@ Status Trainer::setup() {
   if (rank == 0) {
     int64_t dense = 0, expert = 0;
     for (const auto& p : model_->params().all()) (p->kind == ParamKind::kDense ? dense : expert) += p->numel();
-    coordinator_->print(str_cat("momoe: ", ranks, " rank(s), ep ", cfg_.parallel.ep, " x dp ",
-                                ranks / cfg_.parallel.ep, "; ", precision_name(t.precision),
-                                " on the CPU (", ctx_->threads(), " thread(s) per rank); vocabulary ",
-                                vocab, " words; ",
-                                data_->train->size(), " training sequences of ", cfg_.model.seq_len,
-                                " tokens; ", cfg_.model.blocks.size(), " blocks (",
-                                model_->num_moe_layers(), " MoE); parameters: ", dense,
-                                " dense + ", expert, " expert on this rank"));
+    coordinator_->print(
+        str_cat("momoe: ", ranks, " rank(s), ep ", cfg_.parallel.ep, " x dp ",
+                ranks / cfg_.parallel.ep, "; ", precision_name(t.precision), " on the CPU (",
+                ctx_->threads(), " thread(s) per rank); vocabulary ", vocab, " words; ",
+                data_->train->size(), " training sequences of ", cfg_.model.seq_len, " tokens; ",
+                cfg_.model.blocks.size(), " blocks (", model_->num_moe_layers(),
+                " MoE); parameters: ", dense, " dense + ", expert, " expert on this rank"));
   }
   // Set-up ran under the (long) setup timeout; the step's collectives get the short one, so a
   // rank that stops responding is named within seconds.

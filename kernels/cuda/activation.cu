@@ -260,7 +260,7 @@ Status dropout(Context& ctx, const TensorView& x, const TensorView& row_keys, in
   if (m * n == 0) return Status::OK();
   MOE_RETURN_IF_ERROR(dispatch_float("dropout", x, [&](auto tag) {
     using T = decltype(tag);
-    const int64_t* keys = row_keys.numel() > 0 ? row_keys.data<int64_t>() : nullptr;
+    const int64_t* keys = data_or_null<int64_t>(row_keys);
     dropout_kernel<T><<<grid_for(m * ((n + 3) / 4)), kThreads, 0, stream_of(ctx)>>>(
         x.data<T>(), keys, key_base, rng, p, m, n, y.data<T>());
   }));

@@ -69,8 +69,8 @@ Status cross_entropy_forward(Context& ctx, const TensorView& logits, const Tenso
   MOE_RETURN_IF_ERROR(dispatch_full("cross_entropy_forward", logits, [&](auto tag) {
     using F = decltype(tag);
     cross_entropy_forward_kernel<F><<<static_cast<unsigned>(n), kRowThreads, 0, stream_of(ctx)>>>(
-        logits.data<F>(), targets.data<int32_t>(), v, lse.data<F>(),
-        row_loss.numel() > 0 ? row_loss.data<F>() : nullptr, scratch.data<double>());
+        logits.data<F>(), targets.data<int32_t>(), v, lse.data<F>(), data_or_null<F>(row_loss),
+        scratch.data<double>());
     add_pair_sums_kernel<<<1, kThreads, 0, stream_of(ctx)>>>(scratch.data<double>(), n,
                                                              sums.data<double>());
   }));

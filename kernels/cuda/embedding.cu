@@ -48,7 +48,7 @@ Status embedding_forward(Context& ctx, const TensorView& ids, const TensorView& 
   MOE_RETURN_IF_ERROR(dispatch_act("embedding_forward", out, [&](auto at, auto ft) {
     using A = decltype(at);
     using F = decltype(ft);
-    const F* pos = positions.numel() > 0 ? positions.data<F>() : nullptr;
+    const F* pos = data_or_null<F>(positions);
     Status s = dispatch_float("embedding_forward", table, [&](auto wt) {
       using W = decltype(wt);
       embedding_forward_kernel<W, A, F><<<grid_for(n * d), kThreads, 0, stream_of(ctx)>>>(
@@ -67,7 +67,7 @@ Status embedding_backward(Context& ctx, const TensorView& ids, const TensorView&
   MOE_RETURN_IF_ERROR(dispatch_act("embedding_backward", d_out, [&](auto at, auto ft) {
     using A = decltype(at);
     using F = decltype(ft);
-    F* dpos = d_positions.numel() > 0 ? d_positions.data<F>() : nullptr;
+    F* dpos = data_or_null<F>(d_positions);
     embedding_backward_kernel<A, F>
         <<<static_cast<unsigned>((d + kThreads - 1) / kThreads), kThreads, 0, stream_of(ctx)>>>(
             ids.data<int32_t>(), n, v, d_out.data<A>(), seq_len, d, d_table.data<F>(), dpos);

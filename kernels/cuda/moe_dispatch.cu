@@ -304,8 +304,8 @@ Status combine(Context& ctx, const TensorView& y, const TensorView& row, const T
     using A = decltype(at);
     using F = decltype(ft);
     combine_kernel<A, F><<<grid_for(tokens * d), kThreads, 0, stream_of(ctx)>>>(
-        y.data<A>(), y.dim(0), row.data<int32_t>(), gate.data<F>(),
-        omega.numel() > 0 ? omega.data<F>() : nullptr, tokens, row.dim(1), d, u.data<A>());
+        y.data<A>(), y.dim(0), row.data<int32_t>(), gate.data<F>(), data_or_null<F>(omega), tokens,
+        row.dim(1), d, u.data<A>());
   }));
   return launch_status("combine");
 }
@@ -321,7 +321,7 @@ Status combine_backward(Context& ctx, const TensorView& du, const TensorView& y,
   MOE_RETURN_IF_ERROR(dispatch_act("combine_backward", y, [&](auto at, auto ft) {
     using A = decltype(at);
     using F = decltype(ft);
-    const F* w = omega.numel() > 0 ? omega.data<F>() : nullptr;
+    const F* w = data_or_null<F>(omega);
     if (d > 0) {
       combine_dy_kernel<A, F><<<grid_for(tokens * k * d), kThreads, 0, s>>>(
           du.data<A>(), row.data<int32_t>(), gate.data<F>(), w, y_rows, tokens, k, d, dy.data<A>());

@@ -32,9 +32,9 @@ template <typename T>
 __global__ void sgd_kernel(SgdArgs a, int64_t n, T* param, const T* grad, T* buf) {
   const bool momentum = a.momentum > 0;
   MOE_GRID_LOOP(i, n) {
-    const double d = ref::sgd_direction(a, static_cast<double>(grad[i]),
-                                        static_cast<double>(param[i]),
-                                        momentum ? static_cast<double>(buf[i]) : 0.0);
+    const double d =
+        ref::sgd_direction(a, static_cast<double>(grad[i]), static_cast<double>(param[i]),
+                           momentum ? static_cast<double>(buf[i]) : 0.0);
     if (momentum) buf[i] = static_cast<T>(d);
     param[i] = static_cast<T>(static_cast<double>(param[i]) - a.lr * d);
   }

@@ -58,11 +58,6 @@ __global__ void shift_kernel(const A* x, const F* p, double a_shift, int64_t n, 
   }
 }
 
-template <typename T>
-T* or_null(const TensorView& t) {
-  return t.numel() > 0 ? t.data<T>() : nullptr;
-}
-
 }  // namespace
 
 Status residual_forward(Context& ctx, const ResidualArgs& a, const TensorView& x,
@@ -75,8 +70,9 @@ Status residual_forward(Context& ctx, const ResidualArgs& a, const TensorView& x
     using A = decltype(at);
     using F = decltype(ft);
     residual_forward_kernel<A, F><<<grid_for(n), kThreads, 0, stream_of(ctx)>>>(
-        a, x.data<A>(), u.data<A>(), or_null<F>(p_in), or_null<F>(m_in), or_null<F>(v_in), n,
-        out.data<A>(), p_out.data<F>(), or_null<F>(m_out), or_null<F>(v_out));
+        a, x.data<A>(), u.data<A>(), data_or_null<F>(p_in), data_or_null<F>(m_in),
+        data_or_null<F>(v_in), n, out.data<A>(), p_out.data<F>(), data_or_null<F>(m_out),
+        data_or_null<F>(v_out));
   }));
   return launch_status("residual_forward");
 }
@@ -93,9 +89,10 @@ Status residual_backward(Context& ctx, const ResidualArgs& a, const TensorView& 
     using A = decltype(at);
     using F = decltype(ft);
     residual_backward_kernel<A, F><<<grid_for(n), kThreads, 0, stream_of(ctx)>>>(
-        a, d_out.data<A>(), or_null<F>(d_p_out), or_null<F>(d_m_out), or_null<F>(d_v_out),
-        u.data<A>(), or_null<F>(m_out), or_null<F>(v_out), n, dx.data<A>(), du.data<A>(),
-        d_p_in.data<F>(), or_null<F>(d_m_in), or_null<F>(d_v_in));
+        a, d_out.data<A>(), data_or_null<F>(d_p_out), data_or_null<F>(d_m_out),
+        data_or_null<F>(d_v_out), u.data<A>(), data_or_null<F>(m_out), data_or_null<F>(v_out), n,
+        dx.data<A>(), du.data<A>(), d_p_in.data<F>(), data_or_null<F>(d_m_in),
+        data_or_null<F>(d_v_in));
   }));
   return launch_status("residual_backward");
 }

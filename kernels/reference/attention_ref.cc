@@ -80,13 +80,12 @@ void attention_forward(const AttentionArgs& a, int64_t head_dim, const A* qkv, A
   const bool drop = a.dropout > 0.f;
   // The (b, h) heads are spread over the threads; each has its own scratch.
   parallel_for(a.batch * H, 1, [&](int64_t bh0, int64_t bh1) {
-  std::vector<C> p(S * S);  // [S, S] probabilities (then dropout(P)) of one (b, h)
-  std::vector<C> mask(drop ? S : 0);
-  std::vector<C> o(std::is_same_v<A, C> ? 0 : S * Dh);
-  for (int64_t bh = bh0; bh < bh1; ++bh) {
-    const int64_t b = bh / H, h = bh % H;
-    const A* base = qkv + b * S * 3 * D;
-    {
+    std::vector<C> p(S * S);  // [S, S] probabilities (then dropout(P)) of one (b, h)
+    std::vector<C> mask(drop ? S : 0);
+    std::vector<C> o(std::is_same_v<A, C> ? 0 : S * Dh);
+    for (int64_t bh = bh0; bh < bh1; ++bh) {
+      const int64_t b = bh / H, h = bh % H;
+      const A* base = qkv + b * S * 3 * D;
       const HeadView<A, C> hv(base, S, D, Dh, h);
       scores<C>(hv.q, hv.k, hv.ld, S, Dh, scale, p.data());
       F* row_lse = lse + (b * H + h) * S;
@@ -115,7 +114,6 @@ void attention_forward(const AttentionArgs& a, int64_t head_dim, const A* qkv, A
         store_rows<A, C>(o.data(), S, Dh, out + b * S * D + h * Dh, D);
       }
     }
-  }
   });
 }
 
@@ -134,20 +132,20 @@ void attention_backward(const AttentionArgs& a, int64_t head_dim, const A* d_out
   const bool drop = a.dropout > 0.f;
   // The (b, h) heads are spread over the threads; each writes only its own columns of d_qkv.
   parallel_for(a.batch * H, 1, [&](int64_t bh0, int64_t bh1) {
-  std::vector<C> p(S * S), mask(drop ? S * S : 0), dropped(drop ? S * S : 0), d_p(S * S);
-  std::vector<C> dout_buf(kWiden ? S * Dh : 0), grad_buf(kWiden ? S * Dh : 0);
-  for (int64_t bh = bh0; bh < bh1; ++bh) {
-    const int64_t b = bh / H, h = bh % H;
-    const A* base = qkv + b * S * 3 * D;
-    A* dbase = d_qkv + b * S * 3 * D;
-    const A* dout_b = d_out + b * S * D;
-    {
+    std::vector<C> p(S * S), mask(drop ? S * S : 0), dropped(drop ? S * S : 0), d_p(S * S);
+    std::vector<C> dout_buf(kWiden ? S * Dh : 0), grad_buf(kWiden ? S * Dh : 0);
+    for (int64_t bh = bh0; bh < bh1; ++bh) {
+      const int64_t b = bh / H, h = bh % H;
+      const A* base = qkv + b * S * 3 * D;
+      A* dbase = d_qkv + b * S * 3 * D;
+      const A* dout_b = d_out + b * S * D;
       const HeadView<A, C> hv(base, S, D, Dh, h);
       const C* dout;
       int64_t ld_dout;
       if constexpr (kWiden) {
         for (int64_t s = 0; s < S; ++s)
-          for (int64_t c = 0; c < Dh; ++c) dout_buf[s * Dh + c] = static_cast<C>(dout_b[s * D + h * Dh + c]);
+          for (int64_t c = 0; c < Dh; ++c)
+            dout_buf[s * Dh + c] = static_cast<C>(dout_b[s * D + h * Dh + c]);
         dout = dout_buf.data();
         ld_dout = Dh;
       } else {
@@ -191,24 +189,25 @@ void attention_backward(const AttentionArgs& a, int64_t head_dim, const A* d_out
         for (int64_t j = i + 1; j < S; ++j) dp[j] = C(0);
       }
       if constexpr (kWiden) {
-        gemm<C>(false, false, S, Dh, S, scale, d_p.data(), S, hv.k, hv.ld, C(0), grad_buf.data(), Dh);
+        gemm<C>(false, false, S, Dh, S, scale, d_p.data(), S, hv.k, hv.ld, C(0), grad_buf.data(),
+                Dh);
         store_rows<A, C>(grad_buf.data(), S, Dh, dbase + h * Dh, 3 * D);
-        gemm<C>(true, false, S, Dh, S, scale, d_p.data(), S, hv.q, hv.ld, C(0), grad_buf.data(), Dh);
+        gemm<C>(true, false, S, Dh, S, scale, d_p.data(), S, hv.q, hv.ld, C(0), grad_buf.data(),
+                Dh);
         store_rows<A, C>(grad_buf.data(), S, Dh, dbase + D + h * Dh, 3 * D);
       } else {
         gemm<C>(false, false, S, Dh, S, scale, d_p.data(), S, hv.k, hv.ld, C(0), dbase + h * Dh,
                 3 * D);
-        gemm<C>(true, false, S, Dh, S, scale, d_p.data(), S, hv.q, hv.ld, C(0),
-                dbase + D + h * Dh, 3 * D);
+        gemm<C>(true, false, S, Dh, S, scale, d_p.data(), S, hv.q, hv.ld, C(0), dbase + D + h * Dh,
+                3 * D);
       }
     }
-  }
   });
 }
 
-#define MOE_INSTANTIATE_ATTENTION(A, F)                                                         \
-  template void attention_forward<A, F>(const AttentionArgs&, int64_t, const A*, A*, F*);       \
-  template void attention_backward<A, F>(const AttentionArgs&, int64_t, const A*, const A*,     \
+#define MOE_INSTANTIATE_ATTENTION(A, F)                                                     \
+  template void attention_forward<A, F>(const AttentionArgs&, int64_t, const A*, A*, F*);   \
+  template void attention_backward<A, F>(const AttentionArgs&, int64_t, const A*, const A*, \
                                          const F*, A*);
 MOE_INSTANTIATE_ATTENTION(float, float)
 MOE_INSTANTIATE_ATTENTION(double, double)

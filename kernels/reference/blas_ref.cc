@@ -3,9 +3,9 @@
 #include <cblas.h>
 
 #include <algorithm>
-#include <type_traits>
 #include <atomic>
 #include <chrono>
+#include <type_traits>
 #include <vector>
 
 #include "core/base/dtype.h"
@@ -21,7 +21,6 @@ std::atomic<bool> g_timing{false};
 std::atomic<int64_t> g_nanos{0};
 std::atomic<int64_t> g_calls{0};
 std::atomic<double> g_flops{0};
-
 
 // BLAS runs single-threaded inside each tile: the pool is the only parallelism, so the thread
 // count cannot change how a product is cut (OPENBLAS_NUM_THREADS has no say).
@@ -48,10 +47,12 @@ Tiling tiling_for(int64_t m, int64_t n, int64_t k) {
   const bool fine = pool != nullptr && pool->fine_grained();  // tests: tiles at small shapes
   const double kTileFlops = fine ? 1.0e3 : 8.0e6;
   constexpr int64_t kMaxTiles = 16;
-  const double flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
-  const int64_t want = in_parallel_region()
-                           ? 1
-                           : std::clamp<int64_t>(static_cast<int64_t>(flops / kTileFlops), 1, kMaxTiles);
+  const double flops =
+      2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
+  const int64_t want =
+      in_parallel_region()
+          ? 1
+          : std::clamp<int64_t>(static_cast<int64_t>(flops / kTileFlops), 1, kMaxTiles);
   const int64_t tm = std::clamp<int64_t>(m / (fine ? 2 : 32), 1, want);
   const int64_t tn = std::clamp<int64_t>(n / (fine ? 16 : 64), 1, std::max<int64_t>(1, want / tm));
   Tiling t;
@@ -75,8 +76,7 @@ void tiled(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const T*
       const int64_t j0 = (tile % t.col_tiles) * t.cols_per_tile;
       const int64_t mi = std::min(t.rows_per_tile, m - i0);
       const int64_t nj = std::min(t.cols_per_tile, n - j0);
-      blas(mi, nj, a + (trans_a ? i0 : i0 * lda), b + (trans_b ? j0 * ldb : j0),
-           c + i0 * ldc + j0);
+      blas(mi, nj, a + (trans_a ? i0 : i0 * lda), b + (trans_b ? j0 * ldb : j0), c + i0 * ldc + j0);
     }
   });
 }
@@ -91,7 +91,8 @@ ScopedGemmTimer::ScopedGemmTimer(double flops)
 ScopedGemmTimer::~ScopedGemmTimer() {
   if (!on_) return;
   const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                      std::chrono::steady_clock::now() - start_).count();
+                      std::chrono::steady_clock::now() - start_)
+                      .count();
   g_nanos.fetch_add(ns, std::memory_order_relaxed);
   g_calls.fetch_add(1, std::memory_order_relaxed);
   double old = g_flops.load(std::memory_order_relaxed);
@@ -127,8 +128,8 @@ void cblas_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, flo
               c, static_cast<int>(ldc));
 }
 void cblas_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha,
-                const double* a, int64_t lda, const double* b, int64_t ldb, double beta,
-                double* c, int64_t ldc) {
+                const double* a, int64_t lda, const double* b, int64_t ldb, double beta, double* c,
+                int64_t ldc) {
   cblas_dgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
               trans_b ? CblasTrans : CblasNoTrans, static_cast<int>(m), static_cast<int>(n),
               static_cast<int>(k), alpha, a, static_cast<int>(lda), b, static_cast<int>(ldb), beta,
@@ -146,7 +147,8 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, 
       for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == 0 ? T(0) : beta * c[i * ldc + j];
     return;
   }
-  ScopedGemmTimer timer(2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k));
+  ScopedGemmTimer timer(2.0 * static_cast<double>(m) * static_cast<double>(n) *
+                        static_cast<double>(k));
   tiled<T>(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc,
            [&](int64_t mi, int64_t nj, const T* ai, const T* bj, T* cij) {
              cblas_gemm(trans_a, trans_b, mi, nj, k, alpha, ai, lda, bj, ldb, beta, cij, ldc);

@@ -14,7 +14,6 @@
 namespace moe::kernels::ref {
 namespace {
 
-
 // logsumexp of a row, stabilised by the row maximum; partial sums in T per lane, then double.
 template <typename T>
 double row_lse(const T* row, int64_t v) {
@@ -51,8 +50,8 @@ double row_lse(const T* row, int64_t v) {
 MOE_AVX2_CLONES double row_lse_f32(const float* row, int64_t v) { return row_lse<float>(row, v); }
 
 // d[j] = s * exp(row[j] - l) - (j == t ? s : 0); d may alias row.
-MOE_AVX2_CLONES void softmax_grad_row_f32(const float* row, float l, float s, int64_t t,
-                                          int64_t v, float* d) {
+MOE_AVX2_CLONES void softmax_grad_row_f32(const float* row, float l, float s, int64_t t, int64_t v,
+                                          float* d) {
   for (int64_t j = 0; j < v; ++j) d[j] = s * vector_exp(row[j] - l);
   d[t] -= s;
 }
@@ -102,33 +101,34 @@ void cross_entropy_backward(const T* logits, const int32_t* targets, const T* ls
                             int64_t v, double scale, D* d_logits) {
   const T s = static_cast<T>(scale);
   parallel_for(n, row_grain(v), [&](int64_t r0, int64_t r1) {
-  for (int64_t i = r0; i < r1; ++i) {
-    const T* row = logits + i * v;
-    D* d = d_logits + i * v;
-    if (targets[i] < 0) {
-      std::fill(d, d + v, D(0));
-      continue;
+    for (int64_t i = r0; i < r1; ++i) {
+      const T* row = logits + i * v;
+      D* d = d_logits + i * v;
+      if (targets[i] < 0) {
+        std::fill(d, d + v, D(0));
+        continue;
+      }
+      const T l = lse[i];
+      if constexpr (std::is_same_v<T, float> && std::is_same_v<D, float>) {
+        softmax_grad_row_f32(row, l, s, targets[i], v, d);
+      } else if constexpr (std::is_same_v<T, D>) {
+        // Element j is read before d[j] is written, so d may alias row.
+        for (int64_t j = 0; j < v; ++j) d[j] = s * vector_exp(row[j] - l);
+        d[targets[i]] -= s;
+      } else {
+        const int64_t t = targets[i];
+        for (int64_t j = 0; j < v; ++j)
+          d[j] = static_cast<D>(s * vector_exp(row[j] - l) - (j == t ? s : T(0)));
+      }
     }
-    const T l = lse[i];
-    if constexpr (std::is_same_v<T, float> && std::is_same_v<D, float>) {
-      softmax_grad_row_f32(row, l, s, targets[i], v, d);
-    } else if constexpr (std::is_same_v<T, D>) {
-      // Element j is read before d[j] is written, so d may alias row.
-      for (int64_t j = 0; j < v; ++j) d[j] = s * vector_exp(row[j] - l);
-      d[targets[i]] -= s;
-    } else {
-      const int64_t t = targets[i];
-      for (int64_t j = 0; j < v; ++j) d[j] = static_cast<D>(s * vector_exp(row[j] - l) - (j == t ? s : T(0)));
-    }
-  }
   });
 }
 
-#define MOE_INSTANTIATE_CROSS_ENTROPY(T)                                                        \
-  template double cross_entropy_forward<T>(const T*, const int32_t*, int64_t, int64_t, T*, T*,  \
-                                           int64_t*);                                           \
-  template void cross_entropy_backward<T, T>(const T*, const int32_t*, const T*, int64_t,        \
-                                             int64_t, double, T*);
+#define MOE_INSTANTIATE_CROSS_ENTROPY(T)                                                           \
+  template double cross_entropy_forward<T>(const T*, const int32_t*, int64_t, int64_t, T*, T*,     \
+                                           int64_t*);                                              \
+  template void cross_entropy_backward<T, T>(const T*, const int32_t*, const T*, int64_t, int64_t, \
+                                             double, T*);
 MOE_INSTANTIATE_CROSS_ENTROPY(float)
 MOE_INSTANTIATE_CROSS_ENTROPY(double)
 template void cross_entropy_backward<float, bf16>(const float*, const int32_t*, const float*,

@@ -37,7 +37,8 @@ int64_t embedding_backward(const int32_t* ids, int64_t n, int64_t v, const A* d_
   // Rows are added in row order; the columns are spread over the threads (a repeated id adds to
   // the same table row, so rows cannot run in parallel).
   constexpr int64_t kCols = 16;
-  parallel_for((d + kCols - 1) / kCols, std::max<int64_t>(1, kElementGrain / std::max<int64_t>(1, n * kCols)),
+  parallel_for((d + kCols - 1) / kCols,
+               std::max<int64_t>(1, kElementGrain / std::max<int64_t>(1, n * kCols)),
                [&](int64_t c0, int64_t c1) {
                  const int64_t j0 = c0 * kCols, j1 = std::min(d, c1 * kCols);
                  for (int64_t r = 0; r < n; ++r) {

@@ -13,26 +13,26 @@ template <typename T, typename F>
 void layernorm_forward(const T* x, const F* gamma, const F* beta, int64_t n, int64_t d, double eps,
                        T* y, F* mean, F* rstd) {
   parallel_for(n, row_grain(3 * d), [&](int64_t r0, int64_t r1) {
-  for (int64_t r = r0; r < r1; ++r) {
-    const T* row = x + r * d;
-    double m = 0;
-    for (int64_t j = 0; j < d; ++j) m += row[j];
-    m /= static_cast<double>(d);
-    double var = 0;
-    for (int64_t j = 0; j < d; ++j) {
-      const double c = static_cast<double>(row[j]) - m;
-      var += c * c;
+    for (int64_t r = r0; r < r1; ++r) {
+      const T* row = x + r * d;
+      double m = 0;
+      for (int64_t j = 0; j < d; ++j) m += row[j];
+      m /= static_cast<double>(d);
+      double var = 0;
+      for (int64_t j = 0; j < d; ++j) {
+        const double c = static_cast<double>(row[j]) - m;
+        var += c * c;
+      }
+      var /= static_cast<double>(d);
+      const double rs = 1.0 / std::sqrt(var + eps);
+      mean[r] = static_cast<F>(m);
+      rstd[r] = static_cast<F>(rs);
+      // Element j is read before y[j] is written, so y may alias x.
+      for (int64_t j = 0; j < d; ++j) {
+        const double xhat = (static_cast<double>(row[j]) - m) * rs;
+        y[r * d + j] = static_cast<T>(xhat * gamma[j] + beta[j]);
+      }
     }
-    var /= static_cast<double>(d);
-    const double rs = 1.0 / std::sqrt(var + eps);
-    mean[r] = static_cast<F>(m);
-    rstd[r] = static_cast<F>(rs);
-    // Element j is read before y[j] is written, so y may alias x.
-    for (int64_t j = 0; j < d; ++j) {
-      const double xhat = (static_cast<double>(row[j]) - m) * rs;
-      y[r * d + j] = static_cast<T>(xhat * gamma[j] + beta[j]);
-    }
-  }
   });
 }
 
@@ -45,7 +45,8 @@ void layernorm_backward(const T* dy, const T* x, const F* gamma, const F* mean, 
   // dgamma and dbeta first (dx may alias dy): each column summed over the rows in row order, the
   // columns spread over the threads.
   constexpr int64_t kCols = 16;
-  parallel_for((d + kCols - 1) / kCols, std::max<int64_t>(1, kElementGrain / std::max<int64_t>(1, n * kCols)),
+  parallel_for((d + kCols - 1) / kCols,
+               std::max<int64_t>(1, kElementGrain / std::max<int64_t>(1, n * kCols)),
                [&](int64_t c0, int64_t c1) {
                  const int64_t j0 = c0 * kCols, j1 = std::min(d, c1 * kCols);
                  std::vector<double> dg_sum(j1 - j0, 0.0), db_sum(j1 - j0, 0.0);
@@ -83,10 +84,10 @@ void layernorm_backward(const T* dy, const T* x, const F* gamma, const F* mean, 
   });
 }
 
-#define MOE_INSTANTIATE_LAYERNORM(T, F)                                                          \
-  template void layernorm_forward<T, F>(const T*, const F*, const F*, int64_t, int64_t, double,  \
-                                        T*, F*, F*);                                             \
-  template void layernorm_backward<T, F>(const T*, const T*, const F*, const F*, const F*,       \
+#define MOE_INSTANTIATE_LAYERNORM(T, F)                                                         \
+  template void layernorm_forward<T, F>(const T*, const F*, const F*, int64_t, int64_t, double, \
+                                        T*, F*, F*);                                            \
+  template void layernorm_backward<T, F>(const T*, const T*, const F*, const F*, const F*,      \
                                          int64_t, int64_t, T*, F*, F*);
 MOE_INSTANTIATE_LAYERNORM(float, float)
 MOE_INSTANTIATE_LAYERNORM(double, double)

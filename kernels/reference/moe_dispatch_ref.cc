@@ -19,7 +19,8 @@ void assign_capacity(const int32_t* idx, int64_t tokens, int64_t k, int64_t expe
       slot[t * k + j] = (capacity < 0 || position < capacity) ? static_cast<int32_t>(position) : -1;
     }
   }
-  for (int64_t e = 0; e < experts; ++e) kept[e] = capacity < 0 ? load[e] : std::min(load[e], capacity);
+  for (int64_t e = 0; e < experts; ++e)
+    kept[e] = capacity < 0 ? load[e] : std::min(load[e], capacity);
 }
 
 template <typename A, typename F>
@@ -27,30 +28,31 @@ void combine(const A* y, const int32_t* row, const F* gate, const F* omega, int6
              int64_t k, int64_t d, A* u) {
   using C = accum_t<A>;
   parallel_for(tokens, row_grain(k * d), [&](int64_t t0, int64_t t1) {
-  std::vector<C> acc(std::is_same_v<A, C> ? 0 : d);
-  for (int64_t t = t0; t < t1; ++t) {
-    C* out;
-    if constexpr (std::is_same_v<A, C>) {
-      out = u + t * d;
-    } else {
-      out = acc.data();
-    }
-    for (int64_t q = 0; q < d; ++q) out[q] = C(0);
-    for (int64_t j = 0; j < k; ++j) {
-      const int32_t rr = row[t * k + j];
-      if (rr < 0) continue;
-      const C gj = static_cast<C>(gate[t * k + j]);
-      const A* src = y + static_cast<int64_t>(rr) * d;
-      if (omega != nullptr) {
-        for (int64_t q = 0; q < d; ++q) out[q] += gj * (static_cast<C>(omega[q]) * static_cast<C>(src[q]));
+    std::vector<C> acc(std::is_same_v<A, C> ? 0 : d);
+    for (int64_t t = t0; t < t1; ++t) {
+      C* out;
+      if constexpr (std::is_same_v<A, C>) {
+        out = u + t * d;
       } else {
-        for (int64_t q = 0; q < d; ++q) out[q] += gj * static_cast<C>(src[q]);
+        out = acc.data();
+      }
+      for (int64_t q = 0; q < d; ++q) out[q] = C(0);
+      for (int64_t j = 0; j < k; ++j) {
+        const int32_t rr = row[t * k + j];
+        if (rr < 0) continue;
+        const C gj = static_cast<C>(gate[t * k + j]);
+        const A* src = y + static_cast<int64_t>(rr) * d;
+        if (omega != nullptr) {
+          for (int64_t q = 0; q < d; ++q)
+            out[q] += gj * (static_cast<C>(omega[q]) * static_cast<C>(src[q]));
+        } else {
+          for (int64_t q = 0; q < d; ++q) out[q] += gj * static_cast<C>(src[q]);
+        }
+      }
+      if constexpr (!std::is_same_v<A, C>) {
+        for (int64_t q = 0; q < d; ++q) u[t * d + q] = static_cast<A>(out[q]);
       }
     }
-    if constexpr (!std::is_same_v<A, C>) {
-      for (int64_t q = 0; q < d; ++q) u[t * d + q] = static_cast<A>(out[q]);
-    }
-  }
   });
 }
 
@@ -59,9 +61,8 @@ void combine_backward(const A* du, const A* y, const int32_t* row, const F* gate
                       int64_t tokens, int64_t k, int64_t d, int64_t y_rows, A* dy, F* d_gate,
                       F* d_omega) {
   using C = accum_t<A>;
-  parallel_for(y_rows * d, kElementGrain, [&](int64_t begin, int64_t end) {
-    std::fill(dy + begin, dy + end, A(0));
-  });
+  parallel_for(y_rows * d, kElementGrain,
+               [&](int64_t begin, int64_t end) { std::fill(dy + begin, dy + end, A(0)); });
   // Every routed (t, j) owns its row of dy, so tokens run in parallel.
   parallel_for(tokens, row_grain(2 * k * d), [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
@@ -126,11 +127,11 @@ void gather_sum_rows(const A* src, const int32_t* rows, int64_t tokens, int64_t 
   });
 }
 
-#define MOE_INSTANTIATE_DISPATCH(A, F)                                                          \
-  template void combine<A, F>(const A*, const int32_t*, const F*, const F*, int64_t, int64_t,   \
-                              int64_t, A*);                                                     \
-  template void combine_backward<A, F>(const A*, const A*, const int32_t*, const F*, const F*,  \
-                                       int64_t, int64_t, int64_t, int64_t, A*, F*, F*);         \
+#define MOE_INSTANTIATE_DISPATCH(A, F)                                                         \
+  template void combine<A, F>(const A*, const int32_t*, const F*, const F*, int64_t, int64_t,  \
+                              int64_t, A*);                                                    \
+  template void combine_backward<A, F>(const A*, const A*, const int32_t*, const F*, const F*, \
+                                       int64_t, int64_t, int64_t, int64_t, A*, F*, F*);        \
   template void gather_sum_rows<A>(const A*, const int32_t*, int64_t, int64_t, int64_t, A*);
 MOE_INSTANTIATE_DISPATCH(float, float)
 MOE_INSTANTIATE_DISPATCH(double, double)

@@ -30,8 +30,8 @@ TEST(ThreadPoolTest, EveryIndexRunsExactlyOnce) {
           for (int64_t i = b; i < e; ++i) hits[i].fetch_add(1);
         });
         for (int64_t i = 0; i < n; ++i) {
-          ASSERT_EQ(hits[i].load(), 1) << "threads " << threads << " n " << n << " grain "
-                                       << grain << " index " << i;
+          ASSERT_EQ(hits[i].load(), 1)
+              << "threads " << threads << " n " << n << " grain " << grain << " index " << i;
         }
       }
     }
@@ -97,7 +97,8 @@ TEST(ThreadPoolTest, TwoCallersShareOnePoolWithoutDeadlock) {
 
 TEST(ThreadPoolTest, BlockedSumsAreTheSameBitsAtAnyThreadCount) {
   std::vector<double> x(100000);
-  for (size_t i = 0; i < x.size(); ++i) x[i] = 1.0 / (1.0 + static_cast<double>(i % 977)) * ((i % 3) ? 1 : -1e-3);
+  for (size_t i = 0; i < x.size(); ++i)
+    x[i] = 1.0 / (1.0 + static_cast<double>(i % 977)) * ((i % 3) ? 1 : -1e-3);
   auto sum = [&](int threads) {
     ThreadPool pool(threads);
     ParallelScope scope(&pool);
@@ -109,11 +110,14 @@ TEST(ThreadPoolTest, BlockedSumsAreTheSameBitsAtAnyThreadCount) {
   };
   const double one = sum(1);
   for (int threads : {2, 3, 7}) EXPECT_EQ(sum(threads), one) << threads << " threads";
-  EXPECT_NEAR(one, [&] {
-    double s = 0;
-    for (double v : x) s += v;
-    return s;
-  }(), 1e-9 * std::abs(one));
+  EXPECT_NEAR(
+      one,
+      [&] {
+        double s = 0;
+        for (double v : x) s += v;
+        return s;
+      }(),
+      1e-9 * std::abs(one));
 }
 
 TEST(ThreadPoolTest, OutsideAScopeEverythingRunsInline) {

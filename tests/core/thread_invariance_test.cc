@@ -37,14 +37,24 @@ class ThreadInvarianceTest : public ::testing::TestWithParam<std::string> {
 
   static StatusOr<RunConfig> config(const std::string& family, const std::string& precision,
                                     int threads, const std::vector<std::string>& extra = {}) {
-    std::vector<std::string> o = {
-        "model.d_model=32", "model.n_heads=2", "model.seq_len=16", "model.d_ff=48",
-        "model.moe.d_expert=32", "model.moe.num_experts=4", "train.batch_size=8",
-        "train.steps=" + std::to_string(kSteps), "train.eval_every=0", "train.checkpoint_every=0",
-        "train.probe_every=5", "train.schedule.warmup_steps=5", "train.precision=" + precision,
-        "parallel.threads=" + std::to_string(threads), "data.train=" + *corpus_ + "/train.txt",
-        "data.valid=" + *corpus_ + "/valid.txt", "data.test=" + *corpus_ + "/test.txt",
-        "data.vocab_max_size=1500"};
+    std::vector<std::string> o = {"model.d_model=32",
+                                  "model.n_heads=2",
+                                  "model.seq_len=16",
+                                  "model.d_ff=48",
+                                  "model.moe.d_expert=32",
+                                  "model.moe.num_experts=4",
+                                  "train.batch_size=8",
+                                  "train.steps=" + std::to_string(kSteps),
+                                  "train.eval_every=0",
+                                  "train.checkpoint_every=0",
+                                  "train.probe_every=5",
+                                  "train.schedule.warmup_steps=5",
+                                  "train.precision=" + precision,
+                                  "parallel.threads=" + std::to_string(threads),
+                                  "data.train=" + *corpus_ + "/train.txt",
+                                  "data.valid=" + *corpus_ + "/valid.txt",
+                                  "data.test=" + *corpus_ + "/test.txt",
+                                  "data.vocab_max_size=1500"};
     o.insert(o.end(), extra.begin(), extra.end());
     return load_run_config(family_config_path(family), o, 0);
   }
@@ -56,7 +66,7 @@ class ThreadInvarianceTest : public ::testing::TestWithParam<std::string> {
   }
 
   static RunResult train(const std::string& family, const std::string& precision, int threads,
-                   const std::string& run_dir) {
+                         const std::string& run_dir) {
     RunResult r;
     StatusOr<RunConfig> cfg = config(family, precision, threads);
     EXPECT_TRUE(cfg.ok()) << cfg.status().to_string();
@@ -114,8 +124,7 @@ TEST_F(ThreadInvarianceTest, ExpertParallelRanksGiveTheSameBitsAtAnyThreadCount)
       std::vector<std::vector<double>> per_rank(2);
       const Status s = comm::run_local_ranks(2, [&](comm::Communicator& world) -> Status {
         MOE_ASSIGN_OR_RETURN(RunConfig cfg,
-                             config("momentum", "FP32", threads,
-                                    {"parallel.ep=2", mode}));
+                             config("momentum", "FP32", threads, {"parallel.ep=2", mode}));
         MOE_ASSIGN_OR_RETURN(std::unique_ptr<Trainer> t,
                              Trainer::create(cfg, options(dir), &world));
         for (int i = 0; i < kSteps; ++i) {

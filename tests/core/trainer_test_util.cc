@@ -16,7 +16,8 @@ namespace moe::testing {
 
 std::vector<std::string> config_families() {
   std::vector<std::string> names;
-  for (const auto& e : std::filesystem::directory_iterator(std::string(MOE_SOURCE_DIR) + "/configs")) {
+  for (const auto& e :
+       std::filesystem::directory_iterator(std::string(MOE_SOURCE_DIR) + "/configs")) {
     if (e.path().extension() == ".pbtxt") names.push_back(e.path().stem().string());
   }
   std::sort(names.begin(), names.end());
