@@ -51,6 +51,15 @@ AllToAllPlan AllToAllPlan::transposed() const {
   return t;
 }
 
+AllToAllPlan AllToAllPlan::without(int rank) const {
+  AllToAllPlan p = *this;
+  if (rank >= 0 && rank < world_size()) {
+    p.send_counts[rank] = 0;
+    p.recv_counts[rank] = 0;
+  }
+  return p;
+}
+
 bool AllToAllPlan::is_uniform() const {
   for (size_t r = 0; r < send_counts.size(); ++r) {
     if (send_counts[r] != send_counts[0] || recv_counts[r] != send_counts[0]) return false;

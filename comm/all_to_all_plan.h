@@ -26,6 +26,10 @@ struct AllToAllPlan {
   static AllToAllPlan uniform(int world_size, int64_t rows_per_rank);
   // The reverse exchange: what was received is sent back (combine, dispatch backward).
   AllToAllPlan transposed() const;
+  // The same plan with `rank`'s own rows left out (its counts 0, every offset and total kept):
+  // the exchange then moves only the peers' rows, and the caller puts its own rows in place
+  // itself (the dispatch gathers them straight into the receive buffer).
+  AllToAllPlan without(int rank) const;
   int world_size() const { return static_cast<int>(send_counts.size()); }
   bool is_uniform() const;
   std::string to_string() const;

@@ -7,6 +7,7 @@
 #include "kernels/common.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/reference/moe_dispatch_ref.h"
+#include "kernels/reference/row_copy.h"
 
 namespace moe::kernels {
 namespace {
@@ -149,7 +150,16 @@ Status gather_rows(Context& ctx, const TensorView& src, const TensorView& index,
   const char* s = static_cast<const char*>(src.raw());
   char* d = static_cast<char*>(dst.raw());
   const int32_t* idx = index.data<int32_t>();
+  const bool streaming = ref::use_streaming_stores(d, row_bytes, dst.nbytes());
   parallel_for(dst.dim(0), row_grain(src.dim(1)), [&](int64_t begin, int64_t end) {
+    if (streaming) {
+      for (int64_t i = begin; i < end; ++i) {
+        ref::stream_row(d + i * row_bytes, idx[i] < 0 ? nullptr : s + idx[i] * row_bytes,
+                        row_bytes);
+      }
+      ref::stream_fence();
+      return;
+    }
     for (int64_t i = begin; i < end; ++i) {
       if (idx[i] < 0) {
         std::memset(d + i * row_bytes, 0, row_bytes);

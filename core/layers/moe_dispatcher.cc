@@ -134,9 +134,28 @@ StatusOr<Tensor> MoeDispatcher::exchange(const Tensor& in, const comm::AllToAllP
 }
 
 StatusOr<Tensor> MoeDispatcher::dispatch(const Tensor& x, const DispatchPlan& plan) const {
-  MOE_ASSIGN_OR_RETURN(Tensor send, ctx_.empty({plan.exchange.send_total, x.dim(1)}, x.dtype()));
-  MOE_RETURN_IF_ERROR(kernels::gather_rows(ctx_, x, plan.send_token, send));
-  return exchange(send, plan.exchange, plan.capacity >= 0);
+  const comm::AllToAllPlan& ex = plan.exchange;
+  MOE_ASSIGN_OR_RETURN(Tensor send, ctx_.empty({ex.send_total, x.dim(1)}, x.dtype()));
+  if (comm_ == nullptr) {
+    MOE_RETURN_IF_ERROR(kernels::gather_rows(ctx_, x, plan.send_token, send));
+    return send;  // one rank: the receive buffer is the send buffer
+  }
+  // The rows bound for my own experts are gathered straight into their place in the receive
+  // buffer; only the peers' rows go through the send buffer and the exchange (whose plan leaves
+  // my rows out). This saves copying 1/R of the bytes once more, on every backend.
+  MOE_ASSIGN_OR_RETURN(Tensor recv, ctx_.empty({ex.recv_total, x.dim(1)}, x.dtype()));
+  const int me = ep_rank();
+  const int64_t own_begin = ex.send_offsets[me], own_end = own_begin + ex.send_counts[me];
+  const auto gather = [&](int64_t begin, int64_t end, const Tensor& dst, int64_t at) -> Status {
+    if (begin == end) return Status::OK();
+    return kernels::gather_rows(ctx_, x, plan.send_token.rows(begin, end),
+                                dst.rows(at, at + end - begin));
+  };
+  MOE_RETURN_IF_ERROR(gather(0, own_begin, send, 0));
+  MOE_RETURN_IF_ERROR(gather(own_end, ex.send_total, send, own_end));
+  MOE_RETURN_IF_ERROR(gather(own_begin, own_end, recv, ex.recv_offsets[me]));
+  MOE_RETURN_IF_ERROR(comm_->all_to_all_v(send, ex.without(me), recv, ctx_.stream()));
+  return recv;
 }
 
 StatusOr<Tensor> MoeDispatcher::gather_back(const Tensor& y, const DispatchPlan& plan) const {

@@ -5,17 +5,22 @@
 // Layouts (R ranks, E experts, E_l = E / R local experts, C capacity, T tokens, K top-k):
 //   send buffer [S, D]: one block per global expert e, in expert order (rank e / E_l owns it):
 //     C rows (capacity mode, S = E * C; unfilled rows are zero) or load_e rows (dropless,
-//     S = T * K). The rows bound for one rank are contiguous.
+//     S = T * K). The rows bound for one rank are contiguous. (With a communicator, the dispatch
+//     leaves my own rank's rows of it unwritten: they go straight to the receive buffer.)
 //   receive buffer [M, D]: per source rank r, the blocks of my E_l experts: block b = r * E_l + l
 //     (kernels/expert_blocks.h). The expert GEMMs run on it in place, no compaction.
-// Capacity mode: the exchange is an equal-chunk all-to-all of [R, E_l * C, D]: no counts are
-// exchanged and nothing is read on the host; the padded blocks' filled prefixes are counted on
-// the device from the exchanged keys. Every rank of the group must use one C, i.e. one T: the
-// first forward at a new token count checks this (a host-side collective, agree_tokens()).
+// Capacity mode: the exchanges are equal-chunk all-to-alls of [R, E_l * C, D] (the dispatch's is
+// an all-to-all-v of the same chunks less my own): no counts are exchanged and nothing is read on
+// the host; the padded blocks' filled prefixes are counted on the device from the exchanged keys.
+// Every rank of the group must use one C, i.e. one T: the first forward at a new token count
+// checks this (a host-side collective, agree_tokens()).
 // Dropless mode: the per-expert counts are exchanged on the device and read back once (the
 // layer's one synchronisation) to size the receive buffer and the all-to-all-v.
 //
 // Forward: x -gather-> send -exchange-> recv -> experts -> recv -exchange back-> send -> combine.
+// The dispatch gathers the rows for this rank's own experts straight into the receive buffer, and
+// its exchange moves only the peers' rows (AllToAllPlan::without).
+// Gathers into buffers larger than the caches use streaming stores on the CPU (row_copy.h).
 // Backward runs the same maps the other way; the dispatch backward is a per-token gather-sum.
 // Every map is a row gather: deterministic, no atomics.
 #pragma once

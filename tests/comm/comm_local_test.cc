@@ -239,6 +239,18 @@ TEST(AllToAllPlanTest, TransposedSwapsSendAndReceive) {
   EXPECT_EQ(t.transposed().send_counts, plan.send_counts);
 }
 
+TEST(AllToAllPlanTest, WithoutLeavesOneRanksRowsOutAndKeepsThePlacesOfTheRest) {
+  AllToAllPlan plan = *AllToAllPlan::from_counts({3, 1, 2}, {1, 4, 2});
+  AllToAllPlan w = plan.without(1);
+  EXPECT_EQ(w.send_counts, (std::vector<int64_t>{3, 0, 2}));
+  EXPECT_EQ(w.recv_counts, (std::vector<int64_t>{1, 0, 2}));
+  EXPECT_EQ(w.send_offsets, plan.send_offsets);
+  EXPECT_EQ(w.recv_offsets, plan.recv_offsets);
+  EXPECT_EQ(w.send_total, plan.send_total);
+  EXPECT_EQ(w.recv_total, plan.recv_total);
+  EXPECT_EQ(plan.without(3).send_counts, plan.send_counts);  // no such rank: unchanged
+}
+
 TEST(AllToAllPlanTest, Uniform) {
   AllToAllPlan plan = AllToAllPlan::uniform(4, 6);
   EXPECT_TRUE(plan.is_uniform());
