@@ -214,19 +214,23 @@ Status all_to_all_v_round_trip(Communicator& comm, Device device, DType dtype, i
       expect_values(str_cat("all_to_all_v round trip ", dtype_name(dtype)), me, back, sent_value));
   // The plan without my own rows: the peers' rows arrive as before, my own rows of `out` keep
   // what they held (-1), and my own rows of `in` are not needed (-2 there, never seen).
-  MOE_ASSIGN_OR_RETURN(Tensor in_peers, make(device, dtype, {plan.send_total, width}, [&](int64_t i) {
-    const int64_t row = i / width;
-    const bool own = row >= plan.send_offsets[me] && row < plan.send_offsets[me] + plan.send_counts[me];
-    return own ? -2.0 : sent_value(i);
-  }));
-  MOE_ASSIGN_OR_RETURN(Tensor out_peers, make(device, dtype, {plan.recv_total, width}, [](int64_t) { return -1; }));
+  MOE_ASSIGN_OR_RETURN(
+      Tensor in_peers, make(device, dtype, {plan.send_total, width}, [&](int64_t i) {
+        const int64_t row = i / width;
+        const bool own =
+            row >= plan.send_offsets[me] && row < plan.send_offsets[me] + plan.send_counts[me];
+        return own ? -2.0 : sent_value(i);
+      }));
+  MOE_ASSIGN_OR_RETURN(Tensor out_peers,
+                       make(device, dtype, {plan.recv_total, width}, [](int64_t) { return -1; }));
   MOE_RETURN_IF_ERROR(comm.all_to_all_v(in_peers, plan.without(me), out_peers));
-  return expect_values(str_cat("all_to_all_v without my rows ", dtype_name(dtype)), me, out_peers, [&](int64_t i) {
-    const int64_t row = i / width;
-    int src = 0;
-    while (row >= plan.recv_offsets[src] + plan.recv_counts[src]) ++src;
-    return src == me ? -1.0 : stamp(src, me, row - plan.recv_offsets[src], i % width);
-  });
+  return expect_values(
+      str_cat("all_to_all_v without my rows ", dtype_name(dtype)), me, out_peers, [&](int64_t i) {
+        const int64_t row = i / width;
+        int src = 0;
+        while (row >= plan.recv_offsets[src] + plan.recv_counts[src]) ++src;
+        return src == me ? -1.0 : stamp(src, me, row - plan.recv_offsets[src], i % width);
+      });
 }
 }  // namespace
 

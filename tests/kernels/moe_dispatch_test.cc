@@ -113,17 +113,18 @@ TEST(GatherTest, GatherRowsAndGatherSum) {
 TEST(GatherTest, LargeDestinationsTakeStreamingStoresAndCopyTheSameBytes) {
   for (DType dtype : {DType::kF32, DType::kBF16}) {
     const int64_t d = dtype == DType::kF32 ? 256 : 520, n = 301;
-    const int64_t m = static_cast<int64_t>(ref::kStreamingStoreBytes) /
-                          (d * static_cast<int64_t>(dtype_size(dtype))) + 7;
+    const int64_t row_bytes = d * static_cast<int64_t>(dtype_size(dtype));
+    const int64_t m = static_cast<int64_t>(ref::kStreamingStoreBytes) / row_bytes + 7;
     Tensor src_all = Tensor::empty({n * d + 1}, dtype);
     for (size_t i = 0; i < src_all.nbytes(); ++i)
       static_cast<unsigned char*>(src_all.raw())[i] = static_cast<unsigned char>((i * 7 + 3) % 251);
     const TensorView src = src_all.view().rows(1, n * d + 1).reshape({n, d});  // one element in
     Tensor index = Tensor::empty({m}, DType::kI32);
-    for (int64_t i = 0; i < m; ++i) index.data<int32_t>()[i] = i % 5 == 3 ? -1 : static_cast<int32_t>((i * 37) % n);
+    for (int64_t i = 0; i < m; ++i)
+      index.data<int32_t>()[i] = i % 5 == 3 ? -1 : static_cast<int32_t>((i * 37) % n);
     Tensor dst = Tensor::empty({m, d}, dtype);
 #if defined(__x86_64__)
-    ASSERT_TRUE(ref::use_streaming_stores(dst.raw(), static_cast<size_t>(d) * dtype_size(dtype),
+    ASSERT_TRUE(ref::use_streaming_stores(dst.raw(), static_cast<size_t>(row_bytes),
                                           dst.nbytes()));  // the path under test
 #endif
     for (int threads : {1, 3}) {
@@ -133,12 +134,12 @@ TEST(GatherTest, LargeDestinationsTakeStreamingStoresAndCopyTheSameBytes) {
       std::unique_ptr<Context> c = Context::host(o);
       std::memset(dst.raw(), 0x5a, dst.nbytes());
       ASSERT_TRUE(gather_rows(*c, src, index, dst).ok());
-      const size_t rb = static_cast<size_t>(d) * dtype_size(dtype);
+      const size_t rb = static_cast<size_t>(row_bytes);
       const std::vector<unsigned char> zero(rb, 0);
       for (int64_t i = 0; i < m; ++i) {
         const int32_t t = index.data<int32_t>()[i];
-        const void* want =
-            t < 0 ? static_cast<const void*>(zero.data()) : static_cast<const char*>(src.raw()) + t * rb;
+        const void* want = t < 0 ? static_cast<const void*>(zero.data())
+                                 : static_cast<const char*>(src.raw()) + t * rb;
         ASSERT_EQ(std::memcmp(static_cast<const char*>(dst.raw()) + i * rb, want, rb), 0)
             << dtype_name(dtype) << " row " << i << " threads " << threads;
       }
