@@ -215,6 +215,7 @@ Status bench_alltoall(int argc, char** argv, comm::World* world) {
           .num("plain_ms", plain.median * 1e3)
           .num("plain_min_ms", plain.min * 1e3)
           .num("dispatch_combine_ms", end_to_end.median * 1e3)
+          .num("dispatch_combine_min_ms", end_to_end.min * 1e3)
           .num("plan_ms", planning.median * 1e3)
           .num("exchange_busbw_gbps", bus / exchange.median / 1e9)
           .num("plain_busbw_gbps", bus / plain.median / 1e9)
