@@ -11,7 +11,9 @@
 #include <thread>
 
 #include "core/base/check.h"
+#include "core/base/cpu_info.h"
 #include "core/base/device.h"
+#include "kernels/reference/blas_library.h"
 
 namespace moe::bench {
 
@@ -50,7 +52,12 @@ JsonLine& JsonLine::num(const std::string& key, double value) {
 }
 
 JsonLine& JsonLine::str(const std::string& key, const std::string& value) {
-  fields_.emplace_back(key, "\"" + value + "\"");
+  std::string quoted = "\"";
+  for (char c : value) {
+    if (c == '"' || c == '\\') quoted += '\\';
+    quoted += (c == '\n' || c == '\t') ? ' ' : c;
+  }
+  fields_.emplace_back(key, quoted + "\"");
   return *this;
 }
 
@@ -65,12 +72,18 @@ std::string JsonLine::dump() const {
 std::string environment_line(int world_size) {
   char host[256] = "?";
   gethostname(host, sizeof(host) - 1);
-  const char* blas = std::getenv("OPENBLAS_NUM_THREADS");
+  const CpuInfo& cpu = cpu_info();
+  const kernels::ref::BlasInfo& blas = kernels::ref::blas_info();
   JsonLine j("env");
   j.str("host", host)
       .num("cores", std::thread::hardware_concurrency())
-      .str("openblas_threads", blas != nullptr ? blas : "default")
-      .num("world_size", world_size)
+      .str("cpu", cpu.description())
+      .str("cpu_isa", cpu.isa_summary())
+      .str("blas", blas.library + (blas.version.empty() ? "" : " " + blas.version))
+      .str("blas_kernel", blas.kernel)
+      .str("blas_kernel_chosen_by", blas.chosen_by);
+  if (!blas.warning.empty()) j.str("blas_warning", blas.warning);
+  j.num("world_size", world_size)
       .num("cuda_devices", cuda_device_count())
 #ifdef NDEBUG
       .str("build", "optimised");

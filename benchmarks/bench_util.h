@@ -33,8 +33,9 @@ class JsonLine {
   std::vector<std::pair<std::string, std::string>> fields_;
 };
 
-// {"bench": "env", host, cores, blas threads, build type, world size, ...} plus a warning when the
-// build is not optimised.
+// {"bench": "env", host, cores, the CPU and its vector ISA, the BLAS library, version and kernel
+// (and blas_warning when the kernel does not use the CPU's ISA), world size, build type (a
+// warning when the build is not optimised)}. Loads the BLAS (blas_library.h) if it is not yet.
 std::string environment_line(int world_size);
 
 // "--key value" pairs after the subcommand; unknown keys are an error naming them.

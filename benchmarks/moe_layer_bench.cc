@@ -10,9 +10,12 @@
 #include <benchmark/benchmark.h>
 
 #include <cmath>
+#include <cstdio>
 #include <memory>
 
 #include "benchmarks/layer_fixture.h"
+#include "core/base/cpu_info.h"
+#include "kernels/reference/blas_library.h"
 
 namespace moe::bench {
 namespace {
@@ -71,6 +74,16 @@ BENCHMARK(BM_MoeLayerForwardBackward)->Apply(shapes);
 int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  if (moe::Status blas = moe::kernels::ref::load_blas(); !blas.ok()) {
+    std::fprintf(stderr, "moe_layer_bench: %s\n", blas.to_string().c_str());
+    return 2;
+  }
+  // The context block (and --benchmark_format=json's "context") names the CPU and the BLAS.
+  const moe::kernels::ref::BlasInfo& blas = moe::kernels::ref::blas_info();
+  benchmark::AddCustomContext("cpu", moe::cpu_info().description());
+  benchmark::AddCustomContext("cpu_isa", moe::cpu_info().isa_summary());
+  benchmark::AddCustomContext("blas", blas.summary());
+  if (!blas.warning.empty()) benchmark::AddCustomContext("blas_warning", blas.warning);
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   return 0;

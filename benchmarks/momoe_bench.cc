@@ -4,6 +4,9 @@
 //   momoe-bench train     [--preset quickstart|smoe-medium|all] ...    CPU training throughput
 //   momoe-bench alltoall  ...    (under mpirun)  MoE exchange vs a plain MPI_Alltoall, same bytes
 //   momoe-bench scaling   ...    (under mpirun)  one weak/strong scaling point
+//   momoe-bench env       the environment line alone (CPU, BLAS library and kernel); exit 2 when
+//                         the BLAS cannot be loaded as configured (tests/run.sh asks it which
+//                         OpenBLAS kernels this CPU runs)
 // moe_layer_bench (Google Benchmark) sweeps the CPU layer over shapes and variants.
 #include <cstdio>
 #include <cstring>
@@ -14,6 +17,7 @@
 #include "comm/world.h"
 #include "core/base/device.h"
 #include "core/base/logging.h"
+#include "kernels/reference/blas_library.h"
 
 namespace moe::bench {
 Status bench_layer(int argc, char** argv, comm::World* world);
@@ -27,8 +31,20 @@ namespace {
 int run(int argc, char** argv) {
   using namespace moe;
   if (argc < 2 || std::strcmp(argv[1], "--help") == 0) {
-    std::fprintf(stderr, "usage: momoe-bench layer|train|alltoall|scaling [--key value ...]\n");
+    std::fprintf(stderr, "usage: momoe-bench layer|train|alltoall|scaling|env [--key value ...]\n");
     return argc < 2 ? 2 : 0;
+  }
+  // The BLAS first, before MPI starts threads (it is loaded with its kernel chosen: see
+  // blas_library.h); a kernel this CPU cannot run is refused here, by name.
+  if (Status blas = kernels::ref::load_blas(); !blas.ok()) {
+    log_error(blas.to_string());
+    return 2;
+  }
+  if (std::strcmp(argv[1], "env") == 0) {
+    std::printf("%s\n", bench::environment_line(1).c_str());
+    const std::string& warning = kernels::ref::blas_info().warning;
+    if (!warning.empty()) log_warning(warning);
+    return 0;
   }
   StatusOr<comm::World> world = comm::make_world(&argc, &argv, CommBackend::kAuto, 600);
   if (!world.ok()) {
@@ -37,6 +53,7 @@ int run(int argc, char** argv) {
   }
   set_log_rank(world->rank());
   if (world->rank() == 0) std::printf("%s\n", bench::environment_line(world->size()).c_str());
+  if (const std::string& w = kernels::ref::blas_info().warning; !w.empty()) log_warning(w);
   const std::string cmd = argv[1];
   Status s;
   if (cmd == "layer") {

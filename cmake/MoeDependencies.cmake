@@ -3,16 +3,12 @@
 
 find_package(Threads REQUIRED)
 
-# A real BLAS on the CPU (OpenBLAS from Debian's libopenblas-dev). We need its CBLAS header too.
-set(BLA_VENDOR OpenBLAS)
-find_package(BLAS REQUIRED)
-find_path(MOE_CBLAS_INCLUDE_DIR cblas.h
-          PATHS /usr/include/x86_64-linux-gnu/openblas-pthread /usr/include/openblas /usr/include
-                /usr/include/x86_64-linux-gnu /usr/include/aarch64-linux-gnu/openblas-pthread
-          REQUIRED)
+# A real BLAS on the CPU, loaded at run time (kernels/reference/blas_library.h): OpenBLAS from
+# Debian's libopenblas0 by default, or the CBLAS library $MOMOE_BLAS names. Nothing links it, so
+# that momoe chooses OpenBLAS's kernel from the CPU's features before the library's constructor
+# (which would pick it from a table of CPU models) runs.
 add_library(moe_blas INTERFACE)
-target_link_libraries(moe_blas INTERFACE ${BLAS_LIBRARIES})
-target_include_directories(moe_blas SYSTEM INTERFACE ${MOE_CBLAS_INCLUDE_DIR})
+target_link_libraries(moe_blas INTERFACE ${CMAKE_DL_LIBS})
 
 find_package(Protobuf REQUIRED)
 find_package(nlohmann_json 3.10 REQUIRED)

@@ -13,6 +13,7 @@
 #include "core/data/corpus.h"
 #include "core/train/checkpoint.h"
 #include "core/train/evaluator.h"
+#include "kernels/reference/blas_library.h"
 #include "launcher/exit_status.h"
 #include "launcher/flags.h"
 #include "proto/run_convert.h"
@@ -35,6 +36,8 @@ StatusOr<std::string> evaluate(const FlagParser& flags) {
   ContextOptions context;  // every core (the checkpoint's parallel.threads, when set)
   context.threads = cfg.parallel.threads;
   std::unique_ptr<Context> ctx = Context::host(context);
+  MOE_RETURN_IF_ERROR(kernels::ref::load_blas());
+  if (const std::string& w = kernels::ref::blas_info().warning; !w.empty()) log_warning(w);
   MOE_ASSIGN_OR_RETURN(std::unique_ptr<TransformerLM> model,
                        TransformerLM::create(cfg.model, ctx.get(),
                                              activation_dtype(cfg.train.precision), nullptr));

@@ -15,14 +15,15 @@
 #include <functional>
 #include <thread>
 
+#include "comm/world.h"
 #include "core/base/logging.h"
 #include "core/io/crash_point.h"
 #include "core/train/trainer.h"
+#include "kernels/reference/blas_library.h"
 #include "launcher/env_params.h"
 #include "launcher/exit_status.h"
 #include "launcher/flags.h"
 #include "launcher/signals.h"
-#include "comm/world.h"
 #include "proto/run_convert.h"
 
 namespace moe {
@@ -97,6 +98,11 @@ int run(int argc, char** argv) {
   StatusOr<RunConfig> cfg =
       load_run_config(flags.get("config"), flags.get_all("set"), static_cast<int>(*ep));
   if (!cfg.ok()) return fail(cfg.status(), nullptr);
+  // The CPU's BLAS is loaded (its kernel chosen from the CPU's features) before MPI starts
+  // threads: an OPENBLAS_CORETYPE this CPU cannot run is refused here, by name.
+  if (cfg->train.device == DeviceKind::kCpu) {
+    if (Status blas = kernels::ref::load_blas(); !blas.ok()) return fail(blas, nullptr);
+  }
 
   StatusOr<comm::World> world = comm::make_world(&argc, &argv, cfg->parallel.backend,
                                                  cfg->parallel.setup_timeout_seconds);

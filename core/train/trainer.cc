@@ -6,14 +6,17 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <mutex>
 #include <string_view>
 
+#include "core/base/cpu_info.h"
 #include "core/base/logging.h"
 #include "core/checkpoint/checkpoint_io.h"
 #include "core/train/agree.h"
 #include "core/train/grad_sync.h"
 #include "core/train/memory_estimate.h"
 #include "kernels/moe_stats.h"
+#include "kernels/reference/blas_library.h"
 #include "proto/run_convert.h"
 
 namespace moe {
@@ -89,6 +92,13 @@ Status Trainer::setup() {
   context.threads = cfg_.parallel.threads > 0 ? cfg_.parallel.threads
                                               : default_threads(ranks_are_threads ? ranks : 1);
   ctx_ = Context::host(context);
+  MOE_RETURN_IF_ERROR(kernels::ref::load_blas());
+  // Every process says so, once, when its BLAS kernel does not use its CPU's vector ISA (ranks
+  // may run on different CPUs); rank 0 names the CPU and the kernel in the start-up line below.
+  static std::once_flag blas_warned;
+  std::call_once(blas_warned, [] {
+    if (const std::string& w = kernels::ref::blas_info().warning; !w.empty()) log_warning(w);
+  });
   MOE_RETURN_IF_ERROR(check_host_memory());
   MOE_ASSIGN_OR_RETURN(model_, TransformerLM::create(cfg_.model, ctx_.get(),
                                                      activation_dtype(t.precision),
@@ -148,6 +158,9 @@ Status Trainer::setup() {
                 data_->train->size(), " training sequences of ", cfg_.model.seq_len, " tokens; ",
                 cfg_.model.blocks.size(), " blocks (", model_->num_moe_layers(),
                 " MoE); parameters: ", dense, " dense + ", expert, " expert on this rank"));
+    coordinator_->print(str_cat("momoe: CPU ", cpu_info().description(), ", ",
+                                cpu_info().isa_summary(), "; BLAS ",
+                                kernels::ref::blas_info().summary()));
   }
   // Set-up ran under the (long) setup timeout; the step's collectives get the short one, so a
   // rank that stops responding is named within seconds.

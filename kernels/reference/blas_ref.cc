@@ -1,7 +1,5 @@
 #include "kernels/reference/blas_ref.h"
 
-#include <cblas.h>
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -10,9 +8,7 @@
 
 #include "core/base/dtype.h"
 #include "core/base/thread_pool.h"
-
-// OpenBLAS's thread control, when the BLAS is OpenBLAS (weak: another CBLAS simply lacks it).
-extern "C" void openblas_set_num_threads(int num_threads) __attribute__((weak));
+#include "kernels/reference/blas_library.h"
 
 namespace moe::kernels::ref {
 namespace {
@@ -21,16 +17,6 @@ std::atomic<bool> g_timing{false};
 std::atomic<int64_t> g_nanos{0};
 std::atomic<int64_t> g_calls{0};
 std::atomic<double> g_flops{0};
-
-// BLAS runs single-threaded inside each tile: the pool is the only parallelism, so the thread
-// count cannot change how a product is cut (OPENBLAS_NUM_THREADS has no say).
-void single_threaded_blas() {
-  static const bool once = [] {
-    if (openblas_set_num_threads != nullptr) openblas_set_num_threads(1);
-    return true;
-  }();
-  (void)once;
-}
 
 // How a product C[M, N] is cut into tiles, each one BLAS call: from M, N and K and whether the
 // call is already inside a parallel_for body (then it stays whole: attention heads, expert
@@ -68,7 +54,6 @@ Tiling tiling_for(int64_t m, int64_t n, int64_t k) {
 template <typename T, typename Blas>
 void tiled(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda,
            const T* b, int64_t ldb, T* c, int64_t ldc, Blas&& blas) {
-  single_threaded_blas();
   const Tiling t = tiling_for(m, n, k);
   parallel_for(t.tiles(), 1, [&](int64_t begin, int64_t end) {
     for (int64_t tile = begin; tile < end; ++tile) {
@@ -118,22 +103,26 @@ void reset_gemm_counters() {
 
 namespace {
 
-// One row-major CBLAS product (a tile of a larger one, or the whole).
-void cblas_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-                const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
-                int64_t ldc) {
-  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
-              trans_b ? CblasTrans : CblasNoTrans, static_cast<int>(m), static_cast<int>(n),
-              static_cast<int>(k), alpha, a, static_cast<int>(lda), b, static_cast<int>(ldb), beta,
-              c, static_cast<int>(ldc));
-}
-void cblas_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha,
-                const double* a, int64_t lda, const double* b, int64_t ldb, double beta, double* c,
-                int64_t ldc) {
-  cblas_dgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
-              trans_b ? CblasTrans : CblasNoTrans, static_cast<int>(m), static_cast<int>(n),
-              static_cast<int>(k), alpha, a, static_cast<int>(lda), b, static_cast<int>(ldb), beta,
-              c, static_cast<int>(ldc));
+// CBLAS's enum values (the same in every CBLAS: OpenBLAS, BLIS, MKL).
+constexpr int kRowMajor = 101, kNoTrans = 111, kTrans = 112;
+
+// One row-major CBLAS product (a tile of a larger one, or the whole), by the loaded library,
+// which runs single-threaded inside (blas_library.h): the pool is the only parallelism, so the
+// thread count cannot change how a product is cut.
+template <typename T>
+void cblas_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, const T* a,
+                int64_t lda, const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
+  const BlasFunctions& blas = blas_functions();
+  auto product = [&](auto fn) {
+    fn(kRowMajor, trans_a ? kTrans : kNoTrans, trans_b ? kTrans : kNoTrans, static_cast<int>(m),
+       static_cast<int>(n), static_cast<int>(k), alpha, a, static_cast<int>(lda), b,
+       static_cast<int>(ldb), beta, c, static_cast<int>(ldc));
+  };
+  if constexpr (std::is_same_v<T, float>) {
+    product(blas.sgemm);
+  } else {
+    product(blas.dgemm);
+  }
 }
 
 }  // namespace
@@ -151,7 +140,7 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, 
                         static_cast<double>(k));
   tiled<T>(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc,
            [&](int64_t mi, int64_t nj, const T* ai, const T* bj, T* cij) {
-             cblas_gemm(trans_a, trans_b, mi, nj, k, alpha, ai, lda, bj, ldb, beta, cij, ldc);
+             cblas_gemm<T>(trans_a, trans_b, mi, nj, k, alpha, ai, lda, bj, ldb, beta, cij, ldc);
            });
 }
 

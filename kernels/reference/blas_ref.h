@@ -1,5 +1,5 @@
-// Typed wrappers over CBLAS (OpenBLAS on the CPU) for row-major GEMM, for f32 and f64, and the
-// bf16 product (operands widened to f32 tiles, f32 accumulation: Debian's OpenBLAS is built
+// Typed wrappers over CBLAS (the library blas_library.h loads) for row-major GEMM, for f32 and f64,
+// and the bf16 product (operands widened to f32 tiles, f32 accumulation: Debian's OpenBLAS is built
 // without sbgemm). These are the CPU backend's matrix products; the naive triple loop lives only
 // in the tests as the oracle.
 #pragma once
