@@ -1,6 +1,8 @@
-# moe_add_test(name SOURCES a.cc ... LIBS x y LABELS cpu|mpi|gpu [NP n] [TIMEOUT s])
+# moe_add_test(name SOURCES a.cc ... LIBS x y LABELS cpu|mpi|gpu [blas] [NP n] [TIMEOUT s])
 #   One GoogleTest binary. Without NP its tests are discovered one by one (ctest -L cpu runs them).
 #   With NP it runs as a single CTest entry under `mpirun -np n`.
+#   Label blas: the binary compares results across shapes, ranks, thread counts or layouts, or
+#   checks the BLAS itself; tests/run.sh runs these again under each OpenBLAS kernel the CPU runs.
 # moe_add_bench(name SOURCES ... LIBS ...)
 #   One Google Benchmark binary (never run by CTest).
 include(GoogleTest)
@@ -24,8 +26,12 @@ function(moe_add_test name)
                          ENVIRONMENT "${_env}")
   else()
     target_link_libraries(${name} PRIVATE GTest::gtest_main)
+    # The discovered tests' properties pass through flattened lists that lose a list-valued
+    # label, so several labels become one ("cpu,blas"): ctest -L matches labels as regular
+    # expressions, so -L cpu and -L blas both select it.
+    string(REPLACE ";" "," _labels "${ARG_LABELS}")
     gtest_discover_tests(${name} DISCOVERY_MODE PRE_TEST
-                         PROPERTIES LABELS "${ARG_LABELS}" TIMEOUT ${ARG_TIMEOUT})
+                         PROPERTIES LABELS "${_labels}" TIMEOUT ${ARG_TIMEOUT})
   endif()
 endfunction()
 

@@ -39,11 +39,17 @@ void compare_with_single_process(int ep) {
   ASSERT_TRUE(cfg.ok()) << cfg.status().to_string();
   StatusOr<std::unique_ptr<Trainer>> t = Trainer::create(*cfg, quiet_options(run), w.get());
   ASSERT_TRUE(t.ok()) << t.status().to_string();
-  std::vector<double> losses;
+  std::vector<double> losses, single_losses;
+  StepLoads loads, single_loads;  // aggregated on rank 0
+  auto record = [](const StepStatsInfo& s, std::vector<double>* l, StepLoads* by_step) {
+    l->push_back(s.loss);
+    by_step->emplace_back();
+    for (const RouterStatsInfo& layer : s.layers) by_step->back().push_back(layer.expert_load);
+  };
   for (int i = 0; i < 10; ++i) {
     StatusOr<StepStatsInfo> s = (*t)->step();
     ASSERT_TRUE(s.ok()) << s.status().to_string();
-    losses.push_back(s->loss);
+    record(*s, &losses, &loads);
   }
   if (w->rank() == 0) {
     StatusOr<RunConfig> single_cfg = tiny_config(corpus, "", kEquivalent, 1);
@@ -53,17 +59,18 @@ void compare_with_single_process(int ep) {
     for (int i = 0; i < 10; ++i) {
       StatusOr<StepStatsInfo> s = (*single)->step();
       ASSERT_TRUE(s.ok()) << s.status().to_string();
-      EXPECT_NEAR(losses[i], s->loss, 2e-5 * std::fabs(s->loss)) << "step " << i << " ep " << ep;
+      record(*s, &single_losses, &single_loads);
     }
+    const std::string what = "ep " + std::to_string(ep);
+    expect_same_training(single_losses, losses, single_loads, loads, what);
+    const RoutingDifference routing = routing_difference(single_loads, loads);
     const auto& a = (*t)->model().params().all();
     const auto& b = (*single)->model().params().all();
     for (size_t p = 0; p < a.size(); ++p) {
       if (a[p]->kind != ParamKind::kDense) continue;
-      const std::vector<double> va = parameter_values((*t)->model(), *a[p]);
-      const std::vector<double> vb = parameter_values((*single)->model(), *b[p]);
-      double worst = 0;
-      for (size_t i = 0; i < va.size(); ++i) worst = std::max(worst, std::fabs(va[i] - vb[i]));
-      EXPECT_LT(worst, 2e-4) << a[p]->name;
+      expect_parameters_close(parameter_values((*t)->model(), *a[p]),
+                              parameter_values((*single)->model(), *b[p]), routing,
+                              what + " " + a[p]->name);
     }
   }
   ASSERT_TRUE(w->barrier().ok());

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <sstream>
 
 #include "core/data/text_reader.h"
@@ -29,9 +30,40 @@ std::string family_config_path(const std::string& family) {
 }
 namespace fs = std::filesystem;
 
+namespace {
+
+// Every directory fresh_dir made in this process, removed when the process exits normally: after
+// the last test, whether it passed or failed (tests also remove theirs as they go, to bound the
+// disk they use; a removal skipped by a failed assertion is caught here).
+class MadeDirectories {
+ public:
+  ~MadeDirectories() {
+    for (const std::string& d : dirs_) {
+      std::error_code ec;
+      fs::remove_all(d, ec);
+    }
+  }
+  void add(const std::string& d) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (std::find(dirs_.begin(), dirs_.end(), d) == dirs_.end()) dirs_.push_back(d);
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<std::string> dirs_;
+};
+
+MadeDirectories& made_directories() {
+  static MadeDirectories dirs;
+  return dirs;
+}
+
+}  // namespace
+
 std::string fresh_dir(const std::string& name) {
   const std::string d =
       (fs::temp_directory_path() / ("momoe_" + name + "_" + std::to_string(::getpid()))).string();
+  made_directories().add(d);
   fs::remove_all(d);
   fs::create_directories(d);
   return d;
@@ -110,6 +142,63 @@ void set_parameter(TransformerLM& model, const std::string& name, int64_t index,
   ASSERT_TRUE(ctx.copy(*host, p->master).ok());
   ASSERT_TRUE(model.params().refresh_working().ok());
   ASSERT_TRUE(ctx.synchronize().ok());
+}
+
+RoutingDifference routing_difference(const StepLoads& a, const StepLoads& b) {
+  RoutingDifference d;
+  for (size_t step = 0; step < std::min(a.size(), b.size()); ++step) {
+    int64_t moved = 0;
+    for (size_t l = 0; l < std::min(a[step].size(), b[step].size()); ++l) {
+      for (size_t e = 0; e < std::min(a[step][l].size(), b[step][l].size()); ++e) {
+        moved += std::abs(a[step][l][e] - b[step][l][e]);
+      }
+    }
+    if (moved > 0 && d.first < 0) d.first = static_cast<int64_t>(step);
+    d.moved += (moved + 1) / 2;  // a token that moves lowers one load and raises another
+  }
+  return d;
+}
+
+void expect_same_training(const std::vector<double>& a_losses, const std::vector<double>& b_losses,
+                          const StepLoads& a_loads, const StepLoads& b_loads,
+                          const std::string& what) {
+  ASSERT_EQ(a_losses.size(), b_losses.size()) << what;
+  ASSERT_EQ(a_loads.size(), b_loads.size()) << what;
+  for (size_t step = 0; step < a_loads.size(); ++step) {
+    ASSERT_EQ(a_loads[step].size(), b_loads[step].size()) << what << " step " << step;
+    for (size_t l = 0; l < a_loads[step].size(); ++l) {
+      int64_t total_a = 0, total_b = 0;
+      for (int64_t v : a_loads[step][l]) total_a += v;
+      for (int64_t v : b_loads[step][l]) total_b += v;
+      EXPECT_EQ(total_a, total_b) << what << " step " << step << " layer " << l;
+    }
+  }
+  const RoutingDifference d = routing_difference(a_loads, b_loads);
+  EXPECT_LE(d.moved, 8) << what << ": " << d.moved << " tokens routed differently from step "
+                        << d.first << " on (more than rounding near ties explains)";
+  for (size_t i = 0; i < a_losses.size(); ++i) {
+    const bool after_flip = d.first >= 0 && static_cast<int64_t>(i) >= d.first;
+    EXPECT_NEAR(a_losses[i], b_losses[i], (after_flip ? 1e-3 : 2e-5) * std::fabs(a_losses[i]))
+        << what << " step " << i << (after_flip ? " (after a routing flip)" : "");
+  }
+}
+
+void expect_parameters_close(const std::vector<double>& a, const std::vector<double>& b,
+                             const RoutingDifference& d, const std::string& what) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  double worst = 0;
+  int64_t outliers = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double diff = std::fabs(a[i] - b[i]);
+    worst = std::max(worst, diff);
+    if (diff > 2e-4) ++outliers;
+  }
+  EXPECT_LT(worst, 1e-2) << what;
+  if (d.moved == 0) {
+    const int64_t allowed = std::max<int64_t>(4, static_cast<int64_t>(a.size()) / 32);
+    EXPECT_LE(outliers, allowed) << what << ": " << outliers << " of " << a.size()
+                                 << " entries differ by more than 2e-4 (worst " << worst << ")";
+  }
 }
 
 }  // namespace moe::testing

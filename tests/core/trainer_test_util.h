@@ -10,7 +10,8 @@
 
 namespace moe::testing {
 
-// A fresh temporary directory (removed and recreated), unique per process and name.
+// A fresh temporary directory (removed and recreated), unique per process and name; removed
+// again when the test process exits, also after failed tests.
 std::string fresh_dir(const std::string& name);
 
 // Writes train/valid/test text files cut from data/brown/valid.txt.gz into `dir` (train_lines,
@@ -39,5 +40,32 @@ double step_loss(Trainer& t);
 std::vector<double> parameter_values(TransformerLM& model, const Parameter& p);
 // Sets element `index` of a parameter's master (and refreshes the working copies).
 void set_parameter(TransformerLM& model, const std::string& name, int64_t index, float value);
+
+// Comparing two runs of the same training on different layouts (EP/DP splits, a checkpoint
+// resharded): they compute the same sums in other orders, so f32 results agree to rounding until
+// a token whose top-k choice sits within rounding of a tie goes to another expert (a routing
+// flip: which tokens flip depends on the BLAS kernel's rounding, not on a bug). A flip shows in
+// the per-step expert loads; before the first one the runs agree tightly, after it they drift by
+// a few optimizer steps' worth.
+using StepLoads = std::vector<std::vector<std::vector<int64_t>>>;  // [step][layer][expert]
+struct RoutingDifference {
+  int64_t moved = 0;    // tokens routed to another expert, summed over steps and layers
+  int64_t first = -1;   // the first step whose loads differ (-1: none)
+};
+RoutingDifference routing_difference(const StepLoads& a, const StepLoads& b);
+// Losses per step (2e-5 relative before the first flip, 1e-3 after) and that flips stay rare
+// (a handful of tokens; a layout bug moves many). Parameters: parameter_tolerance().
+void expect_same_training(const std::vector<double>& a_losses, const std::vector<double>& b_losses,
+                          const StepLoads& a_loads, const StepLoads& b_loads,
+                          const std::string& what);
+// One parameter tensor of the two runs. Most entries agree to 2e-4 (AdamW moves a weight by about
+// lr per step whatever its gradient's size, so rounding shows at that scale). Where rounding tips
+// a ReLU pre-activation sitting at its kink, or a gradient hovering at zero, one way in one run
+// and the other way in the other, a hidden unit's column of an expert's w1 (seen under OpenBLAS's
+// Sandybridge and Nehalem kernels: 12 of 4096 entries, up to 1.9e-3) parts by up to a few lr: at
+// most 1 entry in 32 (or 4) may differ by up to 1e-2. A layout bug moves most of a tensor. After a
+// routing flip a whole expert takes another token's gradient: only the 1e-2 bound holds.
+void expect_parameters_close(const std::vector<double>& a, const std::vector<double>& b,
+                             const RoutingDifference& d, const std::string& what);
 
 }  // namespace moe::testing
