@@ -5,6 +5,8 @@
 # speed (> 1: momoe is faster).
 #   benchmarks/torch_compare.sh                 # ROUNDS=3, BUILD_DIR=build
 #   ROUNDS=5 SHAPES="2048,352,352,16,2" benchmarks/torch_compare.sh
+#   MOMOE_BENCH=/path/to/old/momoe-bench benchmarks/torch_compare.sh   # another build's binary
+#                                                                       # (nothing is built)
 # PyTorch is Debian's python3-torch (OpenBLAS, the same BLAS as momoe), installed here when
 # missing; the README's build and test commands never need it. PyTorch runs each point in its
 # best threading: torch.set_num_threads(N) with OpenBLAS single-threaded, or one torch thread
@@ -22,8 +24,12 @@ if ! "$PY" -c "import torch" 2>/dev/null; then
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
   $SUDO apt-get install -y -q python3-torch >/dev/null
 fi
-BUILD_DIR=$BUILD_DIR scripts/build.sh >/dev/null
-BENCH="$BUILD_DIR/benchmarks/momoe-bench"
+if [ -n "${MOMOE_BENCH:-}" ]; then
+  BENCH=$MOMOE_BENCH
+else
+  BUILD_DIR=$BUILD_DIR scripts/build.sh >/dev/null
+  BENCH="$BUILD_DIR/benchmarks/momoe-bench"
+fi
 TORCH=benchmarks/torch_cpu_reference.py
 
 # One number from a JSON line on stdin.
@@ -44,6 +50,7 @@ torch_ms() {  # what threads args...
 }
 
 echo "# momoe vs PyTorch $("$PY" -c 'import torch; print(torch.__version__)') on $(nproc) cores, $ROUNDS rounds, medians"
+echo "# $("$BENCH" env 2>/dev/null || echo "$BENCH: no env line (an older build)")"
 printf '%-28s %7s %12s %12s %8s\n' "case" threads "momoe ms" "torch ms" "speedup"
 export OPENBLAS_NUM_THREADS=1
 for threads in 1 $CORES; do
