@@ -265,7 +265,9 @@ Status check_openblas_core_runs(std::string_view core, const CpuInfo& cpu) {
 
 std::string openblas_kernel_warning(std::string_view core, std::string_view requested,
                                     bool requested_by_user, const CpuInfo& cpu) {
-  if (!requested.empty() && !same_name(core, requested)) {
+  // The user's request ignored (an unknown name). Ours ignored means an OpenBLAS built for one
+  // CPU (no DYNAMIC_ARCH): only its level matters, below.
+  if (requested_by_user && !requested.empty() && !same_name(core, requested)) {
     return str_cat("OpenBLAS ignored the requested core ", requested, " and runs ", core,
                    " (check OPENBLAS_CORETYPE's spelling; this OpenBLAS may not know it)");
   }

@@ -119,6 +119,9 @@ TEST(BlasPolicyTest, AGenericKernelOnAVectorCpuIsWarnedAboutWithTheFix) {
   // OpenBLAS ignored the request (an unknown name): said, with what it runs instead.
   const std::string ignored = openblas_kernel_warning("Haswell", "Skylake", true, kZen3);
   EXPECT_NE(ignored.find("ignored"), std::string::npos) << ignored;
+  // Our choice ignored (an OpenBLAS built for one CPU): said only when that kernel is slower.
+  EXPECT_EQ(openblas_kernel_warning("Haswell", "Zen", false, kZen3), "");
+  EXPECT_NE(openblas_kernel_warning("Haswell", "Cooperlake", false, kEmeraldRapids), "");
 }
 
 TEST(BlasLibraryTest, TheLoadedLibraryIsNamedWithItsKernel) {
