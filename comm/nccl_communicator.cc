@@ -99,11 +99,18 @@ StatusOr<std::unique_ptr<Communicator>> NcclCommunicator::create(
     std::unique_ptr<Communicator> bootstrap, NcclOptions opts) {
   if (!bootstrap) return invalid_argument_error("nccl: no bootstrap communicator");
   const int count = cuda_device_count();
-  if (count == 0) return failed_precondition_error("nccl: no CUDA device is visible");
+  if (count == 0) {
+    return failed_precondition_error("nccl: no CUDA device is usable (", cuda_unavailable_reason(),
+                                     ")");
+  }
   auto impl = std::make_unique<Impl>();
   impl->rank = bootstrap->rank();
   impl->size = bootstrap->world_size();
-  impl->device = opts.device >= 0 ? opts.device : impl->rank % count;
+  if (opts.device >= 0) {
+    impl->device = opts.device;
+  } else {
+    MOE_ASSIGN_OR_RETURN(impl->device, choose_cuda_device(impl->rank));
+  }
   if (impl->device >= count) {
     return invalid_argument_error("nccl: device ", impl->device, " of ", count, " visible");
   }

@@ -31,7 +31,8 @@
 namespace moe::comm {
 
 struct NcclOptions {
-  // CUDA device of this rank; -1 picks bootstrap rank % cuda_device_count() (one node).
+  // CUDA device of this rank; -1 picks the node-local rank's (choose_cuda_device: the launcher's
+  // local rank, else the bootstrap rank, modulo the visible devices).
   int device = -1;
 };
 

@@ -28,8 +28,12 @@ namespace moe::kernels {
   ::moe::DeviceAccessScope _moe_device_scope;                        \
   ::moe::ParallelScope _moe_parallel_scope((ctx).thread_pool())
 #if defined(MOE_WITH_CUDA)
-#define MOE_ON_CUDA(ctx, call) \
-  if ((ctx).device().is_cuda()) return (call)
+#define MOE_ON_CUDA(ctx, call)                              \
+  if ((ctx).device().is_cuda()) {                           \
+    const ::moe::CudaDeviceGuard _moe_on_device((ctx).device()); \
+    return (call);                                          \
+  }                                                         \
+  static_cast<void>(0)
 #else
 #define MOE_ON_CUDA(ctx, call) static_cast<void>(0)
 #endif

@@ -106,13 +106,10 @@ int usage(const char* why) {
 
 // The per-rank trampoline: GPU binding by node-local rank, then exec.
 int rank_exec(std::vector<std::string> cmd) {
-  const char* local = nullptr;
-  for (const char* var : {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "MPI_LOCALRANKID", "PMI_LOCAL_RANK"}) {
-    if ((local = std::getenv(var)) != nullptr) break;
-  }
+  const int local = node_local_rank();
   const int gpus = cuda_device_count();
-  if (local != nullptr && gpus > 0 && std::getenv("CUDA_VISIBLE_DEVICES") == nullptr) {
-    const std::string device = std::to_string(std::atoi(local) % gpus);
+  if (local >= 0 && gpus > 0 && std::getenv("CUDA_VISIBLE_DEVICES") == nullptr) {
+    const std::string device = std::to_string(local % gpus);
     setenv("CUDA_VISIBLE_DEVICES", device.c_str(), 1);
   }
   std::vector<char*> argv;

@@ -20,16 +20,23 @@ std::unique_ptr<Context> Context::host(const ContextOptions& options) {
 }
 
 StatusOr<std::unique_ptr<Context>> Context::cuda(int device, const ContextOptions& options) {
+  (void)options;  // the host options have no CUDA meaning
 #if defined(MOE_WITH_CUDA)
   const int count = cuda_device_count();
   if (device < 0 || device >= count) {
-    return failed_precondition_error("cuda:", device, " is not available (", count,
-                                     " CUDA device(s) visible; check CUDA_VISIBLE_DEVICES and "
-                                     "the driver)");
+    return failed_precondition_error("cuda:", device, " is not available (",
+                                     cuda_unavailable_reason(),
+                                     "; check CUDA_VISIBLE_DEVICES and the driver)");
   }
+  MOE_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
   std::unique_ptr<Context> ctx(new Context());
   ctx->device_ = Device::cuda(device);
   MOE_ASSIGN_OR_RETURN(ctx->stream_, create_stream(device));
+  const Stream stream = ctx->stream_;
+  ctx->stream_owner_ = std::shared_ptr<const void>(stream.handle, [stream, device](const void*) {
+    CudaDeviceGuard on_device(Device::cuda(device));
+    destroy_stream(stream);
+  });
   MOE_ASSIGN_OR_RETURN(ctx->allocator_, make_cuda_pool_allocator(device));
   cublasHandle_t handle = nullptr;
   MOE_CUBLAS_RETURN_IF_ERROR(cublasCreate(&handle));
@@ -37,27 +44,25 @@ StatusOr<std::unique_ptr<Context>> Context::cuda(int device, const ContextOption
   MOE_CUBLAS_RETURN_IF_ERROR(
       cublasSetStream(handle, static_cast<cudaStream_t>(ctx->stream_.handle)));
   ctx->guarded_ = true;  // device memory: host access is never allowed
-  (void)options;
   return ctx;
 #else
-  (void)options;
-  return unimplemented_error("a CUDA context on cuda:", device,
-                             ": this build has no CUDA support (configure with MOE_WITH_CUDA=ON)");
+  return unimplemented_error("a CUDA context on cuda:", device, ": ", cuda_unavailable_reason());
 #endif
 }
 
 Context::~Context() {
 #if defined(MOE_WITH_CUDA)
-  if (blas_handle_ != nullptr) cublasDestroy(static_cast<cublasHandle_t>(blas_handle_));
   if (device_.is_cuda()) {
+    CudaDeviceGuard on_device(device_);
     cudaStreamSynchronize(static_cast<cudaStream_t>(stream_.handle));
-    destroy_stream(stream_);
+    if (blas_handle_ != nullptr) cublasDestroy(static_cast<cublasHandle_t>(blas_handle_));
   }
 #endif
+  // stream_owner_ destroys the stream once tensors still holding it have been freed.
 }
 
 StatusOr<Tensor> Context::empty(Shape shape, DType dtype) {
-  return Tensor::allocate(shape, dtype, allocator_, stream_, guarded_);
+  return Tensor::allocate(shape, dtype, allocator_, stream_, guarded_, stream_owner_);
 }
 
 StatusOr<Tensor> Context::zeros(Shape shape, DType dtype) {
@@ -89,12 +94,14 @@ Status Context::copy(const TensorView& src, const TensorView& dst) {
   MOE_RETURN_IF_ERROR(check_mine("copy", dst));
   if (!src.is_host()) MOE_RETURN_IF_ERROR(check_mine("copy", src));
   DeviceAccessScope device_side;
+  CudaDeviceGuard on_device(device_);
   return device_memcpy(dst.raw(), dst.device(), src.raw(), src.device(), src.nbytes(), stream_);
 }
 
 Status Context::zero(const TensorView& t) {
   MOE_RETURN_IF_ERROR(check_mine("zero", t));
   DeviceAccessScope device_side;
+  CudaDeviceGuard on_device(device_);
   return device_memset_zero(t.raw(), t.device(), t.nbytes(), stream_);
 }
 
@@ -108,6 +115,7 @@ StatusOr<Tensor> Context::clone(const TensorView& src) { return upload(src); }
 
 Status Context::synchronize() {
   ++sync_count_;
+  CudaDeviceGuard on_device(device_);
   return stream_synchronize(device_, stream_);
 }
 
@@ -116,6 +124,7 @@ StatusOr<Tensor> Context::read_back(const TensorView& t) {
   MOE_RETURN_IF_ERROR(synchronize());
   MOE_ASSIGN_OR_RETURN(Tensor host, Tensor::try_empty(t.shape(), t.dtype()));
   DeviceAccessScope device_side;
+  CudaDeviceGuard on_device(device_);
   MOE_RETURN_IF_ERROR(
       device_memcpy(host.raw(), Device::host(), t.raw(), t.device(), t.nbytes(), stream_));
   MOE_RETURN_IF_ERROR(stream_synchronize(device_, stream_));

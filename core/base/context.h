@@ -36,7 +36,9 @@ class Context {
   // The CPU: synchronous, host memory from a caching allocator.
   static std::unique_ptr<Context> host(const ContextOptions& options = {});
   // CUDA device `device`: a non-blocking stream, a stream-ordered memory pool and a cuBLAS handle.
-  // kUnimplemented without CUDA support, kFailedPrecondition without that device.
+  // The device becomes current on the calling thread; kernel entry points make it current for
+  // their launches (CudaDeviceGuard), so contexts on several devices can share a thread.
+  // kUnimplemented without CUDA support, kFailedPrecondition (naming why) without that device.
   static StatusOr<std::unique_ptr<Context>> cuda(int device, const ContextOptions& options = {});
   ~Context();
   Context(const Context&) = delete;
@@ -78,6 +80,8 @@ class Context {
 
   Device device_;
   Stream stream_;
+  // Destroys the CUDA stream when the context and every tensor allocated on it are gone.
+  std::shared_ptr<const void> stream_owner_;
   std::shared_ptr<Allocator> allocator_;
   bool guarded_ = false;
   void* blas_handle_ = nullptr;

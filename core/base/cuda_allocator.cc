@@ -18,7 +18,7 @@ class CudaPoolAllocator final : public Allocator {
 
   StatusOr<void*> allocate(size_t bytes, Stream stream) override {
     if (bytes == 0) return static_cast<void*>(nullptr);
-    MOE_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+    CudaDeviceGuard on_device(device());
     void* ptr = nullptr;
     const cudaError_t err = cudaMallocFromPoolAsync(
         &ptr, bytes, pool_, static_cast<cudaStream_t>(stream.handle));
@@ -38,8 +38,11 @@ class CudaPoolAllocator final : public Allocator {
 
   void deallocate(void* ptr, size_t bytes, Stream stream) override {
     if (ptr == nullptr) return;
-    cudaSetDevice(device_);
-    cudaFreeAsync(ptr, static_cast<cudaStream_t>(stream.handle));
+    CudaDeviceGuard on_device(device());
+    // A destructor cannot report; the error must not linger for the next launch check to find.
+    if (cudaFreeAsync(ptr, static_cast<cudaStream_t>(stream.handle)) != cudaSuccess) {
+      cudaGetLastError();
+    }
     in_use_.fetch_sub(bytes, std::memory_order_relaxed);
   }
 
@@ -57,7 +60,7 @@ class CudaPoolAllocator final : public Allocator {
   }
 
   void release_cached() override {
-    cudaSetDevice(device_);
+    CudaDeviceGuard on_device(device());
     cudaDeviceSynchronize();
     cudaMemPoolTrimTo(pool_, 0);
   }
@@ -77,7 +80,7 @@ StatusOr<std::shared_ptr<Allocator>> make_cuda_pool_allocator(int device) {
     return failed_precondition_error("cuda:", device, " memory pool: no such device (",
                                      cuda_device_count(), " visible)");
   }
-  MOE_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
+  CudaDeviceGuard on_device(Device::cuda(device));
   cudaMemPool_t pool = nullptr;
   MOE_CUDA_RETURN_IF_ERROR(cudaDeviceGetDefaultMemPool(&pool, device));
   // Keep freed memory reserved in the pool: the step frees and reallocates the same sizes.

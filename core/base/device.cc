@@ -1,5 +1,6 @@
 #include "core/base/device.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -36,9 +37,101 @@ int cuda_device_count() {
 #endif
 }
 
+std::string cuda_unavailable_reason() {
+#if defined(MOE_WITH_CUDA)
+  int count = 0;
+  const cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    return str_cat(cudaGetErrorName(err), ": ", cudaGetErrorString(err));
+  }
+  return count == 0 ? std::string("no CUDA device") : str_cat(count, " CUDA device(s) visible");
+#else
+  return "this build has no CUDA support (configure with MOE_WITH_CUDA=ON)";
+#endif
+}
+
+int node_local_rank() {
+  for (const char* var :
+       {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "MPI_LOCALRANKID", "PMI_LOCAL_RANK"}) {
+    const char* v = std::getenv(var);
+    if (v == nullptr || *v == '\0') continue;
+    char* end = nullptr;
+    const long r = std::strtol(v, &end, 10);
+    if (*end == '\0' && r >= 0) return static_cast<int>(r);
+  }
+  return -1;
+}
+
+StatusOr<int> choose_cuda_device(int fallback_rank) {
+  const int count = cuda_device_count();
+  if (count == 0) {
+    return failed_precondition_error("no CUDA device is usable (", cuda_unavailable_reason(),
+                                     "; CUDA_VISIBLE_DEVICES=",
+                                     std::getenv("CUDA_VISIBLE_DEVICES") != nullptr
+                                         ? std::getenv("CUDA_VISIBLE_DEVICES")
+                                         : "(unset)",
+                                     ")");
+  }
+  const int local = node_local_rank();
+  return (local >= 0 ? local : std::max(0, fallback_rank)) % count;
+}
+
+StatusOr<CudaDeviceInfo> cuda_device_info(int device) {
+#if defined(MOE_WITH_CUDA)
+  const int count = cuda_device_count();
+  if (device < 0 || device >= count) {
+    return failed_precondition_error("cuda:", device, " is not available (",
+                                     cuda_unavailable_reason(), ")");
+  }
+  CudaDeviceGuard guard(Device::cuda(device));
+  cudaDeviceProp prop{};
+  MOE_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, device));
+  CudaDeviceInfo info;
+  info.name = prop.name;
+  char bus[32] = {};
+  MOE_CUDA_RETURN_IF_ERROR(cudaDeviceGetPCIBusId(bus, sizeof(bus), device));
+  info.pci_bus_id = bus;
+  size_t free_bytes = 0, total_bytes = 0;
+  MOE_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_bytes, &total_bytes));
+  info.free_bytes = static_cast<int64_t>(free_bytes);
+  info.total_bytes = static_cast<int64_t>(total_bytes);
+  info.sm_major = prop.major;
+  info.sm_minor = prop.minor;
+  return info;
+#else
+  return unimplemented_error("cuda:", device, ": ", cuda_unavailable_reason());
+#endif
+}
+
+CudaDeviceGuard::CudaDeviceGuard(Device device) {
+#if defined(MOE_WITH_CUDA)
+  if (!device.is_cuda()) return;
+  int current = -1;
+  if (cudaGetDevice(&current) != cudaSuccess) {
+    cudaGetLastError();
+    current = -1;
+  }
+  if (current == device.index) return;
+  if (cudaSetDevice(device.index) == cudaSuccess) {
+    previous_ = current;
+  } else {
+    cudaGetLastError();  // the op that follows reports the device as unusable itself
+  }
+#else
+  (void)device;
+#endif
+}
+
+CudaDeviceGuard::~CudaDeviceGuard() {
+#if defined(MOE_WITH_CUDA)
+  if (previous_ >= 0 && cudaSetDevice(previous_) != cudaSuccess) cudaGetLastError();
+#endif
+}
+
 StatusOr<Stream> create_stream(int device) {
 #if defined(MOE_WITH_CUDA)
-  MOE_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
+  CudaDeviceGuard on_device(Device::cuda(device));
   cudaStream_t s = nullptr;
   MOE_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   return Stream{s};

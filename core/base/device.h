@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "core/base/status.h"
@@ -38,6 +39,41 @@ bool built_with_cuda();
 // Number of usable CUDA devices; 0 when built without CUDA, when no driver or GPU is present, or
 // when the runtime reports any error (cudaGetDeviceCount fails on GPU-less machines).
 int cuda_device_count();
+// Why cuda_device_count() is 0, in words: "built without CUDA", or the runtime's error (a driver
+// older than this CUDA needs reads "cudaErrorInsufficientDriver: ..."), or "no CUDA device".
+std::string cuda_unavailable_reason();
+
+// This process's rank among the ranks on its node, from the launcher's environment
+// (OMPI_COMM_WORLD_LOCAL_RANK, SLURM_LOCALID, MPI_LOCALRANKID, PMI_LOCAL_RANK); -1 when none says.
+int node_local_rank();
+// The CUDA device a rank computes on: the node-local rank modulo the visible devices (momoe-launch
+// has then already narrowed CUDA_VISIBLE_DEVICES to one), or `fallback_rank` modulo them when no
+// launcher variable is set (one process, or ranks that are threads). kFailedPrecondition naming
+// cuda_unavailable_reason() when no device is visible.
+StatusOr<int> choose_cuda_device(int fallback_rank);
+
+struct CudaDeviceInfo {
+  std::string name;           // "NVIDIA H100 80GB HBM3"
+  std::string pci_bus_id;     // "0000:19:00.0": identifies the GPU across processes of a node
+  int64_t free_bytes = 0;     // cudaMemGetInfo
+  int64_t total_bytes = 0;
+  int sm_major = 0, sm_minor = 0;
+};
+// Name, bus id and memory of `device` (kUnimplemented without CUDA).
+StatusOr<CudaDeviceInfo> cuda_device_info(int device);
+
+// Makes `device` current on this thread for the guard's lifetime and restores the previous one
+// (no-op on the host and in builds without CUDA).
+class CudaDeviceGuard {
+ public:
+  explicit CudaDeviceGuard(Device device);
+  ~CudaDeviceGuard();
+  CudaDeviceGuard(const CudaDeviceGuard&) = delete;
+  CudaDeviceGuard& operator=(const CudaDeviceGuard&) = delete;
+
+ private:
+  int previous_ = -1;
+};
 
 // A non-blocking CUDA stream on `device` (kUnimplemented without CUDA). destroy_stream(null) is a
 // no-op.

@@ -101,6 +101,7 @@ struct TensorStorage {
   size_t bytes = 0;
   std::shared_ptr<Allocator> allocator;
   Stream stream;
+  std::shared_ptr<const void> stream_owner;  // released after the block is returned on `stream`
   ~TensorStorage() {
     if (ptr == nullptr) return;
     if (allocator) {
@@ -113,7 +114,7 @@ struct TensorStorage {
 
 StatusOr<Tensor> Tensor::allocate(Shape shape, DType dtype,
                                   const std::shared_ptr<Allocator>& allocator, Stream stream,
-                                  bool guarded) {
+                                  bool guarded, std::shared_ptr<const void> stream_owner) {
   MOE_CHECK(allocator != nullptr, "Tensor::allocate without an allocator");
   Tensor t;
   const size_t bytes = static_cast<size_t>(shape.numel()) * dtype_size(dtype);
@@ -122,6 +123,7 @@ StatusOr<Tensor> Tensor::allocate(Shape shape, DType dtype,
   storage->bytes = bytes;
   storage->allocator = allocator;
   storage->stream = stream;
+  storage->stream_owner = std::move(stream_owner);
   t.view_ = TensorView(storage->ptr, dtype, shape, allocator->device(), guarded);
   t.storage_ = std::move(storage);
   return t;

@@ -129,10 +129,13 @@ class Tensor {
   }
 
   // Uninitialised storage from `allocator` (stream-ordered on `stream`); `guarded` marks the
-  // memory as device memory for host-access checks (see DeviceAccessScope).
+  // memory as device memory for host-access checks (see DeviceAccessScope). `stream_owner` keeps
+  // the stream alive until the storage has been returned on it (a tensor may outlive the Context
+  // that made it).
   static StatusOr<Tensor> allocate(Shape shape, DType dtype,
                                    const std::shared_ptr<Allocator>& allocator, Stream stream = {},
-                                   bool guarded = false);
+                                   bool guarded = false,
+                                   std::shared_ptr<const void> stream_owner = nullptr);
   // Host storage, unguarded, for data pipelines, I/O and tests (core code allocates through its
   // Context instead). try_empty returns kResourceExhausted naming the size when the memory is
   // not there; empty aborts then (like std::vector), for small host tensors.
