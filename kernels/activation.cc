@@ -213,7 +213,7 @@ Status add_bias_blocks(Context& ctx, const TensorView& x, const TensorView& bias
   constexpr const char* kOp = "add_bias_blocks";
   MOE_KERNEL_ENTRY_CUDA(ctx, kOp);
   MOE_RETURN_IF_ERROR(check_bias(ctx, kOp, x, "x", bias, "bias", blocks.local_experts));
-  MOE_RETURN_IF_ERROR(validate_blocks(kOp, blocks, x.dim(0)));
+  MOE_RETURN_IF_ERROR(validate_blocks(kOp, blocks, x));
   MOE_ON_CUDA(ctx, cuda::add_bias_blocks(ctx, x, bias, blocks));
   return dispatch_act(kOp, x, [&](auto at, auto ft) {
     using A = decltype(at);
@@ -234,7 +234,7 @@ Status bias_grad_blocks(Context& ctx, const TensorView& dy, const TensorView& db
   constexpr const char* kOp = "bias_grad_blocks";
   MOE_KERNEL_ENTRY_CUDA(ctx, kOp);
   MOE_RETURN_IF_ERROR(check_bias(ctx, kOp, dy, "dy", dbias, "dbias", blocks.local_experts));
-  MOE_RETURN_IF_ERROR(validate_blocks(kOp, blocks, dy.dim(0)));
+  MOE_RETURN_IF_ERROR(validate_blocks(kOp, blocks, dy));
   MOE_ON_CUDA(ctx, cuda::bias_grad_blocks(ctx, dy, dbias, blocks));
   return dispatch_act(kOp, dy, [&](auto at, auto ft) {
     using A = decltype(at);

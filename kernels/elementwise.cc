@@ -69,14 +69,15 @@ Status convert(Context& ctx, const TensorView& src, const TensorView& dst) {
   MOE_RETURN_IF_ERROR(check_device(ctx, kOp, "src", src));
   MOE_RETURN_IF_ERROR(check_device(ctx, kOp, "dst", dst));
   MOE_RETURN_IF_ERROR(check_shape(kOp, "dst", dst, src.shape()));
+  if (src.dtype() != dst.dtype() &&
+      (!dtype_is_floating(src.dtype()) || !dtype_is_floating(dst.dtype()))) {
+    return invalid_argument_error(kOp, ": no conversion from ", dtype_name(src.dtype()), " to ",
+                                  dtype_name(dst.dtype()));
+  }
   MOE_ON_CUDA(ctx, cuda::convert(ctx, src, dst));
   if (src.dtype() == dst.dtype()) {
     if (src.nbytes() > 0) std::memcpy(dst.raw(), src.raw(), src.nbytes());
     return Status::OK();
-  }
-  if (!dtype_is_floating(src.dtype()) || !dtype_is_floating(dst.dtype())) {
-    return invalid_argument_error(kOp, ": no conversion from ", dtype_name(src.dtype()), " to ",
-                                  dtype_name(dst.dtype()));
   }
   return dispatch_pair(kOp, src, dst, [&](auto st, auto dt) {
     using S = decltype(st);

@@ -4,7 +4,8 @@
 
 namespace moe::kernels {
 
-Status validate_blocks(const char* op, const ExpertBlocks& b, int64_t rows) {
+Status validate_blocks(const char* op, const ExpertBlocks& b, const TensorView& data) {
+  const int64_t rows = data.ndim() >= 1 ? data.dim(0) : 0;
   if (b.ranks < 1 || b.local_experts < 1) {
     return invalid_argument_error(op, ": blocks need ranks >= 1 and local experts >= 1, got ",
                                   b.ranks, " and ", b.local_experts);
@@ -14,6 +15,10 @@ Status validate_blocks(const char* op, const ExpertBlocks& b, int64_t rows) {
         (b.filled.dtype() != DType::kI32 || b.filled.shape() != Shape{b.blocks()})) {
       return invalid_argument_error(op, ": filled must be i32 [", b.blocks(), "], got ",
                                     b.filled.view().to_string());
+    }
+    if (b.filled.numel() > 0 && b.filled.device() != data.device()) {
+      return invalid_argument_error(op, ": filled ", b.filled.view().to_string(),
+                                    " must live on the data's device (", data.to_string(), ")");
     }
   } else {
     if (static_cast<int64_t>(b.offsets.size()) != b.blocks() + 1 || b.offsets.front() != 0) {

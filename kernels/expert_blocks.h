@@ -41,10 +41,10 @@ struct ExpertBlocks {
   }
 };
 
-// kInvalidArgument unless the blocks are well formed for `rows` rows: ranks, experts >= 1;
-// capacity mode with filled of dtype i32 [R * E_l] (when given); dropless offsets of size
-// R * E_l + 1, non-decreasing, from 0 to rows.
-Status validate_blocks(const char* op, const ExpertBlocks& blocks, int64_t rows);
+// kInvalidArgument unless the blocks are well formed for `data`'s rows (dimension 0): ranks,
+// experts >= 1; capacity mode with filled of dtype i32 [R * E_l] on data's device (when given);
+// dropless offsets of size R * E_l + 1, non-decreasing, from 0 to rows.
+Status validate_blocks(const char* op, const ExpertBlocks& blocks, const TensorView& data);
 
 // Inside a kernel (host backend): the rows of block b that hold data: the filled prefix in
 // capacity mode (clamped to C), the whole block in dropless mode.

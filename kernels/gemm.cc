@@ -86,7 +86,7 @@ Status expert_gemm(Context& ctx, const TensorView& x, const TensorView& w, bool 
                                   y.shape().to_string(), " with ", blocks.local_experts,
                                   " local experts");
   }
-  MOE_RETURN_IF_ERROR(validate_blocks(kOp, blocks, x.dim(0)));
+  MOE_RETURN_IF_ERROR(validate_blocks(kOp, blocks, x));
   MOE_ON_CUDA(ctx, cuda::expert_gemm(ctx, x, w, trans_w, y, blocks));
   return dispatch_float(kOp, x, [&](auto tag) {
     using T = decltype(tag);
@@ -121,7 +121,7 @@ Status expert_gemm_wgrad(Context& ctx, const TensorView& x, const TensorView& dy
     return invalid_argument_error(kOp, ": needs x [M, K], dy [M, N], dw [E_l, K, N]; got ",
                                   x.to_string(), ", ", dy.to_string(), ", ", dw.to_string());
   }
-  MOE_RETURN_IF_ERROR(validate_blocks(kOp, blocks, x.dim(0)));
+  MOE_RETURN_IF_ERROR(validate_blocks(kOp, blocks, x));
   MOE_ON_CUDA(ctx, cuda::expert_gemm_wgrad(ctx, x, dy, dw, blocks));
   return dispatch_gemm(kOp, x, dw, [&](auto tt, auto ct) {
     using T = decltype(tt);

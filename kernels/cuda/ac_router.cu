@@ -1,6 +1,7 @@
 // The Adaptive Clustering router's statistics and metric on the GPU, and the per-row argmax.
 // Cluster sums walk the tokens in order with one thread per feature (each owns its column of
-// every cluster: no atomics, the CPU's order, the CPU's bits). The metric is a small [E, D] pass
+// every cluster: no atomics, the CPU's order, the CPU's bits under the backend's no-FMA policy
+// in cuda_util.cuh). The metric is a small [E, D] pass
 // run by one thread: ref::ac_metric itself (kernels/reference/router_math.h). Labels outside [0, E)
 // are skipped (no sync to report them; the router never produces them).
 #include <cmath>

@@ -191,7 +191,7 @@ Status add_bias(Context& ctx, const TensorView& x, const TensorView& bias) {
 Status bias_grad(Context& ctx, const TensorView& dy, const TensorView& dbias) {
   const int64_t m = dy.dim(0), n = dy.dim(1);
   if (m == 0 || n == 0) return Status::OK();
-  const int64_t rows_per = 256;
+  const int64_t rows_per = rows_per_chunk(m);
   const int64_t chunks = (m + rows_per - 1) / rows_per;
   MOE_ASSIGN_OR_RETURN(Tensor partial, ctx.empty({chunks, n}, DType::kF64));
   MOE_RETURN_IF_ERROR(dispatch_act("bias_grad", dy, [&](auto at, auto ft) {
@@ -234,6 +234,10 @@ Status bias_grad_blocks(Context& ctx, const TensorView& dy, const TensorView& db
                         const ExpertBlocks& blocks) {
   const int64_t n = dy.dim(1), experts = blocks.local_experts;
   if (n == 0 || experts == 0) return Status::OK();
+  if (experts > kMaxGridY) {
+    return invalid_argument_error("bias_grad_blocks: ", experts, " local experts (at most ",
+                                  kMaxGridY, " on CUDA)");
+  }
   Tensor offsets;
   if (blocks.capacity < 0) {
     // Dropless offsets live on the host: upload them (stream-ordered, no wait).

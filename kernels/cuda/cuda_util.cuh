@@ -1,9 +1,22 @@
 // Helpers shared by the kernels/cuda/*.cu files: the context's stream, launch checks, grid sizes,
 // dtype dispatch on the device types, and deterministic block reductions.
+//
+// Floating-point contraction policy of the CUDA backend: every .cu file is compiled with
+// -fmad=false (kernels/cuda/CMakeLists.txt), and the CPU reference with -ffp-contract=off
+// (kernels/CMakeLists.txt), so `a * b + c` rounds twice on both. Division and square root are
+// IEEE round-to-nearest on both (nvcc's -prec-div/-prec-sqrt defaults). A kernel that runs the
+// CPU's expressions in the CPU's order (ac_router.cu's statistics and metric, residual.cu's shift,
+// the dispatch gathers and combines, argmax) therefore gives the CPU's bits, and its test compares
+// bitwise. Anything through exp, log, tanh or erf (softmax, GELU, cross-entropy, SparseMixer's
+// Gumbel draws) uses the device's libm, which may differ from glibc's in the last bit, and so
+// does a sum in another order (block reductions, cuBLAS): those tests compare to a tolerance.
+// A kernel that wants a fused multiply-add for speed writes __fmaf_rn / __fma_rn explicitly, with
+// std::fma at the same place in its CPU reference.
 #pragma once
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
@@ -31,6 +44,15 @@ constexpr int kThreads = 256;
 #define MOE_GRID_LOOP(i, n)                                                 \
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < (n); \
        i += int64_t{gridDim.x} * blockDim.x)
+
+// The most blocks along a grid's y (and z) dimension.
+constexpr int64_t kMaxGridY = 65535;
+
+// Rows per chunk of a column reduction whose chunks are a grid's y dimension: 256, or more when
+// the rows would need more than kMaxGridY chunks (m > 16.7M rows).
+inline int64_t rows_per_chunk(int64_t m) {
+  return std::max<int64_t>(256, (m + kMaxGridY - 1) / kMaxGridY);
+}
 
 // Blocks for a grid-stride loop over n elements (at least 1, at most 65535 * 8).
 inline unsigned grid_for(int64_t n, int threads = kThreads) {

@@ -46,10 +46,11 @@ struct NonFinite {
 
 template <typename Fn>
 Status pair(const char* op, const TensorView& x, const TensorView& y, Fn&& f) {
-  return dispatch_float(op, x, [&](auto xt) {
-    Status s = dispatch_float(op, y, [&](auto yt) { f(xt, yt); });
-    (void)s;  // y's dtype was checked by the entry point
-  });
+  Status inner = Status::OK();
+  MOE_RETURN_IF_ERROR(dispatch_float(op, x, [&](auto xt) {
+    inner = dispatch_float(op, y, [&](auto yt) { f(xt, yt); });
+  }));
+  return inner;
 }
 
 }  // namespace

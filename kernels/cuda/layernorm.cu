@@ -120,7 +120,7 @@ Status layernorm_backward(Context& ctx, const TensorView& dy, const TensorView& 
                           const TensorView& dx, const TensorView& dgamma, const TensorView& dbeta) {
   const int64_t n = x.dim(0), d = x.dim(1);
   if (n == 0 || d == 0) return Status::OK();
-  const int64_t rows_per = 256;
+  const int64_t rows_per = rows_per_chunk(n);
   const int64_t chunks = (n + rows_per - 1) / rows_per;
   MOE_ASSIGN_OR_RETURN(Tensor partial, ctx.empty({chunks, 2, d}, DType::kF64));
   MOE_RETURN_IF_ERROR(dispatch_act("layernorm_backward", x, [&](auto at, auto ft) {

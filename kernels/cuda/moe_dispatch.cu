@@ -5,6 +5,8 @@
 //
 // Indices out of range (an expert >= E, a row >= N) cannot be reported without a sync: such an
 // assignment is dropped and such a row reads as zeros (the router never produces them).
+#include <cstdint>
+
 #include "kernels/common.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/cuda_util.cuh"
@@ -271,7 +273,10 @@ Status gather_rows(Context& ctx, const TensorView& src, const TensorView& index,
   const int64_t m = dst.dim(0);
   const int64_t row_bytes = src.dim(1) * static_cast<int64_t>(dtype_size(src.dtype()));
   if (m == 0 || row_bytes == 0) return Status::OK();
-  if (row_bytes % 4 == 0) {
+  // Words when every row starts on a 4-byte boundary (a bf16 view may begin at an odd element).
+  const bool aligned = reinterpret_cast<uintptr_t>(src.raw()) % 4 == 0 &&
+                       reinterpret_cast<uintptr_t>(dst.raw()) % 4 == 0;
+  if (row_bytes % 4 == 0 && aligned) {
     const int64_t words = row_bytes / 4;
     gather_rows_kernel<uint32_t><<<grid_for(m * words), kThreads, 0, stream_of(ctx)>>>(
         static_cast<const uint32_t*>(src.raw()), src.dim(0), index.data<int32_t>(), m, words,

@@ -6,15 +6,14 @@
 
 #include "comm/local_communicator.h"
 #include "comm/nccl_communicator.h"
+#include "core/base/context.h"
 #include "tests/comm/collective_checks.h"
+#include "tests/testing/cuda_device.h"
 
 namespace moe::comm {
 namespace {
 
-#define MOE_SKIP_IF_NO_GPU()                                                   \
-  do {                                                                         \
-    if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device is visible"; \
-  } while (0)
+#define MOE_SKIP_IF_NO_GPU() MOE_REQUIRE_CUDA_DEVICE()
 
 int ranks() { return std::min(cuda_device_count(), 4); }
 
@@ -69,9 +68,17 @@ TEST(NcclCommunicatorTest, ArgumentErrorsAndHostViews) {
   MOE_SKIP_IF_NO_GPU();
   Status s = run_nccl_ranks([](Communicator& c, Device d) -> Status {
     MOE_RETURN_IF_ERROR(testing::check_argument_errors(c, d));
-    Tensor host = Tensor::zeros({4}, DType::kF32);
-    Status bad = c.all_reduce(host, host, ReduceOp::kSum);
-    if (bad.code() != StatusCode::kInvalidArgument) return internal_error("host view: ", bad.to_string());
+    // All-host views are control data: they go through the bootstrap (by design), synchronously.
+    Tensor host = Tensor::from_vector<float>({4}, {1, 2, 3, static_cast<float>(c.rank())});
+    MOE_RETURN_IF_ERROR(c.all_reduce(host, host, ReduceOp::kSum));
+    const int n = c.world_size();
+    const std::vector<float> want = {1.0f * n, 2.0f * n, 3.0f * n, n * (n - 1) / 2.0f};
+    if (to_vector<float>(host) != want) return internal_error("host all_reduce through the bootstrap");
+    // A host view mixed with a device view is an argument error.
+    MOE_ASSIGN_OR_RETURN(std::unique_ptr<Context> ctx, Context::cuda(d.index));
+    MOE_ASSIGN_OR_RETURN(Tensor dev, ctx->zeros({4}, DType::kF32));
+    Status bad = c.all_reduce(host, dev, ReduceOp::kSum);
+    if (bad.code() != StatusCode::kInvalidArgument) return internal_error("mixed views: ", bad.to_string());
     return c.poll_async_error();
   });
   EXPECT_TRUE(s.ok()) << s.to_string();

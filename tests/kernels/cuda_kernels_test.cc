@@ -29,6 +29,7 @@
 #include "kernels/optimizer.h"
 #include "kernels/residual.h"
 #include "kernels/router.h"
+#include "tests/testing/cuda_device.h"
 #include "tests/testing/gradient_check.h"
 
 namespace moe::kernels {
@@ -65,7 +66,7 @@ double tolerance(DType d) {
 class CudaKernelTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device is visible";
+    MOE_REQUIRE_CUDA_DEVICE();
     auto c = Context::cuda(0);
     ASSERT_TRUE(c.ok()) << c.status().to_string();
     gpu_ = std::move(*c);
@@ -131,9 +132,16 @@ class CudaKernelTest : public ::testing::Test {
   uint64_t seed_ = 100;
 };
 
-#define OK(expr) ASSERT_TRUE((expr).ok()) << (expr).to_string()
+// Runs `expr` once (ops accumulate into their outputs: never twice for a message).
+#define OK(expr)                                      \
+  do {                                                \
+    const ::moe::Status ok_status_ = (expr);          \
+    ASSERT_TRUE(ok_status_.ok()) << ok_status_.to_string(); \
+  } while (0)
 
 const DType kActs[] = {DType::kF32, DType::kBF16, DType::kF64};
+// kernels/cuda/cuda_util.cuh's kThreads (that header is CUDA-only).
+constexpr int64_t kThreadsPerBlockForTest = 256;
 
 TEST_F(CudaKernelTest, Elementwise) {
   for (DType dt : kActs) {
@@ -917,6 +925,114 @@ TEST_F(CudaKernelTest, AdaptiveClusteringArgmaxAndInit) {
     OK(init_constant(gpu(), gw, 0.75));
     expect_close("init_constant", w, gw, 0);
   }
+}
+
+// Float -> bf16 rounds to nearest, ties to even, exactly as the CPU does: values exactly halfway
+// between two bf16 numbers, just above and below halfway, subnormals, infinities and NaN. A
+// truncating conversion fails here even where an op's 1e-2 tolerance would let it pass.
+TEST_F(CudaKernelTest, Bf16RoundsToNearestEvenLikeTheCpu) {
+  std::vector<float> v;
+  for (float base : {1.0f, -1.5f, 3.0f, 1e-3f, -7e4f, 1.17549435e-38f}) {
+    const float ulp = std::ldexp(std::fabs(base), -7);  // a bf16 ulp near base (8 bits)
+    for (float off : {0.5f, 1.5f, 0.49f, 0.51f, 2.5f, 0.25f}) v.push_back(base + off * ulp);
+  }
+  for (float x : {0.0f, -0.0f, 3.4e38f, -3.4e38f, 1e-40f, std::numeric_limits<float>::infinity(),
+                  std::numeric_limits<float>::quiet_NaN()}) {
+    v.push_back(x);
+  }
+  const int64_t n = static_cast<int64_t>(v.size());
+  Tensor src = Tensor::from_vector<float>({n}, v);
+  Tensor want = Tensor::empty({n}, DType::kBF16);
+  Tensor got = poisoned({n}, DType::kBF16);
+  OK(convert(cpu(), src, want));
+  OK(convert(gpu(), up(src), got));
+  Tensor back = down(got);
+  for (int64_t i = 0; i < n; ++i) {
+    EXPECT_EQ(want.data<bf16>()[i].bits, back.data<bf16>()[i].bits)
+        << "element " << i << " = " << v[i];
+  }
+}
+
+// An integer destination is refused by convert on the GPU as on the CPU (it used to return OK
+// and leave the destination untouched).
+TEST_F(CudaKernelTest, ConvertToAnIntegerDtypeIsRefused) {
+  Tensor src = up(rand({5}, DType::kF32));
+  Tensor dst = poisoned({5}, DType::kI32);
+  const Status s = convert(gpu(), src, dst);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.to_string();
+  EXPECT_EQ(convert(cpu(), rand({5}, DType::kF32), Tensor::empty({5}, DType::kI32)).code(),
+            StatusCode::kInvalidArgument);
+}
+
+// gather_rows on views that start at an odd bf16 element: rows of 4-byte multiples whose base
+// is only 2-byte aligned must not take the 4-byte path (a misaligned load faults).
+TEST_F(CudaKernelTest, GatherRowsFromAnOddBf16Offset) {
+  const int64_t n = 37, d = 6, m = 50;
+  Tensor flat = rand({1 + n * d}, DType::kBF16);
+  Tensor gflat = up(flat);
+  std::vector<int32_t> idx(m);
+  for (int64_t i = 0; i < m; ++i) idx[i] = i % 7 == 3 ? -1 : static_cast<int32_t>((i * 11) % n);
+  Tensor index = Tensor::from_vector<int32_t>({m}, idx);
+  Tensor dflat = Tensor::empty({1 + m * d}, DType::kBF16);
+  Tensor gdflat = poisoned({1 + m * d}, DType::kBF16);
+  const auto odd = [&](const Tensor& t, int64_t rows) {
+    return t.view().rows(1, 1 + rows * d).reshape({rows, d});
+  };
+  OK(gather_rows(cpu(), odd(flat, n), index, odd(dflat, m)));
+  OK(gather_rows(gpu(), odd(gflat, n), up(index), odd(gdflat, m)));
+  Tensor got = down(odd(gdflat, m));
+  Tensor want = Tensor::copy_of(odd(dflat, m));
+  EXPECT_TRUE(testing::bitwise_equal(want, got));
+}
+
+// The AC router's statistics (moe_stats.h): accumulated over calls, the same numbers as the CPU.
+TEST_F(CudaKernelTest, AcStatistics) {
+  const int64_t experts = 5, d = 9;
+  Tensor abs_dev = rand({experts, d}, DType::kF64, 0.0, 2.0);
+  Tensor counts = Tensor::from_vector<int64_t>({experts}, {7, 0, 3, 12, 1});
+  Tensor local = Tensor::from_vector<int64_t>({experts}, {4, 0, 1, 6, 1});
+  Tensor summary = Tensor::from_vector<double>({5}, {2, 0.1, 0.4, 3.5, 1.0});
+  const int64_t size = 2 * experts + kAcStatsFixed;
+  Tensor out = Tensor::zeros({size}, DType::kF64);
+  Tensor gout = up(out);
+  for (int call = 0; call < 3; ++call) {
+    OK(ac_stats(cpu(), abs_dev, counts, local, summary, out));
+    OK(ac_stats(gpu(), up(abs_dev), up(counts), up(local), up(summary), gout));
+  }
+  expect_close("ac_stats", out, gout, 1e-15);
+}
+
+// Shapes past the launch limits: a grid-stride loop over more elements than the grid cap of
+// 524,280 blocks covers (n > 134M), and column reductions over more than 65,535 * 256 rows
+// (the row chunks are a grid's y dimension).
+TEST_F(CudaKernelTest, LargeShapesPassTheGridLimits) {
+  const int64_t n = int64_t{524280} * kThreadsPerBlockForTest + 12345;
+  Tensor a = rand({n}, DType::kF32), b = rand({n}, DType::kF32);
+  Tensor c = Tensor::empty({n}, DType::kF32);
+  {
+    Tensor gc = poisoned({n}, DType::kF32);
+    OK(add(cpu(), a, b, c));
+    OK(add(gpu(), up(a), up(b), gc));
+    expect_close("add (134M elements)", c, gc, 0);
+  }
+  const int64_t rows = int64_t{65535} * 256 + 1000, width = 2;
+  Tensor dy = rand({rows, width}, DType::kF32);
+  Tensor db = Tensor::empty({width}, DType::kF32), gdb = poisoned({width}, DType::kF32);
+  Tensor gdy = up(dy);
+  OK(bias_grad(cpu(), dy, db));
+  OK(bias_grad(gpu(), gdy, gdb));
+  expect_close("bias_grad (16.8M rows)", db, gdb, 1e-6);
+  Tensor x = rand({rows, width}, DType::kF32), gamma = rand({width}, DType::kF32);
+  Tensor mean = Tensor::empty({rows}, DType::kF32), rstd = Tensor::empty({rows}, DType::kF32);
+  Tensor y = Tensor::empty({rows, width}, DType::kF32);
+  OK(layernorm_forward(cpu(), x, gamma, Tensor::zeros({width}, DType::kF32), 1e-5, y, mean, rstd));
+  Tensor dgamma = Tensor::zeros({width}, DType::kF32), dbeta = Tensor::zeros({width}, DType::kF32);
+  Tensor dx = Tensor::empty({rows, width}, DType::kF32);
+  Tensor gdgamma = up(dgamma), gdbeta = up(dbeta), gdx = poisoned({rows, width}, DType::kF32);
+  OK(layernorm_backward(cpu(), dy, x, gamma, mean, rstd, dx, dgamma, dbeta));
+  OK(layernorm_backward(gpu(), gdy, up(x), up(gamma), up(mean), up(rstd), gdx, gdgamma, gdbeta));
+  expect_close("layernorm_backward(dgamma, 16.8M rows)", dgamma, gdgamma, 1e-6);
+  expect_close("layernorm_backward(dbeta, 16.8M rows)", dbeta, gdbeta, 1e-6);
 }
 
 // Views of another device are refused by name, before any memory is touched.
