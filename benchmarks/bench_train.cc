@@ -1,11 +1,13 @@
-// momoe-bench train: CPU training throughput (tokens/s) and the share of the step spent in GEMMs
-// (every BLAS call is timed through kernels/reference/blas_ref.h), for the quick-start config and
+// momoe-bench train: training throughput (tokens/s) on the CPU or a GPU (--device cuda), and on
+// the CPU the share of the step spent in GEMMs (every BLAS call is timed through
+// kernels/reference/blas_ref.h), for the quick-start config and
 // an SMoE-medium-shaped config (spec/momentum-smoe.md 6.2: D = F = 352, 6 MoE layers of 16
 // experts, top-2, sequences of 512; vocabulary capped at 20000 for the bundled corpus).
 //
 //   momoe-bench train [--preset quickstart|smoe-medium|all] [--config FILE] [--steps 5] [--warmup
 //   1]
 //                     [--threads 0]   (parallel.threads: CPU threads per rank, 0 = its share)
+//                     [--device cpu|cuda] [--precision FP32|BF16 (default: the config's)]
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -68,9 +70,11 @@ Status remove_job_dir(const std::string& dir, comm::World* world) {
 }
 
 Status run_preset(const Preset& p, const std::string& config, int steps, int warmup, int threads,
-                  comm::World* world) {
+                  const std::string& device, const std::string& precision, comm::World* world) {
   std::vector<std::string> overrides = p.overrides;
   overrides.push_back("parallel.threads=" + std::to_string(threads));
+  overrides.push_back(device == "cuda" ? "train.device=CUDA" : "train.device=CPU");
+  if (!precision.empty()) overrides.push_back("train.precision=" + precision);
   MOE_ASSIGN_OR_RETURN(RunConfig cfg, load_run_config(config, overrides, 0));
   TrainerOptions opts;
   MOE_ASSIGN_OR_RETURN(opts.run_dir, make_job_dir(p.name, world));
@@ -93,18 +97,23 @@ Status run_preset(const Preset& p, const std::string& config, int steps, int war
     int64_t params = 0;
     for (const auto& prm : t->model().params().all()) params += prm->numel();
     JsonLine j("train");
+    const bool cpu = t->context().device().is_host();
     j.str("preset", p.name)
+        .str("device", t->context().device().to_string())
+        .str("precision", precision_name(cfg.train.precision))
         .num("world_size", world->size())
         .num("threads_per_rank", t->context().threads())
         .num("params_on_rank0", static_cast<double>(params))
         .num("tokens_per_step", static_cast<double>(tokens) / steps)
         .num("step_seconds", seconds / steps)
         .num("tokens_per_second", static_cast<double>(tokens) / seconds)
-        // Rank 0's GEMM time over its step time (BLAS calls are timed on this rank only).
-        .num("gemm_share", g.seconds / seconds)
-        .num("gemm_gflops_per_second", g.flops / std::max(g.seconds, 1e-9) / 1e9)
-        .num("gemm_gflop_per_token", g.flops / 1e9 / (static_cast<double>(tokens) / world->size()))
-        .num("gemm_calls_per_step", static_cast<double>(g.calls) / steps);
+        // Rank 0's GEMM time over its step time (BLAS calls are timed on this rank only; a
+        // GPU's GEMMs are not timed one by one: -1).
+        .num("gemm_share", cpu ? g.seconds / seconds : -1.0)
+        .num("gemm_gflops_per_second", cpu ? g.flops / std::max(g.seconds, 1e-9) / 1e9 : -1.0)
+        .num("gemm_gflop_per_token",
+             cpu ? g.flops / 1e9 / (static_cast<double>(tokens) / world->size()) : -1.0)
+        .num("gemm_calls_per_step", cpu ? static_cast<double>(g.calls) / steps : -1.0);
     std::printf("%s\n", j.dump().c_str());
     std::fflush(stdout);
   }
@@ -116,14 +125,20 @@ Status run_preset(const Preset& p, const std::string& config, int steps, int war
 
 Status bench_train(int argc, char** argv, comm::World* world) {
   MOE_ASSIGN_OR_RETURN(Args a,
-                       Args::parse(argc, argv, {"preset", "config", "steps", "warmup", "threads"}));
+                       Args::parse(argc, argv,
+                                   {"preset", "config", "steps", "warmup", "threads", "device", "precision"}));
+  const std::string device = a.get_str("device", "cpu");
+  if (device != "cpu" && device != "cuda") {
+    return invalid_argument_error("--device ", device, " is not one of cpu, cuda");
+  }
   const std::vector<Preset> ps = presets(a.get_str("preset", "all"));
   if (ps.empty()) return invalid_argument_error("--preset must be quickstart, smoe-medium or all");
   const std::string config = a.get_str("config", std::string(MOE_SOURCE_DIR) + "/configs/quickstart.pbtxt");
   for (const Preset& p : ps) {
     MOE_RETURN_IF_ERROR(run_preset(p, config, static_cast<int>(a.get("steps", 5)),
                                    static_cast<int>(a.get("warmup", 1)),
-                                   static_cast<int>(a.get("threads", 0)), world));
+                                   static_cast<int>(a.get("threads", 0)), device,
+                                   a.get_str("precision", ""), world));
   }
   return Status::OK();
 }

@@ -39,15 +39,24 @@ MoeLayerConfig layer_config(int64_t d, int64_t f, int64_t experts, int64_t top_k
   return cfg;
 }
 
+namespace {
+
+std::unique_ptr<Context> make_context(int threads, int cuda_device) {
+  ContextOptions o;
+  o.threads = threads;
+  if (cuda_device < 0) return Context::host(o);
+  StatusOr<std::unique_ptr<Context>> ctx = Context::cuda(cuda_device, o);
+  MOE_CHECK(ctx.ok(), ctx.status().to_string());
+  return std::move(*ctx);
+}
+
+}  // namespace
+
 LayerFixture::LayerFixture(const MoeLayerConfig& cfg, int64_t tokens, comm::Communicator* comm,
-                           int rank, DType act, int threads)
+                           int rank, DType act, int threads, int cuda_device)
     : cfg_(cfg),
       token_offset_(rank * tokens),
-      ctx_(Context::host([&] {
-        ContextOptions o;
-        o.threads = threads;
-        return o;
-      }())),
+      ctx_(make_context(threads, cuda_device)),
       params_(ctx_.get(), act) {
   layer_ = std::make_unique<MoeLayer>("moe", cfg, 1, 1, &params_, comm);
   MOE_CHECK(params_.allocate().ok());

@@ -22,9 +22,10 @@ class LayerFixture {
  public:
   // `rank` offsets the input draws and the token ids (EP runs: every rank its own tokens).
   // act: the activation dtype (f32, or bf16 for the BF16 precision policy). threads: the host
-  // context's threads (0: every core).
+  // context's threads (0: every core). cuda_device >= 0: the layer runs on that GPU instead
+  // (aborts when it cannot be used: check choose_cuda_device first).
   LayerFixture(const MoeLayerConfig& cfg, int64_t tokens, comm::Communicator* comm, int rank = 0,
-               DType act = DType::kF32, int threads = 1);
+               DType act = DType::kF32, int threads = 1, int cuda_device = -1);
   Status forward(MoeLayerSaved* saved);
   Status backward(const MoeLayerSaved& saved);
   Status forward_backward();

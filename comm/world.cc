@@ -1,12 +1,20 @@
 #include "comm/world.h"
 
-#include "core/base/device.h"
+#include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <string>
+#include <vector>
+
+#include "comm/local_communicator.h"
+#include "core/base/device.h"
 
 #if defined(MOE_WITH_MPI)
 #include "comm/mpi_communicator.h"
+#endif
+#if defined(MOE_WITH_NCCL)
+#include "comm/nccl_communicator.h"
 #endif
 
 namespace moe::comm {
@@ -18,18 +26,68 @@ bool launched_by_mpi() {
   return false;
 }
 
-StatusOr<World> make_world(int* argc, char*** argv, CommBackend backend, double timeout_seconds) {
-  World w;
-  const bool want_mpi = backend == CommBackend::kMpi || (backend == CommBackend::kAuto && launched_by_mpi());
-  if (backend == CommBackend::kNccl) {
-    if (cuda_device_count() == 0) {
-      return failed_precondition_error("parallel.backend = NCCL needs a GPU on every rank, but this "
-                                       "machine has none visible (check CUDA_VISIBLE_DEVICES and the "
-                                       "driver), or use the MPI backend");
+namespace {
+
+// NCCL over `bootstrap` (owned from now on) on this rank's node-local GPU.
+StatusOr<std::unique_ptr<Communicator>> nccl_over(std::unique_ptr<Communicator> bootstrap) {
+#if defined(MOE_WITH_NCCL)
+  MOE_ASSIGN_OR_RETURN(const int device, choose_cuda_device(bootstrap->rank()));
+  NcclOptions opts;
+  opts.device = device;
+  return NcclCommunicator::create(std::move(bootstrap), opts);
+#else
+  (void)bootstrap;
+  return unimplemented_error("parallel.backend = NCCL: this build has no NCCL backend (configure "
+                             "with MOE_WITH_CUDA=ON and MOE_WITH_NCCL=ON where nccl.h is found)");
+#endif
+}
+
+#if defined(MOE_WITH_MPI)
+// True when no two ranks of `world` compute on the same GPU (host name + PCI bus id), so NCCL
+// can connect them; ranks sharing a GPU stay on MPI (NCCL refuses two ranks on one device).
+StatusOr<bool> every_rank_has_its_own_gpu(Communicator& world) {
+  std::string mine;
+  StatusOr<int> device = choose_cuda_device(world.rank());
+  if (device.ok()) {
+    StatusOr<CudaDeviceInfo> info = cuda_device_info(*device);
+    if (info.ok()) {
+      char host[256] = {};
+      if (::gethostname(host, sizeof(host) - 1) != 0) host[0] = '\0';
+      mine = str_cat(host, "/", info->pci_bus_id);
     }
-    return unimplemented_error("parallel.backend = NCCL: the CUDA training path is not built yet; "
-                               "use the MPI backend (CPU ranks)");
   }
+  MOE_ASSIGN_OR_RETURN(std::vector<std::string> all, world.gather_bytes(mine, 0));
+  std::string verdict = "1";
+  if (world.rank() == 0) {
+    std::sort(all.begin(), all.end());
+    const bool unknown = std::find(all.begin(), all.end(), std::string()) != all.end();
+    if (unknown || std::adjacent_find(all.begin(), all.end()) != all.end()) verdict = "0";
+  }
+  MOE_ASSIGN_OR_RETURN(verdict, world.broadcast_bytes(verdict, 0));
+  return verdict == "1";
+}
+#endif
+
+}  // namespace
+
+StatusOr<World> make_world(int* argc, char*** argv, CommBackend backend, double timeout_seconds,
+                           DeviceKind device) {
+  World w;
+  const bool mpi = launched_by_mpi();
+  if (backend == CommBackend::kNccl && cuda_device_count() == 0) {
+    return failed_precondition_error("parallel.backend = NCCL needs a GPU on every rank, but none "
+                                     "is usable here (", cuda_unavailable_reason(),
+                                     "); check CUDA_VISIBLE_DEVICES and the driver, or use the "
+                                     "MPI backend");
+  }
+  if (backend == CommBackend::kNccl && !mpi) {
+    // One process: NCCL at one rank, bootstrapped by a Local world of one.
+    std::vector<std::unique_ptr<Communicator>> local = LocalCommunicator::create_world(1);
+    MOE_ASSIGN_OR_RETURN(w.comm, nccl_over(std::move(local[0])));
+    return w;
+  }
+  const bool want_mpi = backend == CommBackend::kMpi || backend == CommBackend::kNccl ||
+                        (backend == CommBackend::kAuto && mpi);
   if (!want_mpi) return w;
 #if defined(MOE_WITH_MPI)
   MOE_ASSIGN_OR_RETURN(std::unique_ptr<MpiRuntime> runtime,
@@ -38,11 +96,39 @@ StatusOr<World> make_world(int* argc, char*** argv, CommBackend backend, double 
   MpiOptions opts;
   opts.timeout_seconds = timeout_seconds;
   MOE_ASSIGN_OR_RETURN(w.comm, MpiCommunicator::create_world(opts));
-  if (w.comm->world_size() == 1 && backend == CommBackend::kAuto) w.comm.reset();
+  if (w.comm->world_size() == 1 && backend == CommBackend::kAuto) {
+    w.comm.reset();
+    return w;
+  }
+  bool nccl = backend == CommBackend::kNccl;
+  if (backend == CommBackend::kAuto && device == DeviceKind::kCuda && built_with_nccl()) {
+    // GPU ranks talk through NCCL when each has a GPU of its own; ranks sharing one GPU keep
+    // MPI, which stages device buffers through host memory.
+    MOE_ASSIGN_OR_RETURN(nccl, every_rank_has_its_own_gpu(*w.comm));
+    w.note = nccl ? "every rank has a GPU of its own: NCCL between them"
+                  : "ranks share a GPU (NCCL refuses that): MPI between them, staged through "
+                    "host memory";
+  }
+  if (nccl) {
+    MOE_ASSIGN_OR_RETURN(w.comm, nccl_over(std::move(w.comm)));
+  }
   return w;
 #else
-  return unimplemented_error("launched under mpirun, but this build has no MPI backend "
-                             "(configure with MOE_WITH_MPI=ON and an MPI library)");
+  (void)argc;
+  (void)argv;
+  (void)timeout_seconds;
+  (void)device;
+  return unimplemented_error("launched under mpirun (or parallel.backend = MPI/NCCL), but this "
+                             "build has no MPI backend (configure with MOE_WITH_MPI=ON and an MPI "
+                             "library)");
+#endif
+}
+
+bool built_with_nccl() {
+#if defined(MOE_WITH_NCCL)
+  return true;
+#else
+  return false;
 #endif
 }
 

@@ -1,9 +1,15 @@
 // Creates the world communicator for an executable (momoe-train, momoe-bench): MPI when launched
 // under mpirun/srun with more than one rank (or when asked for), none for a single process. Owns
 // the MPI runtime.
+//
+// GPU runs (device = CUDA): backend NCCL bootstraps NCCL through MPI (or, in a single process,
+// through a Local world of one rank: NCCL at one rank), each rank on its node-local GPU. Backend
+// AUTO under mpirun picks NCCL when every rank has a GPU of its own, and keeps MPI (device
+// buffers staged through host memory) when ranks share a GPU, which NCCL refuses.
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "comm/communicator.h"
 #include "core/base/run_config.h"
@@ -13,12 +19,16 @@ namespace moe::comm {
 struct World {
   std::shared_ptr<void> runtime;       // keeps MPI initialised while alive
   std::unique_ptr<Communicator> comm;  // null: single process
+  std::string note;                    // how the backend was chosen, when AUTO chose (rank 0 prints)
   int rank() const { return comm ? comm->rank() : 0; }
   int size() const { return comm ? comm->world_size() : 1; }
 };
 
 // True when the environment says this process is one of several launched by mpirun or srun.
 bool launched_by_mpi();
-StatusOr<World> make_world(int* argc, char*** argv, CommBackend backend, double timeout_seconds);
+StatusOr<World> make_world(int* argc, char*** argv, CommBackend backend, double timeout_seconds,
+                           DeviceKind device = DeviceKind::kCpu);
+// True when this build has the NCCL backend.
+bool built_with_nccl();
 
 }  // namespace moe::comm

@@ -9,7 +9,9 @@
 //   momoe-compare --config base.pbtxt --grid my_grid.txt --out runs/my_comparison
 //
 // Each run is `momoe-train --fresh` in OUT/runs/<variant>-seed<seed>/ (its log beside it); the
-// results are OUT/summary.md, OUT/runs.csv, OUT/curves.csv and OUT/loss.png.
+// results are OUT/summary.md, OUT/runs.csv, OUT/curves.csv and OUT/loss.png. CPU runs share the
+// cores (--jobs at a time, each with its slice of threads); GPU runs (train.device = CUDA) run one
+// per visible GPU by default, each seeing only its own.
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -23,6 +25,7 @@
 #include <sstream>
 #include <thread>
 
+#include "core/base/device.h"
 #include "core/io/file_util.h"
 #include "launcher/compare_grid.h"
 #include "launcher/exit_status.h"
@@ -82,7 +85,8 @@ std::string shell_quote(const std::string& s) {
   return q + "'";
 }
 
-pid_t start(const Job& job) {
+// gpu >= 0: the run sees only that GPU (CUDA_VISIBLE_DEVICES), so runs spread over the GPUs.
+pid_t start(const Job& job, int gpu) {
   std::fflush(nullptr);  // or the child would write our buffered output again
   std::vector<char*> argv;
   for (const std::string& a : job.argv) argv.push_back(const_cast<char*>(a.c_str()));
@@ -91,6 +95,7 @@ pid_t start(const Job& job) {
   if (pid == 0) {
     FILE* log = std::freopen(job.log.c_str(), "w", stdout);
     if (log != nullptr) ::dup2(::fileno(stdout), 2);
+    if (gpu >= 0) setenv("CUDA_VISIBLE_DEVICES", std::to_string(gpu).c_str(), 1);
     ::execvp(argv[0], argv.data());
     std::fprintf(stderr, "momoe-compare: cannot run %s: %s\n", argv[0], std::strerror(errno));
     ::_exit(127);
@@ -122,7 +127,7 @@ Status run(int argc, char** argv) {
   flags.value("set", "KEY=VALUE override for every variant (repeatable)", true);
   flags.value("seeds", "comma-separated seeds (default 1,2)");
   flags.value("losses", "comma-separated training losses to report steps-to-reach for");
-  flags.value("jobs", "runs at a time (default: the number of cores)");
+  flags.value("jobs", "runs at a time (default: the number of cores; GPU runs: the number of GPUs)");
   flags.value("out", "output directory (default runs/compare)");
   flags.switch_flag("dry-run", "print the runs and exit");
   flags.switch_flag("help", "show this help");
@@ -167,13 +172,20 @@ Status run(int argc, char** argv) {
   if (flags.has("losses")) {
     MOE_ASSIGN_OR_RETURN(targets, parse_losses(flags.get("losses")));
   }
+  // Every variant resolves and shares one budget before anything runs.
+  bool on_gpu = false;
+  for (uint64_t seed : grid.seeds) {
+    MOE_ASSIGN_OR_RETURN(std::vector<RunConfig> resolved, resolve_grid(grid, seed));
+    for (const RunConfig& c : resolved) on_gpu |= c.train.device == DeviceKind::kCuda;
+  }
+  // GPU runs: one at a time per visible GPU (each run sees its own, unless CUDA_VISIBLE_DEVICES
+  // was set for us); CPU runs share the cores.
+  const int gpus = on_gpu && std::getenv("CUDA_VISIBLE_DEVICES") == nullptr ? cuda_device_count() : 0;
   const int64_t cores = std::max<int64_t>(1, std::thread::hardware_concurrency());
-  MOE_ASSIGN_OR_RETURN(int64_t jobs, flags.get_int("jobs", cores));
+  MOE_ASSIGN_OR_RETURN(int64_t jobs, flags.get_int("jobs", on_gpu ? std::max(1, gpus) : cores));
   if (jobs < 1) return invalid_argument_error("--jobs ", jobs, " must be >= 1");
   const std::string out = flags.get("out", "runs/compare");
 
-  // Every variant resolves and shares one budget before anything runs.
-  for (uint64_t seed : grid.seeds) MOE_RETURN_IF_ERROR(resolve_grid(grid, seed).status());
   if (fs::exists(out + "/summary.md")) {
     return failed_precondition_error(out,
                                      " already holds a comparison (summary.md); choose another "
@@ -193,8 +205,10 @@ Status run(int argc, char** argv) {
       std::vector<std::string> sets = grid.common;
       sets.insert(sets.end(), v.overrides.begin(), v.overrides.end());
       sets.push_back(str_cat("train.seed=", seed));
-      // The runs share the cores: each gets its slice of threads (unless the grid sets them).
-      sets.insert(sets.begin(), str_cat("parallel.threads=", std::max<int64_t>(1, cores / jobs)));
+      // CPU runs share the cores: each gets its slice of threads (unless the grid sets them).
+      if (!on_gpu) {
+        sets.insert(sets.begin(), str_cat("parallel.threads=", std::max<int64_t>(1, cores / jobs)));
+      }
       for (const std::string& s : sets) {
         j.argv.push_back("--set");
         j.argv.push_back(s);
@@ -221,13 +235,24 @@ Status run(int argc, char** argv) {
   setenv("OMP_NUM_THREADS", "1", 0);
 
   std::map<pid_t, size_t> running;
+  std::map<pid_t, int> gpu_of;
+  std::vector<int> runs_on_gpu(std::max(1, gpus), 0);
   std::vector<int> exit_codes(queue.size(), -1);
   size_t next = 0, done = 0;
   while (done < queue.size()) {
     while (next < queue.size() && static_cast<int64_t>(running.size()) < jobs) {
-      const pid_t pid = start(queue[next]);
+      // The least busy GPU (none for CPU runs).
+      const int gpu = gpus > 0 ? static_cast<int>(std::min_element(runs_on_gpu.begin(),
+                                                                     runs_on_gpu.end()) -
+                                                    runs_on_gpu.begin())
+                               : -1;
+      const pid_t pid = start(queue[next], gpu);
       if (pid < 0) return internal_error("fork failed: ", std::strerror(errno));
       running[pid] = next++;
+      if (gpu >= 0) {
+        gpu_of[pid] = gpu;
+        ++runs_on_gpu[gpu];
+      }
     }
     int status = 0;
     const pid_t pid = ::waitpid(-1, &status, 0);
@@ -239,6 +264,10 @@ Status run(int argc, char** argv) {
     if (it == running.end()) continue;
     const size_t i = it->second;
     running.erase(it);
+    if (auto g = gpu_of.find(pid); g != gpu_of.end()) {
+      --runs_on_gpu[g->second];
+      gpu_of.erase(g);
+    }
     exit_codes[i] = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     ++done;
     std::printf("[%zu/%zu] %s seed %llu: %s\n", done, queue.size(), queue[i].variant.c_str(),

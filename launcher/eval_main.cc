@@ -1,5 +1,6 @@
 // momoe-eval: perplexity of a checkpoint on any UTF-8 text file (plain or .gz), clean and under the
-// word-swap attack. The checkpoint brings its own config and vocabulary; any EP layout loads.
+// word-swap attack. The checkpoint brings its own config and vocabulary; any EP layout loads, on
+// the CPU or a GPU (--device; by default the device it was trained on).
 //
 //   momoe-eval --checkpoint runs/quickstart/ckpt-00000300 --text my_corpus.txt [--attack-rate 0.025]
 #include <algorithm>
@@ -13,6 +14,7 @@
 #include "core/data/corpus.h"
 #include "core/train/checkpoint.h"
 #include "core/train/evaluator.h"
+#include "core/train/run_device.h"
 #include "kernels/reference/blas_library.h"
 #include "launcher/exit_status.h"
 #include "launcher/flags.h"
@@ -33,11 +35,27 @@ StatusOr<std::string> evaluate(const FlagParser& flags) {
   }
   cfg.model.vocab_size = vocab.size();
   MOE_RETURN_IF_ERROR(cfg.model.validate(1));
+  // The device: --device, else the one the checkpoint was trained on.
+  if (flags.has("device")) {
+    const std::string d = flags.get("device");
+    if (d != "cpu" && d != "cuda") {
+      return invalid_argument_error("--device ", d, " is not one of cpu, cuda");
+    }
+    cfg.train.device = d == "cuda" ? DeviceKind::kCuda : DeviceKind::kCpu;
+  }
   ContextOptions context;  // every core (the checkpoint's parallel.threads, when set)
   context.threads = cfg.parallel.threads;
-  std::unique_ptr<Context> ctx = Context::host(context);
-  MOE_RETURN_IF_ERROR(kernels::ref::load_blas());
-  if (const std::string& w = kernels::ref::blas_info().warning; !w.empty()) log_warning(w);
+  StatusOr<RunDevice> device = make_run_device(cfg.train.device, context, 0);
+  if (!device.ok() && cfg.train.device == DeviceKind::kCuda && !flags.has("device")) {
+    return Status(device.status().code(),
+                  str_cat("checkpoint ", dir, " was trained on a GPU: ", device.status().message(),
+                          "; pass --device cpu to evaluate it on the CPU"));
+  }
+  MOE_RETURN_IF_ERROR(device.status());
+  std::unique_ptr<Context> ctx = std::move(device->ctx);
+  if (cfg.train.device == DeviceKind::kCpu) {
+    if (const std::string& w = kernels::ref::blas_info().warning; !w.empty()) log_warning(w);
+  }
   MOE_ASSIGN_OR_RETURN(std::unique_ptr<TransformerLM> model,
                        TransformerLM::create(cfg.model, ctx.get(),
                                              activation_dtype(cfg.train.precision), nullptr));
@@ -90,6 +108,7 @@ int run(int argc, char** argv) {
   flags.value("attack-rate", "word-swap attack rate (default: the run's train.attack_rate; 0 = off)");
   flags.value("batch", "sequences per evaluation batch (default: the trainer's, batch_size / grad_accum)");
   flags.value("max-sequences", "evaluate only the first N sequences (default: all)");
+  flags.value("device", "cpu or cuda (default: the device the checkpoint was trained on)");
   flags.switch_flag("help", "print this help");
   Status parsed = flags.parse(argc, argv);
   if (flags.has("help")) {

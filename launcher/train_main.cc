@@ -105,9 +105,11 @@ int run(int argc, char** argv) {
   }
 
   StatusOr<comm::World> world = comm::make_world(&argc, &argv, cfg->parallel.backend,
-                                                 cfg->parallel.setup_timeout_seconds);
+                                                 cfg->parallel.setup_timeout_seconds,
+                                                 cfg->train.device);
   if (!world.ok()) return fail(world.status(), nullptr);
   set_log_rank(world->rank());
+  if (!world->note.empty() && world->rank() == 0) std::printf("momoe: %s\n", world->note.c_str());
 
   TrainerOptions opts;
   opts.run_dir = flags.get("run-dir", "runs/" + std::filesystem::path(flags.get("config")).stem().string());

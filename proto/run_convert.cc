@@ -354,6 +354,11 @@ StatusOr<RunConfig> parse_run_config(const std::string& text, const std::string&
 
   MOE_RETURN_IF_ERROR(convert_model(msg.model(), &cfg.model).with_context(source));
   MOE_RETURN_IF_ERROR(convert_train(msg.train(), &cfg.train).with_context(source));
+  if (cfg.parallel.backend == CommBackend::kNccl && cfg.train.device != DeviceKind::kCuda) {
+    return invalid_argument_error(
+        source, ": parallel.backend = NCCL moves device memory between GPUs and needs "
+        "train.device = CUDA (CPU ranks use the MPI backend)");
+  }
   // Everything but the vocabulary size can be checked now.
   ModelConfig probe = cfg.model;
   if (probe.vocab_size == 0) probe.vocab_size = 2;

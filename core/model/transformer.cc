@@ -42,22 +42,30 @@ StatusOr<std::unique_ptr<TransformerLM>> TransformerLM::create(const ModelConfig
 }
 
 Status TransformerLM::init_parameters(uint64_t seed) {
+  // The CPU reference draws every parameter on the host and the values are copied to the model's
+  // context: a run starts from the same bits on every device (a GPU's log and cos may differ
+  // from glibc's in the last bit, which would make GPU and CPU runs diverge from step 0).
+  ContextOptions options;
+  options.threads = ctx_.thread_pool() != nullptr ? ctx_.threads() : 0;
+  const std::unique_ptr<Context> host = Context::host(options);
   for (const auto& p : params_->all()) {
+    MOE_ASSIGN_OR_RETURN(Tensor values, host->empty(p->shape, p->master.dtype()));
     const std::string& n = p->name;
     const std::string leaf = n.substr(n.rfind('.') + 1);
     if (leaf == "gamma" || leaf == "omega") {
-      MOE_RETURN_IF_ERROR(kernels::init_constant(ctx_, p->master, 1.0));
+      MOE_RETURN_IF_ERROR(kernels::init_constant(*host, values, 1.0));
     } else if (leaf[0] == 'b') {
       // beta, b_qkv, b_o, b1, b2, b_router
-      MOE_RETURN_IF_ERROR(kernels::init_constant(ctx_, p->master, 0.0));
+      MOE_RETURN_IF_ERROR(kernels::init_constant(*host, values, 0.0));
     } else {
       // One stream per parameter name; an expert shard draws its slice of the global tensor.
       const CounterRng rng{seed, make_stream(RngTag::kInit, 0, fnv1a64(n))};
       const uint64_t first = p->kind == ParamKind::kExpert
                                  ? static_cast<uint64_t>(p->first_expert * (p->numel() / p->shape[0]))
                                  : 0;
-      MOE_RETURN_IF_ERROR(kernels::init_normal(ctx_, p->master, cfg_.init_std, rng, first));
+      MOE_RETURN_IF_ERROR(kernels::init_normal(*host, values, cfg_.init_std, rng, first));
     }
+    MOE_RETURN_IF_ERROR(ctx_.copy(values, p->master));
   }
   return params_->refresh_working();
 }

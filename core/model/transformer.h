@@ -43,7 +43,8 @@ class TransformerLM {
 
   // Deterministic initialisation from `seed`: every element is drawn from a counter keyed by the
   // parameter's name and its global index, so any EP layout gets the same global weights.
-  // Matrices ~ N(0, init_std); biases 0; LayerNorm gamma 1; SparseMixer omega 1.
+  // Matrices ~ N(0, init_std); biases 0; LayerNorm gamma 1; SparseMixer omega 1. Drawn on the
+  // host by the CPU reference and copied to the context: the same bits on every device.
   Status init_parameters(uint64_t seed);
 
   // inputs, targets i32 [B, S] (host or device; targets -1 ignored). sums and stats as above

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <map>
 #include <mutex>
 #include <string_view>
 
@@ -81,25 +82,29 @@ Status Trainer::setup() {
   MOE_RETURN_IF_ERROR(cfg_.model.validate(cfg_.parallel.ep));
   if (!data_->train) return invalid_argument_error("no training split");
 
-  if (t.device == DeviceKind::kCuda) {
-    return unimplemented_error("train.device = CUDA: the GPU training path is not wired yet (the "
-                               "CUDA kernels are built but the trainer runs on the CPU); use "
-                               "train.device = CPU");
-  }
   ContextOptions context = opts_.context;
   const bool ranks_are_threads =
       world_ != nullptr && std::string_view(world_->backend_name()) == "local";
   context.threads = cfg_.parallel.threads > 0 ? cfg_.parallel.threads
                                               : default_threads(ranks_are_threads ? ranks : 1);
-  ctx_ = Context::host(context);
-  MOE_RETURN_IF_ERROR(kernels::ref::load_blas());
-  // Every process says so, once, when its BLAS kernel does not use its CPU's vector ISA (ranks
-  // may run on different CPUs); rank 0 names the CPU and the kernel in the start-up line below.
-  static std::once_flag blas_warned;
-  std::call_once(blas_warned, [] {
-    if (const std::string& w = kernels::ref::blas_info().warning; !w.empty()) log_warning(w);
-  });
-  MOE_RETURN_IF_ERROR(check_host_memory());
+  if (t.device == DeviceKind::kCuda && ranks_are_threads && ranks > 1) {
+    return invalid_argument_error("train.device = CUDA with ranks that are threads (the local "
+                                  "backend moves host memory only): GPU ranks use MPI or NCCL");
+  }
+  // The one choice of device (every rank learns if any rank could not get its device).
+  StatusOr<RunDevice> device = make_run_device(t.device, context, rank);
+  MOE_RETURN_IF_ERROR(agree(world_, device.status()));
+  device_ = std::move(*device);
+  ctx_ = std::move(device_.ctx);
+  if (t.device == DeviceKind::kCpu) {
+    // Every process says so, once, when its BLAS kernel does not use its CPU's vector ISA (ranks
+    // may run on different CPUs); rank 0 names the CPU and the kernel in the start-up line below.
+    static std::once_flag blas_warned;
+    std::call_once(blas_warned, [] {
+      if (const std::string& w = kernels::ref::blas_info().warning; !w.empty()) log_warning(w);
+    });
+  }
+  MOE_RETURN_IF_ERROR(check_memory_fits());
   MOE_ASSIGN_OR_RETURN(model_, TransformerLM::create(cfg_.model, ctx_.get(),
                                                      activation_dtype(t.precision),
                                                      has_groups_ ? groups_.ep.get() : nullptr));
@@ -153,14 +158,20 @@ Status Trainer::setup() {
     for (const auto& p : model_->params().all()) (p->kind == ParamKind::kDense ? dense : expert) += p->numel();
     coordinator_->print(
         str_cat("momoe: ", ranks, " rank(s), ep ", cfg_.parallel.ep, " x dp ",
-                ranks / cfg_.parallel.ep, "; ", precision_name(t.precision), " on the CPU (",
-                ctx_->threads(), " thread(s) per rank); vocabulary ", vocab, " words; ",
+                ranks / cfg_.parallel.ep, world_ != nullptr ? str_cat(" (", world_->backend_name(), ")") : std::string(),
+                "; ", precision_name(t.precision), " on ", device_.description, "; vocabulary ", vocab, " words; ",
                 data_->train->size(), " training sequences of ", cfg_.model.seq_len, " tokens; ",
                 cfg_.model.blocks.size(), " blocks (", model_->num_moe_layers(),
                 " MoE); parameters: ", dense, " dense + ", expert, " expert on this rank"));
-    coordinator_->print(str_cat("momoe: CPU ", cpu_info().description(), ", ",
-                                cpu_info().isa_summary(), "; BLAS ",
-                                kernels::ref::blas_info().summary()));
+    if (t.device == DeviceKind::kCpu) {
+      coordinator_->print(str_cat("momoe: CPU ", cpu_info().description(), ", ",
+                                  cpu_info().isa_summary(), "; BLAS ",
+                                  kernels::ref::blas_info().summary()));
+    }
+  }
+  // A device backend's collectives never block the host: the watchdog bounds the step's wait.
+  if (world_ != nullptr && world_->memory_space() == comm::MemorySpace::kDevice) {
+    watchdog_ = std::make_unique<comm::Watchdog>(world_, cfg_.parallel.timeout_seconds);
   }
   // Set-up ran under the (long) setup timeout; the step's collectives get the short one, so a
   // rank that stops responding is named within seconds.
@@ -169,6 +180,7 @@ Status Trainer::setup() {
 }
 
 void Trainer::set_collective_timeout(double seconds) {
+  if (watchdog_) watchdog_->set_timeout(seconds);
   if (world_ != nullptr) world_->set_timeout(seconds);
   if (has_groups_) {
     groups_.ep->set_timeout(seconds);
@@ -182,25 +194,45 @@ void Trainer::say(const std::string& line) const {
   std::fflush(opts_.progress);
 }
 
-Status Trainer::check_host_memory() {
+Status Trainer::check_memory_fits() {
   const int ranks = world_ == nullptr ? 1 : world_->world_size();
-  // The ranks sharing rank 0's host share its memory (a homogeneous cluster is assumed).
-  char host[256] = {};
-  if (::gethostname(host, sizeof(host) - 1) != 0) host[0] = '\0';
-  int here = 1;
+  // Every rank says which memory it draws on and how much is left there; rank 0 counts the ranks
+  // per memory (a host's RAM, one GPU) and checks each against the per-rank estimate.
+  const std::string mine =
+      str_cat(device_.available_bytes, " ", device_.memory_key, "\t", device_.memory_name);
+  std::vector<std::string> all = {mine};
   if (world_ != nullptr && ranks > 1) {
-    MOE_ASSIGN_OR_RETURN(std::vector<std::string> hosts, world_->gather_bytes(host, 0));
-    here = static_cast<int>(std::count(hosts.begin(), hosts.end(), std::string(host)));
+    MOE_ASSIGN_OR_RETURN(all, world_->gather_bytes(mine, 0));
   }
   Status fits = Status::OK();
   if (world_ == nullptr || world_->rank() == 0) {
-    MemoryEstimate per_host = estimate_training_memory(cfg_, ranks);
-    const std::string where = here > 1 ? str_cat("host ", host, " (", here, " ranks)") : "this host";
-    per_host.parameter_bytes *= here;
-    per_host.gradient_bytes *= here;
-    per_host.optimizer_bytes *= here;
-    per_host.activation_bytes *= here;
-    fits = check_memory(per_host, available_host_memory(), where);
+    MemoryEstimate per_rank = estimate_training_memory(cfg_, ranks);
+    // The GPU's own scratch (attention scores, cuBLAS workspace) counts as activations.
+    per_rank.activation_bytes += device_scratch_bytes(cfg_, ranks);
+    struct Pool {
+      int ranks = 0;
+      int64_t available = -1;
+      std::string name;
+    };
+    std::map<std::string, Pool> pools;
+    for (const std::string& line : all) {
+      const size_t space = line.find(' '), tab = line.find('\t');
+      Pool& p = pools[line.substr(space + 1, tab - space - 1)];
+      const int64_t available = std::stoll(line.substr(0, space));
+      p.available = p.ranks == 0 ? available : std::min(p.available, available);
+      p.name = line.substr(tab + 1);
+      ++p.ranks;
+    }
+    for (const auto& [key, p] : pools) {
+      MemoryEstimate need = per_rank;
+      need.parameter_bytes *= p.ranks;
+      need.gradient_bytes *= p.ranks;
+      need.optimizer_bytes *= p.ranks;
+      need.activation_bytes *= p.ranks;
+      fits = check_memory(need, p.available,
+                          p.ranks > 1 ? str_cat(p.name, " (shared by ", p.ranks, " ranks)") : p.name);
+      if (!fits.ok()) break;
+    }
   }
   return agree(world_, fits);
 }
@@ -281,9 +313,11 @@ TrainingState Trainer::training_state() {
 StatusOr<std::string> Trainer::save() {
   // Writing shards to a slow file system can take far longer than a step.
   set_collective_timeout(cfg_.parallel.setup_timeout_seconds);
+  if (watchdog_) watchdog_->arm(str_cat("saving the checkpoint of step ", steps_done()));
   StatusOr<std::string> saved = save_checkpoint(opts_.run_dir, training_state(), world_,
                                                 has_groups_ ? &groups_ : nullptr,
                                                 cfg_.train.keep_checkpoints);
+  if (watchdog_) watchdog_->disarm();
   set_collective_timeout(cfg_.parallel.timeout_seconds);
   MOE_ASSIGN_OR_RETURN(std::string dir, std::move(saved));
   coordinator_->print(str_cat("momoe: checkpoint ", dir));
@@ -320,6 +354,14 @@ StatusOr<int64_t> Trainer::probe_flips(const TensorView& flips) {
 }
 
 StatusOr<StepStatsInfo> Trainer::step() {
+  if (!watchdog_) return step_impl();
+  watchdog_->arm(str_cat("step ", steps_done()));
+  StatusOr<StepStatsInfo> r = step_impl();
+  watchdog_->disarm();
+  return r;
+}
+
+StatusOr<StepStatsInfo> Trainer::step_impl() {
   const auto t0 = std::chrono::steady_clock::now();
   const TrainConfig& t = cfg_.train;
   const int ranks = world_ == nullptr ? 1 : world_->world_size();

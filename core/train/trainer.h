@@ -28,6 +28,7 @@
 
 #include "comm/communicator.h"
 #include "comm/process_groups.h"
+#include "comm/watchdog.h"
 #include "core/base/context.h"
 #include "core/base/run_config.h"
 #include "core/data/batch_scheduler.h"
@@ -37,6 +38,7 @@
 #include "core/train/evaluator.h"
 #include "core/train/optimizer.h"
 #include "core/train/run_data.h"
+#include "core/train/run_device.h"
 #include "core/train/run_directory.h"
 
 namespace moe {
@@ -104,6 +106,7 @@ class Trainer {
  private:
   Trainer(const RunConfig& cfg, const TrainerOptions& opts, comm::Communicator* world);
   Status setup();
+  StatusOr<StepStatsInfo> step_impl();  // step() without the watchdog
   TrainingState training_state();
   // Probe step: routes the probe batch and counts, per MoE layer, the tokens whose top-1 expert
   // changed since the last probe into flips (f64 [L], on the device). Returns the number of probe
@@ -115,9 +118,10 @@ class Trainer {
   // current config changes against the checkpoint's (printed; refused unless allowed).
   StatusOr<std::string> choose_resume_checkpoint();
   Status check_config_change(const std::string& checkpoint);
-  // Refuses (on every rank) a run whose estimated memory exceeds what rank 0's host has
-  // available (memory_estimate.h), before the model is allocated.
-  Status check_host_memory();
+  // Refuses (on every rank) a run whose estimated memory exceeds what a memory pool (a host's
+  // RAM, a GPU) has available for the ranks that share it (memory_estimate.h), before the model
+  // is allocated.
+  Status check_memory_fits();
   void say(const std::string& line) const;  // rank 0, before the coordinator exists too
   // Bounds every later collective of the world and the EP/DP groups: parallel.timeout_seconds
   // in the training loop, parallel.setup_timeout_seconds while saving a checkpoint.
@@ -127,6 +131,9 @@ class Trainer {
   TrainerOptions opts_;
   comm::Communicator* world_;
   std::unique_ptr<Context> ctx_;
+  RunDevice device_;  // what ctx_ is (its ctx moved into ctx_)
+  // Device backends (NCCL) only: turns a stalled peer into an abort with a message.
+  std::unique_ptr<comm::Watchdog> watchdog_;
   comm::ProcessGroups groups_;
   bool has_groups_ = false;
   std::unique_ptr<RunData> data_;

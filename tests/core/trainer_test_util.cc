@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
@@ -15,10 +16,15 @@
 
 namespace moe::testing {
 
+std::string source_root() {
+  const char* env = std::getenv("MOMOE_SOURCE_DIR");
+  return env != nullptr && *env != '\0' ? std::string(env) : std::string(MOE_SOURCE_DIR);
+}
+
 std::vector<std::string> config_families() {
   std::vector<std::string> names;
   for (const auto& e :
-       std::filesystem::directory_iterator(std::string(MOE_SOURCE_DIR) + "/configs")) {
+       std::filesystem::directory_iterator(source_root() + "/configs")) {
     if (e.path().extension() == ".pbtxt") names.push_back(e.path().stem().string());
   }
   std::sort(names.begin(), names.end());
@@ -26,7 +32,7 @@ std::vector<std::string> config_families() {
 }
 
 std::string family_config_path(const std::string& family) {
-  return std::string(MOE_SOURCE_DIR) + "/configs/" + family + ".pbtxt";
+  return source_root() + "/configs/" + family + ".pbtxt";
 }
 namespace fs = std::filesystem;
 
@@ -70,7 +76,7 @@ std::string fresh_dir(const std::string& name) {
 }
 
 std::string write_small_corpus(const std::string& dir, int train_lines) {
-  StatusOr<std::string> text = data::read_text_file(std::string(MOE_SOURCE_DIR) + "/data/brown/valid.txt.gz");
+  StatusOr<std::string> text = data::read_text_file(source_root() + "/data/brown/valid.txt.gz");
   if (!text.ok()) return "";
   std::istringstream in(*text);
   std::string line;
@@ -98,7 +104,12 @@ train {
 data { train: ")" + corpus_dir + R"(/train.txt" valid: ")" + corpus_dir + R"(/valid.txt"
        test: ")" + corpus_dir + R"(/test.txt" vocab_max_size: 1500 }
 )" + extra;
-  return parse_run_config(text, "tiny.pbtxt", overrides, ep);
+  // MOMOE_TEST_DEVICE=CUDA (tests/run_gpu.sh) reruns the layout tests with GPU ranks.
+  std::vector<std::string> all = overrides;
+  if (const char* device = std::getenv("MOMOE_TEST_DEVICE"); device != nullptr && *device != '\0') {
+    all.insert(all.begin(), std::string("train.device=") + device);
+  }
+  return parse_run_config(text, "tiny.pbtxt", all, ep);
 }
 
 TrainerOptions quiet_options(const std::string& run_dir, bool resume) {

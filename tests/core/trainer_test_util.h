@@ -18,12 +18,16 @@ std::string fresh_dir(const std::string& name);
 // then 200 lines each for valid and test). Returns the run-config `data { ... }` block.
 std::string write_small_corpus(const std::string& dir, int train_lines = 2500);
 
+// The source tree: $MOMOE_SOURCE_DIR when set (test binaries carried to another machine, as by
+// tests/run_gpu.sh), else the tree they were built from.
+std::string source_root();
 // The model families: the names (stems, sorted) of configs/*.pbtxt.
 std::vector<std::string> config_families();
 // configs/<family>.pbtxt.
 std::string family_config_path(const std::string& family);
 
 // A tiny model and training setup over the small corpus; `extra` is appended to the text.
+// MOMOE_TEST_DEVICE (CPU or CUDA) in the environment sets train.device (before `overrides`).
 StatusOr<RunConfig> tiny_config(const std::string& corpus_dir, const std::string& extra = "",
                                 const std::vector<std::string>& overrides = {}, int ep = 0);
 

@@ -58,7 +58,12 @@ expect_error "unknown flag --bogus" "$bin/momoe-train" --config "$config" --bogu
 expect_error "has no field 'stepz'" "$bin/momoe-train" --config "$config" --set train.stepz=3
 expect_error "train.batch_size = 0" "$bin/momoe-train" --config "$config" --set train.batch_size=0 --run-dir "$run/x"
 expect_error "needs 2 ranks" "$bin/momoe-train" --config "$config" --ep 2 --run-dir "$run/y"
-expect_error "needs a GPU" "$bin/momoe-train" --config "$config" --set parallel.backend=NCCL --run-dir "$run/z"
+expect_error "needs train.device = CUDA" "$bin/momoe-train" --config "$config" --set parallel.backend=NCCL --run-dir "$run/z"
+if ! nvidia-smi -L 2> /dev/null | grep -q '^GPU '; then
+  # Without a GPU, asking for one names why CUDA is unusable (here: no driver).
+  expect_error "no CUDA device is usable" "$bin/momoe-train" --config "$config" --set train.device=CUDA --run-dir "$run/z"
+  expect_error "needs a GPU on every rank" "$bin/momoe-train" --config "$config" --set train.device=CUDA --set parallel.backend=NCCL --run-dir "$run/z"
+fi
 expect_error "no checkpoint in" "$bin/momoe-eval" --checkpoint "$run" --text "$config"
 expect_error "stats file" "$bin/momoe-stats" "$run/nothing"
 echo PASS

@@ -13,7 +13,7 @@ dirs=("$root/core/layers" "$root/core/model")
 # Host access to tensor memory, host-side allocation and copies, and waits.
 patterns=(
   '\.data<' '->data<' '\.raw\(\)' '->raw\(\)' 'to_vector<' 'convert_into\('
-  'Tensor::empty\(' 'Tensor::zeros\(' 'Tensor::copy_of\(' 'Tensor::from_vector'
+  'Tensor::empty\(' 'Tensor::try_empty\(' 'Tensor::zeros\(' 'Tensor::copy_of\(' 'Tensor::from_vector'
   'memcpy' 'memset' 'memmove' 'std::copy' 'std::fill'
   '\.zero\(\)' 'copy_from\(' 'device_memcpy' 'device_memset'
   'read_back\(' 'synchronize\(' 'stream_synchronize' 'cudaDeviceSynchronize' 'cudaStreamSynchronize'

@@ -1,0 +1,55 @@
+#include "core/train/run_device.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+
+#include "core/base/cpu_info.h"
+#include "core/train/memory_estimate.h"
+#include "kernels/reference/blas_library.h"
+
+namespace moe {
+namespace {
+
+std::string host_name() {
+  char host[256] = {};
+  if (::gethostname(host, sizeof(host) - 1) != 0) host[0] = '\0';
+  return host;
+}
+
+}  // namespace
+
+StatusOr<RunDevice> make_run_device(DeviceKind kind, const ContextOptions& host_options, int rank) {
+  RunDevice d;
+  if (kind == DeviceKind::kCpu) {
+    d.ctx = Context::host(host_options);
+    MOE_RETURN_IF_ERROR(kernels::ref::load_blas());
+    d.description = str_cat("the CPU (", d.ctx->threads(), " thread(s) per rank)");
+    d.available_bytes = available_host_memory();
+    d.memory_key = host_name();
+    d.memory_name = str_cat("host ", d.memory_key);
+    return d;
+  }
+  MOE_ASSIGN_OR_RETURN(const int device, choose_cuda_device(rank));
+  MOE_ASSIGN_OR_RETURN(d.ctx, Context::cuda(device, host_options));
+  // After the context exists: its own overhead is no longer free.
+  MOE_ASSIGN_OR_RETURN(CudaDeviceInfo info, cuda_device_info(device));
+  d.description = str_cat("cuda:", device, " (", info.name, ", sm_", info.sm_major, info.sm_minor,
+                          ")");
+  d.available_bytes = info.free_bytes;
+  d.memory_key = str_cat(host_name(), "/", info.pci_bus_id);
+  d.memory_name = str_cat("cuda:", device, " (", info.name, " at ", info.pci_bus_id, ")");
+  return d;
+}
+
+int64_t device_scratch_bytes(const RunConfig& cfg, int world_size) {
+  if (cfg.train.device != DeviceKind::kCuda) return 0;
+  const TrainConfig& t = cfg.train;
+  const int64_t micro = t.batch_size / std::max<int64_t>(1, t.grad_accum * world_size);
+  const int64_t S = cfg.model.seq_len, H = cfg.model.n_heads;
+  const int64_t scores = 3 * micro * H * S * S * 4;  // f32 compute dtype for f32 and bf16
+  const int64_t cublas_workspace = int64_t{64} << 20;
+  return scores + cublas_workspace;
+}
+
+}  // namespace moe
