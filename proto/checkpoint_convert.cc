@@ -49,6 +49,9 @@ std::string serialize_manifest(const CheckpointManifestInfo& c) {
   m.set_dtype(c.dtype);
   for (const auto& [k, v] : c.extra) (*m.mutable_extra())[k] = v;
   m.set_run_id(c.run_id);
+  m.set_branch(c.branch);
+  m.set_parent(c.parent);
+  for (const std::string& b : c.lineage) m.add_lineage(b);
   momoe::ManifestFile file;
   file.set_manifest(deterministic_bytes(m));
   file.set_crc32(io::crc32_of(file.manifest()));
@@ -115,6 +118,9 @@ StatusOr<CheckpointManifestInfo> parse_manifest(const std::string& bytes, const 
   c.dtype = m.dtype();
   c.extra.insert(m.extra().begin(), m.extra().end());
   c.run_id = m.run_id();
+  c.branch = m.branch().empty() ? m.run_id() : m.branch();
+  c.parent = m.parent();
+  c.lineage.assign(m.lineage().begin(), m.lineage().end());
   return c;
 }
 

@@ -37,6 +37,12 @@ struct CheckpointManifestInfo {
   std::string dtype;
   std::map<std::string, std::string> extra;
   std::string run_id;  // empty in format 1
+  // The lineage (proto/checkpoint.proto): the branch that wrote it (its run_id when the manifest
+  // predates branches), the checkpoint directory name the branch started from ("" for a run's
+  // first branch), and the ancestor branches, oldest first.
+  std::string branch;
+  std::string parent;
+  std::vector<std::string> lineage;
 };
 
 }  // namespace moe

@@ -165,7 +165,10 @@ Status commit_checkpoint(io::AtomicDirectory& dir, const std::string& run_id) {
   std::string trash;
   if (fs::exists(fs::symlink_status(final_dir, ec))) {
     StatusOr<CheckpointManifestInfo> old = read_manifest(final_dir);
-    if (old.ok() && !run_id.empty() && old->run_id == run_id) {
+    // A checkpoint of this run is replaced only when it is intact: a damaged one is evidence
+    // (and the error that reported it promised nothing was deleted).
+    const Status intact = old.ok() ? verify_checkpoint_dir(final_dir, *old) : old.status();
+    if (intact.ok() && !run_id.empty() && old->run_id == run_id) {
       trash = final_dir + io::kTrashSuffix;
       MOE_RETURN_IF_ERROR(io::remove_tree(trash));
       MOE_RETURN_IF_ERROR(io::rename_durable(final_dir, trash));
@@ -177,10 +180,11 @@ Status commit_checkpoint(io::AtomicDirectory& dir, const std::string& run_id) {
         aside = str_cat(final_dir, ".aside-", now, "-", k);
       }
       MOE_RETURN_IF_ERROR(io::rename_durable(final_dir, aside));
-      log_warning("checkpoint ", final_dir, " was not written by this run (",
-                  old.ok() ? str_cat("run ", old->run_id.empty() ? "unknown" : old->run_id)
-                           : old.status().message(),
-                  "): kept as ", aside);
+      log_warning("checkpoint ", final_dir,
+                  !intact.ok() ? str_cat(" is damaged (", intact.message(), ")")
+                               : str_cat(" was not written by this run (run ",
+                                         old->run_id.empty() ? "unknown" : old->run_id, ")"),
+                  ": kept as ", aside);
     }
   }
   MOE_RETURN_IF_ERROR(dir.commit());
@@ -188,16 +192,52 @@ Status commit_checkpoint(io::AtomicDirectory& dir, const std::string& run_id) {
   return Status::OK();
 }
 
-Status prune_checkpoints(const std::string& run_dir, int64_t keep, const std::string& run_id) {
+Status prune_checkpoints(const std::string& run_dir, int64_t keep, const std::string& run_id,
+                         const std::vector<std::string>& live_branches) {
   std::vector<CheckpointDir> all = list_checkpoints(run_dir);
   int64_t kept = 0;
   for (auto it = all.rbegin(); it != all.rend(); ++it) {
     StatusOr<CheckpointManifestInfo> m = read_manifest(it->path);
     if (!m.ok() || run_id.empty() || m->run_id != run_id) continue;  // not ours to judge
+    if (std::find(live_branches.begin(), live_branches.end(), m->branch) == live_branches.end()) {
+      continue;  // another branch's: not the lineage being trained
+    }
     if (++kept <= keep) continue;
     MOE_RETURN_IF_ERROR(io::discard_tree(it->path));
   }
   return Status::OK();
+}
+
+StatusOr<std::string> archive_checkpoints_after(const std::string& run_dir, int64_t step) {
+  std::vector<CheckpointDir> newer;
+  for (const CheckpointDir& c : list_checkpoints(run_dir)) {
+    if (c.step > step) newer.push_back(c);
+  }
+  if (newer.empty()) return std::string();
+  const int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
+                          std::chrono::system_clock::now().time_since_epoch())
+                          .count();
+  std::error_code ec;
+  std::string archive = str_cat(run_dir, "/abandoned/", now, "-after-", checkpoint_dir_name(step));
+  for (int k = 2; fs::exists(fs::symlink_status(archive, ec)); ++k) {
+    archive = str_cat(run_dir, "/abandoned/", now, "-after-", checkpoint_dir_name(step), "-", k);
+  }
+  fs::create_directories(archive, ec);
+  if (ec) return internal_error("cannot create ", archive, ": ", ec.message());
+  for (const CheckpointDir& c : newer) {
+    MOE_RETURN_IF_ERROR(
+        io::rename_durable(c.path, archive + "/" + fs::path(c.path).filename().string()));
+  }
+  return archive;
+}
+
+std::string newest_checkpoint_branched_from(const std::string& run_dir, const std::string& parent) {
+  std::vector<CheckpointDir> all = list_checkpoints(run_dir);
+  for (auto it = all.rbegin(); it != all.rend(); ++it) {
+    StatusOr<CheckpointManifestInfo> m = read_manifest(it->path);
+    if (m.ok() && !m->parent.empty() && m->parent == parent) return it->path;
+  }
+  return "";
 }
 
 StatusOr<std::vector<std::string>> recover_checkpoints(const std::string& run_dir) {

@@ -53,12 +53,23 @@ Status damaged_checkpoint_error(const std::string& run_dir, const std::string& d
                                 const Status& why);
 
 // Makes the complete checkpoint in `dir` visible under its final name. An existing directory of
-// that name that this run wrote (manifest run_id == run_id) is replaced; any other (damaged, or
-// another run's) is moved aside to "<final>.aside-<unix time>" and kept, with a warning.
+// that name that this run wrote (manifest run_id == run_id) and that verifies (every file's
+// checksum) is replaced; any other (damaged, or another run's) is moved aside to
+// "<final>.aside-<unix time>" and kept, with a warning naming why.
 Status commit_checkpoint(io::AtomicDirectory& dir, const std::string& run_id);
-// Keeps the `keep` newest complete checkpoints of run `run_id` and removes its older ones.
-// Checkpoints of other runs, and directories without a readable manifest, are left alone.
-Status prune_checkpoints(const std::string& run_dir, int64_t keep, const std::string& run_id);
+// Keeps the `keep` newest complete checkpoints of run `run_id` on the live lineage (whose branch
+// is one of `live_branches`: the branch being trained and its ancestors) and removes the older
+// ones. Checkpoints of other runs or other branches, and directories without a readable
+// manifest, are left alone.
+Status prune_checkpoints(const std::string& run_dir, int64_t keep, const std::string& run_id,
+                         const std::vector<std::string>& live_branches);
+// A rollback: moves every checkpoint of run_dir newer than `step` (the abandoned branch) into
+// RUN_DIR/abandoned/<unix time>-after-<step>/, durably; nothing is deleted. Returns that
+// directory ("" when nothing was newer).
+StatusOr<std::string> archive_checkpoints_after(const std::string& run_dir, int64_t step);
+// The newest checkpoint of run_dir on a branch that started from the checkpoint directory named
+// `parent` (manifest parent), or "" when there is none.
+std::string newest_checkpoint_branched_from(const std::string& run_dir, const std::string& parent);
 // Start-up recovery (call under the run-directory lock, before anything reads the checkpoints):
 // removes "*.trash" leftovers; completes an interrupted commit (a fully verified "ckpt-N.tmp"
 // with no "ckpt-N" is renamed into place) and removes incomplete ".tmp" directories; restores or

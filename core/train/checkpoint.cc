@@ -212,6 +212,9 @@ StatusOr<std::string> save_checkpoint(const std::string& run_dir, const Training
       m.vocab_fingerprint = st.vocab->fingerprint();
       m.dtype = dtype_name(st.model->params().master_dtype());
       m.run_id = st.run_id;
+      m.branch = st.branch.empty() ? st.run_id : st.branch;
+      m.parent = st.parent;
+      m.lineage = st.lineage;
       const std::vector<std::pair<std::string, CheckpointFileKind>> common = {
           {kDenseFile, CheckpointFileKind::kDense},
           {kOptDenseFile, CheckpointFileKind::kOptimizerDense},
@@ -232,7 +235,9 @@ StatusOr<std::string> save_checkpoint(const std::string& run_dir, const Training
       }
       MOE_RETURN_IF_ERROR(ckpt::write_manifest(dir.path(), m));
       MOE_RETURN_IF_ERROR(ckpt::commit_checkpoint(dir, st.run_id));
-      return ckpt::prune_checkpoints(run_dir, keep, st.run_id);
+      std::vector<std::string> live = st.lineage;
+      live.push_back(m.branch);
+      return ckpt::prune_checkpoints(run_dir, keep, st.run_id, live);
     }();
   }
   MOE_RETURN_IF_ERROR(agree(world, committed));

@@ -32,10 +32,15 @@ struct TrainingState {
   const data::Vocabulary* vocab = nullptr;
   std::string vocab_source;
   std::string run_id;  // written into manifests; pruning removes only this run's checkpoints
+  // The lineage being trained (proto/checkpoint.proto): written into manifests; pruning keeps
+  // only checkpoints of `branch` and its ancestors `lineage`.
+  std::string branch;
+  std::string parent;
+  std::vector<std::string> lineage;
 };
 
 // world, groups: null/absent for one process. Collective. Returns the checkpoint directory.
-// Keeps the `keep` newest checkpoints of state.run_id.
+// Keeps the `keep` newest checkpoints of state.run_id on the live lineage (branch + lineage).
 StatusOr<std::string> save_checkpoint(const std::string& run_dir, const TrainingState& state,
                                       comm::Communicator* world, const comm::ProcessGroups* groups,
                                       int64_t keep);

@@ -142,16 +142,26 @@ Status Trainer::setup() {
     resumed_from_ = resume;
     coordinator_->print(str_cat("momoe: resumed from ", resume, " at step ", steps_done()));
   }
+  Status lineage = Status::OK();
   if (rank == 0) {
     // The run continues the checkpoint's run when it is one of this directory's; anything else
     // (a fresh start, another directory's checkpoint, a format-1 checkpoint) starts a new run.
     if (!resume.empty() && std::filesystem::equivalent(
                                std::filesystem::path(resume).parent_path(), opts_.run_dir, ec)) {
       StatusOr<CheckpointManifestInfo> m = ckpt::read_manifest(resume);
-      if (m.ok()) run_id_ = m->run_id;
+      if (m.ok()) {
+        run_id_ = m->run_id;
+        lineage = follow_lineage(resume, *m);
+      }
     }
-    if (run_id_.empty()) run_id_ = new_run_id();
+    if (run_id_.empty()) {
+      run_id_ = new_run_id();
+      branch_ = run_id_;
+      parent_.clear();
+      lineage_.clear();
+    }
   }
+  MOE_RETURN_IF_ERROR(agree(world_, lineage));
 
   if (rank == 0) {
     int64_t dense = 0, expert = 0;
@@ -251,8 +261,46 @@ Status Trainer::take_run_directory() {
   return Status::OK();
 }
 
+Status Trainer::follow_lineage(const std::string& resume, const CheckpointManifestInfo& m) {
+  const std::string name = std::filesystem::path(resume).filename().string();
+  MOE_ASSIGN_OR_RETURN(std::string archive, ckpt::archive_checkpoints_after(opts_.run_dir, m.step));
+  if (archive.empty()) {
+    // The newest checkpoint: its branch goes on.
+    branch_ = m.branch;
+    parent_ = m.parent;
+    lineage_ = m.lineage;
+    return Status::OK();
+  }
+  // A rollback: newer checkpoints belonged to a branch that this run abandons. They are kept
+  // (moved out of the way, so that neither a plain resume nor pruning sees them), and this run
+  // trains a new branch from `resume`.
+  branch_ = new_run_id();
+  parent_ = name;
+  lineage_ = m.lineage;
+  lineage_.push_back(m.branch);
+  say(str_cat("rolled back to ", name, ": the checkpoints after it are another branch, now kept in ",
+              archive, " (nothing was deleted); this run trains a new branch from ", name));
+  return Status::OK();
+}
+
 StatusOr<std::string> Trainer::choose_resume_checkpoint() {
   std::string path = opts_.resume_from;
+  if (!path.empty()) {
+    // Rerunning a rollback's command continues the branch it started (its checkpoint may even
+    // be pruned by now, the branch having newer ones) instead of rolling back again.
+    std::error_code ec;
+    const std::filesystem::path named(path);
+    if (std::filesystem::equivalent(named.parent_path(), opts_.run_dir, ec)) {
+      const std::string branch =
+          ckpt::newest_checkpoint_branched_from(opts_.run_dir, named.filename().string());
+      if (!branch.empty()) {
+        say(str_cat("a branch started from ", path, " already reached ", branch,
+                    ": continuing it (to roll back to ", named.filename().string(),
+                    " again, move that branch's checkpoints out of ", opts_.run_dir, ")"));
+        path = branch;
+      }
+    }
+  }
   if (path.empty()) {
     StatusOr<std::string> found = ckpt::find_resume_checkpoint(opts_.run_dir);
     if (found.status().code() == StatusCode::kNotFound) return std::string();
@@ -307,6 +355,9 @@ TrainingState Trainer::training_state() {
   st.vocab = &data_->corpus.vocab;
   st.vocab_source = data_->corpus.vocab_source;
   st.run_id = run_id_;
+  st.branch = branch_;
+  st.parent = parent_;
+  st.lineage = lineage_;
   return st;
 }
 

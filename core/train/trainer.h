@@ -29,6 +29,7 @@
 #include "comm/communicator.h"
 #include "comm/process_groups.h"
 #include "comm/watchdog.h"
+#include "core/base/checkpoint_manifest.h"
 #include "core/base/context.h"
 #include "core/base/run_config.h"
 #include "core/data/batch_scheduler.h"
@@ -118,6 +119,10 @@ class Trainer {
   // current config changes against the checkpoint's (printed; refused unless allowed).
   StatusOr<std::string> choose_resume_checkpoint();
   Status check_config_change(const std::string& checkpoint);
+  // Rank 0, after resuming from `resume` of this run directory (manifest m): continues its
+  // branch when it is the newest checkpoint, else rolls back: archives the newer checkpoints
+  // (ckpt::archive_checkpoints_after) and starts a new branch from it.
+  Status follow_lineage(const std::string& resume, const CheckpointManifestInfo& m);
   // Refuses (on every rank) a run whose estimated memory exceeds what a memory pool (a host's
   // RAM, a GPU) has available for the ranks that share it (memory_estimate.h), before the model
   // is allocated.
@@ -147,6 +152,10 @@ class Trainer {
   std::string resumed_from_;
   std::optional<RunDirectoryLock> lock_;  // rank 0
   std::string run_id_;                    // rank 0: the run this job continues or starts
+  // Rank 0: the lineage being trained (see TrainingState): the branch, the checkpoint it started
+  // from, its ancestor branches.
+  std::string branch_, parent_;
+  std::vector<std::string> lineage_;
   int stop_local_ = 0;                    // the stop signal this rank saw
   bool stop_agreed_ = false;              // some rank asked to stop; every rank agrees
 };

@@ -45,13 +45,18 @@ class CheckpointDirTest : public ::testing::Test {
   }
   // A committed checkpoint of run `run_id` holding one data file, as the trainer writes it.
   std::string commit_checkpoint(int64_t step, const std::string& payload,
-                                const std::string& run_id = "run-a") {
+                                const std::string& run_id = "run-a", const std::string& branch = "",
+                                const std::string& parent = "",
+                                const std::vector<std::string>& lineage = {}) {
     StatusOr<io::AtomicDirectory> d = io::AtomicDirectory::begin(root_ + "/" + checkpoint_dir_name(step));
     EXPECT_TRUE(d.ok()) << d.status().to_string();
     put(d->path() + "/data.bin", payload);
     CheckpointManifestInfo m;
     m.step = step;
     m.run_id = run_id;
+    m.branch = branch;
+    m.parent = parent;
+    m.lineage = lineage;
     StatusOr<CheckpointFileInfo> f = describe_file(d->path(), "data.bin", CheckpointFileKind::kDense, 0, 1);
     EXPECT_TRUE(f.ok()) << f.status().to_string();
     m.files.push_back(*f);
@@ -197,18 +202,73 @@ TEST_F(CheckpointDirTest, PruningRemovesOnlyThisRunsCompleteCheckpoints) {
   const std::string damaged = commit_checkpoint(60, "sixty");
   put(damaged + "/manifest.pb", "\xff damaged");
   fs::create_directories(root_ + "/ckpt-00000070");  // no manifest
-  ASSERT_TRUE(prune_checkpoints(root_, 2, "run-a").ok());
+  ASSERT_TRUE(prune_checkpoints(root_, 2, "run-a", {"run-a"}).ok());
   EXPECT_FALSE(fs::exists(root_ + "/ckpt-00000005"));
   for (const char* kept : {"ckpt-00000009", "ckpt-00000012", "ckpt-00000040", "ckpt-00000060",
                            "ckpt-00000070"}) {
     EXPECT_TRUE(fs::exists(root_ + "/" + kept)) << kept;
   }
-  ASSERT_TRUE(prune_checkpoints(root_, 1, "run-a").ok());
+  ASSERT_TRUE(prune_checkpoints(root_, 1, "run-a", {"run-a"}).ok());
   EXPECT_FALSE(fs::exists(root_ + "/ckpt-00000009"));
   EXPECT_TRUE(fs::exists(root_ + "/ckpt-00000012"));  // another run's: never ours to delete
-  ASSERT_TRUE(prune_checkpoints(root_, 0, "").ok());   // no run id: removes nothing
+  ASSERT_TRUE(prune_checkpoints(root_, 0, "", {""}).ok());  // no run id: removes nothing
   EXPECT_TRUE(fs::exists(root_ + "/ckpt-00000040"));
   for (const std::string& e : entries(root_)) EXPECT_FALSE(contains(e, ".trash")) << e;
+}
+
+// A run rolled back to step 10 trains branch "b" (parent ckpt-00000010, lineage {"run-a"});
+// another branch "c" of the same run is not its lineage. Pruning keeps the newest of the live
+// lineage (b and its ancestor run-a) and never touches c's.
+TEST_F(CheckpointDirTest, PruningFollowsTheLiveLineage) {
+  commit_checkpoint(5, "five");
+  commit_checkpoint(10, "ten");
+  commit_checkpoint(30, "thirty", "run-a", "c", "ckpt-00000020", {"run-a"});
+  ASSERT_TRUE(prune_checkpoints(root_, 2, "run-a", {"run-a", "b"}).ok());
+  EXPECT_TRUE(fs::exists(root_ + "/ckpt-00000005"));  // two of the lineage: both kept
+  commit_checkpoint(15, "fifteen", "run-a", "b", "ckpt-00000010", {"run-a"});
+  ASSERT_TRUE(prune_checkpoints(root_, 1, "run-a", {"run-a", "b"}).ok());
+  // The branch has a newer durable checkpoint than the one it resumed from: only then does
+  // the resume source go.
+  EXPECT_EQ(entries(root_), (std::vector<std::string>{"ckpt-00000015", "ckpt-00000030"}));
+  EXPECT_EQ(newest_checkpoint_branched_from(root_, "ckpt-00000010"), root_ + "/ckpt-00000015");
+  EXPECT_EQ(newest_checkpoint_branched_from(root_, "ckpt-00000015"), "");
+  StatusOr<CheckpointManifestInfo> m = read_manifest(root_ + "/ckpt-00000015");
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ(m->branch, "b");
+  EXPECT_EQ(m->parent, "ckpt-00000010");
+  EXPECT_EQ(m->lineage, std::vector<std::string>{"run-a"});
+  // A manifest written before branches existed reads as its run's branch.
+  EXPECT_EQ(read_manifest(root_ + "/ckpt-00000030")->branch, "c");
+}
+
+// A rollback to step 10 moves every newer checkpoint, whichever run or branch wrote it, into
+// abandoned/: kept, and out of sight of resuming and pruning.
+TEST_F(CheckpointDirTest, ARollbackArchivesTheNewerCheckpoints) {
+  commit_checkpoint(10, "ten");
+  commit_checkpoint(20, "twenty");
+  commit_checkpoint(40, "forty", "run-b");
+  StatusOr<std::string> archive = archive_checkpoints_after(root_, 10);
+  ASSERT_TRUE(archive.ok()) << archive.status().to_string();
+  EXPECT_TRUE(contains(*archive, root_ + "/abandoned/")) << *archive;
+  EXPECT_TRUE(contains(*archive, "-after-ckpt-00000010")) << *archive;
+  EXPECT_EQ(entries(*archive), (std::vector<std::string>{"ckpt-00000020", "ckpt-00000040"}));
+  EXPECT_EQ(get(*archive + "/ckpt-00000040/data.bin"), "forty");
+  EXPECT_EQ(list_checkpoints(root_).size(), 1u);
+  EXPECT_EQ(*find_resume_checkpoint(root_), root_ + "/ckpt-00000010");
+  EXPECT_EQ(*archive_checkpoints_after(root_, 10), "");  // nothing newer: nothing moved
+}
+
+// Re-saving a step whose checkpoint of this run is damaged keeps the damaged one aside (the error
+// that reported it promised nothing was deleted) instead of replacing it silently.
+TEST_F(CheckpointDirTest, ReSavingOverADamagedCheckpointKeepsItAside) {
+  const std::string dir = commit_checkpoint(40, "forty");
+  put(dir + "/data.bin", "fortY");  // same size, one byte flipped: only the checksum tells
+  commit_checkpoint(40, "forty again");
+  EXPECT_EQ(get(dir + "/data.bin"), "forty again");
+  std::vector<std::string> names = entries(root_);
+  ASSERT_EQ(names.size(), 2u);
+  EXPECT_TRUE(contains(names[1], "ckpt-00000040.aside-")) << names[1];
+  EXPECT_EQ(get(root_ + "/" + names[1] + "/data.bin"), "fortY");
 }
 
 TEST_F(CheckpointDirTest, CommitReplacesThisRunsCheckpointAndKeepsAnyOther) {

@@ -2,7 +2,7 @@
 # A run never loses work: the executables as a user, a scheduler and a crash treat them.
 # Usage: robustness_test.sh BIN_DIR CONFIG CASE
 # Cases (one CTest entry each): signal, signal_mpi, stuck_rank_mpi, lock, fresh, damaged,
-# config_change, torn_stats, memory, inputs.
+# config_change, torn_stats, memory, inputs, rollback, rollback_loop.
 set -u
 bin=$1
 config=$2
@@ -165,8 +165,90 @@ damaged)
   train "$dir" --set train.steps=8 --set train.checkpoint_every=2 --set train.keep_checkpoints=2 \
     --resume-from "$dir/ckpt-00000004" || { cat "$dir.log"; fail "--resume-from"; }
   expect_in "$dir.log" "resumed from $dir/ckpt-00000004 at step 4"
-  expect_in "$dir.log" "was not written by this run"
-  ls -d "$dir"/ckpt-00000006.aside-* > /dev/null 2>&1 || { ls "$dir"; fail "the damaged checkpoint was deleted"; }
+  # Resuming from an older checkpoint is a rollback: the damaged newer one is kept, archived.
+  expect_in "$dir.log" "rolled back to ckpt-00000004"
+  [ -f "$(ls -d "$dir"/abandoned/*-after-ckpt-00000004 | head -1)/ckpt-00000006/manifest.pb" ] ||
+    { ls -R "$dir"; fail "the damaged checkpoint was deleted"; }
+  # One flipped byte in a tensor file (the manifest intact), found after the error's advice was
+  # followed: the damaged checkpoint is kept as it was, never replaced by the re-save of its step.
+  dir=$run/damaged_data
+  train "$dir" --set train.steps=4 --set train.checkpoint_every=2 --set train.keep_checkpoints=2 || fail "run 3"
+  printf '\x01' | dd of="$dir/ckpt-00000004/dense.safetensors" bs=1 seek=300 conv=notrunc 2>/dev/null
+  train "$dir" --set train.steps=6 --set train.checkpoint_every=2 --set train.keep_checkpoints=2
+  expect_in "$dir.log" "checksum mismatch in dense.safetensors"
+  expect_in "$dir.log" "Nothing was deleted"
+  train "$dir" --set train.steps=4 --set train.checkpoint_every=2 --set train.keep_checkpoints=2 \
+    --resume-from "$dir/ckpt-00000002" || { cat "$dir.log"; fail "--resume-from past a damaged tensor file"; }
+  kept=$(ls -d "$dir"/abandoned/*-after-ckpt-00000002 | head -1)/ckpt-00000004
+  cmp -s <(printf '\x01') <(dd if="$kept/dense.safetensors" bs=1 skip=300 count=1 2>/dev/null) ||
+    { ls -R "$dir"; fail "the damaged ckpt-4 was not kept as it was"; }
+  [ -f "$dir/ckpt-00000004/manifest.pb" ] || fail "step 4 was not saved again"
+  ;;
+rollback)
+  # Rolling back never loses the live lineage: resuming from ckpt-20 of a 40-step run moves the
+  # abandoned ckpt-40 to abandoned/, pruning (keep 1) spares the resume source until the new
+  # branch has a newer checkpoint, a kill mid-branch and the same command again continue the
+  # branch, and the branch ends with the weights of an uninterrupted run.
+  dir=$run/rb
+  ref=$run/rb_ref
+  steps=(--set train.steps=40 --set train.log_every=1 --set train.eval_every=0)
+  train "$ref" "${steps[@]}" --set train.checkpoint_every=40 || { cat "$ref.log"; fail "reference run"; }
+  train "$dir" "${steps[@]}" --set train.checkpoint_every=20 || { cat "$dir.log"; fail "run"; }
+  again=("${steps[@]}" --set train.checkpoint_every=5 --set train.keep_checkpoints=1
+         --resume-from "$dir/ckpt-00000020")
+  start "$dir" "${again[@]}"
+  wait_for "$dir.log" "step 34/40"
+  kill -KILL "$pid"; wait "$pid" 2>/dev/null
+  expect_in "$dir.log" "rolled back to ckpt-00000020: the checkpoints after it are another branch, now kept in $dir/abandoned/"
+  [ -f "$(ls -d "$dir"/abandoned/*-after-ckpt-00000020 | head -1)/ckpt-00000040/manifest.pb" ] ||
+    { ls -R "$dir"; fail "the abandoned ckpt-40 was not kept"; }
+  newest=$(ls -d "$dir"/ckpt-0* | tail -1)
+  [[ "$newest" > "$dir/ckpt-00000029" ]] || { ls "$dir"; fail "the branch's checkpoints were lost: newest $newest"; }
+  [ "$(ls -d "$dir"/ckpt-0* | wc -l)" -eq 1 ] || { ls "$dir"; fail "keep_checkpoints=1 kept more"; }
+  train "$dir" "${again[@]}" || { cat "$dir.log"; fail "the same command again"; }
+  expect_in "$dir.log" "a branch started from $dir/ckpt-00000020 already reached $newest: continuing it"
+  expect_in "$dir.log" "resumed from $newest at step"
+  for f in dense experts-ep0-of-1 optimizer-dense; do
+    cmp -s "$dir/ckpt-00000040/$f.safetensors" "$ref/ckpt-00000040/$f.safetensors" ||
+      fail "the rolled-back branch's $f differs from an uninterrupted run's"
+  done
+  # Without --resume-from the live branch continues too (the abandoned one is out of sight).
+  train "$dir" --set train.steps=42 --set train.checkpoint_every=5 --set train.keep_checkpoints=1 ||
+    { cat "$dir.log"; fail "plain resume"; }
+  expect_in "$dir.log" "resumed from $dir/ckpt-00000040 at step 40"
+  ;;
+rollback_loop)
+  # Randomized: roll back to a random checkpoint, kill at a random moment, again and again (at
+  # least 20 times); no checkpoint of the live lineage is ever lost, and finishing the run gives
+  # an uninterrupted run's weights.
+  dir=$run/loop
+  ref=$run/loop_ref
+  opts=(--set train.steps=30 --set train.log_every=1 --set train.eval_every=0
+        --set train.checkpoint_every=3)
+  train "$ref" "${opts[@]}" --set train.keep_checkpoints=1 || { cat "$ref.log"; fail "reference run"; }
+  train "$dir" "${opts[@]}" --set train.steps=12 --set train.keep_checkpoints=4 || fail "first run"
+  RANDOM=${MOMOE_TEST_SEED:-$$}
+  echo "rollback_loop: RANDOM seeded with ${MOMOE_TEST_SEED:-$$} (set MOMOE_TEST_SEED to replay)"
+  for i in $(seq "${MOMOE_ROLLBACK_ITERATIONS:-20}"); do
+    mapfile -t ckpts < <(ls -d "$dir"/ckpt-0* 2> /dev/null)
+    [ ${#ckpts[@]} -gt 0 ] || { ls -R "$dir"; fail "iteration $i: no checkpoint left"; }
+    target=${ckpts[$((RANDOM % ${#ckpts[@]}))]}
+    keep=$((1 + RANDOM % 3))
+    start "$dir" "${opts[@]}" --set train.keep_checkpoints=$keep --resume-from "$target"
+    sleep "0.$((RANDOM % 10))$((RANDOM % 10))"
+    kill -KILL "$pid" 2> /dev/null; wait "$pid" 2> /dev/null
+    # The live lineage: the checkpoint resumed from, or newer ones of its branch.
+    tstep=${target##*ckpt-}
+    newest=$(ls -d "$dir"/ckpt-0* 2> /dev/null | tail -1)
+    [ -n "$newest" ] && [ "${newest##*ckpt-}" \> "$tstep" -o "${newest##*ckpt-}" = "$tstep" ] ||
+      { cat "$dir.log"; ls -R "$dir"; fail "iteration $i: resumed from $target, newest now '$newest'"; }
+    echo "iteration $i: --resume-from ${target##*/} (keep $keep), killed; newest ${newest##*/}"
+  done
+  train "$dir" "${opts[@]}" --set train.keep_checkpoints=2 || { cat "$dir.log"; fail "finishing"; }
+  for f in dense experts-ep0-of-1 optimizer-dense optimizer-experts-ep0-of-1; do
+    cmp -s "$dir/ckpt-00000030/$f.safetensors" "$ref/ckpt-00000030/$f.safetensors" ||
+      fail "after the rollbacks and kills, $f differs from an uninterrupted run's"
+  done
   ;;
 config_change)
   # Resuming lists every changed field; changes to what training computes are refused unless
