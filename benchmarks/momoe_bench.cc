@@ -46,7 +46,14 @@ int run(int argc, char** argv) {
     if (!warning.empty()) log_warning(warning);
     return 0;
   }
-  StatusOr<comm::World> world = comm::make_world(&argc, &argv, CommBackend::kAuto, 600);
+  // GPU runs (--device cuda) let the world pick NCCL where every rank has its own GPU.
+  DeviceKind device = DeviceKind::kCpu;
+  for (int i = 2; i + 1 < argc; ++i) {
+    if (std::strcmp(argv[i], "--device") == 0 && std::strcmp(argv[i + 1], "cuda") == 0) {
+      device = DeviceKind::kCuda;
+    }
+  }
+  StatusOr<comm::World> world = comm::make_world(&argc, &argv, CommBackend::kAuto, 600, device);
   if (!world.ok()) {
     log_error(world.status().to_string());
     return 1;

@@ -77,6 +77,13 @@ class Communicator {
   // Used by the launcher on fatal errors.
   virtual Status abort(const std::string& reason) = 0;
 
+  // For a watchdog thread (comm/watchdog.h), callable from any thread while collectives run on
+  // another: the device library's asynchronous error (NCCL's), and aborting the device
+  // communicator so that a wait blocked on it returns (the thread running the collectives then
+  // fails and calls abort()). Host backends have neither: OK and a no-op.
+  virtual Status poll_device_error() { return Status::OK(); }
+  virtual void abort_device(const std::string& reason) { static_cast<void>(reason); }
+
  protected:
   Communicator() = default;
 };

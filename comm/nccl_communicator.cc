@@ -5,6 +5,7 @@
 
 #include <cstring>
 #include <initializer_list>
+#include <mutex>
 
 #include "comm/bootstrap.h"
 #include "comm/view_util.h"
@@ -63,6 +64,8 @@ struct NcclCommunicator::Impl {
   int rank = 0;
   int size = 1;
   std::unique_ptr<Communicator> bootstrap;
+  // Guards `comm` and `aborted` against a watchdog thread's abort_device.
+  std::mutex mu;
   std::string aborted;  // non-empty after abort(): the message later calls return
 
   ~Impl() {
@@ -74,8 +77,41 @@ struct NcclCommunicator::Impl {
 
   // Entry check of every call: not aborted, device selected.
   Status enter() {
-    if (!aborted.empty()) return aborted_error(aborted);
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (!aborted.empty()) return aborted_error(aborted);
+    }
     return MOE_CUDA_STATUS(cudaSetDevice(device));
+  }
+
+  // Aborts the NCCL communicator once (ncclCommAbort releases operations blocked on it).
+  void abort_comm(const std::string& why) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!aborted.empty()) return;
+    aborted = why;
+    if (comm != nullptr) {
+      cudaSetDevice(device);
+      ncclCommAbort(comm);
+      comm = nullptr;
+    }
+  }
+
+  // ncclCommGetAsyncError as a Status.
+  Status device_error() {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!aborted.empty()) return aborted_error(aborted);
+    ncclResult_t state = ncclSuccess;
+    MOE_NCCL_RETURN_IF_ERROR(ncclCommGetAsyncError(comm, &state));
+    if (state == ncclRemoteError || state == ncclSystemError) {
+      return unavailable_error("nccl: rank ", rank, ": asynchronous error ",
+                               ncclGetErrorString(state), " (", ncclGetLastError(comm),
+                               "); a peer may have died");
+    }
+    if (state != ncclSuccess && state != ncclInProgress) {
+      return internal_error("nccl: rank ", rank, ": asynchronous error ",
+                            ncclGetErrorString(state), " (", ncclGetLastError(comm), ")");
+    }
+    return Status::OK();
   }
 
   // Runs `body` between ncclGroupStart and ncclGroupEnd; ncclGroupEnd runs even if body fails.
@@ -287,31 +323,19 @@ StatusOr<std::unique_ptr<Communicator>> NcclCommunicator::split(int color, int k
 void NcclCommunicator::set_timeout(double seconds) { impl_->bootstrap->set_timeout(seconds); }
 
 Status NcclCommunicator::poll_async_error() {
-  if (!impl_->aborted.empty()) return aborted_error(impl_->aborted);
-  ncclResult_t state = ncclSuccess;
-  MOE_NCCL_RETURN_IF_ERROR(ncclCommGetAsyncError(impl_->comm, &state));
-  if (state == ncclRemoteError || state == ncclSystemError) {
-    return unavailable_error("nccl: rank ", impl_->rank, ": asynchronous error ",
-                             ncclGetErrorString(state), " (", ncclGetLastError(impl_->comm),
-                             "); a peer may have died");
-  }
-  if (state != ncclSuccess && state != ncclInProgress) {
-    return internal_error("nccl: rank ", impl_->rank, ": asynchronous error ",
-                          ncclGetErrorString(state), " (", ncclGetLastError(impl_->comm), ")");
-  }
+  MOE_RETURN_IF_ERROR(impl_->device_error());
   return impl_->bootstrap->poll_async_error();
 }
 
 Status NcclCommunicator::abort(const std::string& reason) {
-  if (impl_->aborted.empty()) {
-    impl_->aborted = str_cat("aborted by rank ", impl_->rank, ": ", reason);
-    if (impl_->comm != nullptr) {
-      cudaSetDevice(impl_->device);
-      ncclCommAbort(impl_->comm);
-      impl_->comm = nullptr;
-    }
-  }
+  impl_->abort_comm(str_cat("aborted by rank ", impl_->rank, ": ", reason));
   return impl_->bootstrap->abort(reason);
+}
+
+Status NcclCommunicator::poll_device_error() { return impl_->device_error(); }
+
+void NcclCommunicator::abort_device(const std::string& reason) {
+  impl_->abort_comm(str_cat("aborted by rank ", impl_->rank, "'s watchdog: ", reason));
 }
 
 }  // namespace moe::comm

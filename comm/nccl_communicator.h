@@ -67,6 +67,10 @@ class NcclCommunicator final : public Communicator {
   void set_timeout(double seconds) override;
   Status poll_async_error() override;
   Status abort(const std::string& reason) override;
+  // ncclCommGetAsyncError / ncclCommAbort only (not the bootstrap), under a lock shared with
+  // every call's entry check: safe from a watchdog thread.
+  Status poll_device_error() override;
+  void abort_device(const std::string& reason) override;
 
   int device() const;
 

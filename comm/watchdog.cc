@@ -1,13 +1,11 @@
 #include "comm/watchdog.h"
 
-#include <chrono>
-
 #include "core/base/logging.h"
 
 namespace moe::comm {
 
-Watchdog::Watchdog(Communicator* comm, double timeout_seconds, double poll_seconds)
-    : comm_(comm), poll_seconds_(poll_seconds), timeout_seconds_(timeout_seconds) {
+Watchdog::Watchdog(std::vector<Communicator*> comms, double timeout_seconds, double poll_seconds)
+    : comms_(std::move(comms)), timeout_seconds_(timeout_seconds), poll_seconds_(poll_seconds) {
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -23,6 +21,7 @@ Watchdog::~Watchdog() {
 void Watchdog::arm(const std::string& what) {
   std::lock_guard<std::mutex> lock(mu_);
   armed_ = true;
+  ++generation_;
   what_ = what;
   armed_at_ = std::chrono::steady_clock::now();
 }
@@ -30,11 +29,6 @@ void Watchdog::arm(const std::string& what) {
 void Watchdog::disarm() {
   std::lock_guard<std::mutex> lock(mu_);
   armed_ = false;
-}
-
-void Watchdog::set_timeout(double seconds) {
-  std::lock_guard<std::mutex> lock(mu_);
-  timeout_seconds_ = seconds;
 }
 
 std::string Watchdog::fired() const {
@@ -47,27 +41,33 @@ void Watchdog::loop() {
   while (!stop_ && fired_.empty()) {
     cv_.wait_for(lock, std::chrono::duration<double>(poll_seconds_));
     if (stop_ || !armed_) continue;
+    const uint64_t generation = generation_;
+    const std::string what = what_;
     const double elapsed =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - armed_at_).count();
-    const std::string what = what_;
     lock.unlock();
-    const Status async = comm_->poll_async_error();
-    lock.lock();
-    if (!armed_ || stop_) continue;
     std::string why;
-    if (!async.ok()) {
-      why = str_cat(what, " failed on rank ", comm_->rank(), " (", comm_->backend_name(),
-                    "): ", async.to_string());
-    } else if (elapsed > timeout_seconds_) {
-      why = str_cat(what, " has not finished on rank ", comm_->rank(), " after ",
-                    static_cast<int64_t>(elapsed), " s (parallel.timeout_seconds = ",
-                    timeout_seconds_, "): a peer is lost or stalled");
+    for (Communicator* c : comms_) {
+      if (c == nullptr) continue;
+      if (const Status error = c->poll_device_error(); !error.ok()) {
+        why = str_cat(what, " failed on rank ", c->rank(), " (", c->backend_name(),
+                      "): ", error.to_string());
+        break;
+      }
     }
-    if (why.empty()) continue;
+    if (why.empty() && elapsed > timeout_seconds_) {
+      why = str_cat(what, " has not finished after ", static_cast<int64_t>(elapsed),
+                    " s (bound ", timeout_seconds_, " s): a peer is lost or stalled");
+    }
+    lock.lock();
+    // The section may have ended (or another begun) while the communicators were polled.
+    if (why.empty() || !armed_ || stop_ || generation != generation_) continue;
     fired_ = why;
     lock.unlock();
-    log_error("watchdog: " + why + "; aborting the communicator");
-    static_cast<void>(comm_->abort("watchdog: " + why));
+    log_error("watchdog: ", why, "; aborting the device communicators");
+    for (Communicator* c : comms_) {
+      if (c != nullptr) c->abort_device("watchdog: " + why);
+    }
     lock.lock();
   }
 }

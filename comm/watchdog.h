@@ -1,19 +1,25 @@
 // A watchdog for device backends (NCCL), whose collectives are enqueued on a stream and never
-// block the host: a lost or stalled peer shows up as the step's one wait never returning. While
-// armed, a thread polls the communicator's asynchronous error every `poll_seconds`; on an error,
-// or when an armed section outlasts the timeout, it logs why (naming the section) and aborts
-// the communicator (NCCL: ncclCommAbort, which releases the blocked wait; with an MPI bootstrap,
-// MPI_Abort ends the job), so a hang becomes an error message instead of a silent stop.
+// block the host: a lost or stalled peer shows up as a wait that never returns. While a section
+// is armed, a thread polls every communicator's device error (Communicator::poll_device_error)
+// every `poll_seconds`; on an error, or when the section outlasts the timeout, it logs why
+// (naming the section and the rank) and aborts every device communicator
+// (Communicator::abort_device: ncclCommAbort), which releases the blocked wait. The thread that
+// ran the collectives then fails, and its error path aborts the job (with MPI, MPI_Abort), so a
+// hang becomes an error message instead of a silent stop. The watchdog itself calls only the
+// thread-safe device hooks, never a host backend.
 //
-// Host backends (Local, MPI) bound their own waits and are not thread-safe to poll from another
-// thread: do not put a watchdog on them.
+// The timeout is a hang bound, not a collective timeout: it times a whole section (a training
+// step, a save, an evaluation), so it should be generous (the trainer uses
+// parallel.setup_timeout_seconds).
 #pragma once
 
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "comm/communicator.h"
 
@@ -21,7 +27,9 @@ namespace moe::comm {
 
 class Watchdog {
  public:
-  Watchdog(Communicator* comm, double timeout_seconds, double poll_seconds = 1.0);
+  // `comms`: the communicators to poll and abort (the world and its groups); null entries are
+  // skipped. They must outlive the watchdog.
+  Watchdog(std::vector<Communicator*> comms, double timeout_seconds, double poll_seconds = 1.0);
   ~Watchdog();
   Watchdog(const Watchdog&) = delete;
   Watchdog& operator=(const Watchdog&) = delete;
@@ -29,20 +37,20 @@ class Watchdog {
   // Starts timing a section ("step 12"); disarm() ends it. Sections do not nest.
   void arm(const std::string& what);
   void disarm();
-  void set_timeout(double seconds);
-  // Why it aborted the communicator ("" while it has not).
+  // Why it aborted ("" while it has not).
   std::string fired() const;
 
  private:
   void loop();
 
-  Communicator* comm_;
+  std::vector<Communicator*> comms_;
+  double timeout_seconds_;
   double poll_seconds_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  double timeout_seconds_;
   bool armed_ = false;
   bool stop_ = false;
+  uint64_t generation_ = 0;  // bumped by every arm(): a verdict about an old section is dropped
   std::string what_;
   std::chrono::steady_clock::time_point armed_at_;
   std::string fired_;

@@ -28,10 +28,27 @@ bool launched_by_mpi() {
 
 namespace {
 
-// NCCL over `bootstrap` (owned from now on) on this rank's node-local GPU.
+// Every rank learns whether every rank succeeded (a failure names the ranks and why): before
+// NCCL's initialisation, whose waits have no bound, so that no rank is left waiting there.
+Status agree_over(Communicator& world, const Status& mine) {
+  MOE_ASSIGN_OR_RETURN(std::vector<std::string> all,
+                       world.gather_bytes(mine.ok() ? std::string() : mine.to_string(), 0));
+  std::string joined;
+  for (size_t r = 0; r < all.size(); ++r) {
+    if (!all[r].empty()) joined += str_cat(joined.empty() ? "" : "; ", "rank ", r, ": ", all[r]);
+  }
+  MOE_ASSIGN_OR_RETURN(joined, world.broadcast_bytes(joined, 0));
+  if (joined.empty()) return Status::OK();
+  return failed_precondition_error(joined);
+}
+
+// NCCL over `bootstrap` (owned from now on) on this rank's node-local GPU, once every rank of
+// the bootstrap has found its GPU.
 StatusOr<std::unique_ptr<Communicator>> nccl_over(std::unique_ptr<Communicator> bootstrap) {
 #if defined(MOE_WITH_NCCL)
-  MOE_ASSIGN_OR_RETURN(const int device, choose_cuda_device(bootstrap->rank()));
+  StatusOr<int> chosen = choose_cuda_device(bootstrap->rank());
+  MOE_RETURN_IF_ERROR(agree_over(*bootstrap, chosen.status()));
+  const int device = *chosen;
   NcclOptions opts;
   opts.device = device;
   return NcclCommunicator::create(std::move(bootstrap), opts);
@@ -49,11 +66,12 @@ StatusOr<bool> every_rank_has_its_own_gpu(Communicator& world) {
   std::string mine;
   StatusOr<int> device = choose_cuda_device(world.rank());
   if (device.ok()) {
-    StatusOr<CudaDeviceInfo> info = cuda_device_info(*device);
-    if (info.ok()) {
+    // The bus id needs no context (none is created here on a device this rank will not use).
+    StatusOr<std::string> bus = cuda_pci_bus_id(*device);
+    if (bus.ok()) {
       char host[256] = {};
       if (::gethostname(host, sizeof(host) - 1) != 0) host[0] = '\0';
-      mine = str_cat(host, "/", info->pci_bus_id);
+      mine = str_cat(host, "/", *bus);
     }
   }
   MOE_ASSIGN_OR_RETURN(std::vector<std::string> all, world.gather_bytes(mine, 0));

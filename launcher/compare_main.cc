@@ -70,6 +70,7 @@ StatusOr<std::vector<double>> parse_losses(const std::string& list) {
 
 struct Job {
   std::string variant;
+  bool gpu = false;  // trains with train.device = CUDA
   uint64_t seed = 0;
   std::string run_dir, log;
   std::vector<std::string> argv;
@@ -174,9 +175,14 @@ Status run(int argc, char** argv) {
   }
   // Every variant resolves and shares one budget before anything runs.
   bool on_gpu = false;
+  std::map<std::string, bool> variant_on_gpu;
   for (uint64_t seed : grid.seeds) {
     MOE_ASSIGN_OR_RETURN(std::vector<RunConfig> resolved, resolve_grid(grid, seed));
-    for (const RunConfig& c : resolved) on_gpu |= c.train.device == DeviceKind::kCuda;
+    for (size_t i = 0; i < resolved.size() && i < grid.variants.size(); ++i) {
+      const bool gpu = resolved[i].train.device == DeviceKind::kCuda;
+      variant_on_gpu[grid.variants[i].name] = gpu;
+      on_gpu |= gpu;
+    }
   }
   // GPU runs: one at a time per visible GPU (each run sees its own, unless CUDA_VISIBLE_DEVICES
   // was set for us); CPU runs share the cores.
@@ -197,6 +203,7 @@ Status run(int argc, char** argv) {
     for (uint64_t seed : grid.seeds) {
       Job j;
       j.variant = v.name;
+      j.gpu = variant_on_gpu[v.name];
       j.seed = seed;
       j.run_dir = str_cat(out, "/runs/", v.name, "-seed", seed);
       j.log = j.run_dir + ".log";
@@ -206,7 +213,7 @@ Status run(int argc, char** argv) {
       sets.insert(sets.end(), v.overrides.begin(), v.overrides.end());
       sets.push_back(str_cat("train.seed=", seed));
       // CPU runs share the cores: each gets its slice of threads (unless the grid sets them).
-      if (!on_gpu) {
+      if (!j.gpu) {
         sets.insert(sets.begin(), str_cat("parallel.threads=", std::max<int64_t>(1, cores / jobs)));
       }
       for (const std::string& s : sets) {
@@ -242,7 +249,7 @@ Status run(int argc, char** argv) {
   while (done < queue.size()) {
     while (next < queue.size() && static_cast<int64_t>(running.size()) < jobs) {
       // The least busy GPU (none for CPU runs).
-      const int gpu = gpus > 0 ? static_cast<int>(std::min_element(runs_on_gpu.begin(),
+      const int gpu = gpus > 0 && queue[next].gpu ? static_cast<int>(std::min_element(runs_on_gpu.begin(),
                                                                      runs_on_gpu.end()) -
                                                     runs_on_gpu.begin())
                                : -1;

@@ -197,7 +197,7 @@ stage_smoke() {
       --warmup 2 --config "$ROOT/configs/quickstart.pbtxt" | tee -a "$OUT/smoke.jsonl" || rc=1
   done
   # A real run through momoe-train: its log has tokens/s per logged step.
-  "$BIN/momoe-train" --config "$ROOT/configs/quickstart.pbtxt" --run-dir "$OUT/smoke-run" --fresh \
+  "$BIN/momoe-train" --config "$ROOT/configs/quickstart.pbtxt" --run-dir "$WORK/smoke-run" --fresh \
     --set train.device=CUDA --set train.steps=40 --set train.eval_every=0 \
     --set train.eval_sequences=32 || rc=1
   # The cuBLAS bf16 GEMM rate on this GPU (PyTorch's matmul calls cuBLAS): MFU's denominator.
@@ -231,7 +231,7 @@ stage_initcheck() {
   command -v compute-sanitizer > /dev/null ||
     { echo "compute-sanitizer is not on PATH: the sanitizer stages cannot run"; return 1; }
   compute-sanitizer --tool initcheck --error-exitcode 1 "$BIN/momoe-train" \
-    --config "$ROOT/tests/launcher/tiny_config.pbtxt" --run-dir "$OUT/initcheck-run" --fresh \
+    --config "$ROOT/tests/launcher/tiny_config.pbtxt" --run-dir "$WORK/initcheck-run" --fresh \
     --set train.device=CUDA --set train.steps=2 --set train.eval_every=0 \
     --set train.eval_sequences=4 --set train.checkpoint_every=0
 }
@@ -286,13 +286,16 @@ mkdir -p "$OUT" || die "cannot create $OUT"
 OUT=$(cd "$OUT" && pwd)
 START=$(date +%s)
 
-# The binaries: the bundle (unpacked once per output directory) or a build directory.
+# Scratch outside OUT (on the GPU machine OUT is what comes back: logs, not binaries or runs).
+WORK=${MOMOE_GPU_WORK:-${TMPDIR:-/tmp}/momoe-gpu-work-$(id -u)}
+mkdir -p "$WORK" || die "cannot create $WORK"
+# The binaries: the bundle (unpacked into WORK once per bundle) or a build directory.
 BUNDLE_DIR=""
 if [ -f "$BUNDLE" ]; then
-  BUNDLE_DIR=$OUT/bundle
-  if [ ! -f "$BUNDLE_DIR/MANIFEST" ] || [ "$BUNDLE" -nt "$BUNDLE_DIR/MANIFEST" ]; then
-    rm -rf "$BUNDLE_DIR" && mkdir -p "$BUNDLE_DIR" && tar -C "$BUNDLE_DIR" -xJf "$BUNDLE" ||
-      die "cannot unpack $BUNDLE"
+  BUNDLE_DIR=$WORK/bundle
+  if [ ! -f "$BUNDLE_DIR/.unpacked" ] || [ "$BUNDLE" -nt "$BUNDLE_DIR/.unpacked" ]; then
+    rm -rf "$BUNDLE_DIR" && mkdir -p "$BUNDLE_DIR" && tar -C "$BUNDLE_DIR" -xJf "$BUNDLE" &&
+      touch "$BUNDLE_DIR/.unpacked" || die "cannot unpack $BUNDLE"
   fi
   BIN=$BUNDLE_DIR/bin
   LIBS=$BUNDLE_DIR/lib
@@ -307,7 +310,7 @@ if [ -f "$BUNDLE" ]; then
 else
   BUILD=${BUILD_DIR:-build-gpu}
   case $BUILD in /*) ;; *) BUILD=$ROOT/$BUILD ;; esac
-  BIN=$OUT/bin  # links to the build's binaries, filled after the build stage
+  BIN=$WORK/bin  # links to the build's binaries, filled after the build stage
   LIBS=""
 fi
 # CUDA's own libraries: the toolkit's, and NCCL/cuBLAS from PyTorch's wheels where present.
@@ -327,9 +330,11 @@ EOF
   )
   for d in $WHEELS; do [ -d "$d" ] && CUDA_LIBS=$CUDA_LIBS:$d; done
 fi
-export LD_LIBRARY_PATH=${LIBS}${CUDA_LIBS}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+LIBRARY_PATH_=${LIBS}${CUDA_LIBS}
+LIBRARY_PATH_=${LIBRARY_PATH_#:}  # no empty entry: the loader would read it as the current directory
+export LD_LIBRARY_PATH=${LIBRARY_PATH_}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export MOMOE_SOURCE_DIR=$ROOT MOMOE_DATA_DIR=$ROOT/data
-export OUT BIN BUILD BUNDLE BUNDLE_DIR
+export OUT WORK BIN BUILD BUNDLE BUNDLE_DIR
 cd "$ROOT" || exit 2
 
 # MOMOE_GPUS overrides the count (practising the GPU path on a CPU machine: the tests then fail,
@@ -354,6 +359,7 @@ link_build_binaries() {
 SUMMARY=$OUT/summary.txt
 printf '%-10s %-28s %8s  %s\n' stage verdict seconds log > "$SUMMARY"
 FAILED=0
+BUILD_FAILED=0  # the later stages would run stale binaries
 for stage in "${STAGES[@]}"; do
   now=$(date +%s)
   left=$((START + DEADLINE - now))
@@ -364,6 +370,8 @@ for stage in "${STAGES[@]}"; do
     [ "${MOMOE_REQUIRE_GPU:-0}" = 1 ] && { verdict="FAILED (no GPU)"; FAILED=1; }
   elif [ "$stage" = build ] && [ -n "$BUNDLE_DIR" ]; then
     verdict="skipped (bundle)"
+  elif [ "$BUILD_FAILED" = 1 ]; then
+    verdict="skipped (build failed)"
   elif [ "$left" -lt 15 ]; then
     verdict="not run (out of time)"
     FAILED=1
@@ -384,7 +392,9 @@ for stage in "${STAGES[@]}"; do
     124|137) verdict="TIMED OUT (${box} s)"; FAILED=1 ;;
     *) verdict="FAILED (exit $rc)"; FAILED=1 ;;
   esac
-  [ "$stage" = build ] && [ $rc -eq 0 ] && link_build_binaries
+  if [ "$stage" = build ]; then
+    if [ $rc -eq 0 ]; then link_build_binaries; else BUILD_FAILED=1; fi
+  fi
   printf '%-10s %-28s %8s  %s\n' "$stage" "$verdict" "$secs" "$(basename "$log")" | tee -a "$SUMMARY"
   [ $rc -ne 0 ] && tail -15 "$log" | sed 's/^/    /'
 done

@@ -104,6 +104,16 @@ StatusOr<CudaDeviceInfo> cuda_device_info(int device) {
 #endif
 }
 
+StatusOr<std::string> cuda_pci_bus_id(int device) {
+#if defined(MOE_WITH_CUDA)
+  char bus[32] = {};
+  MOE_CUDA_RETURN_IF_ERROR(cudaDeviceGetPCIBusId(bus, sizeof(bus), device));
+  return std::string(bus);
+#else
+  return unimplemented_error("cuda:", device, ": ", cuda_unavailable_reason());
+#endif
+}
+
 CudaDeviceGuard::CudaDeviceGuard(Device device) {
 #if defined(MOE_WITH_CUDA)
   if (!device.is_cuda()) return;

@@ -59,8 +59,11 @@ struct CudaDeviceInfo {
   int64_t total_bytes = 0;
   int sm_major = 0, sm_minor = 0;
 };
-// Name, bus id and memory of `device` (kUnimplemented without CUDA).
+// Name, bus id and memory of `device` (kUnimplemented without CUDA). Reading the free memory
+// makes `device` current for the call (creating its context if it has none).
 StatusOr<CudaDeviceInfo> cuda_device_info(int device);
+// The PCI bus id of `device` ("0000:19:00.0"), without creating a context on any device.
+StatusOr<std::string> cuda_pci_bus_id(int device);
 
 // Makes `device` current on this thread for the guard's lifetime and restores the previous one
 // (no-op on the host and in builds without CUDA).

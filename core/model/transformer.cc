@@ -45,8 +45,10 @@ Status TransformerLM::init_parameters(uint64_t seed) {
   // The CPU reference draws every parameter on the host and the values are copied to the model's
   // context: a run starts from the same bits on every device (a GPU's log and cos may differ
   // from glibc's in the last bit, which would make GPU and CPU runs diverge from step 0).
+  // The values do not depend on the threads; a GPU rank's context has none, and every rank of a
+  // node initialises at once: a few each.
   ContextOptions options;
-  options.threads = ctx_.thread_pool() != nullptr ? ctx_.threads() : 0;
+  options.threads = ctx_.thread_pool() != nullptr ? ctx_.threads() : std::min(4, available_cores());
   const std::unique_ptr<Context> host = Context::host(options);
   for (const auto& p : params_->all()) {
     MOE_ASSIGN_OR_RETURN(Tensor values, host->empty(p->shape, p->master.dtype()));

@@ -11,7 +11,8 @@ double EvalResult::perplexity() const { return std::exp(mean_loss()); }
 
 StatusOr<EvalResult> evaluate_perplexity(TransformerLM* model, const data::SequenceSet& set,
                                          int64_t batch, int64_t max_sequences, uint64_t seed,
-                                         comm::Communicator* world) {
+                                         comm::Communicator* world,
+                                         const std::function<bool()>& stop) {
   const int ranks = world == nullptr ? 1 : world->world_size();
   const int rank = world == nullptr ? 0 : world->rank();
   const int64_t total = max_sequences > 0 ? std::min(max_sequences, set.size()) : set.size();
@@ -22,6 +23,17 @@ StatusOr<EvalResult> evaluate_perplexity(TransformerLM* model, const data::Seque
   Tensor inputs = Tensor::empty({batch, s}, DType::kI32);
   Tensor targets = Tensor::empty({batch, s}, DType::kI32);
   for (int64_t start = 0; start < total; start += chunk) {
+    if (stop) {
+      Tensor asked = Tensor::from_vector<double>({1}, {stop() ? 1.0 : 0.0});
+      if (world != nullptr && ranks > 1) {
+        MOE_RETURN_IF_ERROR(world->all_reduce(asked, asked, comm::ReduceOp::kSum));
+      }
+      if (asked.data<double>()[0] > 0) {
+        EvalResult stopped;
+        stopped.stopped = true;
+        return stopped;
+      }
+    }
     std::vector<int64_t> ids;
     for (int64_t i = start; i < std::min(total, start + chunk); ++i) ids.push_back(i);
     std::vector<int64_t> mine = data::split_balanced_for_rank(ids, ranks, rank);

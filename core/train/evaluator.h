@@ -4,6 +4,8 @@
 // and the loss sums are all-reduced. PPL = exp(sum of token NLL / tokens).
 #pragma once
 
+#include <functional>
+
 #include "comm/communicator.h"
 #include "core/data/sequences.h"
 #include "core/model/transformer.h"
@@ -13,14 +15,18 @@ namespace moe {
 struct EvalResult {
   double loss_sum = 0;
   int64_t tokens = 0;
+  bool stopped = false;  // ended early on a stop request
   double mean_loss() const { return tokens > 0 ? loss_sum / static_cast<double>(tokens) : 0; }
   double perplexity() const;
 };
 
 // max_sequences: 0 = every sequence of the set, else the first max_sequences. Collective over
-// `world` (nullable) and the model's EP group.
+// `world` (nullable) and the model's EP group. `stop` (optional) is asked before every batch;
+// when it says yes on any rank (a host all-reduce over `world` decides), every rank returns at
+// once with `stopped` set (and no numbers).
 StatusOr<EvalResult> evaluate_perplexity(TransformerLM* model, const data::SequenceSet& set,
                                          int64_t batch, int64_t max_sequences, uint64_t seed,
-                                         comm::Communicator* world);
+                                         comm::Communicator* world,
+                                         const std::function<bool()>& stop = nullptr);
 
 }  // namespace moe

@@ -179,9 +179,13 @@ Status Trainer::setup() {
                                   kernels::ref::blas_info().summary()));
     }
   }
-  // A device backend's collectives never block the host: the watchdog bounds the step's wait.
+  // A device backend's collectives never block the host: the watchdog bounds each step, save
+  // and evaluation (generously: it times the whole section, first-step set-up included).
   if (world_ != nullptr && world_->memory_space() == comm::MemorySpace::kDevice) {
-    watchdog_ = std::make_unique<comm::Watchdog>(world_, cfg_.parallel.timeout_seconds);
+    watchdog_ = std::make_unique<comm::Watchdog>(
+        std::vector<comm::Communicator*>{world_, has_groups_ ? groups_.ep.get() : nullptr,
+                                         has_groups_ ? groups_.dp.get() : nullptr},
+        std::max(cfg_.parallel.setup_timeout_seconds, cfg_.parallel.timeout_seconds));
   }
   // Set-up ran under the (long) setup timeout; the step's collectives get the short one, so a
   // rank that stops responding is named within seconds.
@@ -190,7 +194,6 @@ Status Trainer::setup() {
 }
 
 void Trainer::set_collective_timeout(double seconds) {
-  if (watchdog_) watchdog_->set_timeout(seconds);
   if (world_ != nullptr) world_->set_timeout(seconds);
   if (has_groups_) {
     groups_.ep->set_timeout(seconds);
@@ -520,6 +523,14 @@ StatusOr<StepStatsInfo> Trainer::step_impl() {
 }
 
 StatusOr<EvalReport> Trainer::evaluate(bool whole_splits) {
+  if (!watchdog_) return evaluate_impl(whole_splits);
+  watchdog_->arm(str_cat("the evaluation at step ", steps_done()));
+  StatusOr<EvalReport> r = evaluate_impl(whole_splits);
+  watchdog_->disarm();
+  return r;
+}
+
+StatusOr<EvalReport> Trainer::evaluate_impl(bool whole_splits) {
   EvalReport r;
   const TrainConfig& t = cfg_.train;
   const int64_t batch = std::max<int64_t>(1, micro_batch_per_rank_);
@@ -527,15 +538,28 @@ StatusOr<EvalReport> Trainer::evaluate(bool whole_splits) {
   auto run = [&](const std::optional<data::SequenceSet>& set,
                  std::optional<EvalResult>* out) -> Status {
     if (!set) return Status::OK();
+    std::function<bool()> stop;
+    if (opts_.stop_requested) {
+      stop = [this] {
+        if (stop_local_ == 0) stop_local_ = opts_.stop_requested();
+        return stop_local_ != 0;
+      };
+    }
     MOE_ASSIGN_OR_RETURN(EvalResult e, evaluate_perplexity(model_.get(), *set, batch,
-                                                           max_sequences, t.seed, world_));
-    *out = e;
+                                                           max_sequences, t.seed, world_, stop));
+    if (e.stopped) {
+      r.stopped = true;
+    } else {
+      *out = e;
+    }
     return Status::OK();
   };
-  MOE_RETURN_IF_ERROR(run(data_->valid, &r.valid));
-  MOE_RETURN_IF_ERROR(run(data_->test, &r.test));
-  MOE_RETURN_IF_ERROR(run(data_->attacked_valid_seq, &r.attacked_valid));
-  MOE_RETURN_IF_ERROR(run(data_->attacked_test_seq, &r.attacked_test));
+  for (auto [set, out] : {std::pair{&data_->valid, &r.valid}, std::pair{&data_->test, &r.test},
+                          std::pair{&data_->attacked_valid_seq, &r.attacked_valid},
+                          std::pair{&data_->attacked_test_seq, &r.attacked_test}}) {
+    MOE_RETURN_IF_ERROR(run(*set, out));
+    if (r.stopped) return r;
+  }
   r.attack_rate = data_->attacked_valid_rate;
   StepStatsInfo record;
   record.step = steps_done();
@@ -573,7 +597,11 @@ Status Trainer::run() {
       saved_at = done;
     }
     if (t.eval_every > 0 && done % t.eval_every == 0 && done < t.steps) {
-      MOE_RETURN_IF_ERROR(evaluate().status());
+      MOE_ASSIGN_OR_RETURN(EvalReport r, evaluate());
+      if (r.stopped) {
+        stop_agreed_ = true;
+        break;
+      }
     }
   }
   if (saved_at != steps_done()) MOE_RETURN_IF_ERROR(save().status());
@@ -584,12 +612,23 @@ Status Trainer::run() {
                                 " was signalled); rerun the same command to resume"));
     return Status::OK();
   }
-  MOE_RETURN_IF_ERROR(evaluate().status());
-  // The final numbers over the whole splits too, beside the subset the run tracked.
+  // The final numbers (over the whole splits too, beside the subset the run tracked). The
+  // checkpoint is saved: a stop request ends the evaluation at once.
   const bool subset = t.eval_sequences > 0 &&
                       ((data_->valid && data_->valid->size() > t.eval_sequences) ||
                        (data_->test && data_->test->size() > t.eval_sequences));
-  if (subset) MOE_RETURN_IF_ERROR(evaluate(/*whole_splits=*/true).status());
+  for (bool whole : {false, true}) {
+    if (whole && !subset) break;
+    MOE_ASSIGN_OR_RETURN(EvalReport r, evaluate(whole));
+    if (r.stopped) {
+      stop_agreed_ = true;
+      coordinator_->print(str_cat("momoe: stopped the final evaluation on a stop request (",
+                                  stop_local_ != 0 ? "this rank" : "another rank",
+                                  " was signalled); the checkpoint of step ", steps_done(),
+                                  " is saved: evaluate it with momoe-eval"));
+      return Status::OK();
+    }
+  }
   return Status::OK();
 }
 

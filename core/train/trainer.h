@@ -68,6 +68,7 @@ struct TrainerOptions {
 struct EvalReport {
   std::optional<EvalResult> valid, test, attacked_valid, attacked_test;
   double attack_rate = 0;
+  bool stopped = false;  // a stop request ended it early: no numbers, nothing recorded
 };
 
 class Trainer {
@@ -80,7 +81,8 @@ class Trainer {
 
   // Trains until cfg.train.steps, evaluating and checkpointing as configured, or until a stop is
   // requested (then it saves a checkpoint after the step in flight and returns OK with
-  // stopped() true; no final evaluation). Collective.
+  // stopped() true; no final evaluation). A stop during an evaluation ends the evaluation (the
+  // final one: the checkpoint is already saved) and the run the same way. Collective.
   Status run();
   // Whether run() ended on a stop request, and the signal this rank received (0 when the request
   // came from another rank).
@@ -108,6 +110,7 @@ class Trainer {
   Trainer(const RunConfig& cfg, const TrainerOptions& opts, comm::Communicator* world);
   Status setup();
   StatusOr<StepStatsInfo> step_impl();  // step() without the watchdog
+  StatusOr<EvalReport> evaluate_impl(bool whole_splits);  // evaluate() without the watchdog
   TrainingState training_state();
   // Probe step: routes the probe batch and counts, per MoE layer, the tokens whose top-1 expert
   // changed since the last probe into flips (f64 [L], on the device). Returns the number of probe
@@ -137,10 +140,11 @@ class Trainer {
   comm::Communicator* world_;
   std::unique_ptr<Context> ctx_;
   RunDevice device_;  // what ctx_ is (its ctx moved into ctx_)
-  // Device backends (NCCL) only: turns a stalled peer into an abort with a message.
-  std::unique_ptr<comm::Watchdog> watchdog_;
   comm::ProcessGroups groups_;
   bool has_groups_ = false;
+  // Device backends (NCCL) only: turns a stalled peer into an abort with a message. Declared
+  // after groups_ so that it stops before the communicators it polls are destroyed.
+  std::unique_ptr<comm::Watchdog> watchdog_;
   std::unique_ptr<RunData> data_;
   std::unique_ptr<TransformerLM> model_;
   std::unique_ptr<Optimizer> optimizer_;

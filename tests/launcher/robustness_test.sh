@@ -60,6 +60,20 @@ signal)
     train "$dir" --set train.steps=$((step + 2)) || { cat "$dir.log"; fail "SIG$sig: resume failed"; }
     expect_in "$dir.log" "resumed from $ckpt at step $step"
   done
+  # A stop during the final evaluation (over the whole splits: long) ends it at once: the
+  # checkpoint is already saved; exit code 3.
+  dir=$run/final_eval
+  "$bin/momoe-train" --config "$config" --run-dir "$dir" --set data.cache_dir="$cache" \
+    --set train.steps=2 --set train.eval_sequences=0 > "$dir.log" 2>&1 &
+  pid=$!
+  wait_for "$dir.log" "momoe: checkpoint $dir/ckpt-00000002"
+  sleep 0.5
+  t0=$(date +%s)
+  kill -TERM "$pid"
+  wait "$pid"; rc=$?
+  [ "$rc" -eq 3 ] || { cat "$dir.log"; fail "SIGTERM in the final evaluation: exit $rc, expected 3"; }
+  [ $(( $(date +%s) - t0 )) -le 10 ] || fail "the final evaluation went on after SIGTERM"
+  expect_in "$dir.log" "stopped the final evaluation on a stop request (this rank was signalled); the checkpoint of step 2 is saved"
   # A second signal stops at once, without a checkpoint.
   dir=$run/twice
   start "$dir" "${long[@]}"
