@@ -28,10 +28,16 @@ inline int exit_code_of(const Status& s) {
   }
 }
 
+// Bad input (exit 2) is found by every rank alike (the trainer agrees on its set-up errors
+// collectively), so no peer is left waiting and the job is not aborted: MPI_Abort would turn the
+// exit code into 1. Any other error aborts a multi-rank job's communicator.
 inline int exit_with(const Status& s, comm::Communicator* comm = nullptr) {
   log_error(s.to_string());
-  if (comm != nullptr && comm->world_size() > 1) comm->abort(s.message()).ignore_error();
-  return exit_code_of(s);
+  const int code = exit_code_of(s);
+  if (comm != nullptr && comm->world_size() > 1 && code != kExitUserError) {
+    comm->abort(s.message()).ignore_error();
+  }
+  return code;
 }
 
 }  // namespace moe

@@ -23,6 +23,40 @@ class QuietErrors : public google::protobuf::io::ErrorCollector {
   void AddError(int, int, const std::string&) override {}
 };
 
+// Every float and double field set anywhere in `msg` is finite: inf and nan pass range checks
+// written as !(x >= 0) and would reach training (weight_decay = inf trains NaN weights).
+Status check_finite(const Message& msg, const std::string& prefix) {
+  const google::protobuf::Reflection* r = msg.GetReflection();
+  std::vector<const FieldDescriptor*> fields;
+  r->ListFields(msg, &fields);
+  for (const FieldDescriptor* f : fields) {
+    const std::string path = prefix.empty() ? f->name() : prefix + "." + f->name();
+    const int n = f->is_repeated() ? r->FieldSize(msg, f) : 1;
+    for (int i = 0; i < n; ++i) {
+      const std::string at = f->is_repeated() ? str_cat(path, "[", i, "]") : path;
+      double v = 0;
+      switch (f->cpp_type()) {
+        case FieldDescriptor::CPPTYPE_DOUBLE:
+          v = f->is_repeated() ? r->GetRepeatedDouble(msg, f, i) : r->GetDouble(msg, f);
+          break;
+        case FieldDescriptor::CPPTYPE_FLOAT:
+          v = f->is_repeated() ? r->GetRepeatedFloat(msg, f, i) : r->GetFloat(msg, f);
+          break;
+        case FieldDescriptor::CPPTYPE_MESSAGE:
+          MOE_RETURN_IF_ERROR(check_finite(
+              f->is_repeated() ? r->GetRepeatedMessage(msg, f, i) : r->GetMessage(msg, f), at));
+          continue;
+        default:
+          continue;
+      }
+      if (!std::isfinite(v)) {
+        return invalid_argument_error(at, " = ", v, " is not a finite number");
+      }
+    }
+  }
+  return Status::OK();
+}
+
 // Sets one field addressed by a dotted path from its text-format value.
 Status apply_override(const std::string& assignment, Message* root) {
   const size_t eq = assignment.find('=');
@@ -158,6 +192,7 @@ Status convert_train(const momoe::TrainConfig& t, TrainConfig* c) {
   if (t.has_probe_every()) c->probe_every = t.probe_every();
   if (t.has_probe_sequences()) c->probe_sequences = t.probe_sequences();
   if (t.has_collapse_threshold()) c->collapse_threshold = t.collapse_threshold();
+  if (t.has_max_skipped_steps()) c->max_skipped_steps = t.max_skipped_steps();
   if (t.precision() == momoe::TrainConfig::BF16) c->precision = Precision::kBf16;
   if (t.device() == momoe::TrainConfig::CUDA) c->device = DeviceKind::kCuda;
   return c->validate();
@@ -236,6 +271,7 @@ void run_config_to_proto(const RunConfig& cfg, momoe::RunConfig* msg) {
   tr->set_probe_every(t.probe_every);
   tr->set_probe_sequences(t.probe_sequences);
   tr->set_collapse_threshold(t.collapse_threshold);
+  tr->set_max_skipped_steps(t.max_skipped_steps);
   tr->set_precision(t.precision == Precision::kBf16 ? momoe::TrainConfig::BF16
                                                     : momoe::TrainConfig::FP32);
   tr->set_device(t.device == DeviceKind::kCuda ? momoe::TrainConfig::CUDA
@@ -309,6 +345,7 @@ StatusOr<RunConfig> parse_run_config(const std::string& text, const std::string&
   momoe::RunConfig msg;
   MOE_RETURN_IF_ERROR(proto_internal::parse_text_proto(text, source, &msg));
   for (const std::string& o : overrides) MOE_RETURN_IF_ERROR(apply_override(o, &msg));
+  MOE_RETURN_IF_ERROR(check_finite(msg, "").with_context(source));
   if (ep_size > 0) msg.mutable_parallel()->set_ep(ep_size);
 
   RunConfig cfg;
@@ -399,13 +436,25 @@ bool changes_training(const ConfigChange& change) {
   // Fields that steer the run, not what it computes: the layout, how long it trains, what it
   // logs, evaluates and keeps, and the precision and device (checkpoints hold fp32 masters, so
   // a run may resume at the other precision or on the other device).
-  static const char* const kRunControl[] = {
-      "parallel.",           "train.steps",          "train.grad_accum",
-      "train.eval_every",    "train.eval_sequences", "train.checkpoint_every",
-      "train.keep_checkpoints", "train.log_every",   "train.attack_rate",
-      "train.attack_seed",   "train.probe_every",    "train.probe_sequences",
-      "train.collapse_threshold", "train.precision", "train.device",
-      "data.valid",          "data.test",            "data.cache_dir"};
+  static const char* const kRunControl[] = {"parallel.",
+                                            "train.steps",
+                                            "train.grad_accum",
+                                            "train.eval_every",
+                                            "train.eval_sequences",
+                                            "train.checkpoint_every",
+                                            "train.keep_checkpoints",
+                                            "train.log_every",
+                                            "train.attack_rate",
+                                            "train.attack_seed",
+                                            "train.probe_every",
+                                            "train.probe_sequences",
+                                            "train.collapse_threshold",
+                                            "train.precision",
+                                            "train.device",
+                                            "train.max_skipped_steps",
+                                            "data.valid",
+                                            "data.test",
+                                            "data.cache_dir"};
   for (const char* prefix : kRunControl) {
     const std::string_view p(prefix);
     if (change.path.compare(0, p.size(), p) == 0 &&

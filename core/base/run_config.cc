@@ -44,7 +44,13 @@ Status TrainConfig::validate() const {
   if (!(attack_rate >= 0 && attack_rate <= 1)) return range("attack_rate", attack_rate, "[0, 1]");
   if (probe_every < 0) return range("probe_every", static_cast<double>(probe_every), "[0, inf)");
   if (probe_sequences < 1) return range("probe_sequences", static_cast<double>(probe_sequences), "[1, inf)");
-  if (!(collapse_threshold > 1)) return range("collapse_threshold", collapse_threshold, "(1, inf)");
+  if (!(collapse_threshold > 1 && std::isfinite(collapse_threshold))) {
+    return range("collapse_threshold", collapse_threshold, "(1, inf)");
+  }
+  if (max_skipped_steps < 0) {
+    return range("max_skipped_steps", static_cast<double>(max_skipped_steps),
+                 "[0, inf) (0 = never stop)");
+  }
   return Status::OK();
 }
 

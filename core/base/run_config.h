@@ -77,6 +77,7 @@ struct TrainConfig {
   double collapse_threshold = 4.0;
   Precision precision = Precision::kFp32;
   DeviceKind device = DeviceKind::kCpu;
+  int64_t max_skipped_steps = 10;  // consecutive non-finite steps before the run stops; 0 = never
 
   Status validate() const;
   // Learning rate at optimiser step `step` (0-based): linear warmup from 0, then constant or

@@ -335,9 +335,16 @@ Status Trainer::check_config_change(const std::string& checkpoint) {
   std::string refused;
   say(str_cat("the config differs from ", checkpoint, "'s in ", changes.size(), " field(s):"));
   for (const ConfigChange& c : changes) {
-    const bool training = changes_training(c);
+    // A cosine schedule decays over train.steps: a longer or shorter run changes the learning
+    // rate of the steps already planned (and of the next step, at once).
+    const bool reschedules =
+        c.path == "train.steps" && cfg_.train.schedule == LrScheduleKind::kCosine;
+    const bool training = changes_training(c) || reschedules;
     say(str_cat("  ", c.path, ": ", c.before, " -> ", c.after,
-                training ? "  (changes what training computes)" : ""));
+                reschedules ? "  (changes the COSINE learning-rate schedule of the steps already "
+                              "planned: it decays over train.steps)"
+                : training  ? "  (changes what training computes)"
+                            : ""));
     if (training) refused += str_cat(refused.empty() ? "" : ", ", c.path, ": ", c.before, " -> ", c.after);
   }
   if (!refused.empty() && !opts_.allow_config_change) {
@@ -374,6 +381,7 @@ StatusOr<std::string> Trainer::save() {
   if (watchdog_) watchdog_->disarm();
   set_collective_timeout(cfg_.parallel.timeout_seconds);
   MOE_ASSIGN_OR_RETURN(std::string dir, std::move(saved));
+  if (skipped_streak_ == 0) last_good_checkpoint_ = dir;
   coordinator_->print(str_cat("momoe: checkpoint ", dir));
   return dir;
 }
@@ -512,6 +520,7 @@ StatusOr<StepStatsInfo> Trainer::step_impl() {
   if (probe_tokens > 0) {
     for (int l = 0; l < layers; ++l) flips.push_back(v[kFlips + l] / static_cast<double>(probe_tokens));
   }
+  skipped_streak_ = stats.skipped ? skipped_streak_ + 1 : 0;
   if (!stats.skipped) {
     const double grad_scale = (t.grad_clip > 0 && norm > t.grad_clip) ? t.grad_clip / norm : 1.0;
     MOE_RETURN_IF_ERROR(optimizer_->step(stats.learning_rate, updates_, grad_scale));
@@ -587,11 +596,26 @@ StatusOr<EvalReport> Trainer::evaluate_impl(bool whole_splits) {
 Status Trainer::run() {
   const TrainConfig& t = cfg_.train;
   int64_t saved_at = -1;
+  if (!resumed_from_.empty()) last_good_checkpoint_ = resumed_from_;
   while (steps_done() < t.steps) {
     MOE_RETURN_IF_ERROR(step().status());
     const int64_t done = steps_done();
     if (opts_.after_step) opts_.after_step(done);
+    if (t.max_skipped_steps > 0 && skipped_streak_ >= t.max_skipped_steps) {
+      return aborted_error(
+          skipped_streak_, " consecutive steps (", done - skipped_streak_ + 1, " to ", done,
+          ") were skipped as non-finite (train.max_skipped_steps = ", t.max_skipped_steps,
+          "): training diverged, and no checkpoint was written since. ",
+          last_good_checkpoint_.empty()
+              ? std::string("No checkpoint was saved before them: start again with another "
+                            "config (e.g. a lower train.optimizer.lr)")
+              : str_cat("The last checkpoint saved before them is ", last_good_checkpoint_,
+                        ": resume from it with --resume-from ", last_good_checkpoint_,
+                        " and a config that does not diverge (e.g. a lower "
+                        "train.optimizer.lr, with --allow-config-change)"));
+    }
     if (stop_agreed_) break;
+    if (skipped_streak_ > 0) continue;  // no checkpoint (nor pruning) while steps are skipped
     if (t.checkpoint_every > 0 && done % t.checkpoint_every == 0) {
       MOE_RETURN_IF_ERROR(save().status());
       saved_at = done;
@@ -604,7 +628,14 @@ Status Trainer::run() {
       }
     }
   }
-  if (saved_at != steps_done()) MOE_RETURN_IF_ERROR(save().status());
+  if (saved_at != steps_done()) {
+    if (skipped_streak_ == 0) {
+      MOE_RETURN_IF_ERROR(save().status());
+    } else {
+      coordinator_->print(str_cat("momoe: no checkpoint at step ", steps_done(), ": its last ",
+                                  skipped_streak_, " step(s) were skipped as non-finite"));
+    }
+  }
   coordinator_->flush();
   if (stop_agreed_) {
     coordinator_->print(str_cat("momoe: stopped after step ", steps_done(), " of ", t.steps,

@@ -161,6 +161,8 @@ class Trainer {
   std::string branch_, parent_;
   std::vector<std::string> lineage_;
   int stop_local_ = 0;                    // the stop signal this rank saw
+  int64_t skipped_streak_ = 0;            // consecutive steps skipped as non-finite, up to now
+  std::string last_good_checkpoint_;      // saved (or resumed from) before the current streak
   bool stop_agreed_ = false;              // some rank asked to stop; every rank agrees
 };
 

@@ -2,7 +2,7 @@
 # A run never loses work: the executables as a user, a scheduler and a crash treat them.
 # Usage: robustness_test.sh BIN_DIR CONFIG CASE
 # Cases (one CTest entry each): signal, signal_mpi, stuck_rank_mpi, lock, fresh, damaged,
-# config_change, torn_stats, memory, inputs, rollback, rollback_loop.
+# config_change, torn_stats, memory, inputs, inputs_mpi, rollback, rollback_loop.
 set -u
 bin=$1
 config=$2
@@ -113,6 +113,25 @@ signal_mpi)
     train "$dir" --set train.steps=$((step + 1)) || { cat "$dir.log"; fail "$how: resume failed"; }
     expect_in "$dir.log" "resumed from $ckpt at step $step"
   done
+  ;;
+inputs_mpi)
+  # Bad input found under mpirun gets exit code 2 too (not MPI_Abort's 1), naming the problem.
+  expect_mpi() {  # expect_mpi NP NEEDLE ARGS...
+    local np=$1 needle=$2; shift 2
+    mpirun -np "$np" --oversubscribe "$bin/momoe-train" --config "$config" --run-dir "$run/mpi_in" \
+      --set data.cache_dir="$cache" "$@" > "$run/err" 2>&1
+    local rc=$?
+    [ "$rc" -eq 2 ] || { cat "$run/err"; fail "mpirun -np $np $*: exit $rc, expected 2"; }
+    grep -qF -- "$needle" "$run/err" || { cat "$run/err"; fail "mpirun -np $np $*: no '$needle'"; }
+  }
+  expect_mpi 3 "train.batch_size = 8 is not divisible by grad_accum (1) x world size (3)"
+  expect_mpi 2 "--ep 4 is larger than the world size 2" --ep 4
+  # Ranks started with different configs (mpirun's MPMD form).
+  one=("$bin/momoe-train" --config "$config" --run-dir "$run/mpi_in" --set data.cache_dir="$cache")
+  mpirun --oversubscribe -np 1 "${one[@]}" --set train.seed=1 : -np 1 "${one[@]}" --set train.seed=2 \
+    > "$run/err" 2>&1
+  rc=$?
+  [ "$rc" -eq 2 ] || { cat "$run/err"; fail "configs that differ between ranks: exit $rc, expected 2"; }
   ;;
 stuck_rank_mpi)
   # A rank that stops responding (not dead) is detected within the training timeout, and the
@@ -279,6 +298,16 @@ config_change)
   expect_in "$dir.log" "train.steps: 2 -> 3"
   train "$dir" --set train.steps=4 --set model.moe.top_k=1 --allow-config-change || { cat "$dir.log"; fail "allowed"; }
   expect_in "$dir.log" "resumed from $dir/ckpt-00000003 at step 3"
+  # Under a COSINE schedule a longer run changes the learning rate of the steps already
+  # planned: refused unless allowed.
+  dir=$run/cosine
+  cos=(--set train.schedule.kind=COSINE --set train.schedule.warmup_steps=1)
+  train "$dir" "${cos[@]}" --set train.steps=4 || fail "cosine run"
+  train "$dir" "${cos[@]}" --set train.steps=8
+  rc=$?
+  [ "$rc" -eq 2 ] || { cat "$dir.log"; fail "extending a COSINE run: exit $rc, expected 2"; }
+  expect_in "$dir.log" "train.steps: 4 -> 8  (changes the COSINE learning-rate schedule"
+  train "$dir" "${cos[@]}" --set train.steps=8 --allow-config-change || { cat "$dir.log"; fail "allowed cosine"; }
   ;;
 torn_stats)
   # A torn last record of stats.pb (a kill mid-write) is cut away before appending; the reader
@@ -330,6 +359,17 @@ inputs)
   expect_code 2 "not a regular file" "$bin/momoe-train" --config "$run"
   expect_code 2 "MOMOE_FAULT_RANK='abc' is not an integer" env MOMOE_FAULT_RANK=abc "$bin/momoe-train" --config "$config" --run-dir "$run/f" --set data.cache_dir="$cache"
   expect_code 2 "--fresh and --resume-from exclude each other" "$bin/momoe-train" --config "$config" --fresh --resume-from "$ck"
+  # Non-finite config values are refused by name; a run whose steps keep being skipped as
+  # non-finite stops (exit 1) naming the last checkpoint saved before them, instead of going on.
+  expect_code 2 "train.optimizer.weight_decay = inf is not a finite number" "$bin/momoe-train" --config "$config" --run-dir "$run/nf" --set train.optimizer.weight_decay=inf
+  expect_code 2 "model.moe.capacity_factor = nan is not a finite number" "$bin/momoe-train" --config "$config" --run-dir "$run/nf" --set model.moe.capacity_factor=nan
+  expect_code 1 "5 consecutive steps (2 to 6) were skipped as non-finite (train.max_skipped_steps = 5)" \
+    "$bin/momoe-train" --config "$config" --run-dir "$run/diverged" --set data.cache_dir="$cache" \
+    --set train.optimizer.lr=1e30 --set train.grad_clip=0 --set train.steps=30 \
+    --set train.checkpoint_every=1 --set train.max_skipped_steps=5
+  grep -qF "The last checkpoint saved before them is $run/diverged/ckpt-00000001" "$run/err" ||
+    { cat "$run/err"; fail "the diverged run did not name its last good checkpoint"; }
+  [ -d "$run/diverged/ckpt-00000002" ] && fail "a checkpoint was written while steps were skipped"
   out=$("$bin/momoe-launch" -np 2 --dry-run -- echo 'a b' "it's" 'x;y' plain)
   [[ "$out" == *"echo 'a b' 'it'\\''s' 'x;y' plain" ]] || fail "the printed line is not shell-quoted: $out"
   ;;
