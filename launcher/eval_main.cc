@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <filesystem>
 
+#include <nlohmann/json.hpp>
+
 #include "core/base/logging.h"
 #include "core/checkpoint/checkpoint_io.h"
 #include "core/data/attack.h"
@@ -85,8 +87,14 @@ StatusOr<std::string> evaluate(const FlagParser& flags) {
   MOE_ASSIGN_OR_RETURN(data::SequenceSet set, data::SequenceSet::create(split, cfg.model.seq_len));
   MOE_ASSIGN_OR_RETURN(EvalResult clean, evaluate_perplexity(model.get(), set, batch, max_sequences,
                                                              cfg.train.seed, nullptr));
-  std::string line = str_cat("{\"checkpoint\": \"", dir, "\", \"step\": ", m.step, ", \"text\": \"",
-                             text, "\", \"tokens\": ", clean.tokens, ", \"ppl\": ", clean.perplexity());
+  // One JSON object (nlohmann escapes the paths: quotes, backslashes, control characters; bytes
+  // that are not UTF-8 become U+FFFD).
+  nlohmann::ordered_json line;
+  line["checkpoint"] = dir;
+  line["step"] = m.step;
+  line["text"] = text;
+  line["tokens"] = clean.tokens;
+  line["ppl"] = clean.perplexity();
   if (rate > 0) {
     MOE_ASSIGN_OR_RETURN(data::AttackResult a,
                          data::attack_tokens(split.ids, rate, cfg.train.attack_seed, vocab));
@@ -95,10 +103,11 @@ StatusOr<std::string> evaluate(const FlagParser& flags) {
     MOE_ASSIGN_OR_RETURN(data::SequenceSet aset, data::SequenceSet::create(attacked, cfg.model.seq_len));
     MOE_ASSIGN_OR_RETURN(EvalResult att, evaluate_perplexity(model.get(), aset, batch, max_sequences,
                                                              cfg.train.seed, nullptr));
-    line += str_cat(", \"attack_rate\": ", rate, ", \"realised_swap_fraction\": ", a.swap_fraction,
-                    ", \"attacked_ppl\": ", att.perplexity());
+    line["attack_rate"] = rate;
+    line["realised_swap_fraction"] = a.swap_fraction;
+    line["attacked_ppl"] = att.perplexity();
   }
-  return line + "}";
+  return line.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }
 
 int run(int argc, char** argv) {

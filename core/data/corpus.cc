@@ -39,11 +39,21 @@ Status hash_file_identity(const std::string& path, uint64_t* hash) {
   std::error_code ec;
   const std::string abs = fs::absolute(path, ec).lexically_normal().string();
   mix(abs.data(), abs.size() + 1);  // with the terminating NUL as a separator
-  const auto size = fs::file_size(path, ec);
-  if (ec) {
-    if (!fs::exists(path)) return not_found_error("text file not found: ", path);
-    return internal_error("cannot stat ", path, ": ", ec.message());
+  const fs::file_status status = fs::status(path, ec);
+  if (!fs::exists(status)) return not_found_error("text file not found: ", path);
+  if (!fs::is_regular_file(status)) {
+    const char* what = fs::is_directory(status)   ? "a directory"
+                       : fs::is_fifo(status)      ? "a FIFO (named pipe)"
+                       : fs::is_character_file(status) || fs::is_block_file(status)
+                           ? "a device"
+                           : fs::is_socket(status) ? "a socket"
+                                                   : "not a regular file";
+    return invalid_argument_error("text file ", path, " is ", what,
+                                  ": a corpus must be a regular file (it is read more than once, "
+                                  "and its size and time key the token cache)");
   }
+  const auto size = fs::file_size(path, ec);
+  if (ec) return internal_error("cannot stat ", path, ": ", ec.message());
   const auto mtime = fs::last_write_time(path, ec).time_since_epoch().count();
   if (ec) return internal_error("cannot stat ", path, ": ", ec.message());
   const uint64_t fields[2] = {static_cast<uint64_t>(size), static_cast<uint64_t>(mtime)};

@@ -215,6 +215,7 @@ StatusOr<std::string> save_checkpoint(const std::string& run_dir, const Training
       m.branch = st.branch.empty() ? st.run_id : st.branch;
       m.parent = st.parent;
       m.lineage = st.lineage;
+      m.extra = st.extra;
       const std::vector<std::pair<std::string, CheckpointFileKind>> common = {
           {kDenseFile, CheckpointFileKind::kDense},
           {kOptDenseFile, CheckpointFileKind::kOptimizerDense},

@@ -12,6 +12,7 @@
 // whichever shards hold them. Resuming on the same layout is bit-exact.
 #pragma once
 
+#include <map>
 #include <string>
 
 #include "comm/process_groups.h"
@@ -37,6 +38,7 @@ struct TrainingState {
   std::string branch;
   std::string parent;
   std::vector<std::string> lineage;
+  std::map<std::string, std::string> extra;  // into the manifest's extra map (data fingerprints)
 };
 
 // world, groups: null/absent for one process. Collective. Returns the checkpoint directory.

@@ -11,6 +11,7 @@
 #include <string_view>
 
 #include "core/base/cpu_info.h"
+#include "core/base/hash.h"
 #include "core/base/logging.h"
 #include "core/checkpoint/checkpoint_io.h"
 #include "core/train/agree.h"
@@ -22,6 +23,9 @@
 
 namespace moe {
 namespace {
+
+// The manifest key of the training split's content fingerprint (Trainer::data_fingerprints).
+constexpr const char* kTrainContents = "data.train contents";
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -331,6 +335,13 @@ Status Trainer::check_config_change(const std::string& checkpoint) {
                 "config was resolved with this build's defaults"));
   }
   MOE_ASSIGN_OR_RETURN(std::vector<ConfigChange> changes, diff_configs(before, cfg_.text));
+  // The corpus behind the same paths: a split whose contents changed (lines shuffled, text
+  // appended) is a change too; the training split's changes what training computes.
+  const std::map<std::string, std::string>& now = data_fingerprints();
+  for (const auto& [key, value] : now) {
+    auto was = m.extra.find(key);
+    if (was != m.extra.end() && was->second != value) changes.push_back({key, was->second, value});
+  }
   if (changes.empty()) return Status::OK();
   std::string refused;
   say(str_cat("the config differs from ", checkpoint, "'s in ", changes.size(), " field(s):"));
@@ -339,7 +350,10 @@ Status Trainer::check_config_change(const std::string& checkpoint) {
     // rate of the steps already planned (and of the next step, at once).
     const bool reschedules =
         c.path == "train.steps" && cfg_.train.schedule == LrScheduleKind::kCosine;
-    const bool training = changes_training(c) || reschedules;
+    // A split's contents (data_fingerprints): only the training split's change training.
+    const bool contents = now.count(c.path) > 0;
+    const bool training =
+        contents ? c.path == kTrainContents : changes_training(c) || reschedules;
     say(str_cat("  ", c.path, ": ", c.before, " -> ", c.after,
                 reschedules ? "  (changes the COSINE learning-rate schedule of the steps already "
                               "planned: it decays over train.steps)"
@@ -355,6 +369,21 @@ Status Trainer::check_config_change(const std::string& checkpoint) {
   return Status::OK();
 }
 
+const std::map<std::string, std::string>& Trainer::data_fingerprints() {
+  if (!fingerprints_.empty()) return fingerprints_;  // the corpus does not change during a run
+  std::map<std::string, std::string>& out = fingerprints_;
+  const data::TokenizedCorpus& c = data_->corpus;
+  for (const data::TokenSplit* s : {&c.train, &c.valid, &c.test}) {
+    if (!s->present()) continue;
+    const uint64_t h = fnv1a64_update(kFnv1a64Offset, s->ids.data(), s->ids.size() * sizeof(int32_t));
+    char hex[19];
+    std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(h));
+    out[str_cat("data.", s->name, " contents")] =
+        str_cat(s->ids.size(), " tokens, fingerprint ", hex);
+  }
+  return out;
+}
+
 TrainingState Trainer::training_state() {
   TrainingState st;
   st.cfg = &cfg_;
@@ -368,6 +397,7 @@ TrainingState Trainer::training_state() {
   st.branch = branch_;
   st.parent = parent_;
   st.lineage = lineage_;
+  st.extra = data_fingerprints();
   return st;
 }
 

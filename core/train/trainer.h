@@ -22,6 +22,7 @@
 
 #include <cstdio>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -112,6 +113,11 @@ class Trainer {
   StatusOr<StepStatsInfo> step_impl();  // step() without the watchdog
   StatusOr<EvalReport> evaluate_impl(bool whole_splits);  // evaluate() without the watchdog
   TrainingState training_state();
+  // Content fingerprints of the corpus splits ("data.train contents" -> "N tokens, fingerprint
+  // H"), written into every manifest and compared on resume: the same path with other contents
+  // is a change.
+  const std::map<std::string, std::string>& data_fingerprints();
+  std::map<std::string, std::string> fingerprints_;  // computed once
   // Probe step: routes the probe batch and counts, per MoE layer, the tokens whose top-1 expert
   // changed since the last probe into flips (f64 [L], on the device). Returns the number of probe
   // tokens, 0 when this step does not probe.

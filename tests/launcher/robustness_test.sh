@@ -308,6 +308,29 @@ config_change)
   [ "$rc" -eq 2 ] || { cat "$dir.log"; fail "extending a COSINE run: exit $rc, expected 2"; }
   expect_in "$dir.log" "train.steps: 4 -> 8  (changes the COSINE learning-rate schedule"
   train "$dir" "${cos[@]}" --set train.steps=8 --allow-config-change || { cat "$dir.log"; fail "allowed cosine"; }
+  # The same corpus paths with other contents: the training split's lines shuffled is refused
+  # (its content fingerprint is in every manifest); a changed validation split is listed only.
+  corp=$run/corpus
+  mkdir -p "$corp"
+  data=$(dirname "$config")/../../data/brown
+  zcat "$data/train.txt.gz" | head -3000 > "$corp/train.txt"
+  zcat "$data/valid.txt.gz" | head -300 > "$corp/valid.txt"
+  cp "$corp/valid.txt" "$corp/test.txt"
+  files=(--set data.train="$corp/train.txt" --set data.valid="$corp/valid.txt"
+         --set data.test="$corp/test.txt")
+  dir=$run/contents
+  train "$dir" "${files[@]}" --set train.steps=2 || { cat "$dir.log"; fail "run on the small corpus"; }
+  shuf --random-source=<(yes) "$corp/train.txt" > "$corp/shuffled" && mv "$corp/shuffled" "$corp/train.txt"
+  head -150 "$corp/valid.txt" > "$corp/valid.half" && mv "$corp/valid.half" "$corp/valid.txt"
+  train "$dir" "${files[@]}" --set train.steps=3
+  rc=$?
+  [ "$rc" -eq 2 ] || { cat "$dir.log"; fail "a shuffled training file: exit $rc, expected 2"; }
+  expect_in "$dir.log" "data.train contents: "
+  grep -q "data.train contents: .* -> .*(changes what training computes)" "$dir.log" ||
+    { cat "$dir.log"; fail "the training split's change is not flagged"; }
+  grep -q "data.valid contents: .* -> .*fingerprint [0-9a-f]*$" "$dir.log" ||
+    { cat "$dir.log"; fail "the validation split's change is not listed (as run control)"; }
+  train "$dir" "${files[@]}" --set train.steps=3 --allow-config-change || { cat "$dir.log"; fail "allowed contents"; }
   ;;
 torn_stats)
   # A torn last record of stats.pb (a kill mid-write) is cut away before appending; the reader
@@ -359,6 +382,18 @@ inputs)
   expect_code 2 "not a regular file" "$bin/momoe-train" --config "$run"
   expect_code 2 "MOMOE_FAULT_RANK='abc' is not an integer" env MOMOE_FAULT_RANK=abc "$bin/momoe-train" --config "$config" --run-dir "$run/f" --set data.cache_dir="$cache"
   expect_code 2 "--fresh and --resume-from exclude each other" "$bin/momoe-train" --config "$config" --fresh --resume-from "$ck"
+  # A corpus that is not a regular file.
+  mkfifo "$run/fifo"
+  expect_code 2 "text file $run/fifo is a FIFO (named pipe): a corpus must be a regular file" "$bin/momoe-train" --config "$config" --run-dir "$run/c1" --set data.train="$run/fifo"
+  expect_code 2 "text file $run is a directory" "$bin/momoe-train" --config "$config" --run-dir "$run/c1" --set data.valid="$run"
+  expect_code 2 "text file /dev/null is a device" "$bin/momoe-train" --config "$config" --run-dir "$run/c1" --set data.test=/dev/null
+  # momoe-eval's JSON line parses whatever the paths hold.
+  weird="$run/we\"ird\\dir"
+  mkdir -p "$weird" && cp -r "$ck" "$weird/" && cp "$(dirname "$config")/../../data/brown/test.txt.gz" "$weird/t\"x.txt.gz"
+  "$bin/momoe-eval" --checkpoint "$weird/ckpt-00000002" --text "$weird/t\"x.txt.gz" --max-sequences 4 > "$run/eval.json" ||
+    fail "momoe-eval on quoted paths"
+  python3 -c 'import json,sys; d=json.loads(open(sys.argv[1]).read()); assert d["text"].endswith("t\"x.txt.gz"), d' "$run/eval.json" ||
+    { cat "$run/eval.json"; fail "momoe-eval's line does not parse as JSON"; }
   # Non-finite config values are refused by name; a run whose steps keep being skipped as
   # non-finite stops (exit 1) naming the last checkpoint saved before them, instead of going on.
   expect_code 2 "train.optimizer.weight_decay = inf is not a finite number" "$bin/momoe-train" --config "$config" --run-dir "$run/nf" --set train.optimizer.weight_decay=inf
