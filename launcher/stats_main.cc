@@ -36,9 +36,17 @@ std::string stats_path(const std::string& arg) {
 }
 
 void warn_damage(const std::string& path, const StatsFileContents& c) {
-  if (c.damaged_at >= 0) {
+  if (c.damaged.empty()) return;
+  std::string ranges;
+  for (const auto& [at, bytes] : c.damaged) {
+    ranges += str_cat(ranges.empty() ? "" : ", ", bytes, " bytes at byte ", at);
+  }
+  if (c.format == 1) {
     log_warning(path, ": the record at byte ", c.damaged_at, " does not parse; showing the ",
-                c.steps.size(), " records before it");
+                c.steps.size(), " records before it (a format-1 file has no checksums to resync on)");
+  } else {
+    log_warning(path, ": skipped ", c.damaged.size(), " damaged range(s) (", ranges,
+                "); the ", c.steps.size(), " intact records around them are shown");
   }
 }
 
@@ -48,9 +56,16 @@ Status follow(const std::string& path, double poll_seconds, int64_t max_polls) {
   int64_t offset = 0;
   uint64_t inode = 0;
   bool warned = false;
+  bool waiting = false;
   for (int64_t poll = 0; max_polls <= 0 || poll < max_polls; ++poll) {
     struct stat st;
+    if (::stat(path.c_str(), &st) != 0 && !waiting) {
+      // A run that has not written its first record yet: say so once.
+      std::cout << "momoe-stats: waiting for " << path << " to appear" << std::endl;
+      waiting = true;
+    }
     if (::stat(path.c_str(), &st) == 0) {
+      waiting = false;
       const bool replaced = inode != 0 && static_cast<uint64_t>(st.st_ino) != inode;
       if (replaced || st.st_size < offset) {
         std::cout << "momoe-stats: " << path << (replaced ? " was replaced" : " shrank")
@@ -89,7 +104,19 @@ int run(int argc, char** argv) {
   }
   if (!parsed.ok()) return fail(parsed);
   if (flags.positional().size() != 1) return fail(invalid_argument_error("expected one RUN_DIR (see --help)"));
-  const std::string path = stats_path(flags.positional()[0]);
+  const std::string arg = flags.positional()[0];
+  const std::string path = stats_path(arg);
+  {
+    // A mistyped run directory is an error, not a file to wait for: only a stats file (*.pb) in
+    // an existing directory, or a run directory's stats.pb, may appear later.
+    std::error_code ec;
+    const std::filesystem::path p(arg);
+    const bool pb = p.extension() == ".pb";
+    const std::filesystem::path dir = p.has_parent_path() ? p.parent_path() : ".";
+    if (!std::filesystem::exists(p, ec) && (!pb || !std::filesystem::is_directory(dir, ec))) {
+      return fail(invalid_argument_error("no run directory or stats file ", arg));
+    }
+  }
   if (flags.has("follow")) {
     StatusOr<double> poll = flags.get_double("poll-seconds", 1.0);
     StatusOr<int64_t> max_polls = flags.get_int("max-polls", 0);

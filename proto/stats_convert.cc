@@ -6,7 +6,9 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
+#include <filesystem>
 
 #include "core/base/check.h"
 #include "core/io/file_util.h"
@@ -94,15 +96,6 @@ RouterStatsInfo router_from_proto(const momoe::RouterStats& m) {
   return s;
 }
 
-// Protobuf's varint (at most 10 bytes for 64 bits).
-void put_varint(uint64_t v, std::string* out) {
-  while (v >= 0x80) {
-    out->push_back(static_cast<char>((v & 0x7f) | 0x80));
-    v >>= 7;
-  }
-  out->push_back(static_cast<char>(v));
-}
-
 // Returns false when the buffer ends inside the varint.
 bool get_varint(const std::string& buf, size_t* pos, uint64_t* v) {
   *v = 0;
@@ -163,30 +156,169 @@ StatusOr<StepStatsInfo> parse_step_stats(const std::string& bytes) {
   return s;
 }
 
+namespace {
+
+// Format 2 framing (see stats_convert.h): magic, body length, body CRC, header CRC, body.
+constexpr char kMagic[4] = {'\x89', 'M', 'S', 'R'};
+constexpr size_t kHeaderBytes = 16;
+
+uint32_t get_u32(const std::string& buf, size_t at) {
+  uint32_t v = 0;
+  for (int i = 3; i >= 0; --i) v = (v << 8) | static_cast<uint8_t>(buf[at + i]);
+  return v;
+}
+
+void put_u32(uint32_t v, std::string* out) {
+  for (int i = 0; i < 4; ++i) out->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+}
+
+bool has_magic(const std::string& buf, size_t at) {
+  return buf.size() >= at + 4 && std::memcmp(buf.data() + at, kMagic, 4) == 0;
+}
+
+// A whole, intact header at `at` (magic and header CRC), whatever its body.
+bool header_at(const std::string& buf, size_t at, uint32_t* length) {
+  if (buf.size() < at + kHeaderBytes || !has_magic(buf, at)) return false;
+  if (io::crc32_of(buf.data() + at, 12) != get_u32(buf, at + 12)) return false;
+  *length = get_u32(buf, at + 4);
+  return true;
+}
+
+std::string frame(const std::string& body) {
+  std::string record(kMagic, 4);
+  put_u32(static_cast<uint32_t>(body.size()), &record);
+  put_u32(io::crc32_of(body), &record);
+  put_u32(io::crc32_of(record.data(), 12), &record);
+  return record + body;
+}
+
+// Format 1 (before record checksums): varint length, message. Read only.
+StatsFileContents read_format1(const std::string& buf, size_t pos) {
+  StatsFileContents out;
+  out.format = 1;
+  out.bytes_read = static_cast<int64_t>(pos);
+  while (pos < buf.size()) {
+    size_t p = pos;
+    uint64_t len = 0;
+    if (!get_varint(buf, &p, &len) || len > buf.size() - p) {
+      out.truncated_tail = true;
+      break;
+    }
+    StatusOr<StepStatsInfo> s = parse_step_stats(buf.substr(p, len));
+    if (!s.ok()) {
+      out.damaged_at = static_cast<int64_t>(pos);
+      out.damaged.push_back({static_cast<int64_t>(pos), static_cast<int64_t>(buf.size() - pos)});
+      break;
+    }
+    out.steps.push_back(std::move(s).value());
+    pos = p + len;
+    out.bytes_read = static_cast<int64_t>(pos);
+  }
+  return out;
+}
+
+StatsFileContents read_format2(const std::string& buf, size_t pos) {
+  StatsFileContents out;
+  out.format = 2;
+  out.bytes_read = static_cast<int64_t>(pos);
+  auto damage = [&](size_t from, size_t to) {
+    if (out.damaged_at < 0) out.damaged_at = static_cast<int64_t>(from);
+    out.damaged.push_back({static_cast<int64_t>(from), static_cast<int64_t>(to - from)});
+  };
+  while (pos < buf.size()) {
+    uint32_t len = 0;
+    if (header_at(buf, pos, &len)) {
+      if (len > buf.size() - pos - kHeaderBytes) {  // a record cut off by the end of the file
+        out.truncated_tail = true;
+        break;
+      }
+      const std::string body = buf.substr(pos + kHeaderBytes, len);
+      StatusOr<StepStatsInfo> s =
+          io::crc32_of(body) == get_u32(buf, pos + 8) ? parse_step_stats(body)
+                                                      : data_loss_error("record checksum");
+      if (s.ok()) {
+        out.steps.push_back(std::move(s).value());
+      } else {
+        damage(pos, pos + kHeaderBytes + len);  // the header is intact: so is the length
+      }
+      pos += kHeaderBytes + len;
+      out.bytes_read = static_cast<int64_t>(pos);
+      continue;
+    }
+    // No intact header here: resynchronise at the next one. What lies before it is damage; a
+    // short rest that could be the start of a record is a torn tail.
+    size_t next = pos + 1;
+    uint32_t ignored = 0;
+    while (next < buf.size() && !header_at(buf, next, &ignored)) ++next;
+    if (next >= buf.size()) {
+      const size_t rest = buf.size() - pos;
+      const bool prefix = rest < kHeaderBytes &&
+                          std::memcmp(buf.data() + pos, kMagic, std::min<size_t>(rest, 4)) == 0;
+      if (prefix) {
+        out.truncated_tail = true;
+      } else {
+        damage(pos, buf.size());
+        out.bytes_read = static_cast<int64_t>(buf.size());
+      }
+      break;
+    }
+    damage(pos, next);
+    pos = next;
+    out.bytes_read = static_cast<int64_t>(pos);
+  }
+  return out;
+}
+
+int64_t unix_time_now() {
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
 StatsFileWriter::~StatsFileWriter() { close(); }
 
 Status StatsFileWriter::open(const std::string& path, std::string* note) {
   close();
   note->clear();
   path_ = path;
+  std::error_code ec;
+  if (std::filesystem::exists(path, ec)) {
+    MOE_ASSIGN_OR_RETURN(StatsFileContents c, read_stats_file(path));
+    if (c.format == 1) {
+      // An older run's file: its whole records are rewritten in the checksummed format; the
+      // original is kept beside it.
+      const std::string kept = str_cat(path, ".format1-", unix_time_now());
+      std::string converted;
+      for (const StepStatsInfo& s : c.steps) converted += frame(serialize_step_stats(s));
+      MOE_RETURN_IF_ERROR(io::rename_durable(path, kept));
+      MOE_RETURN_IF_ERROR(io::write_file_atomic(path, converted));
+      *note = str_cat(path, ": converted ", c.steps.size(),
+                      " records to the checksummed format (the original is kept as ", kept, ")");
+    } else if (c.truncated_tail) {
+      // Only a torn tail (a record cut off by a kill or a full disk) is ever cut, and what is
+      // cut is kept aside. Damaged records inside the file stay: readers skip them.
+      MOE_ASSIGN_OR_RETURN(std::string bytes, io::read_file(path));
+      const std::string torn = bytes.substr(static_cast<size_t>(c.bytes_read));
+      const std::string kept = str_cat(path, ".torn-", unix_time_now());
+      MOE_RETURN_IF_ERROR(io::write_file_atomic(kept, torn));
+      const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+      const bool cut = fd >= 0 && ::ftruncate(fd, c.bytes_read) == 0 && ::fsync(fd) == 0;
+      if (fd >= 0) ::close(fd);
+      if (!cut) {
+        return internal_error("cannot truncate the torn end of ", path, ": ", std::strerror(errno));
+      }
+      *note = str_cat(path, ": removed a torn last record (", torn.size(), " bytes from byte ",
+                      c.bytes_read, ", left by an interrupted run; kept as ", kept, "); ",
+                      c.steps.size(), " whole records kept");
+    }
+  }
   fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
   if (fd_ < 0) return not_found_error("cannot open stats file ", path, ": ", std::strerror(errno));
   struct stat st;
   if (::fstat(fd_, &st) != 0) return internal_error("cannot stat ", path, ": ", std::strerror(errno));
   size_ = st.st_size;
-  if (size_ > 0) {
-    MOE_ASSIGN_OR_RETURN(StatsFileContents c, read_stats_file(path));
-    if (c.bytes_read < size_) {
-      const int64_t cut = size_ - c.bytes_read;
-      if (::ftruncate(fd_, c.bytes_read) != 0 || ::fsync(fd_) != 0) {
-        return internal_error("cannot truncate the torn end of ", path, ": ", std::strerror(errno));
-      }
-      *note = str_cat(path, ": removed ", c.damaged_at >= 0 ? "an unreadable" : "a torn",
-                      " last record (", cut, " bytes from byte ", c.bytes_read,
-                      ", left by an interrupted run); ", c.steps.size(), " whole records kept");
-      size_ = c.bytes_read;
-    }
-  }
   if (::lseek(fd_, size_, SEEK_SET) < 0) {
     return internal_error("cannot seek in ", path, ": ", std::strerror(errno));
   }
@@ -195,10 +327,7 @@ Status StatsFileWriter::open(const std::string& path, std::string* note) {
 
 Status StatsFileWriter::append(const StepStatsInfo& stats) {
   if (fd_ < 0) return failed_precondition_error("stats file is not open");
-  const std::string body = serialize_step_stats(stats);
-  std::string record;
-  put_varint(body.size(), &record);
-  record += body;
+  const std::string record = frame(serialize_step_stats(stats));
   size_t done = 0;
   while (done < record.size()) {
     const ssize_t w = ::write(fd_, record.data() + done, record.size() - done);
@@ -236,24 +365,16 @@ StatusOr<StatsFileContents> read_stats_file(const std::string& path, int64_t off
     return Status(bytes.status().code(), str_cat("stats file: ", bytes.status().message()));
   }
   const std::string& buf = *bytes;
-  StatsFileContents out;
-  size_t pos = std::min(static_cast<size_t>(std::max<int64_t>(0, offset)), buf.size());
-  out.bytes_read = static_cast<int64_t>(pos);
-  while (pos < buf.size()) {
-    size_t p = pos;
-    uint64_t len = 0;
-    if (!get_varint(buf, &p, &len) || len > buf.size() - p) {
-      out.truncated_tail = true;
-      break;
-    }
-    StatusOr<StepStatsInfo> s = parse_step_stats(buf.substr(p, len));
-    if (!s.ok()) {
-      out.damaged_at = static_cast<int64_t>(pos);
-      break;
-    }
-    out.steps.push_back(std::move(s).value());
-    pos = p + len;
-    out.bytes_read = static_cast<int64_t>(pos);
+  const size_t pos = std::min(static_cast<size_t>(std::max<int64_t>(0, offset)), buf.size());
+  // The format is the first record's: checksummed records start with the magic bytes.
+  const bool format2 = buf.empty() || has_magic(buf, 0) ||
+                       (buf.size() < 4 && std::memcmp(buf.data(), kMagic, buf.size()) == 0);
+  StatsFileContents out = format2 ? read_format2(buf, pos) : read_format1(buf, pos);
+  // Not starting with the magic and not a single format-1 record: not a stats file.
+  if (!buf.empty() && pos == 0 && out.format == 1 && out.steps.empty()) {
+    return invalid_argument_error(path, " is not a momoe statistics file (no record at its "
+                                        "start; ",
+                                  buf.size(), " bytes)");
   }
   return out;
 }

@@ -1,8 +1,14 @@
-// Step statistics <-> protobuf bytes, and the RUN_DIR/stats.pb file: a sequence of
-// length-delimited StepStats records (varint length, then the message), appended once per step.
+// Step statistics <-> protobuf bytes, and the RUN_DIR/stats.pb file: StepStats records appended
+// once per step (and per evaluation), each framed so that damage stays local:
+//   magic "\x89MSR" | body length (u32 LE) | CRC-32 of the body | CRC-32 of these 12 bytes | body
+// A reader checks both CRCs; at a damaged record (a flipped byte, a garbled length) it skips to
+// the next intact header (the magic is the resync marker) and keeps every record after it. Files
+// of format 1 (varint length, message; no checksums) are still read, and the writer converts
+// them when it opens one.
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/base/status.h"
@@ -23,7 +29,10 @@ class StatsFileWriter {
   ~StatsFileWriter();
   StatsFileWriter(const StatsFileWriter&) = delete;
   StatsFileWriter& operator=(const StatsFileWriter&) = delete;
-  // *note receives a line when a torn or unreadable tail was cut off ("" otherwise).
+  // *note receives a line when a torn tail was cut off (kept beside the file as
+  // "<path>.torn-<unix time>") or a format-1 file was converted (the original kept as
+  // "<path>.format1-<unix time>"); "" otherwise. Damaged records inside the file are left
+  // alone (readers skip them), and nothing else is ever cut.
   Status open(const std::string& path, std::string* note);
   Status append(const StepStatsInfo& stats);  // written with one write(2)
   Status sync();                              // fsync: the records survive a power cut
@@ -38,14 +47,19 @@ class StatsFileWriter {
 struct StatsFileContents {
   std::vector<StepStatsInfo> steps;
   bool truncated_tail = false;  // the last record is cut off (a live run mid-write, or a kill)
-  int64_t bytes_read = 0;       // offset just after the last whole record
-  // A record that does not parse (a file damaged outside momoe, or written by an old version
-  // after a torn record): reading stops there; the records before it are returned.
-  int64_t damaged_at = -1;      // its offset, or -1
+  int64_t bytes_read = 0;       // offset just after the last whole record (or skipped damage)
+  // Damaged byte ranges (offset, bytes) that were skipped: a record whose checksum or message is
+  // wrong, or bytes with no intact record header. Format 2 goes on after each; format 1 stops
+  // at the first.
+  std::vector<std::pair<int64_t, int64_t>> damaged;
+  int64_t damaged_at = -1;  // the first one's offset, or -1
+  int format = 2;
 };
 
-// Reads the whole records from `offset` on. Neither a cut-off last record nor a damaged record
-// is an error (both are reported in the result); kNotFound when the file cannot be opened.
+// Reads the whole records from `offset` on. Neither a cut-off last record nor damaged records
+// are an error (both are reported in the result); kNotFound when the file cannot be opened;
+// kInvalidArgument when a non-empty file holds no record at all from its start (not a stats
+// file).
 StatusOr<StatsFileContents> read_stats_file(const std::string& path, int64_t offset = 0);
 
 }  // namespace moe

@@ -353,6 +353,34 @@ torn_stats)
   train "$dir" --set train.steps=7 --fresh || fail "fresh run"
   wait "$fpid"
   expect_in "$run/follow" "reading it again from the start"
+  ls "$dir"/stats.pb.torn-* > /dev/null 2>&1 || ls "$dir"/archive/*/stats.pb.torn-* > /dev/null 2>&1 ||
+    { ls -R "$dir"; fail "the cut torn record was not kept"; }
+  # One flipped byte in the middle loses one record, not every later one; a resume cuts nothing.
+  dir=$run/flipped
+  train "$dir" --set train.steps=20 || fail "run 20"
+  size=$(stat -c %s "$dir/stats.pb")
+  printf '\x5a' | dd of="$dir/stats.pb" bs=1 seek=$((size / 2)) conv=notrunc 2>/dev/null
+  "$bin/momoe-stats" "$dir" > "$run/s3" 2>&1 || { cat "$run/s3"; fail "momoe-stats on a flipped byte"; }
+  expect_in "$run/s3" "skipped 1 damaged range(s)"
+  recorded=$(sed -n 's/.*steps recorded: \([0-9]*\).*/\1/p' "$run/s3")
+  [ "$recorded" -ge 19 ] || { cat "$run/s3"; fail "a flipped byte lost $((20 - recorded)) step records"; }
+  train "$dir" --set train.steps=22 || { cat "$dir.log"; fail "resume over a damaged record"; }
+  grep -q "removed" "$dir.log" && { cat "$dir.log"; fail "a resume cut records"; }
+  "$bin/momoe-stats" "$dir" > "$run/s4" 2>&1 || fail "momoe-stats after the resume"
+  recorded=$(sed -n 's/.*steps recorded: \([0-9]*\).*/\1/p' "$run/s4")
+  [ "$recorded" -ge 21 ] || { cat "$run/s4"; fail "after the resume only $recorded step records"; }
+  # Not a stats file, and a mistyped run directory: exit 2, named.
+  echo "not statistics at all, just some text" > "$run/garbage.pb"
+  "$bin/momoe-stats" "$run/garbage.pb" > "$run/s5" 2>&1; rc=$?
+  [ "$rc" -eq 2 ] || { cat "$run/s5"; fail "momoe-stats on garbage: exit $rc, expected 2"; }
+  expect_in "$run/s5" "is not a momoe statistics file"
+  "$bin/momoe-stats" "$run/no_such_run" --follow --max-polls 2 > "$run/s6" 2>&1; rc=$?
+  [ "$rc" -eq 2 ] || { cat "$run/s6"; fail "--follow on a mistyped run directory: exit $rc, expected 2"; }
+  expect_in "$run/s6" "no run directory or stats file $run/no_such_run"
+  mkdir -p "$run/not_started"
+  "$bin/momoe-stats" "$run/not_started" --follow --poll-seconds 0.1 --max-polls 2 > "$run/s7" 2>&1 ||
+    fail "--follow on a run directory without stats yet"
+  expect_in "$run/s7" "waiting for $run/not_started/stats.pb to appear"
   ;;
 memory)
   start=$(date +%s)
