@@ -61,16 +61,8 @@ class GpuTrainingTest : public ::testing::TestWithParam<std::string> {
 
   static StatusOr<RunConfig> config(const std::string& family, const std::string& precision,
                                     const std::string& device, int64_t steps) {
-    return load_run_config(
-        family_config_path(family),
-        {"model.d_model=32", "model.n_heads=2", "model.seq_len=16", "model.d_ff=48",
-         "model.moe.d_expert=32", "model.moe.num_experts=4", "train.batch_size=8",
-         "train.steps=" + std::to_string(steps), "train.eval_every=0", "train.checkpoint_every=0",
-         "train.probe_every=10", "train.schedule.warmup_steps=10", "train.precision=" + precision,
-         "train.device=" + device, "data.train=" + *corpus_ + "/train.txt",
-         "data.valid=" + *corpus_ + "/valid.txt", "data.test=" + *corpus_ + "/test.txt",
-         "data.vocab_max_size=1500"},
-        0);
+    return small_family_config(family, *corpus_, steps,
+                               {"train.precision=" + precision, "train.device=" + device});
   }
 
   static TrainedRun train(const std::string& family, const std::string& precision,

@@ -90,6 +90,19 @@ std::string write_small_corpus(const std::string& dir, int train_lines) {
          "/test.txt\" vocab_max_size: 1500 }\n";
 }
 
+StatusOr<RunConfig> small_family_config(const std::string& family, const std::string& corpus_dir,
+                                        int64_t steps, const std::vector<std::string>& extra) {
+  std::vector<std::string> set = {
+      "model.d_model=32", "model.n_heads=2", "model.seq_len=16", "model.d_ff=48",
+      "model.moe.d_expert=32", "model.moe.num_experts=4", "train.batch_size=8",
+      "train.steps=" + std::to_string(steps), "train.eval_every=0", "train.checkpoint_every=0",
+      "train.probe_every=10", "train.schedule.warmup_steps=10",
+      "data.train=" + corpus_dir + "/train.txt", "data.valid=" + corpus_dir + "/valid.txt",
+      "data.test=" + corpus_dir + "/test.txt", "data.vocab_max_size=1500"};
+  set.insert(set.end(), extra.begin(), extra.end());
+  return load_run_config(family_config_path(family), set, 0);
+}
+
 StatusOr<RunConfig> tiny_config(const std::string& corpus_dir, const std::string& extra,
                                 const std::vector<std::string>& overrides, int ep) {
   const std::string text = R"(

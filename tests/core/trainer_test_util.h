@@ -26,6 +26,12 @@ std::vector<std::string> config_families();
 // configs/<family>.pbtxt.
 std::string family_config_path(const std::string& family);
 
+// A model family (configs/<family>.pbtxt) shrunk to test size on the small corpus in corpus_dir:
+// its arch, routing and residual settings with small widths, `steps` steps, no evaluation or
+// checkpoint along the way, a probe every 10 steps; `extra` overrides come last.
+StatusOr<RunConfig> small_family_config(const std::string& family, const std::string& corpus_dir,
+                                        int64_t steps, const std::vector<std::string>& extra = {});
+
 // A tiny model and training setup over the small corpus; `extra` is appended to the text.
 // MOMOE_TEST_DEVICE (CPU or CUDA) in the environment sets train.device (before `overrides`).
 StatusOr<RunConfig> tiny_config(const std::string& corpus_dir, const std::string& extra = "",
