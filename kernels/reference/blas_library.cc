@@ -103,10 +103,15 @@ Loaded load() {
   const char* chosen = std::getenv("MOMOE_BLAS");
   info.path = chosen != nullptr && *chosen != '\0' ? chosen : kDefaultLibrary;
 
-  // The OpenBLAS core: the user's, if it runs here, else the one for this CPU's features.
-  const char* user_core = std::getenv("OPENBLAS_CORETYPE");
+  // The OpenBLAS core: the user's, if it runs here, else the one for this CPU's features. A
+  // core named for another library (MOMOE_BLAS not an OpenBLAS) is not this load's business.
+  // (getenv's pointer is copied: ScopedEnv below rewrites the variable.)
+  const char* env_core = std::getenv("OPENBLAS_CORETYPE");
+  const std::string user_core = env_core != nullptr ? env_core : "";
+  const bool openblas_path = info.path.find("openblas") != std::string::npos;
+  const bool user_chose = !user_core.empty() && openblas_path;
   std::string requested;
-  if (user_core != nullptr && *user_core != '\0') {
+  if (user_chose) {
     requested = user_core;
     Status runs = check_openblas_core_runs(requested, cpu);
     if (!runs.ok()) {
@@ -117,9 +122,11 @@ Loaded load() {
       return out;
     }
     info.chosen_by = "OPENBLAS_CORETYPE";
-  } else {
+  } else if (openblas_path) {
     requested = openblas_core_for(cpu);
     info.chosen_by = requested.empty() ? "the library" : "CPU features";
+  } else {
+    info.chosen_by = "the library";
   }
 
   void* handle = nullptr;
@@ -150,6 +157,7 @@ Loaded load() {
 
   using StrFn = const char* (*)();
   using SetThreadsFn = void (*)(int);
+  using BliSetThreadsFn = void (*)(int64_t);  // BLIS's dim_t (64-bit unless built otherwise)
   if (auto config = symbol<StrFn>(handle, "openblas_get_config")) {
     info.library = "OpenBLAS";
     // "OpenBLAS 0.3.21 NO_LAPACKE DYNAMIC_ARCH ... Haswell MAX_THREADS=64"
@@ -160,8 +168,7 @@ Loaded load() {
     if (auto set = symbol<SetThreadsFn>(handle, "openblas_set_num_threads")) set(1);
     // A core OpenBLAS does not know, or one built without DYNAMIC_ARCH: its own choice.
     if (!requested.empty() && !same_name(info.kernel, requested)) info.chosen_by = "the library";
-    info.warning =
-        openblas_kernel_warning(info.kernel, requested, user_core != nullptr && *user_core, cpu);
+    info.warning = openblas_kernel_warning(info.kernel, requested, user_chose, cpu);
   } else if (auto version = symbol<StrFn>(handle, "bli_info_get_version_str")) {
     info.library = "BLIS";
     info.version = version();
@@ -170,7 +177,7 @@ Loaded load() {
     auto id = symbol<ArchIdFn>(handle, "bli_arch_query_id");
     auto arch = symbol<ArchNameFn>(handle, "bli_arch_string");
     if (id != nullptr && arch != nullptr) info.kernel = arch(id());
-    if (auto set = symbol<SetThreadsFn>(handle, "bli_thread_set_num_threads")) set(1);
+    if (auto set = symbol<BliSetThreadsFn>(handle, "bli_thread_set_num_threads")) set(1);
     info.chosen_by = "the library";
     if (info.kernel == "generic" && cpu.level() >= IsaLevel::kAvx2) {
       info.warning =
@@ -273,10 +280,14 @@ std::string openblas_kernel_warning(std::string_view core, std::string_view requ
   }
   IsaLevel level;
   if (!openblas_core_level(core, &level) || level >= cpu.level()) return "";
+  const bool ignored = !requested.empty() && !same_name(core, requested);  // momoe's own choice
   const std::string fix =
       requested_by_user
           ? str_cat("unset OPENBLAS_CORETYPE (momoe then picks ", openblas_core_for(cpu), ")")
-          : str_cat("set OPENBLAS_CORETYPE=", openblas_core_for(cpu));
+      : ignored ? str_cat("this OpenBLAS ignored momoe's choice of ", requested,
+                          " (built for one CPU, without DYNAMIC_ARCH): install Debian's "
+                          "libopenblas0-pthread or point MOMOE_BLAS at a DYNAMIC_ARCH build")
+                : str_cat("set OPENBLAS_CORETYPE=", openblas_core_for(cpu));
   return str_cat("OpenBLAS runs its ", core, " kernel (", isa_level_name(level), ") on a CPU with ",
                  cpu.isa_summary(),
                  ": GEMMs run at a fraction of the speed "
