@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 
+#include <cctype>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -108,7 +109,9 @@ Loaded load() {
   // (getenv's pointer is copied: ScopedEnv below rewrites the variable.)
   const char* env_core = std::getenv("OPENBLAS_CORETYPE");
   const std::string user_core = env_core != nullptr ? env_core : "";
-  const bool openblas_path = info.path.find("openblas") != std::string::npos;
+  std::string lower = info.path;
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  const bool openblas_path = lower.find("openblas") != std::string::npos;
   const bool user_chose = !user_core.empty() && openblas_path;
   std::string requested;
   if (user_chose) {
