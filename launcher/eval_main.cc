@@ -94,6 +94,11 @@ StatusOr<std::string> evaluate(const FlagParser& flags) {
   line["step"] = m.step;
   line["text"] = text;
   line["tokens"] = clean.tokens;
+  // How much of the text the checkpoint's vocabulary does not cover (each such word is <unk>).
+  const int64_t unknown =
+      std::count(split.ids.begin(), split.ids.end(), data::Vocabulary::kUnkId);
+  line["unknown_fraction"] =
+      split.ids.empty() ? 0.0 : static_cast<double>(unknown) / static_cast<double>(split.ids.size());
   line["ppl"] = clean.perplexity();
   if (rate > 0) {
     MOE_ASSIGN_OR_RETURN(data::AttackResult a,

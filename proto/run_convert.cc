@@ -374,6 +374,19 @@ StatusOr<RunConfig> parse_run_config(const std::string& text, const std::string&
   }
 
   const momoe::DataConfig& d = msg.data();
+  // Your own training text with the bundled evaluation splits would evaluate on Brown without a
+  // word: a user's corpus names its own (or "" for none).
+  if (d.has_train() && d.train() != DataConfig().train && (!d.has_valid() || !d.has_test())) {
+    const bool both = !d.has_valid() && !d.has_test();
+    const std::string missing = both            ? "data.valid and data.test are"
+                                : !d.has_valid() ? "data.valid is"
+                                                 : "data.test is";
+    return invalid_argument_error(
+        source, ": data.train names your corpus (", d.train(), ") but ", missing,
+        " not set, so the run would evaluate on the bundled Brown text: set ", both ? "them" : "it",
+        " to held-out text of your corpus, or to \"\" to train without evaluating on ",
+        both ? "them" : "it");
+  }
   if (d.has_train()) cfg.data.train = d.train();
   if (d.has_valid()) cfg.data.valid = d.valid();
   if (d.has_test()) cfg.data.test = d.test();

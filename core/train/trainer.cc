@@ -27,6 +27,14 @@ namespace {
 // The manifest key of the training split's content fingerprint (Trainer::data_fingerprints).
 constexpr const char* kTrainContents = "data.train contents";
 
+// "12.34%" of `part` in `whole`.
+std::string fixed_percent(int64_t part, int64_t whole) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.2f%%",
+                whole > 0 ? 100.0 * static_cast<double>(part) / static_cast<double>(whole) : 0.0);
+  return buf;
+}
+
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -177,6 +185,21 @@ Status Trainer::setup() {
                 data_->train->size(), " training sequences of ", cfg_.model.seq_len, " tokens; ",
                 cfg_.model.blocks.size(), " blocks (", model_->num_moe_layers(),
                 " MoE); parameters: ", dense, " dense + ", expert, " expert on this rank"));
+    // The texts, named (a user's corpus must not be evaluated on other text unseen), with how
+    // much of each the vocabulary does not cover.
+    std::string texts;
+    const data::TokenizedCorpus& c = data_->corpus;
+    for (const data::TokenSplit* s : {&c.train, &c.valid, &c.test}) {
+      texts += texts.empty() ? "" : "; ";
+      if (!s->present()) {
+        texts += str_cat(s->name, ": none");
+        continue;
+      }
+      const int64_t unknown = std::count(s->ids.begin(), s->ids.end(), data::Vocabulary::kUnkId);
+      texts += str_cat(s->name, " ", s->source, " (", s->size(), " tokens, ",
+                       fixed_percent(unknown, s->size()), " <unk>)");
+    }
+    coordinator_->print(str_cat("momoe: data: ", texts));
     if (t.device == DeviceKind::kCpu) {
       coordinator_->print(str_cat("momoe: CPU ", cpu_info().description(), ", ",
                                   cpu_info().isa_summary(), "; BLAS ",

@@ -18,6 +18,9 @@ grep -qF "eval at step 4 (first 8 sequences of each split): valid ppl" "$run/tra
   { cat "$run/train.log"; fail "no evaluation line"; }
 grep -qF "eval at step 4 (whole splits): valid ppl" "$run/train.log" ||
   { cat "$run/train.log"; fail "no whole-split evaluation line"; }
+# Every text is named, with its size and the share the vocabulary does not know.
+grep -qE "momoe: data: train .*brown/train.txt.gz \([0-9]+ tokens, [0-9.]+% <unk>\); valid .*brown/valid.txt.gz \(.*; test .*brown/test.txt.gz \(" "$run/train.log" ||
+  { cat "$run/train.log"; fail "the start-up line does not name the texts"; }
 
 "$bin/momoe-stats" "$run" --csv "$run/s.csv" --json "$run/s.jsonl" > "$run/table" || fail "momoe-stats failed"
 cat "$run/table"
@@ -35,7 +38,8 @@ fi
 "$bin/momoe-eval" --checkpoint "$run/ckpt-00000004" --text "$(dirname "$config")/../../data/brown/test.txt.gz" \
   --max-sequences 16 --attack-rate 0.5 > "$run/eval" || fail "momoe-eval failed"
 cat "$run/eval"
-grep -q '"ppl"' "$run/eval" && grep -q '"attacked_ppl"' "$run/eval" || fail "momoe-eval output"
+grep -q '"ppl"' "$run/eval" && grep -q '"attacked_ppl"' "$run/eval" && grep -q '"unknown_fraction"' "$run/eval" ||
+  fail "momoe-eval output"
 
 # Resume after a checkpoint at step 2 of a 4-step run: steps 3 and 4 are recorded twice in
 # stats.pb, and momoe-stats keeps the last record of each.

@@ -412,7 +412,7 @@ inputs)
   expect_code 2 "--fresh and --resume-from exclude each other" "$bin/momoe-train" --config "$config" --fresh --resume-from "$ck"
   # A corpus that is not a regular file.
   mkfifo "$run/fifo"
-  expect_code 2 "text file $run/fifo is a FIFO (named pipe): a corpus must be a regular file" "$bin/momoe-train" --config "$config" --run-dir "$run/c1" --set data.train="$run/fifo"
+  expect_code 2 "text file $run/fifo is a FIFO (named pipe): a corpus must be a regular file" "$bin/momoe-train" --config "$config" --run-dir "$run/c1" --set data.train="$run/fifo" --set data.valid= --set data.test=
   expect_code 2 "text file $run is a directory" "$bin/momoe-train" --config "$config" --run-dir "$run/c1" --set data.valid="$run"
   expect_code 2 "text file /dev/null is a device" "$bin/momoe-train" --config "$config" --run-dir "$run/c1" --set data.test=/dev/null
   # momoe-eval's JSON line parses whatever the paths hold.

@@ -52,7 +52,7 @@ TEST(RunConfigTest, OverridesAndEpFlag) {
   StatusOr<RunConfig> c = parse_run_config(
       kConfig, "test.pbtxt",
       {"train.steps=99", "model.moe.heavy_ball.mu=0.3", "data.train=other.txt",
-       "model.arch=sgsg", "train.optimizer.kind=SGD"},
+       "data.valid=other_valid.txt", "data.test=", "model.arch=sgsg", "train.optimizer.kind=SGD"},
       /*ep_size=*/2);
   ASSERT_TRUE(c.ok()) << c.status().to_string();
   EXPECT_EQ(c->train.steps, 99);
@@ -70,6 +70,16 @@ TEST(RunConfigTest, OverridesAndEpFlag) {
   EXPECT_NE(error({"train.steps"}).find("expected field.path=value"), std::string::npos);
   EXPECT_NE(error({"model.moe=1"}).find("is a message"), std::string::npos);
   EXPECT_NE(error({}, 3).find("not divisible by the expert-parallel size 3"), std::string::npos);
+  // A user's training text with the bundled evaluation text is refused, naming what is missing.
+  EXPECT_NE(error({"data.train=mine.txt"})
+                .find("data.train names your corpus (mine.txt) but data.valid and data.test are "
+                      "not set"),
+            std::string::npos);
+  EXPECT_NE(error({"data.train=mine.txt", "data.valid=v.txt"}).find("but data.test is not set"),
+            std::string::npos);
+  EXPECT_NE(error({"train.optimizer.weight_decay=inf"})
+                .find("train.optimizer.weight_decay = inf is not a finite number"),
+            std::string::npos);
 }
 
 TEST(RunConfigTest, PlanErrors) {
