@@ -8,6 +8,7 @@
 
 #include "core/io/file_util.h"
 #include "proto/run_convert.h"
+#include "proto/stats_convert.h"
 
 namespace moe {
 namespace {
@@ -200,7 +201,7 @@ CompareRun summarize_run(const std::string& variant, uint64_t seed,
   CompareRun r;
   r.variant = variant;
   r.seed = seed;
-  for (const StepStatsInfo& s : steps) {
+  for (const StepStatsInfo& s : live_records(steps)) {
     if (s.valid_ppl || s.attacked_valid_ppl) {  // an evaluation record
       if (s.valid_ppl) r.valid_ppl = *s.valid_ppl;
       if (s.attacked_valid_ppl) r.attacked_valid_ppl = *s.attacked_valid_ppl;

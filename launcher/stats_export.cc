@@ -11,6 +11,7 @@
 
 #include "core/base/check.h"
 #include "launcher/env_params.h"
+#include "proto/stats_convert.h"
 
 namespace moe {
 namespace {
@@ -52,6 +53,7 @@ nlohmann::json layer_json(const RouterStatsInfo& l) {
 }  // namespace
 
 std::vector<StepStatsInfo> latest_per_step(std::vector<StepStatsInfo> steps) {
+  steps = live_records(std::move(steps));  // a rolled-back run: the live branch only
   std::map<std::pair<bool, int64_t>, size_t> last;  // (is training, step) -> index
   for (size_t i = 0; i < steps.size(); ++i) last[{is_training_step(steps[i]), steps[i].step}] = i;
   std::vector<size_t> keep;

@@ -75,7 +75,14 @@ Status follow(const std::string& path, double poll_seconds, int64_t max_polls) {
       }
       inode = static_cast<uint64_t>(st.st_ino);
       MOE_ASSIGN_OR_RETURN(StatsFileContents c, read_stats_file(path, offset));
-      for (const StepStatsInfo& s : c.steps) std::cout << step_line(s) << std::endl;
+      for (const StepStatsInfo& s : c.steps) {
+        if (s.rollback_to) {
+          std::cout << "momoe-stats: the run rolled back to step " << *s.rollback_to
+                    << "; the steps after it above belong to an abandoned branch" << std::endl;
+          continue;
+        }
+        std::cout << step_line(s) << std::endl;
+      }
       offset = c.bytes_read;
       if (c.damaged_at >= 0 && !warned) {
         warn_damage(path, c);

@@ -129,6 +129,7 @@ std::string serialize_step_stats(const StepStatsInfo& s) {
   if (s.attacked_valid_ppl) m.set_attacked_valid_ppl(*s.attacked_valid_ppl);
   if (s.attacked_test_ppl) m.set_attacked_test_ppl(*s.attacked_test_ppl);
   if (s.attack_rate) m.set_attack_rate(*s.attack_rate);
+  if (s.rollback_to) m.set_rollback_to(*s.rollback_to);
   return m.SerializeAsString();
 }
 
@@ -153,7 +154,26 @@ StatusOr<StepStatsInfo> parse_step_stats(const std::string& bytes) {
   if (m.has_attacked_valid_ppl()) s.attacked_valid_ppl = m.attacked_valid_ppl();
   if (m.has_attacked_test_ppl()) s.attacked_test_ppl = m.attacked_test_ppl();
   if (m.has_attack_rate()) s.attack_rate = m.attack_rate();
+  if (m.has_rollback_to()) s.rollback_to = m.rollback_to();
   return s;
+}
+
+std::vector<StepStatsInfo> live_records(std::vector<StepStatsInfo> records) {
+  std::vector<StepStatsInfo> out;
+  for (StepStatsInfo& r : records) {
+    if (r.rollback_to) {
+      const int64_t to = *r.rollback_to;
+      out.erase(std::remove_if(out.begin(), out.end(),
+                               [&](const StepStatsInfo& s) {
+                                 const bool evaluation = s.tokens == 0 && s.layers.empty();
+                                 return evaluation ? s.step > to : s.step >= to;
+                               }),
+                out.end());
+      continue;
+    }
+    out.push_back(std::move(r));
+  }
+  return out;
 }
 
 namespace {

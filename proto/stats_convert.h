@@ -19,6 +19,11 @@ namespace moe {
 std::string serialize_step_stats(const StepStatsInfo& stats);
 StatusOr<StepStatsInfo> parse_step_stats(const std::string& bytes);
 
+// The records of the live branch, in file order: each rollback marker (rollback_to) drops the
+// records before it that the abandoned branch wrote (training steps >= the step rolled back to,
+// evaluations after it) and is dropped itself.
+std::vector<StepStatsInfo> live_records(std::vector<StepStatsInfo> records);
+
 // Appends records to a stats file (created if missing). Crash-safe in the sense that matters for
 // an append-only log: open() truncates a torn last record (a run killed mid-write, a full disk)
 // before anything is appended after it, and an append that fails part-way is cut back, so the

@@ -26,6 +26,8 @@ struct StepStatsInfo {
   std::vector<RouterStatsInfo> layers;
   std::vector<std::string> anomalies;
   std::optional<double> valid_ppl, test_ppl, attacked_valid_ppl, attacked_test_ppl, attack_rate;
+  // Set on a marker record only: the run rolled back to the checkpoint of this many steps.
+  std::optional<int64_t> rollback_to;
 };
 
 // Merges per-rank statistics of one step: counters add, losses are token-weighted, the slowest

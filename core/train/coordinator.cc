@@ -143,6 +143,16 @@ void Coordinator::report_eval(const StepStatsInfo& eval) {
   if (!s.ok()) log_error("stats.pb: ", s.to_string());
 }
 
+void Coordinator::report_rollback(int64_t step) {
+  if (!is_root() || writer_ == nullptr) return;
+  StepStatsInfo marker;
+  marker.step = step;
+  marker.rank = -1;
+  marker.rollback_to = step;
+  Status s = writer_->append(marker);
+  if (!s.ok()) log_error("stats.pb: ", s.to_string());
+}
+
 void Coordinator::flush() {
   if (writer_ == nullptr) return;
   Status s = writer_->sync();

@@ -38,6 +38,9 @@ class Coordinator {
 
   // Rank 0: appends an evaluation record (step and perplexities) to stats.pb.
   void report_eval(const StepStatsInfo& eval);
+  // Rank 0: appends a rollback marker (the run resumed from the checkpoint of `step` steps, and
+  // the records after it belong to an abandoned branch; see proto/stats.proto).
+  void report_rollback(int64_t step);
   // Rank 0: makes every record written so far durable (fsync).
   void flush();
 

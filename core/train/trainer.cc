@@ -310,6 +310,7 @@ Status Trainer::follow_lineage(const std::string& resume, const CheckpointManife
   lineage_.push_back(m.branch);
   say(str_cat("rolled back to ", name, ": the checkpoints after it are another branch, now kept in ",
               archive, " (nothing was deleted); this run trains a new branch from ", name));
+  coordinator_->report_rollback(m.step);  // readers drop the abandoned branch's statistics
   return Status::OK();
 }
 

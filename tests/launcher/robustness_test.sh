@@ -38,6 +38,10 @@ wait_for() {
   cat "$1"; fail "timed out waiting for '$2' in $1"
 }
 long=(--set train.steps=1000000 --set train.log_every=200)
+# The complete checkpoints of a run directory (not the .tmp/.trash/.aside of a save in flight).
+complete_checkpoints() {
+  ls -d "$1"/ckpt-* 2> /dev/null | grep -E '/ckpt-[0-9]+$'
+}
 
 case $case in
 signal)
@@ -235,9 +239,17 @@ rollback)
   expect_in "$dir.log" "rolled back to ckpt-00000020: the checkpoints after it are another branch, now kept in $dir/abandoned/"
   [ -f "$(ls -d "$dir"/abandoned/*-after-ckpt-00000020 | head -1)/ckpt-00000040/manifest.pb" ] ||
     { ls -R "$dir"; fail "the abandoned ckpt-40 was not kept"; }
-  newest=$(ls -d "$dir"/ckpt-0* | tail -1)
+  newest=$(complete_checkpoints "$dir" | tail -1)
   [[ "$newest" > "$dir/ckpt-00000029" ]] || { ls "$dir"; fail "the branch's checkpoints were lost: newest $newest"; }
-  [ "$(ls -d "$dir"/ckpt-0* | wc -l)" -eq 1 ] || { ls "$dir"; fail "keep_checkpoints=1 kept more"; }
+  # The statistics show the live branch: the last step is the branch's (printed 1-based as
+  # "step N/40"; its record may be one step further), not the abandoned branch's 39.
+  printed=$(sed -n 's/^step \([0-9]*\)\/40 .*/\1/p' "$dir.log" | tail -1)
+  "$bin/momoe-stats" "$dir" > "$run/rb.stats" 2>&1 || { cat "$run/rb.stats"; fail "momoe-stats after a rollback"; }
+  last=$(sed -n 's/.*last step \([0-9]*\).*/\1/p' "$run/rb.stats")
+  [ -n "$last" ] && [ "$last" -le "$printed" ] ||
+    { cat "$run/rb.stats"; fail "momoe-stats shows the abandoned branch (last step '$last', the branch printed $printed)"; }
+  # keep_checkpoints=1 (a kill between a save's commit and its pruning may leave one more).
+  [ "$(complete_checkpoints "$dir" | wc -l)" -le 2 ] || { ls "$dir"; fail "keep_checkpoints=1 kept more"; }
   train "$dir" "${again[@]}" || { cat "$dir.log"; fail "the same command again"; }
   expect_in "$dir.log" "a branch started from $dir/ckpt-00000020 already reached $newest: continuing it"
   expect_in "$dir.log" "resumed from $newest at step"
@@ -263,7 +275,7 @@ rollback_loop)
   RANDOM=${MOMOE_TEST_SEED:-$$}
   echo "rollback_loop: RANDOM seeded with ${MOMOE_TEST_SEED:-$$} (set MOMOE_TEST_SEED to replay)"
   for i in $(seq "${MOMOE_ROLLBACK_ITERATIONS:-20}"); do
-    mapfile -t ckpts < <(ls -d "$dir"/ckpt-0* 2> /dev/null)
+    mapfile -t ckpts < <(complete_checkpoints "$dir")
     [ ${#ckpts[@]} -gt 0 ] || { ls -R "$dir"; fail "iteration $i: no checkpoint left"; }
     target=${ckpts[$((RANDOM % ${#ckpts[@]}))]}
     keep=$((1 + RANDOM % 3))
@@ -272,7 +284,7 @@ rollback_loop)
     kill -KILL "$pid" 2> /dev/null; wait "$pid" 2> /dev/null
     # The live lineage: the checkpoint resumed from, or newer ones of its branch.
     tstep=${target##*ckpt-}
-    newest=$(ls -d "$dir"/ckpt-0* 2> /dev/null | tail -1)
+    newest=$(complete_checkpoints "$dir" | tail -1)
     [ -n "$newest" ] && [ "${newest##*ckpt-}" \> "$tstep" -o "${newest##*ckpt-}" = "$tstep" ] ||
       { cat "$dir.log"; ls -R "$dir"; fail "iteration $i: resumed from $target, newest now '$newest'"; }
     echo "iteration $i: --resume-from ${target##*/} (keep $keep), killed; newest ${newest##*/}"

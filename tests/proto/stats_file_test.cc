@@ -178,6 +178,39 @@ TEST_F(StatsFileTest, AFormat1FileIsReadAndConvertedWhenARunAppends) {
   EXPECT_TRUE(kept) << "the format-1 original is not kept";
 }
 
+// A rollback marker drops what the abandoned branch recorded: training steps from the step rolled
+// back to on, evaluations after it.
+TEST_F(StatsFileTest, RollbackMarkersLeaveTheLiveBranch) {
+  std::vector<StepStatsInfo> records;
+  for (int i = 0; i < 6; ++i) records.push_back(record(i));
+  StepStatsInfo eval4, eval6, marker;
+  eval4.step = 4;
+  eval4.valid_ppl = 100;
+  eval6.step = 6;
+  eval6.valid_ppl = 90;
+  records.insert(records.begin() + 4, eval4);
+  records.push_back(eval6);
+  marker.step = 4;
+  marker.rollback_to = 4;
+  records.push_back(marker);
+  records.push_back(record(4));
+  // Through the file, as the coordinator writes it.
+  StatsFileWriter w;
+  std::string note;
+  ASSERT_TRUE(w.open(path_, &note).ok());
+  for (const StepStatsInfo& r : records) ASSERT_TRUE(w.append(r).ok());
+  w.close();
+  StatusOr<StatsFileContents> c = read_stats_file(path_);
+  ASSERT_TRUE(c.ok());
+  const std::vector<StepStatsInfo> live = live_records(c->steps);
+  std::vector<std::string> seen;
+  for (const StepStatsInfo& s : live) {
+    seen.push_back((s.valid_ppl ? "eval " : "step ") + std::to_string(s.step));
+  }
+  EXPECT_EQ(seen, (std::vector<std::string>{"step 0", "step 1", "step 2", "step 3", "eval 4",
+                                            "step 4"}));
+}
+
 TEST_F(StatsFileTest, AFileThatIsNotAStatsFileIsRefused) {
   put("this is a text file, not statistics\n");
   StatusOr<StatsFileContents> c = read_stats_file(path_);
