@@ -96,7 +96,7 @@ TEST(WatchdogTest, ADeviceErrorOnAnyCommunicatorAbortsThemAll) {
 TEST(WatchdogTest, SectionsInTimeAndADisarmedWatchdogNeverFire) {
   FakeDeviceComm comm;
   {
-    Watchdog w({&comm}, /*timeout_seconds=*/0.2, /*poll_seconds=*/0.01);
+    Watchdog w({&comm}, /*timeout_seconds=*/5.0, /*poll_seconds=*/0.01);  // ample under load
     for (int i = 0; i < 5; ++i) {
       w.arm("step");
       std::this_thread::sleep_for(20ms);
