@@ -29,7 +29,17 @@ int fail(const Status& s) { return exit_with(s); }
 
 StatusOr<std::string> evaluate(const FlagParser& flags) {
   const std::string dir = flags.get("checkpoint");
-  MOE_ASSIGN_OR_RETURN(CheckpointManifestInfo m, ckpt::read_manifest(dir));
+  StatusOr<CheckpointManifestInfo> manifest = ckpt::read_manifest(dir);
+  if (manifest.status().code() == StatusCode::kNotFound) {
+    // A run directory instead of one of its checkpoints: name the newest.
+    const std::vector<ckpt::CheckpointDir> inside = ckpt::list_checkpoints(dir);
+    if (!inside.empty()) {
+      return invalid_argument_error(dir, " is a run directory, not a checkpoint: its newest is ",
+                                    inside.back().path, " (pass --checkpoint ",
+                                    inside.back().path, ")");
+    }
+  }
+  MOE_ASSIGN_OR_RETURN(CheckpointManifestInfo m, std::move(manifest));
   MOE_ASSIGN_OR_RETURN(RunConfig cfg, parse_run_config(m.config_text, dir + "/manifest.pb", {}, 1));
   MOE_ASSIGN_OR_RETURN(data::Vocabulary vocab, data::Vocabulary::load(dir + "/vocab.txt"));
   if (vocab.fingerprint() != m.vocab_fingerprint) {

@@ -117,7 +117,10 @@ std::string summary_table(const std::vector<StepStatsInfo>& steps, int64_t windo
     if (last_eval->test_ppl) os << ", test ppl " << *last_eval->test_ppl;
     if (last_eval->attacked_valid_ppl) os << ", attacked valid ppl " << *last_eval->attacked_valid_ppl;
     if (last_eval->attacked_test_ppl) os << ", attacked test ppl " << *last_eval->attacked_test_ppl;
-    if (last_eval->attack_rate) os << " (swap rate " << *last_eval->attack_rate << ")";
+    // The attack's realised swap fraction (0.0250 for attack_rate 0.025), not rounded away.
+    if (last_eval->attack_rate) {
+      os << std::setprecision(4) << " (realised swap fraction " << *last_eval->attack_rate << ")";
+    }
     os << "\n";
   }
   os << std::left << std::setw(6) << "block" << std::right << std::setw(10) << "drop%" << std::setw(10)

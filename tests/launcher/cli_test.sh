@@ -25,6 +25,7 @@ grep -qE "momoe: data: train .*brown/train.txt.gz \([0-9]+ tokens, [0-9.]+% <unk
 "$bin/momoe-stats" "$run" --csv "$run/s.csv" --json "$run/s.jsonl" > "$run/table" || fail "momoe-stats failed"
 cat "$run/table"
 grep -q "steps recorded: 4" "$run/table" || fail "summary table"
+grep -qE "realised swap fraction 0\.02[0-9]{2}\)" "$run/table" || fail "the swap fraction is rounded away"
 [ "$(wc -l < "$run/s.csv")" -eq 9 ] || fail "CSV should have 1 + 4 steps x 2 layers rows"
 [ "$(wc -l < "$run/s.jsonl")" -eq 5 ] || fail "JSON should have 4 steps + 1 evaluation"
 "$bin/momoe-stats" "$run" --follow --poll-seconds 0.1 --max-polls 2 > "$run/follow" || fail "--follow"
@@ -68,6 +69,12 @@ if ! nvidia-smi -L 2> /dev/null | grep -q '^GPU '; then
   expect_error "no CUDA device is usable" "$bin/momoe-train" --config "$config" --set train.device=CUDA --run-dir "$run/z"
   expect_error "needs a GPU on every rank" "$bin/momoe-train" --config "$config" --set train.device=CUDA --set parallel.backend=NCCL --run-dir "$run/z"
 fi
-expect_error "no checkpoint in" "$bin/momoe-eval" --checkpoint "$run" --text "$config"
+expect_error "is a run directory, not a checkpoint: its newest is $run/ckpt-00000004" "$bin/momoe-eval" --checkpoint "$run" --text "$config"
+mkdir -p "$run/empty"
+expect_error "no checkpoint in" "$bin/momoe-eval" --checkpoint "$run/empty" --text "$config"
+if [ -x "$bin/../benchmarks/momoe-bench" ]; then
+  "$bin/../benchmarks/momoe-bench" layer --help > "$run/help" 2>&1 && grep -q -- "--tokens 2048" "$run/help" ||
+    { cat "$run/help"; fail "momoe-bench layer --help"; }
+fi
 expect_error "stats file" "$bin/momoe-stats" "$run/nothing"
 echo PASS
