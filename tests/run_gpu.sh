@@ -35,6 +35,9 @@
 #   mpi       150  2 and 4 MPI ranks sharing the GPU (EP 2, EP 2 x DP 2) equal to 1 rank
 #                  (parallel_trainer_mpi_test with MOMOE_TEST_DEVICE=CUDA)
 #
+# Scratch (the unpacked bundle, the smoke runs' directories) goes to $MOMOE_GPU_WORK (default
+# $TMPDIR/momoe-gpu-work-<uid>), never into the output directory.
+#
 # Without a GPU (nvidia-smi lists none) every stage after env is "skipped (no GPU)" and the exit
 # status is 0, unless MOMOE_REQUIRE_GPU=1 (then 1). With a GPU, MOMOE_REQUIRE_GPU=1 is set for the
 # tests, so a GPU the CUDA runtime cannot use fails them instead of skipping them; a missing

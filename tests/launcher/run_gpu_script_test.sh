@@ -11,7 +11,8 @@ out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 if nvidia-smi -L 2> /dev/null | grep -q '^GPU '; then echo "a GPU is visible: nothing to practise"; exit 0; fi
-run() { BUNDLE=/nonexistent BUILD_DIR=$build "$root/tests/run_gpu.sh" "$@"; }
+# The script's scratch (MOMOE_GPU_WORK) lives in $out too: nothing is left in /tmp.
+run() { BUNDLE=/nonexistent BUILD_DIR=$build MOMOE_GPU_WORK=$out/work "$root/tests/run_gpu.sh" "$@"; }
 
 run --out "$out/a" > "$out/a.txt" 2>&1 || { cat "$out/a.txt"; fail "no GPU: exit $?"; }
 grep -q '^env  *passed' "$out/a/summary.txt" || fail "env did not pass"
