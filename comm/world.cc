@@ -1,7 +1,5 @@
 #include "comm/world.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstdlib>
 #include <string>
@@ -68,11 +66,7 @@ StatusOr<bool> every_rank_has_its_own_gpu(Communicator& world) {
   if (device.ok()) {
     // The bus id needs no context (none is created here on a device this rank will not use).
     StatusOr<std::string> bus = cuda_pci_bus_id(*device);
-    if (bus.ok()) {
-      char host[256] = {};
-      if (::gethostname(host, sizeof(host) - 1) != 0) host[0] = '\0';
-      mine = str_cat(host, "/", *bus);
-    }
+    if (bus.ok()) mine = str_cat(host_name(), "/", *bus);
   }
   MOE_ASSIGN_OR_RETURN(std::vector<std::string> all, world.gather_bytes(mine, 0));
   std::string verdict = "1";

@@ -289,11 +289,6 @@ StatsFileContents read_format2(const std::string& buf, size_t pos) {
   return out;
 }
 
-int64_t unix_time_now() {
-  return std::chrono::duration_cast<std::chrono::seconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 }  // namespace
 
@@ -309,7 +304,7 @@ Status StatsFileWriter::open(const std::string& path, std::string* note) {
     if (c.format == 1) {
       // An older run's file: its whole records are rewritten in the checksummed format; the
       // original is kept beside it.
-      const std::string kept = str_cat(path, ".format1-", unix_time_now());
+      const std::string kept = str_cat(path, ".format1-", io::unix_time_seconds());
       std::string converted;
       for (const StepStatsInfo& s : c.steps) converted += frame(serialize_step_stats(s));
       MOE_RETURN_IF_ERROR(io::rename_durable(path, kept));
@@ -321,7 +316,7 @@ Status StatsFileWriter::open(const std::string& path, std::string* note) {
       // cut is kept aside. Damaged records inside the file stay: readers skip them.
       MOE_ASSIGN_OR_RETURN(std::string bytes, io::read_file(path));
       const std::string torn = bytes.substr(static_cast<size_t>(c.bytes_read));
-      const std::string kept = str_cat(path, ".torn-", unix_time_now());
+      const std::string kept = str_cat(path, ".torn-", io::unix_time_seconds());
       MOE_RETURN_IF_ERROR(io::write_file_atomic(kept, torn));
       const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
       const bool cut = fd >= 0 && ::ftruncate(fd, c.bytes_read) == 0 && ::fsync(fd) == 0;

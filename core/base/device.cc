@@ -1,5 +1,7 @@
 #include "core/base/device.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -49,6 +51,12 @@ std::string cuda_unavailable_reason() {
 #else
   return "this build has no CUDA support (configure with MOE_WITH_CUDA=ON)";
 #endif
+}
+
+std::string host_name() {
+  char host[256] = {};
+  if (::gethostname(host, sizeof(host) - 1) != 0) return "unknown-host";
+  return host;
 }
 
 int node_local_rank() {

@@ -43,6 +43,9 @@ int cuda_device_count();
 // older than this CUDA needs reads "cudaErrorInsufficientDriver: ..."), or "no CUDA device".
 std::string cuda_unavailable_reason();
 
+// This machine's host name ("unknown-host" when it cannot be read).
+std::string host_name();
+
 // This process's rank among the ranks on its node, from the launcher's environment
 // (OMPI_COMM_WORLD_LOCAL_RANK, SLURM_LOCALID, MPI_LOCALRANKID, PMI_LOCAL_RANK); -1 when none says.
 int node_local_rank();

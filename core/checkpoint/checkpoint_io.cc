@@ -173,12 +173,7 @@ Status commit_checkpoint(io::AtomicDirectory& dir, const std::string& run_id) {
       MOE_RETURN_IF_ERROR(io::remove_tree(trash));
       MOE_RETURN_IF_ERROR(io::rename_durable(final_dir, trash));
     } else {
-      const int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
-                              std::chrono::system_clock::now().time_since_epoch()).count();
-      std::string aside = str_cat(final_dir, ".aside-", now);
-      for (int k = 2; fs::exists(fs::symlink_status(aside, ec)); ++k) {
-        aside = str_cat(final_dir, ".aside-", now, "-", k);
-      }
+      const std::string aside = io::unused_path(str_cat(final_dir, ".aside-", io::unix_time_seconds()));
       MOE_RETURN_IF_ERROR(io::rename_durable(final_dir, aside));
       log_warning("checkpoint ", final_dir,
                   !intact.ok() ? str_cat(" is damaged (", intact.message(), ")")
@@ -214,14 +209,9 @@ StatusOr<std::string> archive_checkpoints_after(const std::string& run_dir, int6
     if (c.step > step) newer.push_back(c);
   }
   if (newer.empty()) return std::string();
-  const int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
-                          std::chrono::system_clock::now().time_since_epoch())
-                          .count();
+  const std::string archive = io::unused_path(str_cat(run_dir, "/abandoned/", io::unix_time_seconds(),
+                                                      "-after-", checkpoint_dir_name(step)));
   std::error_code ec;
-  std::string archive = str_cat(run_dir, "/abandoned/", now, "-after-", checkpoint_dir_name(step));
-  for (int k = 2; fs::exists(fs::symlink_status(archive, ec)); ++k) {
-    archive = str_cat(run_dir, "/abandoned/", now, "-after-", checkpoint_dir_name(step), "-", k);
-  }
   fs::create_directories(archive, ec);
   if (ec) return internal_error("cannot create ", archive, ": ", ec.message());
   for (const CheckpointDir& c : newer) {

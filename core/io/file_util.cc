@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cerrno>
 #include <cstring>
@@ -200,6 +201,21 @@ uint32_t crc32_update(uint32_t crc, const void* data, size_t n) {
 }
 
 uint32_t crc32_of(std::string_view bytes) { return crc32_update(0, bytes.data(), bytes.size()); }
+
+int64_t unix_time_seconds() {
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string unused_path(const std::string& base) {
+  std::error_code ec;
+  std::string path = base;
+  for (int k = 2; std::filesystem::exists(std::filesystem::symlink_status(path, ec)); ++k) {
+    path = base + "-" + std::to_string(k);
+  }
+  return path;
+}
 
 std::string hex64(uint64_t value) {
   char buf[19];

@@ -38,6 +38,10 @@ StatusOr<uint32_t> crc32_of_file(const std::string& path);
 Status fsync_path(const std::string& path);  // a file or a directory
 // "0x0123456789abcdef" / "0x01234567".
 std::string hex64(uint64_t value);
+// Seconds since the Unix epoch (for the names of files kept aside).
+int64_t unix_time_seconds();
+// `base` when nothing exists there, else the first free "base-2", "base-3", ...
+std::string unused_path(const std::string& base);
 std::string hex32(uint32_t value);
 
 // Renames `from` to `to` (one rename(2), so atomic) and fsyncs the parent folder(s): durable

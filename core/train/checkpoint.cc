@@ -200,8 +200,7 @@ StatusOr<std::string> save_checkpoint(const std::string& run_dir, const Training
       CheckpointManifestInfo m;
       m.step = step;
       m.updates = *st.updates;
-      m.created_unix_time = std::chrono::duration_cast<std::chrono::seconds>(
-                                std::chrono::system_clock::now().time_since_epoch()).count();
+      m.created_unix_time = io::unix_time_seconds();
       m.config_text = st.cfg->text;
       m.seed = st.cfg->train.seed;
       m.data_epoch = st.scheduler->cursor().epoch;

@@ -1,7 +1,5 @@
 #include "core/train/run_device.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 
 #include "core/base/cpu_info.h"
@@ -9,16 +7,6 @@
 #include "kernels/reference/blas_library.h"
 
 namespace moe {
-namespace {
-
-std::string host_name() {
-  char host[256] = {};
-  if (::gethostname(host, sizeof(host) - 1) != 0) host[0] = '\0';
-  return host;
-}
-
-}  // namespace
-
 StatusOr<RunDevice> make_run_device(DeviceKind kind, const ContextOptions& host_options, int rank) {
   RunDevice d;
   if (kind == DeviceKind::kCpu) {

@@ -11,17 +11,12 @@
 #include <filesystem>
 #include <random>
 
+#include "core/base/device.h"
 #include "core/io/file_util.h"
 
 namespace moe {
 namespace fs = std::filesystem;
 namespace {
-
-std::string host_name() {
-  char buf[256] = {};
-  if (::gethostname(buf, sizeof(buf) - 1) != 0) return "unknown-host";
-  return buf;
-}
 
 std::string local_time(const char* format) {
   const std::time_t now = std::time(nullptr);
@@ -117,10 +112,7 @@ StatusOr<std::string> archive_previous_run(const std::string& run_dir) {
   }
   if (ec) return internal_error("cannot list ", run_dir, ": ", ec.message());
   if (names.empty()) return std::string();
-  std::string dest = run_dir + "/archive/" + local_time("%Y%m%d-%H%M%S");
-  for (int k = 2; fs::exists(dest, ec); ++k) {
-    dest = run_dir + "/archive/" + local_time("%Y%m%d-%H%M%S") + "-" + std::to_string(k);
-  }
+  const std::string dest = io::unused_path(run_dir + "/archive/" + local_time("%Y%m%d-%H%M%S"));
   fs::create_directories(dest, ec);
   if (ec) return internal_error("cannot create ", dest, ": ", ec.message());
   for (const std::string& name : names) {

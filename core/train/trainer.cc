@@ -1,7 +1,5 @@
 #include "core/train/trainer.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -14,6 +12,7 @@
 #include "core/base/hash.h"
 #include "core/base/logging.h"
 #include "core/checkpoint/checkpoint_io.h"
+#include "core/io/file_util.h"
 #include "core/train/agree.h"
 #include "core/train/grad_sync.h"
 #include "core/train/memory_estimate.h"
@@ -400,10 +399,8 @@ const std::map<std::string, std::string>& Trainer::data_fingerprints() {
   for (const data::TokenSplit* s : {&c.train, &c.valid, &c.test}) {
     if (!s->present()) continue;
     const uint64_t h = fnv1a64_update(kFnv1a64Offset, s->ids.data(), s->ids.size() * sizeof(int32_t));
-    char hex[19];
-    std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(h));
     out[str_cat("data.", s->name, " contents")] =
-        str_cat(s->ids.size(), " tokens, fingerprint ", hex);
+        str_cat(s->ids.size(), " tokens, fingerprint ", io::hex64(h).substr(2));
   }
   return out;
 }

@@ -17,11 +17,10 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <map>
-#include <sstream>
 
 #include "core/checkpoint/checkpoint_io.h"
+#include "core/io/file_util.h"
 #include "proto/run_convert.h"
 #include "tests/core/trainer_test_util.h"
 #include "tests/testing/cuda_device.h"
@@ -48,7 +47,7 @@ struct TrainedRun {
 };
 
 class GpuTrainingTest : public ::testing::TestWithParam<std::string> {
- protected:
+ public:
   static void SetUpTestSuite() {
     corpus_ = new std::string(fresh_dir("gpu_training_corpus"));
     ASSERT_FALSE(write_small_corpus(*corpus_).empty());
@@ -126,12 +125,21 @@ double compare_losses(const TrainedRun& a, const TrainedRun& b, double before, c
   return worst;
 }
 
+// The same training on the CPU, on the GPU, and on the GPU again, in `dir`.
+struct ThreeRuns {
+  TrainedRun cpu, gpu, again;
+};
+ThreeRuns cpu_gpu_gpu(const std::string& family, const std::string& precision,
+                      const std::string& dir, int steps) {
+  return {GpuTrainingTest::train(family, precision, "CPU", dir + "/cpu", steps),
+          GpuTrainingTest::train(family, precision, "CUDA", dir + "/gpu", steps),
+          GpuTrainingTest::train(family, precision, "CUDA", dir + "/gpu_again", steps)};
+}
+
 TEST_P(GpuTrainingTest, Fp32MatchesTheCpuAndRepeatsBitForBit) {
   const std::string family = GetParam();
   const std::string dir = fresh_dir("gpu_fp32_" + family);
-  const TrainedRun cpu = train(family, "FP32", "CPU", dir + "/cpu", 20);
-  const TrainedRun gpu = train(family, "FP32", "CUDA", dir + "/gpu", 20);
-  const TrainedRun again = train(family, "FP32", "CUDA", dir + "/gpu_again", 20);
+  const auto [cpu, gpu, again] = cpu_gpu_gpu(family, "FP32", dir, 20);
   ASSERT_EQ(gpu.losses.size(), 20u);
   compare_losses(cpu, gpu, kFp32LossTolerance, family + " FP32");
   EXPECT_EQ(gpu.losses, again.losses) << "two GPU runs differ";
@@ -147,9 +155,7 @@ TEST_P(GpuTrainingTest, Fp32MatchesTheCpuAndRepeatsBitForBit) {
 TEST_P(GpuTrainingTest, Bf16TracksTheCpuAndRepeatsBitForBit) {
   const std::string family = GetParam();
   const std::string dir = fresh_dir("gpu_bf16_" + family);
-  const TrainedRun cpu = train(family, "BF16", "CPU", dir + "/cpu", 100);
-  const TrainedRun gpu = train(family, "BF16", "CUDA", dir + "/gpu", 100);
-  const TrainedRun again = train(family, "BF16", "CUDA", dir + "/gpu_again", 100);
+  const auto [cpu, gpu, again] = cpu_gpu_gpu(family, "BF16", dir, 100);
   ASSERT_EQ(gpu.losses.size(), 100u);
   compare_losses(cpu, gpu, kGpuBf16LossTolerance, family + " BF16");
   EXPECT_EQ(gpu.losses, again.losses) << "two BF16 GPU runs differ";
@@ -162,19 +168,12 @@ INSTANTIATE_TEST_SUITE_P(Configs, GpuTrainingTest, ::testing::ValuesIn(config_fa
                            return info.param;
                          });
 
-std::string file_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 // The tensor files of a checkpoint (safetensors), by name.
 std::map<std::string, std::string> tensor_files(const std::string& checkpoint) {
   std::map<std::string, std::string> files;
   for (const auto& e : fs::directory_iterator(checkpoint)) {
     if (e.path().extension() == ".safetensors") {
-      files[e.path().filename().string()] = file_bytes(e.path().string());
+      files[e.path().filename().string()] = *io::read_file(e.path().string());
     }
   }
   return files;
