@@ -123,6 +123,34 @@ Status run_preset(const Preset& p, const std::string& config, int steps, int war
 
 }  // namespace
 
+// Tokens per second of `steps` training steps (after one warm-up) of a preset on the CPU, for
+// momoe-bench data's loader comparison.
+StatusOr<double> train_tokens_per_second(const std::string& preset, int steps, comm::World* world) {
+  const std::vector<Preset> ps = presets(preset);
+  if (ps.size() != 1) return invalid_argument_error("no preset ", preset);
+  std::vector<std::string> overrides = ps[0].overrides;
+  MOE_ASSIGN_OR_RETURN(
+      RunConfig cfg,
+      load_run_config(std::string(MOE_SOURCE_DIR) + "/configs/quickstart.pbtxt", overrides, 0));
+  TrainerOptions opts;
+  MOE_ASSIGN_OR_RETURN(opts.run_dir, make_job_dir(preset, world));
+  opts.resume = false;
+  opts.progress = nullptr;
+  double seconds = 0;
+  int64_t tokens = 0;
+  {
+    MOE_ASSIGN_OR_RETURN(std::unique_ptr<Trainer> t, Trainer::create(cfg, opts, world->comm.get()));
+    MOE_RETURN_IF_ERROR(t->step().status());
+    for (int i = 0; i < steps; ++i) {
+      MOE_ASSIGN_OR_RETURN(StepStatsInfo s, t->step());
+      seconds += s.step_seconds;
+      tokens += s.tokens;
+    }
+  }
+  MOE_RETURN_IF_ERROR(remove_job_dir(opts.run_dir, world));
+  return static_cast<double>(tokens) / seconds;
+}
+
 Status bench_train(int argc, char** argv, comm::World* world) {
   MOE_ASSIGN_OR_RETURN(Args a,
                        Args::parse(argc, argv,

@@ -4,6 +4,7 @@
 //   momoe-bench train     [--preset quickstart|smoe-medium|all] ...    CPU training throughput
 //   momoe-bench alltoall  ...    (under mpirun)  MoE exchange vs a plain MPI_Alltoall, same bytes
 //   momoe-bench scaling   ...    (under mpirun)  one weak/strong scaling point
+//   momoe-bench data      [--mb 64 --corpus-gb G]   tokenization, loader vs step, peak memory
 //   momoe-bench env       the environment line alone (CPU, BLAS library and kernel); exit 2 when
 //                         the BLAS cannot be loaded as configured (tests/run.sh asks it which
 //                         OpenBLAS kernels this CPU runs)
@@ -24,6 +25,7 @@ Status bench_layer(int argc, char** argv, comm::World* world);
 Status bench_train(int argc, char** argv, comm::World* world);
 Status bench_alltoall(int argc, char** argv, comm::World* world);
 Status bench_scaling(int argc, char** argv, comm::World* world);
+Status bench_data(int argc, char** argv, comm::World* world);
 }  // namespace moe::bench
 
 namespace {
@@ -56,6 +58,14 @@ const char* usage_of(const std::string& cmd) {
            "         --iterations 10  --warmup 2\n"
            "  train: --sequences 4 (per rank, weak)  --iterations 3  --warmup 1\n";
   }
+  if (cmd == "data") {
+    return "momoe-bench data: tokenization MB/s per thread count (momoe-data prepare of the "
+           "bundled\n"
+           "text repeated), the loader's tokens/s against a training step's, and with --corpus-gb\n"
+           "the peak resident memory of momoe-train on a generated dataset of that size\n"
+           "  --mb 64 (generated text)  --threads 1,2,..,cores (a list)  --loader-seconds 2\n"
+           "  --train-steps 2  --corpus-gb 0 (0: skip the memory run)  --rss-steps 20\n";
+  }
   if (cmd == "env") return "momoe-bench env: the environment line alone (CPU, BLAS, build)\n";
   return nullptr;
 }
@@ -71,7 +81,8 @@ int run(int argc, char** argv) {
     }
   }
   if (argc < 2 || std::strcmp(argv[1], "--help") == 0) {
-    std::fprintf(stderr, "usage: momoe-bench layer|train|alltoall|scaling|env [--key value ...]\n");
+    std::fprintf(stderr,
+                 "usage: momoe-bench layer|train|alltoall|scaling|data|env [--key value ...]\n");
     return argc < 2 ? 2 : 0;
   }
   // The BLAS first, before MPI starts threads (it is loaded with its kernel chosen: see
@@ -115,8 +126,11 @@ int run(int argc, char** argv) {
 #endif
   } else if (cmd == "scaling") {
     s = bench::bench_scaling(argc - 2, argv + 2, &*world);
+  } else if (cmd == "data") {
+    s = bench::bench_data(argc - 2, argv + 2, &*world);
   } else {
-    s = invalid_argument_error("unknown benchmark '", cmd, "' (layer, train, alltoall, scaling)");
+    s = invalid_argument_error("unknown benchmark '", cmd,
+                               "' (layer, train, alltoall, scaling, data)");
   }
   if (!s.ok()) {
     log_error(s.to_string());

@@ -205,6 +205,8 @@ CompareRun summarize_run(const std::string& variant, uint64_t seed,
     if (s.valid_ppl || s.attacked_valid_ppl) {  // an evaluation record
       if (s.valid_ppl) r.valid_ppl = *s.valid_ppl;
       if (s.attacked_valid_ppl) r.attacked_valid_ppl = *s.attacked_valid_ppl;
+      if (s.valid_word_ppl) r.valid_word_ppl = *s.valid_word_ppl;
+      if (s.valid_bits_per_byte) r.valid_bits_per_byte = *s.valid_bits_per_byte;
       continue;
     }
     if (!s.skipped && std::isfinite(s.loss)) r.losses.emplace_back(s.step, s.loss);
@@ -276,13 +278,15 @@ std::string compare_markdown(const std::vector<CompareVariant>& variants,
 std::string compare_csv(const std::vector<CompareRun>& runs,
                         const std::vector<double>& target_losses) {
   std::ostringstream out;
-  out << "variant,seed,ok,valid_ppl,attacked_valid_ppl,final_loss";
+  out << "variant,seed,ok,valid_ppl,attacked_valid_ppl,final_loss,valid_word_ppl,valid_bits_per_"
+         "byte";
   for (double t : target_losses) out << ",steps_to_loss_" << target_label(t);
   out << "\n";
   for (const CompareRun& r : runs) {
     out << r.variant << "," << r.seed << "," << (r.ok ? 1 : 0) << "," << fmt(r.valid_ppl, 4) << ","
         << fmt(r.attacked_valid_ppl, 4) << ","
-        << (r.losses.empty() ? std::string("-") : fmt(r.losses.back().second, 5));
+        << (r.losses.empty() ? std::string("-") : fmt(r.losses.back().second, 5)) << ","
+        << fmt(r.valid_word_ppl, 4) << "," << fmt(r.valid_bits_per_byte, 5);
     for (double t : target_losses) out << "," << (r.ok ? steps_to_loss(r.losses, t) : -1);
     out << "\n";
   }

@@ -66,6 +66,7 @@ struct CompareRun {
   std::string error;                               // why the run failed
   std::vector<std::pair<int64_t, double>> losses;  // (step, training loss)
   double valid_ppl = NAN, attacked_valid_ppl = NAN;
+  double valid_word_ppl = NAN, valid_bits_per_byte = NAN;  // comparable across tokenizers
 };
 
 // A run's record from its stats.pb records: the per-step losses and the last evaluation.
@@ -82,7 +83,8 @@ int64_t steps_to_loss(const std::vector<std::pair<int64_t, double>>& losses, dou
 std::string compare_markdown(const std::vector<CompareVariant>& variants,
                              const std::vector<CompareRun>& runs,
                              const std::vector<double>& target_losses);
-// One row per run: variant, seed, ok, valid_ppl, attacked_valid_ppl, final_loss,
+// One row per run: variant, seed, ok, valid_ppl, attacked_valid_ppl, final_loss, valid_word_ppl,
+// valid_bits_per_byte,
 // steps_to_loss_<target>...
 std::string compare_csv(const std::vector<CompareRun>& runs,
                         const std::vector<double>& target_losses);

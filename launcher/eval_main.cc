@@ -74,10 +74,7 @@ StatusOr<std::string> evaluate(const FlagParser& flags) {
   MOE_RETURN_IF_ERROR(load_parameters(dir, model.get(), nullptr));
 
   const std::string text = flags.get("text");
-  data::TokenSplit split;
-  split.name = "text";
-  split.source = text;
-  MOE_ASSIGN_OR_RETURN(split.ids, data::tokenize_file(text, vocab));
+  MOE_ASSIGN_OR_RETURN(data::TokenSplit split, data::tokenize_split("text", text, vocab));
   // The trainer evaluates in batches of its per-rank micro-batch; at one rank that is the run's
   // micro-batch, batch_size / grad_accum. (With the default eval_capacity_factor 0 nothing is
   // dropped at evaluation, so the perplexity does not depend on the batch anyway.)
@@ -105,11 +102,15 @@ StatusOr<std::string> evaluate(const FlagParser& flags) {
   line["text"] = text;
   line["tokens"] = clean.tokens;
   // How much of the text the checkpoint's vocabulary does not cover (each such word is <unk>).
-  const int64_t unknown =
-      std::count(split.ids.begin(), split.ids.end(), data::Vocabulary::kUnkId);
-  line["unknown_fraction"] =
-      split.ids.empty() ? 0.0 : static_cast<double>(unknown) / static_cast<double>(split.ids.size());
+  line["unknown_fraction"] = split.ids.empty() ? 0.0
+                                               : static_cast<double>(split.stats.unknown) /
+                                                     static_cast<double>(split.ids.size());
+  line["words"] = split.stats.words;
+  line["bytes"] = split.stats.bytes;
   line["ppl"] = clean.perplexity();
+  // Comparable across tokenizers (core/train/evaluator.h).
+  if (const auto w = clean.word_perplexity()) line["word_ppl"] = *w;
+  if (const auto b = clean.bits_per_byte()) line["bits_per_byte"] = *b;
   if (rate > 0) {
     MOE_ASSIGN_OR_RETURN(data::AttackResult a,
                          data::attack_tokens(split.ids, rate, cfg.train.attack_seed, vocab));

@@ -75,6 +75,10 @@ std::string step_line(const StepStatsInfo& s) {
     if (s.test_ppl) os << " test_ppl " << *s.test_ppl;
     if (s.attacked_valid_ppl) os << " attacked_valid_ppl " << *s.attacked_valid_ppl;
     if (s.attacked_test_ppl) os << " attacked_test_ppl " << *s.attacked_test_ppl;
+    if (s.valid_word_ppl) os << " valid_word_ppl " << *s.valid_word_ppl;
+    if (s.valid_bits_per_byte) os << " valid_bits_per_byte " << *s.valid_bits_per_byte;
+    if (s.test_word_ppl) os << " test_word_ppl " << *s.test_word_ppl;
+    if (s.test_bits_per_byte) os << " test_bits_per_byte " << *s.test_bits_per_byte;
     return os.str();
   }
   os << "step " << s.step << " loss " << s.loss << " ppl " << std::exp(s.loss) << " aux "
@@ -117,6 +121,11 @@ std::string summary_table(const std::vector<StepStatsInfo>& steps, int64_t windo
     if (last_eval->test_ppl) os << ", test ppl " << *last_eval->test_ppl;
     if (last_eval->attacked_valid_ppl) os << ", attacked valid ppl " << *last_eval->attacked_valid_ppl;
     if (last_eval->attacked_test_ppl) os << ", attacked test ppl " << *last_eval->attacked_test_ppl;
+    if (last_eval->valid_word_ppl) os << ", valid ppl per word " << *last_eval->valid_word_ppl;
+    if (last_eval->valid_bits_per_byte) {
+      os << std::setprecision(4) << ", valid bits per byte " << *last_eval->valid_bits_per_byte
+         << std::setprecision(2);
+    }
     // The attack's realised swap fraction (0.0250 for attack_rate 0.025), not rounded away.
     if (last_eval->attack_rate) {
       os << std::setprecision(4) << " (realised swap fraction " << *last_eval->attack_rate << ")";
@@ -197,6 +206,10 @@ Status write_json_lines(const std::vector<StepStatsInfo>& steps, const std::stri
     if (s.attacked_valid_ppl) j["attacked_valid_ppl"] = *s.attacked_valid_ppl;
     if (s.attacked_test_ppl) j["attacked_test_ppl"] = *s.attacked_test_ppl;
     if (s.attack_rate) j["attack_rate"] = *s.attack_rate;
+    if (s.valid_word_ppl) j["valid_word_ppl"] = *s.valid_word_ppl;
+    if (s.test_word_ppl) j["test_word_ppl"] = *s.test_word_ppl;
+    if (s.valid_bits_per_byte) j["valid_bits_per_byte"] = *s.valid_bits_per_byte;
+    if (s.test_bits_per_byte) j["test_bits_per_byte"] = *s.test_bits_per_byte;
     out << j.dump() << "\n";
   }
   if (!out) return internal_error("writing ", path, " failed");

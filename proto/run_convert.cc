@@ -278,9 +278,12 @@ void run_config_to_proto(const RunConfig& cfg, momoe::RunConfig* msg) {
                                                : momoe::TrainConfig::CPU);
 
   momoe::DataConfig* d = msg->mutable_data();
-  d->set_train(cfg.data.train);
-  d->set_valid(cfg.data.valid);
-  d->set_test(cfg.data.test);
+  if (cfg.data.dataset.empty()) {
+    d->set_train(cfg.data.train);
+    d->set_valid(cfg.data.valid);
+    d->set_test(cfg.data.test);
+  }
+  d->set_dataset(cfg.data.dataset);
   d->set_vocab_max_size(cfg.data.vocab_max_size);
   d->set_vocab_min_count(cfg.data.vocab_min_count);
   d->set_cache_dir(cfg.data.cache_dir);
@@ -390,6 +393,24 @@ StatusOr<RunConfig> parse_run_config(const std::string& text, const std::string&
   if (d.has_train()) cfg.data.train = d.train();
   if (d.has_valid()) cfg.data.valid = d.valid();
   if (d.has_test()) cfg.data.test = d.test();
+  if (!d.dataset().empty()) {
+    // A prepared dataset brings its own splits: a text named beside it would be ignored.
+    for (const auto& [field, value] :
+         {std::pair{"data.train", &d.train()}, std::pair{"data.valid", &d.valid()},
+          std::pair{"data.test", &d.test()}}) {
+      if (!value->empty()) {
+        return invalid_argument_error(
+            source, ": data.dataset (", d.dataset(), ") and ", field, " (", *value,
+            ") are both set: a prepared dataset brings its own train, valid and test splits; "
+            "unset ",
+            field, " (or prepare a dataset with that text)");
+      }
+    }
+    cfg.data.dataset = d.dataset();
+    cfg.data.train.clear();
+    cfg.data.valid.clear();
+    cfg.data.test.clear();
+  }
   if (d.has_vocab_max_size()) cfg.data.vocab_max_size = d.vocab_max_size();
   if (d.has_vocab_min_count()) cfg.data.vocab_min_count = d.vocab_min_count();
   if (d.has_cache_dir()) cfg.data.cache_dir = d.cache_dir();

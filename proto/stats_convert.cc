@@ -130,6 +130,10 @@ std::string serialize_step_stats(const StepStatsInfo& s) {
   if (s.attacked_test_ppl) m.set_attacked_test_ppl(*s.attacked_test_ppl);
   if (s.attack_rate) m.set_attack_rate(*s.attack_rate);
   if (s.rollback_to) m.set_rollback_to(*s.rollback_to);
+  if (s.valid_word_ppl) m.set_valid_word_ppl(*s.valid_word_ppl);
+  if (s.test_word_ppl) m.set_test_word_ppl(*s.test_word_ppl);
+  if (s.valid_bits_per_byte) m.set_valid_bits_per_byte(*s.valid_bits_per_byte);
+  if (s.test_bits_per_byte) m.set_test_bits_per_byte(*s.test_bits_per_byte);
   return m.SerializeAsString();
 }
 
@@ -155,6 +159,10 @@ StatusOr<StepStatsInfo> parse_step_stats(const std::string& bytes) {
   if (m.has_attacked_test_ppl()) s.attacked_test_ppl = m.attacked_test_ppl();
   if (m.has_attack_rate()) s.attack_rate = m.attack_rate();
   if (m.has_rollback_to()) s.rollback_to = m.rollback_to();
+  if (m.has_valid_word_ppl()) s.valid_word_ppl = m.valid_word_ppl();
+  if (m.has_test_word_ppl()) s.test_word_ppl = m.test_word_ppl();
+  if (m.has_valid_bits_per_byte()) s.valid_bits_per_byte = m.valid_bits_per_byte();
+  if (m.has_test_bits_per_byte()) s.test_bits_per_byte = m.test_bits_per_byte();
   return s;
 }
 

@@ -45,6 +45,8 @@ struct DataConfig {
   int64_t vocab_max_size = 0;
   int64_t vocab_min_count = 1;
   std::string cache_dir;  // empty: RUN_DIR/cache
+  std::string
+      dataset;  // a prepared dataset folder (core/data/dataset.h); then train/valid/test are ""
 };
 
 struct ParallelConfig {

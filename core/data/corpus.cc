@@ -1,21 +1,23 @@
 #include "core/data/corpus.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <system_error>
 
 #include "core/base/check.h"
-#include "core/base/logging.h"
 #include "core/base/hash.h"
-#include "core/io/file_util.h"
+#include "core/base/logging.h"
+#include "core/data/dataset.h"
 #include "core/data/text_reader.h"
 #include "core/data/token_cache.h"
+#include "core/io/file_util.h"
 
 namespace moe::data {
 namespace {
 
 namespace fs = std::filesystem;
 
-constexpr std::string_view kCacheKeyVersion = "momoe-corpus-cache-1";
+constexpr std::string_view kCacheKeyVersion = "momoe-corpus-cache-2";
 
 std::string sanitize(const std::string& name) {
   std::string out = name.empty() ? "corpus" : name;
@@ -78,17 +80,44 @@ Status validate_spec(const CorpusSpec& spec) {
   return Status::OK();
 }
 
+}  // namespace
+
+int64_t TokenSplit::size() const {
+  return shards != nullptr ? shards->size() : static_cast<int64_t>(ids.size());
+}
+
+uint64_t contents_fingerprint(const TokenSplit& split) {
+  if (split.shards != nullptr) return split.shards->contents_fnv();
+  return fnv1a64_update(kFnv1a64Offset, split.ids.data(), split.ids.size() * sizeof(int32_t));
+}
+
+StatusOr<std::vector<int32_t>> materialize(const TokenSplit& split) {
+  if (split.shards == nullptr) return split.ids;
+  std::vector<int32_t> ids(static_cast<size_t>(split.size()));
+  MOE_RETURN_IF_ERROR(split.shards->read(0, split.size(), ids.data()));
+  return ids;
+}
+
+TextStats text_stats(std::string_view text, const std::vector<int32_t>& ids) {
+  TextStats stats;
+  const TextCounts counts = count_text(text);
+  stats.words = counts.words + counts.lines;
+  stats.bytes = static_cast<int64_t>(text.size());
+  stats.unknown = std::count(ids.begin(), ids.end(), Vocabulary::kUnkId);
+  return stats;
+}
+
 StatusOr<TokenSplit> tokenize_split(const std::string& name, const std::string& path,
                                     const Vocabulary& vocab) {
   TokenSplit split;
   split.name = name;
   split.source = path;
   if (path.empty()) return split;
-  MOE_ASSIGN_OR_RETURN(split.ids, tokenize_file(path, vocab));
+  MOE_ASSIGN_OR_RETURN(std::string text, read_text_file(path));
+  split.ids = vocab.encode(text);
+  split.stats = text_stats(text, split.ids);
   return split;
 }
-
-}  // namespace
 
 StatusOr<std::vector<int32_t>> tokenize_file(const std::string& path, const Vocabulary& vocab) {
   MOE_ASSIGN_OR_RETURN(std::string text, read_text_file(path));
@@ -110,6 +139,7 @@ StatusOr<TokenizedCorpus> build_corpus(const CorpusSpec& spec) {
       corpus.vocab_source = spec.vocab_path;
     }
     corpus.train.ids = corpus.vocab.encode(train_text);
+    corpus.train.stats = text_stats(train_text, corpus.train.ids);
   }
   MOE_ASSIGN_OR_RETURN(corpus.valid, tokenize_split("valid", spec.valid_path, corpus.vocab));
   MOE_ASSIGN_OR_RETURN(corpus.test, tokenize_split("test", spec.test_path, corpus.vocab));
@@ -150,7 +180,7 @@ StatusOr<TokenizedCorpus> load_or_build_corpus(const CorpusSpec& spec,
         split.source = *s.source;
         if (s.source->empty()) continue;
         StatusOr<std::vector<int32_t>> ids =
-            load_token_cache(split_file(s.name), corpus.vocab, vocab_file);
+            load_token_cache(split_file(s.name), corpus.vocab, vocab_file, &split.stats);
         if (!ids.ok()) {
           note = ids.status().to_string();
           hit = false;
@@ -181,7 +211,7 @@ StatusOr<TokenizedCorpus> load_or_build_corpus(const CorpusSpec& spec,
     const TokenSplit& split = corpus.*(s.member);
     if (!split.present()) continue;
     MOE_RETURN_IF_ERROR(
-        write_token_cache(split_file(s.name), split.ids, corpus.vocab.fingerprint()));
+        write_token_cache(split_file(s.name), split.ids, corpus.vocab.fingerprint(), split.stats));
   }
   return corpus;
 }

@@ -11,13 +11,17 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "core/base/status.h"
+#include "core/data/text_reader.h"
 #include "core/data/vocabulary.h"
 
 namespace moe::data {
+
+class ShardedTokens;  // dataset.h
 
 struct CorpusSpec {
   std::string name = "corpus";  // cache file prefix (characters outside [A-Za-z0-9._-] become _)
@@ -31,10 +35,25 @@ struct CorpusSpec {
 struct TokenSplit {
   std::string name;          // "train", "valid", "test"
   std::string source;        // the text file it came from ("" when the split is absent)
-  std::vector<int32_t> ids;  // [N] token ids
-  int64_t size() const { return static_cast<int64_t>(ids.size()); }
+  std::vector<int32_t> ids;  // [N] token ids, in memory (empty when `shards` holds them)
+  std::shared_ptr<const ShardedTokens> shards;  // a prepared dataset's split (dataset.h)
+  TextStats stats;                              // what the text held (words, bytes, <unk> tokens)
+  int64_t size() const;
   bool present() const { return !source.empty(); }
 };
+
+// FNV-1a 64 of the split's ids (as little-endian bytes, in order): the contents fingerprint a
+// checkpoint records. For shards, the value the preparation computed.
+uint64_t contents_fingerprint(const TokenSplit& split);
+
+// The split's ids in memory (a copy of `ids`, or every shard read).
+StatusOr<std::vector<int32_t>> materialize(const TokenSplit& split);
+
+// ids + stats of `text` read from `path` (see tokenize_file).
+StatusOr<TokenSplit> tokenize_split(const std::string& name, const std::string& path,
+                                    const Vocabulary& vocab);
+// The text counts of `text` tokenized as `ids` with the word tokenizer.
+TextStats text_stats(std::string_view text, const std::vector<int32_t>& ids);
 
 struct TokenizedCorpus {
   Vocabulary vocab;

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/base/check.h"
+#include "core/data/dataset.h"
 
 namespace moe::data {
 
@@ -25,6 +26,15 @@ StatusOr<SequenceSet> SequenceSet::create(const TokenSplit& split, int64_t seq_l
   MOE_ASSIGN_OR_RETURN(const int64_t n, count_sequences(split.size(), seq_len, source));
   SequenceSet set;
   set.tokens_ = split.ids.data();
+  set.shards_ = split.shards;
+  if (split.stats.words > 0) {
+    set.tokens_per_word_ =
+        static_cast<double>(split.size()) / static_cast<double>(split.stats.words);
+  }
+  if (split.stats.bytes > 0) {
+    set.tokens_per_byte_ =
+        static_cast<double>(split.size()) / static_cast<double>(split.stats.bytes);
+  }
   set.num_tokens_ = split.size();
   set.seq_len_ = seq_len;
   set.num_sequences_ = n;
@@ -45,6 +55,7 @@ Status SequenceSet::fill(const std::vector<int64_t>& ids, const TensorView& inpu
   }
   int32_t* in = inputs.data<int32_t>();
   int32_t* out = targets.data<int32_t>();
+  std::vector<int32_t> buffer(shards_ != nullptr ? static_cast<size_t>(seq_len_ + 1) : 0);
   for (int64_t r = 0; r < b; ++r) {
     const int64_t id = ids[static_cast<size_t>(r)];
     if (id < 0 || id >= num_sequences_) {
@@ -52,6 +63,10 @@ Status SequenceSet::fill(const std::vector<int64_t>& ids, const TensorView& inpu
                                     num_sequences_, ") for ", source_);
     }
     const int32_t* seq = tokens_ + id * seq_len_;  // [S + 1]
+    if (shards_ != nullptr) {
+      MOE_RETURN_IF_ERROR(shards_->read(id * seq_len_, seq_len_ + 1, buffer.data()));
+      seq = buffer.data();
+    }
     for (int64_t t = 0; t < seq_len_; ++t) {
       in[r * seq_len_ + t] = seq[t];
       out[r * seq_len_ + t] = seq[t + 1];

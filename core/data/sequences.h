@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -22,22 +23,31 @@ namespace moe::data {
 
 class SequenceSet {
  public:
-  // Views `split.ids`, which must outlive the set and stay unchanged. Errors (kInvalidArgument):
-  // seq_len < 1, or fewer than seq_len + 1 tokens (naming the split's file, its token count and S).
+  // Views `split.ids` (which must outlive the set and stay unchanged), or shares `split.shards`.
+  // Errors (kInvalidArgument): seq_len < 1, or fewer than seq_len + 1 tokens (naming the split's
+  // file, its token count and S).
   static StatusOr<SequenceSet> create(const TokenSplit& split, int64_t seq_len);
 
   int64_t size() const { return num_sequences_; }
   int64_t seq_len() const { return seq_len_; }
   const std::string& source() const { return source_; }
 
+  // The split's tokens per word and per byte of its text (text_reader.h TextStats), to turn a
+  // per-token loss into perplexity per word and bits per byte; 0 when the counts are unknown.
+  double tokens_per_word() const { return tokens_per_word_; }
+  double tokens_per_byte() const { return tokens_per_byte_; }
+
   // Fills inputs and targets (i32 [B, S], host, B = ids.size()) for sequences `ids`.
-  // Errors (kInvalidArgument): wrong dtype, shape or device; an id outside [0, size()).
+  // Errors (kInvalidArgument): wrong dtype, shape or device; an id outside [0, size()); those of
+  // ShardedTokens::read for a split in shards.
   Status fill(const std::vector<int64_t>& ids, const TensorView& inputs,
               const TensorView& targets) const;
 
  private:
   SequenceSet() = default;
-  const int32_t* tokens_ = nullptr;  // [N]
+  const int32_t* tokens_ = nullptr;  // [N], in memory; or
+  std::shared_ptr<const ShardedTokens> shards_;
+  double tokens_per_word_ = 0, tokens_per_byte_ = 0;
   int64_t num_tokens_ = 0;
   int64_t seq_len_ = 0;
   int64_t num_sequences_ = 0;

@@ -53,6 +53,11 @@ void TokenCounter::add(std::string_view token) {
   ++total_;
 }
 
+void TokenCounter::merge(const TokenCounter& other) {
+  for (const auto& [token, count] : other.counts_) counts_[token] += count;
+  total_ += other.total_;
+}
+
 uint64_t vocab_fingerprint(const std::vector<std::string>& tokens) {
   uint64_t hash = kFnv1a64Offset;
   for (const std::string& token : tokens) {

@@ -37,6 +37,8 @@ struct VocabOptions {
 class TokenCounter {
  public:
   void add(std::string_view token);
+  // Adds every count of `other` (counting a text in chunks gives the counts of the whole).
+  void merge(const TokenCounter& other);
   const std::unordered_map<std::string, int64_t>& counts() const { return counts_; }
   int64_t total() const { return total_; }
 

@@ -9,6 +9,16 @@ namespace moe {
 
 double EvalResult::perplexity() const { return std::exp(mean_loss()); }
 
+std::optional<double> EvalResult::word_perplexity() const {
+  if (!(tokens_per_word > 0)) return std::nullopt;
+  return std::exp(mean_loss() * tokens_per_word);
+}
+
+std::optional<double> EvalResult::bits_per_byte() const {
+  if (!(tokens_per_byte > 0)) return std::nullopt;
+  return mean_loss() * tokens_per_byte / std::log(2.0);
+}
+
 StatusOr<EvalResult> evaluate_perplexity(TransformerLM* model, const data::SequenceSet& set,
                                          int64_t batch, int64_t max_sequences, uint64_t seed,
                                          comm::Communicator* world,
@@ -58,6 +68,8 @@ StatusOr<EvalResult> evaluate_perplexity(TransformerLM* model, const data::Seque
   EvalResult result;
   result.loss_sum = host.data<double>()[TransformerLM::kLossSum];
   result.tokens = static_cast<int64_t>(std::llround(host.data<double>()[TransformerLM::kLossTokens]));
+  result.tokens_per_word = set.tokens_per_word();
+  result.tokens_per_byte = set.tokens_per_byte();
   return result;
 }
 

@@ -2,9 +2,17 @@
 // in rank order, each rank evaluates its share in batches of `batch` sequences (padding with
 // ignored rows so that every rank of an EP group runs the same number of equal-sized batches),
 // and the loss sums are all-reduced. PPL = exp(sum of token NLL / tokens).
+//
+// Perplexity per word and bits per byte compare models across tokenizers: the mean NLL per
+// evaluated token, scaled by the split's tokens per word (or per byte) of its text,
+//   word PPL = exp(mean NLL * tokens / words),  bits/byte = mean NLL * tokens / bytes / ln 2,
+// i.e. the total NLL over the split's words (bytes) when the whole split is evaluated (all but its
+// first token and a tail shorter than one sequence). Words are WikiText's word-level tokens
+// (text_reader.h TextStats), so with the word tokenizer word PPL equals PPL exactly.
 #pragma once
 
 #include <functional>
+#include <optional>
 
 #include "comm/communicator.h"
 #include "core/data/sequences.h"
@@ -16,8 +24,11 @@ struct EvalResult {
   double loss_sum = 0;
   int64_t tokens = 0;
   bool stopped = false;  // ended early on a stop request
+  double tokens_per_word = 0, tokens_per_byte = 0;  // the set's (0: unknown)
   double mean_loss() const { return tokens > 0 ? loss_sum / static_cast<double>(tokens) : 0; }
   double perplexity() const;
+  std::optional<double> word_perplexity() const;  // nullopt when the text counts are unknown
+  std::optional<double> bits_per_byte() const;
 };
 
 // max_sequences: 0 = every sequence of the set, else the first max_sequences. Collective over

@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "core/base/check.h"
+#include "core/data/dataset.h"
 
 namespace moe {
 namespace {
@@ -15,7 +16,13 @@ Status make_sequences(const data::TokenSplit& split, int64_t seq_len,
   return Status::OK();
 }
 
-StatusOr<std::unique_ptr<RunData>> load_here(const RunConfig& cfg, const std::string& run_dir) {
+StatusOr<std::unique_ptr<RunData>> load_here(const RunConfig& cfg, const std::string& run_dir,
+                                             bool verify) {
+  if (!cfg.data.dataset.empty()) {
+    auto d = std::make_unique<RunData>();
+    MOE_ASSIGN_OR_RETURN(d->corpus, data::open_dataset(cfg.data.dataset, verify));
+    return d;
+  }
   data::CorpusSpec spec;
   spec.name = "corpus";
   spec.train_path = cfg.data.train;
@@ -43,7 +50,7 @@ StatusOr<std::unique_ptr<RunData>> load_run_data(const RunConfig& cfg, const std
   // The error travels as "<code digit><message>".
   std::string error;
   if (rank == 0) {
-    StatusOr<std::unique_ptr<RunData>> r = load_here(cfg, run_dir);
+    StatusOr<std::unique_ptr<RunData>> r = load_here(cfg, run_dir, /*verify=*/true);
     if (r.ok()) {
       d = std::move(r).value();
     } else {
@@ -53,7 +60,7 @@ StatusOr<std::unique_ptr<RunData>> load_run_data(const RunConfig& cfg, const std
   if (world != nullptr && world->world_size() > 1) {
     MOE_ASSIGN_OR_RETURN(error, world->broadcast_bytes(error, 0));
     if (error.empty() && rank != 0) {
-      MOE_ASSIGN_OR_RETURN(d, load_here(cfg, run_dir));
+      MOE_ASSIGN_OR_RETURN(d, load_here(cfg, run_dir, /*verify=*/false));  // rank 0 verified
     }
   }
   if (!error.empty()) return Status(static_cast<StatusCode>(error[0] - '0'), error.substr(1));
@@ -67,9 +74,12 @@ StatusOr<std::unique_ptr<RunData>> load_run_data(const RunConfig& cfg, const std
        {std::tuple{&d->corpus.valid, &d->attacked_valid, &d->attacked_valid_seq, &d->attacked_valid_rate},
         std::tuple{&d->corpus.test, &d->attacked_test, &d->attacked_test_seq, &d->attacked_test_rate}}) {
     if (!split->present() || cfg.train.attack_rate <= 0) continue;
-    MOE_ASSIGN_OR_RETURN(data::AttackResult a, data::attack_tokens(split->ids, cfg.train.attack_rate,
+    // The attacked copy is held in memory (evaluation splits are small next to training's).
+    MOE_ASSIGN_OR_RETURN(const std::vector<int32_t> ids, data::materialize(*split));
+    MOE_ASSIGN_OR_RETURN(data::AttackResult a, data::attack_tokens(ids, cfg.train.attack_rate,
                                                                    cfg.train.attack_seed, vocab));
     *out = *split;
+    out->shards = nullptr;
     out->name = "attacked_" + split->name;
     out->ids = std::move(a.tokens);
     *rate = a.swap_fraction;

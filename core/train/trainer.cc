@@ -194,9 +194,8 @@ Status Trainer::setup() {
         texts += str_cat(s->name, ": none");
         continue;
       }
-      const int64_t unknown = std::count(s->ids.begin(), s->ids.end(), data::Vocabulary::kUnkId);
       texts += str_cat(s->name, " ", s->source, " (", s->size(), " tokens, ",
-                       fixed_percent(unknown, s->size()), " <unk>)");
+                       fixed_percent(s->stats.unknown, s->size()), " <unk>)");
     }
     coordinator_->print(str_cat("momoe: data: ", texts));
     if (t.device == DeviceKind::kCpu) {
@@ -398,9 +397,8 @@ const std::map<std::string, std::string>& Trainer::data_fingerprints() {
   const data::TokenizedCorpus& c = data_->corpus;
   for (const data::TokenSplit* s : {&c.train, &c.valid, &c.test}) {
     if (!s->present()) continue;
-    const uint64_t h = fnv1a64_update(kFnv1a64Offset, s->ids.data(), s->ids.size() * sizeof(int32_t));
-    out[str_cat("data.", s->name, " contents")] =
-        str_cat(s->ids.size(), " tokens, fingerprint ", io::hex64(h).substr(2));
+    out[str_cat("data.", s->name, " contents")] = str_cat(
+        s->size(), " tokens, fingerprint ", io::hex64(data::contents_fingerprint(*s)).substr(2));
   }
   return out;
 }
@@ -629,6 +627,14 @@ StatusOr<EvalReport> Trainer::evaluate_impl(bool whole_splits) {
   if (r.attacked_valid) record.attacked_valid_ppl = r.attacked_valid->perplexity();
   if (r.attacked_test) record.attacked_test_ppl = r.attacked_test->perplexity();
   if (r.attacked_valid || r.attacked_test) record.attack_rate = r.attack_rate;
+  if (r.valid) {
+    record.valid_word_ppl = r.valid->word_perplexity();
+    record.valid_bits_per_byte = r.valid->bits_per_byte();
+  }
+  if (r.test) {
+    record.test_word_ppl = r.test->word_perplexity();
+    record.test_bits_per_byte = r.test->bits_per_byte();
+  }
   coordinator_->report_eval(record);
   auto fmt = [](const std::optional<EvalResult>& e) {
     return e ? str_cat(e->perplexity()) : std::string("-");
@@ -640,7 +646,11 @@ StatusOr<EvalReport> Trainer::evaluate_impl(bool whole_splits) {
   coordinator_->print(str_cat("eval at step ", steps_done(), what, ": valid ppl ", fmt(r.valid),
                               " | test ppl ", fmt(r.test), " | attacked (", cfg_.train.attack_rate,
                               " word swaps, realised ", r.attack_rate, ") valid ppl ",
-                              fmt(r.attacked_valid), " | test ppl ", fmt(r.attacked_test)));
+                              fmt(r.attacked_valid), " | test ppl ", fmt(r.attacked_test),
+                              r.valid && r.valid->bits_per_byte()
+                                  ? str_cat(" | valid ", *r.valid->word_perplexity(), " per word, ",
+                                            *r.valid->bits_per_byte(), " bits/byte")
+                                  : std::string()));
   return r;
 }
 

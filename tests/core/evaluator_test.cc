@@ -90,3 +90,47 @@ TEST(EvaluatorTest, RejectsANegativeEvalCapacity) {
 
 }  // namespace
 }  // namespace moe::testing
+
+namespace moe::testing {
+namespace {
+
+// Perplexity per word and bits per byte: the split's tokens per word and per byte scale the mean
+// token loss; with the word tokenizer (a token is a word) the word perplexity is the perplexity.
+TEST(EvaluatorTest, WordPerplexityAndBitsPerByte) {
+  const ModelConfig cfg = model_config(0.0);
+  auto model = TransformerLM::create(cfg, &host_context(), DType::kF64, nullptr).value();
+  ASSERT_TRUE(model->init_parameters(3).ok());
+  data::TokenSplit split;
+  (void)sequences(cfg.vocab_size, cfg.seq_len, 10, split);
+  const int64_t n = split.size();
+  // No text counts (a generated split): neither is reported.
+  {
+    const data::SequenceSet set = data::SequenceSet::create(split, cfg.seq_len).value();
+    const EvalResult r = evaluate_perplexity(model.get(), set, 4, 0, 1, nullptr).value();
+    EXPECT_FALSE(r.word_perplexity().has_value());
+    EXPECT_FALSE(r.bits_per_byte().has_value());
+  }
+  // A word-level split: as many words as tokens.
+  split.stats.words = n;
+  split.stats.bytes = 5 * n + 3;
+  {
+    const data::SequenceSet set = data::SequenceSet::create(split, cfg.seq_len).value();
+    const EvalResult r = evaluate_perplexity(model.get(), set, 4, 0, 1, nullptr).value();
+    ASSERT_TRUE(r.word_perplexity().has_value());
+    EXPECT_EQ(*r.word_perplexity(), r.perplexity());
+    const double bpb = r.loss_sum / static_cast<double>(r.tokens) * static_cast<double>(n) /
+                       static_cast<double>(5 * n + 3) / std::log(2.0);
+    EXPECT_NEAR(*r.bits_per_byte(), bpb, 1e-12 * bpb);
+  }
+  // A subword split, 1.5 tokens per word: word PPL = PPL^1.5.
+  split.stats.words = n * 2 / 3;
+  {
+    const data::SequenceSet set = data::SequenceSet::create(split, cfg.seq_len).value();
+    const EvalResult r = evaluate_perplexity(model.get(), set, 4, 0, 1, nullptr).value();
+    const double tpw = static_cast<double>(n) / static_cast<double>(n * 2 / 3);
+    EXPECT_NEAR(*r.word_perplexity(), std::pow(r.perplexity(), tpw), 1e-9 * *r.word_perplexity());
+  }
+}
+
+}  // namespace
+}  // namespace moe::testing

@@ -41,24 +41,38 @@ TEST(TokenCacheTest, RoundTripAndLayout) {
   const Vocabulary vocab = small_vocab();
   const std::vector<int32_t> ids = sample_ids(vocab, 1001);
   const std::string path = dir.file("train.tok");
-  ASSERT_TRUE(write_token_cache(path, ids, vocab.fingerprint()).ok());
+  TextStats stats;
+  stats.words = 900;
+  stats.bytes = 5123;
+  stats.unknown = 17;
+  ASSERT_TRUE(write_token_cache(path, ids, vocab.fingerprint(), stats).ok());
 
   const std::string bytes = testing::read_file(path);
-  ASSERT_EQ(bytes.size(), 40u + 4u * ids.size());
+  ASSERT_EQ(bytes.size(), 64u + 4u * ids.size());
   EXPECT_EQ(bytes.substr(0, 8), "MOETOK01");
-  EXPECT_EQ(read_le<uint32_t>(bytes, 8), 1u);
-  EXPECT_EQ(read_le<uint32_t>(bytes, 12), 40u);
+  EXPECT_EQ(read_le<uint32_t>(bytes, 8), 2u);
+  EXPECT_EQ(read_le<uint32_t>(bytes, 12), 64u);
   EXPECT_EQ(read_le<uint64_t>(bytes, 16), vocab.fingerprint());
   EXPECT_EQ(read_le<uint64_t>(bytes, 24), ids.size());
+  EXPECT_EQ(read_le<uint64_t>(bytes, 32), 900u);
+  EXPECT_EQ(read_le<uint64_t>(bytes, 40), 5123u);
+  EXPECT_EQ(read_le<uint64_t>(bytes, 48), 17u);
   const uLong payload_crc =
-      crc32(crc32(0L, Z_NULL, 0), reinterpret_cast<const Bytef*>(bytes.data() + 40),
-            static_cast<uInt>(bytes.size() - 40));
-  EXPECT_EQ(read_le<uint32_t>(bytes, 32), static_cast<uint32_t>(payload_crc));
-  EXPECT_EQ(read_le<int32_t>(bytes, 40 + 4 * 5), ids[5]);
+      crc32(crc32(0L, Z_NULL, 0), reinterpret_cast<const Bytef*>(bytes.data() + 64),
+            static_cast<uInt>(bytes.size() - 64));
+  EXPECT_EQ(read_le<uint32_t>(bytes, 56), static_cast<uint32_t>(payload_crc));
+  const uLong header_crc =
+      crc32(crc32(0L, Z_NULL, 0), reinterpret_cast<const Bytef*>(bytes.data()), 60);
+  EXPECT_EQ(read_le<uint32_t>(bytes, 60), static_cast<uint32_t>(header_crc));
+  EXPECT_EQ(read_le<int32_t>(bytes, 64 + 4 * 5), ids[5]);
 
-  StatusOr<std::vector<int32_t>> loaded = load_token_cache(path, vocab, "vocab.txt");
+  TextStats read_stats;
+  StatusOr<std::vector<int32_t>> loaded = load_token_cache(path, vocab, "vocab.txt", &read_stats);
   ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
   EXPECT_EQ(*loaded, ids);
+  EXPECT_EQ(read_stats.words, 900);
+  EXPECT_EQ(read_stats.bytes, 5123);
+  EXPECT_EQ(read_stats.unknown, 17);
 
   // The write went through a temporary name that is gone now.
   int files = 0;
@@ -72,7 +86,7 @@ TEST(TokenCacheTest, RoundTripAndLayout) {
 TEST(TokenCacheTest, EmptyPayloadRoundTrips) {
   TempDir dir;
   const Vocabulary vocab = small_vocab();
-  ASSERT_TRUE(write_token_cache(dir.file("e.tok"), {}, vocab.fingerprint()).ok());
+  ASSERT_TRUE(write_token_cache(dir.file("e.tok"), {}, vocab.fingerprint(), {}).ok());
   StatusOr<std::vector<int32_t>> loaded = load_token_cache(dir.file("e.tok"), vocab, "v");
   ASSERT_TRUE(loaded.ok());
   EXPECT_TRUE(loaded->empty());
@@ -82,7 +96,7 @@ class TokenCacheErrorTest : public ::testing::Test {
  protected:
   void SetUp() override {
     ids_ = sample_ids(vocab_, 500);
-    ASSERT_TRUE(write_token_cache(dir_.file("good.tok"), ids_, vocab_.fingerprint()).ok());
+    ASSERT_TRUE(write_token_cache(dir_.file("good.tok"), ids_, vocab_.fingerprint(), {}).ok());
     good_ = testing::read_file(dir_.file("good.tok"));
   }
   // Writes `bytes` and loads them; returns the status.
@@ -116,7 +130,7 @@ TEST_F(TokenCacheErrorTest, TruncatedNamesExpectedAndActualSize) {
 TEST_F(TokenCacheErrorTest, CorruptedPayloadOrHeader) {
   std::string path;
   std::string bad = good_;
-  bad[40 + 123] = static_cast<char>(bad[40 + 123] ^ 0x10);
+  bad[64 + 123] = static_cast<char>(bad[64 + 123] ^ 0x10);
   Status s = load(bad, vocab_, &path);
   EXPECT_EQ(s.code(), StatusCode::kDataLoss);
   EXPECT_TRUE(contains(s.message(), path));
@@ -134,6 +148,17 @@ TEST_F(TokenCacheErrorTest, CorruptedPayloadOrHeader) {
   EXPECT_TRUE(contains(s.message(), "MOETOK01")) << s.message();
 
   EXPECT_EQ(load("", vocab_, &path).code(), StatusCode::kDataLoss);
+}
+
+TEST_F(TokenCacheErrorTest, VersionOneIsAnotherVersion) {
+  // A cache written by the previous format (40-byte header, version 1): refused by version, so the
+  // run's corpus cache rebuilds instead of reading it as damaged.
+  std::string old = good_.substr(0, 40) + good_.substr(64);
+  old[8] = 1;
+  std::string path;
+  const Status s = load(old, vocab_, &path);
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s.to_string();
+  EXPECT_TRUE(contains(s.message(), "format version 1")) << s.message();
 }
 
 TEST_F(TokenCacheErrorTest, FingerprintMismatchNamesBoth) {

@@ -101,6 +101,8 @@ TEST(CompareGridTest, SummaryTablesFromRunRecords) {
   std::vector<StepStatsInfo> s1, s2;
   for (int i = 0; i < 12; ++i) s1.push_back(step(i, 8.0 - 0.25 * i));
   s1.push_back(eval(12, 100.0, 120.0));
+  s1.back().valid_word_ppl = 100.0;
+  s1.back().valid_bits_per_byte = 1.25;
   for (int i = 0; i < 12; ++i) s2.push_back(step(i, 8.0 - 0.5 * i));
   s2.push_back(eval(12, 110.0, 124.0));
   StepStatsInfo skipped = step(12, 1.0);
@@ -126,8 +128,14 @@ TEST(CompareGridTest, SummaryTablesFromRunRecords) {
   EXPECT_NE(md.find("| b | 0 of 1 | - | - | - | not reached | not reached |"), std::string::npos)
       << md;
   const std::string csv = compare_csv(runs, {6.5});
-  EXPECT_NE(csv.find("a,1,1,100.0000,120.0000,5.25000,12\n"), std::string::npos) << csv;
-  EXPECT_NE(csv.find("b,1,0,-,-,-,-1\n"), std::string::npos) << csv;
+  EXPECT_EQ(csv.find("variant,seed,ok,valid_ppl,attacked_valid_ppl,final_loss,valid_word_ppl,"
+                     "valid_bits_per_byte,steps_to_loss_6.5\n"),
+            0u)
+      << csv;
+  EXPECT_NE(csv.find("a,1,1,100.0000,120.0000,5.25000,100.0000,1.25000,12\n"), std::string::npos)
+      << csv;
+  EXPECT_NE(csv.find("a,2,1,110.0000,124.0000,2.50000,-,-,10\n"), std::string::npos) << csv;
+  EXPECT_NE(csv.find("b,1,0,-,-,-,-,-,-1\n"), std::string::npos) << csv;
   EXPECT_EQ(curves_csv(runs).find("variant,seed,step,loss\na,1,0,8.000000\n"), 0u);
 }
 

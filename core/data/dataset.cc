@@ -1,0 +1,329 @@
+#include "core/data/dataset.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "core/base/check.h"
+#include "core/base/hash.h"
+#include "core/data/token_cache.h"
+#include "core/io/file_util.h"
+
+namespace moe::data {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::ordered_json;
+
+std::string index_path(const std::string& dir) {
+  return (fs::path(dir) / kDatasetIndexFile).string();
+}
+
+// Reads exactly n bytes at `offset`; false on a short read (errno set on an error).
+bool pread_all(int fd, char* out, int64_t n, int64_t offset) {
+  while (n > 0) {
+    const ssize_t got = ::pread(fd, out, static_cast<size_t>(n), static_cast<off_t>(offset));
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) return false;
+    out += got;
+    n -= got;
+    offset += got;
+  }
+  return true;
+}
+
+json stats_json(int64_t tokens, const TextStats& s) {
+  json j;
+  j["tokens"] = tokens;
+  j["words"] = s.words;
+  j["bytes"] = s.bytes;
+  j["unknown"] = s.unknown;
+  return j;
+}
+
+// The object without its "crc32" field, serialised the way the checksum covers it.
+std::string checksummed_bytes(json j) {
+  j.erase("crc32");
+  return j.dump();
+}
+
+}  // namespace
+
+std::string shard_file_name(const std::string& name, int64_t index) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "-%05lld.tok", static_cast<long long>(index));
+  return name + buf;
+}
+
+Status write_dataset_index(const std::string& dir, const DatasetIndex& index) {
+  json j;
+  j["format"] = kDatasetFormat;
+  j["version"] = kDatasetVersion;
+  j["tokenizer"] = {{"kind", index.tokenizer},
+                    {"vocab", kDatasetVocabFile},
+                    {"vocab_fingerprint", io::hex64(index.vocab_fingerprint)},
+                    {"vocab_size", index.vocab_size},
+                    {"vocab_from", index.vocab_from},
+                    {"vocab_max_size", index.vocab_options.max_size},
+                    {"vocab_min_count", index.vocab_options.min_count}};
+  json splits = json::object();
+  for (const auto& [name, s] : index.splits) {
+    json js = stats_json(s.tokens, s.stats);
+    js["sources"] = s.sources;
+    js["contents_fnv"] = io::hex64(s.contents_fnv);
+    json shards = json::array();
+    for (const ShardEntry& e : s.shards) {
+      shards.push_back({{"file", e.file}, {"tokens", e.tokens}, {"crc32", io::hex32(e.crc32)}});
+    }
+    js["shards"] = shards;
+    splits[name] = js;
+  }
+  j["splits"] = splits;
+  j["crc32"] = io::hex32(io::crc32_of(checksummed_bytes(j)));
+  return io::write_file_atomic(index_path(dir), j.dump(2) + "\n");
+}
+
+StatusOr<DatasetIndex> read_dataset_index(const std::string& dir) {
+  const std::string path = index_path(dir);
+  if (!fs::exists(path)) {
+    return not_found_error(
+        "no ", kDatasetIndexFile, " in ", dir,
+        ": not a prepared dataset (make one with `momoe-data prepare --out ", dir,
+        " ...`), or its preparation did not finish (run the same command again to resume it)");
+  }
+  MOE_ASSIGN_OR_RETURN(const std::string text, io::read_file(path));
+  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) {
+    return data_loss_error("dataset index ", path, " is not a JSON object (damaged or truncated)");
+  }
+  try {
+    if (j.value("format", std::string()) != kDatasetFormat) {
+      return failed_precondition_error("dataset index ", path, " has format '",
+                                       j.value("format", std::string()), "', expected '",
+                                       kDatasetFormat, "'");
+    }
+    const std::string stored = j.value("crc32", std::string());
+    const std::string actual = io::hex32(io::crc32_of(checksummed_bytes(j)));
+    if (stored != actual) {
+      return data_loss_error("dataset index ", path, " is damaged: crc32 ", actual, ", stored ",
+                             stored.empty() ? std::string("none") : stored);
+    }
+    if (j.at("version").get<int>() != kDatasetVersion) {
+      return failed_precondition_error("dataset index ", path, " has format version ",
+                                       j.at("version").get<int>(), "; this build reads version ",
+                                       kDatasetVersion);
+    }
+    DatasetIndex index;
+    const json& t = j.at("tokenizer");
+    index.tokenizer = t.at("kind").get<std::string>();
+    index.vocab_fingerprint =
+        std::stoull(t.at("vocab_fingerprint").get<std::string>(), nullptr, 16);
+    index.vocab_size = t.at("vocab_size").get<int64_t>();
+    index.vocab_from = t.at("vocab_from").get<std::string>();
+    index.vocab_options.max_size = t.at("vocab_max_size").get<int64_t>();
+    index.vocab_options.min_count = t.at("vocab_min_count").get<int64_t>();
+    for (const auto& [name, js] : j.at("splits").items()) {
+      SplitEntry s;
+      s.tokens = js.at("tokens").get<int64_t>();
+      s.stats.words = js.at("words").get<int64_t>();
+      s.stats.bytes = js.at("bytes").get<int64_t>();
+      s.stats.unknown = js.at("unknown").get<int64_t>();
+      s.sources = js.at("sources").get<std::vector<std::string>>();
+      s.contents_fnv = std::stoull(js.at("contents_fnv").get<std::string>(), nullptr, 16);
+      int64_t sum = 0;
+      for (const json& e : js.at("shards")) {
+        ShardEntry shard;
+        shard.file = e.at("file").get<std::string>();
+        shard.tokens = e.at("tokens").get<int64_t>();
+        shard.crc32 =
+            static_cast<uint32_t>(std::stoul(e.at("crc32").get<std::string>(), nullptr, 16));
+        if (shard.file.empty() || shard.file.find('/') != std::string::npos || shard.tokens < 0) {
+          return data_loss_error("dataset index ", path, ": split ", name,
+                                 " has a bad shard entry ", e.dump());
+        }
+        sum += shard.tokens;
+        s.shards.push_back(shard);
+      }
+      if (sum != s.tokens) {
+        return data_loss_error("dataset index ", path, ": split ", name, " says ", s.tokens,
+                               " tokens, its shards hold ", sum);
+      }
+      index.splits[name] = std::move(s);
+    }
+    if (index.splits.count("train") == 0) {
+      return data_loss_error("dataset index ", path, " has no train split");
+    }
+    return index;
+  } catch (const std::exception& e) {
+    return data_loss_error("dataset index ", path, " is malformed: ", e.what());
+  }
+}
+
+ShardedTokens::~ShardedTokens() {
+  for (int fd : fds_) ::close(fd);
+}
+
+StatusOr<std::shared_ptr<const ShardedTokens>> ShardedTokens::open(const std::string& dir,
+                                                                   const std::string& name,
+                                                                   const SplitEntry& split,
+                                                                   const Vocabulary& vocab,
+                                                                   bool verify_payload) {
+  std::shared_ptr<ShardedTokens> t(new ShardedTokens());
+  t->vocab_size_ = vocab.size();
+  t->contents_fnv_ = split.contents_fnv;
+  const std::string vocab_source = (fs::path(dir) / kDatasetVocabFile).string();
+  std::vector<char> buf;
+  for (const ShardEntry& e : split.shards) {
+    const std::string path = (fs::path(dir) / e.file).string();
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+      const int err = errno;
+      if (err == ENOENT) {
+        return not_found_error("shard ", path, " of split ", name, " is missing (the dataset's ",
+                               kDatasetIndexFile, " lists it)");
+      }
+      return internal_error("cannot open shard ", path, ": ", std::strerror(err));
+    }
+    t->fds_.push_back(fd);  // closed by the destructor, also on the errors below
+    t->paths_.push_back(path);
+    const off_t size = ::lseek(fd, 0, SEEK_END);
+    char head[kTokenCacheHeaderBytes] = {};
+    if (size < 0) return internal_error("cannot size shard ", path, ": ", std::strerror(errno));
+    if (size > 0 && !pread_all(fd, head, std::min<int64_t>(size, kTokenCacheHeaderBytes), 0)) {
+      return internal_error("cannot read shard ", path, ": ", std::strerror(errno));
+    }
+    MOE_ASSIGN_OR_RETURN(const TokenFileHeader h, decode_token_header(head, size, path));
+    MOE_RETURN_IF_ERROR(check_vocab_fingerprint(vocab.fingerprint(), vocab_source,
+                                                h.vocab_fingerprint, str_cat("shard ", path)));
+    if (h.tokens != e.tokens || h.payload_crc != e.crc32) {
+      return data_loss_error("shard ", path, " does not match the dataset's index: it holds ",
+                             h.tokens, " tokens with crc32 ", io::hex32(h.payload_crc),
+                             ", the index says ", e.tokens, " with crc32 ", io::hex32(e.crc32),
+                             " (a shard from another preparation?)");
+    }
+    if (verify_payload) {
+      buf.resize(size_t{1} << 22);
+      uint32_t crc = 0;
+      std::string bad_id;
+      for (int64_t at = 0; at < h.tokens * 4;) {
+        const int64_t n = std::min<int64_t>(static_cast<int64_t>(buf.size()), h.tokens * 4 - at);
+        if (!pread_all(fd, buf.data(), n, kTokenCacheHeaderBytes + at)) {
+          return data_loss_error("cannot read shard ", path, " at byte ",
+                                 kTokenCacheHeaderBytes + at);
+        }
+        crc = io::crc32_update(crc, buf.data(), static_cast<size_t>(n));
+        for (int64_t i = 0; i < n / 4 && bad_id.empty(); ++i) {
+          int32_t id;
+          std::memcpy(&id, buf.data() + 4 * i, 4);
+          if (id < 0 || id >= t->vocab_size_) {
+            bad_id = str_cat("token ", at / 4 + i, " has id ", id, " outside the vocabulary [0, ",
+                             t->vocab_size_, ")");
+          }
+        }
+        at += n;
+      }
+      if (crc != h.payload_crc) {
+        return data_loss_error("shard ", path, " is corrupted: payload crc32 ", io::hex32(crc),
+                               ", stored ", io::hex32(h.payload_crc),
+                               bad_id.empty() ? std::string() : str_cat(" (", bad_id, ")"));
+      }
+      if (!bad_id.empty()) return data_loss_error("shard ", path, ": ", bad_id);
+    }
+    t->starts_.push_back(t->starts_.back() + h.tokens);
+  }
+  return std::shared_ptr<const ShardedTokens>(std::move(t));
+}
+
+Status ShardedTokens::read(int64_t begin, int64_t count, int32_t* out) const {
+  if (begin < 0 || count < 0 || begin + count > size()) {
+    return invalid_argument_error("tokens [", begin, ", ", begin + count, ") outside [0, ", size(),
+                                  ")");
+  }
+  // The shard holding `begin`: the last start <= begin.
+  size_t s = static_cast<size_t>(std::upper_bound(starts_.begin(), starts_.end(), begin) -
+                                 starts_.begin()) -
+             1;
+  int32_t* dst = out;
+  while (count > 0) {
+    const int64_t local = begin - starts_[s];
+    const int64_t n = std::min(count, starts_[s + 1] - begin);
+    if (n > 0) {
+      if (!pread_all(fds_[s], reinterpret_cast<char*>(dst), n * 4,
+                     kTokenCacheHeaderBytes + local * 4)) {
+        return data_loss_error("cannot read tokens ", local, "..", local + n, " of shard ",
+                               paths_[s], " (", errno != 0 ? std::strerror(errno) : "short read",
+                               "): did it change after it was opened?");
+      }
+      for (int64_t i = 0; i < n; ++i) {
+        if (dst[i] < 0 || dst[i] >= vocab_size_) {
+          return data_loss_error("shard ", paths_[s], ": token ", local + i, " has id ", dst[i],
+                                 " outside the vocabulary [0, ", vocab_size_, ")");
+        }
+      }
+    }
+    dst += n;
+    begin += n;
+    count -= n;
+    ++s;
+  }
+  return Status::OK();
+}
+
+StatusOr<TokenizedCorpus> open_dataset(const std::string& dir, bool verify_payload) {
+  MOE_ASSIGN_OR_RETURN(const DatasetIndex index, read_dataset_index(dir));
+  if (index.tokenizer != "word") {
+    return failed_precondition_error("dataset ", dir, " uses the '", index.tokenizer,
+                                     "' tokenizer, which this build does not read");
+  }
+  TokenizedCorpus corpus;
+  corpus.vocab_source = (fs::path(dir) / kDatasetVocabFile).string();
+  MOE_ASSIGN_OR_RETURN(corpus.vocab, Vocabulary::load(corpus.vocab_source));
+  MOE_RETURN_IF_ERROR(check_vocab_fingerprint(index.vocab_fingerprint, index_path(dir),
+                                              corpus.vocab.fingerprint(), corpus.vocab_source));
+  for (auto [name, split] : {std::pair{"train", &corpus.train}, std::pair{"valid", &corpus.valid},
+                             std::pair{"test", &corpus.test}}) {
+    split->name = name;
+    const auto it = index.splits.find(name);
+    if (it == index.splits.end()) continue;
+    split->source = str_cat(dir, " (", name, ")");
+    split->stats = it->second.stats;
+    MOE_ASSIGN_OR_RETURN(split->shards,
+                         ShardedTokens::open(dir, name, it->second, corpus.vocab, verify_payload));
+  }
+  corpus.from_cache = true;
+  return corpus;
+}
+
+StatusOr<std::string> verify_dataset(const std::string& dir) {
+  MOE_ASSIGN_OR_RETURN(const TokenizedCorpus corpus, open_dataset(dir, /*verify_payload=*/true));
+  std::string out = str_cat(dir, ": ok; vocabulary ", corpus.vocab.size(), " words");
+  for (const TokenSplit* s : {&corpus.train, &corpus.valid, &corpus.test}) {
+    if (!s->present()) continue;
+    // The contents fingerprint too: the shards' checksums are per shard, this is over their order.
+    std::vector<int32_t> block(size_t{1} << 20);
+    uint64_t h = kFnv1a64Offset;
+    for (int64_t at = 0; at < s->size();) {
+      const int64_t n = std::min<int64_t>(static_cast<int64_t>(block.size()), s->size() - at);
+      MOE_RETURN_IF_ERROR(s->shards->read(at, n, block.data()));
+      h = fnv1a64_update(h, block.data(), static_cast<size_t>(n) * 4);
+      at += n;
+    }
+    if (h != s->shards->contents_fnv()) {
+      return data_loss_error("dataset ", dir, ": split ", s->name, " has contents fingerprint ",
+                             io::hex64(h), ", the index says ",
+                             io::hex64(s->shards->contents_fnv()),
+                             " (shards reordered or replaced?)");
+    }
+    out +=
+        str_cat("; ", s->name, " ", s->size(), " tokens in ", s->shards->num_shards(), " shard(s)");
+  }
+  return out;
+}
+
+}  // namespace moe::data

@@ -1,0 +1,542 @@
+#include "core/data/prepare.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "core/base/check.h"
+#include "core/base/hash.h"
+#include "core/base/thread_pool.h"
+#include "core/data/text_stream.h"
+#include "core/data/token_cache.h"
+#include "core/io/file_util.h"
+
+namespace moe::data {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::ordered_json;
+using Clock = std::chrono::steady_clock;
+
+constexpr char kStateFile[] = "prepare.json";
+constexpr char kStateFormat[] = "momoe-prepare";
+constexpr const char* kSplitNames[3] = {"train", "valid", "test"};
+
+std::string join(const std::string& dir, const std::string& name) {
+  return (fs::path(dir) / name).string();
+}
+
+// A file's identity for the plan: absolute path, size, modification time.
+StatusOr<json> file_identity(const std::string& path) {
+  std::error_code ec;
+  const std::string abs = fs::absolute(path, ec).lexically_normal().string();
+  const auto size = fs::file_size(path, ec);
+  if (ec) return internal_error("cannot stat ", path, ": ", ec.message());
+  const auto mtime = fs::last_write_time(path, ec).time_since_epoch().count();
+  if (ec) return internal_error("cannot stat ", path, ": ", ec.message());
+  return json{
+      {"path", abs}, {"size", static_cast<int64_t>(size)}, {"mtime", static_cast<int64_t>(mtime)}};
+}
+
+// One split's progress, as prepare.json records it.
+struct SplitState {
+  bool complete = false;
+  int64_t file = 0;    // the input file to continue in
+  int64_t offset = 0;  // its decompressed byte offset (a chunk end)
+  int64_t line = 1;
+  int64_t file_tokens = 0;  // tokens of that file before `offset`
+  int64_t file_bytes = 0;
+  int64_t tokens = 0;
+  TextStats stats;
+  uint64_t fnv = kFnv1a64Offset;
+  std::vector<ShardEntry> shards;
+};
+
+json state_json(const SplitState& s) {
+  json shards = json::array();
+  for (const ShardEntry& e : s.shards) {
+    shards.push_back({{"file", e.file}, {"tokens", e.tokens}, {"crc32", io::hex32(e.crc32)}});
+  }
+  return json{{"complete", s.complete},       {"file", s.file},
+              {"offset", s.offset},           {"line", s.line},
+              {"file_tokens", s.file_tokens}, {"file_bytes", s.file_bytes},
+              {"tokens", s.tokens},           {"words", s.stats.words},
+              {"bytes", s.stats.bytes},       {"unknown", s.stats.unknown},
+              {"fnv", io::hex64(s.fnv)},      {"shards", shards}};
+}
+
+SplitState state_from_json(const json& j) {
+  SplitState s;
+  s.complete = j.at("complete").get<bool>();
+  s.file = j.at("file").get<int64_t>();
+  s.offset = j.at("offset").get<int64_t>();
+  s.line = j.at("line").get<int64_t>();
+  s.file_tokens = j.at("file_tokens").get<int64_t>();
+  s.file_bytes = j.at("file_bytes").get<int64_t>();
+  s.tokens = j.at("tokens").get<int64_t>();
+  s.stats.words = j.at("words").get<int64_t>();
+  s.stats.bytes = j.at("bytes").get<int64_t>();
+  s.stats.unknown = j.at("unknown").get<int64_t>();
+  s.fnv = std::stoull(j.at("fnv").get<std::string>(), nullptr, 16);
+  for (const json& e : j.at("shards")) {
+    s.shards.push_back(
+        {e.at("file").get<std::string>(), e.at("tokens").get<int64_t>(),
+         static_cast<uint32_t>(std::stoul(e.at("crc32").get<std::string>(), nullptr, 16))});
+  }
+  return s;
+}
+
+// Writes one shard: header placeholder, ids as they come, then the header; renamed when closed.
+class ShardWriter {
+ public:
+  ~ShardWriter() {
+    if (file_ != nullptr) {
+      std::fclose(file_);
+      std::remove(tmp_.c_str());
+    }
+  }
+  bool is_open() const { return file_ != nullptr; }
+  int64_t tokens() const { return tokens_; }
+
+  Status open(const std::string& path) {
+    path_ = path;
+    tmp_ = path + io::kTmpSuffix;
+    file_ = std::fopen(tmp_.c_str(), "wb");
+    if (file_ == nullptr)
+      return internal_error("cannot create shard ", tmp_, ": ", std::strerror(errno));
+    const char zeros[kTokenCacheHeaderBytes] = {};
+    tokens_ = 0;
+    crc_ = 0;
+    stats_ = TextStats();
+    return write(zeros, sizeof(zeros));
+  }
+
+  Status append(const std::vector<int32_t>& ids, const TextStats& stats) {
+    const size_t n = ids.size() * sizeof(int32_t);
+    crc_ = io::crc32_update(crc_, ids.data(), n);
+    tokens_ += static_cast<int64_t>(ids.size());
+    stats_ += stats;
+    return write(ids.data(), n);
+  }
+
+  StatusOr<ShardEntry> close(uint64_t vocab_fingerprint) {
+    TokenFileHeader h;
+    h.vocab_fingerprint = vocab_fingerprint;
+    h.tokens = tokens_;
+    h.stats = stats_;
+    h.payload_crc = crc_;
+    const std::string head = encode_token_header(h);
+    if (std::fseek(file_, 0, SEEK_SET) != 0) return internal_error("cannot seek in ", tmp_);
+    MOE_RETURN_IF_ERROR(write(head.data(), head.size()));
+    const bool flushed = std::fflush(file_) == 0;
+    const int closed = std::fclose(file_);
+    file_ = nullptr;
+    if (!flushed || closed != 0) {
+      std::remove(tmp_.c_str());
+      return internal_error("cannot write shard ", tmp_, ": ", std::strerror(errno));
+    }
+    MOE_RETURN_IF_ERROR(io::fsync_path(tmp_));
+    MOE_RETURN_IF_ERROR(io::rename_durable(tmp_, path_));
+    return ShardEntry{fs::path(path_).filename().string(), tokens_, crc_};
+  }
+
+ private:
+  Status write(const void* data, size_t n) {
+    if (n > 0 && std::fwrite(data, 1, n, file_) != n) {
+      return internal_error("cannot write shard ", tmp_, ": ", std::strerror(errno));
+    }
+    return Status::OK();
+  }
+  std::string path_, tmp_;
+  std::FILE* file_ = nullptr;
+  int64_t tokens_ = 0;
+  uint32_t crc_ = 0;
+  TextStats stats_;
+};
+
+// A chunk read from a file, and what tokenizing it gave.
+struct Work {
+  TextChunk chunk;
+  int64_t end_offset = 0, end_line = 0;  // the input position after it
+  int64_t raw_bytes = 0;                 // decompressed bytes (with a byte-order mark)
+  std::vector<int32_t> ids;
+  TextStats stats;
+  TokenCounter counts;
+  Status status;
+};
+
+class Preparer {
+ public:
+  Preparer(const PrepareSpec& spec, const std::function<bool(const PrepareProgress&)>& progress)
+      : spec_(spec),
+        progress_(progress),
+        pool_(spec.threads > 0
+                  ? spec.threads
+                  : std::max(1, static_cast<int>(std::thread::hardware_concurrency()))) {}
+
+  StatusOr<DatasetIndex> run();
+
+ private:
+  Status check_spec();
+  StatusOr<json> make_plan();
+  Status open_state(const json& plan, bool* already_done);
+  Status save_state();
+  Status build_vocabulary();
+  Status prepare_split(int which);
+  // Reads the next batch of up to `n` chunks from `reader`; false when the file is done.
+  StatusOr<bool> read_batch(TextChunkReader* reader, std::vector<Work>* batch);
+  void tokenize_batch(std::vector<Work>* batch, bool count_only, const std::string& path);
+  bool report(const std::string& phase, int64_t done, int64_t total, int64_t tokens,
+              Clock::time_point t0, int64_t at_start);
+
+  const PrepareSpec& spec_;
+  const std::function<bool(const PrepareProgress&)>& progress_;
+  ThreadPool pool_;
+  std::vector<std::string> inputs_[3];
+  std::vector<int64_t> sizes_[3];
+  json state_;
+  SplitState splits_[3];
+  Vocabulary vocab_;
+};
+
+Status Preparer::check_spec() {
+  if (spec_.out_dir.empty())
+    return invalid_argument_error("prepare: the output folder (--out) is required");
+  if (spec_.train.empty())
+    return invalid_argument_error("prepare: the training text (--train) is required");
+  if (spec_.shard_tokens < 1) {
+    return invalid_argument_error("prepare: shard_tokens ", spec_.shard_tokens, " must be >= 1");
+  }
+  if (spec_.chunk_bytes < 1) {
+    return invalid_argument_error("prepare: chunk_bytes ", spec_.chunk_bytes, " must be >= 1");
+  }
+  if (spec_.vocab.max_size != 0 && spec_.vocab.max_size < Vocabulary::kNumSpecial) {
+    return invalid_argument_error("prepare: vocab max size ", spec_.vocab.max_size,
+                                  " must be 0 (no cap) or >= ", Vocabulary::kNumSpecial);
+  }
+  if (spec_.vocab.min_count < 1) {
+    return invalid_argument_error("prepare: vocab min count ", spec_.vocab.min_count,
+                                  " must be >= 1");
+  }
+  return Status::OK();
+}
+
+StatusOr<json> Preparer::make_plan() {
+  const std::vector<std::string>* lists[3] = {&spec_.train, &spec_.valid, &spec_.test};
+  json plan;
+  plan["splits"] = json::object();
+  for (int k = 0; k < 3; ++k) {
+    if (lists[k]->empty()) continue;
+    MOE_ASSIGN_OR_RETURN(inputs_[k], expand_inputs(*lists[k]));
+    json files = json::array();
+    for (const std::string& f : inputs_[k]) {
+      MOE_ASSIGN_OR_RETURN(json id, file_identity(f));
+      sizes_[k].push_back(id["size"].get<int64_t>());
+      files.push_back(std::move(id));
+    }
+    plan["splits"][kSplitNames[k]] = files;
+  }
+  plan["vocab_max_size"] = spec_.vocab.max_size;
+  plan["vocab_min_count"] = spec_.vocab.min_count;
+  if (!spec_.vocab_path.empty()) {
+    MOE_ASSIGN_OR_RETURN(plan["vocab"], file_identity(spec_.vocab_path));
+  }
+  plan["shard_tokens"] = spec_.shard_tokens;
+  plan["chunk_bytes"] = spec_.chunk_bytes;
+  return plan;
+}
+
+Status Preparer::open_state(const json& plan, bool* already_done) {
+  *already_done = false;
+  const std::string dir = spec_.out_dir;
+  const std::string state_path = join(dir, kStateFile);
+  std::error_code ec;
+  if (fs::exists(state_path)) {
+    MOE_ASSIGN_OR_RETURN(const std::string text, io::read_file(state_path));
+    json j = json::parse(text, nullptr, false);
+    if (j.is_discarded() || !j.is_object() || j.value("format", std::string()) != kStateFormat) {
+      return failed_precondition_error(state_path,
+                                       " is not a momoe preparation record (damaged?): "
+                                       "remove ",
+                                       dir, " and prepare again");
+    }
+    if (j["plan"] != plan) {
+      return failed_precondition_error(
+          dir, " holds a preparation of other inputs or options (", state_path,
+          " records them; a file changed since, or the command differs): choose another --out, or "
+          "remove ",
+          dir, " to prepare it again");
+    }
+    state_ = std::move(j);
+    try {
+      for (int k = 0; k < 3; ++k) {
+        if (state_["splits"].contains(kSplitNames[k])) {
+          splits_[k] = state_from_json(state_["splits"][kSplitNames[k]]);
+        }
+      }
+    } catch (const std::exception& e) {
+      return failed_precondition_error(state_path, " is malformed (", e.what(), "): remove ", dir,
+                                       " and prepare again");
+    }
+    *already_done = state_.value("complete", false) && fs::exists(join(dir, kDatasetIndexFile));
+    return Status::OK();
+  }
+  if (fs::exists(dir)) {
+    if (!fs::is_directory(dir)) return invalid_argument_error("--out ", dir, " is not a folder");
+    if (!fs::is_empty(dir, ec)) {
+      return failed_precondition_error("--out ", dir, " is not empty and holds no preparation (",
+                                       kStateFile, "): choose an empty or new folder");
+    }
+  }
+  fs::create_directories(dir, ec);
+  if (ec) return internal_error("cannot create ", dir, ": ", ec.message());
+  state_ = json{{"format", kStateFormat}, {"version", 1},        {"plan", plan},
+                {"complete", false},      {"vocab_done", false}, {"splits", json::object()}};
+  return save_state();
+}
+
+Status Preparer::save_state() {
+  for (int k = 0; k < 3; ++k) {
+    if (!inputs_[k].empty()) state_["splits"][kSplitNames[k]] = state_json(splits_[k]);
+  }
+  return io::write_file_atomic(join(spec_.out_dir, kStateFile), state_.dump(2) + "\n");
+}
+
+bool Preparer::report(const std::string& phase, int64_t done, int64_t total, int64_t tokens,
+                      Clock::time_point t0, int64_t at_start) {
+  if (!progress_) return true;
+  PrepareProgress p;
+  p.phase = phase;
+  p.bytes_done = done;
+  p.bytes_total = total;
+  p.tokens = tokens;
+  p.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  p.bytes_at_start = at_start;
+  return progress_(p);
+}
+
+StatusOr<bool> Preparer::read_batch(TextChunkReader* reader, std::vector<Work>* batch) {
+  const size_t n = static_cast<size_t>(pool_.threads()) * 2;
+  batch->clear();
+  while (batch->size() < n) {
+    Work w;
+    MOE_ASSIGN_OR_RETURN(const bool more, reader->next(&w.chunk));
+    if (!more) return false;
+    w.raw_bytes = static_cast<int64_t>(w.chunk.text.size());
+    w.end_offset = w.chunk.offset + w.raw_bytes;
+    w.end_line = w.chunk.line + std::count(w.chunk.text.begin(), w.chunk.text.end(), '\n');
+    batch->push_back(std::move(w));
+  }
+  return true;
+}
+
+void Preparer::tokenize_batch(std::vector<Work>* batch, bool count_only, const std::string& path) {
+  pool_.run(static_cast<int64_t>(batch->size()), 1, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      Work& w = (*batch)[static_cast<size_t>(i)];
+      w.status = validate_utf8(w.chunk.text, path, w.chunk.line, w.chunk.offset);
+      if (!w.status.ok()) continue;
+      drop_bom(&w.chunk);
+      if (count_only) {
+        for_each_token(w.chunk.text, [&](std::string_view token) { w.counts.add(token); });
+      } else {
+        w.ids = vocab_.encode(w.chunk.text);
+        w.stats = text_stats(w.chunk.text, w.ids);
+      }
+      std::string().swap(w.chunk.text);
+    }
+  });
+}
+
+Status Preparer::build_vocabulary() {
+  const std::string vocab_file = join(spec_.out_dir, kDatasetVocabFile);
+  if (!spec_.vocab_path.empty()) {
+    MOE_ASSIGN_OR_RETURN(vocab_, Vocabulary::load(spec_.vocab_path));
+    if (!state_["vocab_done"].get<bool>()) {
+      MOE_RETURN_IF_ERROR(vocab_.save(vocab_file));
+      state_["vocab_done"] = true;
+      MOE_RETURN_IF_ERROR(save_state());
+    }
+    return Status::OK();
+  }
+  if (state_["vocab_done"].get<bool>()) {
+    MOE_ASSIGN_OR_RETURN(vocab_, Vocabulary::load(vocab_file));
+    return Status::OK();
+  }
+  TokenCounter counter;
+  const Clock::time_point t0 = Clock::now();
+  int64_t total = 0, before = 0;
+  for (int64_t s : sizes_[0]) total += s;
+  std::vector<Work> batch;
+  for (size_t f = 0; f < inputs_[0].size(); ++f) {
+    const std::string& path = inputs_[0][f];
+    MOE_ASSIGN_OR_RETURN(std::unique_ptr<TextChunkReader> reader,
+                         TextChunkReader::open(path, spec_.chunk_bytes));
+    bool more = true;
+    while (more) {
+      MOE_ASSIGN_OR_RETURN(more, read_batch(reader.get(), &batch));
+      tokenize_batch(&batch, /*count_only=*/true, path);
+      for (Work& w : batch) {
+        MOE_RETURN_IF_ERROR(w.status);
+        counter.merge(w.counts);
+      }
+      if (!report("vocabulary", before + reader->compressed_offset(), total, 0, t0, 0)) {
+        return aborted_error("the preparation of ", spec_.out_dir,
+                             " was interrupted while counting words; run it again to resume");
+      }
+    }
+    before += sizes_[0][f];
+  }
+  MOE_ASSIGN_OR_RETURN(vocab_, Vocabulary::build(counter, spec_.vocab));
+  MOE_RETURN_IF_ERROR(vocab_.save(vocab_file));
+  state_["vocab_done"] = true;
+  return save_state();
+}
+
+Status Preparer::prepare_split(int k) {
+  SplitState& st = splits_[k];
+  if (inputs_[k].empty() || st.complete) return Status::OK();
+  const std::string name = kSplitNames[k];
+  const Clock::time_point t0 = Clock::now();
+  int64_t total = 0;
+  for (int64_t s : sizes_[k]) total += s;
+  int64_t before = 0;
+  for (int64_t f = 0; f < st.file; ++f) before += sizes_[k][static_cast<size_t>(f)];
+  const int64_t at_start = before;
+  ShardWriter writer;
+  std::vector<Work> batch;
+  const auto close_shard = [&]() -> Status {
+    MOE_ASSIGN_OR_RETURN(const ShardEntry e, writer.close(vocab_.fingerprint()));
+    st.shards.push_back(e);
+    return save_state();
+  };
+  for (int64_t f = st.file; f < static_cast<int64_t>(inputs_[k].size()); ++f) {
+    const std::string& path = inputs_[k][static_cast<size_t>(f)];
+    MOE_ASSIGN_OR_RETURN(std::unique_ptr<TextChunkReader> reader,
+                         TextChunkReader::open(path, spec_.chunk_bytes));
+    if (f == st.file && st.offset > 0) {
+      MOE_RETURN_IF_ERROR(reader->skip_to(st.offset, st.line));
+    } else {
+      st.file = f;
+      st.offset = 0;
+      st.line = 1;
+      st.file_tokens = 0;
+      st.file_bytes = 0;
+    }
+    bool more = true;
+    while (more) {
+      MOE_ASSIGN_OR_RETURN(more, read_batch(reader.get(), &batch));
+      tokenize_batch(&batch, /*count_only=*/false, path);
+      for (Work& w : batch) {
+        MOE_RETURN_IF_ERROR(w.status);
+        if (!writer.is_open()) {
+          MOE_RETURN_IF_ERROR(writer.open(
+              join(spec_.out_dir, shard_file_name(name, static_cast<int64_t>(st.shards.size())))));
+        }
+        MOE_RETURN_IF_ERROR(writer.append(w.ids, w.stats));
+        st.fnv = fnv1a64_update(st.fnv, w.ids.data(), w.ids.size() * sizeof(int32_t));
+        st.tokens += static_cast<int64_t>(w.ids.size());
+        st.stats += w.stats;
+        st.file_tokens += static_cast<int64_t>(w.ids.size());
+        st.file_bytes += w.raw_bytes;
+        st.offset = w.end_offset;
+        st.line = w.end_line;
+        if (writer.tokens() >= spec_.shard_tokens) MOE_RETURN_IF_ERROR(close_shard());
+      }
+      if (!report(name, before + reader->compressed_offset(), total, st.tokens, t0, at_start)) {
+        return aborted_error("the preparation of ", spec_.out_dir, " was interrupted in the ", name,
+                             " split after ", st.shards.size(),
+                             " complete shard(s); run the same command again to resume");
+      }
+    }
+    if (st.file_bytes == 0) return invalid_argument_error("text file ", path, " is empty");
+    if (st.file_tokens == 0) {
+      return invalid_argument_error("text file ", path, " has no tokens (", st.file_bytes,
+                                    " bytes, all whitespace)");
+    }
+    before += sizes_[k][static_cast<size_t>(f)];
+  }
+  if (writer.is_open()) MOE_RETURN_IF_ERROR(close_shard());
+  st.complete = true;
+  return save_state();
+}
+
+StatusOr<DatasetIndex> Preparer::run() {
+  MOE_RETURN_IF_ERROR(check_spec());
+  MOE_ASSIGN_OR_RETURN(const json plan, make_plan());
+  bool done = false;
+  MOE_RETURN_IF_ERROR(open_state(plan, &done));
+  if (done) return read_dataset_index(spec_.out_dir);
+  MOE_RETURN_IF_ERROR(build_vocabulary());
+  for (int k = 0; k < 3; ++k) MOE_RETURN_IF_ERROR(prepare_split(k));
+  DatasetIndex index;
+  index.vocab_fingerprint = vocab_.fingerprint();
+  index.vocab_size = vocab_.size();
+  index.vocab_options = spec_.vocab;
+  index.vocab_from = spec_.vocab_path.empty() ? inputs_[0].front() : spec_.vocab_path;
+  for (int k = 0; k < 3; ++k) {
+    if (inputs_[k].empty()) continue;
+    SplitEntry e;
+    e.sources = inputs_[k];
+    e.tokens = splits_[k].tokens;
+    e.stats = splits_[k].stats;
+    e.contents_fnv = splits_[k].fnv;
+    e.shards = splits_[k].shards;
+    index.splits[kSplitNames[k]] = std::move(e);
+  }
+  MOE_RETURN_IF_ERROR(write_dataset_index(spec_.out_dir, index));
+  state_["complete"] = true;
+  MOE_RETURN_IF_ERROR(save_state());
+  return index;
+}
+
+}  // namespace
+
+StatusOr<std::vector<std::string>> expand_inputs(const std::vector<std::string>& paths) {
+  std::vector<std::string> files;
+  for (const std::string& p : paths) {
+    const std::string what = describe_non_regular(p);
+    if (what == "missing") return not_found_error("input not found: ", p);
+    if (what.empty()) {
+      files.push_back(p);
+      continue;
+    }
+    if (what != "a directory") {
+      return invalid_argument_error(
+          "input ", p, " is ", what,
+          ": give regular text files (plain, .gz or .zst) or folders of them");
+    }
+    std::vector<std::string> inside;
+    std::error_code ec;
+    for (auto it = fs::recursive_directory_iterator(p, ec);
+         !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+      const std::string base = it->path().filename().string();
+      if (!base.empty() && base[0] == '.') {
+        if (it->is_directory()) it.disable_recursion_pending();
+        continue;
+      }
+      if (it->is_regular_file()) inside.push_back(it->path().string());
+    }
+    if (ec) return internal_error("cannot list ", p, ": ", ec.message());
+    if (inside.empty())
+      return invalid_argument_error("input folder ", p, " holds no regular files");
+    std::sort(inside.begin(), inside.end());
+    files.insert(files.end(), inside.begin(), inside.end());
+  }
+  return files;
+}
+
+StatusOr<DatasetIndex> prepare_dataset(
+    const PrepareSpec& spec, const std::function<bool(const PrepareProgress&)>& progress) {
+  Preparer p(spec, progress);
+  return p.run();
+}
+
+}  // namespace moe::data

@@ -1,0 +1,60 @@
+// `momoe-data prepare`: text (plain, .gz or .zst; files or folders of them) tokenized once into a
+// prepared dataset (dataset.h) that training reads without holding the corpus in memory.
+//
+// Each input file is read in chunks of whole lines (text_stream.h), validated (UTF-8, naming the
+// file, line and byte offset), and tokenized in parallel; the word vocabulary is built from the
+// training split first (a pass that only counts), unless one is given. The ids of each split go,
+// in order, into shards of about `shard_tokens` tokens (a shard closes at the first chunk end past
+// it), each written under a temporary name and renamed when complete.
+//
+// Resumable: DIR/prepare.json records the plan (inputs with their sizes and times, options) and
+// every shard closed so far with the input position after it. Running the same preparation
+// again continues from there (and does nothing when DIR/index.json is complete); a plan that
+// differs (other inputs, a changed file, other options) is refused by name. The result is the
+// same as an uninterrupted preparation, file for file.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/base/status.h"
+#include "core/data/dataset.h"
+
+namespace moe::data {
+
+struct PrepareSpec {
+  std::string out_dir;
+  // Files or folders; a folder stands for every regular file under it (recursively, hidden
+  // files skipped), in byte-wise path order. train is required; valid and test are optional.
+  std::vector<std::string> train, valid, test;
+  VocabOptions vocab;
+  std::string vocab_path;  // a saved vocabulary (Vocabulary::save) to use instead of building one
+  int threads = 0;         // tokenizing threads; 0 = every core
+  int64_t shard_tokens = int64_t{1} << 26;  // 64 Mi tokens = 256 MiB per shard
+  int64_t chunk_bytes = int64_t{1} << 24;   // 16 MiB of text per chunk
+};
+
+struct PrepareProgress {
+  std::string phase;           // "vocabulary", "train", "valid", "test"
+  int64_t bytes_done = 0;      // compressed input bytes read in this phase
+  int64_t bytes_total = 0;     // the phase's input size on disk
+  int64_t tokens = 0;          // tokens written in this phase (0 while counting)
+  double seconds = 0;          // since the phase began (this invocation)
+  int64_t bytes_at_start = 0;  // bytes_done when this invocation began the phase (a resume)
+};
+
+// The inputs as files: each path itself, or the regular files under a folder. Errors name the
+// path: kNotFound, kInvalidArgument (a FIFO, device or socket; an empty folder).
+StatusOr<std::vector<std::string>> expand_inputs(const std::vector<std::string>& paths);
+
+// Prepares spec.out_dir. `progress` (optional) is called after every batch of chunks; returning
+// false interrupts the preparation (kAborted, "interrupted ... run it again to resume"), as a
+// signal does in momoe-data. Errors: those of the text reader and the vocabulary (naming the
+// file), kInvalidArgument for a bad spec, kFailedPrecondition when out_dir holds another
+// preparation or other files.
+StatusOr<DatasetIndex> prepare_dataset(
+    const PrepareSpec& spec, const std::function<bool(const PrepareProgress&)>& progress = nullptr);
+
+}  // namespace moe::data

@@ -1,0 +1,280 @@
+// momoe-data: prepare a corpus once (tokenized into checksummed shards that training reads
+// without loading them), check a prepared dataset, describe one.
+//
+//   momoe-data prepare --out data/mycorpus --train corpus/train/ --valid valid.txt.zst --test
+//   test.txt momoe-data prepare --out data/wt103 --wikitext wikitext-103/ --vocab-min-count 3
+//   momoe-data verify data/mycorpus
+//   momoe-data info data/mycorpus
+//   momoe-train --config configs/smoe.pbtxt --set data.dataset=data/mycorpus
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+
+#include "core/base/logging.h"
+#include "core/data/dataset.h"
+#include "core/data/prepare.h"
+#include "core/data/text_stream.h"
+#include "launcher/exit_status.h"
+#include "launcher/flags.h"
+#include "launcher/signals.h"
+
+namespace moe {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string human_bytes(double b) {
+  const char* units[] = {"B", "KB", "MB", "GB", "TB"};
+  int u = 0;
+  while (b >= 1000 && u < 4) {
+    b /= 1000;
+    ++u;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), u == 0 ? "%.0f %s" : "%.2f %s", b, units[u]);
+  return buf;
+}
+
+std::string human_seconds(double s) {
+  if (!std::isfinite(s) || s < 0) return "?";
+  char buf[32];
+  if (s < 60) {
+    std::snprintf(buf, sizeof(buf), "%.0fs", s);
+  } else if (s < 3600) {
+    std::snprintf(buf, sizeof(buf), "%dm%02ds", static_cast<int>(s) / 60, static_cast<int>(s) % 60);
+  } else {
+    std::snprintf(buf, sizeof(buf), "%dh%02dm", static_cast<int>(s) / 3600,
+                  (static_cast<int>(s) % 3600) / 60);
+  }
+  return buf;
+}
+
+// A progress bar on stderr: redrawn in place on a terminal, a line every 10 s otherwise.
+class ProgressBar {
+ public:
+  ProgressBar() : tty_(isatty(2) != 0) {}
+  ~ProgressBar() { finish(); }
+
+  bool update(const data::PrepareProgress& p) {
+    const auto now = std::chrono::steady_clock::now();
+    if (p.phase != phase_) {
+      finish();
+      phase_ = p.phase;
+      last_ = {};
+    }
+    const double since = std::chrono::duration<double>(now - last_).count();
+    const bool done = p.bytes_done >= p.bytes_total;
+    if (since >= (tty_ ? 0.25 : 10.0) || done) {
+      last_ = now;
+      const double rate =
+          p.seconds > 0 ? static_cast<double>(p.bytes_done - p.bytes_at_start) / p.seconds : 0;
+      const double eta = rate > 0 ? static_cast<double>(p.bytes_total - p.bytes_done) / rate : NAN;
+      const double pct = p.bytes_total > 0 ? 100.0 * static_cast<double>(p.bytes_done) /
+                                                 static_cast<double>(p.bytes_total)
+                                           : 100.0;
+      char line[256];
+      std::snprintf(line, sizeof(line), "%s: %s / %s (%5.1f%%), %s/s%s, ETA %s", p.phase.c_str(),
+                    human_bytes(static_cast<double>(p.bytes_done)).c_str(),
+                    human_bytes(static_cast<double>(p.bytes_total)).c_str(), pct,
+                    human_bytes(rate).c_str(),
+                    p.tokens > 0 ? str_cat(", ", p.tokens, " tokens").c_str() : "",
+                    human_seconds(eta).c_str());
+      std::fprintf(stderr, tty_ ? "\r%-100s" : "%s\n", line);
+      open_ = tty_;
+    }
+    return stop_signal() == 0;
+  }
+
+  void finish() {
+    if (open_) std::fprintf(stderr, "\n");
+    open_ = false;
+  }
+
+ private:
+  bool tty_;
+  bool open_ = false;
+  std::string phase_;
+  std::chrono::steady_clock::time_point last_{};
+};
+
+// WikiText-103 / WikiText-2 as published: wiki.{train,valid,test}.tokens (tokenized), or the
+// .raw files (untokenized text) with --raw. <unk> stays a word (it maps to the <unk> id).
+Status add_wikitext(const std::string& dir, bool raw, data::PrepareSpec* spec) {
+  const std::string ext = raw ? ".raw" : ".tokens";
+  for (auto [name, list] : {std::pair{"train", &spec->train}, std::pair{"valid", &spec->valid},
+                            std::pair{"test", &spec->test}}) {
+    const std::string path = (fs::path(dir) / str_cat("wiki.", name, ext)).string();
+    if (!fs::exists(path)) {
+      return not_found_error("--wikitext ", dir, ": no ", path,
+                             " (the WikiText layout has wiki.train", ext, ", wiki.valid", ext,
+                             " and wiki.test", ext, raw ? "" : "; --raw reads the .raw files", ")");
+    }
+    if (!list->empty()) {
+      return invalid_argument_error("--wikitext gives the ", name, " split; do not also pass --",
+                                    name);
+    }
+    list->push_back(path);
+  }
+  return Status::OK();
+}
+
+int prepare(int argc, char** argv) {
+  FlagParser flags;
+  flags.value(
+      "out", "the dataset folder to write (new or empty; or an interrupted preparation to resume)");
+  flags.value("train", "training text: a file (plain, .gz, .zst) or a folder of them; repeatable",
+              true);
+  flags.value("valid", "validation text (as --train); repeatable", true);
+  flags.value("test", "test text (as --train); repeatable", true);
+  flags.value("wikitext", "a WikiText folder: wiki.{train,valid,test}.tokens");
+  flags.switch_flag("raw", "with --wikitext: read the wiki.*.raw files instead");
+  flags.value("vocab-max-size",
+              "vocabulary size including the 3 special tokens (default 0: no cap)");
+  flags.value("vocab-min-count", "words seen fewer times in train become <unk> (default 1)");
+  flags.value("vocab", "use this saved vocabulary (a vocab.txt) instead of building one");
+  flags.value("threads", "tokenizing threads (default: every core)");
+  flags.value("shard-tokens", "tokens per shard (default 67108864 = 256 MB)");
+  flags.value("chunk-mb", "MB of text per tokenizing chunk (default 16)");
+  flags.switch_flag("help", "print this help");
+  const Status parsed = flags.parse(argc, argv);
+  if (flags.has("help")) {
+    std::printf(
+        "usage: momoe-data prepare --out DIR (--train PATH... [--valid PATH] [--test PATH] | "
+        "--wikitext DIR) [flags]\n%s\nexample: momoe-data prepare --out data/brown --train "
+        "data/brown/train.txt.gz --valid data/brown/valid.txt.gz --test data/brown/test.txt.gz "
+        "--vocab-max-size 10000\n",
+        flags.usage().c_str());
+    return 0;
+  }
+  if (!parsed.ok()) return exit_with(parsed);
+  data::PrepareSpec spec;
+  spec.out_dir = flags.get("out");
+  spec.train = flags.get_all("train");
+  spec.valid = flags.get_all("valid");
+  spec.test = flags.get_all("test");
+  if (flags.has("wikitext")) {
+    if (const Status s = add_wikitext(flags.get("wikitext"), flags.has("raw"), &spec); !s.ok()) {
+      return exit_with(s);
+    }
+  } else if (flags.has("raw")) {
+    return exit_with(invalid_argument_error("--raw goes with --wikitext"));
+  }
+  spec.vocab_path = flags.get("vocab");
+  StatusOr<int64_t> max_size = flags.get_int("vocab-max-size", 0);
+  StatusOr<int64_t> min_count = flags.get_int("vocab-min-count", 1);
+  StatusOr<int64_t> threads = flags.get_int("threads", 0);
+  StatusOr<int64_t> shard = flags.get_int("shard-tokens", spec.shard_tokens);
+  StatusOr<int64_t> chunk = flags.get_int("chunk-mb", 16);
+  for (const auto* r : {&max_size, &min_count, &threads, &shard, &chunk}) {
+    if (!r->ok()) return exit_with(r->status());
+  }
+  if (!spec.vocab_path.empty() && (flags.has("vocab-max-size") || flags.has("vocab-min-count"))) {
+    return exit_with(invalid_argument_error(
+        "--vocab uses a saved vocabulary: --vocab-max-size and --vocab-min-count do not apply"));
+  }
+  if (*threads < 0)
+    return exit_with(invalid_argument_error("--threads ", *threads, " must be >= 0"));
+  if (*chunk < 1) return exit_with(invalid_argument_error("--chunk-mb ", *chunk, " must be >= 1"));
+  spec.vocab.max_size = *max_size;
+  spec.vocab.min_count = *min_count;
+  spec.threads = static_cast<int>(*threads);
+  spec.shard_tokens = *shard;
+  spec.chunk_bytes = *chunk << 20;
+
+  install_stop_signal_handlers();
+  const auto t0 = std::chrono::steady_clock::now();
+  ProgressBar bar;
+  StatusOr<data::DatasetIndex> index =
+      data::prepare_dataset(spec, [&](const data::PrepareProgress& p) { return bar.update(p); });
+  bar.finish();
+  if (!index.ok()) {
+    if (index.status().code() == StatusCode::kAborted && stop_signal() != 0) {
+      log_error(index.status().message());
+      return kExitStopped;
+    }
+    return exit_with(index.status());
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("momoe-data: %s ready in %s: vocabulary %lld words", spec.out_dir.c_str(),
+              human_seconds(seconds).c_str(), static_cast<long long>(index->vocab_size));
+  for (const auto& [name, s] : index->splits) {
+    std::printf(
+        "; %s %lld tokens (%s of text, %.2f%% <unk>) in %zu shard(s)", name.c_str(),
+        static_cast<long long>(s.tokens), human_bytes(static_cast<double>(s.stats.bytes)).c_str(),
+        s.tokens > 0 ? 100.0 * static_cast<double>(s.stats.unknown) / static_cast<double>(s.tokens)
+                     : 0.0,
+        s.shards.size());
+  }
+  std::printf("\ntrain on it with: momoe-train --config CONFIG --set data.dataset=%s\n",
+              spec.out_dir.c_str());
+  return 0;
+}
+
+int verify_or_info(const std::string& cmd, int argc, char** argv) {
+  FlagParser flags;
+  flags.switch_flag("help", "print this help");
+  const Status parsed = flags.parse(argc, argv);
+  if (flags.has("help")) {
+    std::printf(
+        "usage: momoe-data %s DIR\n%s\nexample: momoe-data %s data/brown\n", cmd.c_str(),
+        cmd == "verify"
+            ? "  checks every shard's checksum and ids, and the index's contents fingerprints\n"
+            : "  prints what the dataset holds (from its index)\n",
+        cmd.c_str());
+    return 0;
+  }
+  if (!parsed.ok()) return exit_with(parsed);
+  if (flags.positional().size() != 1) {
+    return exit_with(invalid_argument_error("momoe-data ", cmd, " takes one dataset folder"));
+  }
+  const std::string dir = flags.positional()[0];
+  if (cmd == "verify") {
+    StatusOr<std::string> r = data::verify_dataset(dir);
+    if (!r.ok()) return exit_with(r.status());
+    std::printf("%s\n", r->c_str());
+    return 0;
+  }
+  StatusOr<data::DatasetIndex> index = data::read_dataset_index(dir);
+  if (!index.ok()) return exit_with(index.status());
+  std::printf("dataset %s: tokenizer %s, vocabulary %lld words (from %s)\n", dir.c_str(),
+              index->tokenizer.c_str(), static_cast<long long>(index->vocab_size),
+              index->vocab_from.c_str());
+  for (const auto& [name, s] : index->splits) {
+    std::printf(
+        "  %-5s %lld tokens, %lld words, %s of text, %.2f%% <unk>, %zu shard(s), %zu file(s)\n",
+        name.c_str(), static_cast<long long>(s.tokens), static_cast<long long>(s.stats.words),
+        human_bytes(static_cast<double>(s.stats.bytes)).c_str(),
+        s.tokens > 0 ? 100.0 * static_cast<double>(s.stats.unknown) / static_cast<double>(s.tokens)
+                     : 0.0,
+        s.shards.size(), s.sources.size());
+  }
+  return 0;
+}
+
+int run(int argc, char** argv) {
+  const std::string usage =
+      "usage: momoe-data COMMAND [flags]\n"
+      "  prepare   tokenize text into a dataset folder (momoe-data prepare --help)\n"
+      "  verify    check a dataset's checksums\n"
+      "  info      describe a dataset\n"
+      "example: momoe-data prepare --out data/brown --train data/brown/train.txt.gz "
+      "--valid data/brown/valid.txt.gz --test data/brown/test.txt.gz\n";
+  if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") {
+    std::printf("%s", usage.c_str());
+    return argc < 2 ? kExitUserError : 0;
+  }
+  const std::string cmd = argv[1];
+  if (cmd == "prepare") return prepare(argc - 1, argv + 1);
+  if (cmd == "verify" || cmd == "info") return verify_or_info(cmd, argc - 1, argv + 1);
+  return exit_with(invalid_argument_error("unknown command '", cmd, "'; ", usage));
+}
+
+}  // namespace
+}  // namespace moe
+
+int main(int argc, char** argv) { return moe::run(argc, argv); }

@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# momoe-data as a user runs it: prepare the bundled corpus (and a WikiText-layout folder) into
+# shards, verify and describe them, train from them with exactly the losses, evaluations and
+# corpus fingerprints of training on the text; bad input exits 2 naming the problem; every
+# subcommand answers --help. Mode mpi: 2 data-parallel ranks read the same global batches from
+# the shards as from the text.
+# Usage: data_cli_test.sh BIN_DIR CONFIG cpu|mpi
+set -u
+bin=$1
+config=$2
+mode=${3:-cpu}
+src=$(cd "$(dirname "$config")/../.." && pwd)
+brown=$src/data/brown
+run=$(mktemp -d)
+trap 'rm -rf "$run"' EXIT
+export OPENBLAS_NUM_THREADS=1
+fail() { echo "FAIL: $*"; exit 1; }
+expect_code() {  # expect_code CODE NEEDLE COMMAND...
+  local code=$1 needle=$2; shift 2
+  "$@" > "$run/err" 2>&1
+  local rc=$?
+  [ "$rc" -eq "$code" ] || { cat "$run/err"; fail "'$*' exited $rc, expected $code"; }
+  grep -qF -- "$needle" "$run/err" || { cat "$run/err"; fail "'$*' did not mention '$needle'"; }
+}
+losses() { grep -oE "^step [0-9]+/[0-9]+ \| loss [0-9.]+" "$1"; }
+evals() { grep -oE "^eval at step .*" "$1"; }
+
+# The tiny config's vocabulary (data.vocab_max_size 2000), the bundled splits.
+"$bin/momoe-data" prepare --out "$run/ds" --train "$brown/train.txt.gz" --valid "$brown/valid.txt.gz" \
+  --test "$brown/test.txt.gz" --vocab-max-size 2000 --shard-tokens 100000 --chunk-mb 1 --threads 2 \
+  > "$run/prep.log" 2>&1 || { cat "$run/prep.log"; fail "momoe-data prepare"; }
+grep -q "ready in" "$run/prep.log" || { cat "$run/prep.log"; fail "no summary line"; }
+grep -qE "train: .* \(100\.0%\), .*/s, [0-9]+ tokens, ETA" "$run/prep.log" || { cat "$run/prep.log"; fail "no progress line"; }
+ls "$run/ds"/train-0000*.tok > /dev/null || fail "no train shards"
+[ "$(ls "$run/ds"/train-*.tok | wc -l)" -ge 5 ] || fail "expected several train shards"
+"$bin/momoe-data" verify "$run/ds" > "$run/verify" || { cat "$run/verify"; fail "verify"; }
+grep -q ": ok;" "$run/verify" || fail "verify output"
+"$bin/momoe-data" info "$run/ds" | grep -qE "train +[0-9]+ tokens" || fail "info output"
+# The same command again: nothing to do.
+"$bin/momoe-data" prepare --out "$run/ds" --train "$brown/train.txt.gz" --valid "$brown/valid.txt.gz" \
+  --test "$brown/test.txt.gz" --vocab-max-size 2000 --shard-tokens 100000 --chunk-mb 1 > /dev/null 2>&1 ||
+  fail "preparing a complete dataset again"
+
+if [ "$mode" = mpi ]; then
+  mpi=(mpirun -np 2 --oversubscribe)
+  [ "$(id -u)" -eq 0 ] && mpi+=(--allow-run-as-root)
+  "${mpi[@]}" "$bin/momoe-train" --config "$config" --run-dir "$run/text" --set train.steps=4 \
+    --set train.eval_sequences=8 > "$run/text.log" 2>&1 || { cat "$run/text.log"; fail "2-rank run on text"; }
+  "${mpi[@]}" "$bin/momoe-train" --config "$config" --run-dir "$run/shards" --set train.steps=4 \
+    --set train.eval_sequences=8 --set data.dataset="$run/ds" > "$run/shards.log" 2>&1 ||
+    { cat "$run/shards.log"; fail "2-rank run on shards"; }
+  grep -q "2 rank(s), ep 1 x dp 2" "$run/shards.log" || { cat "$run/shards.log"; fail "not 2 data ranks"; }
+  [ "$(losses "$run/text.log" | wc -l)" -eq 4 ] || fail "no step lines"
+  diff <(losses "$run/text.log") <(losses "$run/shards.log") || fail "2 ranks: losses differ between text and shards"
+  diff <(evals "$run/text.log") <(evals "$run/shards.log") || fail "2 ranks: evaluations differ"
+  echo "PASS (mpi)"
+  exit 0
+fi
+
+"$bin/momoe-train" --config "$config" --run-dir "$run/text" --set train.steps=4 --set train.eval_sequences=8 \
+  > "$run/text.log" 2>&1 || { cat "$run/text.log"; fail "run on text"; }
+"$bin/momoe-train" --config "$config" --run-dir "$run/shards" --set train.steps=4 --set train.eval_sequences=8 \
+  --set data.dataset="$run/ds" > "$run/shards.log" 2>&1 || { cat "$run/shards.log"; fail "run on shards"; }
+grep -qF "momoe: data: train $run/ds (train) (" "$run/shards.log" || { cat "$run/shards.log"; fail "start-up line"; }
+[ "$(losses "$run/text.log" | wc -l)" -eq 4 ] || fail "no step lines"
+diff <(losses "$run/text.log") <(losses "$run/shards.log") || fail "losses differ between text and shards"
+diff <(evals "$run/text.log") <(evals "$run/shards.log") || fail "evaluations differ between text and shards"
+# Per word (= per token for the word tokenizer) and bits per byte, in the log and the statistics.
+grep -qE "valid [0-9.]+ per word, [0-9.]+ bits/byte" "$run/shards.log" || fail "no per-word/bits-per-byte figures"
+"$bin/momoe-stats" "$run/shards" --json "$run/s.jsonl" > /dev/null || fail "momoe-stats"
+grep -q '"valid_bits_per_byte"' "$run/s.jsonl" && grep -q '"valid_word_ppl"' "$run/s.jsonl" ||
+  fail "stats JSON lacks per-word perplexity or bits per byte"
+# The corpus contents fingerprints agree: resuming the text run from the shards is no data change.
+grep -ao "data.train contents[^\"]*tokens, fingerprint [0-9a-f]*" "$run/text/ckpt-00000004/manifest.pb" > "$run/fp.text" || true
+grep -ao "data.train contents[^\"]*tokens, fingerprint [0-9a-f]*" "$run/shards/ckpt-00000004/manifest.pb" > "$run/fp.shards" || true
+[ -s "$run/fp.text" ] && cmp -s "$run/fp.text" "$run/fp.shards" || fail "contents fingerprints differ: $(cat "$run/fp.text") vs $(cat "$run/fp.shards")"
+# momoe-eval reports the comparable figures too.
+"$bin/momoe-eval" --checkpoint "$run/shards/ckpt-00000004" --text "$brown/test.txt.gz" --max-sequences 8 \
+  --attack-rate 0 > "$run/eval" || fail "momoe-eval"
+grep -q '"word_ppl"' "$run/eval" && grep -q '"bits_per_byte"' "$run/eval" || { cat "$run/eval"; fail "momoe-eval output"; }
+
+# The WikiText layout, as published (wiki.*.tokens; <unk> is a word of the text).
+mkdir -p "$run/wt"
+for s in train valid test; do
+  printf ' = Heading = \n\n the <unk> sat on the mat . \n the cat sat . \n' > "$run/wt/wiki.$s.tokens"
+done
+"$bin/momoe-data" prepare --out "$run/wtds" --wikitext "$run/wt" > /dev/null 2>&1 || fail "--wikitext"
+"$bin/momoe-data" info "$run/wtds" | grep -qE "valid +17 tokens, 17 words, 60 B of text, 5.88% <unk>" || { "$bin/momoe-data" info "$run/wtds"; fail "WikiText token count"; }
+expect_code 2 "wiki.train.raw" "$bin/momoe-data" prepare --out "$run/wtraw" --wikitext "$run/wt" --raw
+
+# Bad input: exit 2, naming the problem.
+expect_code 2 "is a FIFO" bash -c "mkfifo '$run/fifo' && '$bin/momoe-data' prepare --out '$run/o1' --train '$run/fifo'"
+expect_code 2 "input not found: $run/missing.txt" "$bin/momoe-data" prepare --out "$run/o2" --train "$run/missing.txt"
+expect_code 2 "other inputs or options" "$bin/momoe-data" prepare --out "$run/ds" --train "$brown/train.txt.gz"
+expect_code 2 "--train) is required" "$bin/momoe-data" prepare --out "$run/o3"
+expect_code 2 "not a prepared dataset" "$bin/momoe-data" verify "$run/wt"
+expect_code 2 "unknown command 'frobnicate'" "$bin/momoe-data" frobnicate
+expect_code 2 "data.dataset ($run/ds) and data.train" "$bin/momoe-train" --config "$config" --run-dir "$run/x" \
+  --set data.dataset="$run/ds" --set data.train="$brown/train.txt.gz"
+expect_code 2 "not a prepared dataset" "$bin/momoe-train" --config "$config" --run-dir "$run/x" --set data.dataset="$run/wt"
+cp -r "$run/ds" "$run/damaged"
+printf 'XXXX' | dd of="$run/damaged/train-00001.tok" bs=1 seek=100 conv=notrunc 2> /dev/null
+expect_code 1 "train-00001.tok is corrupted" "$bin/momoe-data" verify "$run/damaged"
+expect_code 1 "train-00001.tok is corrupted" "$bin/momoe-train" --config "$config" --run-dir "$run/x" --set data.dataset="$run/damaged"
+
+for sub in prepare verify info; do
+  "$bin/momoe-data" "$sub" --help > "$run/help" || fail "momoe-data $sub --help"
+  grep -q "example:" "$run/help" || fail "momoe-data $sub --help has no example"
+done
+"$bin/momoe-data" --help | grep -q prepare || fail "momoe-data --help"
+echo PASS
