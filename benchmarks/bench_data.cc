@@ -1,6 +1,7 @@
 // momoe-bench data: the data pipeline against what training needs (issue: real corpora).
 //   1. tokenization: `momoe-data prepare` of a generated corpus (the bundled Brown text repeated
-//      to --mb MB) at each thread count, in MB of text per second (per core too);
+//      to --mb MB) at each thread count, in MB of text per second (per core too), with the word
+//      vocabulary, and with SentencePiece (BPE 8000, in a momoe-data child) at every core;
 //   2. the loader: random training batches read from the shards (SequenceSet::fill, the trainer's
 //      access pattern) in tokens/s, against the tokens/s a training step of the quick-start and
 //      the SMoE-medium shapes consumes on this machine (the loader must be >= 20x faster);
@@ -23,6 +24,7 @@
 #include "core/base/hash.h"
 #include "core/data/dataset.h"
 #include "core/data/prepare.h"
+#include "core/data/prepare_process.h"
 #include "core/data/sequences.h"
 #include "core/data/token_cache.h"
 #include "core/io/file_util.h"
@@ -160,6 +162,7 @@ Status bench_data(int argc, char** argv, comm::World* world) {
     const double s = seconds_since(t0);
     JsonLine j("data");
     j.str("what", "tokenize")
+        .str("tokenizer", "word")
         .num("threads", static_cast<double>(t))
         .num("text_mb", text_bytes / 1e6)
         .num("seconds", s)
@@ -170,6 +173,41 @@ Status bench_data(int argc, char** argv, comm::World* world) {
     std::fflush(stdout);
     if (!prepared.empty()) fs::remove_all(prepared);
     prepared = spec.out_dir;
+  }
+
+  // SentencePiece (in momoe-data: tokenizer.h says why): training the model on the text, then
+  // encoding it with that model.
+  if (data::sentencepiece_built()) {
+    const int threads = static_cast<int>(thread_list.back());
+    data::PrepareSpec spec;
+    spec.out_dir = tmp.path + "/sp-train";
+    spec.train = {text_path};
+    spec.tokenizer = "sentencepiece";
+    spec.threads = threads;
+    Clock::time_point t0 = Clock::now();
+    MOE_RETURN_IF_ERROR(data::run_prepare_process(spec, /*quiet=*/true));
+    const double with_training = seconds_since(t0);
+    data::PrepareSpec encode = spec;
+    encode.out_dir = tmp.path + "/sp-encode";
+    encode.sp_model_path = spec.out_dir + "/" + data::kSentencePieceModelFile;
+    t0 = Clock::now();
+    MOE_RETURN_IF_ERROR(data::run_prepare_process(encode, /*quiet=*/true));
+    const double s = seconds_since(t0);
+    MOE_ASSIGN_OR_RETURN(const data::DatasetIndex index, data::read_dataset_index(encode.out_dir));
+    JsonLine j("data");
+    j.str("what", "tokenize")
+        .str("tokenizer", "sentencepiece bpe 8000")
+        .num("threads", threads)
+        .num("text_mb", text_bytes / 1e6)
+        .num("seconds_training_and_encoding", with_training)
+        .num("seconds", s)
+        .num("mb_per_second", text_bytes / 1e6 / s)
+        .num("mb_per_second_per_thread", text_bytes / 1e6 / s / threads)
+        .num("tokens_per_second", static_cast<double>(index.splits.at("train").tokens) / s);
+    std::printf("%s\n", j.dump().c_str());
+    std::fflush(stdout);
+    fs::remove_all(spec.out_dir);
+    fs::remove_all(encode.out_dir);
   }
 
   // 2. The loader against the step.

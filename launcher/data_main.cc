@@ -1,16 +1,17 @@
 // momoe-data: prepare a corpus once (tokenized into checksummed shards that training reads
 // without loading them), check a prepared dataset, describe one.
 //
-//   momoe-data prepare --out data/mycorpus --train corpus/train/ --valid valid.txt.zst --test
-//   test.txt momoe-data prepare --out data/wt103 --wikitext wikitext-103/ --vocab-min-count 3
-//   momoe-data verify data/mycorpus
-//   momoe-data info data/mycorpus
-//   momoe-train --config configs/smoe.pbtxt --set data.dataset=data/mycorpus
+//   momoe-data prepare --out data/mine --train corpus/ --valid valid.txt.zst --test test.txt
+//   momoe-data prepare --out data/wt103 --wikitext wikitext-103/ --vocab-min-count 3
+//   momoe-data prepare --out data/bpe --train corpus/ --tokenizer sentencepiece --sp-vocab-size
+//   32000 momoe-data verify data/mycorpus momoe-data info data/mycorpus momoe-train --config
+//   configs/smoe.pbtxt --set data.dataset=data/mycorpus
 #include <unistd.h>
 
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <string>
 
@@ -21,6 +22,9 @@
 #include "launcher/exit_status.h"
 #include "launcher/flags.h"
 #include "launcher/signals.h"
+#if defined(MOMOE_HAVE_SENTENCEPIECE) && MOMOE_HAVE_SENTENCEPIECE
+#include "core/data/sentencepiece_backend.h"
+#endif
 
 namespace moe {
 namespace {
@@ -60,6 +64,12 @@ class ProgressBar {
   ~ProgressBar() { finish(); }
 
   bool update(const data::PrepareProgress& p) {
+    if (p.phase == "sentencepiece") {  // one report before training the model (no progress inside)
+      finish();
+      phase_ = p.phase;
+      std::fprintf(stderr, "sentencepiece: training the model on the training text ...\n");
+      return stop_signal() == 0;
+    }
     const auto now = std::chrono::steady_clock::now();
     if (p.phase != phase_) {
       finish();
@@ -132,13 +142,20 @@ int prepare(int argc, char** argv) {
   flags.value("test", "test text (as --train); repeatable", true);
   flags.value("wikitext", "a WikiText folder: wiki.{train,valid,test}.tokens");
   flags.switch_flag("raw", "with --wikitext: read the wiki.*.raw files instead");
+  flags.value("tokenizer", "word (default) or sentencepiece");
+  flags.value("sp-model", "sentencepiece: an existing .model file (default: train one on --train)");
+  flags.value("sp-type", "sentencepiece: bpe (default) or unigram, when training one");
+  flags.value("sp-vocab-size", "sentencepiece: pieces when training one (default 8000)");
+  flags.value("sp-max-sentences",
+              "sentencepiece: lines to train on, an even sample (default 1000000; 0: all)");
   flags.value("vocab-max-size",
-              "vocabulary size including the 3 special tokens (default 0: no cap)");
-  flags.value("vocab-min-count", "words seen fewer times in train become <unk> (default 1)");
-  flags.value("vocab", "use this saved vocabulary (a vocab.txt) instead of building one");
+              "word: vocabulary size including the 3 special tokens (default 0: no cap)");
+  flags.value("vocab-min-count", "word: words seen fewer times in train become <unk> (default 1)");
+  flags.value("vocab", "word: use this saved vocabulary (a vocab.txt) instead of building one");
   flags.value("threads", "tokenizing threads (default: every core)");
   flags.value("shard-tokens", "tokens per shard (default 67108864 = 256 MB)");
   flags.value("chunk-mb", "MB of text per tokenizing chunk (default 16)");
+  flags.switch_flag("quiet", "no progress bar and summary (errors still show)");
   flags.switch_flag("help", "print this help");
   const Status parsed = flags.parse(argc, argv);
   if (flags.has("help")) {
@@ -169,16 +186,44 @@ int prepare(int argc, char** argv) {
   StatusOr<int64_t> threads = flags.get_int("threads", 0);
   StatusOr<int64_t> shard = flags.get_int("shard-tokens", spec.shard_tokens);
   StatusOr<int64_t> chunk = flags.get_int("chunk-mb", 16);
-  for (const auto* r : {&max_size, &min_count, &threads, &shard, &chunk}) {
+  StatusOr<int64_t> sp_vocab = flags.get_int("sp-vocab-size", spec.sp.vocab_size);
+  StatusOr<int64_t> sp_sentences = flags.get_int("sp-max-sentences", spec.sp.max_sentences);
+  for (const auto* r :
+       {&max_size, &min_count, &threads, &shard, &chunk, &sp_vocab, &sp_sentences}) {
     if (!r->ok()) return exit_with(r->status());
+  }
+  spec.tokenizer = flags.get("tokenizer", "word");
+  spec.sp_model_path = flags.get("sp-model");
+  spec.sp.model_type = flags.get("sp-type", "bpe");
+  spec.sp.vocab_size = *sp_vocab;
+  spec.sp.max_sentences = *sp_sentences;
+  const bool sp_flags = flags.has("sp-model") || flags.has("sp-type") ||
+                        flags.has("sp-vocab-size") || flags.has("sp-max-sentences");
+  if (spec.tokenizer == "word" && sp_flags) {
+    return exit_with(invalid_argument_error("--sp-* flags go with --tokenizer sentencepiece"));
+  }
+  if (spec.tokenizer == "sentencepiece" &&
+      (flags.has("vocab") || flags.has("vocab-max-size") || flags.has("vocab-min-count"))) {
+    return exit_with(invalid_argument_error(
+        "--vocab, --vocab-max-size and --vocab-min-count go with the word tokenizer; "
+        "a SentencePiece model's size is --sp-vocab-size"));
+  }
+  if (!spec.sp_model_path.empty() &&
+      (flags.has("sp-type") || flags.has("sp-vocab-size") || flags.has("sp-max-sentences"))) {
+    return exit_with(
+        invalid_argument_error("--sp-model uses an existing model: --sp-type, --sp-vocab-size and "
+                               "--sp-max-sentences do not apply"));
   }
   if (!spec.vocab_path.empty() && (flags.has("vocab-max-size") || flags.has("vocab-min-count"))) {
     return exit_with(invalid_argument_error(
         "--vocab uses a saved vocabulary: --vocab-max-size and --vocab-min-count do not apply"));
   }
-  if (*threads < 0)
-    return exit_with(invalid_argument_error("--threads ", *threads, " must be >= 0"));
-  if (*chunk < 1) return exit_with(invalid_argument_error("--chunk-mb ", *chunk, " must be >= 1"));
+  if (*threads < 0 || *threads > 4096) {
+    return exit_with(invalid_argument_error("--threads ", *threads, " must be in [0, 4096]"));
+  }
+  if (*chunk < 1 || *chunk > 4096) {
+    return exit_with(invalid_argument_error("--chunk-mb ", *chunk, " must be in [1, 4096]"));
+  }
   spec.vocab.max_size = *max_size;
   spec.vocab.min_count = *min_count;
   spec.threads = static_cast<int>(*threads);
@@ -187,9 +232,11 @@ int prepare(int argc, char** argv) {
 
   install_stop_signal_handlers();
   const auto t0 = std::chrono::steady_clock::now();
+  const bool quiet = flags.has("quiet");
   ProgressBar bar;
-  StatusOr<data::DatasetIndex> index =
-      data::prepare_dataset(spec, [&](const data::PrepareProgress& p) { return bar.update(p); });
+  StatusOr<data::DatasetIndex> index = data::prepare_dataset(
+      spec,
+      [&](const data::PrepareProgress& p) { return quiet ? stop_signal() == 0 : bar.update(p); });
   bar.finish();
   if (!index.ok()) {
     if (index.status().code() == StatusCode::kAborted && stop_signal() != 0) {
@@ -198,10 +245,12 @@ int prepare(int argc, char** argv) {
     }
     return exit_with(index.status());
   }
+  if (quiet) return 0;
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("momoe-data: %s ready in %s: vocabulary %lld words", spec.out_dir.c_str(),
-              human_seconds(seconds).c_str(), static_cast<long long>(index->vocab_size));
+  std::printf("momoe-data: %s ready in %s: %s tokenizer of %lld tokens", spec.out_dir.c_str(),
+              human_seconds(seconds).c_str(), index->tokenizer.c_str(),
+              static_cast<long long>(index->vocab_size));
   for (const auto& [name, s] : index->splits) {
     std::printf(
         "; %s %lld tokens (%s of text, %.2f%% <unk>) in %zu shard(s)", name.c_str(),
@@ -210,8 +259,11 @@ int prepare(int argc, char** argv) {
                      : 0.0,
         s.shards.size());
   }
-  std::printf("\ntrain on it with: momoe-train --config CONFIG --set data.dataset=%s\n",
-              spec.out_dir.c_str());
+  std::printf("\n");
+  if (std::getenv("MOMOE_DATA_CALLER") == nullptr) {
+    std::printf("train on it with: momoe-train --config CONFIG --set data.dataset=%s\n",
+                spec.out_dir.c_str());
+  }
   return 0;
 }
 
@@ -241,7 +293,7 @@ int verify_or_info(const std::string& cmd, int argc, char** argv) {
   }
   StatusOr<data::DatasetIndex> index = data::read_dataset_index(dir);
   if (!index.ok()) return exit_with(index.status());
-  std::printf("dataset %s: tokenizer %s, vocabulary %lld words (from %s)\n", dir.c_str(),
+  std::printf("dataset %s: tokenizer %s of %lld tokens (from %s)\n", dir.c_str(),
               index->tokenizer.c_str(), static_cast<long long>(index->vocab_size),
               index->vocab_from.c_str());
   for (const auto& [name, s] : index->splits) {
@@ -277,4 +329,9 @@ int run(int argc, char** argv) {
 }  // namespace
 }  // namespace moe
 
-int main(int argc, char** argv) { return moe::run(argc, argv); }
+int main(int argc, char** argv) {
+#if defined(MOMOE_HAVE_SENTENCEPIECE) && MOMOE_HAVE_SENTENCEPIECE
+  moe::data::register_sentencepiece();
+#endif
+  return moe::run(argc, argv);
+}

@@ -6,14 +6,18 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
-
 #include <nlohmann/json.hpp>
 
 #include "core/base/logging.h"
 #include "core/checkpoint/checkpoint_io.h"
 #include "core/data/attack.h"
 #include "core/data/corpus.h"
+#include "core/data/dataset.h"
+#include "core/data/prepare_process.h"
+#include "core/data/tokenizer.h"
+#include "core/io/file_util.h"
 #include "core/train/checkpoint.h"
 #include "core/train/evaluator.h"
 #include "core/train/run_device.h"
@@ -24,6 +28,23 @@
 
 namespace moe {
 namespace {
+
+// A temporary folder, removed however the evaluation ends.
+struct TempFolder {
+  std::string path;
+  ~TempFolder() {
+    std::error_code ec;
+    if (!path.empty()) std::filesystem::remove_all(path, ec);
+  }
+};
+
+StatusOr<std::string> make_temp_folder(const std::string& prefix) {
+  std::error_code ec;
+  std::string templ = (std::filesystem::temp_directory_path(ec) / (prefix + "_XXXXXX")).string();
+  if (mkdtemp(templ.data()) == nullptr)
+    return internal_error("cannot create a folder like ", templ);
+  return templ;
+}
 
 int fail(const Status& s) { return exit_with(s); }
 
@@ -41,11 +62,20 @@ StatusOr<std::string> evaluate(const FlagParser& flags) {
   }
   MOE_ASSIGN_OR_RETURN(CheckpointManifestInfo m, std::move(manifest));
   MOE_ASSIGN_OR_RETURN(RunConfig cfg, parse_run_config(m.config_text, dir + "/manifest.pb", {}, 1));
-  MOE_ASSIGN_OR_RETURN(data::Vocabulary vocab, data::Vocabulary::load(dir + "/vocab.txt"));
-  if (vocab.fingerprint() != m.vocab_fingerprint) {
-    return data_loss_error("checkpoint ", dir, ": vocab.txt does not match the manifest's fingerprint");
+  // The tokenizer the checkpoint was trained with (vocab.txt, or tokenizer.model), so the text is
+  // tokenized exactly as training did; one that is not the manifest's is refused by name.
+  MOE_ASSIGN_OR_RETURN(std::shared_ptr<const data::Tokenizer> tokenizer,
+                       data::Tokenizer::load(dir));
+  if (tokenizer->fingerprint() != m.vocab_fingerprint) {
+    return data_loss_error(
+        "checkpoint ", dir, ": its ",
+        tokenizer->kind() == data::Tokenizer::Kind::kWord ? "vocab.txt"
+                                                          : data::kSentencePieceModelFile,
+        " (", tokenizer->describe(), ", fingerprint ", io::hex64(tokenizer->fingerprint()),
+        ") is not the tokenizer the manifest records (fingerprint ", io::hex64(m.vocab_fingerprint),
+        "): it was replaced or damaged");
   }
-  cfg.model.vocab_size = vocab.size();
+  cfg.model.vocab_size = tokenizer->size();
   MOE_RETURN_IF_ERROR(cfg.model.validate(1));
   // The device: --device, else the one the checkpoint was trained on.
   if (flags.has("device")) {
@@ -74,7 +104,29 @@ StatusOr<std::string> evaluate(const FlagParser& flags) {
   MOE_RETURN_IF_ERROR(load_parameters(dir, model.get(), nullptr));
 
   const std::string text = flags.get("text");
-  MOE_ASSIGN_OR_RETURN(data::TokenSplit split, data::tokenize_split("text", text, vocab));
+  // A SentencePiece checkpoint's text is tokenized by momoe-data (data/tokenizer.h says why) into
+  // a temporary dataset, read from its shards.
+  TempFolder scratch;
+  data::TokenizedCorpus tokenized;
+  data::TokenSplit split;
+  if (tokenizer->can_encode()) {
+    MOE_ASSIGN_OR_RETURN(split, data::tokenize_split("text", text, *tokenizer));
+  } else {
+    MOE_ASSIGN_OR_RETURN(scratch.path, make_temp_folder("momoe_eval"));
+    data::PrepareSpec spec;
+    spec.out_dir = scratch.path + "/text";
+    spec.train = {text};
+    spec.tokenizer = "sentencepiece";
+    spec.sp_model_path = dir + "/" + data::kSentencePieceModelFile;
+    spec.threads = cfg.parallel.threads;
+    MOE_RETURN_IF_ERROR(data::run_prepare_process(spec, /*quiet=*/true));
+    MOE_ASSIGN_OR_RETURN(tokenized, data::open_dataset(spec.out_dir, /*verify_payload=*/true));
+    if (tokenized.tokenizer->fingerprint() != tokenizer->fingerprint()) {
+      return internal_error("momoe-data tokenized ", text, " with another model than ", dir);
+    }
+    split = tokenized.train;
+    split.source = text;
+  }
   // The trainer evaluates in batches of its per-rank micro-batch; at one rank that is the run's
   // micro-batch, batch_size / grad_accum. (With the default eval_capacity_factor 0 nothing is
   // dropped at evaluation, so the perplexity does not depend on the batch anyway.)
@@ -102,18 +154,23 @@ StatusOr<std::string> evaluate(const FlagParser& flags) {
   line["text"] = text;
   line["tokens"] = clean.tokens;
   // How much of the text the checkpoint's vocabulary does not cover (each such word is <unk>).
-  line["unknown_fraction"] = split.ids.empty() ? 0.0
+  line["unknown_fraction"] = split.size() == 0 ? 0.0
                                                : static_cast<double>(split.stats.unknown) /
-                                                     static_cast<double>(split.ids.size());
+                                                     static_cast<double>(split.size());
   line["words"] = split.stats.words;
   line["bytes"] = split.stats.bytes;
   line["ppl"] = clean.perplexity();
   // Comparable across tokenizers (core/train/evaluator.h).
   if (const auto w = clean.word_perplexity()) line["word_ppl"] = *w;
   if (const auto b = clean.bits_per_byte()) line["bits_per_byte"] = *b;
-  if (rate > 0) {
-    MOE_ASSIGN_OR_RETURN(data::AttackResult a,
-                         data::attack_tokens(split.ids, rate, cfg.train.attack_seed, vocab));
+  if (rate > 0 && tokenizer->kind() != data::Tokenizer::Kind::kWord) {
+    line["attack"] =
+        "not run: the word-swap attack replaces words, and this checkpoint's tokenizer "
+        "is SentencePiece";
+  } else if (rate > 0) {
+    MOE_ASSIGN_OR_RETURN(
+        data::AttackResult a,
+        data::attack_tokens(split.ids, rate, cfg.train.attack_seed, tokenizer->vocabulary()));
     data::TokenSplit attacked = split;
     attacked.ids = std::move(a.tokens);
     MOE_ASSIGN_OR_RETURN(data::SequenceSet aset, data::SequenceSet::create(attacked, cfg.model.seq_len));
@@ -129,7 +186,8 @@ StatusOr<std::string> evaluate(const FlagParser& flags) {
 int run(int argc, char** argv) {
   FlagParser flags;
   flags.value("checkpoint", "a checkpoint directory (RUN_DIR/ckpt-<step>)");
-  flags.value("text", "a UTF-8 text file (.txt or .txt.gz), tokenized with the checkpoint's vocabulary");
+  flags.value("text",
+              "a UTF-8 text file (plain, .gz or .zst), tokenized with the checkpoint's tokenizer");
   flags.value("attack-rate", "word-swap attack rate (default: the run's train.attack_rate; 0 = off)");
   flags.value("batch", "sequences per evaluation batch (default: the trainer's, batch_size / grad_accum)");
   flags.value("max-sequences", "evaluate only the first N sequences (default: all)");

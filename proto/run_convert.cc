@@ -284,6 +284,13 @@ void run_config_to_proto(const RunConfig& cfg, momoe::RunConfig* msg) {
     d->set_test(cfg.data.test);
   }
   d->set_dataset(cfg.data.dataset);
+  momoe::TokenizerConfig* tk = d->mutable_tokenizer();
+  tk->set_kind(cfg.data.sentencepiece ? momoe::TokenizerConfig::SENTENCEPIECE
+                                      : momoe::TokenizerConfig::WORD);
+  tk->set_model(cfg.data.sp_model);
+  tk->set_model_type(cfg.data.sp_model_type);
+  tk->set_vocab_size(cfg.data.sp_vocab_size);
+  tk->set_max_sentences(cfg.data.sp_max_sentences);
   d->set_vocab_max_size(cfg.data.vocab_max_size);
   d->set_vocab_min_count(cfg.data.vocab_min_count);
   d->set_cache_dir(cfg.data.cache_dir);
@@ -414,6 +421,33 @@ StatusOr<RunConfig> parse_run_config(const std::string& text, const std::string&
   if (d.has_vocab_max_size()) cfg.data.vocab_max_size = d.vocab_max_size();
   if (d.has_vocab_min_count()) cfg.data.vocab_min_count = d.vocab_min_count();
   if (d.has_cache_dir()) cfg.data.cache_dir = d.cache_dir();
+  if (d.has_tokenizer()) {
+    const momoe::TokenizerConfig& tk = d.tokenizer();
+    cfg.data.sentencepiece = tk.kind() == momoe::TokenizerConfig::SENTENCEPIECE;
+    if (tk.has_model()) cfg.data.sp_model = tk.model();
+    if (tk.has_model_type()) cfg.data.sp_model_type = tk.model_type();
+    if (tk.has_vocab_size()) cfg.data.sp_vocab_size = tk.vocab_size();
+    if (tk.has_max_sentences()) cfg.data.sp_max_sentences = tk.max_sentences();
+    if (cfg.data.sp_model_type != "bpe" && cfg.data.sp_model_type != "unigram") {
+      return invalid_argument_error(source, ": data.tokenizer.model_type = '",
+                                    cfg.data.sp_model_type, "' is not one of bpe, unigram");
+    }
+    if (cfg.data.sp_vocab_size <= 260) {
+      return invalid_argument_error(source,
+                                    ": data.tokenizer.vocab_size = ", cfg.data.sp_vocab_size,
+                                    " is outside the allowed range (260, inf) (3 special pieces "
+                                    "and 256 bytes)");
+    }
+    if (cfg.data.sp_max_sentences < 0) {
+      return invalid_argument_error(source,
+                                    ": data.tokenizer.max_sentences = ", cfg.data.sp_max_sentences,
+                                    " is outside the allowed range [0, inf)");
+    }
+    if (!cfg.data.sentencepiece && tk.has_model() && !tk.model().empty()) {
+      return invalid_argument_error(source, ": data.tokenizer.model names a SentencePiece model (",
+                                    tk.model(), ") but data.tokenizer.kind is not SENTENCEPIECE");
+    }
+  }
   if (cfg.data.vocab_max_size < 0) {
     return invalid_argument_error("data.vocab_max_size = ", cfg.data.vocab_max_size,
                                   " is outside the allowed range [0, inf)");

@@ -7,7 +7,7 @@ set -euo pipefail
 # The BLAS is loaded at run time (kernels/reference/blas_library.h): OpenBLAS's runtime library,
 # and BLIS for the tests that run the products through it.
 packages=(cmake g++ make libopenblas0-pthread libblis4-serial libprotobuf-dev protobuf-compiler
-          libopenmpi-dev openmpi-bin libgtest-dev libbenchmark-dev nlohmann-json3-dev zstd libzstd-dev
+          libopenmpi-dev openmpi-bin libgtest-dev libbenchmark-dev nlohmann-json3-dev zstd libzstd-dev libsentencepiece-dev
           python3-matplotlib python3-protobuf python3-numpy)
 missing=()
 for p in "${packages[@]}"; do

@@ -47,6 +47,12 @@ struct DataConfig {
   std::string cache_dir;  // empty: RUN_DIR/cache
   std::string
       dataset;  // a prepared dataset folder (core/data/dataset.h); then train/valid/test are ""
+  // The tokenizer (proto/train.proto TokenizerConfig).
+  bool sentencepiece = false;  // false: the word vocabulary
+  std::string sp_model;        // an existing model; "" = train one on the training split
+  std::string sp_model_type = "bpe";
+  int64_t sp_vocab_size = 8000;
+  int64_t sp_max_sentences = 1000000;
 };
 
 struct ParallelConfig {

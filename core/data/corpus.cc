@@ -98,25 +98,30 @@ StatusOr<std::vector<int32_t>> materialize(const TokenSplit& split) {
   return ids;
 }
 
-TextStats text_stats(std::string_view text, const std::vector<int32_t>& ids) {
+TextStats text_stats(std::string_view text, const std::vector<int32_t>& ids, int32_t unk_id) {
   TextStats stats;
   const TextCounts counts = count_text(text);
   stats.words = counts.words + counts.lines;
   stats.bytes = static_cast<int64_t>(text.size());
-  stats.unknown = std::count(ids.begin(), ids.end(), Vocabulary::kUnkId);
+  stats.unknown = std::count(ids.begin(), ids.end(), unk_id);
   return stats;
 }
 
 StatusOr<TokenSplit> tokenize_split(const std::string& name, const std::string& path,
-                                    const Vocabulary& vocab) {
+                                    const Tokenizer& tokenizer) {
   TokenSplit split;
   split.name = name;
   split.source = path;
   if (path.empty()) return split;
   MOE_ASSIGN_OR_RETURN(std::string text, read_text_file(path));
-  split.ids = vocab.encode(text);
-  split.stats = text_stats(text, split.ids);
+  split.ids = tokenizer.encode(text);
+  split.stats = text_stats(text, split.ids, tokenizer.unk_id());
   return split;
+}
+
+StatusOr<TokenSplit> tokenize_split(const std::string& name, const std::string& path,
+                                    const Vocabulary& vocab) {
+  return tokenize_split(name, path, *Tokenizer::word(vocab));
 }
 
 StatusOr<std::vector<int32_t>> tokenize_file(const std::string& path, const Vocabulary& vocab) {
@@ -141,8 +146,9 @@ StatusOr<TokenizedCorpus> build_corpus(const CorpusSpec& spec) {
     corpus.train.ids = corpus.vocab.encode(train_text);
     corpus.train.stats = text_stats(train_text, corpus.train.ids);
   }
-  MOE_ASSIGN_OR_RETURN(corpus.valid, tokenize_split("valid", spec.valid_path, corpus.vocab));
-  MOE_ASSIGN_OR_RETURN(corpus.test, tokenize_split("test", spec.test_path, corpus.vocab));
+  corpus.tokenizer = Tokenizer::word(corpus.vocab);
+  MOE_ASSIGN_OR_RETURN(corpus.valid, tokenize_split("valid", spec.valid_path, *corpus.tokenizer));
+  MOE_ASSIGN_OR_RETURN(corpus.test, tokenize_split("test", spec.test_path, *corpus.tokenizer));
   return corpus;
 }
 
@@ -190,6 +196,7 @@ StatusOr<TokenizedCorpus> load_or_build_corpus(const CorpusSpec& spec,
       }
       if (hit) {
         corpus.from_cache = true;
+        corpus.tokenizer = Tokenizer::word(corpus.vocab);
         return corpus;
       }
     } else {

@@ -17,6 +17,7 @@
 
 #include "core/base/status.h"
 #include "core/data/text_reader.h"
+#include "core/data/tokenizer.h"
 #include "core/data/vocabulary.h"
 
 namespace moe::data {
@@ -52,11 +53,15 @@ StatusOr<std::vector<int32_t>> materialize(const TokenSplit& split);
 // ids + stats of `text` read from `path` (see tokenize_file).
 StatusOr<TokenSplit> tokenize_split(const std::string& name, const std::string& path,
                                     const Vocabulary& vocab);
-// The text counts of `text` tokenized as `ids` with the word tokenizer.
-TextStats text_stats(std::string_view text, const std::vector<int32_t>& ids);
+StatusOr<TokenSplit> tokenize_split(const std::string& name, const std::string& path,
+                                    const Tokenizer& tokenizer);
+// The text counts of `text` tokenized as `ids` (unknown: the ids equal to unk_id).
+TextStats text_stats(std::string_view text, const std::vector<int32_t>& ids,
+                     int32_t unk_id = Vocabulary::kUnkId);
 
 struct TokenizedCorpus {
-  Vocabulary vocab;
+  Vocabulary vocab;  // the word vocabulary (only the special tokens with another tokenizer)
+  std::shared_ptr<const Tokenizer> tokenizer;  // how the ids were made (word: over `vocab`)
   std::string vocab_source;  // the file the vocabulary was built from or loaded from
   TokenSplit train;
   TokenSplit valid;

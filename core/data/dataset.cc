@@ -26,7 +26,9 @@ std::string index_path(const std::string& dir) {
 }
 
 // Reads exactly n bytes at `offset`; false on a short read (errno set on an error).
+// errno is 0 after a short read (the file ends early), the error's after a failed one.
 bool pread_all(int fd, char* out, int64_t n, int64_t offset) {
+  errno = 0;
   while (n > 0) {
     const ssize_t got = ::pread(fd, out, static_cast<size_t>(n), static_cast<off_t>(offset));
     if (got < 0 && errno == EINTR) continue;
@@ -169,15 +171,12 @@ ShardedTokens::~ShardedTokens() {
   for (int fd : fds_) ::close(fd);
 }
 
-StatusOr<std::shared_ptr<const ShardedTokens>> ShardedTokens::open(const std::string& dir,
-                                                                   const std::string& name,
-                                                                   const SplitEntry& split,
-                                                                   const Vocabulary& vocab,
-                                                                   bool verify_payload) {
+StatusOr<std::shared_ptr<const ShardedTokens>> ShardedTokens::open(
+    const std::string& dir, const std::string& name, const SplitEntry& split,
+    const Tokenizer& tokenizer, const std::string& vocab_source, bool verify_payload) {
   std::shared_ptr<ShardedTokens> t(new ShardedTokens());
-  t->vocab_size_ = vocab.size();
+  t->vocab_size_ = tokenizer.size();
   t->contents_fnv_ = split.contents_fnv;
-  const std::string vocab_source = (fs::path(dir) / kDatasetVocabFile).string();
   std::vector<char> buf;
   for (const ShardEntry& e : split.shards) {
     const std::string path = (fs::path(dir) / e.file).string();
@@ -196,10 +195,11 @@ StatusOr<std::shared_ptr<const ShardedTokens>> ShardedTokens::open(const std::st
     char head[kTokenCacheHeaderBytes] = {};
     if (size < 0) return internal_error("cannot size shard ", path, ": ", std::strerror(errno));
     if (size > 0 && !pread_all(fd, head, std::min<int64_t>(size, kTokenCacheHeaderBytes), 0)) {
-      return internal_error("cannot read shard ", path, ": ", std::strerror(errno));
+      return internal_error("cannot read shard ", path, ": ",
+                            errno != 0 ? std::strerror(errno) : "it ends inside its header");
     }
     MOE_ASSIGN_OR_RETURN(const TokenFileHeader h, decode_token_header(head, size, path));
-    MOE_RETURN_IF_ERROR(check_vocab_fingerprint(vocab.fingerprint(), vocab_source,
+    MOE_RETURN_IF_ERROR(check_vocab_fingerprint(tokenizer.fingerprint(), vocab_source,
                                                 h.vocab_fingerprint, str_cat("shard ", path)));
     if (h.tokens != e.tokens || h.payload_crc != e.crc32) {
       return data_loss_error("shard ", path, " does not match the dataset's index: it holds ",
@@ -215,7 +215,8 @@ StatusOr<std::shared_ptr<const ShardedTokens>> ShardedTokens::open(const std::st
         const int64_t n = std::min<int64_t>(static_cast<int64_t>(buf.size()), h.tokens * 4 - at);
         if (!pread_all(fd, buf.data(), n, kTokenCacheHeaderBytes + at)) {
           return data_loss_error("cannot read shard ", path, " at byte ",
-                                 kTokenCacheHeaderBytes + at);
+                                 kTokenCacheHeaderBytes + at, ": ",
+                                 errno != 0 ? std::strerror(errno) : "it ends early");
         }
         crc = io::crc32_update(crc, buf.data(), static_cast<size_t>(n));
         for (int64_t i = 0; i < n / 4 && bad_id.empty(); ++i) {
@@ -241,7 +242,7 @@ StatusOr<std::shared_ptr<const ShardedTokens>> ShardedTokens::open(const std::st
 }
 
 Status ShardedTokens::read(int64_t begin, int64_t count, int32_t* out) const {
-  if (begin < 0 || count < 0 || begin + count > size()) {
+  if (begin < 0 || count < 0 || count > size() || begin > size() - count) {
     return invalid_argument_error("tokens [", begin, ", ", begin + count, ") outside [0, ", size(),
                                   ")");
   }
@@ -277,15 +278,23 @@ Status ShardedTokens::read(int64_t begin, int64_t count, int32_t* out) const {
 
 StatusOr<TokenizedCorpus> open_dataset(const std::string& dir, bool verify_payload) {
   MOE_ASSIGN_OR_RETURN(const DatasetIndex index, read_dataset_index(dir));
-  if (index.tokenizer != "word") {
-    return failed_precondition_error("dataset ", dir, " uses the '", index.tokenizer,
-                                     "' tokenizer, which this build does not read");
-  }
   TokenizedCorpus corpus;
-  corpus.vocab_source = (fs::path(dir) / kDatasetVocabFile).string();
-  MOE_ASSIGN_OR_RETURN(corpus.vocab, Vocabulary::load(corpus.vocab_source));
+  if (index.tokenizer == "word") {
+    corpus.vocab_source = (fs::path(dir) / kDatasetVocabFile).string();
+    MOE_ASSIGN_OR_RETURN(corpus.vocab, Vocabulary::load(corpus.vocab_source));
+    corpus.tokenizer = Tokenizer::word(corpus.vocab);
+  } else if (index.tokenizer == "sentencepiece") {
+    // Its facts come from tokenizer.json (checked against the model's bytes): reading shards
+    // needs no SentencePiece, so this works in every executable and build.
+    corpus.vocab_source = (fs::path(dir) / kSentencePieceModelFile).string();
+    MOE_ASSIGN_OR_RETURN(corpus.tokenizer, Tokenizer::load(dir));
+  } else {
+    return failed_precondition_error("dataset ", dir, " uses the '", index.tokenizer,
+                                     "' tokenizer, which this build does not know");
+  }
   MOE_RETURN_IF_ERROR(check_vocab_fingerprint(index.vocab_fingerprint, index_path(dir),
-                                              corpus.vocab.fingerprint(), corpus.vocab_source));
+                                              corpus.tokenizer->fingerprint(),
+                                              corpus.vocab_source));
   for (auto [name, split] : {std::pair{"train", &corpus.train}, std::pair{"valid", &corpus.valid},
                              std::pair{"test", &corpus.test}}) {
     split->name = name;
@@ -294,7 +303,8 @@ StatusOr<TokenizedCorpus> open_dataset(const std::string& dir, bool verify_paylo
     split->source = str_cat(dir, " (", name, ")");
     split->stats = it->second.stats;
     MOE_ASSIGN_OR_RETURN(split->shards,
-                         ShardedTokens::open(dir, name, it->second, corpus.vocab, verify_payload));
+                         ShardedTokens::open(dir, name, it->second, *corpus.tokenizer,
+                                             corpus.vocab_source, verify_payload));
   }
   corpus.from_cache = true;
   return corpus;
@@ -302,7 +312,7 @@ StatusOr<TokenizedCorpus> open_dataset(const std::string& dir, bool verify_paylo
 
 StatusOr<std::string> verify_dataset(const std::string& dir) {
   MOE_ASSIGN_OR_RETURN(const TokenizedCorpus corpus, open_dataset(dir, /*verify_payload=*/true));
-  std::string out = str_cat(dir, ": ok; vocabulary ", corpus.vocab.size(), " words");
+  std::string out = str_cat(dir, ": ok; ", corpus.tokenizer->describe());
   for (const TokenSplit* s : {&corpus.train, &corpus.valid, &corpus.test}) {
     if (!s->present()) continue;
     // The contents fingerprint too: the shards' checksums are per shard, this is over their order.

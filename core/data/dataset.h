@@ -3,7 +3,8 @@
 //   index.json             what the dataset holds: tokenizer, vocabulary fingerprint, and per split
 //                          its input files, token and text counts, contents fingerprint and shards;
 //                          checksummed (its "crc32" field covers the rest of the object)
-//   vocab.txt              the word vocabulary (vocabulary.h)
+//   vocab.txt              the word vocabulary (vocabulary.h), or
+//   tokenizer.model        the SentencePiece model (tokenizer.h)
 //   <split>-<NNNNN>.tok    the shards of each split, in order: token files (token_cache.h)
 //
 // A split's token stream is the concatenation of its shards, so the sequences a run reads (and
@@ -42,8 +43,8 @@ struct SplitEntry {
 };
 
 struct DatasetIndex {
-  std::string tokenizer = "word";
-  uint64_t vocab_fingerprint = 0;
+  std::string tokenizer = "word";  // "word" or "sentencepiece" (Tokenizer::kind_name)
+  uint64_t vocab_fingerprint = 0;  // the tokenizer's fingerprint (Tokenizer::fingerprint)
   int64_t vocab_size = 0;
   std::string vocab_from;  // the file the vocabulary was built from or loaded from
   VocabOptions vocab_options;
@@ -68,11 +69,9 @@ class ShardedTokens {
   // its crc32 and checks each id is inside the vocabulary. Errors name the shard: kNotFound,
   // kDataLoss (truncated, corrupted, disagrees with the index), kFailedPrecondition (a shard of
   // another vocabulary or format version).
-  static StatusOr<std::shared_ptr<const ShardedTokens>> open(const std::string& dir,
-                                                             const std::string& name,
-                                                             const SplitEntry& split,
-                                                             const Vocabulary& vocab,
-                                                             bool verify_payload);
+  static StatusOr<std::shared_ptr<const ShardedTokens>> open(
+      const std::string& dir, const std::string& name, const SplitEntry& split,
+      const Tokenizer& tokenizer, const std::string& tokenizer_source, bool verify_payload);
   ~ShardedTokens();
   ShardedTokens(const ShardedTokens&) = delete;
   ShardedTokens& operator=(const ShardedTokens&) = delete;
@@ -95,8 +94,10 @@ class ShardedTokens {
   uint64_t contents_fnv_ = 0;
 };
 
-// The corpus of a prepared dataset: its vocabulary, and every split it holds backed by its shards
-// (TokenSplit::shards; ids stay empty). verify_payload: as ShardedTokens::open.
+// The corpus of a prepared dataset: its tokenizer (and for the word tokenizer its vocabulary),
+// and every split it holds backed by its shards (TokenSplit::shards; ids stay empty).
+// verify_payload: as ShardedTokens::open. A SentencePiece dataset in a build without
+// SentencePiece is refused by name (kFailedPrecondition).
 StatusOr<TokenizedCorpus> open_dataset(const std::string& dir, bool verify_payload);
 
 // Checks every shard's payload (crc32, ids) of DIR; returns a one-line summary.

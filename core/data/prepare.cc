@@ -177,9 +177,7 @@ class Preparer {
   Preparer(const PrepareSpec& spec, const std::function<bool(const PrepareProgress&)>& progress)
       : spec_(spec),
         progress_(progress),
-        pool_(spec.threads > 0
-                  ? spec.threads
-                  : std::max(1, static_cast<int>(std::thread::hardware_concurrency()))) {}
+        pool_(spec.threads > 0 ? spec.threads : std::max(1, available_cores())) {}
 
   StatusOr<DatasetIndex> run();
 
@@ -188,7 +186,8 @@ class Preparer {
   StatusOr<json> make_plan();
   Status open_state(const json& plan, bool* already_done);
   Status save_state();
-  Status build_vocabulary();
+  Status build_tokenizer();
+  Status build_word_vocabulary();
   Status prepare_split(int which);
   // Reads the next batch of up to `n` chunks from `reader`; false when the file is done.
   StatusOr<bool> read_batch(TextChunkReader* reader, std::vector<Work>* batch);
@@ -203,7 +202,7 @@ class Preparer {
   std::vector<int64_t> sizes_[3];
   json state_;
   SplitState splits_[3];
-  Vocabulary vocab_;
+  std::shared_ptr<const Tokenizer> tokenizer_;
 };
 
 Status Preparer::check_spec() {
@@ -225,6 +224,17 @@ Status Preparer::check_spec() {
     return invalid_argument_error("prepare: vocab min count ", spec_.vocab.min_count,
                                   " must be >= 1");
   }
+  if (spec_.tokenizer != "word" && spec_.tokenizer != "sentencepiece") {
+    return invalid_argument_error("prepare: tokenizer '", spec_.tokenizer,
+                                  "' is not one of word, sentencepiece");
+  }
+  if (spec_.tokenizer == "sentencepiece" && sentencepiece_backend() == nullptr) {
+    return failed_precondition_error(
+        "prepare: the sentencepiece tokenizer needs SentencePiece",
+        sentencepiece_built() ? ", which runs in momoe-data, not in this process"
+                              : ", which this build does not have (install libsentencepiece-dev "
+                                "and rebuild; scripts/install_deps.sh does)");
+  }
   return Status::OK();
 }
 
@@ -237,20 +247,52 @@ StatusOr<json> Preparer::make_plan() {
     MOE_ASSIGN_OR_RETURN(inputs_[k], expand_inputs(*lists[k]));
     json files = json::array();
     for (const std::string& f : inputs_[k]) {
+      // Paths go into JSON (prepare.json, index.json), which holds UTF-8 only.
+      if (!validate_utf8(f, "the name").ok()) {
+        return invalid_argument_error("input file name ", f,
+                                      " is not valid UTF-8: rename it (the dataset's index "
+                                      "records every input by name)");
+      }
       MOE_ASSIGN_OR_RETURN(json id, file_identity(f));
+      if (id["size"].get<int64_t>() == 0)
+        return invalid_argument_error("text file ", f, " is empty");
       sizes_[k].push_back(id["size"].get<int64_t>());
       files.push_back(std::move(id));
     }
     plan["splits"][kSplitNames[k]] = files;
   }
-  plan["vocab_max_size"] = spec_.vocab.max_size;
-  plan["vocab_min_count"] = spec_.vocab.min_count;
-  if (!spec_.vocab_path.empty()) {
-    MOE_ASSIGN_OR_RETURN(plan["vocab"], file_identity(spec_.vocab_path));
+  plan["tokenizer"] = spec_.tokenizer;
+  if (spec_.tokenizer == "word") {
+    plan["vocab_max_size"] = spec_.vocab.max_size;
+    plan["vocab_min_count"] = spec_.vocab.min_count;
+    if (!spec_.vocab_path.empty()) {
+      MOE_ASSIGN_OR_RETURN(plan["vocab"], file_identity(spec_.vocab_path));
+    }
+  } else if (!spec_.sp_model_path.empty()) {
+    MOE_ASSIGN_OR_RETURN(plan["sp_model"], file_identity(spec_.sp_model_path));
+  } else {
+    plan["sp_model_type"] = spec_.sp.model_type;
+    plan["sp_vocab_size"] = spec_.sp.vocab_size;
+    plan["sp_max_sentences"] = spec_.sp.max_sentences;
   }
   plan["shard_tokens"] = spec_.shard_tokens;
   plan["chunk_bytes"] = spec_.chunk_bytes;
   return plan;
+}
+
+// Temporary files a crash can leave: a shard's "<name>.tok.tmp" and write_file_atomic's
+// "<name>.tmp.<pid>.<n>". None holds anything a resume needs.
+bool is_temporary(const std::string& name) {
+  return name.find(io::kTmpSuffix) != std::string::npos;
+}
+
+Status remove_temporaries(const std::string& dir) {
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    if (is_temporary(e.path().filename().string())) fs::remove(e.path(), ec);
+  }
+  if (ec) return internal_error("cannot clean ", dir, ": ", ec.message());
+  return Status::OK();
 }
 
 Status Preparer::open_state(const json& plan, bool* already_done) {
@@ -258,10 +300,12 @@ Status Preparer::open_state(const json& plan, bool* already_done) {
   const std::string dir = spec_.out_dir;
   const std::string state_path = join(dir, kStateFile);
   std::error_code ec;
-  if (fs::exists(state_path)) {
+  if (fs::exists(state_path, ec)) {
     MOE_ASSIGN_OR_RETURN(const std::string text, io::read_file(state_path));
     json j = json::parse(text, nullptr, false);
-    if (j.is_discarded() || !j.is_object() || j.value("format", std::string()) != kStateFormat) {
+    const bool ours = !j.is_discarded() && j.is_object() && j.contains("format") &&
+                      j["format"].is_string() && j["format"].get<std::string>() == kStateFormat;
+    if (!ours) {
       return failed_precondition_error(state_path,
                                        " is not a momoe preparation record (damaged?): "
                                        "remove ",
@@ -281,22 +325,33 @@ Status Preparer::open_state(const json& plan, bool* already_done) {
           splits_[k] = state_from_json(state_["splits"][kSplitNames[k]]);
         }
       }
+      *already_done =
+          state_.at("complete").get<bool>() && fs::exists(join(dir, kDatasetIndexFile), ec);
+      (void)state_.at("vocab_done").get<bool>();
     } catch (const std::exception& e) {
       return failed_precondition_error(state_path, " is malformed (", e.what(), "): remove ", dir,
                                        " and prepare again");
     }
-    *already_done = state_.value("complete", false) && fs::exists(join(dir, kDatasetIndexFile));
+    if (!*already_done) MOE_RETURN_IF_ERROR(remove_temporaries(dir));
     return Status::OK();
   }
-  if (fs::exists(dir)) {
-    if (!fs::is_directory(dir)) return invalid_argument_error("--out ", dir, " is not a folder");
-    if (!fs::is_empty(dir, ec)) {
+  if (fs::exists(dir, ec)) {
+    if (!fs::is_directory(dir, ec))
+      return invalid_argument_error("--out ", dir, " is not a folder");
+    // Only temporary files (a crash before the first record was complete): as good as empty.
+    bool empty = true;
+    for (const auto& e : fs::directory_iterator(dir, ec)) {
+      if (!is_temporary(e.path().filename().string())) empty = false;
+    }
+    if (!empty) {
       return failed_precondition_error("--out ", dir, " is not empty and holds no preparation (",
                                        kStateFile, "): choose an empty or new folder");
     }
+    MOE_RETURN_IF_ERROR(remove_temporaries(dir));
   }
   fs::create_directories(dir, ec);
   if (ec) return internal_error("cannot create ", dir, ": ", ec.message());
+
   state_ = json{{"format", kStateFormat}, {"version", 1},        {"plan", plan},
                 {"complete", false},      {"vocab_done", false}, {"splits", json::object()}};
   return save_state();
@@ -323,7 +378,9 @@ bool Preparer::report(const std::string& phase, int64_t done, int64_t total, int
 }
 
 StatusOr<bool> Preparer::read_batch(TextChunkReader* reader, std::vector<Work>* batch) {
-  const size_t n = static_cast<size_t>(pool_.threads()) * 2;
+  // Two chunks per thread, but at most 1 GiB of text in flight whatever the core count.
+  const size_t n = static_cast<size_t>(std::max<int64_t>(
+      1, std::min<int64_t>(2 * pool_.threads(), (int64_t{1} << 30) / spec_.chunk_bytes)));
   batch->clear();
   while (batch->size() < n) {
     Work w;
@@ -347,27 +404,51 @@ void Preparer::tokenize_batch(std::vector<Work>* batch, bool count_only, const s
       if (count_only) {
         for_each_token(w.chunk.text, [&](std::string_view token) { w.counts.add(token); });
       } else {
-        w.ids = vocab_.encode(w.chunk.text);
-        w.stats = text_stats(w.chunk.text, w.ids);
+        w.ids = tokenizer_->encode(w.chunk.text);
+        w.stats = text_stats(w.chunk.text, w.ids, tokenizer_->unk_id());
       }
       std::string().swap(w.chunk.text);
     }
   });
 }
 
-Status Preparer::build_vocabulary() {
+Status Preparer::build_tokenizer() {
+  if (spec_.tokenizer == "word") return build_word_vocabulary();
+
+  if (state_["vocab_done"].get<bool>()) {
+    MOE_ASSIGN_OR_RETURN(tokenizer_, Tokenizer::load(spec_.out_dir));
+    return Status::OK();
+  }
+  std::string bytes;
+  std::string source = spec_.sp_model_path;
+  if (!spec_.sp_model_path.empty()) {
+    MOE_ASSIGN_OR_RETURN(bytes, io::read_file(spec_.sp_model_path));
+  } else {
+    source = str_cat("the ", spec_.sp.model_type, " model trained on ", inputs_[0].front());
+    report("sentencepiece", 0, 1, 0, Clock::now(), 0);
+    MOE_ASSIGN_OR_RETURN(bytes, train_sentencepiece(inputs_[0], spec_.sp, pool_.threads()));
+  }
+  MOE_ASSIGN_OR_RETURN(tokenizer_, Tokenizer::sentencepiece(bytes, source));
+  MOE_RETURN_IF_ERROR(tokenizer_->save(spec_.out_dir));
+  state_["vocab_done"] = true;
+  return save_state();
+}
+
+Status Preparer::build_word_vocabulary() {
   const std::string vocab_file = join(spec_.out_dir, kDatasetVocabFile);
   if (!spec_.vocab_path.empty()) {
-    MOE_ASSIGN_OR_RETURN(vocab_, Vocabulary::load(spec_.vocab_path));
+    MOE_ASSIGN_OR_RETURN(Vocabulary vocab, Vocabulary::load(spec_.vocab_path));
+    tokenizer_ = Tokenizer::word(std::move(vocab));
     if (!state_["vocab_done"].get<bool>()) {
-      MOE_RETURN_IF_ERROR(vocab_.save(vocab_file));
+      MOE_RETURN_IF_ERROR(tokenizer_->save(spec_.out_dir));
       state_["vocab_done"] = true;
       MOE_RETURN_IF_ERROR(save_state());
     }
     return Status::OK();
   }
   if (state_["vocab_done"].get<bool>()) {
-    MOE_ASSIGN_OR_RETURN(vocab_, Vocabulary::load(vocab_file));
+    MOE_ASSIGN_OR_RETURN(Vocabulary vocab, Vocabulary::load(vocab_file));
+    tokenizer_ = Tokenizer::word(std::move(vocab));
     return Status::OK();
   }
   TokenCounter counter;
@@ -394,8 +475,9 @@ Status Preparer::build_vocabulary() {
     }
     before += sizes_[0][f];
   }
-  MOE_ASSIGN_OR_RETURN(vocab_, Vocabulary::build(counter, spec_.vocab));
-  MOE_RETURN_IF_ERROR(vocab_.save(vocab_file));
+  MOE_ASSIGN_OR_RETURN(Vocabulary vocab, Vocabulary::build(counter, spec_.vocab));
+  tokenizer_ = Tokenizer::word(std::move(vocab));
+  MOE_RETURN_IF_ERROR(tokenizer_->save(spec_.out_dir));
   state_["vocab_done"] = true;
   return save_state();
 }
@@ -413,7 +495,7 @@ Status Preparer::prepare_split(int k) {
   ShardWriter writer;
   std::vector<Work> batch;
   const auto close_shard = [&]() -> Status {
-    MOE_ASSIGN_OR_RETURN(const ShardEntry e, writer.close(vocab_.fingerprint()));
+    MOE_ASSIGN_OR_RETURN(const ShardEntry e, writer.close(tokenizer_->fingerprint()));
     st.shards.push_back(e);
     return save_state();
   };
@@ -436,11 +518,11 @@ Status Preparer::prepare_split(int k) {
       tokenize_batch(&batch, /*count_only=*/false, path);
       for (Work& w : batch) {
         MOE_RETURN_IF_ERROR(w.status);
-        if (!writer.is_open()) {
+        if (!writer.is_open() && !w.ids.empty()) {
           MOE_RETURN_IF_ERROR(writer.open(
               join(spec_.out_dir, shard_file_name(name, static_cast<int64_t>(st.shards.size())))));
         }
-        MOE_RETURN_IF_ERROR(writer.append(w.ids, w.stats));
+        if (writer.is_open()) MOE_RETURN_IF_ERROR(writer.append(w.ids, w.stats));
         st.fnv = fnv1a64_update(st.fnv, w.ids.data(), w.ids.size() * sizeof(int32_t));
         st.tokens += static_cast<int64_t>(w.ids.size());
         st.stats += w.stats;
@@ -448,7 +530,9 @@ Status Preparer::prepare_split(int k) {
         st.file_bytes += w.raw_bytes;
         st.offset = w.end_offset;
         st.line = w.end_line;
-        if (writer.tokens() >= spec_.shard_tokens) MOE_RETURN_IF_ERROR(close_shard());
+        if (writer.is_open() && writer.tokens() >= spec_.shard_tokens) {
+          MOE_RETURN_IF_ERROR(close_shard());
+        }
       }
       if (!report(name, before + reader->compressed_offset(), total, st.tokens, t0, at_start)) {
         return aborted_error("the preparation of ", spec_.out_dir, " was interrupted in the ", name,
@@ -474,13 +558,15 @@ StatusOr<DatasetIndex> Preparer::run() {
   bool done = false;
   MOE_RETURN_IF_ERROR(open_state(plan, &done));
   if (done) return read_dataset_index(spec_.out_dir);
-  MOE_RETURN_IF_ERROR(build_vocabulary());
+  MOE_RETURN_IF_ERROR(build_tokenizer());
   for (int k = 0; k < 3; ++k) MOE_RETURN_IF_ERROR(prepare_split(k));
   DatasetIndex index;
-  index.vocab_fingerprint = vocab_.fingerprint();
-  index.vocab_size = vocab_.size();
+  index.tokenizer = tokenizer_->kind_name();
+  index.vocab_fingerprint = tokenizer_->fingerprint();
+  index.vocab_size = tokenizer_->size();
   index.vocab_options = spec_.vocab;
-  index.vocab_from = spec_.vocab_path.empty() ? inputs_[0].front() : spec_.vocab_path;
+  const std::string& given = spec_.tokenizer == "word" ? spec_.vocab_path : spec_.sp_model_path;
+  index.vocab_from = given.empty() ? inputs_[0].front() : given;
   for (int k = 0; k < 3; ++k) {
     if (inputs_[k].empty()) continue;
     SplitEntry e;
@@ -515,7 +601,9 @@ StatusOr<std::vector<std::string>> expand_inputs(const std::vector<std::string>&
     }
     std::vector<std::string> inside;
     std::error_code ec;
-    for (auto it = fs::recursive_directory_iterator(p, ec);
+    // Symbolic links to folders are followed (a corpus assembled from links is common).
+    for (auto it = fs::recursive_directory_iterator(
+             p, fs::directory_options::follow_directory_symlink, ec);
          !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
       const std::string base = it->path().filename().string();
       if (!base.empty() && base[0] == '.') {

@@ -21,16 +21,23 @@
 
 #include "core/base/status.h"
 #include "core/data/dataset.h"
+#include "core/data/tokenizer.h"
 
 namespace moe::data {
 
 struct PrepareSpec {
   std::string out_dir;
-  // Files or folders; a folder stands for every regular file under it (recursively, hidden
-  // files skipped), in byte-wise path order. train is required; valid and test are optional.
+  // Files or folders; a folder stands for every regular file under it (recursively, following
+  // links to folders, hidden names skipped), in byte-wise path order. train is required; valid and
+  // test are optional.
   std::vector<std::string> train, valid, test;
+  std::string tokenizer = "word";  // "word" or "sentencepiece"
+  // The word tokenizer: the vocabulary's options, or a saved vocabulary (Vocabulary::save).
   VocabOptions vocab;
-  std::string vocab_path;  // a saved vocabulary (Vocabulary::save) to use instead of building one
+  std::string vocab_path;
+  // SentencePiece: an existing model (.model), or one trained on the training split.
+  std::string sp_model_path;
+  SentencePieceOptions sp;
   int threads = 0;         // tokenizing threads; 0 = every core
   int64_t shard_tokens = int64_t{1} << 26;  // 64 Mi tokens = 256 MiB per shard
   int64_t chunk_bytes = int64_t{1} << 24;   // 16 MiB of text per chunk

@@ -90,6 +90,9 @@ class ZstdReader final : public TextChunkReader {
         stream_(ZSTD_createDStream()),
         in_buf_(ZSTD_DStreamInSize()) {
     ZSTD_initDStream(stream_);
+    // Accept every window the format allows (zstd --long / --ultra write windows above the
+    // decoder's default 128 MiB limit).
+    ZSTD_DCtx_setParameter(stream_, ZSTD_d_windowLogMax, 31);  // ZSTD_WINDOWLOG_MAX_64
   }
   ~ZstdReader() override {
     ZSTD_freeDStream(stream_);
@@ -182,7 +185,10 @@ StatusOr<std::unique_ptr<TextChunkReader>> TextChunkReader::open(const std::stri
     std::fclose(f);
     (void)got;
   }
-  const bool zstd = magic[0] == 0x28 && magic[1] == 0xB5 && magic[2] == 0x2F && magic[3] == 0xFD;
+  // A zstd frame, or a skippable frame (0x184D2A50..5F, as pzstd writes first).
+  const bool zstd =
+      (magic[0] == 0x28 && magic[1] == 0xB5 && magic[2] == 0x2F && magic[3] == 0xFD) ||
+      ((magic[0] & 0xF0) == 0x50 && magic[1] == 0x2A && magic[2] == 0x4D && magic[3] == 0x18);
   if (ends_with(path, ".zst") && !zstd && size > 0) {
     return data_loss_error("file ", path, " is named .zst but does not hold zstd data");
   }

@@ -57,7 +57,7 @@ Status write_files(const std::string& tmp, const TrainingState& st, const comm::
     }
     MOE_RETURN_IF_ERROR(dense.write(tmp + "/" + kDenseFile));
     MOE_RETURN_IF_ERROR(opt_dense.write(tmp + "/" + kOptDenseFile));
-    MOE_RETURN_IF_ERROR(st.vocab->save(tmp + "/" + kVocabFile));
+    MOE_RETURN_IF_ERROR(st.tokenizer->save(tmp));
   }
   if (dp_rank_of(g) == 0) {
     // One copy of the expert shards: the first DP group's (every DP replica is identical).
@@ -208,7 +208,7 @@ StatusOr<std::string> save_checkpoint(const std::string& run_dir, const Training
       m.world_size = world == nullptr ? 1 : world->world_size();
       m.ep_size = ep_size_of(g);
       m.dp_size = g == nullptr ? 1 : g->dp_size;
-      m.vocab_fingerprint = st.vocab->fingerprint();
+      m.vocab_fingerprint = st.tokenizer->fingerprint();
       m.dtype = dtype_name(st.model->params().master_dtype());
       m.run_id = st.run_id;
       m.branch = st.branch.empty() ? st.run_id : st.branch;
@@ -218,7 +218,9 @@ StatusOr<std::string> save_checkpoint(const std::string& run_dir, const Training
       const std::vector<std::pair<std::string, CheckpointFileKind>> common = {
           {kDenseFile, CheckpointFileKind::kDense},
           {kOptDenseFile, CheckpointFileKind::kOptimizerDense},
-          {kVocabFile, CheckpointFileKind::kOther}};
+          {st.tokenizer->kind() == data::Tokenizer::Kind::kWord ? kVocabFile
+                                                                : data::kSentencePieceModelFile,
+           CheckpointFileKind::kOther}};
       for (const auto& [name, kind] : common) {
         MOE_ASSIGN_OR_RETURN(CheckpointFileInfo f, ckpt::describe_file(dir.path(), name, kind, 0, 1));
         m.files.push_back(f);
@@ -249,11 +251,12 @@ Status restore_checkpoint(const std::string& dir, const TrainingState& st,
   Status local = [&]() -> Status {
     MOE_ASSIGN_OR_RETURN(CheckpointManifestInfo m, ckpt::read_manifest(dir));
     MOE_RETURN_IF_ERROR(ckpt::verify_checkpoint_dir(dir, m));
-    if (m.vocab_fingerprint != st.vocab->fingerprint()) {
+    if (m.vocab_fingerprint != st.tokenizer->fingerprint()) {
       return failed_precondition_error(
-          "checkpoint ", dir, " was trained with vocabulary fingerprint 0x", std::hex,
-          m.vocab_fingerprint, ", but the vocabulary built from ", st.vocab_source, " has 0x",
-          st.vocab->fingerprint(), std::dec, " (the training corpus or vocabulary options changed)");
+          "checkpoint ", dir, " was trained with tokenizer fingerprint 0x", std::hex,
+          m.vocab_fingerprint, ", but this run's ", st.tokenizer->describe(), " from ",
+          st.vocab_source, " has 0x", st.tokenizer->fingerprint(), std::dec,
+          " (the training corpus, the tokenizer or its options changed)");
     }
     if (m.dtype != dtype_name(st.model->params().master_dtype())) {
       return failed_precondition_error("checkpoint ", dir, " holds ", m.dtype, " parameters, this run ",

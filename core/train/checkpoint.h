@@ -18,7 +18,7 @@
 #include "comm/process_groups.h"
 #include "core/base/run_config.h"
 #include "core/data/batch_scheduler.h"
-#include "core/data/vocabulary.h"
+#include "core/data/tokenizer.h"
 #include "core/model/transformer.h"
 #include "core/train/optimizer.h"
 
@@ -30,7 +30,8 @@ struct TrainingState {
   Optimizer* optimizer = nullptr;
   data::BatchScheduler* scheduler = nullptr;
   int64_t* updates = nullptr;
-  const data::Vocabulary* vocab = nullptr;
+  const data::Tokenizer* tokenizer =
+      nullptr;  // saved into the checkpoint (vocab.txt / tokenizer.model)
   std::string vocab_source;
   std::string run_id;  // written into manifests; pruning removes only this run's checkpoints
   // The lineage being trained (proto/checkpoint.proto): written into manifests; pruning keeps

@@ -3,7 +3,12 @@
 #include <filesystem>
 
 #include "core/base/check.h"
+#include "core/base/hash.h"
+#include "core/base/logging.h"
 #include "core/data/dataset.h"
+#include "core/data/prepare.h"
+#include "core/data/prepare_process.h"
+#include "core/io/file_util.h"
 
 namespace moe {
 namespace {
@@ -16,13 +21,72 @@ Status make_sequences(const data::TokenSplit& split, int64_t seq_len,
   return Status::OK();
 }
 
+std::string cache_dir_of(const RunConfig& cfg, const std::string& run_dir) {
+  return cfg.data.cache_dir.empty() ? run_dir + "/cache" : cfg.data.cache_dir;
+}
+
+// Text files with a SentencePiece tokenizer: prepared (the model trained, the text tokenized) once
+// into the cache, keyed by the files' identities and the tokenizer options, then read as a
+// dataset. A preparation interrupted by a kill resumes.
+StatusOr<std::unique_ptr<RunData>> prepare_in_cache(const RunConfig& cfg,
+                                                    const std::string& run_dir, bool verify) {
+  data::PrepareSpec spec;
+  spec.tokenizer = "sentencepiece";
+  spec.sp_model_path = cfg.data.sp_model;
+  spec.sp.model_type = cfg.data.sp_model_type;
+  spec.sp.vocab_size = cfg.data.sp_vocab_size;
+  spec.sp.max_sentences = cfg.data.sp_max_sentences;
+  spec.threads = cfg.parallel.threads;
+  std::string key = "momoe-sentencepiece-cache-1";
+  for (const std::string* path :
+       {&cfg.data.train, &cfg.data.valid, &cfg.data.test, &cfg.data.sp_model}) {
+    key += str_cat("|", *path);
+    if (path->empty()) continue;
+    std::error_code ec;
+    key += str_cat(":", std::filesystem::absolute(*path, ec).string(), ":",
+                   std::filesystem::file_size(*path, ec), ":",
+                   std::filesystem::last_write_time(*path, ec).time_since_epoch().count());
+  }
+  key += str_cat("|", spec.sp.model_type, "|", spec.sp.vocab_size, "|", spec.sp.max_sentences);
+  spec.out_dir =
+      str_cat(cache_dir_of(cfg, run_dir), "/sentencepiece-", io::hex64(fnv1a64(key)).substr(2));
+  spec.train = {cfg.data.train};
+  if (!cfg.data.valid.empty()) spec.valid = {cfg.data.valid};
+  if (!cfg.data.test.empty()) spec.test = {cfg.data.test};
+  if (!std::filesystem::exists(spec.out_dir + "/" + data::kDatasetIndexFile)) {
+    log_info("momoe: preparing ", cfg.data.train, " with a SentencePiece tokenizer into ",
+             spec.out_dir, " (once: later runs on the same text reuse it)");
+  }
+  if (data::sentencepiece_backend() != nullptr) {
+    MOE_RETURN_IF_ERROR(data::prepare_dataset(spec).status());
+  } else {
+    MOE_RETURN_IF_ERROR(data::run_prepare_process(spec));
+  }
+  auto d = std::make_unique<RunData>();
+  MOE_ASSIGN_OR_RETURN(d->corpus, data::open_dataset(spec.out_dir, verify));
+  // Name the texts, not the cache.
+  d->corpus.train.source = cfg.data.train;
+  d->corpus.valid.source = cfg.data.valid;
+  d->corpus.test.source = cfg.data.test;
+  return d;
+}
+
 StatusOr<std::unique_ptr<RunData>> load_here(const RunConfig& cfg, const std::string& run_dir,
                                              bool verify) {
   if (!cfg.data.dataset.empty()) {
     auto d = std::make_unique<RunData>();
     MOE_ASSIGN_OR_RETURN(d->corpus, data::open_dataset(cfg.data.dataset, verify));
+    if (cfg.data.sentencepiece &&
+        d->corpus.tokenizer->kind() != data::Tokenizer::Kind::kSentencePiece) {
+      return invalid_argument_error(
+          "data.tokenizer.kind = SENTENCEPIECE, but data.dataset ", cfg.data.dataset,
+          " was prepared with the ", d->corpus.tokenizer->describe(),
+          " (a dataset brings its own tokenizer: unset data.tokenizer, or prepare the dataset "
+          "with momoe-data prepare --tokenizer sentencepiece)");
+    }
     return d;
   }
+  if (cfg.data.sentencepiece) return prepare_in_cache(cfg, run_dir, verify);
   data::CorpusSpec spec;
   spec.name = "corpus";
   spec.train_path = cfg.data.train;
@@ -30,7 +94,7 @@ StatusOr<std::unique_ptr<RunData>> load_here(const RunConfig& cfg, const std::st
   spec.test_path = cfg.data.test;
   spec.vocab.max_size = cfg.data.vocab_max_size;
   spec.vocab.min_count = cfg.data.vocab_min_count;
-  const std::string cache = cfg.data.cache_dir.empty() ? run_dir + "/cache" : cfg.data.cache_dir;
+  const std::string cache = cache_dir_of(cfg, run_dir);
   std::error_code ec;
   std::filesystem::create_directories(cache, ec);
   if (ec) return internal_error("cannot create cache directory ", cache, ": ", ec.message());
@@ -73,7 +137,11 @@ StatusOr<std::unique_ptr<RunData>> load_run_data(const RunConfig& cfg, const std
   for (auto [split, out, seq, rate] :
        {std::tuple{&d->corpus.valid, &d->attacked_valid, &d->attacked_valid_seq, &d->attacked_valid_rate},
         std::tuple{&d->corpus.test, &d->attacked_test, &d->attacked_test_seq, &d->attacked_test_rate}}) {
-    if (!split->present() || cfg.train.attack_rate <= 0) continue;
+    // The attack swaps words: with a SentencePiece tokenizer it does not run (the trainer says so).
+    if (!split->present() || cfg.train.attack_rate <= 0 ||
+        d->corpus.tokenizer->kind() != data::Tokenizer::Kind::kWord) {
+      continue;
+    }
     // The attacked copy is held in memory (evaluation splits are small next to training's).
     MOE_ASSIGN_OR_RETURN(const std::vector<int32_t> ids, data::materialize(*split));
     MOE_ASSIGN_OR_RETURN(data::AttackResult a, data::attack_tokens(ids, cfg.train.attack_rate,

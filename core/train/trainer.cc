@@ -82,13 +82,13 @@ Status Trainer::setup() {
   micro_batch_per_rank_ = t.batch_size / (t.grad_accum * ranks);
 
   MOE_ASSIGN_OR_RETURN(data_, load_run_data(cfg_, opts_.run_dir, world_));
-  const int64_t vocab = data_->corpus.vocab.size();
+  const int64_t vocab = data_->corpus.tokenizer->size();
   if (cfg_.model.vocab_size == 0) {
     cfg_.model.vocab_size = vocab;
   } else if (cfg_.model.vocab_size != vocab) {
     return invalid_argument_error("model.vocab_size = ", cfg_.model.vocab_size,
-                                  " does not match the vocabulary built from ", cfg_.data.train,
-                                  " (", vocab, " words)");
+                                  " does not match the ", data_->corpus.tokenizer->describe(),
+                                  " of ", data_->corpus.vocab_source);
   }
   MOE_RETURN_IF_ERROR(cfg_.model.validate(cfg_.parallel.ep));
   if (!data_->train) return invalid_argument_error("no training split");
@@ -177,13 +177,14 @@ Status Trainer::setup() {
   if (rank == 0) {
     int64_t dense = 0, expert = 0;
     for (const auto& p : model_->params().all()) (p->kind == ParamKind::kDense ? dense : expert) += p->numel();
-    coordinator_->print(
-        str_cat("momoe: ", ranks, " rank(s), ep ", cfg_.parallel.ep, " x dp ",
-                ranks / cfg_.parallel.ep, world_ != nullptr ? str_cat(" (", world_->backend_name(), ")") : std::string(),
-                "; ", precision_name(t.precision), " on ", device_.description, "; vocabulary ", vocab, " words; ",
-                data_->train->size(), " training sequences of ", cfg_.model.seq_len, " tokens; ",
-                cfg_.model.blocks.size(), " blocks (", model_->num_moe_layers(),
-                " MoE); parameters: ", dense, " dense + ", expert, " expert on this rank"));
+    coordinator_->print(str_cat(
+        "momoe: ", ranks, " rank(s), ep ", cfg_.parallel.ep, " x dp ", ranks / cfg_.parallel.ep,
+        world_ != nullptr ? str_cat(" (", world_->backend_name(), ")") : std::string(), "; ",
+        precision_name(t.precision), " on ", device_.description, "; ",
+        data_->corpus.tokenizer->describe(), "; ", data_->train->size(), " training sequences of ",
+        cfg_.model.seq_len, " tokens; ", cfg_.model.blocks.size(), " blocks (",
+        model_->num_moe_layers(), " MoE); parameters: ", dense, " dense + ", expert,
+        " expert on this rank"));
     // The texts, named (a user's corpus must not be evaluated on other text unseen), with how
     // much of each the vocabulary does not cover.
     std::string texts;
@@ -198,6 +199,13 @@ Status Trainer::setup() {
                        fixed_percent(s->stats.unknown, s->size()), " <unk>)");
     }
     coordinator_->print(str_cat("momoe: data: ", texts));
+    if (cfg_.train.attack_rate > 0 &&
+        data_->corpus.tokenizer->kind() != data::Tokenizer::Kind::kWord) {
+      coordinator_->print(
+          "momoe: the word-swap attack evaluation (train.attack_rate) does not run: it swaps "
+          "words, "
+          "and this run's tokenizer is SentencePiece");
+    }
     if (t.device == DeviceKind::kCpu) {
       coordinator_->print(str_cat("momoe: CPU ", cpu_info().description(), ", ",
                                   cpu_info().isa_summary(), "; BLAS ",
@@ -410,7 +418,7 @@ TrainingState Trainer::training_state() {
   st.optimizer = optimizer_.get();
   st.scheduler = &*scheduler_;
   st.updates = &updates_;
-  st.vocab = &data_->corpus.vocab;
+  st.tokenizer = data_->corpus.tokenizer.get();
   st.vocab_source = data_->corpus.vocab_source;
   st.run_id = run_id_;
   st.branch = branch_;
@@ -643,14 +651,18 @@ StatusOr<EvalReport> Trainer::evaluate_impl(bool whole_splits) {
   const std::string what =
       subset ? str_cat(" (first ", max_sequences, " sequences of each split)")
              : (t.eval_sequences > 0 ? std::string(" (whole splits)") : std::string());
-  coordinator_->print(str_cat("eval at step ", steps_done(), what, ": valid ppl ", fmt(r.valid),
-                              " | test ppl ", fmt(r.test), " | attacked (", cfg_.train.attack_rate,
-                              " word swaps, realised ", r.attack_rate, ") valid ppl ",
-                              fmt(r.attacked_valid), " | test ppl ", fmt(r.attacked_test),
-                              r.valid && r.valid->bits_per_byte()
-                                  ? str_cat(" | valid ", *r.valid->word_perplexity(), " per word, ",
-                                            *r.valid->bits_per_byte(), " bits/byte")
-                                  : std::string()));
+  coordinator_->print(
+      str_cat("eval at step ", steps_done(), what, ": valid ppl ", fmt(r.valid), " | test ppl ",
+              fmt(r.test),
+              r.attacked_valid || r.attacked_test
+                  ? str_cat(" | attacked (", cfg_.train.attack_rate, " word swaps, realised ",
+                            r.attack_rate, ") valid ppl ", fmt(r.attacked_valid), " | test ppl ",
+                            fmt(r.attacked_test))
+                  : std::string(),
+              r.valid && r.valid->bits_per_byte() && r.valid->word_perplexity()
+                  ? str_cat(" | valid ", *r.valid->word_perplexity(), " per word, ",
+                            *r.valid->bits_per_byte(), " bits/byte")
+                  : std::string()));
   return r;
 }
 

@@ -152,7 +152,8 @@ TEST_F(TrainerTest, CorruptedOrMismatchedCheckpointsAreRefusedAndKept) {
   bad = Trainer::create(*other, allow, nullptr);
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().code(), StatusCode::kFailedPrecondition);
-  EXPECT_NE(bad.status().message().find("vocabulary fingerprint"), std::string::npos) << bad.status().message();
+  EXPECT_NE(bad.status().message().find("tokenizer fingerprint"), std::string::npos)
+      << bad.status().message();
   EXPECT_EQ(*io::read_file(run2 + "/ckpt-00000000/manifest.pb"), manifest_before);
   fs::remove_all(run);
   fs::remove_all(run2);

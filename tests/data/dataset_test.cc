@@ -170,6 +170,22 @@ TEST(TextStreamTest, DamagedCompressedFilesAreDataLoss) {
   EXPECT_EQ(read_decompressed(dir.file("bad.zst")).status().code(), StatusCode::kDataLoss);
 }
 
+TEST(TextStreamTest, ZstdWithASkippableFrameFirst) {
+  if (!zstd_supported()) GTEST_SKIP() << "this build reads no zstd (the .zst-name check ran above)";
+  TempDir dir;
+  const std::string text = sample_text(50, 4);
+  write_zstd(dir.file("plain.zst"), text);
+  // pzstd writes a skippable frame (magic 0x184D2A50, 4-byte size, payload) before the data.
+  std::string skippable(
+      "\x50\x2A\x4D\x18\x04\x00\x00\x00"
+      "abcd",
+      12);
+  testing::write_file(dir.file("skip.zst"), skippable + testing::read_file(dir.file("plain.zst")));
+  StatusOr<std::string> got = read_decompressed(dir.file("skip.zst"));
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  EXPECT_EQ(*got, text);
+}
+
 // Every file of a folder, name -> bytes.
 std::map<std::string, std::string> folder_files(const std::string& dir) {
   std::map<std::string, std::string> out;
@@ -327,6 +343,45 @@ TEST_F(PrepareTest, AnInterruptedPreparationResumesToTheSameFiles) {
   const auto before = fs::last_write_time(spec_.out_dir + "/index.json");
   ASSERT_TRUE(prepare_dataset(spec_).ok());
   EXPECT_EQ(fs::last_write_time(spec_.out_dir + "/index.json"), before);
+}
+
+TEST_F(PrepareTest, TemporaryFilesACrashLeavesDoNotBlockOrSurviveAResume) {
+  PrepareSpec whole = spec_;
+  whole.out_dir = dir_.file("whole");
+  ASSERT_TRUE(prepare_dataset(whole).ok());
+  // A crash during the very first record: only a temporary file there. As good as empty.
+  fs::create_directories(spec_.out_dir);
+  testing::write_file(spec_.out_dir + "/prepare.json.tmp.4242.1", "{\"half");
+  int calls = 0;
+  const auto stop = [&](const PrepareProgress& p) { return !(p.phase == "train" && ++calls >= 2); };
+  ASSERT_EQ(prepare_dataset(spec_, stop).status().code(), StatusCode::kAborted);
+  // A crash later: a half-written record and shard beside the complete ones.
+  testing::write_file(spec_.out_dir + "/vocab.txt.tmp.4242.7", "half");
+  testing::write_file(spec_.out_dir + "/train-00009.tok.tmp", "half");
+  ASSERT_TRUE(prepare_dataset(spec_).ok());
+  EXPECT_EQ(folder_files(spec_.out_dir), folder_files(whole.out_dir));
+}
+
+TEST_F(PrepareTest, FoldersFollowLinksAndNamesMustBeUtf8) {
+  fs::create_directories(dir_.file("elsewhere"));
+  testing::write_file(dir_.file("elsewhere/d.txt"), "linked text\n");
+  fs::create_directory_symlink(dir_.file("elsewhere"), dir_.file("train/part2"));
+  StatusOr<std::vector<std::string>> files = expand_inputs({dir_.file("train")});
+  ASSERT_TRUE(files.ok());
+  EXPECT_EQ(files->size(), 4u);
+  EXPECT_EQ(files->back(), dir_.file("train/part2/d.txt"));
+  testing::write_file(dir_.file("caf\xE9.txt"), "latin-1 name\n");
+  PrepareSpec bad = spec_;
+  bad.train = {dir_.file("caf\xE9.txt")};
+  const Status s = prepare_dataset(bad).status();
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(contains(s.message(), "is not valid UTF-8")) << s.message();
+  // An empty evaluation file is refused before the training split is written.
+  testing::write_file(dir_.file("empty-valid.txt"), "");
+  bad = spec_;
+  bad.valid = {dir_.file("empty-valid.txt")};
+  EXPECT_TRUE(contains(prepare_dataset(bad).status().message(), "empty-valid.txt is empty"));
+  EXPECT_FALSE(fs::exists(spec_.out_dir + "/train-00000.tok"));
 }
 
 TEST_F(PrepareTest, AnotherPlanInTheSameFolderIsRefused) {

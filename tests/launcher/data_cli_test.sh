@@ -4,11 +4,15 @@
 # corpus fingerprints of training on the text; bad input exits 2 naming the problem; every
 # subcommand answers --help. Mode mpi: 2 data-parallel ranks read the same global batches from
 # the shards as from the text.
-# Usage: data_cli_test.sh BIN_DIR CONFIG cpu|mpi
+# With SentencePiece in the build (SP=1): a SentencePiece dataset trains and evaluates (momoe-eval
+# tokenizing through momoe-data), training on the text with data.tokenizer gives the same losses,
+# a replaced model is refused; without it, asking for it exits 2 naming the package.
+# Usage: data_cli_test.sh BIN_DIR CONFIG cpu|mpi [SP=0|1]
 set -u
 bin=$1
 config=$2
 mode=${3:-cpu}
+sp=${4:-0}
 src=$(cd "$(dirname "$config")/../.." && pwd)
 brown=$src/data/brown
 run=$(mktemp -d)
@@ -102,6 +106,48 @@ cp -r "$run/ds" "$run/damaged"
 printf 'XXXX' | dd of="$run/damaged/train-00001.tok" bs=1 seek=100 conv=notrunc 2> /dev/null
 expect_code 1 "train-00001.tok is corrupted" "$bin/momoe-data" verify "$run/damaged"
 expect_code 1 "train-00001.tok is corrupted" "$bin/momoe-train" --config "$config" --run-dir "$run/x" --set data.dataset="$run/damaged"
+
+# SentencePiece.
+sp_flags=(--tokenizer sentencepiece --sp-vocab-size 600 --sp-max-sentences 6000)
+if [ "$sp" = 1 ]; then
+  # It lives in momoe-data only: Debian's libsentencepiece cannot share a process with libprotobuf.
+  readelf -d "$bin/momoe-data" | grep NEEDED | grep -q libprotobuf && fail "momoe-data links libprotobuf"
+  for exe in momoe-train momoe-eval; do
+    readelf -d "$bin/$exe" | grep NEEDED | grep -q libsentencepiece && fail "$exe links libsentencepiece"
+  done
+  "$bin/momoe-data" prepare --out "$run/spds" --train "$brown/train.txt.gz" --valid "$brown/valid.txt.gz" \
+    --test "$brown/test.txt.gz" "${sp_flags[@]}" > "$run/sp.log" 2>&1 || { cat "$run/sp.log"; fail "SentencePiece prepare"; }
+  "$bin/momoe-data" info "$run/spds" | grep -q "tokenizer sentencepiece of 600 tokens" || fail "SentencePiece info"
+  "$bin/momoe-train" --config "$config" --run-dir "$run/sp1" --set train.steps=4 --set train.eval_sequences=8 \
+    --set data.dataset="$run/spds" > "$run/sp1.log" 2>&1 || { cat "$run/sp1.log"; fail "training on the SentencePiece dataset"; }
+  grep -q "SentencePiece model of 600 pieces (byte fallback" "$run/sp1.log" || { cat "$run/sp1.log"; fail "start-up line"; }
+  grep -q "word-swap attack evaluation (train.attack_rate) does not run" "$run/sp1.log" || fail "no attack note"
+  "$bin/momoe-train" --config "$config" --run-dir "$run/sp2" --set train.steps=4 --set train.eval_sequences=8 \
+    --set data.tokenizer.kind=SENTENCEPIECE --set data.tokenizer.vocab_size=600 \
+    --set data.tokenizer.max_sentences=6000 > "$run/sp2.log" 2>&1 || { cat "$run/sp2.log"; fail "training on text with SentencePiece"; }
+  diff <(losses "$run/sp1.log") <(losses "$run/sp2.log") || fail "SentencePiece: dataset and text runs differ"
+  diff <(evals "$run/sp1.log") <(evals "$run/sp2.log") || fail "SentencePiece: evaluations differ"
+  ls "$run/sp1/ckpt-00000004/tokenizer.model" "$run/sp1/ckpt-00000004/tokenizer.json" > /dev/null || fail "checkpoint lacks the model"
+  "$bin/momoe-eval" --checkpoint "$run/sp1/ckpt-00000004" --text "$brown/test.txt.gz" --max-sequences 8 > "$run/speval" ||
+    fail "momoe-eval on a SentencePiece checkpoint"
+  grep -q '"word_ppl"' "$run/speval" && grep -q '"attack":"not run' "$run/speval" || { cat "$run/speval"; fail "momoe-eval output"; }
+  # Its ppl equals the trainer's evaluation on the same text (the test split, first 8 sequences).
+  want=$(grep -oE "first 8 sequences of each split\): valid ppl [0-9.]+ \| test ppl [0-9.]+" "$run/sp1.log" | grep -oE "[0-9.]+$")
+  got=$(grep -oE '"ppl":[0-9.]+' "$run/speval" | cut -d: -f2)
+  awk -v a="$want" -v b="$got" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 1e-3 * a) }' ||
+    fail "momoe-eval ppl $got differs from the trainer's test ppl $want"
+  # A checkpoint whose model was replaced (with its description) is refused by name.
+  cp -r "$run/sp1/ckpt-00000004" "$run/swapped"
+  "$bin/momoe-data" prepare --out "$run/spds2" --train "$brown/valid.txt.gz" "${sp_flags[@]}" > /dev/null 2>&1 || fail "second model"
+  cp "$run/spds2/tokenizer.model" "$run/spds2/tokenizer.json" "$run/swapped/"
+  expect_code 1 "is not the tokenizer the manifest records" "$bin/momoe-eval" --checkpoint "$run/swapped" --text "$brown/test.txt.gz"
+  cp "$run/sp1/ckpt-00000004/tokenizer.json" "$run/swapped/"
+  expect_code 1 "tokenizer.model has fingerprint" "$bin/momoe-eval" --checkpoint "$run/swapped" --text "$brown/test.txt.gz"
+else
+  expect_code 2 "libsentencepiece-dev" "$bin/momoe-data" prepare --out "$run/spx" --train "$brown/valid.txt.gz" "${sp_flags[@]}"
+  expect_code 2 "libsentencepiece-dev" "$bin/momoe-train" --config "$config" --run-dir "$run/spx" \
+    --set data.tokenizer.kind=SENTENCEPIECE
+fi
 
 for sub in prepare verify info; do
   "$bin/momoe-data" "$sub" --help > "$run/help" || fail "momoe-data $sub --help"

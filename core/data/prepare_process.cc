@@ -1,0 +1,97 @@
+#include "core/data/prepare_process.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "core/base/check.h"
+
+namespace moe::data {
+
+std::string momoe_data_path() {
+  if (const char* env = std::getenv("MOMOE_DATA"); env != nullptr && *env != '\0') return env;
+  std::error_code ec;
+  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    // Beside this executable (installed, or build/launcher/), or in the build tree's launcher/
+    // when this is build/benchmarks/momoe-bench.
+    for (const std::filesystem::path& p :
+         {self.parent_path() / "momoe-data",
+          self.parent_path().parent_path() / "launcher" / "momoe-data"}) {
+      if (std::filesystem::exists(p, ec)) return p.string();
+    }
+  }
+  return "momoe-data";
+}
+
+Status run_prepare_process(const PrepareSpec& spec, bool quiet) {
+  std::vector<std::string> args = {momoe_data_path(), "prepare", "--out", spec.out_dir};
+  const auto add_all = [&](const char* flag, const std::vector<std::string>& paths) {
+    for (const std::string& p : paths) {
+      args.push_back(flag);
+      args.push_back(p);
+    }
+  };
+  add_all("--train", spec.train);
+  add_all("--valid", spec.valid);
+  add_all("--test", spec.test);
+  args.insert(args.end(), {"--tokenizer", spec.tokenizer});
+  if (spec.tokenizer == "word") {
+    if (!spec.vocab_path.empty()) {
+      args.insert(args.end(), {"--vocab", spec.vocab_path});
+    } else {
+      args.insert(args.end(), {"--vocab-max-size", std::to_string(spec.vocab.max_size),
+                               "--vocab-min-count", std::to_string(spec.vocab.min_count)});
+    }
+  } else if (!spec.sp_model_path.empty()) {
+    args.insert(args.end(), {"--sp-model", spec.sp_model_path});
+  } else {
+    args.insert(args.end(), {"--sp-type", spec.sp.model_type, "--sp-vocab-size",
+                             std::to_string(spec.sp.vocab_size), "--sp-max-sentences",
+                             std::to_string(spec.sp.max_sentences)});
+  }
+  args.insert(args.end(), {"--threads", std::to_string(spec.threads), "--shard-tokens",
+                           std::to_string(spec.shard_tokens), "--chunk-mb",
+                           std::to_string(std::max<int64_t>(1, spec.chunk_bytes >> 20))});
+  if (quiet) args.push_back("--quiet");
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  const pid_t pid = fork();
+  if (pid < 0) return internal_error("cannot start ", args[0], ": fork: ", std::strerror(errno));
+  if (pid == 0) {
+    dup2(2, 1);  // its summary goes where our messages go, keeping our stdout for our output
+    setenv("MOMOE_DATA_CALLER", "1", 1);  // it prints no "train on it with" hint
+    execvp(argv[0], argv.data());
+    std::fprintf(stderr, "cannot run %s: %s\n", argv[0], std::strerror(errno));
+    _exit(127);
+  }
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0) {
+    if (errno != EINTR) return internal_error("waiting for ", args[0], ": ", std::strerror(errno));
+  }
+  const std::string what = str_cat("`", args[0], " prepare --out ", spec.out_dir, " ...`");
+  if (WIFEXITED(status)) {
+    switch (WEXITSTATUS(status)) {
+      case 0:
+        return Status::OK();
+      case 2:
+        return invalid_argument_error(what, " refused its input (its message is above)");
+      case 3:
+        return aborted_error(what, " was stopped; run again to resume it");
+      case 127:
+        return internal_error(what, " could not be started (set MOMOE_DATA to momoe-data's path)");
+      default:
+        return internal_error(what, " failed with exit code ", WEXITSTATUS(status));
+    }
+  }
+  return internal_error(what, " was killed by signal ", WTERMSIG(status));
+}
+
+}  // namespace moe::data
