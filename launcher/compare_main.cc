@@ -127,6 +127,9 @@ Status run(int argc, char** argv) {
   flags.value("variant", "one variant, 'NAME KEY=VALUE ...' (repeatable)", true);
   flags.value("set", "KEY=VALUE override for every variant (repeatable)", true);
   flags.value("seeds", "comma-separated seeds (default 1,2)");
+  flags.value("final-eval",
+              "each run's final evaluation: both (default), subset, whole or none "
+              "(subset skips the whole-split pass, the slow part of a small grid)");
   flags.value("losses", "comma-separated training losses to report steps-to-reach for");
   flags.value("jobs", "runs at a time (default: the number of cores; GPU runs: the number of GPUs)");
   flags.value("out", "output directory (default runs/compare)");
@@ -169,6 +172,18 @@ Status run(int argc, char** argv) {
         "variant overrides)");
   }
   for (const std::string& s : flags.get_all("set")) grid.common.push_back(s);
+  if (flags.has("final-eval")) {
+    const std::string f = flags.get("final-eval");
+    const char* value = f == "both"     ? "BOTH"
+                        : f == "subset" ? "SUBSET"
+                        : f == "whole"  ? "WHOLE"
+                        : f == "none"   ? "NONE"
+                                        : nullptr;
+    if (value == nullptr) {
+      return invalid_argument_error("--final-eval ", f, " is not one of both, subset, whole, none");
+    }
+    grid.common.push_back(str_cat("train.final_eval=", value));
+  }
   MOE_ASSIGN_OR_RETURN(grid.seeds, parse_seeds(flags.get("seeds", "1,2")));
   if (flags.has("losses")) {
     MOE_ASSIGN_OR_RETURN(targets, parse_losses(flags.get("losses")));

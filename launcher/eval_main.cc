@@ -4,6 +4,7 @@
 //
 //   momoe-eval --checkpoint runs/quickstart/ckpt-00000300 --text my_corpus.txt [--attack-rate 0.025]
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -19,6 +20,7 @@
 #include "core/data/tokenizer.h"
 #include "core/io/file_util.h"
 #include "core/train/checkpoint.h"
+#include "core/train/coordinator.h"
 #include "core/train/evaluator.h"
 #include "core/train/run_device.h"
 #include "kernels/reference/blas_library.h"
@@ -85,8 +87,12 @@ StatusOr<std::string> evaluate(const FlagParser& flags) {
     }
     cfg.train.device = d == "cuda" ? DeviceKind::kCuda : DeviceKind::kCpu;
   }
-  ContextOptions context;  // every core (the checkpoint's parallel.threads, when set)
-  context.threads = cfg.parallel.threads;
+  ContextOptions context;  // --threads, else the checkpoint's parallel.threads, else every core
+  MOE_ASSIGN_OR_RETURN(const int64_t threads, flags.get_int("threads", cfg.parallel.threads));
+  if (threads < 0 || threads > 4096) {
+    return invalid_argument_error("--threads ", threads, " must be in [0, 4096] (0: every core)");
+  }
+  context.threads = static_cast<int>(threads);
   StatusOr<RunDevice> device = make_run_device(cfg.train.device, context, 0);
   if (!device.ok() && cfg.train.device == DeviceKind::kCuda && !flags.has("device")) {
     return Status(device.status().code(),
@@ -98,11 +104,6 @@ StatusOr<std::string> evaluate(const FlagParser& flags) {
   if (cfg.train.device == DeviceKind::kCpu) {
     if (const std::string& w = kernels::ref::blas_info().warning; !w.empty()) log_warning(w);
   }
-  MOE_ASSIGN_OR_RETURN(std::unique_ptr<TransformerLM> model,
-                       TransformerLM::create(cfg.model, ctx.get(),
-                                             activation_dtype(cfg.train.precision), nullptr));
-  MOE_RETURN_IF_ERROR(load_parameters(dir, model.get(), nullptr));
-
   const std::string text = flags.get("text");
   // A SentencePiece checkpoint's text is tokenized by momoe-data (data/tokenizer.h says why) into
   // a temporary dataset, read from its shards.
@@ -127,6 +128,11 @@ StatusOr<std::string> evaluate(const FlagParser& flags) {
     split = tokenized.train;
     split.source = text;
   }
+  // The model after the text (a child process is started before the weights fill memory).
+  MOE_ASSIGN_OR_RETURN(
+      std::unique_ptr<TransformerLM> model,
+      TransformerLM::create(cfg.model, ctx.get(), activation_dtype(cfg.train.precision), nullptr));
+  MOE_RETURN_IF_ERROR(load_parameters(dir, model.get(), nullptr));
   // The trainer evaluates in batches of its per-rank micro-batch; at one rank that is the run's
   // micro-batch, batch_size / grad_accum. (With the default eval_capacity_factor 0 nothing is
   // dropped at evaluation, so the perplexity does not depend on the batch anyway.)
@@ -144,8 +150,32 @@ StatusOr<std::string> evaluate(const FlagParser& flags) {
     return invalid_argument_error("--attack-rate ", rate, " must be in [0, 1)");
   }
   MOE_ASSIGN_OR_RETURN(data::SequenceSet set, data::SequenceSet::create(split, cfg.model.seq_len));
-  MOE_ASSIGN_OR_RETURN(EvalResult clean, evaluate_perplexity(model.get(), set, batch, max_sequences,
-                                                             cfg.train.seed, nullptr));
+  // Progress on stderr (the result stays alone on stdout): a line every 5 s
+  // ($MOMOE_PROGRESS_SECONDS).
+  const double interval = progress_interval_seconds(5);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto last = t0;
+  const int64_t total = (max_sequences > 0 ? std::min(max_sequences, set.size()) : set.size()) *
+                        (rate > 0 && tokenizer->kind() == data::Tokenizer::Kind::kWord ? 2 : 1);
+  int64_t done_before = 0;
+  const auto progress = [&](const char* what) {
+    return [&, what](int64_t done, int64_t) {
+      const auto now = std::chrono::steady_clock::now();
+      if (std::chrono::duration<double>(now - last).count() < interval) return;
+      last = now;
+      const double s = std::chrono::duration<double>(now - t0).count();
+      const double per_second = static_cast<double>(done_before + done) / std::max(s, 1e-9);
+      std::fprintf(
+          stderr, "momoe-eval: %s: %lld/%lld sequences, %.0f tok/s, ETA %s\n", what,
+          static_cast<long long>(done_before + done), static_cast<long long>(total),
+          per_second * static_cast<double>(cfg.model.seq_len),
+          format_duration(static_cast<double>(total - done_before - done) / per_second).c_str());
+    };
+  };
+  MOE_ASSIGN_OR_RETURN(EvalResult clean,
+                       evaluate_perplexity(model.get(), set, batch, max_sequences, cfg.train.seed,
+                                           nullptr, nullptr, progress("clean")));
+  done_before = max_sequences > 0 ? std::min(max_sequences, set.size()) : set.size();
   // One JSON object (nlohmann escapes the paths: quotes, backslashes, control characters; bytes
   // that are not UTF-8 become U+FFFD).
   nlohmann::ordered_json line;
@@ -174,8 +204,9 @@ StatusOr<std::string> evaluate(const FlagParser& flags) {
     data::TokenSplit attacked = split;
     attacked.ids = std::move(a.tokens);
     MOE_ASSIGN_OR_RETURN(data::SequenceSet aset, data::SequenceSet::create(attacked, cfg.model.seq_len));
-    MOE_ASSIGN_OR_RETURN(EvalResult att, evaluate_perplexity(model.get(), aset, batch, max_sequences,
-                                                             cfg.train.seed, nullptr));
+    MOE_ASSIGN_OR_RETURN(
+        EvalResult att, evaluate_perplexity(model.get(), aset, batch, max_sequences, cfg.train.seed,
+                                            nullptr, nullptr, progress("attacked")));
     line["attack_rate"] = rate;
     line["realised_swap_fraction"] = a.swap_fraction;
     line["attacked_ppl"] = att.perplexity();
@@ -192,6 +223,8 @@ int run(int argc, char** argv) {
   flags.value("batch", "sequences per evaluation batch (default: the trainer's, batch_size / grad_accum)");
   flags.value("max-sequences", "evaluate only the first N sequences (default: all)");
   flags.value("device", "cpu or cuda (default: the device the checkpoint was trained on)");
+  flags.value("threads",
+              "CPU threads (default: the checkpoint's parallel.threads; 0 = every core)");
   flags.switch_flag("help", "print this help");
   Status parsed = flags.parse(argc, argv);
   if (flags.has("help")) {

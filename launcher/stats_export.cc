@@ -2,60 +2,30 @@
 
 #include <algorithm>
 #include <cmath>
-#include <map>
 #include <cstdlib>
 #include <fstream>
 #include <iomanip>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <tuple>
 
 #include "core/base/check.h"
+#include "core/base/step_stats_json.h"
 #include "launcher/env_params.h"
 #include "proto/stats_convert.h"
 
 namespace moe {
-namespace {
-
-bool is_training_step(const StepStatsInfo& s) { return s.tokens > 0 || !s.layers.empty(); }
-
-nlohmann::json layer_json(const RouterStatsInfo& l) {
-  nlohmann::json j;
-  j["block"] = l.block;
-  j["moe_index"] = l.moe_index;
-  j["tokens"] = l.tokens;
-  j["expert_load"] = l.expert_load;
-  j["dropped_fraction"] = l.dropped_fraction;
-  j["max_load"] = l.max_load;
-  j["load_balance_std"] = l.load_balance_std;
-  j["dead_experts"] = l.dead_experts;
-  j["balance_loss"] = l.balance_loss;
-  j["z_loss"] = l.z_loss;
-  j["mean_entropy"] = l.mean_entropy;
-  j["mean_output_norm"] = l.mean_output_norm;
-  j["mean_state_norm"] = l.mean_state_norm;
-  j["probe_flip_rate"] = l.probe_flip_rate;
-  if (!l.cluster_size.empty()) {
-    j["cluster_size"] = l.cluster_size;
-    j["mean_cluster_dispersion"] = l.mean_cluster_dispersion;
-    j["tiny_clusters"] = l.tiny_clusters;
-    j["metric_min"] = l.metric_min;
-    j["metric_max"] = l.metric_max;
-  }
-  if (l.unmasked_sum > 0) {
-    j["single_expert_tokens"] = l.single_expert_tokens;
-    j["non_argmax_tokens"] = l.non_argmax_tokens;
-    j["halved_tokens"] = l.halved_tokens;
-    j["mean_unmasked"] = l.tokens > 0 ? l.unmasked_sum / static_cast<double>(l.tokens) : 0.0;
-  }
-  return j;
-}
-
-}  // namespace
 
 std::vector<StepStatsInfo> latest_per_step(std::vector<StepStatsInfo> steps) {
   steps = live_records(std::move(steps));  // a rolled-back run: the live branch only
-  std::map<std::pair<bool, int64_t>, size_t> last;  // (is training, step) -> index
-  for (size_t i = 0; i < steps.size(); ++i) last[{is_training_step(steps[i]), steps[i].step}] = i;
+                                           // (is training, step, sequences evaluated) -> index: a
+                                           // step's subset and whole-split
+  // evaluations are two records.
+  std::map<std::tuple<bool, int64_t, int64_t>, size_t> last;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    last[{is_training_step(steps[i]), steps[i].step, steps[i].eval_sequences.value_or(-1)}] = i;
+  }
   std::vector<size_t> keep;
   for (const auto& [key, index] : last) keep.push_back(index);
   std::sort(keep.begin(), keep.end(), [&](size_t a, size_t b) {
@@ -164,10 +134,26 @@ Status write_csv(const std::vector<StepStatsInfo>& steps, const std::string& pat
   if (!out) return not_found_error("cannot write ", path);
   out << "step,loss,aux_loss,learning_rate,grad_norm,tokens_per_second,skipped,block,moe_index,"
          "dropped_fraction,max_load,load_balance_std,dead_experts,balance_loss,z_loss,"
-         "mean_entropy,mean_output_norm,mean_state_norm,probe_flip_rate,expert_load\n";
+         "mean_entropy,mean_output_norm,mean_state_norm,probe_flip_rate,expert_load,"
+         "eval_sequences,valid_ppl,test_ppl,attacked_valid_ppl,attacked_test_ppl,attack_rate,"
+         "valid_word_ppl,test_word_ppl,valid_bits_per_byte,test_bits_per_byte\n";
   out << std::setprecision(9);
+  const auto opt = [&](const std::optional<double>& v) {
+    out << ',';
+    if (v) out << *v;
+  };
   for (const StepStatsInfo& s : steps) {
-    if (!is_training_step(s)) continue;
+    if (s.rollback_to) continue;
+    if (!is_training_step(s)) {  // an evaluation: its own row, the training columns empty
+      out << s.step << std::string(20, ',') << s.eval_sequences.value_or(0);
+      for (const auto* v :
+           {&s.valid_ppl, &s.test_ppl, &s.attacked_valid_ppl, &s.attacked_test_ppl, &s.attack_rate,
+            &s.valid_word_ppl, &s.test_word_ppl, &s.valid_bits_per_byte, &s.test_bits_per_byte}) {
+        opt(*v);
+      }
+      out << "\n";
+      continue;
+    }
     for (const RouterStatsInfo& l : s.layers) {
       out << s.step << ',' << s.loss << ',' << s.aux_loss << ',' << s.learning_rate << ','
           << s.grad_norm << ',' << s.tokens_per_second << ',' << (s.skipped ? 1 : 0) << ','
@@ -176,7 +162,7 @@ Status write_csv(const std::vector<StepStatsInfo>& steps, const std::string& pat
           << l.z_loss << ',' << l.mean_entropy << ',' << l.mean_output_norm << ','
           << l.mean_state_norm << ',' << l.probe_flip_rate << ",\"";
       for (size_t e = 0; e < l.expert_load.size(); ++e) out << (e ? " " : "") << l.expert_load[e];
-      out << "\"\n";
+      out << "\"" << std::string(10, ',') << "\n";
     }
   }
   if (!out) return internal_error("writing ", path, " failed");
@@ -186,32 +172,7 @@ Status write_csv(const std::vector<StepStatsInfo>& steps, const std::string& pat
 Status write_json_lines(const std::vector<StepStatsInfo>& steps, const std::string& path) {
   std::ofstream out(path);
   if (!out) return not_found_error("cannot write ", path);
-  for (const StepStatsInfo& s : steps) {
-    nlohmann::json j;
-    j["step"] = s.step;
-    if (is_training_step(s)) {
-      j["loss"] = s.loss;
-      j["aux_loss"] = s.aux_loss;
-      j["learning_rate"] = s.learning_rate;
-      j["grad_norm"] = s.grad_norm;
-      j["tokens"] = s.tokens;
-      j["tokens_per_second"] = s.tokens_per_second;
-      j["skipped"] = s.skipped;
-      j["layers"] = nlohmann::json::array();
-      for (const RouterStatsInfo& l : s.layers) j["layers"].push_back(layer_json(l));
-      if (!s.anomalies.empty()) j["anomalies"] = s.anomalies;
-    }
-    if (s.valid_ppl) j["valid_ppl"] = *s.valid_ppl;
-    if (s.test_ppl) j["test_ppl"] = *s.test_ppl;
-    if (s.attacked_valid_ppl) j["attacked_valid_ppl"] = *s.attacked_valid_ppl;
-    if (s.attacked_test_ppl) j["attacked_test_ppl"] = *s.attacked_test_ppl;
-    if (s.attack_rate) j["attack_rate"] = *s.attack_rate;
-    if (s.valid_word_ppl) j["valid_word_ppl"] = *s.valid_word_ppl;
-    if (s.test_word_ppl) j["test_word_ppl"] = *s.test_word_ppl;
-    if (s.valid_bits_per_byte) j["valid_bits_per_byte"] = *s.valid_bits_per_byte;
-    if (s.test_bits_per_byte) j["test_bits_per_byte"] = *s.test_bits_per_byte;
-    out << j.dump() << "\n";
-  }
+  for (const StepStatsInfo& s : steps) out << step_stats_json(s) << "\n";
   if (!out) return internal_error("writing ", path, " failed");
   return Status::OK();
 }

@@ -195,6 +195,20 @@ Status convert_train(const momoe::TrainConfig& t, TrainConfig* c) {
   if (t.has_max_skipped_steps()) c->max_skipped_steps = t.max_skipped_steps();
   if (t.precision() == momoe::TrainConfig::BF16) c->precision = Precision::kBf16;
   if (t.device() == momoe::TrainConfig::CUDA) c->device = DeviceKind::kCuda;
+  switch (t.final_eval()) {
+    case momoe::TrainConfig::SUBSET:
+      c->final_eval = FinalEval::kSubset;
+      break;
+    case momoe::TrainConfig::WHOLE:
+      c->final_eval = FinalEval::kWhole;
+      break;
+    case momoe::TrainConfig::NONE:
+      c->final_eval = FinalEval::kNone;
+      break;
+    default:
+      c->final_eval = FinalEval::kBoth;
+      break;
+  }
   return c->validate();
 }
 
@@ -272,6 +286,10 @@ void run_config_to_proto(const RunConfig& cfg, momoe::RunConfig* msg) {
   tr->set_probe_sequences(t.probe_sequences);
   tr->set_collapse_threshold(t.collapse_threshold);
   tr->set_max_skipped_steps(t.max_skipped_steps);
+  tr->set_final_eval(t.final_eval == FinalEval::kSubset  ? momoe::TrainConfig::SUBSET
+                     : t.final_eval == FinalEval::kWhole ? momoe::TrainConfig::WHOLE
+                     : t.final_eval == FinalEval::kNone  ? momoe::TrainConfig::NONE
+                                                         : momoe::TrainConfig::BOTH);
   tr->set_precision(t.precision == Precision::kBf16 ? momoe::TrainConfig::BF16
                                                     : momoe::TrainConfig::FP32);
   tr->set_device(t.device == DeviceKind::kCuda ? momoe::TrainConfig::CUDA
@@ -520,6 +538,7 @@ bool changes_training(const ConfigChange& change) {
                                             "train.precision",
                                             "train.device",
                                             "train.max_skipped_steps",
+                                            "train.final_eval",
                                             "data.valid",
                                             "data.test",
                                             "data.cache_dir"};

@@ -134,6 +134,7 @@ std::string serialize_step_stats(const StepStatsInfo& s) {
   if (s.test_word_ppl) m.set_test_word_ppl(*s.test_word_ppl);
   if (s.valid_bits_per_byte) m.set_valid_bits_per_byte(*s.valid_bits_per_byte);
   if (s.test_bits_per_byte) m.set_test_bits_per_byte(*s.test_bits_per_byte);
+  if (s.eval_sequences) m.set_eval_sequences(*s.eval_sequences);
   return m.SerializeAsString();
 }
 
@@ -163,6 +164,7 @@ StatusOr<StepStatsInfo> parse_step_stats(const std::string& bytes) {
   if (m.has_test_word_ppl()) s.test_word_ppl = m.test_word_ppl();
   if (m.has_valid_bits_per_byte()) s.valid_bits_per_byte = m.valid_bits_per_byte();
   if (m.has_test_bits_per_byte()) s.test_bits_per_byte = m.test_bits_per_byte();
+  if (m.has_eval_sequences()) s.eval_sequences = m.eval_sequences();
   return s;
 }
 

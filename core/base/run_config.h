@@ -22,6 +22,7 @@ enum class CommBackend { kAuto, kMpi, kNccl };
 // momentum state and layer-norm statistics).
 enum class Precision { kFp32, kBf16 };
 enum class DeviceKind { kCpu, kCuda };
+enum class FinalEval { kBoth, kSubset, kWhole, kNone };  // proto/train.proto TrainConfig.FinalEval
 const char* precision_name(Precision p);    // "FP32" | "BF16"
 // The activation dtype of a precision: f32 or bf16.
 DType activation_dtype(Precision p);
@@ -85,7 +86,9 @@ struct TrainConfig {
   double collapse_threshold = 4.0;
   Precision precision = Precision::kFp32;
   DeviceKind device = DeviceKind::kCpu;
-  int64_t max_skipped_steps = 10;  // consecutive non-finite steps before the run stops; 0 = never
+  int64_t max_skipped_steps = 10;
+  FinalEval final_eval =
+      FinalEval::kBoth;  // consecutive non-finite steps before the run stops; 0 = never
 
   Status validate() const;
   // Learning rate at optimiser step `step` (0-based): linear warmup from 0, then constant or

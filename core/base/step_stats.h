@@ -27,6 +27,7 @@ struct StepStatsInfo {
   std::vector<std::string> anomalies;
   std::optional<double> valid_ppl, test_ppl, attacked_valid_ppl, attacked_test_ppl, attack_rate;
   std::optional<double> valid_word_ppl, test_word_ppl, valid_bits_per_byte, test_bits_per_byte;
+  std::optional<int64_t> eval_sequences;  // an evaluation's sequences per split (0 = whole splits)
   // Set on a marker record only: the run rolled back to the checkpoint of this many steps.
   std::optional<int64_t> rollback_to;
 };

@@ -67,13 +67,14 @@ Status write_dataset_index(const std::string& dir, const DatasetIndex& index) {
   json j;
   j["format"] = kDatasetFormat;
   j["version"] = kDatasetVersion;
-  j["tokenizer"] = {{"kind", index.tokenizer},
-                    {"vocab", kDatasetVocabFile},
-                    {"vocab_fingerprint", io::hex64(index.vocab_fingerprint)},
-                    {"vocab_size", index.vocab_size},
-                    {"vocab_from", index.vocab_from},
-                    {"vocab_max_size", index.vocab_options.max_size},
-                    {"vocab_min_count", index.vocab_options.min_count}};
+  j["tokenizer"] = {
+      {"kind", index.tokenizer},
+      {"vocab", index.tokenizer == "word" ? kDatasetVocabFile : kSentencePieceModelFile},
+      {"vocab_fingerprint", io::hex64(index.vocab_fingerprint)},
+      {"vocab_size", index.vocab_size},
+      {"vocab_from", index.vocab_from},
+      {"vocab_max_size", index.vocab_options.max_size},
+      {"vocab_min_count", index.vocab_options.min_count}};
   json splits = json::object();
   for (const auto& [name, s] : index.splits) {
     json js = stats_json(s.tokens, s.stats);
@@ -295,6 +296,10 @@ StatusOr<TokenizedCorpus> open_dataset(const std::string& dir, bool verify_paylo
   MOE_RETURN_IF_ERROR(check_vocab_fingerprint(index.vocab_fingerprint, index_path(dir),
                                               corpus.tokenizer->fingerprint(),
                                               corpus.vocab_source));
+  if (corpus.tokenizer->size() != index.vocab_size) {
+    return data_loss_error("dataset ", dir, ": its tokenizer has ", corpus.tokenizer->size(),
+                           " tokens, ", index_path(dir), " says ", index.vocab_size);
+  }
   for (auto [name, split] : {std::pair{"train", &corpus.train}, std::pair{"valid", &corpus.valid},
                              std::pair{"test", &corpus.test}}) {
     split->name = name;

@@ -96,8 +96,8 @@ class ShardedTokens {
 
 // The corpus of a prepared dataset: its tokenizer (and for the word tokenizer its vocabulary),
 // and every split it holds backed by its shards (TokenSplit::shards; ids stay empty).
-// verify_payload: as ShardedTokens::open. A SentencePiece dataset in a build without
-// SentencePiece is refused by name (kFailedPrecondition).
+// verify_payload: as ShardedTokens::open. A SentencePiece dataset opens in any executable or
+// build: its facts come from tokenizer.json (tokenizer.h).
 StatusOr<TokenizedCorpus> open_dataset(const std::string& dir, bool verify_payload);
 
 // Checks every shard's payload (crc32, ids) of DIR; returns a one-line summary.

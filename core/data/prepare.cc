@@ -1,8 +1,12 @@
 #include "core/data/prepare.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -178,6 +182,9 @@ class Preparer {
       : spec_(spec),
         progress_(progress),
         pool_(spec.threads > 0 ? spec.threads : std::max(1, available_cores())) {}
+  ~Preparer() {
+    if (lock_fd_ >= 0) ::close(lock_fd_);
+  }
 
   StatusOr<DatasetIndex> run();
 
@@ -203,6 +210,7 @@ class Preparer {
   json state_;
   SplitState splits_[3];
   std::shared_ptr<const Tokenizer> tokenizer_;
+  int lock_fd_ = -1;  // prepare.lock, held (flock) while preparing
 };
 
 Status Preparer::check_spec() {
@@ -283,8 +291,19 @@ StatusOr<json> Preparer::make_plan() {
 // Temporary files a crash can leave: a shard's "<name>.tok.tmp" and write_file_atomic's
 // "<name>.tmp.<pid>.<n>". None holds anything a resume needs.
 bool is_temporary(const std::string& name) {
-  return name.find(io::kTmpSuffix) != std::string::npos;
+  const std::string tmp = io::kTmpSuffix;  // ".tmp"
+  const size_t at = name.rfind(tmp);
+  if (at == std::string::npos || at == 0) return false;
+  if (at + tmp.size() == name.size()) {  // a shard's "<split>-<n>.tok.tmp"
+    return name.size() > 8 && name.compare(name.size() - 8, 8, ".tok.tmp") == 0;
+  }
+  // "<name>.tmp.<pid>.<n>"
+  const std::string rest = name.substr(at + tmp.size());
+  return rest.size() > 1 && rest[0] == '.' &&
+         rest.find_first_not_of("0123456789.") == std::string::npos;
 }
+
+constexpr char kLockFile[] = "prepare.lock";
 
 Status remove_temporaries(const std::string& dir) {
   std::error_code ec;
@@ -300,6 +319,29 @@ Status Preparer::open_state(const json& plan, bool* already_done) {
   const std::string dir = spec_.out_dir;
   const std::string state_path = join(dir, kStateFile);
   std::error_code ec;
+  // A folder that is neither new, nor empty, nor a preparation is refused before anything is
+  // written into it (temporaries a crash left, and the lock file, do not count).
+  if (fs::exists(dir, ec) && !fs::exists(state_path, ec)) {
+    if (!fs::is_directory(dir, ec))
+      return invalid_argument_error("--out ", dir, " is not a folder");
+    for (const auto& e : fs::directory_iterator(dir, ec)) {
+      const std::string name = e.path().filename().string();
+      if (!is_temporary(name) && name != kLockFile) {
+        return failed_precondition_error("--out ", dir, " is not empty and holds no preparation (",
+                                         kStateFile, "): choose an empty or new folder");
+      }
+    }
+  }
+  fs::create_directories(dir, ec);
+  if (ec) return internal_error("cannot create ", dir, ": ", ec.message());
+  // One preparation of a folder at a time (runs sharing a cache, a second command).
+  const std::string lock = join(dir, kLockFile);
+  lock_fd_ = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (lock_fd_ < 0) return internal_error("cannot open ", lock, ": ", std::strerror(errno));
+  if (::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {
+    return failed_precondition_error("another preparation is writing ", dir, " now (", lock,
+                                     " is locked): wait for it to finish, or choose another --out");
+  }
   if (fs::exists(state_path, ec)) {
     MOE_ASSIGN_OR_RETURN(const std::string text, io::read_file(state_path));
     json j = json::parse(text, nullptr, false);
@@ -335,23 +377,7 @@ Status Preparer::open_state(const json& plan, bool* already_done) {
     if (!*already_done) MOE_RETURN_IF_ERROR(remove_temporaries(dir));
     return Status::OK();
   }
-  if (fs::exists(dir, ec)) {
-    if (!fs::is_directory(dir, ec))
-      return invalid_argument_error("--out ", dir, " is not a folder");
-    // Only temporary files (a crash before the first record was complete): as good as empty.
-    bool empty = true;
-    for (const auto& e : fs::directory_iterator(dir, ec)) {
-      if (!is_temporary(e.path().filename().string())) empty = false;
-    }
-    if (!empty) {
-      return failed_precondition_error("--out ", dir, " is not empty and holds no preparation (",
-                                       kStateFile, "): choose an empty or new folder");
-    }
-    MOE_RETURN_IF_ERROR(remove_temporaries(dir));
-  }
-  fs::create_directories(dir, ec);
-  if (ec) return internal_error("cannot create ", dir, ": ", ec.message());
-
+  MOE_RETURN_IF_ERROR(remove_temporaries(dir));
   state_ = json{{"format", kStateFormat}, {"version", 1},        {"plan", plan},
                 {"complete", false},      {"vocab_done", false}, {"splits", json::object()}};
   return save_state();

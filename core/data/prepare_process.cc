@@ -1,5 +1,6 @@
 #include "core/data/prepare_process.h"
 
+#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -11,6 +12,8 @@
 #include <vector>
 
 #include "core/base/check.h"
+
+extern char** environ;
 
 namespace moe::data {
 
@@ -63,14 +66,26 @@ Status run_prepare_process(const PrepareSpec& spec, bool quiet) {
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
-  const pid_t pid = fork();
-  if (pid < 0) return internal_error("cannot start ", args[0], ": fork: ", std::strerror(errno));
-  if (pid == 0) {
-    dup2(2, 1);  // its summary goes where our messages go, keeping our stdout for our output
-    setenv("MOMOE_DATA_CALLER", "1", 1);  // it prints no "train on it with" hint
-    execvp(argv[0], argv.data());
-    std::fprintf(stderr, "cannot run %s: %s\n", argv[0], std::strerror(errno));
-    _exit(127);
+  // posix_spawn (no code of ours runs between fork and exec in this multi-threaded process): its
+  // stdout goes to our stderr, keeping our stdout for our own output, and MOMOE_DATA_CALLER=1
+  // tells it to print no "train on it with" hint.
+  std::vector<std::string> env_strings;
+  for (char** e = environ; *e != nullptr; ++e) {
+    if (std::strncmp(*e, "MOMOE_DATA_CALLER=", 18) != 0) env_strings.emplace_back(*e);
+  }
+  env_strings.emplace_back("MOMOE_DATA_CALLER=1");
+  std::vector<char*> envp;
+  for (std::string& e : env_strings) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, 2, 1);
+  pid_t pid = -1;
+  const int err = posix_spawnp(&pid, argv[0], &actions, nullptr, argv.data(), envp.data());
+  posix_spawn_file_actions_destroy(&actions);
+  if (err != 0) {
+    return internal_error("cannot start ", args[0], ": ", std::strerror(err),
+                          " (set MOMOE_DATA to momoe-data's path)");
   }
   int status = 0;
   while (waitpid(pid, &status, 0) < 0) {

@@ -22,6 +22,7 @@ class Model final : public SentencePieceModel {
   int64_t size() const override { return processor_.GetPieceSize(); }
   int32_t unk_id() const override { return processor_.unk_id(); }
   int32_t eos_id() const override { return processor_.eos_id(); }
+  std::string piece(int32_t id) const override { return processor_.IdToPiece(id); }
   bool byte_fallback() const override {
     int bytes = 0;
     for (int i = 0; i < processor_.GetPieceSize(); ++i) bytes += processor_.IsByte(i) ? 1 : 0;
@@ -115,11 +116,17 @@ class Backend final : public SentencePieceBackend {
         {"pad_id", "-1"},
         {"unk_piece", std::string(Vocabulary::kUnk)},
         {"eos_piece", std::string(Vocabulary::kEos)},
-        {"user_defined_symbols", std::string(Vocabulary::kAttack)},
+        // A control symbol: id 2 is reserved for the attack word, and never matched in text.
+        {"control_symbols", std::string(Vocabulary::kAttack)},
+        // Identity normalisation, and no whitespace folding either: decode gives the line back.
+        {"remove_extra_whitespaces", "false"},
         {"input_sentence_size", "0"},
         {"shuffle_input_sentence", "false"},
         {"max_sentence_length", "1000000"},
-        {"num_threads", std::to_string(std::max(1, threads))}};
+        // The thread count is recorded in the model (and changes unigram's pieces): a fixed one,
+        // so the same text and options give the same model on any machine.
+        {"num_threads", "16"}};
+    (void)threads;
     LineIterator it(&lines);
     std::string model;
     QuietStderr quiet;

@@ -190,12 +190,14 @@ StatusOr<std::shared_ptr<const Tokenizer>> Tokenizer::load(const std::string& di
                            info_path, " says ", io::hex64(t->fingerprint_),
                            " (the model was replaced or damaged)");
   }
-  if (t->size_ < 1 || t->eos_id_ < 0 || t->eos_id_ >= t->size_ || t->unk_id_ >= t->size_) {
+  if (t->size_ < 1 || t->eos_id_ < 0 || t->eos_id_ >= t->size_ || t->unk_id_ < 0 ||
+      t->unk_id_ >= t->size_) {
     return data_loss_error(info_path, " has ids outside the model's ", t->size_, " pieces");
   }
   if (const SentencePieceBackend* backend = sentencepiece_backend()) {
     MOE_ASSIGN_OR_RETURN(t->sp_, backend->load(bytes, model));
-    if (t->sp_->size() != t->size_ || t->sp_->eos_id() != t->eos_id_) {
+    if (t->sp_->size() != t->size_ || t->sp_->eos_id() != t->eos_id_ ||
+        t->sp_->unk_id() != t->unk_id_) {
       return data_loss_error(model, " and ", info_path, " disagree on the size or ids");
     }
   }

@@ -5,9 +5,10 @@
 // Both read text the same way (text_reader.h): every non-empty line is a unit that ends with the
 // end-of-line token, so the text counts (TextStats: words, bytes) do not depend on the tokenizer.
 // A SentencePiece model trained by momoe reserves the word vocabulary's special ids (0 `<unk>`,
-// 1 `<eos>`, 2 `AAA`), uses byte fallback (no input is unknown) and the identity normalisation
-// (the text is not rewritten); a model brought by the user (`.model`) keeps its own ids and must
-// have an end-of-sequence piece.
+// 1 `<eos>`, 2 `AAA`, a control piece never produced from text), uses byte fallback (no input is
+// unknown), the identity normalisation and no whitespace folding (decode gives each line back,
+// leading and repeated spaces included); a model brought by the user (`.model`) keeps its own ids
+// and must have an end-of-sequence piece.
 //
 // Where SentencePiece runs. It is optional at build time (MOMOE_HAVE_SENTENCEPIECE, Debian's
 // libsentencepiece-dev). Debian's libsentencepiece carries its own copy of the protobuf runtime,
@@ -49,6 +50,7 @@ class SentencePieceModel {
   virtual int64_t size() const = 0;
   virtual int32_t unk_id() const = 0;
   virtual int32_t eos_id() const = 0;  // -1 when it has none
+  virtual std::string piece(int32_t id) const = 0;
   virtual bool byte_fallback() const = 0;
   // Appends the ids of one line (without its end-of-line). Thread-safe.
   virtual void encode_line(std::string_view line, std::vector<int32_t>* ids) const = 0;
@@ -132,7 +134,8 @@ class Tokenizer {
 
 // Trains a SentencePiece model on the lines of `files` (plain, .gz or .zst; every non-empty line,
 // or an even sample of max_sentences of them) through this process's backend; returns the
-// model's bytes. Deterministic: the same files, options and threads give the same model.
+// model's bytes. Deterministic: the same files and options give the same model (it trains with
+// a fixed 16 threads, which the model records; `threads` is unused).
 // Errors: kFailedPrecondition without a backend; kInvalidArgument for bad options; the text
 // reader's errors.
 StatusOr<std::string> train_sentencepiece(const std::vector<std::string>& files,

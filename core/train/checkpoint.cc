@@ -15,7 +15,6 @@ namespace {
 
 constexpr const char* kDenseFile = "dense.safetensors";
 constexpr const char* kOptDenseFile = "optimizer-dense.safetensors";
-constexpr const char* kVocabFile = "vocab.txt";
 
 std::string expert_file(const char* kind, int ep_rank, int ep_size) {
   return str_cat(kind, "-ep", ep_rank, "-of-", ep_size, ".safetensors");
@@ -215,12 +214,12 @@ StatusOr<std::string> save_checkpoint(const std::string& run_dir, const Training
       m.parent = st.parent;
       m.lineage = st.lineage;
       m.extra = st.extra;
-      const std::vector<std::pair<std::string, CheckpointFileKind>> common = {
+      std::vector<std::pair<std::string, CheckpointFileKind>> common = {
           {kDenseFile, CheckpointFileKind::kDense},
-          {kOptDenseFile, CheckpointFileKind::kOptimizerDense},
-          {st.tokenizer->kind() == data::Tokenizer::Kind::kWord ? kVocabFile
-                                                                : data::kSentencePieceModelFile,
-           CheckpointFileKind::kOther}};
+          {kOptDenseFile, CheckpointFileKind::kOptimizerDense}};
+      for (const std::string& f : st.tokenizer->files()) {  // vocab.txt, or tokenizer.model + .json
+        common.emplace_back(f, CheckpointFileKind::kOther);
+      }
       for (const auto& [name, kind] : common) {
         MOE_ASSIGN_OR_RETURN(CheckpointFileInfo f, ckpt::describe_file(dir.path(), name, kind, 0, 1));
         m.files.push_back(f);

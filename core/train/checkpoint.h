@@ -3,7 +3,8 @@
 //   dense.safetensors                    every replicated parameter (rank 0)
 //   experts-ep<r>-of-<R>.safetensors     the expert shards of EP rank r (the first DP group)
 //   optimizer-dense.safetensors, optimizer-experts-ep<r>-of-<R>.safetensors
-//   vocab.txt                            the vocabulary (for evaluating the checkpoint later)
+//   vocab.txt                            the word vocabulary (for evaluating the checkpoint later),
+//   or tokenizer.model + tokenizer.json  a SentencePiece run's model (data/tokenizer.h)
 //   manifest.pb                          sizes, CRC32s, step, update count, data cursor, layout,
 //                                        the resolved config and the run id (checksummed)
 // Written under ckpt-<step>.tmp and renamed when every rank's files are complete

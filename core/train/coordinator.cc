@@ -1,18 +1,23 @@
 #include "core/train/coordinator.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <iomanip>
 #include <sstream>
 
 #include "core/base/hash.h"
 #include "core/base/logging.h"
+#include "core/base/step_stats_json.h"
 #include "proto/stats_convert.h"
 
 namespace moe {
-namespace {
 
 std::string format_duration(double seconds) {
+  if (!(seconds >= 0) || seconds > 1e9) return "?";
   const int64_t s = static_cast<int64_t>(seconds + 0.5);
   std::ostringstream os;
   if (s >= 3600) os << s / 3600 << "h";
@@ -21,7 +26,15 @@ std::string format_duration(double seconds) {
   return os.str();
 }
 
-}  // namespace
+double progress_interval_seconds(double fallback) {
+  const char* env = std::getenv("MOMOE_PROGRESS_SECONDS");
+  if (env == nullptr || *env == '\0') return fallback;
+  char* end = nullptr;
+  const double v = std::strtod(env, &end);
+  return end != env && *end == '\0' && v >= 0 ? v : fallback;
+}
+
+namespace {}  // namespace
 
 Coordinator::Coordinator(const RunConfig& cfg, comm::Communicator* world, std::string stats_path,
                          std::FILE* progress)
@@ -36,10 +49,23 @@ Coordinator::Coordinator(const RunConfig& cfg, comm::Communicator* world, std::s
     } else if (!note.empty()) {
       print("momoe: " + note);
     }
+    // Live metrics: one JSON line per logged step and per evaluation, appended as they happen.
+    const std::string metrics =
+        (std::filesystem::path(stats_path).parent_path() / kMetricsFile).string();
+    metrics_ = std::fopen(metrics.c_str(), "a");
+    if (metrics_ == nullptr) log_error("cannot append to ", metrics, ": ", std::strerror(errno));
   }
 }
 
-Coordinator::~Coordinator() = default;
+Coordinator::~Coordinator() {
+  if (metrics_ != nullptr) std::fclose(metrics_);
+}
+
+void Coordinator::write_metrics(const StepStatsInfo& record) {
+  if (metrics_ == nullptr) return;
+  std::fprintf(metrics_, "%s\n", step_stats_json(record).c_str());
+  std::fflush(metrics_);
+}
 
 Status Coordinator::verify_same_config(const std::string& config_text) const {
   if (world_ == nullptr || world_->world_size() == 1) return Status::OK();
@@ -97,20 +123,26 @@ StatusOr<StepStatsInfo> Coordinator::report_step(const StepStatsInfo& local,
     start_ = std::chrono::steady_clock::now() -
              std::chrono::microseconds(static_cast<int64_t>(agg.step_seconds * 1e6));
   }
-  if ((agg.step + 1) % cfg_.train.log_every == 0 || agg.step + 1 == total_steps || !agg.anomalies.empty()) {
+  if ((agg.step + 1) % cfg_.train.log_every == 0 || agg.step + 1 == total_steps ||
+      !agg.anomalies.empty()) {
     print(progress_line(agg, total_steps));
+    write_metrics(agg);
     for (const std::string& a : agg.anomalies) log_warning(a);
   }
   return agg;
 }
 
 std::string Coordinator::progress_line(const StepStatsInfo& s, int64_t total_steps) const {
+  // Training time so far (evaluations taken out), extrapolated to the remaining steps, plus the
+  // trainer's estimate of the evaluations still to come (the final one included).
   const double elapsed =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count() -
+      eval_seconds_;
   const int64_t done = s.step + 1 - first_step_;
-  const double eta = done > 0 ? elapsed / static_cast<double>(done) *
-                                    static_cast<double>(total_steps - s.step - 1)
-                              : 0;
+  const double train_eta = done > 0 ? std::max(0.0, elapsed) / static_cast<double>(done) *
+                                          static_cast<double>(total_steps - s.step - 1)
+                                    : 0;
+  const double eta = train_eta + eval_eta_;
   // bal: the Switch balance loss E sum_e f_e P_e (mean over layers). It reads about 1 whenever
   // the router's mean probabilities P are near uniform, however unevenly the tokens are
   // assigned (with P_e = 1/E it is sum_e f_e = 1), so the progress line also shows the load:
@@ -131,14 +163,17 @@ std::string Coordinator::progress_line(const StepStatsInfo& s, int64_t total_ste
      << std::scientific << std::setprecision(2) << " | lr " << s.learning_rate << std::fixed
      << std::setprecision(3) << " | bal " << balance << std::setprecision(2) << " | load max "
      << max_load << std::setprecision(3) << " | aux " << s.aux_loss << std::setprecision(2)
-     << " | drop " << 100 * dropped << "% | gnorm " << s.grad_norm << " | "
-     << std::setprecision(0) << s.tokens_per_second << " tok/s | ETA " << format_duration(eta);
+     << " | drop " << 100 * dropped << "% | gnorm " << s.grad_norm << " | " << std::setprecision(0)
+     << s.tokens_per_second << " tok/s | ETA " << format_duration(eta);
+  if (eval_eta_ >= 1) os << " (evaluation " << format_duration(eval_eta_) << ")";
   if (s.skipped) os << " | SKIPPED";
   return os.str();
 }
 
 void Coordinator::report_eval(const StepStatsInfo& eval) {
-  if (!is_root() || writer_ == nullptr) return;
+  if (!is_root()) return;
+  write_metrics(eval);
+  if (writer_ == nullptr) return;
   Status s = writer_->append(eval);
   if (!s.ok()) log_error("stats.pb: ", s.to_string());
 }
@@ -149,6 +184,7 @@ void Coordinator::report_rollback(int64_t step) {
   marker.step = step;
   marker.rank = -1;
   marker.rollback_to = step;
+  write_metrics(marker);
   Status s = writer_->append(marker);
   if (!s.ok()) log_error("stats.pb: ", s.to_string());
 }

@@ -2,7 +2,9 @@
 // work. It checks that every rank runs the same configuration, gathers each rank's serialized
 // StepStats, aggregates them per layer (global expert loads are sums over ranks), flags anomalies
 // (a non-finite loss, a collapsed layer), appends the aggregate to RUN_DIR/stats.pb and prints one
-// progress line per logged step.
+// progress line per logged step. It also appends one JSON line per logged step, evaluation and
+// rollback marker to RUN_DIR/metrics.jsonl (core/base/step_stats_json.h), flushed at once, for
+// tools that follow a run live; stats.pb stays the complete, checksummed record.
 #pragma once
 
 #include <chrono>
@@ -18,6 +20,14 @@
 namespace moe {
 
 class StatsFileWriter;
+
+// "1h02m03s", "4m05s", "7s"; "?" for a negative or non-finite value.
+std::string format_duration(double seconds);
+// Seconds between progress lines of long evaluations: $MOMOE_PROGRESS_SECONDS when set (>= 0),
+// else `fallback`.
+double progress_interval_seconds(double fallback);
+
+inline constexpr char kMetricsFile[] = "metrics.jsonl";
 
 class Coordinator {
  public:
@@ -48,15 +58,23 @@ class Coordinator {
   // Rank 0: prints a line (newline added).
   void print(const std::string& line) const;
 
+  // The run's ETA: time spent evaluating so far (kept out of the per-step rate), and the
+  // estimated time of the evaluations still to come (added to the ETA and shown).
+  void note_evaluation(double seconds) { eval_seconds_ += seconds; }
+  void set_evaluation_eta(double seconds) { eval_eta_ = seconds; }
+
  private:
   std::string progress_line(const StepStatsInfo& s, int64_t total_steps) const;
+  void write_metrics(const StepStatsInfo& record);
 
   RunConfig cfg_;
   comm::Communicator* world_;
   std::unique_ptr<StatsFileWriter> writer_;
   std::FILE* progress_;
+  std::FILE* metrics_ = nullptr;
   std::chrono::steady_clock::time_point start_;
   int64_t first_step_ = -1;
+  double eval_seconds_ = 0, eval_eta_ = 0;
 };
 
 }  // namespace moe

@@ -34,10 +34,12 @@ struct EvalResult {
 // max_sequences: 0 = every sequence of the set, else the first max_sequences. Collective over
 // `world` (nullable) and the model's EP group. `stop` (optional) is asked before every batch;
 // when it says yes on any rank (a host all-reduce over `world` decides), every rank returns at
-// once with `stopped` set (and no numbers).
-StatusOr<EvalResult> evaluate_perplexity(TransformerLM* model, const data::SequenceSet& set,
-                                         int64_t batch, int64_t max_sequences, uint64_t seed,
-                                         comm::Communicator* world,
-                                         const std::function<bool()>& stop = nullptr);
+// once with `stopped` set (and no numbers). `progress` (optional) is called after every round
+// with the sequences done so far and the total (on a GPU the rounds are queued, not waited for:
+// the count runs ahead of the device by at most the launch queue).
+StatusOr<EvalResult> evaluate_perplexity(
+    TransformerLM* model, const data::SequenceSet& set, int64_t batch, int64_t max_sequences,
+    uint64_t seed, comm::Communicator* world, const std::function<bool()>& stop = nullptr,
+    const std::function<void(int64_t, int64_t)>& progress = nullptr);
 
 }  // namespace moe

@@ -8,6 +8,7 @@
 #include "core/data/dataset.h"
 #include "core/data/prepare.h"
 #include "core/data/prepare_process.h"
+#include "core/data/text_stream.h"
 #include "core/io/file_util.h"
 
 namespace moe {
@@ -53,6 +54,26 @@ StatusOr<std::unique_ptr<RunData>> prepare_in_cache(const RunConfig& cfg,
   spec.train = {cfg.data.train};
   if (!cfg.data.valid.empty()) spec.valid = {cfg.data.valid};
   if (!cfg.data.test.empty()) spec.test = {cfg.data.test};
+  for (const std::string* path : {&cfg.data.train, &cfg.data.valid, &cfg.data.test}) {
+    const std::string what = path->empty() ? std::string() : data::describe_non_regular(*path);
+    if (what == "missing") return not_found_error("text file not found: ", *path);
+    if (!what.empty()) {
+      return invalid_argument_error("text file ", *path, " is ", what,
+                                    ": a corpus must be a regular file (prepare folders of text "
+                                    "with momoe-data prepare, then train with data.dataset)");
+    }
+  }
+  // The prepared dataset, its splits named by their texts (not the cache).
+  const auto open = [&](bool verify_payload) -> StatusOr<std::unique_ptr<RunData>> {
+    auto d = std::make_unique<RunData>();
+    MOE_ASSIGN_OR_RETURN(d->corpus, data::open_dataset(spec.out_dir, verify_payload));
+    d->corpus.train.source = cfg.data.train;
+    d->corpus.valid.source = cfg.data.valid;
+    d->corpus.test.source = cfg.data.test;
+    return d;
+  };
+  // Rank 0 prepared it (the others waited for its outcome): they only open it.
+  if (!verify) return open(false);
   if (!std::filesystem::exists(spec.out_dir + "/" + data::kDatasetIndexFile)) {
     log_info("momoe: preparing ", cfg.data.train, " with a SentencePiece tokenizer into ",
              spec.out_dir, " (once: later runs on the same text reuse it)");
@@ -62,13 +83,7 @@ StatusOr<std::unique_ptr<RunData>> prepare_in_cache(const RunConfig& cfg,
   } else {
     MOE_RETURN_IF_ERROR(data::run_prepare_process(spec));
   }
-  auto d = std::make_unique<RunData>();
-  MOE_ASSIGN_OR_RETURN(d->corpus, data::open_dataset(spec.out_dir, verify));
-  // Name the texts, not the cache.
-  d->corpus.train.source = cfg.data.train;
-  d->corpus.valid.source = cfg.data.valid;
-  d->corpus.test.source = cfg.data.test;
-  return d;
+  return open(true);
 }
 
 StatusOr<std::unique_ptr<RunData>> load_here(const RunConfig& cfg, const std::string& run_dir,

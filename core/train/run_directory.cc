@@ -108,6 +108,8 @@ StatusOr<std::string> archive_previous_run(const std::string& run_dir) {
     } else if (name == "stats.pb") {
       names.push_back(name);
       stats = true;
+    } else if (name == "metrics.jsonl") {  // the live copy of stats.pb's records
+      names.push_back(name);
     }
   }
   if (ec) return internal_error("cannot list ", run_dir, ": ", ec.message());

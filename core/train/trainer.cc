@@ -350,17 +350,18 @@ StatusOr<std::string> Trainer::choose_resume_checkpoint() {
 
 Status Trainer::check_config_change(const std::string& checkpoint) {
   MOE_ASSIGN_OR_RETURN(CheckpointManifestInfo m, ckpt::read_manifest(checkpoint));
+  // Resolve the stored config with this build: a format-1 checkpoint stored it as written, and a
+  // later one by an older build lacks the fields added since (data.dataset, data.tokenizer, ...),
+  // which read as their defaults, not as changes.
   std::string before = m.config_text;
+  StatusOr<RunConfig> old = parse_run_config(before, checkpoint + "/manifest.pb");
+  if (!old.ok()) {
+    return Status(old.status().code(), str_cat("the config of checkpoint ", checkpoint,
+                                               " does not parse: ", old.status().message()));
+  }
+  if (old->model.vocab_size == 0) old->model.vocab_size = cfg_.model.vocab_size;
+  before = resolved_config_text(*old);
   if (m.format_version < 2) {
-    // A format-1 checkpoint stored the config as written: resolve it with this build's defaults
-    // (the best available reading), with the vocabulary size it was trained with.
-    StatusOr<RunConfig> old = parse_run_config(before, checkpoint + "/manifest.pb");
-    if (!old.ok()) {
-      return Status(old.status().code(), str_cat("the config of checkpoint ", checkpoint,
-                                                 " does not parse: ", old.status().message()));
-    }
-    if (old->model.vocab_size == 0) old->model.vocab_size = cfg_.model.vocab_size;
-    before = resolved_config_text(*old);
     say(str_cat(checkpoint, " is a format-1 checkpoint: its manifest has no checksum and its "
                 "config was resolved with this build's defaults"));
   }
@@ -585,7 +586,47 @@ StatusOr<StepStatsInfo> Trainer::step_impl() {
   }
   stats.step_seconds = seconds_since(t0);
   stats.tokens_per_second = static_cast<double>(stats.tokens) / std::max(1e-9, stats.step_seconds);
+  coordinator_->set_evaluation_eta(evaluation_eta(stats.step + 1, stats.step_seconds));
   return coordinator_->report_step(stats, flips, t.steps);
+}
+
+int64_t Trainer::eval_sequences_in_pass(bool whole_splits) const {
+  const int64_t max_sequences = whole_splits ? 0 : cfg_.train.eval_sequences;
+  int64_t n = 0;
+  for (const std::optional<data::SequenceSet>* set :
+       {&data_->valid, &data_->test, &data_->attacked_valid_seq, &data_->attacked_test_seq}) {
+    if (!*set) continue;
+    n += max_sequences > 0 ? std::min(max_sequences, (*set)->size()) : (*set)->size();
+  }
+  return n;
+}
+
+double Trainer::evaluation_eta(int64_t done, double step_seconds) const {
+  const TrainConfig& t = cfg_.train;
+  const double per_sequence =
+      eval_seconds_per_sequence_ > 0
+          ? eval_seconds_per_sequence_
+          : step_seconds / static_cast<double>(std::max<int64_t>(1, t.batch_size)) / 3.0;
+  int64_t sequences = 0;
+  if (t.eval_every > 0 && done < t.steps) {
+    const int64_t periodic = (t.steps - 1) / t.eval_every - done / t.eval_every;
+    sequences += std::max<int64_t>(0, periodic) * eval_sequences_in_pass(false);
+  }
+  const bool subset = eval_sequences_in_pass(false) < eval_sequences_in_pass(true);
+  switch (t.final_eval) {
+    case FinalEval::kNone:
+      break;
+    case FinalEval::kSubset:
+      sequences += eval_sequences_in_pass(false);
+      break;
+    case FinalEval::kWhole:
+      sequences += eval_sequences_in_pass(true);
+      break;
+    case FinalEval::kBoth:
+      sequences += eval_sequences_in_pass(false) + (subset ? eval_sequences_in_pass(true) : 0);
+      break;
+  }
+  return per_sequence * static_cast<double>(sequences);
 }
 
 StatusOr<EvalReport> Trainer::evaluate(bool whole_splits) {
@@ -601,9 +642,28 @@ StatusOr<EvalReport> Trainer::evaluate_impl(bool whole_splits) {
   const TrainConfig& t = cfg_.train;
   const int64_t batch = std::max<int64_t>(1, micro_batch_per_rank_);
   const int64_t max_sequences = whole_splits ? 0 : t.eval_sequences;
+  // Progress: a line every 10 s (sequences done of this evaluation's, tokens/s, ETA);
+  // $MOMOE_PROGRESS_SECONDS changes the interval (tests: 0, a line per round).
+  const double interval = progress_interval_seconds(10);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto last_print = t0;
+  const int64_t total = eval_sequences_in_pass(whole_splits);
+  int64_t done_before = 0;
   auto run = [&](const std::optional<data::SequenceSet>& set,
                  std::optional<EvalResult>* out) -> Status {
     if (!set) return Status::OK();
+    const auto progress = [&](int64_t done, int64_t) {
+      const auto now = std::chrono::steady_clock::now();
+      if (std::chrono::duration<double>(now - last_print).count() < interval) return;
+      last_print = now;
+      const double s = std::chrono::duration<double>(now - t0).count();
+      const double rate = static_cast<double>(done_before + done) / std::max(s, 1e-9);
+      coordinator_->print(str_cat(
+          "eval at step ", steps_done(), ": ", done_before + done, "/", total, " sequences (",
+          set->source(), "), ",
+          static_cast<int64_t>(rate * static_cast<double>(cfg_.model.seq_len)), " tok/s, ETA ",
+          format_duration(static_cast<double>(total - done_before - done) / rate)));
+    };
     std::function<bool()> stop;
     if (opts_.stop_requested) {
       stop = [this] {
@@ -611,8 +671,9 @@ StatusOr<EvalReport> Trainer::evaluate_impl(bool whole_splits) {
         return stop_local_ != 0;
       };
     }
-    MOE_ASSIGN_OR_RETURN(EvalResult e, evaluate_perplexity(model_.get(), *set, batch,
-                                                           max_sequences, t.seed, world_, stop));
+    MOE_ASSIGN_OR_RETURN(EvalResult e, evaluate_perplexity(model_.get(), *set, batch, max_sequences,
+                                                           t.seed, world_, stop, progress));
+    done_before += max_sequences > 0 ? std::min(max_sequences, set->size()) : set->size();
     if (e.stopped) {
       r.stopped = true;
     } else {
@@ -627,9 +688,14 @@ StatusOr<EvalReport> Trainer::evaluate_impl(bool whole_splits) {
     if (r.stopped) return r;
   }
   r.attack_rate = data_->attacked_valid_rate;
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (total > 0) eval_seconds_per_sequence_ = seconds / static_cast<double>(total);
+  coordinator_->note_evaluation(seconds);
   StepStatsInfo record;
   record.step = steps_done();
   record.rank = -1;
+  record.eval_sequences = max_sequences;
   if (r.valid) record.valid_ppl = r.valid->perplexity();
   if (r.test) record.test_ppl = r.test->perplexity();
   if (r.attacked_valid) record.attacked_valid_ppl = r.attacked_valid->perplexity();
@@ -718,11 +784,26 @@ Status Trainer::run() {
   }
   // The final numbers (over the whole splits too, beside the subset the run tracked). The
   // checkpoint is saved: a stop request ends the evaluation at once.
-  const bool subset = t.eval_sequences > 0 &&
-                      ((data_->valid && data_->valid->size() > t.eval_sequences) ||
-                       (data_->test && data_->test->size() > t.eval_sequences));
-  for (bool whole : {false, true}) {
-    if (whole && !subset) break;
+  const bool subset = eval_sequences_in_pass(false) < eval_sequences_in_pass(true);
+  std::vector<bool> passes;  // whole_splits of each final evaluation
+  switch (t.final_eval) {
+    case FinalEval::kBoth:
+      passes = subset ? std::vector<bool>{false, true} : std::vector<bool>{true};
+      break;
+    case FinalEval::kSubset:
+      passes = {false};
+      break;
+    case FinalEval::kWhole:
+      passes = {true};
+      break;
+    case FinalEval::kNone:
+      coordinator_->print(
+          str_cat("momoe: no final evaluation (train.final_eval = NONE); evaluate "
+                  "the checkpoint of step ",
+                  steps_done(), " with momoe-eval"));
+      break;
+  }
+  for (bool whole : passes) {
     MOE_ASSIGN_OR_RETURN(EvalReport r, evaluate(whole));
     if (r.stopped) {
       stop_agreed_ = true;

@@ -112,6 +112,13 @@ class Trainer {
   Status setup();
   StatusOr<StepStatsInfo> step_impl();  // step() without the watchdog
   StatusOr<EvalReport> evaluate_impl(bool whole_splits);  // evaluate() without the watchdog
+  // Sequences one evaluation pass visits (every evaluated split, attacked ones included).
+  int64_t eval_sequences_in_pass(bool whole_splits) const;
+  // Estimated seconds of the evaluations still to come after `done` steps: the periodic ones
+  // and the final ones (train.final_eval), at the last evaluation's seconds per sequence (before
+  // any: a third of a training step's per sequence, a forward without backward).
+  double evaluation_eta(int64_t done, double step_seconds) const;
+  double eval_seconds_per_sequence_ = 0;
   TrainingState training_state();
   // Content fingerprints of the corpus splits ("data.train contents" -> "N tokens, fingerprint
   // H"), written into every manifest and compared on resume: the same path with other contents

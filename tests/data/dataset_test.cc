@@ -3,8 +3,11 @@
 // the same text directly.
 #include "core/data/dataset.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #if MOMOE_HAVE_ZSTD
 #include <zstd.h>
@@ -394,7 +397,24 @@ TEST_F(PrepareTest, AnotherPlanInTheSameFolderIsRefused) {
   // A changed input file is another plan too.
   testing::write_file(dir_.file("valid.txt"), sample_text(41, 13));
   EXPECT_EQ(prepare_dataset(spec_).status().code(), StatusCode::kFailedPrecondition);
-  // A folder with other files in it.
+  // A preparation running elsewhere (its lock held): refused, nothing touched.
+  {
+    const int fd = ::open((spec_.out_dir + "/prepare.lock").c_str(), O_RDWR);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::flock(fd, LOCK_EX | LOCK_NB), 0);
+    r = prepare_dataset(spec_);
+    EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition);
+    EXPECT_TRUE(contains(r.status().message(), "another preparation is writing"))
+        << r.status().message();
+    ::close(fd);
+  }
+  // A folder with other files in it (a name ending in .tmp is not ours either).
+  fs::create_directories(dir_.file("notes"));
+  testing::write_file(dir_.file("notes/notes.tmp"), "mine\n");
+  PrepareSpec notes = spec_;
+  notes.out_dir = dir_.file("notes");
+  EXPECT_EQ(prepare_dataset(notes).status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(fs::exists(dir_.file("notes/notes.tmp")));
   fs::create_directories(dir_.file("busy"));
   testing::write_file(dir_.file("busy/notes.txt"), "mine\n");
   PrepareSpec busy = spec_;

@@ -71,19 +71,26 @@ class SentencePieceTest : public ::testing::Test {
 std::string* SentencePieceTest::model_ = nullptr;
 
 TEST_F(SentencePieceTest, TrainingIsDeterministicAndReservesMomoesIds) {
-  StatusOr<std::string> again = train_sentencepiece({kBrownTrain}, small_options(), 2);
+  // Another run, another thread count: the same model, byte for byte (so a resume on another
+  // machine finds the same fingerprint).
+  StatusOr<std::string> again = train_sentencepiece({kBrownTrain}, small_options(), 1);
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(*again, *model_) << "two trainings on the same text gave different models";
+  SentencePieceOptions unigram = small_options();
+  unigram.model_type = "unigram";
+  EXPECT_EQ(train_sentencepiece({kBrownTrain}, unigram, 1).value(),
+            train_sentencepiece({kBrownTrain}, unigram, 2).value());
   const auto t = tokenizer();
   EXPECT_EQ(t->size(), 600);
   EXPECT_EQ(t->unk_id(), 0);
   EXPECT_EQ(t->eos_id(), 1);
-  // The attack word is one reserved piece (after the word-boundary piece), the line ends with 1.
-  const std::vector<int32_t> aaa = t->encode("AAA\n");
-  ASSERT_GE(aaa.size(), 2u);
-  EXPECT_EQ(aaa[aaa.size() - 2], 2);
+  // Id 2 is the attack word, a control piece: reserved, never produced from text.
+  auto model = sentencepiece_backend()->load(*model_, "m").value();
+  EXPECT_EQ(model->piece(2), "AAA");
+  const std::vector<int32_t> aaa = t->encode("AAA xAAAy\n");
+  EXPECT_EQ(std::count(aaa.begin(), aaa.end(), 2), 0);
   EXPECT_EQ(aaa.back(), 1);
-  EXPECT_EQ(t->decode(aaa), "AAA\n");
+  EXPECT_EQ(t->decode(aaa), "AAA xAAAy\n");
   EXPECT_TRUE(contains(t->describe(), "600 pieces (byte fallback")) << t->describe();
   // The same ids on every run: a fixed sentence encodes the same with a freshly loaded model.
   const std::string line = "The jury said it did find that the city 's election was conducted .\n";
@@ -99,6 +106,9 @@ TEST_F(SentencePieceTest, ByteFallbackLeavesNothingUnknownAndDecodeRoundTrips) {
   EXPECT_EQ(std::count(ids.begin(), ids.end(), t->eos_id()), 2);  // one per non-empty line
   EXPECT_EQ(t->decode(ids),
             "caf\xC3\xA9 \xE2\x98\x83 \xE6\x97\xA5\xE6\x9C\xAC zq\nsecond line .\n");
+  // No whitespace folding: WikiText's leading spaces and doubled spaces come back.
+  const std::string wiki = " = Valkyria Chronicles = \n a  b   c \n";
+  EXPECT_EQ(t->decode(t->encode(wiki)), wiki);
 }
 
 TEST_F(SentencePieceTest, PreparedShardsEqualEncodingTheTextAndAReplacedModelIsRefused) {

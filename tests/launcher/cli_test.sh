@@ -11,8 +11,13 @@ trap 'rm -rf "$run"' EXIT
 export OPENBLAS_NUM_THREADS=1
 fail() { echo "FAIL: $*"; exit 1; }
 
-"$bin/momoe-train" --config "$config" --run-dir "$run" --set train.steps=4 \
+MOMOE_PROGRESS_SECONDS=0 "$bin/momoe-train" --config "$config" --run-dir "$run" --set train.steps=4 \
   --set train.eval_sequences=8 > "$run/train.log" 2>&1 || { cat "$run/train.log"; fail "momoe-train failed"; }
+# The ETA counts the evaluations to come; long evaluations show their progress.
+grep -qE "step 1/4 .* ETA [0-9hms]+ \(evaluation [0-9hms]+\)" "$run/train.log" ||
+  { cat "$run/train.log"; fail "the ETA does not count the final evaluation"; }
+grep -qE "^eval at step 4: [0-9]+/[0-9]+ sequences \(.*\), [0-9]+ tok/s, ETA " "$run/train.log" ||
+  { cat "$run/train.log"; fail "no evaluation progress line"; }
 grep -q "step 4/4 | loss" "$run/train.log" || { cat "$run/train.log"; fail "no progress line"; }
 grep -qF "eval at step 4 (first 8 sequences of each split): valid ppl" "$run/train.log" ||
   { cat "$run/train.log"; fail "no evaluation line"; }
@@ -26,8 +31,16 @@ grep -qE "momoe: data: train .*brown/train.txt.gz \([0-9]+ tokens, [0-9.]+% <unk
 cat "$run/table"
 grep -q "steps recorded: 4" "$run/table" || fail "summary table"
 grep -qE "realised swap fraction 0\.02[0-9]{2}\)" "$run/table" || fail "the swap fraction is rounded away"
-[ "$(wc -l < "$run/s.csv")" -eq 9 ] || fail "CSV should have 1 + 4 steps x 2 layers rows"
-[ "$(wc -l < "$run/s.jsonl")" -eq 5 ] || fail "JSON should have 4 steps + 1 evaluation"
+[ "$(wc -l < "$run/s.csv")" -eq 11 ] || fail "CSV should have 1 + 4 steps x 2 layers + 2 evaluation rows"
+[ "$(wc -l < "$run/s.jsonl")" -eq 6 ] || fail "JSON should have 4 steps + 2 evaluations (subset, whole)"
+grep -q '"eval_sequences":8' "$run/s.jsonl" && grep -q '"eval_sequences":0' "$run/s.jsonl" ||
+  fail "JSON lacks the subset or the whole-split evaluation"
+[ "$(grep -c ',8,[0-9.]*,[0-9.]*,' "$run/s.csv")" -ge 1 ] || { cat "$run/s.csv"; fail "CSV lacks evaluation rows"; }
+# The live metrics the trainer appended are the same records, line for line (log_every 1).
+[ -s "$run/metrics.jsonl" ] || fail "no metrics.jsonl"
+cmp "$run/metrics.jsonl" "$run/s.jsonl" || { diff "$run/metrics.jsonl" "$run/s.jsonl" | head; fail "metrics.jsonl differs from momoe-stats --json"; }
+/usr/bin/python3 -c 'import json, sys; [json.loads(l) for l in open(sys.argv[1])]' "$run/metrics.jsonl" ||
+  fail "metrics.jsonl is not JSON lines"
 "$bin/momoe-stats" "$run" --follow --poll-seconds 0.1 --max-polls 2 > "$run/follow" || fail "--follow"
 [ "$(grep -c '^step ' "$run/follow")" -eq 4 ] || fail "--follow printed $(grep -c '^step ' "$run/follow") steps"
 if /usr/bin/python3 -c "import matplotlib" 2>/dev/null; then
@@ -36,8 +49,11 @@ if /usr/bin/python3 -c "import matplotlib" 2>/dev/null; then
   head -c 8 "$run/plot.png" | od -An -c | grep -q "P   N   G" || fail "not a PNG"
 fi
 
-"$bin/momoe-eval" --checkpoint "$run/ckpt-00000004" --text "$(dirname "$config")/../../data/brown/test.txt.gz" \
-  --max-sequences 16 --attack-rate 0.5 > "$run/eval" || fail "momoe-eval failed"
+MOMOE_PROGRESS_SECONDS=0 "$bin/momoe-eval" --checkpoint "$run/ckpt-00000004" --text "$(dirname "$config")/../../data/brown/test.txt.gz" \
+  --max-sequences 16 --attack-rate 0.5 --threads 1 > "$run/eval" 2> "$run/eval.err" || { cat "$run/eval.err"; fail "momoe-eval failed"; }
+grep -qE "^momoe-eval: clean: [0-9]+/32 sequences, [0-9]+ tok/s, ETA" "$run/eval.err" &&
+  grep -qE "^momoe-eval: attacked: 32/32 sequences" "$run/eval.err" || { cat "$run/eval.err"; fail "no evaluation progress"; }
+[ "$(wc -l < "$run/eval")" -eq 1 ] || fail "momoe-eval's stdout is not one JSON line"
 cat "$run/eval"
 grep -q '"ppl"' "$run/eval" && grep -q '"attacked_ppl"' "$run/eval" && grep -q '"unknown_fraction"' "$run/eval" ||
   fail "momoe-eval output"
@@ -51,7 +67,7 @@ rm -rf "$resume/ckpt-00000004"
 "$bin/momoe-train" --config "$config" --run-dir "$resume" --set train.steps=4 --set train.checkpoint_every=2 \
   --set train.eval_sequences=8 > /dev/null 2>&1 || fail "resume run 2"
 "$bin/momoe-stats" "$resume" --csv "$run/r.csv" > /dev/null || fail "momoe-stats after resume"
-[ "$(wc -l < "$run/r.csv")" -eq 9 ] || fail "duplicate steps after resume: $(wc -l < "$run/r.csv") CSV lines"
+[ "$(wc -l < "$run/r.csv")" -eq 11 ] || fail "duplicate steps after resume: $(wc -l < "$run/r.csv") CSV lines (4 steps x 2 layers + 2 evaluations expected)"
 
 expect_error() {  # expect_error NEEDLE COMMAND...
   local needle=$1; shift
@@ -77,4 +93,14 @@ if [ -x "$bin/../benchmarks/momoe-bench" ]; then
     { cat "$run/help"; fail "momoe-bench layer --help"; }
 fi
 expect_error "stats file" "$bin/momoe-stats" "$run/nothing"
+expect_error "--threads -1 must be in" "$bin/momoe-eval" --checkpoint "$run/ckpt-00000004" --text "$config" --threads -1
+# train.final_eval: one pass, or none.
+"$bin/momoe-train" --config "$config" --run-dir "$run/fe1" --set train.steps=2 --set train.eval_sequences=8 \
+  --set train.final_eval=SUBSET > "$run/fe1.log" 2>&1 || { cat "$run/fe1.log"; fail "final_eval SUBSET"; }
+[ "$(grep -c "^eval at step 2 (" "$run/fe1.log")" -eq 1 ] && grep -q "first 8 sequences" "$run/fe1.log" ||
+  { cat "$run/fe1.log"; fail "final_eval SUBSET ran another pass"; }
+"$bin/momoe-train" --config "$config" --run-dir "$run/fe2" --set train.steps=2 --set train.final_eval=NONE \
+  > "$run/fe2.log" 2>&1 || { cat "$run/fe2.log"; fail "final_eval NONE"; }
+grep -q "^eval at step" "$run/fe2.log" && fail "final_eval NONE evaluated"
+grep -q "no final evaluation (train.final_eval = NONE)" "$run/fe2.log" || { cat "$run/fe2.log"; fail "final_eval NONE says nothing"; }
 echo PASS

@@ -13,9 +13,12 @@ fail() { echo "FAIL: $*"; exit 1; }
 common=(--config "$config" --seeds 1,2 --set train.steps=20 --set train.eval_sequences=8
         --set train.attack_rate=0.05 --set data.cache_dir="$out/cache" --losses 7.5)
 
+# --final-eval subset: the runs skip the whole-split pass (the slow part of a small grid).
 "$bin/momoe-compare" "${common[@]}" --variant 'plain model.arch=sgsg' \
-  --variant 'momentum model.arch=smsm' --jobs 2 --out "$out/c" > "$out/log" 2>&1 ||
+  --variant 'momentum model.arch=smsm' --jobs 2 --out "$out/c" --final-eval subset > "$out/log" 2>&1 ||
   { cat "$out/log"; fail "the tiny grid failed"; }
+grep -q "(whole splits)" "$out/c/runs/plain-seed1.log" && fail "--final-eval subset: a run evaluated the whole splits"
+grep -q "first 8 sequences" "$out/c/runs/plain-seed1.log" || { cat "$out/c/runs/plain-seed1.log"; fail "no subset evaluation"; }
 grep -q "| plain | 2 | " "$out/c/summary.md" || { cat "$out/c/summary.md"; fail "no plain row"; }
 grep -q "| momentum | 2 | " "$out/c/summary.md" || { cat "$out/c/summary.md"; fail "no momentum row"; }
 [ "$(wc -l < "$out/c/runs.csv")" -eq 5 ] || { cat "$out/c/runs.csv"; fail "runs.csv: not 4 runs"; }
@@ -35,6 +38,8 @@ expect_refused() {
   grep -qF -- "$needle" "$out/err" || { cat "$out/err"; fail "'$*' did not say '$needle'"; }
   ! grep -q "done" "$out/err" || fail "'$*' ran something"
 }
+expect_refused "--final-eval most is not one of both, subset, whole, none" "${common[@]}" \
+  --variant 'a model.arch=sgsg' --final-eval most --out "$out/e"
 expect_refused "mismatched budgets" "${common[@]}" --variant 'a model.arch=sgsg' \
   --variant 'b model.arch=smsm train.steps=30' --out "$out/d"
 expect_refused "variant b" "${common[@]}" --variant 'a model.arch=sgsg' \

@@ -27,7 +27,7 @@ expect_code() {  # expect_code CODE NEEDLE COMMAND...
   grep -qF -- "$needle" "$run/err" || { cat "$run/err"; fail "'$*' did not mention '$needle'"; }
 }
 losses() { grep -oE "^step [0-9]+/[0-9]+ \| loss [0-9.]+" "$1"; }
-evals() { grep -oE "^eval at step .*" "$1"; }
+evals() { grep -oE "^eval at step .*" "$1" | grep -vE "[0-9]+/[0-9]+ sequences"; }  # results, not progress
 
 # The tiny config's vocabulary (data.vocab_max_size 2000), the bundled splits.
 "$bin/momoe-data" prepare --out "$run/ds" --train "$brown/train.txt.gz" --valid "$brown/valid.txt.gz" \
