@@ -30,6 +30,16 @@ Status bench_data(int argc, char** argv, comm::World* world);
 
 namespace {
 
+// One example command line per subcommand (its --help ends with it).
+const char* example_of(const std::string& cmd) {
+  if (cmd == "layer") return "momoe-bench layer --tokens 4096 --experts 16 --variant momentum";
+  if (cmd == "train") return "momoe-bench train --preset smoe-medium --steps 3";
+  if (cmd == "alltoall") return "mpirun -np 2 momoe-bench alltoall --tokens 4096,16384";
+  if (cmd == "scaling") return "mpirun -np 4 momoe-bench scaling --what train --mode strong";
+  if (cmd == "data") return "momoe-bench data --mb 64 --corpus-gb 4";
+  return "momoe-bench env";
+}
+
 // `momoe-bench SUBCOMMAND --help`: each subcommand's options with their defaults.
 const char* usage_of(const std::string& cmd) {
   if (cmd == "layer") {
@@ -75,14 +85,16 @@ int run(int argc, char** argv) {
   for (int i = 2; i < argc; ++i) {
     if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
       if (const char* usage = usage_of(argv[1])) {
-        std::printf("%s", usage);
+        std::printf("%sexample: %s\n", usage, example_of(argv[1]));
         return 0;
       }
     }
   }
   if (argc < 2 || std::strcmp(argv[1], "--help") == 0) {
-    std::fprintf(stderr,
-                 "usage: momoe-bench layer|train|alltoall|scaling|data|env [--key value ...]\n");
+    std::fprintf(argc < 2 ? stderr : stdout,
+                 "usage: momoe-bench layer|train|alltoall|scaling|data|env [--key value ...]\n"
+                 "  (momoe-bench SUBCOMMAND --help: its options and defaults)\n"
+                 "example: momoe-bench train --preset quickstart --steps 5\n");
     return argc < 2 ? 2 : 0;
   }
   // The BLAS first, before MPI starts threads (it is loaded with its kernel chosen: see

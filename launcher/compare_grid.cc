@@ -275,20 +275,51 @@ std::string compare_markdown(const std::vector<CompareVariant>& variants,
   return out.str();
 }
 
-std::string compare_csv(const std::vector<CompareRun>& runs,
+namespace {
+
+// A variant's settings in one line: "config=PATH KEY=VALUE ...".
+std::string settings_of(const CompareVariant& v) {
+  std::string s = v.config.empty() ? std::string() : "config=" + v.config;
+  for (const std::string& o : v.overrides) s += (s.empty() ? "" : " ") + o;
+  return s;
+}
+
+}  // namespace
+
+std::string variants_markdown(const std::vector<CompareVariant>& variants) {
+  std::ostringstream out;
+  out << "## Variants\n\n| variant | overrides |\n|---|---|\n";
+  for (const CompareVariant& v : variants) {
+    std::string cell;
+    if (!v.config.empty()) cell = "config `" + v.config + "`";
+    for (const std::string& o : v.overrides) cell += (cell.empty() ? "`" : " `") + o + "`";
+    out << "| " << v.name << " | " << (cell.empty() ? std::string("(the base config)") : cell)
+        << " |\n";
+  }
+  return out.str();
+}
+
+std::string compare_csv(const std::vector<CompareVariant>& variants,
+                        const std::vector<CompareRun>& runs,
                         const std::vector<double>& target_losses) {
   std::ostringstream out;
   out << "variant,seed,ok,valid_ppl,attacked_valid_ppl,final_loss,valid_word_ppl,valid_bits_per_"
          "byte";
   for (double t : target_losses) out << ",steps_to_loss_" << target_label(t);
-  out << "\n";
+  out << ",overrides\n";
   for (const CompareRun& r : runs) {
     out << r.variant << "," << r.seed << "," << (r.ok ? 1 : 0) << "," << fmt(r.valid_ppl, 4) << ","
         << fmt(r.attacked_valid_ppl, 4) << ","
         << (r.losses.empty() ? std::string("-") : fmt(r.losses.back().second, 5)) << ","
         << fmt(r.valid_word_ppl, 4) << "," << fmt(r.valid_bits_per_byte, 5);
     for (double t : target_losses) out << "," << (r.ok ? steps_to_loss(r.losses, t) : -1);
-    out << "\n";
+    std::string settings;
+    for (const CompareVariant& v : variants) {
+      if (v.name == r.variant) settings = settings_of(v);
+    }
+    std::string quoted = "\"";  // CSV: inside quotes, a quote is doubled
+    for (char c : settings) quoted += c == '"' ? std::string("\"\"") : std::string(1, c);
+    out << "," << quoted << "\"\n";
   }
   return out.str();
 }

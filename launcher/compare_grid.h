@@ -84,10 +84,13 @@ std::string compare_markdown(const std::vector<CompareVariant>& variants,
                              const std::vector<CompareRun>& runs,
                              const std::vector<double>& target_losses);
 // One row per run: variant, seed, ok, valid_ppl, attacked_valid_ppl, final_loss, valid_word_ppl,
-// valid_bits_per_byte,
-// steps_to_loss_<target>...
-std::string compare_csv(const std::vector<CompareRun>& runs,
+// valid_bits_per_byte, steps_to_loss_<target>..., overrides (the variant's KEY=VALUE list and its
+// own config, quoted).
+std::string compare_csv(const std::vector<CompareVariant>& variants,
+                        const std::vector<CompareRun>& runs,
                         const std::vector<double>& target_losses);
+// The "## Variants" section of summary.md: each variant's config and overrides.
+std::string variants_markdown(const std::vector<CompareVariant>& variants);
 // Long format for plotting: variant,seed,step,loss.
 std::string curves_csv(const std::vector<CompareRun>& runs);
 

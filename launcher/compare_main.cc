@@ -137,7 +137,12 @@ Status run(int argc, char** argv) {
   flags.switch_flag("help", "show this help");
   MOE_RETURN_IF_ERROR(flags.parse(argc, argv));
   if (flags.has("help")) {
-    std::printf("usage: momoe-compare [flags]\n%s", flags.usage().c_str());
+    std::printf(
+        "usage: momoe-compare [flags]\n%s"
+        "example: momoe-compare --config configs/quickstart.pbtxt --seeds 1,2 --set "
+        "train.steps=300 --variant 'smoe model.arch=sgsgsg' --variant 'momentum "
+        "model.arch=smsmsm' --final-eval subset --out runs/mine\n",
+        flags.usage().c_str());
     return Status::OK();
   }
   if (!flags.positional().empty()) {
@@ -330,9 +335,11 @@ Status run(int argc, char** argv) {
   for (uint64_t s : grid.seeds) md << " " << s;
   md << ". Perplexities are the final evaluation of each run (mean +- sample standard deviation "
         "over seeds); steps to a loss use the mean training loss of the last 10 steps.\n\n"
-     << table;
+     << table << "\n"
+     << variants_markdown(grid.variants);
   MOE_RETURN_IF_ERROR(io::write_file_atomic(out + "/summary.md", md.str()));
-  MOE_RETURN_IF_ERROR(io::write_file_atomic(out + "/runs.csv", compare_csv(results, targets)));
+  MOE_RETURN_IF_ERROR(
+      io::write_file_atomic(out + "/runs.csv", compare_csv(grid.variants, results, targets)));
   MOE_RETURN_IF_ERROR(io::write_file_atomic(out + "/curves.csv", curves_csv(results)));
   std::printf("\n%s\nwrote %s/summary.md, runs.csv, curves.csv\n", table.c_str(), out.c_str());
   // The first python3 with matplotlib: PATH's, else the system's (a pyenv or venv python on PATH

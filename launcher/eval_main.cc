@@ -228,7 +228,11 @@ int run(int argc, char** argv) {
   flags.switch_flag("help", "print this help");
   Status parsed = flags.parse(argc, argv);
   if (flags.has("help")) {
-    std::printf("usage: momoe-eval --checkpoint DIR --text FILE [flags]\n%s", flags.usage().c_str());
+    std::printf(
+        "usage: momoe-eval --checkpoint DIR --text FILE [flags]\n%s"
+        "example: momoe-eval --checkpoint runs/quickstart/ckpt-00000300 --text "
+        "data/brown/test.txt.gz --attack-rate 0.025\n",
+        flags.usage().c_str());
     return 0;
   }
   if (!parsed.ok()) return fail(parsed);

@@ -97,10 +97,19 @@ int run_child(std::vector<std::string>& line) {
 }
 
 int usage(const char* why) {
+  // --help prints on stdout (exit 0), a mistake on stderr (exit 2).
+  std::FILE* out = why == nullptr ? stdout : stderr;
   if (why != nullptr) std::fprintf(stderr, "momoe-launch: %s\n", why);
-  std::fprintf(stderr,
+  std::fprintf(out,
                "usage: momoe-launch -np N [--hostfile FILE] [--ranks-per-node M]\n"
-               "                    [--launcher mpirun|srun] [--dry-run] -- COMMAND [ARGS...]\n");
+               "                    [--launcher mpirun|srun] [--dry-run] -- COMMAND [ARGS...]\n"
+               "  -np N              ranks in all\n"
+               "  --hostfile FILE    hosts to spread them over (default: this one)\n"
+               "  --ranks-per-node M ranks per host (default: N on one host)\n"
+               "  --launcher         mpirun (default) or srun\n"
+               "  --dry-run          print the command instead of running it\n"
+               "example: momoe-launch -np 4 -- build/launcher/momoe-train --config "
+               "configs/momentum.pbtxt --ep 2\n");
   return 2;
 }
 

@@ -106,7 +106,10 @@ int run(int argc, char** argv) {
   flags.switch_flag("help", "print this help");
   Status parsed = flags.parse(argc, argv);
   if (flags.has("help")) {
-    std::printf("usage: momoe-stats RUN_DIR|stats.pb [flags]\n%s", flags.usage().c_str());
+    std::printf(
+        "usage: momoe-stats RUN_DIR|stats.pb [flags]\n%s"
+        "example: momoe-stats runs/quickstart --csv stats.csv --json stats.jsonl\n",
+        flags.usage().c_str());
     return 0;
   }
   if (!parsed.ok()) return fail(parsed);

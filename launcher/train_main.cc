@@ -66,10 +66,13 @@ int run(int argc, char** argv) {
   flags.switch_flag("help", "print this help");
   Status parsed = flags.parse(argc, argv);
   if (flags.has("help")) {
-    std::printf("usage: momoe-train --config FILE [flags]\n%s"
-                "exit codes: 0 done, 1 failed, 2 bad input or refused, 3 stopped by a signal "
-                "after a checkpoint (rerun to resume)\n",
-                flags.usage().c_str());
+    std::printf(
+        "usage: momoe-train --config FILE [flags]\n%s"
+        "exit codes: 0 done, 1 failed, 2 bad input or refused, 3 stopped by a signal "
+        "after a checkpoint (rerun to resume)\n"
+        "example: momoe-train --config configs/quickstart.pbtxt --set train.steps=100 "
+        "--run-dir runs/try\n",
+        flags.usage().c_str());
     return 0;
   }
   if (!parsed.ok()) return fail(parsed, nullptr);

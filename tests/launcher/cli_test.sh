@@ -92,6 +92,22 @@ if [ -x "$bin/../benchmarks/momoe-bench" ]; then
   "$bin/../benchmarks/momoe-bench" layer --help > "$run/help" 2>&1 && grep -q -- "--tokens 2048" "$run/help" ||
     { cat "$run/help"; fail "momoe-bench layer --help"; }
 fi
+# Every command and subcommand answers --help on stdout with exit 0, its options and an example.
+helps=("momoe-train" "momoe-stats" "momoe-eval" "momoe-compare" "momoe-launch" "momoe-data"
+       "momoe-data prepare" "momoe-data verify" "momoe-data info")
+for cmd in "${helps[@]}"; do
+  # shellcheck disable=SC2086
+  "$bin/"$cmd --help > "$run/help" 2> "$run/help.err" || { cat "$run/help.err"; fail "$cmd --help exited non-zero"; }
+  grep -q "^example: " "$run/help" || { cat "$run/help"; fail "$cmd --help has no example"; }
+done
+if [ -x "$bin/../benchmarks/momoe-bench" ]; then
+  for sub in "" layer train alltoall scaling data env; do
+    # shellcheck disable=SC2086
+    "$bin/../benchmarks/momoe-bench" $sub --help > "$run/help" 2> "$run/help.err" ||
+      { cat "$run/help.err"; fail "momoe-bench $sub --help exited non-zero"; }
+    grep -q "^example: " "$run/help" || { cat "$run/help"; fail "momoe-bench $sub --help has no example"; }
+  done
+fi
 expect_error "stats file" "$bin/momoe-stats" "$run/nothing"
 expect_error "--threads -1 must be in" "$bin/momoe-eval" --checkpoint "$run/ckpt-00000004" --text "$config" --threads -1
 # train.final_eval: one pass, or none.

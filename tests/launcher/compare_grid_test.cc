@@ -127,15 +127,24 @@ TEST(CompareGridTest, SummaryTablesFromRunRecords) {
       << md;
   EXPECT_NE(md.find("| b | 0 of 1 | - | - | - | not reached | not reached |"), std::string::npos)
       << md;
-  const std::string csv = compare_csv(runs, {6.5});
+  std::vector<CompareVariant> with_overrides = variants;
+  with_overrides[0].overrides = {"model.arch=sgsg", "data.train=a \"b\".txt"};
+  const std::string csv = compare_csv(with_overrides, runs, {6.5});
   EXPECT_EQ(csv.find("variant,seed,ok,valid_ppl,attacked_valid_ppl,final_loss,valid_word_ppl,"
-                     "valid_bits_per_byte,steps_to_loss_6.5\n"),
+                     "valid_bits_per_byte,steps_to_loss_6.5,overrides\n"),
             0u)
       << csv;
-  EXPECT_NE(csv.find("a,1,1,100.0000,120.0000,5.25000,100.0000,1.25000,12\n"), std::string::npos)
+  EXPECT_NE(csv.find("a,1,1,100.0000,120.0000,5.25000,100.0000,1.25000,12,"
+                     "\"model.arch=sgsg data.train=a \"\"b\"\".txt\"\n"),
+            std::string::npos)
       << csv;
-  EXPECT_NE(csv.find("a,2,1,110.0000,124.0000,2.50000,-,-,10\n"), std::string::npos) << csv;
-  EXPECT_NE(csv.find("b,1,0,-,-,-,-,-,-1\n"), std::string::npos) << csv;
+  EXPECT_NE(csv.find("a,2,1,110.0000,124.0000,2.50000,-,-,10,\"model.arch"), std::string::npos)
+      << csv;
+  EXPECT_NE(csv.find("b,1,0,-,-,-,-,-,-1,\"\"\n"), std::string::npos) << csv;
+  const std::string vmd = variants_markdown(with_overrides);
+  EXPECT_NE(vmd.find("| a | `model.arch=sgsg` `data.train=a \"b\".txt` |"), std::string::npos)
+      << vmd;
+  EXPECT_NE(vmd.find("| b | (the base config) |"), std::string::npos) << vmd;
   EXPECT_EQ(curves_csv(runs).find("variant,seed,step,loss\na,1,0,8.000000\n"), 0u);
 }
 

@@ -21,6 +21,8 @@ grep -q "(whole splits)" "$out/c/runs/plain-seed1.log" && fail "--final-eval sub
 grep -q "first 8 sequences" "$out/c/runs/plain-seed1.log" || { cat "$out/c/runs/plain-seed1.log"; fail "no subset evaluation"; }
 grep -q "| plain | 2 | " "$out/c/summary.md" || { cat "$out/c/summary.md"; fail "no plain row"; }
 grep -q "| momentum | 2 | " "$out/c/summary.md" || { cat "$out/c/summary.md"; fail "no momentum row"; }
+grep -q "| momentum | \`model.arch=smsm\` |" "$out/c/summary.md" || { cat "$out/c/summary.md"; fail "summary.md lacks the overrides"; }
+grep -q ',"model.arch=smsm"$' "$out/c/runs.csv" || { cat "$out/c/runs.csv"; fail "runs.csv lacks the overrides"; }
 [ "$(wc -l < "$out/c/runs.csv")" -eq 5 ] || { cat "$out/c/runs.csv"; fail "runs.csv: not 4 runs"; }
 [ "$(wc -l < "$out/c/curves.csv")" -eq 81 ] || fail "curves.csv: not 4 x 20 steps"
 if python3 -c "import matplotlib" 2> /dev/null || /usr/bin/python3 -c "import matplotlib" 2> /dev/null; then
