@@ -124,6 +124,12 @@ int run(int argc, char** argv) {
   if (!fault.ok()) return fail(fault.status(), &*world);
   opts.after_step = *fault;
   StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::create(*cfg, opts, world->comm.get());
+  if (!trainer.ok() && trainer.status().code() == StatusCode::kAborted && stop_signal() != 0) {
+    // Stopped while preparing the data (before any step): nothing to save; rerun to resume.
+    log_error(trainer.status().message(), " (", stop_signal_name(stop_signal()),
+              "); rerun the same command to resume");
+    return kExitStopped;
+  }
   if (!trainer.ok()) return fail(trainer.status(), &*world);
   Status s = (*trainer)->run();
   if (!s.ok()) return fail(s, &*world);

@@ -392,6 +392,7 @@ Status Preparer::save_state() {
 
 bool Preparer::report(const std::string& phase, int64_t done, int64_t total, int64_t tokens,
                       Clock::time_point t0, int64_t at_start) {
+  if (spec_.stop_requested && spec_.stop_requested()) return false;
   if (!progress_) return true;
   PrepareProgress p;
   p.phase = phase;

@@ -41,6 +41,9 @@ struct PrepareSpec {
   int threads = 0;         // tokenizing threads; 0 = every core
   int64_t shard_tokens = int64_t{1} << 26;  // 64 Mi tokens = 256 MiB per shard
   int64_t chunk_bytes = int64_t{1} << 24;   // 16 MiB of text per chunk
+  // Asked between batches (and, for run_prepare_process, while the child runs): true stops the
+  // preparation as an interruption (kAborted; it resumes later). Optional.
+  std::function<bool()> stop_requested;
 };
 
 struct PrepareProgress {

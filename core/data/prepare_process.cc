@@ -1,5 +1,6 @@
 #include "core/data/prepare_process.h"
 
+#include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -88,8 +89,18 @@ Status run_prepare_process(const PrepareSpec& spec, bool quiet) {
                           " (set MOMOE_DATA to momoe-data's path)");
   }
   int status = 0;
-  while (waitpid(pid, &status, 0) < 0) {
-    if (errno != EINTR) return internal_error("waiting for ", args[0], ": ", std::strerror(errno));
+  bool stop_sent = false;
+  while (true) {
+    const pid_t done = waitpid(pid, &status, WNOHANG);
+    if (done == pid) break;
+    if (done < 0 && errno != EINTR) {
+      return internal_error("waiting for ", args[0], ": ", std::strerror(errno));
+    }
+    if (!stop_sent && spec.stop_requested && spec.stop_requested()) {
+      ::kill(pid, SIGTERM);  // forwarded: it stops at its next batch
+      stop_sent = true;
+    }
+    ::usleep(50 * 1000);
   }
   const std::string what = str_cat("`", args[0], " prepare --out ", spec.out_dir, " ...`");
   if (WIFEXITED(status)) {
@@ -105,6 +116,9 @@ Status run_prepare_process(const PrepareSpec& spec, bool quiet) {
       default:
         return internal_error(what, " failed with exit code ", WEXITSTATUS(status));
     }
+  }
+  if (stop_sent && WTERMSIG(status) == SIGTERM) {
+    return aborted_error(what, " was stopped before it began; run again to resume it");
   }
   return internal_error(what, " was killed by signal ", WTERMSIG(status));
 }

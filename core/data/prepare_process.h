@@ -13,8 +13,10 @@ namespace moe::data {
 std::string momoe_data_path();
 
 // Runs `momoe-data prepare` for `spec` (its progress and messages go to this process's stderr)
-// and waits. Errors: kInvalidArgument when it refused its input (exit 2), kAborted when it was
-// stopped (exit 3), kInternal otherwise (it failed, or could not be started).
+// and waits. When spec.stop_requested says yes (this process was signalled), the child gets
+// SIGTERM and stops at its next batch (a preparation resumes later). Errors: kInvalidArgument
+// when it refused its input (exit 2), kAborted when it was stopped (exit 3, or ended by the
+// SIGTERM sent), kInternal otherwise (it failed, or could not be started).
 // quiet: without its progress bar and summary (errors still show).
 Status run_prepare_process(const PrepareSpec& spec, bool quiet = false);
 

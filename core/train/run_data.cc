@@ -30,8 +30,10 @@ std::string cache_dir_of(const RunConfig& cfg, const std::string& run_dir) {
 // into the cache, keyed by the files' identities and the tokenizer options, then read as a
 // dataset. A preparation interrupted by a kill resumes.
 StatusOr<std::unique_ptr<RunData>> prepare_in_cache(const RunConfig& cfg,
-                                                    const std::string& run_dir, bool verify) {
+                                                    const std::string& run_dir, bool verify,
+                                                    const std::function<bool()>& stop) {
   data::PrepareSpec spec;
+  spec.stop_requested = stop;
   spec.tokenizer = "sentencepiece";
   spec.sp_model_path = cfg.data.sp_model;
   spec.sp.model_type = cfg.data.sp_model_type;
@@ -87,7 +89,7 @@ StatusOr<std::unique_ptr<RunData>> prepare_in_cache(const RunConfig& cfg,
 }
 
 StatusOr<std::unique_ptr<RunData>> load_here(const RunConfig& cfg, const std::string& run_dir,
-                                             bool verify) {
+                                             bool verify, const std::function<bool()>& stop) {
   if (!cfg.data.dataset.empty()) {
     auto d = std::make_unique<RunData>();
     MOE_ASSIGN_OR_RETURN(d->corpus, data::open_dataset(cfg.data.dataset, verify));
@@ -101,7 +103,7 @@ StatusOr<std::unique_ptr<RunData>> load_here(const RunConfig& cfg, const std::st
     }
     return d;
   }
-  if (cfg.data.sentencepiece) return prepare_in_cache(cfg, run_dir, verify);
+  if (cfg.data.sentencepiece) return prepare_in_cache(cfg, run_dir, verify, stop);
   data::CorpusSpec spec;
   spec.name = "corpus";
   spec.train_path = cfg.data.train;
@@ -121,7 +123,8 @@ StatusOr<std::unique_ptr<RunData>> load_here(const RunConfig& cfg, const std::st
 }  // namespace
 
 StatusOr<std::unique_ptr<RunData>> load_run_data(const RunConfig& cfg, const std::string& run_dir,
-                                                 comm::Communicator* world) {
+                                                 comm::Communicator* world,
+                                                 const std::function<bool()>& stop_requested) {
   std::unique_ptr<RunData> d;
   const int rank = world == nullptr ? 0 : world->rank();
   // Rank 0 builds (and caches); its outcome is broadcast so that a bad file fails every rank
@@ -129,7 +132,7 @@ StatusOr<std::unique_ptr<RunData>> load_run_data(const RunConfig& cfg, const std
   // The error travels as "<code digit><message>".
   std::string error;
   if (rank == 0) {
-    StatusOr<std::unique_ptr<RunData>> r = load_here(cfg, run_dir, /*verify=*/true);
+    StatusOr<std::unique_ptr<RunData>> r = load_here(cfg, run_dir, /*verify=*/true, stop_requested);
     if (r.ok()) {
       d = std::move(r).value();
     } else {
@@ -139,7 +142,8 @@ StatusOr<std::unique_ptr<RunData>> load_run_data(const RunConfig& cfg, const std
   if (world != nullptr && world->world_size() > 1) {
     MOE_ASSIGN_OR_RETURN(error, world->broadcast_bytes(error, 0));
     if (error.empty() && rank != 0) {
-      MOE_ASSIGN_OR_RETURN(d, load_here(cfg, run_dir, /*verify=*/false));  // rank 0 verified
+      MOE_ASSIGN_OR_RETURN(d,
+                           load_here(cfg, run_dir, /*verify=*/false, nullptr));  // rank 0 verified
     }
   }
   if (!error.empty()) return Status(static_cast<StatusCode>(error[0] - '0'), error.substr(1));

@@ -3,6 +3,7 @@
 // validation and test streams used for robustness evaluation.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -26,7 +27,10 @@ struct RunData {
 // Rank 0 builds first; the others wait and then read the cache, so the text is tokenized once.
 // Errors name the file (missing, empty, invalid UTF-8, too short for one sequence). Collective
 // over `world` (nullable).
-StatusOr<std::unique_ptr<RunData>> load_run_data(const RunConfig& cfg, const std::string& run_dir,
-                                                 comm::Communicator* world);
+// stop_requested (optional): asked while a SentencePiece cache is prepared (an interruption
+// returns kAborted; the preparation resumes on the next run).
+StatusOr<std::unique_ptr<RunData>> load_run_data(
+    const RunConfig& cfg, const std::string& run_dir, comm::Communicator* world,
+    const std::function<bool()>& stop_requested = nullptr);
 
 }  // namespace moe

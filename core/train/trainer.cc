@@ -81,7 +81,9 @@ Status Trainer::setup() {
   }
   micro_batch_per_rank_ = t.batch_size / (t.grad_accum * ranks);
 
-  MOE_ASSIGN_OR_RETURN(data_, load_run_data(cfg_, opts_.run_dir, world_));
+  std::function<bool()> stop;
+  if (opts_.stop_requested) stop = [this] { return opts_.stop_requested() != 0; };
+  MOE_ASSIGN_OR_RETURN(data_, load_run_data(cfg_, opts_.run_dir, world_, stop));
   const int64_t vocab = data_->corpus.tokenizer->size();
   if (cfg_.model.vocab_size == 0) {
     cfg_.model.vocab_size = vocab;

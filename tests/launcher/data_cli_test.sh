@@ -125,7 +125,22 @@ if [ "$sp" = 1 ]; then
   "$bin/momoe-train" --config "$config" --run-dir "$run/sp2" --set train.steps=4 --set train.eval_sequences=8 \
     --set data.tokenizer.kind=SENTENCEPIECE --set data.tokenizer.vocab_size=600 \
     --set data.tokenizer.max_sentences=6000 > "$run/sp2.log" 2>&1 || { cat "$run/sp2.log"; fail "training on text with SentencePiece"; }
-  diff <(losses "$run/sp1.log") <(losses "$run/sp2.log") || fail "SentencePiece: dataset and text runs differ"
+    diff <(losses "$run/sp1.log") <(losses "$run/sp2.log") || fail "SentencePiece: dataset and text runs differ"
+  # SIGTERM while momoe-train prepares its SentencePiece cache (a bigger model: training it takes
+  # a few seconds): the momoe-data child is stopped too (no orphan), exit 3, and the same command
+  # then resumes the preparation and trains.
+  sp3=(--config "$config" --run-dir "$run/sp3" --set train.steps=2 --set train.eval_sequences=8
+       --set train.final_eval=NONE --set data.tokenizer.kind=SENTENCEPIECE --set data.tokenizer.vocab_size=4000)
+  "$bin/momoe-train" "${sp3[@]}" > "$run/sp3.log" 2>&1 &
+  pid=$!
+  sleep 1
+  kill -TERM "$pid"
+  wait "$pid"; rc=$?
+  [ "$rc" -eq 3 ] || { cat "$run/sp3.log"; fail "SIGTERM while preparing: exit $rc, expected 3"; }
+  sleep 0.5
+  pgrep -f "momoe-data prepare --out $run/sp3" > /dev/null && fail "an orphan momoe-data prepare is left running"
+  "$bin/momoe-train" "${sp3[@]}" > "$run/sp3b.log" 2>&1 || { cat "$run/sp3b.log"; fail "the run after SIGTERM"; }
+  grep -q "^step 2/2" "$run/sp3b.log" || { cat "$run/sp3b.log"; fail "the run after SIGTERM did not train"; }
   diff <(evals "$run/sp1.log") <(evals "$run/sp2.log") || fail "SentencePiece: evaluations differ"
   ls "$run/sp1/ckpt-00000004/tokenizer.model" "$run/sp1/ckpt-00000004/tokenizer.json" > /dev/null || fail "checkpoint lacks the model"
   "$bin/momoe-eval" --checkpoint "$run/sp1/ckpt-00000004" --text "$brown/test.txt.gz" --max-sequences 8 > "$run/speval" ||
