@@ -62,13 +62,13 @@ void Watchdog::loop() {
     lock.lock();
     // The section may have ended (or another begun) while the communicators were polled.
     if (why.empty() || !armed_ || stop_ || generation != generation_) continue;
-    fired_ = why;
     lock.unlock();
     log_error("watchdog: ", why, "; aborting the device communicators");
     for (Communicator* c : comms_) {
       if (c != nullptr) c->abort_device("watchdog: " + why);
     }
     lock.lock();
+    fired_ = why;  // published only once every communicator is aborted (fired() promises that)
   }
 }
 

@@ -37,7 +37,7 @@ class Watchdog {
   // Starts timing a section ("step 12"); disarm() ends it. Sections do not nest.
   void arm(const std::string& what);
   void disarm();
-  // Why it aborted ("" while it has not).
+  // Why it aborted: "" until it has fired and every communicator's abort_device has returned.
   std::string fired() const;
 
  private:
