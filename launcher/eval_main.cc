@@ -24,6 +24,7 @@
 #include "core/train/evaluator.h"
 #include "core/train/run_device.h"
 #include "kernels/reference/blas_library.h"
+#include "launcher/checkpoint_model.h"
 #include "launcher/exit_status.h"
 #include "launcher/flags.h"
 #include "proto/run_convert.h"
@@ -52,58 +53,16 @@ int fail(const Status& s) { return exit_with(s); }
 
 StatusOr<std::string> evaluate(const FlagParser& flags) {
   const std::string dir = flags.get("checkpoint");
-  StatusOr<CheckpointManifestInfo> manifest = ckpt::read_manifest(dir);
-  if (manifest.status().code() == StatusCode::kNotFound) {
-    // A run directory instead of one of its checkpoints: name the newest.
-    const std::vector<ckpt::CheckpointDir> inside = ckpt::list_checkpoints(dir);
-    if (!inside.empty()) {
-      return invalid_argument_error(dir, " is a run directory, not a checkpoint: its newest is ",
-                                    inside.back().path, " (pass --checkpoint ",
-                                    inside.back().path, ")");
-    }
-  }
-  MOE_ASSIGN_OR_RETURN(CheckpointManifestInfo m, std::move(manifest));
-  MOE_ASSIGN_OR_RETURN(RunConfig cfg, parse_run_config(m.config_text, dir + "/manifest.pb", {}, 1));
-  // The tokenizer the checkpoint was trained with (vocab.txt, or tokenizer.model), so the text is
-  // tokenized exactly as training did; one that is not the manifest's is refused by name.
-  MOE_ASSIGN_OR_RETURN(std::shared_ptr<const data::Tokenizer> tokenizer,
-                       data::Tokenizer::load(dir));
-  if (tokenizer->fingerprint() != m.vocab_fingerprint) {
-    return data_loss_error(
-        "checkpoint ", dir, ": its ",
-        tokenizer->kind() == data::Tokenizer::Kind::kWord ? "vocab.txt"
-                                                          : data::kSentencePieceModelFile,
-        " (", tokenizer->describe(), ", fingerprint ", io::hex64(tokenizer->fingerprint()),
-        ") is not the tokenizer the manifest records (fingerprint ", io::hex64(m.vocab_fingerprint),
-        "): it was replaced or damaged");
-  }
-  cfg.model.vocab_size = tokenizer->size();
-  MOE_RETURN_IF_ERROR(cfg.model.validate(1));
-  // The device: --device, else the one the checkpoint was trained on.
-  if (flags.has("device")) {
-    const std::string d = flags.get("device");
-    if (d != "cpu" && d != "cuda") {
-      return invalid_argument_error("--device ", d, " is not one of cpu, cuda");
-    }
-    cfg.train.device = d == "cuda" ? DeviceKind::kCuda : DeviceKind::kCpu;
-  }
-  ContextOptions context;  // --threads, else the checkpoint's parallel.threads, else every core
+  MOE_ASSIGN_OR_RETURN(CheckpointModel c, open_checkpoint(dir));
+  const RunConfig& cfg = c.cfg;
+  const CheckpointManifestInfo& m = c.manifest;
+  const std::shared_ptr<const data::Tokenizer>& tokenizer = c.tokenizer;
+  // --threads, else the checkpoint's parallel.threads, else every core.
   MOE_ASSIGN_OR_RETURN(const int64_t threads, flags.get_int("threads", cfg.parallel.threads));
   if (threads < 0 || threads > 4096) {
     return invalid_argument_error("--threads ", threads, " must be in [0, 4096] (0: every core)");
   }
-  context.threads = static_cast<int>(threads);
-  StatusOr<RunDevice> device = make_run_device(cfg.train.device, context, 0);
-  if (!device.ok() && cfg.train.device == DeviceKind::kCuda && !flags.has("device")) {
-    return Status(device.status().code(),
-                  str_cat("checkpoint ", dir, " was trained on a GPU: ", device.status().message(),
-                          "; pass --device cpu to evaluate it on the CPU"));
-  }
-  MOE_RETURN_IF_ERROR(device.status());
-  std::unique_ptr<Context> ctx = std::move(device->ctx);
-  if (cfg.train.device == DeviceKind::kCpu) {
-    if (const std::string& w = kernels::ref::blas_info().warning; !w.empty()) log_warning(w);
-  }
+  MOE_RETURN_IF_ERROR(open_device(&c, flags.get("device"), static_cast<int>(threads)));
   const std::string text = flags.get("text");
   // A SentencePiece checkpoint's text is tokenized by momoe-data (data/tokenizer.h says why) into
   // a temporary dataset, read from its shards.
@@ -129,17 +88,12 @@ StatusOr<std::string> evaluate(const FlagParser& flags) {
     split.source = text;
   }
   // The model after the text (a child process is started before the weights fill memory).
-  MOE_ASSIGN_OR_RETURN(
-      std::unique_ptr<TransformerLM> model,
-      TransformerLM::create(cfg.model, ctx.get(), activation_dtype(cfg.train.precision), nullptr));
-  MOE_RETURN_IF_ERROR(load_parameters(dir, model.get(), nullptr));
+  MOE_RETURN_IF_ERROR(load_model(&c));
+  TransformerLM* model = c.model.get();
   // The trainer evaluates in batches of its per-rank micro-batch; at one rank that is the run's
   // micro-batch, batch_size / grad_accum. (With the default eval_capacity_factor 0 nothing is
   // dropped at evaluation, so the perplexity does not depend on the batch anyway.)
-  MOE_ASSIGN_OR_RETURN(
-      int64_t batch,
-      flags.get_int("batch", std::max<int64_t>(1, cfg.train.batch_size /
-                                                      std::max<int64_t>(1, cfg.train.grad_accum))));
+  MOE_ASSIGN_OR_RETURN(int64_t batch, flags.get_int("batch", c.eval_batch()));
   MOE_ASSIGN_OR_RETURN(int64_t max_sequences, flags.get_int("max-sequences", 0));
   MOE_ASSIGN_OR_RETURN(double rate, flags.get_double("attack-rate", cfg.train.attack_rate));
   if (batch < 1) return invalid_argument_error("--batch ", batch, " must be >= 1");
@@ -173,7 +127,7 @@ StatusOr<std::string> evaluate(const FlagParser& flags) {
     };
   };
   MOE_ASSIGN_OR_RETURN(EvalResult clean,
-                       evaluate_perplexity(model.get(), set, batch, max_sequences, cfg.train.seed,
+                       evaluate_perplexity(model, set, batch, max_sequences, cfg.train.seed,
                                            nullptr, nullptr, progress("clean")));
   done_before = max_sequences > 0 ? std::min(max_sequences, set.size()) : set.size();
   // One JSON object (nlohmann escapes the paths: quotes, backslashes, control characters; bytes
@@ -204,9 +158,9 @@ StatusOr<std::string> evaluate(const FlagParser& flags) {
     data::TokenSplit attacked = split;
     attacked.ids = std::move(a.tokens);
     MOE_ASSIGN_OR_RETURN(data::SequenceSet aset, data::SequenceSet::create(attacked, cfg.model.seq_len));
-    MOE_ASSIGN_OR_RETURN(
-        EvalResult att, evaluate_perplexity(model.get(), aset, batch, max_sequences, cfg.train.seed,
-                                            nullptr, nullptr, progress("attacked")));
+    MOE_ASSIGN_OR_RETURN(EvalResult att,
+                         evaluate_perplexity(model, aset, batch, max_sequences, cfg.train.seed,
+                                             nullptr, nullptr, progress("attacked")));
     line["attack_rate"] = rate;
     line["realised_swap_fraction"] = a.swap_fraction;
     line["attacked_ppl"] = att.perplexity();

@@ -42,11 +42,11 @@ MoeLayer::MoeLayer(const std::string& prefix, const MoeLayerConfig& cfg, int blo
   }
 }
 
-kernels::ResidualArgs MoeLayer::residual_args() const {
+kernels::ResidualArgs residual_args_for(const MoeLayerConfig& cfg) {
   kernels::ResidualArgs a;
-  const bool paper = cfg_.convention == MomentumConvention::kPaper;
-  const double mu = cfg_.effective_mu(), gamma = cfg_.effective_gamma();
-  switch (cfg_.residual) {
+  const bool paper = cfg.convention == MomentumConvention::kPaper;
+  const double mu = cfg.effective_mu(), gamma = cfg.effective_gamma();
+  switch (cfg.residual) {
     case ResidualKind::kPlain:
       a.form = kernels::ResidualForm::kPlain;
       break;
@@ -62,23 +62,23 @@ kernels::ResidualArgs MoeLayer::residual_args() const {
       a.form = kernels::ResidualForm::kAdam;
       a.a_state = mu;
       a.a_input = paper ? 1.0 : gamma;
-      a.beta1 = cfg_.adam.beta1;
-      a.beta2 = cfg_.adam.beta2;
-      a.eps = cfg_.adam.eps;
-      a.eps_inside_sqrt = cfg_.adam.eps_placement == AdamEpsPlacement::kInsideSqrt;
-      a.kappa = cfg_.adam.kappa;
-      a.gamma = cfg_.adam.gamma;
+      a.beta1 = cfg.adam.beta1;
+      a.beta2 = cfg.adam.beta2;
+      a.eps = cfg.adam.eps;
+      a.eps_inside_sqrt = cfg.adam.eps_placement == AdamEpsPlacement::kInsideSqrt;
+      a.kappa = cfg.adam.kappa;
+      a.gamma = cfg.adam.gamma;
       a.adam_sign = paper ? 1.0 : -1.0;  // f = -u (paper) or f = +u (Fig. 12, reference code)
       break;
   }
   return a;
 }
 
-double MoeLayer::input_shift() const {
-  if (cfg_.residual != ResidualKind::kRobust) return 0.0;
+double input_shift_for(const MoeLayerConfig& cfg) {
+  if (cfg.residual != ResidualKind::kRobust) return 0.0;
   // y = x + alpha gamma p (paper); with m = -gamma p: y = x - alpha m (reference code).
-  const double alpha = cfg_.robust.alpha();
-  return cfg_.convention == MomentumConvention::kPaper ? alpha * cfg_.robust.gamma() : -alpha;
+  const double alpha = cfg.robust.alpha();
+  return cfg.convention == MomentumConvention::kPaper ? alpha * cfg.robust.gamma() : -alpha;
 }
 
 StatusOr<MoeLayerOutputs> MoeLayer::forward(const MoeLayerInputs& in, MoeLayerSaved* saved) {
@@ -114,7 +114,7 @@ StatusOr<MoeLayerOutputs> MoeLayer::forward(const MoeLayerInputs& in, MoeLayerSa
   saved->robust_shift = cfg_.residual == ResidualKind::kRobust && in.p_in.numel() > 0;
   if (saved->robust_shift) {
     MOE_ASSIGN_OR_RETURN(y, ctx_.empty_like(x));
-    MOE_RETURN_IF_ERROR(kernels::residual_shift_input(ctx_, x, in.p_in, input_shift(), y));
+    MOE_RETURN_IF_ERROR(kernels::residual_shift_input(ctx_, x, in.p_in, input_shift_for(cfg_), y));
   }
 
   RouterForwardArgs route{y, in.prev_top1, in.training,
@@ -156,9 +156,9 @@ StatusOr<MoeLayerOutputs> MoeLayer::forward(const MoeLayerInputs& in, MoeLayerSa
     MOE_ASSIGN_OR_RETURN(saved->m_out, ctx_.empty({tokens, d}, f));
     MOE_ASSIGN_OR_RETURN(saved->v_out, ctx_.empty({tokens, d}, f));
   }
-  MOE_RETURN_IF_ERROR(kernels::residual_forward(ctx_, residual_args(), in.x_base, saved->u, in.p_in,
-                                                in.adam_m_in, in.adam_v_in, out.out, out.p_out,
-                                                saved->m_out, saved->v_out));
+  MOE_RETURN_IF_ERROR(kernels::residual_forward(ctx_, residual_args_for(cfg_), in.x_base, saved->u,
+                                                in.p_in, in.adam_m_in, in.adam_v_in, out.out,
+                                                out.p_out, saved->m_out, saved->v_out));
   // Layers other than Adam pass the moments through unchanged.
   out.adam_m_out = adam ? saved->m_out : in.adam_m_in;
   out.adam_v_out = adam ? saved->v_out : in.adam_v_in;
@@ -201,7 +201,7 @@ StatusOr<MoeLayerGradInputs> MoeLayer::backward(const MoeLayerGradOutputs& g,
     gi.d_adam_v_in = g.d_adam_v_out;
   }
   MOE_RETURN_IF_ERROR(kernels::residual_backward(
-      ctx_, residual_args(), d_out, g.d_p_out, g.d_adam_m_out, g.d_adam_v_out, saved.u,
+      ctx_, residual_args_for(cfg_), d_out, g.d_p_out, g.d_adam_m_out, g.d_adam_v_out, saved.u,
       saved.m_out, saved.v_out, gi.d_x_base, du, gi.d_p_in,
       adam ? gi.d_adam_m_in.view() : TensorView(), adam ? gi.d_adam_v_in.view() : TensorView()));
   if (saved.training && cfg_.output_dropout > 0) {
@@ -226,7 +226,7 @@ StatusOr<MoeLayerGradInputs> MoeLayer::backward(const MoeLayerGradOutputs& g,
                                        g.aux_scale * saved.aux_grad_multiplier, gi.d_x_in));
   if (saved.robust_shift) {
     // Robust: y = x + a p, so dL/dp_in gains a * dL/dy.
-    MOE_RETURN_IF_ERROR(kernels::axpy(ctx_, input_shift(), gi.d_x_in, gi.d_p_in));
+    MOE_RETURN_IF_ERROR(kernels::axpy(ctx_, input_shift_for(cfg_), gi.d_x_in, gi.d_p_in));
   }
   return gi;
 }

@@ -95,6 +95,12 @@ struct MoeLayerGradInputs {
   Tensor d_adam_v_in;
 };
 
+// The residual dynamics a layer's config selects, as the kernel's per-element coefficients
+// (kernels/residual.h): what the layer computes, and what momoe-export writes to config.json.
+kernels::ResidualArgs residual_args_for(const MoeLayerConfig& cfg);
+// Robust MomentumSMoE: a in y = x + a p (the router's and experts' shifted input); 0 otherwise.
+double input_shift_for(const MoeLayerConfig& cfg);
+
 class MoeLayer {
  public:
   // ep_comm: the EP group (borrowed; nullable for one rank). block: the transformer block index
@@ -114,9 +120,6 @@ class MoeLayer {
   MoeDispatcher& dispatcher() { return dispatcher_; }
 
  private:
-  kernels::ResidualArgs residual_args() const;
-  double input_shift() const;  // robust: a_shift in y = x + a_shift p
-
   Context& ctx_;
   MoeLayerConfig cfg_;
   int block_;

@@ -93,7 +93,7 @@ if [ -x "$bin/../benchmarks/momoe-bench" ]; then
     { cat "$run/help"; fail "momoe-bench layer --help"; }
 fi
 # Every command and subcommand answers --help on stdout with exit 0, its options and an example.
-helps=("momoe-train" "momoe-stats" "momoe-eval" "momoe-compare" "momoe-launch" "momoe-data"
+helps=("momoe-train" "momoe-stats" "momoe-eval" "momoe-compare" "momoe-launch" "momoe-data" "momoe-export"
        "momoe-data prepare" "momoe-data verify" "momoe-data info")
 for cmd in "${helps[@]}"; do
   # shellcheck disable=SC2086

@@ -1,0 +1,40 @@
+// Opening a checkpoint for inference (momoe-eval, momoe-export, momoe-generate): its manifest,
+// resolved config and tokenizer (checked against the manifest's fingerprint), the device it runs
+// on, and its model with every expert (any EP layout loads).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "core/base/checkpoint_manifest.h"
+#include "core/base/context.h"
+#include "core/base/run_config.h"
+#include "core/data/tokenizer.h"
+#include "core/model/transformer.h"
+
+namespace moe {
+
+struct CheckpointModel {
+  std::string dir;
+  CheckpointManifestInfo manifest;
+  RunConfig cfg;  // cfg.model.vocab_size filled from the tokenizer
+  std::shared_ptr<const data::Tokenizer> tokenizer;
+  std::unique_ptr<Context> ctx;          // after open_device
+  std::unique_ptr<TransformerLM> model;  // after load_model
+
+  // The trainer's per-rank micro-batch, batch_size / grad_accum: the batch it evaluates with.
+  int64_t eval_batch() const;
+};
+
+// Reads `dir`'s manifest, config and tokenizer. A run directory instead of a checkpoint is refused
+// naming its newest checkpoint; a tokenizer that is not the manifest's is kDataLoss naming both.
+StatusOr<CheckpointModel> open_checkpoint(const std::string& dir);
+
+// The device: `device` "cpu" or "cuda", or "" for the one the checkpoint was trained on (whose
+// failure suggests --device cpu). threads: CPU threads (0: every core).
+Status open_device(CheckpointModel* c, const std::string& device, int threads);
+
+// Builds the model (no EP group: it holds every expert) and loads the weights.
+Status load_model(CheckpointModel* c);
+
+}  // namespace moe

@@ -1,0 +1,34 @@
+"""python3 -m momoe_torch --model EXPORTED --dataset PREPARED [--split valid] [--max-sequences N]
+
+Prints one JSON line with the perplexity (the same as momoe-eval's on the same tokens)."""
+
+import argparse
+import json
+import sys
+
+import torch
+
+from . import load, perplexity, read_split
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python3 -m momoe_torch", description=__doc__.split("\n")[2])
+    parser.add_argument("--model", required=True, help="a momoe-export folder")
+    parser.add_argument("--dataset", required=True, help="a momoe-data prepare folder")
+    parser.add_argument("--split", default="valid", help="train, valid or test (default valid)")
+    parser.add_argument("--max-sequences", type=int, default=0, help="only the first N (0: all)")
+    parser.add_argument("--batch", type=int, default=0, help="sequences per batch (default: config.json's eval_batch_size)")
+    parser.add_argument("--dtype", choices=["float32", "float64"], default="float32")
+    parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    args = parser.parse_args(argv)
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
+    model = load(args.model, dtype=getattr(torch, args.dtype))
+    result = perplexity(model, read_split(args.dataset, args.split), args.batch or None,
+                        args.max_sequences)
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

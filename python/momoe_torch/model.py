@@ -1,0 +1,307 @@
+"""The momoe transformer language model in plain PyTorch, built from a `momoe-export` folder.
+
+It computes what momoe's forward pass computes with training off (docs/export_format.md): the
+same block structure (post-LN double residual or pre-LN), top-k softmax or SparseMixer routing
+(argmax at evaluation), the Adaptive Clustering router's per-batch metric, the momentum / Adam /
+robust residual dynamics threaded through the MoE layers, and an evaluation capacity when the
+model has one. Ties between router logits go to the lowest expert index, as in momoe.
+
+Nothing here depends on momoe: config.json and model.safetensors (read with numpy) are enough.
+"""
+
+import json
+import math
+import os
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from .safetensors_numpy import read_safetensors
+
+FORMAT = "momoe-export"
+FORMAT_VERSION = 1
+
+
+def _activation(name):
+    if name == "relu":
+        return F.relu
+    if name == "gelu":
+        return F.gelu  # the exact (erf) form
+    if name == "gelu_tanh":
+        return lambda x: F.gelu(x, approximate="tanh")
+    raise ValueError(f"unknown activation {name!r}")
+
+
+def _first_max(x):
+    """Row-wise argmax, the lowest index on ties (momoe's rule; a stable descending sort)."""
+    return torch.sort(x, dim=-1, descending=True, stable=True).indices[..., 0]
+
+
+class Attention(nn.Module):
+    """Causal multi-head self-attention; qkv columns [q | k | v], head h owns columns h*Dh.."""
+
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.n_heads = n_heads
+        self.qkv = nn.Linear(d_model, 3 * d_model)
+        self.out = nn.Linear(d_model, d_model)
+
+    def forward(self, x):
+        b, s, d = x.shape
+        h = self.n_heads
+        dh = d // h
+        q, k, v = self.qkv(x).split(d, dim=-1)
+        q, k, v = (t.reshape(b, s, h, dh).transpose(1, 2) for t in (q, k, v))
+        scores = (q @ k.transpose(-1, -2)) * (1.0 / math.sqrt(dh))
+        causal = torch.ones(s, s, dtype=torch.bool, device=x.device).triu(1)
+        scores = scores.masked_fill(causal, float("-inf"))
+        ctx = torch.softmax(scores, dim=-1) @ v
+        return self.out(ctx.transpose(1, 2).reshape(b, s, d))
+
+
+class FeedForward(nn.Module):
+    def __init__(self, d_model, d_hidden, activation):
+        super().__init__()
+        self.fc1 = nn.Linear(d_model, d_hidden)
+        self.fc2 = nn.Linear(d_hidden, d_model)
+        self.act = _activation(activation)
+
+    def forward(self, x):
+        return self.fc2(self.act(self.fc1(x)))
+
+
+def ac_metric(y, labels, num_experts, params):
+    """The Adaptive Clustering router's metric [E, D] from this batch's MoE input `y` [T, D]
+    grouped by the previous layer's top-1 expert `labels` [T] (momoe's kernels/reference/
+    router_math.h ac_metric, in float64)."""
+    t, d = y.shape
+    yd = y.double()
+    counts = torch.bincount(labels, minlength=num_experts)
+    sums = torch.zeros(num_experts, d, dtype=torch.float64, device=y.device).index_add_(0, labels, yd)
+    inv = 1.0 / counts.clamp(min=1).double()
+    mean = sums * inv[:, None]
+    abs_dev = torch.zeros_like(sums).index_add_(0, labels, (yd - mean[labels]).abs())
+    active = counts >= int(params["min_cluster_size"])
+    mad = torch.where(counts[:, None] > 0, abs_dev / counts.clamp(min=1).double()[:, None],
+                      torch.zeros_like(abs_dev))
+    w = torch.ones_like(sums)
+    w[active] = 1.0 / (mad[active] + float(params["eps"]))
+    if params["normalization"] == "paper":
+        # Each active cluster's weights have mean 1 over the D features (Lemma 1).
+        rows = w[active]
+        w[active] = rows * (float(d) / rows.sum(dim=1, keepdim=True))
+    else:
+        # Clip at clip_mult x the mean, then each feature has mean 1 over the active clusters.
+        n_active = int(active.sum())
+        if n_active > 0:
+            rows = w[active]
+            cap = float(params["clip_mult"]) * (rows.sum() / (n_active * d))
+            rows = torch.minimum(rows, cap)
+            col = rows.sum(dim=0, keepdim=True) / n_active
+            w[active] = rows / col
+    return w.to(y.dtype)
+
+
+class Expert(nn.Module):
+    def __init__(self, d_model, d_expert, activation):
+        super().__init__()
+        self.fc1 = nn.Linear(d_model, d_expert)
+        self.fc2 = nn.Linear(d_expert, d_model)
+        self.act = _activation(activation)
+
+    def forward(self, x):
+        return self.fc2(self.act(self.fc1(x)))
+
+
+class MoeLayer(nn.Module):
+    """One MoE sublayer: router, experts and residual dynamics, on tokens [T, D]."""
+
+    def __init__(self, d_model, cfg):
+        super().__init__()
+        self.cfg = cfg
+        self.num_experts = int(cfg["num_experts"])
+        self.top_k = int(cfg["top_k"])
+        self.router = nn.Linear(d_model, self.num_experts)
+        self.experts = nn.ModuleList(
+            Expert(d_model, int(cfg["d_expert"]), cfg["activation"]) for _ in range(self.num_experts)
+        )
+        sm = cfg["sparsemixer"]
+        if sm["enabled"] and sm["omega"]:
+            self.omega = nn.Parameter(torch.ones(d_model))
+        else:
+            self.register_parameter("omega", None)
+
+    def route(self, logits):
+        """(idx [T, K], gate [T, K]) at evaluation."""
+        sm = self.cfg["sparsemixer"]
+        if sm["enabled"]:
+            # SparseMixer at evaluation: the argmax, gated by its probability under the masked
+            # softmax (experts within the jitter band of the best are kept).
+            imax = _first_max(logits)
+            th = logits.double()
+            top = th.gather(1, imax[:, None])
+            diff = top - th
+            r = float(sm["jitter"])
+            if sm["mask"] == "paper":
+                keep = diff <= r * (top.abs() + th.abs())
+            else:
+                keep = diff <= 2.0 * r * torch.maximum(th.abs(), top)
+            keep[torch.arange(th.shape[0]), imax] = True
+            masked = th.masked_fill(~keep, float("-inf"))
+            lse = torch.logsumexp(masked, dim=1, keepdim=True)
+            gate = torch.exp(top - lse).to(logits.dtype)
+            return imax[:, None], gate
+        idx = torch.sort(logits, dim=1, descending=True, stable=True).indices[:, : self.top_k]
+        chosen = logits.gather(1, idx).double()
+        gate = torch.softmax(chosen - chosen[:, :1], dim=1).to(logits.dtype)
+        return idx, gate
+
+    def kept(self, idx):
+        """[T, K] bool: the assignments inside the evaluation capacity (all without one). The
+        first choices in token order fill each expert's slots first, then the second choices..."""
+        factor = float(self.cfg["eval_capacity_factor"])
+        t, k = idx.shape
+        if factor <= 0:
+            return torch.ones(t, k, dtype=torch.bool, device=idx.device)
+        capacity = math.ceil(factor * t * k / self.num_experts)
+        used = torch.zeros(self.num_experts, dtype=torch.long, device=idx.device)
+        kept = torch.empty(t, k, dtype=torch.bool, device=idx.device)
+        for j in range(k):
+            onehot = F.one_hot(idx[:, j], self.num_experts)
+            before = (onehot.cumsum(0) - onehot).gather(1, idx[:, j : j + 1]).squeeze(1)
+            kept[:, j] = used[idx[:, j]] + before < capacity
+            used += onehot.sum(0)
+        return kept
+
+    def forward(self, x_in, x_base, p_in, prev_top1):
+        """Returns (out, p_out, top1) for x_in, x_base [T, D], the incoming momentum state p_in
+        ([T, D] or None before the first MoE layer) and the previous MoE layer's top-1 experts."""
+        res = self.cfg["residual"]
+        y = x_in
+        if p_in is not None and res["input_shift"] != 0:
+            y = (x_in.double() + res["input_shift"] * p_in.double()).to(x_in.dtype)
+        r = y
+        if self.cfg["ac_router"]["enabled"] and prev_top1 is not None:
+            r = y * ac_metric(y, prev_top1, self.num_experts, self.cfg["ac_router"])[prev_top1]
+        logits = self.router(r)
+        idx, gate = self.route(logits)
+        kept = self.kept(idx)
+        u = torch.zeros_like(x_in)
+        for e, expert in enumerate(self.experts):
+            tokens, choice = ((idx == e) & kept).nonzero(as_tuple=True)
+            if tokens.numel() == 0:
+                continue
+            out = expert(y[tokens])
+            if self.omega is not None:
+                out = out * self.omega
+            u.index_add_(0, tokens, gate[tokens, choice][:, None] * out)
+
+        # The residual dynamics, per element in float64 (kernels/reference/residual_math.h).
+        x, ud = x_base.double(), u.double()
+        p_prev = p_in.double() if p_in is not None else torch.zeros_like(ud)
+        form = res["form"]
+        if form == "plain":
+            out, p_out = x + ud, p_prev
+        elif form == "momentum":
+            p_out = res["a_state"] * p_prev + res["a_input"] * ud
+            out = x + res["a_out"] * p_out
+        elif form == "adam":
+            # The Adam moments start at zero in this (the first MoE) layer.
+            m = (1 - res["beta1"]) * ud
+            v = (1 - res["beta2"]) * ud * ud
+            if res["eps_inside_sqrt"]:
+                denom = torch.sqrt(v + res["eps"])
+            else:
+                denom = torch.sqrt(v) + res["eps"]
+            out = (1 - res["kappa"]) * x + res["adam_sign"] * res["gamma"] * m / denom
+            p_out = res["a_state"] * p_prev + res["a_input"] * ud
+        else:
+            raise ValueError(f"unknown residual form {form!r}")
+        return out.to(x_base.dtype), p_out.to(x_base.dtype), _first_max(logits)
+
+
+class Block(nn.Module):
+    def __init__(self, cfg, block_cfg):
+        super().__init__()
+        d = int(cfg["d_model"])
+        eps = float(cfg["layer_norm_eps"])
+        self.post_ln = cfg["block_style"] == "post_ln_double_residual"
+        self.attn = Attention(d, int(cfg["n_heads"]))
+        self.ln1 = nn.LayerNorm(d, eps=eps)
+        self.ln2 = nn.LayerNorm(d, eps=eps)
+        self.is_moe = block_cfg["type"] == "moe"
+        if self.is_moe:
+            if self.post_ln:
+                self.ln_in = nn.LayerNorm(d, eps=eps)
+            self.moe = MoeLayer(d, block_cfg)
+        else:
+            self.ffn = FeedForward(d, int(cfg["d_ff"]), cfg["activation"])
+
+    def forward(self, h, state):
+        """h [B, S, D]; state: {"p", "top1"} threaded through the MoE layers (updated)."""
+        b, s, d = h.shape
+        if self.post_ln:
+            h = self.ln1(h + self.attn(h))
+        else:
+            h = h + self.attn(self.ln1(h))
+        if self.is_moe:
+            flat = h.reshape(b * s, d)
+            x_in = flat if self.post_ln else self.ln2(flat)
+            out, state["p"], state["top1"] = self.moe(x_in, flat, state["p"], state["top1"])
+            if not self.post_ln:
+                return out.reshape(b, s, d)
+            return self.ln2(flat + self.ln_in(out)).reshape(b, s, d)
+        if self.post_ln:
+            return self.ln2(h + self.ffn(h))
+        return h + self.ffn(self.ln2(h))
+
+
+class MomoeLM(nn.Module):
+    """The language model: token + learned position embeddings, the blocks, (pre-LN) a final
+    LayerNorm, and the output head (or the token embedding, when tied)."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        if cfg.get("format") != FORMAT or int(cfg.get("format_version", 0)) != FORMAT_VERSION:
+            raise ValueError(
+                f"config: format {cfg.get('format')!r} version {cfg.get('format_version')!r} is "
+                f"not {FORMAT!r} version {FORMAT_VERSION}"
+            )
+        self.cfg = cfg
+        v, d, s = int(cfg["vocab_size"]), int(cfg["d_model"]), int(cfg["seq_len"])
+        self.seq_len = s
+        self.embed_tokens = nn.Embedding(v, d)
+        self.embed_positions = nn.Embedding(s, d)
+        self.blocks = nn.ModuleList(Block(cfg, b) for b in cfg["blocks"])
+        if cfg["block_style"] == "pre_ln":
+            self.final_ln = nn.LayerNorm(d, eps=float(cfg["layer_norm_eps"]))
+        else:
+            self.final_ln = None
+        self.head = None if cfg["tie_embeddings"] else nn.Linear(d, v, bias=False)
+
+    def forward(self, ids):
+        """ids [B, S] (S <= seq_len) -> logits [B, S, V]. Every sequence of the batch is one
+        batch for the MoE layers (an AC router's metric and an evaluation capacity see them all)."""
+        b, s = ids.shape
+        if s > self.seq_len:
+            raise ValueError(f"sequences of {s} tokens: the model has {self.seq_len} positions")
+        positions = torch.arange(s, device=ids.device)
+        h = self.embed_tokens(ids) + self.embed_positions(positions)[None]
+        state = {"p": None, "top1": None}
+        for block in self.blocks:
+            h = block(h, state)
+        if self.final_ln is not None:
+            h = self.final_ln(h)
+        weight = self.embed_tokens.weight if self.head is None else self.head.weight
+        return h @ weight.t()
+
+
+def load(folder, dtype=torch.float32, device="cpu"):
+    """The model of a momoe-export folder (config.json + model.safetensors), in eval mode."""
+    with open(os.path.join(folder, "config.json"), encoding="utf-8") as f:
+        cfg = json.load(f)
+    model = MomoeLM(cfg)
+    tensors, _ = read_safetensors(os.path.join(folder, "model.safetensors"))
+    model.load_state_dict({k: torch.from_numpy(v) for k, v in tensors.items()}, strict=True)
+    return model.to(device=device, dtype=dtype).eval()
