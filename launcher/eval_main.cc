@@ -12,21 +12,16 @@
 #include <nlohmann/json.hpp>
 
 #include "core/base/logging.h"
-#include "core/checkpoint/checkpoint_io.h"
 #include "core/data/attack.h"
 #include "core/data/corpus.h"
 #include "core/data/dataset.h"
 #include "core/data/prepare_process.h"
 #include "core/data/tokenizer.h"
-#include "core/io/file_util.h"
-#include "core/train/checkpoint.h"
 #include "core/train/coordinator.h"
 #include "core/train/evaluator.h"
-#include "core/train/run_device.h"
-#include "kernels/reference/blas_library.h"
+#include "launcher/checkpoint_open.h"
 #include "launcher/exit_status.h"
 #include "launcher/flags.h"
-#include "proto/run_convert.h"
 
 namespace moe {
 namespace {
@@ -51,59 +46,11 @@ StatusOr<std::string> make_temp_folder(const std::string& prefix) {
 int fail(const Status& s) { return exit_with(s); }
 
 StatusOr<std::string> evaluate(const FlagParser& flags) {
-  const std::string dir = flags.get("checkpoint");
-  StatusOr<CheckpointManifestInfo> manifest = ckpt::read_manifest(dir);
-  if (manifest.status().code() == StatusCode::kNotFound) {
-    // A run directory instead of one of its checkpoints: name the newest.
-    const std::vector<ckpt::CheckpointDir> inside = ckpt::list_checkpoints(dir);
-    if (!inside.empty()) {
-      return invalid_argument_error(dir, " is a run directory, not a checkpoint: its newest is ",
-                                    inside.back().path, " (pass --checkpoint ",
-                                    inside.back().path, ")");
-    }
-  }
-  MOE_ASSIGN_OR_RETURN(CheckpointManifestInfo m, std::move(manifest));
-  MOE_ASSIGN_OR_RETURN(RunConfig cfg, parse_run_config(m.config_text, dir + "/manifest.pb", {}, 1));
-  // The tokenizer the checkpoint was trained with (vocab.txt, or tokenizer.model), so the text is
-  // tokenized exactly as training did; one that is not the manifest's is refused by name.
-  MOE_ASSIGN_OR_RETURN(std::shared_ptr<const data::Tokenizer> tokenizer,
-                       data::Tokenizer::load(dir));
-  if (tokenizer->fingerprint() != m.vocab_fingerprint) {
-    return data_loss_error(
-        "checkpoint ", dir, ": its ",
-        tokenizer->kind() == data::Tokenizer::Kind::kWord ? "vocab.txt"
-                                                          : data::kSentencePieceModelFile,
-        " (", tokenizer->describe(), ", fingerprint ", io::hex64(tokenizer->fingerprint()),
-        ") is not the tokenizer the manifest records (fingerprint ", io::hex64(m.vocab_fingerprint),
-        "): it was replaced or damaged");
-  }
-  cfg.model.vocab_size = tokenizer->size();
-  MOE_RETURN_IF_ERROR(cfg.model.validate(1));
-  // The device: --device, else the one the checkpoint was trained on.
-  if (flags.has("device")) {
-    const std::string d = flags.get("device");
-    if (d != "cpu" && d != "cuda") {
-      return invalid_argument_error("--device ", d, " is not one of cpu, cuda");
-    }
-    cfg.train.device = d == "cuda" ? DeviceKind::kCuda : DeviceKind::kCpu;
-  }
-  ContextOptions context;  // --threads, else the checkpoint's parallel.threads, else every core
-  MOE_ASSIGN_OR_RETURN(const int64_t threads, flags.get_int("threads", cfg.parallel.threads));
-  if (threads < 0 || threads > 4096) {
-    return invalid_argument_error("--threads ", threads, " must be in [0, 4096] (0: every core)");
-  }
-  context.threads = static_cast<int>(threads);
-  StatusOr<RunDevice> device = make_run_device(cfg.train.device, context, 0);
-  if (!device.ok() && cfg.train.device == DeviceKind::kCuda && !flags.has("device")) {
-    return Status(device.status().code(),
-                  str_cat("checkpoint ", dir, " was trained on a GPU: ", device.status().message(),
-                          "; pass --device cpu to evaluate it on the CPU"));
-  }
-  MOE_RETURN_IF_ERROR(device.status());
-  std::unique_ptr<Context> ctx = std::move(device->ctx);
-  if (cfg.train.device == DeviceKind::kCpu) {
-    if (const std::string& w = kernels::ref::blas_info().warning; !w.empty()) log_warning(w);
-  }
+  MOE_ASSIGN_OR_RETURN(OpenedCheckpoint ckpt, open_checkpoint(flags, "evaluate"));
+  const std::string& dir = ckpt.dir;
+  const CheckpointManifestInfo& m = ckpt.manifest;
+  const RunConfig& cfg = ckpt.cfg;
+  const std::shared_ptr<const data::Tokenizer>& tokenizer = ckpt.tokenizer;
   const std::string text = flags.get("text");
   // A SentencePiece checkpoint's text is tokenized by momoe-data (data/tokenizer.h says why) into
   // a temporary dataset, read from its shards.
@@ -129,10 +76,7 @@ StatusOr<std::string> evaluate(const FlagParser& flags) {
     split.source = text;
   }
   // The model after the text (a child process is started before the weights fill memory).
-  MOE_ASSIGN_OR_RETURN(
-      std::unique_ptr<TransformerLM> model,
-      TransformerLM::create(cfg.model, ctx.get(), activation_dtype(cfg.train.precision), nullptr));
-  MOE_RETURN_IF_ERROR(load_parameters(dir, model.get(), nullptr));
+  MOE_ASSIGN_OR_RETURN(std::unique_ptr<TransformerLM> model, load_model(ckpt));
   // The trainer evaluates in batches of its per-rank micro-batch; at one rank that is the run's
   // micro-batch, batch_size / grad_accum. (With the default eval_capacity_factor 0 nothing is
   // dropped at evaluation, so the perplexity does not depend on the batch anyway.)
