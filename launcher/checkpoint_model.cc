@@ -70,6 +70,7 @@ Status open_device(CheckpointModel* c, const std::string& device, int threads) {
   }
   MOE_RETURN_IF_ERROR(run_device.status());
   c->ctx = std::move(run_device->ctx);
+  c->device_description = run_device->description;
   if (c->cfg.train.device == DeviceKind::kCpu) {
     if (const std::string& w = kernels::ref::blas_info().warning; !w.empty()) log_warning(w);
   }

@@ -20,6 +20,7 @@ struct CheckpointModel {
   RunConfig cfg;  // cfg.model.vocab_size filled from the tokenizer
   std::shared_ptr<const data::Tokenizer> tokenizer;
   std::unique_ptr<Context> ctx;          // after open_device
+  std::string device_description;        // "the CPU (2 thread(s) per rank)", "cuda:0 (...)"
   std::unique_ptr<TransformerLM> model;  // after load_model
 
   // The trainer's per-rank micro-batch, batch_size / grad_accum: the batch it evaluates with.

@@ -1,24 +1,35 @@
 // momoe-data: prepare a corpus once (tokenized into checksummed shards that training reads
-// without loading them), check a prepared dataset, describe one.
+// without loading them), check a prepared dataset, describe one; tokenize with a model's
+// tokenizer as a filter.
 //
 //   momoe-data prepare --out data/mine --train corpus/ --valid valid.txt.zst --test test.txt
 //   momoe-data prepare --out data/wt103 --wikitext wikitext-103/ --vocab-min-count 3
-//   momoe-data prepare --out data/bpe --train corpus/ --tokenizer sentencepiece --sp-vocab-size
-//   32000 momoe-data verify data/mycorpus momoe-data info data/mycorpus momoe-train --config
-//   configs/smoe.pbtxt --set data.dataset=data/mycorpus
+//   momoe-data prepare --out data/bpe --train corpus/ --tokenizer sentencepiece
+//   momoe-data verify data/mycorpus
+//   momoe-data info data/mycorpus
+//   momoe-data tokenize --model data/bpe/tokenizer.model --encode < lines.txt
+//   momoe-train --config configs/smoe.pbtxt --set data.dataset=data/mycorpus
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
+#include <memory>
+#include <sstream>
 #include <string>
 
 #include "core/base/logging.h"
 #include "core/data/dataset.h"
 #include "core/data/prepare.h"
+#include "core/data/prepare_process.h"
+#include "core/data/text_reader.h"
 #include "core/data/text_stream.h"
+#include "core/data/tokenizer.h"
+#include "core/io/file_util.h"
 #include "launcher/exit_status.h"
 #include "launcher/flags.h"
 #include "launcher/signals.h"
@@ -308,12 +319,121 @@ int verify_or_info(const std::string& cmd, int argc, char** argv) {
   return 0;
 }
 
+// `momoe-data tokenize`: the tokenizer of a model as a line-oriented filter, for processes that
+// cannot load SentencePiece (momoe-generate; the protocol is in core/data/prepare_process.h).
+StatusOr<std::shared_ptr<const data::Tokenizer>> load_tokenizer(const std::string& path) {
+  if (path.size() >= 4 && path.compare(path.size() - 4, 4, ".txt") == 0) {
+    MOE_ASSIGN_OR_RETURN(data::Vocabulary vocab, data::Vocabulary::load(path));
+    return data::Tokenizer::word(std::move(vocab));
+  }
+  MOE_ASSIGN_OR_RETURN(std::string bytes, io::read_file(path));
+  return data::Tokenizer::sentencepiece(std::move(bytes), path);
+}
+
+Status tokenize_lines(const data::Tokenizer& tokenizer, bool encode) {
+  struct LineBuffer {  // getline(3)'s buffer
+    char* data = nullptr;
+    size_t capacity = 0;
+    ~LineBuffer() { std::free(data); }
+  } buffer;
+  int64_t line_number = 0;
+  ssize_t n = 0;
+  while ((n = ::getline(&buffer.data, &buffer.capacity, stdin)) >= 0) {
+    ++line_number;
+    std::string_view line(buffer.data, static_cast<size_t>(n));
+    if (!line.empty() && line.back() == '\n') line.remove_suffix(1);
+    const std::string where = str_cat("line ", line_number, " of the input");
+    std::string answer;
+    if (encode) {
+      MOE_RETURN_IF_ERROR(data::validate_utf8(line, where));
+      for (const int32_t id : tokenizer.encode(line)) {
+        if (!answer.empty()) answer += ' ';
+        answer += std::to_string(id);
+      }
+    } else {
+      std::vector<int32_t> ids;
+      std::string token;
+      std::istringstream in{std::string(line)};
+      while (in >> token) {
+        char* end = nullptr;
+        errno = 0;
+        const long long id = std::strtoll(token.c_str(), &end, 10);
+        if (*end != '\0' || errno != 0 || id < 0 || id >= tokenizer.size()) {
+          return invalid_argument_error(where, ": '", token, "' is not an id of the ",
+                                        tokenizer.describe(), " (0 to ", tokenizer.size() - 1, ")");
+        }
+        ids.push_back(static_cast<int32_t>(id));
+      }
+      answer = data::escape_line(tokenizer.decode(ids));
+    }
+    answer += '\n';
+    if (std::fwrite(answer.data(), 1, answer.size(), stdout) != answer.size() ||
+        std::fflush(stdout) != 0) {
+      return internal_error("writing to stdout: ", std::strerror(errno));
+    }
+  }
+  if (std::ferror(stdin)) return internal_error("reading stdin: ", std::strerror(errno));
+  return Status::OK();
+}
+
+int tokenize(int argc, char** argv) {
+  FlagParser flags;
+  flags.value("model", "a SentencePiece model (tokenizer.model) or a word vocabulary (vocab.txt)");
+  flags.switch_flag("encode",
+                    "each line of text in -> its ids out (space-separated; the last one "
+                    "is the end-of-line id; an empty line for a blank one)");
+  flags.switch_flag("decode",
+                    "each line of ids in -> their text out, on one line ('\\' written "
+                    "as \\\\, newlines as \\n)");
+  flags.value("fingerprint",
+              "refuse a model whose fingerprint is not this one (0x and 16 hex "
+              "digits, as tokenizer.json records it)");
+  flags.switch_flag("help", "print this help");
+  const Status parsed = flags.parse(argc, argv);
+  if (flags.has("help")) {
+    std::printf(
+        "usage: momoe-data tokenize --model FILE (--encode | --decode) [flags]\n"
+        "  a line-oriented filter on stdin/stdout (one answer line per line, flushed), used by\n"
+        "  momoe-generate for SentencePiece checkpoints\n%s"
+        "example: echo 'The jury said' | momoe-data tokenize --model "
+        "runs/sp/ckpt-00000300/tokenizer.model --encode\n",
+        flags.usage().c_str());
+    return 0;
+  }
+  if (!parsed.ok()) return exit_with(parsed);
+  if (!flags.has("model") || flags.has("encode") == flags.has("decode")) {
+    return exit_with(invalid_argument_error(
+        "momoe-data tokenize needs --model FILE and one of --encode, --decode"));
+  }
+  const std::string path = flags.get("model");
+  StatusOr<std::shared_ptr<const data::Tokenizer>> tokenizer = load_tokenizer(path);
+  if (!tokenizer.ok()) return exit_with(tokenizer.status());
+  if (flags.has("fingerprint")) {
+    const std::string want = flags.get("fingerprint");
+    char* end = nullptr;
+    errno = 0;
+    const unsigned long long f = std::strtoull(want.c_str(), &end, 16);
+    if (want.empty() || *end != '\0' || errno != 0) {
+      return exit_with(invalid_argument_error("--fingerprint ", want, " is not a hex number"));
+    }
+    if (f != (*tokenizer)->fingerprint()) {
+      return exit_with(data_loss_error(path, " has fingerprint ",
+                                       io::hex64((*tokenizer)->fingerprint()), ", not ", want,
+                                       ": it was replaced or damaged"));
+    }
+  }
+  const Status done = tokenize_lines(**tokenizer, flags.has("encode"));
+  if (!done.ok()) return exit_with(done);
+  return 0;
+}
+
 int run(int argc, char** argv) {
   const std::string usage =
       "usage: momoe-data COMMAND [flags]\n"
       "  prepare   tokenize text into a dataset folder (momoe-data prepare --help)\n"
       "  verify    check a dataset's checksums\n"
       "  info      describe a dataset\n"
+      "  tokenize  a model's tokenizer as a filter: text to ids, ids to text\n"
       "example: momoe-data prepare --out data/brown --train data/brown/train.txt.gz "
       "--valid data/brown/valid.txt.gz --test data/brown/test.txt.gz\n";
   if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") {
@@ -323,6 +443,7 @@ int run(int argc, char** argv) {
   const std::string cmd = argv[1];
   if (cmd == "prepare") return prepare(argc - 1, argv + 1);
   if (cmd == "verify" || cmd == "info") return verify_or_info(cmd, argc - 1, argv + 1);
+  if (cmd == "tokenize") return tokenize(argc - 1, argv + 1);
   return exit_with(invalid_argument_error("unknown command '", cmd, "'; ", usage));
 }
 

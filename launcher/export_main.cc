@@ -6,8 +6,8 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "core/checkpoint/model_export.h"
 #include "core/io/file_util.h"
-#include "core/model/export.h"
 #include "launcher/checkpoint_model.h"
 #include "launcher/exit_status.h"
 #include "launcher/flags.h"

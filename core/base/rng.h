@@ -49,12 +49,13 @@ struct Philox4x32x10 {
 };
 
 enum class RngTag : uint8_t {
-  kInit = 1,            // parameter initialisation (stream layer = parameter id)
-  kDropout = 2,         // dropout masks
-  kSparseMixer = 3,     // SparseMixer Gumbel sample and midpoint coin
-  kDataShuffle = 4,     // corpus shuffling
-  kAttack = 5,          // word-swap attack
-  kTest = 6,            // tests
+  kInit = 1,         // parameter initialisation (stream layer = parameter id)
+  kDropout = 2,      // dropout masks
+  kSparseMixer = 3,  // SparseMixer Gumbel sample and midpoint coin
+  kDataShuffle = 4,  // corpus shuffling
+  kAttack = 5,       // word-swap attack
+  kTest = 6,         // tests
+  kSampling = 7,     // text generation (momoe-generate; index = the token's position)
 };
 
 MOE_HOST_DEVICE inline uint64_t make_stream(RngTag tag, uint64_t layer, uint64_t step) {
@@ -82,6 +83,13 @@ struct CounterRng {
   // Uniform in [0, 1) with 24 random bits (exactly representable in f32).
   MOE_HOST_DEVICE float uniform(uint64_t index, int lane = 0) const {
     return static_cast<float>(u32(index, lane) >> 8) * (1.0f / 16777216.0f);
+  }
+  // Uniform in [0, 1) with 53 random bits (lanes 0 and 1; exactly representable in f64).
+  MOE_HOST_DEVICE double uniform_f64(uint64_t index) const {
+    uint32_t out[4];
+    block(index, out);
+    const uint64_t bits = (static_cast<uint64_t>(out[0] >> 5) << 26) | (out[1] >> 6);
+    return static_cast<double>(bits) * (1.0 / 9007199254740992.0);
   }
   // Uniform in (0, 1): never 0, so log() is finite.
   MOE_HOST_DEVICE float uniform_open(uint64_t index, int lane = 0) const {

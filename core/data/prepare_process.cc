@@ -1,20 +1,21 @@
 #include "core/data/prepare_process.h"
 
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <climits>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "core/base/check.h"
-
-extern char** environ;
+#include "core/io/child_process.h"
+#include "core/io/file_util.h"
 
 namespace moe::data {
 
@@ -64,40 +65,26 @@ Status run_prepare_process(const PrepareSpec& spec, bool quiet) {
                            std::to_string(spec.shard_tokens), "--chunk-mb",
                            std::to_string(std::max<int64_t>(1, spec.chunk_bytes >> 20))});
   if (quiet) args.push_back("--quiet");
-  std::vector<char*> argv;
-  for (std::string& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  // posix_spawn (no code of ours runs between fork and exec in this multi-threaded process): its
-  // stdout goes to our stderr, keeping our stdout for our own output, and MOMOE_DATA_CALLER=1
-  // tells it to print no "train on it with" hint.
-  std::vector<std::string> env_strings;
-  for (char** e = environ; *e != nullptr; ++e) {
-    if (std::strncmp(*e, "MOMOE_DATA_CALLER=", 18) != 0) env_strings.emplace_back(*e);
-  }
-  env_strings.emplace_back("MOMOE_DATA_CALLER=1");
-  std::vector<char*> envp;
-  for (std::string& e : env_strings) envp.push_back(e.data());
-  envp.push_back(nullptr);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, 2, 1);
-  pid_t pid = -1;
-  const int err = posix_spawnp(&pid, argv[0], &actions, nullptr, argv.data(), envp.data());
-  posix_spawn_file_actions_destroy(&actions);
-  if (err != 0) {
-    return internal_error("cannot start ", args[0], ": ", std::strerror(err),
-                          " (set MOMOE_DATA to momoe-data's path)");
+  // Its stdout goes to our stderr, keeping our stdout for our own output, and
+  // MOMOE_DATA_CALLER=1 tells it to print no "train on it with" hint.
+  io::SpawnOptions options;
+  options.env = {"MOMOE_DATA_CALLER=1"};
+  options.stdout_to_stderr = true;
+  StatusOr<std::unique_ptr<io::ChildProcess>> child = io::ChildProcess::spawn(args, options);
+  if (!child.ok()) {
+    return Status(child.status().code(),
+                  str_cat(child.status().message(), " (set MOMOE_DATA to momoe-data's path)"));
   }
   int status = 0;
   bool stop_sent = false;
   while (true) {
-    const pid_t done = waitpid(pid, &status, WNOHANG);
-    if (done == pid) break;
-    if (done < 0 && errno != EINTR) {
-      return internal_error("waiting for ", args[0], ": ", std::strerror(errno));
+    MOE_ASSIGN_OR_RETURN(const std::optional<int> done, (*child)->try_wait());
+    if (done.has_value()) {
+      status = *done;
+      break;
     }
     if (!stop_sent && spec.stop_requested && spec.stop_requested()) {
-      ::kill(pid, SIGTERM);  // forwarded: it stops at its next batch
+      (*child)->kill(SIGTERM);  // forwarded: it stops at its next batch
       stop_sent = true;
     }
     ::usleep(50 * 1000);
@@ -121,6 +108,119 @@ Status run_prepare_process(const PrepareSpec& spec, bool quiet) {
     return aborted_error(what, " was stopped before it began; run again to resume it");
   }
   return internal_error(what, " was killed by signal ", WTERMSIG(status));
+}
+
+std::string escape_line(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (const char c : text) {
+    if (c == '\\') {
+      out += "\\\\";
+    } else if (c == '\n') {
+      out += "\\n";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+StatusOr<std::string> unescape_line(std::string_view line) {
+  std::string out;
+  out.reserve(line.size());
+  for (size_t i = 0; i < line.size(); ++i) {
+    if (line[i] != '\\') {
+      out += line[i];
+      continue;
+    }
+    const char next = i + 1 < line.size() ? line[i + 1] : '\0';
+    if (next != '\\' && next != 'n') {
+      return invalid_argument_error("bad escape at byte ", i, " of \"", line, "\"");
+    }
+    out += next == 'n' ? '\n' : '\\';
+    ++i;
+  }
+  return out;
+}
+
+StatusOr<std::unique_ptr<TokenizeProcess>> TokenizeProcess::start(const std::string& model_path,
+                                                                  Mode mode, uint64_t fingerprint) {
+  io::SpawnOptions options;
+  options.pipes = true;
+  StatusOr<std::unique_ptr<io::ChildProcess>> child = io::ChildProcess::spawn(
+      {momoe_data_path(), "tokenize", "--model", model_path,
+       mode == Mode::kEncode ? "--encode" : "--decode", "--fingerprint", io::hex64(fingerprint)},
+      options);
+  if (!child.ok()) {
+    return Status(child.status().code(),
+                  str_cat(child.status().message(), " (set MOMOE_DATA to momoe-data's path)"));
+  }
+  return std::unique_ptr<TokenizeProcess>(new TokenizeProcess(std::move(*child)));
+}
+
+Status TokenizeProcess::ended() {
+  child_->close_stdin();
+  MOE_ASSIGN_OR_RETURN(const int status, child_->wait());
+  const std::string what = child_->command_line();
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 2) {
+    return invalid_argument_error(what, " refused its input (its message is above)");
+  }
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 127) {
+    return internal_error(what, " could not be started (set MOMOE_DATA to momoe-data's path)");
+  }
+  return internal_error(
+      what, " ended before answering: it ", io::describe_wait_status(status),
+      WIFEXITED(status) && WEXITSTATUS(status) != 0 ? " (its message is above)" : "");
+}
+
+StatusOr<std::string> TokenizeProcess::ask(std::string_view request) {
+  if (Status s = child_->write_line(request); !s.ok()) {
+    if (s.code() == StatusCode::kUnavailable) return ended();
+    return s;
+  }
+  MOE_ASSIGN_OR_RETURN(std::optional<std::string> answer, child_->read_line());
+  if (!answer.has_value()) return ended();
+  return std::move(*answer);
+}
+
+StatusOr<std::vector<int32_t>> TokenizeProcess::encode_line(std::string_view line) {
+  MOE_CHECK(line.find('\n') == std::string_view::npos, "encode_line: a newline in the line");
+  MOE_ASSIGN_OR_RETURN(const std::string answer, ask(line));
+  std::vector<int32_t> ids;
+  const char* p = answer.c_str();
+  while (*p != '\0') {
+    char* end = nullptr;
+    errno = 0;
+    const long id = std::strtol(p, &end, 10);
+    if (end == p || errno != 0 || id < 0 || id > INT32_MAX || (*end != ' ' && *end != '\0')) {
+      return internal_error(child_->command_line(), " answered \"", answer,
+                            "\", which is not a list of ids");
+    }
+    ids.push_back(static_cast<int32_t>(id));
+    p = *end == ' ' ? end + 1 : end;
+  }
+  return ids;
+}
+
+StatusOr<std::string> TokenizeProcess::decode(const std::vector<int32_t>& ids) {
+  std::string request;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (i > 0) request += ' ';
+    request += std::to_string(ids[i]);
+  }
+  MOE_ASSIGN_OR_RETURN(const std::string answer, ask(request));
+  StatusOr<std::string> text = unescape_line(answer);
+  if (!text.ok()) {
+    return internal_error(child_->command_line(), " answered with ", text.status().message());
+  }
+  return text;
+}
+
+Status TokenizeProcess::finish() {
+  child_->close_stdin();
+  MOE_ASSIGN_OR_RETURN(const int status, child_->wait());
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return Status::OK();
+  return internal_error(child_->command_line(), " ", io::describe_wait_status(status));
 }
 
 }  // namespace moe::data

@@ -176,6 +176,17 @@ Status TransformerLM::evaluate(const TensorView& inputs, const TensorView& targe
   return forward_impl(inputs, targets, eval, &acts, sums, stats, nullptr);
 }
 
+StatusOr<Tensor> TransformerLM::logits(const TensorView& inputs, const StepContext& ctx) {
+  StepContext eval = ctx;
+  eval.training = false;
+  Activations acts;
+  // Given a list of the MoE layers' routing, forward_impl stops before the head and the loss
+  // (inputs stand in for the unused targets).
+  std::vector<Tensor> unused_top1s;
+  MOE_RETURN_IF_ERROR(forward_impl(inputs, inputs, eval, &acts, {}, {}, &unused_top1s));
+  return head_->forward(acts.h_final);
+}
+
 StatusOr<std::vector<Tensor>> TransformerLM::route_probe(const TensorView& inputs,
                                                          const StepContext& ctx) {
   StepContext eval = ctx;

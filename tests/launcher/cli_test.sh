@@ -93,8 +93,9 @@ if [ -x "$bin/../benchmarks/momoe-bench" ]; then
     { cat "$run/help"; fail "momoe-bench layer --help"; }
 fi
 # Every command and subcommand answers --help on stdout with exit 0, its options and an example.
-helps=("momoe-train" "momoe-stats" "momoe-eval" "momoe-compare" "momoe-launch" "momoe-data" "momoe-export"
-       "momoe-data prepare" "momoe-data verify" "momoe-data info")
+helps=("momoe-train" "momoe-stats" "momoe-eval" "momoe-generate" "momoe-export" "momoe-compare"
+       "momoe-launch" "momoe-data" "momoe-data prepare" "momoe-data verify" "momoe-data info"
+       "momoe-data tokenize")
 for cmd in "${helps[@]}"; do
   # shellcheck disable=SC2086
   "$bin/"$cmd --help > "$run/help" 2> "$run/help.err" || { cat "$run/help.err"; fail "$cmd --help exited non-zero"; }

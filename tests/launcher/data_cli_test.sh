@@ -164,7 +164,7 @@ else
     --set data.tokenizer.kind=SENTENCEPIECE
 fi
 
-for sub in prepare verify info; do
+for sub in prepare verify info tokenize; do
   "$bin/momoe-data" "$sub" --help > "$run/help" || fail "momoe-data $sub --help"
   grep -q "example:" "$run/help" || fail "momoe-data $sub --help has no example"
 done

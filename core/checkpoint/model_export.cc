@@ -1,4 +1,4 @@
-#include "core/model/export.h"
+#include "core/checkpoint/model_export.h"
 
 #include <cstring>
 #include <map>
