@@ -36,6 +36,12 @@ StatusOr<std::string> run_export(const FlagParser& flags) {
         " exists: momoe-export writes a new folder (remove it, or choose "
         "another --out)");
   }
+  if (fs::exists(out + io::kTmpSuffix, ec)) {
+    return failed_precondition_error(out, io::kTmpSuffix,
+                                     " exists (an interrupted export, or a folder of yours): "
+                                     "momoe-export writes there first; remove it or choose "
+                                     "another --out");
+  }
   MOE_ASSIGN_OR_RETURN(CheckpointModel c, open_checkpoint(flags.get("checkpoint")));
   // On the CPU whatever the checkpoint was trained on: export only reads the weights.
   MOE_RETURN_IF_ERROR(open_device(&c, "cpu", 1));
@@ -56,12 +62,18 @@ StatusOr<std::string> run_export(const FlagParser& flags) {
 
   // Written under OUT.tmp and renamed when whole: a folder named OUT is always complete.
   MOE_ASSIGN_OR_RETURN(io::AtomicDirectory folder, io::AtomicDirectory::begin(out));
-  MOE_RETURN_IF_ERROR(export_model(c.model.get(), source, folder.path()));
-  for (const std::string& name : source.tokenizer_files) {
-    MOE_ASSIGN_OR_RETURN(std::string bytes, io::read_file(c.dir + "/" + name));
-    MOE_RETURN_IF_ERROR(io::write_file_atomic(folder.path() + "/" + name, bytes));
+  const Status written = [&]() -> Status {
+    MOE_RETURN_IF_ERROR(export_model(c.model.get(), source, folder.path()));
+    for (const std::string& name : source.tokenizer_files) {
+      MOE_ASSIGN_OR_RETURN(std::string bytes, io::read_file(c.dir + "/" + name));
+      MOE_RETURN_IF_ERROR(io::write_file_atomic(folder.path() + "/" + name, bytes));
+    }
+    return folder.commit();
+  }();
+  if (!written.ok()) {
+    io::remove_tree(folder.path()).ignore_error();  // nothing half-written is left behind
+    return written;
   }
-  MOE_RETURN_IF_ERROR(folder.commit());
   int64_t tensors = 0;
   for (const auto& p : c.model->params().all()) {
     tensors += p->kind == ParamKind::kExpert ? p->shape[0] : 1;

@@ -14,8 +14,10 @@
 // step runs the last <= seq_len tokens as one sequence, padded on the right (kPadId), and samples
 // from the logits of its last real position.
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -178,7 +180,12 @@ StatusOr<PromptIds> tokenize_prompt(const std::string& prompt, const data::Token
   }
   PromptIds out;
   out.empty = ids.empty();
-  if (!ids.empty() && ids.back() == tokenizer.eos_id() && prompt.back() != '\n') ids.pop_back();
+  // A prompt whose last line is blank (it ends with a newline, maybe then spaces) ends a line.
+  const size_t last_newline = prompt.rfind('\n');
+  const bool ends_line =
+      last_newline != std::string::npos &&
+      prompt.find_first_not_of(" \t\r\f\v", last_newline + 1) == std::string::npos;
+  if (!ids.empty() && ids.back() == tokenizer.eos_id() && !ends_line) ids.pop_back();
   if (ids.empty()) ids.push_back(tokenizer.eos_id());
   out.ids = std::move(ids);
   return out;
@@ -303,6 +310,10 @@ Status generate(const FlagParser& flags) {
     ids["prompt_ids"] = prompt_ids;
     ids["ids"] = Ids(tokens.begin() + static_cast<int64_t>(prompt_ids.size()), tokens.end());
     std::fprintf(stderr, "%s\n", ids.dump().c_str());
+  }
+  // A closed or full stdout (a pipe whose reader left) is an error, not a silent success.
+  if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
+    return unavailable_error("writing the generated text to stdout failed: ", std::strerror(errno));
   }
   return Status::OK();
 }

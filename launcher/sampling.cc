@@ -72,7 +72,11 @@ StatusOr<int32_t> sample_token(const std::vector<double>& logits, const Sampling
     cumulative += weight[i];
     if (cumulative > target) return order[i];
   }
-  return order[kept - 1];  // u * total rounded up to the total
+  // u * total rounded up to the total: the last kept token that has any weight.
+  for (size_t i = kept; i-- > 0;) {
+    if (weight[i] > 0) return order[i];
+  }
+  return order[0];
 }
 
 }  // namespace moe

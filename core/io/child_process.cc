@@ -31,6 +31,7 @@ std::vector<std::string> child_environment(const std::vector<std::string>& overr
     bool replaced = false;
     for (const std::string& o : overrides) {
       const size_t eq = o.find('=');
+      MOE_CHECK(eq != std::string::npos, "environment override ", o, " has no '='");
       if (std::strncmp(*e, o.c_str(), eq + 1) == 0) replaced = true;
     }
     if (!replaced) env.emplace_back(*e);
@@ -79,7 +80,22 @@ StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::spawn(std::vector<std::str
   } else if (options.stdout_to_stderr) {
     posix_spawn_file_actions_adddup2(&actions, 2, 1);
   }
-  const int err = posix_spawnp(&child->pid_, argv[0], &actions, nullptr, argv.data(), envp.data());
+  // The child starts with default dispositions for the signals it is stopped with, and nothing
+  // blocked: an ignored SIGTERM inherited from our environment would make the destructor's
+  // SIGTERM-and-wait hang.
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  sigset_t defaults, none;
+  sigemptyset(&defaults);
+  sigaddset(&defaults, SIGTERM);
+  sigaddset(&defaults, SIGINT);
+  sigaddset(&defaults, SIGPIPE);
+  sigemptyset(&none);
+  posix_spawnattr_setsigdefault(&attr, &defaults);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
+  const int err = posix_spawnp(&child->pid_, argv[0], &actions, &attr, argv.data(), envp.data());
+  posix_spawnattr_destroy(&attr);
   posix_spawn_file_actions_destroy(&actions);
   if (err != 0) {
     close_all();

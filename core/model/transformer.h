@@ -56,8 +56,9 @@ class TransformerLM {
   Status evaluate(const TensorView& inputs, const TensorView& targets, const StepContext& ctx,
                   const TensorView& sums, const TensorView& stats);
   // The next-token logits of every position of `inputs` i32 [B, S] (host or device), evaluation
-  // mode (no dropout, nothing accumulated, no loss): [B * S, V] in the activation dtype on this
-  // model's context (the caller reads back the rows it needs; text generation reads one).
+  // mode (no dropout, nothing accumulated, no loss): [B * S, V] in the compute dtype (F32 for a
+  // BF16 model) on this model's context (the caller reads back the rows it needs; text
+  // generation reads one).
   StatusOr<Tensor> logits(const TensorView& inputs, const StepContext& ctx);
   // The argmax expert of every MoE layer for every token of `inputs` (evaluation mode): the probe
   // for the routing flip rate, dropping at the training capacity (no sync in capacity mode). One

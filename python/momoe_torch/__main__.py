@@ -24,8 +24,8 @@ def main(argv=None):
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     model = load(args.model, dtype=getattr(torch, args.dtype))
-    result = perplexity(model, read_split(args.dataset, args.split), args.batch or None,
-                        args.max_sequences)
+    ids = read_split(args.dataset, args.split, fingerprint=model.cfg["tokenizer"]["fingerprint"])
+    result = perplexity(model, ids, args.batch or None, args.max_sequences)
     print(json.dumps(result))
     return 0
 

@@ -26,10 +26,28 @@ def read_token_file(path):
     return ids
 
 
-def read_split(dataset_dir, split="valid"):
-    """The whole token stream of `split` (train, valid or test): its shards, in order."""
+def dataset_fingerprint(dataset_dir):
+    """The tokenizer fingerprint a dataset was prepared with (an int), from its index.json."""
+    with open(os.path.join(dataset_dir, "index.json"), encoding="utf-8") as f:
+        tok = json.load(f).get("tokenizer", {})
+    value = tok.get("vocab_fingerprint", tok.get("fingerprint"))
+    return None if value is None else int(str(value), 16)
+
+
+def read_split(dataset_dir, split="valid", fingerprint=None):
+    """The whole token stream of `split` (train, valid or test): its shards, in order. With
+    `fingerprint` (config.json's tokenizer.fingerprint), a dataset prepared with another tokenizer
+    is refused: its ids would mean other tokens."""
     with open(os.path.join(dataset_dir, "index.json"), encoding="utf-8") as f:
         index = json.load(f)
+    if fingerprint is not None:
+        want = int(str(fingerprint), 16)
+        have = dataset_fingerprint(dataset_dir)
+        if have != want:
+            raise ValueError(
+                f"{dataset_dir} was tokenized with tokenizer fingerprint "
+                f"{'unknown' if have is None else hex(have)}, the model's is {hex(want)}: prepare it "
+                "with the model's vocab.txt (momoe-data prepare --vocab) or tokenizer.model")
     splits = index.get("splits", {})
     if split not in splits:
         raise ValueError(f"{dataset_dir}: no split {split!r} (it has {sorted(splits)})")
