@@ -102,6 +102,29 @@ std::string summary_table(const std::vector<StepStatsInfo>& steps, int64_t windo
     }
     os << "\n";
   }
+  // Where the time of a step goes (steps recorded with their phases).
+  PhaseSecondsArray phases{};
+  double step_seconds = 0;
+  int64_t timed = 0;
+  for (size_t i = from; i < train.size(); ++i) {
+    if (!train[i]->phases) continue;
+    for (int p = 0; p < kNumPhases; ++p) phases[p] += (*train[i]->phases)[p];
+    step_seconds += train[i]->step_seconds;
+    ++timed;
+  }
+  if (timed > 0) {
+    const auto ms = [&](Phase p) { return 1e3 * phases[static_cast<int>(p)] / timed; };
+    double accounted = 0;
+    for (int p = 0; p < kNumPhases; ++p) {
+      if (static_cast<Phase>(p) != Phase::kExchange) accounted += phases[p];
+    }
+    os << std::setprecision(1) << "time per step (mean of the last " << timed
+       << "): " << 1e3 * step_seconds / timed << " ms = data " << ms(Phase::kData) << " + forward "
+       << ms(Phase::kForward) << " + backward " << ms(Phase::kBackward) << " (MoE exchange "
+       << ms(Phase::kExchange) << " of them) + grad sync " << ms(Phase::kGradSync)
+       << " + optimizer " << ms(Phase::kOptimizer) << " + other "
+       << 1e3 * (step_seconds - accounted) / timed << " ms\n";
+  }
   os << std::left << std::setw(6) << "block" << std::right << std::setw(10) << "drop%" << std::setw(10)
      << "maxload" << std::setw(10) << "lb_std" << std::setw(8) << "dead" << std::setw(10) << "balance"
      << std::setw(10) << "z_loss" << std::setw(10) << "entropy" << std::setw(10) << "|u|"
@@ -136,7 +159,9 @@ Status write_csv(const std::vector<StepStatsInfo>& steps, const std::string& pat
          "dropped_fraction,max_load,load_balance_std,dead_experts,balance_loss,z_loss,"
          "mean_entropy,mean_output_norm,mean_state_norm,probe_flip_rate,expert_load,"
          "eval_sequences,valid_ppl,test_ppl,attacked_valid_ppl,attacked_test_ppl,attack_rate,"
-         "valid_word_ppl,test_word_ppl,valid_bits_per_byte,test_bits_per_byte\n";
+         "valid_word_ppl,test_word_ppl,valid_bits_per_byte,test_bits_per_byte,data_seconds,"
+         "forward_seconds,backward_seconds,exchange_seconds,grad_sync_seconds,optimizer_seconds,"
+         "eval_seconds\n";
   out << std::setprecision(9);
   const auto opt = [&](const std::optional<double>& v) {
     out << ',';
@@ -151,6 +176,8 @@ Status write_csv(const std::vector<StepStatsInfo>& steps, const std::string& pat
             &s.valid_word_ppl, &s.test_word_ppl, &s.valid_bits_per_byte, &s.test_bits_per_byte}) {
         opt(*v);
       }
+      out << std::string(kNumPhases, ',');
+      opt(s.eval_seconds);
       out << "\n";
       continue;
     }
@@ -162,7 +189,12 @@ Status write_csv(const std::vector<StepStatsInfo>& steps, const std::string& pat
           << l.z_loss << ',' << l.mean_entropy << ',' << l.mean_output_norm << ','
           << l.mean_state_norm << ',' << l.probe_flip_rate << ",\"";
       for (size_t e = 0; e < l.expert_load.size(); ++e) out << (e ? " " : "") << l.expert_load[e];
-      out << "\"" << std::string(10, ',') << "\n";
+      out << "\"" << std::string(10, ',');
+      for (int p = 0; p < kNumPhases; ++p) {
+        out << ',';
+        if (s.phases) out << (*s.phases)[p];
+      }
+      out << ",\n";
     }
   }
   if (!out) return internal_error("writing ", path, " failed");

@@ -135,6 +135,17 @@ std::string serialize_step_stats(const StepStatsInfo& s) {
   if (s.valid_bits_per_byte) m.set_valid_bits_per_byte(*s.valid_bits_per_byte);
   if (s.test_bits_per_byte) m.set_test_bits_per_byte(*s.test_bits_per_byte);
   if (s.eval_sequences) m.set_eval_sequences(*s.eval_sequences);
+  if (s.phases) {
+    const PhaseSecondsArray& p = *s.phases;
+    momoe::PhaseSeconds* out = m.mutable_phases();
+    out->set_data(p[static_cast<int>(Phase::kData)]);
+    out->set_forward(p[static_cast<int>(Phase::kForward)]);
+    out->set_backward(p[static_cast<int>(Phase::kBackward)]);
+    out->set_exchange(p[static_cast<int>(Phase::kExchange)]);
+    out->set_grad_sync(p[static_cast<int>(Phase::kGradSync)]);
+    out->set_optimizer(p[static_cast<int>(Phase::kOptimizer)]);
+  }
+  if (s.eval_seconds) m.set_eval_seconds(*s.eval_seconds);
   return m.SerializeAsString();
 }
 
@@ -165,6 +176,18 @@ StatusOr<StepStatsInfo> parse_step_stats(const std::string& bytes) {
   if (m.has_valid_bits_per_byte()) s.valid_bits_per_byte = m.valid_bits_per_byte();
   if (m.has_test_bits_per_byte()) s.test_bits_per_byte = m.test_bits_per_byte();
   if (m.has_eval_sequences()) s.eval_sequences = m.eval_sequences();
+  if (m.has_phases()) {
+    const momoe::PhaseSeconds& in = m.phases();
+    PhaseSecondsArray p{};
+    p[static_cast<int>(Phase::kData)] = in.data();
+    p[static_cast<int>(Phase::kForward)] = in.forward();
+    p[static_cast<int>(Phase::kBackward)] = in.backward();
+    p[static_cast<int>(Phase::kExchange)] = in.exchange();
+    p[static_cast<int>(Phase::kGradSync)] = in.grad_sync();
+    p[static_cast<int>(Phase::kOptimizer)] = in.optimizer();
+    s.phases = p;
+  }
+  if (m.has_eval_seconds()) s.eval_seconds = m.eval_seconds();
   return s;
 }
 

@@ -19,6 +19,8 @@
 
 namespace moe {
 
+class PhaseTimer;
+
 struct ContextOptions {
   // Host contexts: mark every tensor of this context as device memory (tests).
   bool guard_host_access = false;
@@ -74,6 +76,11 @@ class Context {
   StatusOr<Tensor> read_back(const TensorView& t);
   int64_t sync_count() const { return sync_count_; }
 
+  // The step's phase timer (core/base/phase_timer.h), borrowed; null when nothing is timed.
+  // Deep code marks its phase with ScopedPhase(ctx, Phase::k...).
+  PhaseTimer* phase_timer() const { return phase_timer_; }
+  void set_phase_timer(PhaseTimer* timer) { phase_timer_ = timer; }
+
  private:
   Context() = default;
   Status check_mine(const char* op, const TensorView& t) const;
@@ -87,6 +94,7 @@ class Context {
   void* blas_handle_ = nullptr;
   std::unique_ptr<ThreadPool> pool_;
   int64_t sync_count_ = 0;
+  PhaseTimer* phase_timer_ = nullptr;
 };
 
 }  // namespace moe

@@ -18,6 +18,11 @@ StepStatsInfo aggregate_step_stats(const std::vector<StepStatsInfo>& per_rank) {
     tokens += s.tokens;
     out.step_seconds = std::max(out.step_seconds, s.step_seconds);
     out.skipped = out.skipped || s.skipped;
+    if (s.phases) {
+      if (!out.phases) out.phases = PhaseSecondsArray{};
+      for (int p = 0; p < kNumPhases; ++p)
+        (*out.phases)[p] = std::max((*out.phases)[p], (*s.phases)[p]);
+    }
   }
   out.tokens = tokens;
   out.loss = tokens > 0 ? loss_sum / static_cast<double>(tokens) : per_rank[0].loss;

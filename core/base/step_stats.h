@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/base/phase_timer.h"
 #include "core/base/router_stats.h"
 
 namespace moe {
@@ -28,6 +29,10 @@ struct StepStatsInfo {
   std::optional<double> valid_ppl, test_ppl, attacked_valid_ppl, attacked_test_ppl, attack_rate;
   std::optional<double> valid_word_ppl, test_word_ppl, valid_bits_per_byte, test_bits_per_byte;
   std::optional<int64_t> eval_sequences;  // an evaluation's sequences per split (0 = whole splits)
+  // Seconds per phase of the step (core/base/phase_timer.h, indexed by Phase); the slowest rank's
+  // per phase once aggregated. Training records only.
+  std::optional<PhaseSecondsArray> phases;
+  std::optional<double> eval_seconds;  // an evaluation's wall-clock seconds
   // Set on a marker record only: the run rolled back to the checkpoint of this many steps.
   std::optional<int64_t> rollback_to;
 };

@@ -55,11 +55,18 @@ std::string step_stats_json(const StepStatsInfo& s) {
     j["step_seconds"] = s.step_seconds;
     j["tokens_per_second"] = s.tokens_per_second;
     j["skipped"] = s.skipped;
+    if (s.phases) {
+      nlohmann::json phases;
+      for (int p = 0; p < kNumPhases; ++p)
+        phases[phase_name(static_cast<Phase>(p))] = (*s.phases)[p];
+      j["phase_seconds"] = phases;
+    }
     j["layers"] = nlohmann::json::array();
     for (const RouterStatsInfo& l : s.layers) j["layers"].push_back(layer_json(l));
     if (!s.anomalies.empty()) j["anomalies"] = s.anomalies;
   } else {
     j["eval_sequences"] = s.eval_sequences.value_or(0);
+    if (s.eval_seconds) j["eval_seconds"] = *s.eval_seconds;
   }
   const auto put = [&](const char* key, const std::optional<double>& v) {
     if (v) j[key] = *v;

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "core/base/phase_timer.h"
 #include "kernels/moe_dispatch.h"
 
 namespace moe {
@@ -112,6 +113,7 @@ Status MoeDispatcher::plan(const Tensor& idx, int64_t token_offset, const Tensor
 StatusOr<Tensor> MoeDispatcher::exchange(const Tensor& in, const comm::AllToAllPlan& plan,
                                          bool capacity_mode) const {
   if (comm_ == nullptr) return in;  // one rank: the receive buffer is the send buffer
+  ScopedPhase phase(ctx_, Phase::kExchange);
   std::vector<int64_t> dims = in.shape().to_vector();
   dims[0] = plan.recv_total;
   MOE_ASSIGN_OR_RETURN(Tensor out, ctx_.empty(Shape(dims), in.dtype()));

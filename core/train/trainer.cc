@@ -109,6 +109,7 @@ Status Trainer::setup() {
   MOE_RETURN_IF_ERROR(agree(world_, device.status()));
   device_ = std::move(*device);
   ctx_ = std::move(device_.ctx);
+  phase_timer_ = std::make_unique<PhaseTimer>(ctx_.get());
   if (t.device == DeviceKind::kCpu) {
     // Every process says so, once, when its BLAS kernel does not use its CPU's vector ISA (ranks
     // may run on different CPUs); rank 0 names the CPU and the kernel in the start-up line below.
@@ -502,6 +503,12 @@ StatusOr<StepStatsInfo> Trainer::step_impl() {
   MOE_ASSIGN_OR_RETURN(const int64_t probe_tokens,
                        probe_flips(buffer.view().rows(kFlips, kFlips + layers)));
 
+  // The step's phases are timed from here (the probe above and evaluations are not part of them).
+  struct TimerOnContext {
+    Context* ctx;
+    ~TimerOnContext() { ctx->set_phase_timer(nullptr); }
+  } timer_on_context{ctx_.get()};
+  ctx_->set_phase_timer(phase_timer_.get());
   const std::vector<int64_t> global = scheduler_->next();
   const int64_t micro = t.batch_size / t.grad_accum;
   const int64_t s = cfg_.model.seq_len;
@@ -512,10 +519,12 @@ StatusOr<StepStatsInfo> Trainer::step_impl() {
   for (int64_t a = 0; a < t.grad_accum; ++a) {
     const std::vector<int64_t> micro_ids(global.begin() + a * micro, global.begin() + (a + 1) * micro);
     MOE_ASSIGN_OR_RETURN(std::vector<int64_t> mine, data::split_for_rank(micro_ids, ranks, rank));
+    const auto data_start = std::chrono::steady_clock::now();
     MOE_RETURN_IF_ERROR(data_->train->fill(mine, inputs, targets));
     // The loss is the mean over this micro-batch's counted targets (host data, counted here).
     int64_t counted = 0;
     for (int64_t i = 0; i < targets.numel(); ++i) counted += targets.data<int32_t>()[i] >= 0;
+    phase_timer_->add_host_seconds(Phase::kData, seconds_since(data_start));
     StepContext ctx;
     ctx.batch = micro_batch_per_rank_;
     ctx.seq_len = s;
@@ -526,11 +535,16 @@ StatusOr<StepStatsInfo> Trainer::step_impl() {
     ctx.training = true;
     ctx.stats_comm = world_;
     TransformerLM::Activations acts;
-    MOE_RETURN_IF_ERROR(model_->forward(inputs, targets, ctx, &acts, loss_sums, stats_block));
+    {
+      ScopedPhase phase(*ctx_, Phase::kForward);
+      MOE_RETURN_IF_ERROR(model_->forward(inputs, targets, ctx, &acts, loss_sums, stats_block));
+    }
+    ScopedPhase phase(*ctx_, Phase::kBackward);
     MOE_RETURN_IF_ERROR(
         model_->backward(acts, counted > 0 ? scale / static_cast<double>(counted) : 0.0, scale));
   }
 
+  std::optional<ScopedPhase> grad_sync(std::in_place, *ctx_, Phase::kGradSync);
   MOE_RETURN_IF_ERROR(all_reduce_gradients(&model_->params(), world_,
                                            has_groups_ ? groups_.dp.get() : nullptr));
   MOE_RETURN_IF_ERROR(gradient_squares(&model_->params(), buffer.view().rows(kGradSq, kGradSq + 2)));
@@ -552,6 +566,7 @@ StatusOr<StepStatsInfo> Trainer::step_impl() {
                                                buffer.view().rows(kGradSq + 1, kGradSq + 2),
                                                comm::ReduceOp::kSum, ctx_->stream()));
   }
+  grad_sync.reset();
   MOE_ASSIGN_OR_RETURN(Tensor host, ctx_->read_back(buffer));  // the step's one wait
   const double* v = host.data<double>();
 
@@ -583,9 +598,13 @@ StatusOr<StepStatsInfo> Trainer::step_impl() {
   skipped_streak_ = stats.skipped ? skipped_streak_ + 1 : 0;
   if (!stats.skipped) {
     const double grad_scale = (t.grad_clip > 0 && norm > t.grad_clip) ? t.grad_clip / norm : 1.0;
+    ScopedPhase phase(*ctx_, Phase::kOptimizer);
     MOE_RETURN_IF_ERROR(optimizer_->step(stats.learning_rate, updates_, grad_scale));
     ++updates_;
   }
+  // Never waits: on a GPU, phases the stream has not reached yet (the optimizer) come with a
+  // later step.
+  MOE_ASSIGN_OR_RETURN(stats.phases, phase_timer_->collect());
   stats.step_seconds = seconds_since(t0);
   stats.tokens_per_second = static_cast<double>(stats.tokens) / std::max(1e-9, stats.step_seconds);
   coordinator_->set_evaluation_eta(evaluation_eta(stats.step + 1, stats.step_seconds));
@@ -698,6 +717,7 @@ StatusOr<EvalReport> Trainer::evaluate_impl(bool whole_splits) {
   record.step = steps_done();
   record.rank = -1;
   record.eval_sequences = max_sequences;
+  record.eval_seconds = seconds;
   if (r.valid) record.valid_ppl = r.valid->perplexity();
   if (r.test) record.test_ppl = r.test->perplexity();
   if (r.attacked_valid) record.attacked_valid_ppl = r.attacked_valid->perplexity();

@@ -32,6 +32,7 @@
 #include "comm/watchdog.h"
 #include "core/base/checkpoint_manifest.h"
 #include "core/base/context.h"
+#include "core/base/phase_timer.h"
 #include "core/base/run_config.h"
 #include "core/data/batch_scheduler.h"
 #include "core/model/transformer.h"
@@ -152,6 +153,7 @@ class Trainer {
   TrainerOptions opts_;
   comm::Communicator* world_;
   std::unique_ptr<Context> ctx_;
+  std::unique_ptr<PhaseTimer> phase_timer_;  // the step's phases (set on ctx_)
   RunDevice device_;  // what ctx_ is (its ctx moved into ctx_)
   comm::ProcessGroups groups_;
   bool has_groups_ = false;

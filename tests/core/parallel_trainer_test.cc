@@ -29,6 +29,7 @@ struct LayoutResult {
   std::vector<double> losses;                 // rank 0's aggregated loss per step
   std::map<std::string, std::vector<double>> params;  // global tensors (experts reassembled)
   StepLoads loads;  // aggregated expert loads per step and layer
+  std::vector<StepStatsInfo> steps;  // rank 0's aggregated statistics (layers cleared)
 };
 
 class ParallelTrainerTest : public ::testing::Test {
@@ -61,6 +62,8 @@ class ParallelTrainerTest : public ::testing::Test {
           result.losses.push_back(s.loss);
           result.loads.emplace_back();
           for (const RouterStatsInfo& l : s.layers) result.loads.back().push_back(l.expert_load);
+          s.layers.clear();
+          result.steps.push_back(s);
         }
       }
       if (save_at_end) MOE_RETURN_IF_ERROR(t->save().status());
@@ -123,6 +126,42 @@ TEST_F(ParallelTrainerTest, EpOneTwoFourAndTwoByTwoGiveTheSameTraining) {
     // Aggregated loads are sums over ranks: the same global counts as one process (checked per
     // step and layer by expect_close, up to the rare routing flip).
     expect_close(single, r, name);
+  }
+}
+
+// Every step records where its time went (core/base/phase_timer.h): forward, backward and the
+// optimizer take time, the phases fit in the step, and the MoE exchange is timed inside forward
+// and backward only when there is one (EP > 1).
+TEST_F(ParallelTrainerTest, StepPhasesAreTimedAndTheExchangeOnlyAcrossEpRanks) {
+  for (int ep : {1, 2}) {
+    const std::string dir = fresh_dir("par_phases_" + std::to_string(ep));
+    LayoutResult r = train(ep, ep, 3, dir, kEquivalent);
+    ASSERT_EQ(r.steps.size(), 3u);
+    for (const StepStatsInfo& s : r.steps) {
+      const std::string what = "ep " + std::to_string(ep) + " step " + std::to_string(s.step);
+      ASSERT_TRUE(s.phases.has_value()) << what;
+      const PhaseSecondsArray& p = *s.phases;
+      const auto at = [&](Phase phase) { return p[static_cast<int>(phase)]; };
+      EXPECT_GT(at(Phase::kForward), 0) << what;
+      EXPECT_GT(at(Phase::kBackward), 0) << what;
+      EXPECT_GT(at(Phase::kGradSync), 0) << what;
+      EXPECT_GT(at(Phase::kOptimizer), 0) << what;
+      EXPECT_GE(at(Phase::kData), 0) << what;
+      // Phases are disjoint but for the exchange, inside forward and backward. Aggregated, each
+      // phase is the slowest rank's, so only one rank's sum is bounded by the step.
+      EXPECT_LE(at(Phase::kExchange), at(Phase::kForward) + at(Phase::kBackward)) << what;
+      if (ep == 1) {
+        EXPECT_EQ(at(Phase::kExchange), 0) << what;
+        double sum = 0;
+        for (int i = 0; i < kNumPhases; ++i) {
+          if (static_cast<Phase>(i) != Phase::kExchange) sum += p[i];
+        }
+        EXPECT_LE(sum, s.step_seconds) << what;
+      } else {
+        EXPECT_GT(at(Phase::kExchange), 0) << what;
+      }
+    }
+    fs::remove_all(dir);
   }
 }
 

@@ -36,6 +36,15 @@ grep -qE "realised swap fraction 0\.02[0-9]{2}\)" "$run/table" || fail "the swap
 grep -q '"eval_sequences":8' "$run/s.jsonl" && grep -q '"eval_sequences":0' "$run/s.jsonl" ||
   fail "JSON lacks the subset or the whole-split evaluation"
 [ "$(grep -c ',8,[0-9.]*,[0-9.]*,' "$run/s.csv")" -ge 1 ] || { cat "$run/s.csv"; fail "CSV lacks evaluation rows"; }
+# The step's timing breakdown: in the summary, per training step in the JSON and the CSV (every
+# row has the header's columns), and each evaluation's seconds.
+grep -qE "time per step \(mean of the last 4\): [0-9.]+ ms = data [0-9.]+ \+ forward [0-9.]+" "$run/table" ||
+  fail "the summary has no timing breakdown"
+[ "$(grep -c '"phase_seconds":{"backward":[0-9.e-]*,"data"' "$run/s.jsonl")" -eq 4 ] ||
+  fail "JSON training steps lack phase_seconds"
+[ "$(grep -c '"eval_seconds":' "$run/s.jsonl")" -eq 2 ] || fail "JSON evaluations lack eval_seconds"
+[ "$(awk -F, '{print NF}' "$run/s.csv" | sort -u | wc -l)" -eq 1 ] || fail "CSV rows differ in width"
+head -1 "$run/s.csv" | grep -q ",forward_seconds,backward_seconds,exchange_seconds," || fail "CSV phase columns"
 # The live metrics the trainer appended are the same records, line for line (log_every 1).
 [ -s "$run/metrics.jsonl" ] || fail "no metrics.jsonl"
 cmp "$run/metrics.jsonl" "$run/s.jsonl" || { diff "$run/metrics.jsonl" "$run/s.jsonl" | head; fail "metrics.jsonl differs from momoe-stats --json"; }
