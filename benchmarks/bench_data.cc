@@ -43,15 +43,6 @@ double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-// The temporary folder, removed however the benchmark ends.
-struct TempFolder {
-  std::string path;
-  ~TempFolder() {
-    std::error_code ec;
-    if (!path.empty()) fs::remove_all(path, ec);
-  }
-};
-
 // A dataset of `gb` GB of pseudo-random ids in [0, vocab) with the vocabulary of `like`, in
 // 256 MB shards, written without tokenizing (what it holds does not matter to the loader).
 Status generate_dataset(const std::string& dir, const std::string& like, double gb) {
@@ -129,16 +120,11 @@ Status bench_data(int argc, char** argv, comm::World* world) {
   const std::vector<int64_t> thread_list = a.get_list("threads", default_threads);
   const double mb = static_cast<double>(a.get("mb", 64));
 
-  TempFolder tmp;
-  {
-    std::string templ = (fs::temp_directory_path() / "momoe_bench_data_XXXXXX").string();
-    if (mkdtemp(templ.data()) == nullptr) return internal_error("cannot create ", templ);
-    tmp.path = templ;
-  }
+  MOE_ASSIGN_OR_RETURN(const io::TempDir tmp, io::TempDir::create("momoe_bench_data"));
   // 1. Tokenization.
   MOE_ASSIGN_OR_RETURN(const std::string brown, data::read_text_file(std::string(MOE_SOURCE_DIR) +
                                                                      "/data/brown/train.txt.gz"));
-  const std::string text_path = tmp.path + "/corpus.txt";
+  const std::string text_path = tmp.path() + "/corpus.txt";
   {
     std::FILE* f = std::fopen(text_path.c_str(), "wb");
     if (f == nullptr) return internal_error("cannot write ", text_path);
@@ -153,7 +139,7 @@ Status bench_data(int argc, char** argv, comm::World* world) {
   std::string prepared;
   for (int64_t t : thread_list) {
     data::PrepareSpec spec;
-    spec.out_dir = tmp.path + "/prepared-" + std::to_string(t);
+    spec.out_dir = tmp.path() + "/prepared-" + std::to_string(t);
     spec.train = {text_path};
     spec.vocab.max_size = 10000;
     spec.threads = static_cast<int>(t);
@@ -180,7 +166,7 @@ Status bench_data(int argc, char** argv, comm::World* world) {
   if (data::sentencepiece_built()) {
     const int threads = static_cast<int>(thread_list.back());
     data::PrepareSpec spec;
-    spec.out_dir = tmp.path + "/sp-train";
+    spec.out_dir = tmp.path() + "/sp-train";
     spec.train = {text_path};
     spec.tokenizer = "sentencepiece";
     spec.threads = threads;
@@ -188,7 +174,7 @@ Status bench_data(int argc, char** argv, comm::World* world) {
     MOE_RETURN_IF_ERROR(data::run_prepare_process(spec, /*quiet=*/true));
     const double with_training = seconds_since(t0);
     data::PrepareSpec encode = spec;
-    encode.out_dir = tmp.path + "/sp-encode";
+    encode.out_dir = tmp.path() + "/sp-encode";
     encode.sp_model_path = spec.out_dir + "/" + data::kSentencePieceModelFile;
     t0 = Clock::now();
     MOE_RETURN_IF_ERROR(data::run_prepare_process(encode, /*quiet=*/true));
@@ -255,7 +241,7 @@ Status bench_data(int argc, char** argv, comm::World* world) {
   // 3. Peak resident memory training from a large dataset.
   const double gb = static_cast<double>(a.get("corpus-gb", 0));
   if (gb > 0) {
-    const std::string big = tmp.path + "/big";
+    const std::string big = tmp.path() + "/big";
     const Clock::time_point t0 = Clock::now();
     MOE_RETURN_IF_ERROR(generate_dataset(big, prepared, gb));
     const double gen_seconds = seconds_since(t0);
@@ -268,7 +254,7 @@ Status bench_data(int argc, char** argv, comm::World* world) {
       const Clock::time_point r0 = Clock::now();
       MOE_ASSIGN_OR_RETURN(
           rss[k],
-          train_peak_rss({"--config", config, "--run-dir", tmp.path + "/run" + std::to_string(k),
+          train_peak_rss({"--config", config, "--run-dir", tmp.path() + "/run" + std::to_string(k),
                           "--set", "data.dataset=" + dirs[k], "--set", "train.steps=" + steps,
                           "--set", "train.probe_every=0"}));
       seconds[k] = seconds_since(r0);

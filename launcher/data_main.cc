@@ -23,6 +23,7 @@
 #include <string>
 
 #include "core/base/logging.h"
+#include "core/base/progress.h"
 #include "core/data/dataset.h"
 #include "core/data/prepare.h"
 #include "core/data/prepare_process.h"
@@ -51,20 +52,6 @@ std::string human_bytes(double b) {
   }
   char buf[32];
   std::snprintf(buf, sizeof(buf), u == 0 ? "%.0f %s" : "%.2f %s", b, units[u]);
-  return buf;
-}
-
-std::string human_seconds(double s) {
-  if (!std::isfinite(s) || s < 0) return "?";
-  char buf[32];
-  if (s < 60) {
-    std::snprintf(buf, sizeof(buf), "%.0fs", s);
-  } else if (s < 3600) {
-    std::snprintf(buf, sizeof(buf), "%dm%02ds", static_cast<int>(s) / 60, static_cast<int>(s) % 60);
-  } else {
-    std::snprintf(buf, sizeof(buf), "%dh%02dm", static_cast<int>(s) / 3600,
-                  (static_cast<int>(s) % 3600) / 60);
-  }
   return buf;
 }
 
@@ -103,7 +90,7 @@ class ProgressBar {
                     human_bytes(static_cast<double>(p.bytes_total)).c_str(), pct,
                     human_bytes(rate).c_str(),
                     p.tokens > 0 ? str_cat(", ", p.tokens, " tokens").c_str() : "",
-                    human_seconds(eta).c_str());
+                    format_duration(eta).c_str());
       std::fprintf(stderr, tty_ ? "\r%-100s" : "%s\n", line);
       open_ = tty_;
     }
@@ -260,7 +247,7 @@ int prepare(int argc, char** argv) {
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf("momoe-data: %s ready in %s: %s tokenizer of %lld tokens", spec.out_dir.c_str(),
-              human_seconds(seconds).c_str(), index->tokenizer.c_str(),
+              format_duration(seconds).c_str(), index->tokenizer.c_str(),
               static_cast<long long>(index->vocab_size));
   for (const auto& [name, s] : index->splits) {
     std::printf(

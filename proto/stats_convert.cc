@@ -11,6 +11,7 @@
 #include <filesystem>
 
 #include "core/base/check.h"
+#include "core/base/step_stats_json.h"
 #include "core/io/file_util.h"
 #include "proto/stats.pb.h"
 
@@ -198,8 +199,7 @@ std::vector<StepStatsInfo> live_records(std::vector<StepStatsInfo> records) {
       const int64_t to = *r.rollback_to;
       out.erase(std::remove_if(out.begin(), out.end(),
                                [&](const StepStatsInfo& s) {
-                                 const bool evaluation = s.tokens == 0 && s.layers.empty();
-                                 return evaluation ? s.step > to : s.step >= to;
+                                 return is_training_step(s) ? s.step >= to : s.step > to;
                                }),
                 out.end());
       continue;

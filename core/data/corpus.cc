@@ -29,7 +29,25 @@ std::string sanitize(const std::string& name) {
   return out;
 }
 
-// Adds a file's identity (absolute path, size, modification time) to the cache key.
+StatusOr<uint64_t> cache_key(const CorpusSpec& spec) {
+  uint64_t hash = fnv1a64(kCacheKeyVersion);
+  for (const std::string* path :
+       {&spec.train_path, &spec.valid_path, &spec.test_path, &spec.vocab_path}) {
+    MOE_RETURN_IF_ERROR(hash_file_identity(*path, &hash));
+  }
+  const int64_t options[2] = {spec.vocab.max_size, spec.vocab.min_count};
+  return fnv1a64_update(hash, options, sizeof(options));
+}
+
+Status validate_spec(const CorpusSpec& spec) {
+  if (spec.train_path.empty()) {
+    return invalid_argument_error("corpus '", spec.name, "': train_path is empty");
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
 Status hash_file_identity(const std::string& path, uint64_t* hash) {
   const auto mix = [&](const void* data, size_t size) {
     *hash = fnv1a64_update(*hash, data, size);
@@ -62,25 +80,6 @@ Status hash_file_identity(const std::string& path, uint64_t* hash) {
   mix(fields, sizeof(fields));
   return Status::OK();
 }
-
-StatusOr<uint64_t> cache_key(const CorpusSpec& spec) {
-  uint64_t hash = fnv1a64(kCacheKeyVersion);
-  for (const std::string* path :
-       {&spec.train_path, &spec.valid_path, &spec.test_path, &spec.vocab_path}) {
-    MOE_RETURN_IF_ERROR(hash_file_identity(*path, &hash));
-  }
-  const int64_t options[2] = {spec.vocab.max_size, spec.vocab.min_count};
-  return fnv1a64_update(hash, options, sizeof(options));
-}
-
-Status validate_spec(const CorpusSpec& spec) {
-  if (spec.train_path.empty()) {
-    return invalid_argument_error("corpus '", spec.name, "': train_path is empty");
-  }
-  return Status::OK();
-}
-
-}  // namespace
 
 int64_t TokenSplit::size() const {
   return shards != nullptr ? shards->size() : static_cast<int64_t>(ids.size());
@@ -122,11 +121,6 @@ StatusOr<TokenSplit> tokenize_split(const std::string& name, const std::string& 
 StatusOr<TokenSplit> tokenize_split(const std::string& name, const std::string& path,
                                     const Vocabulary& vocab) {
   return tokenize_split(name, path, *Tokenizer::word(vocab));
-}
-
-StatusOr<std::vector<int32_t>> tokenize_file(const std::string& path, const Vocabulary& vocab) {
-  MOE_ASSIGN_OR_RETURN(std::string text, read_text_file(path));
-  return vocab.encode(text);
 }
 
 StatusOr<TokenizedCorpus> build_corpus(const CorpusSpec& spec) {

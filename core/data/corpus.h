@@ -47,10 +47,15 @@ struct TokenSplit {
 // checkpoint records. For shards, the value the preparation computed.
 uint64_t contents_fingerprint(const TokenSplit& split);
 
+// Mixes a text file's identity (absolute path, size, modification time) into `hash` (FNV-1a):
+// what keys a cache of its tokens. An empty path mixes a marker. kNotFound for a missing file,
+// kInvalidArgument (saying what it is) for one that is not a regular file.
+Status hash_file_identity(const std::string& path, uint64_t* hash);
+
 // The split's ids in memory (a copy of `ids`, or every shard read).
 StatusOr<std::vector<int32_t>> materialize(const TokenSplit& split);
 
-// ids + stats of `text` read from `path` (see tokenize_file).
+// ids + stats of the text file `path` (unknown words -> <unk>). Errors: see read_text_file.
 StatusOr<TokenSplit> tokenize_split(const std::string& name, const std::string& path,
                                     const Vocabulary& vocab);
 StatusOr<TokenSplit> tokenize_split(const std::string& name, const std::string& path,
@@ -69,9 +74,6 @@ struct TokenizedCorpus {
   bool from_cache = false;  // true when no text file was read
   std::string cache_note;   // why the cache was not used ("" on a hit or without a cache)
 };
-
-// Tokenises one text file with `vocab` (unknown words -> <unk>). Errors: see read_text_file.
-StatusOr<std::vector<int32_t>> tokenize_file(const std::string& path, const Vocabulary& vocab);
 
 // Builds the corpus from the text files, without any cache.
 StatusOr<TokenizedCorpus> build_corpus(const CorpusSpec& spec);

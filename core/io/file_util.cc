@@ -11,6 +11,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -235,6 +236,34 @@ StatusOr<uint32_t> crc32_of_file(const std::string& path) {
     crc = crc32_update(crc, p, n);
   }));
   return crc;
+}
+
+StatusOr<TempDir> TempDir::create(const std::string& prefix) {
+  std::error_code ec;
+  std::string templ = (fs::temp_directory_path(ec) / (prefix + "_XXXXXX")).string();
+  if (ec) templ = "/tmp/" + prefix + "_XXXXXX";
+  if (mkdtemp(templ.data()) == nullptr) {
+    return internal_error("cannot create a temporary folder like ", templ, ": ",
+                          std::strerror(errno));
+  }
+  TempDir d;
+  d.path_ = templ;
+  return d;
+}
+
+TempDir& TempDir::operator=(TempDir&& other) noexcept {
+  if (this != &other) {
+    std::error_code ec;
+    if (!path_.empty()) fs::remove_all(path_, ec);
+    path_ = std::move(other.path_);
+    other.path_.clear();
+  }
+  return *this;
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  if (!path_.empty()) fs::remove_all(path_, ec);
 }
 
 StatusOr<AtomicDirectory> AtomicDirectory::begin(const std::string& final_dir) {

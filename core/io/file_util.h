@@ -56,6 +56,23 @@ Status discard_tree(const std::string& path);
 inline constexpr const char* kTrashSuffix = ".trash";
 inline constexpr const char* kTmpSuffix = ".tmp";
 
+// A new, empty temporary folder ($TMPDIR or /tmp, "<prefix>_XXXXXX"), removed with everything in
+// it when the object goes, however the scope ends. Movable.
+class TempDir {
+ public:
+  static StatusOr<TempDir> create(const std::string& prefix);
+  TempDir() = default;
+  TempDir(TempDir&& other) noexcept : path_(std::move(other.path_)) { other.path_.clear(); }
+  TempDir& operator=(TempDir&& other) noexcept;
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  ~TempDir();
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
 // A directory under construction. Files go into path() (final_dir + ".tmp"); commit() makes it
 // visible as `final_dir` in one rename, so a name without ".tmp" is always whole. A crash before
 // commit leaves only the ".tmp" directory, which loaders ignore and the next begin() removes.

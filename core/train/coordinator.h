@@ -15,17 +15,12 @@
 
 #include "comm/communicator.h"
 #include "core/base/run_config.h"
+#include "core/base/progress.h"
 #include "core/base/step_stats.h"
 
 namespace moe {
 
 class StatsFileWriter;
-
-// "1h02m03s", "4m05s", "7s"; "?" for a negative or non-finite value.
-std::string format_duration(double seconds);
-// Seconds between progress lines of long evaluations: $MOMOE_PROGRESS_SECONDS when set (>= 0),
-// else `fallback`.
-double progress_interval_seconds(double fallback);
 
 inline constexpr char kMetricsFile[] = "metrics.jsonl";
 

@@ -5,6 +5,7 @@
 #include "core/base/check.h"
 #include "core/base/hash.h"
 #include "core/base/logging.h"
+#include "core/data/corpus.h"
 #include "core/data/dataset.h"
 #include "core/data/prepare.h"
 #include "core/data/prepare_process.h"
@@ -40,19 +41,6 @@ StatusOr<std::unique_ptr<RunData>> prepare_in_cache(const RunConfig& cfg,
   spec.sp.vocab_size = cfg.data.sp_vocab_size;
   spec.sp.max_sentences = cfg.data.sp_max_sentences;
   spec.threads = cfg.parallel.threads;
-  std::string key = "momoe-sentencepiece-cache-1";
-  for (const std::string* path :
-       {&cfg.data.train, &cfg.data.valid, &cfg.data.test, &cfg.data.sp_model}) {
-    key += str_cat("|", *path);
-    if (path->empty()) continue;
-    std::error_code ec;
-    key += str_cat(":", std::filesystem::absolute(*path, ec).string(), ":",
-                   std::filesystem::file_size(*path, ec), ":",
-                   std::filesystem::last_write_time(*path, ec).time_since_epoch().count());
-  }
-  key += str_cat("|", spec.sp.model_type, "|", spec.sp.vocab_size, "|", spec.sp.max_sentences);
-  spec.out_dir =
-      str_cat(cache_dir_of(cfg, run_dir), "/sentencepiece-", io::hex64(fnv1a64(key)).substr(2));
   spec.train = {cfg.data.train};
   if (!cfg.data.valid.empty()) spec.valid = {cfg.data.valid};
   if (!cfg.data.test.empty()) spec.test = {cfg.data.test};
@@ -65,6 +53,18 @@ StatusOr<std::unique_ptr<RunData>> prepare_in_cache(const RunConfig& cfg,
                                     "with momoe-data prepare, then train with data.dataset)");
     }
   }
+  // The cache is keyed by the files' identities (as the word tokenizer's token cache) and the
+  // SentencePiece options.
+  const std::string tag = "momoe-sentencepiece-cache-2";
+  uint64_t key = fnv1a64(tag);
+  for (const std::string* path :
+       {&cfg.data.train, &cfg.data.valid, &cfg.data.test, &cfg.data.sp_model}) {
+    MOE_RETURN_IF_ERROR(data::hash_file_identity(*path, &key));
+  }
+  const std::string options =
+      str_cat(spec.sp.model_type, "|", spec.sp.vocab_size, "|", spec.sp.max_sentences);
+  key = fnv1a64_update(key, options.data(), options.size());
+  spec.out_dir = str_cat(cache_dir_of(cfg, run_dir), "/sentencepiece-", io::hex64(key).substr(2));
   // The prepared dataset, its splits named by their texts (not the cache).
   const auto open = [&](bool verify_payload) -> StatusOr<std::unique_ptr<RunData>> {
     auto d = std::make_unique<RunData>();
