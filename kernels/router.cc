@@ -313,6 +313,41 @@ Status ac_apply_metric_backward(Context& ctx, const TensorView& d_out, const Ten
   });
 }
 
+Status normalize_columns(Context& ctx, const TensorView& w, const TensorView& out,
+                         const TensorView& inv_norm) {
+  constexpr const char* kOp = "normalize_columns";
+  MOE_KERNEL_ENTRY_CUDA(ctx, kOp);
+  MOE_RETURN_IF_ERROR(check_logits(ctx, kOp, "w", w));
+  MOE_RETURN_IF_ERROR(check_as(kOp, w, "out", out, w.shape()));
+  MOE_RETURN_IF_ERROR(check_as(kOp, w, "inv_norm", inv_norm, Shape{w.dim(1)}));
+  MOE_ON_CUDA(ctx, cuda::normalize_columns(ctx, w, out, inv_norm));
+  return dispatch_full(kOp, w, [&](auto tag) {
+    using T = decltype(tag);
+    for (int64_t e = 0; e < w.dim(1); ++e) {
+      ref::normalize_column<T>(w.data<T>(), w.dim(0), w.dim(1), e, out.data<T>(),
+                               inv_norm.data<T>());
+    }
+  });
+}
+
+Status normalize_columns_backward(Context& ctx, const TensorView& d_out, const TensorView& out,
+                                  const TensorView& inv_norm, const TensorView& dw) {
+  constexpr const char* kOp = "normalize_columns_backward";
+  MOE_KERNEL_ENTRY_CUDA(ctx, kOp);
+  MOE_RETURN_IF_ERROR(check_logits(ctx, kOp, "out", out));
+  MOE_RETURN_IF_ERROR(check_as(kOp, out, "d_out", d_out, out.shape()));
+  MOE_RETURN_IF_ERROR(check_as(kOp, out, "dw", dw, out.shape()));
+  MOE_RETURN_IF_ERROR(check_as(kOp, out, "inv_norm", inv_norm, Shape{out.dim(1)}));
+  MOE_ON_CUDA(ctx, cuda::normalize_columns_backward(ctx, d_out, out, inv_norm, dw));
+  return dispatch_full(kOp, out, [&](auto tag) {
+    using T = decltype(tag);
+    for (int64_t e = 0; e < out.dim(1); ++e) {
+      ref::normalize_column_backward<T>(d_out.data<T>(), out.data<T>(), inv_norm.data<T>()[e],
+                                        out.dim(0), out.dim(1), e, dw.data<T>());
+    }
+  });
+}
+
 Status argmax_rows(Context& ctx, const TensorView& logits, const TensorView& top1) {
   constexpr const char* kOp = "argmax_rows";
   MOE_KERNEL_ENTRY_CUDA(ctx, kOp);

@@ -93,6 +93,17 @@ Status ac_apply_metric(Context& ctx, const TensorView& x, const TensorView& labe
 Status ac_apply_metric_backward(Context& ctx, const TensorView& d_out, const TensorView& labels,
                                 const TensorView& metric, const TensorView& dx);
 
+// --- Unit-norm expert embeddings (the reference code's AC gate, spec B.7) ---------------------
+// The router weight's columns are the experts' embeddings: out[:, e] = w[:, e] / ||w[:, e]||_2,
+// inv_norm[e] = 1 / ||w[:, e]||_2 (a zero column gives zeros and inv_norm 0). Norms in double.
+//   w, out [D, E] F; inv_norm [E] F. Overwrites out and inv_norm.
+Status normalize_columns(Context& ctx, const TensorView& w, const TensorView& out,
+                         const TensorView& inv_norm);
+// Its gradient: dw[:, e] += inv_norm[e] (d_out[:, e] - out[:, e] <out[:, e], d_out[:, e]>).
+// d_out, out, dw [D, E] F; inv_norm [E] F. Accumulates into dw.
+Status normalize_columns_backward(Context& ctx, const TensorView& d_out, const TensorView& out,
+                                  const TensorView& inv_norm, const TensorView& dw);
+
 // top1[t] = argmax_e logits[t, e], lowest index on ties. logits [T, E] F; top1 [T] i32.
 Status argmax_rows(Context& ctx, const TensorView& logits, const TensorView& top1);
 

@@ -32,23 +32,6 @@
 namespace moe {
 namespace {
 
-// A temporary folder, removed however the evaluation ends.
-struct TempFolder {
-  std::string path;
-  ~TempFolder() {
-    std::error_code ec;
-    if (!path.empty()) std::filesystem::remove_all(path, ec);
-  }
-};
-
-StatusOr<std::string> make_temp_folder(const std::string& prefix) {
-  std::error_code ec;
-  std::string templ = (std::filesystem::temp_directory_path(ec) / (prefix + "_XXXXXX")).string();
-  if (mkdtemp(templ.data()) == nullptr)
-    return internal_error("cannot create a folder like ", templ);
-  return templ;
-}
-
 int fail(const Status& s) { return exit_with(s); }
 
 StatusOr<std::string> evaluate(const FlagParser& flags) {
@@ -66,15 +49,15 @@ StatusOr<std::string> evaluate(const FlagParser& flags) {
   const std::string text = flags.get("text");
   // A SentencePiece checkpoint's text is tokenized by momoe-data (data/tokenizer.h says why) into
   // a temporary dataset, read from its shards.
-  TempFolder scratch;
+  io::TempDir scratch;
   data::TokenizedCorpus tokenized;
   data::TokenSplit split;
   if (tokenizer->can_encode()) {
     MOE_ASSIGN_OR_RETURN(split, data::tokenize_split("text", text, *tokenizer));
   } else {
-    MOE_ASSIGN_OR_RETURN(scratch.path, make_temp_folder("momoe_eval"));
+    MOE_ASSIGN_OR_RETURN(scratch, io::TempDir::create("momoe_eval"));
     data::PrepareSpec spec;
-    spec.out_dir = scratch.path + "/text";
+    spec.out_dir = scratch.path() + "/text";
     spec.train = {text};
     spec.tokenizer = "sentencepiece";
     spec.sp_model_path = dir + "/" + data::kSentencePieceModelFile;
@@ -91,9 +74,17 @@ StatusOr<std::string> evaluate(const FlagParser& flags) {
   MOE_RETURN_IF_ERROR(load_model(&c));
   TransformerLM* model = c.model.get();
   // The trainer evaluates in batches of its per-rank micro-batch; at one rank that is the run's
-  // micro-batch, batch_size / grad_accum. (With the default eval_capacity_factor 0 nothing is
-  // dropped at evaluation, so the perplexity does not depend on the batch anyway.)
+  // micro-batch, batch_size / grad_accum. Without an AC router or an evaluation capacity the
+  // perplexity does not depend on the batch (up to rounding); with one it does (the paper's
+  // per-batch rule), so the batch is the recorded one and another is refused.
   MOE_ASSIGN_OR_RETURN(int64_t batch, flags.get_int("batch", c.eval_batch()));
+  if (const std::string why = cfg.model.batch_dependent_evaluation();
+      !why.empty() && batch != c.eval_batch()) {
+    return invalid_argument_error(
+        "--batch ", batch, ": ", why, ", so its perplexity depends on which sequences share a "
+        "batch; it is evaluated in the batches it was trained with, ", c.eval_batch(),
+        " sequences (train.batch_size / train.grad_accum of the checkpoint's config): omit --batch");
+  }
   MOE_ASSIGN_OR_RETURN(int64_t max_sequences, flags.get_int("max-sequences", 0));
   MOE_ASSIGN_OR_RETURN(double rate, flags.get_double("attack-rate", cfg.train.attack_rate));
   if (batch < 1) return invalid_argument_error("--batch ", batch, " must be >= 1");
@@ -137,6 +128,7 @@ StatusOr<std::string> evaluate(const FlagParser& flags) {
   line["step"] = m.step;
   line["text"] = text;
   line["tokens"] = clean.tokens;
+  line["batch"] = batch;
   // How much of the text the checkpoint's vocabulary does not cover (each such word is <unk>).
   line["unknown_fraction"] = split.size() == 0 ? 0.0
                                                : static_cast<double>(split.stats.unknown) /
@@ -174,7 +166,9 @@ int run(int argc, char** argv) {
   flags.value("text",
               "a UTF-8 text file (plain, .gz or .zst), tokenized with the checkpoint's tokenizer");
   flags.value("attack-rate", "word-swap attack rate (default: the run's train.attack_rate; 0 = off)");
-  flags.value("batch", "sequences per evaluation batch (default: the trainer's, batch_size / grad_accum)");
+  flags.value("batch",
+              "sequences per evaluation batch (default: the trainer's, batch_size / grad_accum; "
+              "a model with an AC router or an evaluation capacity takes only that)");
   flags.value("max-sequences", "evaluate only the first N sequences (default: all)");
   flags.value("device", "cpu or cuda (default: the device the checkpoint was trained on)");
   flags.value("threads",

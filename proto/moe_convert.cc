@@ -115,6 +115,12 @@ Status apply_moe_proto(const momoe::MoeConfig& m, const std::string& where, MoeL
     if (a.has_clip_mult()) c->ac.clip_mult = a.clip_mult();
     if (a.has_min_cluster_size()) c->ac.min_cluster_size = a.min_cluster_size();
     if (a.has_global_stats()) c->ac.global_stats = a.global_stats();
+    switch (a.logits()) {
+      case momoe::AcRouterConfig::LOGITS_UNSPECIFIED: break;
+      case momoe::AcRouterConfig::LINEAR: c->ac.logits = AcLogits::kLinear; break;
+      case momoe::AcRouterConfig::UNIT_NORM_EMBEDDINGS: c->ac.logits = AcLogits::kUnitNormEmbeddings; break;
+      default: return invalid_argument_error(where, ".ac.logits: unknown value");
+    }
   }
   if (m.has_sparsemixer()) {
     const momoe::SparseMixerConfig& s = m.sparsemixer();
@@ -193,6 +199,8 @@ void moe_config_to_proto(const MoeLayerConfig& c, momoe::MoeConfig* m) {
   ac->set_clip_mult(c.ac.clip_mult);
   ac->set_min_cluster_size(c.ac.min_cluster_size);
   ac->set_global_stats(c.ac.global_stats);
+  ac->set_logits(c.ac.logits == AcLogits::kLinear ? momoe::AcRouterConfig::LINEAR
+                                                  : momoe::AcRouterConfig::UNIT_NORM_EMBEDDINGS);
   momoe::SparseMixerConfig* s = m->mutable_sparsemixer();
   s->set_enabled(c.sparsemixer.enabled);
   s->set_jitter(c.sparsemixer.jitter);

@@ -10,6 +10,21 @@ int64_t ModelConfig::num_moe_layers() const {
   return n;
 }
 
+std::string ModelConfig::batch_dependent_evaluation() const {
+  for (size_t b = 0; b < blocks.size(); ++b) {
+    if (!blocks[b].moe) continue;
+    const MoeLayerConfig& m = blocks[b].moe_cfg;
+    if (m.ac.enabled) {
+      return str_cat("block ", b, "'s AC router computes its metric from each evaluation batch");
+    }
+    if (!m.dropless && m.eval_capacity_factor > 0) {
+      return str_cat("block ", b, " evaluates with a capacity (eval_capacity_factor ",
+                     m.eval_capacity_factor, ") set by each batch's size and loads");
+    }
+  }
+  return "";
+}
+
 Status ModelConfig::validate(int ep_size) const {
   auto range = [](const char* field, double value, const char* allowed) {
     return invalid_argument_error("model.", field, " = ", value,

@@ -44,6 +44,10 @@ struct ModelConfig {
   std::vector<BlockPlan> blocks;
 
   int64_t num_moe_layers() const;
+  // Why evaluating this model depends on which sequences share a batch, or "" when it does not:
+  // an AC router's metric comes from the statistics of the batch it routes (the paper's rule,
+  // spec/sparsemixer-acmoe.md B.9 #8), and an evaluation capacity drops by the batch's loads.
+  std::string batch_dependent_evaluation() const;
   // Checks the widths and the plan (AC never on the first MoE layer, Adam only on it, every MoE
   // layer's config valid for `ep_size`). Errors name the field or block.
   Status validate(int ep_size = 1) const;

@@ -66,6 +66,13 @@ enum class AcNormalization {
   kReferenceCode,  // clip at clip_mult * mean(W), then per feature over experts: W[:, q] /= mean_k
 };
 
+// How an AC layer's logits come from the transformed token r = y * M (spec B.7, B.9 #11).
+enum class AcLogits {
+  kLinear,              // r W_r + b_r (momoe's default)
+  kUnitNormEmbeddings,  // r W_n, W_n = W_r with unit-norm columns (the experts' embeddings), no
+                        // bias: the reference code's XMoE-style AC gate; Eq. 8 has no bias either
+};
+
 // Adaptive Clustering router (spec/sparsemixer-acmoe.md B.3, B.7). The metric of a token is the
 // one of its previous-layer top-1 cluster; statistics come from this layer's MoE input grouped by
 // those labels (the reference code's choice), without gradient.
@@ -77,6 +84,7 @@ struct AcRouterParams {
   int64_t min_cluster_size = 2;  // clusters with fewer tokens use the identity metric and are left
                                  // out of the normalisation; 0 reproduces the reference code
   bool global_stats = false;   // cluster sums all-reduced over the data (DP x EP) ranks
+  AcLogits logits = AcLogits::kLinear;
 };
 
 enum class SparseMixerMask {

@@ -103,6 +103,9 @@ Json moe_layer_json(const MoeLayerConfig& m) {
     ac["eps"] = m.ac.eps;
     ac["clip_mult"] = m.ac.clip_mult;
     ac["min_cluster_size"] = m.ac.min_cluster_size;
+    // "unit_norm_embeddings": logits = r W_n, the router weight's rows (exported [E, D]) at unit
+    // L2 norm, and no bias (router.bias is exported but unused).
+    ac["logits"] = m.ac.logits == AcLogits::kLinear ? "linear" : "unit_norm_embeddings";
   }
   j["ac_router"] = ac;
   Json sm;

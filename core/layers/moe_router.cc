@@ -82,9 +82,20 @@ Status MoeRouter::forward(const RouterForwardArgs& args, RouterSaved* saved) {
   }
 
   MOE_ASSIGN_OR_RETURN(saved->logits, ctx_.empty({tokens, experts}, f));
-  MOE_RETURN_IF_ERROR(
-      kernels::gemm(ctx_, saved->router_input, false, w_->value, false, saved->logits));
-  MOE_RETURN_IF_ERROR(kernels::add_bias(ctx_, saved->logits, b_->value));
+  // AC layers may score against unit-norm expert embeddings without a bias (the reference code's
+  // gate); otherwise logits = r W_r + b_r.
+  saved->unit_norm = cfg_.ac.enabled && cfg_.ac.logits == AcLogits::kUnitNormEmbeddings;
+  if (saved->unit_norm) {
+    MOE_ASSIGN_OR_RETURN(saved->w_unit, ctx_.empty(w_->value.shape(), f));
+    MOE_ASSIGN_OR_RETURN(saved->inv_norm, ctx_.empty({experts}, f));
+    MOE_RETURN_IF_ERROR(kernels::normalize_columns(ctx_, w_->value, saved->w_unit, saved->inv_norm));
+    MOE_RETURN_IF_ERROR(
+        kernels::gemm(ctx_, saved->router_input, false, saved->w_unit, false, saved->logits));
+  } else {
+    MOE_RETURN_IF_ERROR(
+        kernels::gemm(ctx_, saved->router_input, false, w_->value, false, saved->logits));
+    MOE_RETURN_IF_ERROR(kernels::add_bias(ctx_, saved->logits, b_->value));
+  }
 
   MOE_ASSIGN_OR_RETURN(saved->probs, ctx_.empty({tokens, experts}, f));
   MOE_ASSIGN_OR_RETURN(saved->lse, ctx_.empty({tokens}, f));
@@ -161,15 +172,25 @@ Status MoeRouter::backward(const Tensor& d_gate, const RouterSaved& saved, doubl
       ctx_, saved.logits, saved.probs, saved.aux_packed, saved.lse, cfg_.top_k,
       aux_scale * cfg_.balance_loss_coef, aux_scale * cfg_.z_loss_coef, d_logits));
 
-  // s = r W + b: dW += r^T ds, db += sum_t ds, dr = ds W^T.
-  MOE_RETURN_IF_ERROR(
-      kernels::gemm(ctx_, saved.router_input, true, d_logits, false, w_->grad, 1.0, 1.0));
-  MOE_RETURN_IF_ERROR(kernels::bias_grad(ctx_, d_logits, b_->grad));
+  // s = r W + b: dW += r^T ds, db += sum_t ds, dr = ds W^T. Unit-norm embeddings: s = r W_n,
+  // dW += the normalisation's backward of r^T ds, dr = ds W_n^T (no bias).
+  TensorView weight = w_->value;
+  if (saved.unit_norm) {
+    weight = saved.w_unit;
+    MOE_ASSIGN_OR_RETURN(Tensor d_w_unit, ctx_.empty(w_->value.shape(), f));
+    MOE_RETURN_IF_ERROR(kernels::gemm(ctx_, saved.router_input, true, d_logits, false, d_w_unit));
+    MOE_RETURN_IF_ERROR(kernels::normalize_columns_backward(ctx_, d_w_unit, saved.w_unit,
+                                                            saved.inv_norm, w_->grad));
+  } else {
+    MOE_RETURN_IF_ERROR(
+        kernels::gemm(ctx_, saved.router_input, true, d_logits, false, w_->grad, 1.0, 1.0));
+    MOE_RETURN_IF_ERROR(kernels::bias_grad(ctx_, d_logits, b_->grad));
+  }
   if (!saved.ac_applied && d_y.dtype() == f) {
-    return kernels::gemm(ctx_, d_logits, false, w_->value, true, d_y, 1.0, 1.0);
+    return kernels::gemm(ctx_, d_logits, false, weight, true, d_y, 1.0, 1.0);
   }
   MOE_ASSIGN_OR_RETURN(Tensor d_r, ctx_.empty({tokens, cfg_.d_model}, f));
-  MOE_RETURN_IF_ERROR(kernels::gemm(ctx_, d_logits, false, w_->value, true, d_r));
+  MOE_RETURN_IF_ERROR(kernels::gemm(ctx_, d_logits, false, weight, true, d_r));
   if (saved.ac_applied) {
     // The metric is a constant (no gradient through the statistics, B.4).
     return kernels::ac_apply_metric_backward(ctx_, d_r, saved.labels, saved.metric, d_y);

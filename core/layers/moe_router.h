@@ -46,6 +46,10 @@ struct RouterSaved {
   bool ac_applied = false;
   Tensor labels;        // [T] i32
   Tensor metric;        // [E, D] F
+  // AC with unit-norm expert embeddings (AcLogits::kUnitNormEmbeddings): logits = r W_n, no bias.
+  bool unit_norm = false;
+  Tensor w_unit;        // [D, E] F: W_r with unit-norm columns
+  Tensor inv_norm;      // [E] F: 1 / ||W_r[:, e]||
   // The sums the auxiliary losses were computed from (f64 [2E + 2], kernels/router.h), over this
   // rank's tokens or, for the global scope, every data rank's: the backward reads loads and T.
   Tensor aux_packed;

@@ -77,6 +77,21 @@ __global__ void ac_apply_backward_kernel(const F* d_out, const int32_t* labels, 
   }
 }
 
+// One thread per expert column (E is small; D strided reads): the reference's expressions.
+template <typename T>
+__global__ void normalize_columns_kernel(const T* w, int64_t d, int64_t experts, T* out,
+                                         T* inv_norm) {
+  MOE_GRID_LOOP(e, experts) { ref::normalize_column<T>(w, d, experts, e, out, inv_norm); }
+}
+
+template <typename T>
+__global__ void normalize_columns_backward_kernel(const T* d_out, const T* out, const T* inv_norm,
+                                                  int64_t d, int64_t experts, T* dw) {
+  MOE_GRID_LOOP(e, experts) {
+    ref::normalize_column_backward<T>(d_out, out, inv_norm[e], d, experts, e, dw);
+  }
+}
+
 template <typename T>
 __global__ void argmax_rows_kernel(const T* p, int64_t tokens, int64_t experts, int32_t* out) {
   MOE_GRID_LOOP(t, tokens) {
@@ -153,6 +168,30 @@ Status ac_apply_metric_backward(Context& ctx, const TensorView& d_out, const Ten
         dx.data<A>());
   }));
   return launch_status("ac_apply_metric_backward");
+}
+
+Status normalize_columns(Context& ctx, const TensorView& w, const TensorView& out,
+                         const TensorView& inv_norm) {
+  const int64_t experts = w.dim(1);
+  if (experts == 0) return Status::OK();
+  MOE_RETURN_IF_ERROR(dispatch_full("normalize_columns", w, [&](auto tag) {
+    using T = decltype(tag);
+    normalize_columns_kernel<T><<<grid_for(experts), kThreads, 0, stream_of(ctx)>>>(
+        w.data<T>(), w.dim(0), experts, out.data<T>(), inv_norm.data<T>());
+  }));
+  return launch_status("normalize_columns");
+}
+
+Status normalize_columns_backward(Context& ctx, const TensorView& d_out, const TensorView& out,
+                                  const TensorView& inv_norm, const TensorView& dw) {
+  const int64_t experts = out.dim(1);
+  if (experts == 0) return Status::OK();
+  MOE_RETURN_IF_ERROR(dispatch_full("normalize_columns_backward", out, [&](auto tag) {
+    using T = decltype(tag);
+    normalize_columns_backward_kernel<T><<<grid_for(experts), kThreads, 0, stream_of(ctx)>>>(
+        d_out.data<T>(), out.data<T>(), inv_norm.data<T>(), out.dim(0), experts, dw.data<T>());
+  }));
+  return launch_status("normalize_columns_backward");
 }
 
 Status argmax_rows(Context& ctx, const TensorView& logits, const TensorView& top1) {

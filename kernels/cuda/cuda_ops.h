@@ -165,6 +165,10 @@ Status ac_apply_metric(Context& ctx, const TensorView& x, const TensorView& labe
                        const TensorView& metric, const TensorView& out);
 Status ac_apply_metric_backward(Context& ctx, const TensorView& d_out, const TensorView& labels,
                                 const TensorView& metric, const TensorView& dx);
+Status normalize_columns(Context& ctx, const TensorView& w, const TensorView& out,
+                         const TensorView& inv_norm);
+Status normalize_columns_backward(Context& ctx, const TensorView& d_out, const TensorView& out,
+                                  const TensorView& inv_norm, const TensorView& dw);
 Status argmax_rows(Context& ctx, const TensorView& logits, const TensorView& top1);
 
 // init.cu

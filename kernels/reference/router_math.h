@@ -26,6 +26,40 @@ MOE_HOST_DEVICE inline void sparsemixer_backward_token(SparseMixerGateGrad rule,
   }
 }
 
+// Column e of a [d, experts] row-major matrix normalised to unit L2 norm (unit-norm expert
+// embeddings): out = w / ||w||, inv_norm = 1 / ||w|| (0 for a zero column). Sums in double.
+template <typename T>
+MOE_HOST_DEVICE inline void normalize_column(const T* w, int64_t d, int64_t experts, int64_t e,
+                                             T* out, T* inv_norm) {
+  double sq = 0;
+  for (int64_t q = 0; q < d; ++q) {
+    const double v = static_cast<double>(w[q * experts + e]);
+    sq += v * v;
+  }
+  const double inv = sq > 0 ? 1.0 / sqrt(sq) : 0.0;
+  for (int64_t q = 0; q < d; ++q) {
+    out[q * experts + e] = static_cast<T>(static_cast<double>(w[q * experts + e]) * inv);
+  }
+  inv_norm[e] = static_cast<T>(inv);
+}
+
+// Its gradient for column e: dw += inv (d_out - out <out, d_out>).
+template <typename T>
+MOE_HOST_DEVICE inline void normalize_column_backward(const T* d_out, const T* out, T inv,
+                                                      int64_t d, int64_t experts, int64_t e,
+                                                      T* dw) {
+  double dot = 0;
+  for (int64_t q = 0; q < d; ++q) {
+    dot += static_cast<double>(out[q * experts + e]) * static_cast<double>(d_out[q * experts + e]);
+  }
+  for (int64_t q = 0; q < d; ++q) {
+    const int64_t i = q * experts + e;
+    dw[i] = static_cast<T>(static_cast<double>(dw[i]) +
+                           static_cast<double>(inv) * (static_cast<double>(d_out[i]) -
+                                                       static_cast<double>(out[i]) * dot));
+  }
+}
+
 // (balance, z, weighted) from the packed sums [2E + 2] (kernels/router.h aux_sums).
 MOE_HOST_DEVICE inline void aux_losses_from_packed(const double* v, int64_t experts,
                                                    int64_t top_k, double balance_coef,

@@ -182,9 +182,17 @@ class MoeLayer(nn.Module):
         if p_in is not None and res["input_shift"] != 0:
             y = (x_in.double() + res["input_shift"] * p_in.double()).to(x_in.dtype)
         r = y
-        if self.cfg["ac_router"]["enabled"] and prev_top1 is not None:
-            r = y * ac_metric(y, prev_top1, self.num_experts, self.cfg["ac_router"])[prev_top1]
-        logits = self.router(r)
+        ac = self.cfg["ac_router"]
+        if ac["enabled"] and prev_top1 is not None:
+            r = y * ac_metric(y, prev_top1, self.num_experts, ac)[prev_top1]
+        if ac["enabled"] and ac.get("logits", "linear") == "unit_norm_embeddings":
+            # The experts' embeddings (the weight's rows) at unit L2 norm, no bias.
+            w = self.router.weight.double()
+            norm = torch.sqrt((w * w).sum(dim=1, keepdim=True))
+            unit = torch.where(norm > 0, w / norm.clamp(min=1e-300), torch.zeros_like(w))
+            logits = r @ unit.to(r.dtype).t()
+        else:
+            logits = self.router(r)
         idx, gate = self.route(logits)
         kept = self.kept(idx)
         u = torch.zeros_like(x_in)

@@ -109,6 +109,13 @@ std::vector<Variant> variants() {
                  c->ac.normalization = AcNormalization::kReferenceCode;
                  c->ac.min_cluster_size = 0;
                }, nullptr, false});
+  // The reference code's AC gate: unit-norm expert embeddings, no bias (the router weight's
+  // gradient goes through the normalisation).
+  v.push_back({"ac_unit_norm_embeddings_momentum", [](MoeLayerConfig* c) {
+                 *c = heavy_ball(0.7, 1.0, MomentumConvention::kPaper);
+                 c->ac.enabled = true;
+                 c->ac.logits = AcLogits::kUnitNormEmbeddings;
+               }, nullptr, false});
   // SparseMixer: experts and omega get true gradients for the sampled routing; the router gets
   // the documented estimator (tested by hand in sparsemixer_layer_test).
   v.push_back({"sparsemixer_experts_and_omega", [](MoeLayerConfig* c) {
@@ -183,6 +190,36 @@ TEST(MoeLayerAcGradTest, InputGradientTreatsMetricAsConstant) {
   std::vector<std::string> failures =
       check_gradients([&]() { MoeLayerSaved s; return plain.forward(&s); }, {{"x", plain.x, dx_plain}});
   for (const std::string& f : failures) ADD_FAILURE() << f;
+}
+
+// AC logits with unit-norm expert embeddings and no bias, by hand: s_te = sum_q r_tq W_qe /
+// ||W_:e||, whatever the bias holds.
+TEST(MoeLayerAcGradTest, UnitNormLogitsWithoutBiasMatchAHandComputation) {
+  MoeLayerConfig cfg = small_config();
+  cfg.ac.enabled = true;
+  cfg.ac.logits = AcLogits::kUnitNormEmbeddings;
+  LayerHarness h(cfg, 6, 11);
+  Parameter* b = h.params->find("moe.b_router");
+  for (int64_t e = 0; e < cfg.num_experts; ++e) b->value.data<double>()[e] = 0.5 + e;
+  MoeLayerSaved saved;
+  h.forward(&saved);
+  ASSERT_TRUE(saved.router.ac_applied);
+  ASSERT_TRUE(saved.router.unit_norm);
+  const double* w = h.params->find("moe.w_router")->value.data<double>();
+  const double* r = saved.router.router_input.data<double>();
+  const double* s = saved.router.logits.data<double>();
+  const int64_t d = cfg.d_model, experts = cfg.num_experts;
+  for (int64_t e = 0; e < experts; ++e) {
+    double norm = 0;
+    for (int64_t q = 0; q < d; ++q) norm += w[q * experts + e] * w[q * experts + e];
+    norm = std::sqrt(norm);
+    ASSERT_GT(norm, 0);
+    for (int64_t t = 0; t < h.tokens; ++t) {
+      double want = 0;
+      for (int64_t q = 0; q < d; ++q) want += r[t * d + q] * w[q * experts + e] / norm;
+      EXPECT_NEAR(s[t * experts + e], want, 1e-12) << "token " << t << " expert " << e;
+    }
+  }
 }
 
 }  // namespace

@@ -903,6 +903,23 @@ TEST_F(CudaKernelTest, AdaptiveClusteringArgmaxAndInit) {
       OK(ac_apply_metric_backward(gpu(), up(dout), glabels, gmetric, gdx));
       expect_close("ac_apply_metric_backward", dx, gdx, dt == DType::kBF16 ? -1 : 1e-12);
     }
+    // Unit-norm expert embeddings (the same double expressions; FMA may move the last bit,
+    // which rounding to f32 can turn into one f32 ulp).
+    {
+      const double tol = f == DType::kF32 ? 1e-6 : 1e-12;
+      Tensor w = rand({d, experts}, f), dunit = rand({d, experts}, f);
+      Tensor unit = Tensor::empty({d, experts}, f), gunit = poisoned({d, experts}, f);
+      Tensor inv = Tensor::empty({experts}, f), ginv = poisoned({experts}, f);
+      OK(normalize_columns(cpu(), w, unit, inv));
+      OK(normalize_columns(gpu(), up(w), gunit, ginv));
+      expect_close("normalize_columns", unit, gunit, tol);
+      expect_close("normalize_columns(inv_norm)", inv, ginv, tol);
+      Tensor dw = rand({d, experts}, f);
+      Tensor gdw = up(dw);
+      OK(normalize_columns_backward(cpu(), dunit, unit, inv, dw));
+      OK(normalize_columns_backward(gpu(), up(dunit), up(unit), up(inv), gdw));
+      expect_close("normalize_columns_backward", dw, gdw, tol);
+    }
     // Argmax with exact ties: the first maximum wins on both.
     if (dt != DType::kBF16) {
       Tensor logits = rand({tokens, experts}, f);

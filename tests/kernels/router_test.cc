@@ -376,5 +376,46 @@ TEST(AcMetricTest, ApplyAndBackward) {
   EXPECT_EQ(ac_apply_metric(ctx(), x, bad, metric, out).code(), StatusCode::kInvalidArgument);
 }
 
+// Unit-norm expert embeddings: the columns of a [D, E] weight scaled to norm 1 (a zero column
+// stays zero), and the gradient through the scaling against finite differences.
+TEST(NormalizeColumnsTest, HandValuesAndBackwardMatchesFiniteDifferences) {
+  Tensor w = Tensor::from_vector<double>({2, 3}, {3, 0, 1, 4, 0, -1});
+  Tensor out = Tensor::empty({2, 3}, DType::kF64);
+  Tensor inv = Tensor::empty({3}, DType::kF64);
+  ASSERT_TRUE(normalize_columns(ctx(), w, out, inv).ok());
+  const double r2 = 1 / std::sqrt(2.0);
+  const std::vector<double> want_out = {0.6, 0, r2, 0.8, 0, -r2};
+  const std::vector<double> got = to_vector<double>(out);
+  for (size_t i = 0; i < want_out.size(); ++i) EXPECT_NEAR(got[i], want_out[i], 1e-15) << i;
+  const std::vector<double> got_inv = to_vector<double>(inv);
+  EXPECT_NEAR(got_inv[0], 0.2, 1e-15);
+  EXPECT_EQ(got_inv[1], 0);
+  EXPECT_NEAR(got_inv[2], r2, 1e-15);
+
+  const int64_t d = 5, experts = 4;
+  Tensor weight = Tensor::empty({d, experts}, DType::kF64);
+  fill_uniform(weight, 3, -1, 1);
+  Tensor g = Tensor::empty({d, experts}, DType::kF64);
+  fill_uniform(g, 4);
+  Tensor unit = Tensor::empty({d, experts}, DType::kF64);
+  Tensor inv_norm = Tensor::empty({experts}, DType::kF64);
+  auto loss = [&]() {
+    EXPECT_TRUE(normalize_columns(ctx(), weight, unit, inv_norm).ok());
+    return moe::testing::dot(unit, g);
+  };
+  loss();
+  Tensor dw = Tensor::zeros({d, experts}, DType::kF64);
+  ASSERT_TRUE(normalize_columns_backward(ctx(), g, unit, inv_norm, dw).ok());
+  for (const auto& f : check_gradients(loss, {{"w", weight, dw}})) ADD_FAILURE() << f;
+  // It accumulates (at the unperturbed weight again: the check left the last probe's values).
+  loss();
+  Tensor twice = Tensor::copy_of(dw);
+  ASSERT_TRUE(normalize_columns_backward(ctx(), g, unit, inv_norm, twice).ok());
+  const std::vector<double> a = to_vector<double>(dw), b2 = to_vector<double>(twice);
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(b2[i], 2 * a[i], 1e-15);
+  EXPECT_EQ(normalize_columns(ctx(), weight, unit, Tensor::empty({3}, DType::kF64)).code(),
+            StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace moe::kernels

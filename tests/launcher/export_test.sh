@@ -118,11 +118,36 @@ train eval_capacity momentum --set model.moe.eval_capacity_factor=1.0 --set mode
 check eval_capacity
 train ac_paper acmoe --set model.moe.ac.normalization=PAPER --set model.moe.ac.min_cluster_size=0
 check ac_paper
+train ac_unit_norm acmoe --set model.moe.ac.logits=UNIT_NORM_EMBEDDINGS
+check ac_unit_norm
 train sparsemixer_ref sparsemixer --set model.moe.sparsemixer.mask=MASK_REFERENCE_CODE
 check sparsemixer_ref
 # The reference code's sign convention, a dense block between momentum layers (the state passes).
 train convention momentum --set model.moe.convention=REFERENCE_CODE --set model.arch=smsfsmsm
 check convention
+
+# The evaluation batch: without AC layers it does not matter (up to rounding); an AC model
+# (the paper's per-batch rule) is evaluated in its recorded batch and refuses another.
+"$bin/momoe-eval" --checkpoint "$tmp/quickstart/ckpt-00000012" --text "$text" --max-sequences 40 \
+  --attack-rate 0 --batch 8 > "$tmp/quickstart.b8" 2> /dev/null || fail "quickstart at --batch 8"
+"$py" - "$tmp/quickstart.eval" "$tmp/quickstart.b8" <<'EOF' || exit 1
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+assert a["batch"] == 16 and b["batch"] == 8, (a["batch"], b["batch"])
+if not abs(a["ppl"] - b["ppl"]) <= 1e-6 * a["ppl"]:
+    sys.exit(f"FAIL: without AC the batch changes the perplexity: {a['ppl']} vs {b['ppl']}")
+EOF
+set +e
+"$bin/momoe-eval" --checkpoint "$tmp/acmoe/ckpt-00000012" --text "$text" --max-sequences 40 \
+  --attack-rate 0 --batch 8 > /dev/null 2> "$tmp/err"
+rc=$?
+set -e
+[ "$rc" -eq 2 ] && grep -q "AC router computes its metric from each evaluation batch" "$tmp/err" &&
+  grep -q "16 sequences" "$tmp/err" || { cat "$tmp/err"; fail "an AC model at another --batch: rc $rc"; }
+"$bin/momoe-eval" --checkpoint "$tmp/acmoe/ckpt-00000012" --text "$text" --max-sequences 40 \
+  --attack-rate 0 --batch 16 > "$tmp/acmoe.b16" 2> /dev/null || fail "an AC model at its own --batch"
+cmp <(grep -o '"ppl":[0-9.e+-]*' "$tmp/acmoe.eval") <(grep -o '"ppl":[0-9.e+-]*' "$tmp/acmoe.b16") ||
+  fail "an AC model at its own --batch differs from the default"
 
 # perturb NAME WHAT PYTHON: the comparison can fail. PYTHON edits `c` (NAME's config.json) into
 # a copy of the export, which must move the PyTorch perplexity by more than 1e-4 relative.
@@ -155,6 +180,8 @@ perturb acmoe "AC router off" \
   'for b in c["blocks"]: b["ac_router"]["enabled"] = False'
 perturb ac_paper "paper -> reference-code normalisation" \
   'for b in c["blocks"]: b["ac_router"]["normalization"] = "reference_code" if b["ac_router"]["enabled"] else None'
+perturb ac_unit_norm "unit-norm embeddings -> linear logits" \
+  'for b in c["blocks"]: b["ac_router"]["logits"] = "linear"'
 perturb sparsemixer "SparseMixer jitter 0.1 -> 0.5" \
   'for b in c["blocks"]:
     if b["type"] == "moe": b["sparsemixer"]["jitter"] = 0.5'
