@@ -97,7 +97,10 @@ int PhaseTimer::record() {
       s = MOE_CUDA_STATUS(cudaEventRecord(static_cast<cudaEvent_t>(m->event),
                                           static_cast<cudaStream_t>(ctx_->stream().handle)));
     }
-    if (!s.ok() && error_.ok()) error_ = s.with_context("timing the step's phases");
+    if (!s.ok()) {
+      (void)cudaGetLastError();  // not the next kernel's launch error
+      if (error_.ok()) error_ = s.with_context("timing the step's phases");
+    }
   }
 #endif
   return index;
@@ -151,13 +154,19 @@ StatusOr<PhaseSecondsArray> PhaseTimer::collect() {
       CudaDeviceGuard on_device(ctx_->device());
       const cudaError_t ready = cudaEventQuery(static_cast<cudaEvent_t>(b.event));
       if (ready == cudaErrorNotReady) {
-        later.push_back(iv);  // the stream has not got there yet: a later collect() reads it
+        // The stream has not got there yet: a later collect() reads it. (NotReady is no error;
+        // cleared anyway, so that no launch check reads it.)
+        if (cudaPeekAtLastError() == cudaErrorNotReady) (void)cudaGetLastError();
+        later.push_back(iv);
         continue;
       }
       float ms = 0;
       const Status s = MOE_CUDA_STATUS(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(a.event),
                                                             static_cast<cudaEvent_t>(b.event)));
-      if (!s.ok() && error_.ok()) error_ = s.with_context("timing the step's phases");
+      if (!s.ok()) {
+        (void)cudaGetLastError();
+        if (error_.ok()) error_ = s.with_context("timing the step's phases");
+      }
       seconds = static_cast<double>(ms) * 1e-3;
     }
 #endif

@@ -86,6 +86,7 @@ Status MoeDispatcher::plan(const Tensor& idx, int64_t token_offset, const Tensor
   if (comm_ == nullptr) {
     MOE_RETURN_IF_ERROR(ctx_.copy(p->kept, counts.rows(experts, 2 * experts)));
   } else {
+    ScopedPhase phase(ctx_, Phase::kExchange);
     MOE_RETURN_IF_ERROR(comm_->all_to_all(p->kept.view().reshape({ranks, local}),
                                           counts.view().rows(experts, 2 * experts).reshape({ranks, local}),
                                           ctx_.stream()));
@@ -156,6 +157,7 @@ StatusOr<Tensor> MoeDispatcher::dispatch(const Tensor& x, const DispatchPlan& pl
   MOE_RETURN_IF_ERROR(gather(0, own_begin, send, 0));
   MOE_RETURN_IF_ERROR(gather(own_end, ex.send_total, send, own_end));
   MOE_RETURN_IF_ERROR(gather(own_begin, own_end, recv, ex.recv_offsets[me]));
+  ScopedPhase phase(ctx_, Phase::kExchange);
   MOE_RETURN_IF_ERROR(comm_->all_to_all_v(send, ex.without(me), recv, ctx_.stream()));
   return recv;
 }

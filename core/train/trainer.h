@@ -154,6 +154,7 @@ class Trainer {
   comm::Communicator* world_;
   std::unique_ptr<Context> ctx_;
   std::unique_ptr<PhaseTimer> phase_timer_;  // the step's phases (set on ctx_)
+  bool phase_timing_failed_ = false;           // warned once
   RunDevice device_;  // what ctx_ is (its ctx moved into ctx_)
   comm::ProcessGroups groups_;
   bool has_groups_ = false;

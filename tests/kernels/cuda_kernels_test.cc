@@ -903,11 +903,19 @@ TEST_F(CudaKernelTest, AdaptiveClusteringArgmaxAndInit) {
       OK(ac_apply_metric_backward(gpu(), up(dout), glabels, gmetric, gdx));
       expect_close("ac_apply_metric_backward", dx, gdx, dt == DType::kBF16 ? -1 : 1e-12);
     }
-    // Unit-norm expert embeddings (the same double expressions; FMA may move the last bit,
-    // which rounding to f32 can turn into one f32 ulp).
+    // Unit-norm expert embeddings: the same double expressions in the same order (no FMA
+    // contraction on either side: --fmad=false, -ffp-contract=off), so the same bits; a zero
+    // column stays zero.
     {
-      const double tol = f == DType::kF32 ? 1e-6 : 1e-12;
+      const double tol = 0;
       Tensor w = rand({d, experts}, f), dunit = rand({d, experts}, f);
+      for (int64_t q = 0; q < d; ++q) {
+        if (f == DType::kF32) {
+          w.data<float>()[q * experts] = 0;
+        } else {
+          w.data<double>()[q * experts] = 0;
+        }
+      }
       Tensor unit = Tensor::empty({d, experts}, f), gunit = poisoned({d, experts}, f);
       Tensor inv = Tensor::empty({experts}, f), ginv = poisoned({experts}, f);
       OK(normalize_columns(cpu(), w, unit, inv));
