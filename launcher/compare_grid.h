@@ -43,8 +43,11 @@ StatusOr<std::vector<CompareVariant>> parse_grid_text(const std::string& text,
 StatusOr<std::vector<uint64_t>> parse_seeds(const std::string& list);
 
 // The built-in grids: "papers" (the seven routing and residual variants of the four papers on a
-// quick-start-sized model, about 30 minutes on 2 CPU cores) and "gpu-medium" (the papers' 6-layer
-// medium models, sized for one GPU). kInvalidArgument naming the known presets otherwise.
+// quick-start-sized model under the papers' settings: dropless, each paper's balance loss, the AC
+// gate of the reference code; about 30 minutes on 2 CPU cores), "papers-capacity" (the same
+// variants with capacity 1.25 and the balance loss at 0.01: what changes when experts have a
+// capacity) and "gpu-medium" (the papers' 6-layer medium models, sized for one GPU; configs/papers
+// has each paper's own settings). kInvalidArgument naming the known presets otherwise.
 struct ComparePreset {
   std::string base_config;  // relative to the source tree's configs/
   std::vector<std::string> common;

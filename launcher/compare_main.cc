@@ -122,7 +122,9 @@ std::string last_error_line(const std::string& log) {
 Status run(int argc, char** argv) {
   FlagParser flags;
   flags.value("config", "the base config (default: the preset's)");
-  flags.value("preset", "a built-in grid: papers (default without --grid/--variant), gpu-medium");
+  flags.value("preset",
+              "a built-in grid: papers (default without --grid/--variant: the papers' settings), "
+              "papers-capacity (capacity 1.25, balance loss 0.01), gpu-medium");
   flags.value("grid", "a grid file: one variant per line, NAME KEY=VALUE ...");
   flags.value("variant", "one variant, 'NAME KEY=VALUE ...' (repeatable)", true);
   flags.value("set", "KEY=VALUE override for every variant (repeatable)", true);
@@ -157,7 +159,8 @@ Status run(int argc, char** argv) {
     grid.base_config = config_dir() + "/" + p.base_config;
     grid.common = p.common;
     grid.variants = p.variants;
-    if (flags.get("preset", "papers") == "papers") targets = {6.0, 5.5, 5.25};
+    const std::string preset = flags.get("preset", "papers");
+    if (preset == "papers" || preset == "papers-capacity") targets = {6.0, 5.5, 5.25};
   }
   if (flags.has("grid")) {
     MOE_ASSIGN_OR_RETURN(std::string text, io::read_file(flags.get("grid")));

@@ -38,8 +38,53 @@ TEST(CompareGridTest, ParsesVariantsGridFilesAndSeeds) {
   expect_invalid(parse_seeds("2,2").status(), {"seed 2 appears twice"});
 }
 
+// The papers preset trains each variant under its paper's settings; papers-capacity keeps the
+// capacity and the balance loss everywhere.
+TEST(CompareGridTest, ThePapersPresetHasEachPapersSettings) {
+  for (const char* name : {"papers", "papers-capacity"}) {
+    const bool paper = std::string(name) == "papers";
+    ComparePreset p = compare_preset(name).value();
+    CompareGrid grid;
+    grid.base_config = std::string(MOE_CONFIG_DIR) + "/" + p.base_config;
+    grid.common = p.common;
+    grid.variants = p.variants;
+    StatusOr<std::vector<RunConfig>> cfgs = resolve_grid(grid, 1);
+    ASSERT_TRUE(cfgs.ok()) << cfgs.status().to_string();
+    for (size_t i = 0; i < cfgs->size(); ++i) {
+      const RunConfig& c = (*cfgs)[i];
+      const std::string& variant = grid.variants[i].name;
+      SCOPED_TRACE(std::string(name) + " " + variant);
+      EXPECT_EQ(c.train.steps, 600);
+      EXPECT_EQ(c.train.grad_clip, paper ? 0.0 : 1.0);
+      EXPECT_EQ(c.train.schedule, paper ? LrScheduleKind::kConstant : LrScheduleKind::kCosine);
+      EXPECT_EQ(c.train.optimizer.weight_decay, 0);
+      const bool momentum_family = variant == "smoe" || variant == "momentum" ||
+                                   variant == "adam" || variant == "robust";
+      for (const BlockPlan& b : c.model.blocks) {
+        if (!b.moe) continue;
+        const MoeLayerConfig& m = b.moe_cfg;
+        EXPECT_EQ(m.dropless, paper);
+        EXPECT_EQ(m.balance_loss_coef, paper && momentum_family ? 0.0 : 0.01);
+        EXPECT_EQ(m.z_loss_coef, 0);
+        if (m.residual == ResidualKind::kAdam) {
+          EXPECT_EQ(m.adam.eps_placement, paper ? AdamEpsPlacement::kInsideSqrt
+                                                : AdamEpsPlacement::kOutsideSqrt);
+        }
+        if (m.ac.enabled) {
+          EXPECT_EQ(m.ac.logits,
+                    paper ? AcLogits::kUnitNormEmbeddings : AcLogits::kLinear);
+          EXPECT_EQ(m.ac.min_cluster_size, paper ? 0 : 2);
+        }
+        if (m.sparsemixer.enabled) {
+          EXPECT_EQ(m.sparsemixer.jitter, 0.1);
+        }
+      }
+    }
+  }
+}
+
 TEST(CompareGridTest, PresetsResolveAndBudgetsMustMatch) {
-  for (const char* name : {"papers", "gpu-medium"}) {
+  for (const char* name : {"papers", "papers-capacity", "gpu-medium"}) {
     ComparePreset p = compare_preset(name).value();
     CompareGrid grid;
     grid.base_config = std::string(MOE_CONFIG_DIR) + "/" + p.base_config;
@@ -50,7 +95,7 @@ TEST(CompareGridTest, PresetsResolveAndBudgetsMustMatch) {
     EXPECT_EQ(cfgs->size(), 7u);
     EXPECT_EQ(cfgs->front().train.seed, 7u);
   }
-  expect_invalid(compare_preset("nope").status(), {"unknown --preset 'nope'", "papers"});
+  expect_invalid(compare_preset("nope").status(), {"unknown --preset 'nope'", "papers-capacity"});
 
   CompareGrid grid;
   grid.base_config = TINY_CONFIG;
