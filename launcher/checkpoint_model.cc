@@ -77,6 +77,20 @@ Status open_device(CheckpointModel* c, const std::string& device, int threads) {
   return Status::OK();
 }
 
+void declare_device_flags(FlagParser* flags) {
+  flags->value("device", "cpu or cuda (default: the device the checkpoint was trained on)");
+  flags->value("threads",
+               "CPU threads (default: the checkpoint's parallel.threads; 0 = every core)");
+}
+
+Status open_device(CheckpointModel* c, const FlagParser& flags) {
+  MOE_ASSIGN_OR_RETURN(const int64_t threads, flags.get_int("threads", c->cfg.parallel.threads));
+  if (threads < 0 || threads > 4096) {
+    return invalid_argument_error("--threads ", threads, " must be in [0, 4096] (0: every core)");
+  }
+  return open_device(c, flags.get("device"), static_cast<int>(threads));
+}
+
 Status load_model(CheckpointModel* c) {
   MOE_ASSIGN_OR_RETURN(c->model,
                        TransformerLM::create(c->cfg.model, c->ctx.get(),

@@ -40,12 +40,7 @@ StatusOr<std::string> evaluate(const FlagParser& flags) {
   const RunConfig& cfg = c.cfg;
   const CheckpointManifestInfo& m = c.manifest;
   const std::shared_ptr<const data::Tokenizer>& tokenizer = c.tokenizer;
-  // --threads, else the checkpoint's parallel.threads, else every core.
-  MOE_ASSIGN_OR_RETURN(const int64_t threads, flags.get_int("threads", cfg.parallel.threads));
-  if (threads < 0 || threads > 4096) {
-    return invalid_argument_error("--threads ", threads, " must be in [0, 4096] (0: every core)");
-  }
-  MOE_RETURN_IF_ERROR(open_device(&c, flags.get("device"), static_cast<int>(threads)));
+  MOE_RETURN_IF_ERROR(open_device(&c, flags));
   const std::string text = flags.get("text");
   // A SentencePiece checkpoint's text is tokenized by momoe-data (data/tokenizer.h says why) into
   // a temporary dataset, read from its shards.
@@ -170,9 +165,7 @@ int run(int argc, char** argv) {
               "sequences per evaluation batch (default: the trainer's, batch_size / grad_accum; "
               "a model with an AC router or an evaluation capacity takes only that)");
   flags.value("max-sequences", "evaluate only the first N sequences (default: all)");
-  flags.value("device", "cpu or cuda (default: the device the checkpoint was trained on)");
-  flags.value("threads",
-              "CPU threads (default: the checkpoint's parallel.threads; 0 = every core)");
+  declare_device_flags(&flags);
   flags.switch_flag("help", "print this help");
   Status parsed = flags.parse(argc, argv);
   if (flags.has("help")) {

@@ -230,12 +230,7 @@ Status generate(const FlagParser& flags) {
   MOE_ASSIGN_OR_RETURN(const std::string prompt, read_prompt(flags));
 
   MOE_ASSIGN_OR_RETURN(CheckpointModel ckpt, open_checkpoint(flags.get("checkpoint")));
-  // --threads, else the checkpoint's parallel.threads, else every core.
-  MOE_ASSIGN_OR_RETURN(const int64_t threads, flags.get_int("threads", ckpt.cfg.parallel.threads));
-  if (threads < 0 || threads > 4096) {
-    return invalid_argument_error("--threads ", threads, " must be in [0, 4096] (0: every core)");
-  }
-  MOE_RETURN_IF_ERROR(open_device(&ckpt, flags.get("device"), static_cast<int>(threads)));
+  MOE_RETURN_IF_ERROR(open_device(&ckpt, flags));
   const data::Tokenizer& tokenizer = *ckpt.tokenizer;
   // A SentencePiece checkpoint is tokenized by `momoe-data tokenize` children (data/tokenizer.h
   // says why), started before the weights fill memory.
@@ -334,9 +329,7 @@ int run(int argc, char** argv) {
   flags.switch_flag("ids",
                     "also print the prompt's and the generated token ids as one JSON "
                     "line on stderr");
-  flags.value("device", "cpu or cuda (default: the device the checkpoint was trained on)");
-  flags.value("threads",
-              "CPU threads (default: the checkpoint's parallel.threads; 0 = every core)");
+  declare_device_flags(&flags);
   flags.switch_flag("help", "print this help");
   Status parsed = flags.parse(argc, argv);
   if (flags.has("help")) {
