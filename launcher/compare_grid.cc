@@ -128,31 +128,62 @@ StatusOr<std::vector<uint64_t>> parse_seeds(const std::string& list) {
 StatusOr<ComparePreset> compare_preset(const std::string& name) {
   auto v = [](const std::string& spec) { return parse_variant(spec).value(); };
   ComparePreset p;
+  // The papers' settings on the quick-start model (3 MoE blocks, 600 steps): dropless routing,
+  // Adam without weight decay or clipping at a constant rate after warmup (configs/papers/ has
+  // the papers' own sizes and budgets), and per paper: no balance loss for MomentumSMoE's
+  // family, the reference code's Adam, the AC gate with 0.01, SparseMixer's r = 0.1 with 0.01.
+  // The learning rate and warmup stay the quick start's (600 steps, not 80,000).
+  const std::vector<std::string> papers_common = {
+      "train.steps=600",         "train.attack_rate=0.025",       "train.log_every=100",
+      "model.moe.dropless=true", "model.moe.z_loss_coef=0",       "train.schedule.kind=CONSTANT",
+      "train.grad_clip=0",       "train.optimizer.weight_decay=0"};
+  const std::string smoe = "model.arch=sgsgsg model.moe.balance_loss_coef=0";
+  const std::string momentum = "model.arch=smsmsm model.moe.balance_loss_coef=0";
+  const std::string adam =
+      "model.arch=sasmsm model.moe.adam.reference_code=true model.moe.balance_loss_coef=0";
+  const std::string robust = "model.arch=srsrsr model.moe.balance_loss_coef=0";
+  const std::string acmoe =
+      "model.arch=sgscsc model.moe.balance_loss_coef=0.01 "
+      "model.moe.ac.normalization=REFERENCE_CODE "
+      "model.moe.ac.min_cluster_size=0 model.moe.ac.logits=UNIT_NORM_EMBEDDINGS";
+  const std::string switch_top1 =
+      "model.arch=sgsgsg model.moe.top_k=1 model.moe.balance_loss_coef=0.01";
+  const std::string sparsemixer =
+      switch_top1 + " model.moe.sparsemixer.enabled=true model.moe.sparsemixer.jitter=0.1";
   if (name == "papers") {
-    // The papers' settings on the quick-start model (3 MoE blocks, 600 steps): dropless routing,
-    // Adam without weight decay or clipping at a constant rate after warmup (configs/papers/ has
-    // the papers' own sizes and budgets), and per paper: no balance loss for MomentumSMoE's
-    // family, the reference code's Adam, the AC gate with 0.01, SparseMixer's r = 0.1 with 0.01.
-    // The learning rate and warmup stay the quick start's (600 steps, not 80,000).
     p.base_config = "quickstart.pbtxt";
-    p.common = {"train.steps=600", "train.attack_rate=0.025", "train.log_every=100",
-                "model.moe.dropless=true", "model.moe.z_loss_coef=0",
-                "train.schedule.kind=CONSTANT", "train.grad_clip=0",
-                "train.optimizer.weight_decay=0"};
-    const std::string momentum_paper = " model.moe.balance_loss_coef=0";
-    const std::string ac_gate =
-        " model.moe.balance_loss_coef=0.01 model.moe.ac.normalization=REFERENCE_CODE "
-        "model.moe.ac.min_cluster_size=0 model.moe.ac.logits=UNIT_NORM_EMBEDDINGS";
-    const std::string sparsemixer_paper =
-        " model.moe.top_k=1 model.moe.balance_loss_coef=0.01";
-    p.variants = {v("smoe model.arch=sgsgsg" + momentum_paper),
-                  v("momentum model.arch=smsmsm" + momentum_paper),
-                  v("adam model.arch=sasmsm model.moe.adam.reference_code=true" + momentum_paper),
-                  v("robust model.arch=srsrsr" + momentum_paper),
-                  v("acmoe model.arch=sgscsc" + ac_gate),
-                  v("switch-top1 model.arch=sgsgsg" + sparsemixer_paper),
-                  v("sparsemixer-top1 model.arch=sgsgsg model.moe.sparsemixer.enabled=true "
-                    "model.moe.sparsemixer.jitter=0.1" + sparsemixer_paper)};
+    p.common = papers_common;
+    p.variants = {v("smoe " + smoe),
+                  v("momentum " + momentum),
+                  v("adam " + adam),
+                  v("robust " + robust),
+                  v("acmoe " + acmoe),
+                  v("switch-top1 " + switch_top1),
+                  v("sparsemixer-top1 " + sparsemixer)};
+    return p;
+  }
+  if (name == "papers-ablations") {
+    // Each departure of momoe's defaults from the papers, alone: a papers variant with one
+    // setting put back to the quick start's (compare each with its papers-grid row, same seeds).
+    const std::string capacity = " model.moe.dropless=false";  // the quick start's factor 1.25
+    const std::string cosine_clip = " train.schedule.kind=COSINE train.grad_clip=1";
+    p.base_config = "quickstart.pbtxt";
+    p.common = papers_common;
+    p.variants = {
+        v("smoe+capacity " + smoe + capacity), v("momentum+capacity " + momentum + capacity),
+        v("switch-top1+capacity " + switch_top1 + capacity),
+        v("sparsemixer-top1+capacity " + sparsemixer + capacity),
+        v("smoe+balance " + smoe + " model.moe.balance_loss_coef=0.01"),
+        v("momentum+balance " + momentum + " model.moe.balance_loss_coef=0.01"),
+        // momoe's AC gate: r W + b, the paper's normalisation, clusters under 2 tokens left out.
+        v("acmoe+momoe-gate " + acmoe +
+          " model.moe.ac.logits=LINEAR model.moe.ac.normalization=PAPER "
+          "model.moe.ac.min_cluster_size=2"),
+        v("smoe+cosine-clip " + smoe + cosine_clip),
+        v("momentum+cosine-clip " + momentum + cosine_clip),
+        v("adam+cosine-clip " + adam + cosine_clip),
+        // momoe's Adam layer: the paper's equations (eps outside the square root, kappa 0).
+        v("adam+momoe-layer " + adam + " model.moe.adam.reference_code=false")};
     return p;
   }
   if (name == "papers-capacity") {
@@ -188,7 +219,7 @@ StatusOr<ComparePreset> compare_preset(const std::string& name) {
     return p;
   }
   return invalid_argument_error("unknown --preset '", name,
-                                "' (known: papers, papers-capacity, gpu-medium)");
+                                "' (known: papers, papers-capacity, papers-ablations, gpu-medium)");
 }
 
 StatusOr<std::vector<RunConfig>> resolve_grid(const CompareGrid& grid, uint64_t seed) {

@@ -122,9 +122,11 @@ std::string last_error_line(const std::string& log) {
 Status run(int argc, char** argv) {
   FlagParser flags;
   flags.value("config", "the base config (default: the preset's)");
-  flags.value("preset",
-              "a built-in grid: papers (default without --grid/--variant: the papers' settings), "
-              "papers-capacity (capacity 1.25, balance loss 0.01), gpu-medium");
+  flags.value(
+      "preset",
+      "a built-in grid: papers (default without --grid/--variant: the papers' settings), "
+      "papers-capacity (capacity 1.25, balance loss 0.01), papers-ablations (each departure "
+      "from the papers alone), gpu-medium");
   flags.value("grid", "a grid file: one variant per line, NAME KEY=VALUE ...");
   flags.value("variant", "one variant, 'NAME KEY=VALUE ...' (repeatable)", true);
   flags.value("set", "KEY=VALUE override for every variant (repeatable)", true);
@@ -160,7 +162,7 @@ Status run(int argc, char** argv) {
     grid.common = p.common;
     grid.variants = p.variants;
     const std::string preset = flags.get("preset", "papers");
-    if (preset == "papers" || preset == "papers-capacity") targets = {6.0, 5.5, 5.25};
+    if (preset.rfind("papers", 0) == 0) targets = {6.0, 5.5, 5.25};
   }
   if (flags.has("grid")) {
     MOE_ASSIGN_OR_RETURN(std::string text, io::read_file(flags.get("grid")));

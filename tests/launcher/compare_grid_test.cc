@@ -4,6 +4,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <map>
+#include <set>
+#include <sstream>
+
 #include "tests/testing/status_expect.h"
 
 namespace moe {
@@ -83,8 +88,93 @@ TEST(CompareGridTest, ThePapersPresetHasEachPapersSettings) {
   }
 }
 
+// The lines of `a`'s resolved config text that `b` lacks, trimmed ("dropless: true").
+std::vector<std::string> lines_only_in(const std::string& a, const std::string& b) {
+  auto lines = [](const std::string& text) {
+    std::multiset<std::string> out;
+    std::istringstream in(text);
+    for (std::string line; std::getline(in, line);) {
+      const size_t first = line.find_first_not_of(' ');
+      if (first != std::string::npos) out.insert(line.substr(first));
+    }
+    return out;
+  };
+  std::multiset<std::string> in_b = lines(b);
+  std::vector<std::string> out;
+  for (const std::string& line : lines(a)) {
+    auto it = in_b.find(line);
+    if (it == in_b.end()) {
+      out.push_back(line);
+    } else {
+      in_b.erase(it);
+    }
+  }
+  return out;
+}
+
+// Each ablation is its papers variant with one departure put back to momoe's default: the
+// resolved configs differ in exactly that setting (field by field, on the full config text).
+TEST(CompareGridTest, EachAblationDepartsFromItsPapersVariantInOneSetting) {
+  auto resolve = [](const char* name) {
+    ComparePreset p = compare_preset(name).value();
+    CompareGrid grid;
+    grid.base_config = std::string(MOE_CONFIG_DIR) + "/" + p.base_config;
+    grid.common = p.common;
+    grid.variants = p.variants;
+    std::map<std::string, RunConfig> out;
+    std::vector<RunConfig> cfgs = resolve_grid(grid, 3).value();
+    for (size_t i = 0; i < cfgs.size(); ++i) out[grid.variants[i].name] = cfgs[i];
+    return out;
+  };
+  const std::map<std::string, RunConfig> papers = resolve("papers");
+  const std::map<std::string, RunConfig> ablations = resolve("papers-ablations");
+  // variant -> the lines its papers variant has that the ablation replaces, and their new values.
+  const std::map<std::string, std::pair<std::vector<std::string>, std::vector<std::string>>>
+      expected = {{"smoe+capacity", {{"dropless: true"}, {"dropless: false"}}},
+                  {"momentum+capacity", {{"dropless: true"}, {"dropless: false"}}},
+                  {"switch-top1+capacity", {{"dropless: true"}, {"dropless: false"}}},
+                  {"sparsemixer-top1+capacity", {{"dropless: true"}, {"dropless: false"}}},
+                  {"smoe+balance", {{"balance_loss_coef: 0"}, {"balance_loss_coef: 0.01"}}},
+                  {"momentum+balance", {{"balance_loss_coef: 0"}, {"balance_loss_coef: 0.01"}}},
+                  {"acmoe+momoe-gate",
+                   {{"normalization: REFERENCE_CODE", "min_cluster_size: 0",
+                     "logits: UNIT_NORM_EMBEDDINGS"},
+                    {"normalization: PAPER", "min_cluster_size: 2", "logits: LINEAR"}}},
+                  {"smoe+cosine-clip",
+                   {{"kind: CONSTANT", "grad_clip: 0"}, {"kind: COSINE", "grad_clip: 1"}}},
+                  {"momentum+cosine-clip",
+                   {{"kind: CONSTANT", "grad_clip: 0"}, {"kind: COSINE", "grad_clip: 1"}}},
+                  {"adam+cosine-clip",
+                   {{"kind: CONSTANT", "grad_clip: 0"}, {"kind: COSINE", "grad_clip: 1"}}},
+                  {"adam+momoe-layer",  // `reference_code` resolves to these two
+                   {{"eps_placement: INSIDE_SQRT", "kappa: 1"},
+                    {"eps_placement: OUTSIDE_SQRT", "kappa: 0"}}}};
+  ASSERT_EQ(ablations.size(), expected.size());
+  for (const auto& [name, ablation] : ablations) {
+    SCOPED_TRACE(name);
+    ASSERT_TRUE(expected.count(name)) << "no expectation for this ablation";
+    const std::string base = name.substr(0, name.find('+'));
+    ASSERT_TRUE(papers.count(base)) << "no papers variant " << base;
+    const RunConfig& paper = papers.at(base);
+    std::vector<std::string> removed = lines_only_in(paper.text, ablation.text);
+    std::vector<std::string> added = lines_only_in(ablation.text, paper.text);
+    // Per-block settings repeat once per MoE block: compare the distinct lines.
+    for (std::vector<std::string>* lines : {&removed, &added}) {
+      std::sort(lines->begin(), lines->end());
+      lines->erase(std::unique(lines->begin(), lines->end()), lines->end());
+    }
+    std::vector<std::string> want_removed = expected.at(name).first;
+    std::vector<std::string> want_added = expected.at(name).second;
+    std::sort(want_removed.begin(), want_removed.end());
+    std::sort(want_added.begin(), want_added.end());
+    EXPECT_EQ(removed, want_removed);
+    EXPECT_EQ(added, want_added);
+    EXPECT_EQ(ablation.train.seed, paper.train.seed);
+  }
+}
+
 TEST(CompareGridTest, PresetsResolveAndBudgetsMustMatch) {
-  for (const char* name : {"papers", "papers-capacity", "gpu-medium"}) {
+  for (const char* name : {"papers", "papers-capacity", "papers-ablations", "gpu-medium"}) {
     ComparePreset p = compare_preset(name).value();
     CompareGrid grid;
     grid.base_config = std::string(MOE_CONFIG_DIR) + "/" + p.base_config;
@@ -92,7 +182,7 @@ TEST(CompareGridTest, PresetsResolveAndBudgetsMustMatch) {
     grid.variants = p.variants;
     StatusOr<std::vector<RunConfig>> cfgs = resolve_grid(grid, 7);
     ASSERT_TRUE(cfgs.ok()) << name << ": " << cfgs.status().to_string();
-    EXPECT_EQ(cfgs->size(), 7u);
+    EXPECT_EQ(cfgs->size(), std::string(name) == "papers-ablations" ? 11u : 7u);
     EXPECT_EQ(cfgs->front().train.seed, 7u);
   }
   expect_invalid(compare_preset("nope").status(), {"unknown --preset 'nope'", "papers-capacity"});
