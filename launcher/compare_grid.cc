@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <set>
 #include <sstream>
 
@@ -392,6 +393,166 @@ std::string curves_csv(const std::vector<CompareRun>& runs) {
     for (const auto& [step, loss] : r.losses) {
       out << r.variant << "," << r.seed << "," << step << "," << fmt(loss, 6) << "\n";
     }
+  }
+  return out.str();
+}
+
+namespace {
+
+// The fields of one CSV line (RFC 4180: a quoted field may hold commas and doubled quotes).
+std::vector<std::string> csv_fields(const std::string& line) {
+  std::vector<std::string> out(1);
+  bool quoted = false;
+  for (size_t i = 0; i < line.size(); ++i) {
+    const char c = line[i];
+    if (quoted) {
+      if (c == '"' && i + 1 < line.size() && line[i + 1] == '"') {
+        out.back() += '"';
+        ++i;
+      } else if (c == '"') {
+        quoted = false;
+      } else {
+        out.back() += c;
+      }
+    } else if (c == '"') {
+      quoted = true;
+    } else if (c == ',') {
+      out.emplace_back();
+    } else if (c != '\r') {
+      out.back() += c;
+    }
+  }
+  return out;
+}
+
+std::string signed_cell(const std::vector<double>& x, int digits = 2) {
+  const auto [m, s] = mean_std(x);
+  if (!std::isfinite(m)) return "-";
+  return (m >= 0 ? "+" : "") + fmt(m, digits) + " +- " + fmt(s, digits);
+}
+
+}  // namespace
+
+StatusOr<std::vector<CompareRow>> parse_runs_csv(const std::string& text,
+                                                 const std::string& source) {
+  std::istringstream in(text);
+  std::string line;
+  if (!std::getline(in, line)) return invalid_argument_error(source, ": empty (no header line)");
+  const std::vector<std::string> header = csv_fields(line);
+  auto column = [&](const std::string& name) -> int {
+    for (size_t i = 0; i < header.size(); ++i) {
+      if (header[i] == name) return static_cast<int>(i);
+    }
+    return -1;
+  };
+  const int variant = column("variant"), seed = column("seed"), ok = column("ok"),
+            ppl = column("valid_ppl"), att = column("attacked_valid_ppl"),
+            loss = column("final_loss");
+  for (const auto& [index, name] : std::vector<std::pair<int, const char*>>{
+           {variant, "variant"}, {seed, "seed"}, {ok, "ok"}, {ppl, "valid_ppl"}}) {
+    if (index < 0) {
+      return invalid_argument_error(source, ": no '", name,
+                                    "' column (not a momoe-compare runs.csv?)");
+    }
+  }
+  auto number = [](const std::vector<std::string>& f, int i, double* v) {
+    if (i < 0 || f[i] == "-") {
+      *v = NAN;
+      return true;
+    }
+    char* end = nullptr;
+    *v = std::strtod(f[i].c_str(), &end);
+    return !f[i].empty() && *end == '\0';
+  };
+  std::vector<CompareRow> rows;
+  for (int number_of_line = 2; std::getline(in, line); ++number_of_line) {
+    if (line.empty() || line == "\r") continue;
+    const std::vector<std::string> f = csv_fields(line);
+    if (f.size() != header.size()) {
+      return invalid_argument_error(source, ":", number_of_line, ": ", f.size(),
+                                    " fields, the header has ", header.size());
+    }
+    CompareRow r;
+    r.variant = f[variant];
+    char* end = nullptr;
+    r.seed = std::strtoull(f[seed].c_str(), &end, 10);
+    const bool seed_ok = !f[seed].empty() && *end == '\0';
+    r.ok = f[ok] == "1";
+    if (!seed_ok || (f[ok] != "0" && f[ok] != "1") || !number(f, ppl, &r.valid_ppl) ||
+        !number(f, att, &r.attacked_valid_ppl) || !number(f, loss, &r.final_loss)) {
+      return invalid_argument_error(source, ":", number_of_line, ": a value is not a number");
+    }
+    rows.push_back(std::move(r));
+  }
+  return rows;
+}
+
+std::vector<CompareRow> compare_rows(const std::vector<CompareRun>& runs) {
+  std::vector<CompareRow> rows;
+  for (const CompareRun& r : runs) {
+    CompareRow row;
+    row.variant = r.variant;
+    row.seed = r.seed;
+    row.ok = r.ok;
+    row.valid_ppl = r.valid_ppl;
+    row.attacked_valid_ppl = r.attacked_valid_ppl;
+    row.final_loss = r.losses.empty() ? NAN : r.losses.back().second;
+    rows.push_back(std::move(row));
+  }
+  return rows;
+}
+
+std::string baseline_markdown(const std::vector<CompareRow>& runs,
+                              const std::vector<CompareRow>& baseline,
+                              const std::string& baseline_label) {
+  std::vector<std::string> order;
+  for (const CompareRow& r : runs) {
+    if (std::find(order.begin(), order.end(), r.variant) == order.end()) {
+      order.push_back(r.variant);
+    }
+  }
+  auto has_variant = [&](const std::string& name) {
+    return std::any_of(baseline.begin(), baseline.end(),
+                       [&](const CompareRow& b) { return b.variant == name; });
+  };
+  std::ostringstream out;
+  out << "| variant | baseline | seeds | valid ppl | baseline valid ppl | difference | attacked "
+         "difference | final loss difference |\n|---|---|---|---|---|---|---|---|\n";
+  std::vector<std::string> unmatched;
+  for (const std::string& name : order) {
+    const std::string stem = name.substr(0, name.find('+'));
+    const std::string base = has_variant(name) ? name : stem;
+    if (!has_variant(base)) {
+      unmatched.push_back(name);
+      continue;
+    }
+    std::vector<double> ppl, base_ppl, d_ppl, d_att, d_loss;
+    std::vector<uint64_t> seeds;
+    for (const CompareRow& r : runs) {
+      if (r.variant != name || !r.ok) continue;
+      for (const CompareRow& b : baseline) {
+        if (b.variant != base || b.seed != r.seed || !b.ok) continue;
+        seeds.push_back(r.seed);
+        ppl.push_back(r.valid_ppl);
+        base_ppl.push_back(b.valid_ppl);
+        d_ppl.push_back(r.valid_ppl - b.valid_ppl);
+        d_att.push_back(r.attacked_valid_ppl - b.attacked_valid_ppl);
+        d_loss.push_back(r.final_loss - b.final_loss);
+      }
+    }
+    std::string seed_list;
+    for (uint64_t s : seeds) seed_list += (seed_list.empty() ? "" : ",") + std::to_string(s);
+    const auto [m, sd] = mean_std(ppl);
+    const auto [bm, bsd] = mean_std(base_ppl);
+    out << "| " << name << " | " << base << " | " << (seeds.empty() ? "none" : seed_list) << " | "
+        << (std::isfinite(m) ? fmt(m) + " +- " + fmt(sd) : "-") << " | "
+        << (std::isfinite(bm) ? fmt(bm) + " +- " + fmt(bsd) : "-") << " | " << signed_cell(d_ppl)
+        << " | " << signed_cell(d_att) << " | " << signed_cell(d_loss, 3) << " |\n";
+  }
+  if (!unmatched.empty()) {
+    out << "\nNo variant of the same name (or before its '+') in " << baseline_label << ":";
+    for (const std::string& n : unmatched) out << " " << n;
+    out << "\n";
   }
   return out.str();
 }

@@ -97,4 +97,27 @@ std::string variants_markdown(const std::vector<CompareVariant>& variants);
 // Long format for plotting: variant,seed,step,loss.
 std::string curves_csv(const std::vector<CompareRun>& runs);
 
+// One run as runs.csv records it: what a comparison against another grid needs.
+struct CompareRow {
+  std::string variant;
+  uint64_t seed = 0;
+  bool ok = false;
+  double valid_ppl = NAN, attacked_valid_ppl = NAN, final_loss = NAN;
+};
+// The rows of a runs.csv written by compare_csv (`source` names the file in messages). Columns are
+// found by name; a "-" value reads as NaN.
+StatusOr<std::vector<CompareRow>> parse_runs_csv(const std::string& text,
+                                                 const std::string& source);
+// The rows of the finished runs (ok, its final loss from the curve).
+std::vector<CompareRow> compare_rows(const std::vector<CompareRun>& runs);
+// Each variant of a grid against its baseline variant in another grid (`baseline_label` names it):
+// "NAME+departure" compares with the baseline's NAME, another name with the same name. Runs pair
+// by seed (both finished); per variant: the paired seeds, both grids' mean valid perplexity over
+// them, and the mean +- sample standard deviation of the paired differences (this - baseline) of
+// the clean and attacked perplexity and the final loss. Variants without a baseline are listed
+// after the table.
+std::string baseline_markdown(const std::vector<CompareRow>& runs,
+                              const std::vector<CompareRow>& baseline,
+                              const std::string& baseline_label);
+
 }  // namespace moe

@@ -119,6 +119,17 @@ std::string last_error_line(const std::string& log) {
   return last.empty() ? "see " + log : last;
 }
 
+// DIR/runs.csv of a finished momoe-compare.
+StatusOr<std::vector<CompareRow>> read_runs_csv(const std::string& dir) {
+  const std::string path = dir + "/runs.csv";
+  StatusOr<std::string> text = io::read_file(path);
+  if (!text.ok()) {
+    return text.status().with_context(
+        str_cat(dir, " is not a finished momoe-compare output (no readable runs.csv)"));
+  }
+  return parse_runs_csv(*text, path);
+}
+
 Status run(int argc, char** argv) {
   FlagParser flags;
   flags.value("config", "the base config (default: the preset's)");
@@ -137,6 +148,13 @@ Status run(int argc, char** argv) {
   flags.value("losses", "comma-separated training losses to report steps-to-reach for");
   flags.value("jobs", "runs at a time (default: the number of cores; GPU runs: the number of GPUs)");
   flags.value("out", "output directory (default runs/compare)");
+  flags.value(
+      "baseline",
+      "a finished momoe-compare output directory: summary.md adds each variant against "
+      "its variant there (NAME+departure against NAME, else the same name), paired by seed");
+  flags.value("results",
+              "with --baseline: compare the finished grid in this directory (its runs.csv) "
+              "instead of training one");
   flags.switch_flag("dry-run", "print the runs and exit");
   flags.switch_flag("help", "show this help");
   MOE_RETURN_IF_ERROR(flags.parse(argc, argv));
@@ -145,8 +163,27 @@ Status run(int argc, char** argv) {
         "usage: momoe-compare [flags]\n%s"
         "example: momoe-compare --config configs/quickstart.pbtxt --seeds 1,2 --set "
         "train.steps=300 --variant 'smoe model.arch=sgsgsg' --variant 'momentum "
-        "model.arch=smsmsm' --final-eval subset --out runs/mine\n",
+        "model.arch=smsmsm' --final-eval subset --out runs/mine\n"
+        "        momoe-compare --preset papers-ablations --seeds 1,2,3 --baseline runs/papers\n"
+        "        momoe-compare --results runs/capacity --baseline runs/papers\n",
         flags.usage().c_str());
+    return Status::OK();
+  }
+  // The grid to compare against, read before anything trains.
+  std::vector<CompareRow> baseline;
+  if (flags.has("baseline")) {
+    MOE_ASSIGN_OR_RETURN(baseline, read_runs_csv(flags.get("baseline")));
+  }
+  if (flags.has("results")) {
+    if (!flags.has("baseline")) {
+      return invalid_argument_error(
+          "--results compares a finished grid with --baseline DIR; give both");
+    }
+    MOE_ASSIGN_OR_RETURN(std::vector<CompareRow> rows, read_runs_csv(flags.get("results")));
+    std::printf("%s against %s (paired by seed; differences are %s - %s):\n\n%s",
+                flags.get("results").c_str(), flags.get("baseline").c_str(),
+                flags.get("results").c_str(), flags.get("baseline").c_str(),
+                baseline_markdown(rows, baseline, flags.get("baseline")).c_str());
     return Status::OK();
   }
   if (!flags.positional().empty()) {
@@ -340,13 +377,24 @@ Status run(int argc, char** argv) {
   for (uint64_t s : grid.seeds) md << " " << s;
   md << ". Perplexities are the final evaluation of each run (mean +- sample standard deviation "
         "over seeds); steps to a loss use the mean training loss of the last 10 steps.\n\n"
-     << table << "\n"
-     << variants_markdown(grid.variants);
+     << table << "\n";
+  if (flags.has("baseline")) {
+    md << "## Against " << flags.get("baseline")
+       << "\n\nPaired by seed; differences are this grid's "
+       << "minus the baseline's (mean +- sample standard deviation over the paired seeds).\n\n"
+       << baseline_markdown(compare_rows(results), baseline, flags.get("baseline")) << "\n";
+  }
+  md << variants_markdown(grid.variants);
   MOE_RETURN_IF_ERROR(io::write_file_atomic(out + "/summary.md", md.str()));
   MOE_RETURN_IF_ERROR(
       io::write_file_atomic(out + "/runs.csv", compare_csv(grid.variants, results, targets)));
   MOE_RETURN_IF_ERROR(io::write_file_atomic(out + "/curves.csv", curves_csv(results)));
-  std::printf("\n%s\nwrote %s/summary.md, runs.csv, curves.csv\n", table.c_str(), out.c_str());
+  std::printf("\n%s\n", table.c_str());
+  if (flags.has("baseline")) {
+    std::printf("against %s:\n\n%s\n", flags.get("baseline").c_str(),
+                baseline_markdown(compare_rows(results), baseline, flags.get("baseline")).c_str());
+  }
+  std::printf("wrote %s/summary.md, runs.csv, curves.csv\n", out.c_str());
   // The first python3 with matplotlib: PATH's, else the system's (a pyenv or venv python on PATH
   // often lacks it).
   const std::string args =

@@ -281,6 +281,89 @@ TEST(CompareGridTest, SummaryTablesFromRunRecords) {
       << vmd;
   EXPECT_NE(vmd.find("| b | (the base config) |"), std::string::npos) << vmd;
   EXPECT_EQ(curves_csv(runs).find("variant,seed,step,loss\na,1,0,8.000000\n"), 0u);
+
+  // runs.csv reads back into the rows the runs give (quoted overrides with commas and quotes).
+  with_overrides[1].overrides = {"data.train=x,y"};
+  const std::vector<CompareRow> rows =
+      parse_runs_csv(compare_csv(with_overrides, runs, {6.5}), "runs.csv").value();
+  const std::vector<CompareRow> direct = compare_rows(runs);
+  ASSERT_EQ(rows.size(), 3u);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    SCOPED_TRACE(i);
+    EXPECT_EQ(rows[i].variant, direct[i].variant);
+    EXPECT_EQ(rows[i].seed, direct[i].seed);
+    EXPECT_EQ(rows[i].ok, direct[i].ok);
+    for (auto [a, b] : {std::pair{rows[i].valid_ppl, direct[i].valid_ppl},
+                        {rows[i].attacked_valid_ppl, direct[i].attacked_valid_ppl},
+                        {rows[i].final_loss, direct[i].final_loss}}) {
+      if (std::isnan(b)) {
+        EXPECT_TRUE(std::isnan(a));
+      } else {
+        EXPECT_NEAR(a, b, 1e-4);
+      }
+    }
+  }
+}
+
+TEST(CompareGridTest, RunsCsvIsReadByColumnNameAndBadFilesAreNamed) {
+  const std::string csv =
+      "seed,variant,ok,valid_ppl\n"  // another column order, no attacked or loss column
+      "3,a,1,12.5\n"
+      "4,a,0,-\n";
+  const std::vector<CompareRow> rows = parse_runs_csv(csv, "r.csv").value();
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0].seed, 3u);
+  EXPECT_EQ(rows[0].valid_ppl, 12.5);
+  EXPECT_TRUE(std::isnan(rows[0].final_loss));
+  EXPECT_FALSE(rows[1].ok);
+  expect_invalid(parse_runs_csv("", "r.csv").status(), {"r.csv", "empty"});
+  expect_invalid(parse_runs_csv("variant,seed,ok\n", "r.csv").status(),
+                 {"r.csv", "no 'valid_ppl' column"});
+  expect_invalid(parse_runs_csv("variant,seed,ok,valid_ppl\na,1,1\n", "r.csv").status(),
+                 {"r.csv:2", "3 fields, the header has 4"});
+  expect_invalid(parse_runs_csv("variant,seed,ok,valid_ppl\na,1,1,12x\n", "r.csv").status(),
+                 {"r.csv:2", "not a number"});
+  expect_invalid(parse_runs_csv("variant,seed,ok,valid_ppl\na,x,1,12\n", "r.csv").status(),
+                 {"r.csv:2", "not a number"});
+}
+
+TEST(CompareGridTest, BaselineDifferencesArePairedBySeed) {
+  auto row = [](const std::string& v, uint64_t seed, double ppl, double att, double loss,
+                bool ok = true) {
+    CompareRow r;
+    r.variant = v;
+    r.seed = seed;
+    r.ok = ok;
+    r.valid_ppl = ppl;
+    r.attacked_valid_ppl = att;
+    r.final_loss = loss;
+    return r;
+  };
+  const std::vector<CompareRow> baseline = {
+      row("smoe", 1, 100, 130, 5.0), row("smoe", 2, 110, 140, 5.1), row("smoe", 3, 120, 150, 5.2),
+      row("momentum", 1, 90, 120, 4.9)};
+  const std::vector<CompareRow> runs = {
+      // smoe+capacity: seed 3 is not in this grid, seed 4 not in the baseline: pairs 1 and 2.
+      row("smoe+capacity", 1, 104, 131, 5.05), row("smoe+capacity", 2, 112, 143, 5.05),
+      row("smoe+capacity", 4, 500, 500, 9.0),
+      // momentum: the same name; its second seed failed here, so one pair.
+      row("momentum", 1, 87, 121, 4.8), row("momentum", 2, NAN, NAN, NAN, false),
+      row("acmoe+gate", 1, 1, 1, 1)};
+  const std::string md = baseline_markdown(runs, baseline, "runs/papers");
+  // Differences +4 and +2: mean +3, sample std sqrt(2) = 1.41; attacked +1 and +3: +2 +- 1.41;
+  // loss +0.05 and -0.05: +0.000 +- 0.071.
+  EXPECT_NE(md.find("| smoe+capacity | smoe | 1,2 | 108.00 +- 5.66 | 105.00 +- 7.07 | +3.00 +- "
+                    "1.41 | +2.00 +- 1.41 | +0.000 +- 0.071 |"),
+            std::string::npos)
+      << md;
+  EXPECT_NE(md.find("| momentum | momentum | 1 | 87.00 +- 0.00 | 90.00 +- 0.00 | -3.00 +- 0.00 | "
+                    "+1.00 +- 0.00 | -0.100 +- 0.000 |"),
+            std::string::npos)
+      << md;
+  EXPECT_EQ(md.find("| acmoe+gate |"), std::string::npos) << md;
+  EXPECT_NE(md.find("No variant of the same name (or before its '+') in runs/papers: acmoe+gate"),
+            std::string::npos)
+      << md;
 }
 
 }  // namespace

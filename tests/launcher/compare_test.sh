@@ -32,6 +32,17 @@ for run in plain-seed1 plain-seed2 momentum-seed1 momentum-seed2; do
   [ -f "$out/c/runs/$run/stats.pb" ] || fail "no stats for $run"
 done
 
+# Against a baseline grid: "NAME+departure" pairs with NAME's runs of the same seed; and two
+# finished grids compare without training (a grid against itself differs by zero).
+"$bin/momoe-compare" "${common[@]}" --variant 'plain+dropless model.arch=sgsg model.moe.dropless=true' \
+  --jobs 2 --out "$out/b" --final-eval subset --baseline "$out/c" > "$out/log" 2>&1 ||
+  { cat "$out/log"; fail "the grid with --baseline failed"; }
+grep -q "^## Against $out/c" "$out/b/summary.md" || { cat "$out/b/summary.md"; fail "summary.md has no baseline section"; }
+grep -q "^| plain+dropless | plain | 1,2 | " "$out/b/summary.md" || { cat "$out/b/summary.md"; fail "no paired row"; }
+"$bin/momoe-compare" --results "$out/c" --baseline "$out/c" > "$out/log" 2>&1 || { cat "$out/log"; fail "--results failed"; }
+grep -q "^| momentum | momentum | 1,2 | .* | +0.00 +- 0.00 | +0.00 +- 0.00 | +0.000 +- 0.000 |$" "$out/log" ||
+  { cat "$out/log"; fail "a grid against itself does not differ by zero"; }
+
 # expect_refused NEEDLE ARGS...: exit 2, the message names the problem, nothing ran.
 expect_refused() {
   local needle=$1; shift
@@ -51,5 +62,8 @@ expect_refused "'a' appears twice" "${common[@]}" --variant 'a model.arch=sgsg' 
   --variant 'a model.arch=smsm' --out "$out/d"
 expect_refused "already holds a comparison" "${common[@]}" --variant 'a model.arch=sgsg' --out "$out/c"
 expect_refused "is not a seed" --config "$config" --variant 'a model.arch=sgsg' --seeds 1,x --out "$out/d"
+expect_refused "is not a finished momoe-compare output" "${common[@]}" --variant 'a model.arch=sgsg' \
+  --baseline "$out/none" --out "$out/d"
+expect_refused "give both" --results "$out/c"
 [ ! -e "$out/d" ] || fail "a refused grid created its output directory"
 echo PASS
