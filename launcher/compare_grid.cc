@@ -1,11 +1,13 @@
 #include "launcher/compare_grid.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 #include "core/io/file_util.h"
 #include "proto/run_convert.h"
@@ -399,30 +401,42 @@ std::string curves_csv(const std::vector<CompareRun>& runs) {
 
 namespace {
 
-// The fields of one CSV line (RFC 4180: a quoted field may hold commas and doubled quotes).
-std::vector<std::string> csv_fields(const std::string& line) {
-  std::vector<std::string> out(1);
+// The fields of one CSV line (RFC 4180: a quoted field may hold commas and doubled quotes);
+// false for a quote left open.
+bool csv_fields(const std::string& line, std::vector<std::string>* out) {
+  out->assign(1, std::string());
   bool quoted = false;
   for (size_t i = 0; i < line.size(); ++i) {
     const char c = line[i];
     if (quoted) {
       if (c == '"' && i + 1 < line.size() && line[i + 1] == '"') {
-        out.back() += '"';
+        out->back() += '"';
         ++i;
       } else if (c == '"') {
         quoted = false;
       } else {
-        out.back() += c;
+        out->back() += c;
       }
     } else if (c == '"') {
       quoted = true;
     } else if (c == ',') {
-      out.emplace_back();
-    } else if (c != '\r') {
-      out.back() += c;
+      out->emplace_back();
+    } else {
+      out->back() += c;
     }
   }
-  return out;
+  return !quoted;
+}
+
+// A seed as momoe-compare writes it: decimal digits only, within 64 bits.
+bool parse_seed(const std::string& text, uint64_t* seed) {
+  if (text.empty() || text.size() > 20 ||
+      !std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+    return false;
+  }
+  errno = 0;
+  *seed = std::strtoull(text.c_str(), nullptr, 10);
+  return errno == 0;
 }
 
 std::string signed_cell(const std::vector<double>& x, int digits = 2) {
@@ -437,8 +451,15 @@ StatusOr<std::vector<CompareRow>> parse_runs_csv(const std::string& text,
                                                  const std::string& source) {
   std::istringstream in(text);
   std::string line;
+  std::vector<std::string> header, f;
+  auto strip_cr = [](std::string* l) {
+    if (!l->empty() && l->back() == '\r') l->pop_back();
+  };
   if (!std::getline(in, line)) return invalid_argument_error(source, ": empty (no header line)");
-  const std::vector<std::string> header = csv_fields(line);
+  strip_cr(&line);
+  if (!csv_fields(line, &header)) {
+    return invalid_argument_error(source, ":1: a quote is not closed");
+  }
   auto column = [&](const std::string& name) -> int {
     for (size_t i = 0; i < header.size(); ++i) {
       if (header[i] == name) return static_cast<int>(i);
@@ -455,35 +476,46 @@ StatusOr<std::vector<CompareRow>> parse_runs_csv(const std::string& text,
                                     "' column (not a momoe-compare runs.csv?)");
     }
   }
-  auto number = [](const std::vector<std::string>& f, int i, double* v) {
-    if (i < 0 || f[i] == "-") {
-      *v = NAN;
-      return true;
-    }
-    char* end = nullptr;
-    *v = std::strtod(f[i].c_str(), &end);
-    return !f[i].empty() && *end == '\0';
-  };
   std::vector<CompareRow> rows;
-  for (int number_of_line = 2; std::getline(in, line); ++number_of_line) {
-    if (line.empty() || line == "\r") continue;
-    const std::vector<std::string> f = csv_fields(line);
+  std::set<std::pair<std::string, uint64_t>> seen;
+  for (int n = 2; std::getline(in, line); ++n) {
+    strip_cr(&line);
+    if (line.find_first_not_of(" \t") == std::string::npos) continue;
+    const std::string where = str_cat(source, ":", n, ": ");
+    if (!csv_fields(line, &f)) return invalid_argument_error(where, "a quote is not closed");
     if (f.size() != header.size()) {
-      return invalid_argument_error(source, ":", number_of_line, ": ", f.size(),
-                                    " fields, the header has ", header.size());
+      return invalid_argument_error(where, f.size(), " fields, the header has ", header.size());
     }
     CompareRow r;
     r.variant = f[variant];
-    char* end = nullptr;
-    r.seed = std::strtoull(f[seed].c_str(), &end, 10);
-    const bool seed_ok = !f[seed].empty() && *end == '\0';
+    if (!parse_seed(f[seed], &r.seed)) {
+      return invalid_argument_error(where, "seed '", f[seed], "' is not a seed");
+    }
+    if (f[ok] != "0" && f[ok] != "1") {
+      return invalid_argument_error(where, "ok '", f[ok], "' is not 0 or 1");
+    }
     r.ok = f[ok] == "1";
-    if (!seed_ok || (f[ok] != "0" && f[ok] != "1") || !number(f, ppl, &r.valid_ppl) ||
-        !number(f, att, &r.attacked_valid_ppl) || !number(f, loss, &r.final_loss)) {
-      return invalid_argument_error(source, ":", number_of_line, ": a value is not a number");
+    for (const auto& [i, value, name] :
+         {std::tuple{ppl, &r.valid_ppl, "valid_ppl"},
+          std::tuple{att, &r.attacked_valid_ppl, "attacked_valid_ppl"},
+          std::tuple{loss, &r.final_loss, "final_loss"}}) {
+      if (i < 0 || f[i] == "-") {
+        *value = NAN;
+        continue;
+      }
+      char* end = nullptr;
+      *value = std::strtod(f[i].c_str(), &end);
+      if (f[i].empty() || *end != '\0' || !std::isfinite(*value)) {
+        return invalid_argument_error(where, name, " '", f[i], "' is not a number");
+      }
+    }
+    if (!seen.emplace(r.variant, r.seed).second) {
+      return invalid_argument_error(where, "variant ", r.variant, " seed ", r.seed,
+                                    " appears twice");
     }
     rows.push_back(std::move(r));
   }
+  if (rows.empty()) return invalid_argument_error(source, ": no run (a header only)");
   return rows;
 }
 
@@ -502,6 +534,32 @@ std::vector<CompareRow> compare_rows(const std::vector<CompareRun>& runs) {
   return rows;
 }
 
+std::string baseline_variant(const std::string& name, const std::vector<CompareRow>& baseline) {
+  auto has = [&](const std::string& v) {
+    return std::any_of(baseline.begin(), baseline.end(),
+                       [&](const CompareRow& b) { return b.variant == v; });
+  };
+  if (has(name)) return name;
+  const std::string stem = name.substr(0, name.find('+'));
+  return has(stem) ? stem : std::string();
+}
+
+std::vector<std::string> unpaired_variants(const std::vector<std::string>& variants,
+                                           const std::vector<uint64_t>& seeds,
+                                           const std::vector<CompareRow>& baseline) {
+  std::vector<std::string> out;
+  for (const std::string& v : variants) {
+    const std::string base = baseline_variant(v, baseline);
+    const bool paired =
+        !base.empty() && std::any_of(baseline.begin(), baseline.end(), [&](const CompareRow& b) {
+          return b.variant == base && b.ok &&
+                 std::find(seeds.begin(), seeds.end(), b.seed) != seeds.end();
+        });
+    if (!paired) out.push_back(v);
+  }
+  return out;
+}
+
 std::string baseline_markdown(const std::vector<CompareRow>& runs,
                               const std::vector<CompareRow>& baseline,
                               const std::string& baseline_label) {
@@ -511,32 +569,31 @@ std::string baseline_markdown(const std::vector<CompareRow>& runs,
       order.push_back(r.variant);
     }
   }
-  auto has_variant = [&](const std::string& name) {
-    return std::any_of(baseline.begin(), baseline.end(),
-                       [&](const CompareRow& b) { return b.variant == name; });
-  };
   std::ostringstream out;
   out << "| variant | baseline | seeds | valid ppl | baseline valid ppl | difference | attacked "
          "difference | final loss difference |\n|---|---|---|---|---|---|---|---|\n";
   std::vector<std::string> unmatched;
   for (const std::string& name : order) {
-    const std::string stem = name.substr(0, name.find('+'));
-    const std::string base = has_variant(name) ? name : stem;
-    if (!has_variant(base)) {
+    const std::string base = baseline_variant(name, baseline);
+    if (base.empty()) {
       unmatched.push_back(name);
       continue;
     }
+    // A seed pairs when both runs finished with a clean perplexity; the attacked perplexity and
+    // the final loss differ over the pairs where both sides have them.
     std::vector<double> ppl, base_ppl, d_ppl, d_att, d_loss;
     std::vector<uint64_t> seeds;
     for (const CompareRow& r : runs) {
-      if (r.variant != name || !r.ok) continue;
+      if (r.variant != name || !r.ok || !std::isfinite(r.valid_ppl)) continue;
       for (const CompareRow& b : baseline) {
-        if (b.variant != base || b.seed != r.seed || !b.ok) continue;
+        if (b.variant != base || b.seed != r.seed || !b.ok || !std::isfinite(b.valid_ppl)) {
+          continue;
+        }
         seeds.push_back(r.seed);
         ppl.push_back(r.valid_ppl);
         base_ppl.push_back(b.valid_ppl);
         d_ppl.push_back(r.valid_ppl - b.valid_ppl);
-        d_att.push_back(r.attacked_valid_ppl - b.attacked_valid_ppl);
+        d_att.push_back(r.attacked_valid_ppl - b.attacked_valid_ppl);  // NaN drops out
         d_loss.push_back(r.final_loss - b.final_loss);
       }
     }
@@ -550,7 +607,8 @@ std::string baseline_markdown(const std::vector<CompareRow>& runs,
         << " | " << signed_cell(d_att) << " | " << signed_cell(d_loss, 3) << " |\n";
   }
   if (!unmatched.empty()) {
-    out << "\nNo variant of the same name (or before its '+') in " << baseline_label << ":";
+    out << "\nNo variant of the same name (or the name before its '+') in " << baseline_label
+        << ":";
     for (const std::string& n : unmatched) out << " " << n;
     out << "\n";
   }

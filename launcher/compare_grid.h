@@ -105,17 +105,24 @@ struct CompareRow {
   double valid_ppl = NAN, attacked_valid_ppl = NAN, final_loss = NAN;
 };
 // The rows of a runs.csv written by compare_csv (`source` names the file in messages). Columns are
-// found by name; a "-" value reads as NaN.
+// found by name; a "-" value reads as NaN. Refuses a file without runs, a (variant, seed) twice,
+// and a value that does not read, naming the line and the column.
 StatusOr<std::vector<CompareRow>> parse_runs_csv(const std::string& text,
                                                  const std::string& source);
 // The rows of the finished runs (ok, its final loss from the curve).
 std::vector<CompareRow> compare_rows(const std::vector<CompareRun>& runs);
-// Each variant of a grid against its baseline variant in another grid (`baseline_label` names it):
-// "NAME+departure" compares with the baseline's NAME, another name with the same name. Runs pair
-// by seed (both finished); per variant: the paired seeds, both grids' mean valid perplexity over
-// them, and the mean +- sample standard deviation of the paired differences (this - baseline) of
-// the clean and attacked perplexity and the final loss. Variants without a baseline are listed
-// after the table.
+// The baseline variant a variant compares with: the same name, else the name before its first
+// '+' ("smoe+capacity" against "smoe"); "" when the baseline has neither.
+std::string baseline_variant(const std::string& name, const std::vector<CompareRow>& baseline);
+// The variants that would pair with no finished baseline run at any of `seeds`.
+std::vector<std::string> unpaired_variants(const std::vector<std::string>& variants,
+                                           const std::vector<uint64_t>& seeds,
+                                           const std::vector<CompareRow>& baseline);
+// Each variant of a grid against its baseline variant in another grid (`baseline_label` names it).
+// Runs pair by seed (both finished with a clean perplexity); per variant: the paired seeds, both
+// grids' mean valid perplexity over them, and the mean +- sample standard deviation of the paired
+// differences (this - baseline) of the clean and attacked perplexity and the final loss. Variants
+// without a baseline variant are listed after the table.
 std::string baseline_markdown(const std::vector<CompareRow>& runs,
                               const std::vector<CompareRow>& baseline,
                               const std::string& baseline_label);

@@ -3,7 +3,11 @@
 // perplexity, mean and spread over seeds; steps to reach given losses) and a loss-against-step
 // plot with one band per variant.
 //
-//   momoe-compare                                   the "papers" grid (about 30 min on 2 cores)
+//   momoe-compare                                   the "papers" grid (about 22 min on 2 cores)
+//   momoe-compare --preset papers-ablations --baseline runs/compare --out runs/ablations
+//                                                   each departure, paired with the papers grid
+//   momoe-compare --results runs/capacity --baseline runs/compare
+//                                                   two finished grids, paired by seed
 //   momoe-compare --config configs/quickstart.pbtxt --seeds 1,2 --set train.steps=300
 //                 --variant 'smoe model.arch=sgsgsg' --variant 'momentum model.arch=smsmsm'
 //   momoe-compare --config base.pbtxt --grid my_grid.txt --out runs/my_comparison
@@ -148,13 +152,14 @@ Status run(int argc, char** argv) {
   flags.value("losses", "comma-separated training losses to report steps-to-reach for");
   flags.value("jobs", "runs at a time (default: the number of cores; GPU runs: the number of GPUs)");
   flags.value("out", "output directory (default runs/compare)");
-  flags.value(
-      "baseline",
-      "a finished momoe-compare output directory: summary.md adds each variant against "
-      "its variant there (NAME+departure against NAME, else the same name), paired by seed");
+  flags.value("baseline",
+              "a finished momoe-compare output directory to compare with: summary.md adds each "
+              "variant against the baseline's variant of the same name, else of the name before "
+              "its '+' (smoe+capacity against smoe), paired by seed (train both with the same "
+              "base config, steps and --final-eval)");
   flags.value("results",
-              "with --baseline: compare the finished grid in this directory (its runs.csv) "
-              "instead of training one");
+              "with --baseline: print the finished grid in this directory (its runs.csv) against "
+              "the baseline; trains nothing, writes nothing");
   flags.switch_flag("dry-run", "print the runs and exit");
   flags.switch_flag("help", "show this help");
   MOE_RETURN_IF_ERROR(flags.parse(argc, argv));
@@ -164,8 +169,11 @@ Status run(int argc, char** argv) {
         "example: momoe-compare --config configs/quickstart.pbtxt --seeds 1,2 --set "
         "train.steps=300 --variant 'smoe model.arch=sgsgsg' --variant 'momentum "
         "model.arch=smsmsm' --final-eval subset --out runs/mine\n"
-        "        momoe-compare --preset papers-ablations --seeds 1,2,3 --baseline runs/papers\n"
-        "        momoe-compare --results runs/capacity --baseline runs/papers\n",
+        "         momoe-compare --preset papers --out runs/papers\n"
+        "         momoe-compare --preset papers-ablations --baseline runs/papers --out "
+        "runs/ablations\n"
+        "         momoe-compare --preset papers-capacity --out runs/capacity\n"
+        "         momoe-compare --results runs/capacity --baseline runs/papers\n",
         flags.usage().c_str());
     return Status::OK();
   }
@@ -178,6 +186,17 @@ Status run(int argc, char** argv) {
     if (!flags.has("baseline")) {
       return invalid_argument_error(
           "--results compares a finished grid with --baseline DIR; give both");
+    }
+    for (const char* other : {"config", "preset", "grid", "variant", "set", "seeds", "final-eval",
+                              "losses", "jobs", "out", "dry-run"}) {
+      if (flags.has(other)) {
+        return invalid_argument_error(
+            "--results compares two finished grids and trains nothing: --", other,
+            " has no effect with it");
+      }
+    }
+    if (!flags.positional().empty()) {
+      return invalid_argument_error("unexpected argument '", flags.positional()[0], "'");
     }
     MOE_ASSIGN_OR_RETURN(std::vector<CompareRow> rows, read_runs_csv(flags.get("results")));
     std::printf("%s against %s (paired by seed; differences are %s - %s):\n\n%s",
@@ -199,7 +218,9 @@ Status run(int argc, char** argv) {
     grid.common = p.common;
     grid.variants = p.variants;
     const std::string preset = flags.get("preset", "papers");
-    if (preset.rfind("papers", 0) == 0) targets = {6.0, 5.5, 5.25};
+    if (preset == "papers" || preset == "papers-capacity" || preset == "papers-ablations") {
+      targets = {6.0, 5.5, 5.25};
+    }
   }
   if (flags.has("grid")) {
     MOE_ASSIGN_OR_RETURN(std::string text, io::read_file(flags.get("grid")));
@@ -234,6 +255,23 @@ Status run(int argc, char** argv) {
   MOE_ASSIGN_OR_RETURN(grid.seeds, parse_seeds(flags.get("seeds", "1,2")));
   if (flags.has("losses")) {
     MOE_ASSIGN_OR_RETURN(targets, parse_losses(flags.get("losses")));
+  }
+  if (flags.has("baseline")) {
+    std::vector<std::string> names;
+    for (const CompareVariant& v : grid.variants) names.push_back(v.name);
+    const std::vector<std::string> unpaired = unpaired_variants(names, grid.seeds, baseline);
+    std::string list;
+    for (const std::string& n : unpaired) list += " " + n;
+    if (unpaired.size() == names.size()) {
+      return invalid_argument_error("--baseline ", flags.get("baseline"),
+                                    ": no variant of this grid pairs with a finished run there at "
+                                    "these seeds (same name, or the name before '+'):",
+                                    list);
+    }
+    if (!unpaired.empty()) {
+      std::fprintf(stderr, "momoe-compare: no baseline run in %s for:%s\n",
+                   flags.get("baseline").c_str(), list.c_str());
+    }
   }
   // Every variant resolves and shares one budget before anything runs.
   bool on_gpu = false;
@@ -378,11 +416,15 @@ Status run(int argc, char** argv) {
   md << ". Perplexities are the final evaluation of each run (mean +- sample standard deviation "
         "over seeds); steps to a loss use the mean training loss of the last 10 steps.\n\n"
      << table << "\n";
+  const std::string against =
+      flags.has("baseline")
+          ? baseline_markdown(compare_rows(results), baseline, flags.get("baseline"))
+          : std::string();
   if (flags.has("baseline")) {
     md << "## Against " << flags.get("baseline")
-       << "\n\nPaired by seed; differences are this grid's "
-       << "minus the baseline's (mean +- sample standard deviation over the paired seeds).\n\n"
-       << baseline_markdown(compare_rows(results), baseline, flags.get("baseline")) << "\n";
+       << "\n\nPaired by seed; differences are this grid's minus the baseline's (mean +- sample "
+          "standard deviation over the paired seeds).\n\n"
+       << against << "\n";
   }
   md << variants_markdown(grid.variants);
   MOE_RETURN_IF_ERROR(io::write_file_atomic(out + "/summary.md", md.str()));
@@ -391,8 +433,7 @@ Status run(int argc, char** argv) {
   MOE_RETURN_IF_ERROR(io::write_file_atomic(out + "/curves.csv", curves_csv(results)));
   std::printf("\n%s\n", table.c_str());
   if (flags.has("baseline")) {
-    std::printf("against %s:\n\n%s\n", flags.get("baseline").c_str(),
-                baseline_markdown(compare_rows(results), baseline, flags.get("baseline")).c_str());
+    std::printf("against %s:\n\n%s\n", flags.get("baseline").c_str(), against.c_str());
   }
   std::printf("wrote %s/summary.md, runs.csv, curves.csv\n", out.c_str());
   // The first python3 with matplotlib: PATH's, else the system's (a pyenv or venv python on PATH

@@ -307,24 +307,40 @@ TEST(CompareGridTest, SummaryTablesFromRunRecords) {
 
 TEST(CompareGridTest, RunsCsvIsReadByColumnNameAndBadFilesAreNamed) {
   const std::string csv =
-      "seed,variant,ok,valid_ppl\n"  // another column order, no attacked or loss column
-      "3,a,1,12.5\n"
-      "4,a,0,-\n";
+      "seed,variant,ok,valid_ppl,note\r\n"  // another column order, no attacked or loss column
+      "3,a,1,12.5,\"x,\"\"y\"\"\"\r\n"
+      "\r\n"
+      "  \n"
+      "4,a,0,-,\n";
   const std::vector<CompareRow> rows = parse_runs_csv(csv, "r.csv").value();
   ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0].variant, "a");
   EXPECT_EQ(rows[0].seed, 3u);
   EXPECT_EQ(rows[0].valid_ppl, 12.5);
   EXPECT_TRUE(std::isnan(rows[0].final_loss));
   EXPECT_FALSE(rows[1].ok);
+  EXPECT_TRUE(std::isnan(rows[1].valid_ppl));
+  const std::string head = "variant,seed,ok,valid_ppl\n";
   expect_invalid(parse_runs_csv("", "r.csv").status(), {"r.csv", "empty"});
+  expect_invalid(parse_runs_csv(head, "r.csv").status(), {"r.csv", "no run"});
   expect_invalid(parse_runs_csv("variant,seed,ok\n", "r.csv").status(),
                  {"r.csv", "no 'valid_ppl' column"});
-  expect_invalid(parse_runs_csv("variant,seed,ok,valid_ppl\na,1,1\n", "r.csv").status(),
+  expect_invalid(parse_runs_csv(head + "a,1,1\n", "r.csv").status(),
                  {"r.csv:2", "3 fields, the header has 4"});
-  expect_invalid(parse_runs_csv("variant,seed,ok,valid_ppl\na,1,1,12x\n", "r.csv").status(),
-                 {"r.csv:2", "not a number"});
-  expect_invalid(parse_runs_csv("variant,seed,ok,valid_ppl\na,x,1,12\n", "r.csv").status(),
-                 {"r.csv:2", "not a number"});
+  expect_invalid(parse_runs_csv(head + "a,1,1,12x\n", "r.csv").status(),
+                 {"r.csv:2", "valid_ppl '12x' is not a number"});
+  expect_invalid(parse_runs_csv(head + "a,1,1,nan\n", "r.csv").status(),
+                 {"r.csv:2", "valid_ppl 'nan' is not a number"});
+  expect_invalid(parse_runs_csv(head + "a,x,1,12\n", "r.csv").status(),
+                 {"r.csv:2", "seed 'x' is not a seed"});
+  expect_invalid(parse_runs_csv(head + "a,-1,1,12\n", "r.csv").status(),
+                 {"r.csv:2", "seed '-1' is not a seed"});
+  expect_invalid(parse_runs_csv(head + "a,1,2,12\n", "r.csv").status(),
+                 {"r.csv:2", "ok '2' is not 0 or 1"});
+  expect_invalid(parse_runs_csv(head + "\"a,1,1,12\n", "r.csv").status(),
+                 {"r.csv:2", "a quote is not closed"});
+  expect_invalid(parse_runs_csv(head + "a,1,1,12\na,2,1,13\na,1,0,-\n", "r.csv").status(),
+                 {"r.csv:4", "variant a seed 1 appears twice"});
 }
 
 TEST(CompareGridTest, BaselineDifferencesArePairedBySeed) {
@@ -340,15 +356,19 @@ TEST(CompareGridTest, BaselineDifferencesArePairedBySeed) {
     return r;
   };
   const std::vector<CompareRow> baseline = {
-      row("smoe", 1, 100, 130, 5.0), row("smoe", 2, 110, 140, 5.1), row("smoe", 3, 120, 150, 5.2),
-      row("momentum", 1, 90, 120, 4.9)};
+      row("smoe", 1, 100, 130, 5.0),    row("smoe", 2, 110, 140, 5.1),
+      row("smoe", 3, 120, 150, 5.2),    row("smoe", 5, NAN, NAN, NAN, false),
+      row("momentum", 1, 90, 120, 4.9), row("momentum", 2, 95, 125, 4.95),
+      row("adam", 1, 80, 100, 4.0),     row("adam+layer", 1, 70, 90, 3.5)};
   const std::vector<CompareRow> runs = {
-      // smoe+capacity: seed 3 is not in this grid, seed 4 not in the baseline: pairs 1 and 2.
+      // smoe+capacity: seed 3 is not in this grid, seed 4 not in the baseline, seed 5 failed
+      // there: pairs 1 and 2.
       row("smoe+capacity", 1, 104, 131, 5.05), row("smoe+capacity", 2, 112, 143, 5.05),
-      row("smoe+capacity", 4, 500, 500, 9.0),
+      row("smoe+capacity", 4, 500, 500, 9.0), row("smoe+capacity", 5, 500, 500, 9.0),
       // momentum: the same name; its second seed failed here, so one pair.
       row("momentum", 1, 87, 121, 4.8), row("momentum", 2, NAN, NAN, NAN, false),
-      row("acmoe+gate", 1, 1, 1, 1)};
+      // adam+layer is in the baseline under its own name: that one, not adam.
+      row("adam+layer", 1, 71, 91, 3.5), row("acmoe+gate", 1, 1, 1, 1)};
   const std::string md = baseline_markdown(runs, baseline, "runs/papers");
   // Differences +4 and +2: mean +3, sample std sqrt(2) = 1.41; attacked +1 and +3: +2 +- 1.41;
   // loss +0.05 and -0.05: +0.000 +- 0.071.
@@ -360,10 +380,23 @@ TEST(CompareGridTest, BaselineDifferencesArePairedBySeed) {
                     "+1.00 +- 0.00 | -0.100 +- 0.000 |"),
             std::string::npos)
       << md;
-  EXPECT_EQ(md.find("| acmoe+gate |"), std::string::npos) << md;
-  EXPECT_NE(md.find("No variant of the same name (or before its '+') in runs/papers: acmoe+gate"),
+  EXPECT_NE(md.find("| adam+layer | adam+layer | 1 | 71.00 +- 0.00 | 70.00 +- 0.00 | +1.00 +- "),
             std::string::npos)
       << md;
+  EXPECT_EQ(md.find("| acmoe+gate |"), std::string::npos) << md;
+  EXPECT_NE(md.find("No variant of the same name (or the name before its '+') in runs/papers: "
+                    "acmoe+gate"),
+            std::string::npos)
+      << md;
+
+  EXPECT_EQ(baseline_variant("smoe+capacity+x", baseline), "smoe");
+  EXPECT_EQ(baseline_variant("adam+layer", baseline), "adam+layer");
+  EXPECT_EQ(baseline_variant("robust", baseline), "");
+  // Before training: which variants would pair with nothing at the grid's seeds.
+  EXPECT_EQ(unpaired_variants({"smoe+capacity", "momentum", "robust"}, {2, 9}, baseline),
+            (std::vector<std::string>{"robust"}));
+  EXPECT_EQ(unpaired_variants({"smoe+capacity", "momentum"}, {5, 9}, baseline),
+            (std::vector<std::string>{"smoe+capacity", "momentum"}));  // seed 5 failed there
 }
 
 }  // namespace

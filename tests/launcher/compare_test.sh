@@ -65,5 +65,8 @@ expect_refused "is not a seed" --config "$config" --variant 'a model.arch=sgsg' 
 expect_refused "is not a finished momoe-compare output" "${common[@]}" --variant 'a model.arch=sgsg' \
   --baseline "$out/none" --out "$out/d"
 expect_refused "give both" --results "$out/c"
+expect_refused "--out has no effect with it" --results "$out/c" --baseline "$out/c" --out "$out/d"
+expect_refused "no variant of this grid pairs with a finished run" "${common[@]}" \
+  --variant 'other model.arch=sgsg' --baseline "$out/c" --out "$out/d"
 [ ! -e "$out/d" ] || fail "a refused grid created its output directory"
 echo PASS
