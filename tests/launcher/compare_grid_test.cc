@@ -43,16 +43,22 @@ TEST(CompareGridTest, ParsesVariantsGridFilesAndSeeds) {
   expect_invalid(parse_seeds("2,2").status(), {"seed 2 appears twice"});
 }
 
+// A built-in preset as momoe-compare runs it from the source tree.
+CompareGrid preset_grid(const std::string& name) {
+  ComparePreset p = compare_preset(name).value();
+  CompareGrid grid;
+  grid.base_config = std::string(MOE_CONFIG_DIR) + "/" + p.base_config;
+  grid.common = p.common;
+  grid.variants = p.variants;
+  return grid;
+}
+
 // The papers preset trains each variant under its paper's settings; papers-capacity keeps the
 // capacity and the balance loss everywhere.
 TEST(CompareGridTest, ThePapersPresetHasEachPapersSettings) {
   for (const char* name : {"papers", "papers-capacity"}) {
     const bool paper = std::string(name) == "papers";
-    ComparePreset p = compare_preset(name).value();
-    CompareGrid grid;
-    grid.base_config = std::string(MOE_CONFIG_DIR) + "/" + p.base_config;
-    grid.common = p.common;
-    grid.variants = p.variants;
+    const CompareGrid grid = preset_grid(name);
     StatusOr<std::vector<RunConfig>> cfgs = resolve_grid(grid, 1);
     ASSERT_TRUE(cfgs.ok()) << cfgs.status().to_string();
     for (size_t i = 0; i < cfgs->size(); ++i) {
@@ -116,11 +122,7 @@ std::vector<std::string> lines_only_in(const std::string& a, const std::string& 
 // resolved configs differ in exactly that setting (field by field, on the full config text).
 TEST(CompareGridTest, EachAblationDepartsFromItsPapersVariantInOneSetting) {
   auto resolve = [](const char* name) {
-    ComparePreset p = compare_preset(name).value();
-    CompareGrid grid;
-    grid.base_config = std::string(MOE_CONFIG_DIR) + "/" + p.base_config;
-    grid.common = p.common;
-    grid.variants = p.variants;
+    const CompareGrid grid = preset_grid(name);
     std::map<std::string, RunConfig> out;
     std::vector<RunConfig> cfgs = resolve_grid(grid, 3).value();
     for (size_t i = 0; i < cfgs.size(); ++i) out[grid.variants[i].name] = cfgs[i];
@@ -175,11 +177,7 @@ TEST(CompareGridTest, EachAblationDepartsFromItsPapersVariantInOneSetting) {
 
 TEST(CompareGridTest, PresetsResolveAndBudgetsMustMatch) {
   for (const char* name : {"papers", "papers-capacity", "papers-ablations", "gpu-medium"}) {
-    ComparePreset p = compare_preset(name).value();
-    CompareGrid grid;
-    grid.base_config = std::string(MOE_CONFIG_DIR) + "/" + p.base_config;
-    grid.common = p.common;
-    grid.variants = p.variants;
+    const CompareGrid grid = preset_grid(name);
     StatusOr<std::vector<RunConfig>> cfgs = resolve_grid(grid, 7);
     ASSERT_TRUE(cfgs.ok()) << name << ": " << cfgs.status().to_string();
     EXPECT_EQ(cfgs->size(), std::string(name) == "papers-ablations" ? 11u : 7u);
