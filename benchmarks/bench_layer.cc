@@ -1,49 +1,155 @@
-// momoe-bench layer: the MoE layer forward + backward on the CPU against the DESIGN.md
-// performance model, with the floor measured in the same run:
+// momoe-bench layer: the MoE layer forward + backward against the DESIGN.md performance model,
+// with the floor measured in the same run:
 //   flops = 3 * T * (2 K (2 D F) + 2 D E)       (forward + backward; padding not counted)
-//   floor = a dense single GEMM of shape [T*K, D] x [D, F] timed here (the machine's GEMM rate)
+//   floor = a dense single GEMM of shape [T*K, D] x [D, F] in the layer's dtype, timed here (the
+//           device's GEMM rate), and a copy of 1 GiB on a GPU (64 MiB on the CPU): its bandwidth
 //   roofline_ratio = layer GFLOP/s / dense GEMM GFLOP/s
-// (The GPU version of this benchmark, against PyTorch's grouped GEMM, belongs to the CUDA
-// backend.) A finiteness pre-check runs before timing.
+// --torch runs benchmarks/torch_moe_reference.py (PyTorch's strongest plain MoE layer: sorted
+// tokens, torch._grouped_mm on a GPU, index_add_ combine, autograd; dropless) on the same shape,
+// dtype and device in the same run, after its own --check against a per-token reference, and
+// prints speedup_vs_torch (> 1: momoe is faster); $MOMOE_PYTHON and $MOMOE_TORCH_REFERENCE
+// choose the interpreter and the script. --shape N takes issue 21's shapes:
+//   1: T=16384 D=1024 F=4096 E=8 K=2    2: T=16384 D=2048 F=1024 E=64 K=8
+//   3: T=32768 D=4096 F=7168 E=8 K=2    4: T=4096 D=4096 F=14336 E=8 K=2 GELU (Mixtral proxy)
+// (dropless, bf16). A finiteness pre-check runs before timing.
 //
 //   momoe-bench layer [--tokens 2048] [--d 352] [--f 352] [--experts 16] [--top-k 2]
 //                     [--variant plain|momentum|ac|sparsemixer] [--iterations 5] [--warmup 1]
 //                     [--threads 0]   (CPU threads; 0 = every core) [--device cpu|cuda]
+//                     [--dtype f32|bf16] [--dropless 0|1] [--activation relu|gelu]
+//                     [--shape 1|2|3|4] [--torch 0|1]
+//   momoe-bench layer --device cuda --shape 1 --torch 1 --iterations 20 --warmup 5
 // gemm_share is the layer's time inside BLAS tiles over its whole time (the rest: routing,
-// dispatch, activation, combine).
+// dispatch, activation, combine; CPU only).
+#include <sys/wait.h>
+
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "benchmarks/bench_util.h"
 #include "benchmarks/layer_fixture.h"
 #include "comm/world.h"
 #include "core/base/rng.h"
+#include "core/io/child_process.h"
+#include "kernels/elementwise.h"
 #include "kernels/gemm.h"
 #include "kernels/init.h"
 #include "kernels/reference/blas_ref.h"
 
 namespace moe::bench {
 
+namespace {
+
+struct LayerShape {
+  int64_t tokens, d, f, experts, top_k;
+  const char* activation;
+};
+// Issue 21's shapes (the fourth: Megatron-Core's Mixtral-proxy MoE layer baseline).
+constexpr LayerShape kShapes[] = {{16384, 1024, 4096, 8, 2, "relu"},
+                                  {16384, 2048, 1024, 64, 8, "relu"},
+                                  {32768, 4096, 7168, 8, 2, "relu"},
+                                  {4096, 4096, 14336, 8, 2, "gelu"}};
+
+// The value of `key` in a one-line JSON object printed by the reference (a number), or nullopt.
+std::optional<double> json_number(const std::string& line, const std::string& key) {
+  const std::string needle = "\"" + key + "\": ";
+  const size_t at = line.find(needle);
+  if (at == std::string::npos) return std::nullopt;
+  const char* begin = line.c_str() + at + needle.size();
+  char* end = nullptr;
+  const double v = std::strtod(begin, &end);
+  if (end == begin) return std::nullopt;
+  return v;
+}
+
+// Runs the PyTorch reference on the same layer; its JSON line (after its --check passed).
+StatusOr<std::string> run_torch_reference(const std::vector<std::string>& flags) {
+  // $MOMOE_PYTHON (default Debian's /usr/bin/python3, which has python3-torch) and
+  // $MOMOE_TORCH_REFERENCE (default this source tree's script; another machine's copy of the tree
+  // sets it, as tests/run_gpu.sh does).
+  const char* python = std::getenv("MOMOE_PYTHON");
+  const char* script = std::getenv("MOMOE_TORCH_REFERENCE");
+  std::vector<std::string> args = {
+      python != nullptr && *python != '\0' ? python : "/usr/bin/python3",
+      script != nullptr && *script != '\0' ? script
+                                           : MOE_SOURCE_DIR "/benchmarks/torch_moe_reference.py",
+      "layer", "--check"};
+  args.insert(args.end(), flags.begin(), flags.end());
+  io::SpawnOptions options;
+  options.pipes = true;
+  MOE_ASSIGN_OR_RETURN(std::unique_ptr<io::ChildProcess> child,
+                       io::ChildProcess::spawn(args, options));
+  child->close_stdin();
+  std::string last;
+  while (true) {
+    MOE_ASSIGN_OR_RETURN(std::optional<std::string> line, child->read_line());
+    if (!line) break;
+    if (!line->empty()) last = *line;
+  }
+  MOE_ASSIGN_OR_RETURN(int status, child->wait());
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    return internal_error(child->command_line(), " ", io::describe_wait_status(status),
+                          " (its message is above)");
+  }
+  if (!json_number(last, "fwd_bwd_ms")) {
+    return internal_error(child->command_line(), " printed no fwd_bwd_ms: '", last, "'");
+  }
+  return last;
+}
+
+}  // namespace
+
 Status bench_layer(int argc, char** argv, comm::World* world) {
   MOE_ASSIGN_OR_RETURN(Args a, Args::parse(argc, argv,
                                            {"tokens", "d", "f", "experts", "top-k", "variant",
-                                            "iterations", "warmup", "threads", "device"}));
+                                            "iterations", "warmup", "threads", "device", "dtype",
+                                            "dropless", "activation", "shape", "torch"}));
   if (world->size() != 1) return invalid_argument_error("momoe-bench layer runs on one rank");
   MOE_ASSIGN_OR_RETURN(LayerVariant variant, parse_variant(a.get_str("variant", "plain")));
-  const MoeLayerConfig cfg = layer_config(a.get("d", 352), a.get("f", 352), a.get("experts", 16),
-                                          a.get("top-k", 2), variant);
+  // Defaults: the quick-start-sized layer in f32 with capacity, or one of issue 21's shapes in
+  // bf16, dropless.
+  LayerShape shape{2048, 352, 352, 16, 2, "relu"};
+  const int64_t shape_id = a.get("shape", 0);
+  if (shape_id < 0 || shape_id > 4) {
+    return invalid_argument_error("--shape ", shape_id, " is not one of 1, 2, 3, 4");
+  }
+  if (shape_id > 0) shape = kShapes[shape_id - 1];
+  const std::string dtype_name = a.get_str("dtype", shape_id > 0 ? "bf16" : "f32");
+  if (dtype_name != "f32" && dtype_name != "bf16") {
+    return invalid_argument_error("--dtype ", dtype_name, " is not one of f32, bf16");
+  }
+  const DType act = dtype_name == "bf16" ? DType::kBF16 : DType::kF32;
+  const std::string activation = a.get_str("activation", shape.activation);
+  if (activation != "relu" && activation != "gelu") {
+    return invalid_argument_error("--activation ", activation, " is not one of relu, gelu");
+  }
+  MoeLayerConfig cfg =
+      layer_config(a.get("d", shape.d), a.get("f", shape.f), a.get("experts", shape.experts),
+                   a.get("top-k", shape.top_k), variant);
+  cfg.dropless = a.get("dropless", shape_id > 0 ? 1 : 0) != 0;
+  cfg.activation = activation == "gelu" ? ExpertActivation::kGelu : ExpertActivation::kRelu;
   MOE_RETURN_IF_ERROR(cfg.validate("bench"));
-  const int64_t tokens = a.get("tokens", 2048), d = cfg.d_model, f = cfg.d_expert;
+  const int64_t tokens = a.get("tokens", shape.tokens), d = cfg.d_model, f = cfg.d_expert;
   const int threads = static_cast<int>(a.get("threads", 0));
   const std::string device = a.get_str("device", "cpu");
   if (device != "cpu" && device != "cuda") {
     return invalid_argument_error("--device ", device, " is not one of cpu, cuda");
   }
+  const bool with_torch = a.get("torch", 0) != 0;
+  if (with_torch && (variant != LayerVariant::kPlain || !cfg.dropless)) {
+    return invalid_argument_error(
+        "--torch compares the plain dropless layer (the reference has no capacity and no "
+        "residual variant): use --variant plain --dropless 1");
+  }
   int cuda_device = -1;
   if (device == "cuda") {
     MOE_ASSIGN_OR_RETURN(cuda_device, choose_cuda_device(0));
   }
-  LayerFixture fixture(cfg, tokens, nullptr, 0, DType::kF32, threads, cuda_device);
+  LayerFixture fixture(cfg, tokens, nullptr, 0, act, threads, cuda_device);
   Context& ctx = fixture.context();
   // One forward and backward, finished (a GPU runs them asynchronously until the wait).
   auto step = [&]() -> Status {
@@ -53,21 +159,33 @@ Status bench_layer(int argc, char** argv, comm::World* world) {
   MOE_RETURN_IF_ERROR(step());
   MOE_ASSIGN_OR_RETURN(bool finite, fixture.outputs_finite());
   if (!finite) return internal_error("check failed: non-finite output");
-  const int iters = static_cast<int>(a.get("iterations", 5));
-  const int warm = static_cast<int>(a.get("warmup", 1));
+  const int iters = static_cast<int>(a.get("iterations", shape_id > 0 ? 20 : 5));
+  const int warm = static_cast<int>(a.get("warmup", shape_id > 0 ? 5 : 1));
+  if (iters < 1 || warm < 0) {
+    return invalid_argument_error("--iterations must be >= 1 and --warmup >= 0");
+  }
   kernels::ref::reset_gemm_counters();
   kernels::ref::set_gemm_timing(true);
   MOE_ASSIGN_OR_RETURN(Timing t, time_it(warm, iters, step));
   kernels::ref::set_gemm_timing(false);
   const double gemm_seconds = kernels::ref::gemm_counters().seconds / (warm + iters);
-  // The floor: one dense GEMM with the expert FFN's row count and width.
-  MOE_ASSIGN_OR_RETURN(Tensor ga, ctx.empty({tokens * cfg.top_k, d}, DType::kF32));
-  MOE_ASSIGN_OR_RETURN(Tensor gb, ctx.empty({d, f}, DType::kF32));
-  MOE_ASSIGN_OR_RETURN(Tensor gc, ctx.empty({tokens * cfg.top_k, f}, DType::kF32));
+  // The floors: one dense GEMM with the expert FFN's row count and width, in the layer's dtype,
+  // and a device-to-device copy.
+  MOE_ASSIGN_OR_RETURN(Tensor ga, ctx.empty({tokens * cfg.top_k, d}, act));
+  MOE_ASSIGN_OR_RETURN(Tensor gb, ctx.empty({d, f}, act));
+  MOE_ASSIGN_OR_RETURN(Tensor gc, ctx.empty({tokens * cfg.top_k, f}, act));
   MOE_RETURN_IF_ERROR(kernels::init_normal(ctx, ga, 1.0, CounterRng{3, make_stream(RngTag::kTest, 3, 0)}));
   MOE_RETURN_IF_ERROR(kernels::init_normal(ctx, gb, 1.0, CounterRng{3, make_stream(RngTag::kTest, 3, 1)}));
   MOE_ASSIGN_OR_RETURN(Timing g, time_it(warm, iters, [&]() {
                          MOE_RETURN_IF_ERROR(kernels::gemm(ctx, ga, false, gb, false, gc));
+                         return ctx.synchronize();
+                       }));
+  const int64_t copy_bytes = ctx.device().is_host() ? (int64_t{64} << 20) : (int64_t{1} << 30);
+  MOE_ASSIGN_OR_RETURN(Tensor copy_src, ctx.empty({copy_bytes / 4}, DType::kF32));
+  MOE_ASSIGN_OR_RETURN(Tensor copy_dst, ctx.empty({copy_bytes / 4}, DType::kF32));
+  MOE_RETURN_IF_ERROR(kernels::init_constant(ctx, copy_src, 1.0));
+  MOE_ASSIGN_OR_RETURN(Timing c, time_it(warm, iters, [&]() {
+                         MOE_RETURN_IF_ERROR(kernels::convert(ctx, copy_src, copy_dst));
                          return ctx.synchronize();
                        }));
   const double gemm_flops = 2.0 * tokens * cfg.top_k * d * f;
@@ -76,12 +194,16 @@ Status bench_layer(int argc, char** argv, comm::World* world) {
   JsonLine j("layer");
   j.str("device", ctx.device().to_string())
       .str("variant", variant_name(variant))
+      .str("dtype", dtype_name)
+      .str("activation", activation)
+      .num("dropless", cfg.dropless ? 1 : 0)
       .num("tokens", tokens)
       .num("d", d)
       .num("f", f)
       .num("experts", cfg.num_experts)
       .num("top_k", cfg.top_k)
       .num("threads", fixture.context().threads())
+      .num("iterations", iters)
       .num("fwd_bwd_ms", t.median * 1e3)
       // The CPU's BLAS calls are timed one by one; a GPU's kernels are not (-1).
       .num("gemm_share", ctx.device().is_host() ? gemm_seconds / t.mean : -1.0)
@@ -89,7 +211,30 @@ Status bench_layer(int argc, char** argv, comm::World* world) {
       .num("gflops_per_second", layer_flops / t.median / 1e9)
       .num("dense_gemm_gflops_per_second", gemm_flops / g.median / 1e9)
       .num("roofline_ratio", (layer_flops / t.median) / (gemm_flops / g.median))
-      .str("check", "ok");
+      // A copy reads and writes every byte.
+      .num("copy_gb_per_second", 2.0 * static_cast<double>(copy_bytes) / c.median / 1e9);
+  if (with_torch) {
+    const std::vector<std::string> flags = {
+        "--tokens",     std::to_string(tokens),
+        "--d",          std::to_string(d),
+        "--f",          std::to_string(f),
+        "--experts",    std::to_string(cfg.num_experts),
+        "--top-k",      std::to_string(cfg.top_k),
+        "--activation", activation,
+        "--dtype",      dtype_name,
+        "--device",     device,
+        "--iterations", std::to_string(iters),
+        "--warmup",     std::to_string(warm),
+        "--threads",    std::to_string(fixture.context().threads())};
+    MOE_ASSIGN_OR_RETURN(std::string line, run_torch_reference(flags));
+    const double torch_ms = *json_number(line, "fwd_bwd_ms");
+    j.num("torch_fwd_bwd_ms", torch_ms)
+        .num("torch_check_logic_rel_error", json_number(line, "check_logic_rel_error").value_or(-1))
+        .num("torch_check_grouped_rel_error",
+             json_number(line, "check_grouped_rel_error").value_or(-1))
+        .num("speedup_vs_torch", torch_ms / (t.median * 1e3));
+  }
+  j.str("check", "ok");
   std::printf("%s\n", j.dump().c_str());
   return Status::OK();
 }

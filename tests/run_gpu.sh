@@ -34,6 +34,11 @@
 #   initcheck  90  compute-sanitizer initcheck on two training steps of a tiny model
 #   mpi       150  2 and 4 MPI ranks sharing the GPU (EP 2, EP 2 x DP 2) equal to 1 rank
 #                  (parallel_trainer_mpi_test with MOMOE_TEST_DEVICE=CUDA)
+# Only when named (issue 21, once the stages above pass):
+#   layer     300  momoe's MoE layer against PyTorch's grouped-GEMM layer in the same run
+#                  (momoe-bench layer --device cuda --shape 1..4 --torch 1: bf16, dropless, after
+#                  the reference's --check), with the device's copy bandwidth and GEMM rate
+#                  -> layer.jsonl
 #
 # Scratch (the unpacked bundle, the smoke runs' directories) goes to $MOMOE_GPU_WORK (default
 # $TMPDIR/momoe-gpu-work-<uid>), never into the output directory.
@@ -46,8 +51,10 @@ set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 SELF="$ROOT/tests/run_gpu.sh"
 ALL_STAGES="env build kernels model smoke nccl memcheck synccheck racecheck initcheck mpi"
+EXTRA_STAGES="layer"
 declare -A BOX=([env]=30 [build]=420 [kernels]=150 [model]=240 [smoke]=120 [nccl]=60
-                [memcheck]=120 [synccheck]=90 [racecheck]=150 [initcheck]=90 [mpi]=150)
+                [memcheck]=120 [synccheck]=90 [racecheck]=150 [initcheck]=90 [mpi]=150
+                [layer]=300)
 BUNDLE=${BUNDLE:-$ROOT/gpu-bundle.tar.xz}
 KERNEL_FILTER='CudaKernelTest.*:-*RepeatedRuns*:*LargeShapes*'  # sanitizers: small cases
 
@@ -225,6 +232,16 @@ EOF
   return $rc
 }
 
+stage_layer() {
+  local rc=0 shape
+  for shape in 1 2 3 4; do
+    MOMOE_PYTHON=$(command -v python3) MOMOE_TORCH_REFERENCE="$ROOT/benchmarks/torch_moe_reference.py" \
+      "$BIN/momoe-bench" layer --device cuda --shape "$shape" --torch 1 | tee -a "$OUT/layer.jsonl" ||
+      rc=1
+  done
+  return $rc
+}
+
 stage_nccl() { gtest comm_nccl_test; }
 stage_memcheck() { sanitizer memcheck; }
 stage_synccheck() { sanitizer synccheck; }
@@ -264,6 +281,7 @@ if [ "${1:-}" = pack ]; then
 fi
 if [ "${1:-}" = --list ]; then
   for s in $ALL_STAGES; do printf '%-10s %4s s\n' "$s" "${BOX[$s]}"; done
+  for s in $EXTRA_STAGES; do printf '%-10s %4s s  (only when named)\n' "$s" "${BOX[$s]}"; done
   exit 0
 fi
 
@@ -281,7 +299,7 @@ while [ $# -gt 0 ]; do
     --deadline) DEADLINE=$2; shift 2 ;;
     -h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     -*) die "unknown flag $1 (see --help)" ;;
-    *) [ -n "${BOX[$1]+x}" ] || die "unknown stage '$1' (stages: $ALL_STAGES)"; STAGES+=("$1"); shift ;;
+    *) [ -n "${BOX[$1]+x}" ] || die "unknown stage '$1' (stages: $ALL_STAGES $EXTRA_STAGES)"; STAGES+=("$1"); shift ;;
   esac
 done
 [ ${#STAGES[@]} -gt 0 ] || read -r -a STAGES <<< "$ALL_STAGES"

@@ -19,6 +19,11 @@ grep -q '^env  *passed' "$out/a/summary.txt" || fail "env did not pass"
 [ "$(grep -c 'skipped (no GPU)' "$out/a/summary.txt")" -eq 10 ] || { cat "$out/a/summary.txt"; fail "not every GPU stage skipped"; }
 grep -q 'libraries found' "$out/a/env.log" || fail "env.log does not check the binaries' libraries"
 
+# The stages run only when named (issue 21's layer benchmark) are accepted and skip likewise.
+run --out "$out/e" layer > "$out/e.txt" 2>&1 || { cat "$out/e.txt"; fail "layer without a GPU: exit $?"; }
+grep -q '^layer  *skipped (no GPU)' "$out/e/summary.txt" || { cat "$out/e/summary.txt"; fail "layer did not skip"; }
+run --list | grep -q '^layer .*(only when named)' || fail "--list does not show the layer stage"
+
 if MOMOE_REQUIRE_GPU=1 run --out "$out/b" > "$out/b.txt" 2>&1; then fail "a required GPU that is missing passed"; fi
 grep -q 'FAILED (no GPU)' "$out/b/summary.txt" || fail "no 'FAILED (no GPU)' verdict"
 

@@ -1,0 +1,259 @@
+#!/usr/bin/python3
+"""PyTorch reference for momoe-bench layer on a GPU: the strongest plain-PyTorch MoE layer.
+
+  torch_moe_reference.py layer --tokens T --d D --f F --experts E --top-k K
+                               [--activation relu|gelu] [--dtype bf16|f32] [--device cuda|cpu]
+                               [--impl auto|grouped|loop] [--iterations 20] [--warmup 5] [--check]
+                               [--check-tokens 256] [--threads N]
+      one dropless MoE layer forward + backward: router GEMM, softmax, top-k, the assignments
+      sorted by expert, the experts as grouped GEMMs (torch._grouped_mm, one call per expert
+      matrix; --impl loop: one matmul per expert), the activation, gate-weighted index_add_
+      combine, and autograd's backward. Timed with CUDA events (wall clock on the CPU): median
+      of --iterations after --warmup.
+      --check first runs, on the first --check-tokens tokens (default 256): the layer in f32
+      (one matmul per expert) against a per-token reference (each token through its K experts
+      one by one), output and input, router and expert gradients within 1e-5 relative L2; and
+      with the grouped impl, torch._grouped_mm against one matmul per expert in the same dtype
+      within 1e-2. It fails (exit 1, naming the tensor) above either bound: the sorting,
+      grouping, gates and combine are right before they are timed.
+  torch_moe_reference.py env [--device cuda|cpu] [--dtype bf16|f32]
+      the device's copy bandwidth (a 1 GiB device-to-device copy; 64 MiB on the CPU) and its
+      GEMM rate (8192^3 in --dtype; 2048^3 on the CPU), for the fractions momoe-bench prints.
+
+Prints one JSON line. momoe-bench layer --torch runs it in the same run as momoe's layer, on the
+same shape, dtype and device (issue 21). Nothing here is needed to build or test momoe; the test
+(tests/benchmarks/torch_moe_reference_test.sh) runs --check on the CPU with small shapes.
+"""
+import argparse
+import json
+import math
+import statistics
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+DTYPES = {"bf16": torch.bfloat16, "f32": torch.float32}
+
+
+def has_grouped_mm():
+    return hasattr(torch, "_grouped_mm")
+
+
+class MoE(torch.nn.Module):
+    """Top-k softmax routing without capacity; experts as stacked [E, D, F] and [E, F, D]."""
+
+    def __init__(self, d, f, experts, k, activation, impl, dtype, device):
+        super().__init__()
+        self.k, self.experts, self.impl = k, experts, impl
+        self.act = torch.relu if activation == "relu" else F.gelu
+        g = torch.Generator(device="cpu").manual_seed(1)
+
+        def param(*shape, std):
+            return torch.nn.Parameter((torch.randn(*shape, generator=g) * std).to(device, dtype))
+
+        self.router = param(d, experts, std=0.05)
+        self.w1 = param(experts, d, f, std=0.05)
+        self.w2 = param(experts, f, d, std=0.05)
+
+    def experts_forward(self, xs, counts):
+        """xs: [A, D] sorted by expert, counts: [E] (int64). Returns [A, D]."""
+        if self.impl == "grouped":
+            offs = torch.cumsum(counts, 0).to(torch.int32)
+            h = self.act(torch._grouped_mm(xs, self.w1, offs=offs))
+            return torch._grouped_mm(h, self.w2, offs=offs)
+        ys = []
+        for e, chunk in enumerate(xs.split(counts.tolist())):
+            if chunk.shape[0] > 0:
+                ys.append(self.act(chunk @ self.w1[e]) @ self.w2[e])
+        return torch.cat(ys)
+
+    def forward(self, x):
+        probs = F.softmax((x @ self.router).float(), dim=-1)
+        gate, idx = probs.topk(self.k, dim=-1)  # [T, K]
+        self.last_choice = idx.detach()
+        flat_e = idx.reshape(-1)
+        order = torch.argsort(flat_e, stable=True)  # assignments grouped by expert
+        counts = torch.bincount(flat_e, minlength=self.experts)
+        tok = order // self.k
+        y = self.experts_forward(x.index_select(0, tok), counts)
+        y = y * gate.reshape(-1)[order].unsqueeze(1).to(y.dtype)
+        return torch.zeros_like(x).index_add_(0, tok, y)
+
+    def reference(self, x, router, w1, w2, idx):
+        """Each token through its K experts one by one (no sorting, no grouping), with the given
+        parameters (leaves of their own, so their gradients are the reference's) and the layer's
+        choice of experts `idx`."""
+        probs = F.softmax(x @ router, dim=-1)
+        gate = probs.gather(1, idx)
+        rows = []
+        for t in range(x.shape[0]):
+            acc = torch.zeros_like(x[t])
+            for j in range(self.k):
+                e = int(idx[t, j])
+                acc = acc + (self.act(x[t] @ w1[e]) @ w2[e]) * gate[t, j]
+            rows.append(acc)
+        return torch.stack(rows)
+
+
+def sync(device):
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def timed(fn, iterations, warmup, device):
+    """Median seconds of fn() over `iterations` runs after `warmup`."""
+    for _ in range(warmup):
+        fn()
+    sync(device)
+    times = []
+    for _ in range(iterations):
+        if device == "cuda":
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) / 1e3)
+        else:
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def layer_results(layer, x, seed):
+    """The layer's output and its input, router and expert gradients for a loss sum(out * seed)."""
+    layer.zero_grad(set_to_none=True)
+    xi = x.detach().clone().requires_grad_(True)
+    out = layer(xi)
+    (out.float() * seed).sum().backward()
+    results = [out.detach(), xi.grad, layer.router.grad, layer.w1.grad, layer.w2.grad]
+    layer.zero_grad(set_to_none=True)
+    return results
+
+
+def compare(got, want, bound, what):
+    """Worst relative L2 error ||a - b|| / ||b|| over the five tensors; raises above bound."""
+    worst = 0.0
+    for name, a, b in zip(["output", "d_input", "d_router", "d_w1", "d_w2"], got, want):
+        a, b = a.float(), b.float()
+        err = ((a - b).norm() / b.norm().clamp_min(1e-30)).item()
+        worst = max(worst, err)
+        if not err <= bound:
+            raise SystemExit(f"torch_moe_reference: --check failed: {name} relative error "
+                             f"{err:.3g} > {bound:g} ({what})")
+    return worst
+
+
+def check_layer(args, layer, x, seed):
+    """1. The layer's logic (sorting, grouping, gates, combine) in f32 with the loop impl against
+    a per-token reference on the same weights: 1e-5. 2. With the grouped impl (a GPU, bf16):
+    torch._grouped_mm against one matmul per expert in the same dtype, on the same values: they
+    differ only in the GEMMs' accumulation order (1e-2). Returns the worst error of each."""
+    f32 = MoE(args.d, args.f, args.experts, args.top_k, args.activation, "loop", torch.float32,
+              args.device)  # the same draws: the same weights before rounding
+    xf = x.detach().float()
+    got = layer_results(f32, xf, seed)
+    leaves = [t.detach().clone().requires_grad_(True) for t in (xf, f32.router, f32.w1, f32.w2)]
+    ref_out = f32.reference(*leaves, f32.last_choice)
+    (ref_out * seed).sum().backward()
+    errors = {"check_logic_rel_error": compare(got, [ref_out.detach()] + [t.grad for t in leaves],
+                                               1e-5, "f32 loop vs per-token reference")}
+    if layer.impl == "grouped":
+        grouped = layer_results(layer, x, seed)
+        layer.impl = "loop"
+        try:
+            loop = layer_results(layer, x, seed)
+        finally:
+            layer.impl = "grouped"
+        errors["check_grouped_rel_error"] = compare(grouped, loop, 1e-2,
+                                                    f"{args.dtype} grouped vs loop")
+    return errors
+
+
+def run_layer(args):
+    device, dtype = args.device, DTYPES[args.dtype]
+    impl = args.impl
+    if impl == "auto":
+        impl = "grouped" if device == "cuda" and dtype == torch.bfloat16 and has_grouped_mm() \
+            else "loop"
+    if impl == "grouped" and not has_grouped_mm():
+        raise SystemExit(f"torch_moe_reference: torch {torch.__version__} has no _grouped_mm")
+    layer = MoE(args.d, args.f, args.experts, args.top_k, args.activation, impl, dtype, device)
+    g = torch.Generator(device="cpu").manual_seed(2)
+    x = torch.randn(args.tokens, args.d, generator=g).to(device, dtype).requires_grad_(True)
+    seed = torch.randn(args.tokens, args.d, generator=g).to(device)
+    result = {"bench": "torch_layer", "torch": torch.__version__, "device": device,
+              "device_name": torch.cuda.get_device_name() if device == "cuda" else "cpu",
+              "impl": impl, "dtype": args.dtype, "activation": args.activation,
+              "tokens": args.tokens, "d": args.d, "f": args.f, "experts": args.experts,
+              "top_k": args.top_k}
+    if args.check:  # on the first --check-tokens tokens: the per-token reference is slow
+        n = min(args.tokens, args.check_tokens)
+        result["check_tokens"] = n
+        result.update(check_layer(args, layer, x[:n], seed[:n]))
+
+    def step():
+        layer.zero_grad(set_to_none=True)
+        x.grad = None
+        (layer(x).float() * seed).sum().backward()
+
+    seconds = timed(step, args.iterations, args.warmup, device)
+    flops = 3.0 * args.tokens * (2.0 * args.top_k * 2.0 * args.d * args.f +
+                                 2.0 * args.d * args.experts)
+    result.update({"iterations": args.iterations, "fwd_bwd_ms": seconds * 1e3,
+                   "tokens_per_second": args.tokens / seconds,
+                   "tflops_per_second": flops / seconds / 1e12})
+    return result
+
+
+def run_env(args):
+    device, dtype = args.device, DTYPES[args.dtype]
+    copy_bytes = (1 << 30) if device == "cuda" else (64 << 20)
+    src = torch.empty(copy_bytes, dtype=torch.uint8, device=device)
+    dst = torch.empty_like(src)
+    copy_s = timed(lambda: dst.copy_(src), args.iterations, args.warmup, device)
+    n = 8192 if device == "cuda" else 2048
+    a = torch.randn(n, n, device=device).to(dtype)
+    b = torch.randn(n, n, device=device).to(dtype)
+    gemm_s = timed(lambda: a @ b, args.iterations, args.warmup, device)
+    return {"bench": "torch_env", "torch": torch.__version__, "device": device,
+            "device_name": torch.cuda.get_device_name() if device == "cuda" else "cpu",
+            "dtype": args.dtype,
+            # a copy reads and writes every byte
+            "copy_gb_per_second": 2.0 * copy_bytes / copy_s / 1e9,
+            "gemm_n": n, "gemm_tflops_per_second": 2.0 * n ** 3 / gemm_s / 1e12}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("what", choices=["layer", "env"])
+    ap.add_argument("--tokens", type=int, default=16384)
+    ap.add_argument("--d", type=int, default=1024)
+    ap.add_argument("--f", type=int, default=4096)
+    ap.add_argument("--experts", type=int, default=8)
+    ap.add_argument("--top-k", type=int, default=2)
+    ap.add_argument("--activation", choices=["relu", "gelu"], default="relu")
+    ap.add_argument("--dtype", choices=sorted(DTYPES), default="bf16")
+    ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
+    ap.add_argument("--impl", choices=["auto", "grouped", "loop"], default="auto")
+    ap.add_argument("--iterations", type=int, default=20)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--threads", type=int, default=0, help="CPU threads (0: torch's default)")
+    ap.add_argument("--check", action="store_true")
+    ap.add_argument("--check-tokens", type=int, default=256)
+    args = ap.parse_args()
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("torch_moe_reference: --device cuda, but torch sees no GPU")
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
+    if args.iterations < 1 or args.warmup < 0:
+        raise SystemExit("torch_moe_reference: --iterations must be >= 1 and --warmup >= 0")
+    result = run_layer(args) if args.what == "layer" else run_env(args)
+    print(json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
