@@ -66,23 +66,36 @@ std::optional<double> json_number(const std::string& line, const std::string& ke
   return v;
 }
 
+// The value of `key` in a one-line JSON object printed by the reference (a string), or "".
+std::string json_string(const std::string& line, const std::string& key) {
+  const std::string needle = "\"" + key + "\": \"";
+  const size_t at = line.find(needle);
+  if (at == std::string::npos) return "";
+  const size_t begin = at + needle.size();
+  const size_t end = line.find('"', begin);
+  return end == std::string::npos ? "" : line.substr(begin, end - begin);
+}
+
 // Runs the PyTorch reference on the same layer; its JSON line (after its --check passed).
 StatusOr<std::string> run_torch_reference(const std::vector<std::string>& flags) {
-  // $MOMOE_PYTHON (default Debian's /usr/bin/python3, which has python3-torch) and
+  // $MOMOE_PYTHON (default the python3 on PATH) and
   // $MOMOE_TORCH_REFERENCE (default this source tree's script; another machine's copy of the tree
   // sets it, as tests/run_gpu.sh does).
   const char* python = std::getenv("MOMOE_PYTHON");
   const char* script = std::getenv("MOMOE_TORCH_REFERENCE");
-  std::vector<std::string> args = {
-      python != nullptr && *python != '\0' ? python : "/usr/bin/python3",
-      script != nullptr && *script != '\0' ? script
-                                           : MOE_SOURCE_DIR "/benchmarks/torch_moe_reference.py",
-      "layer", "--check"};
+  std::vector<std::string> args = {python != nullptr && *python != '\0' ? python : "python3",
+                                   script != nullptr && *script != '\0' ? script
+                                                                        : MOE_SOURCE_DIR
+                                       "/benchmarks/torch_moe_reference.py",
+                                   "layer", "--check"};
   args.insert(args.end(), flags.begin(), flags.end());
   io::SpawnOptions options;
   options.pipes = true;
-  MOE_ASSIGN_OR_RETURN(std::unique_ptr<io::ChildProcess> child,
-                       io::ChildProcess::spawn(args, options));
+  StatusOr<std::unique_ptr<io::ChildProcess>> spawned = io::ChildProcess::spawn(args, options);
+  if (!spawned.ok()) {
+    return spawned.status().with_context("--torch (set MOMOE_PYTHON to a python3 with torch)");
+  }
+  std::unique_ptr<io::ChildProcess> child = std::move(*spawned);
   child->close_stdin();
   std::string last;
   while (true) {
@@ -115,7 +128,12 @@ Status bench_layer(int argc, char** argv, comm::World* world) {
   LayerShape shape{2048, 352, 352, 16, 2, "relu"};
   const int64_t shape_id = a.get("shape", 0);
   if (shape_id < 0 || shape_id > 4) {
-    return invalid_argument_error("--shape ", shape_id, " is not one of 1, 2, 3, 4");
+    return invalid_argument_error("--shape ", shape_id, " is not one of 1, 2, 3, 4 (0: none)");
+  }
+  const int iters = static_cast<int>(a.get("iterations", shape_id > 0 ? 20 : 5));
+  const int warm = static_cast<int>(a.get("warmup", shape_id > 0 ? 5 : 1));
+  if (iters < 1 || warm < 0) {
+    return invalid_argument_error("--iterations must be >= 1 and --warmup >= 0");
   }
   if (shape_id > 0) shape = kShapes[shape_id - 1];
   const std::string dtype_name = a.get_str("dtype", shape_id > 0 ? "bf16" : "f32");
@@ -159,11 +177,6 @@ Status bench_layer(int argc, char** argv, comm::World* world) {
   MOE_RETURN_IF_ERROR(step());
   MOE_ASSIGN_OR_RETURN(bool finite, fixture.outputs_finite());
   if (!finite) return internal_error("check failed: non-finite output");
-  const int iters = static_cast<int>(a.get("iterations", shape_id > 0 ? 20 : 5));
-  const int warm = static_cast<int>(a.get("warmup", shape_id > 0 ? 5 : 1));
-  if (iters < 1 || warm < 0) {
-    return invalid_argument_error("--iterations must be >= 1 and --warmup >= 0");
-  }
   kernels::ref::reset_gemm_counters();
   kernels::ref::set_gemm_timing(true);
   MOE_ASSIGN_OR_RETURN(Timing t, time_it(warm, iters, step));
@@ -214,21 +227,28 @@ Status bench_layer(int argc, char** argv, comm::World* world) {
       // A copy reads and writes every byte.
       .num("copy_gb_per_second", 2.0 * static_cast<double>(copy_bytes) / c.median / 1e9);
   if (with_torch) {
-    const std::vector<std::string> flags = {
-        "--tokens",     std::to_string(tokens),
-        "--d",          std::to_string(d),
-        "--f",          std::to_string(f),
-        "--experts",    std::to_string(cfg.num_experts),
-        "--top-k",      std::to_string(cfg.top_k),
-        "--activation", activation,
-        "--dtype",      dtype_name,
-        "--device",     device,
-        "--iterations", std::to_string(iters),
-        "--warmup",     std::to_string(warm),
-        "--threads",    std::to_string(fixture.context().threads())};
+    std::vector<std::string> flags = {"--tokens",     std::to_string(tokens),
+                                      "--d",          std::to_string(d),
+                                      "--f",          std::to_string(f),
+                                      "--experts",    std::to_string(cfg.num_experts),
+                                      "--top-k",      std::to_string(cfg.top_k),
+                                      "--activation", activation,
+                                      "--dtype",      dtype_name,
+                                      "--device",     device,
+                                      "--iterations", std::to_string(iters),
+                                      "--warmup",     std::to_string(warm),
+                                      "--threads",    std::to_string(fixture.context().threads())};
+    // On a GPU in bf16 the grouped GEMMs or nothing: a torch without _grouped_mm fails loudly
+    // instead of timing the slower per-expert loop.
+    if (device == "cuda" && act == DType::kBF16) {
+      flags.push_back("--impl");
+      flags.push_back("grouped");
+    }
     MOE_ASSIGN_OR_RETURN(std::string line, run_torch_reference(flags));
     const double torch_ms = *json_number(line, "fwd_bwd_ms");
-    j.num("torch_fwd_bwd_ms", torch_ms)
+    j.str("torch_version", json_string(line, "torch"))
+        .str("torch_impl", json_string(line, "impl"))
+        .num("torch_fwd_bwd_ms", torch_ms)
         .num("torch_check_logic_rel_error", json_number(line, "check_logic_rel_error").value_or(-1))
         .num("torch_check_grouped_rel_error",
              json_number(line, "check_grouped_rel_error").value_or(-1))

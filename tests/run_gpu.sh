@@ -35,10 +35,10 @@
 #   mpi       150  2 and 4 MPI ranks sharing the GPU (EP 2, EP 2 x DP 2) equal to 1 rank
 #                  (parallel_trainer_mpi_test with MOMOE_TEST_DEVICE=CUDA)
 # Only when named (issue 21, once the stages above pass):
-#   layer     300  momoe's MoE layer against PyTorch's grouped-GEMM layer in the same run
+#   layer     450  momoe's MoE layer against PyTorch's grouped-GEMM layer in the same run
 #                  (momoe-bench layer --device cuda --shape 1..4 --torch 1: bf16, dropless, after
 #                  the reference's --check), with the device's copy bandwidth and GEMM rate
-#                  -> layer.jsonl
+#                  -> layer.jsonl. Repack the bundle first (an older momoe-bench has no --shape).
 #
 # Scratch (the unpacked bundle, the smoke runs' directories) goes to $MOMOE_GPU_WORK (default
 # $TMPDIR/momoe-gpu-work-<uid>), never into the output directory.
@@ -54,7 +54,7 @@ ALL_STAGES="env build kernels model smoke nccl memcheck synccheck racecheck init
 EXTRA_STAGES="layer"
 declare -A BOX=([env]=30 [build]=420 [kernels]=150 [model]=240 [smoke]=120 [nccl]=60
                 [memcheck]=120 [synccheck]=90 [racecheck]=150 [initcheck]=90 [mpi]=150
-                [layer]=300)
+                [layer]=450)
 BUNDLE=${BUNDLE:-$ROOT/gpu-bundle.tar.xz}
 KERNEL_FILTER='CudaKernelTest.*:-*RepeatedRuns*:*LargeShapes*'  # sanitizers: small cases
 
@@ -234,9 +234,15 @@ EOF
 
 stage_layer() {
   local rc=0 shape
+  export MOMOE_PYTHON=${MOMOE_PYTHON:-$(command -v python3)}
+  export MOMOE_TORCH_REFERENCE=$ROOT/benchmarks/torch_moe_reference.py
+  "$MOMOE_PYTHON" -c 'import torch; assert torch.cuda.is_available(), "torch sees no GPU"
+assert hasattr(torch, "_grouped_mm"), "torch %s has no _grouped_mm" % torch.__version__' || return 1
+  # The reference's check with many empty experts (16 tokens, 64 experts), grouped and loop.
+  "$MOMOE_PYTHON" "$MOMOE_TORCH_REFERENCE" layer --device cuda --tokens 16 --d 64 --f 128 \
+    --experts 64 --top-k 2 --check --iterations 1 --warmup 0 | tee -a "$OUT/layer.jsonl" || return 1
   for shape in 1 2 3 4; do
-    MOMOE_PYTHON=$(command -v python3) MOMOE_TORCH_REFERENCE="$ROOT/benchmarks/torch_moe_reference.py" \
-      "$BIN/momoe-bench" layer --device cuda --shape "$shape" --torch 1 | tee -a "$OUT/layer.jsonl" ||
+    "$BIN/momoe-bench" layer --device cuda --shape "$shape" --torch 1 | tee -a "$OUT/layer.jsonl" ||
       rc=1
   done
   return $rc

@@ -15,12 +15,13 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/momoe_torch_ref_test.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 ref=$src/benchmarks/torch_moe_reference.py
+export MOMOE_PYTHON=$py  # the interpreter momoe-bench --torch runs
 small=(--device cpu --tokens 200 --d 32 --f 48 --experts 4 --top-k 2 --iterations 2 --warmup 1
        --threads 1 --check)
 
 for dtype in f32 bf16; do
   for act in relu gelu; do
-    "$py" "$ref" layer "${small[@]}" --dtype "$dtype" --activation "$act" > "$tmp/out" ||
+    "$py" "$ref" layer "${small[@]}" --dtype "$dtype" --activation "$act" > "$tmp/out" 2>&1 ||
       fail "--check failed for $dtype $act: $(cat "$tmp/out")"
     "$py" - "$tmp/out" <<'PY' || fail "bad result line for $dtype $act: $(cat "$tmp/out")"
 import json, sys
@@ -32,25 +33,30 @@ PY
   done
 done
 
-# The check bites: outputs combined into the wrong tokens, and gates applied out of order.
+# The check bites: outputs combined into the wrong tokens, gates applied out of order, the
+# lowest-scoring experts chosen.
 sed 's|tok = order // self.k|tok = order % self.k|' "$ref" > "$tmp/wrong_tokens.py"
 sed 's|gate.reshape(-1)\[order\]|gate.reshape(-1)[order.flip(0)]|' "$ref" > "$tmp/wrong_gates.py"
-for bad in wrong_tokens wrong_gates; do
+sed 's|gate, idx = probs.topk(self.k, dim=-1)  # \[T, K\]|gate, idx = probs.topk(self.k, dim=-1, largest=False)|' \
+  "$ref" > "$tmp/wrong_experts.py"
+for bad in wrong_tokens wrong_gates wrong_experts; do
   cmp -s "$ref" "$tmp/$bad.py" && fail "$bad: the mutation did not apply (the reference changed?)"
   if "$py" "$tmp/$bad.py" layer "${small[@]}" > "$tmp/out" 2> "$tmp/err"; then
     fail "$bad: --check passed a wrong layer"
   fi
-  grep -q "check failed: .* relative error" "$tmp/err" || fail "$bad: $(cat "$tmp/err")"
+  grep -q "check failed: " "$tmp/err" || fail "$bad: $(cat "$tmp/err")"
 done
 
 # momoe-bench runs the reference in the same run (dropless, plain) and prints both.
 "$bench" layer --tokens 256 --d 64 --f 64 --experts 8 --dropless 1 --dtype bf16 --iterations 2 \
-  --warmup 1 --threads 1 --torch 1 > "$tmp/bench" || fail "momoe-bench --torch: $(cat "$tmp/bench")"
+  --warmup 1 --threads 1 --torch 1 > "$tmp/bench" 2>&1 || fail "momoe-bench --torch: $(cat "$tmp/bench")"
 "$py" - "$tmp/bench" <<'PY' || fail "momoe-bench --torch line: $(cat "$tmp/bench")"
 import json, sys
 r = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
 assert r["dtype"] == "bf16" and r["dropless"] == 1, r
-assert r["torch_fwd_bwd_ms"] > 0 and r["torch_check_logic_rel_error"] <= 1e-5, r
+assert r["torch_fwd_bwd_ms"] > 0 and 0 <= r["torch_check_logic_rel_error"] <= 1e-5, r
+assert r["torch_check_grouped_rel_error"] == -1 and r["torch_impl"] == "loop", r  # no GPU here
+assert r["torch_version"], r
 assert abs(r["speedup_vs_torch"] - r["torch_fwd_bwd_ms"] / r["fwd_bwd_ms"]) < 1e-3 * r["speedup_vs_torch"], r
 assert r["copy_gb_per_second"] > 0 and r["dense_gemm_gflops_per_second"] > 0, r
 PY
