@@ -56,6 +56,24 @@ std::pair<double, double> mean_std(const std::vector<double>& values) {
   return {mean, v.size() > 1 ? std::sqrt(var / static_cast<double>(v.size() - 1)) : 0.0};
 }
 
+// A seed as momoe-compare writes it: decimal digits only, within 64 bits.
+bool parse_seed(const std::string& text, uint64_t* seed) {
+  if (text.empty() || text.size() > 20 ||
+      !std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+    return false;
+  }
+  errno = 0;
+  *seed = std::strtoull(text.c_str(), nullptr, 10);
+  return errno == 0;
+}
+
+// "mean +- sd" of the finite values ("-" when there is none); signed: "+1.00 +- 0.50".
+std::string mean_sd_cell(const std::vector<double>& x, int digits = 2, bool sign = false) {
+  const auto [m, s] = mean_std(x);
+  if (!std::isfinite(m)) return "-";
+  return (sign && m >= 0 ? "+" : "") + fmt(m, digits) + " +- " + fmt(s, digits);
+}
+
 std::string target_label(double t) {
   char buf[32];
   std::snprintf(buf, sizeof(buf), "%g", t);
@@ -113,9 +131,8 @@ StatusOr<std::vector<uint64_t>> parse_seeds(const std::string& list) {
   std::stringstream in(list);
   std::string item;
   while (std::getline(in, item, ',')) {
-    char* end = nullptr;
-    const unsigned long long v = std::strtoull(item.c_str(), &end, 10);
-    if (item.empty() || *end != '\0' || item[0] == '-') {
+    uint64_t v = 0;
+    if (!parse_seed(item, &v)) {
       return invalid_argument_error("--seeds '", list, "': '", item,
                                     "' is not a seed (a list like 1,2,3)");
     }
@@ -320,12 +337,9 @@ std::string compare_markdown(const std::vector<CompareVariant>& variants,
         if (s >= 0) reach[t].push_back(static_cast<double>(s));
       }
     }
-    auto cell = [](const std::vector<double>& x) {
-      const auto [m, s] = mean_std(x);
-      return std::isfinite(m) ? fmt(m) + " +- " + fmt(s) : std::string("-");
-    };
     out << "| " << v.name << " | " << ok << (ok == total ? "" : str_cat(" of ", total)) << " | "
-        << cell(ppl) << " | " << cell(att) << " | " << cell(final_loss) << " |";
+        << mean_sd_cell(ppl) << " | " << mean_sd_cell(att) << " | " << mean_sd_cell(final_loss)
+        << " |";
     for (size_t t = 0; t < target_losses.size(); ++t) {
       const auto [m, s] = mean_std(reach[t]);
       out << " " << (std::isfinite(m) ? fmt(m, 0) : std::string("not reached"))
@@ -426,23 +440,6 @@ bool csv_fields(const std::string& line, std::vector<std::string>* out) {
     }
   }
   return !quoted;
-}
-
-// A seed as momoe-compare writes it: decimal digits only, within 64 bits.
-bool parse_seed(const std::string& text, uint64_t* seed) {
-  if (text.empty() || text.size() > 20 ||
-      !std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; })) {
-    return false;
-  }
-  errno = 0;
-  *seed = std::strtoull(text.c_str(), nullptr, 10);
-  return errno == 0;
-}
-
-std::string signed_cell(const std::vector<double>& x, int digits = 2) {
-  const auto [m, s] = mean_std(x);
-  if (!std::isfinite(m)) return "-";
-  return (m >= 0 ? "+" : "") + fmt(m, digits) + " +- " + fmt(s, digits);
 }
 
 }  // namespace
@@ -599,12 +596,10 @@ std::string baseline_markdown(const std::vector<CompareRow>& runs,
     }
     std::string seed_list;
     for (uint64_t s : seeds) seed_list += (seed_list.empty() ? "" : ",") + std::to_string(s);
-    const auto [m, sd] = mean_std(ppl);
-    const auto [bm, bsd] = mean_std(base_ppl);
     out << "| " << name << " | " << base << " | " << (seeds.empty() ? "none" : seed_list) << " | "
-        << (std::isfinite(m) ? fmt(m) + " +- " + fmt(sd) : "-") << " | "
-        << (std::isfinite(bm) ? fmt(bm) + " +- " + fmt(bsd) : "-") << " | " << signed_cell(d_ppl)
-        << " | " << signed_cell(d_att) << " | " << signed_cell(d_loss, 3) << " |\n";
+        << mean_sd_cell(ppl) << " | " << mean_sd_cell(base_ppl) << " | "
+        << mean_sd_cell(d_ppl, 2, true) << " | " << mean_sd_cell(d_att, 2, true) << " | "
+        << mean_sd_cell(d_loss, 3, true) << " |\n";
   }
   if (!unmatched.empty()) {
     out << "\nNo variant of the same name (or the name before its '+') in " << baseline_label
