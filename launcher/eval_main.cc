@@ -22,6 +22,7 @@
 #include "core/train/checkpoint.h"
 #include "core/train/coordinator.h"
 #include "core/train/evaluator.h"
+#include "core/train/routing_file.h"
 #include "core/train/run_device.h"
 #include "kernels/reference/blas_library.h"
 #include "launcher/checkpoint_model.h"
@@ -112,9 +113,16 @@ StatusOr<std::string> evaluate(const FlagParser& flags) {
           format_duration(static_cast<double>(total - done_before - done) / per_second).c_str());
     };
   };
-  MOE_ASSIGN_OR_RETURN(EvalResult clean,
-                       evaluate_perplexity(model, set, batch, max_sequences, cfg.train.seed,
-                                           nullptr, nullptr, progress("clean")));
+  const std::string routing_out = flags.get("routing-out");
+  std::vector<RoutingDecisions> routing;
+  MOE_ASSIGN_OR_RETURN(
+      EvalResult clean,
+      evaluate_perplexity(model, set, batch, max_sequences, cfg.train.seed, nullptr, nullptr,
+                          progress("clean"), routing_out.empty() ? nullptr : &routing));
+  if (!routing_out.empty()) {
+    MOE_RETURN_IF_ERROR(write_routing_file(routing_out, model->context(), model->num_moe_layers(),
+                                           batch, cfg.model.seq_len, routing));
+  }
   done_before = max_sequences > 0 ? std::min(max_sequences, set.size()) : set.size();
   // One JSON object (nlohmann escapes the paths: quotes, backslashes, control characters; bytes
   // that are not UTF-8 become U+FFFD).
@@ -165,6 +173,10 @@ int run(int argc, char** argv) {
               "sequences per evaluation batch (default: the trainer's, batch_size / grad_accum; "
               "a model with an AC router or an evaluation capacity takes only that)");
   flags.value("max-sequences", "evaluate only the first N sequences (default: all)");
+  flags.value("routing-out",
+              "also write the clean evaluation's routing decisions (every MoE layer's experts, "
+              "capacity slots and SparseMixer masks) to this safetensors file "
+              "(core/train/routing_file.h)");
   declare_device_flags(&flags);
   flags.switch_flag("help", "print this help");
   Status parsed = flags.parse(argc, argv);

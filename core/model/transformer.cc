@@ -169,11 +169,18 @@ Status TransformerLM::backward(const Activations& acts, double ce_scale, double 
 
 Status TransformerLM::evaluate(const TensorView& inputs, const TensorView& targets,
                                const StepContext& ctx, const TensorView& sums,
-                               const TensorView& stats) {
+                               const TensorView& stats, std::vector<RoutingDecisions>* routing) {
   StepContext eval = ctx;
   eval.training = false;
   Activations acts;
-  return forward_impl(inputs, targets, eval, &acts, sums, stats, nullptr);
+  MOE_RETURN_IF_ERROR(forward_impl(inputs, targets, eval, &acts, sums, stats, nullptr));
+  if (routing == nullptr) return Status::OK();
+  for (size_t b = 0; b < blocks_.size(); ++b) {
+    if (!blocks_[b]->is_moe()) continue;
+    const MoeLayerSaved& saved = acts.blocks[b].moe;
+    routing->push_back({saved.router.idx, saved.plan.slot, saved.router.mask});
+  }
+  return Status::OK();
 }
 
 StatusOr<Tensor> TransformerLM::logits(const TensorView& inputs, const StepContext& ctx) {

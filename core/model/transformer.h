@@ -23,6 +23,15 @@
 
 namespace moe {
 
+// The discrete routing decisions of one MoE layer in one forward pass (device tensors on the
+// model's context): what a comparison of two computation paths counts before it compares values
+// (momoe-eval --routing-out, tests/testing/cross_path.h).
+struct RoutingDecisions {
+  Tensor experts;  // [N, K] i32: the chosen experts, top-1 first
+  Tensor slot;     // [N, K] i32: each choice's capacity slot, -1 when dropped
+  Tensor mask;     // [N, E] u8: SparseMixer's masked-softmax set; empty for other routers
+};
+
 class TransformerLM {
  public:
   enum LossSlot : int64_t { kLossSum = 0, kLossTokens, kAuxLoss, kLossSlots };
@@ -52,9 +61,11 @@ class TransformerLM {
   Status forward(const TensorView& inputs, const TensorView& targets, const StepContext& ctx,
                  Activations* acts, const TensorView& sums, const TensorView& stats);
   Status backward(const Activations& acts, double ce_scale, double aux_scale);
-  // Evaluation-mode forward (no dropout, nothing kept): accumulates into sums (and stats).
+  // Evaluation-mode forward (no dropout, nothing kept): accumulates into sums (and stats). With
+  // `routing`, appends each MoE layer's decisions, in layer order (nothing is read back).
   Status evaluate(const TensorView& inputs, const TensorView& targets, const StepContext& ctx,
-                  const TensorView& sums, const TensorView& stats);
+                  const TensorView& sums, const TensorView& stats,
+                  std::vector<RoutingDecisions>* routing = nullptr);
   // The next-token logits of every position of `inputs` i32 [B, S] (host or device), evaluation
   // mode (no dropout, nothing accumulated, no loss): [B * S, V] in the compute dtype (F32 for a
   // BF16 model) on this model's context (the caller reads back the rows it needs; text

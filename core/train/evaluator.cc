@@ -23,7 +23,8 @@ StatusOr<EvalResult> evaluate_perplexity(TransformerLM* model, const data::Seque
                                          int64_t batch, int64_t max_sequences, uint64_t seed,
                                          comm::Communicator* world,
                                          const std::function<bool()>& stop,
-                                         const std::function<void(int64_t, int64_t)>& progress) {
+                                         const std::function<void(int64_t, int64_t)>& progress,
+                                         std::vector<RoutingDecisions>* routing) {
   const int ranks = world == nullptr ? 1 : world->world_size();
   const int rank = world == nullptr ? 0 : world->rank();
   const int64_t total = max_sequences > 0 ? std::min(max_sequences, set.size()) : set.size();
@@ -60,7 +61,7 @@ StatusOr<EvalResult> evaluate_perplexity(TransformerLM* model, const data::Seque
     step.seed = seed;
     step.training = false;
     step.stats_comm = world;
-    MOE_RETURN_IF_ERROR(model->evaluate(inputs, targets, step, sums, {}));
+    MOE_RETURN_IF_ERROR(model->evaluate(inputs, targets, step, sums, {}, routing));
     if (progress) progress(std::min(total, start + chunk), total);
   }
   if (world != nullptr && ranks > 1) {

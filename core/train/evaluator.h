@@ -36,10 +36,13 @@ struct EvalResult {
 // when it says yes on any rank (a host all-reduce over `world` decides), every rank returns at
 // once with `stopped` set (and no numbers). `progress` (optional) is called after every round
 // with the sequences done so far and the total (on a GPU the rounds are queued, not waited for:
-// the count runs ahead of the device by at most the launch queue).
+// the count runs ahead of the device by at most the launch queue). `routing` (optional) receives
+// this rank's routing decisions: for each batch, in order, one entry per MoE layer (device
+// tensors; nothing more is waited for).
 StatusOr<EvalResult> evaluate_perplexity(
     TransformerLM* model, const data::SequenceSet& set, int64_t batch, int64_t max_sequences,
     uint64_t seed, comm::Communicator* world, const std::function<bool()>& stop = nullptr,
-    const std::function<void(int64_t, int64_t)>& progress = nullptr);
+    const std::function<void(int64_t, int64_t)>& progress = nullptr,
+    std::vector<RoutingDecisions>* routing = nullptr);
 
 }  // namespace moe

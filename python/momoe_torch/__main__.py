@@ -9,6 +9,7 @@ import sys
 import torch
 
 from . import load, perplexity, read_split
+from .replay import RoutingReplay
 
 
 def main(argv=None):
@@ -20,12 +21,22 @@ def main(argv=None):
     parser.add_argument("--batch", type=int, default=0, help="sequences per batch (default: config.json's eval_batch_size)")
     parser.add_argument("--dtype", choices=["float32", "float64"], default="float32")
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    parser.add_argument(
+        "--replay", metavar="ROUTING",
+        help="momoe-eval --routing-out's file: evaluate on its routing decisions instead of the "
+        "module's own, after comparing the two (the result says \"replayed\": true and has "
+        "\"decisions\": the comparison per MoE layer, python/momoe_torch/cross_path.py)")
     args = parser.parse_args(argv)
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     model = load(args.model, dtype=getattr(torch, args.dtype))
     ids = read_split(args.dataset, args.split, fingerprint=model.cfg["tokenizer"]["fingerprint"])
-    result = perplexity(model, ids, args.batch or None, args.max_sequences)
+    batch = args.batch or int(model.cfg["eval_batch_size"])
+    replay = RoutingReplay(args.replay, model.cfg, batch) if args.replay else None
+    result = perplexity(model, ids, batch, args.max_sequences, replay)
+    if replay is not None:
+        result["replayed"] = True
+        result["decisions"] = replay.finish()
     print(json.dumps(result))
     return 0
 

@@ -12,8 +12,9 @@ import numpy as np
 import torch
 
 
-def perplexity(model, ids, batch_size=None, max_sequences=0):
-    """Returns {"ppl", "loss_sum", "tokens", "sequences"} for the int array `ids`."""
+def perplexity(model, ids, batch_size=None, max_sequences=0, replay=None):
+    """Returns {"ppl", "loss_sum", "tokens", "sequences"} for the int array `ids`. With a
+    `replay` (replay.RoutingReplay), the routing decisions are the replayed path's."""
     s = model.seq_len
     ids = np.asarray(ids, dtype=np.int64)
     n = (ids.size - 1) // s
@@ -31,7 +32,7 @@ def perplexity(model, ids, batch_size=None, max_sequences=0):
             rows = np.stack([ids[i * s : i * s + s + 1] for i in seqs])
             inputs = torch.from_numpy(rows[:, :-1]).to(device)
             targets = torch.from_numpy(rows[:, 1:]).to(device)
-            logits = model(inputs)[:real].double()
+            logits = model(inputs, replay=replay)[:real].double()
             lse = torch.logsumexp(logits, dim=-1)
             picked = logits.gather(-1, targets[:real, :, None]).squeeze(-1)
             loss_sum += float((lse - picked).sum())

@@ -117,9 +117,10 @@ class Expert(nn.Module):
 class MoeLayer(nn.Module):
     """One MoE sublayer: router, experts and residual dynamics, on tokens [T, D]."""
 
-    def __init__(self, d_model, cfg):
+    def __init__(self, d_model, cfg, moe_index=0):
         super().__init__()
         self.cfg = cfg
+        self.moe_index = moe_index  # 0 for the model's first MoE layer
         self.num_experts = int(cfg["num_experts"])
         self.top_k = int(cfg["top_k"])
         self.router = nn.Linear(d_model, self.num_experts)
@@ -132,51 +133,76 @@ class MoeLayer(nn.Module):
         else:
             self.register_parameter("omega", None)
 
+    def choose(self, logits):
+        """The routing decisions at evaluation: (idx [T, K], mask). idx holds the chosen experts,
+        top-1 first (ties to the lowest index); mask [T, E] bool is SparseMixer's masked-softmax
+        set (None for top-k softmax routing)."""
+        if self.cfg["sparsemixer"]["enabled"]:
+            imax = _first_max(logits)[:, None]
+            return imax, self.sparsemixer_mask(logits, imax)
+        return torch.sort(logits, dim=1, descending=True, stable=True).indices[:, : self.top_k], None
+
+    def sparsemixer_mask(self, logits, imax):
+        """SparseMixer's set [T, E] bool for the argmax `imax` [T, 1]: the experts within the
+        jitter band of it (sparsemixer_margins says how far each is from the band's edge)."""
+        diff, threshold = self.sparsemixer_margins(logits, imax)
+        keep = diff <= threshold
+        keep.scatter_(1, imax, True)
+        return keep
+
+    def sparsemixer_margins(self, logits, imax):
+        """(top - logit, the band's half-width) [T, E] in float64, for the argmax `imax`."""
+        sm = self.cfg["sparsemixer"]
+        th = logits.double()
+        top = th.gather(1, imax)
+        r = float(sm["jitter"])
+        if sm["mask"] == "paper":
+            return top - th, r * (top.abs() + th.abs())
+        return top - th, 2.0 * r * torch.maximum(th.abs(), top)
+
+    def gates(self, logits, idx, mask):
+        """gate [T, K] for the decisions (idx, mask): SparseMixer gates its argmax by its
+        probability under the masked softmax; top-k softmax routing renormalises over the K."""
+        if mask is not None:
+            th = logits.double()
+            top = th.gather(1, idx)
+            lse = torch.logsumexp(th.masked_fill(~mask, float("-inf")), dim=1, keepdim=True)
+            return torch.exp(top - lse).to(logits.dtype)
+        chosen = logits.gather(1, idx).double()
+        return torch.softmax(chosen - chosen[:, :1], dim=1).to(logits.dtype)
+
     def route(self, logits):
         """(idx [T, K], gate [T, K]) at evaluation."""
-        sm = self.cfg["sparsemixer"]
-        if sm["enabled"]:
-            # SparseMixer at evaluation: the argmax, gated by its probability under the masked
-            # softmax (experts within the jitter band of the best are kept).
-            imax = _first_max(logits)
-            th = logits.double()
-            top = th.gather(1, imax[:, None])
-            diff = top - th
-            r = float(sm["jitter"])
-            if sm["mask"] == "paper":
-                keep = diff <= r * (top.abs() + th.abs())
-            else:
-                keep = diff <= 2.0 * r * torch.maximum(th.abs(), top)
-            keep[torch.arange(th.shape[0]), imax] = True
-            masked = th.masked_fill(~keep, float("-inf"))
-            lse = torch.logsumexp(masked, dim=1, keepdim=True)
-            gate = torch.exp(top - lse).to(logits.dtype)
-            return imax[:, None], gate
-        idx = torch.sort(logits, dim=1, descending=True, stable=True).indices[:, : self.top_k]
-        chosen = logits.gather(1, idx).double()
-        gate = torch.softmax(chosen - chosen[:, :1], dim=1).to(logits.dtype)
-        return idx, gate
+        idx, mask = self.choose(logits)
+        return idx, self.gates(logits, idx, mask)
 
-    def kept(self, idx):
-        """[T, K] bool: the assignments inside the evaluation capacity (all without one). The
-        first choices in token order fill each expert's slots first, then the second choices..."""
+    def slots(self, idx):
+        """[T, K] long: each assignment's slot in its expert's block, -1 when it is past the
+        evaluation capacity (no drops without one). The first choices in token order fill each
+        expert's slots first, then the second choices..."""
         factor = float(self.cfg["eval_capacity_factor"])
         t, k = idx.shape
-        if factor <= 0:
-            return torch.ones(t, k, dtype=torch.bool, device=idx.device)
-        capacity = math.ceil(factor * t * k / self.num_experts)
         used = torch.zeros(self.num_experts, dtype=torch.long, device=idx.device)
-        kept = torch.empty(t, k, dtype=torch.bool, device=idx.device)
+        slot = torch.empty(t, k, dtype=torch.long, device=idx.device)
         for j in range(k):
             onehot = F.one_hot(idx[:, j], self.num_experts)
             before = (onehot.cumsum(0) - onehot).gather(1, idx[:, j : j + 1]).squeeze(1)
-            kept[:, j] = used[idx[:, j]] + before < capacity
+            slot[:, j] = used[idx[:, j]] + before
             used += onehot.sum(0)
-        return kept
+        if factor > 0:
+            capacity = math.ceil(factor * t * k / self.num_experts)
+            slot[slot >= capacity] = -1
+        return slot
 
-    def forward(self, x_in, x_base, p_in, prev_top1):
+    def kept(self, idx):
+        """[T, K] bool: the assignments inside the evaluation capacity (all without one)."""
+        return self.slots(idx) >= 0
+
+    def forward(self, x_in, x_base, p_in, prev_top1, replay=None):
         """Returns (out, p_out, top1) for x_in, x_base [T, D], the incoming momentum state p_in
-        ([T, D] or None before the first MoE layer) and the previous MoE layer's top-1 experts."""
+        ([T, D] or None before the first MoE layer) and the previous MoE layer's top-1 experts.
+        With a `replay` (replay.py), the routing decisions are another path's, compared with
+        this layer's own first."""
         res = self.cfg["residual"]
         y = x_in
         if p_in is not None and res["input_shift"] != 0:
@@ -193,7 +219,10 @@ class MoeLayer(nn.Module):
             logits = r @ unit.to(r.dtype).t()
         else:
             logits = self.router(r)
-        idx, gate = self.route(logits)
+        idx, mask = self.choose(logits)
+        if replay is not None:
+            idx, mask = replay.decide(self, logits, idx, mask)
+        gate = self.gates(logits, idx, mask)
         kept = self.kept(idx)
         u = torch.zeros_like(x_in)
         for e, expert in enumerate(self.experts):
@@ -226,11 +255,12 @@ class MoeLayer(nn.Module):
             p_out = res["a_state"] * p_prev + res["a_input"] * ud
         else:
             raise ValueError(f"unknown residual form {form!r}")
-        return out.to(x_base.dtype), p_out.to(x_base.dtype), _first_max(logits)
+        # The next AC layer's clusters: this layer's argmax (the first choice).
+        return out.to(x_base.dtype), p_out.to(x_base.dtype), idx[:, 0]
 
 
 class Block(nn.Module):
-    def __init__(self, cfg, block_cfg):
+    def __init__(self, cfg, block_cfg, moe_index=0):
         super().__init__()
         d = int(cfg["d_model"])
         eps = float(cfg["layer_norm_eps"])
@@ -242,12 +272,13 @@ class Block(nn.Module):
         if self.is_moe:
             if self.post_ln:
                 self.ln_in = nn.LayerNorm(d, eps=eps)
-            self.moe = MoeLayer(d, block_cfg)
+            self.moe = MoeLayer(d, block_cfg, moe_index)
         else:
             self.ffn = FeedForward(d, int(cfg["d_ff"]), cfg["activation"])
 
     def forward(self, h, state):
-        """h [B, S, D]; state: {"p", "top1"} threaded through the MoE layers (updated)."""
+        """h [B, S, D]; state: {"p", "top1", "replay"} threaded through the MoE layers (p and
+        top1 updated)."""
         b, s, d = h.shape
         if self.post_ln:
             h = self.ln1(h + self.attn(h))
@@ -256,7 +287,8 @@ class Block(nn.Module):
         if self.is_moe:
             flat = h.reshape(b * s, d)
             x_in = flat if self.post_ln else self.ln2(flat)
-            out, state["p"], state["top1"] = self.moe(x_in, flat, state["p"], state["top1"])
+            out, state["p"], state["top1"] = self.moe(x_in, flat, state["p"], state["top1"],
+                                                      state["replay"])
             if not self.post_ln:
                 return out.reshape(b, s, d)
             return self.ln2(flat + self.ln_in(out)).reshape(b, s, d)
@@ -281,27 +313,32 @@ class MomoeLM(nn.Module):
         self.seq_len = s
         self.embed_tokens = nn.Embedding(v, d)
         self.embed_positions = nn.Embedding(s, d)
-        self.blocks = nn.ModuleList(Block(cfg, b) for b in cfg["blocks"])
+        moe_index = [sum(1 for b in cfg["blocks"][:i] if b["type"] == "moe")
+                     for i in range(len(cfg["blocks"]))]
+        self.blocks = nn.ModuleList(Block(cfg, b, m) for b, m in zip(cfg["blocks"], moe_index))
         if cfg["block_style"] == "pre_ln":
             self.final_ln = nn.LayerNorm(d, eps=float(cfg["layer_norm_eps"]))
         else:
             self.final_ln = None
         self.head = None if cfg["tie_embeddings"] else nn.Linear(d, v, bias=False)
 
-    def forward(self, ids):
+    def forward(self, ids, replay=None):
         """ids [B, S] (S <= seq_len) -> logits [B, S, V]. Every sequence of the batch is one
-        batch for the MoE layers (an AC router's metric and an evaluation capacity see them all)."""
+        batch for the MoE layers (an AC router's metric and an evaluation capacity see them all).
+        `replay` (replay.RoutingReplay): take another path's routing decisions for this batch."""
         b, s = ids.shape
         if s > self.seq_len:
             raise ValueError(f"sequences of {s} tokens: the model has {self.seq_len} positions")
         positions = torch.arange(s, device=ids.device)
         h = self.embed_tokens(ids) + self.embed_positions(positions)[None]
-        state = {"p": None, "top1": None}
+        state = {"p": None, "top1": None, "replay": replay}
         for block in self.blocks:
             h = block(h, state)
         if self.final_ln is not None:
             h = self.final_ln(h)
         weight = self.embed_tokens.weight if self.head is None else self.head.weight
+        if replay is not None:
+            replay.end_batch(b * s)
         return h @ weight.t()
 
 

@@ -1,0 +1,188 @@
+"""How two computation paths of one model are compared: the rule every cross-path test follows.
+
+Two paths (momoe's float32 forward with some BLAS kernel, and this module in float64; a GPU and a
+CPU) compute the same function with different rounding. They agree bit for bit only where the code
+path is the same by design. Otherwise:
+
+1. Discrete decisions first. Routing (the top-k experts, SparseMixer's masked set, the capacity
+   slots and, through the top-1, the next AC layer's clusters) is compared decision by decision
+   and counted. A flip is legitimate only at a near-tie: the reference's own margin between the
+   two choices is within the rounding of the values it was decided on
+   (decision_tolerance). Anything else is an error of one path. Then the second path takes the
+   first path's decisions (replay.py), so that the values compare on equal decisions.
+2. Values are bounded by the arithmetic: float32 epsilon times the depth of the computation (the
+   number of rounding stages between the inputs and the value, forward_depth) times the
+   magnitude the errors are relative to. Never by what one machine measured.
+
+tests/testing/cross_path.h is the C++ twin (the same constants and stage counts).
+"""
+
+import math
+
+F32_EPS = 2.0 ** -23  # float32 machine epsilon (FLT_EPSILON)
+
+# Rounding stages of one forward pass, each a GEMM, a normalisation, a softmax or an elementwise
+# update whose float32 rounding reaches the next stage. Counted for the longest variant of each
+# sublayer (pre-LN or post-LN, robust shift, AC transform), so one table bounds every family.
+STAGES = {
+    "embedding": 1,          # token + position embedding
+    "attention": 7,          # qkv, scores, softmax, context, output projection, residual, LayerNorm
+    "moe_to_router": 4,      # (pre-LN) LayerNorm, robust input shift, AC transform, router GEMM
+    "moe_after_router": 9,   # gates, fc1, activation, fc2, combine, residual dynamics, LN_in, add, LN
+    "dense": 5,              # fc1, activation, fc2, residual, LayerNorm
+    "head": 3,               # (pre-LN) final LayerNorm, head GEMM, log-softmax
+}
+
+
+def forward_depth(cfg):
+    """(router depths [one per MoE layer], total depth) of a momoe-export config.json."""
+    depth = STAGES["embedding"]
+    routers = []
+    for block in cfg["blocks"]:
+        depth += STAGES["attention"]
+        if block["type"] == "moe":
+            routers.append(depth + STAGES["moe_to_router"])
+            depth += STAGES["moe_to_router"] + STAGES["moe_after_router"]
+        else:
+            depth += STAGES["dense"]
+    return routers, depth + STAGES["head"]
+
+
+def rounding_tolerance(depth, scale=1.0, eps=F32_EPS):
+    """The bound on the difference between two roundings of a value computed through `depth`
+    stages, each with relative error eps, relative to `scale` (at least 1: an absolute floor)."""
+    return eps * depth * max(1.0, abs(float(scale)))
+
+
+def decision_tolerance(depth, logit_scale):
+    """How close two router logits may be for a path of `depth` stages to order them either way:
+    rounding_tolerance at the row's largest |logit| (a float or a tensor of rows)."""
+    try:
+        return F32_EPS * depth * logit_scale.clamp(min=1.0)
+    except AttributeError:
+        return rounding_tolerance(depth, logit_scale)
+
+
+class LayerDecisions:
+    """The decisions of one MoE layer compared between two paths, counted."""
+
+    def __init__(self):
+        self.rows = 0             # tokens compared
+        self.flips = 0            # tokens whose chosen experts (or their order) differ
+        self.far_flips = 0        # of those, not at a near-tie of the reference: an error
+        self.max_margin = 0.0     # the largest flip margin, in units of its tolerance
+        self.mask_entries = 0     # SparseMixer set entries compared
+        self.mask_flips = 0
+        self.far_mask_flips = 0
+        self.slot_mismatches = 0  # capacity slots that differ on the same choices: an error
+        self.first_error = None   # (row, what) of the first error
+
+    def as_dict(self):
+        return {k: v for k, v in vars(self).items()}
+
+
+def choice_margins(logits, chosen):
+    """For each row, how far the chosen ranking (chosen [T, K], best first) falls short of the
+    best ranking of `logits` [T, E] (float64): max over j of (the best logit outside chosen[:j])
+    minus logits[chosen[j]]; 0 when `chosen` is a true top-K ranking."""
+    import torch
+
+    t, k = chosen.shape
+    remaining = logits.clone()
+    margin = torch.zeros(t, dtype=logits.dtype, device=logits.device)
+    rows = torch.arange(t, device=logits.device)
+    for j in range(k):
+        best = remaining.max(dim=1).values
+        mine = remaining[rows, chosen[:, j]]
+        margin = torch.maximum(margin, best - mine)
+        remaining[rows, chosen[:, j]] = float("-inf")
+    return margin
+
+
+def compare_choices(report, own, theirs, logits, tol, row_offset=0):
+    """Counts the rows where `theirs` [T, K] differs from `own`; each must be a near-tie of the
+    reference `logits` [T, E] (float64): its choice margin within `tol` [T]."""
+    differ = (own != theirs).any(dim=1)
+    report.rows += int(own.shape[0])
+    if not bool(differ.any()):
+        return
+    margin = choice_margins(logits, theirs)[differ]
+    ratio = margin / tol[differ]
+    report.flips += int(differ.sum())
+    far = ratio > 1.0
+    report.far_flips += int(far.sum())
+    report.max_margin = max(report.max_margin, float(ratio.max()))
+    if bool(far.any()) and report.first_error is None:
+        row = int(differ.nonzero()[far.nonzero()[0, 0], 0])
+        report.first_error = (row_offset + row, f"chose {theirs[row].tolist()}, the reference "
+                              f"{own[row].tolist()} (logits {logits[row].tolist()})")
+
+
+def compare_masks(report, own, theirs, edge_distance, tol, row_offset=0):
+    """SparseMixer's sets [T, E]: each differing entry must lie within `tol` [T] of the band's
+    edge (`edge_distance` [T, E] = |diff - half-width| in the reference)."""
+    differ = own != theirs
+    report.mask_entries += int(own.numel())
+    if not bool(differ.any()):
+        return
+    report.mask_flips += int(differ.sum())
+    far = differ & (edge_distance > tol[:, None])
+    report.far_mask_flips += int(far.sum())
+    if bool(far.any()) and report.first_error is None:
+        row = int(far.nonzero()[0, 0])
+        report.first_error = (row_offset + row, f"SparseMixer set {theirs[row].int().tolist()}, "
+                              f"the reference {own[row].int().tolist()}")
+
+
+def compare_slots(report, own, theirs, row_offset=0):
+    """Capacity slots [T, K] computed by both paths from the same choices: equal, or an error."""
+    differ = (own != theirs).any(dim=1)
+    if not bool(differ.any()):
+        return
+    report.slot_mismatches += int(differ.sum())
+    if report.first_error is None:
+        row = int(differ.nonzero()[0, 0])
+        report.first_error = (row_offset + row, f"slots {theirs[row].tolist()}, the capacity "
+                              f"rule on the same choices gives {own[row].tolist()}")
+
+
+def check_perplexity(name, momoe, reference, cfg):
+    """The verdict of momoe-eval's result against the reference module's (replaying momoe's
+    decisions): (ok, lines). `momoe` and `reference` are their JSON results; `reference` is
+    computed on momoe's decisions ("replayed") and holds "decisions" (one LayerDecisions dict per
+    MoE layer)."""
+    lines, ok = [], True
+    if not reference.get("replayed"):
+        return False, [f"{name}: the reference did not replay momoe's decisions (--replay)"]
+    if momoe["tokens"] != reference["tokens"]:
+        return False, [f"{name}: momoe-eval scored {momoe['tokens']} tokens, the reference "
+                       f"{reference['tokens']}"]
+    decisions = reference["decisions"]
+    flips = sum(d["flips"] + d["mask_flips"] + d["slot_mismatches"] for d in decisions)
+    lines.append(f"{name}: decisions: {len(decisions)} MoE layers x {decisions[0]['rows']} tokens, "
+                 f"{flips} differ" + (":" if flips else ""))
+    for layer, d in enumerate(decisions):
+        if d["flips"] + d["mask_flips"] + d["slot_mismatches"] == 0:
+            continue
+        lines.append(
+            f"  MoE layer {layer}: {d['flips']} tokens routed differently ({d['far_flips']} not at "
+            f"a near-tie; largest margin {d['max_margin']:.2g} of its tolerance), SparseMixer set "
+            f"entries {d['mask_flips']} of {d['mask_entries']} ({d['far_mask_flips']} not near the "
+            f"edge), capacity slots {d['slot_mismatches']} off")
+        if d["far_flips"] or d["far_mask_flips"] or d["slot_mismatches"]:
+            ok = False
+            row, what = d["first_error"]
+            lines.append(f"FAIL: {name}: MoE layer {layer}, token {row}: momoe {what}")
+    _, depth = forward_depth(cfg)
+    mean_nll = math.log(reference["ppl"])
+    tol = rounding_tolerance(depth, mean_nll)
+    diff = abs(math.log(momoe["ppl"]) - mean_nll)  # |ln ppl_a - ln ppl_b|, ~ the relative difference
+    lines.append(
+        f"{name}: momoe-eval ppl {momoe['ppl']:.9g}, reference on momoe's decisions "
+        f"{reference['ppl']:.9g}: |ln ratio| {diff:.2e} <= {tol:.2e} (eps32 x depth {depth} x "
+        f"mean NLL {mean_nll:.3g})")
+    if not diff <= tol:
+        ok = False
+        lines.append(f"FAIL: {name}: the perplexities on equal decisions differ by {diff:.3e} "
+                     f"(> {tol:.3e})")
+    return ok, lines
