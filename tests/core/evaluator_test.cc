@@ -9,6 +9,7 @@
 #include <cmath>
 
 #include "core/base/rng.h"
+#include "tests/testing/cross_path.h"
 #include "tests/testing/gradient_check.h"
 
 namespace moe::testing {
@@ -47,7 +48,10 @@ data::SequenceSet sequences(int64_t vocab, int64_t seq_len, int64_t count,
   return data::SequenceSet::create(split, seq_len).value();
 }
 
-std::vector<double> perplexities(double eval_capacity_factor, const std::vector<int64_t>& batches) {
+// The perplexity at each batch size; with `experts`, each batch size's chosen experts of every
+// MoE layer over all 24 sequences ([layer] -> [24 * S, K], in sequence order).
+std::vector<double> perplexities(double eval_capacity_factor, const std::vector<int64_t>& batches,
+                                 std::vector<std::vector<Tensor>>* experts = nullptr) {
   const ModelConfig cfg = model_config(eval_capacity_factor);
   auto model = TransformerLM::create(cfg, &host_context(), DType::kF64, nullptr).value();
   EXPECT_TRUE(model->init_parameters(3).ok());
@@ -55,10 +59,25 @@ std::vector<double> perplexities(double eval_capacity_factor, const std::vector<
   const data::SequenceSet set = sequences(cfg.vocab_size, cfg.seq_len, 24, split);
   std::vector<double> out;
   for (int64_t b : batches) {
-    StatusOr<EvalResult> r = evaluate_perplexity(model.get(), set, b, 0, 1, nullptr);
+    std::vector<RoutingDecisions> routing;
+    StatusOr<EvalResult> r =
+        evaluate_perplexity(model.get(), set, b, 0, 1, nullptr, nullptr, nullptr, &routing);
     if (!r.ok()) {
       ADD_FAILURE() << r.status().to_string();
       return out;
+    }
+    if (experts != nullptr) {  // batches of b sequences, MoE layers inner: stack per layer
+      const int layers = model->num_moe_layers();
+      std::vector<Tensor>& mine = experts->emplace_back();
+      for (int l = 0; l < layers; ++l) {
+        Tensor all = Tensor::empty({24 * cfg.seq_len, cfg.blocks[0].moe_cfg.top_k}, DType::kI32);
+        for (size_t i = l; i < routing.size(); i += layers) {
+          const int64_t row = static_cast<int64_t>(i / layers) * b * cfg.seq_len;
+          std::copy_n(routing[i].experts.data<int32_t>(), routing[i].experts.numel(),
+                      all.data<int32_t>() + row * all.dim(1));
+        }
+        mine.push_back(all);
+      }
     }
     EXPECT_EQ(r->tokens, 24 * cfg.seq_len);
     out.push_back(r->perplexity());
@@ -66,9 +85,23 @@ std::vector<double> perplexities(double eval_capacity_factor, const std::vector<
   return out;
 }
 
+// Batch sizes are two paths (other GEMM shapes, other rounding): cross-path equality
+// (tests/testing/cross_path.h). The routing decisions first, every token's experts equal; then
+// the perplexities within f64 epsilon x the forward's depth x 256-term sums x ln(ppl).
 TEST(EvaluatorTest, PerplexityDoesNotDependOnTheBatchByDefault) {
-  const std::vector<double> ppl = perplexities(0.0, {1, 3, 8, 24});
-  for (size_t i = 1; i < ppl.size(); ++i) EXPECT_NEAR(ppl[i], ppl[0], 1e-9 * ppl[0]) << i;
+  std::vector<std::vector<Tensor>> experts;
+  const std::vector<int64_t> batches = {1, 3, 8, 24};
+  const std::vector<double> ppl = perplexities(0.0, batches, &experts);
+  ASSERT_EQ(experts.size(), batches.size());
+  const double tol =
+      rounding_tolerance(kF64Eps, forward_depth(model_config(0.0)).total * 256.0, std::log(ppl[0]));
+  for (size_t i = 1; i < ppl.size(); ++i) {
+    for (size_t l = 0; l < experts[0].size(); ++l) {
+      EXPECT_TRUE(same_decisions(str_cat("batch ", batches[i], " layer ", l), experts[i][l],
+                                 experts[0][l]));
+    }
+    EXPECT_LE(std::fabs(std::log(ppl[i] / ppl[0])), tol) << "batch " << batches[i];
+  }
 }
 
 TEST(EvaluatorTest, APositiveEvalCapacityDropsAtEvaluation) {

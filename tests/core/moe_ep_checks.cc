@@ -10,6 +10,7 @@
 #include "core/layers/moe_dispatcher.h"
 #include "kernels/moe_dispatch.h"
 #include "tests/core/moe_layer_test_util.h"
+#include "tests/testing/cross_path.h"
 
 namespace moe::testing {
 namespace {
@@ -59,21 +60,29 @@ TokenRun run_tokens(const MoeLayerConfig& cfg, int64_t first, int64_t tokens,
 }
 
 Status expect_close(const std::string& what, const TensorView& got, const TensorView& want) {
-  if (got.shape() != want.shape()) {
-    return internal_error(what, ": shape ", got.to_string(), " != ", want.to_string());
-  }
-  const double diff = max_abs_diff(got, want);
-  if (!(diff <= kEpTolerance)) {
-    return internal_error(what, ": differs by ", diff, " (tolerance ", kEpTolerance, ")");
-  }
-  return Status::OK();
+  ::testing::AssertionResult r = values_within(what, got, want, kEpTolerance);
+  return r ? Status::OK() : internal_error(r.message());
 }
 
 Status expect_close(const std::string& what, const std::vector<double>& got, const double* want) {
-  double worst = 0;
-  for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::fabs(got[i] - want[i]));
-  if (!(worst <= kEpTolerance)) {
-    return internal_error(what, ": differs by ", worst, " (tolerance ", kEpTolerance, ")");
+  return expect_close(what, TensorView(const_cast<double*>(got.data()), DType::kF64,
+                                       Shape({static_cast<int64_t>(got.size())})),
+                      TensorView(const_cast<double*>(want), DType::kF64,
+                                 Shape({static_cast<int64_t>(got.size())})));
+}
+
+// The routing decisions of this rank's tokens in both runs, compared before any value.
+Status expect_same_decisions(const std::string& at, const RouterSaved& mine,
+                             const RouterSaved& all, int64_t first, int64_t end) {
+  const std::pair<const char*, std::pair<const Tensor*, const Tensor*>> kinds[] = {
+      {"experts", {&mine.idx, &all.idx}},
+      {"argmax (the next AC layer's clusters)", {&mine.top1, &all.top1}},
+      {"SparseMixer sets", {&mine.mask, &all.mask}}};
+  for (const auto& [name, pair] : kinds) {
+    if (pair.first->numel() == 0 && pair.second->numel() == 0) continue;
+    ::testing::AssertionResult r =
+        same_decisions(at + name, *pair.first, pair.second->view().rows(first, end));
+    if (!r) return internal_error(r.message());
   }
   return Status::OK();
 }
@@ -266,11 +275,14 @@ Status check_layer_matches_single_rank(const MoeLayerConfig& cfg, int64_t tokens
     }
     if (q != rank) continue;
     const std::string at = str_cat("rank ", rank, " of ", ranks, ": ");
+    // Decisions first (the router runs on the same tokens in both: bit equality by design).
     if (!bitwise_equal(mine.saved.router.idx, single.saved.router.idx)) {
-      return internal_error(at, "routing differs from the single-rank layer's");
+      return internal_error(at, "routing differs from the single-rank layer's: ",
+                            count_flips(mine.saved.router.idx, single.saved.router.idx).to_string());
     }
     if (!bitwise_equal(mine.saved.plan.slot, single.saved.plan.slot)) {
-      return internal_error(at, "capacity slots differ from the single-rank layer's");
+      return internal_error(at, "capacity slots differ from the single-rank layer's: ",
+                            count_flips(mine.saved.plan.slot, single.saved.plan.slot).to_string());
     }
     MOE_RETURN_IF_ERROR(expect_close(at + "output", mine.out, single.out));
     MOE_RETURN_IF_ERROR(expect_close(at + "dL/dx", mine.dx, single.dx));
@@ -296,6 +308,8 @@ Status check_global_matches_all_tokens(const MoeLayerConfig& cfg, int64_t tokens
   if (mine.stats.dropped_slots != 0 || all.stats.dropped_slots != 0) {
     return internal_error(at, "the configuration drops tokens");
   }
+  const int64_t first = rank * tokens, end = first + tokens;
+  MOE_RETURN_IF_ERROR(expect_same_decisions(at, mine.saved.router, all.saved.router, first, end));
   if (cfg.ac.enabled) {
     if (!mine.saved.router.ac_applied || !all.saved.router.ac_applied) {
       return internal_error(at, "the AC transform was not applied");
@@ -306,7 +320,6 @@ Status check_global_matches_all_tokens(const MoeLayerConfig& cfg, int64_t tokens
   if (!(std::fabs(aux_loss(mine.saved) - aux_loss(all.saved)) <= kEpTolerance)) {
     return internal_error(at, "aux loss ", aux_loss(mine.saved), " != ", aux_loss(all.saved));
   }
-  const int64_t first = rank * tokens, end = first + tokens;
   MOE_RETURN_IF_ERROR(expect_close(at + "output", mine.out, all.out.view().rows(first, end)));
   MOE_RETURN_IF_ERROR(expect_close(at + "dL/dx", mine.dx, all.dx.view().rows(first, end)));
   MOE_RETURN_IF_ERROR(expect_close(at + "dL/dp", mine.dp, all.dp.view().rows(first, end)));

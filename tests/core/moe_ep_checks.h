@@ -10,8 +10,10 @@
 // tokens would. Every layer has the same global parameters (LayerHarness draws global expert
 // tensors and keeps its shard).
 //
-// Tolerance: kEpTolerance = 1e-12 absolute in f64 (values are O(1)): the layouts differ in
-// summation order only (expert GEMM rows, gradient sums over ranks, AC cluster sums).
+// Equality (tests/testing/cross_path.h): the layouts differ in summation order only (expert GEMM
+// rows, gradient sums over ranks, AC cluster sums), so the routing decisions (experts, capacity
+// slots, SparseMixer sets) are compared first and must be equal, then the values agree within
+// kEpTolerance (cross_path.h's kF64LayerTolerance).
 #pragma once
 
 #include <functional>
@@ -21,10 +23,11 @@
 #include "comm/communicator.h"
 #include "core/base/moe_config.h"
 #include "core/base/tensor.h"
+#include "tests/testing/cross_path.h"
 
 namespace moe::testing {
 
-inline constexpr double kEpTolerance = 1e-12;
+inline constexpr double kEpTolerance = kF64LayerTolerance;
 
 // Rank r's routing idx [T, K] i32 with K distinct experts per token, from a stream keyed by r.
 Tensor seeded_routing(int rank, int64_t tokens, int64_t experts, int64_t k);

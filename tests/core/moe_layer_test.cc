@@ -9,6 +9,7 @@
 
 #include "kernels/router.h"
 #include "tests/core/moe_layer_test_util.h"
+#include "tests/testing/cross_path.h"
 
 namespace moe::testing {
 namespace {
@@ -145,14 +146,18 @@ TEST(MoeStackTest, MomentumWithZeroMuAndUnitGammaIsPlainBitForBit) {
   }
 }
 
-// u_t(x) from a plain layer with the same parameters: out - x.
-Tensor smoe_output(LayerHarness* plain, const Tensor& x) {
+// u_t(x) from a plain layer with the same parameters: out - x. Its routing decisions (experts
+// [T, K]) go to *idx. The tests below compare a layer with this plain layer on inputs computed by
+// hand in another order (cross-path equality, tests/testing/cross_path.h): decisions first, then
+// values within kF64LayerTolerance.
+Tensor smoe_output(LayerHarness* plain, const Tensor& x, Tensor* idx) {
   Tensor saved_x = Tensor::copy_of(plain->x);
   std::copy_n(x.data<double>(), x.numel(), plain->x.data<double>());
   plain->with_state = false;
   MoeLayerSaved s;
   Tensor out;
   plain->forward(&s, nullptr, &out);
+  *idx = s.router.idx;
   std::copy_n(saved_x.data<double>(), x.numel(), plain->x.data<double>());
   for (int64_t i = 0; i < out.numel(); ++i) out.data<double>()[i] -= x.data<double>()[i];
   return out;
@@ -181,8 +186,11 @@ TEST_P(RecurrenceTest, ForwardMatchesHandRecurrenceAndBackwardMatchesDifferences
       Stack::dense(x, &y);
       x = std::move(y);
     }
-    EXPECT_LT(max_abs_diff(x, inputs[i]), 1e-12) << "input of layer " << i;
-    Tensor u = smoe_output(plain[i].get(), x);
+    EXPECT_TRUE(values_within("input of layer " + std::to_string(i), x, inputs[i],
+                              kF64LayerTolerance));
+    Tensor idx;
+    Tensor u = smoe_output(plain[i].get(), x, &idx);
+    EXPECT_TRUE(same_decisions("layer " + std::to_string(i), saved[i].router.idx, idx));
     for (int64_t j = 0; j < x.numel(); ++j) {
       const double uj = u.data<double>()[j];
       if (conv == MomentumConvention::kPaper) {
@@ -194,7 +202,7 @@ TEST_P(RecurrenceTest, ForwardMatchesHandRecurrenceAndBackwardMatchesDifferences
       }
     }
   }
-  EXPECT_LT(max_abs_diff(x, out), 1e-12);
+  EXPECT_TRUE(values_within("output", x, out, kF64LayerTolerance));
 
   // Backward through the whole chain, including the momentum state (no detach).
   Tensor dx = stack.backward();
@@ -230,11 +238,13 @@ TEST(RobustTest, DerivedCoefficientsAndShiftedInput) {
   const double g = cfg.robust.gamma(), mu = cfg.robust.mu(), a = cfg.robust.alpha();
   Tensor y = Tensor::copy_of(robust.x);
   for (int64_t i = 0; i < y.numel(); ++i) y.data<double>()[i] += a * g * robust.p_in.data<double>()[i];
-  Tensor u = smoe_output(&plain, y);
+  Tensor idx;
+  Tensor u = smoe_output(&plain, y, &idx);
+  EXPECT_TRUE(same_decisions("robust vs plain on the shifted input", saved.router.idx, idx));
   for (int64_t i = 0; i < y.numel(); ++i) {
     const double p = u.data<double>()[i] + mu * robust.p_in.data<double>()[i];
-    EXPECT_NEAR(p_out.data<double>()[i], p, 1e-12);
-    EXPECT_NEAR(out.data<double>()[i], robust.x.data<double>()[i] + g * p, 1e-12);
+    EXPECT_NEAR(p_out.data<double>()[i], p, kF64LayerTolerance);
+    EXPECT_NEAR(out.data<double>()[i], robust.x.data<double>()[i] + g * p, kF64LayerTolerance);
   }
 }
 
@@ -251,19 +261,21 @@ TEST(AdamTest, ReferenceCodeModeIsAScaledSignAndHandsOnGammaU) {
   Tensor out, p_out;
   adam.forward(&saved, nullptr, &out, &p_out);
   LayerHarness plain(small_config(), 8, 5);
-  Tensor u = smoe_output(&plain, adam.x);
+  Tensor idx;
+  Tensor u = smoe_output(&plain, adam.x, &idx);
+  EXPECT_TRUE(same_decisions("Adam vs plain", saved.router.idx, idx));
   // inner = h - gamma1 p1 / sqrt(v1 + eps), with kappa = 1 removing h: out = -(0.1 u) /
   // sqrt(0.001 u^2 + 1e-8) ~ -3.1623 sign(u) (spec/momentum-smoe.md 3.4).
   int checked = 0;
   for (int64_t i = 0; i < u.numel(); ++i) {
     const double ui = u.data<double>()[i];
     const double want = -0.1 * ui / std::sqrt(0.001 * ui * ui + 1e-8);
-    EXPECT_NEAR(out.data<double>()[i], want, 1e-12);
+    EXPECT_NEAR(out.data<double>()[i], want, kF64LayerTolerance);
     if (std::fabs(ui) > 0.1) {
       EXPECT_NEAR(out.data<double>()[i], -std::sqrt(10.0) * (ui > 0 ? 1 : -1), 2e-3);
       ++checked;
     }
-    EXPECT_NEAR(p_out.data<double>()[i], 1.0 * ui, 1e-12);  // m = mu * 0 + gamma2 * u
+    EXPECT_NEAR(p_out.data<double>()[i], 1.0 * ui, kF64LayerTolerance);  // m = mu 0 + gamma2 u
   }
   EXPECT_GT(checked, 10);
 }

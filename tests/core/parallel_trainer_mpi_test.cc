@@ -39,17 +39,11 @@ void compare_with_single_process(int ep) {
   ASSERT_TRUE(cfg.ok()) << cfg.status().to_string();
   StatusOr<std::unique_ptr<Trainer>> t = Trainer::create(*cfg, quiet_options(run), w.get());
   ASSERT_TRUE(t.ok()) << t.status().to_string();
-  std::vector<double> losses, single_losses;
-  StepLoads loads, single_loads;  // aggregated on rank 0
-  auto record = [](const StepStatsInfo& s, std::vector<double>* l, StepLoads* by_step) {
-    l->push_back(s.loss);
-    by_step->emplace_back();
-    for (const RouterStatsInfo& layer : s.layers) by_step->back().push_back(layer.expert_load);
-  };
+  TrainingRecord parallel, single_record;  // aggregated on rank 0
   for (int i = 0; i < 10; ++i) {
     StatusOr<StepStatsInfo> s = (*t)->step();
     ASSERT_TRUE(s.ok()) << s.status().to_string();
-    record(*s, &losses, &loads);
+    parallel.add(*s);
   }
   if (w->rank() == 0) {
     StatusOr<RunConfig> single_cfg = tiny_config(corpus, "", kEquivalent, 1);
@@ -59,18 +53,20 @@ void compare_with_single_process(int ep) {
     for (int i = 0; i < 10; ++i) {
       StatusOr<StepStatsInfo> s = (*single)->step();
       ASSERT_TRUE(s.ok()) << s.status().to_string();
-      record(*s, &single_losses, &single_loads);
+      single_record.add(*s);
     }
+    // Cross-path equality (trainer_test_util.h): decisions counted, then derived bounds.
     const std::string what = "ep " + std::to_string(ep);
-    expect_same_training(single_losses, losses, single_loads, loads, what);
-    const RoutingDifference routing = routing_difference(single_loads, loads);
+    const TrainingScale scale = training_scale(*single_cfg, (*single)->model().config().vocab_size);
+    expect_same_training(single_record, parallel, scale, what);
+    const RoutingDifference routing = routing_difference(single_record, parallel);
     const auto& a = (*t)->model().params().all();
     const auto& b = (*single)->model().params().all();
     for (size_t p = 0; p < a.size(); ++p) {
       if (a[p]->kind != ParamKind::kDense) continue;
       expect_parameters_close(parameter_values((*t)->model(), *a[p]),
-                              parameter_values((*single)->model(), *b[p]), routing,
-                              what + " " + a[p]->name);
+                              parameter_values((*single)->model(), *b[p]), routing, scale,
+                              10, what + " " + a[p]->name);
     }
   }
   ASSERT_TRUE(w->barrier().ok());

@@ -26,10 +26,10 @@ namespace {
 namespace fs = std::filesystem;
 
 struct LayoutResult {
-  std::vector<double> losses;                 // rank 0's aggregated loss per step
+  TrainingRecord record;  // rank 0's aggregated loss and routing counters per step
   std::map<std::string, std::vector<double>> params;  // global tensors (experts reassembled)
-  StepLoads loads;  // aggregated expert loads per step and layer
   std::vector<StepStatsInfo> steps;  // rank 0's aggregated statistics (layers cleared)
+  TrainingScale scale;
 };
 
 class ParallelTrainerTest : public ::testing::Test {
@@ -59,14 +59,13 @@ class ParallelTrainerTest : public ::testing::Test {
         MOE_ASSIGN_OR_RETURN(StepStatsInfo s, t->step());
         if (rank == 0) {
           std::lock_guard<std::mutex> lock(mu);
-          result.losses.push_back(s.loss);
-          result.loads.emplace_back();
-          for (const RouterStatsInfo& l : s.layers) result.loads.back().push_back(l.expert_load);
+          result.record.add(s);
           s.layers.clear();
           result.steps.push_back(s);
         }
       }
       if (save_at_end) MOE_RETURN_IF_ERROR(t->save().status());
+      if (rank == 0) result.scale = training_scale(cfg, t->model().config().vocab_size);
       std::vector<std::vector<double>> values;
       for (const auto& p : t->model().params().all()) {
         values.push_back(parameter_values(t->model(), *p));
@@ -96,12 +95,15 @@ class ParallelTrainerTest : public ::testing::Test {
     return result;
   }
 
+  // Two layouts of one training: decisions counted, then losses and weights within the bounds
+  // derived in trainer_test_util.h (cross-path equality; the layouts sum in other orders).
   static void expect_close(const LayoutResult& a, const LayoutResult& b, const std::string& what) {
-    expect_same_training(a.losses, b.losses, a.loads, b.loads, what);
-    const RoutingDifference routing = routing_difference(a.loads, b.loads);
+    expect_same_training(a.record, b.record, a.scale, what);
+    const RoutingDifference routing = routing_difference(a.record, b.record);
     ASSERT_EQ(a.params.size(), b.params.size()) << what;
+    const auto steps = static_cast<int64_t>(a.record.losses.size());
     for (const auto& [name, va] : a.params) {
-      expect_parameters_close(va, b.params.at(name), routing, what + " " + name);
+      expect_parameters_close(va, b.params.at(name), routing, a.scale, steps, what + " " + name);
     }
   }
 
@@ -116,8 +118,8 @@ const std::vector<std::string> kEquivalent = {"model.moe.dropless=true", "train.
 TEST_F(ParallelTrainerTest, EpOneTwoFourAndTwoByTwoGiveTheSameTraining) {
   const int steps = 20;
   LayoutResult single = train(1, 1, steps, fresh_dir("par_single"), kEquivalent);
-  ASSERT_EQ(single.losses.size(), static_cast<size_t>(steps));
-  EXPECT_LT(single.losses.back(), single.losses.front() - 0.3);  // it does learn
+  ASSERT_EQ(single.record.losses.size(), static_cast<size_t>(steps));
+  EXPECT_LT(single.record.losses.back(), single.record.losses.front() - 0.3);  // it does learn
   const std::vector<std::pair<int, int>> layouts = {{2, 2}, {4, 4}, {4, 2}, {2, 1}};
   for (auto [world, ep] : layouts) {
     const std::string name = "world " + std::to_string(world) + " ep " + std::to_string(ep);
@@ -181,16 +183,20 @@ TEST_F(ParallelTrainerTest, CheckpointSavedAtOneEpSizeResumesAtAnother) {
   ASSERT_TRUE(fs::exists(resharded + "/ckpt-00000004/experts-ep1-of-2.safetensors"));
   LayoutResult second = train(4, 4, 4, resharded, kEquivalent);  // resumes at step 4, EP 4
   LayoutResult joined = second;
-  joined.losses.insert(joined.losses.begin(), first.losses.begin(), first.losses.end());
-  joined.loads.insert(joined.loads.begin(), first.loads.begin(), first.loads.end());
+  joined.record.losses.insert(joined.record.losses.begin(), first.record.losses.begin(),
+                              first.record.losses.end());
+  joined.record.steps.insert(joined.record.steps.begin(), first.record.steps.begin(),
+                             first.record.steps.end());
   expect_close(straight, joined, "EP 2 checkpoint resumed at EP 4");
   // And back down to a single process.
   const std::string down = fresh_dir("par_down");
   LayoutResult a = train(4, 2, 4, down, kEquivalent, true);
   LayoutResult b = train(1, 1, 4, down, kEquivalent);
   LayoutResult joined2 = b;
-  joined2.losses.insert(joined2.losses.begin(), a.losses.begin(), a.losses.end());
-  joined2.loads.insert(joined2.loads.begin(), a.loads.begin(), a.loads.end());
+  joined2.record.losses.insert(joined2.record.losses.begin(), a.record.losses.begin(),
+                               a.record.losses.end());
+  joined2.record.steps.insert(joined2.record.steps.begin(), a.record.steps.begin(),
+                              a.record.steps.end());
   expect_close(straight, joined2, "EP 2 x DP 2 checkpoint resumed on one process");
 }
 

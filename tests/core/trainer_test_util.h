@@ -51,31 +51,50 @@ std::vector<double> parameter_values(TransformerLM& model, const Parameter& p);
 // Sets element `index` of a parameter's master (and refreshes the working copies).
 void set_parameter(TransformerLM& model, const std::string& name, int64_t index, float value);
 
-// Comparing two runs of the same training on different layouts (EP/DP splits, a checkpoint
-// resharded): they compute the same sums in other orders, so f32 results agree to rounding until
-// a token whose top-k choice sits within rounding of a tie goes to another expert (a routing
-// flip: which tokens flip depends on the BLAS kernel's rounding, not on a bug). A flip shows in
-// the per-step expert loads; before the first one the runs agree tightly, after it they drift by
-// a few optimizer steps' worth.
-using StepLoads = std::vector<std::vector<std::vector<int64_t>>>;  // [step][layer][expert]
-struct RoutingDifference {
-  int64_t moved = 0;    // tokens routed to another expert, summed over steps and layers
-  int64_t first = -1;   // the first step whose loads differ (-1: none)
+// Comparing two runs of the same training on two paths (EP/DP layouts, a checkpoint resharded,
+// the GPU against the CPU): they compute the same sums in other orders, so the rule of
+// tests/testing/cross_path.h applies. Decisions first: each step's routing counters (expert
+// loads, capacity drops, AC cluster sizes, SparseMixer's set counts) are compared per layer; a
+// token whose top-k choice sits within rounding of a tie may go to another expert (a routing
+// flip: which tokens flip depends on the BLAS kernel's rounding, not on a bug). Before the first
+// flip the losses agree within the precision's epsilon x the forward's depth x (steps so far) x
+// the loss; each moved token may then add its own loss's worth (<= 2 ln V) over the step's
+// tokens. (Counters see every flip that changes a value but two opposite moves in one layer and
+// step, which cancel in the loads.)
+struct TrainingRecord {
+  std::vector<double> losses;                       // per step
+  std::vector<std::vector<RouterStatsInfo>> steps;  // [step][MoE layer]: the decision counters
+  void add(const StepStatsInfo& s);
 };
-RoutingDifference routing_difference(const StepLoads& a, const StepLoads& b);
-// Losses per step (2e-5 relative before the first flip, 1e-3 after) and that flips stay rare
-// (a handful of tokens; a layout bug moves many). Parameters: parameter_tolerance().
-void expect_same_training(const std::vector<double>& a_losses, const std::vector<double>& b_losses,
-                          const StepLoads& a_loads, const StepLoads& b_loads,
-                          const std::string& what);
-// One parameter tensor of the two runs. Most entries agree to 2e-4 (AdamW moves a weight by about
-// lr per step whatever its gradient's size, so rounding shows at that scale). Where rounding tips
-// a ReLU pre-activation sitting at its kink, or a gradient hovering at zero, one way in one run
-// and the other way in the other, a hidden unit's column of an expert's w1 (seen under OpenBLAS's
-// Sandybridge and Nehalem kernels: 12 of 4096 entries, up to 1.9e-3) parts by up to a few lr: at
-// most 1 entry in 32 (or 4) may differ by up to 1e-2. A layout bug moves most of a tensor. After a
-// routing flip a whole expert takes another token's gradient: only the 1e-2 bound holds.
+// What the bounds are derived from, for one configuration.
+struct TrainingScale {
+  double eps = 0;            // the precision's epsilon (float32)
+  int depth = 0;             // forward_depth(model).total
+  int64_t tokens = 0;        // tokens per optimizer step
+  int64_t vocab = 0;
+  double lr = 0;             // peak learning rate
+  double adam_step = 1;      // Adam's largest step in units of lr (Kingma & Ba 2015, 2.1)
+};
+TrainingScale training_scale(const RunConfig& cfg, int64_t vocab);
+struct RoutingDifference {
+  int64_t moved = 0;    // tokens whose decisions differ (a lower bound from the counters)
+  int64_t first = -1;   // the first step whose counters differ (-1: none)
+  std::vector<int64_t> moved_by_step;  // cumulative, per step
+};
+RoutingDifference routing_difference(const TrainingRecord& a, const TrainingRecord& b);
+// Losses per step under the bounds above, and that flips stay rare (at most one token per step
+// on average: a bug moves a large share of every step's decisions). Returns the worst relative
+// per-step difference.
+double expect_same_training(const TrainingRecord& a, const TrainingRecord& b,
+                            const TrainingScale& scale, const std::string& what);
+// One parameter tensor of the two runs after `steps` steps. Each run moves a weight by at most
+// adam_step x lr per step (Kingma & Ba's bound on Adam's update), so no entry parts by more than
+// 2 x steps x adam_step x lr (a routing flip, or a gradient hovering at zero whose sign rounding
+// tips one way in one run and the other way in the other, can get that far). Without a flip the
+// rest differs by rounding carried through the updates: the median |a - b| stays within that
+// bound times eps x depth. A layout bug moves most of a tensor.
 void expect_parameters_close(const std::vector<double>& a, const std::vector<double>& b,
-                             const RoutingDifference& d, const std::string& what);
+                             const RoutingDifference& d, const TrainingScale& scale,
+                             int64_t steps, const std::string& what);
 
 }  // namespace moe::testing

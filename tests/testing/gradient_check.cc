@@ -81,13 +81,19 @@ double dot(const TensorView& a, const TensorView& b) {
 }
 
 double max_abs_diff(const TensorView& a, const TensorView& b) {
+  MOE_CHECK(a.shape() == b.shape(), "max_abs_diff: ", a.to_string(), " vs ", b.to_string());
   double m = 0;
-  for (int64_t i = 0; i < a.numel(); ++i) m = std::max(m, std::fabs(load(a, i) - load(b, i)));
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    const double d = std::fabs(load(a, i) - load(b, i));
+    if (std::isnan(d)) return d;  // a NaN on either side fails every `<= tol`
+    m = std::max(m, d);
+  }
   return m;
 }
 
 bool bitwise_equal(const TensorView& a, const TensorView& b) {
-  return a.nbytes() == b.nbytes() && std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
+  return a.dtype() == b.dtype() && a.shape() == b.shape() &&
+         std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
 }
 
 }  // namespace moe::testing

@@ -40,9 +40,10 @@ std::vector<std::string> check_gradients(const std::function<double()>& loss,
 void fill_uniform(const TensorView& t, uint64_t seed, double lo = -1.0, double hi = 1.0);
 // sum(a * b) over elements, in double.
 double dot(const TensorView& a, const TensorView& b);
-// Largest |a - b| over elements.
+// Largest |a - b| over elements; NaN when either side has a NaN (so `<= tol` fails). The shapes
+// must match (checked: a programmer error). Cross-path comparisons use cross_path.h.
 double max_abs_diff(const TensorView& a, const TensorView& b);
-// True when the two tensors have identical bytes.
+// True when the two tensors have the same dtype, shape and bytes.
 bool bitwise_equal(const TensorView& a, const TensorView& b);
 
 }  // namespace moe::testing
