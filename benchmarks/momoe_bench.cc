@@ -5,6 +5,7 @@
 //   momoe-bench alltoall  ...    (under mpirun)  MoE exchange vs a plain MPI_Alltoall, same bytes
 //   momoe-bench scaling   ...    (under mpirun)  one weak/strong scaling point
 //   momoe-bench data      [--mb 64 --corpus-gb G]   tokenization, loader vs step, peak memory
+//   momoe-bench sgemm     [--rows 256]   the BLAS kernel's accuracy and rate on momoe's shapes
 //   momoe-bench env       the environment line alone (CPU, BLAS library and kernel); exit 2 when
 //                         the BLAS cannot be loaded as configured (tests/run.sh asks it which
 //                         OpenBLAS kernels this CPU runs)
@@ -26,6 +27,7 @@ Status bench_train(int argc, char** argv, comm::World* world);
 Status bench_alltoall(int argc, char** argv, comm::World* world);
 Status bench_scaling(int argc, char** argv, comm::World* world);
 Status bench_data(int argc, char** argv, comm::World* world);
+Status bench_sgemm(int argc, char** argv, comm::World* world);
 }  // namespace moe::bench
 
 namespace {
@@ -37,6 +39,7 @@ const char* example_of(const std::string& cmd) {
   if (cmd == "alltoall") return "mpirun -np 2 momoe-bench alltoall --tokens 4096,16384";
   if (cmd == "scaling") return "mpirun -np 4 momoe-bench scaling --what train --mode strong";
   if (cmd == "data") return "momoe-bench data --mb 64 --corpus-gb 4";
+  if (cmd == "sgemm") return "OPENBLAS_CORETYPE=Haswell momoe-bench sgemm --rows 256";
   return "momoe-bench env";
 }
 
@@ -76,6 +79,12 @@ const char* usage_of(const std::string& cmd) {
            "  --mb 64 (generated text)  --threads 1,2,..,cores (a list)  --loader-seconds 2\n"
            "  --train-steps 2  --corpus-gb 0 (0: skip the memory run)  --rss-steps 20\n";
   }
+  if (cmd == "sgemm") {
+    return "momoe-bench sgemm: the loaded BLAS kernel's sgemm on momoe's GEMM shapes: the worst\n"
+           "error against an exact product in units of u sum|a||b| beside its derived bound, and\n"
+           "the single-threaded GFLOP/s (exit 1 when a shape exceeds the bound)\n"
+           "  --rows 256 (rows of the large products)  --seconds-ms 200 (timing per shape; 0: none)\n";
+  }
   if (cmd == "env") return "momoe-bench env: the environment line alone (CPU, BLAS, build)\n";
   return nullptr;
 }
@@ -92,7 +101,7 @@ int run(int argc, char** argv) {
   }
   if (argc < 2 || std::strcmp(argv[1], "--help") == 0) {
     std::fprintf(argc < 2 ? stderr : stdout,
-                 "usage: momoe-bench layer|train|alltoall|scaling|data|env [--key value ...]\n"
+                 "usage: momoe-bench layer|train|alltoall|scaling|data|sgemm|env [--key value ...]\n"
                  "  (momoe-bench SUBCOMMAND --help: its options and defaults)\n"
                  "example: momoe-bench train --preset quickstart --steps 5\n");
     return argc < 2 ? 2 : 0;
@@ -105,8 +114,9 @@ int run(int argc, char** argv) {
   }
   if (std::strcmp(argv[1], "env") == 0) {
     std::printf("%s\n", bench::environment_line(1).c_str());
-    const std::string& warning = kernels::ref::blas_info().warning;
-    if (!warning.empty()) log_warning(warning);
+    if (const std::string w = kernels::ref::blas_warning_line(0); !w.empty()) {
+      std::fprintf(stderr, "%s\n", w.c_str());
+    }
     return 0;
   }
   // GPU runs (--device cuda) let the world pick NCCL where every rank has its own GPU.
@@ -123,7 +133,9 @@ int run(int argc, char** argv) {
   }
   set_log_rank(world->rank());
   if (world->rank() == 0) std::printf("%s\n", bench::environment_line(world->size()).c_str());
-  if (const std::string& w = kernels::ref::blas_info().warning; !w.empty()) log_warning(w);
+  if (const std::string w = kernels::ref::blas_warning_line(world->rank()); !w.empty()) {
+    std::fprintf(stderr, "%s\n", w.c_str());
+  }
   const std::string cmd = argv[1];
   Status s;
   if (cmd == "layer") {
@@ -136,6 +148,8 @@ int run(int argc, char** argv) {
 #else
     s = unimplemented_error("momoe-bench alltoall needs the MPI backend (built without MPI)");
 #endif
+  } else if (cmd == "sgemm") {
+    s = bench::bench_sgemm(argc - 2, argv + 2, &*world);
   } else if (cmd == "scaling") {
     s = bench::bench_scaling(argc - 2, argv + 2, &*world);
   } else if (cmd == "data") {

@@ -2,8 +2,10 @@
 # The test command: installs missing Debian packages, configures, builds (warnings are errors),
 # and runs every CPU test, the single-process ones and those under mpirun (-np 2 and -np 4), with
 # the BLAS kernel momoe picks for this CPU. Then it runs the BLAS-sensitive tests (label blas:
-# those that compare results across shapes, ranks, thread counts or layouts) again under each
-# OpenBLAS kernel of BLAS_KERNELS that this CPU can run, and names the ones it cannot.
+# every test that compares two computation paths or results across shapes, ranks, thread counts
+# or layouts, export_test's PyTorch comparison included) again under each OpenBLAS kernel of
+# BLAS_KERNELS that this CPU can run, and names the ones it cannot. Each phase says which kernel
+# it ran and why.
 # Usage: tests/run.sh [extra ctest args]. Environment: BUILD_DIR (default build), JOBS,
 # BLAS_KERNELS (default "Prescott Haswell SkylakeX Cooperlake Zen"; empty: none).
 set -euo pipefail
@@ -12,40 +14,55 @@ export CMAKE_ARGS="${CMAKE_ARGS:-} -DMOE_WERROR=ON"
 scripts/build.sh
 cd "${BUILD_DIR:-build}"
 jobs=${JOBS:-$(nproc)}
+kernels=${BLAS_KERNELS-Prescott Haswell SkylakeX Cooperlake Zen}
 # A kernel forced by the caller's environment would apply to every phase: the default phase
-# must run what momoe picks.
+# runs what momoe picks, and the forced kernel gets a phase of its own.
+preset=${OPENBLAS_CORETYPE:-}
+if [ -n "$preset" ]; then
+  echo "== the environment sets OPENBLAS_CORETYPE=$preset: momoe honours it in a run, so it gets" \
+       "a phase of its own below; the default phase runs momoe's own pick"
+  case " $kernels " in *" $preset "*) ;; *) kernels="$kernels $preset" ;; esac
+fi
 unset OPENBLAS_CORETYPE MOMOE_BLAS
+# export_test keeps its trained checkpoints and float64 reference results here for the later
+# phases (each phase still compares its own momoe-eval against the reference).
+MOMOE_EXPORT_TEST_CACHE=$(mktemp -d "${TMPDIR:-/tmp}/momoe_export_cache.XXXXXX")
+export MOMOE_EXPORT_TEST_CACHE
+trap 'rm -rf "$MOMOE_EXPORT_TEST_CACHE"' EXIT
 
 failed=()
 summary=()
-# run_phase NAME CTEST-ARGS...: one ctest run; its "N% tests passed" line joins the summary.
+# run_phase NAME WHY CTEST-ARGS...: one ctest run (a label that matches no test is an error);
+# its "N% tests passed" line joins the summary with the reason the phase ran.
 run_phase() {
-  local name=$1; shift
+  local name=$1 why=$2
+  shift 2
   local log
   log=$(mktemp)
   set +e
-  ctest --output-on-failure -j "$jobs" "$@" 2>&1 | tee "$log"
+  ctest --output-on-failure --no-tests=error -j "$jobs" "$@" 2>&1 | tee "$log"
   local rc=${PIPESTATUS[0]}
   set -e
-  summary+=("$name: $(grep -E 'tests passed' "$log" | tail -1 || echo 'no summary')")
+  summary+=("$name: $(grep -E 'tests passed' "$log" | tail -1 || echo 'no summary') ($why)")
   rm -f "$log"
   [ "$rc" -eq 0 ] || failed+=("$name")
 }
 
 bench=benchmarks/momoe-bench
-echo "== every CPU test, with the BLAS kernel momoe picks for this CPU:"
 picked=""
 if [ -x "$bench" ]; then
   env_line=$("$bench" env)
   echo "$env_line"
   picked=$(echo "$env_line" | sed -n 's/.*"blas_kernel": "\([^"]*\)".*/\1/p')
 fi
-run_phase "default kernel${picked:+ ($picked)}" -L 'cpu|mpi' "$@"
+why="momoe's pick from this CPU's features"
+echo "== every CPU test, OpenBLAS kernel ${picked:-unknown} ($why):"
+run_phase "default kernel${picked:+ ($picked)}" "$why" -L 'cpu|mpi' "$@"
 
 if [ ! -x "$bench" ]; then
   echo "== no momoe-bench (MOE_BUILD_BENCHMARKS=OFF): cannot ask which OpenBLAS kernels this CPU runs; the BLAS-kernel phases are not run"
 else
-  for kernel in ${BLAS_KERNELS-Prescott Haswell SkylakeX Cooperlake Zen}; do
+  for kernel in $kernels; do
     if [ "$kernel" = "$picked" ]; then
       echo "== OPENBLAS_CORETYPE=$kernel: the kernel momoe picks here; ran above"
       continue
@@ -58,14 +75,20 @@ else
     set -e
     if [ "$rc" -eq 2 ]; then
       echo "== OPENBLAS_CORETYPE=$kernel: not run on this CPU: ${why#*] }"
+      summary+=("$kernel: not run (this CPU cannot run it)")
       continue
     elif [ "$rc" -ne 0 ]; then
       echo "== OPENBLAS_CORETYPE=$kernel: momoe-bench env failed (exit $rc): $why" >&2
       failed+=("$kernel (momoe-bench env)")
       continue
     fi
-    echo "== the BLAS-sensitive tests (label blas) under OPENBLAS_CORETYPE=$kernel:"
-    OPENBLAS_CORETYPE=$kernel run_phase "$kernel" -L blas "$@"
+    if [ "$kernel" = "$preset" ]; then
+      why="set by this environment's OPENBLAS_CORETYPE, which momoe honours"
+    else
+      why="another kernel this CPU runs (a user's OPENBLAS_CORETYPE, or another machine's pick)"
+    fi
+    echo "== the BLAS-sensitive tests (label blas) under OPENBLAS_CORETYPE=$kernel ($why):"
+    OPENBLAS_CORETYPE=$kernel run_phase "$kernel" "$why" -L blas "$@"
   done
 fi
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <map>
 #include <mutex>
@@ -114,8 +115,10 @@ Status Trainer::setup() {
     // Every process says so, once, when its BLAS kernel does not use its CPU's vector ISA (ranks
     // may run on different CPUs); rank 0 names the CPU and the kernel in the start-up line below.
     static std::once_flag blas_warned;
-    std::call_once(blas_warned, [] {
-      if (const std::string& w = kernels::ref::blas_info().warning; !w.empty()) log_warning(w);
+    std::call_once(blas_warned, [rank] {
+      if (const std::string w = kernels::ref::blas_warning_line(rank); !w.empty()) {
+        std::fprintf(stderr, "%s\n", w.c_str());
+      }
     });
   }
   MOE_RETURN_IF_ERROR(check_memory_fits());

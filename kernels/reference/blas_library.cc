@@ -125,6 +125,7 @@ Loaded load() {
       return out;
     }
     info.chosen_by = "OPENBLAS_CORETYPE";
+    info.requested = requested;
   } else if (openblas_path) {
     requested = openblas_core_for(cpu);
     info.chosen_by = requested.empty() ? "the library" : "CPU features";
@@ -207,7 +208,11 @@ std::string BlasInfo::summary() const {
   std::string s = library;
   if (!version.empty()) s += " " + version;
   if (!kernel.empty()) s += ", kernel " + kernel;
-  if (!chosen_by.empty()) s += " (chosen by " + chosen_by + ")";
+  if (chosen_by == "OPENBLAS_CORETYPE") {
+    s += " (OPENBLAS_CORETYPE=" + requested + " from the environment, honoured)";
+  } else if (!chosen_by.empty()) {
+    s += " (chosen by " + chosen_by + ")";
+  }
   return s;
 }
 
@@ -273,6 +278,45 @@ Status check_openblas_core_runs(std::string_view core, const CpuInfo& cpu) {
   return Status::OK();
 }
 
+namespace {
+
+// What momoe-bench sgemm measured (docs/blas_kernels.md): a core's single-threaded sgemm rate on
+// momoe's GEMM shapes over the rate of the core momoe picks, median over the shapes, on one CPU
+// model. Every core there met float32's error bound on every shape.
+struct MeasuredSpeed {
+  const char* core;
+  const char* against;
+  double ratio;
+  const char* vendor;
+  int family, model;
+  const char* cpu;
+};
+constexpr MeasuredSpeed kMeasured[] = {
+    {"Prescott", "Cooperlake", 0.30, "GenuineIntel", 6, 207, "an Intel Xeon (family 6, model 207)"},
+    {"Sandybridge", "Cooperlake", 0.55, "GenuineIntel", 6, 207,
+     "an Intel Xeon (family 6, model 207)"},
+    {"Haswell", "Cooperlake", 0.69, "GenuineIntel", 6, 207, "an Intel Xeon (family 6, model 207)"},
+    {"Zen", "Cooperlake", 0.63, "GenuineIntel", 6, 207, "an Intel Xeon (family 6, model 207)"},
+};
+
+// "measured on this CPU model: ..." or on another, or "" when nothing was measured for the pair.
+std::string measured_sentence(std::string_view core, const std::string& best, const CpuInfo& cpu) {
+  for (const MeasuredSpeed& m : kMeasured) {
+    if (!same_name(core, m.core) || best != m.against) continue;
+    const bool here = cpu.vendor == m.vendor && cpu.family == m.family && cpu.model == m.model;
+    return str_cat("measured on momoe's GEMM shapes (momoe-bench sgemm, docs/blas_kernels.md) on ",
+                   here ? "this CPU model" : m.cpu, ": ", m.core, "'s sgemm runs at about ",
+                   static_cast<int>(m.ratio * 100 + 0.5), "% of ", m.against,
+                   "'s speed, both within float32's error bound",
+                   here ? "" : " (momoe-bench sgemm measures this CPU)");
+  }
+  return str_cat("momoe-bench sgemm measures ", core, " against ", best,
+                 " on momoe's GEMM shapes on this CPU (speed, and accuracy against float32's "
+                 "error bound)");
+}
+
+}  // namespace
+
 std::string openblas_kernel_warning(std::string_view core, std::string_view requested,
                                     bool requested_by_user, const CpuInfo& cpu) {
   // The user's request ignored (an unknown name). Ours ignored means an OpenBLAS built for one
@@ -284,18 +328,27 @@ std::string openblas_kernel_warning(std::string_view core, std::string_view requ
   IsaLevel level;
   if (!openblas_core_level(core, &level) || level >= cpu.level()) return "";
   const bool ignored = !requested.empty() && !same_name(core, requested);  // momoe's own choice
+  const std::string best = openblas_core_for(cpu);
   const std::string fix =
       requested_by_user
-          ? str_cat("unset OPENBLAS_CORETYPE (momoe then picks ", openblas_core_for(cpu), ")")
+          ? str_cat("to use ", best, ", unset OPENBLAS_CORETYPE (momoe then picks it)")
       : ignored ? str_cat("this OpenBLAS ignored momoe's choice of ", requested,
                           " (built for one CPU, without DYNAMIC_ARCH): install Debian's "
                           "libopenblas0-pthread or point MOMOE_BLAS at a DYNAMIC_ARCH build")
-                : str_cat("set OPENBLAS_CORETYPE=", openblas_core_for(cpu));
+                : str_cat("set OPENBLAS_CORETYPE=", best);
   return str_cat("OpenBLAS runs its ", core, " kernel (", isa_level_name(level), ") on a CPU with ",
                  cpu.isa_summary(),
-                 ": GEMMs run at a fraction of the speed "
-                 "this CPU can give; ",
-                 fix);
+                 requested_by_user ? str_cat(", as OPENBLAS_CORETYPE=", requested,
+                                             " in the environment asks (honoured)")
+                                   : std::string(),
+                 "; ", measured_sentence(core, best, cpu), "; ", fix);
+}
+
+std::string blas_warning_line(int rank) {
+  const Loaded& l = loaded();
+  if (!l.status.ok() || l.info.warning.empty()) return "";
+  return str_cat("momoe: ", rank > 0 ? str_cat("rank ", rank, ": ") : std::string(),
+                 "warning: ", l.info.warning);
 }
 
 }  // namespace moe::kernels::ref

@@ -30,13 +30,20 @@ struct BlasInfo {
   std::string path;       // what was loaded: MOMOE_BLAS or the default soname
   std::string kernel;     // OpenBLAS core ("Haswell"), BLIS sub-configuration ("zen3"), or ""
   std::string chosen_by;  // "CPU features", "OPENBLAS_CORETYPE", "the library"
+  std::string requested;  // the user's OPENBLAS_CORETYPE when chosen_by says so
   // Non-empty when the kernel does not use the CPU's vector ISA (a generic kernel on an AVX2 or
   // AVX-512 CPU), or the library ignored the requested core: what is wrong and how to fix it.
   std::string warning;
 
-  // "OpenBLAS 0.3.21, kernel Haswell (chosen from the CPU features)": for start-up lines.
+  // "OpenBLAS 0.3.21, kernel Cooperlake (chosen by CPU features)", or "..., kernel Haswell
+  // (OPENBLAS_CORETYPE=Haswell from the environment, honoured)": for start-up lines.
   std::string summary() const;
 };
+
+// The loaded BLAS's warning as a start-up line, "momoe: warning: ..." ("momoe: rank 3: warning:
+// ..." on other ranks: each process may run on another CPU), or "" when there is none (or the
+// library did not load).
+std::string blas_warning_line(int rank);
 
 // Loads the BLAS once (later calls return the first call's result; thread-safe). Errors name the
 // library and how to fix it: not found, not a CBLAS, or an OPENBLAS_CORETYPE this CPU cannot run.
@@ -67,9 +74,11 @@ std::string openblas_core_for(const CpuInfo& cpu);
 bool openblas_core_level(std::string_view core, IsaLevel* level);
 // OK when `cpu` can run `core`'s kernels; otherwise an error naming what the CPU lacks.
 Status check_openblas_core_runs(std::string_view core, const CpuInfo& cpu);
-// The warning for a loaded OpenBLAS core on this CPU ("" when it uses the CPU's ISA level).
-// `requested` is the core that was asked for ("" for none), `requested_by_user` whether it came
-// from the user's OPENBLAS_CORETYPE (the fix then is to unset it).
+// The warning for a loaded OpenBLAS core on this CPU ("" when it uses the CPU's ISA level):
+// what runs, that the user's OPENBLAS_CORETYPE asked for it (then honoured), what momoe-bench
+// sgemm measured of that core against the one momoe picks (speed and accuracy, on this CPU model
+// or the one it was measured on; docs/blas_kernels.md) and the fix. `requested` is the core that
+// was asked for ("" for none), `requested_by_user` whether it came from OPENBLAS_CORETYPE.
 std::string openblas_kernel_warning(std::string_view core, std::string_view requested,
                                     bool requested_by_user, const CpuInfo& cpu);
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kernels/reference/blas_ref.h"
+#include "kernels/reference/sgemm_accuracy.h"
 
 namespace moe::kernels::ref {
 namespace {
@@ -174,6 +175,24 @@ TEST(BlasLibraryTest, ProductsRunThroughTheLoadedLibrary) {
   gemm<double>(true, false, 2, 2, 3, 2.0, ad.data(), 2, bd.data(), 2, 1.0, cd.data(), 2);
   // A^T where A is the 3x2 matrix {1 2; 3 4; 5 6}: A^T B = {89 98; 116 128}; 2x + 1.
   EXPECT_EQ(cd, (std::vector<double>{179, 197, 233, 257}));
+}
+
+// Whether the loaded kernel computes sgemm correctly on this CPU (tests/run.sh runs this under
+// every OpenBLAS kernel the CPU can run): on each of momoe's GEMM shapes, every element is within
+// the classical error bound of a float32 K-term product against an exact (f64) sum
+// (kernels/reference/sgemm_accuracy.h). The bound is derived, not measured: a correct kernel in
+// any summation order meets it.
+TEST(BlasLibraryTest, SgemmMeetsFloat32sErrorBoundOnMomoesShapes) {
+  ASSERT_TRUE(load_blas().ok()) << load_blas().message();
+  uint64_t seed = 1;
+  for (const GemmShape& shape : momoe_gemm_shapes(64)) {
+    const SgemmAccuracy r = measure_sgemm(shape, seed++);
+    EXPECT_TRUE(r.ok()) << blas_info().summary() << ": " << shape.name << " (" << shape.m << " x "
+                        << shape.n << " x " << shape.k << "): worst error " << r.ratio
+                        << " u sum|a||b|, bound " << r.bound;
+    // Not vacuous: rounding shows, far below the bound.
+    EXPECT_GT(r.ratio, 0.0) << shape.name;
+  }
 }
 
 }  // namespace

@@ -1,0 +1,51 @@
+// momoe-bench sgemm: the loaded BLAS kernel on momoe's own GEMM shapes (kernels/reference/
+// sgemm_accuracy.h): per shape, the worst error against an exact (f64) product in units of
+// u sum|a||b| with its derived bound, and the single-threaded rate. Run it under each
+// OPENBLAS_CORETYPE to compare kernels on this CPU (docs/blas_kernels.md):
+//   OPENBLAS_CORETYPE=Haswell momoe-bench sgemm [--rows 256] [--seconds 0.2]
+#include <cstdio>
+
+#include "benchmarks/bench_util.h"
+#include "comm/world.h"
+#include "kernels/reference/blas_library.h"
+#include "kernels/reference/sgemm_accuracy.h"
+
+namespace moe::bench {
+
+Status bench_sgemm(int argc, char** argv, comm::World* world) {
+  MOE_ASSIGN_OR_RETURN(Args args, Args::parse(argc, argv, {"rows", "seconds-ms"}));
+  const int64_t rows = args.get("rows", 256);
+  const int64_t ms = args.get("seconds-ms", 200);
+  if (rows < 1 || ms < 0) {
+    return invalid_argument_error("--rows must be >= 1 and --seconds-ms >= 0");
+  }
+  if (world->rank() != 0) return Status::OK();
+  const kernels::ref::BlasInfo& blas = kernels::ref::blas_info();
+  bool all_ok = true;
+  uint64_t seed = 1;
+  for (const kernels::ref::GemmShape& shape : kernels::ref::momoe_gemm_shapes(rows)) {
+    const kernels::ref::SgemmAccuracy r =
+        kernels::ref::measure_sgemm(shape, seed++, static_cast<double>(ms) / 1000.0);
+    all_ok = all_ok && r.ok();
+    JsonLine j("sgemm");
+    j.str("kernel", blas.kernel)
+        .str("shape", shape.name)
+        .num("m", static_cast<double>(shape.m))
+        .num("n", static_cast<double>(shape.n))
+        .num("k", static_cast<double>(shape.k))
+        .str("op", std::string(shape.trans_a ? "T" : "N") + (shape.trans_b ? "T" : "N"))
+        .num("error_u", r.ratio)
+        .num("bound_u", r.bound)
+        .str("within_bound", r.ok() ? "yes" : "NO")
+        .num("gflops", r.gflops);
+    std::printf("%s\n", j.dump().c_str());
+  }
+  if (!all_ok) {
+    return internal_error("sgemm of ", blas.summary(),
+                          " exceeds float32's error bound on momoe's shapes on this CPU: do not "
+                          "use this kernel (unset OPENBLAS_CORETYPE or choose another)");
+  }
+  return Status::OK();
+}
+
+}  // namespace moe::bench
