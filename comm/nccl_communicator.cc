@@ -75,13 +75,26 @@ struct NcclCommunicator::Impl {
     }
   }
 
-  // Entry check of every call: not aborted, device selected.
-  Status enter() {
+  // Entry check of every call: not aborted, device selected. Returns the communicator as read
+  // under the lock: a collective uses this copy and never reads `comm` again, which a watchdog's
+  // abort_comm may null meanwhile (the same snapshot PyTorch's NCCL watchdog relies on; ncclCommAbort
+  // is NCCL's way to release a call blocked on the communicator). A race of this kind is invisible
+  // on the CPU: compute-sanitizer and the NCCL stage of tests/run_gpu.sh exercise it.
+  StatusOr<ncclComm_t> enter() {
+    ncclComm_t c = nullptr;
     {
       std::lock_guard<std::mutex> lock(mu);
       if (!aborted.empty()) return aborted_error(aborted);
+      c = comm;
     }
-    return MOE_CUDA_STATUS(cudaSetDevice(device));
+    MOE_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
+    return c;
+  }
+
+  // OK, or the abort's message (read under the lock: the watchdog thread writes it).
+  Status not_aborted() {
+    std::lock_guard<std::mutex> lock(mu);
+    return aborted.empty() ? Status::OK() : aborted_error(aborted);
   }
 
   // Aborts the NCCL communicator once (ncclCommAbort releases operations blocked on it).
@@ -168,7 +181,7 @@ StatusOr<std::unique_ptr<Communicator>> NcclCommunicator::create(
 Status NcclCommunicator::all_reduce(const TensorView& in, const TensorView& out, ReduceOp op,
                                     Stream stream) {
   DeviceAccessScope device_side;  // the backend moves tensor memory
-  MOE_RETURN_IF_ERROR(impl_->enter());
+  MOE_ASSIGN_OR_RETURN(ncclComm_t comm, impl_->enter());
   if (all_host({&in, &out})) return impl_->bootstrap->all_reduce(in, out, op);
   MOE_RETURN_IF_ERROR(check_device_view("all_reduce", "in", in));
   MOE_RETURN_IF_ERROR(check_device_view("all_reduce", "out", out));
@@ -180,13 +193,13 @@ Status NcclCommunicator::all_reduce(const TensorView& in, const TensorView& out,
     return invalid_argument_error("all_reduce: in and out overlap without being the same buffer");
   }
   return MOE_NCCL_STATUS(ncclAllReduce(in.raw(), out.raw(), static_cast<size_t>(in.numel()),
-                                       nccl_type(in.dtype()), nccl_op(op), impl_->comm,
+                                       nccl_type(in.dtype()), nccl_op(op), comm,
                                        cuda_stream(stream)));
 }
 
 Status NcclCommunicator::all_gather(const TensorView& in, const TensorView& out, Stream stream) {
   DeviceAccessScope device_side;  // the backend moves tensor memory
-  MOE_RETURN_IF_ERROR(impl_->enter());
+  MOE_ASSIGN_OR_RETURN(ncclComm_t comm, impl_->enter());
   if (all_host({&in, &out})) return impl_->bootstrap->all_gather(in, out);
   MOE_RETURN_IF_ERROR(check_device_view("all_gather", "in", in));
   MOE_RETURN_IF_ERROR(check_device_view("all_gather", "out", out));
@@ -197,13 +210,13 @@ Status NcclCommunicator::all_gather(const TensorView& in, const TensorView& out,
   if (overlaps(in.raw(), in.nbytes(), out.raw(), out.nbytes())) {
     return invalid_argument_error("all_gather: in and out overlap");
   }
-  return MOE_NCCL_STATUS(ncclAllGather(in.raw(), out.raw(), in.nbytes(), ncclUint8, impl_->comm,
+  return MOE_NCCL_STATUS(ncclAllGather(in.raw(), out.raw(), in.nbytes(), ncclUint8, comm,
                                        cuda_stream(stream)));
 }
 
 Status NcclCommunicator::broadcast(const TensorView& buf, int root, Stream stream) {
   DeviceAccessScope device_side;  // the backend moves tensor memory
-  MOE_RETURN_IF_ERROR(impl_->enter());
+  MOE_ASSIGN_OR_RETURN(ncclComm_t comm, impl_->enter());
   if (buf.is_host()) return impl_->bootstrap->broadcast(buf, root);
   MOE_RETURN_IF_ERROR(check_device_view("broadcast", "buf", buf));
   if (root < 0 || root >= impl_->size) {
@@ -211,12 +224,12 @@ Status NcclCommunicator::broadcast(const TensorView& buf, int root, Stream strea
                                   impl_->size);
   }
   return MOE_NCCL_STATUS(ncclBroadcast(buf.raw(), buf.raw(), buf.nbytes(), ncclUint8, root,
-                                       impl_->comm, cuda_stream(stream)));
+                                       comm, cuda_stream(stream)));
 }
 
 Status NcclCommunicator::all_to_all(const TensorView& in, const TensorView& out, Stream stream) {
   DeviceAccessScope device_side;  // the backend moves tensor memory
-  MOE_RETURN_IF_ERROR(impl_->enter());
+  MOE_ASSIGN_OR_RETURN(ncclComm_t comm, impl_->enter());
   if (all_host({&in, &out})) return impl_->bootstrap->all_to_all(in, out);
   MOE_RETURN_IF_ERROR(check_device_view("all_to_all", "in", in));
   MOE_RETURN_IF_ERROR(check_device_view("all_to_all", "out", out));
@@ -233,9 +246,9 @@ Status NcclCommunicator::all_to_all(const TensorView& in, const TensorView& out,
   return impl_->group([&]() -> Status {
     for (int r = 0; r < n; ++r) {
       MOE_NCCL_RETURN_IF_ERROR(ncclSend(static_cast<const char*>(in.raw()) + r * chunk, chunk,
-                                        ncclUint8, r, impl_->comm, cuda_stream(stream)));
+                                        ncclUint8, r, comm, cuda_stream(stream)));
       MOE_NCCL_RETURN_IF_ERROR(ncclRecv(static_cast<char*>(out.raw()) + r * chunk, chunk,
-                                        ncclUint8, r, impl_->comm, cuda_stream(stream)));
+                                        ncclUint8, r, comm, cuda_stream(stream)));
     }
     return Status::OK();
   });
@@ -244,7 +257,7 @@ Status NcclCommunicator::all_to_all(const TensorView& in, const TensorView& out,
 Status NcclCommunicator::all_to_all_v(const TensorView& in, const AllToAllPlan& plan,
                                       const TensorView& out, Stream stream) {
   DeviceAccessScope device_side;  // the backend moves tensor memory
-  MOE_RETURN_IF_ERROR(impl_->enter());
+  MOE_ASSIGN_OR_RETURN(ncclComm_t comm, impl_->enter());
   if (all_host({&in, &out})) return impl_->bootstrap->all_to_all_v(in, plan, out);
   MOE_RETURN_IF_ERROR(check_device_view("all_to_all_v", "in", in));
   MOE_RETURN_IF_ERROR(check_device_view("all_to_all_v", "out", out));
@@ -270,12 +283,12 @@ Status NcclCommunicator::all_to_all_v(const TensorView& in, const AllToAllPlan& 
       if (plan.send_counts[r] > 0) {
         MOE_NCCL_RETURN_IF_ERROR(
             ncclSend(static_cast<const char*>(in.raw()) + plan.send_offsets[r] * rb,
-                     plan.send_counts[r] * rb, ncclUint8, r, impl_->comm, cuda_stream(stream)));
+                     plan.send_counts[r] * rb, ncclUint8, r, comm, cuda_stream(stream)));
       }
       if (plan.recv_counts[r] > 0) {
         MOE_NCCL_RETURN_IF_ERROR(
             ncclRecv(static_cast<char*>(out.raw()) + plan.recv_offsets[r] * rb,
-                     plan.recv_counts[r] * rb, ncclUint8, r, impl_->comm, cuda_stream(stream)));
+                     plan.recv_counts[r] * rb, ncclUint8, r, comm, cuda_stream(stream)));
       }
     }
     return Status::OK();
@@ -283,28 +296,28 @@ Status NcclCommunicator::all_to_all_v(const TensorView& in, const AllToAllPlan& 
 }
 
 Status NcclCommunicator::barrier() {
-  if (!impl_->aborted.empty()) return aborted_error(impl_->aborted);
+  MOE_RETURN_IF_ERROR(impl_->not_aborted());
   return impl_->bootstrap->barrier();
 }
 
 StatusOr<std::vector<std::string>> NcclCommunicator::gather_bytes(const std::string& mine,
                                                                   int root) {
-  if (!impl_->aborted.empty()) return aborted_error(impl_->aborted);
+  MOE_RETURN_IF_ERROR(impl_->not_aborted());
   return impl_->bootstrap->gather_bytes(mine, root);
 }
 
 StatusOr<std::string> NcclCommunicator::broadcast_bytes(const std::string& value, int root) {
-  if (!impl_->aborted.empty()) return aborted_error(impl_->aborted);
+  MOE_RETURN_IF_ERROR(impl_->not_aborted());
   return impl_->bootstrap->broadcast_bytes(value, root);
 }
 
 StatusOr<std::unique_ptr<Communicator>> NcclCommunicator::split(int color, int key) {
-  MOE_RETURN_IF_ERROR(impl_->enter());
+  MOE_ASSIGN_OR_RETURN(ncclComm_t comm, impl_->enter());
   MOE_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> sub_bootstrap,
                        impl_->bootstrap->split(color, key));
   ncclComm_t sub = nullptr;
   MOE_NCCL_RETURN_IF_ERROR(
-      ncclCommSplit(impl_->comm, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &sub, nullptr));
+      ncclCommSplit(comm, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &sub, nullptr));
   if (color < 0 || sub == nullptr) return std::unique_ptr<Communicator>();
   auto impl = std::make_unique<Impl>();
   impl->comm = sub;

@@ -83,10 +83,15 @@ __device__ V block_sum(V v, V* scratch) {
   __syncthreads();  // scratch may still be read by an earlier call
   if (lane == 0) scratch[warp] = v;
   __syncthreads();
-  const int warps = blockDim.x >> 5;
-  v = lane < warps ? scratch[lane] : V(0);
+  // Only warp 0 reads the partial sums, and it writes the total only after all its lanes have
+  // read them (__syncwarp): no thread reads a slot that another writes without a barrier between
+  // (every warp used to read scratch[0] while warp 0 wrote it: racecheck's hazard, which no CPU
+  // test can see; tests/run_gpu.sh's racecheck stage confirms the fix).
   if (warp == 0) {
+    const int warps = blockDim.x >> 5;
+    v = lane < warps ? scratch[lane] : V(0);
     for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
+    __syncwarp();
     if (lane == 0) scratch[0] = v;
   }
   __syncthreads();
@@ -97,13 +102,14 @@ template <typename V>
 __device__ V block_max(V v, V* scratch) {
   for (int o = 16; o > 0; o >>= 1) v = max(v, __shfl_down_sync(0xffffffffu, v, o));
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  __syncthreads();
+  __syncthreads();  // scratch may still be read by an earlier call
   if (lane == 0) scratch[warp] = v;
   __syncthreads();
-  const int warps = blockDim.x >> 5;
-  v = lane < warps ? scratch[lane] : scratch[0];
-  if (warp == 0) {
+  if (warp == 0) {  // as in block_sum: warp 0 alone reads the partials, then writes the result
+    const int warps = blockDim.x >> 5;
+    v = lane < warps ? scratch[lane] : scratch[0];
     for (int o = 16; o > 0; o >>= 1) v = max(v, __shfl_down_sync(0xffffffffu, v, o));
+    __syncwarp();
     if (lane == 0) scratch[0] = v;
   }
   __syncthreads();
