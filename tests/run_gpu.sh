@@ -1,64 +1,83 @@
 #!/usr/bin/env bash
-# The GPU test command: every check a GPU session runs, in time-boxed stages, with everything it
-# produces under one output directory (one log per stage, summary.txt with each stage's verdict).
+# The GPU test command: every check a GPU session runs, in time-boxed stages ordered by what they
+# tell per minute, sized for a lent GPU machine's 15 minutes (its start, transfers and idle time
+# included; one call at most 10 minutes; no machine starts with under 4 minutes left; at most 8
+# files come back). Two calls:
 #
-#   tests/run_gpu.sh [--out DIR] [--deadline SECONDS] [STAGE ...]
-#       Runs the stages (all, in the order below, by default; name some to run only those: the
-#       fix-and-rerun loop). A stage that fails or overruns its time box does not stop the
-#       others; the whole run ends before --deadline seconds (default 570: one device call).
-#   tests/run_gpu.sh pack [FILE]
-#       On the CPU machine: bundles the binaries of BUILD_DIR (default build, which CMake builds
-#       for sm_90 by default) with the shared libraries a bare GPU machine lacks (protobuf,
-#       OpenMPI with mpirun and its plugins, OpenBLAS for the CPU reference) into FILE (default
-#       gpu-bundle.tar.xz in the source root, ignored by git). The lent GPU machine has nvcc and
-#       the CUDA libraries (NCCL in PyTorch's wheels) but no protobuf, GoogleTest or OpenMPI and
-#       no network, so it runs this bundle instead of building.
+#   On the CPU machine, first (no device time):
+#     tests/run_gpu.sh pack                      # -> gpu-bundle.tar.xz (git-ignored: carry it)
+#   Device call 1 (the device tool's `run`, carry ["gpu-bundle.tar.xz"], timeout_s 480):
+#     tests/run_gpu.sh call1 --out "$OUT"
+#   Read summary.txt and digest.txt (stdout ends with the digest); fix on the CPU, repack; copy
+#   call 1's summary.txt to gpu-results/call1-summary.txt; then device call 2 (carry
+#   ["gpu-bundle.tar.xz", "gpu-results/call1-summary.txt"], timeout_s = what status allows):
+#     tests/run_gpu.sh call2 --out "$OUT" --gpu-seconds-left N [--cold] \
+#         --after gpu-results/call1-summary.txt
+#   N is status's budget_left_s; --cold when the machine was given back (a fresh start costs up
+#   to 3 minutes of N). Call 2 runs the stages call 1 failed or did not reach, then its own.
+#
+#   tests/run_gpu.sh [--out DIR] [--deadline SECONDS] [STAGE ...]   any stages, in this order
+#   tests/run_gpu.sh pack [--fast] [FILE]                            the bundle (below)
 #   tests/run_gpu.sh --list
 #
 # Stages (time box in seconds):
-#   env        30  the GPU, driver, nvcc, compute-sanitizer, the libraries found, the bundle
-#   build     420  only without a bundle: configure and build BUILD_DIR (default build-gpu) with
-#                  CMAKE_CUDA_ARCHITECTURES=$CUDA_ARCH (default 90), warnings as errors
-#   kernels   150  every op against its CPU reference (cuda_kernels_test); the per-op table of
-#                  max relative errors, FP32 and BF16, goes to op_errors.txt
-#   model     240  the whole model, every config family: FP32 GPU vs CPU over 20 steps, BF16 over
-#                  100, repeat runs, checkpoints across devices, one sync per step
-#                  (gpu_training_test); the per-family lines go to model_report.txt
-#   smoke     120  training throughput on the GPU: momoe-bench train (quickstart, smoe-medium; FP32
-#                  and BF16), a 40-step momoe-train run, and the cuBLAS bf16 GEMM rate (through
-#                  PyTorch, for MFU) -> smoke.jsonl
-#   nccl       60  the NCCL backend at one rank (comm_nccl_test)
-#   memcheck  120  compute-sanitizer on the kernel tests, one tool per stage
-#   synccheck  90
-#   racecheck 150
-#   initcheck  90  compute-sanitizer initcheck on two training steps of a tiny model
-#   mpi       150  2 and 4 MPI ranks sharing the GPU (EP 2, EP 2 x DP 2) equal to 1 rank
-#                  (parallel_trainer_mpi_test with MOMOE_TEST_DEVICE=CUDA)
-# Only when named (issue 21, once the stages above pass):
-#   layer     450  momoe's MoE layer against PyTorch's grouped-GEMM layer in the same run
-#                  (momoe-bench layer --device cuda --shape 1..4 --torch 1: bf16, dropless, after
-#                  the reference's --check), with the device's copy bandwidth and GEMM rate
-#                  -> layer.jsonl. Repack the bundle first (an older momoe-bench has no --shape).
+#   call 1, deadline 400 s:
+#   env        20  the GPU, driver, compute mode, the libcudart/libcublas/libnccl each binary
+#                  resolves (path and version), torch and nvcc; stops the call when a library a
+#                  binary needs does not resolve
+#   kernels   110  every op against its CPU reference (cuda_kernels_test: each op's error is
+#                  printed as it is recorded; a failing test is rerun alone in its own process,
+#                  so a sticky CUDA error cannot hide which op broke), and phase_timer_gpu_test
+#   nccl       30  the NCCL backend at one rank (comm_nccl_test, NCCL_DEBUG=WARN)
+#   model     130  the whole model, every config family, GPU against CPU: FP32 20 steps (routing
+#                  counted, flips and their first step stated), BF16 100 steps, repeat runs,
+#                  checkpoints across devices, one sync per step (gpu_training_test)
+#   memcheck   70  compute-sanitizer memcheck on the kernel tests
+#   smoke      60  training tokens/s on the GPU (momoe-bench train, FP32 and BF16), a 40-step
+#                  momoe-train run whose checkpoint momoe-eval scores on the GPU and on the CPU
+#                  (each against the float64 PyTorch module on its own routing decisions, and the
+#                  two runs' decisions compared), and the cuBLAS bf16 GEMM rate (through PyTorch)
+#   call 2, after call 1's failed and unreached stages:
+#   mpi        90  2 and 4 MPI ranks sharing the GPU equal to one rank (parallel_trainer_mpi_test,
+#                  OpenMPI set as ctest sets it; `mpirun -np 2 true` first)
+#   initcheck  60  compute-sanitizer initcheck on two training steps of a tiny model
+#   synccheck  70  compute-sanitizer synccheck on the kernel tests
+#   racecheck 100  compute-sanitizer racecheck on the kernel tests
+#   only when named:
+#   build     420  without a bundle: configure and build BUILD_DIR (default build-gpu)
+#   layer     450  momoe's MoE layer against PyTorch's grouped-GEMM layer (momoe-bench layer
+#                  --device cuda --shape 1..4 --torch 1) -> layer.jsonl
 #
-# Scratch (the unpacked bundle, the smoke runs' directories) goes to $MOMOE_GPU_WORK (default
-# $TMPDIR/momoe-gpu-work-<uid>), never into the output directory.
+# Results: OUT holds three files, rewritten after every stage (a call killed at its limit still
+# returns what finished): summary.txt (one line per stage: verdict, seconds, key numbers),
+# digest.txt (each failed stage's first failure with its context; ops past their bound) and
+# results.tgz (every log, XML report and JSON line). Scratch (the unpacked bundle, runs) goes to
+# $MOMOE_GPU_WORK (default $TMPDIR/momoe-gpu-work-<uid>).
 #
-# Without a GPU (nvidia-smi lists none) every stage after env is "skipped (no GPU)" and the exit
-# status is 0, unless MOMOE_REQUIRE_GPU=1 (then 1). With a GPU, MOMOE_REQUIRE_GPU=1 is set for the
-# tests, so a GPU the CUDA runtime cannot use fails them instead of skipping them; a missing
-# compute-sanitizer fails its stages. Exit status: 0 when every stage run passed, 1 otherwise.
+# With a bundle (a GPU machine) MOMOE_REQUIRE_GPU defaults to 1: no GPU found fails every GPU
+# stage, never passes. Without one (a developer's CPU machine) stages after env are "skipped (no
+# GPU)" unless MOMOE_REQUIRE_GPU=1. MOMOE_GPUS=N overrides the GPU count (practising on a CPU
+# machine), and MOMOE_MPI_DEVICE=CPU runs the mpi stage's ranks on the CPU (the bundle's OpenMPI
+# checked without a GPU). Exit status: 0 when every stage run passed, 1 otherwise, 2 for usage.
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 SELF="$ROOT/tests/run_gpu.sh"
-ALL_STAGES="env build kernels model smoke nccl memcheck synccheck racecheck initcheck mpi"
-EXTRA_STAGES="layer"
-declare -A BOX=([env]=30 [build]=420 [kernels]=150 [model]=240 [smoke]=120 [nccl]=60
-                [memcheck]=120 [synccheck]=90 [racecheck]=150 [initcheck]=90 [mpi]=150
-                [layer]=450)
+CALL1_STAGES="env kernels nccl model memcheck smoke"
+CALL2_STAGES="mpi initcheck synccheck racecheck"
+ORDER="env build kernels nccl model memcheck smoke mpi initcheck synccheck racecheck layer"
+declare -A BOX=([env]=20 [build]=420 [kernels]=110 [nccl]=30 [model]=130 [memcheck]=70
+                [smoke]=60 [mpi]=90 [initcheck]=60 [synccheck]=70 [racecheck]=100 [layer]=450)
 BUNDLE=${BUNDLE:-$ROOT/gpu-bundle.tar.xz}
 KERNEL_FILTER='CudaKernelTest.*:-*RepeatedRuns*:*LargeShapes*'  # sanitizers: small cases
+BINARIES=(tests/kernels/cuda_kernels_test tests/base/phase_timer_gpu_test tests/comm/comm_nccl_test
+          tests/core/gpu_training_test tests/core/parallel_trainer_mpi_test launcher/momoe-train
+          launcher/momoe-eval launcher/momoe-export launcher/momoe-data benchmarks/momoe-bench)
+ORIG_LD_LIBRARY_PATH=${ORIG_LD_LIBRARY_PATH-${LD_LIBRARY_PATH:-}}  # python runs with this
+export ORIG_LD_LIBRARY_PATH
 
 die() { echo "run_gpu.sh: $*" >&2; exit 2; }
+# Python as the machine has it (the bundle's libraries are not torch's).
+py() { LD_LIBRARY_PATH=$ORIG_LD_LIBRARY_PATH python3 "$@"; }
 
 # ---------------------------------------------------------------------------------------------
 # pack (CPU machine)
@@ -75,6 +94,8 @@ copy_deps() {  # copy_deps DEST FILE...: the shared libraries FILEs need that a 
 }
 
 pack() {
+  local level=-6
+  if [ "${1:-}" = --fast ]; then level=-0; shift; fi
   local out=${1:-$BUNDLE}
   local build=${BUILD_DIR:-build}
   case $build in /*) ;; *) build=$ROOT/$build ;; esac
@@ -91,11 +112,8 @@ pack() {
   tmp=$(mktemp -d)
   trap 'rm -rf "$tmp"' RETURN
   mkdir -p "$tmp/bin" "$tmp/lib"
-  local bins=(tests/kernels/cuda_kernels_test tests/comm/comm_nccl_test tests/core/gpu_training_test
-              launcher/momoe-train launcher/momoe-eval benchmarks/momoe-bench)
-  [ -x "$build/tests/core/parallel_trainer_mpi_test" ] && bins+=(tests/core/parallel_trainer_mpi_test)
   local b
-  for b in "${bins[@]}"; do
+  for b in "${BINARIES[@]}"; do
     [ -x "$build/$b" ] || die "pack: $build/$b is missing (build every target first)"
     cp "$build/$b" "$tmp/bin/"
   done
@@ -126,27 +144,55 @@ pack() {
     echo "packed_at $(date -u +%FT%TZ) on $(hostname)"
     echo "cuda_architectures $arch"
     echo "build_type $(sed -n 's/^CMAKE_BUILD_TYPE:[A-Z]*=//p' "$cache")"
-    echo "binaries ${bins[*]}"
+    echo "binaries ${BINARIES[*]}"
   } > "$tmp/MANIFEST"
   case $out in /*) ;; *) out=$PWD/$out ;; esac
-  tar -C "$tmp" -cJf "$out" .
+  XZ_OPT="$level -T0" tar -C "$tmp" -cJf "$out" . || die "pack: tar failed"
   echo "run_gpu.sh: packed $(ls "$tmp/bin" | wc -l) binaries and $(ls "$tmp/lib" | wc -l) libraries" \
-       "into $out ($(du -h "$out" | cut -f1)); carry it and run tests/run_gpu.sh on the GPU machine"
+       "into $out ($(du -h "$out" | cut -f1)); carry it and run tests/run_gpu.sh call1 on the GPU machine"
+}
+
+# unpack BUNDLE DIR: with xz, or with Python's tarfile where the image has no xz.
+unpack() {
+  if command -v xz > /dev/null; then
+    tar -C "$2" -xJf "$1"
+  else
+    echo "run_gpu.sh: no xz on this machine: unpacking with Python's tarfile" >&2
+    py -c 'import sys, tarfile; tarfile.open(sys.argv[1], "r:xz").extractall(sys.argv[2])' "$1" "$2"
+  fi
 }
 
 # ---------------------------------------------------------------------------------------------
-# The stages (each runs in its own process under `timeout`, writing to OUT/<stage>.log)
+# The stages (each runs in its own process under `timeout`, writing RESULTS/<stage>.log; a stage
+# may write RESULTS/<stage>.key, one line of key numbers for the summary, and
+# RESULTS/<stage>.digest, its own digest entry)
 
 gtest() {  # gtest BINARY [ARGS]: a test binary, its XML report beside the log
   local bin=$1; shift
-  "$BIN/$bin" --gtest_output="xml:$OUT/$bin.xml" "$@"
+  "$BIN/$bin" --gtest_output="xml:$RESULTS/$bin.xml" "$@"
 }
+
+key() { echo "$*" >> "$RESULTS/$STAGE.key"; }
 
 sanitizer() {  # sanitizer TOOL: compute-sanitizer TOOL on the kernel tests
   command -v compute-sanitizer > /dev/null ||
     { echo "compute-sanitizer is not on PATH: the sanitizer stages cannot run"; return 1; }
-  compute-sanitizer --tool "$1" --error-exitcode 1 "$BIN/cuda_kernels_test" \
-    --gtest_filter="$KERNEL_FILTER"
+  compute-sanitizer --tool "$1" --error-exitcode 1 --print-limit 20 "$BIN/cuda_kernels_test" \
+    --gtest_filter="$KERNEL_FILTER" 2>&1 | tee "$RESULTS/$1.out"
+  local rc=${PIPESTATUS[0]}
+  key "$(grep -m1 'ERROR SUMMARY' "$RESULTS/$1.out" || echo 'no ERROR SUMMARY line')"
+  return "$rc"
+}
+
+# The library each binary resolves for a name (path -> real file), or "NOT FOUND".
+resolved() {  # resolved BINARY PATTERN
+  local line
+  line=$(ldd "$1" 2>/dev/null | grep -m1 "$2")
+  [ -z "$line" ] && return 0
+  case $line in *"not found"*) echo "NOT FOUND ($line)"; return 0 ;; esac
+  local path
+  path=$(echo "$line" | awk '{print $3}')
+  echo "$path -> $(readlink -f "$path")"
 }
 
 stage_env() {
@@ -154,27 +200,46 @@ stage_env() {
   echo "host: $(hostname); CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-); cores: $(nproc)"
   echo "glibc: $(ldd --version 2>&1 | head -1)"
   if command -v nvidia-smi > /dev/null; then
-    nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv
+    nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,compute_mode --format=csv
+    key "$(nvidia-smi --query-gpu=name,driver_version,compute_mode --format=csv,noheader | head -1)"
   else
     echo "nvidia-smi: not found"
+    key "nvidia-smi not found"
   fi
   command -v nvcc > /dev/null && nvcc --version | tail -2
   command -v compute-sanitizer > /dev/null && compute-sanitizer --version | head -2 ||
     echo "compute-sanitizer: not found"
+  echo "torch: $(py -c 'import torch; print(torch.__version__, "CUDA", torch.version.cuda, "available", torch.cuda.is_available())' 2>&1 | tail -1)"
   echo "binaries: $BIN"
   [ -f "$BIN/../MANIFEST" ] && cat "$BIN/../MANIFEST"
   echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
-  local b
+  local b missing_any=""
   for b in "$BIN"/*; do
     [ -x "$b" ] || continue
     local missing
     missing=$(ldd "$b" 2>/dev/null | grep 'not found' | awk '{print $1}' | tr '\n' ' ')
     echo "$(basename "$b"): ${missing:+MISSING $missing}${missing:-libraries found}"
+    [ -n "$missing" ] && missing_any="$missing_any $(basename "$b"): $missing;"
+  done
+  local lib
+  for lib in libcudart libcublas.so libcublasLt libnccl; do
+    for b in cuda_kernels_test comm_nccl_test; do
+      [ -x "$BIN/$b" ] || continue
+      local r
+      r=$(resolved "$BIN/$b" "$lib")
+      [ -n "$r" ] && { echo "$lib ($b): $r"; break; }
+    done
   done
   command -v cuobjdump > /dev/null && [ -x "$BIN/cuda_kernels_test" ] &&
     echo "device code in cuda_kernels_test: $(cuobjdump --list-elf "$BIN/cuda_kernels_test" 2>/dev/null |
       grep -o 'sm_[0-9a-z]*' | sort -u | tr '\n' ' ')"
   "$BIN/momoe-bench" env 2>&1 | head -3
+  if [ -n "$missing_any" ]; then
+    echo "a library the binaries need does not resolve:$missing_any the call stops here"
+    key "MISSING:$missing_any"
+    return 3
+  fi
+  key "libraries resolve"
   return 0
 }
 
@@ -187,31 +252,102 @@ stage_build() {
 
 stage_kernels() {
   gtest cuda_kernels_test
-  local rc=$?
-  # The per-op table the test prints at exit.
-  sed -n '/^max relative error, GPU vs CPU reference:/,$p' "$OUT/kernels.log" > "$OUT/op_errors.txt"
+  local rc=$? failed
+  failed=$(sed -n 's/^\[  FAILED  \] \([A-Za-z0-9_/.]*\)\( (.*)\)\{0,1\}$/\1/p' "$RESULTS/kernels.log" | sort -u)
+  local over
+  over=$(grep -c '^\[ op \].* OVER' "$RESULTS/kernels.log")
+  if [ -n "$failed" ]; then
+    # One sticky CUDA error fails every later test of the process: each failed test alone.
+    local t alone=0 still=0
+    echo "== the failed tests again, one process each"
+    for t in $failed; do
+      if "$BIN/cuda_kernels_test" --gtest_filter="$t" > "$RESULTS/rerun-$t.log" 2>&1; then
+        echo "rerun alone: $t: passed (it failed only after an earlier error in the process)"
+        alone=$((alone + 1))
+      else
+        echo "rerun alone: $t: FAILED"; grep -m3 -A3 'Failure' "$RESULTS/rerun-$t.log"
+        still=$((still + 1))
+      fi
+    done
+    key "$(echo "$failed" | wc -l) test(s) failed; alone: $still still fail, $alone pass"
+  fi
+  key "ops past their bound: $over"
+  gtest phase_timer_gpu_test || rc=1
   return $rc
 }
+
+stage_nccl() { NCCL_DEBUG=WARN gtest comm_nccl_test; }
 
 stage_model() {
   gtest gpu_training_test
   local rc=$?
-  grep '^\[ gpu \]' "$OUT/model.log" > "$OUT/model_report.txt"
+  grep '^\[ gpu \]' "$RESULTS/model.log" > "$RESULTS/model_report.txt"
+  key "$(grep -c 'FP32' "$RESULTS/model_report.txt") FP32 families, worst per-step" \
+      "$(sed -n 's/.*FP32: worst per-step |gpu - cpu| \/ cpu = \([0-9.e+-]*\).*/\1/p' \
+         "$RESULTS/model_report.txt" | sort -g | tail -1)," \
+      "$(sed -n 's/.*FP32.*routing: \([0-9]*\) token.*/\1/p' "$RESULTS/model_report.txt" |
+         awk '{s += $1} END {print s + 0}') tokens moved"
   return $rc
 }
 
+stage_memcheck() { sanitizer memcheck; }
+stage_synccheck() { sanitizer synccheck; }
+stage_racecheck() { sanitizer racecheck; }
+
 stage_smoke() {
-  local rc=0 precision preset
+  local rc=0 precision
   for precision in FP32 BF16; do
     "$BIN/momoe-bench" train --device cuda --precision "$precision" --preset all --steps 5 \
-      --warmup 2 --config "$ROOT/configs/quickstart.pbtxt" | tee -a "$OUT/smoke.jsonl" || rc=1
+      --warmup 2 --config "$ROOT/configs/quickstart.pbtxt" | tee -a "$RESULTS/smoke.jsonl" || rc=1
   done
-  # A real run through momoe-train: its log has tokens/s per logged step.
-  "$BIN/momoe-train" --config "$ROOT/configs/quickstart.pbtxt" --run-dir "$WORK/smoke-run" --fresh \
+  key "tokens/s: $(py - "$RESULTS/smoke.jsonl" 2>/dev/null <<'EOF'
+import json, sys
+for line in open(sys.argv[1]):
+    j = json.loads(line)
+    if j.get("bench") == "train":
+        print("%s %s %.0f;" % (j["preset"], j["precision"], j["tokens_per_second"]), end=" ")
+EOF
+)"
+  # A real run through momoe-train (no probe, no final evaluation: throughput and a checkpoint).
+  local run=$WORK/smoke-run
+  "$BIN/momoe-train" --config "$ROOT/configs/quickstart.pbtxt" --run-dir "$run" --fresh \
     --set train.device=CUDA --set train.steps=40 --set train.eval_every=0 \
-    --set train.eval_sequences=32 || rc=1
+    --set train.probe_every=0 --set train.final_eval=NONE --set train.checkpoint_every=40 || rc=1
+  # Its checkpoint scored on the GPU and on the CPU, each against the float64 PyTorch module on
+  # its own routing decisions (the cross-path rule), and the two runs' decisions compared.
+  local ckpt=$run/ckpt-00000040 text=$ROOT/data/brown/valid.txt.gz dev
+  for dev in cuda cpu; do
+    "$BIN/momoe-eval" --checkpoint "$ckpt" --text "$text" --max-sequences 40 --attack-rate 0 \
+      --device "$dev" --routing-out "$WORK/$dev.routing" > "$WORK/$dev.eval" || rc=1
+    cat "$WORK/$dev.eval"
+  done
+  rm -rf "$WORK/smoke.export" "$WORK/smoke.tokens"
+  "$BIN/momoe-export" --checkpoint "$ckpt" --out "$WORK/smoke.export" > /dev/null &&
+    "$BIN/momoe-data" prepare --out "$WORK/smoke.tokens" --train "$text" \
+      --vocab "$WORK/smoke.export/vocab.txt" --quiet > /dev/null || rc=1
+  py - "$WORK" > "$WORK/jobs.json" <<'EOF' || rc=1
+import json, sys
+w = sys.argv[1]
+print(json.dumps([{"key": f"smoke {d}", "name": d, "export": f"{w}/smoke.export", "batch": 16,
+                   "dataset": f"{w}/smoke.tokens", "routing": f"{w}/{d}.routing",
+                   "eval": f"{w}/{d}.eval", "expect": "pass", "what": ""} for d in ("cuda", "cpu")]))
+EOF
+  py "$ROOT/tests/launcher/export_reference.py" "$ROOT/python" "$WORK/jobs.json" \
+    "$RESULTS/smoke_eval.json" 2>&1 | tee "$RESULTS/smoke_eval.txt" || rc=1
+  py - "$WORK" "$ROOT" <<'EOF' | tee -a "$RESULTS/smoke_eval.txt" || rc=1
+import json, sys
+w = sys.argv[1]
+sys.path.insert(0, sys.argv[2] + "/python/momoe_torch")
+from safetensors_numpy import read_safetensors  # numpy only
+g, c = (read_safetensors(f"{w}/{d}.routing")[0] for d in ("cuda", "cpu"))
+flips = sum(int((g[k] != c[k]).reshape(g[k].shape[0], -1).any(axis=1).sum()) for k in g if k.endswith(".experts"))
+ge, ce = (json.load(open(f"{w}/{d}.eval")) for d in ("cuda", "cpu"))
+print(f"GPU against CPU momoe-eval: ppl {ge['ppl']:.9g} vs {ce['ppl']:.9g} (relative "
+      f"{abs(ge['ppl'] - ce['ppl']) / ce['ppl']:.2e}); {flips} token-layer routing decisions differ")
+EOF
+  key "$(grep -m1 'GPU against CPU' "$RESULTS/smoke_eval.txt")"
   # The cuBLAS bf16 GEMM rate on this GPU (PyTorch's matmul calls cuBLAS): MFU's denominator.
-  python3 - <<'EOF' | tee -a "$OUT/smoke.jsonl" || rc=1
+  py - <<'EOF' | tee -a "$RESULTS/smoke.jsonl" || rc=1
 import json, torch
 n = 8192
 a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
@@ -236,30 +372,30 @@ stage_layer() {
   local rc=0 shape
   export MOMOE_PYTHON=${MOMOE_PYTHON:-$(command -v python3)}
   export MOMOE_TORCH_REFERENCE=$ROOT/benchmarks/torch_moe_reference.py
-  "$MOMOE_PYTHON" -c 'import torch; assert torch.cuda.is_available(), "torch sees no GPU"
+  LD_LIBRARY_PATH=$ORIG_LD_LIBRARY_PATH "$MOMOE_PYTHON" -c 'import torch; assert torch.cuda.is_available(), "torch sees no GPU"
 assert hasattr(torch, "_grouped_mm"), "torch %s has no _grouped_mm" % torch.__version__' || return 1
   # The reference's check with many empty experts (16 tokens, 64 experts), grouped and loop.
-  "$MOMOE_PYTHON" "$MOMOE_TORCH_REFERENCE" layer --device cuda --tokens 16 --d 64 --f 128 \
-    --experts 64 --top-k 2 --check --iterations 1 --warmup 0 | tee -a "$OUT/layer.jsonl" || return 1
+  LD_LIBRARY_PATH=$ORIG_LD_LIBRARY_PATH "$MOMOE_PYTHON" "$MOMOE_TORCH_REFERENCE" layer \
+    --device cuda --tokens 16 --d 64 --f 128 --experts 64 --top-k 2 --check --iterations 1 \
+    --warmup 0 | tee -a "$RESULTS/layer.jsonl" || return 1
   for shape in 1 2 3 4; do
-    "$BIN/momoe-bench" layer --device cuda --shape "$shape" --torch 1 | tee -a "$OUT/layer.jsonl" ||
+    "$BIN/momoe-bench" layer --device cuda --shape "$shape" --torch 1 | tee -a "$RESULTS/layer.jsonl" ||
       rc=1
   done
   return $rc
 }
 
-stage_nccl() { gtest comm_nccl_test; }
-stage_memcheck() { sanitizer memcheck; }
-stage_synccheck() { sanitizer synccheck; }
-stage_racecheck() { sanitizer racecheck; }
-
 stage_initcheck() {
   command -v compute-sanitizer > /dev/null ||
     { echo "compute-sanitizer is not on PATH: the sanitizer stages cannot run"; return 1; }
-  compute-sanitizer --tool initcheck --error-exitcode 1 "$BIN/momoe-train" \
+  compute-sanitizer --tool initcheck --error-exitcode 1 --print-limit 20 "$BIN/momoe-train" \
     --config "$ROOT/tests/launcher/tiny_config.pbtxt" --run-dir "$WORK/initcheck-run" --fresh \
     --set train.device=CUDA --set train.steps=2 --set train.eval_every=0 \
-    --set train.eval_sequences=4 --set train.checkpoint_every=0
+    --set train.probe_every=0 --set train.final_eval=NONE --set train.checkpoint_every=0 2>&1 |
+    tee "$RESULTS/initcheck.out"
+  local rc=${PIPESTATUS[0]}
+  key "$(grep -m1 'ERROR SUMMARY' "$RESULTS/initcheck.out" || echo 'no ERROR SUMMARY line')"
+  return "$rc"
 }
 
 stage_mpi() {
@@ -267,61 +403,160 @@ stage_mpi() {
   mpirun=$(command -v mpirun || true)
   [ -n "$mpirun" ] || { echo "mpirun is not available (neither bundled nor installed)"; return 1; }
   [ -x "$BIN/parallel_trainer_mpi_test" ] || { echo "parallel_trainer_mpi_test was not built"; return 1; }
+  # As ctest runs MPI tests (cmake/MoeTesting.cmake).
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
+  export OPENBLAS_NUM_THREADS=1 MOMOE_TEST_DEVICE=${MOMOE_MPI_DEVICE:-CUDA}
+  command -v nvidia-smi > /dev/null &&
+    echo "compute mode: $(nvidia-smi --query-gpu=compute_mode --format=csv,noheader | head -1)" \
+         "(Exclusive_Process forbids ranks sharing the GPU)"
+  echo "== $mpirun -np 2 true (does this OpenMPI start here at all?)"
+  "$mpirun" --oversubscribe -np 2 true || { echo "mpirun cannot start two processes"; return 1; }
   local rc=0 np
   for np in 2 4; do
-    echo "== mpirun -np $np (ranks share the GPU through the MPI backend)"
-    MOMOE_TEST_DEVICE=CUDA "$mpirun" --allow-run-as-root --oversubscribe -np "$np" \
-      -x MOMOE_TEST_DEVICE -x MOMOE_SOURCE_DIR -x MOMOE_REQUIRE_GPU -x LD_LIBRARY_PATH \
+    echo "== mpirun -np $np, ranks on $MOMOE_TEST_DEVICE (sharing the GPU through the MPI backend)"
+    "$mpirun" --oversubscribe -np "$np" -x MOMOE_TEST_DEVICE -x MOMOE_SOURCE_DIR -x MOMOE_DATA_DIR \
+      -x MOMOE_REQUIRE_GPU -x LD_LIBRARY_PATH -x OPENBLAS_NUM_THREADS \
       "$BIN/parallel_trainer_mpi_test" || rc=1
   done
+  key "np 2 and 4 on $MOMOE_TEST_DEVICE: $([ $rc -eq 0 ] && echo passed || echo FAILED)"
   return $rc
+}
+
+# ---------------------------------------------------------------------------------------------
+# Summary, digest and the results archive (rewritten after every stage)
+
+write_digest() {
+  local d=$OUT/digest.txt s
+  {
+    echo "digest of $(basename "$OUT") at $(date -u +%FT%TZ), $(( $(date +%s) - START )) s in:" \
+         "$(printf '%s\n' "${VERDICT[@]}" | grep -cvE '^(passed|skipped)') stage(s) not passed"
+    for s in "${RAN[@]}"; do
+      local verdict=${VERDICT[$s]}
+      case $verdict in passed|skipped*) continue ;; esac
+      echo
+      echo "== $s: $verdict"
+      if [ -f "$RESULTS/$s.digest" ]; then cat "$RESULTS/$s.digest"; continue; fi
+      local log=$RESULTS/$s.log
+      [ -f "$log" ] || { echo "(no log)"; continue; }
+      grep '^\[ op \].* OVER' "$log" | head -20
+      grep -E '^rerun alone:' "$log" | head -12
+      local at
+      at=$(grep -n -m1 -E 'Failure$|^\[  FAILED  \]|ERROR SUMMARY: [1-9]|========= (Invalid|Race|Uninitialized|Barrier|Program hit)|MISSING|not available|cannot|FAIL' "$log" | cut -d: -f1)
+      if [ -n "$at" ]; then
+        sed -n "$((at > 3 ? at - 3 : 1)),$((at + 15))p" "$log"
+      else
+        tail -20 "$log"
+      fi
+    done
+  } > "$d.tmp" && mv "$d.tmp" "$d"
+}
+
+keys_of() {  # keys_of STAGE: the stage's key numbers on one line ("; " between them)
+  [ -f "$RESULTS/$1.key" ] && paste -sd';' "$RESULTS/$1.key" | sed 's/;/; /g'
+}
+
+write_summary() {
+  local s
+  {
+    printf '%-10s %-26s %7s  %s\n' stage verdict seconds "key numbers"
+    for s in "${RAN[@]}"; do
+      printf '%-10s %-26s %7s  %s\n' "$s" "${VERDICT[$s]}" "${SECS[$s]}" "$(keys_of "$s")"
+    done
+  } > "$OUT/summary.txt.tmp" && mv "$OUT/summary.txt.tmp" "$OUT/summary.txt"
+}
+
+write_results() {
+  write_summary
+  write_digest
+  tar -C "$WORK" -czf "$OUT/results.tgz.tmp" results && mv "$OUT/results.tgz.tmp" "$OUT/results.tgz"
 }
 
 # ---------------------------------------------------------------------------------------------
 # Driver
 
-if [ "${1:-}" = pack ]; then
-  shift
-  pack "$@"
-  exit $?
-fi
-if [ "${1:-}" = --list ]; then
-  for s in $ALL_STAGES; do printf '%-10s %4s s\n' "$s" "${BOX[$s]}"; done
-  for s in $EXTRA_STAGES; do printf '%-10s %4s s  (only when named)\n' "$s" "${BOX[$s]}"; done
-  exit 0
-fi
-
-if [ "${1:-}" = --run-stage ]; then  # internal: one stage, in the environment the driver set
-  "stage_$2"
-  exit $?
-fi
+MODE=""
+case "${1:-}" in
+  pack) shift; pack "$@"; exit $? ;;
+  --list)
+    for s in $ORDER; do
+      where="only when named"
+      [[ " $CALL1_STAGES " == *" $s "* ]] && where="call 1"
+      [[ " $CALL2_STAGES " == *" $s "* ]] && where="call 2"
+      printf '%-10s %4s s  (%s)\n' "$s" "${BOX[$s]}" "$where"
+    done
+    exit 0 ;;
+  --run-stage) STAGE=$2; export STAGE; "stage_$2"; exit $? ;;  # internal: one stage
+  call1|call2) MODE=$1; shift ;;
+esac
 
 OUT=${OUT:-$ROOT/gpu-results}
-DEADLINE=570
+DEADLINE=""
+SECONDS_LEFT=""
+COLD=0
+AFTER=""
 STAGES=()
 while [ $# -gt 0 ]; do
   case $1 in
     --out) OUT=$2; shift 2 ;;
     --deadline) DEADLINE=$2; shift 2 ;;
+    --gpu-seconds-left) SECONDS_LEFT=$2; shift 2 ;;
+    --cold) COLD=1; shift ;;
+    --after) AFTER=$2; shift 2 ;;
     -h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     -*) die "unknown flag $1 (see --help)" ;;
-    *) [ -n "${BOX[$1]+x}" ] || die "unknown stage '$1' (stages: $ALL_STAGES $EXTRA_STAGES)"; STAGES+=("$1"); shift ;;
+    *) [ -n "${BOX[$1]+x}" ] || die "unknown stage '$1' (stages: $ORDER)"; STAGES+=("$1"); shift ;;
   esac
 done
-[ ${#STAGES[@]} -gt 0 ] || read -r -a STAGES <<< "$ALL_STAGES"
+case $MODE in
+  call1)
+    [ ${#STAGES[@]} -eq 0 ] || die "call1 runs its own stages ($CALL1_STAGES)"
+    read -r -a STAGES <<< "$CALL1_STAGES"
+    DEADLINE=${DEADLINE:-400} ;;
+  call2)
+    [ -n "$SECONDS_LEFT" ] || die "call2 needs --gpu-seconds-left N (the device status's budget_left_s)"
+    # What is left after the machine's start (when cold) and 40 s for transfers and the close,
+    # within one call's 10 minutes less a margin.
+    DEADLINE=$((SECONDS_LEFT - 40 - COLD * 180))
+    [ "$DEADLINE" -gt 540 ] && DEADLINE=540
+    [ "$DEADLINE" -ge 60 ] ||
+      die "call2: $SECONDS_LEFT s of GPU time left$([ $COLD = 1 ] && echo ' and a cold start') leaves a ${DEADLINE} s deadline: too little to run anything"
+    again=""
+    if [ -n "$AFTER" ]; then
+      [ -f "$AFTER" ] || die "call2: --after $AFTER does not exist (copy call 1's summary.txt there)"
+      again=$(awk 'NR > 1 && $1 != "env" && $2 != "passed" {print $1}' "$AFTER" | tr '\n' ' ')
+      echo "call 2 after $AFTER: again: ${again:-nothing}"
+    fi
+    STAGES=(env)
+    for s in $ORDER; do
+      [[ " $again $CALL2_STAGES " == *" $s "* ]] && [ "$s" != env ] && STAGES+=("$s")
+    done ;;
+  *)
+    DEADLINE=${DEADLINE:-540}
+    if [ ${#STAGES[@]} -eq 0 ]; then
+      read -r -a STAGES <<< "$CALL1_STAGES $CALL2_STAGES"
+    else  # the order above, env first when a stage needs the binaries checked
+      ordered=()
+      for s in $ORDER; do [[ " ${STAGES[*]} " == *" $s "* ]] && ordered+=("$s"); done
+      STAGES=("${ordered[@]}")
+    fi ;;
+esac
 mkdir -p "$OUT" || die "cannot create $OUT"
 OUT=$(cd "$OUT" && pwd)
+rm -f "$OUT/summary.txt" "$OUT/digest.txt" "$OUT/results.tgz"
 START=$(date +%s)
 
-# Scratch outside OUT (on the GPU machine OUT is what comes back: logs, not binaries or runs).
+# Scratch outside OUT (on the GPU machine OUT is what comes back).
 WORK=${MOMOE_GPU_WORK:-${TMPDIR:-/tmp}/momoe-gpu-work-$(id -u)}
 mkdir -p "$WORK" || die "cannot create $WORK"
+RESULTS=$WORK/results
+rm -rf "$RESULTS" && mkdir -p "$RESULTS"
 # The binaries: the bundle (unpacked into WORK once per bundle) or a build directory.
 BUNDLE_DIR=""
 if [ -f "$BUNDLE" ]; then
   BUNDLE_DIR=$WORK/bundle
   if [ ! -f "$BUNDLE_DIR/.unpacked" ] || [ "$BUNDLE" -nt "$BUNDLE_DIR/.unpacked" ]; then
-    rm -rf "$BUNDLE_DIR" && mkdir -p "$BUNDLE_DIR" && tar -C "$BUNDLE_DIR" -xJf "$BUNDLE" &&
+    rm -rf "$BUNDLE_DIR" && mkdir -p "$BUNDLE_DIR" && unpack "$BUNDLE" "$BUNDLE_DIR" &&
       touch "$BUNDLE_DIR/.unpacked" || die "cannot unpack $BUNDLE"
   fi
   BIN=$BUNDLE_DIR/bin
@@ -334,25 +569,29 @@ if [ -f "$BUNDLE" ]; then
       export PMIX_MCA_mca_base_component_path=$OPAL_PREFIX/lib/x86_64-linux-gnu/pmix2/lib/pmix
   fi
   BUILD=""
+  # A bundle is for a machine meant to have a GPU: none found is a failure.
+  export MOMOE_REQUIRE_GPU=${MOMOE_REQUIRE_GPU:-1}
 else
   BUILD=${BUILD_DIR:-build-gpu}
   case $BUILD in /*) ;; *) BUILD=$ROOT/$BUILD ;; esac
   BIN=$WORK/bin  # links to the build's binaries, filled after the build stage
   LIBS=""
 fi
-# CUDA's own libraries: the toolkit's, and NCCL/cuBLAS from PyTorch's wheels where present.
+# CUDA's own libraries: the toolkit's (beside nvcc too), and cuBLAS/NCCL/cudart from PyTorch's
+# wheels (nvidia/<lib>/lib, and CUDA 13's nvidia/cu13/lib).
 CUDA_LIBS=""
-for d in /usr/local/cuda/lib64 /usr/local/cuda/lib; do [ -d "$d" ] && CUDA_LIBS=$CUDA_LIBS:$d; done
+NVCC_LIB=""
+command -v nvcc > /dev/null && NVCC_LIB=$(cd "$(dirname "$(readlink -f "$(command -v nvcc)")")/../lib64" 2>/dev/null && pwd)
+for d in /usr/local/cuda/lib64 /usr/local/cuda/lib $NVCC_LIB; do
+  [ -d "$d" ] && [[ ":$CUDA_LIBS:" != *":$d:"* ]] && CUDA_LIBS=$CUDA_LIBS:$d
+done
 if command -v python3 > /dev/null; then
-  WHEELS=$(python3 - 2>/dev/null <<'EOF'
-import importlib.util
-for name in ("nvidia.nccl", "nvidia.cublas", "nvidia.cuda_runtime"):
-    try:
-        spec = importlib.util.find_spec(name)
-    except Exception:
-        spec = None
-    if spec and spec.submodule_search_locations:
-        print(list(spec.submodule_search_locations)[0] + "/lib")
+  WHEELS=$(py - 2>/dev/null <<'EOF'
+import glob, os, site
+roots = site.getsitepackages() + [site.getusersitepackages()]
+for root in roots:
+    for lib in sorted(glob.glob(os.path.join(root, "nvidia", "*", "lib"))):
+        print(lib)
 EOF
   )
   for d in $WHEELS; do [ -d "$d" ] && CUDA_LIBS=$CUDA_LIBS:$d; done
@@ -361,69 +600,78 @@ LIBRARY_PATH_=${LIBS}${CUDA_LIBS}
 LIBRARY_PATH_=${LIBRARY_PATH_#:}  # no empty entry: the loader would read it as the current directory
 export LD_LIBRARY_PATH=${LIBRARY_PATH_}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export MOMOE_SOURCE_DIR=$ROOT MOMOE_DATA_DIR=$ROOT/data
-export OUT WORK BIN BUILD BUNDLE BUNDLE_DIR
+export OUT WORK BIN BUILD BUNDLE BUNDLE_DIR RESULTS
 cd "$ROOT" || exit 2
 
-# MOMOE_GPUS overrides the count (practising the GPU path on a CPU machine: the tests then fail,
-# naming why CUDA is unusable, instead of skipping).
 GPUS=${MOMOE_GPUS:-0}
+NO_GPU_WHY="nvidia-smi is not on PATH"
 if [ -z "${MOMOE_GPUS:-}" ] && command -v nvidia-smi > /dev/null; then
   GPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
+  NO_GPU_WHY="nvidia-smi lists no GPU"
 fi
 if [ "$GPUS" -gt 0 ]; then export MOMOE_REQUIRE_GPU=1; fi
 
 link_build_binaries() {
   mkdir -p "$BIN"
   local b
-  for b in tests/kernels/cuda_kernels_test tests/comm/comm_nccl_test tests/core/gpu_training_test \
-           tests/core/parallel_trainer_mpi_test launcher/momoe-train launcher/momoe-eval \
-           benchmarks/momoe-bench; do
+  for b in "${BINARIES[@]}"; do
     [ -x "$BUILD/$b" ] && ln -sf "$BUILD/$b" "$BIN/"
   done
 }
 [ -z "$BUNDLE_DIR" ] && link_build_binaries
 
-SUMMARY=$OUT/summary.txt
-printf '%-10s %-28s %8s  %s\n' stage verdict seconds log > "$SUMMARY"
+declare -A VERDICT SECS
+RAN=()
 FAILED=0
-BUILD_FAILED=0  # the later stages would run stale binaries
+STOP=""  # why the rest of the call does not run
 for stage in "${STAGES[@]}"; do
+  RAN+=("$stage")
+  SECS[$stage]=-
   now=$(date +%s)
   left=$((START + DEADLINE - now))
-  log=$OUT/$stage.log
   verdict=""
-  if [ "$stage" != env ] && [ "$GPUS" -eq 0 ]; then
-    verdict="skipped (no GPU)"
-    [ "${MOMOE_REQUIRE_GPU:-0}" = 1 ] && { verdict="FAILED (no GPU)"; FAILED=1; }
+  if [ -n "$STOP" ]; then
+    verdict="not run ($STOP)"; FAILED=1
+  elif [ "$stage" != env ] && [ "$stage" != build ] && [ "$GPUS" -eq 0 ]; then
+    if [ "${MOMOE_REQUIRE_GPU:-0}" = 1 ]; then
+      verdict="FAILED (no GPU)"; FAILED=1
+      echo "no GPU: $NO_GPU_WHY, and MOMOE_REQUIRE_GPU=1 (the default with a bundle): nothing was checked" \
+        > "$RESULTS/$stage.digest"
+    else
+      verdict="skipped (no GPU)"
+    fi
   elif [ "$stage" = build ] && [ -n "$BUNDLE_DIR" ]; then
     verdict="skipped (bundle)"
-  elif [ "$BUILD_FAILED" = 1 ]; then
-    verdict="skipped (build failed)"
   elif [ "$left" -lt 15 ]; then
-    verdict="not run (out of time)"
-    FAILED=1
+    verdict="not run (out of time)"; FAILED=1
   fi
   if [ -n "$verdict" ]; then
-    printf '%-10s %-28s %8s  %s\n' "$stage" "$verdict" - - | tee -a "$SUMMARY"
+    VERDICT[$stage]=$verdict
+    printf '%-10s %s\n' "$stage" "$verdict"
+    write_results
     continue
   fi
   box=${BOX[$stage]}
   [ "$box" -gt "$left" ] && box=$left
-  echo "== $stage (at most ${box} s) -> $log"
+  echo "== $stage (at most ${box} s)"
   t0=$(date +%s)
-  timeout --kill-after=10 "$box" "$SELF" --run-stage "$stage" > "$log" 2>&1
+  STAGE=$stage timeout --kill-after=10 "$box" "$SELF" --run-stage "$stage" > "$RESULTS/$stage.log" 2>&1
   rc=$?
-  secs=$(($(date +%s) - t0))
+  SECS[$stage]=$(($(date +%s) - t0))
   case $rc in
     0) verdict=passed ;;
     124|137) verdict="TIMED OUT (${box} s)"; FAILED=1 ;;
     *) verdict="FAILED (exit $rc)"; FAILED=1 ;;
   esac
+  [ "$stage" = env ] && [ $rc -eq 3 ] && STOP="env: a library the binaries need does not resolve"
   if [ "$stage" = build ]; then
-    if [ $rc -eq 0 ]; then link_build_binaries; else BUILD_FAILED=1; fi
+    if [ $rc -eq 0 ]; then link_build_binaries; else STOP="the build failed"; fi
   fi
-  printf '%-10s %-28s %8s  %s\n' "$stage" "$verdict" "$secs" "$(basename "$log")" | tee -a "$SUMMARY"
-  [ $rc -ne 0 ] && tail -15 "$log" | sed 's/^/    /'
+  VERDICT[$stage]=$verdict
+  printf '%-10s %-26s %5s s  %s\n' "$stage" "$verdict" "${SECS[$stage]}" "$(keys_of "$stage")"
+  write_results
 done
-echo "results: $OUT (summary.txt; $(( $(date +%s) - START )) s)"
+echo "results: $OUT (summary.txt, digest.txt, results.tgz; $(( $(date +%s) - START )) s)"
+echo
+cat "$OUT/digest.txt"
 exit $FAILED
