@@ -114,6 +114,10 @@ StatusOr<std::string> evaluate(const FlagParser& flags) {
     };
   };
   const std::string routing_out = flags.get("routing-out");
+  if (!routing_out.empty() && model->num_moe_layers() == 0) {
+    return invalid_argument_error("--routing-out ", routing_out,
+                                  ": the model has no MoE layer, so no routing decisions");
+  }
   std::vector<RoutingDecisions> routing;
   MOE_ASSIGN_OR_RETURN(
       EvalResult clean,

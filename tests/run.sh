@@ -17,11 +17,13 @@ jobs=${JOBS:-$(nproc)}
 kernels=${BLAS_KERNELS-Prescott Haswell SkylakeX Cooperlake Zen}
 # A kernel forced by the caller's environment would apply to every phase: the default phase
 # runs what momoe picks, and the forced kernel gets a phase of its own.
+# OpenBLAS reads core names in any case: compare them in lower case.
+lower() { echo "$1" | tr '[:upper:]' '[:lower:]'; }
 preset=${OPENBLAS_CORETYPE:-}
 if [ -n "$preset" ]; then
-  echo "== the environment sets OPENBLAS_CORETYPE=$preset: momoe honours it in a run, so it gets" \
-       "a phase of its own below; the default phase runs momoe's own pick"
-  case " $kernels " in *" $preset "*) ;; *) kernels="$kernels $preset" ;; esac
+  echo "== the environment sets OPENBLAS_CORETYPE=$preset: momoe honours it in a run, so the" \
+       "BLAS-sensitive tests run under it too; the default phase runs momoe's own pick"
+  case " $(lower "$kernels") " in *" $(lower "$preset") "*) ;; *) kernels="$kernels $preset" ;; esac
 fi
 unset OPENBLAS_CORETYPE MOMOE_BLAS
 # export_test keeps its trained checkpoints and float64 reference results here for the later
@@ -32,15 +34,19 @@ trap 'rm -rf "$MOMOE_EXPORT_TEST_CACHE"' EXIT
 
 failed=()
 summary=()
-# run_phase NAME WHY CTEST-ARGS...: one ctest run (a label that matches no test is an error);
-# its "N% tests passed" line joins the summary with the reason the phase ran.
+# A label that matches no test is an error (a renamed label would pass a whole phase), unless
+# the caller narrows the run with ctest arguments of their own.
+no_tests=(--no-tests=error)
+[ $# -eq 0 ] || no_tests=()
+# run_phase NAME WHY CTEST-ARGS...: one ctest run; its "N% tests passed" line joins the summary
+# with the reason the phase ran.
 run_phase() {
   local name=$1 why=$2
   shift 2
   local log
   log=$(mktemp)
   set +e
-  ctest --output-on-failure --no-tests=error -j "$jobs" "$@" 2>&1 | tee "$log"
+  ctest --output-on-failure "${no_tests[@]}" -j "$jobs" "$@" 2>&1 | tee "$log"
   local rc=${PIPESTATUS[0]}
   set -e
   summary+=("$name: $(grep -E 'tests passed' "$log" | tail -1 || echo 'no summary') ($why)")
@@ -63,7 +69,7 @@ if [ ! -x "$bench" ]; then
   echo "== no momoe-bench (MOE_BUILD_BENCHMARKS=OFF): cannot ask which OpenBLAS kernels this CPU runs; the BLAS-kernel phases are not run"
 else
   for kernel in $kernels; do
-    if [ "$kernel" = "$picked" ]; then
+    if [ "$(lower "$kernel")" = "$(lower "$picked")" ]; then
       echo "== OPENBLAS_CORETYPE=$kernel: the kernel momoe picks here; ran above"
       continue
     fi
@@ -82,7 +88,7 @@ else
       failed+=("$kernel (momoe-bench env)")
       continue
     fi
-    if [ "$kernel" = "$preset" ]; then
+    if [ "$(lower "$kernel")" = "$(lower "$preset")" ]; then
       why="set by this environment's OPENBLAS_CORETYPE, which momoe honours"
     else
       why="another kernel this CPU runs (a user's OPENBLAS_CORETYPE, or another machine's pick)"

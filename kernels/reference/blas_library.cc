@@ -208,7 +208,7 @@ std::string BlasInfo::summary() const {
   std::string s = library;
   if (!version.empty()) s += " " + version;
   if (!kernel.empty()) s += ", kernel " + kernel;
-  if (chosen_by == "OPENBLAS_CORETYPE") {
+  if (chosen_by == "OPENBLAS_CORETYPE" && same_name(kernel, requested)) {
     s += " (OPENBLAS_CORETYPE=" + requested + " from the environment, honoured)";
   } else if (!chosen_by.empty()) {
     s += " (chosen by " + chosen_by + ")";

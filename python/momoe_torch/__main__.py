@@ -36,6 +36,7 @@ def main(argv=None):
     result = perplexity(model, ids, batch, args.max_sequences, replay)
     if replay is not None:
         result["replayed"] = True
+        result["dtype"] = args.dtype
         result["decisions"] = replay.finish()
     print(json.dumps(result))
     return 0

@@ -216,12 +216,18 @@ class MoeLayer(nn.Module):
             w = self.router.weight.double()
             norm = torch.sqrt((w * w).sum(dim=1, keepdim=True))
             unit = torch.where(norm > 0, w / norm.clamp(min=1e-300), torch.zeros_like(w))
+            weight, bias = unit, None
             logits = r @ unit.to(r.dtype).t()
         else:
+            weight, bias = self.router.weight, self.router.bias
             logits = self.router(r)
         idx, mask = self.choose(logits)
         if replay is not None:
-            idx, mask = replay.decide(self, logits, idx, mask)
+            # The magnitude each logit's rounding is relative to: sum_q |r_q| |W_eq| (+ |b_e|).
+            magnitude = r.abs().double() @ weight.abs().double().t()
+            if bias is not None:
+                magnitude = magnitude + bias.abs().double()
+            idx, mask = replay.decide(self, logits, idx, mask, magnitude.amax(dim=1))
         gate = self.gates(logits, idx, mask)
         kept = self.kept(idx)
         u = torch.zeros_like(x_in)

@@ -39,13 +39,15 @@ class RoutingReplay:
                              f"evaluation needs more (row {self.rows + t})")
         return torch.from_numpy(array[self.rows : self.rows + t].copy())
 
-    def decide(self, layer, logits, own_idx, own_mask):
+    def decide(self, layer, logits, own_idx, own_mask, magnitude):
         """The decisions `layer` (a MoeLayer) takes for `logits` [T, E] instead of its own
-        (own_idx [T, K], own_mask [T, E] or None), compared first."""
+        (own_idx [T, K], own_mask [T, E] or None), compared first. `magnitude` [T]: per token,
+        the largest sum_q |r_q| |W_eq| (+ |b_e|) of its logits (what their rounding scales with)."""
         l, t = layer.moe_index, logits.shape[0]
         report = self.report[l]
         z = logits.double()
-        tol = cross_path.decision_tolerance(self.routers[l], z.abs().amax(dim=1))
+        # One logit's rounding in the other path; a margin between two logits moves by twice it.
+        tol = 2 * cross_path.decision_tolerance(self.routers[l], magnitude)
         idx = self._rows(self.experts[l], t, "experts").long().to(own_idx.device)
         if idx.shape != own_idx.shape:
             raise ValueError(f"MoE layer {l}: the routing file chooses {idx.shape[1]} experts per "
@@ -56,10 +58,12 @@ class RoutingReplay:
             if self.mask[l] is None:
                 raise ValueError(f"MoE layer {l} is SparseMixer; the routing file has no sets")
             mask = self._rows(self.mask[l], t, "masks").bool().to(own_idx.device)
-            # The reference's set for momoe's argmax: only the band's edge can differ.
+            # The reference's set for momoe's argmax: only the band's edge can differ. The edge
+            # distance diff - r (|top| + |logit|) moves by (1 + r) x a margin's tolerance.
             diff, half_width = layer.sparsemixer_margins(logits, idx)
+            jitter = float(layer.cfg["sparsemixer"]["jitter"])
             cross_path.compare_masks(report, layer.sparsemixer_mask(logits, idx), mask,
-                                     (diff - half_width).abs(), tol, self.rows)
+                                     (diff - half_width).abs(), (1 + jitter) * tol, self.rows)
         slot = self._rows(self.slot[l], t, "slots").long().to(own_idx.device)
         cross_path.compare_slots(report, layer.slots(idx), slot, self.rows)
         return idx, mask

@@ -182,10 +182,12 @@ TrainingScale training_scale(const RunConfig& cfg, int64_t vocab) {
   s.vocab = vocab;
   const OptimizerConfig& o = cfg.train.optimizer;
   s.lr = o.lr;
-  // |update| <= lr (1 - beta1) / sqrt(1 - beta2) when 1 - beta1 > sqrt(1 - beta2), else <= lr.
+  // |m_hat / sqrt(v_hat)| <= (1 - b1) / sqrt((1 - b2)(1 - b1^2 / b2)) (Cauchy-Schwarz on the
+  // moving averages; the bias corrections only lower it).
   s.adam_step = o.kind == OptimizerKind::kAdamW
-                    ? std::max(1.0, (1 - o.beta1) / std::sqrt(1 - o.beta2))
-                    : 1.0;
+                    ? (1 - o.beta1) /
+                          std::sqrt((1 - o.beta2) * (1 - o.beta1 * o.beta1 / o.beta2))
+                    : 0.0;
   return s;
 }
 
@@ -245,13 +247,13 @@ double expect_same_training(const TrainingRecord& a, const TrainingRecord& b,
     }
   }
   const RoutingDifference d = routing_difference(a, b);
-  EXPECT_LE(d.moved, static_cast<int64_t>(steps))
+  EXPECT_LE(d.moved, 8 * static_cast<int64_t>(steps))
       << what << ": " << d.moved << " tokens routed differently from step " << d.first
       << " on (near-ties are rare; a bug moves many)";
   double worst = 0;
   for (size_t i = 0; i < steps; ++i) {
     const double loss = a.losses[i];
-    double bound = rounding_tolerance(scale.eps, scale.depth * static_cast<double>(i + 1), loss);
+    double bound = loss_tolerance(scale.eps, scale.depth * static_cast<double>(i + 1), loss);
     const int64_t moved = i < d.moved_by_step.size() ? d.moved_by_step[i] : 0;
     bound += static_cast<double>(moved) * 2 * std::log(static_cast<double>(scale.vocab)) /
              static_cast<double>(scale.tokens);
@@ -271,18 +273,23 @@ void expect_parameters_close(const std::vector<double>& a, const std::vector<dou
   for (size_t i = 0; i < a.size(); ++i) diff[i] = std::fabs(a[i] - b[i]);
   if (diff.empty()) return;
   const double hard = 2.0 * static_cast<double>(steps) * scale.adam_step * scale.lr;
+  int64_t past_a_step = 0;
   for (size_t i = 0; i < diff.size(); ++i) {
-    if (!(diff[i] <= hard)) {  // NaN fails too
+    if (std::isnan(diff[i]) || (scale.adam_step > 0 && diff[i] > hard)) {
       ADD_FAILURE() << what << ": entry " << i << " differs by " << diff[i] << " (" << a[i]
                     << " vs " << b[i] << "; bound " << hard << ")";
-      break;
+      return;
     }
+    past_a_step += diff[i] > scale.lr;
   }
-  if (d.moved == 0) {
-    std::nth_element(diff.begin(), diff.begin() + diff.size() / 2, diff.end());
-    const double median = diff[diff.size() / 2];
-    EXPECT_LE(median, hard * scale.eps * scale.depth)
-        << what << ": the median entry differs by " << median;
+  const auto n = static_cast<int64_t>(diff.size());
+  const int64_t allowed = std::max<int64_t>(4, d.moved == 0 ? n / 32 : n / 4);
+  EXPECT_LE(past_a_step, allowed) << what << ": " << past_a_step << " of " << n
+                                  << " entries part by more than one step (lr " << scale.lr << ")";
+  if (d.moved == 0 && scale.adam_step > 0) {
+    std::nth_element(diff.begin(), diff.begin() + n / 2, diff.end());
+    EXPECT_LE(diff[n / 2], hard * scale.eps * scale.depth)
+        << what << ": the median entry differs by " << diff[n / 2];
   }
 }
 

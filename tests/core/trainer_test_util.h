@@ -57,10 +57,10 @@ void set_parameter(TransformerLM& model, const std::string& name, int64_t index,
 // loads, capacity drops, AC cluster sizes, SparseMixer's set counts) are compared per layer; a
 // token whose top-k choice sits within rounding of a tie may go to another expert (a routing
 // flip: which tokens flip depends on the BLAS kernel's rounding, not on a bug). Before the first
-// flip the losses agree within the precision's epsilon x the forward's depth x (steps so far) x
-// the loss; each moved token may then add its own loss's worth (<= 2 ln V) over the step's
-// tokens. (Counters see every flip that changes a value but two opposite moves in one layer and
-// step, which cancel in the loads.)
+// flip the losses agree within the precision's epsilon x (the forward's depth x the steps so far,
+// whose rounding the weights carry, + the loss: cross_path.h's loss_tolerance); each moved token
+// may then add its own loss's worth (<= 2 ln V) over the step's tokens. (Counters see every flip
+// that changes a value but two opposite moves in one layer and step, which cancel in the loads.)
 struct TrainingRecord {
   std::vector<double> losses;                       // per step
   std::vector<std::vector<RouterStatsInfo>> steps;  // [step][MoE layer]: the decision counters
@@ -73,7 +73,10 @@ struct TrainingScale {
   int64_t tokens = 0;        // tokens per optimizer step
   int64_t vocab = 0;
   double lr = 0;             // peak learning rate
-  double adam_step = 1;      // Adam's largest step in units of lr (Kingma & Ba 2015, 2.1)
+  // AdamW's largest step in units of lr: |m_hat| / sqrt(v_hat) <= (1 - b1) / sqrt((1 - b2)
+  // (1 - b1^2 / b2)) by Cauchy-Schwarz (7.3 for 0.9, 0.999); 0 for SGD (no bound without one
+  // on the gradient).
+  double adam_step = 0;
 };
 TrainingScale training_scale(const RunConfig& cfg, int64_t vocab);
 struct RoutingDifference {
@@ -82,17 +85,19 @@ struct RoutingDifference {
   std::vector<int64_t> moved_by_step;  // cumulative, per step
 };
 RoutingDifference routing_difference(const TrainingRecord& a, const TrainingRecord& b);
-// Losses per step under the bounds above, and that flips stay rare (at most one token per step
-// on average: a bug moves a large share of every step's decisions). Returns the worst relative
-// per-step difference.
+// Losses per step under the bounds above, and that flips stay rare (at most 8 tokens per step
+// on average, of the step's tokens x K x layers decisions: a bug moves a large share of them).
+// Returns the worst relative per-step difference.
 double expect_same_training(const TrainingRecord& a, const TrainingRecord& b,
                             const TrainingScale& scale, const std::string& what);
 // One parameter tensor of the two runs after `steps` steps. Each run moves a weight by at most
-// adam_step x lr per step (Kingma & Ba's bound on Adam's update), so no entry parts by more than
-// 2 x steps x adam_step x lr (a routing flip, or a gradient hovering at zero whose sign rounding
-// tips one way in one run and the other way in the other, can get that far). Without a flip the
-// rest differs by rounding carried through the updates: the median |a - b| stays within that
-// bound times eps x depth. A layout bug moves most of a tensor.
+// adam_step x lr per step, so no entry parts by more than 2 x steps x adam_step x lr. An entry
+// parts by more than one step's worth (lr) only where the two runs stepped differently: a
+// gradient hovering at zero or a ReLU pre-activation at its kink whose rounding tips one way in
+// one run and the other way in the other, or (after a routing flip) a weight a moved token
+// reaches; rounding alone moves an entry's step by eps x depth of it. So at most 1 entry in 32
+// (or 4) parts by more than lr, 1 in 4 after a flip, and without a flip the median stays within
+// 2 x steps x adam_step x lr x eps x depth. A layout bug moves most of a tensor.
 void expect_parameters_close(const std::vector<double>& a, const std::vector<double>& b,
                              const RoutingDifference& d, const TrainingScale& scale,
                              int64_t steps, const std::string& what);

@@ -68,6 +68,7 @@ def main():
             replay = RoutingReplay(job["routing"], model.cfg, job["batch"])
             reference = momoe_torch.perplexity(model, ids, job["batch"], MAX_SEQUENCES, replay)
             reference["replayed"] = True
+            reference["dtype"] = "float64"
             reference["decisions"] = replay.finish()
             if cached:
                 with open(cached + ".tmp", "w") as f:

@@ -28,6 +28,8 @@ double rounding_tolerance(double eps, double depth, double scale) {
   return eps * depth * std::max(1.0, std::fabs(scale));
 }
 
+double loss_tolerance(double eps, double depth, double nll) { return eps * (depth + std::fabs(nll)); }
+
 namespace {
 
 int64_t int_at(const TensorView& t, int64_t i) {

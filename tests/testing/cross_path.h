@@ -55,6 +55,11 @@ ForwardDepth forward_depth(const ModelConfig& cfg);
 // The bound on the difference of two roundings of a value computed through `depth` stages of
 // relative error `eps`, relative to `scale` (at least 1: an absolute floor).
 double rounding_tolerance(double eps, double depth, double scale = 1.0);
+// The bound on the difference of a mean NLL (a log perplexity) from the exact value, for a path
+// of `depth` stages: each stage rounds values LayerNorm keeps of order 1, the last (the
+// log-softmax) rounds the NLL itself: eps x (depth + |nll|) (cross_path.py's
+// perplexity_tolerance).
+double loss_tolerance(double eps, double depth, double nll);
 
 // Decisions: rows of integer decisions (i32 or u8 host tensors of the same shape: [T, K] experts,
 // [T, K] slots, [T, E] masks), compared row by row.
