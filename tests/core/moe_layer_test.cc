@@ -248,6 +248,63 @@ TEST(RobustTest, DerivedCoefficientsAndShiftedInput) {
   }
 }
 
+// The reference code's convention keeps the buffer m = -gamma p, so the router and the experts
+// see y = x - alpha m (spec/momentum-smoe.md 4); m' = mu m + gamma u(y); out = x - m'.
+TEST(RobustTest, ReferenceCodeConventionShiftsByMinusAlphaM) {
+  MoeLayerConfig cfg = small_config();
+  cfg.residual = ResidualKind::kRobust;
+  cfg.convention = MomentumConvention::kReferenceCode;
+  cfg.robust = {0.5, 2.0, 1.0};  // k = 2: gamma 0.375, mu 0.25, alpha 1/3 (RobustTest above)
+  ASSERT_TRUE(cfg.validate().ok());
+  LayerHarness robust(cfg, 6, 78);
+  MoeLayerSaved saved;
+  Tensor out, m_out;
+  robust.forward(&saved, nullptr, &out, &m_out);
+  const double g = 2 * 0.25 * 1.5 / 2, mu = 2 * 0.125 / 1, a = 0.125 / (1 * 0.25 * 1.5);
+  LayerHarness plain(small_config(), 6, 78);
+  Tensor y = Tensor::copy_of(robust.x);
+  for (int64_t i = 0; i < y.numel(); ++i) y.data<double>()[i] -= a * robust.p_in.data<double>()[i];
+  Tensor idx;
+  Tensor u = smoe_output(&plain, y, &idx);
+  EXPECT_TRUE(same_decisions("robust (reference code) vs plain on x - alpha m", saved.router.idx, idx));
+  for (int64_t i = 0; i < y.numel(); ++i) {
+    const double m = mu * robust.p_in.data<double>()[i] + g * u.data<double>()[i];
+    EXPECT_NEAR(m_out.data<double>()[i], m, kF64LayerTolerance);
+    EXPECT_NEAR(out.data<double>()[i], robust.x.data<double>()[i] - m, kF64LayerTolerance);
+  }
+}
+
+// The paper's AdamSMoE (Sec. 3.1, spec/momentum-smoe.md 3) in the first MoE layer (zero moments):
+// f = -u, p = (1 - beta1)(-f), v = (1 - beta2) f^2, out = (1 - kappa) x + gamma p / (sqrt(v) +
+// eps), eps outside the sqrt; the heavy-ball state handed on is p = u + mu 0 = u.
+TEST(AdamTest, PaperConventionByValue) {
+  MoeLayerConfig cfg = small_config();
+  cfg.residual = ResidualKind::kAdam;
+  cfg.convention = MomentumConvention::kPaper;
+  cfg.adam.eps_placement = AdamEpsPlacement::kOutsideSqrt;
+  cfg.adam.kappa = 0.3;
+  cfg.adam.gamma = 1.5;
+  cfg.adam.eps = 1e-3;  // large enough to matter in the hand formula
+  cfg.heavy_ball = {0.7, 1.0};
+  ASSERT_TRUE(cfg.validate().ok());
+  LayerHarness adam(cfg, 8, 6);
+  adam.with_state = false;
+  MoeLayerSaved saved;
+  Tensor out, p_out;
+  adam.forward(&saved, nullptr, &out, &p_out);
+  LayerHarness plain(small_config(), 8, 6);
+  Tensor idx;
+  Tensor u = smoe_output(&plain, adam.x, &idx);
+  EXPECT_TRUE(same_decisions("Adam (paper) vs plain", saved.router.idx, idx));
+  for (int64_t i = 0; i < u.numel(); ++i) {
+    const double ui = u.data<double>()[i], f = -ui;
+    const double p = (1 - 0.9) * (-f), v = (1 - 0.999) * f * f;
+    const double want = (1 - 0.3) * adam.x.data<double>()[i] + 1.5 * p / (std::sqrt(v) + 1e-3);
+    EXPECT_NEAR(out.data<double>()[i], want, kF64LayerTolerance) << i;
+    EXPECT_NEAR(p_out.data<double>()[i], ui, kF64LayerTolerance) << i;
+  }
+}
+
 TEST(AdamTest, ReferenceCodeModeIsAScaledSignAndHandsOnGammaU) {
   MoeLayerConfig cfg = small_config();
   cfg.residual = ResidualKind::kAdam;

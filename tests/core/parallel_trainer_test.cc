@@ -183,20 +183,16 @@ TEST_F(ParallelTrainerTest, CheckpointSavedAtOneEpSizeResumesAtAnother) {
   ASSERT_TRUE(fs::exists(resharded + "/ckpt-00000004/experts-ep1-of-2.safetensors"));
   LayoutResult second = train(4, 4, 4, resharded, kEquivalent);  // resumes at step 4, EP 4
   LayoutResult joined = second;
-  joined.record.losses.insert(joined.record.losses.begin(), first.record.losses.begin(),
-                              first.record.losses.end());
-  joined.record.steps.insert(joined.record.steps.begin(), first.record.steps.begin(),
-                             first.record.steps.end());
+  joined.record = first.record;
+  joined.record.append(second.record);
   expect_close(straight, joined, "EP 2 checkpoint resumed at EP 4");
   // And back down to a single process.
   const std::string down = fresh_dir("par_down");
   LayoutResult a = train(4, 2, 4, down, kEquivalent, true);
   LayoutResult b = train(1, 1, 4, down, kEquivalent);
   LayoutResult joined2 = b;
-  joined2.record.losses.insert(joined2.record.losses.begin(), a.record.losses.begin(),
-                               a.record.losses.end());
-  joined2.record.steps.insert(joined2.record.steps.begin(), a.record.steps.begin(),
-                              a.record.steps.end());
+  joined2.record = a.record;
+  joined2.record.append(b.record);
   expect_close(straight, joined2, "EP 2 x DP 2 checkpoint resumed on one process");
 }
 

@@ -241,6 +241,35 @@ TEST_F(TrainerTest, GradientAccumulationMatchesOneBigBatch) {
   fs::remove_all(b);
 }
 
+// The same with plain SGD and no clipping: nothing normalises the gradient, so a wrong scale of
+// the accumulated gradient (a micro-batch's share not divided out) changes the weights and every
+// later loss, besides the gradient norms expect_same_training compares.
+TEST_F(TrainerTest, GradientAccumulationMatchesOneBigBatchUnderPlainSgd) {
+  const std::string a = fresh_dir("trainer_sgd1"), b = fresh_dir("trainer_sgd2");
+  const std::vector<std::string> common = {
+      "train.steps=3", "model.moe.balance_loss_coef=0", "model.moe.z_loss_coef=0",
+      "model.dropout=0", "model.moe.dropless=true", "train.optimizer.kind=SGD",
+      "train.optimizer.lr=0.5", "train.grad_clip=0"};
+  std::vector<std::string> two = common;
+  two.push_back("train.grad_accum=2");
+  auto one_batch = make(a, common, false);
+  auto accumulated = make(b, two, false);
+  TrainingRecord r1, r2;
+  for (int i = 0; i < 3; ++i) {
+    StatusOr<StepStatsInfo> s1 = one_batch->step(), s2 = accumulated->step();
+    ASSERT_TRUE(s1.ok() && s2.ok());
+    r1.add(*s1);
+    r2.add(*s2);
+  }
+  EXPECT_LT(r1.losses.back(), r1.losses.front()) << "SGD at this rate does not learn";
+  StatusOr<RunConfig> cfg = tiny_config(*corpus_, "", common);
+  ASSERT_TRUE(cfg.ok());
+  expect_same_training(r1, r2, training_scale(*cfg, one_batch->model().config().vocab_size),
+                       "grad_accum 1 vs 2, SGD without clipping");
+  fs::remove_all(a);
+  fs::remove_all(b);
+}
+
 // Every trainer test runs under a guarded context (quiet_options): a host access to tensor memory
 // in a layer or the model aborts the test. Here the waits are counted too: in capacity mode a
 // training step synchronises exactly once (the step buffer's read back); each dropless MoE layer

@@ -171,7 +171,14 @@ void set_parameter(TransformerLM& model, const std::string& name, int64_t index,
 
 void TrainingRecord::add(const StepStatsInfo& s) {
   losses.push_back(s.loss);
+  grad_norms.push_back(s.grad_norm);
   steps.push_back(s.layers);
+}
+
+void TrainingRecord::append(const TrainingRecord& later) {
+  losses.insert(losses.end(), later.losses.begin(), later.losses.end());
+  grad_norms.insert(grad_norms.end(), later.grad_norms.begin(), later.grad_norms.end());
+  steps.insert(steps.end(), later.steps.begin(), later.steps.end());
 }
 
 TrainingScale training_scale(const RunConfig& cfg, int64_t vocab) {
@@ -261,6 +268,12 @@ double expect_same_training(const TrainingRecord& a, const TrainingRecord& b,
     worst = std::max(worst, diff / std::fabs(loss));
     EXPECT_LE(diff, bound) << what << " step " << i << ": " << a.losses[i] << " vs "
                            << b.losses[i] << (moved > 0 ? " (after a routing flip)" : "");
+    if (moved == 0 && i < a.grad_norms.size() && i < b.grad_norms.size()) {
+      const double gn = a.grad_norms[i];
+      EXPECT_LE(std::fabs(gn - b.grad_norms[i]),
+                rounding_tolerance(scale.eps, 2.0 * scale.depth * static_cast<double>(i + 1), gn))
+          << what << " step " << i << ": gradient norm " << gn << " vs " << b.grad_norms[i];
+    }
   }
   return worst;
 }

@@ -63,8 +63,11 @@ void set_parameter(TransformerLM& model, const std::string& name, int64_t index,
 // that changes a value but two opposite moves in one layer and step, which cancel in the loads.)
 struct TrainingRecord {
   std::vector<double> losses;                       // per step
+  std::vector<double> grad_norms;                   // per step, before clipping
   std::vector<std::vector<RouterStatsInfo>> steps;  // [step][MoE layer]: the decision counters
   void add(const StepStatsInfo& s);
+  // The steps of a run resumed from this one's end, after this one's.
+  void append(const TrainingRecord& later);
 };
 // What the bounds are derived from, for one configuration.
 struct TrainingScale {
@@ -85,7 +88,10 @@ struct RoutingDifference {
   std::vector<int64_t> moved_by_step;  // cumulative, per step
 };
 RoutingDifference routing_difference(const TrainingRecord& a, const TrainingRecord& b);
-// Losses per step under the bounds above, and that flips stay rare (at most 8 tokens per step
+// Losses per step under the bounds above; the gradient norms too until the first flip, within
+// epsilon x (forward and backward: twice the depth) x steps x the norm (a gradient scale error,
+// a lost average over ranks or micro-batches, moves them by a factor, which a normalising
+// optimizer and clipping would hide from the losses); and that flips stay rare (at most 8 tokens per step
 // on average, of the step's tokens x K x layers decisions: a bug moves a large share of them).
 // Returns the worst relative per-step difference.
 double expect_same_training(const TrainingRecord& a, const TrainingRecord& b,

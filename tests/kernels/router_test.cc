@@ -253,6 +253,20 @@ TEST(AuxLossTest, UniformRoutingGivesOneAndHandValues) {
   EXPECT_EQ(aux_of(none, 1).balance, 0.0);
 }
 
+// K = 2: f_e is the share of the T x K routed slots (Switch's fraction of tokens, per choice).
+// Two experts and K = 2 send every token to both: f = (1/2, 1/2), uniform P: E sum f P = 1 (with
+// f = load / T instead, 2). Four experts, K = 2, T = 4, loads (4, 2, 1, 1) of 8 slots and every
+// token's P = (0.4, 0.3, 0.2, 0.1): 4 (4/8 0.4 + 2/8 0.3 + 1/8 0.2 + 1/8 0.1) = 1.25, by hand.
+TEST(AuxLossTest, TopTwoHandValues) {
+  Tensor probs = Tensor::from_vector<double>({4, 2}, {0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5});
+  Tensor lse = Tensor::from_vector<double>({4}, {0, 0, 0, 0});
+  EXPECT_DOUBLE_EQ(aux_of(packed_sums(probs, lse, {4, 4}), 2).balance, 1.0);
+  std::vector<double> p4;
+  for (int t = 0; t < 4; ++t) p4.insert(p4.end(), {0.4, 0.3, 0.2, 0.1});
+  Tensor probs4 = Tensor::from_vector<double>({4, 4}, p4);
+  EXPECT_NEAR(aux_of(packed_sums(probs4, lse, {4, 2, 1, 1}), 2).balance, 1.25, 1e-15);
+}
+
 TEST(AuxLossTest, BackwardMatchesFiniteDifferences) {
   const int64_t tokens = 6, experts = 5, k = 2;
   Tensor logits = Tensor::empty({tokens, experts}, DType::kF64);
