@@ -213,61 +213,56 @@ TEST_F(TrainerTest, NonFiniteLossSkipsTheUpdateAndIsReported) {
   fs::remove_all(run);
 }
 
-TEST_F(TrainerTest, GradientAccumulationMatchesOneBigBatch) {
-  // Same global batch in 1 or 2 micro-batches: losses agree to float rounding (the balance
-  // loss is per micro-batch, so only with its coefficient at 0 are the objectives identical).
-  const std::string a = fresh_dir("trainer_acc1"), b = fresh_dir("trainer_acc2");
-  const std::vector<std::string> common = {"train.steps=3", "model.moe.balance_loss_coef=0",
-                                           "model.moe.z_loss_coef=0", "model.dropout=0",
-                                           "model.moe.dropless=true"};
+// Same global batch in 1 or 2 micro-batches, 3 steps with `extra` settings: the two paths (other
+// GEMM shapes) compare under cross-path equality, routing counted first, then losses and
+// gradient norms within float32's derived bounds (trainer_test_util.h). Returns the first run.
+// (The balance loss is per micro-batch, so only with its coefficient at 0 are the objectives
+// identical.)
+TrainingRecord expect_grad_accum_matches(const std::string& what, const std::string& corpus,
+                                         const std::vector<std::string>& extra) {
+  std::vector<std::string> common = {"train.steps=3", "model.moe.balance_loss_coef=0",
+                                     "model.moe.z_loss_coef=0", "model.dropout=0",
+                                     "model.moe.dropless=true"};
+  common.insert(common.end(), extra.begin(), extra.end());
   std::vector<std::string> two = common;
   two.push_back("train.grad_accum=2");
-  // Two paths (other GEMM shapes): cross-path equality, routing counted first, then the losses
-  // within float32's derived bound (trainer_test_util.h).
-  auto one_batch = make(a, common, false);
-  auto accumulated = make(b, two, false);
+  StatusOr<RunConfig> one_cfg = tiny_config(corpus, "", common), two_cfg = tiny_config(corpus, "", two);
+  EXPECT_TRUE(one_cfg.ok() && two_cfg.ok());
+  if (!one_cfg.ok() || !two_cfg.ok()) return {};
+  const std::string a = fresh_dir(what + "_1"), b = fresh_dir(what + "_2");
+  auto one_batch = Trainer::create(*one_cfg, quiet_options(a, false), nullptr);
+  auto accumulated = Trainer::create(*two_cfg, quiet_options(b, false), nullptr);
+  EXPECT_TRUE(one_batch.ok() && accumulated.ok());
   TrainingRecord r1, r2;
-  for (int i = 0; i < 3; ++i) {
-    StatusOr<StepStatsInfo> s1 = one_batch->step(), s2 = accumulated->step();
-    ASSERT_TRUE(s1.ok() && s2.ok());
+  for (int i = 0; i < 3 && one_batch.ok() && accumulated.ok(); ++i) {
+    StatusOr<StepStatsInfo> s1 = (*one_batch)->step(), s2 = (*accumulated)->step();
+    EXPECT_TRUE(s1.ok() && s2.ok());
+    if (!s1.ok() || !s2.ok()) break;
     r1.add(*s1);
     r2.add(*s2);
   }
-  StatusOr<RunConfig> cfg = tiny_config(*corpus_, "", common);
-  ASSERT_TRUE(cfg.ok());
-  expect_same_training(r1, r2, training_scale(*cfg, one_batch->model().config().vocab_size),
-                       "grad_accum 1 vs 2");
+  if (one_batch.ok()) {
+    expect_same_training(r1, r2,
+                         training_scale(*one_cfg, (*one_batch)->model().config().vocab_size), what);
+  }
   fs::remove_all(a);
   fs::remove_all(b);
+  return r1;
+}
+
+TEST_F(TrainerTest, GradientAccumulationMatchesOneBigBatch) {
+  expect_grad_accum_matches("grad_accum", *corpus_, {});
 }
 
 // The same with plain SGD and no clipping: nothing normalises the gradient, so a wrong scale of
 // the accumulated gradient (a micro-batch's share not divided out) changes the weights and every
-// later loss, besides the gradient norms expect_same_training compares.
+// later loss, besides the gradient norms.
 TEST_F(TrainerTest, GradientAccumulationMatchesOneBigBatchUnderPlainSgd) {
-  const std::string a = fresh_dir("trainer_sgd1"), b = fresh_dir("trainer_sgd2");
-  const std::vector<std::string> common = {
-      "train.steps=3", "model.moe.balance_loss_coef=0", "model.moe.z_loss_coef=0",
-      "model.dropout=0", "model.moe.dropless=true", "train.optimizer.kind=SGD",
-      "train.optimizer.lr=0.5", "train.grad_clip=0"};
-  std::vector<std::string> two = common;
-  two.push_back("train.grad_accum=2");
-  auto one_batch = make(a, common, false);
-  auto accumulated = make(b, two, false);
-  TrainingRecord r1, r2;
-  for (int i = 0; i < 3; ++i) {
-    StatusOr<StepStatsInfo> s1 = one_batch->step(), s2 = accumulated->step();
-    ASSERT_TRUE(s1.ok() && s2.ok());
-    r1.add(*s1);
-    r2.add(*s2);
-  }
-  EXPECT_LT(r1.losses.back(), r1.losses.front()) << "SGD at this rate does not learn";
-  StatusOr<RunConfig> cfg = tiny_config(*corpus_, "", common);
-  ASSERT_TRUE(cfg.ok());
-  expect_same_training(r1, r2, training_scale(*cfg, one_batch->model().config().vocab_size),
-                       "grad_accum 1 vs 2, SGD without clipping");
-  fs::remove_all(a);
-  fs::remove_all(b);
+  const TrainingRecord r = expect_grad_accum_matches(
+      "grad_accum_sgd", *corpus_,
+      {"train.optimizer.kind=SGD", "train.optimizer.lr=0.5", "train.grad_clip=0"});
+  ASSERT_EQ(r.losses.size(), 3u);
+  EXPECT_LT(r.losses.back(), r.losses.front()) << "SGD at this rate does not learn";
 }
 
 // Every trainer test runs under a guarded context (quiet_options): a host access to tensor memory
