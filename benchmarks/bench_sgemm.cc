@@ -2,7 +2,7 @@
 // sgemm_accuracy.h): per shape, the worst error against an exact (f64) product in units of
 // u sum|a||b| with its derived bound, and the single-threaded rate. Run it under each
 // OPENBLAS_CORETYPE to compare kernels on this CPU (docs/blas_kernels.md):
-//   OPENBLAS_CORETYPE=Haswell momoe-bench sgemm [--rows 256] [--seconds 0.2]
+//   OPENBLAS_CORETYPE=Haswell momoe-bench sgemm [--rows 256] [--seconds-ms 200]
 #include <cstdio>
 
 #include "benchmarks/bench_util.h"

@@ -114,9 +114,7 @@ int run(int argc, char** argv) {
   }
   if (std::strcmp(argv[1], "env") == 0) {
     std::printf("%s\n", bench::environment_line(1).c_str());
-    if (const std::string w = kernels::ref::blas_warning_line(0); !w.empty()) {
-      std::fprintf(stderr, "%s\n", w.c_str());
-    }
+    kernels::ref::print_blas_warning(0);
     return 0;
   }
   // GPU runs (--device cuda) let the world pick NCCL where every rank has its own GPU.
@@ -133,9 +131,7 @@ int run(int argc, char** argv) {
   }
   set_log_rank(world->rank());
   if (world->rank() == 0) std::printf("%s\n", bench::environment_line(world->size()).c_str());
-  if (const std::string w = kernels::ref::blas_warning_line(world->rank()); !w.empty()) {
-    std::fprintf(stderr, "%s\n", w.c_str());
-  }
+  kernels::ref::print_blas_warning(world->rank());
   const std::string cmd = argv[1];
   Status s;
   if (cmd == "layer") {

@@ -1,7 +1,6 @@
 #include "launcher/checkpoint_model.h"
 
 #include <algorithm>
-#include <cstdio>
 
 #include "core/base/logging.h"
 #include "core/checkpoint/checkpoint_io.h"
@@ -73,9 +72,7 @@ Status open_device(CheckpointModel* c, const std::string& device, int threads) {
   c->ctx = std::move(run_device->ctx);
   c->device_description = run_device->description;
   if (c->cfg.train.device == DeviceKind::kCpu) {
-    if (const std::string w = kernels::ref::blas_warning_line(0); !w.empty()) {
-      std::fprintf(stderr, "%s\n", w.c_str());
-    }
+    kernels::ref::print_blas_warning(0);
   }
   return Status::OK();
 }

@@ -115,11 +115,7 @@ Status Trainer::setup() {
     // Every process says so, once, when its BLAS kernel does not use its CPU's vector ISA (ranks
     // may run on different CPUs); rank 0 names the CPU and the kernel in the start-up line below.
     static std::once_flag blas_warned;
-    std::call_once(blas_warned, [rank] {
-      if (const std::string w = kernels::ref::blas_warning_line(rank); !w.empty()) {
-        std::fprintf(stderr, "%s\n", w.c_str());
-      }
-    });
+    std::call_once(blas_warned, [rank] { kernels::ref::print_blas_warning(rank); });
   }
   MOE_RETURN_IF_ERROR(check_memory_fits());
   MOE_ASSIGN_OR_RETURN(model_, TransformerLM::create(cfg_.model, ctx_.get(),

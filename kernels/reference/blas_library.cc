@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 
 #include <cctype>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -299,7 +300,8 @@ constexpr MeasuredSpeed kMeasured[] = {
     {"Zen", "Cooperlake", 0.63, "GenuineIntel", 6, 207, "an Intel Xeon (family 6, model 207)"},
 };
 
-// "measured on this CPU model: ..." or on another, or "" when nothing was measured for the pair.
+// What was measured of `core` against `best` (on this CPU model or the one it was measured on),
+// or, for a pair never measured, the command that measures it here.
 std::string measured_sentence(std::string_view core, const std::string& best, const CpuInfo& cpu) {
   for (const MeasuredSpeed& m : kMeasured) {
     if (!same_name(core, m.core) || best != m.against) continue;
@@ -349,6 +351,12 @@ std::string blas_warning_line(int rank) {
   if (!l.status.ok() || l.info.warning.empty()) return "";
   return str_cat("momoe: ", rank > 0 ? str_cat("rank ", rank, ": ") : std::string(),
                  "warning: ", l.info.warning);
+}
+
+void print_blas_warning(int rank) {
+  if (const std::string w = blas_warning_line(rank); !w.empty()) {
+    std::fprintf(stderr, "%s\n", w.c_str());
+  }
 }
 
 }  // namespace moe::kernels::ref

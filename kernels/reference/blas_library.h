@@ -44,6 +44,8 @@ struct BlasInfo {
 // ..." on other ranks: each process may run on another CPU), or "" when there is none (or the
 // library did not load).
 std::string blas_warning_line(int rank);
+// blas_warning_line(rank) on stderr, when there is one.
+void print_blas_warning(int rank);
 
 // Loads the BLAS once (later calls return the first call's result; thread-safe). Errors name the
 // library and how to fix it: not found, not a CBLAS, or an OPENBLAS_CORETYPE this CPU cannot run.
