@@ -38,6 +38,8 @@ class Communicator {
   virtual int world_size() const = 0;
   virtual MemorySpace memory_space() const = 0;
   virtual const char* backend_name() const = 0;
+  // Whether the ranks are threads of this process (they then share its cores).
+  virtual bool ranks_are_threads() const { return false; }
 
   // out = op over ranks of in (elementwise). Same shape/dtype; out may alias in.
   virtual Status all_reduce(const TensorView& in, const TensorView& out, ReduceOp op,

@@ -60,6 +60,7 @@ class LocalCommunicator final : public Communicator {
   int world_size() const override;
   MemorySpace memory_space() const override { return MemorySpace::kHost; }
   const char* backend_name() const override { return "local"; }
+  bool ranks_are_threads() const override { return true; }
 
   Status all_reduce(const TensorView& in, const TensorView& out, ReduceOp op,
                     Stream stream = {}) override;

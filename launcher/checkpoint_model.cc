@@ -13,7 +13,7 @@
 namespace moe {
 
 int64_t CheckpointModel::eval_batch() const {
-  return std::max<int64_t>(1, cfg.train.batch_size / std::max<int64_t>(1, cfg.train.grad_accum));
+  return std::max<int64_t>(1, cfg.train.micro_batch());
 }
 
 StatusOr<CheckpointModel> open_checkpoint(const std::string& dir) {

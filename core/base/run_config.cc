@@ -54,6 +54,14 @@ Status TrainConfig::validate() const {
   return Status::OK();
 }
 
+Status TrainConfig::check_batch_split(int world_size) const {
+  if (batch_size % (grad_accum * world_size) != 0) {
+    return invalid_argument_error("train.batch_size = ", batch_size, " is not divisible by ",
+                                  "grad_accum (", grad_accum, ") x world size (", world_size, ")");
+  }
+  return Status::OK();
+}
+
 double TrainConfig::learning_rate(int64_t step) const {
   const double peak = optimizer.lr;
   if (warmup_steps > 0 && step < warmup_steps) {

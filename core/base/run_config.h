@@ -86,11 +86,16 @@ struct TrainConfig {
   double collapse_threshold = 4.0;
   Precision precision = Precision::kFp32;
   DeviceKind device = DeviceKind::kCpu;
-  int64_t max_skipped_steps = 10;
-  FinalEval final_eval =
-      FinalEval::kBoth;  // consecutive non-finite steps before the run stops; 0 = never
+  int64_t max_skipped_steps = 10;  // consecutive non-finite steps before the run stops; 0 = never
+  FinalEval final_eval = FinalEval::kBoth;
 
   Status validate() const;
+  // A step's batch_size sequences are grad_accum micro-batches, each cut into equal contiguous
+  // slices, one per world rank. The error names what does not divide.
+  Status check_batch_split(int world_size) const;
+  // Sequences in one micro-batch over all ranks, and in one rank's slice of it.
+  int64_t micro_batch() const { return batch_size / grad_accum; }
+  int64_t micro_batch_per_rank(int world_size) const { return micro_batch() / world_size; }
   // Learning rate at optimiser step `step` (0-based): linear warmup from 0, then constant or
   // cosine decay to min_lr_ratio * lr at the last step.
   double learning_rate(int64_t step) const;

@@ -82,6 +82,7 @@ class TransformerLM {
   int64_t moe_experts(int moe_layer) const { return moe_experts_[moe_layer]; }
 
   ParameterSet& params() { return *params_; }
+  const ParameterSet& params() const { return *params_; }
   Context& context() { return ctx_; }
   const ModelConfig& config() const { return cfg_; }
   int num_moe_layers() const { return static_cast<int>(moe_experts_.size()); }

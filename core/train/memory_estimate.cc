@@ -70,7 +70,7 @@ MemoryEstimate estimate_training_memory(const RunConfig& cfg, int world_size) {
   // Activations of one micro-batch, per token: what each layer keeps for backward (inputs it
   // reuses are shared, not copied), then the head's logits and their gradient, which coexist at
   // the start of backward and are the step's largest transient.
-  const int64_t micro = t.batch_size / std::max<int64_t>(1, t.grad_accum * world_size);
+  const int64_t micro = t.micro_batch_per_rank(world_size);
   const int64_t tokens = micro * S;
   double per_token = 0;
   per_token += 2.0 * D * A + 8;  // embedding output and its dropout

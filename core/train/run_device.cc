@@ -33,7 +33,7 @@ StatusOr<RunDevice> make_run_device(DeviceKind kind, const ContextOptions& host_
 int64_t device_scratch_bytes(const RunConfig& cfg, int world_size) {
   if (cfg.train.device != DeviceKind::kCuda) return 0;
   const TrainConfig& t = cfg.train;
-  const int64_t micro = t.batch_size / std::max<int64_t>(1, t.grad_accum * world_size);
+  const int64_t micro = t.micro_batch_per_rank(world_size);
   const int64_t S = cfg.model.seq_len, H = cfg.model.n_heads;
   const int64_t scores = 3 * micro * H * S * S * 4;  // f32 compute dtype for f32 and bf16
   const int64_t cublas_workspace = int64_t{64} << 20;

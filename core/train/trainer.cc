@@ -4,36 +4,21 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
 #include <map>
 #include <mutex>
-#include <string_view>
 
-#include "core/base/cpu_info.h"
-#include "core/base/hash.h"
 #include "core/base/logging.h"
 #include "core/checkpoint/checkpoint_io.h"
-#include "core/io/file_util.h"
 #include "core/train/agree.h"
 #include "core/train/grad_sync.h"
 #include "core/train/memory_estimate.h"
+#include "core/train/startup_banner.h"
 #include "kernels/moe_stats.h"
 #include "kernels/reference/blas_library.h"
 #include "proto/run_convert.h"
 
 namespace moe {
 namespace {
-
-// The manifest key of the training split's content fingerprint (Trainer::data_fingerprints).
-constexpr const char* kTrainContents = "data.train contents";
-
-// "12.34%" of `part` in `whole`.
-std::string fixed_percent(int64_t part, int64_t whole) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%.2f%%",
-                whole > 0 ? 100.0 * static_cast<double>(part) / static_cast<double>(whole) : 0.0);
-  return buf;
-}
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -55,16 +40,18 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::create(const RunConfig& cfg, const T
 
 Status Trainer::setup() {
   const int ranks = world_ == nullptr ? 1 : world_->world_size();
-  const int rank = world_ == nullptr ? 0 : world_->rank();
-  std::error_code ec;
-  std::filesystem::create_directories(opts_.run_dir, ec);
-  if (ec) return internal_error("cannot create run directory ", opts_.run_dir, ": ", ec.message());
   // The run directory: one job at a time, crash leftovers recovered, an earlier run moved aside
   // by --fresh; rank 0 does it and every rank learns the verdict.
-  MOE_RETURN_IF_ERROR(agree(world_, rank == 0 ? take_run_directory() : Status::OK()));
-
+  SessionOptions session;
+  session.run_dir = opts_.run_dir;
+  session.resume = opts_.resume;
+  session.resume_from = opts_.resume_from;
+  session.allow_config_change = opts_.allow_config_change;
+  session.progress = opts_.progress;
+  MOE_ASSIGN_OR_RETURN(session_, RunSession::open(session, world_));
   coordinator_ = std::make_unique<Coordinator>(
-      cfg_, world_, rank == 0 ? opts_.run_dir + "/stats.pb" : std::string(), opts_.progress);
+      cfg_, world_, world_ == nullptr || world_->rank() == 0 ? opts_.run_dir + "/stats.pb" : "",
+      opts_.progress);
   MOE_RETURN_IF_ERROR(coordinator_->verify_same_config(cfg_.text));
 
   // Layout: world = EP x DP; every world rank holds an equal slice of each micro-batch.
@@ -75,143 +62,18 @@ Status Trainer::setup() {
     return invalid_argument_error("--ep ", cfg_.parallel.ep, " needs ", cfg_.parallel.ep,
                                   " ranks, but this is a single process (launch with mpirun)");
   }
-  const TrainConfig& t = cfg_.train;
-  if (t.batch_size % (t.grad_accum * ranks) != 0) {
-    return invalid_argument_error("train.batch_size = ", t.batch_size, " is not divisible by ",
-                                  "grad_accum (", t.grad_accum, ") x world size (", ranks, ")");
-  }
-  micro_batch_per_rank_ = t.batch_size / (t.grad_accum * ranks);
-
-  std::function<bool()> stop;
-  if (opts_.stop_requested) stop = [this] { return opts_.stop_requested() != 0; };
-  MOE_ASSIGN_OR_RETURN(data_, load_run_data(cfg_, opts_.run_dir, world_, stop));
-  const int64_t vocab = data_->corpus.tokenizer->size();
-  if (cfg_.model.vocab_size == 0) {
-    cfg_.model.vocab_size = vocab;
-  } else if (cfg_.model.vocab_size != vocab) {
-    return invalid_argument_error("model.vocab_size = ", cfg_.model.vocab_size,
-                                  " does not match the ", data_->corpus.tokenizer->describe(),
-                                  " of ", data_->corpus.vocab_source);
-  }
-  MOE_RETURN_IF_ERROR(cfg_.model.validate(cfg_.parallel.ep));
-  if (!data_->train) return invalid_argument_error("no training split");
-
-  ContextOptions context = opts_.context;
-  const bool ranks_are_threads =
-      world_ != nullptr && std::string_view(world_->backend_name()) == "local";
-  context.threads = cfg_.parallel.threads > 0 ? cfg_.parallel.threads
-                                              : default_threads(ranks_are_threads ? ranks : 1);
-  if (t.device == DeviceKind::kCuda && ranks_are_threads && ranks > 1) {
-    return invalid_argument_error("train.device = CUDA with ranks that are threads (the local "
-                                  "backend moves host memory only): GPU ranks use MPI or NCCL");
-  }
-  // The one choice of device (every rank learns if any rank could not get its device).
-  StatusOr<RunDevice> device = make_run_device(t.device, context, rank);
-  MOE_RETURN_IF_ERROR(agree(world_, device.status()));
-  device_ = std::move(*device);
-  ctx_ = std::move(device_.ctx);
-  phase_timer_ = std::make_unique<PhaseTimer>(ctx_.get());
-  if (t.device == DeviceKind::kCpu) {
-    // Every process says so, once, when its BLAS kernel does not use its CPU's vector ISA (ranks
-    // may run on different CPUs); rank 0 names the CPU and the kernel in the start-up line below.
-    static std::once_flag blas_warned;
-    std::call_once(blas_warned, [rank] { kernels::ref::print_blas_warning(rank); });
-  }
+  MOE_RETURN_IF_ERROR(cfg_.train.check_batch_split(ranks));
+  micro_batch_per_rank_ = cfg_.train.micro_batch_per_rank(ranks);
+  MOE_RETURN_IF_ERROR(load_data());
+  MOE_RETURN_IF_ERROR(open_device());
   MOE_RETURN_IF_ERROR(check_memory_fits());
-  MOE_ASSIGN_OR_RETURN(model_, TransformerLM::create(cfg_.model, ctx_.get(),
-                                                     activation_dtype(t.precision),
-                                                     has_groups_ ? groups_.ep.get() : nullptr));
-  MOE_RETURN_IF_ERROR(model_->init_parameters(t.seed));
-  MOE_ASSIGN_OR_RETURN(optimizer_, Optimizer::create(t.optimizer, &model_->params()));
-  MOE_ASSIGN_OR_RETURN(data::BatchScheduler sched,
-                       data::BatchScheduler::create(data_->train->size(), t.batch_size, t.seed));
-  scheduler_.emplace(std::move(sched));
-
+  MOE_RETURN_IF_ERROR(build_model());
   // The resolved config now that the vocabulary size is known: what checkpoints store.
   cfg_.text = resolved_config_text(cfg_);
-
-  // Resume from the newest checkpoint of the run directory (or the one named).
-  std::string resume;
-  if (opts_.resume) {
-    Status chosen = Status::OK();
-    if (rank == 0) {
-      StatusOr<std::string> c = choose_resume_checkpoint();
-      if (c.ok()) resume = *c;
-      chosen = c.status();
-    }
-    MOE_RETURN_IF_ERROR(agree(world_, chosen));
-    if (world_ != nullptr && ranks > 1) {
-      MOE_ASSIGN_OR_RETURN(resume, world_->broadcast_bytes(resume, 0));
-    }
-  }
-  if (!resume.empty()) {
-    Status restored =
-        restore_checkpoint(resume, training_state(), world_, has_groups_ ? &groups_ : nullptr);
-    if (!restored.ok() && rank == 0 && restored.code() == StatusCode::kDataLoss &&
-        opts_.resume_from.empty()) {
-      restored = ckpt::damaged_checkpoint_error(opts_.run_dir, resume, restored);
-    }
-    MOE_RETURN_IF_ERROR(restored);
-    resumed_from_ = resume;
-    coordinator_->print(str_cat("momoe: resumed from ", resume, " at step ", steps_done()));
-  }
-  Status lineage = Status::OK();
-  if (rank == 0) {
-    // The run continues the checkpoint's run when it is one of this directory's; anything else
-    // (a fresh start, another directory's checkpoint, a format-1 checkpoint) starts a new run.
-    if (!resume.empty() && std::filesystem::equivalent(
-                               std::filesystem::path(resume).parent_path(), opts_.run_dir, ec)) {
-      StatusOr<CheckpointManifestInfo> m = ckpt::read_manifest(resume);
-      if (m.ok()) {
-        run_id_ = m->run_id;
-        lineage = follow_lineage(resume, *m);
-      }
-    }
-    if (run_id_.empty()) {
-      run_id_ = new_run_id();
-      branch_ = run_id_;
-      parent_.clear();
-      lineage_.clear();
-    }
-  }
-  MOE_RETURN_IF_ERROR(agree(world_, lineage));
-
-  if (rank == 0) {
-    int64_t dense = 0, expert = 0;
-    for (const auto& p : model_->params().all()) (p->kind == ParamKind::kDense ? dense : expert) += p->numel();
-    coordinator_->print(str_cat(
-        "momoe: ", ranks, " rank(s), ep ", cfg_.parallel.ep, " x dp ", ranks / cfg_.parallel.ep,
-        world_ != nullptr ? str_cat(" (", world_->backend_name(), ")") : std::string(), "; ",
-        precision_name(t.precision), " on ", device_.description, "; ",
-        data_->corpus.tokenizer->describe(), "; ", data_->train->size(), " training sequences of ",
-        cfg_.model.seq_len, " tokens; ", cfg_.model.blocks.size(), " blocks (",
-        model_->num_moe_layers(), " MoE); parameters: ", dense, " dense + ", expert,
-        " expert on this rank"));
-    // The texts, named (a user's corpus must not be evaluated on other text unseen), with how
-    // much of each the vocabulary does not cover.
-    std::string texts;
-    const data::TokenizedCorpus& c = data_->corpus;
-    for (const data::TokenSplit* s : {&c.train, &c.valid, &c.test}) {
-      texts += texts.empty() ? "" : "; ";
-      if (!s->present()) {
-        texts += str_cat(s->name, ": none");
-        continue;
-      }
-      texts += str_cat(s->name, " ", s->source, " (", s->size(), " tokens, ",
-                       fixed_percent(s->stats.unknown, s->size()), " <unk>)");
-    }
-    coordinator_->print(str_cat("momoe: data: ", texts));
-    if (cfg_.train.attack_rate > 0 &&
-        data_->corpus.tokenizer->kind() != data::Tokenizer::Kind::kWord) {
-      coordinator_->print(
-          "momoe: the word-swap attack evaluation (train.attack_rate) does not run: it swaps "
-          "words, "
-          "and this run's tokenizer is SentencePiece");
-    }
-    if (t.device == DeviceKind::kCpu) {
-      coordinator_->print(str_cat("momoe: CPU ", cpu_info().description(), ", ",
-                                  cpu_info().isa_summary(), "; BLAS ",
-                                  kernels::ref::blas_info().summary()));
+  MOE_RETURN_IF_ERROR(resume_or_start());
+  if (world_ == nullptr || world_->rank() == 0) {
+    for (const std::string& line : startup_banner(cfg_, world_, device_, *data_, *model_)) {
+      coordinator_->print(line);
     }
   }
   // A device backend's collectives never block the host: the watchdog bounds each step, save
@@ -228,18 +90,88 @@ Status Trainer::setup() {
   return Status::OK();
 }
 
+Status Trainer::load_data() {
+  std::function<bool()> stop;
+  if (opts_.stop_requested) stop = [this] { return opts_.stop_requested() != 0; };
+  MOE_ASSIGN_OR_RETURN(data_, load_run_data(cfg_, opts_.run_dir, world_, stop));
+  const int64_t vocab = data_->corpus.tokenizer->size();
+  if (cfg_.model.vocab_size == 0) {
+    cfg_.model.vocab_size = vocab;
+  } else if (cfg_.model.vocab_size != vocab) {
+    return invalid_argument_error("model.vocab_size = ", cfg_.model.vocab_size,
+                                  " does not match the ", data_->corpus.tokenizer->describe(),
+                                  " of ", data_->corpus.vocab_source);
+  }
+  MOE_RETURN_IF_ERROR(cfg_.model.validate(cfg_.parallel.ep));
+  if (!data_->train) return invalid_argument_error("no training split");
+  fingerprints_ = corpus_fingerprints(data_->corpus);  // the corpus does not change during a run
+  return Status::OK();
+}
+
+Status Trainer::open_device() {
+  const int ranks = world_ == nullptr ? 1 : world_->world_size();
+  const int rank = world_ == nullptr ? 0 : world_->rank();
+  const TrainConfig& t = cfg_.train;
+  ContextOptions context = opts_.context;
+  const bool ranks_are_threads = world_ != nullptr && world_->ranks_are_threads();
+  context.threads = cfg_.parallel.threads > 0 ? cfg_.parallel.threads
+                                              : default_threads(ranks_are_threads ? ranks : 1);
+  if (t.device == DeviceKind::kCuda && ranks_are_threads && ranks > 1) {
+    return invalid_argument_error("train.device = CUDA with ranks that are threads (the local "
+                                  "backend moves host memory only): GPU ranks use MPI or NCCL");
+  }
+  // The one choice of device (every rank learns if any rank could not get its device).
+  StatusOr<RunDevice> device = make_run_device(t.device, context, rank);
+  MOE_RETURN_IF_ERROR(agree(world_, device.status()));
+  device_ = std::move(*device);
+  ctx_ = std::move(device_.ctx);
+  phase_timer_ = std::make_unique<PhaseTimer>(ctx_.get());
+  if (t.device == DeviceKind::kCpu) {
+    // Every process says so, once, when its BLAS kernel does not use its CPU's vector ISA (ranks
+    // may run on different CPUs); rank 0 names the CPU and the kernel in the start-up banner.
+    static std::once_flag blas_warned;
+    std::call_once(blas_warned, [rank] { kernels::ref::print_blas_warning(rank); });
+  }
+  return Status::OK();
+}
+
+Status Trainer::build_model() {
+  const TrainConfig& t = cfg_.train;
+  MOE_ASSIGN_OR_RETURN(model_, TransformerLM::create(cfg_.model, ctx_.get(),
+                                                     activation_dtype(t.precision),
+                                                     has_groups_ ? groups_.ep.get() : nullptr));
+  MOE_RETURN_IF_ERROR(model_->init_parameters(t.seed));
+  MOE_ASSIGN_OR_RETURN(optimizer_, Optimizer::create(t.optimizer, &model_->params()));
+  MOE_ASSIGN_OR_RETURN(data::BatchScheduler sched,
+                       data::BatchScheduler::create(data_->train->size(), t.batch_size, t.seed));
+  scheduler_.emplace(std::move(sched));
+  return Status::OK();
+}
+
+Status Trainer::resume_or_start() {
+  // Resume from the newest checkpoint of the run directory (or the one named).
+  MOE_ASSIGN_OR_RETURN(std::string resume, session_->choose_resume(cfg_, fingerprints_));
+  if (!resume.empty()) {
+    Status restored =
+        restore_checkpoint(resume, training_state(), world_, has_groups_ ? &groups_ : nullptr);
+    const bool leader = world_ == nullptr || world_->rank() == 0;
+    if (!restored.ok() && leader && restored.code() == StatusCode::kDataLoss &&
+        opts_.resume_from.empty()) {
+      restored = ckpt::damaged_checkpoint_error(opts_.run_dir, resume, restored);
+    }
+    MOE_RETURN_IF_ERROR(restored);
+    resumed_from_ = resume;
+    coordinator_->print(str_cat("momoe: resumed from ", resume, " at step ", steps_done()));
+  }
+  return session_->start_lineage(resume, coordinator_.get());
+}
+
 void Trainer::set_collective_timeout(double seconds) {
   if (world_ != nullptr) world_->set_timeout(seconds);
   if (has_groups_) {
     groups_.ep->set_timeout(seconds);
     groups_.dp->set_timeout(seconds);
   }
-}
-
-void Trainer::say(const std::string& line) const {
-  if (opts_.progress == nullptr || (world_ != nullptr && world_->rank() != 0)) return;
-  std::fprintf(opts_.progress, "momoe: %s\n", line.c_str());
-  std::fflush(opts_.progress);
 }
 
 Status Trainer::check_memory_fits() {
@@ -285,135 +217,6 @@ Status Trainer::check_memory_fits() {
   return agree(world_, fits);
 }
 
-Status Trainer::take_run_directory() {
-  std::string note;
-  MOE_ASSIGN_OR_RETURN(RunDirectoryLock lock, RunDirectoryLock::acquire(opts_.run_dir, &note));
-  lock_.emplace(std::move(lock));
-  if (!note.empty()) say(note);
-  MOE_ASSIGN_OR_RETURN(std::vector<std::string> recovered, ckpt::recover_checkpoints(opts_.run_dir));
-  for (const std::string& line : recovered) say("recovery: " + line);
-  if (!opts_.resume) {
-    MOE_ASSIGN_OR_RETURN(std::string archived, archive_previous_run(opts_.run_dir));
-    if (!archived.empty()) say(archived);
-  }
-  return Status::OK();
-}
-
-Status Trainer::follow_lineage(const std::string& resume, const CheckpointManifestInfo& m) {
-  const std::string name = std::filesystem::path(resume).filename().string();
-  MOE_ASSIGN_OR_RETURN(std::string archive, ckpt::archive_checkpoints_after(opts_.run_dir, m.step));
-  if (archive.empty()) {
-    // The newest checkpoint: its branch goes on.
-    branch_ = m.branch;
-    parent_ = m.parent;
-    lineage_ = m.lineage;
-    return Status::OK();
-  }
-  // A rollback: newer checkpoints belonged to a branch that this run abandons. They are kept
-  // (moved out of the way, so that neither a plain resume nor pruning sees them), and this run
-  // trains a new branch from `resume`.
-  branch_ = new_run_id();
-  parent_ = name;
-  lineage_ = m.lineage;
-  lineage_.push_back(m.branch);
-  say(str_cat("rolled back to ", name, ": the checkpoints after it are another branch, now kept in ",
-              archive, " (nothing was deleted); this run trains a new branch from ", name));
-  coordinator_->report_rollback(m.step);  // readers drop the abandoned branch's statistics
-  return Status::OK();
-}
-
-StatusOr<std::string> Trainer::choose_resume_checkpoint() {
-  std::string path = opts_.resume_from;
-  if (!path.empty()) {
-    // Rerunning a rollback's command continues the branch it started (its checkpoint may even
-    // be pruned by now, the branch having newer ones) instead of rolling back again.
-    std::error_code ec;
-    const std::filesystem::path named(path);
-    if (std::filesystem::equivalent(named.parent_path(), opts_.run_dir, ec)) {
-      const std::string branch =
-          ckpt::newest_checkpoint_branched_from(opts_.run_dir, named.filename().string());
-      if (!branch.empty()) {
-        say(str_cat("a branch started from ", path, " already reached ", branch,
-                    ": continuing it (to roll back to ", named.filename().string(),
-                    " again, move that branch's checkpoints out of ", opts_.run_dir, ")"));
-        path = branch;
-      }
-    }
-  }
-  if (path.empty()) {
-    StatusOr<std::string> found = ckpt::find_resume_checkpoint(opts_.run_dir);
-    if (found.status().code() == StatusCode::kNotFound) return std::string();
-    MOE_RETURN_IF_ERROR(found.status());
-    path = *found;
-  }
-  MOE_RETURN_IF_ERROR(check_config_change(path));
-  return path;
-}
-
-Status Trainer::check_config_change(const std::string& checkpoint) {
-  MOE_ASSIGN_OR_RETURN(CheckpointManifestInfo m, ckpt::read_manifest(checkpoint));
-  // Resolve the stored config with this build: a format-1 checkpoint stored it as written, and a
-  // later one by an older build lacks the fields added since (data.dataset, data.tokenizer, ...),
-  // which read as their defaults, not as changes.
-  std::string before = m.config_text;
-  StatusOr<RunConfig> old = parse_run_config(before, checkpoint + "/manifest.pb");
-  if (!old.ok()) {
-    return Status(old.status().code(), str_cat("the config of checkpoint ", checkpoint,
-                                               " does not parse: ", old.status().message()));
-  }
-  if (old->model.vocab_size == 0) old->model.vocab_size = cfg_.model.vocab_size;
-  before = resolved_config_text(*old);
-  if (m.format_version < 2) {
-    say(str_cat(checkpoint, " is a format-1 checkpoint: its manifest has no checksum and its "
-                "config was resolved with this build's defaults"));
-  }
-  MOE_ASSIGN_OR_RETURN(std::vector<ConfigChange> changes, diff_configs(before, cfg_.text));
-  // The corpus behind the same paths: a split whose contents changed (lines shuffled, text
-  // appended) is a change too; the training split's changes what training computes.
-  const std::map<std::string, std::string>& now = data_fingerprints();
-  for (const auto& [key, value] : now) {
-    auto was = m.extra.find(key);
-    if (was != m.extra.end() && was->second != value) changes.push_back({key, was->second, value});
-  }
-  if (changes.empty()) return Status::OK();
-  std::string refused;
-  say(str_cat("the config differs from ", checkpoint, "'s in ", changes.size(), " field(s):"));
-  for (const ConfigChange& c : changes) {
-    // A cosine schedule decays over train.steps: a longer or shorter run changes the learning
-    // rate of the steps already planned (and of the next step, at once).
-    const bool reschedules =
-        c.path == "train.steps" && cfg_.train.schedule == LrScheduleKind::kCosine;
-    // A split's contents (data_fingerprints): only the training split's change training.
-    const bool contents = now.count(c.path) > 0;
-    const bool training =
-        contents ? c.path == kTrainContents : changes_training(c) || reschedules;
-    say(str_cat("  ", c.path, ": ", c.before, " -> ", c.after,
-                reschedules ? "  (changes the COSINE learning-rate schedule of the steps already "
-                              "planned: it decays over train.steps)"
-                : training  ? "  (changes what training computes)"
-                            : ""));
-    if (training) refused += str_cat(refused.empty() ? "" : ", ", c.path, ": ", c.before, " -> ", c.after);
-  }
-  if (!refused.empty() && !opts_.allow_config_change) {
-    return failed_precondition_error(
-        "resuming from ", checkpoint, " with this config would change what training computes (",
-        refused, "); pass --allow-config-change to resume anyway, or --fresh to start a new run");
-  }
-  return Status::OK();
-}
-
-const std::map<std::string, std::string>& Trainer::data_fingerprints() {
-  if (!fingerprints_.empty()) return fingerprints_;  // the corpus does not change during a run
-  std::map<std::string, std::string>& out = fingerprints_;
-  const data::TokenizedCorpus& c = data_->corpus;
-  for (const data::TokenSplit* s : {&c.train, &c.valid, &c.test}) {
-    if (!s->present()) continue;
-    out[str_cat("data.", s->name, " contents")] = str_cat(
-        s->size(), " tokens, fingerprint ", io::hex64(data::contents_fingerprint(*s)).substr(2));
-  }
-  return out;
-}
-
 TrainingState Trainer::training_state() {
   TrainingState st;
   st.cfg = &cfg_;
@@ -423,11 +226,12 @@ TrainingState Trainer::training_state() {
   st.updates = &updates_;
   st.tokenizer = data_->corpus.tokenizer.get();
   st.vocab_source = data_->corpus.vocab_source;
-  st.run_id = run_id_;
-  st.branch = branch_;
-  st.parent = parent_;
-  st.lineage = lineage_;
-  st.extra = data_fingerprints();
+  const Lineage& lineage = session_->lineage();
+  st.run_id = lineage.run_id;
+  st.branch = lineage.branch;
+  st.parent = lineage.parent;
+  st.lineage = lineage.ancestors;
+  st.extra = fingerprints_;
   return st;
 }
 
@@ -485,22 +289,10 @@ StatusOr<StepStatsInfo> Trainer::step() {
 
 StatusOr<StepStatsInfo> Trainer::step_impl() {
   const auto t0 = std::chrono::steady_clock::now();
-  const TrainConfig& t = cfg_.train;
-  const int ranks = world_ == nullptr ? 1 : world_->world_size();
-  const int rank = world_ == nullptr ? 0 : world_->rank();
   const int64_t step = steps_done();
-  const int layers = model_->num_moe_layers();
-
-  // The step buffer (f64, on the device): loss sums | grad squares (dense, expert) | the
-  // all-reduced loss sum | ranks asking to stop | probe flips per MoE layer | router statistics.
-  enum : int64_t { kLoss = 0, kGradSq = TransformerLM::kLossSlots, kGlobalLoss = kGradSq + 2,
-                   kStop = kGlobalLoss + 1, kFlips = kStop + 1 };
-  const int64_t stats_at = kFlips + layers;
-  MOE_ASSIGN_OR_RETURN(Tensor buffer, ctx_->zeros({stats_at + model_->stats_size()}, DType::kF64));
-  const TensorView loss_sums = buffer.view().rows(kLoss, kLoss + TransformerLM::kLossSlots);
-  const TensorView stats_block = buffer.view().rows(stats_at, buffer.numel());
-  MOE_ASSIGN_OR_RETURN(const int64_t probe_tokens,
-                       probe_flips(buffer.view().rows(kFlips, kFlips + layers)));
+  const StepBuffer slots(model_->num_moe_layers());
+  MOE_ASSIGN_OR_RETURN(Tensor buffer, ctx_->zeros({slots.size(*model_)}, DType::kF64));
+  MOE_ASSIGN_OR_RETURN(const int64_t probe_tokens, probe_flips(slots.flips(buffer)));
 
   // The step's phases are timed from here (the probe above and evaluations are not part of them).
   struct TimerOnContext {
@@ -508,12 +300,38 @@ StatusOr<StepStatsInfo> Trainer::step_impl() {
     ~TimerOnContext() { ctx->set_phase_timer(nullptr); }
   } timer_on_context{ctx_.get()};
   ctx_->set_phase_timer(phase_timer_.get());
+  MOE_RETURN_IF_ERROR(accumulate_gradients(step, slots, buffer));
+  MOE_RETURN_IF_ERROR(reduce_step_buffer(slots, buffer));
+  MOE_ASSIGN_OR_RETURN(Tensor host, ctx_->read_back(buffer));  // the step's one wait
+  std::vector<double> flips;
+  StepStatsInfo stats = read_step_stats(step, slots, host.data<double>(), probe_tokens, &flips);
+  MOE_RETURN_IF_ERROR(apply_update(stats));
+  // Never waits: on a GPU, phases the stream has not reached yet (the optimizer) come with a
+  // later step. Timing never fails a step (the update is applied already): a timing error is
+  // logged once and the step's record has no phases.
+  if (StatusOr<PhaseSecondsArray> phases = phase_timer_->collect(); phases.ok()) {
+    stats.phases = *phases;
+  } else if (!phase_timing_failed_) {
+    phase_timing_failed_ = true;
+    log_warning(phases.status().to_string(), " (steps are not timed by phase from here)");
+  }
+  stats.step_seconds = seconds_since(t0);
+  stats.tokens_per_second = static_cast<double>(stats.tokens) / std::max(1e-9, stats.step_seconds);
+  coordinator_->set_evaluation_eta(evaluation_eta(stats.step + 1, stats.step_seconds));
+  return coordinator_->report_step(stats, flips, cfg_.train.steps);
+}
+
+Status Trainer::accumulate_gradients(int64_t step, const StepBuffer& slots, const Tensor& buffer) {
+  const TrainConfig& t = cfg_.train;
+  const int ranks = world_ == nullptr ? 1 : world_->world_size();
+  const int rank = world_ == nullptr ? 0 : world_->rank();
   const std::vector<int64_t> global = scheduler_->next();
-  const int64_t micro = t.batch_size / t.grad_accum;
+  const int64_t micro = t.micro_batch();
   const int64_t s = cfg_.model.seq_len;
   MOE_RETURN_IF_ERROR(model_->params().zero_grads());
   Tensor inputs = Tensor::empty({micro_batch_per_rank_, s}, DType::kI32);
   Tensor targets = Tensor::empty({micro_batch_per_rank_, s}, DType::kI32);
+  // The objective is the mean over the global batch: each micro-batch's share, on each rank.
   const double scale = 1.0 / static_cast<double>(ranks * t.grad_accum);
   for (int64_t a = 0; a < t.grad_accum; ++a) {
     const std::vector<int64_t> micro_ids(global.begin() + a * micro, global.begin() + (a + 1) * micro);
@@ -536,84 +354,88 @@ StatusOr<StepStatsInfo> Trainer::step_impl() {
     TransformerLM::Activations acts;
     {
       ScopedPhase phase(*ctx_, Phase::kForward);
-      MOE_RETURN_IF_ERROR(model_->forward(inputs, targets, ctx, &acts, loss_sums, stats_block));
+      MOE_RETURN_IF_ERROR(model_->forward(inputs, targets, ctx, &acts, slots.loss_sums(buffer),
+                                          slots.stats(buffer)));
     }
     ScopedPhase phase(*ctx_, Phase::kBackward);
     MOE_RETURN_IF_ERROR(
         model_->backward(acts, counted > 0 ? scale / static_cast<double>(counted) : 0.0, scale));
   }
+  return Status::OK();
+}
 
-  std::optional<ScopedPhase> grad_sync(std::in_place, *ctx_, Phase::kGradSync);
+Status Trainer::reduce_step_buffer(const StepBuffer& slots, const Tensor& buffer) {
+  ScopedPhase phase(*ctx_, Phase::kGradSync);
   MOE_RETURN_IF_ERROR(all_reduce_gradients(&model_->params(), world_,
                                            has_groups_ ? groups_.dp.get() : nullptr));
-  MOE_RETURN_IF_ERROR(gradient_squares(&model_->params(), buffer.view().rows(kGradSq, kGradSq + 2)));
+  const TensorView b = buffer.view();
+  using S = StepBuffer;
+  MOE_RETURN_IF_ERROR(gradient_squares(&model_->params(), b.rows(S::kGradSq, S::kGradSq + 2)));
   // Every rank must agree on skipping: the global loss and the global norm decide. Expert shards
   // count once per EP group; dense gradients are already identical everywhere.
   // A stop request rides on the same reduction: the sum counts the ranks that were asked.
   if (opts_.stop_requested) stop_local_ = opts_.stop_requested();
   const Tensor stop_flag = Tensor::from_vector<double>({1}, {stop_local_ != 0 ? 1.0 : 0.0});
-  MOE_RETURN_IF_ERROR(ctx_->copy(stop_flag, buffer.view().rows(kStop, kStop + 1)));
-  MOE_RETURN_IF_ERROR(ctx_->copy(buffer.view().rows(kLoss, kLoss + 1),
-                                 buffer.view().rows(kGlobalLoss, kGlobalLoss + 1)));
-  if (world_ != nullptr && ranks > 1) {
-    MOE_RETURN_IF_ERROR(world_->all_reduce(buffer.view().rows(kGlobalLoss, kStop + 1),
-                                           buffer.view().rows(kGlobalLoss, kStop + 1),
-                                           comm::ReduceOp::kSum, ctx_->stream()));
+  MOE_RETURN_IF_ERROR(ctx_->copy(stop_flag, b.rows(S::kStop, S::kStop + 1)));
+  MOE_RETURN_IF_ERROR(
+      ctx_->copy(b.rows(S::kLoss, S::kLoss + 1), b.rows(S::kGlobalLoss, S::kGlobalLoss + 1)));
+  if (world_ != nullptr && world_->world_size() > 1) {
+    const TensorView global = b.rows(S::kGlobalLoss, S::kStop + 1);
+    MOE_RETURN_IF_ERROR(world_->all_reduce(global, global, comm::ReduceOp::kSum, ctx_->stream()));
   }
   if (has_groups_ && groups_.ep->world_size() > 1) {
-    MOE_RETURN_IF_ERROR(groups_.ep->all_reduce(buffer.view().rows(kGradSq + 1, kGradSq + 2),
-                                               buffer.view().rows(kGradSq + 1, kGradSq + 2),
-                                               comm::ReduceOp::kSum, ctx_->stream()));
+    const TensorView expert = b.rows(S::kGradSq + 1, S::kGradSq + 2);
+    MOE_RETURN_IF_ERROR(
+        groups_.ep->all_reduce(expert, expert, comm::ReduceOp::kSum, ctx_->stream()));
   }
-  grad_sync.reset();
-  MOE_ASSIGN_OR_RETURN(Tensor host, ctx_->read_back(buffer));  // the step's one wait
-  const double* v = host.data<double>();
+  return Status::OK();
+}
 
+StepStatsInfo Trainer::read_step_stats(int64_t step, const StepBuffer& slots, const double* v,
+                                       int64_t probe_tokens, std::vector<double>* flips) {
+  using S = StepBuffer;
+  const int layers = model_->num_moe_layers();
   StepStatsInfo stats;
   stats.step = step;
-  stats.rank = rank;
-  stats.learning_rate = t.learning_rate(step);
-  stats.tokens = static_cast<int64_t>(std::llround(v[kLoss + TransformerLM::kLossTokens]));
-  stats.loss = stats.tokens > 0 ? v[kLoss + TransformerLM::kLossSum] / static_cast<double>(stats.tokens) : 0.0;
-  stats.aux_loss = v[kLoss + TransformerLM::kAuxLoss] / static_cast<double>(t.grad_accum);
-  const double norm = std::sqrt(v[kGradSq] + v[kGradSq + 1]);
-  stop_agreed_ = v[kStop] > 0;
-  stats.grad_norm = norm;
-  stats.skipped = !std::isfinite(v[kGlobalLoss]) || !std::isfinite(norm);
+  stats.rank = world_ == nullptr ? 0 : world_->rank();
+  stats.learning_rate = cfg_.train.learning_rate(step);
+  stats.tokens = static_cast<int64_t>(std::llround(v[S::kLoss + TransformerLM::kLossTokens]));
+  stats.loss = stats.tokens > 0
+                   ? v[S::kLoss + TransformerLM::kLossSum] / static_cast<double>(stats.tokens)
+                   : 0.0;
+  stats.aux_loss =
+      v[S::kLoss + TransformerLM::kAuxLoss] / static_cast<double>(cfg_.train.grad_accum);
+  stats.grad_norm = std::sqrt(v[S::kGradSq] + v[S::kGradSq + 1]);
+  stop_agreed_ = v[S::kStop] > 0;
+  stats.skipped = !std::isfinite(v[S::kGlobalLoss]) || !std::isfinite(stats.grad_norm);
   stats.layers.resize(layers);
   for (int l = 0; l < layers; ++l) {
     RouterStatsInfo& info = stats.layers[l];
-    RouterStatsLayout(model_->moe_experts(l)).read(v + stats_at + model_->stats_offset(l), &info);
+    RouterStatsLayout(model_->moe_experts(l))
+        .read(v + slots.stats_at + model_->stats_offset(l), &info);
     info.moe_index = l;
   }
   int moe = 0;
   for (const auto& b : model_->blocks()) {
     if (b->is_moe()) stats.layers[moe++].block = b->moe()->block();
   }
-  std::vector<double> flips;
   if (probe_tokens > 0) {
-    for (int l = 0; l < layers; ++l) flips.push_back(v[kFlips + l] / static_cast<double>(probe_tokens));
+    for (int l = 0; l < layers; ++l) {
+      flips->push_back(v[S::kFlips + l] / static_cast<double>(probe_tokens));
+    }
   }
+  return stats;
+}
+
+Status Trainer::apply_update(const StepStatsInfo& stats) {
   skipped_streak_ = stats.skipped ? skipped_streak_ + 1 : 0;
-  if (!stats.skipped) {
-    const double grad_scale = (t.grad_clip > 0 && norm > t.grad_clip) ? t.grad_clip / norm : 1.0;
-    ScopedPhase phase(*ctx_, Phase::kOptimizer);
-    MOE_RETURN_IF_ERROR(optimizer_->step(stats.learning_rate, updates_, grad_scale));
-    ++updates_;
-  }
-  // Never waits: on a GPU, phases the stream has not reached yet (the optimizer) come with a
-  // later step. Timing never fails a step (the update is applied already): a timing error is
-  // logged once and the step's record has no phases.
-  if (StatusOr<PhaseSecondsArray> phases = phase_timer_->collect(); phases.ok()) {
-    stats.phases = *phases;
-  } else if (!phase_timing_failed_) {
-    phase_timing_failed_ = true;
-    log_warning(phases.status().to_string(), " (steps are not timed by phase from here)");
-  }
-  stats.step_seconds = seconds_since(t0);
-  stats.tokens_per_second = static_cast<double>(stats.tokens) / std::max(1e-9, stats.step_seconds);
-  coordinator_->set_evaluation_eta(evaluation_eta(stats.step + 1, stats.step_seconds));
-  return coordinator_->report_step(stats, flips, t.steps);
+  if (stats.skipped) return Status::OK();
+  const double clip = cfg_.train.grad_clip, norm = stats.grad_norm;
+  const double grad_scale = (clip > 0 && norm > clip) ? clip / norm : 1.0;
+  ScopedPhase phase(*ctx_, Phase::kOptimizer);
+  MOE_RETURN_IF_ERROR(optimizer_->step(stats.learning_rate, updates_, grad_scale));
+  ++updates_;
+  return Status::OK();
 }
 
 int64_t Trainer::eval_sequences_in_pass(bool whole_splits) const {
@@ -717,6 +539,12 @@ StatusOr<EvalReport> Trainer::evaluate_impl(bool whole_splits) {
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (total > 0) eval_seconds_per_sequence_ = seconds / static_cast<double>(total);
+  report_evaluation(r, max_sequences, seconds);
+  return r;
+}
+
+void Trainer::report_evaluation(const EvalReport& r, int64_t max_sequences, double seconds) {
+  const TrainConfig& t = cfg_.train;
   coordinator_->note_evaluation(seconds);
   StepStatsInfo record;
   record.step = steps_done();
@@ -756,7 +584,6 @@ StatusOr<EvalReport> Trainer::evaluate_impl(bool whole_splits) {
                   ? str_cat(" | valid ", *r.valid->word_perplexity(), " per word, ",
                             *r.valid->bits_per_byte(), " bits/byte")
                   : std::string()));
-  return r;
 }
 
 Status Trainer::run() {
@@ -809,6 +636,11 @@ Status Trainer::run() {
                                 " was signalled); rerun the same command to resume"));
     return Status::OK();
   }
+  return final_evaluations();
+}
+
+Status Trainer::final_evaluations() {
+  const TrainConfig& t = cfg_.train;
   // The final numbers (over the whole splits too, beside the subset the run tracked). The
   // checkpoint is saved: a stop request ends the evaluation at once.
   const bool subset = eval_sequences_in_pass(false) < eval_sequences_in_pass(true);

@@ -30,7 +30,6 @@
 #include "comm/communicator.h"
 #include "comm/process_groups.h"
 #include "comm/watchdog.h"
-#include "core/base/checkpoint_manifest.h"
 #include "core/base/context.h"
 #include "core/base/phase_timer.h"
 #include "core/base/run_config.h"
@@ -42,7 +41,7 @@
 #include "core/train/optimizer.h"
 #include "core/train/run_data.h"
 #include "core/train/run_device.h"
-#include "core/train/run_directory.h"
+#include "core/train/run_session.h"
 
 namespace moe {
 
@@ -109,10 +108,60 @@ class Trainer {
   Coordinator& coordinator() { return *coordinator_; }
 
  private:
+  // The step buffer (f64, on the device; read back once per step): loss sums | gradient squares
+  // (dense, expert) | the all-reduced loss sum | ranks asking to stop | probe flips per MoE
+  // layer | router statistics.
+  struct StepBuffer {
+    enum : int64_t {
+      kLoss = 0,
+      kGradSq = TransformerLM::kLossSlots,
+      kGlobalLoss = kGradSq + 2,
+      kStop = kGlobalLoss + 1,
+      kFlips = kStop + 1
+    };
+    explicit StepBuffer(int moe_layers) : layers(moe_layers), stats_at(kFlips + moe_layers) {}
+    int64_t size(const TransformerLM& model) const { return stats_at + model.stats_size(); }
+    TensorView loss_sums(const Tensor& b) const {
+      return b.view().rows(kLoss, kLoss + TransformerLM::kLossSlots);
+    }
+    TensorView flips(const Tensor& b) const { return b.view().rows(kFlips, kFlips + layers); }
+    TensorView stats(const Tensor& b) const { return b.view().rows(stats_at, b.numel()); }
+    int layers;
+    int64_t stats_at;
+  };
+
   Trainer(const RunConfig& cfg, const TrainerOptions& opts, comm::Communicator* world);
+  // Set-up, in order: the run session, the layout, the data (and the vocabulary size), the
+  // device, the memory check, the model and optimizer, then a resume or a new run's lineage.
   Status setup();
+  Status load_data();
+  Status open_device();
+  Status build_model();
+  Status resume_or_start();
+  // Refuses (on every rank) a run whose estimated memory exceeds what a memory pool (a host's
+  // RAM, a GPU) has available for the ranks that share it (memory_estimate.h), before the model
+  // is allocated.
+  Status check_memory_fits();
+
+  // One step, in stages: the micro-batches' forward and backward (gradients accumulated, losses
+  // and router statistics into the buffer); the gradients' and the buffer's reductions over the
+  // ranks; the one read back; the statistics; the update (skipped when non-finite).
   StatusOr<StepStatsInfo> step_impl();  // step() without the watchdog
+  Status accumulate_gradients(int64_t step, const StepBuffer& slots, const Tensor& buffer);
+  Status reduce_step_buffer(const StepBuffer& slots, const Tensor& buffer);
+  StepStatsInfo read_step_stats(int64_t step, const StepBuffer& slots, const double* v,
+                                int64_t probe_tokens, std::vector<double>* flips);
+  Status apply_update(const StepStatsInfo& stats);
+  // Probe step: routes the probe batch and counts, per MoE layer, the tokens whose top-1 expert
+  // changed since the last probe into flips (f64 [L], on the device). Returns the number of probe
+  // tokens, 0 when this step does not probe.
+  StatusOr<int64_t> probe_flips(const TensorView& flips);
+
   StatusOr<EvalReport> evaluate_impl(bool whole_splits);  // evaluate() without the watchdog
+  // Records an evaluation in stats.pb and prints its line (max_sequences: 0 for whole splits).
+  void report_evaluation(const EvalReport& r, int64_t max_sequences, double seconds);
+  // run()'s end: the final evaluations train.final_eval asks for (a stop request ends them).
+  Status final_evaluations();
   // Sequences one evaluation pass visits (every evaluated split, attacked ones included).
   int64_t eval_sequences_in_pass(bool whole_splits) const;
   // Estimated seconds of the evaluations still to come after `done` steps: the periodic ones
@@ -121,30 +170,6 @@ class Trainer {
   double evaluation_eta(int64_t done, double step_seconds) const;
   double eval_seconds_per_sequence_ = 0;
   TrainingState training_state();
-  // Content fingerprints of the corpus splits ("data.train contents" -> "N tokens, fingerprint
-  // H"), written into every manifest and compared on resume: the same path with other contents
-  // is a change.
-  const std::map<std::string, std::string>& data_fingerprints();
-  std::map<std::string, std::string> fingerprints_;  // computed once
-  // Probe step: routes the probe batch and counts, per MoE layer, the tokens whose top-1 expert
-  // changed since the last probe into flips (f64 [L], on the device). Returns the number of probe
-  // tokens, 0 when this step does not probe.
-  StatusOr<int64_t> probe_flips(const TensorView& flips);
-  // Rank 0: takes the run directory (lock, crash recovery, --fresh archiving).
-  Status take_run_directory();
-  // Rank 0: the checkpoint to resume from ("" for a fresh start), after checking what the
-  // current config changes against the checkpoint's (printed; refused unless allowed).
-  StatusOr<std::string> choose_resume_checkpoint();
-  Status check_config_change(const std::string& checkpoint);
-  // Rank 0, after resuming from `resume` of this run directory (manifest m): continues its
-  // branch when it is the newest checkpoint, else rolls back: archives the newer checkpoints
-  // (ckpt::archive_checkpoints_after) and starts a new branch from it.
-  Status follow_lineage(const std::string& resume, const CheckpointManifestInfo& m);
-  // Refuses (on every rank) a run whose estimated memory exceeds what a memory pool (a host's
-  // RAM, a GPU) has available for the ranks that share it (memory_estimate.h), before the model
-  // is allocated.
-  Status check_memory_fits();
-  void say(const std::string& line) const;  // rank 0, before the coordinator exists too
   // Bounds every later collective of the world and the EP/DP groups: parallel.timeout_seconds
   // in the training loop, parallel.setup_timeout_seconds while saving a checkpoint.
   void set_collective_timeout(double seconds);
@@ -168,14 +193,10 @@ class Trainer {
   std::unique_ptr<Coordinator> coordinator_;
   int64_t updates_ = 0;  // optimiser updates applied (skipped steps excluded)
   std::vector<Tensor> previous_probe_;  // per MoE layer, the probe batch's argmax experts (device)
-  int64_t micro_batch_per_rank_ = 0;
+  int64_t micro_batch_per_rank_ = 0;    // TrainConfig::micro_batch_per_rank of this world
   std::string resumed_from_;
-  std::optional<RunDirectoryLock> lock_;  // rank 0
-  std::string run_id_;                    // rank 0: the run this job continues or starts
-  // Rank 0: the lineage being trained (see TrainingState): the branch, the checkpoint it started
-  // from, its ancestor branches.
-  std::string branch_, parent_;
-  std::vector<std::string> lineage_;
+  std::unique_ptr<RunSession> session_;  // the run directory, resume choice and lineage
+  std::map<std::string, std::string> fingerprints_;  // corpus_fingerprints, computed once
   int stop_local_ = 0;                    // the stop signal this rank saw
   int64_t skipped_streak_ = 0;            // consecutive steps skipped as non-finite, up to now
   std::string last_good_checkpoint_;      // saved (or resumed from) before the current streak

@@ -1,0 +1,23 @@
+// The lines rank 0 prints before the first step: the layout and backend, precision and device,
+// tokenizer, training sequences, blocks and parameters; each text with its <unk> share (a
+// user's corpus must not be evaluated on other text unseen); on the CPU, the CPU and BLAS kernel.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "core/base/run_config.h"
+#include "core/model/transformer.h"
+#include "core/train/run_data.h"
+#include "core/train/run_device.h"
+
+namespace moe {
+
+// cfg: resolved (its vocabulary known); world: nullable for one process. Each line starts with
+// "momoe: ".
+std::vector<std::string> startup_banner(const RunConfig& cfg, const comm::Communicator* world,
+                                        const RunDevice& device, const RunData& data,
+                                        const TransformerLM& model);
+
+}  // namespace moe
