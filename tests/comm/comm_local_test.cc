@@ -6,6 +6,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <thread>
 
 #include "comm/bootstrap.h"
@@ -104,22 +106,52 @@ TEST(LocalCommunicatorTest, SumsInRankOrderBitExactly) {
   }
 }
 
+// Rank 1 skips the barrier and arrives only once ranks 0 and 2 have seen it time out; ranks 0 and
+// 2 meet before they enter it, so that rank 1 is the only one missing. Events, not sleeps, so the
+// order holds on a loaded machine. The barrier waits at least the timeout, and ends long before
+// the default one (300 s): 60 x 0.5 s = 30 s is the bound, so the check sees a timeout that was
+// ignored, not a slow machine.
 TEST(LocalCommunicatorTest, TimeoutNamesTheRankThatDidNotArrive) {
   LocalOptions opts;
   opts.timeout_seconds = 0.5;
+  std::mutex mu;
+  std::condition_variable cv;
+  int ready = 0;      // ranks 0 and 2 about to enter the barrier
+  int timed_out = 0;  // ranks 0 and 2 whose barrier has returned
   const auto start = std::chrono::steady_clock::now();
-  EXPECT_OK(run_local_ranks(3, [](Communicator& c) -> Status {
+  EXPECT_OK(run_local_ranks(3, [&](Communicator& c) -> Status {
     if (c.rank() == 1) {
-      // Skips the barrier, then arrives late: the group is broken by then.
-      std::this_thread::sleep_for(std::chrono::milliseconds(900));
+      // Arrives late: the group is broken by then. Bounded, so that a barrier that never times
+      // out fails here (rank 1's barrier then releases the others) instead of hanging.
+      std::unique_lock<std::mutex> lock(mu);
+      if (!cv.wait_for(lock, std::chrono::seconds(60), [&] { return timed_out == 2; })) {
+        lock.unlock();
+        c.barrier().ignore_error();
+        return internal_error("ranks 0 and 2 did not time out within 60 s");
+      }
+      lock.unlock();
       return expect_status(c.barrier(), StatusCode::kUnavailable, "earlier timeout");
     }
+    {
+      std::unique_lock<std::mutex> lock(mu);
+      ++ready;
+      cv.notify_all();
+      cv.wait(lock, [&] { return ready == 2; });
+    }
     Status s = c.barrier();
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      ++timed_out;
+    }
+    cv.notify_all();
     MOE_RETURN_IF_ERROR(expect_status(s, StatusCode::kUnavailable, "waiting for rank 1 to arrive"));
     MOE_RETURN_IF_ERROR(expect_status(s, StatusCode::kUnavailable, "barrier"));
     return expect_status(c.poll_async_error(), StatusCode::kUnavailable, "rank 1");
   }, opts));
-  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_GE(seconds, opts.timeout_seconds);
+  EXPECT_LT(seconds, 60 * opts.timeout_seconds);
 }
 
 TEST(LocalCommunicatorTest, TimeoutInASubGroupNamesTheWorldRank) {

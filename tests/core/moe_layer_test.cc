@@ -395,6 +395,9 @@ TEST(CapacityLayerTest, OverflowTokensPassThroughTheResidualAndAreCounted) {
   EXPECT_DOUBLE_EQ(stats.dropped_fraction, 0.7);
   EXPECT_DOUBLE_EQ(stats.max_load, 4.0);  // 10 / (10 / 4)
   EXPECT_EQ(stats.dead_experts, 3);
+  // The balance loss counts the routing before capacity: f = (10/10, 0, 0, 0), and the bias
+  // makes P_0 = 1 - O(e^-90), so E sum_e f_e P_e = 4 (with the loads after the drops, 1.2).
+  EXPECT_NEAR(saved.aux.data<double>()[0], 4.0, 1e-12);
 }
 
 TEST(SparseMixerLayerTest, RouterGradientFollowsTheEstimatorRule) {
@@ -461,14 +464,55 @@ TEST(MoeLayerTest, StatisticsAndDeterminism) {
   EXPECT_LE(st.entropy_sum, 16 * std::log(4.0) + 1e-9);
   EXPECT_GT(st.output_norm_sum, 0.0);
   EXPECT_GT(st.state_norm_sum, 0.0);
-  // aux = 0.05 balance + 0.01 z (small_config's weights), from the same sums the stats report.
-  EXPECT_NEAR(aux_loss(s1), 0.05 * st.balance_loss_sum / 16 + 0.01 * st.z_loss_sum / 16, 1e-14);
   // Another step draws other dropout masks.
   h.step += 1;
   MoeLayerSaved s3;
   Tensor o3;
   h.forward(&s3, nullptr, &o3);
   EXPECT_FALSE(bitwise_equal(o1, o3));
+}
+
+// The auxiliary losses against their definitions (spec sparsemixer-acmoe.md S3, S14), on a routing
+// built by hand: balance = E sum_e f_e P_e with f_e = load_e / (T K) and P_e = mean_t p_te,
+// z = mean_t logsumexp_t^2. W_router = I and b_router = 0 make each token's logits its input row,
+// set to logs of small integers, so every softmax is a ratio of integers and the top-2 has no tie:
+//   token 0: e^logits = (4, 2, 1, 1), sum 8 -> experts 0, 1
+//   token 1:            (1, 2, 5, 1), sum 9 -> experts 2, 1
+//   token 2:            (2, 1, 1, 5), sum 9 -> experts 3, 0
+//   token 3:            (3, 1, 2, 1), sum 7 -> experts 0, 2
+// loads (3, 2, 2, 1) of T K = 8 slots; P = (53/168, 61/336, 181/672, 157/672);
+// balance = 4 (3 53/168 + 2 61/336 + 2 181/672 + 157/672) / 8 = 1399/1344;
+// z = (ln^2 8 + 2 ln^2 9 + ln^2 7) / 4.
+TEST(MoeLayerTest, AuxLossesMatchTheirDefinitionsOnAHandBuiltRouting) {
+  const MoeLayerConfig cfg = small_config();  // E = D = 4, K = 2; weights 0.05 and 0.01
+  LayerHarness h(cfg, 4, 41);
+  h.with_state = false;
+  double* w = h.params->find("moe.w_router")->master.data<double>();  // [D, E]
+  double* b = h.params->find("moe.b_router")->master.data<double>();
+  const double e_logits[4][4] = {{4, 2, 1, 1}, {1, 2, 5, 1}, {2, 1, 1, 5}, {3, 1, 2, 1}};
+  for (int64_t q = 0; q < 4; ++q) {
+    b[q] = 0.0;
+    for (int64_t e = 0; e < 4; ++e) w[q * 4 + e] = q == e ? 1.0 : 0.0;
+    for (int64_t e = 0; e < 4; ++e) h.x.data<double>()[q * 4 + e] = std::log(e_logits[q][e]);
+  }
+  MoeLayerSaved saved;
+  RouterStatsInfo stats;
+  h.forward(&saved, &stats);
+  // The premise: the routing is the one above.
+  EXPECT_EQ(to_vector<int32_t>(saved.router.idx), (std::vector<int32_t>{0, 1, 2, 1, 3, 0, 0, 2}));
+  EXPECT_EQ(stats.expert_load, (std::vector<int64_t>{3, 2, 2, 1}));
+  const double balance = 1399.0 / 1344.0;
+  const double l7 = std::log(7.0), l8 = std::log(8.0), l9 = std::log(9.0);
+  const double z = (l8 * l8 + 2 * l9 * l9 + l7 * l7) / 4;
+  // Only exp/log rounding separates them (9e-16 at most here, on z); 1e-13 leaves room for other
+  // math libraries and is far below any error in a formula.
+  const double tol = 1e-13;
+  EXPECT_NEAR(saved.aux.data<double>()[0], balance, tol);
+  EXPECT_NEAR(saved.aux.data<double>()[1], z, tol);
+  EXPECT_NEAR(aux_loss(saved), 0.05 * balance + 0.01 * z, tol);
+  // The statistics report them as sums over the T = 4 tokens.
+  EXPECT_NEAR(stats.balance_loss_sum, 4 * balance, 4 * tol);
+  EXPECT_NEAR(stats.z_loss_sum, 4 * z, 4 * tol);
 }
 
 TEST(MoeLayerTest, EvaluationModeIsDeterministicAndSkipsDropout) {

@@ -265,6 +265,38 @@ TEST_F(TrainerTest, GradientAccumulationMatchesOneBigBatchUnderPlainSgd) {
   EXPECT_LT(r.losses.back(), r.losses.front()) << "SGD at this rate does not learn";
 }
 
+// Clipping rescales the gradient to norm grad_clip: under plain SGD (no momentum, no weight decay)
+// a clipped step moves the parameters by exactly lr x grad_clip in L2 norm, whatever the gradient.
+// Rounding: each float32 parameter is rounded once after its update, an error of at most 2^-24 of
+// its value, so the measured step length is within 2^-24 ||theta|| (twice, for both copies) of it.
+TEST_F(TrainerTest, ClippedStepHasLengthLearningRateTimesThreshold) {
+  const std::string run = fresh_dir("trainer_clip");
+  const double clip = 0.05;
+  auto t = make(run, {"train.optimizer.kind=SGD", "train.optimizer.lr=0.5",
+                      "train.optimizer.weight_decay=0", "train.optimizer.momentum=0",
+                      "train.grad_clip=0.05", "train.steps=3"},
+                false);
+  ASSERT_NE(t, nullptr);
+  for (int i = 0; i < 3; ++i) {
+    const std::vector<double> before = flat_parameters(t->model());
+    StatusOr<StepStatsInfo> s = t->step();
+    ASSERT_TRUE(s.ok()) << s.status().to_string();
+    ASSERT_GT(s->grad_norm, 2 * clip) << "step " << i << ": the gradient must be clipped here";
+    const std::vector<double> after = flat_parameters(t->model());
+    ASSERT_EQ(after.size(), before.size());
+    double moved = 0, norm = 0;
+    for (size_t j = 0; j < after.size(); ++j) {
+      moved += (after[j] - before[j]) * (after[j] - before[j]);
+      norm += after[j] * after[j];
+    }
+    const double want = s->learning_rate * clip;
+    ASSERT_GT(want, 0) << "step " << i;
+    EXPECT_NEAR(std::sqrt(moved), want, 2 * std::ldexp(std::sqrt(norm), -24) + 1e-12 * want)
+        << "step " << i << ", grad norm " << s->grad_norm << ", lr " << s->learning_rate;
+  }
+  fs::remove_all(run);
+}
+
 // Every trainer test runs under a guarded context (quiet_options): a host access to tensor memory
 // in a layer or the model aborts the test. Here the waits are counted too: in capacity mode a
 // training step synchronises exactly once (the step buffer's read back); each dropless MoE layer

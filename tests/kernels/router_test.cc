@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <string>
 
 #include "tests/testing/gradient_check.h"
 
@@ -114,38 +115,83 @@ TEST(SparseMixerTest, PaperAndReferenceMasks) {
   EXPECT_EQ(to_vector<uint8_t>(out.mask), (std::vector<uint8_t>{1, 1, 1, 1}));
 }
 
+// Logits (1.7, 2.0, 1.5) with r = 0.1: the paper mask keeps 1.7 (0.3 <= 0.1 (2 + 1.7) = 0.37)
+// and drops 1.5 (0.5 > 0.35), the reference code's too (0.5 > 0.2 max(1.5, 2) = 0.4), so
+// pi_0 = e^1.7 / (e^1.7 + e^2) = 0.4256. The dropped expert is close enough to matter: a
+// normaliser that includes it gives e^1.7 / (e^1.7 + e^2 + e^1.5) = 0.3156, and so does sampling
+// from the full softmax with a masked draw replaced by the argmax.
 TEST(SparseMixerTest, SamplesFromTheMaskedSoftmaxAndHalvesNonArgmax) {
   const int64_t tokens = 40000, experts = 3;
+  const double l[3] = {1.7, 2.0, 1.5};
   Tensor logits = Tensor::empty({tokens, experts}, DType::kF64);
   for (int64_t t = 0; t < tokens; ++t) {
-    logits.data<double>()[t * 3 + 0] = 1.0;
-    logits.data<double>()[t * 3 + 1] = 1.5;
-    logits.data<double>()[t * 3 + 2] = -3.0;  // masked with r = 0.5: 4.5 > 0.5 * 4.5
+    for (int64_t e = 0; e < experts; ++e) logits.data<double>()[t * 3 + e] = l[e];
   }
+  // The expected values, from the logits alone (not from the kernel's probs).
+  const double unmasked = std::exp(l[0]) + std::exp(l[1]);
+  const double pi[3] = {std::exp(l[0]) / unmasked, std::exp(l[1]) / unmasked, 0.0};
+  const double p0_with_masked = std::exp(l[0]) / (unmasked + std::exp(l[2]));
+  // chose0 / tokens is a binomial proportion: 5 standard deviations of it (0.012 here) are far
+  // below the 0.11 that the wrong distribution moves it by.
+  const double sigma0 = std::sqrt(pi[0] * (1 - pi[0]) / tokens);
+  ASSERT_LT(5 * sigma0, (pi[0] - p0_with_masked) / 2);
   SparseMixerRouteArgs args;
-  args.params.jitter = 0.5;
+  args.params.jitter = 0.1;
   args.rng = CounterRng{5, make_stream(RngTag::kSparseMixer, 0, 0)};
   SmOut out(tokens, experts);
-  for (auto policy : {SparseMixerMidpoint::kPaper, SparseMixerMidpoint::kReferenceCode,
-                      SparseMixerMidpoint::kEulerOnly}) {
-    args.params.midpoint = policy;
-    ASSERT_TRUE(out.route(args, logits).ok());
-    int64_t chose0 = 0, halved = 0, masked_chosen = 0;
-    for (int64_t t = 0; t < tokens; ++t) {
-      const int32_t d = out.idx.data<int32_t>()[t];
-      chose0 += d == 0;
-      masked_chosen += d == 2;
-      halved += out.scale.data<double>()[t] == 0.5;
-      EXPECT_EQ(out.is_argmax.data<uint8_t>()[t], d == 1 ? 1 : 0);
-      const double c = out.scale.data<double>()[t];
-      EXPECT_NEAR(out.gate.data<double>()[t], c * out.probs.data<double>()[t * 3 + d], 1e-15);
+  for (auto mask : {SparseMixerMask::kPaper, SparseMixerMask::kReferenceCode}) {
+    for (auto policy : {SparseMixerMidpoint::kPaper, SparseMixerMidpoint::kReferenceCode,
+                        SparseMixerMidpoint::kEulerOnly}) {
+      args.params.mask = mask;
+      args.params.midpoint = policy;
+      ASSERT_TRUE(out.route(args, logits).ok());
+      int64_t chose0 = 0, halved = 0, masked_chosen = 0, bad_gate = 0, bad_row = 0;
+      std::string first_bad;
+      for (int64_t t = 0; t < tokens; ++t) {
+        const int32_t d = out.idx.data<int32_t>()[t];
+        chose0 += d == 0;
+        masked_chosen += d == 2;
+        const double c = out.scale.data<double>()[t];
+        halved += c == 0.5;
+        EXPECT_EQ(out.is_argmax.data<uint8_t>()[t], d == 1 ? 1 : 0);
+        // The argmax keeps its full gate; a non-argmax draw is halved (paper), kept (Euler only)
+        // or either (reference code).
+        bool c_ok = c == 1.0;
+        if (d != 1 && policy == SparseMixerMidpoint::kPaper) c_ok = c == 0.5;
+        if (d != 1 && policy == SparseMixerMidpoint::kReferenceCode) c_ok = c == 0.5 || c == 1.0;
+        const double gate = out.gate.data<double>()[t];
+        if (d < 0 || d > 1 || !c_ok || std::fabs(gate - c * pi[d]) > 1e-15) {
+          if (bad_gate++ == 0) {
+            first_bad = "token " + std::to_string(t) + ": D " + std::to_string(d) + ", c " +
+                        std::to_string(c) + ", gate " + std::to_string(gate);
+          }
+        }
+        for (int64_t e = 0; e < experts; ++e) {
+          bad_row += std::fabs(out.probs.data<double>()[t * 3 + e] - pi[e]) > 1e-15;
+          bad_row += out.mask.data<uint8_t>()[t * 3 + e] != (e < 2 ? 1 : 0);
+        }
+      }
+      const std::string what =
+          std::string(mask == SparseMixerMask::kPaper ? "paper" : "reference") +
+          " mask, midpoint " + std::to_string(static_cast<int>(policy));
+      EXPECT_EQ(masked_chosen, 0) << what;
+      EXPECT_EQ(bad_gate, 0) << what << ": want c pi_D with pi = (" << pi[0] << ", " << pi[1]
+                             << ", 0); first " << first_bad;
+      EXPECT_EQ(bad_row, 0) << what
+                            << ": probs or mask rows differ from (pi_0, pi_1, 0), (1, 1, 0)";
+      EXPECT_NEAR(static_cast<double>(chose0) / tokens, pi[0], 5 * sigma0) << what;
+      // Paper and Euler-only are deterministic; the reference code halves half of the non-argmax
+      // draws, a binomial proportion over chose0 tokens (5 standard deviations).
+      if (policy == SparseMixerMidpoint::kPaper) {
+        EXPECT_EQ(halved, chose0) << what;
+      } else if (policy == SparseMixerMidpoint::kEulerOnly) {
+        EXPECT_EQ(halved, 0) << what;
+      } else {
+        ASSERT_GT(chose0, 0) << what;
+        const double sigma = std::sqrt(0.25 / static_cast<double>(chose0));
+        EXPECT_NEAR(static_cast<double>(halved) / chose0, 0.5, 5 * sigma) << what;
+      }
     }
-    const double p0 = std::exp(1.0) / (std::exp(1.0) + std::exp(1.5));  // 0.3775
-    EXPECT_EQ(masked_chosen, 0);
-    EXPECT_NEAR(static_cast<double>(chose0) / tokens, p0, 0.01);
-    const double want_halved = policy == SparseMixerMidpoint::kPaper ? 1.0
-                               : policy == SparseMixerMidpoint::kReferenceCode ? 0.5 : 0.0;
-    EXPECT_NEAR(static_cast<double>(halved) / std::max<int64_t>(chose0, 1), want_halved, 0.02);
   }
 }
 

@@ -131,14 +131,26 @@ if [ "$sp" = 1 ]; then
   # then resumes the preparation and trains.
   sp3=(--config "$config" --run-dir "$run/sp3" --set train.steps=2 --set train.eval_sequences=8
        --set train.final_eval=NONE --set data.tokenizer.kind=SENTENCEPIECE --set data.tokenizer.vocab_size=4000)
+  child_pattern="momoe-data prepare --out $run/sp3"
   "$bin/momoe-train" "${sp3[@]}" > "$run/sp3.log" 2>&1 &
   pid=$!
-  sleep 1
+  # The signal must find the child running: wait (at most 60 s) until it exists.
+  child=
+  for _ in $(seq 600); do
+    child=$(pgrep -f -- "$child_pattern" | head -1)
+    [ -n "$child" ] && break
+    kill -0 "$pid" 2> /dev/null || break
+    sleep 0.1
+  done
+  [ -n "$child" ] || { cat "$run/sp3.log"; fail "momoe-train never ran '$child_pattern ...'"; }
   kill -TERM "$pid"
   wait "$pid"; rc=$?
   [ "$rc" -eq 3 ] || { cat "$run/sp3.log"; fail "SIGTERM while preparing: exit $rc, expected 3"; }
-  sleep 0.5
-  pgrep -f "momoe-data prepare --out $run/sp3" > /dev/null && fail "an orphan momoe-data prepare is left running"
+  # The signal reached the preparation (not a training step after it) ...
+  grep -F "$child_pattern/" "$run/sp3.log" | grep -qF "was stopped" ||
+    { cat "$run/sp3.log"; fail "the log does not say the preparation (pid $child) was stopped"; }
+  # ... and momoe-train waited for its child: gone the moment momoe-train has exited, no grace.
+  pgrep -f -- "$child_pattern" > /dev/null && fail "an orphan momoe-data prepare (pid $child) is left running"
   "$bin/momoe-train" "${sp3[@]}" > "$run/sp3b.log" 2>&1 || { cat "$run/sp3b.log"; fail "the run after SIGTERM"; }
   grep -q "^step 2/2" "$run/sp3b.log" || { cat "$run/sp3b.log"; fail "the run after SIGTERM did not train"; }
   diff <(evals "$run/sp1.log") <(evals "$run/sp2.log") || fail "SentencePiece: evaluations differ"
