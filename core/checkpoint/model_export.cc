@@ -55,11 +55,12 @@ Json moe_layer_json(const MoeLayerConfig& m) {
   // Evaluation: 0 routes every token (nothing dropped); > 0 drops by this capacity factor, first
   // choices in token order first (kernels/moe_dispatch.h).
   j["eval_capacity_factor"] = m.dropless ? 0.0 : m.eval_capacity_factor;
-  // The residual dynamics as computed, per element (kernels/reference/residual_math.h):
+  // The residual dynamics as momoe computes them, per element (kernels/reference/residual_math.h),
+  // with momoe's own coefficients (residual_args_for, input_shift_for), kept for other readers:
   //   plain:    out = x + u,                      p_out = p_in
   //   momentum: p_out = a_state p_in + a_input u, out = x + a_out p_out
-  //   adam:     m = beta1 m_in + (1 - beta1) u,  v = beta2 v_in + (1 - beta2) u^2 (m_in = v_in =
-  //   0),
+  //   adam:     m = beta1 m_in + (1 - beta1) u,  v = beta2 v_in + (1 - beta2) u^2
+  //             (m_in = v_in = 0),
   //             out = (1 - kappa) x + adam_sign gamma m / (sqrt(v) + eps)  [or sqrt(v + eps)],
   //             p_out = a_state p_in + a_input u
   // and input_shift: the router and experts see y = x + input_shift p_in (Robust MomentumSMoE).
@@ -80,13 +81,30 @@ Json moe_layer_json(const MoeLayerConfig& m) {
   }
   r["input_shift"] = input_shift_for(m);
   j["residual"] = r;
-  // What the coefficients came from (for people; the module reads "residual").
+  // What the coefficients come from, as the papers write it (spec/momentum-smoe.md 2-4): the
+  // module derives its coefficients from these alone and only cross-checks "residual" (momoe's
+  // own mapping, the code under test) against them.
+  //   heavy_ball: mu, gamma as configured (Eq. 10)
+  //   adam:       mu, gamma of the heavy-ball state the layer hands on, and the Adam settings
+  //   robust:     rho, lipschitz (L), strong_convexity (m) as configured; mu, gamma and alpha
+  //               are momoe's values by Eq. 17 (recorded for people and cross-checked)
   Json paper;
   paper["kind"] = residual_kind_name(m.residual);
   paper["convention"] = m.convention == MomentumConvention::kPaper ? "paper" : "reference_code";
-  if (m.residual == ResidualKind::kHeavyBall || m.residual == ResidualKind::kRobust) {
+  if (m.residual != ResidualKind::kPlain) {
     paper["mu"] = m.effective_mu();
     paper["gamma"] = m.effective_gamma();
+  }
+  if (m.residual == ResidualKind::kAdam) {
+    Json adam;
+    adam["beta1"] = m.adam.beta1;
+    adam["beta2"] = m.adam.beta2;
+    adam["eps"] = m.adam.eps;
+    adam["eps_placement"] =
+        m.adam.eps_placement == AdamEpsPlacement::kInsideSqrt ? "inside_sqrt" : "outside_sqrt";
+    adam["kappa"] = m.adam.kappa;
+    adam["gamma"] = m.adam.gamma;
+    paper["adam"] = adam;
   }
   if (m.residual == ResidualKind::kRobust) {
     paper["rho"] = m.robust.rho;

@@ -4,9 +4,11 @@
 //   model.safetensors  every parameter under a standard name in torch.nn layout: matrices
 //                      [out, in] like nn.Linear.weight, LayerNorm gamma/beta as weight/bias, the
 //                      experts one module each (blocks.i.moe.experts.e.fc1.weight), F32
-//   config.json        the architecture and every MoE layer's settings, with the exact
-//                      coefficients of its residual dynamics (what the module computes), the
-//                      batch size momoe evaluates with, and where the weights came from
+//   config.json        the architecture and every MoE layer's settings: its residual dynamics
+//                      as the papers parameterise them ("dynamics", what the module derives its
+//                      coefficients from) and momoe's coefficients ("residual", which the module
+//                      only cross-checks), the batch size momoe evaluates with, and where the
+//                      weights came from
 //
 // The weights are the model's fp32 masters, gathered from any EP layout (the model holds every
 // expert); the files do not depend on the layout the checkpoint was saved in, byte for byte.

@@ -6,6 +6,10 @@ same block structure (post-LN double residual or pre-LN), top-k softmax or Spars
 robust residual dynamics threaded through the MoE layers, and an evaluation capacity when the
 model has one. Ties between router logits go to the lowest expert index, as in momoe.
 
+The residual coefficients are derived here from each block's "dynamics" (the papers' mu, gamma,
+rho, L, m, Adam settings and sign convention; dynamics.py), not read from momoe's "residual"
+numbers, which are only cross-checked.
+
 Nothing here depends on momoe: config.json and model.safetensors (read with numpy) are enough.
 """
 
@@ -17,6 +21,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from .dynamics import check_residual, residual_coefficients
 from .safetensors_numpy import read_safetensors
 
 FORMAT = "momoe-export"
@@ -117,10 +122,15 @@ class Expert(nn.Module):
 class MoeLayer(nn.Module):
     """One MoE sublayer: router, experts and residual dynamics, on tokens [T, D]."""
 
-    def __init__(self, d_model, cfg, moe_index=0):
+    def __init__(self, d_model, cfg, moe_index=0, where="moe", cross_check=True):
         super().__init__()
         self.cfg = cfg
         self.moe_index = moe_index  # 0 for the model's first MoE layer
+        # The residual dynamics' coefficients, by the papers' equations from "dynamics"; momoe's
+        # own ("residual", when exported) must agree (cross_check).
+        self.res = residual_coefficients(cfg["dynamics"], where + ".dynamics")
+        if cross_check and "residual" in cfg:
+            check_residual(self.res, cfg["dynamics"], cfg["residual"], where)
         self.num_experts = int(cfg["num_experts"])
         self.top_k = int(cfg["top_k"])
         self.router = nn.Linear(d_model, self.num_experts)
@@ -203,7 +213,7 @@ class MoeLayer(nn.Module):
         ([T, D] or None before the first MoE layer) and the previous MoE layer's top-1 experts.
         With a `replay` (replay.py), the routing decisions are another path's, compared with
         this layer's own first."""
-        res = self.cfg["residual"]
+        res = self.res
         y = x_in
         if p_in is not None and res["input_shift"] != 0:
             y = (x_in.double() + res["input_shift"] * p_in.double()).to(x_in.dtype)
@@ -266,7 +276,7 @@ class MoeLayer(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, cfg, block_cfg, moe_index=0):
+    def __init__(self, cfg, block_cfg, moe_index=0, where="block", cross_check=True):
         super().__init__()
         d = int(cfg["d_model"])
         eps = float(cfg["layer_norm_eps"])
@@ -278,7 +288,7 @@ class Block(nn.Module):
         if self.is_moe:
             if self.post_ln:
                 self.ln_in = nn.LayerNorm(d, eps=eps)
-            self.moe = MoeLayer(d, block_cfg, moe_index)
+            self.moe = MoeLayer(d, block_cfg, moe_index, where, cross_check)
         else:
             self.ffn = FeedForward(d, int(cfg["d_ff"]), cfg["activation"])
 
@@ -305,9 +315,11 @@ class Block(nn.Module):
 
 class MomoeLM(nn.Module):
     """The language model: token + learned position embeddings, the blocks, (pre-LN) a final
-    LayerNorm, and the output head (or the token embedding, when tied)."""
+    LayerNorm, and the output head (or the token embedding, when tied). `cross_check`: refuse an
+    export whose "residual" coefficients (momoe's) differ from those derived from "dynamics"
+    (dynamics.ResidualMismatchError, naming both)."""
 
-    def __init__(self, cfg):
+    def __init__(self, cfg, cross_check=True):
         super().__init__()
         if cfg.get("format") != FORMAT or int(cfg.get("format_version", 0)) != FORMAT_VERSION:
             raise ValueError(
@@ -321,7 +333,8 @@ class MomoeLM(nn.Module):
         self.embed_positions = nn.Embedding(s, d)
         moe_index = [sum(1 for b in cfg["blocks"][:i] if b["type"] == "moe")
                      for i in range(len(cfg["blocks"]))]
-        self.blocks = nn.ModuleList(Block(cfg, b, m) for b, m in zip(cfg["blocks"], moe_index))
+        self.blocks = nn.ModuleList(Block(cfg, b, m, f"blocks[{i}]", cross_check)
+                                    for i, (b, m) in enumerate(zip(cfg["blocks"], moe_index)))
         if cfg["block_style"] == "pre_ln":
             self.final_ln = nn.LayerNorm(d, eps=float(cfg["layer_norm_eps"]))
         else:
@@ -348,11 +361,12 @@ class MomoeLM(nn.Module):
         return h @ weight.t()
 
 
-def load(folder, dtype=torch.float32, device="cpu"):
-    """The model of a momoe-export folder (config.json + model.safetensors), in eval mode."""
+def load(folder, dtype=torch.float32, device="cpu", cross_check=True):
+    """The model of a momoe-export folder (config.json + model.safetensors), in eval mode.
+    `cross_check` (MomoeLM): momoe's "residual" coefficients must equal the derived ones."""
     with open(os.path.join(folder, "config.json"), encoding="utf-8") as f:
         cfg = json.load(f)
-    model = MomoeLM(cfg)
+    model = MomoeLM(cfg, cross_check)
     tensors, _ = read_safetensors(os.path.join(folder, "model.safetensors"))
     model.load_state_dict({k: torch.from_numpy(v) for k, v in tensors.items()}, strict=True)
     return model.to(device=device, dtype=dtype).eval()

@@ -9,6 +9,11 @@ momoe-eval's JSON result, "expect" "pass" (the rule holds) or "caught" (the rule
 it: a perturbed export or a mutated module). RESULTS_JSON receives {key: the reference's
 result}. Exits 1 when any job's verdict is not its expectation.
 
+The module derives each block's residual coefficients from the papers' quantities ("dynamics")
+and cross-checks momoe's own ("residual"). A disagreement fails the job (naming both numbers);
+the module then still evaluates with its derived coefficients, so that the comparison against
+momoe-eval says too whether the difference is seen in the perplexity.
+
 CACHE_DIR (tests/run.sh's kernel phases share one): a reference result is a function of its
 inputs (the module's source, the export, the tokens, the routing decisions and the batch), so it
 is kept there under their SHA-256 and reused when a later phase's momoe-eval decided the same
@@ -49,6 +54,7 @@ def main():
 
     import momoe_torch
     from momoe_torch.cross_path import check_perplexity
+    from momoe_torch.dynamics import ResidualMismatchError, check_export
     from momoe_torch.replay import RoutingReplay
 
     torch.set_num_threads(2)
@@ -58,11 +64,16 @@ def main():
         cached = os.path.join(cache, input_key(module_dir, job) + ".json") if cache else ""
         with open(os.path.join(job["export"], "config.json"), encoding="utf-8") as f:
             cfg = json.load(f)
+        try:
+            check_export(cfg)
+        except ResidualMismatchError as e:
+            print(f"FAIL: {key}: {e}")
+            failed.append(f"{key} (momoe's residual coefficients)")
         if cached and os.path.exists(cached):
             reference = json.load(open(cached))
             reused += 1
         else:
-            model = momoe_torch.load(job["export"], dtype=torch.float64)
+            model = momoe_torch.load(job["export"], dtype=torch.float64, cross_check=False)
             ids = momoe_torch.read_split(job["dataset"], "train",
                                          fingerprint=model.cfg["tokenizer"]["fingerprint"])
             replay = RoutingReplay(job["routing"], model.cfg, job["batch"])

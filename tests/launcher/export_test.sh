@@ -5,8 +5,12 @@
 # no momoe code) and evaluated on the same tokens. Cross-path equality (python/momoe_torch/
 # cross_path.py): routing decisions compared and counted first (flips only at near-ties), then
 # the perplexity on equal decisions within float32 epsilon x depth. Each family's perturbation and
-# a mutated copy of the module must fail that comparison. Then the export's refusals. Labelled
-# blas: tests/run.sh reruns it under every OpenBLAS kernel this CPU runs.
+# a mutated copy of the module must fail that comparison. The module derives the residual
+# coefficients from the papers' quantities in config.json's "dynamics" (export_dynamics_test.py
+# checks that derivation), so a wrong mapping in momoe shows in the comparison; momoe's own
+# "residual" coefficients are cross-checked (refused, both named, when they differ). Then the
+# export's refusals. Labelled blas: tests/run.sh reruns it under every OpenBLAS kernel this CPU
+# runs.
 # With "mpi": a checkpoint saved at EP 2 and the same weights re-saved at EP 1 export to
 # byte-identical folders.
 # Usage: export_test.sh BIN_DIR SOURCE_DIR cpu|mpi
@@ -100,7 +104,9 @@ check() {
 
 # perturb NAME WHAT PYTHON: the comparison can fail. PYTHON edits `c` (NAME's config.json) into
 # a copy of the export; the module on that copy must fail the rule against momoe-eval (a decision
-# that is no near-tie, or a value past the bound).
+# that is no near-tie, or a value past the bound). The module derives the residual coefficients
+# from each block's "dynamics" (the papers' quantities); momoe's own "residual" numbers, which it
+# would cross-check and refuse, are dropped from the copy, so the comparison is what must see it.
 perturbations=0
 perturb() {
   local name=$1 what=$2 edit=$3
@@ -110,6 +116,8 @@ perturb() {
 import json, sys
 c = json.load(open(sys.argv[1]))
 exec(sys.argv[2])
+for b in c["blocks"]:
+    b.pop("residual", None)
 json.dump(c, open(sys.argv[1], "w"))
 EOF
   job "$copy" "$name" "$tmp/$copy.export" 16 caught "$what"
@@ -184,10 +192,10 @@ cmp <(grep -o '"ppl":[0-9.e+-]*' "$tmp/acmoe.eval") <(grep -o '"ppl":[0-9.e+-]*'
   fail "an AC model at its own --batch differs from the default (the same path: bit equality)"
 
 perturb momentum "mu 0.7 -> 0.6" \
-  'for b in c["blocks"]: b["residual"]["a_state"] = 0.6'
-perturb adam "Adam beta2 0.999 -> 0.99" 'c["blocks"][0]["residual"]["beta2"] = 0.99'
-perturb robust "input shift x 0.5" \
-  'for b in c["blocks"]: b["residual"]["input_shift"] *= 0.5'
+  'for b in c["blocks"]: b["dynamics"]["mu"] = 0.6'
+perturb adam "Adam beta2 0.999 -> 0.99" 'c["blocks"][0]["dynamics"]["adam"]["beta2"] = 0.99'
+perturb robust "rho 0.5 -> 0.45 (gamma, mu and alpha by Eq. 17)" \
+  'for b in c["blocks"]: b["dynamics"]["rho"] = 0.45'
 perturb acmoe "AC router off" \
   'for b in c["blocks"]: b["ac_router"]["enabled"] = False'
 perturb ac_paper "paper -> reference-code normalisation" \
@@ -197,14 +205,15 @@ perturb ac_unit_norm "unit-norm embeddings -> linear logits" \
 perturb sparsemixer "SparseMixer jitter 0.1 -> 0.5" \
   'for b in c["blocks"]:
     if b["type"] == "moe": b["sparsemixer"]["jitter"] = 0.5'
-# A change after the last router moves only values: the value bound must see it.
-perturb momentum "the last layer's output coefficient x 1.01" \
-  'c["blocks"][-1]["residual"]["a_out"] *= 1.01'
+# A change after the last router moves only values: the value bound must see it (in the paper
+# convention gamma scales only the output, out = x + gamma p).
+perturb momentum "the last layer's gamma x 1.01" \
+  'c["blocks"][-1]["dynamics"]["gamma"] *= 1.01'
 perturb eval_capacity "no evaluation capacity" \
   'for b in c["blocks"]: b["eval_capacity_factor"] = 0.0'
 perturb convention "the other sign convention" \
   'for b in c["blocks"]:
-    if b["type"] == "moe": b["residual"]["a_out"] = -b["residual"]["a_out"]'
+    if b["type"] == "moe": b["dynamics"]["convention"] = "paper"'
 run_jobs "$src/python" "$tmp/results.json"
 
 # At batch 8 the decisions on the 40 sequences are batch 16's but at near-ties (checked against
@@ -273,6 +282,25 @@ if set(model.state_dict()) != set(tensors):
 if meta.get("momoe.step") != "12":
     sys.exit(f"FAIL: metadata {meta}")
 print("names and layouts: ok")
+EOF
+
+# The module's cross-check: an export whose "residual" (momoe's coefficients) disagrees with its
+# "dynamics" (the papers' quantities the module derives them from) is refused, naming both.
+"$py" - "$tmp/momentum.export/config.json" "$src/python" <<'EOF' || exit 1
+import json, sys
+sys.path.insert(0, sys.argv[2])
+import momoe_torch
+from momoe_torch.dynamics import ResidualMismatchError
+cfg = json.load(open(sys.argv[1]))
+momoe_torch.MomoeLM(cfg)  # the export as written agrees
+cfg["blocks"][1]["residual"]["a_state"] = 0.6
+try:
+    momoe_torch.MomoeLM(cfg)
+    sys.exit("FAIL: a residual a_state of 0.6 against mu 0.7 was not refused")
+except ResidualMismatchError as e:
+    if "blocks[1]" not in str(e) or "0.6" not in str(e) or "0.7" not in str(e):
+        sys.exit(f"FAIL: the refusal does not name the block and both numbers: {e}")
+print("residual cross-check: ok")
 EOF
 
 # Refusals: an existing --out, a run directory instead of a checkpoint, a missing flag.
