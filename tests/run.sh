@@ -6,12 +6,22 @@
 # or layouts, export_test's PyTorch comparison included) again under each OpenBLAS kernel of
 # BLAS_KERNELS that this CPU can run, and names the ones it cannot. Each phase says which kernel
 # it ran and why.
+# Last, mutation testing (tests/mutation/run.py): a rotating subset of the formula mutants in
+# tests/mutation/mutants.txt must each fail the tests that guard them.
 # Usage: tests/run.sh [extra ctest args]. Environment: BUILD_DIR (default build), JOBS,
-# BLAS_KERNELS (default "Prescott Haswell SkylakeX Cooperlake Zen"; empty: none).
+# BLAS_KERNELS (default "Prescott Haswell SkylakeX Cooperlake Zen"; empty: none),
+# MOMOE_MUTANTS (default 3: that many mutants, chosen by the commit; "all"; "none" or 0).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+mutants=${MOMOE_MUTANTS:-3}
+case "$mutants" in
+  all | none) ;;
+  0) mutants=none ;;
+  *[!0-9]* | "") echo "MOMOE_MUTANTS must be a count, all or none, not '$mutants'" >&2; exit 2 ;;
+esac
 export CMAKE_ARGS="${CMAKE_ARGS:-} -DMOE_WERROR=ON"
 scripts/build.sh
+root=$PWD
 cd "${BUILD_DIR:-build}"
 jobs=${JOBS:-$(nproc)}
 kernels=${BLAS_KERNELS-Prescott Haswell SkylakeX Cooperlake Zen}
@@ -96,6 +106,30 @@ else
     echo "== the BLAS-sensitive tests (label blas) under OPENBLAS_CORETYPE=$kernel ($why):"
     OPENBLAS_CORETYPE=$kernel run_phase "$kernel" "$why" -L blas "$@"
   done
+fi
+
+# Mutation testing: the copy's build costs about four minutes on two cores, each mutant seconds.
+if [ $# -gt 0 ]; then
+  echo "== mutation testing: not run (the caller narrowed the run with ctest arguments)"
+elif [ "$mutants" = none ]; then
+  echo "== mutation testing: not run (MOMOE_MUTANTS=none)"
+  summary+=("mutation: not run (MOMOE_MUTANTS=none)")
+else
+  select=()
+  [ "$mutants" = all ] || select=(--rotate "$mutants")
+  echo "== mutation testing (tests/mutation/run.py ${select[*]}):"
+  log=$(mktemp)
+  set +e
+  python3 "$root/tests/mutation/run.py" "${select[@]}" --source "$root" --work "$PWD/mutation" \
+    --jobs "$jobs" 2>&1 | tee "$log"
+  rc=${PIPESTATUS[0]}
+  set -e
+  verdict=$(grep -E '^mutation: (all [0-9]+ killed|not killed:)' "$log" | tail -1 || true)
+  verdict=${verdict#mutation: }
+  chosen=$(sed -n 's/^mutation: \([0-9]* mutants ([^)]*)\).*/\1/p' "$log")
+  summary+=("mutation: ${verdict:-exit $rc} (${chosen:-none chosen})")
+  rm -f "$log"
+  [ "$rc" -eq 0 ] || failed+=("mutation")
 fi
 
 echo "== summary"

@@ -169,6 +169,24 @@ TEST(TransformerTest, DeterministicAndZeroMomentumIsPlain) {
   }
 }
 
+// The momentum state starts at zero in every forward pass (spec momentum-smoe.md, "state
+// lifetime": p_0 = 0 per token): the same batch twice gives the same bits with mu > 0, where a
+// state carried over from the previous pass would enter the first MoE layer.
+TEST(TransformerTest, MomentumStateStartsAtZeroInEveryForwardPass) {
+  ModelConfig cfg = make_config({"hb", "smsfsmsm", BlockStyle::kPostLnDoubleResidual, false, 0.0});
+  for (BlockPlan& b : cfg.blocks) b.moe_cfg.heavy_ball = {0.7, 1.0};
+  std::unique_ptr<TransformerLM> model = make_model(cfg, DType::kF32);
+  ASSERT_TRUE(model->init_parameters(1).ok());
+  Batch batch(3, cfg.seq_len, cfg.vocab_size, 4);
+  const StepContext ctx = context(3, cfg.seq_len);
+  TransformerLM::Activations a1, a2;
+  Sums r1, r2;
+  ASSERT_TRUE(model->forward(batch.inputs, batch.targets, ctx, &a1, r1.t, {}).ok());
+  ASSERT_TRUE(model->forward(batch.inputs, batch.targets, ctx, &a2, r2.t, {}).ok());
+  EXPECT_EQ(r1.loss_sum(), r2.loss_sum());
+  EXPECT_TRUE(bitwise_equal(a1.logits, a2.logits));
+}
+
 TEST(TransformerTest, RejectsBadInputs) {
   ModelConfig cfg = make_config({"x", "sgsf", BlockStyle::kPreLn, false, 0.0});
   std::unique_ptr<TransformerLM> m = make_model(cfg, DType::kF32);
