@@ -20,6 +20,7 @@
 #include "core/base/device.h"
 #include "core/base/logging.h"
 #include "kernels/reference/blas_library.h"
+#include "launcher/momoe_data_process.h"
 
 namespace moe::bench {
 Status bench_layer(int argc, char** argv, comm::World* world);
@@ -167,6 +168,8 @@ int run(int argc, char** argv) {
 // Nothing is thrown past main: an exception from a library becomes one error line and exit 1.
 int main(int argc, char** argv) {
   try {
+    // A SentencePiece corpus (train and scaling presets) is prepared by momoe-data.
+    moe::data::use_momoe_data_for_sentencepiece();
     return run(argc, argv);
   } catch (const std::exception& e) {
     moe::log_error(std::string("momoe-bench: ") + e.what());

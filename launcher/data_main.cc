@@ -26,7 +26,7 @@
 #include "core/base/progress.h"
 #include "core/data/dataset.h"
 #include "core/data/prepare.h"
-#include "core/data/prepare_process.h"
+#include "launcher/momoe_data_process.h"
 #include "core/data/text_reader.h"
 #include "core/data/text_stream.h"
 #include "core/data/tokenizer.h"
@@ -307,7 +307,7 @@ int verify_or_info(const std::string& cmd, int argc, char** argv) {
 }
 
 // `momoe-data tokenize`: the tokenizer of a model as a line-oriented filter, for processes that
-// cannot load SentencePiece (momoe-generate; the protocol is in core/data/prepare_process.h).
+// cannot load SentencePiece (momoe-generate; the protocol is in launcher/momoe_data_process.h).
 StatusOr<std::shared_ptr<const data::Tokenizer>> load_tokenizer(const std::string& path) {
   if (path.size() >= 4 && path.compare(path.size() - 4, 4, ".txt") == 0) {
     MOE_ASSIGN_OR_RETURN(data::Vocabulary vocab, data::Vocabulary::load(path));

@@ -16,7 +16,7 @@
 #include "core/data/attack.h"
 #include "core/data/corpus.h"
 #include "core/data/dataset.h"
-#include "core/data/prepare_process.h"
+#include "launcher/momoe_data_process.h"
 #include "core/data/tokenizer.h"
 #include "core/io/file_util.h"
 #include "core/train/checkpoint.h"
@@ -25,7 +25,7 @@
 #include "core/train/routing_file.h"
 #include "core/train/run_device.h"
 #include "kernels/reference/blas_library.h"
-#include "launcher/checkpoint_model.h"
+#include "launcher/device_flags.h"
 #include "launcher/exit_status.h"
 #include "launcher/flags.h"
 #include "proto/run_convert.h"
@@ -41,7 +41,7 @@ StatusOr<std::string> evaluate(const FlagParser& flags) {
   const RunConfig& cfg = c.cfg;
   const CheckpointManifestInfo& m = c.manifest;
   const std::shared_ptr<const data::Tokenizer>& tokenizer = c.tokenizer;
-  MOE_RETURN_IF_ERROR(open_device(&c, flags));
+  MOE_RETURN_IF_ERROR(open_device_from_flags(&c, flags));
   const std::string text = flags.get("text");
   // A SentencePiece checkpoint's text is tokenized by momoe-data (data/tokenizer.h says why) into
   // a temporary dataset, read from its shards.

@@ -8,7 +8,7 @@
 
 #include "core/checkpoint/model_export.h"
 #include "core/io/file_util.h"
-#include "launcher/checkpoint_model.h"
+#include "core/inference/checkpoint_model.h"
 #include "launcher/exit_status.h"
 #include "launcher/flags.h"
 
@@ -44,7 +44,7 @@ StatusOr<std::string> run_export(const FlagParser& flags) {
   }
   MOE_ASSIGN_OR_RETURN(CheckpointModel c, open_checkpoint(flags.get("checkpoint")));
   // On the CPU whatever the checkpoint was trained on: export only reads the weights.
-  MOE_RETURN_IF_ERROR(open_device(&c, "cpu", 1));
+  MOE_RETURN_IF_ERROR(open_device(&c, DeviceKind::kCpu, 1));
   MOE_RETURN_IF_ERROR(load_model(&c));
 
   ExportSource source;

@@ -7,7 +7,7 @@
 // progress and diagnostics go to stderr. The same flags give the same text on any thread count
 // and on any machine that computes the same logits (a GPU's, or those of a CPU with another BLAS
 // kernel, may differ in the last bits): every token is picked on the host in double precision
-// (launcher/sampling.h) with one counter-based draw keyed by the seed and the token's position
+// (core/inference/sampling.h) with one counter-based draw keyed by the seed and the token's position
 // (core/base/rng.h).
 //
 // The model reads a fixed seq_len of tokens with learned positions and causal attention: each
@@ -24,14 +24,14 @@
 #include <vector>
 
 #include "core/base/rng.h"
-#include "core/data/prepare_process.h"
+#include "launcher/momoe_data_process.h"
 #include "core/data/text_reader.h"
 #include "core/data/tokenizer.h"
 #include "core/io/file_util.h"
-#include "launcher/checkpoint_model.h"
+#include "launcher/device_flags.h"
 #include "launcher/exit_status.h"
 #include "launcher/flags.h"
-#include "launcher/sampling.h"
+#include "core/inference/sampling.h"
 
 namespace moe {
 namespace {
@@ -230,7 +230,7 @@ Status generate(const FlagParser& flags) {
   MOE_ASSIGN_OR_RETURN(const std::string prompt, read_prompt(flags));
 
   MOE_ASSIGN_OR_RETURN(CheckpointModel ckpt, open_checkpoint(flags.get("checkpoint")));
-  MOE_RETURN_IF_ERROR(open_device(&ckpt, flags));
+  MOE_RETURN_IF_ERROR(open_device_from_flags(&ckpt, flags));
   const data::Tokenizer& tokenizer = *ckpt.tokenizer;
   // A SentencePiece checkpoint is tokenized by `momoe-data tokenize` children (data/tokenizer.h
   // says why), started before the weights fill memory.

@@ -23,6 +23,7 @@
 #include "launcher/env_params.h"
 #include "launcher/exit_status.h"
 #include "launcher/flags.h"
+#include "launcher/momoe_data_process.h"
 #include "launcher/signals.h"
 #include "proto/run_convert.h"
 
@@ -52,6 +53,7 @@ StatusOr<std::function<void(int64_t)>> fault_injection(int rank) {
 
 int run(int argc, char** argv) {
   install_stop_signal_handlers();
+  data::use_momoe_data_for_sentencepiece();  // a SentencePiece corpus is prepared by momoe-data
   FlagParser flags;
   flags.value("config", "run configuration (protobuf text format, momoe.RunConfig)");
   flags.value("set", "override one config field, e.g. --set train.steps=100", true);

@@ -1,5 +1,7 @@
 #include "core/data/prepare.h"
 
+#include <atomic>
+
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -652,6 +654,23 @@ StatusOr<DatasetIndex> prepare_dataset(
     const PrepareSpec& spec, const std::function<bool(const PrepareProgress&)>& progress) {
   Preparer p(spec, progress);
   return p.run();
+}
+
+namespace {
+std::atomic<PrepareElsewhere> g_prepare_elsewhere{nullptr};
+}  // namespace
+
+void register_prepare_elsewhere(PrepareElsewhere prepare) { g_prepare_elsewhere = prepare; }
+
+Status prepare_here_or_elsewhere(const PrepareSpec& spec, bool quiet) {
+  const PrepareElsewhere elsewhere = g_prepare_elsewhere.load();
+  if (spec.tokenizer != "sentencepiece" || sentencepiece_backend() != nullptr ||
+      elsewhere == nullptr) {
+    // Here (without SentencePiece and without a way elsewhere, prepare_dataset says why).
+    static_cast<void>(quiet);
+    return prepare_dataset(spec).status();
+  }
+  return elsewhere(spec, quiet);
 }
 
 }  // namespace moe::data

@@ -41,7 +41,7 @@ struct PrepareSpec {
   int threads = 0;         // tokenizing threads; 0 = every core
   int64_t shard_tokens = int64_t{1} << 26;  // 64 Mi tokens = 256 MiB per shard
   int64_t chunk_bytes = int64_t{1} << 24;   // 16 MiB of text per chunk
-  // Asked between batches (and, for run_prepare_process, while the child runs): true stops the
+  // Asked between batches (and, prepared elsewhere, while the other process runs): true stops the
   // preparation as an interruption (kAborted; it resumes later). Optional.
   std::function<bool()> stop_requested;
 };
@@ -66,5 +66,17 @@ StatusOr<std::vector<std::string>> expand_inputs(const std::vector<std::string>&
 // preparation or other files.
 StatusOr<DatasetIndex> prepare_dataset(
     const PrepareSpec& spec, const std::function<bool(const PrepareProgress&)>& progress = nullptr);
+
+// A preparation in another process, for a process that cannot run SentencePiece itself
+// (tokenizer.h "Where SentencePiece runs"). The executable registers one: the launchers' runs
+// `momoe-data prepare` (launcher/momoe_data_process.h); core code never names an executable.
+// It returns the preparation's outcome (kAborted when spec.stop_requested stopped it).
+using PrepareElsewhere = Status (*)(const PrepareSpec& spec, bool quiet);
+void register_prepare_elsewhere(PrepareElsewhere prepare);
+
+// Prepares spec.out_dir in this process when it can (a word tokenizer, or SentencePiece
+// registered here), else with the registered PrepareElsewhere; kFailedPrecondition, saying so,
+// when neither can.
+Status prepare_here_or_elsewhere(const PrepareSpec& spec, bool quiet = false);
 
 }  // namespace moe::data

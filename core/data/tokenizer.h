@@ -15,8 +15,10 @@
 // which cannot share a process with the system libprotobuf that momoe-train and momoe-eval use
 // (it aborts at load). So the SentencePiece code lives in its own library
 // (sentencepiece_backend.h), linked into momoe-data and the tests only, which register it; the
-// other executables run `momoe-data prepare` for every step that encodes text, and read a
-// SentencePiece tokenizer's facts (size, special ids, fingerprint) from tokenizer.json.
+// other executables prepare a SentencePiece corpus in another process (prepare.h
+// PrepareElsewhere: the launchers register `momoe-data prepare`, launcher/momoe_data_process.h),
+// and read a SentencePiece tokenizer's facts (size, special ids, fingerprint) from
+// tokenizer.json.
 #pragma once
 
 #include <cstdint>

@@ -1,6 +1,6 @@
 // Child processes started with posix_spawnp (no code of ours runs between fork and exec, so it is
 // safe in a multi-threaded process): `momoe-data prepare` run by momoe-train and momoe-eval, and
-// `momoe-data tokenize` run by momoe-generate over pipes (core/data/prepare_process.h).
+// `momoe-data tokenize` run by momoe-generate over pipes (launcher/momoe_data_process.h).
 //
 // The child's stderr is this process's stderr. Its stdout is this process's stdout, or stderr
 // (stdout_to_stderr: our stdout stays ours), or a pipe read by read_line(); its stdin is ours, or

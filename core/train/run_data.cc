@@ -8,7 +8,6 @@
 #include "core/data/corpus.h"
 #include "core/data/dataset.h"
 #include "core/data/prepare.h"
-#include "core/data/prepare_process.h"
 #include "core/data/text_stream.h"
 #include "core/io/file_util.h"
 
@@ -80,11 +79,7 @@ StatusOr<std::unique_ptr<RunData>> prepare_in_cache(const RunConfig& cfg,
     log_info("momoe: preparing ", cfg.data.train, " with a SentencePiece tokenizer into ",
              spec.out_dir, " (once: later runs on the same text reuse it)");
   }
-  if (data::sentencepiece_backend() != nullptr) {
-    MOE_RETURN_IF_ERROR(data::prepare_dataset(spec).status());
-  } else {
-    MOE_RETURN_IF_ERROR(data::run_prepare_process(spec));
-  }
+  MOE_RETURN_IF_ERROR(data::prepare_here_or_elsewhere(spec));
   return open(true);
 }
 

@@ -50,6 +50,50 @@ TEST(TokenizerTest, WithoutSentencePieceItIsRefusedByName) {
   register_sentencepiece_backend(saved);
 }
 
+// A process without SentencePiece hands a SentencePiece preparation to the registered
+// PrepareElsewhere (the launchers register momoe-data's), with the spec and quiet flag as given;
+// a word preparation stays here; with nothing registered, the refusal names SentencePiece.
+PrepareSpec g_elsewhere_spec;
+int g_elsewhere_calls = 0;
+bool g_elsewhere_quiet = false;
+Status fake_elsewhere(const PrepareSpec& spec, bool quiet) {
+  ++g_elsewhere_calls;
+  g_elsewhere_spec = spec;
+  g_elsewhere_quiet = quiet;
+  return aborted_error("stopped elsewhere");
+}
+
+TEST(TokenizerTest, WithoutSentencePieceThePreparationRunsElsewhere) {
+  const SentencePieceBackend* saved = sentencepiece_backend();
+  register_sentencepiece_backend(nullptr);
+  TempDir dir;
+  PrepareSpec spec;
+  spec.out_dir = dir.file("sp");
+  spec.train = {kBrownTrain};
+  spec.tokenizer = "sentencepiece";
+  Status s = prepare_here_or_elsewhere(spec, /*quiet=*/true);
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s.to_string();  // none registered
+  EXPECT_TRUE(contains(s.message(), "SentencePiece")) << s.message();
+  register_prepare_elsewhere(&fake_elsewhere);
+  s = prepare_here_or_elsewhere(spec, /*quiet=*/true);
+  EXPECT_EQ(s.code(), StatusCode::kAborted) << s.to_string();  // the fake's own outcome
+  EXPECT_EQ(g_elsewhere_calls, 1);
+  EXPECT_EQ(g_elsewhere_spec.out_dir, spec.out_dir);
+  EXPECT_EQ(g_elsewhere_spec.tokenizer, "sentencepiece");
+  EXPECT_TRUE(g_elsewhere_quiet);
+  EXPECT_FALSE(fs::exists(spec.out_dir)) << "prepared here as well";
+  // A word preparation runs here, never elsewhere.
+  PrepareSpec word = spec;
+  word.out_dir = dir.file("word");
+  word.tokenizer = "word";
+  word.vocab.max_size = 500;
+  EXPECT_TRUE(prepare_here_or_elsewhere(word).ok());
+  EXPECT_EQ(g_elsewhere_calls, 1);
+  EXPECT_TRUE(fs::exists(word.out_dir + "/" + kDatasetIndexFile));
+  register_prepare_elsewhere(nullptr);
+  register_sentencepiece_backend(saved);
+}
+
 #if defined(MOMOE_HAVE_SENTENCEPIECE) && MOMOE_HAVE_SENTENCEPIECE
 
 class SentencePieceTest : public ::testing::Test {

@@ -1,7 +1,7 @@
-// momoe-generate's sampling rule (launcher/sampling.h) on hand-computed distributions: greedy and
-// its ties, top-k 1 = greedy, the draw's cumulative order, top-k and top-p cut-offs, temperature,
-// and the refused options and logits. Also the counter-based f64 draw it uses.
-#include "launcher/sampling.h"
+// momoe-generate's sampling rule (core/inference/sampling.h) on hand-computed distributions:
+// greedy and its ties, top-k 1 = greedy, the draw's cumulative order, top-k and top-p cut-offs,
+// temperature, and the refused options and logits. Also the counter-based f64 draw it uses.
+#include "core/inference/sampling.h"
 
 #include <gtest/gtest.h>
 

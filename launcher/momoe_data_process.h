@@ -1,5 +1,5 @@
 // momoe-data as a child process, for executables that cannot run SentencePiece themselves
-// (tokenizer.h "Where SentencePiece runs"): `momoe-data prepare` for momoe-train on text with a
+// (core/data/tokenizer.h "Where SentencePiece runs"): `momoe-data prepare` for momoe-train on text with a
 // SentencePiece tokenizer and momoe-eval on a SentencePiece checkpoint; `momoe-data tokenize` over
 // pipes for momoe-generate.
 #pragma once
@@ -15,6 +15,10 @@
 #include "core/io/child_process.h"
 
 namespace moe::data {
+
+// Registers run_prepare_process as this process's PrepareElsewhere (core/data/prepare.h), so that
+// the trainer can prepare a SentencePiece corpus: every executable that trains calls it first.
+void use_momoe_data_for_sentencepiece();
 
 // The momoe-data executable: $MOMOE_DATA when set, else the one beside this executable (or in
 // ../launcher/, the build tree's layout for momoe-bench), else "momoe-data" on the PATH.

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "core/base/checkpoint_manifest.h"
@@ -11,7 +12,6 @@
 #include "core/base/run_config.h"
 #include "core/data/tokenizer.h"
 #include "core/model/transformer.h"
-#include "launcher/flags.h"
 
 namespace moe {
 
@@ -32,15 +32,9 @@ struct CheckpointModel {
 // naming its newest checkpoint; a tokenizer that is not the manifest's is kDataLoss naming both.
 StatusOr<CheckpointModel> open_checkpoint(const std::string& dir);
 
-// The device: `device` "cpu" or "cuda", or "" for the one the checkpoint was trained on (whose
-// failure suggests --device cpu). threads: CPU threads (0: every core).
-Status open_device(CheckpointModel* c, const std::string& device, int threads);
-
-// The --device and --threads flags of the commands that run a checkpoint (momoe-eval,
-// momoe-generate), and open_device with them: --device, else the trained device; --threads,
-// else the checkpoint's parallel.threads (0: every core).
-void declare_device_flags(FlagParser* flags);
-Status open_device(CheckpointModel* c, const FlagParser& flags);
+// The device: `device`, or the one the checkpoint was trained on (nullopt). threads: CPU threads
+// in [0, 4096] (0: every core).
+Status open_device(CheckpointModel* c, std::optional<DeviceKind> device, int threads);
 
 // Builds the model (no EP group: it holds every expert) and loads the weights.
 Status load_model(CheckpointModel* c);

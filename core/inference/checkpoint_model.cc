@@ -1,4 +1,4 @@
-#include "launcher/checkpoint_model.h"
+#include "core/inference/checkpoint_model.h"
 
 #include <algorithm>
 
@@ -49,24 +49,18 @@ StatusOr<CheckpointModel> open_checkpoint(const std::string& dir) {
   return c;
 }
 
-Status open_device(CheckpointModel* c, const std::string& device, int threads) {
-  if (!device.empty()) {
-    if (device != "cpu" && device != "cuda") {
-      return invalid_argument_error("--device ", device, " is not one of cpu, cuda");
-    }
-    c->cfg.train.device = device == "cuda" ? DeviceKind::kCuda : DeviceKind::kCpu;
-  }
+Status open_device(CheckpointModel* c, std::optional<DeviceKind> device, int threads) {
+  if (device) c->cfg.train.device = *device;
   if (threads < 0 || threads > 4096) {
-    return invalid_argument_error("--threads ", threads, " must be in [0, 4096] (0: every core)");
+    return invalid_argument_error("threads = ", threads, " must be in [0, 4096] (0: every core)");
   }
   ContextOptions context;
   context.threads = threads;
   StatusOr<RunDevice> run_device = make_run_device(c->cfg.train.device, context, 0);
-  if (!run_device.ok() && c->cfg.train.device == DeviceKind::kCuda && device.empty()) {
-    return Status(
-        run_device.status().code(),
-        str_cat("checkpoint ", c->dir, " was trained on a GPU: ", run_device.status().message(),
-                "; pass --device cpu to use it on the CPU"));
+  if (!run_device.ok() && c->cfg.train.device == DeviceKind::kCuda && !device) {
+    return Status(run_device.status().code(),
+                  str_cat("checkpoint ", c->dir, " was trained on a GPU: ",
+                          run_device.status().message()));
   }
   MOE_RETURN_IF_ERROR(run_device.status());
   c->ctx = std::move(run_device->ctx);
@@ -75,20 +69,6 @@ Status open_device(CheckpointModel* c, const std::string& device, int threads) {
     kernels::ref::print_blas_warning(0);
   }
   return Status::OK();
-}
-
-void declare_device_flags(FlagParser* flags) {
-  flags->value("device", "cpu or cuda (default: the device the checkpoint was trained on)");
-  flags->value("threads",
-               "CPU threads (default: the checkpoint's parallel.threads; 0 = every core)");
-}
-
-Status open_device(CheckpointModel* c, const FlagParser& flags) {
-  MOE_ASSIGN_OR_RETURN(const int64_t threads, flags.get_int("threads", c->cfg.parallel.threads));
-  if (threads < 0 || threads > 4096) {
-    return invalid_argument_error("--threads ", threads, " must be in [0, 4096] (0: every core)");
-  }
-  return open_device(c, flags.get("device"), static_cast<int>(threads));
 }
 
 Status load_model(CheckpointModel* c) {

@@ -1,4 +1,4 @@
-#include "launcher/sampling.h"
+#include "core/inference/sampling.h"
 
 #include <algorithm>
 #include <cmath>

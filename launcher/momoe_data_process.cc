@@ -1,4 +1,4 @@
-#include "core/data/prepare_process.h"
+#include "launcher/momoe_data_process.h"
 
 #include <signal.h>
 #include <sys/wait.h>
@@ -18,6 +18,8 @@
 #include "core/io/file_util.h"
 
 namespace moe::data {
+
+void use_momoe_data_for_sentencepiece() { register_prepare_elsewhere(&run_prepare_process); }
 
 std::string momoe_data_path() {
   if (const char* env = std::getenv("MOMOE_DATA"); env != nullptr && *env != '\0') return env;
