@@ -108,7 +108,7 @@ else
   done
 fi
 
-# Mutation testing: the copy's build costs about four minutes on two cores, each mutant seconds.
+# Mutation testing: the copy's build costs about two minutes on two cores, each mutant seconds.
 if [ $# -gt 0 ]; then
   echo "== mutation testing: not run (the caller narrowed the run with ctest arguments)"
 elif [ "$mutants" = none ]; then
