@@ -136,8 +136,8 @@ pack() {
     [ -d "$libdir/pmix2" ] && cp -a "$libdir/pmix2" "$tmp/mpi/usr/lib/x86_64-linux-gnu/"
     cp -a /usr/share/openmpi "$tmp/mpi/usr/share/"
     [ -d /usr/share/pmix ] && cp -a /usr/share/pmix "$tmp/mpi/usr/share/"
-    copy_deps "$tmp/lib" "$tmp/mpi/usr/bin/mpirun" "$tmp/mpi/usr/bin/orted" \
-      $(find "$tmp/mpi" -name '*.so' -type f)
+    mapfile -t mpi_libs < <(find "$tmp/mpi" -name '*.so' -type f)
+    copy_deps "$tmp/lib" "$tmp/mpi/usr/bin/mpirun" "$tmp/mpi/usr/bin/orted" "${mpi_libs[@]}"
   fi
   {
     echo "source_rev $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null)$(git -C "$ROOT" diff --quiet 2>/dev/null || echo '+dirty')"

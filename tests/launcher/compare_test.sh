@@ -10,7 +10,7 @@ out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 export OPENBLAS_NUM_THREADS=1
 fail() { echo "FAIL: $*"; exit 1; }
-common=(--config "$config" --seeds 1,2 --set train.steps=20 --set train.eval_sequences=8
+common=(--config "$config" --seeds "1,2" --set train.steps=20 --set train.eval_sequences=8
         --set train.attack_rate=0.05 --set data.cache_dir="$out/cache" --losses 7.5)
 
 # --final-eval subset: the runs skip the whole-split pass (the slow part of a small grid).

@@ -12,7 +12,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OPENBLAS_NUM_TH
 fail() { echo "FAIL: $*"; exit 1; }
 timeout_s=30
 common=(--config "$config" --run-dir "$run" --set train.steps=6 --set train.checkpoint_every=2
-        --set train.eval_sequences=8 --set parallel.timeout_seconds=$timeout_s)
+        --set train.eval_sequences=8 --set "parallel.timeout_seconds=$timeout_s")
 # The bound, from the configured timeouts: with or without mpirun's help, the survivors stop no
 # later than momoe's own detection, a collective timeout plus the diagnosis that names the missing
 # rank (min(10 s, timeout), comm/mpi_communicator.h), then MPI_Abort. Twice that, counted from

@@ -40,7 +40,11 @@ wait_for() {
 long=(--set train.steps=1000000 --set train.log_every=200)
 # The complete checkpoints of a run directory (not the .tmp/.trash/.aside of a save in flight).
 complete_checkpoints() {
-  ls -d "$1"/ckpt-* 2> /dev/null | grep -E '/ckpt-[0-9]+$'
+  local d
+  for d in "$1"/ckpt-*; do  # in name order, as ls lists them
+    [[ "$d" =~ /ckpt-[0-9]+$ ]] && [ -d "$d" ] && echo "$d"
+  done
+  return 0
 }
 
 case $case in
@@ -312,7 +316,7 @@ rollback_loop)
     kill -KILL "$pid" 2> /dev/null; wait "$pid" 2> /dev/null
     # The live lineage: the checkpoint resumed from, or newer ones of its branch.
     tstep=${target##*ckpt-}
-    on_lineage() { [ -n "$1" ] && [ "${1##*ckpt-}" \> "$tstep" -o "${1##*ckpt-}" = "$tstep" ]; }
+    on_lineage() { [ -n "$1" ] && { [ "${1##*ckpt-}" \> "$tstep" ] || [ "${1##*ckpt-}" = "$tstep" ]; }; }
     newest=$(complete_checkpoints "$dir" | tail -1)
     if ! on_lineage "$newest"; then
       # Killed inside a commit (ckpt-N.tmp complete, the old ckpt-N renamed to .trash): the
