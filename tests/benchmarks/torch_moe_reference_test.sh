@@ -9,7 +9,8 @@ set -euo pipefail
 bench=$1
 src=$2
 py=${MOMOE_PYTHON:-/usr/bin/python3}
-fail() { echo "FAIL: $*" >&2; exit 1; }
+# shellcheck source=../testing/shell_helpers.sh
+source "$(dirname "$0")/../testing/shell_helpers.sh"  # fail, expect_in, expect_code
 "$py" -c "import torch" 2> /dev/null ||
   fail "$py cannot import torch: install python3-torch (tests/run.sh does)"
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/momoe_torch_ref_test.XXXXXX")

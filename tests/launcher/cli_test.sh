@@ -9,7 +9,8 @@ config=$2
 run=$(mktemp -d)
 trap 'rm -rf "$run"' EXIT
 export OPENBLAS_NUM_THREADS=1
-fail() { echo "FAIL: $*"; exit 1; }
+# shellcheck source=../testing/shell_helpers.sh
+source "$(dirname "$0")/../testing/shell_helpers.sh"  # fail, expect_in, expect_code
 
 MOMOE_PROGRESS_SECONDS=0 "$bin/momoe-train" --config "$config" --run-dir "$run" --set train.steps=4 \
   --set train.eval_sequences=8 > "$run/train.log" 2>&1 || { cat "$run/train.log"; fail "momoe-train failed"; }

@@ -9,7 +9,8 @@ config=$2
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 export OPENBLAS_NUM_THREADS=1
-fail() { echo "FAIL: $*"; exit 1; }
+# shellcheck source=../testing/shell_helpers.sh
+source "$(dirname "$0")/../testing/shell_helpers.sh"  # fail, expect_in, expect_code
 common=(--config "$config" --seeds "1,2" --set train.steps=20 --set train.eval_sequences=8
         --set train.attack_rate=0.05 --set data.cache_dir="$out/cache" --losses 7.5)
 

@@ -19,7 +19,8 @@ bin=$1
 src=$2
 mode=${3:-cpu}
 py=${MOMOE_PYTHON:-/usr/bin/python3}
-fail() { echo "FAIL: $*" >&2; exit 1; }
+# shellcheck source=../testing/shell_helpers.sh
+source "$(dirname "$0")/../testing/shell_helpers.sh"  # fail, expect_in, expect_code
 "$py" -c "import torch, numpy" 2> /dev/null ||
   fail "$py cannot import torch and numpy: install python3-torch and python3-numpy (tests/run.sh does)"
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/momoe_export_test.XXXXXX")

@@ -18,14 +18,9 @@ brown=$src/data/brown
 run=$(mktemp -d)
 trap 'rm -rf "$run"' EXIT
 export OPENBLAS_NUM_THREADS=1
-fail() { echo "FAIL: $*"; exit 1; }
-expect_code() {  # expect_code CODE NEEDLE COMMAND...
-  local code=$1 needle=$2; shift 2
-  "$@" > "$run/out" 2> "$run/err"
-  local rc=$?
-  [ "$rc" -eq "$code" ] || { cat "$run/out" "$run/err"; fail "'$*' exited $rc, expected $code"; }
-  grep -qF -- "$needle" "$run/err" || { cat "$run/err"; fail "'$*' did not mention '$needle'"; }
-}
+# shellcheck source=../testing/shell_helpers.sh
+source "$(dirname "$0")/../testing/shell_helpers.sh"  # fail, expect_in, expect_code
+export EXPECT_DIR=$run  # expect_code's out and err
 gen() {  # gen OUT FLAGS...: stdout to OUT, stderr to OUT.err
   local out=$1; shift
   "$bin/momoe-generate" "$@" > "$out" 2> "$out.err" || { cat "$out.err"; fail "momoe-generate $* failed"; }

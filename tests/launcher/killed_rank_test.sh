@@ -9,7 +9,8 @@ config=$2
 run=$(mktemp -d)
 trap 'kill $(jobs -p) 2> /dev/null; rm -rf "$run"' EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OPENBLAS_NUM_THREADS=1
-fail() { echo "FAIL: $*"; exit 1; }
+# shellcheck source=../testing/shell_helpers.sh
+source "$(dirname "$0")/../testing/shell_helpers.sh"  # fail, expect_in, expect_code
 timeout_s=30
 common=(--config "$config" --run-dir "$run" --set train.steps=6 --set train.checkpoint_every=2
         --set train.eval_sequences=8 --set "parallel.timeout_seconds=$timeout_s")

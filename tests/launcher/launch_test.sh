@@ -6,7 +6,8 @@ bin=$1
 config=$2
 run=$(mktemp -d)
 trap 'rm -rf "$run"' EXIT
-fail() { echo "FAIL: $*"; exit 1; }
+# shellcheck source=../testing/shell_helpers.sh
+source "$(dirname "$0")/../testing/shell_helpers.sh"  # fail, expect_in, expect_code
 export OPENBLAS_NUM_THREADS=1 NCCL_DEBUG=WARN
 out=$("$bin/momoe-launch" -np 16 --hostfile hosts --ranks-per-node 8 --launcher mpirun --dry-run -- momoe-train --config c.pbtxt --ep 8)
 echo "$out"

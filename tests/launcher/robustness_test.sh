@@ -11,7 +11,9 @@ run=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$run"' EXIT
 export OPENBLAS_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 cache="$run/cache"
-fail() { echo "FAIL [$case]: $*"; exit 1; }
+# shellcheck source=../testing/shell_helpers.sh
+source "$(dirname "$0")/../testing/shell_helpers.sh"  # fail, expect_in, expect_code
+export FAIL_CONTEXT=$case  # "FAIL [case]: ..."
 # train RUN_DIR [FLAGS...]: the tiny model with a shared token cache; output in RUN_DIR.log.
 train() {
   local dir=$1; shift
@@ -24,9 +26,6 @@ start() {
   "$bin/momoe-train" --config "$config" --run-dir "$dir" --set train.eval_sequences=8 \
     --set data.cache_dir="$cache" "$@" > "$dir.log" 2>&1 &
   pid=$!
-}
-expect_in() {  # expect_in FILE NEEDLE
-  grep -qF -- "$2" "$1" || { cat "$1"; fail "'$2' not in $1"; }
 }
 # Waits until FILE contains NEEDLE (at most 60 s) while process $pid lives.
 wait_for() {
@@ -467,12 +466,7 @@ memory)
   ;;
 inputs)
   # Bad input gets exit code 2 and a message naming it.
-  expect_code() {  # expect_code CODE NEEDLE COMMAND...
-    local code=$1 needle=$2; shift 2
-    "$@" > "$run/err" 2>&1; local rc=$?
-    [ "$rc" -eq "$code" ] || { cat "$run/err"; fail "'$*' exited $rc, expected $code"; }
-    grep -qF -- "$needle" "$run/err" || { cat "$run/err"; fail "'$*' did not mention '$needle'"; }
-  }
+  export EXPECT_DIR=$run  # expect_code's out and err
   train "$run/ok" --set train.steps=2 || fail "run"
   ck=$run/ok/ckpt-00000002
   expect_code 2 "--attack-rate -1 must be in [0, 1)" "$bin/momoe-eval" --checkpoint "$ck" --text "$config" --attack-rate -1

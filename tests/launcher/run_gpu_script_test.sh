@@ -16,7 +16,8 @@ build=$(cd "$1" && pwd)
 root=$(cd "$(dirname "$0")/../.." && pwd)
 out=$(mktemp -d)
 trap '[ -n "${KEEP:-}" ] || rm -rf "$out"' EXIT
-fail() { echo "FAIL: $*"; exit 1; }
+# shellcheck source=../testing/shell_helpers.sh
+source "$(dirname "$0")/../testing/shell_helpers.sh"  # fail, expect_in, expect_code
 if nvidia-smi -L 2> /dev/null | grep -q '^GPU '; then echo "a GPU is visible: nothing to practise"; exit 0; fi
 # The script's scratch (MOMOE_GPU_WORK) lives in $out too: nothing is left in /tmp.
 run() { BUNDLE=/nonexistent BUILD_DIR=$build MOMOE_GPU_WORK=$out/work "$root/tests/run_gpu.sh" "$@"; }

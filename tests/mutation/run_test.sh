@@ -7,7 +7,8 @@ set -euo pipefail
 harness="$(cd "$(dirname "$0")" && pwd)/run.py"
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/momoe_mutation_test.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
+# shellcheck source=../testing/shell_helpers.sh
+source "$(dirname "$0")/../testing/shell_helpers.sh"  # fail, expect_in, expect_code
 
 toy=$tmp/toy
 mkdir -p "$toy/tests/mutation"

@@ -1,0 +1,29 @@
+# Helpers the shell tests source (tests/launcher/*.sh, tests/benchmarks/*.sh, tests/mutation/):
+#   source "$(dirname "$0")/../testing/shell_helpers.sh"
+# Each helper fails the test with a message that names what was expected.
+# shellcheck shell=bash
+
+# fail MESSAGE...: "FAIL: MESSAGE" (with " [$FAIL_CONTEXT]" after FAIL when set) on stderr, exit 1.
+fail() {
+  echo "FAIL${FAIL_CONTEXT:+ [$FAIL_CONTEXT]}: $*" >&2
+  exit 1
+}
+
+# expect_in FILE NEEDLE: FILE contains NEEDLE (a fixed string); else prints FILE and fails.
+expect_in() {
+  grep -qF -- "$2" "$1" || { cat "$1"; fail "'$2' not in $1"; }
+}
+
+# expect_code CODE NEEDLE COMMAND...: COMMAND exits CODE and its output (stdout, stderr) mentions
+# NEEDLE. Its stdout and stderr are kept in $EXPECT_DIR/out and $EXPECT_DIR/err (EXPECT_DIR:
+# the test's scratch directory, which it must set).
+expect_code() {
+  local code=$1 needle=$2 rc
+  shift 2
+  "$@" > "$EXPECT_DIR/out" 2> "$EXPECT_DIR/err"
+  rc=$?
+  [ "$rc" -eq "$code" ] ||
+    { cat "$EXPECT_DIR/out" "$EXPECT_DIR/err"; fail "'$*' exited $rc, expected $code"; }
+  cat "$EXPECT_DIR/out" "$EXPECT_DIR/err" | grep -qF -- "$needle" ||
+    { cat "$EXPECT_DIR/out" "$EXPECT_DIR/err"; fail "'$*' did not mention '$needle'"; }
+}
