@@ -27,10 +27,10 @@
 #include <cstdlib>
 
 #include "benchmarks/bench_util.h"
+#include "comm/world.h"
 #include "core/base/rng.h"
 #include "core/layers/moe_dispatcher.h"
 #include "kernels/moe_dispatch.h"
-#include "comm/world.h"
 
 namespace moe::bench {
 namespace {
@@ -129,7 +129,8 @@ Status bench_alltoall(int argc, char** argv, comm::World* world) {
       MoeDispatcher d(roomy, ctx.get(), comm);
       DispatchPlan plan;
       Tensor drops = Tensor::zeros({2}, DType::kF64);
-      MOE_RETURN_IF_ERROR(d.plan(random_routing(world->rank(), small, experts, k), 0, drops, &plan));
+      MOE_RETURN_IF_ERROR(
+          d.plan(random_routing(world->rank(), small, experts, k), 0, drops, &plan));
       if (drops.data<double>()[0] != 0) return internal_error("check failed: C = T dropped a slot");
       MOE_RETURN_IF_ERROR(check_identity(*ctx, d, plan, small, dim, k));
     }
@@ -174,14 +175,14 @@ Status bench_alltoall(int argc, char** argv, comm::World* world) {
                              comm));
     Tensor x = Tensor::empty({tokens, dim}, DType::kF32);
     for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = 1.f;
-    MOE_ASSIGN_OR_RETURN(Timing end_to_end,
-                         time_it(
-                             warmup, iterations,
-                             [&]() -> Status {
-                               MOE_ASSIGN_OR_RETURN(Tensor rows, d.dispatch(x, plan));
-                               return d.gather_back(rows, plan).status();
-                             },
-                             comm));
+    MOE_ASSIGN_OR_RETURN(Timing end_to_end, time_it(
+                                                warmup, iterations,
+                                                [&]() -> Status {
+                                                  MOE_ASSIGN_OR_RETURN(Tensor rows,
+                                                                       d.dispatch(x, plan));
+                                                  return d.gather_back(rows, plan).status();
+                                                },
+                                                comm));
     MOE_ASSIGN_OR_RETURN(Timing planning, time_it(
                                               warmup, iterations,
                                               [&]() -> Status {

@@ -24,10 +24,10 @@
 #include "core/base/hash.h"
 #include "core/data/dataset.h"
 #include "core/data/prepare.h"
-#include "launcher/momoe_data_process.h"
 #include "core/data/sequences.h"
 #include "core/data/token_cache.h"
 #include "core/io/file_util.h"
+#include "launcher/momoe_data_process.h"
 #include "proto/run_convert.h"
 
 namespace moe::bench {

@@ -187,8 +187,10 @@ Status bench_layer(int argc, char** argv, comm::World* world) {
   MOE_ASSIGN_OR_RETURN(Tensor ga, ctx.empty({tokens * cfg.top_k, d}, act));
   MOE_ASSIGN_OR_RETURN(Tensor gb, ctx.empty({d, f}, act));
   MOE_ASSIGN_OR_RETURN(Tensor gc, ctx.empty({tokens * cfg.top_k, f}, act));
-  MOE_RETURN_IF_ERROR(kernels::init_normal(ctx, ga, 1.0, CounterRng{3, make_stream(RngTag::kTest, 3, 0)}));
-  MOE_RETURN_IF_ERROR(kernels::init_normal(ctx, gb, 1.0, CounterRng{3, make_stream(RngTag::kTest, 3, 1)}));
+  MOE_RETURN_IF_ERROR(
+      kernels::init_normal(ctx, ga, 1.0, CounterRng{3, make_stream(RngTag::kTest, 3, 0)}));
+  MOE_RETURN_IF_ERROR(
+      kernels::init_normal(ctx, gb, 1.0, CounterRng{3, make_stream(RngTag::kTest, 3, 1)}));
   MOE_ASSIGN_OR_RETURN(Timing g, time_it(warm, iters, [&]() {
                          MOE_RETURN_IF_ERROR(kernels::gemm(ctx, ga, false, gb, false, gc));
                          return ctx.synchronize();

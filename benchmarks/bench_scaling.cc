@@ -14,8 +14,8 @@
 
 #include "benchmarks/bench_util.h"
 #include "benchmarks/layer_fixture.h"
-#include "core/train/trainer.h"
 #include "comm/world.h"
+#include "core/train/trainer.h"
 #include "proto/run_convert.h"
 
 namespace moe::bench {

@@ -152,21 +152,21 @@ StatusOr<double> train_tokens_per_second(const std::string& preset, int steps, c
 }
 
 Status bench_train(int argc, char** argv, comm::World* world) {
-  MOE_ASSIGN_OR_RETURN(Args a,
-                       Args::parse(argc, argv,
-                                   {"preset", "config", "steps", "warmup", "threads", "device", "precision"}));
+  MOE_ASSIGN_OR_RETURN(Args a, Args::parse(argc, argv,
+                                           {"preset", "config", "steps", "warmup", "threads",
+                                            "device", "precision"}));
   const std::string device = a.get_str("device", "cpu");
   if (device != "cpu" && device != "cuda") {
     return invalid_argument_error("--device ", device, " is not one of cpu, cuda");
   }
   const std::vector<Preset> ps = presets(a.get_str("preset", "all"));
   if (ps.empty()) return invalid_argument_error("--preset must be quickstart, smoe-medium or all");
-  const std::string config = a.get_str("config", std::string(MOE_SOURCE_DIR) + "/configs/quickstart.pbtxt");
+  const std::string config =
+      a.get_str("config", std::string(MOE_SOURCE_DIR) + "/configs/quickstart.pbtxt");
   for (const Preset& p : ps) {
-    MOE_RETURN_IF_ERROR(run_preset(p, config, static_cast<int>(a.get("steps", 5)),
-                                   static_cast<int>(a.get("warmup", 1)),
-                                   static_cast<int>(a.get("threads", 0)), device,
-                                   a.get_str("precision", ""), world));
+    MOE_RETURN_IF_ERROR(run_preset(
+        p, config, static_cast<int>(a.get("steps", 5)), static_cast<int>(a.get("warmup", 1)),
+        static_cast<int>(a.get("threads", 0)), device, a.get_str("precision", ""), world));
   }
   return Status::OK();
 }

@@ -10,10 +10,14 @@ namespace moe::bench {
 
 const char* variant_name(LayerVariant v) {
   switch (v) {
-    case LayerVariant::kPlain: return "plain";
-    case LayerVariant::kMomentum: return "momentum";
-    case LayerVariant::kAc: return "ac";
-    case LayerVariant::kSparseMixer: return "sparsemixer";
+    case LayerVariant::kPlain:
+      return "plain";
+    case LayerVariant::kMomentum:
+      return "momentum";
+    case LayerVariant::kAc:
+      return "ac";
+    case LayerVariant::kSparseMixer:
+      return "sparsemixer";
   }
   return "?";
 }
@@ -69,8 +73,9 @@ LayerFixture::LayerFixture(const MoeLayerConfig& cfg, int64_t tokens, comm::Comm
       MOE_CHECK(kernels::init_constant(*ctx_, p->master, 1.0).ok());
       continue;
     }
-    const uint64_t first =
-        p->kind == ParamKind::kExpert ? static_cast<uint64_t>(p->first_expert * (p->numel() / p->shape[0])) : 0;
+    const uint64_t first = p->kind == ParamKind::kExpert
+                               ? static_cast<uint64_t>(p->first_expert * (p->numel() / p->shape[0]))
+                               : 0;
     const CounterRng rng{1, make_stream(RngTag::kTest, 1, param_stream)};
     MOE_CHECK(kernels::init_normal(*ctx_, p->master, 0.05, rng, first).ok());
   }
@@ -79,7 +84,9 @@ LayerFixture::LayerFixture(const MoeLayerConfig& cfg, int64_t tokens, comm::Comm
   uint64_t stream = 100 + static_cast<uint64_t>(rank) * 4;
   auto randn = [&](Shape s, DType dtype) {
     Tensor t = ctx_->empty(s, dtype).value();
-    MOE_CHECK(kernels::init_normal(*ctx_, t, 1.0, CounterRng{2, make_stream(RngTag::kTest, 2, stream++)}).ok());
+    MOE_CHECK(
+        kernels::init_normal(*ctx_, t, 1.0, CounterRng{2, make_stream(RngTag::kTest, 2, stream++)})
+            .ok());
     return t;
   };
   x_ = randn({tokens, d}, act);

@@ -28,8 +28,8 @@ double flops_forward(int64_t tokens, int64_t d, int64_t f, int64_t e, int64_t k)
 }
 
 void run(benchmark::State& state, bool with_backward) {
-  const int64_t tokens = state.range(0), d = state.range(1), f = state.range(2),
-                e = state.range(3), k = state.range(4);
+  const int64_t tokens = state.range(0), d = state.range(1), f = state.range(2), e = state.range(3),
+                k = state.range(4);
   const LayerVariant variant = kVariants[state.range(5)];
   const MoeLayerConfig cfg = layer_config(d, f, e, k, variant);
   LayerFixture fixture(cfg, tokens, nullptr);
@@ -48,8 +48,8 @@ void run(benchmark::State& state, bool with_backward) {
     }
   }
   const double flops = flops_forward(tokens, d, f, e, cfg.top_k) * (with_backward ? 3 : 1);
-  state.counters["tokens_per_s"] =
-      benchmark::Counter(static_cast<double>(tokens), benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["tokens_per_s"] = benchmark::Counter(
+      static_cast<double>(tokens), benchmark::Counter::kIsIterationInvariantRate);
   state.counters["GFLOP_per_s"] =
       benchmark::Counter(flops / 1e9, benchmark::Counter::kIsIterationInvariantRate);
   state.SetLabel(variant_name(variant));

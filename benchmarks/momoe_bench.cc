@@ -84,7 +84,8 @@ const char* usage_of(const std::string& cmd) {
     return "momoe-bench sgemm: the loaded BLAS kernel's sgemm on momoe's GEMM shapes: the worst\n"
            "error against an exact product in units of u sum|a||b| beside its derived bound, and\n"
            "the single-threaded GFLOP/s (exit 1 when a shape exceeds the bound)\n"
-           "  --rows 256 (rows of the large products)  --seconds-ms 200 (timing per shape; 0: none)\n";
+           "  --rows 256 (rows of the large products)  --seconds-ms 200 (timing per shape; 0: "
+           "none)\n";
   }
   if (cmd == "env") return "momoe-bench env: the environment line alone (CPU, BLAS, build)\n";
   return nullptr;
@@ -101,10 +102,11 @@ int run(int argc, char** argv) {
     }
   }
   if (argc < 2 || std::strcmp(argv[1], "--help") == 0) {
-    std::fprintf(argc < 2 ? stderr : stdout,
-                 "usage: momoe-bench layer|train|alltoall|scaling|data|sgemm|env [--key value ...]\n"
-                 "  (momoe-bench SUBCOMMAND --help: its options and defaults)\n"
-                 "example: momoe-bench train --preset quickstart --steps 5\n");
+    std::fprintf(
+        argc < 2 ? stderr : stdout,
+        "usage: momoe-bench layer|train|alltoall|scaling|data|sgemm|env [--key value ...]\n"
+        "  (momoe-bench SUBCOMMAND --help: its options and defaults)\n"
+        "example: momoe-bench train --preset quickstart --steps 5\n");
     return argc < 2 ? 2 : 0;
   }
   // The BLAS first, before MPI starts threads (it is loaded with its kernel chosen: see

@@ -35,8 +35,8 @@ StatusOr<std::string> broadcast_unique_id(Communicator& bootstrap,
                           received.empty() ? std::string("(empty message)") : received.substr(1));
   }
   if (received.size() != expected_size + 1) {
-    return internal_error("bootstrap: received an id of ", received.size() - 1,
-                          " bytes, expected ", expected_size);
+    return internal_error("bootstrap: received an id of ", received.size() - 1, " bytes, expected ",
+                          expected_size);
   }
   return received.substr(1);
 }

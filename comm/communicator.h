@@ -55,8 +55,8 @@ class Communicator {
   // Varying counts: in is [plan.send_total, ...], out is [plan.recv_total, ...], rows per plan.
   // Plans must agree (my send_counts[r] == rank r's recv_counts[me]). No aliasing. Rows outside
   // every range are neither read nor written (a plan's without(rank()) leaves my own rows alone).
-  virtual Status all_to_all_v(const TensorView& in, const AllToAllPlan& plan,
-                              const TensorView& out, Stream stream = {}) = 0;
+  virtual Status all_to_all_v(const TensorView& in, const AllToAllPlan& plan, const TensorView& out,
+                              Stream stream = {}) = 0;
   virtual Status barrier() = 0;
 
   // Variable-length host byte strings (serialized protobuf): root receives every rank's string in

@@ -9,8 +9,14 @@ namespace moe::comm {
 namespace {
 
 // The type a reduction accumulates in: bf16 in f32, everything else in itself.
-template <typename T> struct AccOf { using type = T; };
-template <> struct AccOf<bf16> { using type = float; };
+template <typename T>
+struct AccOf {
+  using type = T;
+};
+template <>
+struct AccOf<bf16> {
+  using type = float;
+};
 
 template <typename T>
 typename AccOf<T>::type load(T v) {
@@ -40,8 +46,10 @@ A combine(A a, A b, ReduceOp op) {
       } else {
         return a + b;
       }
-    case ReduceOp::kMax: return b > a ? b : a;
-    case ReduceOp::kMin: return b < a ? b : a;
+    case ReduceOp::kMax:
+      return b > a ? b : a;
+    case ReduceOp::kMin:
+      return b < a ? b : a;
   }
   return a;
 }
@@ -70,28 +78,40 @@ void pair(const void* in, void* inout, size_t n, ReduceOp op) {
 
 }  // namespace
 
-void reduce_in_rank_order(const std::vector<const void*>& srcs, DType dtype, size_t n,
-                          ReduceOp op, void* dst) {
+void reduce_in_rank_order(const std::vector<const void*>& srcs, DType dtype, size_t n, ReduceOp op,
+                          void* dst) {
   MOE_CHECK(!srcs.empty(), "reduce_in_rank_order needs at least one source");
   switch (dtype) {
-    case DType::kF32: return rank_order<float>(srcs, n, op, dst);
-    case DType::kF64: return rank_order<double>(srcs, n, op, dst);
-    case DType::kBF16: return rank_order<bf16>(srcs, n, op, dst);
-    case DType::kI32: return rank_order<int32_t>(srcs, n, op, dst);
-    case DType::kI64: return rank_order<int64_t>(srcs, n, op, dst);
-    case DType::kU8: return rank_order<uint8_t>(srcs, n, op, dst);
+    case DType::kF32:
+      return rank_order<float>(srcs, n, op, dst);
+    case DType::kF64:
+      return rank_order<double>(srcs, n, op, dst);
+    case DType::kBF16:
+      return rank_order<bf16>(srcs, n, op, dst);
+    case DType::kI32:
+      return rank_order<int32_t>(srcs, n, op, dst);
+    case DType::kI64:
+      return rank_order<int64_t>(srcs, n, op, dst);
+    case DType::kU8:
+      return rank_order<uint8_t>(srcs, n, op, dst);
   }
   MOE_CHECK(false, "reduce_in_rank_order: unknown dtype");
 }
 
 void reduce_pair(const void* in, void* inout, size_t n, DType dtype, ReduceOp op) {
   switch (dtype) {
-    case DType::kF32: return pair<float>(in, inout, n, op);
-    case DType::kF64: return pair<double>(in, inout, n, op);
-    case DType::kBF16: return pair<bf16>(in, inout, n, op);
-    case DType::kI32: return pair<int32_t>(in, inout, n, op);
-    case DType::kI64: return pair<int64_t>(in, inout, n, op);
-    case DType::kU8: return pair<uint8_t>(in, inout, n, op);
+    case DType::kF32:
+      return pair<float>(in, inout, n, op);
+    case DType::kF64:
+      return pair<double>(in, inout, n, op);
+    case DType::kBF16:
+      return pair<bf16>(in, inout, n, op);
+    case DType::kI32:
+      return pair<int32_t>(in, inout, n, op);
+    case DType::kI64:
+      return pair<int64_t>(in, inout, n, op);
+    case DType::kU8:
+      return pair<uint8_t>(in, inout, n, op);
   }
   MOE_CHECK(false, "reduce_pair: unknown dtype");
 }

@@ -12,8 +12,8 @@ StatusOr<HostStage> HostStage::input(const TensorView& view, Stream stream) {
   stage.stream_ = stream;
   stage.buffer_.resize(view.nbytes());
   // The copy is ordered after the producer's work on `stream`; wait for it to land.
-  MOE_RETURN_IF_ERROR(device_memcpy(stage.buffer_.data(), Device::host(), view.raw(),
-                                    view.device(), view.nbytes(), stream));
+  MOE_RETURN_IF_ERROR(device_memcpy(stage.buffer_.data(), Device::host(), view.raw(), view.device(),
+                                    view.nbytes(), stream));
   MOE_RETURN_IF_ERROR(stream_synchronize(view.device(), stream));
   return stage;
 }

@@ -27,12 +27,11 @@ std::string describe_rank(const LocalGroup& g, int q) {
 
 // Checks shared by every view argument of the Local backend.
 std::string host_view_error(const char* what, const TensorView& v) {
-  if (!v.is_host()) return str_cat(what, " is ", v.to_string(), " but the local backend needs host memory");
+  if (!v.is_host())
+    return str_cat(what, " is ", v.to_string(), " but the local backend needs host memory");
   if (!v.defined()) return str_cat(what, " has no data");
   return {};
 }
-
-
 
 void copy_bytes(void* dst, const void* src, size_t n) {
   if (n != 0 && dst != src) std::memcpy(dst, src, n);
@@ -180,7 +179,8 @@ Status LocalCommunicator::all_reduce(const TensorView& in, const TensorView& out
     reduce_in_rank_order(srcs, in.dtype(), static_cast<size_t>(in.numel()), op, result.data());
     return Status::OK();
   };
-  return collective(std::move(post), body, [&] { copy_bytes(out.raw(), result.data(), result.size()); });
+  return collective(std::move(post), body,
+                    [&] { copy_bytes(out.raw(), result.data(), result.size()); });
 }
 
 Status LocalCommunicator::all_gather(const TensorView& in, const TensorView& out, Stream) {
@@ -254,9 +254,8 @@ Status LocalCommunicator::all_to_all(const TensorView& in, const TensorView& out
   post.dtype = in.dtype();
   post.arg_error = host_view_error("in", in);
   if (post.arg_error.empty()) post.arg_error = host_view_error("out", out);
-  if (post.arg_error.empty() &&
-      (in.ndim() < 1 || out.ndim() < 1 || in.dim(0) % n != 0 || in.dtype() != out.dtype() ||
-       in.numel() != out.numel())) {
+  if (post.arg_error.empty() && (in.ndim() < 1 || out.ndim() < 1 || in.dim(0) % n != 0 ||
+                                 in.dtype() != out.dtype() || in.numel() != out.numel())) {
     post.arg_error = str_cat("in ", in.to_string(), " and out ", out.to_string(),
                              " must be equal [world_size ", n, " * k, ...] views of one dtype");
   }
@@ -295,10 +294,9 @@ Status LocalCommunicator::all_to_all_v(const TensorView& in, const AllToAllPlan&
   if (post.arg_error.empty() && plan.world_size() != n) {
     post.arg_error = str_cat("plan has ", plan.world_size(), " ranks, the communicator ", n);
   }
-  if (post.arg_error.empty() &&
-      (in.ndim() < 1 || out.ndim() < 1 || in.dim(0) != plan.send_total ||
-       out.dim(0) != plan.recv_total || in.dtype() != out.dtype() ||
-       row_bytes_of(in) != row_bytes_of(out))) {
+  if (post.arg_error.empty() && (in.ndim() < 1 || out.ndim() < 1 || in.dim(0) != plan.send_total ||
+                                 out.dim(0) != plan.recv_total || in.dtype() != out.dtype() ||
+                                 row_bytes_of(in) != row_bytes_of(out))) {
     post.arg_error = str_cat("in ", in.to_string(), " and out ", out.to_string(),
                              " must be [send_total ", plan.send_total, ", ...] and [recv_total ",
                              plan.recv_total, ", ...] with one row size and dtype");
@@ -327,7 +325,8 @@ Status LocalCommunicator::all_to_all_v(const TensorView& in, const AllToAllPlan&
       }
     }
     for (int q = 0; q < n; ++q) {
-      const char* src = static_cast<const char*>(posts[q].in) + posts[q].plan->send_offsets[rank_] * rb;
+      const char* src =
+          static_cast<const char*>(posts[q].in) + posts[q].plan->send_offsets[rank_] * rb;
       copy_bytes(static_cast<char*>(out.raw()) + plan.recv_offsets[q] * rb, src,
                  static_cast<size_t>(plan.recv_counts[q]) * rb);
     }
@@ -356,7 +355,8 @@ StatusOr<std::vector<std::string>> LocalCommunicator::gather_bytes(const std::st
     for (int q = 0; q < world_size(); ++q) {
       if (posts[q].root != root) {
         return invalid_argument_error("gather_bytes: ", describe_rank(*group_, q), " passed root ",
-                                      posts[q].root, ", ", describe_rank(*group_, rank_), " ", root);
+                                      posts[q].root, ", ", describe_rank(*group_, rank_), " ",
+                                      root);
       }
     }
     if (rank_ == root) {
@@ -453,7 +453,8 @@ Status LocalCommunicator::abort(const std::string& reason) {
 Status run_local_ranks(int world_size, const std::function<Status(Communicator&)>& fn,
                        LocalOptions opts) {
   if (world_size < 1) return invalid_argument_error("run_local_ranks: world size ", world_size);
-  std::vector<std::unique_ptr<Communicator>> comms = LocalCommunicator::create_world(world_size, opts);
+  std::vector<std::unique_ptr<Communicator>> comms =
+      LocalCommunicator::create_world(world_size, opts);
   std::mutex mu;
   Status first;
   std::vector<std::thread> threads;

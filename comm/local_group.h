@@ -26,21 +26,37 @@ struct LocalUniverse {
 };
 
 enum class LocalOp {
-  kAllReduce, kAllGather, kBroadcast, kAllToAll, kAllToAllV, kBarrier, kGatherBytes,
-  kBroadcastBytes, kSplit
+  kAllReduce,
+  kAllGather,
+  kBroadcast,
+  kAllToAll,
+  kAllToAllV,
+  kBarrier,
+  kGatherBytes,
+  kBroadcastBytes,
+  kSplit
 };
 
 inline const char* op_name(LocalOp op) {
   switch (op) {
-    case LocalOp::kAllReduce: return "all_reduce";
-    case LocalOp::kAllGather: return "all_gather";
-    case LocalOp::kBroadcast: return "broadcast";
-    case LocalOp::kAllToAll: return "all_to_all";
-    case LocalOp::kAllToAllV: return "all_to_all_v";
-    case LocalOp::kBarrier: return "barrier";
-    case LocalOp::kGatherBytes: return "gather_bytes";
-    case LocalOp::kBroadcastBytes: return "broadcast_bytes";
-    case LocalOp::kSplit: return "split";
+    case LocalOp::kAllReduce:
+      return "all_reduce";
+    case LocalOp::kAllGather:
+      return "all_gather";
+    case LocalOp::kBroadcast:
+      return "broadcast";
+    case LocalOp::kAllToAll:
+      return "all_to_all";
+    case LocalOp::kAllToAllV:
+      return "all_to_all_v";
+    case LocalOp::kBarrier:
+      return "barrier";
+    case LocalOp::kGatherBytes:
+      return "gather_bytes";
+    case LocalOp::kBroadcastBytes:
+      return "broadcast_bytes";
+    case LocalOp::kSplit:
+      return "split";
   }
   return "?";
 }
@@ -70,16 +86,19 @@ struct LocalGroup {
   };
 
   LocalGroup(std::shared_ptr<LocalUniverse> u, std::vector<int> world)
-      : universe(std::move(u)), world_ranks(std::move(world)), posts(world_ranks.size()),
-        arrived(world_ranks.size(), 0), finished(world_ranks.size(), 0) {}
+      : universe(std::move(u)),
+        world_ranks(std::move(world)),
+        posts(world_ranks.size()),
+        arrived(world_ranks.size(), 0),
+        finished(world_ranks.size(), 0) {}
   int size() const { return static_cast<int>(world_ranks.size()); }
 
   std::shared_ptr<LocalUniverse> universe;
-  std::vector<int> world_ranks;  // [size] group rank -> world rank
-  std::vector<LocalPost> posts;  // [size]
-  std::vector<int64_t> arrived;  // [size] sequence number of the last collective each rank posted
+  std::vector<int> world_ranks;   // [size] group rank -> world rank
+  std::vector<LocalPost> posts;   // [size]
+  std::vector<int64_t> arrived;   // [size] sequence number of the last collective each rank posted
   std::vector<int64_t> finished;  // [size] ... and of the last one it finished reading
-  std::string broken;  // non-empty after a timeout: why the group is unusable
+  std::string broken;             // non-empty after a timeout: why the group is unusable
   std::map<std::pair<int64_t, int>, PendingSplit> splits;  // (sequence, color) -> new group
 };
 

@@ -4,9 +4,9 @@
 
 #include <algorithm>
 #include <array>
-#include <functional>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <thread>
 
 #include "comm/host_reduce.h"
@@ -36,26 +36,33 @@ void bf16_min(void* in, void* inout, int* len, MPI_Datatype*) {
 
 MPI_Datatype mpi_type(DType dtype) {
   switch (dtype) {
-    case DType::kF32: return MPI_FLOAT;
-    case DType::kF64: return MPI_DOUBLE;
-    case DType::kBF16: return MPI_UINT16_T;
-    case DType::kI32: return MPI_INT32_T;
-    case DType::kI64: return MPI_INT64_T;
-    case DType::kU8: return MPI_UINT8_T;
+    case DType::kF32:
+      return MPI_FLOAT;
+    case DType::kF64:
+      return MPI_DOUBLE;
+    case DType::kBF16:
+      return MPI_UINT16_T;
+    case DType::kI32:
+      return MPI_INT32_T;
+    case DType::kI64:
+      return MPI_INT64_T;
+    case DType::kU8:
+      return MPI_UINT8_T;
   }
   return MPI_BYTE;
 }
 
 const char* op_text(ReduceOp op) {
   switch (op) {
-    case ReduceOp::kSum: return "sum";
-    case ReduceOp::kMax: return "max";
-    case ReduceOp::kMin: return "min";
+    case ReduceOp::kSum:
+      return "sum";
+    case ReduceOp::kMax:
+      return "max";
+    case ReduceOp::kMin:
+      return "min";
   }
   return "?";
 }
-
-
 
 // (datatype, count) describing `bytes` contiguous bytes with count <= max_count. Above it, one
 // element of a derived type: q blocks of max_count bytes, then the remainder (BigMPI's trick).
@@ -131,15 +138,15 @@ struct MpiCommunicator::Impl {
   int world_rank = 0;
   MpiOptions opts;
   MPI_Op bf16_ops[3] = {MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL};  // sum, max, min
-  std::string broken;                // why the communicator is unusable (after a timeout)
-  std::vector<MPI_Request> stuck;   // requests a timeout left pending
+  std::string broken;              // why the communicator is unusable (after a timeout)
+  std::vector<MPI_Request> stuck;  // requests a timeout left pending
   // Timeout diagnosis (see diagnose()): its own communicator, the wait counter, and every rank's
   // rank in MPI_COMM_WORLD (for messages).
   MPI_Comm diag = MPI_COMM_NULL;
   int64_t waits = 0;
   std::vector<int> world_of;
-  std::vector<int64_t> diag_out;                 // this rank's note, kept alive for the sends
-  std::vector<std::array<int64_t, 2>> diag_in;   // the peers' notes
+  std::vector<int64_t> diag_out;                // this rank's note, kept alive for the sends
+  std::vector<std::array<int64_t, 2>> diag_in;  // the peers' notes
 
   ~Impl() {
     if (!mpi_alive()) return;
@@ -191,7 +198,7 @@ struct MpiCommunicator::Impl {
   // that says nothing did not arrive (dead, hung, or busy elsewhere); one that names another wait
   // called the collectives in another order. Rank numbers are MPI_COMM_WORLD's.
   std::string diagnose(int64_t wait_id, const char* what, double grace) {
-    const int64_t code = static_cast<int64_t>(std::hash<std::string>{}(what) & 0x7fffffff);
+    const int64_t code = static_cast<int64_t>(std::hash<std::string>{}(what)&0x7fffffff);
     diag_out = {wait_id, code};
     diag_in.assign(static_cast<size_t>(size), {-1, -1});
     std::vector<MPI_Request> recvs(static_cast<size_t>(size), MPI_REQUEST_NULL);
@@ -201,7 +208,8 @@ struct MpiCommunicator::Impl {
       if (MPI_Isend(diag_out.data(), 2, MPI_INT64_T, r, kDiagTag, diag, &send) == MPI_SUCCESS) {
         stuck.push_back(send);
       }
-      if (MPI_Irecv(diag_in[r].data(), 2, MPI_INT64_T, r, kDiagTag, diag, &recvs[r]) != MPI_SUCCESS) {
+      if (MPI_Irecv(diag_in[r].data(), 2, MPI_INT64_T, r, kDiagTag, diag, &recvs[r]) !=
+          MPI_SUCCESS) {
         recvs[r] = MPI_REQUEST_NULL;
       }
     }
@@ -273,10 +281,11 @@ struct MpiCommunicator::Impl {
     const auto backoff = Clock::now() + std::chrono::seconds(1);
     for (;;) {
       int done = 0;
-      const int rc = MPI_Testall(static_cast<int>(reqs.size()), reqs.data(), &done,
-                                 MPI_STATUSES_IGNORE);
+      const int rc =
+          MPI_Testall(static_cast<int>(reqs.size()), reqs.data(), &done, MPI_STATUSES_IGNORE);
       if (rc != MPI_SUCCESS) {
-        return internal_error("mpi: ", what, " on ", who(), ": ", ::moe::detail::mpi_error_string(rc));
+        return internal_error("mpi: ", what, " on ", who(), ": ",
+                              ::moe::detail::mpi_error_string(rc));
       }
       if (done) return Status::OK();
       if (Clock::now() >= deadline) {
@@ -324,8 +333,7 @@ StatusOr<std::unique_ptr<Communicator>> MpiCommunicator::create_world(MpiOptions
   }
   if (opts.max_count < 1 || opts.max_count > INT_MAX || !(opts.timeout_seconds > 0)) {
     return invalid_argument_error("MpiOptions: max_count ", opts.max_count, " must be in [1, ",
-                                  INT_MAX, "] and timeout_seconds ", opts.timeout_seconds,
-                                  " > 0");
+                                  INT_MAX, "] and timeout_seconds ", opts.timeout_seconds, " > 0");
   }
   MPI_Comm dup = MPI_COMM_NULL;
   MOE_MPI_RETURN_IF_ERROR(MPI_Comm_dup(MPI_COMM_WORLD, &dup));
@@ -392,8 +400,8 @@ Status MpiCommunicator::all_gather(const TensorView& in, const TensorView& out, 
   ByteType bt;
   MOE_RETURN_IF_ERROR(bt.build(in.nbytes(), impl_->opts.max_count));
   MPI_Request req = MPI_REQUEST_NULL;
-  MOE_MPI_RETURN_IF_ERROR(MPI_Iallgather(src.data(), bt.count(), bt.type(), dst.data(),
-                                         bt.count(), bt.type(), impl_->comm, &req));
+  MOE_MPI_RETURN_IF_ERROR(MPI_Iallgather(src.data(), bt.count(), bt.type(), dst.data(), bt.count(),
+                                         bt.type(), impl_->comm, &req));
   MOE_RETURN_IF_ERROR(impl_->wait_one(req, "all_gather"));
   return dst.finish();
 }
@@ -419,7 +427,8 @@ Status MpiCommunicator::all_to_all(const TensorView& in, const TensorView& out, 
   if (in.ndim() < 1 || out.ndim() < 1 || in.dim(0) % n != 0 || in.dtype() != out.dtype() ||
       in.numel() != out.numel() || !in.defined() || !out.defined()) {
     return invalid_argument_error("all_to_all: in ", in.to_string(), " and out ", out.to_string(),
-                                  " must be equal [world_size ", n, " * k, ...] views of one dtype");
+                                  " must be equal [world_size ", n,
+                                  " * k, ...] views of one dtype");
   }
   if (overlaps(in.raw(), in.nbytes(), out.raw(), out.nbytes())) {
     return invalid_argument_error("all_to_all: in and out overlap");
@@ -447,8 +456,8 @@ Status MpiCommunicator::all_to_all_v(const TensorView& in, const AllToAllPlan& p
   if (in.ndim() < 1 || out.ndim() < 1 || in.dim(0) != plan.send_total ||
       out.dim(0) != plan.recv_total || in.dtype() != out.dtype() ||
       row_bytes_of(in) != row_bytes_of(out) || !in.defined() || !out.defined()) {
-    return invalid_argument_error("all_to_all_v: in ", in.to_string(), " and out ",
-                                  out.to_string(), " must be [send_total ", plan.send_total,
+    return invalid_argument_error("all_to_all_v: in ", in.to_string(), " and out ", out.to_string(),
+                                  " must be [send_total ", plan.send_total,
                                   ", ...] and [recv_total ", plan.recv_total,
                                   ", ...] with one row size and dtype");
   }
@@ -462,8 +471,8 @@ Status MpiCommunicator::all_to_all_v(const TensorView& in, const AllToAllPlan& p
                                plan.recv_offsets[r]};
     for (int64_t v : values) {
       if (v > limit) {
-        return invalid_argument_error("all_to_all_v: ", v, " rows exceed MPI's count limit ",
-                                      limit, " (", plan.to_string(), ")");
+        return invalid_argument_error("all_to_all_v: ", v, " rows exceed MPI's count limit ", limit,
+                                      " (", plan.to_string(), ")");
       }
     }
     send_counts[r] = static_cast<int>(values[0]);
@@ -499,8 +508,8 @@ StatusOr<std::vector<std::string>> MpiCommunicator::gather_bytes(const std::stri
   int64_t my_length = static_cast<int64_t>(mine.size());
   std::vector<int64_t> lengths(n);
   MPI_Request req = MPI_REQUEST_NULL;
-  MOE_MPI_RETURN_IF_ERROR(
-      MPI_Iallgather(&my_length, 1, MPI_INT64_T, lengths.data(), 1, MPI_INT64_T, impl_->comm, &req));
+  MOE_MPI_RETURN_IF_ERROR(MPI_Iallgather(&my_length, 1, MPI_INT64_T, lengths.data(), 1, MPI_INT64_T,
+                                         impl_->comm, &req));
   MOE_RETURN_IF_ERROR(impl_->wait_one(req, "gather_bytes (lengths)"));
   int64_t total = 0, longest = 0;
   for (int64_t length : lengths) {
@@ -536,7 +545,8 @@ StatusOr<std::vector<std::string>> MpiCommunicator::gather_bytes(const std::stri
                                       bt.type(), root, impl_->comm, &req));
   MOE_RETURN_IF_ERROR(impl_->wait_one(req, "gather_bytes"));
   if (impl_->rank == root) {
-    for (int r = 0; r < n; ++r) result.push_back(all.substr(static_cast<size_t>(longest) * r, lengths[r]));
+    for (int r = 0; r < n; ++r)
+      result.push_back(all.substr(static_cast<size_t>(longest) * r, lengths[r]));
   }
   return result;
 }
@@ -551,7 +561,8 @@ StatusOr<std::string> MpiCommunicator::broadcast_bytes(const std::string& value,
   std::string result = impl_->rank == root ? value : std::string(static_cast<size_t>(length), '\0');
   ByteType bt;
   MOE_RETURN_IF_ERROR(bt.build(static_cast<size_t>(length), impl_->opts.max_count));
-  MOE_MPI_RETURN_IF_ERROR(MPI_Ibcast(result.data(), bt.count(), bt.type(), root, impl_->comm, &req));
+  MOE_MPI_RETURN_IF_ERROR(
+      MPI_Ibcast(result.data(), bt.count(), bt.type(), root, impl_->comm, &req));
   MOE_RETURN_IF_ERROR(impl_->wait_one(req, "broadcast_bytes"));
   return result;
 }
@@ -563,7 +574,8 @@ StatusOr<std::unique_ptr<Communicator>> MpiCommunicator::split(int color, int ke
   MOE_MPI_RETURN_IF_ERROR(MPI_Ibarrier(impl_->comm, &req));
   MOE_RETURN_IF_ERROR(impl_->wait_one(req, "split"));
   MPI_Comm sub = MPI_COMM_NULL;
-  MOE_MPI_RETURN_IF_ERROR(MPI_Comm_split(impl_->comm, color < 0 ? MPI_UNDEFINED : color, key, &sub));
+  MOE_MPI_RETURN_IF_ERROR(
+      MPI_Comm_split(impl_->comm, color < 0 ? MPI_UNDEFINED : color, key, &sub));
   if (sub == MPI_COMM_NULL) return std::unique_ptr<Communicator>();
   auto impl = std::make_unique<Impl>();
   MOE_RETURN_IF_ERROR(impl->adopt(sub, impl_->opts));

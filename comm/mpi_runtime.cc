@@ -28,10 +28,14 @@ bool mpi_alive() {
 namespace {
 int to_mpi_level(MpiThreadLevel level) {
   switch (level) {
-    case MpiThreadLevel::kSingle: return MPI_THREAD_SINGLE;
-    case MpiThreadLevel::kFunneled: return MPI_THREAD_FUNNELED;
-    case MpiThreadLevel::kSerialized: return MPI_THREAD_SERIALIZED;
-    case MpiThreadLevel::kMultiple: return MPI_THREAD_MULTIPLE;
+    case MpiThreadLevel::kSingle:
+      return MPI_THREAD_SINGLE;
+    case MpiThreadLevel::kFunneled:
+      return MPI_THREAD_FUNNELED;
+    case MpiThreadLevel::kSerialized:
+      return MPI_THREAD_SERIALIZED;
+    case MpiThreadLevel::kMultiple:
+      return MPI_THREAD_MULTIPLE;
   }
   return MPI_THREAD_SINGLE;
 }

@@ -16,21 +16,30 @@ namespace {
 
 ncclDataType_t nccl_type(DType dtype) {
   switch (dtype) {
-    case DType::kF32: return ncclFloat32;
-    case DType::kF64: return ncclFloat64;
-    case DType::kBF16: return ncclBfloat16;
-    case DType::kI32: return ncclInt32;
-    case DType::kI64: return ncclInt64;
-    case DType::kU8: return ncclUint8;
+    case DType::kF32:
+      return ncclFloat32;
+    case DType::kF64:
+      return ncclFloat64;
+    case DType::kBF16:
+      return ncclBfloat16;
+    case DType::kI32:
+      return ncclInt32;
+    case DType::kI64:
+      return ncclInt64;
+    case DType::kU8:
+      return ncclUint8;
   }
   return ncclUint8;
 }
 
 ncclRedOp_t nccl_op(ReduceOp op) {
   switch (op) {
-    case ReduceOp::kSum: return ncclSum;
-    case ReduceOp::kMax: return ncclMax;
-    case ReduceOp::kMin: return ncclMin;
+    case ReduceOp::kSum:
+      return ncclSum;
+    case ReduceOp::kMax:
+      return ncclMax;
+    case ReduceOp::kMin:
+      return ncclMin;
   }
   return ncclSum;
 }
@@ -54,8 +63,6 @@ bool all_host(std::initializer_list<const TensorView*> views) {
   return true;
 }
 
-
-
 }  // namespace
 
 struct NcclCommunicator::Impl {
@@ -77,9 +84,9 @@ struct NcclCommunicator::Impl {
 
   // Entry check of every call: not aborted, device selected. Returns the communicator as read
   // under the lock: a collective uses this copy and never reads `comm` again, which a watchdog's
-  // abort_comm may null meanwhile (the same snapshot PyTorch's NCCL watchdog relies on; ncclCommAbort
-  // is NCCL's way to release a call blocked on the communicator). A race of this kind is invisible
-  // on the CPU: compute-sanitizer and the NCCL stage of tests/run_gpu.sh exercise it.
+  // abort_comm may null meanwhile (the same snapshot PyTorch's NCCL watchdog relies on;
+  // ncclCommAbort is NCCL's way to release a call blocked on the communicator). A race of this kind
+  // is invisible on the CPU: compute-sanitizer and the NCCL stage of tests/run_gpu.sh exercise it.
   StatusOr<ncclComm_t> enter() {
     ncclComm_t c = nullptr;
     {
@@ -121,8 +128,8 @@ struct NcclCommunicator::Impl {
                                "); a peer may have died");
     }
     if (state != ncclSuccess && state != ncclInProgress) {
-      return internal_error("nccl: rank ", rank, ": asynchronous error ",
-                            ncclGetErrorString(state), " (", ncclGetLastError(comm), ")");
+      return internal_error("nccl: rank ", rank, ": asynchronous error ", ncclGetErrorString(state),
+                            " (", ncclGetLastError(comm), ")");
     }
     return Status::OK();
   }
@@ -210,8 +217,8 @@ Status NcclCommunicator::all_gather(const TensorView& in, const TensorView& out,
   if (overlaps(in.raw(), in.nbytes(), out.raw(), out.nbytes())) {
     return invalid_argument_error("all_gather: in and out overlap");
   }
-  return MOE_NCCL_STATUS(ncclAllGather(in.raw(), out.raw(), in.nbytes(), ncclUint8, comm,
-                                       cuda_stream(stream)));
+  return MOE_NCCL_STATUS(
+      ncclAllGather(in.raw(), out.raw(), in.nbytes(), ncclUint8, comm, cuda_stream(stream)));
 }
 
 Status NcclCommunicator::broadcast(const TensorView& buf, int root, Stream stream) {
@@ -223,8 +230,8 @@ Status NcclCommunicator::broadcast(const TensorView& buf, int root, Stream strea
     return invalid_argument_error("broadcast: root ", root, " is not a rank of a world of ",
                                   impl_->size);
   }
-  return MOE_NCCL_STATUS(ncclBroadcast(buf.raw(), buf.raw(), buf.nbytes(), ncclUint8, root,
-                                       comm, cuda_stream(stream)));
+  return MOE_NCCL_STATUS(ncclBroadcast(buf.raw(), buf.raw(), buf.nbytes(), ncclUint8, root, comm,
+                                       cuda_stream(stream)));
 }
 
 Status NcclCommunicator::all_to_all(const TensorView& in, const TensorView& out, Stream stream) {
@@ -237,7 +244,8 @@ Status NcclCommunicator::all_to_all(const TensorView& in, const TensorView& out,
   if (in.ndim() < 1 || out.ndim() < 1 || in.dim(0) % n != 0 || in.dtype() != out.dtype() ||
       in.numel() != out.numel()) {
     return invalid_argument_error("all_to_all: in ", in.to_string(), " and out ", out.to_string(),
-                                  " must be equal [world_size ", n, " * k, ...] views of one dtype");
+                                  " must be equal [world_size ", n,
+                                  " * k, ...] views of one dtype");
   }
   if (overlaps(in.raw(), in.nbytes(), out.raw(), out.nbytes())) {
     return invalid_argument_error("all_to_all: in and out overlap");
@@ -247,8 +255,8 @@ Status NcclCommunicator::all_to_all(const TensorView& in, const TensorView& out,
     for (int r = 0; r < n; ++r) {
       MOE_NCCL_RETURN_IF_ERROR(ncclSend(static_cast<const char*>(in.raw()) + r * chunk, chunk,
                                         ncclUint8, r, comm, cuda_stream(stream)));
-      MOE_NCCL_RETURN_IF_ERROR(ncclRecv(static_cast<char*>(out.raw()) + r * chunk, chunk,
-                                        ncclUint8, r, comm, cuda_stream(stream)));
+      MOE_NCCL_RETURN_IF_ERROR(ncclRecv(static_cast<char*>(out.raw()) + r * chunk, chunk, ncclUint8,
+                                        r, comm, cuda_stream(stream)));
     }
     return Status::OK();
   });
@@ -269,8 +277,8 @@ Status NcclCommunicator::all_to_all_v(const TensorView& in, const AllToAllPlan& 
   if (in.ndim() < 1 || out.ndim() < 1 || in.dim(0) != plan.send_total ||
       out.dim(0) != plan.recv_total || in.dtype() != out.dtype() ||
       row_bytes_of(in) != row_bytes_of(out)) {
-    return invalid_argument_error("all_to_all_v: in ", in.to_string(), " and out ",
-                                  out.to_string(), " must be [send_total ", plan.send_total,
+    return invalid_argument_error("all_to_all_v: in ", in.to_string(), " and out ", out.to_string(),
+                                  " must be [send_total ", plan.send_total,
                                   ", ...] and [recv_total ", plan.recv_total,
                                   ", ...] with one row size and dtype");
   }
@@ -286,9 +294,9 @@ Status NcclCommunicator::all_to_all_v(const TensorView& in, const AllToAllPlan& 
                      plan.send_counts[r] * rb, ncclUint8, r, comm, cuda_stream(stream)));
       }
       if (plan.recv_counts[r] > 0) {
-        MOE_NCCL_RETURN_IF_ERROR(
-            ncclRecv(static_cast<char*>(out.raw()) + plan.recv_offsets[r] * rb,
-                     plan.recv_counts[r] * rb, ncclUint8, r, comm, cuda_stream(stream)));
+        MOE_NCCL_RETURN_IF_ERROR(ncclRecv(static_cast<char*>(out.raw()) + plan.recv_offsets[r] * rb,
+                                          plan.recv_counts[r] * rb, ncclUint8, r, comm,
+                                          cuda_stream(stream)));
       }
     }
     return Status::OK();

@@ -56,8 +56,8 @@ void Watchdog::loop() {
       }
     }
     if (why.empty() && elapsed > timeout_seconds_) {
-      why = str_cat(what, " has not finished after ", static_cast<int64_t>(elapsed),
-                    " s (bound ", timeout_seconds_, " s): a peer is lost or stalled");
+      why = str_cat(what, " has not finished after ", static_cast<int64_t>(elapsed), " s (bound ",
+                    timeout_seconds_, " s): a peer is lost or stalled");
     }
     lock.lock();
     // The section may have ended (or another begun) while the communicators were polled.

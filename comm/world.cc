@@ -52,8 +52,9 @@ StatusOr<std::unique_ptr<Communicator>> nccl_over(std::unique_ptr<Communicator> 
   return NcclCommunicator::create(std::move(bootstrap), opts);
 #else
   (void)bootstrap;
-  return unimplemented_error("parallel.backend = NCCL: this build has no NCCL backend (configure "
-                             "with MOE_WITH_CUDA=ON and MOE_WITH_NCCL=ON where nccl.h is found)");
+  return unimplemented_error(
+      "parallel.backend = NCCL: this build has no NCCL backend (configure "
+      "with MOE_WITH_CUDA=ON and MOE_WITH_NCCL=ON where nccl.h is found)");
 #endif
 }
 
@@ -87,10 +88,12 @@ StatusOr<World> make_world(int* argc, char*** argv, CommBackend backend, double 
   World w;
   const bool mpi = launched_by_mpi();
   if (backend == CommBackend::kNccl && cuda_device_count() == 0) {
-    return failed_precondition_error("parallel.backend = NCCL needs a GPU on every rank, but none "
-                                     "is usable here (", cuda_unavailable_reason(),
-                                     "); check CUDA_VISIBLE_DEVICES and the driver, or use the "
-                                     "MPI backend");
+    return failed_precondition_error(
+        "parallel.backend = NCCL needs a GPU on every rank, but none "
+        "is usable here (",
+        cuda_unavailable_reason(),
+        "); check CUDA_VISIBLE_DEVICES and the driver, or use the "
+        "MPI backend");
   }
   if (backend == CommBackend::kNccl && !mpi) {
     // One process: NCCL at one rank, bootstrapped by a Local world of one.
@@ -130,9 +133,10 @@ StatusOr<World> make_world(int* argc, char*** argv, CommBackend backend, double 
   (void)argv;
   (void)timeout_seconds;
   (void)device;
-  return unimplemented_error("launched under mpirun (or parallel.backend = MPI/NCCL), but this "
-                             "build has no MPI backend (configure with MOE_WITH_MPI=ON and an MPI "
-                             "library)");
+  return unimplemented_error(
+      "launched under mpirun (or parallel.backend = MPI/NCCL), but this "
+      "build has no MPI backend (configure with MOE_WITH_MPI=ON and an MPI "
+      "library)");
 #endif
 }
 

@@ -19,7 +19,7 @@ namespace moe::comm {
 struct World {
   std::shared_ptr<void> runtime;       // keeps MPI initialised while alive
   std::unique_ptr<Communicator> comm;  // null: single process
-  std::string note;                    // how the backend was chosen, when AUTO chose (rank 0 prints)
+  std::string note;  // how the backend was chosen, when AUTO chose (rank 0 prints)
   int rank() const { return comm ? comm->rank() : 0; }
   int size() const { return comm ? comm->world_size() : 1; }
 };

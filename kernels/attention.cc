@@ -8,8 +8,8 @@ namespace moe::kernels {
 namespace {
 
 // Validates args and qkv [B*S, 3D] with D divisible by H; sets *d_model.
-Status check_args(const Context& ctx, const char* op, const AttentionArgs& a,
-                  const TensorView& qkv, int64_t* d_model) {
+Status check_args(const Context& ctx, const char* op, const AttentionArgs& a, const TensorView& qkv,
+                  int64_t* d_model) {
   MOE_RETURN_IF_ERROR(check_act(ctx, op, "qkv", qkv));
   if (a.batch < 1 || a.seq_len < 1 || a.heads < 1) {
     return invalid_argument_error(op, ": batch, seq_len and heads must be >= 1, got ", a.batch,
@@ -28,8 +28,8 @@ Status check_args(const Context& ctx, const char* op, const AttentionArgs& a,
   return Status::OK();
 }
 
-Status check_act_shape(const char* op, const TensorView& qkv, const char* name,
-                       const TensorView& t, const Shape& shape) {
+Status check_act_shape(const char* op, const TensorView& qkv, const char* name, const TensorView& t,
+                       const Shape& shape) {
   MOE_RETURN_IF_ERROR(check_same_dtype(op, qkv, name, t));
   return check_shape(op, name, t, shape);
 }

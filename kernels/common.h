@@ -28,11 +28,11 @@ namespace moe::kernels {
   ::moe::DeviceAccessScope _moe_device_scope;                        \
   ::moe::ParallelScope _moe_parallel_scope((ctx).thread_pool())
 #if defined(MOE_WITH_CUDA)
-#define MOE_ON_CUDA(ctx, call)                              \
-  if ((ctx).device().is_cuda()) {                           \
+#define MOE_ON_CUDA(ctx, call)                                   \
+  if ((ctx).device().is_cuda()) {                                \
     const ::moe::CudaDeviceGuard _moe_on_device((ctx).device()); \
-    return (call);                                          \
-  }                                                         \
+    return (call);                                               \
+  }                                                              \
   static_cast<void>(0)
 #else
 #define MOE_ON_CUDA(ctx, call) static_cast<void>(0)
@@ -73,9 +73,15 @@ T* data_or_null(const TensorView& t) {
 template <typename Fn>
 Status dispatch_act(const char* op, const TensorView& t, Fn&& f) {
   switch (t.dtype()) {
-    case DType::kF32: f(float{}, float{}); return Status::OK();
-    case DType::kF64: f(double{}, double{}); return Status::OK();
-    case DType::kBF16: f(bf16{}, float{}); return Status::OK();
+    case DType::kF32:
+      f(float{}, float{});
+      return Status::OK();
+    case DType::kF64:
+      f(double{}, double{});
+      return Status::OK();
+    case DType::kBF16:
+      f(bf16{}, float{});
+      return Status::OK();
     default:
       return invalid_argument_error(op, ": dtype ", dtype_name(t.dtype()),
                                     " is not an activation dtype (f32, f64, bf16)");
@@ -86,8 +92,12 @@ Status dispatch_act(const char* op, const TensorView& t, Fn&& f) {
 template <typename Fn>
 Status dispatch_full(const char* op, const TensorView& t, Fn&& f) {
   switch (t.dtype()) {
-    case DType::kF32: f(float{}); return Status::OK();
-    case DType::kF64: f(double{}); return Status::OK();
+    case DType::kF32:
+      f(float{});
+      return Status::OK();
+    case DType::kF64:
+      f(double{});
+      return Status::OK();
     default:
       return invalid_argument_error(op, ": dtype ", dtype_name(t.dtype()),
                                     " is not a full-precision dtype (f32, f64)");
@@ -98,13 +108,18 @@ Status dispatch_full(const char* op, const TensorView& t, Fn&& f) {
 template <typename Fn>
 Status dispatch_float(const char* op, const TensorView& t, Fn&& f) {
   switch (t.dtype()) {
-    case DType::kF32: f(float{}); return Status::OK();
-    case DType::kF64: f(double{}); return Status::OK();
-    case DType::kBF16: f(bf16{}); return Status::OK();
+    case DType::kF32:
+      f(float{});
+      return Status::OK();
+    case DType::kF64:
+      f(double{});
+      return Status::OK();
+    case DType::kBF16:
+      f(bf16{});
+      return Status::OK();
     default:
       return invalid_argument_error(op, ": dtype ", dtype_name(t.dtype()), " is not a float dtype");
   }
 }
-
 
 }  // namespace moe::kernels

@@ -10,7 +10,8 @@ namespace {
 Status check_ids(const Context& ctx, const char* op, const TensorView& ids) {
   MOE_RETURN_IF_ERROR(check_device(ctx, op, "ids", ids));
   MOE_RETURN_IF_ERROR(check_dtype(op, "ids", ids, DType::kI32));
-  if (ids.ndim() != 1) return invalid_argument_error(op, ": ids must be [N], got ", ids.to_string());
+  if (ids.ndim() != 1)
+    return invalid_argument_error(op, ": ids must be [N], got ", ids.to_string());
   return Status::OK();
 }
 

@@ -32,7 +32,8 @@ Status validate_blocks(const char* op, const ExpertBlocks& b, const TensorView& 
     }
   }
   if (b.rows() != rows) {
-    return invalid_argument_error(op, ": blocks cover ", b.rows(), " rows, the tensors have ", rows);
+    return invalid_argument_error(op, ": blocks cover ", b.rows(), " rows, the tensors have ",
+                                  rows);
   }
   return Status::OK();
 }

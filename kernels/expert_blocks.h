@@ -21,10 +21,10 @@
 namespace moe::kernels {
 
 struct ExpertBlocks {
-  int64_t ranks = 1;          // R
-  int64_t local_experts = 1;  // E_l
-  int64_t capacity = -1;      // C, or -1 (dropless)
-  Tensor filled;              // capacity mode, optional: i32 [R * E_l] rows in use per block
+  int64_t ranks = 1;             // R
+  int64_t local_experts = 1;     // E_l
+  int64_t capacity = -1;         // C, or -1 (dropless)
+  Tensor filled;                 // capacity mode, optional: i32 [R * E_l] rows in use per block
   std::vector<int64_t> offsets;  // dropless: [R * E_l + 1] host row offsets
 
   int64_t blocks() const { return ranks * local_experts; }

@@ -20,8 +20,8 @@ Status check_operands(const Context& ctx, const char* op, const TensorView& a, c
   const bool same = c.dtype() == a.dtype();
   const bool widened = a.dtype() == DType::kBF16 && c.dtype() == DType::kF32;
   if (!same && !widened) {
-    return invalid_argument_error(op, ": ", c_name, " has dtype ", dtype_name(c.dtype()),
-                                  " for ", dtype_name(a.dtype()), " operands (expected ",
+    return invalid_argument_error(op, ": ", c_name, " has dtype ", dtype_name(c.dtype()), " for ",
+                                  dtype_name(a.dtype()), " operands (expected ",
                                   dtype_name(a.dtype()),
                                   a.dtype() == DType::kBF16 ? " or f32)" : ")");
   }

@@ -42,8 +42,7 @@ Status layernorm_forward(Context& ctx, const TensorView& x, const TensorView& ga
 
 Status layernorm_backward(Context& ctx, const TensorView& dy, const TensorView& x,
                           const TensorView& gamma, const TensorView& mean, const TensorView& rstd,
-                          const TensorView& dx, const TensorView& dgamma,
-                          const TensorView& dbeta) {
+                          const TensorView& dx, const TensorView& dgamma, const TensorView& dbeta) {
   constexpr const char* kOp = "layernorm_backward";
   MOE_KERNEL_ENTRY_CUDA(ctx, kOp);
   MOE_RETURN_IF_ERROR(check_common(ctx, kOp, x, gamma, mean, rstd));

@@ -25,9 +25,9 @@ Status check_row_range(const char* op, const char* name, const TensorView& rows,
 }
 
 // y [M, D] act; row [T, K] i32; gate [T, K] F; omega [D] F or empty; u [T, D] act.
-Status check_combine(const Context& ctx, const char* op, const TensorView& y,
-                     const TensorView& row, const TensorView& gate, const TensorView& omega,
-                     const char* u_name, const TensorView& u) {
+Status check_combine(const Context& ctx, const char* op, const TensorView& y, const TensorView& row,
+                     const TensorView& gate, const TensorView& omega, const char* u_name,
+                     const TensorView& u) {
   MOE_RETURN_IF_ERROR(check_act(ctx, op, "y", y));
   MOE_RETURN_IF_ERROR(check_same_dtype(op, y, u_name, u));
   if (y.ndim() != 2 || row.ndim() != 2 || u.ndim() != 2 || u.dim(1) != y.dim(1)) {
@@ -46,9 +46,9 @@ Status check_combine(const Context& ctx, const char* op, const TensorView& y,
 
 }  // namespace
 
-Status moe_layout(Context& ctx, const LayoutArgs& a, const TensorView& idx,
-                  const TensorView& slot, const TensorView& row, const TensorView& load,
-                  const TensorView& kept, const TensorView& send_token, const TensorView& send_key,
+Status moe_layout(Context& ctx, const LayoutArgs& a, const TensorView& idx, const TensorView& slot,
+                  const TensorView& row, const TensorView& load, const TensorView& kept,
+                  const TensorView& send_token, const TensorView& send_key,
                   const TensorView& drops) {
   constexpr const char* kOp = "moe_layout";
   MOE_KERNEL_ENTRY_CUDA(ctx, kOp);
@@ -68,8 +68,8 @@ Status moe_layout(Context& ctx, const LayoutArgs& a, const TensorView& idx,
   if (drops.numel() > 0) {
     MOE_RETURN_IF_ERROR(check_tensor(ctx, kOp, "drops", drops, DType::kF64, Shape{2}));
   }
-  MOE_ON_CUDA(ctx, cuda::moe_layout(ctx, a, idx, slot, row, load, kept, send_token, send_key,
-                                    drops));
+  MOE_ON_CUDA(ctx,
+              cuda::moe_layout(ctx, a, idx, slot, row, load, kept, send_token, send_key, drops));
   const int32_t* pidx = idx.data<int32_t>();
   for (int64_t i = 0; i < idx.numel(); ++i) {
     if (pidx[i] < 0 || pidx[i] >= experts) {
@@ -140,8 +140,8 @@ Status gather_rows(Context& ctx, const TensorView& src, const TensorView& index,
   MOE_RETURN_IF_ERROR(check_device(ctx, kOp, "src", src));
   MOE_RETURN_IF_ERROR(check_same_dtype(kOp, src, "dst", dst));
   if (src.ndim() != 2 || dst.ndim() != 2 || src.dim(1) != dst.dim(1)) {
-    return invalid_argument_error(kOp, ": needs src [N, D] and dst [M, D], got ",
-                                  src.to_string(), ", ", dst.to_string());
+    return invalid_argument_error(kOp, ": needs src [N, D] and dst [M, D], got ", src.to_string(),
+                                  ", ", dst.to_string());
   }
   MOE_RETURN_IF_ERROR(check_tensor(ctx, kOp, "index", index, DType::kI32, Shape{dst.dim(0)}));
   MOE_ON_CUDA(ctx, cuda::gather_rows(ctx, src, index, dst));
@@ -209,8 +209,7 @@ Status combine(Context& ctx, const TensorView& y, const TensorView& row, const T
 
 Status combine_backward(Context& ctx, const TensorView& du, const TensorView& y,
                         const TensorView& row, const TensorView& gate, const TensorView& omega,
-                        const TensorView& dy, const TensorView& d_gate,
-                        const TensorView& d_omega) {
+                        const TensorView& dy, const TensorView& d_gate, const TensorView& d_omega) {
   constexpr const char* kOp = "combine_backward";
   MOE_KERNEL_ENTRY_CUDA(ctx, kOp);
   MOE_RETURN_IF_ERROR(check_combine(ctx, kOp, y, row, gate, omega, "du", du));

@@ -6,8 +6,8 @@
 
 namespace moe::kernels {
 
-Status adamw_step(Context& ctx, const AdamWArgs& a, const TensorView& param,
-                  const TensorView& grad, const TensorView& m, const TensorView& v) {
+Status adamw_step(Context& ctx, const AdamWArgs& a, const TensorView& param, const TensorView& grad,
+                  const TensorView& m, const TensorView& v) {
   constexpr const char* kOp = "adamw_step";
   MOE_KERNEL_ENTRY_CUDA(ctx, kOp);
   MOE_RETURN_IF_ERROR(check_full(ctx, kOp, "param", param));

@@ -55,7 +55,7 @@ Status residual_backward(Context& ctx, const ResidualArgs& args, const TensorVie
 
 // y = x + a_shift * p (the robust variant's router and expert input). x, y act; p F.
 // Overwrites y. (Its backward adds a_shift * dL/dy to dL/dp: kernels::axpy.)
-Status residual_shift_input(Context& ctx, const TensorView& x, const TensorView& p,
-                            double a_shift, const TensorView& y);
+Status residual_shift_input(Context& ctx, const TensorView& x, const TensorView& p, double a_shift,
+                            const TensorView& y);
 
 }  // namespace moe::kernels

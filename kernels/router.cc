@@ -72,8 +72,8 @@ Status topk_softmax(Context& ctx, const TensorView& logits, const TensorView& id
   MOE_ON_CUDA(ctx, cuda::topk_softmax(ctx, logits, idx, gate, probs, lse));
   return dispatch_full(kOp, logits, [&](auto tag) {
     using T = decltype(tag);
-    ref::topk_softmax<T>(logits.data<T>(), tokens, experts, k, idx.data<int32_t>(),
-                         gate.data<T>(), probs.data<T>(), lse.data<T>());
+    ref::topk_softmax<T>(logits.data<T>(), tokens, experts, k, idx.data<int32_t>(), gate.data<T>(),
+                         probs.data<T>(), lse.data<T>());
   });
 }
 
@@ -117,15 +117,14 @@ Status sparsemixer_route(Context& ctx, const SparseMixerRouteArgs& args, const T
     using T = decltype(tag);
     ref::sparsemixer_route<T>(args.params, args.training, args.rng, args.token_offset,
                               logits.data<T>(), tokens, experts, idx.data<int32_t>(),
-                              gate.data<T>(), probs.data<T>(), lse.data<T>(),
-                              mask.data<uint8_t>(), scale.data<T>(), is_argmax.data<uint8_t>());
+                              gate.data<T>(), probs.data<T>(), lse.data<T>(), mask.data<uint8_t>(),
+                              scale.data<T>(), is_argmax.data<uint8_t>());
   });
 }
 
 Status sparsemixer_backward(Context& ctx, SparseMixerGateGrad rule, const TensorView& d_gate,
-                            const TensorView& idx, const TensorView& probs,
-                            const TensorView& mask, const TensorView& scale,
-                            const TensorView& d_logits) {
+                            const TensorView& idx, const TensorView& probs, const TensorView& mask,
+                            const TensorView& scale, const TensorView& d_logits) {
   constexpr const char* kOp = "sparsemixer_backward";
   MOE_KERNEL_ENTRY_CUDA(ctx, kOp);
   MOE_RETURN_IF_ERROR(check_logits(ctx, kOp, "probs", probs));
@@ -135,8 +134,8 @@ Status sparsemixer_backward(Context& ctx, SparseMixerGateGrad rule, const Tensor
   MOE_RETURN_IF_ERROR(check_tensor(ctx, kOp, "mask", mask, DType::kU8, probs.shape()));
   MOE_RETURN_IF_ERROR(check_as(kOp, probs, "scale", scale, Shape{tokens}));
   MOE_RETURN_IF_ERROR(check_as(kOp, probs, "d_logits", d_logits, probs.shape()));
-  MOE_ON_CUDA(ctx, cuda::sparsemixer_backward(ctx, rule, d_gate, idx, probs, mask, scale,
-                                              d_logits));
+  MOE_ON_CUDA(ctx,
+              cuda::sparsemixer_backward(ctx, rule, d_gate, idx, probs, mask, scale, d_logits));
   return dispatch_full(kOp, probs, [&](auto tag) {
     using T = decltype(tag);
     ref::sparsemixer_backward<T>(rule, d_gate.data<T>(), idx.data<int32_t>(), probs.data<T>(),
@@ -162,7 +161,8 @@ Status aux_sums(Context& ctx, const TensorView& probs, const TensorView& lse,
     std::fill(v, v + aux_packed_size(experts), 0.0);
     const T* p = probs.data<T>();
     for (int64_t t = 0; t < rows; ++t)
-      for (int64_t e = 0; e < experts; ++e) v[experts + e] += static_cast<double>(p[t * experts + e]);
+      for (int64_t e = 0; e < experts; ++e)
+        v[experts + e] += static_cast<double>(p[t * experts + e]);
     for (int64_t e = 0; e < experts; ++e) v[e] = static_cast<double>(load.data<int64_t>()[e]);
     v[2 * experts] = static_cast<double>(tokens);
     const T* z = lse.data<T>();
@@ -238,8 +238,7 @@ Status ac_cluster_abs_dev(Context& ctx, const TensorView& x, const TensorView& l
   return dispatch_float(kOp, x, [&](auto tag) {
     using A = decltype(tag);
     ref::ac_cluster_abs_dev<A>(x.data<A>(), labels.data<int32_t>(), x.dim(0), x.dim(1), experts,
-                               sums.data<double>(), counts.data<int64_t>(),
-                               abs_dev.data<double>());
+                               sums.data<double>(), counts.data<int64_t>(), abs_dev.data<double>());
   });
 }
 

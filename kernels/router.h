@@ -43,9 +43,8 @@ Status sparsemixer_route(Context& ctx, const SparseMixerRouteArgs& args, const T
 // (1 + c) s), then through the masked softmax: d_logits[t, j] += dpi * pi_D (1[j = D] - pi_j)
 // Delta_j. Accumulates into d_logits.
 Status sparsemixer_backward(Context& ctx, SparseMixerGateGrad rule, const TensorView& d_gate,
-                            const TensorView& idx, const TensorView& probs,
-                            const TensorView& mask, const TensorView& scale,
-                            const TensorView& d_logits);
+                            const TensorView& idx, const TensorView& probs, const TensorView& mask,
+                            const TensorView& scale, const TensorView& d_logits);
 
 // --- Auxiliary losses --------------------------------------------------------------------------
 // The sums the auxiliary losses are made of, packed for one all-reduce over the ranks that share

@@ -150,7 +150,8 @@ Status run(int argc, char** argv) {
               "each run's final evaluation: both (default), subset, whole or none "
               "(subset skips the whole-split pass, the slow part of a small grid)");
   flags.value("losses", "comma-separated training losses to report steps-to-reach for");
-  flags.value("jobs", "runs at a time (default: the number of cores; GPU runs: the number of GPUs)");
+  flags.value("jobs",
+              "runs at a time (default: the number of cores; GPU runs: the number of GPUs)");
   flags.value("out", "output directory (default runs/compare)");
   flags.value("baseline",
               "a finished momoe-compare output directory to compare with: summary.md adds each "
@@ -286,7 +287,8 @@ Status run(int argc, char** argv) {
   }
   // GPU runs: one at a time per visible GPU (each run sees its own, unless CUDA_VISIBLE_DEVICES
   // was set for us); CPU runs share the cores.
-  const int gpus = on_gpu && std::getenv("CUDA_VISIBLE_DEVICES") == nullptr ? cuda_device_count() : 0;
+  const int gpus =
+      on_gpu && std::getenv("CUDA_VISIBLE_DEVICES") == nullptr ? cuda_device_count() : 0;
   const int64_t cores = std::max<int64_t>(1, std::thread::hardware_concurrency());
   MOE_ASSIGN_OR_RETURN(int64_t jobs, flags.get_int("jobs", on_gpu ? std::max(1, gpus) : cores));
   if (jobs < 1) return invalid_argument_error("--jobs ", jobs, " must be >= 1");
@@ -349,10 +351,11 @@ Status run(int argc, char** argv) {
   while (done < queue.size()) {
     while (next < queue.size() && static_cast<int64_t>(running.size()) < jobs) {
       // The least busy GPU (none for CPU runs).
-      const int gpu = gpus > 0 && queue[next].gpu ? static_cast<int>(std::min_element(runs_on_gpu.begin(),
-                                                                     runs_on_gpu.end()) -
-                                                    runs_on_gpu.begin())
-                               : -1;
+      const int gpu =
+          gpus > 0 && queue[next].gpu
+              ? static_cast<int>(std::min_element(runs_on_gpu.begin(), runs_on_gpu.end()) -
+                                 runs_on_gpu.begin())
+              : -1;
       const pid_t pid = start(queue[next], gpu);
       if (pid < 0) return internal_error("fork failed: ", std::strerror(errno));
       running[pid] = next++;

@@ -2,7 +2,8 @@
 // word-swap attack. The checkpoint brings its own config and vocabulary; any EP layout loads, on
 // the CPU or a GPU (--device; by default the device it was trained on).
 //
-//   momoe-eval --checkpoint runs/quickstart/ckpt-00000300 --text my_corpus.txt [--attack-rate 0.025]
+//   momoe-eval --checkpoint runs/quickstart/ckpt-00000300 --text my_corpus.txt [--attack-rate
+//   0.025]
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -16,7 +17,6 @@
 #include "core/data/attack.h"
 #include "core/data/corpus.h"
 #include "core/data/dataset.h"
-#include "launcher/momoe_data_process.h"
 #include "core/data/tokenizer.h"
 #include "core/io/file_util.h"
 #include "core/train/checkpoint.h"
@@ -28,6 +28,7 @@
 #include "launcher/device_flags.h"
 #include "launcher/exit_status.h"
 #include "launcher/flags.h"
+#include "launcher/momoe_data_process.h"
 #include "proto/run_convert.h"
 
 namespace moe {
@@ -76,10 +77,12 @@ StatusOr<std::string> evaluate(const FlagParser& flags) {
   MOE_ASSIGN_OR_RETURN(int64_t batch, flags.get_int("batch", c.eval_batch()));
   if (const std::string why = cfg.model.batch_dependent_evaluation();
       !why.empty() && batch != c.eval_batch()) {
-    return invalid_argument_error(
-        "--batch ", batch, ": ", why, ", so its perplexity depends on which sequences share a "
-        "batch; it is evaluated in the batches it was trained with, ", c.eval_batch(),
-        " sequences (train.batch_size / train.grad_accum of the checkpoint's config): omit --batch");
+    return invalid_argument_error("--batch ", batch, ": ", why,
+                                  ", so its perplexity depends on which sequences share a "
+                                  "batch; it is evaluated in the batches it was trained with, ",
+                                  c.eval_batch(),
+                                  " sequences (train.batch_size / train.grad_accum of the "
+                                  "checkpoint's config): omit --batch");
   }
   MOE_ASSIGN_OR_RETURN(int64_t max_sequences, flags.get_int("max-sequences", 0));
   MOE_ASSIGN_OR_RETURN(double rate, flags.get_double("attack-rate", cfg.train.attack_rate));
@@ -156,7 +159,8 @@ StatusOr<std::string> evaluate(const FlagParser& flags) {
         data::attack_tokens(split.ids, rate, cfg.train.attack_seed, tokenizer->vocabulary()));
     data::TokenSplit attacked = split;
     attacked.ids = std::move(a.tokens);
-    MOE_ASSIGN_OR_RETURN(data::SequenceSet aset, data::SequenceSet::create(attacked, cfg.model.seq_len));
+    MOE_ASSIGN_OR_RETURN(data::SequenceSet aset,
+                         data::SequenceSet::create(attacked, cfg.model.seq_len));
     MOE_ASSIGN_OR_RETURN(EvalResult att,
                          evaluate_perplexity(model, aset, batch, max_sequences, cfg.train.seed,
                                              nullptr, nullptr, progress("attacked")));
@@ -172,7 +176,8 @@ int run(int argc, char** argv) {
   flags.value("checkpoint", "a checkpoint directory (RUN_DIR/ckpt-<step>)");
   flags.value("text",
               "a UTF-8 text file (plain, .gz or .zst), tokenized with the checkpoint's tokenizer");
-  flags.value("attack-rate", "word-swap attack rate (default: the run's train.attack_rate; 0 = off)");
+  flags.value("attack-rate",
+              "word-swap attack rate (default: the run's train.attack_rate; 0 = off)");
   flags.value("batch",
               "sequences per evaluation batch (default: the trainer's, batch_size / grad_accum; "
               "a model with an AC router or an evaluation capacity takes only that)");

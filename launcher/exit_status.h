@@ -20,11 +20,14 @@ inline constexpr int kExitStopped = 3;
 
 inline int exit_code_of(const Status& s) {
   switch (s.code()) {
-    case StatusCode::kOk: return 0;
+    case StatusCode::kOk:
+      return 0;
     case StatusCode::kInvalidArgument:
     case StatusCode::kNotFound:
-    case StatusCode::kFailedPrecondition: return kExitUserError;
-    default: return kExitFailed;
+    case StatusCode::kFailedPrecondition:
+      return kExitUserError;
+    default:
+      return kExitFailed;
   }
 }
 

@@ -7,8 +7,8 @@
 #include <filesystem>
 
 #include "core/checkpoint/model_export.h"
-#include "core/io/file_util.h"
 #include "core/inference/checkpoint_model.h"
+#include "core/io/file_util.h"
 #include "launcher/exit_status.h"
 #include "launcher/flags.h"
 

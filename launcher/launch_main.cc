@@ -17,8 +17,8 @@
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
-#include <cstring>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <thread>
 #include <vector>
@@ -31,8 +31,13 @@ extern char** environ;
 namespace moe {
 namespace {
 
-const char* kPassPrefixes[] = {"NCCL_", "MOMOE_", "OMPI_MCA_", "UCX_", "OPENBLAS_NUM_THREADS",
-                               "OMP_NUM_THREADS", "CUDA_VISIBLE_DEVICES"};
+const char* kPassPrefixes[] = {"NCCL_",
+                               "MOMOE_",
+                               "OMPI_MCA_",
+                               "UCX_",
+                               "OPENBLAS_NUM_THREADS",
+                               "OMP_NUM_THREADS",
+                               "CUDA_VISIBLE_DEVICES"};
 
 // The word as a POSIX shell reads it back: bare when it holds only characters no shell treats
 // specially, else single-quoted (a ' inside becomes '\'').
@@ -149,7 +154,8 @@ int run(int argc, char** argv) {
     }
     if (a == "-np" || a == "--np") {
       const std::string v = value("-np");
-      if ((np = positive_int(v)) < 1) return usage(("-np '" + v + "' is not a positive integer").c_str());
+      if ((np = positive_int(v)) < 1)
+        return usage(("-np '" + v + "' is not a positive integer").c_str());
     } else if (a == "--hostfile") {
       hostfile = value("--hostfile");
     } else if (a == "--ranks-per-node") {
@@ -186,7 +192,8 @@ int run(int argc, char** argv) {
   } else {
     line = {"mpirun", "-np", std::to_string(np), "--bind-to", "none"};
     if (!hostfile.empty()) line.insert(line.end(), {"--hostfile", hostfile});
-    if (per_node > 0) line.insert(line.end(), {"--map-by", "ppr:" + std::to_string(per_node) + ":node"});
+    if (per_node > 0)
+      line.insert(line.end(), {"--map-by", "ppr:" + std::to_string(per_node) + ":node"});
     if (hostfile.empty() && np > static_cast<int>(std::thread::hardware_concurrency())) {
       line.push_back("--oversubscribe");
     }

@@ -1,7 +1,7 @@
 // momoe-data as a child process, for executables that cannot run SentencePiece themselves
-// (core/data/tokenizer.h "Where SentencePiece runs"): `momoe-data prepare` for momoe-train on text with a
-// SentencePiece tokenizer and momoe-eval on a SentencePiece checkpoint; `momoe-data tokenize` over
-// pipes for momoe-generate.
+// (core/data/tokenizer.h "Where SentencePiece runs"): `momoe-data prepare` for momoe-train on text
+// with a SentencePiece tokenizer and momoe-eval on a SentencePiece checkpoint; `momoe-data
+// tokenize` over pipes for momoe-generate.
 #pragma once
 
 #include <cstdint>

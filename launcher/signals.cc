@@ -26,8 +26,9 @@ void on_signal(int sig) {
   g_signal = sig;
   write_stderr("momoe: ");
   write_stderr(stop_signal_name(sig));
-  write_stderr(" received: finishing the current step, then saving a checkpoint "
-               "(send it again to stop at once)\n");
+  write_stderr(
+      " received: finishing the current step, then saving a checkpoint "
+      "(send it again to stop at once)\n");
 }
 
 }  // namespace
@@ -45,11 +46,16 @@ int stop_signal() { return g_signal; }
 
 const char* stop_signal_name(int sig) {
   switch (sig) {
-    case SIGINT: return "SIGINT";
-    case SIGTERM: return "SIGTERM";
-    case SIGHUP: return "SIGHUP";
-    case SIGUSR1: return "SIGUSR1";
-    default: return "a signal";
+    case SIGINT:
+      return "SIGINT";
+    case SIGTERM:
+      return "SIGTERM";
+    case SIGHUP:
+      return "SIGHUP";
+    case SIGUSR1:
+      return "SIGUSR1";
+    default:
+      return "a signal";
   }
 }
 

@@ -55,8 +55,8 @@ std::string step_line(const StepStatsInfo& s) {
      << s.aux_loss << " gnorm " << s.grad_norm << " tok/s " << std::setprecision(0)
      << s.tokens_per_second << std::setprecision(3);
   for (const RouterStatsInfo& l : s.layers) {
-    os << " | b" << l.block << " drop " << l.dropped_fraction << " maxload " << l.max_load
-       << " H " << l.mean_entropy;
+    os << " | b" << l.block << " drop " << l.dropped_fraction << " maxload " << l.max_load << " H "
+       << l.mean_entropy;
   }
   for (const std::string& a : s.anomalies) os << " | " << a;
   return os.str();
@@ -82,14 +82,15 @@ std::string summary_table(const std::vector<StepStatsInfo>& steps, int64_t windo
   double loss = 0;
   for (size_t i = from; i < train.size(); ++i) loss += train[i]->loss;
   loss /= static_cast<double>(train.size() - from);
-  os << "steps recorded: " << train.size() << ", last step " << last.step << ", mean loss over the last "
-     << train.size() - from << ": " << std::fixed << std::setprecision(4) << loss << " (ppl "
-     << std::setprecision(2) << std::exp(loss) << ")\n";
+  os << "steps recorded: " << train.size() << ", last step " << last.step
+     << ", mean loss over the last " << train.size() - from << ": " << std::fixed
+     << std::setprecision(4) << loss << " (ppl " << std::setprecision(2) << std::exp(loss) << ")\n";
   if (last_eval != nullptr) {
     os << std::setprecision(2) << "last evaluation (step " << last_eval->step << "):";
     if (last_eval->valid_ppl) os << " valid ppl " << *last_eval->valid_ppl;
     if (last_eval->test_ppl) os << ", test ppl " << *last_eval->test_ppl;
-    if (last_eval->attacked_valid_ppl) os << ", attacked valid ppl " << *last_eval->attacked_valid_ppl;
+    if (last_eval->attacked_valid_ppl)
+      os << ", attacked valid ppl " << *last_eval->attacked_valid_ppl;
     if (last_eval->attacked_test_ppl) os << ", attacked test ppl " << *last_eval->attacked_test_ppl;
     if (last_eval->valid_word_ppl) os << ", valid ppl per word " << *last_eval->valid_word_ppl;
     if (last_eval->valid_bits_per_byte) {
@@ -125,19 +126,21 @@ std::string summary_table(const std::vector<StepStatsInfo>& steps, int64_t windo
        << " + optimizer " << ms(Phase::kOptimizer) << " + other "
        << 1e3 * (step_seconds - accounted) / timed << " ms\n";
   }
-  os << std::left << std::setw(6) << "block" << std::right << std::setw(10) << "drop%" << std::setw(10)
-     << "maxload" << std::setw(10) << "lb_std" << std::setw(8) << "dead" << std::setw(10) << "balance"
-     << std::setw(10) << "z_loss" << std::setw(10) << "entropy" << std::setw(10) << "|u|"
-     << std::setw(10) << "|p|" << std::setw(10) << "flip%" << "\n";
+  os << std::left << std::setw(6) << "block" << std::right << std::setw(10) << "drop%"
+     << std::setw(10) << "maxload" << std::setw(10) << "lb_std" << std::setw(8) << "dead"
+     << std::setw(10) << "balance" << std::setw(10) << "z_loss" << std::setw(10) << "entropy"
+     << std::setw(10) << "|u|" << std::setw(10) << "|p|" << std::setw(10) << "flip%"
+     << "\n";
   for (size_t l = 0; l < last.layers.size(); ++l) {
     double v[10] = {0};
     for (size_t i = from; i < train.size(); ++i) {
       if (l >= train[i]->layers.size()) continue;
       const RouterStatsInfo& r = train[i]->layers[l];
-      const double x[10] = {100 * r.dropped_fraction, r.max_load, r.load_balance_std,
-                            static_cast<double>(r.dead_experts), r.balance_loss, r.z_loss,
-                            r.mean_entropy, r.mean_output_norm, r.mean_state_norm,
-                            100 * r.probe_flip_rate};
+      const double x[10] = {100 * r.dropped_fraction, r.max_load,
+                            r.load_balance_std,       static_cast<double>(r.dead_experts),
+                            r.balance_loss,           r.z_loss,
+                            r.mean_entropy,           r.mean_output_norm,
+                            r.mean_state_norm,        100 * r.probe_flip_rate};
       for (int k = 0; k < 10; ++k) v[k] += x[k];
     }
     const double n = static_cast<double>(train.size() - from);
@@ -185,9 +188,9 @@ Status write_csv(const std::vector<StepStatsInfo>& steps, const std::string& pat
       out << s.step << ',' << s.loss << ',' << s.aux_loss << ',' << s.learning_rate << ','
           << s.grad_norm << ',' << s.tokens_per_second << ',' << (s.skipped ? 1 : 0) << ','
           << l.block << ',' << l.moe_index << ',' << l.dropped_fraction << ',' << l.max_load << ','
-          << l.load_balance_std << ',' << l.dead_experts << ',' << l.balance_loss << ','
-          << l.z_loss << ',' << l.mean_entropy << ',' << l.mean_output_norm << ','
-          << l.mean_state_norm << ',' << l.probe_flip_rate << ",\"";
+          << l.load_balance_std << ',' << l.dead_experts << ',' << l.balance_loss << ',' << l.z_loss
+          << ',' << l.mean_entropy << ',' << l.mean_output_norm << ',' << l.mean_state_norm << ','
+          << l.probe_flip_rate << ",\"";
       for (size_t e = 0; e < l.expert_load.size(); ++e) out << (e ? " " : "") << l.expert_load[e];
       out << "\"" << std::string(10, ',');
       for (int p = 0; p < kNumPhases; ++p) {
@@ -212,7 +215,8 @@ Status write_json_lines(const std::vector<StepStatsInfo>& steps, const std::stri
 Status plot(const std::string& json_path, const std::string& png_path) {
   const std::string script = env::plot_script().empty() ? MOE_PLOT_SCRIPT : env::plot_script();
   // Debian's python3 has matplotlib (python3-matplotlib); prefer it over other installations.
-  const std::string python = std::ifstream("/usr/bin/python3").good() ? "/usr/bin/python3" : "python3";
+  const std::string python =
+      std::ifstream("/usr/bin/python3").good() ? "/usr/bin/python3" : "python3";
   const std::string cmd = python + " '" + script + "' '" + json_path + "' '" + png_path + "'";
   const int rc = std::system(cmd.c_str());
   if (rc != 0) {

@@ -43,10 +43,11 @@ void warn_damage(const std::string& path, const StatsFileContents& c) {
   }
   if (c.format == 1) {
     log_warning(path, ": the record at byte ", c.damaged_at, " does not parse; showing the ",
-                c.steps.size(), " records before it (a format-1 file has no checksums to resync on)");
+                c.steps.size(),
+                " records before it (a format-1 file has no checksums to resync on)");
   } else {
-    log_warning(path, ": skipped ", c.damaged.size(), " damaged range(s) (", ranges,
-                "); the ", c.steps.size(), " intact records around them are shown");
+    log_warning(path, ": skipped ", c.damaged.size(), " damaged range(s) (", ranges, "); the ",
+                c.steps.size(), " intact records around them are shown");
   }
 }
 
@@ -113,7 +114,8 @@ int run(int argc, char** argv) {
     return 0;
   }
   if (!parsed.ok()) return fail(parsed);
-  if (flags.positional().size() != 1) return fail(invalid_argument_error("expected one RUN_DIR (see --help)"));
+  if (flags.positional().size() != 1)
+    return fail(invalid_argument_error("expected one RUN_DIR (see --help)"));
   const std::string arg = flags.positional()[0];
   const std::string path = stats_path(arg);
   {
@@ -141,7 +143,8 @@ int run(int argc, char** argv) {
   StatusOr<StatsFileContents> contents = read_stats_file(path);
   if (!contents.ok()) return fail(contents.status());
   contents->steps = latest_per_step(std::move(contents->steps));
-  if (contents->truncated_tail) log_warning(path, ": the last record is incomplete (run still writing, or killed)");
+  if (contents->truncated_tail)
+    log_warning(path, ": the last record is incomplete (run still writing, or killed)");
   warn_damage(path, *contents);
   StatusOr<int64_t> window = flags.get_int("window", 20);
   if (!window.ok()) return fail(window.status());

@@ -57,10 +57,12 @@ int run(int argc, char** argv) {
   FlagParser flags;
   flags.value("config", "run configuration (protobuf text format, momoe.RunConfig)");
   flags.value("set", "override one config field, e.g. --set train.steps=100", true);
-  flags.value("run-dir", "run directory (statistics, checkpoints, cache); default runs/<config name>");
+  flags.value("run-dir",
+              "run directory (statistics, checkpoints, cache); default runs/<config name>");
   flags.value("ep", "expert-parallel group size (default: parallel.ep of the config)");
-  flags.switch_flag("fresh", "start a new run: move an earlier run's checkpoints and stats.pb to "
-                             "RUN_DIR/archive/ instead of resuming");
+  flags.switch_flag("fresh",
+                    "start a new run: move an earlier run's checkpoints and stats.pb to "
+                    "RUN_DIR/archive/ instead of resuming");
   flags.value("resume-from", "resume from this checkpoint directory instead of the newest one");
   flags.switch_flag("allow-config-change",
                     "resume even if the config changes what training computes");
@@ -79,9 +81,11 @@ int run(int argc, char** argv) {
   }
   if (!parsed.ok()) return fail(parsed, nullptr);
   if (!flags.positional().empty()) {
-    return fail(invalid_argument_error("unexpected argument '", flags.positional()[0], "'"), nullptr);
+    return fail(invalid_argument_error("unexpected argument '", flags.positional()[0], "'"),
+                nullptr);
   }
-  if (!flags.has("config")) return fail(invalid_argument_error("--config FILE is required"), nullptr);
+  if (!flags.has("config"))
+    return fail(invalid_argument_error("--config FILE is required"), nullptr);
   if (flags.has("fresh") && flags.has("resume-from")) {
     return fail(invalid_argument_error("--fresh and --resume-from exclude each other"), nullptr);
   }
@@ -109,15 +113,15 @@ int run(int argc, char** argv) {
     if (Status blas = kernels::ref::load_blas(); !blas.ok()) return fail(blas, nullptr);
   }
 
-  StatusOr<comm::World> world = comm::make_world(&argc, &argv, cfg->parallel.backend,
-                                                 cfg->parallel.setup_timeout_seconds,
-                                                 cfg->train.device);
+  StatusOr<comm::World> world = comm::make_world(
+      &argc, &argv, cfg->parallel.backend, cfg->parallel.setup_timeout_seconds, cfg->train.device);
   if (!world.ok()) return fail(world.status(), nullptr);
   set_log_rank(world->rank());
   if (!world->note.empty() && world->rank() == 0) std::printf("momoe: %s\n", world->note.c_str());
 
   TrainerOptions opts;
-  opts.run_dir = flags.get("run-dir", "runs/" + std::filesystem::path(flags.get("config")).stem().string());
+  opts.run_dir =
+      flags.get("run-dir", "runs/" + std::filesystem::path(flags.get("config")).stem().string());
   opts.resume = !flags.has("fresh");
   opts.resume_from = flags.get("resume-from");
   opts.allow_config_change = flags.has("allow-config-change");

@@ -65,15 +65,16 @@ StatusOr<CheckpointManifestInfo> parse_manifest(const std::string& bytes, const 
   // other numbers, so it parses as a ManifestFile with no `manifest`.
   if (file.ParseFromString(bytes) && !file.manifest().empty()) {
     if (io::crc32_of(file.manifest()) != file.crc32()) {
-      return data_loss_error("checkpoint manifest ", path, " is corrupted (checksum mismatch: crc32 ",
-                             io::hex32(io::crc32_of(file.manifest())), ", recorded ",
-                             io::hex32(file.crc32()), ")");
+      return data_loss_error(
+          "checkpoint manifest ", path, " is corrupted (checksum mismatch: crc32 ",
+          io::hex32(io::crc32_of(file.manifest())), ", recorded ", io::hex32(file.crc32()), ")");
     }
     if (!m.ParseFromString(file.manifest()) ||
         m.format_version() != CheckpointManifestInfo::kFormatVersion) {
-      return data_loss_error("checkpoint manifest ", path, " is corrupted (its checksum matches, but "
-                             "it does not hold a format-", CheckpointManifestInfo::kFormatVersion,
-                             " manifest)");
+      return data_loss_error("checkpoint manifest ", path,
+                             " is corrupted (its checksum matches, but "
+                             "it does not hold a format-",
+                             CheckpointManifestInfo::kFormatVersion, " manifest)");
     }
   } else {
     if (!m.ParseFromString(bytes)) {
@@ -96,8 +97,8 @@ StatusOr<CheckpointManifestInfo> parse_manifest(const std::string& bytes, const 
       return data_loss_error("checkpoint manifest ", path, ": file ", p.path(), " has no kind");
     }
     if (!momoe::CheckpointFile::Kind_IsValid(p.kind())) {  // proto3 keeps unknown enum values
-      return data_loss_error("checkpoint manifest ", path, ": file ", p.path(), " has unknown kind ",
-                             static_cast<int>(p.kind()));
+      return data_loss_error("checkpoint manifest ", path, ": file ", p.path(),
+                             " has unknown kind ", static_cast<int>(p.kind()));
     }
     CheckpointFileInfo f;
     f.path = p.path();

@@ -31,7 +31,8 @@ Status parse_text_proto(const std::string& text, const std::string& where,
   ErrorCollector errors;
   parser.RecordErrorsTo(&errors);
   if (!parser.ParseFromString(text, msg)) {
-    return invalid_argument_error(where, ": ", errors.first().empty() ? "cannot parse" : errors.first());
+    return invalid_argument_error(where, ": ",
+                                  errors.first().empty() ? "cannot parse" : errors.first());
   }
   return Status::OK();
 }
@@ -45,35 +46,65 @@ Status apply_moe_proto(const momoe::MoeConfig& m, const std::string& where, MoeL
   if (m.has_dropless()) c->dropless = m.dropless();
   if (m.has_eval_capacity_factor()) c->eval_capacity_factor = m.eval_capacity_factor();
   switch (m.activation()) {
-    case momoe::ACTIVATION_UNSPECIFIED: break;
-    case momoe::RELU: c->activation = ExpertActivation::kRelu; break;
-    case momoe::GELU: c->activation = ExpertActivation::kGelu; break;
-    case momoe::GELU_TANH: c->activation = ExpertActivation::kGeluTanh; break;
-    default: return invalid_argument_error(where, ".activation: unknown value ", m.activation());
+    case momoe::ACTIVATION_UNSPECIFIED:
+      break;
+    case momoe::RELU:
+      c->activation = ExpertActivation::kRelu;
+      break;
+    case momoe::GELU:
+      c->activation = ExpertActivation::kGelu;
+      break;
+    case momoe::GELU_TANH:
+      c->activation = ExpertActivation::kGeluTanh;
+      break;
+    default:
+      return invalid_argument_error(where, ".activation: unknown value ", m.activation());
   }
   if (m.has_expert_dropout()) c->expert_dropout = m.expert_dropout();
   if (m.has_output_dropout()) c->output_dropout = m.output_dropout();
   if (m.has_balance_loss_coef()) c->balance_loss_coef = m.balance_loss_coef();
   if (m.has_z_loss_coef()) c->z_loss_coef = m.z_loss_coef();
   switch (m.balance_scope()) {
-    case momoe::MoeConfig::BALANCE_SCOPE_UNSPECIFIED: break;
-    case momoe::MoeConfig::LOCAL: c->balance_scope = BalanceScope::kLocal; break;
-    case momoe::MoeConfig::GLOBAL: c->balance_scope = BalanceScope::kGlobal; break;
-    default: return invalid_argument_error(where, ".balance_scope: unknown value");
+    case momoe::MoeConfig::BALANCE_SCOPE_UNSPECIFIED:
+      break;
+    case momoe::MoeConfig::LOCAL:
+      c->balance_scope = BalanceScope::kLocal;
+      break;
+    case momoe::MoeConfig::GLOBAL:
+      c->balance_scope = BalanceScope::kGlobal;
+      break;
+    default:
+      return invalid_argument_error(where, ".balance_scope: unknown value");
   }
   switch (m.residual()) {
-    case momoe::MoeConfig::RESIDUAL_UNSPECIFIED: break;
-    case momoe::MoeConfig::PLAIN: c->residual = ResidualKind::kPlain; break;
-    case momoe::MoeConfig::HEAVY_BALL: c->residual = ResidualKind::kHeavyBall; break;
-    case momoe::MoeConfig::ADAM: c->residual = ResidualKind::kAdam; break;
-    case momoe::MoeConfig::ROBUST: c->residual = ResidualKind::kRobust; break;
-    default: return invalid_argument_error(where, ".residual: unknown value ", m.residual());
+    case momoe::MoeConfig::RESIDUAL_UNSPECIFIED:
+      break;
+    case momoe::MoeConfig::PLAIN:
+      c->residual = ResidualKind::kPlain;
+      break;
+    case momoe::MoeConfig::HEAVY_BALL:
+      c->residual = ResidualKind::kHeavyBall;
+      break;
+    case momoe::MoeConfig::ADAM:
+      c->residual = ResidualKind::kAdam;
+      break;
+    case momoe::MoeConfig::ROBUST:
+      c->residual = ResidualKind::kRobust;
+      break;
+    default:
+      return invalid_argument_error(where, ".residual: unknown value ", m.residual());
   }
   switch (m.convention()) {
-    case momoe::MoeConfig::CONVENTION_UNSPECIFIED: break;
-    case momoe::MoeConfig::PAPER: c->convention = MomentumConvention::kPaper; break;
-    case momoe::MoeConfig::REFERENCE_CODE: c->convention = MomentumConvention::kReferenceCode; break;
-    default: return invalid_argument_error(where, ".convention: unknown value ", m.convention());
+    case momoe::MoeConfig::CONVENTION_UNSPECIFIED:
+      break;
+    case momoe::MoeConfig::PAPER:
+      c->convention = MomentumConvention::kPaper;
+      break;
+    case momoe::MoeConfig::REFERENCE_CODE:
+      c->convention = MomentumConvention::kReferenceCode;
+      break;
+    default:
+      return invalid_argument_error(where, ".convention: unknown value ", m.convention());
   }
   if (m.has_heavy_ball()) {
     if (m.heavy_ball().has_mu()) c->heavy_ball.mu = m.heavy_ball().mu();
@@ -89,10 +120,16 @@ Status apply_moe_proto(const momoe::MoeConfig& m, const std::string& where, MoeL
     if (a.has_beta2()) c->adam.beta2 = a.beta2();
     if (a.has_eps()) c->adam.eps = a.eps();
     switch (a.eps_placement()) {
-      case momoe::AdamConfig::EPS_PLACEMENT_UNSPECIFIED: break;
-      case momoe::AdamConfig::OUTSIDE_SQRT: c->adam.eps_placement = AdamEpsPlacement::kOutsideSqrt; break;
-      case momoe::AdamConfig::INSIDE_SQRT: c->adam.eps_placement = AdamEpsPlacement::kInsideSqrt; break;
-      default: return invalid_argument_error(where, ".adam.eps_placement: unknown value");
+      case momoe::AdamConfig::EPS_PLACEMENT_UNSPECIFIED:
+        break;
+      case momoe::AdamConfig::OUTSIDE_SQRT:
+        c->adam.eps_placement = AdamEpsPlacement::kOutsideSqrt;
+        break;
+      case momoe::AdamConfig::INSIDE_SQRT:
+        c->adam.eps_placement = AdamEpsPlacement::kInsideSqrt;
+        break;
+      default:
+        return invalid_argument_error(where, ".adam.eps_placement: unknown value");
     }
     if (a.has_kappa()) c->adam.kappa = a.kappa();
     if (a.has_gamma()) c->adam.gamma = a.gamma();
@@ -100,26 +137,39 @@ Status apply_moe_proto(const momoe::MoeConfig& m, const std::string& where, MoeL
   if (m.has_robust()) {
     if (m.robust().has_rho()) c->robust.rho = m.robust().rho();
     if (m.robust().has_lipschitz()) c->robust.lipschitz = m.robust().lipschitz();
-    if (m.robust().has_strong_convexity()) c->robust.strong_convexity = m.robust().strong_convexity();
+    if (m.robust().has_strong_convexity())
+      c->robust.strong_convexity = m.robust().strong_convexity();
   }
   if (m.has_ac()) {
     const momoe::AcRouterConfig& a = m.ac();
     if (a.has_enabled()) c->ac.enabled = a.enabled();
     switch (a.normalization()) {
-      case momoe::AcRouterConfig::NORMALIZATION_UNSPECIFIED: break;
-      case momoe::AcRouterConfig::PAPER: c->ac.normalization = AcNormalization::kPaper; break;
-      case momoe::AcRouterConfig::REFERENCE_CODE: c->ac.normalization = AcNormalization::kReferenceCode; break;
-      default: return invalid_argument_error(where, ".ac.normalization: unknown value");
+      case momoe::AcRouterConfig::NORMALIZATION_UNSPECIFIED:
+        break;
+      case momoe::AcRouterConfig::PAPER:
+        c->ac.normalization = AcNormalization::kPaper;
+        break;
+      case momoe::AcRouterConfig::REFERENCE_CODE:
+        c->ac.normalization = AcNormalization::kReferenceCode;
+        break;
+      default:
+        return invalid_argument_error(where, ".ac.normalization: unknown value");
     }
     if (a.has_eps()) c->ac.eps = a.eps();
     if (a.has_clip_mult()) c->ac.clip_mult = a.clip_mult();
     if (a.has_min_cluster_size()) c->ac.min_cluster_size = a.min_cluster_size();
     if (a.has_global_stats()) c->ac.global_stats = a.global_stats();
     switch (a.logits()) {
-      case momoe::AcRouterConfig::LOGITS_UNSPECIFIED: break;
-      case momoe::AcRouterConfig::LINEAR: c->ac.logits = AcLogits::kLinear; break;
-      case momoe::AcRouterConfig::UNIT_NORM_EMBEDDINGS: c->ac.logits = AcLogits::kUnitNormEmbeddings; break;
-      default: return invalid_argument_error(where, ".ac.logits: unknown value");
+      case momoe::AcRouterConfig::LOGITS_UNSPECIFIED:
+        break;
+      case momoe::AcRouterConfig::LINEAR:
+        c->ac.logits = AcLogits::kLinear;
+        break;
+      case momoe::AcRouterConfig::UNIT_NORM_EMBEDDINGS:
+        c->ac.logits = AcLogits::kUnitNormEmbeddings;
+        break;
+      default:
+        return invalid_argument_error(where, ".ac.logits: unknown value");
     }
   }
   if (m.has_sparsemixer()) {
@@ -127,23 +177,43 @@ Status apply_moe_proto(const momoe::MoeConfig& m, const std::string& where, MoeL
     if (s.has_enabled()) c->sparsemixer.enabled = s.enabled();
     if (s.has_jitter()) c->sparsemixer.jitter = s.jitter();
     switch (s.mask()) {
-      case momoe::SparseMixerConfig::MASK_UNSPECIFIED: break;
-      case momoe::SparseMixerConfig::MASK_PAPER: c->sparsemixer.mask = SparseMixerMask::kPaper; break;
-      case momoe::SparseMixerConfig::MASK_REFERENCE_CODE: c->sparsemixer.mask = SparseMixerMask::kReferenceCode; break;
-      default: return invalid_argument_error(where, ".sparsemixer.mask: unknown value");
+      case momoe::SparseMixerConfig::MASK_UNSPECIFIED:
+        break;
+      case momoe::SparseMixerConfig::MASK_PAPER:
+        c->sparsemixer.mask = SparseMixerMask::kPaper;
+        break;
+      case momoe::SparseMixerConfig::MASK_REFERENCE_CODE:
+        c->sparsemixer.mask = SparseMixerMask::kReferenceCode;
+        break;
+      default:
+        return invalid_argument_error(where, ".sparsemixer.mask: unknown value");
     }
     switch (s.midpoint()) {
-      case momoe::SparseMixerConfig::MIDPOINT_UNSPECIFIED: break;
-      case momoe::SparseMixerConfig::MIDPOINT_PAPER: c->sparsemixer.midpoint = SparseMixerMidpoint::kPaper; break;
-      case momoe::SparseMixerConfig::MIDPOINT_REFERENCE_CODE: c->sparsemixer.midpoint = SparseMixerMidpoint::kReferenceCode; break;
-      case momoe::SparseMixerConfig::MIDPOINT_EULER_ONLY: c->sparsemixer.midpoint = SparseMixerMidpoint::kEulerOnly; break;
-      default: return invalid_argument_error(where, ".sparsemixer.midpoint: unknown value");
+      case momoe::SparseMixerConfig::MIDPOINT_UNSPECIFIED:
+        break;
+      case momoe::SparseMixerConfig::MIDPOINT_PAPER:
+        c->sparsemixer.midpoint = SparseMixerMidpoint::kPaper;
+        break;
+      case momoe::SparseMixerConfig::MIDPOINT_REFERENCE_CODE:
+        c->sparsemixer.midpoint = SparseMixerMidpoint::kReferenceCode;
+        break;
+      case momoe::SparseMixerConfig::MIDPOINT_EULER_ONLY:
+        c->sparsemixer.midpoint = SparseMixerMidpoint::kEulerOnly;
+        break;
+      default:
+        return invalid_argument_error(where, ".sparsemixer.midpoint: unknown value");
     }
     switch (s.gate_grad()) {
-      case momoe::SparseMixerConfig::GATE_GRAD_UNSPECIFIED: break;
-      case momoe::SparseMixerConfig::GATE_GRAD_REFERENCE_CODE: c->sparsemixer.gate_grad = SparseMixerGateGrad::kReferenceCode; break;
-      case momoe::SparseMixerConfig::GATE_GRAD_PAPER: c->sparsemixer.gate_grad = SparseMixerGateGrad::kPaper; break;
-      default: return invalid_argument_error(where, ".sparsemixer.gate_grad: unknown value");
+      case momoe::SparseMixerConfig::GATE_GRAD_UNSPECIFIED:
+        break;
+      case momoe::SparseMixerConfig::GATE_GRAD_REFERENCE_CODE:
+        c->sparsemixer.gate_grad = SparseMixerGateGrad::kReferenceCode;
+        break;
+      case momoe::SparseMixerConfig::GATE_GRAD_PAPER:
+        c->sparsemixer.gate_grad = SparseMixerGateGrad::kPaper;
+        break;
+      default:
+        return invalid_argument_error(where, ".sparsemixer.gate_grad: unknown value");
     }
     if (s.has_omega()) c->sparsemixer.omega = s.omega();
   }
@@ -168,10 +238,18 @@ void moe_config_to_proto(const MoeLayerConfig& c, momoe::MoeConfig* m) {
   m->set_balance_scope(c.balance_scope == BalanceScope::kLocal ? momoe::MoeConfig::LOCAL
                                                                : momoe::MoeConfig::GLOBAL);
   switch (c.residual) {
-    case ResidualKind::kPlain: m->set_residual(momoe::MoeConfig::PLAIN); break;
-    case ResidualKind::kHeavyBall: m->set_residual(momoe::MoeConfig::HEAVY_BALL); break;
-    case ResidualKind::kAdam: m->set_residual(momoe::MoeConfig::ADAM); break;
-    case ResidualKind::kRobust: m->set_residual(momoe::MoeConfig::ROBUST); break;
+    case ResidualKind::kPlain:
+      m->set_residual(momoe::MoeConfig::PLAIN);
+      break;
+    case ResidualKind::kHeavyBall:
+      m->set_residual(momoe::MoeConfig::HEAVY_BALL);
+      break;
+    case ResidualKind::kAdam:
+      m->set_residual(momoe::MoeConfig::ADAM);
+      break;
+    case ResidualKind::kRobust:
+      m->set_residual(momoe::MoeConfig::ROBUST);
+      break;
   }
   m->set_convention(c.convention == MomentumConvention::kPaper ? momoe::MoeConfig::PAPER
                                                                : momoe::MoeConfig::REFERENCE_CODE);

@@ -12,8 +12,7 @@ namespace moe {
 // absent fields, and validates. Errors name the field (prefixed with `where`) and the allowed
 // range; text-format syntax errors name the line and column.
 StatusOr<MoeLayerConfig> parse_moe_config_text(const std::string& text,
-                                               const std::string& where = "moe",
-                                               int ep_size = 1);
+                                               const std::string& where = "moe", int ep_size = 1);
 // The full config (every field explicit) in protobuf text format; parses back to the same struct.
 std::string moe_config_to_text(const MoeLayerConfig& cfg);
 

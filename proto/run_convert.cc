@@ -69,7 +69,8 @@ Status apply_override(const std::string& assignment, Message* root) {
   size_t start = 0;
   while (true) {
     const size_t dot = path.find('.', start);
-    const std::string name = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+    const std::string name =
+        path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
     const FieldDescriptor* field = msg->GetDescriptor()->FindFieldByName(name);
     if (field == nullptr) {
       return invalid_argument_error("--set '", assignment, "': ", msg->GetDescriptor()->full_name(),
@@ -84,7 +85,8 @@ Status apply_override(const std::string& assignment, Message* root) {
         return invalid_argument_error("--set '", assignment, "': '", name,
                                       "' is a message; set one of its fields");
       }
-      if (field->cpp_type() == FieldDescriptor::CPPTYPE_STRING && (value.empty() || value[0] != '"')) {
+      if (field->cpp_type() == FieldDescriptor::CPPTYPE_STRING &&
+          (value.empty() || value[0] != '"')) {
         value = "\"" + value + "\"";
       }
       google::protobuf::TextFormat::Parser parser;
@@ -106,10 +108,14 @@ Status apply_override(const std::string& assignment, Message* root) {
 
 ExpertActivation activation_of(momoe::Activation a, ExpertActivation fallback) {
   switch (a) {
-    case momoe::RELU: return ExpertActivation::kRelu;
-    case momoe::GELU: return ExpertActivation::kGelu;
-    case momoe::GELU_TANH: return ExpertActivation::kGeluTanh;
-    default: return fallback;
+    case momoe::RELU:
+      return ExpertActivation::kRelu;
+    case momoe::GELU:
+      return ExpertActivation::kGelu;
+    case momoe::GELU_TANH:
+      return ExpertActivation::kGeluTanh;
+    default:
+      return fallback;
   }
 }
 
@@ -156,7 +162,8 @@ Status convert_model(const momoe::ModelConfig& m, ModelConfig* c) {
       BlockPlan plan;
       plan.moe = blk.kind() == momoe::BlockConfig::MOE;
       plan.moe_cfg = moe_default;
-      MOE_RETURN_IF_ERROR(proto_internal::apply_moe_proto(blk.moe(), where + ".moe", &plan.moe_cfg));
+      MOE_RETURN_IF_ERROR(
+          proto_internal::apply_moe_proto(blk.moe(), where + ".moe", &plan.moe_cfg));
       c->blocks.push_back(plan);
     }
   } else {
@@ -214,9 +221,12 @@ Status convert_train(const momoe::TrainConfig& t, TrainConfig* c) {
 
 momoe::Activation activation_to_proto(ExpertActivation a) {
   switch (a) {
-    case ExpertActivation::kRelu: return momoe::RELU;
-    case ExpertActivation::kGelu: return momoe::GELU;
-    case ExpertActivation::kGeluTanh: return momoe::GELU_TANH;
+    case ExpertActivation::kRelu:
+      return momoe::RELU;
+    case ExpertActivation::kGelu:
+      return momoe::GELU;
+    case ExpertActivation::kGeluTanh:
+      return momoe::GELU_TANH;
   }
   return momoe::RELU;
 }
@@ -392,9 +402,9 @@ StatusOr<RunConfig> parse_run_config(const std::string& text, const std::string&
     return invalid_argument_error("parallel.threads = ", cfg.parallel.threads,
                                   " is outside the allowed range [0, 4096] (0 = every core)");
   }
-  for (const auto& [name, value] : {std::pair{"timeout_seconds", cfg.parallel.timeout_seconds},
-                                    std::pair{"setup_timeout_seconds",
-                                              cfg.parallel.setup_timeout_seconds}}) {
+  for (const auto& [name, value] :
+       {std::pair{"timeout_seconds", cfg.parallel.timeout_seconds},
+        std::pair{"setup_timeout_seconds", cfg.parallel.setup_timeout_seconds}}) {
     if (!(value > 0) || !std::isfinite(value)) {
       return invalid_argument_error("parallel.", name, " = ", value,
                                     " is outside the allowed range (0, inf)");
@@ -406,7 +416,7 @@ StatusOr<RunConfig> parse_run_config(const std::string& text, const std::string&
   // word: a user's corpus names its own (or "" for none).
   if (d.has_train() && d.train() != DataConfig().train && (!d.has_valid() || !d.has_test())) {
     const bool both = !d.has_valid() && !d.has_test();
-    const std::string missing = both            ? "data.valid and data.test are"
+    const std::string missing = both             ? "data.valid and data.test are"
                                 : !d.has_valid() ? "data.valid is"
                                                  : "data.test is";
     return invalid_argument_error(
@@ -479,7 +489,8 @@ StatusOr<RunConfig> parse_run_config(const std::string& text, const std::string&
   MOE_RETURN_IF_ERROR(convert_train(msg.train(), &cfg.train).with_context(source));
   if (cfg.parallel.backend == CommBackend::kNccl && cfg.train.device != DeviceKind::kCuda) {
     return invalid_argument_error(
-        source, ": parallel.backend = NCCL moves device memory between GPUs and needs "
+        source,
+        ": parallel.backend = NCCL moves device memory between GPUs and needs "
         "train.device = CUDA (CPU ranks use the MPI backend)");
   }
   // Everything but the vocabulary size can be checked now.

@@ -286,9 +286,9 @@ StatsFileContents read_format2(const std::string& buf, size_t pos) {
         break;
       }
       const std::string body = buf.substr(pos + kHeaderBytes, len);
-      StatusOr<StepStatsInfo> s =
-          io::crc32_of(body) == get_u32(buf, pos + 8) ? parse_step_stats(body)
-                                                      : data_loss_error("record checksum");
+      StatusOr<StepStatsInfo> s = io::crc32_of(body) == get_u32(buf, pos + 8)
+                                      ? parse_step_stats(body)
+                                      : data_loss_error("record checksum");
       if (s.ok()) {
         out.steps.push_back(std::move(s).value());
       } else {
@@ -321,7 +321,6 @@ StatsFileContents read_format2(const std::string& buf, size_t pos) {
   }
   return out;
 }
-
 
 }  // namespace
 
@@ -365,7 +364,8 @@ Status StatsFileWriter::open(const std::string& path, std::string* note) {
   fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
   if (fd_ < 0) return not_found_error("cannot open stats file ", path, ": ", std::strerror(errno));
   struct stat st;
-  if (::fstat(fd_, &st) != 0) return internal_error("cannot stat ", path, ": ", std::strerror(errno));
+  if (::fstat(fd_, &st) != 0)
+    return internal_error("cannot stat ", path, ": ", std::strerror(errno));
   size_ = st.st_size;
   if (::lseek(fd_, size_, SEEK_SET) < 0) {
     return internal_error("cannot seek in ", path, ": ", std::strerror(errno));
@@ -420,8 +420,9 @@ StatusOr<StatsFileContents> read_stats_file(const std::string& path, int64_t off
   StatsFileContents out = format2 ? read_format2(buf, pos) : read_format1(buf, pos);
   // Not starting with the magic and not a single format-1 record: not a stats file.
   if (!buf.empty() && pos == 0 && out.format == 1 && out.steps.empty()) {
-    return invalid_argument_error(path, " is not a momoe statistics file (no record at its "
-                                        "start; ",
+    return invalid_argument_error(path,
+                                  " is not a momoe statistics file (no record at its "
+                                  "start; ",
                                   buf.size(), " bytes)");
   }
   return out;

@@ -8,7 +8,7 @@ set -euo pipefail
 # and BLIS for the tests that run the products through it.
 packages=(cmake g++ make libopenblas0-pthread libblis4-serial libprotobuf-dev protobuf-compiler
           libopenmpi-dev openmpi-bin libgtest-dev libbenchmark-dev nlohmann-json3-dev zstd libzstd-dev libsentencepiece-dev
-          python3-matplotlib python3-protobuf python3-numpy python3-torch python3-pytest shellcheck)
+          python3-matplotlib python3-protobuf python3-numpy python3-torch python3-pytest shellcheck clang-format)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -22,11 +22,11 @@
 namespace moe {
 
 struct AllocatorStats {
-  int64_t allocations = 0;   // allocate() calls with bytes > 0
-  int64_t cache_hits = 0;    // of those, served from the cache
-  size_t bytes_in_use = 0;   // handed out and not yet returned (bucket sizes)
+  int64_t allocations = 0;  // allocate() calls with bytes > 0
+  int64_t cache_hits = 0;   // of those, served from the cache
+  size_t bytes_in_use = 0;  // handed out and not yet returned (bucket sizes)
   size_t peak_bytes_in_use = 0;
-  size_t bytes_cached = 0;   // returned blocks held for reuse
+  size_t bytes_cached = 0;  // returned blocks held for reuse
   std::string to_string() const;
 };
 

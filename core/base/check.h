@@ -15,18 +15,19 @@
 #include "core/base/status.h"
 
 namespace moe::detail {
-[[noreturn]] void check_failed(const char* file, int line, const char* cond, const std::string& msg);
+[[noreturn]] void check_failed(const char* file, int line, const char* cond,
+                               const std::string& msg);
 }  // namespace moe::detail
 
-#define MOE_CHECK(cond, ...)                                                              \
-  do {                                                                                    \
-    if (!(cond))                                                                          \
+#define MOE_CHECK(cond, ...)                                                               \
+  do {                                                                                     \
+    if (!(cond))                                                                           \
       ::moe::detail::check_failed(__FILE__, __LINE__, #cond, ::moe::str_cat(__VA_ARGS__)); \
   } while (0)
 
-#define MOE_RETURN_IF_ERROR(expr)            \
-  do {                                       \
-    ::moe::Status _moe_status = (expr);      \
+#define MOE_RETURN_IF_ERROR(expr)              \
+  do {                                         \
+    ::moe::Status _moe_status = (expr);        \
     if (!_moe_status.ok()) return _moe_status; \
   } while (0)
 
@@ -40,12 +41,12 @@ namespace moe::detail {
   lhs = std::move(tmp).value()
 
 // One generator for every native library's error type (ggml's CUDA_CHECK_GEN).
-#define MOE_NATIVE_STATUS_GEN(prefix, expr, success, error_string)                        \
-  [&]() -> ::moe::Status {                                                                \
-    auto _moe_err = (expr);                                                               \
-    if (_moe_err == (success)) return ::moe::Status::OK();                                \
-    return ::moe::internal_error(prefix ": ", #expr, ": ", error_string(_moe_err), " (",  \
-                                 __FILE__, ":", __LINE__, ")");                           \
+#define MOE_NATIVE_STATUS_GEN(prefix, expr, success, error_string)                                 \
+  [&]() -> ::moe::Status {                                                                         \
+    auto _moe_err = (expr);                                                                        \
+    if (_moe_err == (success)) return ::moe::Status::OK();                                         \
+    return ::moe::internal_error(prefix ": ", #expr, ": ", error_string(_moe_err), " (", __FILE__, \
+                                 ":", __LINE__, ")");                                              \
   }()
 
 #define MOE_CUDA_STATUS(expr) MOE_NATIVE_STATUS_GEN("cuda", expr, cudaSuccess, cudaGetErrorString)

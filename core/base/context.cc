@@ -77,11 +77,10 @@ StatusOr<Tensor> Context::empty_like(const TensorView& like) {
 
 Status Context::check_mine(const char* op, const TensorView& t) const {
   if (t.device() != device_ || (device_.is_host() && guarded_ && !t.guarded())) {
-    return invalid_argument_error("context ", op, ": ", t.to_string(), " is not memory of this ",
-                                  device_.to_string(), " context",
-                                  device_.is_host() && guarded_
-                                      ? " (reading device data on the host is a read_back)"
-                                      : "");
+    return invalid_argument_error(
+        "context ", op, ": ", t.to_string(), " is not memory of this ", device_.to_string(),
+        " context",
+        device_.is_host() && guarded_ ? " (reading device data on the host is a read_back)" : "");
   }
   return Status::OK();
 }

@@ -20,12 +20,12 @@ class CudaPoolAllocator final : public Allocator {
     if (bytes == 0) return static_cast<void*>(nullptr);
     CudaDeviceGuard on_device(device());
     void* ptr = nullptr;
-    const cudaError_t err = cudaMallocFromPoolAsync(
-        &ptr, bytes, pool_, static_cast<cudaStream_t>(stream.handle));
+    const cudaError_t err =
+        cudaMallocFromPoolAsync(&ptr, bytes, pool_, static_cast<cudaStream_t>(stream.handle));
     if (err == cudaErrorMemoryAllocation) {
       cudaGetLastError();
-      return resource_exhausted_error("cuda:", device_, " allocation of ", bytes,
-                                      " bytes failed (", stats().to_string(), ")");
+      return resource_exhausted_error("cuda:", device_, " allocation of ", bytes, " bytes failed (",
+                                      stats().to_string(), ")");
     }
     MOE_CUDA_RETURN_IF_ERROR(err);
     allocations_.fetch_add(1, std::memory_order_relaxed);

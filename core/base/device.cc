@@ -74,12 +74,11 @@ int node_local_rank() {
 StatusOr<int> choose_cuda_device(int fallback_rank) {
   const int count = cuda_device_count();
   if (count == 0) {
-    return failed_precondition_error("no CUDA device is usable (", cuda_unavailable_reason(),
-                                     "; CUDA_VISIBLE_DEVICES=",
-                                     std::getenv("CUDA_VISIBLE_DEVICES") != nullptr
-                                         ? std::getenv("CUDA_VISIBLE_DEVICES")
-                                         : "(unset)",
-                                     ")");
+    return failed_precondition_error(
+        "no CUDA device is usable (", cuda_unavailable_reason(), "; CUDA_VISIBLE_DEVICES=",
+        std::getenv("CUDA_VISIBLE_DEVICES") != nullptr ? std::getenv("CUDA_VISIBLE_DEVICES")
+                                                       : "(unset)",
+        ")");
   }
   const int local = node_local_rank();
   return (local >= 0 ? local : std::max(0, fallback_rank)) % count;
@@ -173,8 +172,8 @@ Status stream_synchronize(Device device, Stream stream) {
 #endif
 }
 
-Status device_memcpy(void* dst, Device dst_device, const void* src, Device src_device,
-                     size_t bytes, Stream stream) {
+Status device_memcpy(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes,
+                     Stream stream) {
   if (bytes == 0) return Status::OK();
   if (dst_device.is_host() && src_device.is_host()) {
     std::memmove(dst, src, bytes);
@@ -196,8 +195,7 @@ Status device_memset_zero(void* ptr, Device device, size_t bytes, Stream stream)
     return Status::OK();
   }
 #if defined(MOE_WITH_CUDA)
-  return MOE_CUDA_STATUS(
-      cudaMemsetAsync(ptr, 0, bytes, static_cast<cudaStream_t>(stream.handle)));
+  return MOE_CUDA_STATUS(cudaMemsetAsync(ptr, 0, bytes, static_cast<cudaStream_t>(stream.handle)));
 #else
   return unimplemented_error("memset on ", device.to_string(), ": built without CUDA");
 #endif

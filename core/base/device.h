@@ -24,7 +24,9 @@ struct Device {
   static Device cuda(int index) { return Device{DeviceType::kCuda, index}; }
   bool is_host() const { return type == DeviceType::kHost; }
   bool is_cuda() const { return type == DeviceType::kCuda; }
-  bool operator==(const Device& o) const { return type == o.type && (is_host() || index == o.index); }
+  bool operator==(const Device& o) const {
+    return type == o.type && (is_host() || index == o.index);
+  }
   bool operator!=(const Device& o) const { return !(*this == o); }
   std::string to_string() const;
 };
@@ -56,9 +58,9 @@ int node_local_rank();
 StatusOr<int> choose_cuda_device(int fallback_rank);
 
 struct CudaDeviceInfo {
-  std::string name;           // "NVIDIA H100 80GB HBM3"
-  std::string pci_bus_id;     // "0000:19:00.0": identifies the GPU across processes of a node
-  int64_t free_bytes = 0;     // cudaMemGetInfo
+  std::string name;        // "NVIDIA H100 80GB HBM3"
+  std::string pci_bus_id;  // "0000:19:00.0": identifies the GPU across processes of a node
+  int64_t free_bytes = 0;  // cudaMemGetInfo
   int64_t total_bytes = 0;
   int sm_major = 0, sm_minor = 0;
 };

@@ -20,14 +20,24 @@ StatusOr<LogLevel> parse_log_level(const std::string& name);
 void log_message(LogLevel level, bool rank0_only, const std::string& message);
 
 template <typename... Args>
-void log_info(const Args&... args) { log_message(LogLevel::kInfo, false, str_cat(args...)); }
+void log_info(const Args&... args) {
+  log_message(LogLevel::kInfo, false, str_cat(args...));
+}
 template <typename... Args>
-void log_info_rank0(const Args&... args) { log_message(LogLevel::kInfo, true, str_cat(args...)); }
+void log_info_rank0(const Args&... args) {
+  log_message(LogLevel::kInfo, true, str_cat(args...));
+}
 template <typename... Args>
-void log_warning(const Args&... args) { log_message(LogLevel::kWarning, false, str_cat(args...)); }
+void log_warning(const Args&... args) {
+  log_message(LogLevel::kWarning, false, str_cat(args...));
+}
 template <typename... Args>
-void log_error(const Args&... args) { log_message(LogLevel::kError, false, str_cat(args...)); }
+void log_error(const Args&... args) {
+  log_message(LogLevel::kError, false, str_cat(args...));
+}
 template <typename... Args>
-void log_debug(const Args&... args) { log_message(LogLevel::kDebug, false, str_cat(args...)); }
+void log_debug(const Args&... args) {
+  log_message(LogLevel::kDebug, false, str_cat(args...));
+}
 
 }  // namespace moe

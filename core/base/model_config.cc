@@ -27,15 +27,15 @@ std::string ModelConfig::batch_dependent_evaluation() const {
 
 Status ModelConfig::validate(int ep_size) const {
   auto range = [](const char* field, double value, const char* allowed) {
-    return invalid_argument_error("model.", field, " = ", value,
-                                  " is outside the allowed range ", allowed);
+    return invalid_argument_error("model.", field, " = ", value, " is outside the allowed range ",
+                                  allowed);
   };
   if (vocab_size < 2) return range("vocab_size", vocab_size, "[2, inf)");
   if (d_model < 1) return range("d_model", d_model, "[1, inf)");
   if (n_heads < 1) return range("n_heads", n_heads, "[1, inf)");
   if (d_model % n_heads != 0) {
-    return invalid_argument_error("model.d_model = ", d_model, " is not divisible by n_heads = ",
-                                  n_heads);
+    return invalid_argument_error("model.d_model = ", d_model,
+                                  " is not divisible by n_heads = ", n_heads);
   }
   if (seq_len < 1) return range("seq_len", seq_len, "[1, inf)");
   if (d_ff < 1) return range("d_ff", d_ff, "[1, inf)");
@@ -51,16 +51,18 @@ Status ModelConfig::validate(int ep_size) const {
     const MoeLayerConfig& m = blocks[b].moe_cfg;
     const std::string where = str_cat("model.blocks[", b, "].moe");
     if (m.d_model != d_model) {
-      return invalid_argument_error(where, ".d_model = ", m.d_model, " differs from model.d_model = ",
-                                    d_model);
+      return invalid_argument_error(where, ".d_model = ", m.d_model,
+                                    " differs from model.d_model = ", d_model);
     }
     MOE_RETURN_IF_ERROR(m.validate(where, ep_size));
     if (moe_index == 0 && m.ac.enabled) {
-      return invalid_argument_error(where, ": the AC router needs a previous MoE layer's clusters; "
+      return invalid_argument_error(where,
+                                    ": the AC router needs a previous MoE layer's clusters; "
                                     "the first MoE layer must use the standard router");
     }
     if (moe_index > 0 && m.residual == ResidualKind::kAdam) {
-      return invalid_argument_error(where, ": AdamSMoE is only used in the first MoE layer "
+      return invalid_argument_error(where,
+                                    ": AdamSMoE is only used in the first MoE layer "
                                     "(later layers use heavy ball, spec/momentum-smoe.md 3.2)");
     }
     ++moe_index;
@@ -85,11 +87,20 @@ StatusOr<std::vector<BlockPlan>> expand_arch_string(const std::string& arch,
     plan.moe_cfg = moe_default;
     MoeLayerConfig& m = plan.moe_cfg;
     switch (arch[i + 1]) {
-      case 'f': break;
-      case 'g': m.residual = ResidualKind::kPlain; break;
-      case 'm': m.residual = ResidualKind::kHeavyBall; break;
-      case 'a': m.residual = ResidualKind::kAdam; break;
-      case 'r': m.residual = ResidualKind::kRobust; break;
+      case 'f':
+        break;
+      case 'g':
+        m.residual = ResidualKind::kPlain;
+        break;
+      case 'm':
+        m.residual = ResidualKind::kHeavyBall;
+        break;
+      case 'a':
+        m.residual = ResidualKind::kAdam;
+        break;
+      case 'r':
+        m.residual = ResidualKind::kRobust;
+        break;
       case 'c':
         m.residual = ResidualKind::kPlain;
         m.ac.enabled = true;

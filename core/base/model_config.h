@@ -32,15 +32,15 @@ struct ModelConfig {
   int64_t vocab_size = 0;  // from the vocabulary when 0 in the file
   int64_t d_model = 128;
   int64_t n_heads = 4;
-  int64_t seq_len = 64;    // sequence length (and the number of learned positions)
-  int64_t d_ff = 256;      // dense FFN hidden width
+  int64_t seq_len = 64;  // sequence length (and the number of learned positions)
+  int64_t d_ff = 256;    // dense FFN hidden width
   ExpertActivation activation = ExpertActivation::kRelu;  // dense FFN activation
-  double dropout = 0.1;            // residual, embedding and FFN dropout
-  double attention_dropout = 0.0;  // on attention probabilities
+  double dropout = 0.1;                                   // residual, embedding and FFN dropout
+  double attention_dropout = 0.0;                         // on attention probabilities
   bool tie_embeddings = false;
   BlockStyle block_style = BlockStyle::kPostLnDoubleResidual;
   double init_std = 0.02;
-  std::string arch;                // the arch string the plan came from (may be empty)
+  std::string arch;  // the arch string the plan came from (may be empty)
   std::vector<BlockPlan> blocks;
 
   int64_t num_moe_layers() const;

@@ -31,10 +31,14 @@ double MoeLayerConfig::effective_gamma() const {
 
 const char* residual_kind_name(ResidualKind kind) {
   switch (kind) {
-    case ResidualKind::kPlain: return "plain";
-    case ResidualKind::kHeavyBall: return "heavy_ball";
-    case ResidualKind::kAdam: return "adam";
-    case ResidualKind::kRobust: return "robust";
+    case ResidualKind::kPlain:
+      return "plain";
+    case ResidualKind::kHeavyBall:
+      return "heavy_ball";
+    case ResidualKind::kAdam:
+      return "adam";
+    case ResidualKind::kRobust:
+      return "robust";
   }
   return "?";
 }
@@ -97,8 +101,8 @@ Status MoeLayerConfig::validate(const std::string& where, int ep_size) const {
         require(finite(adam.eps) && adam.eps > 0, where, "adam.eps", adam.eps, "(0, inf)"));
     MOE_RETURN_IF_ERROR(
         require(adam.kappa >= 0 && adam.kappa <= 1, where, "adam.kappa", adam.kappa, "[0, 1]"));
-    MOE_RETURN_IF_ERROR(require(finite(adam.gamma) && adam.gamma > 0, where, "adam.gamma",
-                                adam.gamma, "(0, inf)"));
+    MOE_RETURN_IF_ERROR(
+        require(finite(adam.gamma) && adam.gamma > 0, where, "adam.gamma", adam.gamma, "(0, inf)"));
   }
   if (residual == ResidualKind::kRobust) {
     MOE_RETURN_IF_ERROR(

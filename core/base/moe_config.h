@@ -51,9 +51,9 @@ struct AdamParams {
 
 // Robust MomentumSMoE, parameterised by (rho, L, m) (Eq. 17; rho is the paper's scalar p).
 struct RobustParams {
-  double rho = 0.5;                 // in (0, 1)
-  double lipschitz = 2.0;           // L > 0
-  double strong_convexity = 1.0;    // m > 0, with k = L / m > 1
+  double rho = 0.5;               // in (0, 1)
+  double lipschitz = 2.0;         // L > 0
+  double strong_convexity = 1.0;  // m > 0, with k = L / m > 1
   // Derived by Eq. 17. Valid only after MoeLayerConfig::validate() succeeded.
   double condition() const { return lipschitz / strong_convexity; }
   double gamma() const;
@@ -79,11 +79,11 @@ enum class AcLogits {
 struct AcRouterParams {
   bool enabled = false;
   AcNormalization normalization = AcNormalization::kPaper;
-  double eps = 1e-4;           // added to the mean absolute deviation before inverting, > 0
-  double clip_mult = 10.0;     // reference-code clip, >= 1
+  double eps = 1e-4;             // added to the mean absolute deviation before inverting, > 0
+  double clip_mult = 10.0;       // reference-code clip, >= 1
   int64_t min_cluster_size = 2;  // clusters with fewer tokens use the identity metric and are left
                                  // out of the normalisation; 0 reproduces the reference code
-  bool global_stats = false;   // cluster sums all-reduced over the data (DP x EP) ranks
+  bool global_stats = false;     // cluster sums all-reduced over the data (DP x EP) ranks
   AcLogits logits = AcLogits::kLinear;
 };
 
@@ -119,18 +119,18 @@ enum class BalanceScope {
 };
 
 struct MoeLayerConfig {
-  int64_t d_model = 0;      // D
-  int64_t d_expert = 0;     // F, expert hidden width
-  int64_t num_experts = 0;  // E (global)
-  int64_t top_k = 2;        // K
+  int64_t d_model = 0;            // D
+  int64_t d_expert = 0;           // F, expert hidden width
+  int64_t num_experts = 0;        // E (global)
+  int64_t top_k = 2;              // K
   double capacity_factor = 1.25;  // C = ceil(capacity_factor * T * K / E), > 0
   bool dropless = false;          // size buffers to fit; nothing is dropped
   // Forward passes with training off (evaluation, probes): 0 drops nothing (the default, so
   // perplexity does not depend on the batch size or the EP layout); > 0 uses this capacity factor.
   double eval_capacity_factor = 0.0;
   ExpertActivation activation = ExpertActivation::kRelu;
-  double expert_dropout = 0.0;  // inside each expert, after the activation, in [0, 1)
-  double output_dropout = 0.0;  // on u before the residual dynamics, in [0, 1)
+  double expert_dropout = 0.0;      // inside each expert, after the activation, in [0, 1)
+  double output_dropout = 0.0;      // on u before the residual dynamics, in [0, 1)
   double balance_loss_coef = 0.01;  // Switch load-balancing loss weight, >= 0
   double z_loss_coef = 0.0;         // router z-loss weight, >= 0
   BalanceScope balance_scope = BalanceScope::kGlobal;

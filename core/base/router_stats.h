@@ -68,24 +68,24 @@ class RouterStatsLayout {
   enum Slot : int64_t {
     kTokens = 0,
     kSlots,
-    kDroppedSlots,     // then kFullyDropped: the layout kernel's two counters
+    kDroppedSlots,  // then kFullyDropped: the layout kernel's two counters
     kFullyDropped,
-    kBalanceLossSum,   // then kZLossSum: balance * T and z * T per call
+    kBalanceLossSum,  // then kZLossSum: balance * T and z * T per call
     kZLossSum,
-    kAuxLoss,          // the weighted aux loss (balance_coef * balance + z_coef * z)
+    kAuxLoss,  // the weighted aux loss (balance_coef * balance + z_coef * z)
     kEntropySum,
     kOutputNormSum,
     kStateNormSum,
     kTop1GateSum,
-    kUnmaskedSum,      // SparseMixer: the four sparsemixer_stats counters
+    kUnmaskedSum,  // SparseMixer: the four sparsemixer_stats counters
     kSingleExpert,
     kNonArgmax,
     kHalved,
     kFixedSlots,
   };
   explicit RouterStatsLayout(int64_t experts) : experts_(experts) {}
-  int64_t expert_load() const { return kFixedSlots; }           // [E]
-  int64_t ac() const { return kFixedSlots + experts_; }          // [2E + kAcStatsFixed]
+  int64_t expert_load() const { return kFixedSlots; }    // [E]
+  int64_t ac() const { return kFixedSlots + experts_; }  // [2E + kAcStatsFixed]
   int64_t size() const { return kFixedSlots + 3 * experts_ + kAcStatsFixed; }
   // Fills the counters of `info` (block, moe_index and the derived fields are the caller's)
   // from a block read back to the host.

@@ -27,23 +27,34 @@ Status TrainConfig::validate() const {
   if (steps < 0) return range("steps", static_cast<double>(steps), "[0, inf)");
   if (batch_size < 1) return range("batch_size", static_cast<double>(batch_size), "[1, inf)");
   if (grad_accum < 1) return range("grad_accum", static_cast<double>(grad_accum), "[1, inf)");
-  if (!(optimizer.lr >= 0 && std::isfinite(optimizer.lr))) return range("optimizer.lr", optimizer.lr, "[0, inf)");
-  if (!(optimizer.beta1 >= 0 && optimizer.beta1 < 1)) return range("optimizer.beta1", optimizer.beta1, "[0, 1)");
-  if (!(optimizer.beta2 >= 0 && optimizer.beta2 < 1)) return range("optimizer.beta2", optimizer.beta2, "[0, 1)");
+  if (!(optimizer.lr >= 0 && std::isfinite(optimizer.lr)))
+    return range("optimizer.lr", optimizer.lr, "[0, inf)");
+  if (!(optimizer.beta1 >= 0 && optimizer.beta1 < 1))
+    return range("optimizer.beta1", optimizer.beta1, "[0, 1)");
+  if (!(optimizer.beta2 >= 0 && optimizer.beta2 < 1))
+    return range("optimizer.beta2", optimizer.beta2, "[0, 1)");
   if (!(optimizer.eps > 0)) return range("optimizer.eps", optimizer.eps, "(0, inf)");
-  if (!(optimizer.weight_decay >= 0)) return range("optimizer.weight_decay", optimizer.weight_decay, "[0, inf)");
-  if (!(optimizer.momentum >= 0 && optimizer.momentum < 1)) return range("optimizer.momentum", optimizer.momentum, "[0, 1)");
-  if (warmup_steps < 0) return range("schedule.warmup_steps", static_cast<double>(warmup_steps), "[0, inf)");
-  if (!(min_lr_ratio >= 0 && min_lr_ratio <= 1)) return range("schedule.min_lr_ratio", min_lr_ratio, "[0, 1]");
+  if (!(optimizer.weight_decay >= 0))
+    return range("optimizer.weight_decay", optimizer.weight_decay, "[0, inf)");
+  if (!(optimizer.momentum >= 0 && optimizer.momentum < 1))
+    return range("optimizer.momentum", optimizer.momentum, "[0, 1)");
+  if (warmup_steps < 0)
+    return range("schedule.warmup_steps", static_cast<double>(warmup_steps), "[0, inf)");
+  if (!(min_lr_ratio >= 0 && min_lr_ratio <= 1))
+    return range("schedule.min_lr_ratio", min_lr_ratio, "[0, 1]");
   if (!(grad_clip >= 0)) return range("grad_clip", grad_clip, "[0, inf)");
   if (eval_every < 0) return range("eval_every", static_cast<double>(eval_every), "[0, inf)");
-  if (eval_sequences < 0) return range("eval_sequences", static_cast<double>(eval_sequences), "[0, inf)");
-  if (checkpoint_every < 0) return range("checkpoint_every", static_cast<double>(checkpoint_every), "[0, inf)");
-  if (keep_checkpoints < 1) return range("keep_checkpoints", static_cast<double>(keep_checkpoints), "[1, inf)");
+  if (eval_sequences < 0)
+    return range("eval_sequences", static_cast<double>(eval_sequences), "[0, inf)");
+  if (checkpoint_every < 0)
+    return range("checkpoint_every", static_cast<double>(checkpoint_every), "[0, inf)");
+  if (keep_checkpoints < 1)
+    return range("keep_checkpoints", static_cast<double>(keep_checkpoints), "[1, inf)");
   if (log_every < 1) return range("log_every", static_cast<double>(log_every), "[1, inf)");
   if (!(attack_rate >= 0 && attack_rate <= 1)) return range("attack_rate", attack_rate, "[0, 1]");
   if (probe_every < 0) return range("probe_every", static_cast<double>(probe_every), "[0, inf)");
-  if (probe_sequences < 1) return range("probe_sequences", static_cast<double>(probe_sequences), "[1, inf)");
+  if (probe_sequences < 1)
+    return range("probe_sequences", static_cast<double>(probe_sequences), "[1, inf)");
   if (!(collapse_threshold > 1 && std::isfinite(collapse_threshold))) {
     return range("collapse_threshold", collapse_threshold, "(1, inf)");
   }

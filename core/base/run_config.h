@@ -23,7 +23,7 @@ enum class CommBackend { kAuto, kMpi, kNccl };
 enum class Precision { kFp32, kBf16 };
 enum class DeviceKind { kCpu, kCuda };
 enum class FinalEval { kBoth, kSubset, kWhole, kNone };  // proto/train.proto TrainConfig.FinalEval
-const char* precision_name(Precision p);    // "FP32" | "BF16"
+const char* precision_name(Precision p);                 // "FP32" | "BF16"
 // The activation dtype of a precision: f32 or bf16.
 DType activation_dtype(Precision p);
 

@@ -15,9 +15,9 @@ namespace moe {
 
 struct StepStatsInfo {
   int64_t step = 0;
-  int32_t rank = 0;       // -1 once aggregated
-  double loss = 0;        // mean token cross-entropy over this rank's tokens
-  double aux_loss = 0;    // weighted balance + z losses summed over layers (mean over micro-batches)
+  int32_t rank = 0;     // -1 once aggregated
+  double loss = 0;      // mean token cross-entropy over this rank's tokens
+  double aux_loss = 0;  // weighted balance + z losses summed over layers (mean over micro-batches)
   double learning_rate = 0;
   double grad_norm = 0;
   int64_t tokens = 0;

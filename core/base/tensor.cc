@@ -73,8 +73,8 @@ TensorView TensorView::reshape(Shape shape) const {
 }
 
 TensorView TensorView::rows(int64_t begin, int64_t end) const {
-  MOE_CHECK(ndim() >= 1 && begin >= 0 && begin <= end && end <= dim(0), "rows [", begin, ", ",
-            end, ") of ", to_string());
+  MOE_CHECK(ndim() >= 1 && begin >= 0 && begin <= end && end <= dim(0), "rows [", begin, ", ", end,
+            ") of ", to_string());
   Shape s = shape_;
   s[0] = end - begin;
   const int64_t row_elems = dim(0) == 0 ? 0 : numel() / dim(0);
@@ -195,19 +195,30 @@ void convert_elements(const Src* src, Dst* dst, int64_t n) {
 
 double load_float(const TensorView& v, int64_t i) {
   switch (v.dtype()) {
-    case DType::kF32: return v.data<float>()[i];
-    case DType::kF64: return v.data<double>()[i];
-    case DType::kBF16: return static_cast<float>(v.data<bf16>()[i]);
-    default: return 0;
+    case DType::kF32:
+      return v.data<float>()[i];
+    case DType::kF64:
+      return v.data<double>()[i];
+    case DType::kBF16:
+      return static_cast<float>(v.data<bf16>()[i]);
+    default:
+      return 0;
   }
 }
 
 void store_float(const TensorView& v, int64_t i, double x) {
   switch (v.dtype()) {
-    case DType::kF32: v.data<float>()[i] = static_cast<float>(x); break;
-    case DType::kF64: v.data<double>()[i] = x; break;
-    case DType::kBF16: v.data<bf16>()[i] = bf16(static_cast<float>(x)); break;
-    default: break;
+    case DType::kF32:
+      v.data<float>()[i] = static_cast<float>(x);
+      break;
+    case DType::kF64:
+      v.data<double>()[i] = x;
+      break;
+    case DType::kBF16:
+      v.data<bf16>()[i] = bf16(static_cast<float>(x));
+      break;
+    default:
+      break;
   }
 }
 
@@ -215,8 +226,8 @@ void store_float(const TensorView& v, int64_t i, double x) {
 
 Status convert_into(const TensorView& src, const TensorView& dst) {
   if (!src.is_host() || !dst.is_host()) {
-    return invalid_argument_error("convert_into needs host tensors, got ", src.to_string(),
-                                  " -> ", dst.to_string());
+    return invalid_argument_error("convert_into needs host tensors, got ", src.to_string(), " -> ",
+                                  dst.to_string());
   }
   if (src.shape() != dst.shape()) {
     return invalid_argument_error("convert_into: shape ", src.shape().to_string(), " -> ",

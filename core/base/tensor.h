@@ -1,7 +1,7 @@
 // Tensor (owning, shared storage) and TensorView (non-owning), both row-major and contiguous.
 // A view is a typed window: data pointer, dtype, shape, device and the host-access guard. Layers
-// take views; whoever allocates owns a Tensor. Shapes use the project letters in comments: T tokens, D model width,
-// F expert hidden width, E experts, K top-k, C capacity, R EP ranks.
+// take views; whoever allocates owns a Tensor. Shapes use the project letters in comments: T
+// tokens, D model width, F expert hidden width, E experts, K top-k, C capacity, R EP ranks.
 #pragma once
 
 #include <array>
@@ -157,7 +157,9 @@ class Tensor {
   const TensorView& view() const { return view_; }
   operator const TensorView&() const { return view_; }  // NOLINT: implicit by design
   template <typename T>
-  T* data() const { return view_.data<T>(); }
+  T* data() const {
+    return view_.data<T>();
+  }
   void* raw() const { return view_.raw(); }
   DType dtype() const { return view_.dtype(); }
   const Shape& shape() const { return view_.shape(); }

@@ -2,11 +2,10 @@
 
 #include <algorithm>
 #include <cctype>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <vector>
-
-#include <chrono>
 
 #include "core/base/logging.h"
 #include "core/io/file_util.h"
@@ -20,7 +19,8 @@ namespace {
 // (including "ckpt-00000120.tmp" and "ckpt-00000120.old").
 int64_t checkpoint_step(const std::string& name) {
   constexpr size_t kPrefix = 5;  // "ckpt-"
-  if (name.rfind("ckpt-", 0) != 0 || name.size() < kPrefix + 8 || name.size() > kPrefix + 18) return -1;
+  if (name.rfind("ckpt-", 0) != 0 || name.size() < kPrefix + 8 || name.size() > kPrefix + 18)
+    return -1;
   int64_t step = 0;
   for (size_t i = kPrefix; i < name.size(); ++i) {
     const unsigned char c = static_cast<unsigned char>(name[i]);
@@ -68,20 +68,23 @@ Status verify_checkpoint_dir(const std::string& dir, const CheckpointManifestInf
     const std::string path = dir + "/" + f.path;
     std::error_code ec;
     if (!fs::is_regular_file(path, ec)) {
-      return data_loss_error("checkpoint ", dir, ": file ", f.path, " listed in the manifest is missing");
+      return data_loss_error("checkpoint ", dir, ": file ", f.path,
+                             " listed in the manifest is missing");
     }
     const uintmax_t size = fs::file_size(path, ec);
-    if (ec) return data_loss_error("checkpoint ", dir, ": cannot stat ", f.path, ": ", ec.message());
+    if (ec)
+      return data_loss_error("checkpoint ", dir, ": cannot stat ", f.path, ": ", ec.message());
     if (size != f.size_bytes) {
-      return data_loss_error("checkpoint ", dir, ": file ", f.path, " is ", size, " bytes, manifest says ",
-                             f.size_bytes, size < f.size_bytes ? " (truncated?)" : "");
+      return data_loss_error("checkpoint ", dir, ": file ", f.path, " is ", size,
+                             " bytes, manifest says ", f.size_bytes,
+                             size < f.size_bytes ? " (truncated?)" : "");
     }
     if (!checksums) continue;
     StatusOr<uint32_t> crc = io::crc32_of_file(path);
     if (!crc.ok()) return data_loss_error("checkpoint ", dir, ": ", crc.status().message());
     if (*crc != f.crc32) {
-      return data_loss_error("checkpoint ", dir, ": checksum mismatch in ", f.path, " (crc32 ", *crc,
-                             ", manifest says ", f.crc32, ")");
+      return data_loss_error("checkpoint ", dir, ": checksum mismatch in ", f.path, " (crc32 ",
+                             *crc, ", manifest says ", f.crc32, ")");
     }
   }
   return Status::OK();
@@ -95,7 +98,8 @@ Status verify_checkpoint(const std::string& dir) {
 StatusOr<CheckpointFileInfo> describe_file(const std::string& dir, const std::string& relative_path,
                                            CheckpointFileKind kind, int ep_rank, int ep_size) {
   if (!is_safe_relative_path(relative_path)) {
-    return invalid_argument_error("describe_file: '", relative_path, "' is not a path inside ", dir);
+    return invalid_argument_error("describe_file: '", relative_path, "' is not a path inside ",
+                                  dir);
   }
   CheckpointFileInfo f;
   f.path = relative_path;
@@ -104,7 +108,8 @@ StatusOr<CheckpointFileInfo> describe_file(const std::string& dir, const std::st
   f.ep_size = ep_size;
   const std::string path = dir + "/" + relative_path;
   std::error_code ec;
-  if (!fs::is_regular_file(path, ec)) return not_found_error("checkpoint file ", path, " is missing");
+  if (!fs::is_regular_file(path, ec))
+    return not_found_error("checkpoint file ", path, " is missing");
   f.size_bytes = fs::file_size(path, ec);
   if (ec) return not_found_error("checkpoint file ", path, " is missing: ", ec.message());
   MOE_ASSIGN_OR_RETURN(f.crc32, io::crc32_of_file(path));
@@ -140,11 +145,13 @@ Status damaged_checkpoint_error(const std::string& run_dir, const std::string& d
     }
   }
   const std::string advice =
-      older.empty()
-          ? std::string(" No older intact checkpoint exists: start a new run with --fresh (the "
-                        "damaged checkpoint is kept).")
-          : str_cat(" The newest intact checkpoint is ", older, ": resume from it with "
-                    "--resume-from ", older, ", or start a new run with --fresh. Nothing was deleted.");
+      older.empty() ? std::string(
+                          " No older intact checkpoint exists: start a new run with --fresh (the "
+                          "damaged checkpoint is kept).")
+                    : str_cat(" The newest intact checkpoint is ", older,
+                              ": resume from it with "
+                              "--resume-from ",
+                              older, ", or start a new run with --fresh. Nothing was deleted.");
   return Status(StatusCode::kDataLoss,
                 str_cat("cannot resume from ", dir, ": ", why.message(), ".", advice));
 }
@@ -173,7 +180,8 @@ Status commit_checkpoint(io::AtomicDirectory& dir, const std::string& run_id) {
       MOE_RETURN_IF_ERROR(io::remove_tree(trash));
       MOE_RETURN_IF_ERROR(io::rename_durable(final_dir, trash));
     } else {
-      const std::string aside = io::unused_path(str_cat(final_dir, ".aside-", io::unix_time_seconds()));
+      const std::string aside =
+          io::unused_path(str_cat(final_dir, ".aside-", io::unix_time_seconds()));
       MOE_RETURN_IF_ERROR(io::rename_durable(final_dir, aside));
       log_warning("checkpoint ", final_dir,
                   !intact.ok() ? str_cat(" is damaged (", intact.message(), ")")
@@ -209,8 +217,8 @@ StatusOr<std::string> archive_checkpoints_after(const std::string& run_dir, int6
     if (c.step > step) newer.push_back(c);
   }
   if (newer.empty()) return std::string();
-  const std::string archive = io::unused_path(str_cat(run_dir, "/abandoned/", io::unix_time_seconds(),
-                                                      "-after-", checkpoint_dir_name(step)));
+  const std::string archive = io::unused_path(str_cat(
+      run_dir, "/abandoned/", io::unix_time_seconds(), "-after-", checkpoint_dir_name(step)));
   std::error_code ec;
   fs::create_directories(archive, ec);
   if (ec) return internal_error("cannot create ", archive, ": ", ec.message());
@@ -240,7 +248,8 @@ StatusOr<std::vector<std::string>> recover_checkpoints(const std::string& run_di
   if (ec) return internal_error("cannot list ", run_dir, ": ", ec.message());
   std::sort(names.begin(), names.end());
   auto ends_with = [](const std::string& s, const std::string& suffix) {
-    return s.size() > suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+    return s.size() > suffix.size() &&
+           s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
   };
   for (const std::string& name : names) {
     const std::string path = run_dir + "/" + name;
@@ -260,9 +269,9 @@ StatusOr<std::vector<std::string>> recover_checkpoints(const std::string& run_di
                                 " (a checkpoint commit a crash interrupted)"));
       } else {
         MOE_RETURN_IF_ERROR(io::discard_tree(path));
-        notes.push_back(str_cat("removed ", path, " (",
-                                suffix == io::kTmpSuffix ? "an unfinished checkpoint" : "a replaced checkpoint",
-                                ")"));
+        notes.push_back(str_cat(
+            "removed ", path, " (",
+            suffix == io::kTmpSuffix ? "an unfinished checkpoint" : "a replaced checkpoint", ")"));
       }
     }
   }

@@ -32,11 +32,12 @@ bool dtype_from_name(const std::string& s, DType* out) {
 
 // Parses one tensor entry of the header into *info; the error names file and tensor.
 Status parse_entry(const json& e, const std::string& where, TensorInfo* info) {
-  if (!e.is_object() || !e.contains("dtype") || !e.contains("shape") || !e.contains("data_offsets") ||
-      !e["dtype"].is_string() || !e["shape"].is_array() || !e["data_offsets"].is_array() ||
-      e["data_offsets"].size() != 2) {
-    return data_loss_error(where, ": needs dtype (string), shape (array) and data_offsets [begin, end]; got ",
-                           e.dump());
+  if (!e.is_object() || !e.contains("dtype") || !e.contains("shape") ||
+      !e.contains("data_offsets") || !e["dtype"].is_string() || !e["shape"].is_array() ||
+      !e["data_offsets"].is_array() || e["data_offsets"].size() != 2) {
+    return data_loss_error(
+        where, ": needs dtype (string), shape (array) and data_offsets [begin, end]; got ",
+        e.dump());
   }
   if (!dtype_from_name(e["dtype"].get<std::string>(), &info->dtype)) {
     return data_loss_error(where, ": unsupported dtype ", e["dtype"].dump(),
@@ -61,8 +62,9 @@ Status parse_entry(const json& e, const std::string& where, TensorInfo* info) {
   uint64_t nbytes = 0;
   if (__builtin_mul_overflow(numel, static_cast<uint64_t>(dtype_size(info->dtype)), &nbytes) ||
       info->end < info->begin || static_cast<uint64_t>(info->end - info->begin) != nbytes) {
-    return data_loss_error(where, ": data_offsets [", info->begin, ", ", info->end, "] do not hold ", numel,
-                           " elements of ", dtype_safetensors_name(info->dtype), " (", nbytes, " bytes)");
+    return data_loss_error(where, ": data_offsets [", info->begin, ", ", info->end,
+                           "] do not hold ", numel, " elements of ",
+                           dtype_safetensors_name(info->dtype), " (", nbytes, " bytes)");
   }
   return Status::OK();
 }
@@ -100,8 +102,9 @@ std::string SafetensorsWriter::serialize() const {
   int64_t offset = 0;
   for (const auto& [name, t] : tensors_) {
     const int64_t end = offset + static_cast<int64_t>(t.nbytes());
-    header += (first ? "" : ",") + json(name).dump() + ":{\"dtype\":" +
-              json(dtype_safetensors_name(t.dtype())).dump() + ",\"shape\":" + json(t.shape().to_vector()).dump() +
+    header += (first ? "" : ",") + json(name).dump() +
+              ":{\"dtype\":" + json(dtype_safetensors_name(t.dtype())).dump() +
+              ",\"shape\":" + json(t.shape().to_vector()).dump() +
               ",\"data_offsets\":" + json({offset, end}).dump() + "}";
     offset = end;
     first = false;
@@ -136,17 +139,19 @@ StatusOr<SafetensorsFile> SafetensorsFile::parse(std::string bytes, const std::s
   uint64_t n = 0;
   for (int i = 0; i < 8; ++i) n |= static_cast<uint64_t>(static_cast<uint8_t>(bytes[i])) << (8 * i);
   if (n > kMaxHeaderBytes) {
-    return data_loss_error("safetensors file ", path, ": header length ", n, " is over the ", kMaxHeaderBytes,
-                           "-byte limit (not a safetensors file?)");
+    return data_loss_error("safetensors file ", path, ": header length ", n, " is over the ",
+                           kMaxHeaderBytes, "-byte limit (not a safetensors file?)");
   }
   if (n > bytes.size() - 8) {
     return data_loss_error("safetensors file ", path, ": header length ", n, " exceeds the ",
                            bytes.size() - 8, " bytes that follow (truncated?)");
   }
-  const json header = json::parse(bytes.begin() + 8, bytes.begin() + 8 + static_cast<int64_t>(n), nullptr,
-                                  /*allow_exceptions=*/false);
+  const json header =
+      json::parse(bytes.begin() + 8, bytes.begin() + 8 + static_cast<int64_t>(n), nullptr,
+                  /*allow_exceptions=*/false);
   if (header.is_discarded()) {
-    return data_loss_error("safetensors file ", path, ": the ", n, "-byte header is not valid UTF-8 JSON");
+    return data_loss_error("safetensors file ", path, ": the ", n,
+                           "-byte header is not valid UTF-8 JSON");
   }
   if (!header.is_object()) {
     return data_loss_error("safetensors file ", path, ": the header is not a JSON object");
@@ -157,37 +162,44 @@ StatusOr<SafetensorsFile> SafetensorsFile::parse(std::string bytes, const std::s
     const std::string& name = it.key();
     const json& e = it.value();
     if (name == "__metadata__") {
-      if (!e.is_object()) return data_loss_error("safetensors file ", path, ": __metadata__ is not an object");
+      if (!e.is_object())
+        return data_loss_error("safetensors file ", path, ": __metadata__ is not an object");
       for (auto m = e.begin(); m != e.end(); ++m) {
         if (!m.value().is_string()) {
-          return data_loss_error("safetensors file ", path, ": metadata '", m.key(), "' is not a string");
+          return data_loss_error("safetensors file ", path, ": metadata '", m.key(),
+                                 "' is not a string");
         }
         f.metadata_[m.key()] = m.value().get<std::string>();
       }
       continue;
     }
     TensorInfo info;
-    MOE_RETURN_IF_ERROR(parse_entry(e, "safetensors file " + path + ", tensor '" + name + "'", &info));
+    MOE_RETURN_IF_ERROR(
+        parse_entry(e, "safetensors file " + path + ", tensor '" + name + "'", &info));
     f.tensors_[name] = info;
   }
   // The byte ranges, in offset order, must tile [0, data_size) exactly.
   std::vector<std::pair<const std::string*, const TensorInfo*>> order;
   for (const auto& [name, info] : f.tensors_) order.emplace_back(&name, &info);
   std::sort(order.begin(), order.end(), [](const auto& a, const auto& b) {
-    return std::make_pair(a.second->begin, a.second->end) < std::make_pair(b.second->begin, b.second->end);
+    return std::make_pair(a.second->begin, a.second->end) <
+           std::make_pair(b.second->begin, b.second->end);
   });
   int64_t expected = 0;
   const std::string* previous = nullptr;
   for (const auto& [name, info] : order) {
-    const std::string where = "safetensors file " + path + ", tensor '" + *name + "': data_offsets [" +
-                              std::to_string(info->begin) + ", " + std::to_string(info->end) + "]";
+    const std::string where = "safetensors file " + path + ", tensor '" + *name +
+                              "': data_offsets [" + std::to_string(info->begin) + ", " +
+                              std::to_string(info->end) + "]";
     if (info->begin < expected) {
-      return data_loss_error(where, " overlaps tensor '", *previous, "', which ends at byte ", expected);
+      return data_loss_error(where, " overlaps tensor '", *previous, "', which ends at byte ",
+                             expected);
     }
     if (info->begin > expected) {
-      return data_loss_error(where, " leave bytes [", expected, ", ", info->begin, ") ",
-                             previous ? "after tensor '" + *previous + "'" : std::string("at the start of the data"),
-                             " unused");
+      return data_loss_error(
+          where, " leave bytes [", expected, ", ", info->begin, ") ",
+          previous ? "after tensor '" + *previous + "'" : std::string("at the start of the data"),
+          " unused");
     }
     if (static_cast<uint64_t>(info->end) > data_size) {
       return data_loss_error(where, " run past the ", data_size, " data bytes (truncated?)");
@@ -196,9 +208,10 @@ StatusOr<SafetensorsFile> SafetensorsFile::parse(std::string bytes, const std::s
     previous = name;
   }
   if (static_cast<uint64_t>(expected) != data_size) {
-    return data_loss_error("safetensors file ", path, ": ", data_size - static_cast<uint64_t>(expected),
-                           " bytes ", previous ? "after the last tensor '" + *previous + "'" : std::string("of data"),
-                           " belong to no tensor");
+    return data_loss_error(
+        "safetensors file ", path, ": ", data_size - static_cast<uint64_t>(expected), " bytes ",
+        previous ? "after the last tensor '" + *previous + "'" : std::string("of data"),
+        " belong to no tensor");
   }
   f.bytes_ = std::move(bytes);
   return f;
@@ -220,16 +233,18 @@ Status SafetensorsFile::read_into(const std::string& name, const TensorView& dst
   MOE_ASSIGN_OR_RETURN(TensorInfo info, this->info(name));
   // Compared as vectors: the file may hold more dims than Shape can (Shape::kMaxDims).
   if (info.dtype != dst.dtype() || info.shape != dst.shape().to_vector()) {
-    return invalid_argument_error("tensor '", name, "' in ", path_, " is ", dtype_safetensors_name(info.dtype),
-                                  shape_string(info.shape), ", expected ", dtype_safetensors_name(dst.dtype()),
+    return invalid_argument_error("tensor '", name, "' in ", path_, " is ",
+                                  dtype_safetensors_name(info.dtype), shape_string(info.shape),
+                                  ", expected ", dtype_safetensors_name(dst.dtype()),
                                   dst.shape().to_string());
   }
   if (!dst.is_host()) {
-    return invalid_argument_error("read_into: tensor '", name, "' of ", path_, " needs a host destination, got ",
-                                  dst.to_string());
+    return invalid_argument_error("read_into: tensor '", name, "' of ", path_,
+                                  " needs a host destination, got ", dst.to_string());
   }
   if (info.end > info.begin) {
-    std::memcpy(dst.raw(), bytes_.data() + data_start_ + info.begin, static_cast<size_t>(info.end - info.begin));
+    std::memcpy(dst.raw(), bytes_.data() + data_start_ + info.begin,
+                static_cast<size_t>(info.end - info.begin));
   }
   return Status::OK();
 }

@@ -62,12 +62,11 @@ Status hash_file_identity(const std::string& path, uint64_t* hash) {
   const fs::file_status status = fs::status(path, ec);
   if (!fs::exists(status)) return not_found_error("text file not found: ", path);
   if (!fs::is_regular_file(status)) {
-    const char* what = fs::is_directory(status)   ? "a directory"
-                       : fs::is_fifo(status)      ? "a FIFO (named pipe)"
-                       : fs::is_character_file(status) || fs::is_block_file(status)
-                           ? "a device"
-                           : fs::is_socket(status) ? "a socket"
-                                                   : "not a regular file";
+    const char* what = fs::is_directory(status) ? "a directory"
+                       : fs::is_fifo(status)    ? "a FIFO (named pipe)"
+                       : fs::is_character_file(status) || fs::is_block_file(status) ? "a device"
+                       : fs::is_socket(status)                                      ? "a socket"
+                                               : "not a regular file";
     return invalid_argument_error("text file ", path, " is ", what,
                                   ": a corpus must be a regular file (it is read more than once, "
                                   "and its size and time key the token cache)");

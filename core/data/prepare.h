@@ -38,7 +38,7 @@ struct PrepareSpec {
   // SentencePiece: an existing model (.model), or one trained on the training split.
   std::string sp_model_path;
   SentencePieceOptions sp;
-  int threads = 0;         // tokenizing threads; 0 = every core
+  int threads = 0;                          // tokenizing threads; 0 = every core
   int64_t shard_tokens = int64_t{1} << 26;  // 64 Mi tokens = 256 MiB per shard
   int64_t chunk_bytes = int64_t{1} << 24;   // 16 MiB of text per chunk
   // Asked between batches (and, prepared elsewhere, while the other process runs): true stops the

@@ -5,8 +5,8 @@
 
 #include "core/base/check.h"
 #include "core/base/hash.h"
-#include "core/io/file_util.h"
 #include "core/data/text_reader.h"
+#include "core/io/file_util.h"
 
 namespace moe::data {
 namespace {
@@ -176,9 +176,10 @@ Status Vocabulary::save(const std::string& path) const {
     body += std::to_string(counts_[i]);
     body += '\n';
   }
-  const std::string header = str_cat(kHeaderTag, " version=", kFormatVersion,
-                                     " size=", tokens_.size(), " fingerprint=", io::hex64(fingerprint_),
-                                     " crc32=", io::hex32(io::crc32_of(body.data(), body.size())), "\n");
+  const std::string header =
+      str_cat(kHeaderTag, " version=", kFormatVersion, " size=", tokens_.size(),
+              " fingerprint=", io::hex64(fingerprint_),
+              " crc32=", io::hex32(io::crc32_of(body.data(), body.size())), "\n");
   return io::write_file_atomic(path, {header, body});
 }
 

@@ -58,9 +58,9 @@ Status open_device(CheckpointModel* c, std::optional<DeviceKind> device, int thr
   context.threads = threads;
   StatusOr<RunDevice> run_device = make_run_device(c->cfg.train.device, context, 0);
   if (!run_device.ok() && c->cfg.train.device == DeviceKind::kCuda && !device) {
-    return Status(run_device.status().code(),
-                  str_cat("checkpoint ", c->dir, " was trained on a GPU: ",
-                          run_device.status().message()));
+    return Status(
+        run_device.status().code(),
+        str_cat("checkpoint ", c->dir, " was trained on a GPU: ", run_device.status().message()));
   }
   MOE_RETURN_IF_ERROR(run_device.status());
   c->ctx = std::move(run_device->ctx);

@@ -1,8 +1,8 @@
 #include "core/io/crash_point.h"
 
+#include <atomic>
 #include <csignal>
 #include <cstdio>
-#include <atomic>
 
 namespace moe::io {
 namespace {

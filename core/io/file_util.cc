@@ -1,7 +1,5 @@
 #include "core/io/file_util.h"
 
-#include "core/io/crash_point.h"
-
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -9,14 +7,16 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <functional>
 #include <vector>
+
+#include "core/io/crash_point.h"
 
 namespace moe::io {
 namespace fs = std::filesystem;

@@ -31,8 +31,8 @@ Status MultiHeadAttention::check(const char* name, const TensorView& t, int64_t 
 }
 
 StatusOr<Tensor> MultiHeadAttention::forward(const Tensor& x, int64_t batch,
-                                             int64_t sequence_offset, bool training,
-                                             CounterRng rng, Saved* saved) const {
+                                             int64_t sequence_offset, bool training, CounterRng rng,
+                                             Saved* saved) const {
   const int64_t n = x.ndim() == 2 ? x.dim(0) : -1;
   if (batch < 1 || n % batch != 0 || n / batch < 1 || n / batch > max_seq_len_) {
     return invalid_argument_error(prefix_, ": x ", x.view().to_string(),
@@ -72,9 +72,8 @@ StatusOr<Tensor> MultiHeadAttention::backward(const Tensor& dy, const Saved& sav
   MOE_ASSIGN_OR_RETURN(Tensor d_qkv, ctx_.empty({n, 3 * d_model_}, act_));
   const kernels::AttentionArgs args{saved.batch,   saved.seq_len, heads_,
                                     saved.dropout, saved.rng,     saved.sequence_offset};
-  MOE_RETURN_IF_ERROR(
-      kernels::attention_backward(ctx_, args, d_ctx, saved.qkv, saved.lse, d_qkv)
-          .with_context(prefix_));
+  MOE_RETURN_IF_ERROR(kernels::attention_backward(ctx_, args, d_ctx, saved.qkv, saved.lse, d_qkv)
+                          .with_context(prefix_));
   // Input projection: dW_qkv += x^T d_qkv; db_qkv += sum d_qkv; dx = d_qkv W_qkv^T.
   MOE_RETURN_IF_ERROR(kernels::gemm(ctx_, saved.x, true, d_qkv, false, w_qkv_->grad, 1.0, 1.0));
   MOE_RETURN_IF_ERROR(kernels::bias_grad(ctx_, d_qkv, b_qkv_->grad));

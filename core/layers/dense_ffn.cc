@@ -42,9 +42,9 @@ StatusOr<Tensor> DenseFfn::forward(const Tensor& x, int64_t token_offset, bool t
   MOE_RETURN_IF_ERROR(kernels::add_bias(ctx_, saved->h_pre, b1_->value));
   MOE_RETURN_IF_ERROR(kernels::activation_forward(ctx_, activation_, saved->h_pre, saved->h));
   if (saved->dropout > 0) {
-    MOE_RETURN_IF_ERROR(kernels::dropout_forward(ctx_, saved->h, {}, token_offset, rng,
-                                                 saved->dropout, saved->h)
-                            .with_context(prefix_));
+    MOE_RETURN_IF_ERROR(
+        kernels::dropout_forward(ctx_, saved->h, {}, token_offset, rng, saved->dropout, saved->h)
+            .with_context(prefix_));
   }
   MOE_ASSIGN_OR_RETURN(Tensor y, ctx_.empty({n, d_model_}, act_));
   MOE_RETURN_IF_ERROR(kernels::gemm(ctx_, saved->h, false, w2_->value, false, y));
@@ -61,8 +61,8 @@ StatusOr<Tensor> DenseFfn::backward(const Tensor& dy, const Saved& saved) const 
   MOE_ASSIGN_OR_RETURN(Tensor dh, ctx_.empty({n, d_ff_}, act_));
   MOE_RETURN_IF_ERROR(kernels::gemm(ctx_, dy, false, w2_->value, true, dh));
   if (saved.dropout > 0) {
-    MOE_RETURN_IF_ERROR(kernels::dropout_backward(ctx_, dh, {}, saved.token_offset, saved.rng,
-                                                  saved.dropout, dh));
+    MOE_RETURN_IF_ERROR(
+        kernels::dropout_backward(ctx_, dh, {}, saved.token_offset, saved.rng, saved.dropout, dh));
   }
   MOE_RETURN_IF_ERROR(kernels::activation_backward(ctx_, activation_, saved.h_pre, dh, dh));
   // First projection: dW1 += x^T dh; db1 += sum dh; dx = dh W1^T.

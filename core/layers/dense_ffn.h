@@ -20,11 +20,11 @@ class DenseFfn {
  public:
   // Everything backward needs, filled by forward.
   struct Saved {
-    Tensor x;             // [N, D] the input
-    Tensor h_pre;         // [N, F] x W1 + b1
-    Tensor h;             // [N, F] after the activation and dropout
+    Tensor x;                  // [N, D] the input
+    Tensor h_pre;              // [N, F] x W1 + b1
+    Tensor h;                  // [N, F] after the activation and dropout
     int64_t token_offset = 0;  // dropout key of row 0
-    float dropout = 0.f;  // 0 when not training
+    float dropout = 0.f;       // 0 when not training
     CounterRng rng;
   };
   DenseFfn(const std::string& prefix, int64_t d_model, int64_t d_ff, ExpertActivation activation,

@@ -50,9 +50,9 @@ Status Embedding::backward(const TensorView& ids, const TensorView& dh) const {
 OutputHead::OutputHead(const std::string& prefix, int64_t vocab, int64_t d_model, Parameter* tied,
                        ParameterSet* params)
     : prefix_(prefix), ctx_(params->context()), act_(params->act_dtype()), tied_(tied != nullptr) {
-  weight_ = tied != nullptr ? tied
-                            : &params->add(prefix + ".weight", {vocab, d_model}, ParamKind::kDense,
-                                           true, true);
+  weight_ = tied != nullptr
+                ? tied
+                : &params->add(prefix + ".weight", {vocab, d_model}, ParamKind::kDense, true, true);
 }
 
 Status OutputHead::check(const char* name, const TensorView& t, int64_t cols) const {

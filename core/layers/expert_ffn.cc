@@ -6,9 +6,12 @@ namespace moe {
 
 kernels::Activation to_kernel_activation(ExpertActivation act) {
   switch (act) {
-    case ExpertActivation::kRelu: return kernels::Activation::kRelu;
-    case ExpertActivation::kGelu: return kernels::Activation::kGelu;
-    case ExpertActivation::kGeluTanh: return kernels::Activation::kGeluTanh;
+    case ExpertActivation::kRelu:
+      return kernels::Activation::kRelu;
+    case ExpertActivation::kGelu:
+      return kernels::Activation::kGelu;
+    case ExpertActivation::kGeluTanh:
+      return kernels::Activation::kGeluTanh;
   }
   return kernels::Activation::kRelu;
 }
@@ -41,8 +44,7 @@ StatusOr<Tensor> ExpertFfn::forward(const Tensor& x, const kernels::ExpertBlocks
   MOE_ASSIGN_OR_RETURN(saved->h, ctx_.empty({rows, d_ff_}, act_));
   MOE_RETURN_IF_ERROR(kernels::expert_gemm(ctx_, x, w1_->value, false, saved->h_pre, blocks));
   MOE_RETURN_IF_ERROR(kernels::add_bias_blocks(ctx_, saved->h_pre, b1_->value, blocks));
-  MOE_RETURN_IF_ERROR(
-      kernels::activation_forward(ctx_, activation_, saved->h_pre, saved->h));
+  MOE_RETURN_IF_ERROR(kernels::activation_forward(ctx_, activation_, saved->h_pre, saved->h));
   if (dropout_p > 0) {
     MOE_RETURN_IF_ERROR(
         kernels::dropout_forward(ctx_, saved->h, row_keys, 0, rng, dropout_p, saved->h));
@@ -61,8 +63,8 @@ StatusOr<Tensor> ExpertFfn::backward(const Tensor& dy, const ExpertSaved& saved)
   MOE_ASSIGN_OR_RETURN(Tensor dh, ctx_.empty({rows, d_ff_}, act_));
   MOE_RETURN_IF_ERROR(kernels::expert_gemm(ctx_, dy, w2_->value, true, dh, blocks));
   if (saved.dropout > 0) {
-    MOE_RETURN_IF_ERROR(kernels::dropout_backward(ctx_, dh, saved.row_keys, 0, saved.rng,
-                                                  saved.dropout, dh));
+    MOE_RETURN_IF_ERROR(
+        kernels::dropout_backward(ctx_, dh, saved.row_keys, 0, saved.rng, saved.dropout, dh));
   }
   MOE_RETURN_IF_ERROR(kernels::activation_backward(ctx_, activation_, saved.h_pre, dh, dh));
   MOE_RETURN_IF_ERROR(kernels::expert_gemm_wgrad(ctx_, saved.x, dh, w1_->grad, blocks));

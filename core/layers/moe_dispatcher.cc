@@ -21,9 +21,9 @@ int64_t MoeDispatcher::first_local_expert() const { return ep_rank() * local_exp
 int64_t MoeDispatcher::capacity(int64_t tokens, bool training) const {
   if (cfg_.dropless || (!training && cfg_.eval_capacity_factor <= 0)) return -1;
   const double factor = training ? cfg_.capacity_factor : cfg_.eval_capacity_factor;
-  return static_cast<int64_t>(std::ceil(factor * static_cast<double>(tokens) *
-                                        static_cast<double>(cfg_.top_k) /
-                                        static_cast<double>(cfg_.num_experts)));
+  return static_cast<int64_t>(
+      std::ceil(factor * static_cast<double>(tokens) * static_cast<double>(cfg_.top_k) /
+                static_cast<double>(cfg_.num_experts)));
 }
 
 Status MoeDispatcher::agree_tokens(int64_t tokens) {
@@ -35,8 +35,9 @@ Status MoeDispatcher::agree_tokens(int64_t tokens) {
   const int64_t most = extremes[0], least = -extremes[1];
   if (most != least) {
     return invalid_argument_error("moe dispatch: the EP ranks hold between ", least, " and ", most,
-                                  " tokens, so their capacities differ (", capacity(least),
-                                  " to ", capacity(most), " rows per expert); every rank of an EP "
+                                  " tokens, so their capacities differ (", capacity(least), " to ",
+                                  capacity(most),
+                                  " rows per expert); every rank of an EP "
                                   "group needs the same token count in capacity mode (or use "
                                   "dropless)");
   }
@@ -87,9 +88,9 @@ Status MoeDispatcher::plan(const Tensor& idx, int64_t token_offset, const Tensor
     MOE_RETURN_IF_ERROR(ctx_.copy(p->kept, counts.rows(experts, 2 * experts)));
   } else {
     ScopedPhase phase(ctx_, Phase::kExchange);
-    MOE_RETURN_IF_ERROR(comm_->all_to_all(p->kept.view().reshape({ranks, local}),
-                                          counts.view().rows(experts, 2 * experts).reshape({ranks, local}),
-                                          ctx_.stream()));
+    MOE_RETURN_IF_ERROR(comm_->all_to_all(
+        p->kept.view().reshape({ranks, local}),
+        counts.view().rows(experts, 2 * experts).reshape({ranks, local}), ctx_.stream()));
   }
   // The layer's one synchronisation (dropless only): the exchanged counts size the buffers.
   MOE_ASSIGN_OR_RETURN(Tensor host, ctx_.read_back(counts));  // host-ok: dropless counts read
@@ -103,7 +104,8 @@ Status MoeDispatcher::plan(const Tensor& idx, int64_t token_offset, const Tensor
     for (int64_t l = 0; l < local; ++l) {
       send_counts[r] += kept[r * local + l];
       recv_counts[r] += received[r * local + l];
-      p->blocks.offsets[r * local + l + 1] = p->blocks.offsets[r * local + l] + received[r * local + l];
+      p->blocks.offsets[r * local + l + 1] =
+          p->blocks.offsets[r * local + l] + received[r * local + l];
     }
   }
   MOE_ASSIGN_OR_RETURN(p->exchange, comm::AllToAllPlan::from_counts(send_counts, recv_counts));

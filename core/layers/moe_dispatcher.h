@@ -38,14 +38,14 @@ namespace moe {
 
 struct DispatchPlan {
   int64_t tokens = 0;
-  int64_t capacity = -1;   // C, or -1 in dropless mode
-  Tensor slot;             // [T, K] i32 position in the expert's block, -1 if dropped
-  Tensor row;              // [T, K] i32 send-buffer row of each assignment, -1 if dropped
-  Tensor load;             // [E] i64 assignments before capacity
-  Tensor kept;             // [E] i64 assignments that got a slot
-  Tensor send_token;       // [S] i32 source token of each send row, -1 for an empty slot
-  Tensor send_key;         // [S] i64 dropout key (global token * K + k), -1 for an empty slot
-  Tensor recv_key;         // [M] i64 the received rows' keys (-1: padding)
+  int64_t capacity = -1;         // C, or -1 in dropless mode
+  Tensor slot;                   // [T, K] i32 position in the expert's block, -1 if dropped
+  Tensor row;                    // [T, K] i32 send-buffer row of each assignment, -1 if dropped
+  Tensor load;                   // [E] i64 assignments before capacity
+  Tensor kept;                   // [E] i64 assignments that got a slot
+  Tensor send_token;             // [S] i32 source token of each send row, -1 for an empty slot
+  Tensor send_key;               // [S] i64 dropout key (global token * K + k), -1 for an empty slot
+  Tensor recv_key;               // [M] i64 the received rows' keys (-1: padding)
   kernels::ExpertBlocks blocks;  // the receive buffer's blocks
   comm::AllToAllPlan exchange;   // rows to and from each EP rank
 };
@@ -71,8 +71,8 @@ class MoeDispatcher {
   // Builds the plan for idx [T, K] i32 (collective over the EP group). `drops` (f64 [2], may be
   // empty) accumulates the dropped assignments and fully dropped tokens. `training` picks the
   // capacity (capacity()).
-  Status plan(const Tensor& idx, int64_t token_offset, const TensorView& drops,
-              DispatchPlan* plan, bool training = true);
+  Status plan(const Tensor& idx, int64_t token_offset, const TensorView& drops, DispatchPlan* plan,
+              bool training = true);
   // x [T, D] -> the expert rows [M, D] (the receive buffer, in blocks).
   StatusOr<Tensor> dispatch(const Tensor& x, const DispatchPlan& plan) const;
   // Expert outputs [M, D] -> send-layout rows [S, D] back on the home ranks.

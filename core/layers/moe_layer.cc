@@ -117,24 +117,28 @@ StatusOr<MoeLayerOutputs> MoeLayer::forward(const MoeLayerInputs& in, MoeLayerSa
     MOE_RETURN_IF_ERROR(kernels::residual_shift_input(ctx_, x, in.p_in, input_shift_for(cfg_), y));
   }
 
-  RouterForwardArgs route{y, in.prev_top1, in.training,
+  RouterForwardArgs route{y,
+                          in.prev_top1,
+                          in.training,
                           site_rng(in.seed, RandomSite::kSparseMixer, block_, in.step),
-                          in.token_offset, in.stats_comm, stats};
+                          in.token_offset,
+                          in.stats_comm,
+                          stats};
   MOE_RETURN_IF_ERROR(router_.forward(route, &saved->router));
   const TensorView drops =
       stats.numel() > 0 ? slot(stats, RouterStatsLayout::kDroppedSlots, 2) : TensorView();
-  MOE_RETURN_IF_ERROR(dispatcher_.plan(saved->router.idx, in.token_offset, drops, &saved->plan,
-                                       in.training || in.training_capacity)
+  MOE_RETURN_IF_ERROR(dispatcher_
+                          .plan(saved->router.idx, in.token_offset, drops, &saved->plan,
+                                in.training || in.training_capacity)
                           .with_context(str_cat("block ", block_)));
   const DispatchPlan& plan = saved->plan;
 
   MOE_ASSIGN_OR_RETURN(Tensor rows, dispatcher_.dispatch(y, plan));
   const float expert_p = in.training ? static_cast<float>(cfg_.expert_dropout) : 0.f;
   MOE_ASSIGN_OR_RETURN(
-      Tensor y_rows,
-      experts_.forward(rows, plan.blocks, plan.recv_key,
-                       site_rng(in.seed, RandomSite::kExpertHidden, block_, in.step), expert_p,
-                       &saved->experts));
+      Tensor y_rows, experts_.forward(rows, plan.blocks, plan.recv_key,
+                                      site_rng(in.seed, RandomSite::kExpertHidden, block_, in.step),
+                                      expert_p, &saved->experts));
   MOE_ASSIGN_OR_RETURN(saved->y_send, dispatcher_.gather_back(y_rows, plan));
 
   MOE_ASSIGN_OR_RETURN(saved->u, ctx_.empty({tokens, d}, act));
@@ -142,10 +146,9 @@ StatusOr<MoeLayerOutputs> MoeLayer::forward(const MoeLayerInputs& in, MoeLayerSa
   MOE_RETURN_IF_ERROR(
       kernels::combine(ctx_, saved->y_send, plan.row, saved->router.gate, omega, saved->u));
   if (in.training && cfg_.output_dropout > 0) {
-    MOE_RETURN_IF_ERROR(kernels::dropout_forward(ctx_, saved->u, {}, in.token_offset,
-                                                 saved->output_dropout_rng,
-                                                 static_cast<float>(cfg_.output_dropout),
-                                                 saved->u));
+    MOE_RETURN_IF_ERROR(
+        kernels::dropout_forward(ctx_, saved->u, {}, in.token_offset, saved->output_dropout_rng,
+                                 static_cast<float>(cfg_.output_dropout), saved->u));
   }
 
   MoeLayerOutputs out;
@@ -214,16 +217,15 @@ StatusOr<MoeLayerGradInputs> MoeLayer::backward(const MoeLayerGradOutputs& g,
   MOE_ASSIGN_OR_RETURN(Tensor d_gate, ctx_.empty_like(saved.router.gate));
   const TensorView omega = omega_ != nullptr ? omega_->value : TensorView();
   const TensorView d_omega = omega_ != nullptr ? omega_->grad : TensorView();
-  MOE_RETURN_IF_ERROR(kernels::combine_backward(ctx_, du, saved.y_send, saved.plan.row,
-                                                saved.router.gate, omega, d_y_send, d_gate,
-                                                d_omega));
+  MOE_RETURN_IF_ERROR(kernels::combine_backward(
+      ctx_, du, saved.y_send, saved.plan.row, saved.router.gate, omega, d_y_send, d_gate, d_omega));
   MOE_ASSIGN_OR_RETURN(Tensor d_y_rows, dispatcher_.gather_back_backward(d_y_send, saved.plan));
   MOE_ASSIGN_OR_RETURN(Tensor d_rows, experts_.backward(d_y_rows, saved.experts));
 
   // dL/dy: through the dispatch and through the router.
   MOE_ASSIGN_OR_RETURN(gi.d_x_in, dispatcher_.dispatch_backward(d_rows, saved.plan));
-  MOE_RETURN_IF_ERROR(router_.backward(d_gate, saved.router,
-                                       g.aux_scale * saved.aux_grad_multiplier, gi.d_x_in));
+  MOE_RETURN_IF_ERROR(
+      router_.backward(d_gate, saved.router, g.aux_scale * saved.aux_grad_multiplier, gi.d_x_in));
   if (saved.robust_shift) {
     // Robust: y = x + a p, so dL/dp_in gains a * dL/dy.
     MOE_RETURN_IF_ERROR(kernels::axpy(ctx_, input_shift_for(cfg_), gi.d_x_in, gi.d_p_in));

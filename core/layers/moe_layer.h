@@ -37,7 +37,7 @@ struct MoeLayerInputs {
   Tensor p_in;       // [T, D] F momentum state; empty means zeros
   Tensor adam_m_in;  // [T, D] F Adam moments; empty means zeros
   Tensor adam_v_in;
-  Tensor prev_top1;  // [T] i32 previous MoE layer's argmax; empty at the first MoE layer
+  Tensor prev_top1;          // [T] i32 previous MoE layer's argmax; empty at the first MoE layer
   int64_t token_offset = 0;  // global id of token 0 (keys every random draw)
   int64_t step = 0;
   uint64_t seed = 0;
@@ -55,16 +55,16 @@ struct MoeLayerOutputs {
   Tensor p_out;       // [T, D] F: momentum state after this layer
   Tensor adam_m_out;  // [T, D] F: Adam moments after this layer (Adam layers; else the inputs)
   Tensor adam_v_out;
-  Tensor top1;        // [T] i32: this layer's argmax expert
+  Tensor top1;  // [T] i32: this layer's argmax expert
 };
 
 struct MoeLayerSaved {
   RouterSaved router;
   DispatchPlan plan;
   ExpertSaved experts;
-  Tensor y_send;   // [S, D] expert outputs in send layout (combine backward)
-  Tensor u;        // [T, D] SMoE output after output dropout (residual input)
-  Tensor m_out;    // [T, D] F Adam moments (Adam layers)
+  Tensor y_send;  // [S, D] expert outputs in send layout (combine backward)
+  Tensor u;       // [T, D] SMoE output after output dropout (residual input)
+  Tensor m_out;   // [T, D] F Adam moments (Adam layers)
   Tensor v_out;
   bool robust_shift = false;  // the router and experts saw y = x + a p
   bool training = true;

@@ -40,8 +40,7 @@ Status MoeRouter::compute_ac_metric(const RouterForwardArgs& args, RouterSaved* 
     MOE_RETURN_IF_ERROR(comm->all_reduce(sums, sums, comm::ReduceOp::kSum, ctx_.stream()));
     MOE_RETURN_IF_ERROR(comm->all_reduce(counts, counts, comm::ReduceOp::kSum, ctx_.stream()));
   }
-  MOE_RETURN_IF_ERROR(
-      kernels::ac_cluster_abs_dev(ctx_, y, saved->labels, sums, counts, abs_dev));
+  MOE_RETURN_IF_ERROR(kernels::ac_cluster_abs_dev(ctx_, y, saved->labels, sums, counts, abs_dev));
   if (comm != nullptr) {
     MOE_RETURN_IF_ERROR(comm->all_reduce(abs_dev, abs_dev, comm::ReduceOp::kSum, ctx_.stream()));
   }
@@ -55,9 +54,9 @@ Status MoeRouter::compute_ac_metric(const RouterForwardArgs& args, RouterSaved* 
   saved->ac_applied = true;
   if (args.stats.numel() > 0) {
     const RouterStatsLayout layout(experts);
-    MOE_RETURN_IF_ERROR(kernels::ac_stats(ctx_, abs_dev, counts, local_counts, summary,
-                                          slots(args.stats, layout.ac(),
-                                                2 * experts + kAcStatsFixed)));
+    MOE_RETURN_IF_ERROR(
+        kernels::ac_stats(ctx_, abs_dev, counts, local_counts, summary,
+                          slots(args.stats, layout.ac(), 2 * experts + kAcStatsFixed)));
   }
   return Status::OK();
 }
@@ -65,8 +64,8 @@ Status MoeRouter::compute_ac_metric(const RouterForwardArgs& args, RouterSaved* 
 Status MoeRouter::forward(const RouterForwardArgs& args, RouterSaved* saved) {
   const TensorView& y = args.y;
   if (y.ndim() != 2 || y.dim(1) != cfg_.d_model) {
-    return invalid_argument_error("moe router: input ", y.to_string(), " is not [T, ",
-                                  cfg_.d_model, "]");
+    return invalid_argument_error("moe router: input ", y.to_string(), " is not [T, ", cfg_.d_model,
+                                  "]");
   }
   const int64_t tokens = y.dim(0), experts = cfg_.num_experts, k = cfg_.top_k;
   const DType f = compute_dtype(y.dtype());
@@ -88,7 +87,8 @@ Status MoeRouter::forward(const RouterForwardArgs& args, RouterSaved* saved) {
   if (saved->unit_norm) {
     MOE_ASSIGN_OR_RETURN(saved->w_unit, ctx_.empty(w_->value.shape(), f));
     MOE_ASSIGN_OR_RETURN(saved->inv_norm, ctx_.empty({experts}, f));
-    MOE_RETURN_IF_ERROR(kernels::normalize_columns(ctx_, w_->value, saved->w_unit, saved->inv_norm));
+    MOE_RETURN_IF_ERROR(
+        kernels::normalize_columns(ctx_, w_->value, saved->w_unit, saved->inv_norm));
     MOE_RETURN_IF_ERROR(
         kernels::gemm(ctx_, saved->router_input, false, saved->w_unit, false, saved->logits));
   } else {
@@ -111,9 +111,9 @@ Status MoeRouter::forward(const RouterForwardArgs& args, RouterSaved* saved) {
                                                    saved->gate, saved->probs, saved->lse,
                                                    saved->mask, saved->scale, saved->is_argmax));
     if (args.stats.numel() > 0) {
-      MOE_RETURN_IF_ERROR(kernels::sparsemixer_stats(
-          ctx_, saved->mask, saved->is_argmax, saved->scale,
-          slots(args.stats, RouterStatsLayout::kUnmaskedSum, 4)));
+      MOE_RETURN_IF_ERROR(
+          kernels::sparsemixer_stats(ctx_, saved->mask, saved->is_argmax, saved->scale,
+                                     slots(args.stats, RouterStatsLayout::kUnmaskedSum, 4)));
     }
   } else {
     MOE_RETURN_IF_ERROR(kernels::topk_softmax(ctx_, saved->logits, saved->idx, saved->gate,
@@ -149,8 +149,8 @@ StatusOr<Tensor> MoeRouter::aux_loss(const Tensor& load, comm::Communicator* dat
         kernels::axpy(ctx_, 1.0, losses.rows(2, 3), slots(stats, RouterStatsLayout::kAuxLoss)));
     MOE_RETURN_IF_ERROR(
         kernels::entropy_sum(ctx_, saved->probs, slots(stats, RouterStatsLayout::kEntropySum)));
-    MOE_RETURN_IF_ERROR(kernels::column_sum(ctx_, saved->gate, 0,
-                                            slots(stats, RouterStatsLayout::kTop1GateSum)));
+    MOE_RETURN_IF_ERROR(
+        kernels::column_sum(ctx_, saved->gate, 0, slots(stats, RouterStatsLayout::kTop1GateSum)));
   }
   return losses;
 }

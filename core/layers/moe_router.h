@@ -19,14 +19,14 @@
 namespace moe {
 
 struct RouterForwardArgs {
-  Tensor y;                    // [T, D] act: the router input before the AC transform
-  Tensor prev_top1;            // [T] i32 previous MoE layer's argmax, or empty (first MoE layer)
+  Tensor y;          // [T, D] act: the router input before the AC transform
+  Tensor prev_top1;  // [T] i32 previous MoE layer's argmax, or empty (first MoE layer)
   bool training = true;
   CounterRng sparsemixer_rng;  // SparseMixer draws
   int64_t token_offset = 0;    // global id of token 0
   // For global AC statistics: the communicator over every rank that holds tokens (nullable).
   comm::Communicator* stats_comm = nullptr;
-  TensorView stats;            // the layer's statistics block (f64), or empty
+  TensorView stats;  // the layer's statistics block (f64), or empty
 };
 
 // Everything backward needs, owned (shared storage).
@@ -39,17 +39,17 @@ struct RouterSaved {
   Tensor gate;          // [T, K] F gate values (SparseMixer: c * pi_D)
   Tensor top1;          // [T] i32 argmax of the logits (the next AC layer's clusters)
   // SparseMixer only.
-  Tensor mask;          // [T, E] u8
-  Tensor scale;         // [T] F: c
-  Tensor is_argmax;     // [T] u8
+  Tensor mask;       // [T, E] u8
+  Tensor scale;      // [T] F: c
+  Tensor is_argmax;  // [T] u8
   // AC only (when the transform was applied).
   bool ac_applied = false;
-  Tensor labels;        // [T] i32
-  Tensor metric;        // [E, D] F
+  Tensor labels;  // [T] i32
+  Tensor metric;  // [E, D] F
   // AC with unit-norm expert embeddings (AcLogits::kUnitNormEmbeddings): logits = r W_n, no bias.
   bool unit_norm = false;
-  Tensor w_unit;        // [D, E] F: W_r with unit-norm columns
-  Tensor inv_norm;      // [E] F: 1 / ||W_r[:, e]||
+  Tensor w_unit;    // [D, E] F: W_r with unit-norm columns
+  Tensor inv_norm;  // [E] F: 1 / ||W_r[:, e]||
   // The sums the auxiliary losses were computed from (f64 [2E + 2], kernels/router.h), over this
   // rank's tokens or, for the global scope, every data rank's: the backward reads loads and T.
   Tensor aux_packed;

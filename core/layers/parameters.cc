@@ -24,8 +24,8 @@ Parameter& ParameterSet::add(const std::string& name, Shape shape, ParamKind kin
 }
 
 Parameter& ParameterSet::add_expert(const std::string& name, Shape local_shape,
-                                    int64_t global_experts, int64_t first_expert,
-                                    bool weight_decay, bool matmul) {
+                                    int64_t global_experts, int64_t first_expert, bool weight_decay,
+                                    bool matmul) {
   Parameter& p = add(name, local_shape, ParamKind::kExpert, weight_decay, matmul);
   p.global_experts = global_experts;
   p.first_expert = first_expert;

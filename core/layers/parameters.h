@@ -77,7 +77,7 @@ class ParameterSet {
   DType act_dtype() const { return act_; }
   DType master_dtype() const { return compute_dtype(act_); }
   Context& context() const { return *ctx_; }
-  int64_t numel() const;                 // local element count
+  int64_t numel() const;  // local element count
   int64_t numel(ParamKind kind) const;
 
   // The contiguous masters or gradients of one kind (empty when the kind has none).

@@ -22,9 +22,9 @@ enum class RandomSite : uint8_t {
 
 inline CounterRng site_rng(uint64_t seed, RandomSite site, int64_t block, int64_t step) {
   const RngTag tag = site == RandomSite::kSparseMixer ? RngTag::kSparseMixer : RngTag::kDropout;
-  return CounterRng{seed, make_stream(tag, static_cast<uint64_t>(block) * 8 +
-                                               static_cast<uint64_t>(site),
-                                      static_cast<uint64_t>(step))};
+  return CounterRng{seed,
+                    make_stream(tag, static_cast<uint64_t>(block) * 8 + static_cast<uint64_t>(site),
+                                static_cast<uint64_t>(step))};
 }
 
 }  // namespace moe

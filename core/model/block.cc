@@ -57,9 +57,9 @@ StatusOr<Tensor> TransformerBlock::forward(const StepContext& ctx, const Tensor&
     MOE_ASSIGN_OR_RETURN(attn_in, ln1_.forward(h_in, &s->ln1));
   }
   MOE_ASSIGN_OR_RETURN(
-      Tensor a, attn_.forward(attn_in, ctx.batch, ctx.sequence_offset, ctx.training,
-                              site_rng(ctx.seed, RandomSite::kAttentionProbs, index_, ctx.step),
-                              &s->attn));
+      Tensor a,
+      attn_.forward(attn_in, ctx.batch, ctx.sequence_offset, ctx.training,
+                    site_rng(ctx.seed, RandomSite::kAttentionProbs, index_, ctx.step), &s->attn));
   MOE_ASSIGN_OR_RETURN(a, residual_dropout(ctx, RandomSite::kAttentionOut, a, false));
   MOE_ASSIGN_OR_RETURN(Tensor h, sum(h_in, a));
   if (post) {
@@ -99,10 +99,10 @@ StatusOr<Tensor> TransformerBlock::forward(const StepContext& ctx, const Tensor&
   if (!post) {
     MOE_ASSIGN_OR_RETURN(ffn_in, ln2_.forward(h, &s->ln2));
   }
-  MOE_ASSIGN_OR_RETURN(Tensor f, ffn_->forward(ffn_in, ctx.token_offset(), ctx.training,
-                                               site_rng(ctx.seed, RandomSite::kFfnHidden, index_,
-                                                        ctx.step),
-                                               &s->ffn));
+  MOE_ASSIGN_OR_RETURN(
+      Tensor f,
+      ffn_->forward(ffn_in, ctx.token_offset(), ctx.training,
+                    site_rng(ctx.seed, RandomSite::kFfnHidden, index_, ctx.step), &s->ffn));
   MOE_ASSIGN_OR_RETURN(f, residual_dropout(ctx, RandomSite::kFfnOut, f, false));
   MOE_ASSIGN_OR_RETURN(h, sum(h, f));
   if (post) return ln2_.forward(h, &s->ln2);

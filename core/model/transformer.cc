@@ -12,13 +12,12 @@ namespace moe {
 TransformerLM::TransformerLM(const ModelConfig& cfg, Context* ctx, DType act,
                              comm::Communicator* ep_comm)
     : cfg_(cfg), ctx_(*ctx), params_(std::make_unique<ParameterSet>(ctx, act)) {
-  embed_ = std::make_unique<Embedding>("embed", cfg.vocab_size, cfg.d_model, cfg.seq_len,
-                                       params_.get());
+  embed_ =
+      std::make_unique<Embedding>("embed", cfg.vocab_size, cfg.d_model, cfg.seq_len, params_.get());
   stats_offsets_.push_back(0);
   for (size_t b = 0; b < cfg.blocks.size(); ++b) {
     blocks_.push_back(std::make_unique<TransformerBlock>(static_cast<int>(b), cfg, cfg.blocks[b],
-                                                         num_moe_layers(), params_.get(),
-                                                         ep_comm));
+                                                         num_moe_layers(), params_.get(), ep_comm));
     if (cfg.blocks[b].moe) {
       const int64_t experts = cfg.blocks[b].moe_cfg.num_experts;
       moe_experts_.push_back(experts);
@@ -28,13 +27,13 @@ TransformerLM::TransformerLM(const ModelConfig& cfg, Context* ctx, DType act,
   if (cfg.block_style == BlockStyle::kPreLn) {
     final_ln_ = std::make_unique<LayerNorm>("final_ln", cfg.d_model, params_.get());
   }
-  head_ = std::make_unique<OutputHead>("head", cfg.vocab_size, cfg.d_model,
-                                       cfg.tie_embeddings ? &embed_->tokens() : nullptr,
-                                       params_.get());
+  head_ =
+      std::make_unique<OutputHead>("head", cfg.vocab_size, cfg.d_model,
+                                   cfg.tie_embeddings ? &embed_->tokens() : nullptr, params_.get());
 }
 
-StatusOr<std::unique_ptr<TransformerLM>> TransformerLM::create(const ModelConfig& cfg,
-                                                               Context* ctx, DType act,
+StatusOr<std::unique_ptr<TransformerLM>> TransformerLM::create(const ModelConfig& cfg, Context* ctx,
+                                                               DType act,
                                                                comm::Communicator* ep_comm) {
   std::unique_ptr<TransformerLM> model(new TransformerLM(cfg, ctx, act, ep_comm));
   MOE_RETURN_IF_ERROR(model->params_->allocate());
@@ -62,9 +61,10 @@ Status TransformerLM::init_parameters(uint64_t seed) {
     } else {
       // One stream per parameter name; an expert shard draws its slice of the global tensor.
       const CounterRng rng{seed, make_stream(RngTag::kInit, 0, fnv1a64(n))};
-      const uint64_t first = p->kind == ParamKind::kExpert
-                                 ? static_cast<uint64_t>(p->first_expert * (p->numel() / p->shape[0]))
-                                 : 0;
+      const uint64_t first =
+          p->kind == ParamKind::kExpert
+              ? static_cast<uint64_t>(p->first_expert * (p->numel() / p->shape[0]))
+              : 0;
       MOE_RETURN_IF_ERROR(kernels::init_normal(*host, values, cfg_.init_std, rng, first));
     }
     MOE_RETURN_IF_ERROR(ctx_.copy(values, p->master));
@@ -138,7 +138,8 @@ Status TransformerLM::forward_impl(const TensorView& inputs, const TensorView& t
   MOE_ASSIGN_OR_RETURN(acts->logits, head_->forward(acts->h_final));
   MOE_ASSIGN_OR_RETURN(acts->lse, ctx_.empty({n}, acts->logits.dtype()));
   MOE_ASSIGN_OR_RETURN(Tensor scratch, ctx_.zeros({2}, DType::kF64));
-  const TensorView ce_sums = sums.numel() > 0 ? sums.rows(kLossSum, kLossTokens + 1) : scratch.view();
+  const TensorView ce_sums =
+      sums.numel() > 0 ? sums.rows(kLossSum, kLossTokens + 1) : scratch.view();
   return kernels::cross_entropy_forward(ctx_, acts->logits, acts->targets.view().reshape({n}),
                                         acts->lse, ce_sums);
 }

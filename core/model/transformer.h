@@ -41,9 +41,9 @@ class TransformerLM {
     Tensor inputs, targets;  // i32 [B, S] on the device
     std::vector<TransformerBlock::Saved> blocks;
     LayerNorm::Saved final_ln;
-    Tensor h_final;          // [N, D] head input
-    Tensor logits;           // [N, V] F
-    Tensor lse;              // [N] F: logsumexp of each row of logits
+    Tensor h_final;  // [N, D] head input
+    Tensor logits;   // [N, V] F
+    Tensor lse;      // [N] F: logsumexp of each row of logits
   };
 
   // act: the activation dtype (f32, bf16, or f64 for gradient checks). ep_comm: nullable.
@@ -102,8 +102,8 @@ class TransformerLM {
   std::vector<std::unique_ptr<TransformerBlock>> blocks_;
   std::unique_ptr<LayerNorm> final_ln_;  // pre-LN only
   std::unique_ptr<OutputHead> head_;
-  std::vector<int64_t> moe_experts_;     // per MoE layer
-  std::vector<int64_t> stats_offsets_;   // [num MoE layers + 1]
+  std::vector<int64_t> moe_experts_;    // per MoE layer
+  std::vector<int64_t> stats_offsets_;  // [num MoE layers + 1]
 };
 
 }  // namespace moe

@@ -6,8 +6,8 @@
 #include <map>
 
 #include "core/checkpoint/checkpoint_io.h"
-#include "core/io/file_util.h"
 #include "core/checkpoint/safetensors.h"
+#include "core/io/file_util.h"
 #include "core/train/agree.h"
 
 namespace moe {
@@ -52,7 +52,8 @@ Status write_files(const std::string& tmp, const TrainingState& st, const comm::
       if (p->kind == ParamKind::kDense) dense.add(p->name, p->slice_of(host.masters));
     }
     for (const auto& s : opt) {
-      if (s.param->kind == ParamKind::kDense) opt_dense.add(s.name, s.param->slice_of(host.state[s.slot]));
+      if (s.param->kind == ParamKind::kDense)
+        opt_dense.add(s.name, s.param->slice_of(host.state[s.slot]));
     }
     MOE_RETURN_IF_ERROR(dense.write(tmp + "/" + kDenseFile));
     MOE_RETURN_IF_ERROR(opt_dense.write(tmp + "/" + kOptDenseFile));
@@ -81,7 +82,8 @@ Status write_files(const std::string& tmp, const TrainingState& st, const comm::
       w->set_metadata("global_experts", std::to_string(global));
     }
     MOE_RETURN_IF_ERROR(experts.write(tmp + "/" + expert_file("experts", ep_rank, ep_size)));
-    MOE_RETURN_IF_ERROR(opt_experts.write(tmp + "/" + expert_file("optimizer-experts", ep_rank, ep_size)));
+    MOE_RETURN_IF_ERROR(
+        opt_experts.write(tmp + "/" + expert_file("optimizer-experts", ep_rank, ep_size)));
   }
   return Status::OK();
 }
@@ -126,17 +128,22 @@ Status read_expert_tensor(const std::vector<ckpt::SafetensorsFile>& shards, cons
 // device ones, then uploads them and refreshes the working copies.
 Status load_into(const std::string& dir, const CheckpointManifestInfo& m, TransformerLM* model,
                  Optimizer* optimizer) {
-  MOE_ASSIGN_OR_RETURN(ckpt::SafetensorsFile dense, ckpt::SafetensorsFile::open(dir + "/" + kDenseFile));
+  MOE_ASSIGN_OR_RETURN(ckpt::SafetensorsFile dense,
+                       ckpt::SafetensorsFile::open(dir + "/" + kDenseFile));
   std::vector<ckpt::SafetensorsFile> shards, opt_shards;
   for (const CheckpointFileInfo& f : m.files) {
-    if (f.kind == CheckpointFileKind::kExpertShard || f.kind == CheckpointFileKind::kOptimizerExpert) {
-      MOE_ASSIGN_OR_RETURN(ckpt::SafetensorsFile s, ckpt::SafetensorsFile::open(dir + "/" + f.path));
+    if (f.kind == CheckpointFileKind::kExpertShard ||
+        f.kind == CheckpointFileKind::kOptimizerExpert) {
+      MOE_ASSIGN_OR_RETURN(ckpt::SafetensorsFile s,
+                           ckpt::SafetensorsFile::open(dir + "/" + f.path));
       (f.kind == CheckpointFileKind::kExpertShard ? shards : opt_shards).push_back(std::move(s));
     }
   }
   ParameterSet& params = model->params();
   Context& ctx = model->context();
-  auto host_like = [&](const Tensor& arena) { return Tensor::try_empty(arena.shape(), arena.dtype()); };
+  auto host_like = [&](const Tensor& arena) {
+    return Tensor::try_empty(arena.shape(), arena.dtype());
+  };
   MOE_ASSIGN_OR_RETURN(Tensor dense_masters, host_like(params.masters(ParamKind::kDense)));
   MOE_ASSIGN_OR_RETURN(Tensor expert_masters, host_like(params.masters(ParamKind::kExpert)));
   const Tensor host_masters[2] = {dense_masters, expert_masters};
@@ -154,7 +161,8 @@ Status load_into(const std::string& dir, const CheckpointManifestInfo& m, Transf
   }
   MOE_RETURN_IF_ERROR(params.refresh_working());
   if (optimizer == nullptr) return ctx.synchronize();  // the host arenas are freed on return
-  MOE_ASSIGN_OR_RETURN(ckpt::SafetensorsFile opt_dense, ckpt::SafetensorsFile::open(dir + "/" + kOptDenseFile));
+  MOE_ASSIGN_OR_RETURN(ckpt::SafetensorsFile opt_dense,
+                       ckpt::SafetensorsFile::open(dir + "/" + kOptDenseFile));
   std::vector<Tensor> host_state;  // [slot * 2 + kind]
   for (int slot = 0; slot < optimizer->slots(); ++slot) {
     for (ParamKind kind : {ParamKind::kDense, ParamKind::kExpert}) {
@@ -221,16 +229,18 @@ StatusOr<std::string> save_checkpoint(const std::string& run_dir, const Training
         common.emplace_back(f, CheckpointFileKind::kOther);
       }
       for (const auto& [name, kind] : common) {
-        MOE_ASSIGN_OR_RETURN(CheckpointFileInfo f, ckpt::describe_file(dir.path(), name, kind, 0, 1));
+        MOE_ASSIGN_OR_RETURN(CheckpointFileInfo f,
+                             ckpt::describe_file(dir.path(), name, kind, 0, 1));
         m.files.push_back(f);
       }
       for (int r = 0; r < m.ep_size; ++r) {
         MOE_ASSIGN_OR_RETURN(CheckpointFileInfo e,
                              ckpt::describe_file(dir.path(), expert_file("experts", r, m.ep_size),
                                                  CheckpointFileKind::kExpertShard, r, m.ep_size));
-        MOE_ASSIGN_OR_RETURN(CheckpointFileInfo o,
-                             ckpt::describe_file(dir.path(), expert_file("optimizer-experts", r, m.ep_size),
-                                                 CheckpointFileKind::kOptimizerExpert, r, m.ep_size));
+        MOE_ASSIGN_OR_RETURN(
+            CheckpointFileInfo o,
+            ckpt::describe_file(dir.path(), expert_file("optimizer-experts", r, m.ep_size),
+                                CheckpointFileKind::kOptimizerExpert, r, m.ep_size));
         m.files.push_back(e);
         m.files.push_back(o);
       }
@@ -258,7 +268,8 @@ Status restore_checkpoint(const std::string& dir, const TrainingState& st,
           " (the training corpus, the tokenizer or its options changed)");
     }
     if (m.dtype != dtype_name(st.model->params().master_dtype())) {
-      return failed_precondition_error("checkpoint ", dir, " holds ", m.dtype, " parameters, this run ",
+      return failed_precondition_error("checkpoint ", dir, " holds ", m.dtype,
+                                       " parameters, this run ",
                                        dtype_name(st.model->params().master_dtype()));
     }
     MOE_RETURN_IF_ERROR(load_into(dir, m, st.model, st.optimizer));

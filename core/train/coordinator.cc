@@ -59,8 +59,9 @@ Status Coordinator::verify_same_config(const std::string& config_text) const {
   }
   MOE_ASSIGN_OR_RETURN(verdict, world_->broadcast_bytes(verdict, 0));
   if (!verdict.empty()) {
-    return invalid_argument_error("rank(s) ", verdict, " run a different configuration than rank 0 ",
-                                  "(the resolved configs' hashes differ; check --config and --set)");
+    return invalid_argument_error(
+        "rank(s) ", verdict, " run a different configuration than rank 0 ",
+        "(the resolved configs' hashes differ; check --config and --set)");
   }
   return Status::OK();
 }
@@ -85,13 +86,14 @@ StatusOr<StepStatsInfo> Coordinator::report_step(const StepStatsInfo& local,
     agg.layers[l].probe_flip_rate = flip_rates[l];
   }
   if (!std::isfinite(agg.loss)) {
-    agg.anomalies.push_back(str_cat("step ", agg.step, ": non-finite loss; the update was skipped"));
+    agg.anomalies.push_back(
+        str_cat("step ", agg.step, ": non-finite loss; the update was skipped"));
   }
   for (const RouterStatsInfo& l : agg.layers) {
     if (l.max_load > cfg_.train.collapse_threshold) {
-      agg.anomalies.push_back(str_cat("step ", agg.step, ": block ", l.block,
-                                      " routing collapsed: the busiest expert gets ", l.max_load,
-                                      "x the mean load (threshold ", cfg_.train.collapse_threshold, ")"));
+      agg.anomalies.push_back(str_cat(
+          "step ", agg.step, ": block ", l.block, " routing collapsed: the busiest expert gets ",
+          l.max_load, "x the mean load (threshold ", cfg_.train.collapse_threshold, ")"));
     }
   }
   if (writer_ != nullptr) {

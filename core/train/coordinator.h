@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "comm/communicator.h"
-#include "core/base/run_config.h"
 #include "core/base/progress.h"
+#include "core/base/run_config.h"
 #include "core/base/step_stats.h"
 
 namespace moe {

@@ -70,7 +70,8 @@ StatusOr<EvalResult> evaluate_perplexity(TransformerLM* model, const data::Seque
   MOE_ASSIGN_OR_RETURN(Tensor host, ctx.read_back(sums));  // one wait per evaluation
   EvalResult result;
   result.loss_sum = host.data<double>()[TransformerLM::kLossSum];
-  result.tokens = static_cast<int64_t>(std::llround(host.data<double>()[TransformerLM::kLossTokens]));
+  result.tokens =
+      static_cast<int64_t>(std::llround(host.data<double>()[TransformerLM::kLossTokens]));
   result.tokens_per_word = set.tokens_per_word();
   result.tokens_per_byte = set.tokens_per_byte();
   return result;

@@ -23,7 +23,7 @@ namespace moe {
 struct EvalResult {
   double loss_sum = 0;
   int64_t tokens = 0;
-  bool stopped = false;  // ended early on a stop request
+  bool stopped = false;                             // ended early on a stop request
   double tokens_per_word = 0, tokens_per_byte = 0;  // the set's (0: unknown)
   double mean_loss() const { return tokens > 0 ? loss_sum / static_cast<double>(tokens) : 0; }
   double perplexity() const;

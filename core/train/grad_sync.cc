@@ -19,7 +19,8 @@ Status all_reduce_gradients(ParameterSet* params, comm::Communicator* world,
 
 Status gradient_squares(ParameterSet* params, const TensorView& out) {
   Context& ctx = params->context();
-  MOE_RETURN_IF_ERROR(kernels::sum_of_squares(ctx, {params->grads(ParamKind::kDense)}, out.rows(0, 1)));
+  MOE_RETURN_IF_ERROR(
+      kernels::sum_of_squares(ctx, {params->grads(ParamKind::kDense)}, out.rows(0, 1)));
   return kernels::sum_of_squares(ctx, {params->grads(ParamKind::kExpert)}, out.rows(1, 2));
 }
 

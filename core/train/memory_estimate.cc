@@ -64,7 +64,8 @@ MemoryEstimate estimate_training_memory(const RunConfig& cfg, int world_size) {
   e.parameters = params;
   e.parameter_bytes = 4 * params + (A == 2 ? 2 * matmul : 0);
   e.gradient_bytes = 4 * params;
-  const int slots = t.optimizer.kind == OptimizerKind::kAdamW ? 2 : (t.optimizer.momentum > 0 ? 1 : 0);
+  const int slots =
+      t.optimizer.kind == OptimizerKind::kAdamW ? 2 : (t.optimizer.momentum > 0 ? 1 : 0);
   e.optimizer_bytes = 4 * params * slots;
 
   // Activations of one micro-batch, per token: what each layer keeps for backward (inputs it
@@ -84,9 +85,10 @@ MemoryEstimate estimate_training_memory(const RunConfig& cfg, int world_size) {
     // Rows an expert block holds per token: K assignments, padded to the capacity in capacity
     // mode (C = capacity_factor * T * K / E per expert) or by one row per block in dropless.
     const double rows = c.top_k * (c.dropless ? 1.0 : std::max(1.0, c.capacity_factor));
-    per_token += rows * (4.0 * D + 2.0 * c.d_expert) * A;    // x, h_pre, h, y in and out of experts
-    per_token += 4.0 * D + 3.0 * c.num_experts * 4 + 12.0 * c.top_k;  // router in, logits, probs, idx
-    per_token += 6.0 * D * A + 4.0 * D * 4;                   // u, out, LNs, sums; state p (F)
+    per_token += rows * (4.0 * D + 2.0 * c.d_expert) * A;  // x, h_pre, h, y in and out of experts
+    per_token +=
+        4.0 * D + 3.0 * c.num_experts * 4 + 12.0 * c.top_k;  // router in, logits, probs, idx
+    per_token += 6.0 * D * A + 4.0 * D * 4;                  // u, out, LNs, sums; state p (F)
     if (c.residual == ResidualKind::kAdam) per_token += 4.0 * D * 4;
   }
   per_token += 2.0 * D * A + 2.0 * V * 4 + 8;  // final hidden, logits and d_logits (f32), lse
@@ -123,7 +125,8 @@ Status check_memory(const MemoryEstimate& estimate, int64_t available, const std
   if (available < 0 || estimate.total() <= available) return Status::OK();
   return invalid_argument_error(
       "this run needs about ", estimate.to_string(), " per rank, but ", where, " has ",
-      gib(available), " GiB available: lower train.batch_size (or raise train.grad_accum), "
+      gib(available),
+      " GiB available: lower train.batch_size (or raise train.grad_accum), "
       "shorten model.seq_len, or run on more ranks");
 }
 

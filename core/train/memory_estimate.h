@@ -17,15 +17,16 @@
 namespace moe {
 
 struct MemoryEstimate {
-  int64_t parameters = 0;        // per rank: elements (dense + this rank's experts)
-  int64_t parameter_bytes = 0;   // masters and working copies
+  int64_t parameters = 0;       // per rank: elements (dense + this rank's experts)
+  int64_t parameter_bytes = 0;  // masters and working copies
   int64_t gradient_bytes = 0;
   int64_t optimizer_bytes = 0;
   int64_t activation_bytes = 0;  // one micro-batch
   int64_t total() const {
     return parameter_bytes + gradient_bytes + optimizer_bytes + activation_bytes;
   }
-  // "2.41 GiB (parameters 0.10, gradients 0.05, optimizer 0.10, activations 2.16 for 8 x 512 tokens)"
+  // "2.41 GiB (parameters 0.10, gradients 0.05, optimizer 0.10, activations 2.16 for 8 x 512
+  // tokens)"
   std::string to_string() const;
   int64_t micro_batch_tokens = 0;
 };

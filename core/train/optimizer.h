@@ -16,10 +16,10 @@ namespace moe {
 class Optimizer {
  public:
   struct StateTensor {
-    std::string name;        // "<param>.<slot name>"
+    std::string name;  // "<param>.<slot name>"
     const Parameter* param;
-    int slot;                // 0: AdamW m or SGD momentum; 1: AdamW v
-    TensorView value;        // on the device, same shape as the parameter
+    int slot;          // 0: AdamW m or SGD momentum; 1: AdamW v
+    TensorView value;  // on the device, same shape as the parameter
   };
 
   static StatusOr<std::unique_ptr<Optimizer>> create(const OptimizerConfig& cfg,

@@ -148,9 +148,10 @@ StatusOr<std::unique_ptr<RunData>> load_run_data(const RunConfig& cfg, const std
   MOE_RETURN_IF_ERROR(make_sequences(d->corpus.train, s, &d->train));
   MOE_RETURN_IF_ERROR(make_sequences(d->corpus.valid, s, &d->valid));
   MOE_RETURN_IF_ERROR(make_sequences(d->corpus.test, s, &d->test));
-  for (auto [split, out, seq, rate] :
-       {std::tuple{&d->corpus.valid, &d->attacked_valid, &d->attacked_valid_seq, &d->attacked_valid_rate},
-        std::tuple{&d->corpus.test, &d->attacked_test, &d->attacked_test_seq, &d->attacked_test_rate}}) {
+  for (auto [split, out, seq, rate] : {std::tuple{&d->corpus.valid, &d->attacked_valid,
+                                                  &d->attacked_valid_seq, &d->attacked_valid_rate},
+                                       std::tuple{&d->corpus.test, &d->attacked_test,
+                                                  &d->attacked_test_seq, &d->attacked_test_rate}}) {
     // The attack swaps words: with a SentencePiece tokenizer it does not run (the trainer says so).
     if (!split->present() || cfg.train.attack_rate <= 0 ||
         d->corpus.tokenizer->kind() != data::Tokenizer::Kind::kWord) {

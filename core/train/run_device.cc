@@ -22,8 +22,8 @@ StatusOr<RunDevice> make_run_device(DeviceKind kind, const ContextOptions& host_
   MOE_ASSIGN_OR_RETURN(d.ctx, Context::cuda(device, host_options));
   // After the context exists: its own overhead is no longer free.
   MOE_ASSIGN_OR_RETURN(CudaDeviceInfo info, cuda_device_info(device));
-  d.description = str_cat("cuda:", device, " (", info.name, ", sm_", info.sm_major, info.sm_minor,
-                          ")");
+  d.description =
+      str_cat("cuda:", device, " (", info.name, ", sm_", info.sm_major, info.sm_minor, ")");
   d.available_bytes = info.free_bytes;
   d.memory_key = str_cat(host_name(), "/", info.pci_bus_id);
   d.memory_name = str_cat("cuda:", device, " (", info.name, " at ", info.pci_bus_id, ")");

@@ -38,7 +38,8 @@ std::string read_holder(int fd) {
 
 }  // namespace
 
-StatusOr<RunDirectoryLock> RunDirectoryLock::acquire(const std::string& run_dir, std::string* note) {
+StatusOr<RunDirectoryLock> RunDirectoryLock::acquire(const std::string& run_dir,
+                                                     std::string* note) {
   note->clear();
   const std::string path = run_dir + "/lock";
   const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
@@ -127,8 +128,8 @@ StatusOr<std::string> archive_previous_run(const std::string& run_dir) {
 std::string new_run_id() {
   std::random_device rd;
   const uint64_t hi = rd(), lo = rd();
-  const uint64_t t = static_cast<uint64_t>(
-      std::chrono::steady_clock::now().time_since_epoch().count());
+  const uint64_t t =
+      static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
   return io::hex64(((hi << 32) | lo) ^ (t * 0x9e3779b97f4a7c15ull)).substr(2);
 }
 

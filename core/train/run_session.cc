@@ -52,7 +52,8 @@ Status RunSession::take_run_directory() {
   MOE_ASSIGN_OR_RETURN(RunDirectoryLock lock, RunDirectoryLock::acquire(opts_.run_dir, &note));
   lock_.emplace(std::move(lock));
   if (!note.empty()) say(note);
-  MOE_ASSIGN_OR_RETURN(std::vector<std::string> recovered, ckpt::recover_checkpoints(opts_.run_dir));
+  MOE_ASSIGN_OR_RETURN(std::vector<std::string> recovered,
+                       ckpt::recover_checkpoints(opts_.run_dir));
   for (const std::string& line : recovered) say("recovery: " + line);
   if (!opts_.resume) {
     MOE_ASSIGN_OR_RETURN(std::string archived, archive_previous_run(opts_.run_dir));
@@ -121,7 +122,8 @@ Status RunSession::check_config_change(const std::string& checkpoint, const RunC
   if (old->model.vocab_size == 0) old->model.vocab_size = cfg.model.vocab_size;
   before = resolved_config_text(*old);
   if (m.format_version < 2) {
-    say(str_cat(checkpoint, " is a format-1 checkpoint: its manifest has no checksum and its "
+    say(str_cat(checkpoint,
+                " is a format-1 checkpoint: its manifest has no checksum and its "
                 "config was resolved with this build's defaults"));
   }
   MOE_ASSIGN_OR_RETURN(std::vector<ConfigChange> changes, diff_configs(before, cfg.text));
@@ -141,14 +143,14 @@ Status RunSession::check_config_change(const std::string& checkpoint, const RunC
         c.path == "train.steps" && cfg.train.schedule == LrScheduleKind::kCosine;
     // A split's contents: only the training split's change training.
     const bool contents = fingerprints.count(c.path) > 0;
-    const bool training =
-        contents ? c.path == kTrainContents : changes_training(c) || reschedules;
+    const bool training = contents ? c.path == kTrainContents : changes_training(c) || reschedules;
     say(str_cat("  ", c.path, ": ", c.before, " -> ", c.after,
                 reschedules ? "  (changes the COSINE learning-rate schedule of the steps already "
                               "planned: it decays over train.steps)"
                 : training  ? "  (changes what training computes)"
                             : ""));
-    if (training) refused += str_cat(refused.empty() ? "" : ", ", c.path, ": ", c.before, " -> ", c.after);
+    if (training)
+      refused += str_cat(refused.empty() ? "" : ", ", c.path, ": ", c.before, " -> ", c.after);
   }
   if (!refused.empty() && !opts_.allow_config_change) {
     return failed_precondition_error(
@@ -198,8 +200,9 @@ Status RunSession::follow_lineage(const std::string& resume, const CheckpointMan
   lineage_.parent = name;
   lineage_.ancestors = m.lineage;
   lineage_.ancestors.push_back(m.branch);
-  say(str_cat("rolled back to ", name, ": the checkpoints after it are another branch, now kept in ",
-              archive, " (nothing was deleted); this run trains a new branch from ", name));
+  say(str_cat("rolled back to ", name,
+              ": the checkpoints after it are another branch, now kept in ", archive,
+              " (nothing was deleted); this run trains a new branch from ", name));
   coordinator->report_rollback(m.step);  // readers drop the abandoned branch's statistics
   return Status::OK();
 }

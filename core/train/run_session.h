@@ -28,10 +28,10 @@ namespace moe {
 
 struct SessionOptions {
   std::string run_dir;
-  bool resume = true;               // false (--fresh): archive an earlier run and start anew
-  std::string resume_from;          // a checkpoint to resume from instead of the newest
+  bool resume = true;                // false (--fresh): archive an earlier run and start anew
+  std::string resume_from;           // a checkpoint to resume from instead of the newest
   bool allow_config_change = false;  // resume even when the config changes the training
-  std::FILE* progress = stdout;     // rank 0's notes (nullptr: silent)
+  std::FILE* progress = stdout;      // rank 0's notes (nullptr: silent)
 };
 
 // The lineage being trained (proto/checkpoint.proto), known on rank 0.

@@ -32,9 +32,8 @@ std::vector<std::string> startup_banner(const RunConfig& cfg, const comm::Commun
       world != nullptr ? str_cat(" (", world->backend_name(), ")") : std::string(), "; ",
       precision_name(cfg.train.precision), " on ", device.description, "; ",
       data.corpus.tokenizer->describe(), "; ", data.train->size(), " training sequences of ",
-      cfg.model.seq_len, " tokens; ", cfg.model.blocks.size(), " blocks (",
-      model.num_moe_layers(), " MoE); parameters: ", dense, " dense + ", expert,
-      " expert on this rank"));
+      cfg.model.seq_len, " tokens; ", cfg.model.blocks.size(), " blocks (", model.num_moe_layers(),
+      " MoE); parameters: ", dense, " dense + ", expert, " expert on this rank"));
   std::string texts;
   const data::TokenizedCorpus& c = data.corpus;
   for (const data::TokenSplit* s : {&c.train, &c.valid, &c.test}) {

@@ -117,8 +117,9 @@ Status Trainer::open_device() {
   context.threads = cfg_.parallel.threads > 0 ? cfg_.parallel.threads
                                               : default_threads(ranks_are_threads ? ranks : 1);
   if (t.device == DeviceKind::kCuda && ranks_are_threads && ranks > 1) {
-    return invalid_argument_error("train.device = CUDA with ranks that are threads (the local "
-                                  "backend moves host memory only): GPU ranks use MPI or NCCL");
+    return invalid_argument_error(
+        "train.device = CUDA with ranks that are threads (the local "
+        "backend moves host memory only): GPU ranks use MPI or NCCL");
   }
   // The one choice of device (every rank learns if any rank could not get its device).
   StatusOr<RunDevice> device = make_run_device(t.device, context, rank);
@@ -137,9 +138,9 @@ Status Trainer::open_device() {
 
 Status Trainer::build_model() {
   const TrainConfig& t = cfg_.train;
-  MOE_ASSIGN_OR_RETURN(model_, TransformerLM::create(cfg_.model, ctx_.get(),
-                                                     activation_dtype(t.precision),
-                                                     has_groups_ ? groups_.ep.get() : nullptr));
+  MOE_ASSIGN_OR_RETURN(model_,
+                       TransformerLM::create(cfg_.model, ctx_.get(), activation_dtype(t.precision),
+                                             has_groups_ ? groups_.ep.get() : nullptr));
   MOE_RETURN_IF_ERROR(model_->init_parameters(t.seed));
   MOE_ASSIGN_OR_RETURN(optimizer_, Optimizer::create(t.optimizer, &model_->params()));
   MOE_ASSIGN_OR_RETURN(data::BatchScheduler sched,
@@ -209,8 +210,9 @@ Status Trainer::check_memory_fits() {
       need.gradient_bytes *= p.ranks;
       need.optimizer_bytes *= p.ranks;
       need.activation_bytes *= p.ranks;
-      fits = check_memory(need, p.available,
-                          p.ranks > 1 ? str_cat(p.name, " (shared by ", p.ranks, " ranks)") : p.name);
+      fits =
+          check_memory(need, p.available,
+                       p.ranks > 1 ? str_cat(p.name, " (shared by ", p.ranks, " ranks)") : p.name);
       if (!fits.ok()) break;
     }
   }
@@ -239,9 +241,9 @@ StatusOr<std::string> Trainer::save() {
   // Writing shards to a slow file system can take far longer than a step.
   set_collective_timeout(cfg_.parallel.setup_timeout_seconds);
   if (watchdog_) watchdog_->arm(str_cat("saving the checkpoint of step ", steps_done()));
-  StatusOr<std::string> saved = save_checkpoint(opts_.run_dir, training_state(), world_,
-                                                has_groups_ ? &groups_ : nullptr,
-                                                cfg_.train.keep_checkpoints);
+  StatusOr<std::string> saved =
+      save_checkpoint(opts_.run_dir, training_state(), world_, has_groups_ ? &groups_ : nullptr,
+                      cfg_.train.keep_checkpoints);
   if (watchdog_) watchdog_->disarm();
   set_collective_timeout(cfg_.parallel.timeout_seconds);
   MOE_ASSIGN_OR_RETURN(std::string dir, std::move(saved));
@@ -271,8 +273,8 @@ StatusOr<int64_t> Trainer::probe_flips(const TensorView& flips) {
   MOE_ASSIGN_OR_RETURN(std::vector<Tensor> top1s, model_->route_probe(inputs, ctx));
   if (previous_probe_.size() == top1s.size()) {
     for (size_t l = 0; l < top1s.size(); ++l) {
-      MOE_RETURN_IF_ERROR(kernels::count_mismatches(*ctx_, top1s[l], previous_probe_[l],
-                                                    flips.rows(l, l + 1)));
+      MOE_RETURN_IF_ERROR(
+          kernels::count_mismatches(*ctx_, top1s[l], previous_probe_[l], flips.rows(l, l + 1)));
     }
   }
   previous_probe_ = std::move(top1s);
@@ -334,7 +336,8 @@ Status Trainer::accumulate_gradients(int64_t step, const StepBuffer& slots, cons
   // The objective is the mean over the global batch: each micro-batch's share, on each rank.
   const double scale = 1.0 / static_cast<double>(ranks * t.grad_accum);
   for (int64_t a = 0; a < t.grad_accum; ++a) {
-    const std::vector<int64_t> micro_ids(global.begin() + a * micro, global.begin() + (a + 1) * micro);
+    const std::vector<int64_t> micro_ids(global.begin() + a * micro,
+                                         global.begin() + (a + 1) * micro);
     MOE_ASSIGN_OR_RETURN(std::vector<int64_t> mine, data::split_for_rank(micro_ids, ranks, rank));
     const auto data_start = std::chrono::steady_clock::now();
     MOE_RETURN_IF_ERROR(data_->train->fill(mine, inputs, targets));
@@ -366,8 +369,8 @@ Status Trainer::accumulate_gradients(int64_t step, const StepBuffer& slots, cons
 
 Status Trainer::reduce_step_buffer(const StepBuffer& slots, const Tensor& buffer) {
   ScopedPhase phase(*ctx_, Phase::kGradSync);
-  MOE_RETURN_IF_ERROR(all_reduce_gradients(&model_->params(), world_,
-                                           has_groups_ ? groups_.dp.get() : nullptr));
+  MOE_RETURN_IF_ERROR(
+      all_reduce_gradients(&model_->params(), world_, has_groups_ ? groups_.dp.get() : nullptr));
   const TensorView b = buffer.view();
   using S = StepBuffer;
   MOE_RETURN_IF_ERROR(gradient_squares(&model_->params(), b.rows(S::kGradSq, S::kGradSq + 2)));
@@ -632,7 +635,8 @@ Status Trainer::run() {
   coordinator_->flush();
   if (stop_agreed_) {
     coordinator_->print(str_cat("momoe: stopped after step ", steps_done(), " of ", t.steps,
-                                " on a stop request (", stop_local_ != 0 ? "this rank" : "another rank",
+                                " on a stop request (",
+                                stop_local_ != 0 ? "this rank" : "another rank",
                                 " was signalled); rerun the same command to resume"));
     return Status::OK();
   }

@@ -46,7 +46,7 @@
 namespace moe {
 
 struct TrainerOptions {
-  std::string run_dir;           // statistics, checkpoints and the token cache go here
+  std::string run_dir;  // statistics, checkpoints and the token cache go here
   // Continue from the newest checkpoint in run_dir when present. false (--fresh): start a new
   // run, moving an earlier run's checkpoints and stats.pb to run_dir/archive/ first.
   bool resume = true;
@@ -179,8 +179,8 @@ class Trainer {
   comm::Communicator* world_;
   std::unique_ptr<Context> ctx_;
   std::unique_ptr<PhaseTimer> phase_timer_;  // the step's phases (set on ctx_)
-  bool phase_timing_failed_ = false;           // warned once
-  RunDevice device_;  // what ctx_ is (its ctx moved into ctx_)
+  bool phase_timing_failed_ = false;         // warned once
+  RunDevice device_;                         // what ctx_ is (its ctx moved into ctx_)
   comm::ProcessGroups groups_;
   bool has_groups_ = false;
   // Device backends (NCCL) only: turns a stalled peer into an abort with a message. Declared
@@ -191,16 +191,16 @@ class Trainer {
   std::unique_ptr<Optimizer> optimizer_;
   std::optional<data::BatchScheduler> scheduler_;
   std::unique_ptr<Coordinator> coordinator_;
-  int64_t updates_ = 0;  // optimiser updates applied (skipped steps excluded)
+  int64_t updates_ = 0;                 // optimiser updates applied (skipped steps excluded)
   std::vector<Tensor> previous_probe_;  // per MoE layer, the probe batch's argmax experts (device)
   int64_t micro_batch_per_rank_ = 0;    // TrainConfig::micro_batch_per_rank of this world
   std::string resumed_from_;
-  std::unique_ptr<RunSession> session_;  // the run directory, resume choice and lineage
+  std::unique_ptr<RunSession> session_;              // the run directory, resume choice and lineage
   std::map<std::string, std::string> fingerprints_;  // corpus_fingerprints, computed once
-  int stop_local_ = 0;                    // the stop signal this rank saw
-  int64_t skipped_streak_ = 0;            // consecutive steps skipped as non-finite, up to now
-  std::string last_good_checkpoint_;      // saved (or resumed from) before the current streak
-  bool stop_agreed_ = false;              // some rank asked to stop; every rank agrees
+  int stop_local_ = 0;                               // the stop signal this rank saw
+  int64_t skipped_streak_ = 0;        // consecutive steps skipped as non-finite, up to now
+  std::string last_good_checkpoint_;  // saved (or resumed from) before the current streak
+  bool stop_agreed_ = false;          // some rank asked to stop; every rank agrees
 };
 
 }  // namespace moe

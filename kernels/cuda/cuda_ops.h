@@ -132,8 +132,8 @@ Status residual_backward(Context& ctx, const ResidualArgs& args, const TensorVie
                          const TensorView& v_out, const TensorView& dx, const TensorView& du,
                          const TensorView& d_p_in, const TensorView& d_m_in,
                          const TensorView& d_v_in);
-Status residual_shift_input(Context& ctx, const TensorView& x, const TensorView& p,
-                            double a_shift, const TensorView& y);
+Status residual_shift_input(Context& ctx, const TensorView& x, const TensorView& p, double a_shift,
+                            const TensorView& y);
 
 // moe_stats.cu
 Status entropy_sum(Context& ctx, const TensorView& probs, const TensorView& out);

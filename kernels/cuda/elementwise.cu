@@ -47,9 +47,8 @@ struct NonFinite {
 template <typename Fn>
 Status pair(const char* op, const TensorView& x, const TensorView& y, Fn&& f) {
   Status inner = Status::OK();
-  MOE_RETURN_IF_ERROR(dispatch_float(op, x, [&](auto xt) {
-    inner = dispatch_float(op, y, [&](auto yt) { f(xt, yt); });
-  }));
+  MOE_RETURN_IF_ERROR(dispatch_float(
+      op, x, [&](auto xt) { inner = dispatch_float(op, y, [&](auto yt) { f(xt, yt); }); }));
   return inner;
 }
 

@@ -97,8 +97,8 @@ Status residual_backward(Context& ctx, const ResidualArgs& a, const TensorView& 
   return launch_status("residual_backward");
 }
 
-Status residual_shift_input(Context& ctx, const TensorView& x, const TensorView& p,
-                            double a_shift, const TensorView& y) {
+Status residual_shift_input(Context& ctx, const TensorView& x, const TensorView& p, double a_shift,
+                            const TensorView& y) {
   const int64_t n = x.numel();
   if (n == 0) return Status::OK();
   MOE_RETURN_IF_ERROR(dispatch_act("residual_shift_input", x, [&](auto at, auto ft) {

@@ -55,9 +55,12 @@ MOE_HOST_DEVICE inline T gelu_tanh_grad(T x) {
 template <typename T>
 MOE_HOST_DEVICE inline T apply_activation(Activation act, T x) {
   switch (act) {
-    case Activation::kRelu: return relu(x);
-    case Activation::kGelu: return gelu_erf(x);
-    case Activation::kGeluTanh: return gelu_tanh(x);
+    case Activation::kRelu:
+      return relu(x);
+    case Activation::kGelu:
+      return gelu_erf(x);
+    case Activation::kGeluTanh:
+      return gelu_tanh(x);
   }
   return x;
 }
@@ -65,9 +68,12 @@ MOE_HOST_DEVICE inline T apply_activation(Activation act, T x) {
 template <typename T>
 MOE_HOST_DEVICE inline T apply_activation_grad(Activation act, T x) {
   switch (act) {
-    case Activation::kRelu: return relu_grad(x);
-    case Activation::kGelu: return gelu_erf_grad(x);
-    case Activation::kGeluTanh: return gelu_tanh_grad(x);
+    case Activation::kRelu:
+      return relu_grad(x);
+    case Activation::kGelu:
+      return gelu_erf_grad(x);
+    case Activation::kGeluTanh:
+      return gelu_tanh_grad(x);
   }
   return T(1);
 }

@@ -173,17 +173,16 @@ void gemm_mixed(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, dou
     const std::vector<float> wa = widen(a, trans_a ? k : m, trans_a ? m : k, lda);
     const std::vector<float> wb = widen(b, trans_b ? n : k, trans_b ? k : n, ldb);
     if constexpr (std::is_same_v<C, float>) {
-      gemm<float>(trans_a, trans_b, m, n, k, static_cast<float>(alpha), wa.data(),
-                  trans_a ? m : k, wb.data(), trans_b ? k : n, static_cast<float>(beta), c, ldc);
+      gemm<float>(trans_a, trans_b, m, n, k, static_cast<float>(alpha), wa.data(), trans_a ? m : k,
+                  wb.data(), trans_b ? k : n, static_cast<float>(beta), c, ldc);
     } else {
       std::vector<float> wc(static_cast<size_t>(m * n));
       if (beta != 0) {
         for (int64_t i = 0; i < m; ++i)
           for (int64_t j = 0; j < n; ++j) wc[i * n + j] = static_cast<float>(c[i * ldc + j]);
       }
-      gemm<float>(trans_a, trans_b, m, n, k, static_cast<float>(alpha), wa.data(),
-                  trans_a ? m : k, wb.data(), trans_b ? k : n, static_cast<float>(beta),
-                  wc.data(), n);
+      gemm<float>(trans_a, trans_b, m, n, k, static_cast<float>(alpha), wa.data(), trans_a ? m : k,
+                  wb.data(), trans_b ? k : n, static_cast<float>(beta), wc.data(), n);
       for (int64_t i = 0; i < m; ++i)
         for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = static_cast<C>(wc[i * n + j]);
     }

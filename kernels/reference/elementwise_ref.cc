@@ -57,11 +57,11 @@ MOE_INSTANTIATE_ELEMENTWISE(double)
 MOE_INSTANTIATE_ELEMENTWISE(bf16)
 #undef MOE_INSTANTIATE_ELEMENTWISE
 
-#define MOE_INSTANTIATE_PAIR(X, Y)                                   \
-  template void axpy<X, Y>(double, const X*, int64_t, Y*);           \
+#define MOE_INSTANTIATE_PAIR(X, Y)                         \
+  template void axpy<X, Y>(double, const X*, int64_t, Y*); \
   template void convert<X, Y>(const X*, int64_t, Y*);
-#define MOE_INSTANTIATE_PAIRS(X) \
-  MOE_INSTANTIATE_PAIR(X, float) \
+#define MOE_INSTANTIATE_PAIRS(X)  \
+  MOE_INSTANTIATE_PAIR(X, float)  \
   MOE_INSTANTIATE_PAIR(X, double) \
   MOE_INSTANTIATE_PAIR(X, bf16)
 MOE_INSTANTIATE_PAIRS(float)

@@ -54,8 +54,8 @@ int64_t embedding_backward(const int32_t* ids, int64_t n, int64_t v, const A* d_
   return -1;
 }
 
-#define MOE_INSTANTIATE_EMBEDDING_FWD(W, A, F)                                                   \
-  template int64_t embedding_forward<W, A, F>(const int32_t*, int64_t, const W*, int64_t,       \
+#define MOE_INSTANTIATE_EMBEDDING_FWD(W, A, F)                                            \
+  template int64_t embedding_forward<W, A, F>(const int32_t*, int64_t, const W*, int64_t, \
                                               const F*, int64_t, int64_t, A*);
 MOE_INSTANTIATE_EMBEDDING_FWD(float, float, float)
 MOE_INSTANTIATE_EMBEDDING_FWD(double, double, double)

@@ -17,8 +17,8 @@ struct ResidualPoint {
 // x, u: this element of the input and the expert output; p_prev, m_prev, v_prev: the incoming
 // states (0 when absent).
 MOE_HOST_DEVICE inline ResidualPoint residual_forward_point(const ResidualArgs& a, double x,
-                                                            double u, double p_prev,
-                                                            double m_prev, double v_prev) {
+                                                            double u, double p_prev, double m_prev,
+                                                            double v_prev) {
   ResidualPoint r;
   switch (a.form) {
     case ResidualForm::kPlain:

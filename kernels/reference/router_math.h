@@ -13,8 +13,8 @@ namespace moe::kernels::ref {
 // SparseMixer backward of one token: s = dL/d(c pi_D) turned into dL/dpi_D by the gate-gradient
 // rule, then through the masked softmax into d_row (accumulated).
 template <typename T>
-MOE_HOST_DEVICE inline void sparsemixer_backward_token(SparseMixerGateGrad rule, double s,
-                                                       double c, int64_t chosen, const T* probs,
+MOE_HOST_DEVICE inline void sparsemixer_backward_token(SparseMixerGateGrad rule, double s, double c,
+                                                       int64_t chosen, const T* probs,
                                                        const uint8_t* mask, int64_t experts,
                                                        T* d_row) {
   const double d_pi = rule == SparseMixerGateGrad::kReferenceCode ? 2.0 * s : (1.0 + c) * s;
@@ -55,15 +55,15 @@ MOE_HOST_DEVICE inline void normalize_column_backward(const T* d_out, const T* o
   for (int64_t q = 0; q < d; ++q) {
     const int64_t i = q * experts + e;
     dw[i] = static_cast<T>(static_cast<double>(dw[i]) +
-                           static_cast<double>(inv) * (static_cast<double>(d_out[i]) -
-                                                       static_cast<double>(out[i]) * dot));
+                           static_cast<double>(inv) *
+                               (static_cast<double>(d_out[i]) - static_cast<double>(out[i]) * dot));
   }
 }
 
 // (balance, z, weighted) from the packed sums [2E + 2] (kernels/router.h aux_sums).
-MOE_HOST_DEVICE inline void aux_losses_from_packed(const double* v, int64_t experts,
-                                                   int64_t top_k, double balance_coef,
-                                                   double z_coef, double* out) {
+MOE_HOST_DEVICE inline void aux_losses_from_packed(const double* v, int64_t experts, int64_t top_k,
+                                                   double balance_coef, double z_coef,
+                                                   double* out) {
   const double t = v[2 * experts];
   double balance = 0, z = 0;
   if (t > 0) {
@@ -82,8 +82,8 @@ MOE_HOST_DEVICE inline void aux_losses_from_packed(const double* v, int64_t expe
 // load: the packed loads; tokens: the packed token count (> 0).
 template <typename T>
 MOE_HOST_DEVICE inline void aux_losses_backward_token(const T* logits, const T* p,
-                                                      const double* load, double lse,
-                                                      double tokens, int64_t experts, int64_t k,
+                                                      const double* load, double lse, double tokens,
+                                                      int64_t experts, int64_t k,
                                                       double balance_weight, double z_weight,
                                                       T* d) {
   const double slots = tokens * static_cast<double>(k);

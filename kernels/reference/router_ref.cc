@@ -49,9 +49,11 @@ void topk_softmax(const T* logits, int64_t tokens, int64_t experts, int64_t k, i
     // Softmax over the K selected logits; idx[t, 0] holds the largest.
     const double top = row[idx[t * k]];
     double denom = 0;
-    for (int64_t j = 0; j < k; ++j) denom += std::exp(static_cast<double>(row[idx[t * k + j]]) - top);
+    for (int64_t j = 0; j < k; ++j)
+      denom += std::exp(static_cast<double>(row[idx[t * k + j]]) - top);
     for (int64_t j = 0; j < k; ++j) {
-      gate[t * k + j] = static_cast<T>(std::exp(static_cast<double>(row[idx[t * k + j]]) - top) / denom);
+      gate[t * k + j] =
+          static_cast<T>(std::exp(static_cast<double>(row[idx[t * k + j]]) - top) / denom);
     }
     const double l = log_sum_exp(row, experts, nullptr);
     lse[t] = static_cast<T>(l);
@@ -115,8 +117,8 @@ void sparsemixer_route(const SparseMixerParams& params, bool training, const Cou
       double best = -std::numeric_limits<double>::infinity();
       for (int64_t e = 0; e < experts; ++e) {
         if (!mrow[e]) continue;
-        const double v = static_cast<double>(row[e]) +
-                         rng.gumbel(token * static_cast<uint64_t>(experts) + e, 0);
+        const double v =
+            static_cast<double>(row[e]) + rng.gumbel(token * static_cast<uint64_t>(experts) + e, 0);
         if (v > best) {
           best = v;
           chosen = e;
@@ -124,11 +126,15 @@ void sparsemixer_route(const SparseMixerParams& params, bool training, const Cou
       }
       if (chosen != imax) {
         switch (params.midpoint) {
-          case SparseMixerMidpoint::kPaper: c = 0.5; break;
+          case SparseMixerMidpoint::kPaper:
+            c = 0.5;
+            break;
           case SparseMixerMidpoint::kReferenceCode:
             c = rng.uniform(token * static_cast<uint64_t>(experts), 1) <= 0.5f ? 0.5 : 1.0;
             break;
-          case SparseMixerMidpoint::kEulerOnly: c = 1.0; break;
+          case SparseMixerMidpoint::kEulerOnly:
+            c = 1.0;
+            break;
         }
       }
     }
@@ -162,8 +168,8 @@ void aux_losses_backward(const T* logits, const T* probs, const double* load, co
 }
 
 template <typename A>
-void ac_cluster_sums(const A* x, const int32_t* labels, int64_t tokens, int64_t d,
-                     int64_t experts, double* sums, int64_t* counts) {
+void ac_cluster_sums(const A* x, const int32_t* labels, int64_t tokens, int64_t d, int64_t experts,
+                     double* sums, int64_t* counts) {
   std::fill(sums, sums + experts * d, 0.0);
   std::fill(counts, counts + experts, 0);
   for (int64_t t = 0; t < tokens; ++t) {
@@ -188,8 +194,8 @@ void ac_cluster_abs_dev(const A* x, const int32_t* labels, int64_t tokens, int64
 }
 
 template <typename A, typename F>
-void ac_apply_metric(const A* x, const int32_t* labels, const F* metric, int64_t tokens,
-                     int64_t d, F* out) {
+void ac_apply_metric(const A* x, const int32_t* labels, const F* metric, int64_t tokens, int64_t d,
+                     F* out) {
   for (int64_t t = 0; t < tokens; ++t) {
     const F* m = metric + static_cast<int64_t>(labels[t]) * d;
     for (int64_t q = 0; q < d; ++q) out[t * d + q] = static_cast<F>(x[t * d + q]) * m[q];
@@ -207,30 +213,28 @@ void ac_apply_metric_backward(const F* d_out, const int32_t* labels, const F* me
   }
 }
 
-
-#define MOE_INSTANTIATE_ROUTER(T)                                                               \
-  template void topk_softmax<T>(const T*, int64_t, int64_t, int64_t, int32_t*, T*, T*, T*);     \
-  template void topk_softmax_backward<T>(const T*, const T*, const int32_t*, int64_t, int64_t,  \
-                                         int64_t, T*);                                          \
-  template void sparsemixer_route<T>(const SparseMixerParams&, bool, const CounterRng&,         \
-                                     int64_t, const T*, int64_t, int64_t, int32_t*, T*, T*, T*, \
-                                     uint8_t*, T*, uint8_t*);                                   \
-  template void sparsemixer_backward<T>(SparseMixerGateGrad, const T*, const int32_t*,          \
-                                        const T*, const uint8_t*, const T*, int64_t, int64_t,   \
-                                        T*);                                                    \
-  template void aux_losses_backward<T>(const T*, const T*, const double*, const T*, int64_t,    \
+#define MOE_INSTANTIATE_ROUTER(T)                                                                \
+  template void topk_softmax<T>(const T*, int64_t, int64_t, int64_t, int32_t*, T*, T*, T*);      \
+  template void topk_softmax_backward<T>(const T*, const T*, const int32_t*, int64_t, int64_t,   \
+                                         int64_t, T*);                                           \
+  template void sparsemixer_route<T>(const SparseMixerParams&, bool, const CounterRng&, int64_t, \
+                                     const T*, int64_t, int64_t, int32_t*, T*, T*, T*, uint8_t*, \
+                                     T*, uint8_t*);                                              \
+  template void sparsemixer_backward<T>(SparseMixerGateGrad, const T*, const int32_t*, const T*, \
+                                        const uint8_t*, const T*, int64_t, int64_t, T*);         \
+  template void aux_losses_backward<T>(const T*, const T*, const double*, const T*, int64_t,     \
                                        double, int64_t, int64_t, double, double, T*);
 MOE_INSTANTIATE_ROUTER(float)
 MOE_INSTANTIATE_ROUTER(double)
 #undef MOE_INSTANTIATE_ROUTER
 
-#define MOE_INSTANTIATE_AC(A, F)                                                                \
-  template void ac_cluster_sums<A>(const A*, const int32_t*, int64_t, int64_t, int64_t,         \
-                                   double*, int64_t*);                                          \
-  template void ac_cluster_abs_dev<A>(const A*, const int32_t*, int64_t, int64_t, int64_t,      \
-                                      const double*, const int64_t*, double*);                  \
+#define MOE_INSTANTIATE_AC(A, F)                                                                 \
+  template void ac_cluster_sums<A>(const A*, const int32_t*, int64_t, int64_t, int64_t, double*, \
+                                   int64_t*);                                                    \
+  template void ac_cluster_abs_dev<A>(const A*, const int32_t*, int64_t, int64_t, int64_t,       \
+                                      const double*, const int64_t*, double*);                   \
   template void ac_apply_metric<A, F>(const A*, const int32_t*, const F*, int64_t, int64_t, F*); \
-  template void ac_apply_metric_backward<A, F>(const F*, const int32_t*, const F*, int64_t,     \
+  template void ac_apply_metric_backward<A, F>(const F*, const int32_t*, const F*, int64_t,      \
                                                int64_t, A*);
 MOE_INSTANTIATE_AC(float, float)
 MOE_INSTANTIATE_AC(double, double)

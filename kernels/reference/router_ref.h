@@ -36,15 +36,15 @@ void aux_losses_backward(const T* logits, const T* probs, const double* load, co
 
 // AC statistics over x of type A (float, double or bf16); the metric and router input are F.
 template <typename A>
-void ac_cluster_sums(const A* x, const int32_t* labels, int64_t tokens, int64_t d,
-                     int64_t experts, double* sums, int64_t* counts);
+void ac_cluster_sums(const A* x, const int32_t* labels, int64_t tokens, int64_t d, int64_t experts,
+                     double* sums, int64_t* counts);
 template <typename A>
 void ac_cluster_abs_dev(const A* x, const int32_t* labels, int64_t tokens, int64_t d,
                         int64_t experts, const double* sums, const int64_t* counts,
                         double* abs_dev);
 template <typename A, typename F>
-void ac_apply_metric(const A* x, const int32_t* labels, const F* metric, int64_t tokens,
-                     int64_t d, F* out);
+void ac_apply_metric(const A* x, const int32_t* labels, const F* metric, int64_t tokens, int64_t d,
+                     F* out);
 template <typename A, typename F>
 void ac_apply_metric_backward(const F* d_out, const int32_t* labels, const F* metric,
                               int64_t tokens, int64_t d, A* dx);

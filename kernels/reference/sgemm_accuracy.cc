@@ -57,7 +57,8 @@ SgemmAccuracy measure_sgemm(const GemmShape& shape, uint64_t seed, double timing
   std::vector<float> c(static_cast<size_t>(m * n), 0.f);
   const CounterRng rng{seed, make_stream(RngTag::kTest, 11, 0)};
   for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(2 * rng.uniform(i) - 1);
-  for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<float>(2 * rng.uniform(a.size() + i) - 1);
+  for (size_t i = 0; i < b.size(); ++i)
+    b[i] = static_cast<float>(2 * rng.uniform(a.size() + i) - 1);
   const SgemmFn sgemm = blas_functions().sgemm;
   auto run = [&] {
     sgemm(kRowMajor, shape.trans_a ? kTrans : kNoTrans, shape.trans_b ? kTrans : kNoTrans,
@@ -79,7 +80,8 @@ SgemmAccuracy measure_sgemm(const GemmShape& shape, uint64_t seed, double timing
         magnitude += std::fabs(p);
       }
       const double err = std::fabs(static_cast<double>(c[static_cast<size_t>(i * n + j)]) - exact);
-      const double ratio = magnitude > 0 ? err / (kUnitRoundoff * magnitude) : (err > 0 ? INFINITY : 0);
+      const double ratio =
+          magnitude > 0 ? err / (kUnitRoundoff * magnitude) : (err > 0 ? INFINITY : 0);
       if (!(ratio <= r.ratio)) r.ratio = std::isnan(ratio) ? INFINITY : ratio;
     }
   }

@@ -32,9 +32,9 @@ std::vector<GemmShape> momoe_gemm_shapes(int64_t max_rows = 256);
 
 struct SgemmAccuracy {
   GemmShape shape;
-  double ratio = 0;        // worst |error| / (u sum |a||b|) over the output
-  double bound = 0;        // bound_ratio(k)
-  double gflops = 0;       // sgemm's rate on this shape (0 when not timed)
+  double ratio = 0;                           // worst |error| / (u sum |a||b|) over the output
+  double bound = 0;                           // bound_ratio(k)
+  double gflops = 0;                          // sgemm's rate on this shape (0 when not timed)
   bool ok() const { return ratio <= bound; }  // false for NaN too
 };
 

@@ -91,7 +91,7 @@ TEST(TensorDeathTest, GuardedTensorsAbortOnHostAccessOutsideAScope) {
 TEST(AllocatorTest, BucketsAndReuse) {
   EXPECT_EQ(allocator_bucket_size(1), 64u);
   EXPECT_EQ(allocator_bucket_size(512), 512u);
-  EXPECT_EQ(allocator_bucket_size(513), 576u);      // 512 + 64
+  EXPECT_EQ(allocator_bucket_size(513), 576u);  // 512 + 64
   EXPECT_EQ(allocator_bucket_size(1000), 1024u);
   EXPECT_EQ(allocator_bucket_size(1 << 20), size_t{1} << 20);
   EXPECT_LE(allocator_bucket_size((1 << 20) + 1), (size_t{1} << 20) * 9 / 8);
@@ -141,8 +141,8 @@ TEST(DeviceTest, CudaContextOnlyWithADevice) {
   StatusOr<std::unique_ptr<Context>> ctx = Context::cuda(0);
   if (n == 0) {
     ASSERT_FALSE(ctx.ok());
-    EXPECT_EQ(ctx.status().code(), built_with_cuda() ? StatusCode::kFailedPrecondition
-                                                     : StatusCode::kUnimplemented)
+    EXPECT_EQ(ctx.status().code(),
+              built_with_cuda() ? StatusCode::kFailedPrecondition : StatusCode::kUnimplemented)
         << ctx.status().to_string();
     EXPECT_FALSE(make_cuda_pool_allocator(0).ok());
     return;

@@ -25,7 +25,8 @@ class CheckpointDirTest : public ::testing::Test {
  protected:
   void SetUp() override {
     root_ = (fs::temp_directory_path() /
-             ("momoe_ckpt_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()) + "_" +
+             ("momoe_ckpt_" +
+              std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()) + "_" +
               std::to_string(::getpid())))
                 .string();
     fs::remove_all(root_);
@@ -48,7 +49,8 @@ class CheckpointDirTest : public ::testing::Test {
                                 const std::string& run_id = "run-a", const std::string& branch = "",
                                 const std::string& parent = "",
                                 const std::vector<std::string>& lineage = {}) {
-    StatusOr<io::AtomicDirectory> d = io::AtomicDirectory::begin(root_ + "/" + checkpoint_dir_name(step));
+    StatusOr<io::AtomicDirectory> d =
+        io::AtomicDirectory::begin(root_ + "/" + checkpoint_dir_name(step));
     EXPECT_TRUE(d.ok()) << d.status().to_string();
     put(d->path() + "/data.bin", payload);
     CheckpointManifestInfo m;
@@ -57,7 +59,8 @@ class CheckpointDirTest : public ::testing::Test {
     m.branch = branch;
     m.parent = parent;
     m.lineage = lineage;
-    StatusOr<CheckpointFileInfo> f = describe_file(d->path(), "data.bin", CheckpointFileKind::kDense, 0, 1);
+    StatusOr<CheckpointFileInfo> f =
+        describe_file(d->path(), "data.bin", CheckpointFileKind::kDense, 0, 1);
     EXPECT_TRUE(f.ok()) << f.status().to_string();
     m.files.push_back(*f);
     EXPECT_TRUE(write_manifest(d->path(), m).ok());
@@ -149,7 +152,8 @@ TEST_F(CheckpointDirTest, AtomicDirectoryIsInvisibleUntilCommitAndReplacesOnComm
   io::AtomicDirectory other = io::AtomicDirectory::attach(root_ + "/ckpt-00000008");
   put(other.path() + "/rank1.bin", "r1");
   ASSERT_TRUE(other.commit().ok());
-  EXPECT_EQ(entries(root_ + "/ckpt-00000008"), (std::vector<std::string>{"rank0.bin", "rank1.bin"}));
+  EXPECT_EQ(entries(root_ + "/ckpt-00000008"),
+            (std::vector<std::string>{"rank0.bin", "rank1.bin"}));
 }
 
 TEST_F(CheckpointDirTest, ResumePicksTheNewestAndNeverPassesOverADamagedOneSilently) {
@@ -159,9 +163,10 @@ TEST_F(CheckpointDirTest, ResumePicksTheNewestAndNeverPassesOverADamagedOneSilen
   commit_checkpoint(40, "forty");
   commit_checkpoint(9, "nine");  // written later, but an older step
   // An uncommitted checkpoint (crash before commit): a ".tmp" directory, even with a manifest.
-  StatusOr<io::AtomicDirectory> crashed = io::AtomicDirectory::begin(root_ + "/" + checkpoint_dir_name(50));
+  StatusOr<io::AtomicDirectory> crashed =
+      io::AtomicDirectory::begin(root_ + "/" + checkpoint_dir_name(50));
   ASSERT_TRUE(write_manifest(crashed->path(), CheckpointManifestInfo{}).ok());
-  fs::create_directories(root_ + "/ckpt-123");         // too few digits
+  fs::create_directories(root_ + "/ckpt-123");  // too few digits
   fs::create_directories(root_ + "/ckpt-0000008x");
   fs::create_directories(root_ + "/xckpt-00000090");
   put(root_ + "/ckpt-00000080", "a file, not a directory");
@@ -204,13 +209,13 @@ TEST_F(CheckpointDirTest, PruningRemovesOnlyThisRunsCompleteCheckpoints) {
   fs::create_directories(root_ + "/ckpt-00000070");  // no manifest
   ASSERT_TRUE(prune_checkpoints(root_, 2, "run-a", {"run-a"}).ok());
   EXPECT_FALSE(fs::exists(root_ + "/ckpt-00000005"));
-  for (const char* kept : {"ckpt-00000009", "ckpt-00000012", "ckpt-00000040", "ckpt-00000060",
-                           "ckpt-00000070"}) {
+  for (const char* kept :
+       {"ckpt-00000009", "ckpt-00000012", "ckpt-00000040", "ckpt-00000060", "ckpt-00000070"}) {
     EXPECT_TRUE(fs::exists(root_ + "/" + kept)) << kept;
   }
   ASSERT_TRUE(prune_checkpoints(root_, 1, "run-a", {"run-a"}).ok());
   EXPECT_FALSE(fs::exists(root_ + "/ckpt-00000009"));
-  EXPECT_TRUE(fs::exists(root_ + "/ckpt-00000012"));  // another run's: never ours to delete
+  EXPECT_TRUE(fs::exists(root_ + "/ckpt-00000012"));        // another run's: never ours to delete
   ASSERT_TRUE(prune_checkpoints(root_, 0, "", {""}).ok());  // no run id: removes nothing
   EXPECT_TRUE(fs::exists(root_ + "/ckpt-00000040"));
   for (const std::string& e : entries(root_)) EXPECT_FALSE(contains(e, ".trash")) << e;
@@ -309,7 +314,8 @@ TEST_F(CheckpointDirTest, RecoveryFinishesOrUndoesWhatACrashInterrupted) {
   StatusOr<std::vector<std::string>> notes = recover_checkpoints(root_);
   ASSERT_TRUE(notes.ok()) << notes.status().to_string();
   EXPECT_EQ(notes->size(), 6u);
-  EXPECT_EQ(entries(root_), (std::vector<std::string>{"ckpt-00000004", "ckpt-00000008", "ckpt-00000016"}));
+  EXPECT_EQ(entries(root_),
+            (std::vector<std::string>{"ckpt-00000004", "ckpt-00000008", "ckpt-00000016"}));
   EXPECT_EQ(get(root_ + "/ckpt-00000008/data.bin"), "eight again");
   EXPECT_EQ(get(root_ + "/ckpt-00000016/data.bin"), "four");  // restored from its complete .old
   for (const char* c : {"/ckpt-00000004", "/ckpt-00000008", "/ckpt-00000016"}) {
@@ -379,7 +385,8 @@ CheckpointManifestInfo full_manifest() {
   m.created_unix_time = 1700000000;
   m.config_text = "model { d_model: 64 }\ntrain { steps: 10 }\n";
   const CheckpointFileKind kinds[] = {CheckpointFileKind::kDense, CheckpointFileKind::kExpertShard,
-                                      CheckpointFileKind::kOptimizerDense, CheckpointFileKind::kOptimizerExpert,
+                                      CheckpointFileKind::kOptimizerDense,
+                                      CheckpointFileKind::kOptimizerExpert,
                                       CheckpointFileKind::kOther};
   for (int i = 0; i < 5; ++i) {
     CheckpointFileInfo f;
@@ -453,7 +460,8 @@ TEST_F(CheckpointDirTest, HandEncodedBadManifestsAreRefused) {
   // Protobuf wire bytes written by hand: field 1 (format_version) varint, field 6 (files)
   // length-delimited holding field 1 (path) "x" and field 4 (kind) varint.
   auto manifest = [](uint8_t version, uint8_t kind) {
-    return std::string{0x08, static_cast<char>(version), 0x32, 0x05, 0x0a, 0x01, 'x', 0x20, static_cast<char>(kind)};
+    return std::string{0x08, static_cast<char>(version), 0x32, 0x05, 0x0a, 0x01, 'x',
+                       0x20, static_cast<char>(kind)};
   };
   StatusOr<CheckpointManifestInfo> ok = parse_manifest(manifest(1, 2), "m.pb");
   ASSERT_TRUE(ok.ok()) << ok.status().to_string();
@@ -464,11 +472,13 @@ TEST_F(CheckpointDirTest, HandEncodedBadManifestsAreRefused) {
   // A bare manifest is format 1; any other version in one means damage (or an unknown format).
   StatusOr<CheckpointManifestInfo> bad = parse_manifest(manifest(2, 2), "m.pb");
   EXPECT_EQ(bad.status().code(), StatusCode::kDataLoss);
-  EXPECT_TRUE(contains(bad.status().message(), "m.pb is corrupted or of an unknown format (format version 2"))
+  EXPECT_TRUE(contains(bad.status().message(),
+                       "m.pb is corrupted or of an unknown format (format version 2"))
       << bad.status().message();
   bad = parse_manifest(manifest(1, 9), "m.pb");
   EXPECT_EQ(bad.status().code(), StatusCode::kDataLoss);
-  EXPECT_TRUE(contains(bad.status().message(), "file x has unknown kind 9")) << bad.status().message();
+  EXPECT_TRUE(contains(bad.status().message(), "file x has unknown kind 9"))
+      << bad.status().message();
   bad = parse_manifest(manifest(1, 0), "m.pb");
   EXPECT_EQ(bad.status().code(), StatusCode::kDataLoss);
   EXPECT_TRUE(contains(bad.status().message(), "file x has no kind")) << bad.status().message();

@@ -2,16 +2,16 @@
 // parse of the header (nlohmann here, not the reader under test), files laid out the way the
 // reference writer lays them out, round trips of every dtype and awkward shape, and every
 // malformed file refused with an error naming the file and the tensor.
+#include "core/checkpoint/safetensors.h"
+
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <limits>
 #include <nlohmann/json.hpp>
-#include <unistd.h>
-
-#include "core/checkpoint/safetensors.h"
 
 namespace moe::ckpt {
 namespace {
@@ -25,7 +25,8 @@ bool contains(const std::string& haystack, const std::string& needle) {
 // 8-byte little-endian length, the header as given (no padding added), then `data`.
 std::string file_with_header(const std::string& header, const std::string& data) {
   std::string out(8, '\0');
-  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((static_cast<uint64_t>(header.size()) >> (8 * i)) & 0xff);
+  for (int i = 0; i < 8; ++i)
+    out[i] = static_cast<char>((static_cast<uint64_t>(header.size()) >> (8 * i)) & 0xff);
   return out + header + data;
 }
 
@@ -89,8 +90,8 @@ TEST(SafetensorsTest, HeaderParsesIndependentlyAndTensorsKeepInsertionOrder) {
 
 TEST(SafetensorsTest, ReadsFilesLaidOutByOtherWriters) {
   // The reference crate's doc example: a 60-byte header (not padded), I32 [2, 2].
-  const std::string doc = file_with_header(R"({"test":{"dtype":"I32","shape":[2,2],"data_offsets":[0,16]}})",
-                                           std::string(16, '\0'));
+  const std::string doc = file_with_header(
+      R"({"test":{"dtype":"I32","shape":[2,2],"data_offsets":[0,16]}})", std::string(16, '\0'));
   StatusOr<SafetensorsFile> f = SafetensorsFile::parse(doc, "doc.safetensors");
   ASSERT_TRUE(f.ok()) << f.status().to_string();
   Tensor t = Tensor::empty({2, 2}, DType::kI32);
@@ -106,7 +107,8 @@ TEST(SafetensorsTest, ReadsFilesLaidOutByOtherWriters) {
   std::memcpy(&data[4], &two, 4);
   std::memcpy(&data[8], &two, 4);
   const std::string other = file_with_header(
-      "{ \"__metadata__\": {},\n \"w\": {\"shape\": [2], \"dtype\": \"F32\", \"data_offsets\": [4, 12], \"x\": 1},\n"
+      "{ \"__metadata__\": {},\n \"w\": {\"shape\": [2], \"dtype\": \"F32\", \"data_offsets\": [4, "
+      "12], \"x\": 1},\n"
       " \"idx\": {\"dtype\": \"I32\", \"shape\": [], \"data_offsets\": [0, 4]} }",
       data);
   f = SafetensorsFile::parse(other, "other.safetensors");
@@ -123,7 +125,8 @@ TEST(SafetensorsTest, ReadsFilesLaidOutByOtherWriters) {
 }
 
 std::string temp_dir(const std::string& name) {
-  const fs::path d = fs::temp_directory_path() / ("momoe_st_" + name + "_" + std::to_string(::getpid()));
+  const fs::path d =
+      fs::temp_directory_path() / ("momoe_st_" + name + "_" + std::to_string(::getpid()));
   fs::remove_all(d);
   fs::create_directories(d);
   return d.string();
@@ -134,8 +137,10 @@ TEST(SafetensorsTest, RoundTripEveryDtypeAndAwkwardShapes) {
   std::vector<std::pair<std::string, Tensor>> ts;
   ts.emplace_back("f32", Tensor::from_vector<float>({2, 3}, {1, -2, 3.5f, 1e-30f, -0.0f, 7}));
   ts.emplace_back("f64", Tensor::from_vector<double>({1, 2}, {3.25, -1e300}));
-  ts.emplace_back("i32", Tensor::from_vector<int32_t>({3}, {-7, 0, std::numeric_limits<int32_t>::max()}));
-  ts.emplace_back("i64", Tensor::from_vector<int64_t>({2}, {-5, std::numeric_limits<int64_t>::min()}));
+  ts.emplace_back("i32",
+                  Tensor::from_vector<int32_t>({3}, {-7, 0, std::numeric_limits<int32_t>::max()}));
+  ts.emplace_back("i64",
+                  Tensor::from_vector<int64_t>({2}, {-5, std::numeric_limits<int64_t>::min()}));
   ts.emplace_back("u8", Tensor::from_vector<uint8_t>({3}, {1, 0, 255}));
   Tensor bf = Tensor::empty({2, 1}, DType::kBF16);
   bf.data<bf16>()[0] = bf16(1.5f);
@@ -201,7 +206,8 @@ TEST(SafetensorsTest, ReadIntoChecksDtypeShapeAndDevice) {
   Tensor wrong_shape = Tensor::empty({3, 2}, DType::kF32);
   Status s = f->read_into("layer.w", wrong_shape);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
-  EXPECT_TRUE(contains(s.message(), "'layer.w' in p.safetensors is F32[2, 3], expected F32[3, 2]")) << s.message();
+  EXPECT_TRUE(contains(s.message(), "'layer.w' in p.safetensors is F32[2, 3], expected F32[3, 2]"))
+      << s.message();
   Tensor wrong_dtype = Tensor::empty({2, 3}, DType::kF64);
   s = f->read_into("layer.w", wrong_dtype);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
@@ -227,7 +233,8 @@ TEST(SafetensorsTest, MoreDimsThanATensorHoldsIsAnErrorNotACrash) {
   EXPECT_EQ(t.status().code(), StatusCode::kInvalidArgument);
   EXPECT_TRUE(contains(t.status().message(), "7 dims")) << t.status().message();
   Tensor flat = Tensor::empty({2}, DType::kU8);
-  EXPECT_TRUE(contains(f->read_into("deep", flat).message(), "U8[1, 1, 1, 1, 1, 1, 2], expected U8[2]"));
+  EXPECT_TRUE(
+      contains(f->read_into("deep", flat).message(), "U8[1, 1, 1, 1, 1, 1, 2], expected U8[2]"));
 }
 
 // Every malformed file: kDataLoss, naming the file, the tensor where there is one, and the
@@ -253,47 +260,63 @@ TEST(SafetensorsTest, MalformedFilesAreRefusedNamingFileAndTensor) {
       {"not JSON", file_with_header("{\"w\": [0, ", data16), "", "not valid UTF-8 JSON"},
       {"not UTF-8", bad_utf8, "", "not valid UTF-8 JSON"},
       {"not an object", file_with_header("[1, 2]", ""), "", "not a JSON object"},
-      {"metadata not strings", file_with_header(R"({"__metadata__":{"k":3}})", ""), "", "metadata 'k' is not a string"},
-      {"metadata not an object", file_with_header(R"({"__metadata__":[]})", ""), "", "__metadata__ is not an object"},
-      {"missing data_offsets", file_with_header(R"({"w":{"dtype":"F32","shape":[4]}})", data16), "'w'",
-       "needs dtype"},
-      {"missing dtype", file_with_header(R"({"w":{"shape":[4],"data_offsets":[0,16]}})", data16), "'w'",
-       "needs dtype"},
+      {"metadata not strings", file_with_header(R"({"__metadata__":{"k":3}})", ""), "",
+       "metadata 'k' is not a string"},
+      {"metadata not an object", file_with_header(R"({"__metadata__":[]})", ""), "",
+       "__metadata__ is not an object"},
+      {"missing data_offsets", file_with_header(R"({"w":{"dtype":"F32","shape":[4]}})", data16),
+       "'w'", "needs dtype"},
+      {"missing dtype", file_with_header(R"({"w":{"shape":[4],"data_offsets":[0,16]}})", data16),
+       "'w'", "needs dtype"},
       {"entry not an object", file_with_header(R"({"w":7})", ""), "'w'", "needs dtype"},
-      {"one offset", file_with_header(R"({"w":{"dtype":"F32","shape":[4],"data_offsets":[16]}})", data16), "'w'",
+      {"one offset",
+       file_with_header(R"({"w":{"dtype":"F32","shape":[4],"data_offsets":[16]}})", data16), "'w'",
        "needs dtype"},
-      {"unknown dtype", file_with_header(R"({"w":{"dtype":"F16","shape":[8],"data_offsets":[0,16]}})", data16),
+      {"unknown dtype",
+       file_with_header(R"({"w":{"dtype":"F16","shape":[8],"data_offsets":[0,16]}})", data16),
        "'w'", "unsupported dtype \"F16\""},
-      {"negative dim", file_with_header(R"({"w":{"dtype":"F32","shape":[-4],"data_offsets":[0,16]}})", data16),
+      {"negative dim",
+       file_with_header(R"({"w":{"dtype":"F32","shape":[-4],"data_offsets":[0,16]}})", data16),
        "'w'", "bad shape"},
-      {"fractional dim", file_with_header(R"({"w":{"dtype":"F32","shape":[4.0],"data_offsets":[0,16]}})", data16),
+      {"fractional dim",
+       file_with_header(R"({"w":{"dtype":"F32","shape":[4.0],"data_offsets":[0,16]}})", data16),
        "'w'", "bad shape"},
       {"overflowing shape",
-       file_with_header(R"({"w":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,16]}})", data16),
+       file_with_header(
+           R"({"w":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,16]}})",
+           data16),
        "'w'", "bad shape"},
-      {"negative offset", file_with_header(R"({"w":{"dtype":"F32","shape":[4],"data_offsets":[-16,0]}})", data16),
+      {"negative offset",
+       file_with_header(R"({"w":{"dtype":"F32","shape":[4],"data_offsets":[-16,0]}})", data16),
        "'w'", "bad data_offsets"},
-      {"size not dtype x shape", file_with_header(R"({"w":{"dtype":"F32","shape":[3],"data_offsets":[0,16]}})", data16),
+      {"size not dtype x shape",
+       file_with_header(R"({"w":{"dtype":"F32","shape":[3],"data_offsets":[0,16]}})", data16),
        "'w'", "do not hold 3 elements of F32 (12 bytes)"},
-      {"end before begin", file_with_header(R"({"w":{"dtype":"F32","shape":[0],"data_offsets":[16,0]}})", data16),
+      {"end before begin",
+       file_with_header(R"({"w":{"dtype":"F32","shape":[0],"data_offsets":[16,0]}})", data16),
        "'w'", "do not hold"},
-      {"past the end", file_with_header(R"({"w":{"dtype":"F32","shape":[8],"data_offsets":[0,32]}})", data16),
+      {"past the end",
+       file_with_header(R"({"w":{"dtype":"F32","shape":[8],"data_offsets":[0,32]}})", data16),
        "'w'", "run past the 16 data bytes"},
-      {"truncated data", good.substr(0, good.size() - 3), "'weights'", "run past the 13 data bytes"},
+      {"truncated data", good.substr(0, good.size() - 3), "'weights'",
+       "run past the 13 data bytes"},
       {"overlap",
        file_with_header(R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]},)"
                         R"("b":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}})",
                         data16),
        "'b'", "overlaps tensor 'a', which ends at byte 16"},
-      {"gap at the start", file_with_header(R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}})", data16),
+      {"gap at the start",
+       file_with_header(R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}})", data16),
        "'w'", "leave bytes [0, 8) at the start of the data unused"},
       {"gap between",
        file_with_header(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
                         R"("b":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}})",
                         data16),
        "'b'", "leave bytes [4, 8) after tensor 'a' unused"},
-      {"trailing bytes", good + "xyz", "'weights'", "3 bytes after the last tensor 'weights' belong to no tensor"},
-      {"data but no tensors", file_with_header("{}", "ab"), "", "2 bytes of data belong to no tensor"},
+      {"trailing bytes", good + "xyz", "'weights'",
+       "3 bytes after the last tensor 'weights' belong to no tensor"},
+      {"data but no tensors", file_with_header("{}", "ab"), "",
+       "2 bytes of data belong to no tensor"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.what);

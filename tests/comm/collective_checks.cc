@@ -1,13 +1,12 @@
 #include "tests/comm/collective_checks.h"
 
-#include "core/base/allocator.h"
-
 #include <algorithm>
 #include <functional>
 #include <string>
 #include <vector>
 
 #include "comm/process_groups.h"
+#include "core/base/allocator.h"
 #include "core/base/check.h"
 
 namespace moe::comm::testing {
@@ -20,23 +19,41 @@ constexpr DType kAllDTypes[] = {DType::kF32, DType::kF64, DType::kBF16,
 
 void store(const TensorView& v, int64_t i, double x) {
   switch (v.dtype()) {
-    case DType::kF32: v.data<float>()[i] = static_cast<float>(x); break;
-    case DType::kF64: v.data<double>()[i] = x; break;
-    case DType::kBF16: v.data<bf16>()[i] = bf16(static_cast<float>(x)); break;
-    case DType::kI32: v.data<int32_t>()[i] = static_cast<int32_t>(x); break;
-    case DType::kI64: v.data<int64_t>()[i] = static_cast<int64_t>(x); break;
-    case DType::kU8: v.data<uint8_t>()[i] = static_cast<uint8_t>(x); break;
+    case DType::kF32:
+      v.data<float>()[i] = static_cast<float>(x);
+      break;
+    case DType::kF64:
+      v.data<double>()[i] = x;
+      break;
+    case DType::kBF16:
+      v.data<bf16>()[i] = bf16(static_cast<float>(x));
+      break;
+    case DType::kI32:
+      v.data<int32_t>()[i] = static_cast<int32_t>(x);
+      break;
+    case DType::kI64:
+      v.data<int64_t>()[i] = static_cast<int64_t>(x);
+      break;
+    case DType::kU8:
+      v.data<uint8_t>()[i] = static_cast<uint8_t>(x);
+      break;
   }
 }
 
 double load(const TensorView& v, int64_t i) {
   switch (v.dtype()) {
-    case DType::kF32: return v.data<float>()[i];
-    case DType::kF64: return v.data<double>()[i];
-    case DType::kBF16: return static_cast<float>(v.data<bf16>()[i]);
-    case DType::kI32: return v.data<int32_t>()[i];
-    case DType::kI64: return static_cast<double>(v.data<int64_t>()[i]);
-    case DType::kU8: return v.data<uint8_t>()[i];
+    case DType::kF32:
+      return v.data<float>()[i];
+    case DType::kF64:
+      return v.data<double>()[i];
+    case DType::kBF16:
+      return static_cast<float>(v.data<bf16>()[i]);
+    case DType::kI32:
+      return v.data<int32_t>()[i];
+    case DType::kI64:
+      return static_cast<double>(v.data<int64_t>()[i]);
+    case DType::kU8:
+      return v.data<uint8_t>()[i];
   }
   return 0;
 }
@@ -72,8 +89,8 @@ Status expect_values(const std::string& what, int rank, const TensorView& got,
   for (int64_t i = 0; i < host.numel(); ++i) {
     const double want = expected(i);
     if (load(host, i) != want) {
-      return internal_error(what, ": rank ", rank, " element ", i, " of ", got.to_string(),
-                            " is ", load(host, i), ", expected ", want);
+      return internal_error(what, ": rank ", rank, " element ", i, " of ", got.to_string(), " is ",
+                            load(host, i), ", expected ", want);
     }
   }
   return Status::OK();
@@ -101,7 +118,8 @@ Status check_all_reduce(Communicator& comm, Device device) {
     };
     for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kMin}) {
       for (bool in_place : {false, true}) {
-        MOE_ASSIGN_OR_RETURN(Tensor in, make(device, dtype, {count}, [&](int64_t i) { return value(me, i); }));
+        MOE_ASSIGN_OR_RETURN(Tensor in,
+                             make(device, dtype, {count}, [&](int64_t i) { return value(me, i); }));
         MOE_ASSIGN_OR_RETURN(Tensor out, make(device, dtype, {count}, [](int64_t) { return 99; }));
         const TensorView& target = in_place ? in.view() : out.view();
         MOE_RETURN_IF_ERROR(comm.all_reduce(in, target, op));
@@ -109,15 +127,16 @@ Status check_all_reduce(Communicator& comm, Device device) {
           double acc = value(0, i);
           for (int r = 1; r < n; ++r) {
             const double v = value(r, i);
-            acc = op == ReduceOp::kSum ? acc + v : op == ReduceOp::kMax ? std::max(acc, v)
-                                                                       : std::min(acc, v);
+            acc = op == ReduceOp::kSum   ? acc + v
+                  : op == ReduceOp::kMax ? std::max(acc, v)
+                                         : std::min(acc, v);
           }
           return acc;
         };
-        MOE_RETURN_IF_ERROR(expect_values(
-            str_cat("all_reduce ", dtype_name(dtype), " op ", static_cast<int>(op),
-                    in_place ? " in place" : ""),
-            me, target, expected));
+        MOE_RETURN_IF_ERROR(
+            expect_values(str_cat("all_reduce ", dtype_name(dtype), " op ", static_cast<int>(op),
+                                  in_place ? " in place" : ""),
+                          me, target, expected));
       }
     }
   }
@@ -128,15 +147,18 @@ Status check_all_gather(Communicator& comm, Device device) {
   const int n = comm.world_size();
   const int me = comm.rank();
   {
-    MOE_ASSIGN_OR_RETURN(Tensor in, make(device, DType::kI64, {5, 3}, [&](int64_t i) { return me * 1000 + i; }));
-    MOE_ASSIGN_OR_RETURN(Tensor out, make(device, DType::kI64, {n * 5, 3}, [](int64_t) { return -1; }));
+    MOE_ASSIGN_OR_RETURN(
+        Tensor in, make(device, DType::kI64, {5, 3}, [&](int64_t i) { return me * 1000 + i; }));
+    MOE_ASSIGN_OR_RETURN(Tensor out,
+                         make(device, DType::kI64, {n * 5, 3}, [](int64_t) { return -1; }));
     MOE_RETURN_IF_ERROR(comm.all_gather(in, out));
     MOE_RETURN_IF_ERROR(expect_values("all_gather i64", me, out, [](int64_t i) {
       return static_cast<double>((i / 15) * 1000 + i % 15);
     }));
   }
   {
-    MOE_ASSIGN_OR_RETURN(Tensor in, make(device, DType::kU8, {21}, [&](int64_t i) { return (me * 17 + i) % 256; }));
+    MOE_ASSIGN_OR_RETURN(
+        Tensor in, make(device, DType::kU8, {21}, [&](int64_t i) { return (me * 17 + i) % 256; }));
     MOE_ASSIGN_OR_RETURN(Tensor out, make(device, DType::kU8, {n, 21}, [](int64_t) { return 0; }));
     MOE_RETURN_IF_ERROR(comm.all_gather(in, out));
     MOE_RETURN_IF_ERROR(expect_values("all_gather u8", me, out, [](int64_t i) {
@@ -150,9 +172,8 @@ Status check_broadcast(Communicator& comm, Device device) {
   const int me = comm.rank();
   for (int root = 0; root < comm.world_size(); ++root) {
     auto value = [&](int64_t i) { return root * 100 + i + 0.5; };
-    MOE_ASSIGN_OR_RETURN(Tensor buf, make(device, DType::kF64, {4, 7}, [&](int64_t i) {
-      return me == root ? value(i) : -1.0;
-    }));
+    MOE_ASSIGN_OR_RETURN(Tensor buf, make(device, DType::kF64, {4, 7},
+                                          [&](int64_t i) { return me == root ? value(i) : -1.0; }));
     MOE_RETURN_IF_ERROR(comm.broadcast(buf, root));
     MOE_RETURN_IF_ERROR(expect_values(str_cat("broadcast from ", root), me, buf, value));
   }
@@ -164,11 +185,14 @@ Status check_all_to_all(Communicator& comm, Device device) {
   const int me = comm.rank();
   // in [n * 2, 3] on rank s: chunk d (rows 2d, 2d+1) goes to rank d; element (row k, col j) of
   // that chunk is s*1000 + d*100 + k*10 + j.
-  auto stamp = [](int src, int dst, int64_t k, int64_t j) { return src * 1000 + dst * 100 + k * 10 + j; };
+  auto stamp = [](int src, int dst, int64_t k, int64_t j) {
+    return src * 1000 + dst * 100 + k * 10 + j;
+  };
   MOE_ASSIGN_OR_RETURN(Tensor in, make(device, DType::kI32, {n * 2, 3}, [&](int64_t i) {
-    return stamp(me, static_cast<int>(i / 6), (i % 6) / 3, i % 3);
-  }));
-  MOE_ASSIGN_OR_RETURN(Tensor out, make(device, DType::kI32, {n * 2, 3}, [](int64_t) { return -1; }));
+                         return stamp(me, static_cast<int>(i / 6), (i % 6) / 3, i % 3);
+                       }));
+  MOE_ASSIGN_OR_RETURN(Tensor out,
+                       make(device, DType::kI32, {n * 2, 3}, [](int64_t) { return -1; }));
   MOE_RETURN_IF_ERROR(comm.all_to_all(in, out));
   return expect_values("all_to_all", me, out, [&](int64_t i) {
     return stamp(static_cast<int>(i / 6), me, (i % 6) / 3, i % 3);
@@ -199,16 +223,19 @@ Status all_to_all_v_round_trip(Communicator& comm, Device device, DType dtype, i
     return stamp(me, dst, row - plan.send_offsets[dst], i % width);
   };
   MOE_ASSIGN_OR_RETURN(Tensor in, make(device, dtype, {plan.send_total, width}, sent_value));
-  MOE_ASSIGN_OR_RETURN(Tensor out, make(device, dtype, {plan.recv_total, width}, [](int64_t) { return -1; }));
+  MOE_ASSIGN_OR_RETURN(Tensor out,
+                       make(device, dtype, {plan.recv_total, width}, [](int64_t) { return -1; }));
   MOE_RETURN_IF_ERROR(comm.all_to_all_v(in, plan, out));
-  MOE_RETURN_IF_ERROR(expect_values(str_cat("all_to_all_v ", dtype_name(dtype)), me, out, [&](int64_t i) {
-    const int64_t row = i / width;
-    int src = 0;
-    while (row >= plan.recv_offsets[src] + plan.recv_counts[src]) ++src;
-    return stamp(src, me, row - plan.recv_offsets[src], i % width);
-  }));
+  MOE_RETURN_IF_ERROR(
+      expect_values(str_cat("all_to_all_v ", dtype_name(dtype)), me, out, [&](int64_t i) {
+        const int64_t row = i / width;
+        int src = 0;
+        while (row >= plan.recv_offsets[src] + plan.recv_counts[src]) ++src;
+        return stamp(src, me, row - plan.recv_offsets[src], i % width);
+      }));
   // Send everything back along the transposed plan: the round trip restores `in`.
-  MOE_ASSIGN_OR_RETURN(Tensor back, make(device, dtype, {plan.send_total, width}, [](int64_t) { return -1; }));
+  MOE_ASSIGN_OR_RETURN(Tensor back,
+                       make(device, dtype, {plan.send_total, width}, [](int64_t) { return -1; }));
   MOE_RETURN_IF_ERROR(comm.all_to_all_v(out, plan.transposed(), back));
   MOE_RETURN_IF_ERROR(
       expect_values(str_cat("all_to_all_v round trip ", dtype_name(dtype)), me, back, sent_value));
@@ -255,9 +282,11 @@ std::string payload(int r) {
 Status check_gather_bytes(Communicator& comm) {
   const int n = comm.world_size();
   for (int root = 0; root < n; ++root) {
-    MOE_ASSIGN_OR_RETURN(std::vector<std::string> got, comm.gather_bytes(payload(comm.rank()), root));
+    MOE_ASSIGN_OR_RETURN(std::vector<std::string> got,
+                         comm.gather_bytes(payload(comm.rank()), root));
     if (comm.rank() != root) {
-      if (!got.empty()) return internal_error("gather_bytes: non-root rank ", comm.rank(), " got data");
+      if (!got.empty())
+        return internal_error("gather_bytes: non-root rank ", comm.rank(), " got data");
       continue;
     }
     if (static_cast<int>(got.size()) != n) {
@@ -279,7 +308,8 @@ Status check_broadcast_bytes(Communicator& comm) {
     const std::string mine = comm.rank() == root ? expected : std::string("ignored");
     MOE_ASSIGN_OR_RETURN(std::string got, comm.broadcast_bytes(mine, root));
     if (got != expected) {
-      return internal_error("broadcast_bytes: rank ", comm.rank(), " got '", got, "' from root ", root);
+      return internal_error("broadcast_bytes: rank ", comm.rank(), " got '", got, "' from root ",
+                            root);
     }
   }
   return Status::OK();
@@ -288,8 +318,10 @@ Status check_broadcast_bytes(Communicator& comm) {
 namespace {
 // all_gather of each member's world rank: the members in group order.
 StatusOr<std::vector<int64_t>> members_of(Communicator& group, int world_rank, Device device) {
-  MOE_ASSIGN_OR_RETURN(Tensor in, make(device, DType::kI64, {1}, [&](int64_t) { return world_rank; }));
-  MOE_ASSIGN_OR_RETURN(Tensor out, make(device, DType::kI64, {group.world_size()}, [](int64_t) { return -1; }));
+  MOE_ASSIGN_OR_RETURN(Tensor in,
+                       make(device, DType::kI64, {1}, [&](int64_t) { return world_rank; }));
+  MOE_ASSIGN_OR_RETURN(Tensor out,
+                       make(device, DType::kI64, {group.world_size()}, [](int64_t) { return -1; }));
   MOE_RETURN_IF_ERROR(group.all_gather(in, out));
   return to_vector<int64_t>(host_copy(out));
 }
@@ -345,13 +377,13 @@ Status check_process_groups(Communicator& comm, Device device) {
       return internal_error("process groups ep ", ep, ": rank ", me, " has wrong members");
     }
     // A DP all_reduce sums the world ranks of the DP group.
-    MOE_ASSIGN_OR_RETURN(Tensor x, make(device, DType::kF32, {2}, [&](int64_t i) { return me + i; }));
+    MOE_ASSIGN_OR_RETURN(Tensor x,
+                         make(device, DType::kF32, {2}, [&](int64_t i) { return me + i; }));
     MOE_RETURN_IF_ERROR(g.dp->all_reduce(x, x, ReduceOp::kSum));
     double sum = 0;
     for (int64_t r : dp_expected) sum += static_cast<double>(r);
-    MOE_RETURN_IF_ERROR(expect_values(str_cat("dp all_reduce ep ", ep), me, x, [&](int64_t i) {
-      return sum + i * (n / ep);
-    }));
+    MOE_RETURN_IF_ERROR(expect_values(str_cat("dp all_reduce ep ", ep), me, x,
+                                      [&](int64_t i) { return sum + i * (n / ep); }));
   }
   return Status::OK();
 }
@@ -359,18 +391,24 @@ Status check_process_groups(Communicator& comm, Device device) {
 Status check_argument_errors(Communicator& comm, Device device) {
   const int n = comm.world_size();
   AllToAllPlan plan = AllToAllPlan::uniform(n, 2);
-  MOE_ASSIGN_OR_RETURN(Tensor in, make(device, DType::kF32, {2 * n + 1, 4}, [](int64_t) { return 0; }));
-  MOE_ASSIGN_OR_RETURN(Tensor out, make(device, DType::kF32, {2 * n, 4}, [](int64_t) { return 0; }));
+  MOE_ASSIGN_OR_RETURN(Tensor in,
+                       make(device, DType::kF32, {2 * n + 1, 4}, [](int64_t) { return 0; }));
+  MOE_ASSIGN_OR_RETURN(Tensor out,
+                       make(device, DType::kF32, {2 * n, 4}, [](int64_t) { return 0; }));
   MOE_RETURN_IF_ERROR(expect_code("all_to_all_v with too many rows",
                                   comm.all_to_all_v(in, plan, out), StatusCode::kInvalidArgument));
   AllToAllPlan wrong_size = AllToAllPlan::uniform(n + 1, 0);
-  MOE_ASSIGN_OR_RETURN(Tensor empty_in, make(device, DType::kF32, {0, 4}, [](int64_t) { return 0; }));
-  MOE_ASSIGN_OR_RETURN(Tensor empty_out, make(device, DType::kF32, {0, 4}, [](int64_t) { return 0; }));
+  MOE_ASSIGN_OR_RETURN(Tensor empty_in,
+                       make(device, DType::kF32, {0, 4}, [](int64_t) { return 0; }));
+  MOE_ASSIGN_OR_RETURN(Tensor empty_out,
+                       make(device, DType::kF32, {0, 4}, [](int64_t) { return 0; }));
   MOE_RETURN_IF_ERROR(expect_code("all_to_all_v with a plan of the wrong size",
                                   comm.all_to_all_v(empty_in, wrong_size, empty_out),
                                   StatusCode::kInvalidArgument));
-  MOE_ASSIGN_OR_RETURN(Tensor f64, make(device, DType::kF64, {2 * n, 4}, [](int64_t) { return 0; }));
-  MOE_RETURN_IF_ERROR(expect_code("all_reduce f32 into f64", comm.all_reduce(out, f64, ReduceOp::kSum),
+  MOE_ASSIGN_OR_RETURN(Tensor f64,
+                       make(device, DType::kF64, {2 * n, 4}, [](int64_t) { return 0; }));
+  MOE_RETURN_IF_ERROR(expect_code("all_reduce f32 into f64",
+                                  comm.all_reduce(out, f64, ReduceOp::kSum),
                                   StatusCode::kInvalidArgument));
   MOE_RETURN_IF_ERROR(expect_code("broadcast from a bad root", comm.broadcast(out, n),
                                   StatusCode::kInvalidArgument));

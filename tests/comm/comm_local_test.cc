@@ -18,10 +18,10 @@
 namespace moe::comm {
 namespace {
 
-#define EXPECT_OK(expr)                            \
-  do {                                             \
-    const ::moe::Status _s = (expr);               \
-    EXPECT_TRUE(_s.ok()) << _s.to_string();        \
+#define EXPECT_OK(expr)                     \
+  do {                                      \
+    const ::moe::Status _s = (expr);        \
+    EXPECT_TRUE(_s.ok()) << _s.to_string(); \
   } while (0)
 
 bool contains(const std::string& s, const std::string& part) {
@@ -42,19 +42,24 @@ Status expect_status(const Status& s, StatusCode code, const std::string& part) 
 class LocalCollectiveTest : public ::testing::TestWithParam<int> {};
 
 TEST_P(LocalCollectiveTest, AllReduce) {
-  EXPECT_OK(run_local_ranks(GetParam(), [](Communicator& c) { return testing::check_all_reduce(c, Device::host()); }));
+  EXPECT_OK(run_local_ranks(
+      GetParam(), [](Communicator& c) { return testing::check_all_reduce(c, Device::host()); }));
 }
 TEST_P(LocalCollectiveTest, AllGather) {
-  EXPECT_OK(run_local_ranks(GetParam(), [](Communicator& c) { return testing::check_all_gather(c, Device::host()); }));
+  EXPECT_OK(run_local_ranks(
+      GetParam(), [](Communicator& c) { return testing::check_all_gather(c, Device::host()); }));
 }
 TEST_P(LocalCollectiveTest, Broadcast) {
-  EXPECT_OK(run_local_ranks(GetParam(), [](Communicator& c) { return testing::check_broadcast(c, Device::host()); }));
+  EXPECT_OK(run_local_ranks(
+      GetParam(), [](Communicator& c) { return testing::check_broadcast(c, Device::host()); }));
 }
 TEST_P(LocalCollectiveTest, AllToAll) {
-  EXPECT_OK(run_local_ranks(GetParam(), [](Communicator& c) { return testing::check_all_to_all(c, Device::host()); }));
+  EXPECT_OK(run_local_ranks(
+      GetParam(), [](Communicator& c) { return testing::check_all_to_all(c, Device::host()); }));
 }
 TEST_P(LocalCollectiveTest, AllToAllV) {
-  EXPECT_OK(run_local_ranks(GetParam(), [](Communicator& c) { return testing::check_all_to_all_v(c, Device::host()); }));
+  EXPECT_OK(run_local_ranks(
+      GetParam(), [](Communicator& c) { return testing::check_all_to_all_v(c, Device::host()); }));
 }
 TEST_P(LocalCollectiveTest, BarrierAndBytes) {
   EXPECT_OK(run_local_ranks(GetParam(), [](Communicator& c) {
@@ -64,16 +69,22 @@ TEST_P(LocalCollectiveTest, BarrierAndBytes) {
   }));
 }
 TEST_P(LocalCollectiveTest, Split) {
-  EXPECT_OK(run_local_ranks(GetParam(), [](Communicator& c) { return testing::check_split(c, Device::host()); }));
+  EXPECT_OK(run_local_ranks(
+      GetParam(), [](Communicator& c) { return testing::check_split(c, Device::host()); }));
 }
 TEST_P(LocalCollectiveTest, ProcessGroups) {
-  EXPECT_OK(run_local_ranks(GetParam(), [](Communicator& c) { return testing::check_process_groups(c, Device::host()); }));
+  EXPECT_OK(run_local_ranks(GetParam(), [](Communicator& c) {
+    return testing::check_process_groups(c, Device::host());
+  }));
 }
 TEST_P(LocalCollectiveTest, ArgumentErrors) {
-  EXPECT_OK(run_local_ranks(GetParam(), [](Communicator& c) { return testing::check_argument_errors(c, Device::host()); }));
+  EXPECT_OK(run_local_ranks(GetParam(), [](Communicator& c) {
+    return testing::check_argument_errors(c, Device::host());
+  }));
 }
 TEST_P(LocalCollectiveTest, EverythingInOneSequence) {
-  EXPECT_OK(run_local_ranks(GetParam(), [](Communicator& c) { return testing::check_all(c, Device::host()); }));
+  EXPECT_OK(run_local_ranks(GetParam(),
+                            [](Communicator& c) { return testing::check_all(c, Device::host()); }));
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, LocalCollectiveTest, ::testing::Values(1, 2, 3, 4),
@@ -86,7 +97,9 @@ INSTANTIATE_TEST_SUITE_P(Ranks, LocalCollectiveTest, ::testing::Values(1, 2, 3, 
 TEST(LocalCommunicatorTest, SumsInRankOrderBitExactly) {
   const int n = 4;
   const int64_t count = 1000;
-  auto value = [](int r, int64_t i) { return 0.1f * static_cast<float>(r + 1) + 1e-3f * static_cast<float>(i); };
+  auto value = [](int r, int64_t i) {
+    return 0.1f * static_cast<float>(r + 1) + 1e-3f * static_cast<float>(i);
+  };
   std::vector<float> expected(count);
   for (int64_t i = 0; i < count; ++i) {
     float acc = value(0, i);
@@ -119,35 +132,39 @@ TEST(LocalCommunicatorTest, TimeoutNamesTheRankThatDidNotArrive) {
   int ready = 0;      // ranks 0 and 2 about to enter the barrier
   int timed_out = 0;  // ranks 0 and 2 whose barrier has returned
   const auto start = std::chrono::steady_clock::now();
-  EXPECT_OK(run_local_ranks(3, [&](Communicator& c) -> Status {
-    if (c.rank() == 1) {
-      // Arrives late: the group is broken by then. Bounded, so that a barrier that never times
-      // out fails here (rank 1's barrier then releases the others) instead of hanging.
-      std::unique_lock<std::mutex> lock(mu);
-      if (!cv.wait_for(lock, std::chrono::seconds(60), [&] { return timed_out == 2; })) {
-        lock.unlock();
-        c.barrier().ignore_error();
-        return internal_error("ranks 0 and 2 did not time out within 60 s");
-      }
-      lock.unlock();
-      return expect_status(c.barrier(), StatusCode::kUnavailable, "earlier timeout");
-    }
-    {
-      std::unique_lock<std::mutex> lock(mu);
-      ++ready;
-      cv.notify_all();
-      cv.wait(lock, [&] { return ready == 2; });
-    }
-    Status s = c.barrier();
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      ++timed_out;
-    }
-    cv.notify_all();
-    MOE_RETURN_IF_ERROR(expect_status(s, StatusCode::kUnavailable, "waiting for rank 1 to arrive"));
-    MOE_RETURN_IF_ERROR(expect_status(s, StatusCode::kUnavailable, "barrier"));
-    return expect_status(c.poll_async_error(), StatusCode::kUnavailable, "rank 1");
-  }, opts));
+  EXPECT_OK(run_local_ranks(
+      3,
+      [&](Communicator& c) -> Status {
+        if (c.rank() == 1) {
+          // Arrives late: the group is broken by then. Bounded, so that a barrier that never times
+          // out fails here (rank 1's barrier then releases the others) instead of hanging.
+          std::unique_lock<std::mutex> lock(mu);
+          if (!cv.wait_for(lock, std::chrono::seconds(60), [&] { return timed_out == 2; })) {
+            lock.unlock();
+            c.barrier().ignore_error();
+            return internal_error("ranks 0 and 2 did not time out within 60 s");
+          }
+          lock.unlock();
+          return expect_status(c.barrier(), StatusCode::kUnavailable, "earlier timeout");
+        }
+        {
+          std::unique_lock<std::mutex> lock(mu);
+          ++ready;
+          cv.notify_all();
+          cv.wait(lock, [&] { return ready == 2; });
+        }
+        Status s = c.barrier();
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          ++timed_out;
+        }
+        cv.notify_all();
+        MOE_RETURN_IF_ERROR(
+            expect_status(s, StatusCode::kUnavailable, "waiting for rank 1 to arrive"));
+        MOE_RETURN_IF_ERROR(expect_status(s, StatusCode::kUnavailable, "barrier"));
+        return expect_status(c.poll_async_error(), StatusCode::kUnavailable, "rank 1");
+      },
+      opts));
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_GE(seconds, opts.timeout_seconds);
@@ -157,12 +174,16 @@ TEST(LocalCommunicatorTest, TimeoutNamesTheRankThatDidNotArrive) {
 TEST(LocalCommunicatorTest, TimeoutInASubGroupNamesTheWorldRank) {
   LocalOptions opts;
   opts.timeout_seconds = 0.3;
-  EXPECT_OK(run_local_ranks(4, [](Communicator& c) -> Status {
-    MOE_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> odd, c.split(c.rank() % 2, c.rank()));
-    if (c.rank() % 2 == 0) return Status::OK();
-    if (c.rank() == 3) return Status::OK();  // world rank 3 = rank 1 of the odd group never comes
-    return expect_status(odd->barrier(), StatusCode::kUnavailable, "rank 1 (world rank 3)");
-  }, opts));
+  EXPECT_OK(run_local_ranks(
+      4,
+      [](Communicator& c) -> Status {
+        MOE_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> odd, c.split(c.rank() % 2, c.rank()));
+        if (c.rank() % 2 == 0) return Status::OK();
+        if (c.rank() == 3)
+          return Status::OK();  // world rank 3 = rank 1 of the odd group never comes
+        return expect_status(odd->barrier(), StatusCode::kUnavailable, "rank 1 (world rank 3)");
+      },
+      opts));
 }
 
 TEST(LocalCommunicatorTest, AbortReleasesWaitingAndFutureCallsOnEveryRank) {
@@ -198,15 +219,18 @@ TEST(LocalCommunicatorTest, OneRanksBadArgumentsFailEveryRankWithoutHanging) {
     Tensor in = Tensor::zeros({4}, DType::kF32);
     Tensor out = Tensor::zeros({c.rank() == 1 ? 5 : 4}, DType::kF32);
     Status s = c.all_reduce(in, out, ReduceOp::kSum);
-    return expect_status(s, StatusCode::kInvalidArgument, c.rank() == 1 ? "element count" : "rank 1 passed");
+    return expect_status(s, StatusCode::kInvalidArgument,
+                         c.rank() == 1 ? "element count" : "rank 1 passed");
   }));
 }
 
 TEST(LocalCommunicatorTest, DisagreeingPlansAreReportedOnEveryRank) {
   EXPECT_OK(run_local_ranks(2, [](Communicator& c) -> Status {
     // Rank 0 sends 2 rows to rank 1, but rank 1 expects 3.
-    std::vector<int64_t> send = c.rank() == 0 ? std::vector<int64_t>{1, 2} : std::vector<int64_t>{1, 1};
-    std::vector<int64_t> recv = c.rank() == 0 ? std::vector<int64_t>{1, 1} : std::vector<int64_t>{3, 1};
+    std::vector<int64_t> send =
+        c.rank() == 0 ? std::vector<int64_t>{1, 2} : std::vector<int64_t>{1, 1};
+    std::vector<int64_t> recv =
+        c.rank() == 0 ? std::vector<int64_t>{1, 1} : std::vector<int64_t>{3, 1};
     MOE_ASSIGN_OR_RETURN(AllToAllPlan plan, AllToAllPlan::from_counts(send, recv));
     Tensor in = Tensor::zeros({plan.send_total, 2}, DType::kF32);
     Tensor out = Tensor::zeros({plan.recv_total, 2}, DType::kF32);
@@ -302,15 +326,18 @@ TEST(AllToAllPlanTest, FromCountsErrors) {
 
 TEST(ProcessGroupsTest, InvalidEpSizes) {
   EXPECT_OK(run_local_ranks(6, [](Communicator& c) -> Status {
-    MOE_RETURN_IF_ERROR(expect_status(make_process_groups(&c, 4).status(), StatusCode::kInvalidArgument,
+    MOE_RETURN_IF_ERROR(expect_status(make_process_groups(&c, 4).status(),
+                                      StatusCode::kInvalidArgument,
                                       "world size 6 is not divisible by --ep 4"));
-    MOE_RETURN_IF_ERROR(expect_status(make_process_groups(&c, 0).status(), StatusCode::kInvalidArgument,
-                                      "--ep 0 must be >= 1"));
-    MOE_RETURN_IF_ERROR(expect_status(make_process_groups(&c, 12).status(), StatusCode::kInvalidArgument,
+    MOE_RETURN_IF_ERROR(expect_status(make_process_groups(&c, 0).status(),
+                                      StatusCode::kInvalidArgument, "--ep 0 must be >= 1"));
+    MOE_RETURN_IF_ERROR(expect_status(make_process_groups(&c, 12).status(),
+                                      StatusCode::kInvalidArgument,
                                       "--ep 12 is larger than the world size 6"));
     // The world is still in step: a valid layout works afterwards. 6 = EP 3 x DP 2.
     MOE_ASSIGN_OR_RETURN(ProcessGroups g, make_process_groups(&c, 3));
-    if (g.ep_size != 3 || g.dp_size != 2 || g.ep_rank != c.rank() % 3 || g.dp_rank != c.rank() / 3) {
+    if (g.ep_size != 3 || g.dp_size != 2 || g.ep_rank != c.rank() % 3 ||
+        g.dp_rank != c.rank() / 3) {
       return internal_error("wrong layout");
     }
     return testing::check_process_groups(c, Device::host());

@@ -2,9 +2,8 @@
 // MPI collectives, the derived-datatype and chunking paths (with a lowered count limit), a
 // bounded wait when one rank skips a collective, and runtime/bootstrap behaviour. abort() is not
 // tested here: MPI_Abort ends the whole job.
-#include <mpi.h>
-
 #include <gtest/gtest.h>
+#include <mpi.h>
 
 #include <chrono>
 #include <thread>
@@ -17,10 +16,10 @@
 namespace moe::comm {
 namespace {
 
-#define EXPECT_OK(expr)                            \
-  do {                                             \
-    const ::moe::Status _s = (expr);               \
-    EXPECT_TRUE(_s.ok()) << _s.to_string();        \
+#define EXPECT_OK(expr)                     \
+  do {                                      \
+    const ::moe::Status _s = (expr);        \
+    EXPECT_TRUE(_s.ok()) << _s.to_string(); \
   } while (0)
 
 bool contains(const std::string& s, const std::string& part) {
@@ -48,17 +47,31 @@ TEST(MpiCommunicatorTest, Queries) {
   EXPECT_OK(comm->poll_async_error());
 }
 
-TEST(MpiCommunicatorTest, AllReduce) { EXPECT_OK(testing::check_all_reduce(*world(), Device::host())); }
-TEST(MpiCommunicatorTest, AllGather) { EXPECT_OK(testing::check_all_gather(*world(), Device::host())); }
-TEST(MpiCommunicatorTest, Broadcast) { EXPECT_OK(testing::check_broadcast(*world(), Device::host())); }
-TEST(MpiCommunicatorTest, AllToAll) { EXPECT_OK(testing::check_all_to_all(*world(), Device::host())); }
-TEST(MpiCommunicatorTest, AllToAllV) { EXPECT_OK(testing::check_all_to_all_v(*world(), Device::host())); }
+TEST(MpiCommunicatorTest, AllReduce) {
+  EXPECT_OK(testing::check_all_reduce(*world(), Device::host()));
+}
+TEST(MpiCommunicatorTest, AllGather) {
+  EXPECT_OK(testing::check_all_gather(*world(), Device::host()));
+}
+TEST(MpiCommunicatorTest, Broadcast) {
+  EXPECT_OK(testing::check_broadcast(*world(), Device::host()));
+}
+TEST(MpiCommunicatorTest, AllToAll) {
+  EXPECT_OK(testing::check_all_to_all(*world(), Device::host()));
+}
+TEST(MpiCommunicatorTest, AllToAllV) {
+  EXPECT_OK(testing::check_all_to_all_v(*world(), Device::host()));
+}
 TEST(MpiCommunicatorTest, Barrier) { EXPECT_OK(testing::check_barrier(*world())); }
 TEST(MpiCommunicatorTest, GatherBytes) { EXPECT_OK(testing::check_gather_bytes(*world())); }
 TEST(MpiCommunicatorTest, BroadcastBytes) { EXPECT_OK(testing::check_broadcast_bytes(*world())); }
 TEST(MpiCommunicatorTest, Split) { EXPECT_OK(testing::check_split(*world(), Device::host())); }
-TEST(MpiCommunicatorTest, ProcessGroups) { EXPECT_OK(testing::check_process_groups(*world(), Device::host())); }
-TEST(MpiCommunicatorTest, ArgumentErrors) { EXPECT_OK(testing::check_argument_errors(*world(), Device::host())); }
+TEST(MpiCommunicatorTest, ProcessGroups) {
+  EXPECT_OK(testing::check_process_groups(*world(), Device::host()));
+}
+TEST(MpiCommunicatorTest, ArgumentErrors) {
+  EXPECT_OK(testing::check_argument_errors(*world(), Device::host()));
+}
 
 // With a count limit of 16, every buffer above 16 bytes travels as a derived datatype (blocks of
 // 16 bytes plus a remainder), all_reduce runs in chunks of 16 elements, rows of all_to_all_v are
@@ -98,7 +111,8 @@ TEST(MpiCommunicatorTest, SkippedCollectiveTimesOutAndBreaksTheCommunicator) {
     Status s = comm->barrier();
     EXPECT_EQ(s.code(), StatusCode::kUnavailable) << s.to_string();
     // The message names the rank that did not arrive (MPI itself cannot tell).
-    EXPECT_TRUE(contains(s.message(), "barrier (collective #1) timed out after 1 s")) << s.to_string();
+    EXPECT_TRUE(contains(s.message(), "barrier (collective #1) timed out after 1 s"))
+        << s.to_string();
     EXPECT_TRUE(contains(s.message(), "rank(s) 1 did not arrive")) << s.to_string();
     if (comm->world_size() > 2) {
       EXPECT_TRUE(contains(s.message(), "waited too")) << s.to_string();

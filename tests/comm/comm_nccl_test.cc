@@ -21,16 +21,20 @@ int ranks() { return std::min(cuda_device_count(), 4); }
 Status run_nccl_ranks(const std::function<Status(Communicator&, Device)>& fn) {
   LocalOptions opts;
   opts.timeout_seconds = 120;
-  return run_local_ranks(ranks(), [&](Communicator& local) -> Status {
-    // The NCCL communicator owns its bootstrap: hand it a duplicate of this rank's Local world.
-    MOE_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> bootstrap, local.split(0, local.rank()));
-    NcclOptions nccl_opts;
-    nccl_opts.device = local.rank();
-    MOE_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> nccl,
-                         NcclCommunicator::create(std::move(bootstrap), nccl_opts));
-    if (nccl->memory_space() != MemorySpace::kDevice) return internal_error("not a device backend");
-    return fn(*nccl, Device::cuda(local.rank()));
-  }, opts);
+  return run_local_ranks(
+      ranks(),
+      [&](Communicator& local) -> Status {
+        // The NCCL communicator owns its bootstrap: hand it a duplicate of this rank's Local world.
+        MOE_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> bootstrap, local.split(0, local.rank()));
+        NcclOptions nccl_opts;
+        nccl_opts.device = local.rank();
+        MOE_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> nccl,
+                             NcclCommunicator::create(std::move(bootstrap), nccl_opts));
+        if (nccl->memory_space() != MemorySpace::kDevice)
+          return internal_error("not a device backend");
+        return fn(*nccl, Device::cuda(local.rank()));
+      },
+      opts);
 }
 
 TEST(NcclCommunicatorTest, CreateWithoutAGpuFailsCleanly) {
@@ -73,12 +77,14 @@ TEST(NcclCommunicatorTest, ArgumentErrorsAndHostViews) {
     MOE_RETURN_IF_ERROR(c.all_reduce(host, host, ReduceOp::kSum));
     const int n = c.world_size();
     const std::vector<float> want = {1.0f * n, 2.0f * n, 3.0f * n, n * (n - 1) / 2.0f};
-    if (to_vector<float>(host) != want) return internal_error("host all_reduce through the bootstrap");
+    if (to_vector<float>(host) != want)
+      return internal_error("host all_reduce through the bootstrap");
     // A host view mixed with a device view is an argument error.
     MOE_ASSIGN_OR_RETURN(std::unique_ptr<Context> ctx, Context::cuda(d.index));
     MOE_ASSIGN_OR_RETURN(Tensor dev, ctx->zeros({4}, DType::kF32));
     Status bad = c.all_reduce(host, dev, ReduceOp::kSum);
-    if (bad.code() != StatusCode::kInvalidArgument) return internal_error("mixed views: ", bad.to_string());
+    if (bad.code() != StatusCode::kInvalidArgument)
+      return internal_error("mixed views: ", bad.to_string());
     return c.poll_async_error();
   });
   EXPECT_TRUE(s.ok()) << s.to_string();

@@ -24,7 +24,9 @@ class FakeDeviceComm final : public Communicator {
   int world_size() const override { return 4; }
   MemorySpace memory_space() const override { return MemorySpace::kDevice; }
   const char* backend_name() const override { return "fake"; }
-  Status all_reduce(const TensorView&, const TensorView&, ReduceOp, Stream) override { return unused(); }
+  Status all_reduce(const TensorView&, const TensorView&, ReduceOp, Stream) override {
+    return unused();
+  }
   Status all_gather(const TensorView&, const TensorView&, Stream) override { return unused(); }
   Status broadcast(const TensorView&, int, Stream) override { return unused(); }
   Status all_to_all(const TensorView&, const TensorView&, Stream) override { return unused(); }
@@ -32,7 +34,9 @@ class FakeDeviceComm final : public Communicator {
     return unused();
   }
   Status barrier() override { return unused(); }
-  StatusOr<std::vector<std::string>> gather_bytes(const std::string&, int) override { return unused(); }
+  StatusOr<std::vector<std::string>> gather_bytes(const std::string&, int) override {
+    return unused();
+  }
   StatusOr<std::string> broadcast_bytes(const std::string&, int) override { return unused(); }
   StatusOr<std::unique_ptr<Communicator>> split(int, int) override { return unused(); }
   void set_timeout(double) override {}

@@ -165,7 +165,8 @@ TEST(AttentionLayerTest, BadArgumentsNameTheLayer) {
   MultiHeadAttention::Saved saved;
   Tensor x = Tensor::zeros({6, 4}, DType::kF32);
   ASSERT_TRUE(attn.forward(x, 2, 0, true, {}, &saved).ok());
-  expect_invalid(attn.forward(x, 4, 0, true, {}, &saved).status(), {"blocks.2.attn", "x"});  // 6 % 4
+  expect_invalid(attn.forward(x, 4, 0, true, {}, &saved).status(),
+                 {"blocks.2.attn", "x"});  // 6 % 4
   expect_invalid(attn.forward(x, 1, 0, true, {}, &saved).status(), {"blocks.2.attn", "S <= 3"});
   expect_invalid(attn.forward(x, 0, 0, true, {}, &saved).status(), {"blocks.2.attn", "B = 0"});
   expect_invalid(attn.forward(Tensor::zeros({6, 5}, DType::kF32), 2, 0, true, {}, &saved).status(),

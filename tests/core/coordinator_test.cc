@@ -50,7 +50,8 @@ TEST(CoordinatorTest, FlagsCollapseAndNonFiniteLossAndWritesStats) {
   ASSERT_TRUE(b.ok());
   ASSERT_EQ(b->anomalies.size(), 2u);
   EXPECT_NE(b->anomalies[0].find("non-finite loss"), std::string::npos);
-  EXPECT_NE(b->anomalies[1].find("block 1 routing collapsed"), std::string::npos) << b->anomalies[1];
+  EXPECT_NE(b->anomalies[1].find("block 1 routing collapsed"), std::string::npos)
+      << b->anomalies[1];
 
   StatusOr<StatsFileContents> stats = read_stats_file(dir + "/stats.pb");
   ASSERT_TRUE(stats.ok());

@@ -35,7 +35,7 @@ namespace fs = std::filesystem;
 constexpr double kGpuBf16LossTolerance = 0.01;
 
 struct TrainedRun {
-  TrainingRecord record;       // losses and routing counters per step
+  TrainingRecord record;  // losses and routing counters per step
   TrainingScale scale;
   std::vector<int64_t> syncs;  // host synchronisations per step
   std::vector<double> params;  // final masters
@@ -60,7 +60,7 @@ class GpuTrainingTest : public ::testing::TestWithParam<std::string> {
   }
 
   static TrainedRun train(const std::string& family, const std::string& precision,
-                   const std::string& device, const std::string& run_dir, int steps) {
+                          const std::string& device, const std::string& run_dir, int steps) {
     TrainedRun r;
     StatusOr<RunConfig> cfg = config(family, precision, device, steps);
     EXPECT_TRUE(cfg.ok()) << cfg.status().to_string();
@@ -99,7 +99,8 @@ std::string* GpuTrainingTest::corpus_ = nullptr;
 // FP32: cross-path equality (trainer_test_util.h): routing counters compared first, then the
 // losses within float32's derived bound (and each flip's bounded effect). BF16: decisions
 // reported, losses within kGpuBf16LossTolerance relative. Returns the worst relative difference.
-double compare_losses(const TrainedRun& a, const TrainedRun& b, bool bf16, const std::string& what) {
+double compare_losses(const TrainedRun& a, const TrainedRun& b, bool bf16,
+                      const std::string& what) {
   const RoutingDifference d = routing_difference(a.record, b.record);
   double worst = 0;
   if (!bf16) {
@@ -107,16 +108,17 @@ double compare_losses(const TrainedRun& a, const TrainedRun& b, bool bf16, const
   } else {
     EXPECT_EQ(a.record.losses.size(), b.record.losses.size()) << what;
     for (size_t i = 0; i < std::min(a.record.losses.size(), b.record.losses.size()); ++i) {
-      const double rel = std::fabs(a.record.losses[i] - b.record.losses[i]) /
-                         std::fabs(a.record.losses[i]);
+      const double rel =
+          std::fabs(a.record.losses[i] - b.record.losses[i]) / std::fabs(a.record.losses[i]);
       worst = std::max(worst, rel);
       EXPECT_LE(rel, kGpuBf16LossTolerance) << what << ", step " << i;
     }
   }
-  std::printf("[ gpu ] %s: worst per-step |gpu - cpu| / cpu = %.3e over %zu steps; routing: %lld "
-              "token(s) moved, first at step %lld\n",
-              what.c_str(), worst, a.record.losses.size(), static_cast<long long>(d.moved),
-              static_cast<long long>(d.first));
+  std::printf(
+      "[ gpu ] %s: worst per-step |gpu - cpu| / cpu = %.3e over %zu steps; routing: %lld "
+      "token(s) moved, first at step %lld\n",
+      what.c_str(), worst, a.record.losses.size(), static_cast<long long>(d.moved),
+      static_cast<long long>(d.first));
   return worst;
 }
 
@@ -154,7 +156,8 @@ TEST_P(GpuTrainingTest, Bf16TracksTheCpuAndRepeatsBitForBit) {
   ASSERT_EQ(gpu.record.losses.size(), 100u);
   compare_losses(cpu, gpu, /*bf16=*/true, family + " BF16");
   EXPECT_EQ(gpu.record.losses, again.record.losses) << "two BF16 GPU runs differ (bit equality)";
-  EXPECT_LT(gpu.record.losses.back(), gpu.record.losses.front() - 1.0) << "BF16 training on the GPU does not learn";
+  EXPECT_LT(gpu.record.losses.back(), gpu.record.losses.front() - 1.0)
+      << "BF16 training on the GPU does not learn";
   fs::remove_all(dir);
 }
 
@@ -216,7 +219,8 @@ TEST_F(GpuTrainingTest, CheckpointsMoveBetweenTheGpuAndTheCpu) {
     ASSERT_TRUE(s_other.ok() && s_same.ok());
     on_other.add(*s_other);
     on_same.add(*s_same);
-    expect_same_training(on_same, on_other, training_scale(*cfg, (*same)->model().config().vocab_size),
+    expect_same_training(on_same, on_other,
+                         training_scale(*cfg, (*same)->model().config().vocab_size),
                          "the step after the resume on " + to);
   }
   fs::remove_all(dir);

@@ -1,6 +1,6 @@
 // LayerNorm layer (core/layers/layer_norm.h): parameter registration, forward against explicit
-// loops, the input saved without a copy, gradients of x, gamma and beta against central finite differences in f64, and
-// errors that name the layer.
+// loops, the input saved without a copy, gradients of x, gamma and beta against central finite
+// differences in f64, and errors that name the layer.
 #include <gtest/gtest.h>
 
 #include <cmath>

@@ -34,12 +34,17 @@ class MemoryEstimateTest : public ::testing::Test {
     fs::remove_all(*corpus_);
     delete corpus_;
   }
-  static StatusOr<RunConfig> config(const std::string& family, const std::vector<std::string>& extra) {
-    std::vector<std::string> set = {
-        "train.steps=1", "train.eval_every=0", "train.checkpoint_every=0", "train.probe_every=0",
-        "data.train=" + *corpus_ + "/train.txt", "data.valid=" + *corpus_ + "/valid.txt",
-        "data.test=" + *corpus_ + "/test.txt", "data.vocab_max_size=1500",
-        "data.cache_dir=" + *corpus_ + "/cache"};
+  static StatusOr<RunConfig> config(const std::string& family,
+                                    const std::vector<std::string>& extra) {
+    std::vector<std::string> set = {"train.steps=1",
+                                    "train.eval_every=0",
+                                    "train.checkpoint_every=0",
+                                    "train.probe_every=0",
+                                    "data.train=" + *corpus_ + "/train.txt",
+                                    "data.valid=" + *corpus_ + "/valid.txt",
+                                    "data.test=" + *corpus_ + "/test.txt",
+                                    "data.vocab_max_size=1500",
+                                    "data.cache_dir=" + *corpus_ + "/cache"};
     set.insert(set.end(), extra.begin(), extra.end());
     return load_run_config(std::string(MOE_SOURCE_DIR) + "/configs/" + family + ".pbtxt", set, 0);
   }
@@ -70,7 +75,8 @@ TEST_F(MemoryEstimateTest, ParametersAreExactAndTheTotalBracketsTheMeasuredPeak)
         int64_t params = 0;
         for (const auto& p : (*t)->model().params().all()) params += p->numel();
         EXPECT_EQ(e.parameters, params) << family;
-        const auto peak = static_cast<double>((*t)->context().allocator().stats().peak_bytes_in_use);
+        const auto peak =
+            static_cast<double>((*t)->context().allocator().stats().peak_bytes_in_use);
         const double ratio = static_cast<double>(e.total()) / peak;
         std::printf("%-12s size %zu %s: estimate %.2f MiB, peak %.2f MiB, ratio %.2f\n",
                     family.c_str(), s, precision, e.total() / 1048576.0, peak / 1048576.0, ratio);
@@ -90,9 +96,11 @@ TEST_F(MemoryEstimateTest, ARunThatCannotFitIsRefusedBeforeAllocating) {
   auto t = Trainer::create(*cfg, quiet_options(run, false), nullptr);
   ASSERT_FALSE(t.ok());
   EXPECT_EQ(t.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(t.status().message().find("this run needs about"), std::string::npos) << t.status().message();
+  EXPECT_NE(t.status().message().find("this run needs about"), std::string::npos)
+      << t.status().message();
   EXPECT_NE(t.status().message().find("GiB available"), std::string::npos) << t.status().message();
-  EXPECT_NE(t.status().message().find("train.batch_size"), std::string::npos) << t.status().message();
+  EXPECT_NE(t.status().message().find("train.batch_size"), std::string::npos)
+      << t.status().message();
   fs::remove_all(run);
 
   MemoryEstimate e;

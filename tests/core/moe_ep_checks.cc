@@ -65,15 +65,16 @@ Status expect_close(const std::string& what, const TensorView& got, const Tensor
 }
 
 Status expect_close(const std::string& what, const std::vector<double>& got, const double* want) {
-  return expect_close(what, TensorView(const_cast<double*>(got.data()), DType::kF64,
-                                       Shape({static_cast<int64_t>(got.size())})),
+  return expect_close(what,
+                      TensorView(const_cast<double*>(got.data()), DType::kF64,
+                                 Shape({static_cast<int64_t>(got.size())})),
                       TensorView(const_cast<double*>(want), DType::kF64,
                                  Shape({static_cast<int64_t>(got.size())})));
 }
 
 // The routing decisions of this rank's tokens in both runs, compared before any value.
-Status expect_same_decisions(const std::string& at, const RouterSaved& mine,
-                             const RouterSaved& all, int64_t first, int64_t end) {
+Status expect_same_decisions(const std::string& at, const RouterSaved& mine, const RouterSaved& all,
+                             int64_t first, int64_t end) {
   const std::pair<const char*, std::pair<const Tensor*, const Tensor*>> kinds[] = {
       {"experts", {&mine.idx, &all.idx}},
       {"argmax (the next AC layer's clusters)", {&mine.top1, &all.top1}},
@@ -239,7 +240,8 @@ Status check_dispatch_identity(const MoeLayerConfig& cfg, const RoutingFn& routi
           return internal_error("padding row ", row, " of block ", b, " has a key");
         }
         for (int64_t c = 0; c < d; ++c) {
-          if (rows.data<double>()[row * d + c] != 0) return internal_error("padding row ", row, " is not zero");
+          if (rows.data<double>()[row * d + c] != 0)
+            return internal_error("padding row ", row, " is not zero");
         }
       }
     }
@@ -277,8 +279,9 @@ Status check_layer_matches_single_rank(const MoeLayerConfig& cfg, int64_t tokens
     const std::string at = str_cat("rank ", rank, " of ", ranks, ": ");
     // Decisions first (the router runs on the same tokens in both: bit equality by design).
     if (!bitwise_equal(mine.saved.router.idx, single.saved.router.idx)) {
-      return internal_error(at, "routing differs from the single-rank layer's: ",
-                            count_flips(mine.saved.router.idx, single.saved.router.idx).to_string());
+      return internal_error(
+          at, "routing differs from the single-rank layer's: ",
+          count_flips(mine.saved.router.idx, single.saved.router.idx).to_string());
     }
     if (!bitwise_equal(mine.saved.plan.slot, single.saved.plan.slot)) {
       return internal_error(at, "capacity slots differ from the single-rank layer's: ",

@@ -34,12 +34,10 @@ MoeLayerConfig heavy_ball(double mu, double gamma, MomentumConvention conv) {
 std::vector<Variant> variants() {
   std::vector<Variant> v;
   v.push_back({"plain", [](MoeLayerConfig*) {}});
-  v.push_back({"heavy_ball_paper", [](MoeLayerConfig* c) {
-                 *c = heavy_ball(0.7, 1.0, MomentumConvention::kPaper);
-               }});
-  v.push_back({"heavy_ball_negative_mu", [](MoeLayerConfig* c) {
-                 *c = heavy_ball(-0.3, 0.8, MomentumConvention::kPaper);
-               }});
+  v.push_back({"heavy_ball_paper",
+               [](MoeLayerConfig* c) { *c = heavy_ball(0.7, 1.0, MomentumConvention::kPaper); }});
+  v.push_back({"heavy_ball_negative_mu",
+               [](MoeLayerConfig* c) { *c = heavy_ball(-0.3, 0.8, MomentumConvention::kPaper); }});
   v.push_back({"heavy_ball_reference_code", [](MoeLayerConfig* c) {
                  *c = heavy_ball(0.7, 1.2, MomentumConvention::kReferenceCode);
                }});
@@ -101,31 +99,37 @@ std::vector<Variant> variants() {
   // AC: no gradient through the metric by design, so the finite difference w.r.t. the input
   // (which moves the metric) is not the layer's gradient. The metric does not depend on the
   // parameters, so every parameter is checked.
-  v.push_back({"ac_paper", [](MoeLayerConfig* c) {
-                 c->ac.enabled = true;
-               }, nullptr, false});
-  v.push_back({"ac_reference_code_momentum", [](MoeLayerConfig* c) {
+  v.push_back({"ac_paper", [](MoeLayerConfig* c) { c->ac.enabled = true; }, nullptr, false});
+  v.push_back({"ac_reference_code_momentum",
+               [](MoeLayerConfig* c) {
                  *c = heavy_ball(0.7, 1.0, MomentumConvention::kPaper);
                  c->ac.enabled = true;
                  c->ac.normalization = AcNormalization::kReferenceCode;
                  c->ac.min_cluster_size = 0;
-               }, nullptr, false});
+               },
+               nullptr, false});
   // The reference code's AC gate: unit-norm expert embeddings, no bias (the router weight's
   // gradient goes through the normalisation).
-  v.push_back({"ac_unit_norm_embeddings_momentum", [](MoeLayerConfig* c) {
+  v.push_back({"ac_unit_norm_embeddings_momentum",
+               [](MoeLayerConfig* c) {
                  *c = heavy_ball(0.7, 1.0, MomentumConvention::kPaper);
                  c->ac.enabled = true;
                  c->ac.logits = AcLogits::kUnitNormEmbeddings;
-               }, nullptr, false});
+               },
+               nullptr, false});
   // SparseMixer: experts and omega get true gradients for the sampled routing; the router gets
   // the documented estimator (tested by hand in sparsemixer_layer_test).
-  v.push_back({"sparsemixer_experts_and_omega", [](MoeLayerConfig* c) {
+  v.push_back({"sparsemixer_experts_and_omega",
+               [](MoeLayerConfig* c) {
                  c->top_k = 1;
                  c->sparsemixer.enabled = true;
                  c->sparsemixer.jitter = 0.5;
                  c->balance_loss_coef = 0;
                  c->z_loss_coef = 0;
-               }, nullptr, false, {"router"}});
+               },
+               nullptr,
+               false,
+               {"router"}});
   return v;
 }
 
@@ -181,7 +185,8 @@ TEST(MoeLayerAcGradTest, InputGradientTreatsMetricAsConstant) {
   LayerHarness plain(plain_cfg, 6, 7);  // same parameters and inputs
   Parameter* w = plain.params->find("moe.w_router");
   for (int64_t q = 0; q < cfg.d_model; ++q)
-    for (int64_t e = 0; e < cfg.num_experts; ++e) w->value.data<double>()[q * cfg.num_experts + e] *= m[q];
+    for (int64_t e = 0; e < cfg.num_experts; ++e)
+      w->value.data<double>()[q * cfg.num_experts + e] *= m[q];
 
   // Two paths to the same logits ((y m) W and y (m W) round differently): cross-path equality
   // (tests/testing/cross_path.h): the routing decisions first, then the gradient within
@@ -194,8 +199,12 @@ TEST(MoeLayerAcGradTest, InputGradientTreatsMetricAsConstant) {
   plain.backward(&dx_plain, &unused1, &unused2, &unused3, &unused4);
   EXPECT_TRUE(values_within("dL/dx", dx_ac, dx_plain, kF64LayerTolerance));
   // And the standard layer's input gradient is the true one.
-  std::vector<std::string> failures =
-      check_gradients([&]() { MoeLayerSaved s; return plain.forward(&s); }, {{"x", plain.x, dx_plain}});
+  std::vector<std::string> failures = check_gradients(
+      [&]() {
+        MoeLayerSaved s;
+        return plain.forward(&s);
+      },
+      {{"x", plain.x, dx_plain}});
   for (const std::string& f : failures) ADD_FAILURE() << f;
 }
 

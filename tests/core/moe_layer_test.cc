@@ -99,7 +99,8 @@ struct Stack {
       StatusOr<MoeLayerGradInputs> gi = layers[i]->layer->backward(g, saved[i]);
       EXPECT_TRUE(gi.ok()) << gi.status().to_string();
       Tensor d_in = Tensor::copy_of(gi->d_x_in);
-      for (int64_t j = 0; j < d_in.numel(); ++j) d_in.data<double>()[j] += gi->d_x_base.data<double>()[j];
+      for (int64_t j = 0; j < d_in.numel(); ++j)
+        d_in.data<double>()[j] += gi->d_x_base.data<double>()[j];
       dx = d_in;
       dp = gi->d_p_in;
       if (i == 1) {
@@ -177,7 +178,8 @@ TEST_P(RecurrenceTest, ForwardMatchesHandRecurrenceAndBackwardMatchesDifferences
   // By hand: p_t = u_t + mu p_{t-1}, x_{t+1} = x_t + gamma p_t (paper); the reference code
   // keeps m_t = mu m_{t-1} + gamma u_t and x_{t+1} = x_t - m_t.
   std::vector<std::unique_ptr<LayerHarness>> plain;
-  for (int i = 0; i < 3; ++i) plain.push_back(std::make_unique<LayerHarness>(small_config(), 8, 500 + 17 * i));
+  for (int i = 0; i < 3; ++i)
+    plain.push_back(std::make_unique<LayerHarness>(small_config(), 8, 500 + 17 * i));
   Tensor x = Tensor::copy_of(stack.x0);
   std::vector<double> p(x.numel(), 0.0);
   for (int i = 0; i < 3; ++i) {
@@ -186,8 +188,8 @@ TEST_P(RecurrenceTest, ForwardMatchesHandRecurrenceAndBackwardMatchesDifferences
       Stack::dense(x, &y);
       x = std::move(y);
     }
-    EXPECT_TRUE(values_within("input of layer " + std::to_string(i), x, inputs[i],
-                              kF64LayerTolerance));
+    EXPECT_TRUE(
+        values_within("input of layer " + std::to_string(i), x, inputs[i], kF64LayerTolerance));
     Tensor idx;
     Tensor u = smoe_output(plain[i].get(), x, &idx);
     EXPECT_TRUE(same_decisions("layer " + std::to_string(i), saved[i].router.idx, idx));
@@ -237,7 +239,8 @@ TEST(RobustTest, DerivedCoefficientsAndShiftedInput) {
   LayerHarness plain(small_config(), 6, 77);
   const double g = cfg.robust.gamma(), mu = cfg.robust.mu(), a = cfg.robust.alpha();
   Tensor y = Tensor::copy_of(robust.x);
-  for (int64_t i = 0; i < y.numel(); ++i) y.data<double>()[i] += a * g * robust.p_in.data<double>()[i];
+  for (int64_t i = 0; i < y.numel(); ++i)
+    y.data<double>()[i] += a * g * robust.p_in.data<double>()[i];
   Tensor idx;
   Tensor u = smoe_output(&plain, y, &idx);
   EXPECT_TRUE(same_decisions("robust vs plain on the shifted input", saved.router.idx, idx));
@@ -266,7 +269,8 @@ TEST(RobustTest, ReferenceCodeConventionShiftsByMinusAlphaM) {
   for (int64_t i = 0; i < y.numel(); ++i) y.data<double>()[i] -= a * robust.p_in.data<double>()[i];
   Tensor idx;
   Tensor u = smoe_output(&plain, y, &idx);
-  EXPECT_TRUE(same_decisions("robust (reference code) vs plain on x - alpha m", saved.router.idx, idx));
+  EXPECT_TRUE(
+      same_decisions("robust (reference code) vs plain on x - alpha m", saved.router.idx, idx));
   for (int64_t i = 0; i < y.numel(); ++i) {
     const double m = mu * robust.p_in.data<double>()[i] + g * u.data<double>()[i];
     EXPECT_NEAR(m_out.data<double>()[i], m, kF64LayerTolerance);
@@ -428,7 +432,8 @@ TEST(SparseMixerLayerTest, RouterGradientFollowsTheEstimatorRule) {
       if (row < 0) continue;
       double s = 0;
       for (int64_t q = 0; q < d; ++q) {
-        s += h.w_out.data<double>()[t * d + q] * omega[q] * saved.y_send.data<double>()[row * d + q];
+        s +=
+            h.w_out.data<double>()[t * d + q] * omega[q] * saved.y_send.data<double>()[row * d + q];
       }
       const double c = r.scale.data<double>()[t];
       const double dpi = rule == SparseMixerGateGrad::kReferenceCode ? 2 * s : (1 + c) * s;
@@ -436,8 +441,10 @@ TEST(SparseMixerLayerTest, RouterGradientFollowsTheEstimatorRule) {
       const double pi_d = r.probs.data<double>()[t * experts + chosen];
       for (int64_t j = 0; j < experts; ++j) {
         if (!r.mask.data<uint8_t>()[t * experts + j]) continue;
-        const double dtheta = dpi * pi_d * ((j == chosen) - r.probs.data<double>()[t * experts + j]);
-        for (int64_t q = 0; q < d; ++q) dw[q * experts + j] += r.router_input.data<double>()[t * d + q] * dtheta;
+        const double dtheta =
+            dpi * pi_d * ((j == chosen) - r.probs.data<double>()[t * experts + j]);
+        for (int64_t q = 0; q < d; ++q)
+          dw[q * experts + j] += r.router_input.data<double>()[t * d + q] * dtheta;
       }
     }
     const double* got = h.params->find("moe.w_router")->grad.data<double>();

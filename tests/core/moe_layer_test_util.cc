@@ -125,7 +125,8 @@ void LayerHarness::backward(Tensor* d_x, Tensor* d_x_base, Tensor* d_p_in, Tenso
   *d_v_in = Tensor::copy_of(or_zeros(gi->d_adam_v_in, tokens, d));
   if (!separate_base) {
     // Post-LN style: x feeds both the router/experts and the residual base.
-    for (int64_t i = 0; i < d_x->numel(); ++i) d_x->data<double>()[i] += d_x_base->data<double>()[i];
+    for (int64_t i = 0; i < d_x->numel(); ++i)
+      d_x->data<double>()[i] += d_x_base->data<double>()[i];
   }
 }
 

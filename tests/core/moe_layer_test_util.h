@@ -29,7 +29,7 @@ struct LayerHarness {
   int64_t step = 3;
   uint64_t seed = 11;
   comm::Communicator* ep_comm = nullptr;
-  int64_t token_offset = 1000;             // global id of token 0 (keys dropout, SparseMixer)
+  int64_t token_offset = 1000;               // global id of token 0 (keys dropout, SparseMixer)
   comm::Communicator* stats_comm = nullptr;  // MoeLayerInputs::stats_comm (global statistics)
 
   LayerHarness(const MoeLayerConfig& config, int64_t num_tokens, uint64_t fill_seed,

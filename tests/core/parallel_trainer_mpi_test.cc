@@ -65,8 +65,8 @@ void compare_with_single_process(int ep) {
     for (size_t p = 0; p < a.size(); ++p) {
       if (a[p]->kind != ParamKind::kDense) continue;
       expect_parameters_close(parameter_values((*t)->model(), *a[p]),
-                              parameter_values((*single)->model(), *b[p]), routing, scale,
-                              10, what + " " + a[p]->name);
+                              parameter_values((*single)->model(), *b[p]), routing, scale, 10,
+                              what + " " + a[p]->name);
     }
   }
   ASSERT_TRUE(w->barrier().ok());

@@ -123,8 +123,9 @@ TEST_F(ParallelTrainerTest, EpOneTwoFourAndTwoByTwoGiveTheSameTraining) {
   const std::vector<std::pair<int, int>> layouts = {{2, 2}, {4, 4}, {4, 2}, {2, 1}};
   for (auto [world, ep] : layouts) {
     const std::string name = "world " + std::to_string(world) + " ep " + std::to_string(ep);
-    LayoutResult r = train(world, ep, steps, fresh_dir("par_" + std::to_string(world) + "_" + std::to_string(ep)),
-                           kEquivalent);
+    LayoutResult r =
+        train(world, ep, steps,
+              fresh_dir("par_" + std::to_string(world) + "_" + std::to_string(ep)), kEquivalent);
     // Aggregated loads are sums over ranks: the same global counts as one process (checked per
     // step and layer by expect_close, up to the rare routing flip).
     expect_close(single, r, name);
@@ -206,10 +207,13 @@ TEST_F(ParallelTrainerTest, MismatchedConfigsAndIndivisibleLayoutsAreErrors) {
     std::vector<std::string> set = kEquivalent;
     if (c.rank() == 1) set.push_back("train.optimizer.lr=0.5");
     MOE_ASSIGN_OR_RETURN(RunConfig cfg, tiny_config(*corpus_, "", set, 1));
-    return Trainer::create(cfg, quiet_options(fresh_dir("par_mismatch_" + std::to_string(c.rank()))), &c).status();
+    return Trainer::create(cfg,
+                           quiet_options(fresh_dir("par_mismatch_" + std::to_string(c.rank()))), &c)
+        .status();
   });
   ASSERT_FALSE(s.ok());
-  EXPECT_NE(s.message().find("rank(s) 1 run a different configuration"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("rank(s) 1 run a different configuration"), std::string::npos)
+      << s.message();
   // 3 ranks cannot hold EP 2.
   const std::string three = fresh_dir("par_three");
   s = comm::run_local_ranks(3, [&](comm::Communicator& c) -> Status {
@@ -217,11 +221,13 @@ TEST_F(ParallelTrainerTest, MismatchedConfigsAndIndivisibleLayoutsAreErrors) {
     return Trainer::create(cfg, quiet_options(three), &c).status();
   });
   ASSERT_FALSE(s.ok());
-  EXPECT_NE(s.message().find("world size 3 is not divisible by --ep 2"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("world size 3 is not divisible by --ep 2"), std::string::npos)
+      << s.message();
   // EP 3 does not divide 4 experts (caught when the config is read).
   StatusOr<RunConfig> cfg = tiny_config(*corpus_, "", kEquivalent, 3);
   ASSERT_FALSE(cfg.ok());
-  EXPECT_NE(cfg.status().message().find("not divisible by the expert-parallel size 3"), std::string::npos);
+  EXPECT_NE(cfg.status().message().find("not divisible by the expert-parallel size 3"),
+            std::string::npos);
 }
 
 // Quickly: the failure aborts the world, so its peers stop waiting at once instead of running into

@@ -79,14 +79,15 @@ TEST_P(PrecisionTest, Bf16TracksFp32AndIsDeterministic) {
   for (size_t i = 0; i < fp32.size(); ++i) {
     const double rel = std::fabs(bf16[i] - fp32[i]) / std::fabs(fp32[i]);
     worst = std::max(worst, rel);
-    EXPECT_LE(rel, kBf16LossTolerance) << "step " << i << ": fp32 " << fp32[i] << ", bf16 "
-                                       << bf16[i];
+    EXPECT_LE(rel, kBf16LossTolerance)
+        << "step " << i << ": fp32 " << fp32[i] << ", bf16 " << bf16[i];
   }
   EXPECT_LT(bf16.back(), bf16.front() - 1.0) << "BF16 training does not learn";
-  std::printf("[ precision ] %s: loss %.4f -> %.4f (fp32 %.4f), worst per-step |bf16 - fp32| / "
-              "fp32 = %.4f; routing: %lld token(s) moved, first at step %lld\n",
-              family.c_str(), bf16.front(), bf16.back(), fp32.back(), worst,
-              static_cast<long long>(routing.moved), static_cast<long long>(routing.first));
+  std::printf(
+      "[ precision ] %s: loss %.4f -> %.4f (fp32 %.4f), worst per-step |bf16 - fp32| / "
+      "fp32 = %.4f; routing: %lld token(s) moved, first at step %lld\n",
+      family.c_str(), bf16.front(), bf16.back(), fp32.back(), worst,
+      static_cast<long long>(routing.moved), static_cast<long long>(routing.first));
   fs::remove_all(dir);
 }
 
@@ -99,8 +100,8 @@ INSTANTIATE_TEST_SUITE_P(Configs, PrecisionTest, ::testing::ValuesIn(config_fami
 // exactly where FP32 from the same masters and optimizer state would), and FP32 as BF16.
 TEST_F(PrecisionTest, CheckpointsAreFp32AndResumeAcrossPrecisions) {
   const std::string dir = fresh_dir("precision_resume");
-  for (const auto& [from, to] : std::vector<std::pair<std::string, std::string>>{
-           {"BF16", "FP32"}, {"FP32", "BF16"}}) {
+  for (const auto& [from, to] :
+       std::vector<std::pair<std::string, std::string>>{{"BF16", "FP32"}, {"FP32", "BF16"}}) {
     SCOPED_TRACE(from + " -> " + to);
     const std::string run = dir + "/" + from;
     StatusOr<RunConfig> cfg = config("quickstart", from, 6);
@@ -120,8 +121,7 @@ TEST_F(PrecisionTest, CheckpointsAreFp32AndResumeAcrossPrecisions) {
     auto resumed = Trainer::create(*other, quiet_options(run, true), nullptr);
     ASSERT_TRUE(resumed.ok()) << resumed.status().to_string();
     EXPECT_EQ((*resumed)->steps_done(), 3);
-    EXPECT_EQ((*resumed)->model().params().act_dtype(),
-              to == "BF16" ? DType::kBF16 : DType::kF32);
+    EXPECT_EQ((*resumed)->model().params().act_dtype(), to == "BF16" ? DType::kBF16 : DType::kF32);
     // The reference resumes from a copy: a run directory belongs to one trainer at a time.
     fs::copy(run, run + "-same", fs::copy_options::recursive);
     auto same = Trainer::create(*cfg, quiet_options(run + "-same", true), nullptr);

@@ -27,10 +27,12 @@ class TrainerTest : public ::testing::Test {
     delete corpus_;
   }
   static std::unique_ptr<Trainer> make(const std::string& run_dir,
-                                       const std::vector<std::string>& set = {}, bool resume = true) {
+                                       const std::vector<std::string>& set = {},
+                                       bool resume = true) {
     StatusOr<RunConfig> cfg = tiny_config(*corpus_, "", set);
     EXPECT_TRUE(cfg.ok()) << cfg.status().to_string();
-    StatusOr<std::unique_ptr<Trainer>> t = Trainer::create(*cfg, quiet_options(run_dir, resume), nullptr);
+    StatusOr<std::unique_ptr<Trainer>> t =
+        Trainer::create(*cfg, quiet_options(run_dir, resume), nullptr);
     EXPECT_TRUE(t.ok()) << t.status().to_string();
     return t.ok() ? std::move(t).value() : nullptr;
   }
@@ -131,13 +133,15 @@ TEST_F(TrainerTest, CorruptedOrMismatchedCheckpointsAreRefusedAndKept) {
   StatusOr<std::unique_ptr<Trainer>> bad = Trainer::create(*cfg, quiet_options(run), nullptr);
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().code(), StatusCode::kDataLoss);
-  EXPECT_NE(bad.status().message().find("checksum mismatch in dense.safetensors"), std::string::npos)
+  EXPECT_NE(bad.status().message().find("checksum mismatch in dense.safetensors"),
+            std::string::npos)
       << bad.status().message();
   // Truncation is caught by the size check.
   std::ofstream(dense, std::ios::binary | std::ios::trunc) << bytes.substr(0, 100);
   bad = Trainer::create(*cfg, quiet_options(run), nullptr);
   ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.status().message().find("manifest says"), std::string::npos) << bad.status().message();
+  EXPECT_NE(bad.status().message().find("manifest says"), std::string::npos)
+      << bad.status().message();
 
   // A vocabulary that does not match the checkpoint: refused, naming both fingerprints; the
   // checkpoint is left as it was.
@@ -167,7 +171,8 @@ TEST_F(TrainerTest, BadDataInputsNameTheFile) {
   auto error = [&](const std::string& train) {
     StatusOr<RunConfig> cfg = tiny_config(*corpus_, "", {"data.train=" + train});
     EXPECT_TRUE(cfg.ok());
-    StatusOr<std::unique_ptr<Trainer>> t = Trainer::create(*cfg, quiet_options(dir + "/run", false), nullptr);
+    StatusOr<std::unique_ptr<Trainer>> t =
+        Trainer::create(*cfg, quiet_options(dir + "/run", false), nullptr);
     return t.ok() ? std::string("ok") : t.status().message();
   };
   EXPECT_NE(error(dir + "/missing.txt").find(dir + "/missing.txt"), std::string::npos);
@@ -180,7 +185,8 @@ TEST_F(TrainerTest, BadDataInputsNameTheFile) {
   EXPECT_NE(small.find("16"), std::string::npos) << small;  // the sequence length
   // model.vocab_size given and different from the corpus vocabulary.
   StatusOr<RunConfig> cfg = tiny_config(*corpus_, "", {"model.vocab_size=77"});
-  StatusOr<std::unique_ptr<Trainer>> t = Trainer::create(*cfg, quiet_options(dir + "/run2", false), nullptr);
+  StatusOr<std::unique_ptr<Trainer>> t =
+      Trainer::create(*cfg, quiet_options(dir + "/run2", false), nullptr);
   ASSERT_FALSE(t.ok());
   EXPECT_NE(t.status().message().find("model.vocab_size = 77"), std::string::npos);
   // A batch that does not divide.
@@ -226,7 +232,8 @@ TrainingRecord expect_grad_accum_matches(const std::string& what, const std::str
   common.insert(common.end(), extra.begin(), extra.end());
   std::vector<std::string> two = common;
   two.push_back("train.grad_accum=2");
-  StatusOr<RunConfig> one_cfg = tiny_config(corpus, "", common), two_cfg = tiny_config(corpus, "", two);
+  StatusOr<RunConfig> one_cfg = tiny_config(corpus, "", common),
+                      two_cfg = tiny_config(corpus, "", two);
   EXPECT_TRUE(one_cfg.ok() && two_cfg.ok());
   if (!one_cfg.ok() || !two_cfg.ok()) return {};
   const std::string a = fresh_dir(what + "_1"), b = fresh_dir(what + "_2");
@@ -272,10 +279,11 @@ TEST_F(TrainerTest, GradientAccumulationMatchesOneBigBatchUnderPlainSgd) {
 TEST_F(TrainerTest, ClippedStepHasLengthLearningRateTimesThreshold) {
   const std::string run = fresh_dir("trainer_clip");
   const double clip = 0.05;
-  auto t = make(run, {"train.optimizer.kind=SGD", "train.optimizer.lr=0.5",
-                      "train.optimizer.weight_decay=0", "train.optimizer.momentum=0",
-                      "train.grad_clip=0.05", "train.steps=3"},
-                false);
+  auto t =
+      make(run,
+           {"train.optimizer.kind=SGD", "train.optimizer.lr=0.5", "train.optimizer.weight_decay=0",
+            "train.optimizer.momentum=0", "train.grad_clip=0.05", "train.steps=3"},
+           false);
   ASSERT_NE(t, nullptr);
   for (int i = 0; i < 3; ++i) {
     const std::vector<double> before = flat_parameters(t->model());
@@ -305,8 +313,8 @@ TEST_F(TrainerTest, ClippedStepHasLengthLearningRateTimesThreshold) {
 // and batch). The probe drops at the training capacity, so it adds no sync in capacity mode.
 TEST_F(TrainerTest, OneSyncPerStepAndNoHostAccessInLayers) {
   const std::string run = fresh_dir("trainer_syncs");
-  auto t = make(run, {"train.steps=4", "train.probe_every=2", "model.moe.eval_capacity_factor=1.25"},
-                false);
+  auto t = make(
+      run, {"train.steps=4", "train.probe_every=2", "model.moe.eval_capacity_factor=1.25"}, false);
   ASSERT_TRUE(t->context().guarded());
   for (int i = 0; i < 4; ++i) {
     const int64_t before = t->context().sync_count();

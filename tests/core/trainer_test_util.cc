@@ -24,8 +24,7 @@ std::string source_root() {
 
 std::vector<std::string> config_families() {
   std::vector<std::string> names;
-  for (const auto& e :
-       std::filesystem::directory_iterator(source_root() + "/configs")) {
+  for (const auto& e : std::filesystem::directory_iterator(source_root() + "/configs")) {
     if (e.path().extension() == ".pbtxt") names.push_back(e.path().stem().string());
   }
   std::sort(names.begin(), names.end());
@@ -93,13 +92,22 @@ std::string write_small_corpus(const std::string& dir, int train_lines) {
 
 StatusOr<RunConfig> small_family_config(const std::string& family, const std::string& corpus_dir,
                                         int64_t steps, const std::vector<std::string>& extra) {
-  std::vector<std::string> set = {
-      "model.d_model=32", "model.n_heads=2", "model.seq_len=16", "model.d_ff=48",
-      "model.moe.d_expert=32", "model.moe.num_experts=4", "train.batch_size=8",
-      "train.steps=" + std::to_string(steps), "train.eval_every=0", "train.checkpoint_every=0",
-      "train.probe_every=10", "train.schedule.warmup_steps=10",
-      "data.train=" + corpus_dir + "/train.txt", "data.valid=" + corpus_dir + "/valid.txt",
-      "data.test=" + corpus_dir + "/test.txt", "data.vocab_max_size=1500"};
+  std::vector<std::string> set = {"model.d_model=32",
+                                  "model.n_heads=2",
+                                  "model.seq_len=16",
+                                  "model.d_ff=48",
+                                  "model.moe.d_expert=32",
+                                  "model.moe.num_experts=4",
+                                  "train.batch_size=8",
+                                  "train.steps=" + std::to_string(steps),
+                                  "train.eval_every=0",
+                                  "train.checkpoint_every=0",
+                                  "train.probe_every=10",
+                                  "train.schedule.warmup_steps=10",
+                                  "data.train=" + corpus_dir + "/train.txt",
+                                  "data.valid=" + corpus_dir + "/valid.txt",
+                                  "data.test=" + corpus_dir + "/test.txt",
+                                  "data.vocab_max_size=1500"};
   set.insert(set.end(), extra.begin(), extra.end());
   return load_run_config(family_config_path(family), set, 0);
 }
@@ -115,8 +123,10 @@ train {
   steps: 40 batch_size: 8 optimizer { lr: 3e-3 } schedule { warmup_steps: 5 }
   eval_sequences: 64 probe_every: 5 probe_sequences: 2 seed: 7
 }
-data { train: ")" + corpus_dir + R"(/train.txt" valid: ")" + corpus_dir + R"(/valid.txt"
-       test: ")" + corpus_dir + R"(/test.txt" vocab_max_size: 1500 }
+data { train: ")" + corpus_dir +
+                           R"(/train.txt" valid: ")" + corpus_dir + R"(/valid.txt"
+       test: ")" + corpus_dir +
+                           R"(/test.txt" vocab_max_size: 1500 }
 )" + extra;
   // MOMOE_TEST_DEVICE=CUDA (tests/run_gpu.sh) reruns the layout tests with GPU ranks.
   std::vector<std::string> all = overrides;
@@ -192,8 +202,7 @@ TrainingScale training_scale(const RunConfig& cfg, int64_t vocab) {
   // |m_hat / sqrt(v_hat)| <= (1 - b1) / sqrt((1 - b2)(1 - b1^2 / b2)) (Cauchy-Schwarz on the
   // moving averages; the bias corrections only lower it).
   s.adam_step = o.kind == OptimizerKind::kAdamW
-                    ? (1 - o.beta1) /
-                          std::sqrt((1 - o.beta2) * (1 - o.beta1 * o.beta1 / o.beta2))
+                    ? (1 - o.beta1) / std::sqrt((1 - o.beta2) * (1 - o.beta1 * o.beta1 / o.beta2))
                     : 0.0;
   return s;
 }
@@ -211,15 +220,14 @@ int64_t count_difference(const std::vector<int64_t>& a, const std::vector<int64_
 // Tokens whose decisions differ in one layer and step, at least: the largest difference any
 // counter shows.
 int64_t moved_tokens(const RouterStatsInfo& a, const RouterStatsInfo& b) {
-  const int64_t counters[] = {
-      count_difference(a.expert_load, b.expert_load),
-      count_difference(a.cluster_size, b.cluster_size),
-      std::abs(a.dropped_slots - b.dropped_slots),
-      std::abs(a.fully_dropped_tokens - b.fully_dropped_tokens),
-      std::abs(a.single_expert_tokens - b.single_expert_tokens),
-      std::abs(a.non_argmax_tokens - b.non_argmax_tokens),
-      std::abs(a.halved_tokens - b.halved_tokens),
-      std::abs(a.tiny_clusters - b.tiny_clusters)};
+  const int64_t counters[] = {count_difference(a.expert_load, b.expert_load),
+                              count_difference(a.cluster_size, b.cluster_size),
+                              std::abs(a.dropped_slots - b.dropped_slots),
+                              std::abs(a.fully_dropped_tokens - b.fully_dropped_tokens),
+                              std::abs(a.single_expert_tokens - b.single_expert_tokens),
+                              std::abs(a.non_argmax_tokens - b.non_argmax_tokens),
+                              std::abs(a.halved_tokens - b.halved_tokens),
+                              std::abs(a.tiny_clusters - b.tiny_clusters)};
   return *std::max_element(std::begin(counters), std::end(counters));
 }
 
@@ -266,8 +274,8 @@ double expect_same_training(const TrainingRecord& a, const TrainingRecord& b,
              static_cast<double>(scale.tokens);
     const double diff = std::fabs(a.losses[i] - b.losses[i]);
     worst = std::max(worst, diff / std::fabs(loss));
-    EXPECT_LE(diff, bound) << what << " step " << i << ": " << a.losses[i] << " vs "
-                           << b.losses[i] << (moved > 0 ? " (after a routing flip)" : "");
+    EXPECT_LE(diff, bound) << what << " step " << i << ": " << a.losses[i] << " vs " << b.losses[i]
+                           << (moved > 0 ? " (after a routing flip)" : "");
     if (moved == 0 && i < a.grad_norms.size() && i < b.grad_norms.size()) {
       const double gn = a.grad_norms[i];
       EXPECT_LE(std::fabs(gn - b.grad_norms[i]),
@@ -279,8 +287,8 @@ double expect_same_training(const TrainingRecord& a, const TrainingRecord& b,
 }
 
 void expect_parameters_close(const std::vector<double>& a, const std::vector<double>& b,
-                             const RoutingDifference& d, const TrainingScale& scale,
-                             int64_t steps, const std::string& what) {
+                             const RoutingDifference& d, const TrainingScale& scale, int64_t steps,
+                             const std::string& what) {
   ASSERT_EQ(a.size(), b.size()) << what;
   std::vector<double> diff(a.size());
   for (size_t i = 0; i < a.size(); ++i) diff[i] = std::fabs(a[i] - b[i]);

@@ -71,11 +71,11 @@ struct TrainingRecord {
 };
 // What the bounds are derived from, for one configuration.
 struct TrainingScale {
-  double eps = 0;            // the precision's epsilon (float32)
-  int depth = 0;             // forward_depth(model).total
-  int64_t tokens = 0;        // tokens per optimizer step
+  double eps = 0;      // the precision's epsilon (float32)
+  int depth = 0;       // forward_depth(model).total
+  int64_t tokens = 0;  // tokens per optimizer step
   int64_t vocab = 0;
-  double lr = 0;             // peak learning rate
+  double lr = 0;  // peak learning rate
   // AdamW's largest step in units of lr: |m_hat| / sqrt(v_hat) <= (1 - b1) / sqrt((1 - b2)
   // (1 - b1^2 / b2)) by Cauchy-Schwarz (7.3 for 0.9, 0.999); 0 for SGD (no bound without one
   // on the gradient).
@@ -83,17 +83,17 @@ struct TrainingScale {
 };
 TrainingScale training_scale(const RunConfig& cfg, int64_t vocab);
 struct RoutingDifference {
-  int64_t moved = 0;    // tokens whose decisions differ (a lower bound from the counters)
-  int64_t first = -1;   // the first step whose counters differ (-1: none)
+  int64_t moved = 0;   // tokens whose decisions differ (a lower bound from the counters)
+  int64_t first = -1;  // the first step whose counters differ (-1: none)
   std::vector<int64_t> moved_by_step;  // cumulative, per step
 };
 RoutingDifference routing_difference(const TrainingRecord& a, const TrainingRecord& b);
 // Losses per step under the bounds above; the gradient norms too until the first flip, within
 // epsilon x (forward and backward: twice the depth) x steps x the norm (a gradient scale error,
 // a lost average over ranks or micro-batches, moves them by a factor, which a normalising
-// optimizer and clipping would hide from the losses); and that flips stay rare (at most 8 tokens per step
-// on average, of the step's tokens x K x layers decisions: a bug moves a large share of them).
-// Returns the worst relative per-step difference.
+// optimizer and clipping would hide from the losses); and that flips stay rare (at most 8 tokens
+// per step on average, of the step's tokens x K x layers decisions: a bug moves a large share of
+// them). Returns the worst relative per-step difference.
 double expect_same_training(const TrainingRecord& a, const TrainingRecord& b,
                             const TrainingScale& scale, const std::string& what);
 // One parameter tensor of the two runs after `steps` steps. Each run moves a weight by at most
@@ -105,7 +105,7 @@ double expect_same_training(const TrainingRecord& a, const TrainingRecord& b,
 // (or 4) parts by more than lr, 1 in 4 after a flip, and without a flip the median stays within
 // 2 x steps x adam_step x lr x eps x depth. A layout bug moves most of a tensor.
 void expect_parameters_close(const std::vector<double>& a, const std::vector<double>& b,
-                             const RoutingDifference& d, const TrainingScale& scale,
-                             int64_t steps, const std::string& what);
+                             const RoutingDifference& d, const TrainingScale& scale, int64_t steps,
+                             const std::string& what);
 
 }  // namespace moe::testing

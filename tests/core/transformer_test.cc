@@ -69,7 +69,8 @@ struct Batch {
 };
 
 std::unique_ptr<TransformerLM> make_model(const ModelConfig& cfg, DType act) {
-  StatusOr<std::unique_ptr<TransformerLM>> m = TransformerLM::create(cfg, &host_context(), act, nullptr);
+  StatusOr<std::unique_ptr<TransformerLM>> m =
+      TransformerLM::create(cfg, &host_context(), act, nullptr);
   EXPECT_TRUE(m.ok()) << m.status().to_string();
   return std::move(m).value();
 }
@@ -130,11 +131,12 @@ TEST_P(TransformerGradTest, EveryParameterMatchesFiniteDifferences) {
 
 INSTANTIATE_TEST_SUITE_P(
     Models, TransformerGradTest,
-    ::testing::Values(
-        ModelCase{"post_ln_momentum_dense_robust", "sgsmsfsr", BlockStyle::kPostLnDoubleResidual, false, 0.0},
-        ModelCase{"post_ln_adam_with_dropout", "sasmsm", BlockStyle::kPostLnDoubleResidual, false, 0.2},
-        ModelCase{"pre_ln_tied_momentum", "smsfsm", BlockStyle::kPreLn, true, 0.1},
-        ModelCase{"pre_ln_adam_robust", "sasr", BlockStyle::kPreLn, false, 0.0}),
+    ::testing::Values(ModelCase{"post_ln_momentum_dense_robust", "sgsmsfsr",
+                                BlockStyle::kPostLnDoubleResidual, false, 0.0},
+                      ModelCase{"post_ln_adam_with_dropout", "sasmsm",
+                                BlockStyle::kPostLnDoubleResidual, false, 0.2},
+                      ModelCase{"pre_ln_tied_momentum", "smsfsm", BlockStyle::kPreLn, true, 0.1},
+                      ModelCase{"pre_ln_adam_robust", "sasr", BlockStyle::kPreLn, false, 0.0}),
     [](const ::testing::TestParamInfo<ModelCase>& info) { return info.param.name; });
 
 TEST(TransformerTest, DeterministicAndZeroMomentumIsPlain) {
@@ -212,7 +214,8 @@ TEST(TransformerTest, RejectsBadInputs) {
 // BF16 path (wrong scale, wrong dtype, stale working copy) differs by O(1), so the test bounds
 // the mean over eight draws tightly and every draw loosely.
 TEST(TransformerTest, Bf16CloseToFp32FromTheSameMasters) {
-  ModelConfig cfg = make_config({"bf16", "sgsmsfsr", BlockStyle::kPostLnDoubleResidual, false, 0.1});
+  ModelConfig cfg =
+      make_config({"bf16", "sgsmsfsr", BlockStyle::kPostLnDoubleResidual, false, 0.1});
   std::unique_ptr<TransformerLM> f32 = make_model(cfg, DType::kF32);
   std::unique_ptr<TransformerLM> b16 = make_model(cfg, DType::kBF16);
   EXPECT_EQ(b16->params().master_dtype(), DType::kF32);
@@ -225,7 +228,8 @@ TEST(TransformerTest, Bf16CloseToFp32FromTheSameMasters) {
     SCOPED_TRACE("init seed " + std::to_string(seed));
     ASSERT_TRUE(f32->init_parameters(seed).ok());
     ASSERT_TRUE(b16->init_parameters(seed).ok());
-    EXPECT_TRUE(bitwise_equal(f32->params().masters(ParamKind::kDense), b16->params().masters(ParamKind::kDense)));
+    EXPECT_TRUE(bitwise_equal(f32->params().masters(ParamKind::kDense),
+                              b16->params().masters(ParamKind::kDense)));
     Batch batch(4, cfg.seq_len, cfg.vocab_size, 9);
     const StepContext ctx = context(4, cfg.seq_len);
     TransformerLM::Activations a32, a16;

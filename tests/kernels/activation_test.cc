@@ -141,7 +141,8 @@ TEST(ActivationValues, Bf16MatchesFloatRounded) {
     ASSERT_TRUE(activation_forward(ctx(), act, xf, yf).ok());
     ASSERT_TRUE(activation_forward(ctx(), act, xb, yb).ok());
     for (int i = 0; i < 4; ++i) {
-      EXPECT_EQ(static_cast<float>(yb.data<bf16>()[i]), static_cast<float>(bf16(yf.data<float>()[i])))
+      EXPECT_EQ(static_cast<float>(yb.data<bf16>()[i]),
+                static_cast<float>(bf16(yf.data<float>()[i])))
           << activation_name(act) << " at " << i;
     }
   }

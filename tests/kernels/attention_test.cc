@@ -19,8 +19,8 @@ namespace moe::kernels {
 namespace {
 
 using moe::testing::check_gradients;
-using moe::testing::expect_invalid;
 using moe::testing::dot;
+using moe::testing::expect_invalid;
 using moe::testing::fill_uniform;
 
 Context& ctx() { return testing::host_context(); }
@@ -121,7 +121,8 @@ TEST_P(AttentionShapes, ForwardMatchesLoopsWithAndWithoutDropout) {
     for (int64_t i = 0; i < out16.numel(); ++i) {
       // One bf16 rounding (relative 2^-8) on top of f32 rounding.
       EXPECT_NEAR(static_cast<float>(out16.data<bf16>()[i]), want_out[i],
-                  4e-3 * std::fabs(want_out[i]) + 2e-6) << i;
+                  4e-3 * std::fabs(want_out[i]) + 2e-6)
+          << i;
     }
     for (int64_t i = 0; i < lse32.numel(); ++i)
       EXPECT_NEAR(lse32.data<float>()[i], want_lse[i], 2e-6) << i;
@@ -193,8 +194,8 @@ TEST(AttentionTest, DropoutMaskIsKeyedByGlobalSequenceNotBatchPosition) {
   for (int64_t b = 0; b < B; ++b) {
     Tensor one_out = Tensor::empty({S, D}, DType::kF32);
     Tensor one_probs = Tensor::empty({1, H, S}, DType::kF32);
-    ASSERT_TRUE(attention_forward(ctx(), {1, S, H, 0.5f, rng, 40 + b}, qkv.view().rows(b * S, (b + 1) * S),
-                                  one_out, one_probs)
+    ASSERT_TRUE(attention_forward(ctx(), {1, S, H, 0.5f, rng, 40 + b},
+                                  qkv.view().rows(b * S, (b + 1) * S), one_out, one_probs)
                     .ok());
     EXPECT_TRUE(moe::testing::bitwise_equal(one_out, out.view().rows(b * S, (b + 1) * S))) << b;
   }

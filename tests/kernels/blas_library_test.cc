@@ -122,7 +122,8 @@ TEST(BlasPolicyTest, AGenericKernelOnAVectorCpuIsWarnedAboutWithTheFix) {
   EXPECT_NE(ignored.find("ignored"), std::string::npos) << ignored;
   // Our choice ignored (an OpenBLAS built for one CPU): said only when that kernel is slower.
   EXPECT_EQ(openblas_kernel_warning("Haswell", "Zen", false, kZen3), "");
-  const std::string single = openblas_kernel_warning("Haswell", "Cooperlake", false, kEmeraldRapids);
+  const std::string single =
+      openblas_kernel_warning("Haswell", "Cooperlake", false, kEmeraldRapids);
   EXPECT_NE(single, "");
   // ... and then the fix is another build, not the variable momoe already set.
   EXPECT_NE(single.find("without DYNAMIC_ARCH"), std::string::npos) << single;

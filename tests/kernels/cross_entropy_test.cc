@@ -37,8 +37,7 @@ StatusOr<CrossEntropyResult> ce_forward(const TensorView& logits, const TensorVi
   Tensor sums = Tensor::zeros({2}, DType::kF64);
   MOE_RETURN_IF_ERROR(cross_entropy_forward(ctx(), logits, targets,
                                             lse.numel() > 0 ? lse : scratch.view(), sums, rows));
-  return CrossEntropyResult{sums.data<double>()[0],
-                            static_cast<int64_t>(sums.data<double>()[1])};
+  return CrossEntropyResult{sums.data<double>()[0], static_cast<int64_t>(sums.data<double>()[1])};
 }
 
 TEST(CrossEntropyTest, UniformLogitsGiveLogV) {
@@ -172,12 +171,13 @@ TEST(CrossEntropyTest, Bf16GradientFromF32Logits) {
   ASSERT_TRUE(cross_entropy_backward(ctx(), logits, targets, lse, 0.5, d32).ok());
   ASSERT_TRUE(cross_entropy_backward(ctx(), logits, targets, lse, 0.5, d16).ok());
   for (int i = 0; i < 15; ++i) {
-    EXPECT_EQ(static_cast<float>(d16.data<bf16>()[i]), static_cast<float>(bf16(d32.data<float>()[i])))
+    EXPECT_EQ(static_cast<float>(d16.data<bf16>()[i]),
+              static_cast<float>(bf16(d32.data<float>()[i])))
         << i;
   }
-  expect_invalid(cross_entropy_backward(ctx(), logits, targets, lse, 1.0,
-                                        Tensor::zeros({3, 5}, DType::kF64)),
-                 "d_logits");
+  expect_invalid(
+      cross_entropy_backward(ctx(), logits, targets, lse, 1.0, Tensor::zeros({3, 5}, DType::kF64)),
+      "d_logits");
 }
 
 TEST(CrossEntropyTest, BadArgumentsAreInvalidArgument) {
@@ -186,29 +186,23 @@ TEST(CrossEntropyTest, BadArgumentsAreInvalidArgument) {
   Tensor lse = Tensor::zeros({3}, DType::kF32);
   Tensor d = Tensor::zeros({3, 4}, DType::kF32);
   ASSERT_TRUE(ce_forward(logits, targets, lse).ok());
-  expect_invalid(
-      ce_forward(logits, Tensor::from_vector<int32_t>({3}, {0, 4, 1})).status(),
-      "target 4 at row 1");
-  expect_invalid(
-      ce_forward(logits, Tensor::from_vector<int32_t>({3}, {0, 1, -2})).status(),
-      "target -2 at row 2");
-  expect_invalid(
-      ce_forward(logits, Tensor::from_vector<int64_t>({3}, {0, 1, 2})).status(),
-      "targets");
-  expect_invalid(ce_forward(logits, Tensor::from_vector<int32_t>({2}, {0, 1})).status(),
+  expect_invalid(ce_forward(logits, Tensor::from_vector<int32_t>({3}, {0, 4, 1})).status(),
+                 "target 4 at row 1");
+  expect_invalid(ce_forward(logits, Tensor::from_vector<int32_t>({3}, {0, 1, -2})).status(),
+                 "target -2 at row 2");
+  expect_invalid(ce_forward(logits, Tensor::from_vector<int64_t>({3}, {0, 1, 2})).status(),
                  "targets");
+  expect_invalid(ce_forward(logits, Tensor::from_vector<int32_t>({2}, {0, 1})).status(), "targets");
   expect_invalid(ce_forward(logits.view().reshape({12}), targets).status(), "logits");
-  expect_invalid(ce_forward(Tensor::zeros({3, 4}, DType::kI32), targets).status(),
-                 "logits");
-  expect_invalid(ce_forward(logits, targets, Tensor::zeros({4}, DType::kF32)).status(),
-                 "lse");
+  expect_invalid(ce_forward(Tensor::zeros({3, 4}, DType::kI32), targets).status(), "logits");
+  expect_invalid(ce_forward(logits, targets, Tensor::zeros({4}, DType::kF32)).status(), "lse");
+  expect_invalid(ce_forward(logits, targets, lse, Tensor::zeros({3}, DType::kF64)).status(),
+                 "row_loss");
   expect_invalid(
-      ce_forward(logits, targets, lse, Tensor::zeros({3}, DType::kF64)).status(),
-      "row_loss");
-  expect_invalid(cross_entropy_forward(ctx(), logits, targets, lse, Tensor::zeros({2}, DType::kF32)),
-                 "sums");
-  expect_invalid(cross_entropy_backward(ctx(), logits, targets, Tensor::zeros({3}, DType::kF64), 1.0, d),
-                 "lse");
+      cross_entropy_forward(ctx(), logits, targets, lse, Tensor::zeros({2}, DType::kF32)), "sums");
+  expect_invalid(
+      cross_entropy_backward(ctx(), logits, targets, Tensor::zeros({3}, DType::kF64), 1.0, d),
+      "lse");
   expect_invalid(
       cross_entropy_backward(ctx(), logits, targets, lse, 1.0, Tensor::zeros({3, 5}, DType::kF32)),
       "d_logits");

@@ -145,9 +145,9 @@ class CudaKernelTest : public ::testing::Test {
 };
 
 // Runs `expr` once (ops accumulate into their outputs: never twice for a message).
-#define OK(expr)                                      \
-  do {                                                \
-    const ::moe::Status ok_status_ = (expr);          \
+#define OK(expr)                                            \
+  do {                                                      \
+    const ::moe::Status ok_status_ = (expr);                \
     ASSERT_TRUE(ok_status_.ok()) << ok_status_.to_string(); \
   } while (0)
 

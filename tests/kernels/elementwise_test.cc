@@ -66,10 +66,12 @@ TEST(ElementwiseTest, CountNonfiniteAndAddScalar) {
   Tensor out = Tensor::zeros({1}, DType::kF64);
   ASSERT_TRUE(count_nonfinite(ctx(), Tensor::from_vector<float>({2}, {1.f, -1e30f}), out).ok());
   EXPECT_EQ(out.data<double>()[0], 0);
-  ASSERT_TRUE(count_nonfinite(ctx(), Tensor::from_vector<double>({2}, {1.0, std::nan("")}), out).ok());
-  ASSERT_TRUE(count_nonfinite(
-                  ctx(), Tensor::from_vector<float>({1}, {std::numeric_limits<float>::infinity()}), out)
-                  .ok());
+  ASSERT_TRUE(
+      count_nonfinite(ctx(), Tensor::from_vector<double>({2}, {1.0, std::nan("")}), out).ok());
+  ASSERT_TRUE(
+      count_nonfinite(
+          ctx(), Tensor::from_vector<float>({1}, {std::numeric_limits<float>::infinity()}), out)
+          .ok());
   EXPECT_EQ(out.data<double>()[0], 2);  // accumulated
   ASSERT_TRUE(add_scalar(ctx(), out, 0.5).ok());
   EXPECT_EQ(out.data<double>()[0], 2.5);
@@ -84,7 +86,9 @@ TEST(ElementwiseTest, BadArgumentsAreInvalidArgument) {
   expect_invalid(scale(ctx(), Tensor::zeros({2}, DType::kI64), 2.0), "x");
   expect_invalid(convert(ctx(), a, Tensor::zeros({2, 3}, DType::kI32)), "conversion");
   expect_invalid(convert(ctx(), a, Tensor::zeros({6}, DType::kF64)), "dst");
-  expect_invalid(count_nonfinite(ctx(), Tensor::zeros({2}, DType::kI32), Tensor::zeros({1}, DType::kF64)), "x");
+  expect_invalid(
+      count_nonfinite(ctx(), Tensor::zeros({2}, DType::kI32), Tensor::zeros({1}, DType::kF64)),
+      "x");
   expect_invalid(add_scalar(ctx(), Tensor::zeros({1}, DType::kF32), 1.0), "out");
 }
 

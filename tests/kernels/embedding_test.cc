@@ -15,8 +15,8 @@ namespace moe::kernels {
 namespace {
 
 using moe::testing::check_gradients;
-using moe::testing::expect_invalid;
 using moe::testing::dot;
+using moe::testing::expect_invalid;
 using moe::testing::fill_uniform;
 
 Context& ctx() { return testing::host_context(); }
@@ -86,7 +86,8 @@ TEST(EmbeddingTest, PositionsAndBf16Table) {
   for (int i = 0; i < 6; ++i) table16.data<bf16>()[i] = bf16(table.data<float>()[i]);
   Tensor out16 = Tensor::empty({4, 2}, DType::kBF16);
   ASSERT_TRUE(embedding_forward(ctx(), ids, table16, pos, 2, out16).ok());
-  for (int i = 0; i < 8; ++i) EXPECT_EQ(static_cast<float>(out16.data<bf16>()[i]), out.data<float>()[i]);
+  for (int i = 0; i < 8; ++i)
+    EXPECT_EQ(static_cast<float>(out16.data<bf16>()[i]), out.data<float>()[i]);
   expect_invalid(embedding_forward(ctx(), ids, table, pos, 3, out), "positions");  // 4 % 3 != 0
 }
 
@@ -97,21 +98,28 @@ TEST(EmbeddingTest, BadArgumentsAreInvalidArgument) {
   Status s = embedding_forward(ctx(), high, table, {}, 1, out);
   expect_invalid(s, "id 3 at position 1");
   EXPECT_EQ(to_vector<float>(out), std::vector<float>(6, 9.f));  // untouched on error
-  expect_invalid(embedding_forward(ctx(), Tensor::from_vector<int32_t>({3}, {0, 1, -1}), table, {}, 1, out),
-                 "id -1 at position 2");
+  expect_invalid(
+      embedding_forward(ctx(), Tensor::from_vector<int32_t>({3}, {0, 1, -1}), table, {}, 1, out),
+      "id -1 at position 2");
   Tensor ids = Tensor::from_vector<int32_t>({3}, {0, 1, 2});
-  expect_invalid(embedding_forward(ctx(), Tensor::from_vector<int64_t>({3}, {0, 1, 2}), table, {}, 1, out),
-                 "ids");
+  expect_invalid(
+      embedding_forward(ctx(), Tensor::from_vector<int64_t>({3}, {0, 1, 2}), table, {}, 1, out),
+      "ids");
   expect_invalid(embedding_forward(ctx(), ids.view().reshape({3, 1}), table, {}, 1, out), "ids");
-  expect_invalid(embedding_forward(ctx(), ids, Tensor::zeros({3, 2}, DType::kI32), {}, 1, out), "table");
-  expect_invalid(embedding_forward(ctx(), ids, Tensor::zeros({6}, DType::kF32), {}, 1, out), "table");
-  expect_invalid(embedding_forward(ctx(), ids, table, {}, 1, Tensor::zeros({3, 3}, DType::kF32)), "out");
+  expect_invalid(embedding_forward(ctx(), ids, Tensor::zeros({3, 2}, DType::kI32), {}, 1, out),
+                 "table");
+  expect_invalid(embedding_forward(ctx(), ids, Tensor::zeros({6}, DType::kF32), {}, 1, out),
+                 "table");
+  expect_invalid(embedding_forward(ctx(), ids, table, {}, 1, Tensor::zeros({3, 3}, DType::kF32)),
+                 "out");
   expect_invalid(embedding_forward(ctx(), ids, table, {}, 1, Tensor::zeros({3, 2}, DType::kF64)),
                  "table has dtype f32, expected f64");
   Tensor d_table = Tensor::zeros({3, 2}, DType::kF32);
-  expect_invalid(embedding_backward(ctx(), ids, Tensor::zeros({2, 2}, DType::kF32), d_table, {}, 1), "d_out");
+  expect_invalid(embedding_backward(ctx(), ids, Tensor::zeros({2, 2}, DType::kF32), d_table, {}, 1),
+                 "d_out");
   expect_invalid(embedding_backward(ctx(), high, out, d_table, {}, 1), "id 3 at position 1");
-  expect_invalid(embedding_backward(ctx(), ids, out, Tensor::zeros({3, 2}, DType::kI32), {}, 1), "d_table");
+  expect_invalid(embedding_backward(ctx(), ids, out, Tensor::zeros({3, 2}, DType::kI32), {}, 1),
+                 "d_table");
 }
 
 }  // namespace

@@ -20,8 +20,8 @@ Tensor random_tensor(Shape shape, DType dtype, uint64_t seed) {
 }
 
 // Oracle: naive triple loop in double.
-std::vector<double> naive(const Tensor& a, bool ta, const Tensor& b, bool tb, int64_t m,
-                          int64_t n, int64_t k) {
+std::vector<double> naive(const Tensor& a, bool ta, const Tensor& b, bool tb, int64_t m, int64_t n,
+                          int64_t k) {
   std::vector<double> c(m * n, 0.0);
   const double* pa = a.data<double>();
   const double* pb = b.data<double>();
@@ -42,7 +42,8 @@ TEST_P(GemmTest, MatchesNaiveLoop) {
   std::vector<double> c0 = to_vector<double>(c);
   ASSERT_TRUE(gemm(ctx(), a, ta, b, tb, c, 0.5, 2.0).ok());
   std::vector<double> want = naive(a, ta, b, tb, m, n, k);
-  for (int64_t i = 0; i < m * n; ++i) EXPECT_NEAR(c.data<double>()[i], 0.5 * want[i] + 2.0 * c0[i], 1e-12);
+  for (int64_t i = 0; i < m * n; ++i)
+    EXPECT_NEAR(c.data<double>()[i], 0.5 * want[i] + 2.0 * c0[i], 1e-12);
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, GemmTest,

@@ -38,7 +38,8 @@ TEST(InitTest, NormalIsTheCounterDrawScaled) {
   EXPECT_TRUE(bitwise_equal(shard, t.view().rows(1, 3)));
   // Another stream gives other values.
   Tensor other = Tensor::empty({3, 5}, DType::kF64);
-  ASSERT_TRUE(init_normal(ctx(), other, 0.02, CounterRng{17, make_stream(RngTag::kInit, 0, 43)}).ok());
+  ASSERT_TRUE(
+      init_normal(ctx(), other, 0.02, CounterRng{17, make_stream(RngTag::kInit, 0, 43)}).ok());
   EXPECT_FALSE(bitwise_equal(other, t));
 }
 
@@ -63,8 +64,9 @@ TEST(InitTest, NormalMomentsAndConstant) {
   const CounterRng rng{3, make_stream(RngTag::kInit, 0, 2)};
   ASSERT_TRUE(init_normal(ctx(), b, 0.5, rng).ok());
   for (int64_t i = 0; i < 8; ++i) {
-    EXPECT_EQ(static_cast<float>(b.data<bf16>()[i]),
-              static_cast<float>(bf16(static_cast<float>(0.5 * static_cast<double>(rng.normal(i))))));
+    EXPECT_EQ(
+        static_cast<float>(b.data<bf16>()[i]),
+        static_cast<float>(bf16(static_cast<float>(0.5 * static_cast<double>(rng.normal(i))))));
   }
 }
 
@@ -73,7 +75,8 @@ TEST(InitTest, BadArgumentsAreInvalidArgument) {
                  {"init_normal", "t"});
   expect_invalid(init_normal(ctx(), Tensor::zeros({3}, DType::kF32), -1.0, CounterRng{}),
                  {"init_normal", "stddev"});
-  expect_invalid(init_constant(ctx(), Tensor::zeros({3}, DType::kI64), 1.0), {"init_constant", "t"});
+  expect_invalid(init_constant(ctx(), Tensor::zeros({3}, DType::kI64), 1.0),
+                 {"init_constant", "t"});
 }
 
 }  // namespace

@@ -16,8 +16,8 @@ namespace moe::kernels {
 namespace {
 
 using moe::testing::check_gradients;
-using moe::testing::expect_invalid;
 using moe::testing::dot;
+using moe::testing::expect_invalid;
 using moe::testing::fill_uniform;
 
 Context& ctx() { return testing::host_context(); }
@@ -139,7 +139,8 @@ TEST(LayerNormTest, Bf16ActivationsWithF32Statistics) {
   EXPECT_TRUE(moe::testing::bitwise_equal(mb, mf));
   EXPECT_TRUE(moe::testing::bitwise_equal(rb, rf));
   for (int64_t i = 0; i < n * d; ++i) {
-    EXPECT_EQ(static_cast<float>(yb.data<bf16>()[i]), static_cast<float>(bf16(yf.data<float>()[i])));
+    EXPECT_EQ(static_cast<float>(yb.data<bf16>()[i]),
+              static_cast<float>(bf16(yf.data<float>()[i])));
   }
   // The backward: dx in bf16, parameter gradients in f32; bf16 statistics dtypes are refused.
   Tensor dx = Tensor::empty({n, d}, DType::kBF16);
@@ -155,28 +156,33 @@ TEST(LayerNormTest, BadArgumentsAreInvalidArgument) {
          mean = Tensor::zeros({2}, DType::kF32), rstd = Tensor::zeros({2}, DType::kF32);
   ASSERT_TRUE(layernorm_forward(ctx(), x, g, b, 1e-5, y, mean, rstd).ok());
   expect_invalid(layernorm_forward(ctx(), x.view().reshape({6}), g, b, 1e-5, y, mean, rstd), "x");
-  expect_invalid(layernorm_forward(ctx(), Tensor::zeros({2, 3}, DType::kI32), g, b, 1e-5, y, mean, rstd),
-                 "x");
-  expect_invalid(layernorm_forward(ctx(), x, Tensor::zeros({4}, DType::kF32), b, 1e-5, y, mean, rstd),
-                 "gamma");
-  expect_invalid(layernorm_forward(ctx(), x, g, Tensor::zeros({3}, DType::kF64), 1e-5, y, mean, rstd),
-                 "beta");
-  expect_invalid(layernorm_forward(ctx(), x, g, b, 1e-5, Tensor::zeros({3, 2}, DType::kF32), mean, rstd),
-                 "y");
+  expect_invalid(
+      layernorm_forward(ctx(), Tensor::zeros({2, 3}, DType::kI32), g, b, 1e-5, y, mean, rstd), "x");
+  expect_invalid(
+      layernorm_forward(ctx(), x, Tensor::zeros({4}, DType::kF32), b, 1e-5, y, mean, rstd),
+      "gamma");
+  expect_invalid(
+      layernorm_forward(ctx(), x, g, Tensor::zeros({3}, DType::kF64), 1e-5, y, mean, rstd), "beta");
+  expect_invalid(
+      layernorm_forward(ctx(), x, g, b, 1e-5, Tensor::zeros({3, 2}, DType::kF32), mean, rstd), "y");
   expect_invalid(layernorm_forward(ctx(), x, g, b, 1e-5, y, Tensor::zeros({3}, DType::kF32), rstd),
                  "mean");
   expect_invalid(layernorm_forward(ctx(), x, g, b, 1e-5, y, mean, Tensor::zeros({2}, DType::kF64)),
                  "rstd");
   expect_invalid(layernorm_forward(ctx(), x, g, b, -1.0, y, mean, rstd), "eps");
   Tensor dx = Tensor::zeros({2, 3}, DType::kF32);
-  expect_invalid(layernorm_backward(ctx(), Tensor::zeros({2, 2}, DType::kF32), x, g, mean, rstd, dx, g, b),
-                 "dy");
-  expect_invalid(layernorm_backward(ctx(), y, x, g, mean, rstd, Tensor::zeros({2, 2}, DType::kF32), g, b),
-                 "dx");
-  expect_invalid(layernorm_backward(ctx(), y, x, g, mean, rstd, dx, Tensor::zeros({2}, DType::kF32), b),
-                 "dgamma");
-  expect_invalid(layernorm_backward(ctx(), y, x, g, mean, rstd, dx, g, Tensor::zeros({3}, DType::kF64)),
-                 "dbeta");
+  expect_invalid(
+      layernorm_backward(ctx(), Tensor::zeros({2, 2}, DType::kF32), x, g, mean, rstd, dx, g, b),
+      "dy");
+  expect_invalid(
+      layernorm_backward(ctx(), y, x, g, mean, rstd, Tensor::zeros({2, 2}, DType::kF32), g, b),
+      "dx");
+  expect_invalid(
+      layernorm_backward(ctx(), y, x, g, mean, rstd, dx, Tensor::zeros({2}, DType::kF32), b),
+      "dgamma");
+  expect_invalid(
+      layernorm_backward(ctx(), y, x, g, mean, rstd, dx, g, Tensor::zeros({3}, DType::kF64)),
+      "dbeta");
 }
 
 }  // namespace

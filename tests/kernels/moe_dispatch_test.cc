@@ -20,8 +20,8 @@ namespace moe::kernels {
 namespace {
 
 using moe::testing::check_gradients;
-using moe::testing::expect_invalid;
 using moe::testing::dot;
+using moe::testing::expect_invalid;
 using moe::testing::fill_uniform;
 
 Context& ctx() { return testing::host_context(); }
@@ -56,8 +56,7 @@ TEST(MoeLayoutTest, CapacityFirstChoicesBeforeSecondChoicesThenTokenOrder) {
   EXPECT_EQ(to_vector<int32_t>(l.row), (std::vector<int32_t>{0, 3, 1, 4, -1, -1, 2, -1}));
   EXPECT_EQ(to_vector<int32_t>(l.send_token), (std::vector<int32_t>{0, 1, 3, 0, 1, -1}));
   // Keys: (token_offset + t) * K + choice.
-  EXPECT_EQ(to_vector<int64_t>(l.send_key),
-            (std::vector<int64_t>{200, 202, 206, 201, 203, -1}));
+  EXPECT_EQ(to_vector<int64_t>(l.send_key), (std::vector<int64_t>{200, 202, 206, 201, 203, -1}));
   EXPECT_EQ(to_vector<double>(l.drops), (std::vector<double>{3, 1}));  // t2 lost both choices
 }
 
@@ -74,9 +73,9 @@ TEST(MoeLayoutTest, DroplessBlocksAtPrefixSumsOfLoads) {
   Tensor bad = Tensor::from_vector<int32_t>({1, 1}, {3});
   Layout one(1, 1, 3, 1);
   expect_invalid(one.run({3, -1, 0}, bad), "expert index 3");
-  expect_invalid(moe_layout(ctx(), {3, 2, 0}, idx, one.slot, l.row, l.load, l.kept, l.send_token,
-                            l.send_key),
-                 "slot");
+  expect_invalid(
+      moe_layout(ctx(), {3, 2, 0}, idx, one.slot, l.row, l.load, l.kept, l.send_token, l.send_key),
+      "slot");
 }
 
 TEST(MoeLayoutTest, BlockFillCounts) {
@@ -103,7 +102,8 @@ TEST(GatherTest, GatherRowsAndGatherSum) {
   Tensor s16 = Tensor::empty({2, 1}, DType::kBF16), d16 = Tensor::empty({1, 1}, DType::kBF16);
   s16.data<bf16>()[0] = bf16(1.f);
   s16.data<bf16>()[1] = bf16(1.f / 256);
-  ASSERT_TRUE(gather_sum_rows(ctx(), s16, Tensor::from_vector<int32_t>({1, 3}, {1, 0, 1}), d16).ok());
+  ASSERT_TRUE(
+      gather_sum_rows(ctx(), s16, Tensor::from_vector<int32_t>({1, 3}, {1, 0, 1}), d16).ok());
   EXPECT_EQ(static_cast<float>(d16.data<bf16>()[0]), 1.f + 1.f / 128);  // 1 + 2/256 exactly
 }
 
@@ -192,8 +192,8 @@ TEST(CombineTest, HandValuesAndBackwardMatchesFiniteDifferences) {
   fill_uniform(dy, 4);  // overwritten (unreferenced rows zeroed)
   Tensor d_omega = Tensor::zeros({2}, DType::kF64);
   ASSERT_TRUE(combine_backward(ctx(), w, y, row, gate, omega, dy, d_gate, d_omega).ok());
-  for (const auto& f : check_gradients(
-           loss, {{"y", y, dy}, {"gate", gate, d_gate}, {"omega", omega, d_omega}})) {
+  for (const auto& f :
+       check_gradients(loss, {{"y", y, dy}, {"gate", gate, d_gate}, {"omega", omega, d_omega}})) {
     ADD_FAILURE() << f;
   }
   EXPECT_EQ(d_gate.data<double>()[2], 0.0);  // dropped choice
@@ -209,7 +209,8 @@ TEST(CombineTest, Bf16RowsWithF32Gates) {
   ASSERT_TRUE(combine(ctx(), yf, row, gate, TensorView(), uf).ok());
   ASSERT_TRUE(combine(ctx(), y16, row, gate, TensorView(), u16).ok());
   for (int i = 0; i < 8; ++i) {
-    EXPECT_EQ(static_cast<float>(u16.data<bf16>()[i]), static_cast<float>(bf16(uf.data<float>()[i])));
+    EXPECT_EQ(static_cast<float>(u16.data<bf16>()[i]),
+              static_cast<float>(bf16(uf.data<float>()[i])));
   }
   // Gates must be F (f32 for bf16 rows).
   expect_invalid(combine(ctx(), y16, row, Tensor::zeros({2, 2}, DType::kBF16), TensorView(), u16),

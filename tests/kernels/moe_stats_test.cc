@@ -24,9 +24,9 @@ TEST(MoeStatsTest, SumsAccumulate) {
   ASSERT_TRUE(row_norm_sum(ctx(), Tensor::from_vector<float>({2, 2}, {3, 4, 0, -2}), norms).ok());
   EXPECT_EQ(norms.data<double>()[0], 7.0);
   Tensor gates = Tensor::zeros({1}, DType::kF64);
-  ASSERT_TRUE(column_sum(ctx(), Tensor::from_vector<float>({2, 2}, {0.75f, 0.25f, 0.5f, 0.5f}), 0,
-                         gates)
-                  .ok());
+  ASSERT_TRUE(
+      column_sum(ctx(), Tensor::from_vector<float>({2, 2}, {0.75f, 0.25f, 0.5f, 0.5f}), 0, gates)
+          .ok());
   EXPECT_EQ(gates.data<double>()[0], 1.25);
   Tensor loads = Tensor::from_vector<double>({3}, {1, 0, 0});
   ASSERT_TRUE(accumulate_counts(ctx(), Tensor::from_vector<int64_t>({3}, {4, 0, 7}), loads).ok());

@@ -160,7 +160,8 @@ TEST(OptimizerTest, BadArgumentsAreInvalidArgument) {
   expect_invalid(adamw_step(ctx(), a, p, g, m, v), "eps");
   expect_invalid(sgd_step(ctx(), {0.1, 0.9, 0.0, true}, p, g, TensorView()), "buf");
   expect_invalid(sgd_step(ctx(), {0.1, -0.5, 0.0, true}, p, g, m), "momentum");
-  expect_invalid(sgd_step(ctx(), {0.1, 0.0, 0.0, true}, p, Tensor::zeros({3}, DType::kF64), m), "grad");
+  expect_invalid(sgd_step(ctx(), {0.1, 0.0, 0.0, true}, p, Tensor::zeros({3}, DType::kF64), m),
+                 "grad");
 }
 
 }  // namespace

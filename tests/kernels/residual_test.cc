@@ -54,11 +54,13 @@ TEST(ResidualTest, ForwardEquationsByHand) {
   EXPECT_EQ(to_vector<double>(out), (std::vector<double>{1.5, 2.0}));
   EXPECT_EQ(to_vector<double>(p_out), (std::vector<double>{2.0, 1.0}));  // passed through
   // Paper: p = u + mu p; out = x + gamma p (mu 0.5, gamma 2).
-  ASSERT_TRUE(residual_forward(ctx(), momentum(0.5, 1.0, 2.0), x, u, p, {}, {}, out, p_out, {}, {}).ok());
+  ASSERT_TRUE(
+      residual_forward(ctx(), momentum(0.5, 1.0, 2.0), x, u, p, {}, {}, out, p_out, {}, {}).ok());
   EXPECT_EQ(to_vector<double>(p_out), (std::vector<double>{1.5, 4.5}));
   EXPECT_EQ(to_vector<double>(out), (std::vector<double>{4.0, 7.0}));
   // Reference code: m = mu m + gamma u; out = x - m. An empty p_in is zero.
-  ASSERT_TRUE(residual_forward(ctx(), momentum(0.5, 2.0, -1.0), x, u, {}, {}, {}, out, p_out, {}, {}).ok());
+  ASSERT_TRUE(
+      residual_forward(ctx(), momentum(0.5, 2.0, -1.0), x, u, {}, {}, {}, out, p_out, {}, {}).ok());
   EXPECT_EQ(to_vector<double>(p_out), (std::vector<double>{1.0, 8.0}));
   EXPECT_EQ(to_vector<double>(out), (std::vector<double>{0.0, -10.0}));
   // Adam (eps outside): m = 0.1 u, v = 0.01 u^2 from zero moments.
@@ -146,8 +148,8 @@ TEST(ResidualTest, Bf16ActivationsWithF32State) {
                 std::fabs(outf.data<float>()[i]) / 128 + 1e-7);
   }
   // The state is F: a bf16 state is refused.
-  EXPECT_EQ(residual_forward(ctx(), a, x16, u16, Tensor::zeros({2, 3}, DType::kBF16), {}, {},
-                             out16, p16, {}, {})
+  EXPECT_EQ(residual_forward(ctx(), a, x16, u16, Tensor::zeros({2, 3}, DType::kBF16), {}, {}, out16,
+                             p16, {}, {})
                 .code(),
             StatusCode::kInvalidArgument);
   // Robust shift: y = x + a p (act + F -> act).

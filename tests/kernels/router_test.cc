@@ -205,7 +205,8 @@ TEST(SparseMixerTest, GateGradientRulesByHand) {
     Tensor scale = Tensor::from_vector<double>({1}, {c});
     for (auto rule : {SparseMixerGateGrad::kReferenceCode, SparseMixerGateGrad::kPaper}) {
       Tensor d_logits = Tensor::zeros({1, 3}, DType::kF64);
-      ASSERT_TRUE(sparsemixer_backward(ctx(), rule, d_gate, idx, probs, mask, scale, d_logits).ok());
+      ASSERT_TRUE(
+          sparsemixer_backward(ctx(), rule, d_gate, idx, probs, mask, scale, d_logits).ok());
       const double dpi = rule == SparseMixerGateGrad::kReferenceCode ? 1.6 : (1 + c) * 0.8;
       // d theta_j = dpi * pi_D * (1[j = D] - pi_j)
       EXPECT_NEAR(d_logits.data<double>()[0], dpi * 0.2 * 0.8, 1e-15);
@@ -219,7 +220,8 @@ TEST(SparseMixerTest, GateGradientRulesByHand) {
   Tensor scale = Tensor::from_vector<double>({1}, {1.0});
   Tensor d_logits = Tensor::zeros({1, 3}, DType::kF64);
   ASSERT_TRUE(sparsemixer_backward(ctx(), SparseMixerGateGrad::kReferenceCode, d_gate, idx, one,
-                                   one_mask, scale, d_logits).ok());
+                                   one_mask, scale, d_logits)
+                  .ok());
   EXPECT_EQ(to_vector<double>(d_logits), (std::vector<double>{0, 0, 0}));
 }
 
@@ -291,7 +293,8 @@ TEST(AuxLossTest, UniformRoutingGivesOneAndHandValues) {
   Tensor packed2 = packed_sums(probs2, lse, {4, 0});
   EXPECT_NEAR(aux_of(packed2, 1).balance, 1.8, 1e-15);
   // Global scope: two ranks' packed sums add up (an all-reduce) to the loss over all 8 tokens.
-  for (int64_t i = 0; i < packed.numel(); ++i) packed.data<double>()[i] += packed2.data<double>()[i];
+  for (int64_t i = 0; i < packed.numel(); ++i)
+    packed.data<double>()[i] += packed2.data<double>()[i];
   EXPECT_NEAR(aux_of(packed, 1).balance, 2 * ((6.0 / 8) * (5.6 / 8) + (2.0 / 8) * (2.4 / 8)),
               1e-15);
   // No tokens: zero losses.

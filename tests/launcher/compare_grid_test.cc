@@ -69,8 +69,8 @@ TEST(CompareGridTest, ThePapersPresetHasEachPapersSettings) {
       EXPECT_EQ(c.train.grad_clip, paper ? 0.0 : 1.0);
       EXPECT_EQ(c.train.schedule, paper ? LrScheduleKind::kConstant : LrScheduleKind::kCosine);
       EXPECT_EQ(c.train.optimizer.weight_decay, 0);
-      const bool momentum_family = variant == "smoe" || variant == "momentum" ||
-                                   variant == "adam" || variant == "robust";
+      const bool momentum_family =
+          variant == "smoe" || variant == "momentum" || variant == "adam" || variant == "robust";
       for (const BlockPlan& b : c.model.blocks) {
         if (!b.moe) continue;
         const MoeLayerConfig& m = b.moe_cfg;
@@ -78,12 +78,11 @@ TEST(CompareGridTest, ThePapersPresetHasEachPapersSettings) {
         EXPECT_EQ(m.balance_loss_coef, paper && momentum_family ? 0.0 : 0.01);
         EXPECT_EQ(m.z_loss_coef, 0);
         if (m.residual == ResidualKind::kAdam) {
-          EXPECT_EQ(m.adam.eps_placement, paper ? AdamEpsPlacement::kInsideSqrt
-                                                : AdamEpsPlacement::kOutsideSqrt);
+          EXPECT_EQ(m.adam.eps_placement,
+                    paper ? AdamEpsPlacement::kInsideSqrt : AdamEpsPlacement::kOutsideSqrt);
         }
         if (m.ac.enabled) {
-          EXPECT_EQ(m.ac.logits,
-                    paper ? AcLogits::kUnitNormEmbeddings : AcLogits::kLinear);
+          EXPECT_EQ(m.ac.logits, paper ? AcLogits::kUnitNormEmbeddings : AcLogits::kLinear);
           EXPECT_EQ(m.ac.min_cluster_size, paper ? 0 : 2);
         }
         if (m.sparsemixer.enabled) {

@@ -3,8 +3,8 @@
 // each kill: every directory named ckpt-<step> is a whole checkpoint, the newest checkpoint that
 // existed before the save is still there or the new one is complete, and a plain rerun recovers
 // and finishes with parameters bit-identical to a run that was never interrupted.
-#include <gtest/gtest.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -33,9 +33,18 @@ struct Exit {
 // Runs momoe-train with the tiny config and `extra` flags; env_extra is added to the environment.
 Exit train(const std::string& run_dir, const std::vector<std::string>& extra,
            const std::vector<std::string>& env_extra) {
-  std::vector<std::string> args = {MOMOE_TRAIN, "--config", TINY_CONFIG, "--run-dir", run_dir,
-                                   "--set", "train.checkpoint_every=2", "--set", "train.keep_checkpoints=1",
-                                   "--set", "train.eval_sequences=8", "--set",
+  std::vector<std::string> args = {MOMOE_TRAIN,
+                                   "--config",
+                                   TINY_CONFIG,
+                                   "--run-dir",
+                                   run_dir,
+                                   "--set",
+                                   "train.checkpoint_every=2",
+                                   "--set",
+                                   "train.keep_checkpoints=1",
+                                   "--set",
+                                   "train.eval_sequences=8",
+                                   "--set",
                                    "data.cache_dir=" + fs::temp_directory_path().string() +
                                        "/momoe_crash_cache_" + std::to_string(::getpid())};
   args.insert(args.end(), extra.begin(), extra.end());
@@ -93,7 +102,8 @@ class CrashSafetyTest : public ::testing::Test {
   }
   void TearDown() override {
     fs::remove_all(root_);
-    fs::remove_all(fs::temp_directory_path().string() + "/momoe_crash_cache_" + std::to_string(::getpid()));
+    fs::remove_all(fs::temp_directory_path().string() + "/momoe_crash_cache_" +
+                   std::to_string(::getpid()));
   }
   // Kills `steps_to`-step runs started from a copy of `base` at every crash point of that run,
   // checking the invariants after each kill and after the recovering rerun.
@@ -132,7 +142,8 @@ class CrashSafetyTest : public ::testing::Test {
       EXPECT_NE(r.log.find("momoe: resumed from " + run + "/ckpt-"), std::string::npos) << r.log;
       expect_every_checkpoint_whole(run, "after recovery");
       std::vector<std::string> names;
-      for (const auto& e : fs::directory_iterator(run)) names.push_back(e.path().filename().string());
+      for (const auto& e : fs::directory_iterator(run))
+        names.push_back(e.path().filename().string());
       for (const std::string& name : names) {
         EXPECT_EQ(name.find(".tmp"), std::string::npos) << name;
         EXPECT_EQ(name.find(".trash"), std::string::npos) << name;

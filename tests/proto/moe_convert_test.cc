@@ -29,9 +29,10 @@ TEST(MoeConfigTest, DefaultsAndRoundTrip) {
   EXPECT_EQ(c->residual, ResidualKind::kPlain);
   EXPECT_DOUBLE_EQ(c->heavy_ball.mu, 0.7);
 
-  c = parse("residual: ROBUST convention: REFERENCE_CODE robust { rho: 0.3 lipschitz: 4 } "
-            "ac { enabled: true normalization: REFERENCE_CODE min_cluster_size: 0 } "
-            "activation: GELU dropless: true z_loss_coef: 0.001");
+  c = parse(
+      "residual: ROBUST convention: REFERENCE_CODE robust { rho: 0.3 lipschitz: 4 } "
+      "ac { enabled: true normalization: REFERENCE_CODE min_cluster_size: 0 } "
+      "activation: GELU dropless: true z_loss_coef: 0.001");
   ASSERT_TRUE(c.ok()) << c.status().to_string();
   StatusOr<MoeLayerConfig> back = parse_moe_config_text(moe_config_to_text(*c));
   ASSERT_TRUE(back.ok()) << back.status().to_string();
@@ -54,15 +55,20 @@ TEST(MoeConfigTest, AdamReferenceCodePreset) {
 }
 
 TEST(MoeConfigTest, RejectsOutOfRangeValuesNamingFieldAndRange) {
-  expect_error("top_k: 5", "layers[2].moe.top_k = 5 is outside the allowed range [1, num_experts = 4]");
+  expect_error("top_k: 5",
+               "layers[2].moe.top_k = 5 is outside the allowed range [1, num_experts = 4]");
   expect_error("top_k: 0", "top_k = 0");
-  expect_error("capacity_factor: 0", "layers[2].moe.capacity_factor = 0 is outside the allowed range (0, inf)");
+  expect_error("capacity_factor: 0",
+               "layers[2].moe.capacity_factor = 0 is outside the allowed range (0, inf)");
   expect_error("capacity_factor: -1", "capacity_factor = -1");
-  expect_error("residual: HEAVY_BALL heavy_ball { mu: 1 }", "heavy_ball.mu = 1 is outside the allowed range (-1, 1)");
+  expect_error("residual: HEAVY_BALL heavy_ball { mu: 1 }",
+               "heavy_ball.mu = 1 is outside the allowed range (-1, 1)");
   expect_error("residual: HEAVY_BALL heavy_ball { mu: -1.5 }", "heavy_ball.mu = -1.5");
   expect_error("residual: HEAVY_BALL heavy_ball { gamma: 0 }", "heavy_ball.gamma = 0");
-  expect_error("residual: ROBUST robust { rho: 1 }", "robust.rho = 1 is outside the allowed range (0, 1)");
-  expect_error("residual: ROBUST robust { lipschitz: 1 strong_convexity: 1 }", "k = L/m = 1/1 = 1 is outside the allowed range (1, inf)");
+  expect_error("residual: ROBUST robust { rho: 1 }",
+               "robust.rho = 1 is outside the allowed range (0, 1)");
+  expect_error("residual: ROBUST robust { lipschitz: 1 strong_convexity: 1 }",
+               "k = L/m = 1/1 = 1 is outside the allowed range (1, inf)");
   expect_error("residual: ROBUST robust { lipschitz: 0.5 strong_convexity: 1 }", "k = L/m");
   expect_error("residual: ROBUST robust { rho: 0.95 lipschitz: 1.5 }", "derived mu");
   expect_error("residual: ADAM adam { beta2: 1 }", "adam.beta2 = 1");
@@ -85,7 +91,8 @@ TEST(MoeConfigTest, RejectsOutOfRangeValuesNamingFieldAndRange) {
 TEST(MoeConfigTest, TextFormatErrorsNamePosition) {
   StatusOr<MoeLayerConfig> c = parse_moe_config_text("d_model: 8\nnot_a_field: 3", "cfg.pbtxt");
   ASSERT_FALSE(c.ok());
-  EXPECT_NE(c.status().message().find("cfg.pbtxt: line 2"), std::string::npos) << c.status().message();
+  EXPECT_NE(c.status().message().find("cfg.pbtxt: line 2"), std::string::npos)
+      << c.status().message();
   EXPECT_NE(c.status().message().find("not_a_field"), std::string::npos);
   c = parse_moe_config_text("d_model: \"eight\"", "cfg.pbtxt");
   ASSERT_FALSE(c.ok());

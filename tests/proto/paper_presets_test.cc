@@ -33,7 +33,8 @@ const std::map<std::string, Paper>& papers() {
       {"adam-medium", {"sasmsmsmsmsm", 352, 512, 48, 80000, 4000, 0.1, 7e-4, 0}},
       {"robust-medium", {"srsrsrsrsrsr", 352, 512, 48, 80000, 4000, 0.1, 7e-4, 0}},
       {"glam-medium", {"sgsfsgsfsgsfsgsfsgsfsgsf", 352, 512, 48, 120000, 4000, 0.1, 7e-5, 0}},
-      {"momentum-glam-medium", {"smsfsmsfsmsfsmsfsmsfsmsf", 352, 512, 48, 120000, 4000, 0.1, 7e-5, 0}},
+      {"momentum-glam-medium",
+       {"smsfsmsfsmsfsmsfsmsfsmsf", 352, 512, 48, 120000, 4000, 0.1, 7e-5, 0}},
       {"adam-glam-medium", {"sasfsmsfsmsfsmsfsmsfsmsf", 352, 512, 48, 120000, 4000, 0.1, 7e-5, 0}},
       {"acmoe-medium", {"sgsgscscscsc", 352, 512, 48, 80000, 4000, 0.1, 7e-4, 0.01}},
   };
@@ -45,8 +46,8 @@ TEST(PaperPresetsTest, EveryPresetResolvesToItsPapersSettings) {
   for (const auto& entry : fs::directory_iterator(std::string(MOE_CONFIG_DIR) + "/papers")) {
     const std::string name = entry.path().stem().string();
     SCOPED_TRACE(name);
-    ASSERT_EQ(papers().count(name), 1u) << "configs/papers/" << name
-                                        << ".pbtxt has no expected settings in this test";
+    ASSERT_EQ(papers().count(name), 1u)
+        << "configs/papers/" << name << ".pbtxt has no expected settings in this test";
     seen.insert(name);
     const Paper& want = papers().at(name);
     StatusOr<RunConfig> c = load_run_config(entry.path().string());
@@ -96,9 +97,9 @@ TEST(PaperPresetsTest, EveryPresetResolvesToItsPapersSettings) {
         EXPECT_FALSE(l.ac.global_stats) << "per-GPU statistics, as the reference code";
       }
       EXPECT_EQ(l.residual, kind == 'g' || kind == 'c' ? ResidualKind::kPlain
-                            : kind == 'm'             ? ResidualKind::kHeavyBall
-                            : kind == 'a'             ? ResidualKind::kAdam
-                                                      : ResidualKind::kRobust);
+                            : kind == 'm'              ? ResidualKind::kHeavyBall
+                            : kind == 'a'              ? ResidualKind::kAdam
+                                                       : ResidualKind::kRobust);
     }
     EXPECT_EQ(moe_layers, name.find("small") != std::string::npos ? 3 : 6);
     const TrainConfig& t = c->train;

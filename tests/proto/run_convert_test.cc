@@ -2,6 +2,7 @@
 // overrides, --set overrides, the learning-rate schedule, and errors that name the problem.
 #include "proto/run_convert.h"
 
+#include <google/protobuf/text_format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -9,8 +10,6 @@
 #include <map>
 #include <string>
 #include <vector>
-
-#include <google/protobuf/text_format.h>
 
 #include "proto/train.pb.h"
 
@@ -36,7 +35,7 @@ TEST(RunConfigTest, ArchStringAndMoeDefaults) {
   EXPECT_DOUBLE_EQ(m.blocks[1].moe_cfg.heavy_ball.mu, 0.6);
   EXPECT_FALSE(m.blocks[2].moe);
   EXPECT_EQ(m.blocks[1].moe_cfg.d_model, 32);
-  EXPECT_EQ(m.blocks[1].moe_cfg.d_expert, 32);          // defaults to d_model
+  EXPECT_EQ(m.blocks[1].moe_cfg.d_expert, 32);                // defaults to d_model
   EXPECT_DOUBLE_EQ(m.blocks[1].moe_cfg.expert_dropout, 0.1);  // the model's dropout
   EXPECT_EQ(m.d_ff, 64);
   EXPECT_EQ(m.num_moe_layers(), 3);
@@ -88,7 +87,8 @@ TEST(RunConfigTest, PlanErrors) {
     return r.ok() ? std::string("ok") : r.status().message();
   };
   const std::string moe = " moe { num_experts: 4 } ";
-  EXPECT_NE(error("model { arch: \"scsg\"" + moe + "}").find("first MoE layer must use the standard router"),
+  EXPECT_NE(error("model { arch: \"scsg\"" + moe + "}")
+                .find("first MoE layer must use the standard router"),
             std::string::npos);
   EXPECT_NE(error("model { arch: \"sgsa\"" + moe + "}").find("only used in the first MoE layer"),
             std::string::npos);
@@ -98,16 +98,20 @@ TEST(RunConfigTest, PlanErrors) {
   EXPECT_NE(error("model { d_model: 30 n_heads: 4 arch: \"sf\" }").find("not divisible by n_heads"),
             std::string::npos);
   EXPECT_NE(error("model {" + moe + "}").find("no blocks"), std::string::npos);
-  EXPECT_NE(error("model { arch: \"sg\" moe { num_experts: 4 top_k: 9 } }").find("model.blocks[0].moe.top_k = 9"),
+  EXPECT_NE(error("model { arch: \"sg\" moe { num_experts: 4 top_k: 9 } }")
+                .find("model.blocks[0].moe.top_k = 9"),
             std::string::npos);
   EXPECT_NE(error("model { arch: \"sf\" } train { batch_size: 0 }").find("train.batch_size = 0"),
             std::string::npos);
-  EXPECT_NE(error("model { arch: \"sf\" } train { schedule { min_lr_ratio: 2 } }").find("min_lr_ratio"),
-            std::string::npos);
+  EXPECT_NE(
+      error("model { arch: \"sf\" } train { schedule { min_lr_ratio: 2 } }").find("min_lr_ratio"),
+      std::string::npos);
   // Explicit blocks with a per-block override.
   StatusOr<RunConfig> c = parse_run_config(
-      "model { blocks { kind: MOE } blocks { kind: MOE moe { residual: ROBUST } } blocks { kind: DENSE }"
-      + moe + "}", "blocks.pbtxt");
+      "model { blocks { kind: MOE } blocks { kind: MOE moe { residual: ROBUST } } blocks { kind: "
+      "DENSE }" +
+          moe + "}",
+      "blocks.pbtxt");
   ASSERT_TRUE(c.ok()) << c.status().to_string();
   EXPECT_EQ(c->model.blocks[1].moe_cfg.residual, ResidualKind::kRobust);
   EXPECT_FALSE(c->model.blocks[2].moe);
@@ -124,8 +128,9 @@ void expect_every_field_set(const google::protobuf::Message& msg, const std::str
   using google::protobuf::FieldDescriptor;
   const google::protobuf::Descriptor* d = msg.GetDescriptor();
   const google::protobuf::Reflection* r = msg.GetReflection();
-  const bool dense_block = d->full_name() == "momoe.BlockConfig" &&
-                           static_cast<const momoe::BlockConfig&>(msg).kind() == momoe::BlockConfig::DENSE;
+  const bool dense_block =
+      d->full_name() == "momoe.BlockConfig" &&
+      static_cast<const momoe::BlockConfig&>(msg).kind() == momoe::BlockConfig::DENSE;
   for (int i = 0; i < d->field_count(); ++i) {
     const FieldDescriptor* f = d->field(i);
     const std::string at = path + f->name();
@@ -133,7 +138,8 @@ void expect_every_field_set(const google::protobuf::Message& msg, const std::str
     if (f->is_repeated()) {
       for (int k = 0; k < r->FieldSize(msg, f); ++k) {
         if (f->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) {
-          expect_every_field_set(r->GetRepeatedMessage(msg, f, k), str_cat(at, "[", k, "]."), source);
+          expect_every_field_set(r->GetRepeatedMessage(msg, f, k), str_cat(at, "[", k, "]."),
+                                 source);
         }
       }
       continue;
@@ -163,11 +169,16 @@ TEST(RunConfigTest, ResolvedConfigIsCompleteAndRoundTrips) {
   std::vector<std::pair<std::string, StatusOr<RunConfig>>> cases;
   for (const std::string& f : files) cases.emplace_back(f, load_run_config(f));
   cases.emplace_back("kConfig", parse_run_config(kConfig, "kConfig"));
-  cases.emplace_back("blocks", parse_run_config(
-      "model { blocks { kind: MOE moe { num_experts: 4 residual: ADAM adam { reference_code: true } } }"
-      " blocks { kind: DENSE } blocks { kind: MOE moe { num_experts: 4 dropless: true } } }"
-      " train { precision: BF16 optimizer { kind: SGD momentum: 0.9 } schedule { kind: COSINE } }"
-      " parallel { backend: MPI timeout_seconds: 12.5 }", "blocks"));
+  cases.emplace_back(
+      "blocks",
+      parse_run_config(
+          "model { blocks { kind: MOE moe { num_experts: 4 residual: ADAM adam { reference_code: "
+          "true } } }"
+          " blocks { kind: DENSE } blocks { kind: MOE moe { num_experts: 4 dropless: true } } }"
+          " train { precision: BF16 optimizer { kind: SGD momentum: 0.9 } schedule { kind: COSINE "
+          "} }"
+          " parallel { backend: MPI timeout_seconds: 12.5 }",
+          "blocks"));
   for (auto& [name, cfg] : cases) {
     ASSERT_TRUE(cfg.ok()) << name << ": " << cfg.status().to_string();
     momoe::RunConfig msg;
@@ -195,8 +206,8 @@ TEST(RunConfigTest, DiffListsEveryChangedFieldAndWhichChangeTraining) {
   EXPECT_FALSE(changes_training(by_path["train.steps"]));
   EXPECT_FALSE(changes_training(by_path["parallel.timeout_seconds"]));
   // top_k of every MoE block (blocks 0, 1 and 3) and of the model-wide MoE defaults.
-  for (const char* p : {"model.blocks[0].moe.top_k", "model.blocks[1].moe.top_k",
-                        "model.blocks[3].moe.top_k"}) {
+  for (const char* p :
+       {"model.blocks[0].moe.top_k", "model.blocks[1].moe.top_k", "model.blocks[3].moe.top_k"}) {
     ASSERT_TRUE(by_path.count(p)) << p;
     EXPECT_TRUE(changes_training(by_path[p]));
   }
@@ -206,7 +217,8 @@ TEST(RunConfigTest, DiffListsEveryChangedFieldAndWhichChangeTraining) {
   d = diff_configs(a->text, c->text);
   ASSERT_TRUE(d.ok());
   bool saw_count = false;
-  for (const ConfigChange& ch : *d) saw_count |= ch.path == "model.blocks" && ch.before == "4 entries";
+  for (const ConfigChange& ch : *d)
+    saw_count |= ch.path == "model.blocks" && ch.before == "4 entries";
   EXPECT_TRUE(saw_count);
   EXPECT_TRUE(diff_configs(a->text, a->text)->empty());
   // A config file that is a directory is refused, naming it.

@@ -207,8 +207,8 @@ TEST_F(StatsFileTest, RollbackMarkersLeaveTheLiveBranch) {
   for (const StepStatsInfo& s : live) {
     seen.push_back((s.valid_ppl ? "eval " : "step ") + std::to_string(s.step));
   }
-  EXPECT_EQ(seen, (std::vector<std::string>{"step 0", "step 1", "step 2", "step 3", "eval 4",
-                                            "step 4"}));
+  EXPECT_EQ(seen,
+            (std::vector<std::string>{"step 0", "step 1", "step 2", "step 3", "eval 4", "step 4"}));
 }
 
 TEST_F(StatsFileTest, AFileThatIsNotAStatsFileIsRefused) {

@@ -28,16 +28,22 @@ double rounding_tolerance(double eps, double depth, double scale) {
   return eps * depth * std::max(1.0, std::fabs(scale));
 }
 
-double loss_tolerance(double eps, double depth, double nll) { return eps * (depth + std::fabs(nll)); }
+double loss_tolerance(double eps, double depth, double nll) {
+  return eps * (depth + std::fabs(nll));
+}
 
 namespace {
 
 int64_t int_at(const TensorView& t, int64_t i) {
   switch (t.dtype()) {
-    case DType::kI32: return t.data<int32_t>()[i];
-    case DType::kI64: return t.data<int64_t>()[i];
-    case DType::kU8: return t.data<uint8_t>()[i];
-    default: break;
+    case DType::kI32:
+      return t.data<int32_t>()[i];
+    case DType::kI64:
+      return t.data<int64_t>()[i];
+    case DType::kU8:
+      return t.data<uint8_t>()[i];
+    default:
+      break;
   }
   MOE_CHECK(false, "decisions must be i32, i64 or u8, got ", t.to_string());
   return 0;
@@ -45,10 +51,14 @@ int64_t int_at(const TensorView& t, int64_t i) {
 
 double float_at(const TensorView& t, int64_t i) {
   switch (t.dtype()) {
-    case DType::kF64: return t.data<double>()[i];
-    case DType::kF32: return t.data<float>()[i];
-    case DType::kBF16: return static_cast<float>(t.data<bf16>()[i]);
-    default: break;
+    case DType::kF64:
+      return t.data<double>()[i];
+    case DType::kF32:
+      return t.data<float>()[i];
+    case DType::kBF16:
+      return static_cast<float>(t.data<bf16>()[i]);
+    default:
+      break;
   }
   MOE_CHECK(false, "values must be f64, f32 or bf16, got ", t.to_string());
   return 0;

@@ -27,9 +27,9 @@
 
 namespace moe::testing {
 
-inline constexpr double kF32Eps = 0x1p-23;   // FLT_EPSILON
-inline constexpr double kBf16Eps = 0x1p-7;   // bf16's epsilon (8 significant bits)
-inline constexpr double kF64Eps = 0x1p-52;   // DBL_EPSILON
+inline constexpr double kF32Eps = 0x1p-23;  // FLT_EPSILON
+inline constexpr double kBf16Eps = 0x1p-7;  // bf16's epsilon (8 significant bits)
+inline constexpr double kF64Eps = 0x1p-52;  // DBL_EPSILON
 // One MoE layer (or a few) in f64 against the same computation in another order (EP layouts, a
 // hand recurrence over a plain layer): f64 epsilon times a depth of 4096 (a layer's ~16 rounding
 // stages, each a sum of up to 256 terms: D, F or the tokens), absolute, for values of order 1.
@@ -38,12 +38,13 @@ inline constexpr double kF64LayerTolerance = kF64Eps * 4096;  // 2^-40, about 9.
 // Rounding stages of one forward pass (each a GEMM, a normalisation, a softmax or an elementwise
 // update whose rounding reaches the next stage), for the longest variant of each sublayer.
 struct ForwardStages {
-  static constexpr int kEmbedding = 1;       // token + position
-  static constexpr int kAttention = 7;       // qkv, scores, softmax, context, projection, add, LN
-  static constexpr int kMoeToRouter = 4;     // (pre-LN) LN, robust shift, AC transform, router
-  static constexpr int kMoeAfterRouter = 9;  // gates, fc1, act, fc2, combine, residual, LN_in, add, LN
-  static constexpr int kDense = 5;           // fc1, act, fc2, add, LN
-  static constexpr int kHead = 3;            // (pre-LN) final LN, head GEMM, log-softmax
+  static constexpr int kEmbedding = 1;    // token + position
+  static constexpr int kAttention = 7;    // qkv, scores, softmax, context, projection, add, LN
+  static constexpr int kMoeToRouter = 4;  // (pre-LN) LN, robust shift, AC transform, router
+  static constexpr int kMoeAfterRouter =
+      9;                            // gates, fc1, act, fc2, combine, residual, LN_in, add, LN
+  static constexpr int kDense = 5;  // fc1, act, fc2, add, LN
+  static constexpr int kHead = 3;   // (pre-LN) final LN, head GEMM, log-softmax
 };
 
 struct ForwardDepth {
@@ -65,8 +66,8 @@ double loss_tolerance(double eps, double depth, double nll);
 // [T, K] slots, [T, E] masks), compared row by row.
 struct DecisionFlips {
   int64_t rows = 0;
-  int64_t flipped = 0;  // rows that differ
-  int64_t first = -1;   // the first such row
+  int64_t flipped = 0;            // rows that differ
+  int64_t first = -1;             // the first such row
   std::string to_string() const;  // "2 of 64 rows differ (first: row 5)"
 };
 DecisionFlips count_flips(const TensorView& a, const TensorView& b);
@@ -78,9 +79,9 @@ DecisionFlips count_flips(const TensorView& a, const TensorView& b);
 // a shape mismatch never pass.
 struct ValueDiff {
   bool shape_mismatch = false;
-  int64_t nans = 0;       // elements where either side is NaN
-  double max_abs = 0;     // over the elements where neither is NaN
-  int64_t worst = -1;     // its index
+  int64_t nans = 0;    // elements where either side is NaN
+  double max_abs = 0;  // over the elements where neither is NaN
+  int64_t worst = -1;  // its index
   double a_worst = 0, b_worst = 0;
   std::string to_string() const;
 };

@@ -22,13 +22,13 @@ inline bool gpu_required() {
 
 // In a TEST body or SetUp(): returns from it (skipped, or failed when a GPU is required) unless a
 // CUDA device is visible.
-#define MOE_REQUIRE_CUDA_DEVICE()                                                          \
-  do {                                                                                     \
-    if (::moe::cuda_device_count() == 0) {                                                 \
-      if (::moe::testing::gpu_required()) {                                                \
-        FAIL() << "MOMOE_REQUIRE_GPU=1 but no CUDA device is usable: "                     \
-               << ::moe::cuda_unavailable_reason();                                        \
-      }                                                                                    \
+#define MOE_REQUIRE_CUDA_DEVICE()                                                               \
+  do {                                                                                          \
+    if (::moe::cuda_device_count() == 0) {                                                      \
+      if (::moe::testing::gpu_required()) {                                                     \
+        FAIL() << "MOMOE_REQUIRE_GPU=1 but no CUDA device is usable: "                          \
+               << ::moe::cuda_unavailable_reason();                                             \
+      }                                                                                         \
       GTEST_SKIP() << "no CUDA device is visible (" << ::moe::cuda_unavailable_reason() << ")"; \
-    }                                                                                      \
+    }                                                                                           \
   } while (0)

@@ -9,9 +9,12 @@ namespace moe::testing {
 namespace {
 double load(const TensorView& t, int64_t i) {
   switch (t.dtype()) {
-    case DType::kF64: return t.data<double>()[i];
-    case DType::kBF16: return static_cast<float>(t.data<bf16>()[i]);
-    default: return t.data<float>()[i];
+    case DType::kF64:
+      return t.data<double>()[i];
+    case DType::kBF16:
+      return static_cast<float>(t.data<bf16>()[i]);
+    default:
+      return t.data<float>()[i];
   }
 }
 }  // namespace
@@ -48,8 +51,7 @@ std::vector<std::string> check_gradients(const std::function<double()>& loss,
         if (reported++ < options.max_failures_reported) {
           std::ostringstream os;
           os.precision(10);
-          os << target.name << "[" << i << "]: analytic " << a[i] << " vs finite difference "
-             << fd;
+          os << target.name << "[" << i << "]: analytic " << a[i] << " vs finite difference " << fd;
           failures.push_back(os.str());
         } else if (reported == options.max_failures_reported + 1) {
           failures.push_back("... more mismatches");

@@ -1,9 +1,8 @@
 // main() of the MPI test binaries (run under mpirun): initialises MPI through MpiRuntime, runs
 // GoogleTest on every rank, prints the full report on rank 0 only (other ranks print just their
 // failures, prefixed with the rank), and exits non-zero on every rank if any rank failed.
-#include <mpi.h>
-
 #include <gtest/gtest.h>
+#include <mpi.h>
 
 #include <cstdio>
 #include <memory>
