@@ -6,11 +6,14 @@
 # or layouts, export_test's PyTorch comparison included) again under each OpenBLAS kernel of
 # BLAS_KERNELS that this CPU can run, and names the ones it cannot. Each phase says which kernel
 # it ran and why.
+# Then the host sanitizer phase (tests/sanitize.sh): the unit tests of the ground floor, the CPU
+# kernels, the data pipeline, the MoE layer and the checkpoint files under ASan and UBSan.
 # Last, mutation testing (tests/mutation/run.py): a rotating subset of the formula mutants in
 # tests/mutation/mutants.txt must each fail the tests that guard them.
 # Usage: tests/run.sh [extra ctest args]. Environment: BUILD_DIR (default build), JOBS,
 # BLAS_KERNELS (default "Prescott Haswell SkylakeX Cooperlake Zen"; empty: none),
-# MOMOE_MUTANTS (default 3: that many mutants, chosen by the commit; "all"; "none" or 0).
+# MOMOE_MUTANTS (default 3: that many mutants, chosen by the commit; "all"; "none" or 0),
+# MOMOE_SANITIZE (default 1; 0 skips the sanitizer phase, and the summary says so).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mutants=${MOMOE_MUTANTS:-3}
@@ -106,6 +109,27 @@ else
     echo "== the BLAS-sensitive tests (label blas) under OPENBLAS_CORETYPE=$kernel ($why):"
     OPENBLAS_CORETYPE=$kernel run_phase "$kernel" "$why" -L blas "$@"
   done
+fi
+
+# Host sanitizers: a second build (build-sanitize/) of the unit-test subset that tests/sanitize.sh
+# names, with AddressSanitizer and UndefinedBehaviorSanitizer.
+if [ $# -gt 0 ]; then
+  echo "== sanitizers: not run (the caller narrowed the run with ctest arguments)"
+elif [ "${MOMOE_SANITIZE:-1}" = 0 ]; then
+  echo "== sanitizers: not run (MOMOE_SANITIZE=0)"
+  summary+=("sanitizers: not run (MOMOE_SANITIZE=0)")
+else
+  echo "== the unit-test subset under AddressSanitizer and UndefinedBehaviorSanitizer:"
+  set +e
+  JOBS=$jobs SANITIZE_BUILD_DIR="$root/build-sanitize" "$root/tests/sanitize.sh" 2>&1 | tail -40
+  rc=${PIPESTATUS[0]}
+  set -e
+  if [ "$rc" -eq 0 ]; then
+    summary+=("sanitizers: passed (ASan + UBSan, tests/sanitize.sh's subset)")
+  else
+    summary+=("sanitizers: FAILED (exit $rc)")
+    failed+=("sanitizers")
+  fi
 fi
 
 # Mutation testing: the copy's build costs about two minutes on two cores, each mutant seconds.

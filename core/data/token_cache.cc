@@ -122,7 +122,7 @@ StatusOr<std::vector<int32_t>> load_token_cache(const std::string& path, const V
   MOE_RETURN_IF_ERROR(check_vocab_fingerprint(
       header.vocab_fingerprint, str_cat("token file ", path), vocab.fingerprint(), vocab_source));
   std::vector<int32_t> ids(count);
-  std::memcpy(ids.data(), payload, count * sizeof(int32_t));
+  if (count > 0) std::memcpy(ids.data(), payload, count * sizeof(int32_t));
   const int64_t vocab_size = vocab.size();
   for (size_t i = 0; i < ids.size(); ++i) {
     if (ids[i] < 0 || ids[i] >= vocab_size) {

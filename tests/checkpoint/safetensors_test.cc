@@ -185,12 +185,16 @@ TEST(SafetensorsTest, RoundTripEveryDtypeAndAwkwardShapes) {
     Tensor into = Tensor::empty(t.shape(), t.dtype());
     if (into.nbytes() > 0) std::memset(into.raw(), 0xab, into.nbytes());
     ASSERT_TRUE(f->read_into(name, into).ok());
-    EXPECT_EQ(std::memcmp(into.raw(), t.raw(), t.nbytes()), 0);
+    if (t.nbytes() > 0) {
+      EXPECT_EQ(std::memcmp(into.raw(), t.raw(), t.nbytes()), 0);
+    }
     StatusOr<Tensor> back = f->read(name);
     ASSERT_TRUE(back.ok()) << back.status().to_string();
     EXPECT_EQ(back->shape(), t.shape());
     EXPECT_EQ(back->dtype(), t.dtype());
-    EXPECT_EQ(std::memcmp(back->raw(), t.raw(), t.nbytes()), 0);
+    if (t.nbytes() > 0) {
+      EXPECT_EQ(std::memcmp(back->raw(), t.raw(), t.nbytes()), 0);
+    }
   }
   EXPECT_EQ(f->info("scalar")->shape, std::vector<int64_t>{});
   EXPECT_EQ(f->info("empty_rows")->end - f->info("empty_rows")->begin, 0);
