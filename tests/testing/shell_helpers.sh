@@ -27,3 +27,14 @@ expect_code() {
   cat "$EXPECT_DIR/out" "$EXPECT_DIR/err" | grep -qF -- "$needle" ||
     { cat "$EXPECT_DIR/out" "$EXPECT_DIR/err"; fail "'$*' did not mention '$needle'"; }
 }
+
+# expect_file PATH [WHAT]: PATH exists (a file or a directory); else lists the directory above it
+# and fails naming PATH (and WHAT it should be).
+expect_file() {
+  [ -e "$1" ] || { ls -la "$(dirname "$1")" 2>&1; fail "$1 is missing${2:+ ($2)}"; }
+}
+
+# expect_no_file PATH [WHY]: PATH does not exist; else fails naming it (and WHY it must not).
+expect_no_file() {
+  [ ! -e "$1" ] || fail "$1 exists${2:+ ($2)}"
+}
