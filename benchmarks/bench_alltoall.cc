@@ -26,9 +26,9 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "base/rng.h"
 #include "benchmarks/bench_util.h"
 #include "comm/world.h"
-#include "core/base/rng.h"
 #include "core/layers/moe_dispatcher.h"
 #include "kernels/moe_dispatch.h"
 

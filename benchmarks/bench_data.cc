@@ -19,14 +19,14 @@
 #include <random>
 #include <thread>
 
+#include "base/hash.h"
 #include "benchmarks/bench_util.h"
 #include "comm/world.h"
-#include "core/base/hash.h"
 #include "core/data/dataset.h"
 #include "core/data/prepare.h"
 #include "core/data/sequences.h"
 #include "core/data/token_cache.h"
-#include "core/io/file_util.h"
+#include "io/file_util.h"
 #include "launcher/momoe_data_process.h"
 #include "proto/run_convert.h"
 

@@ -30,15 +30,15 @@
 #include <string>
 #include <vector>
 
+#include "base/rng.h"
 #include "benchmarks/bench_util.h"
 #include "benchmarks/layer_fixture.h"
 #include "comm/world.h"
-#include "core/base/rng.h"
-#include "core/io/child_process.h"
+#include "io/child_process.h"
+#include "kernels/cpu/blas_ref.h"
 #include "kernels/elementwise.h"
 #include "kernels/gemm.h"
 #include "kernels/init.h"
-#include "kernels/reference/blas_ref.h"
 
 namespace moe::bench {
 

@@ -1,4 +1,4 @@
-// momoe-bench sgemm: the loaded BLAS kernel on momoe's own GEMM shapes (kernels/reference/
+// momoe-bench sgemm: the loaded BLAS kernel on momoe's own GEMM shapes (kernels/cpu/
 // sgemm_accuracy.h): per shape, the worst error against an exact (f64) product in units of
 // u sum|a||b| with its derived bound, and the single-threaded rate. Run it under each
 // OPENBLAS_CORETYPE to compare kernels on this CPU (docs/blas_kernels.md):
@@ -7,8 +7,8 @@
 
 #include "benchmarks/bench_util.h"
 #include "comm/world.h"
-#include "kernels/reference/blas_library.h"
-#include "kernels/reference/sgemm_accuracy.h"
+#include "kernels/cpu/blas_library.h"
+#include "kernels/cpu/sgemm_accuracy.h"
 
 namespace moe::bench {
 

@@ -1,6 +1,6 @@
 // momoe-bench train: training throughput (tokens/s) on the CPU or a GPU (--device cuda), and on
 // the CPU the share of the step spent in GEMMs (every BLAS call is timed through
-// kernels/reference/blas_ref.h), for the quick-start config and
+// kernels/cpu/blas_ref.h), for the quick-start config and
 // an SMoE-medium-shaped config (spec/momentum-smoe.md 6.2: D = F = 352, 6 MoE layers of 16
 // experts, top-2, sequences of 512; vocabulary capped at 20000 for the bundled corpus).
 //
@@ -16,7 +16,7 @@
 #include "benchmarks/bench_util.h"
 #include "comm/world.h"
 #include "core/train/trainer.h"
-#include "kernels/reference/blas_ref.h"
+#include "kernels/cpu/blas_ref.h"
 #include "proto/run_convert.h"
 
 namespace moe::bench {

@@ -10,10 +10,10 @@
 #include <sstream>
 #include <thread>
 
-#include "core/base/check.h"
-#include "core/base/cpu_info.h"
-#include "core/base/device.h"
-#include "kernels/reference/blas_library.h"
+#include "base/check.h"
+#include "base/cpu_info.h"
+#include "base/device.h"
+#include "kernels/cpu/blas_library.h"
 
 namespace moe::bench {
 

@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "base/status.h"
 #include "comm/communicator.h"
-#include "core/base/status.h"
 
 namespace moe::bench {
 

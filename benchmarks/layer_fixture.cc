@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "core/base/rng.h"
+#include "base/rng.h"
 #include "kernels/elementwise.h"
 #include "kernels/init.h"
 

@@ -13,9 +13,9 @@
 #include <cstdio>
 #include <memory>
 
+#include "base/cpu_info.h"
 #include "benchmarks/layer_fixture.h"
-#include "core/base/cpu_info.h"
-#include "kernels/reference/blas_library.h"
+#include "kernels/cpu/blas_library.h"
 
 namespace moe::bench {
 namespace {

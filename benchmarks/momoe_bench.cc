@@ -15,11 +15,11 @@
 #include <exception>
 #include <string>
 
+#include "base/device.h"
+#include "base/logging.h"
 #include "benchmarks/bench_util.h"
 #include "comm/world.h"
-#include "core/base/device.h"
-#include "core/base/logging.h"
-#include "kernels/reference/blas_library.h"
+#include "kernels/cpu/blas_library.h"
 #include "launcher/momoe_data_process.h"
 
 namespace moe::bench {

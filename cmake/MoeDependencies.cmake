@@ -3,7 +3,7 @@
 
 find_package(Threads REQUIRED)
 
-# A real BLAS on the CPU, loaded at run time (kernels/reference/blas_library.h): OpenBLAS from
+# A real BLAS on the CPU, loaded at run time (kernels/cpu/blas_library.h): OpenBLAS from
 # Debian's libopenblas0 by default, or the CBLAS library $MOMOE_BLAS names. Nothing links it, so
 # that momoe chooses OpenBLAS's kernel from the CPU's features before the library's constructor
 # (which would pick it from a table of CPU models) runs.

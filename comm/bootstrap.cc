@@ -1,6 +1,6 @@
 #include "comm/bootstrap.h"
 
-#include "core/base/check.h"
+#include "base/check.h"
 
 namespace moe::comm {
 namespace {

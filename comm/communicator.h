@@ -18,9 +18,9 @@
 #include <string>
 #include <vector>
 
+#include "base/device.h"
+#include "base/tensor.h"
 #include "comm/all_to_all_plan.h"
-#include "core/base/device.h"
-#include "core/base/tensor.h"
 
 namespace moe::comm {
 

@@ -3,7 +3,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "core/base/check.h"
+#include "base/check.h"
 
 namespace moe::comm {
 namespace {

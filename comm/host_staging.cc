@@ -1,6 +1,6 @@
 #include "comm/host_staging.h"
 
-#include "core/base/check.h"
+#include "base/check.h"
 
 namespace moe::comm {
 

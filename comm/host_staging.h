@@ -9,8 +9,8 @@
 #include <cstddef>
 #include <vector>
 
-#include "core/base/device.h"
-#include "core/base/tensor.h"
+#include "base/device.h"
+#include "base/tensor.h"
 
 namespace moe::comm {
 

@@ -7,10 +7,10 @@
 #include <thread>
 #include <utility>
 
+#include "base/check.h"
 #include "comm/host_reduce.h"
 #include "comm/local_group.h"
 #include "comm/view_util.h"
-#include "core/base/check.h"
 
 namespace moe::comm {
 namespace {

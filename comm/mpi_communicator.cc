@@ -9,12 +9,12 @@
 #include <functional>
 #include <thread>
 
+#include "base/check.h"
+#include "base/logging.h"
 #include "comm/host_reduce.h"
 #include "comm/host_staging.h"
 #include "comm/mpi_util.h"
 #include "comm/view_util.h"
-#include "core/base/check.h"
-#include "core/base/logging.h"
 
 namespace moe::comm {
 namespace {

@@ -1,9 +1,9 @@
 // MpiRuntime (declared in mpi_communicator.h) and the MPI helpers of mpi_util.h.
 #include <mpi.h>
 
+#include "base/check.h"
 #include "comm/mpi_communicator.h"
 #include "comm/mpi_util.h"
-#include "core/base/check.h"
 
 namespace moe {
 namespace detail {

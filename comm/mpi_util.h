@@ -5,7 +5,7 @@
 #include <string>
 
 namespace moe::detail {
-// The text of an MPI error code; used by MOE_MPI_STATUS (core/base/check.h).
+// The text of an MPI error code; used by MOE_MPI_STATUS (base/check.h).
 std::string mpi_error_string(int code);
 }  // namespace moe::detail
 

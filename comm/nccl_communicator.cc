@@ -7,9 +7,9 @@
 #include <initializer_list>
 #include <mutex>
 
+#include "base/check.h"
 #include "comm/bootstrap.h"
 #include "comm/view_util.h"
-#include "core/base/check.h"
 
 namespace moe::comm {
 namespace {

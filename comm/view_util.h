@@ -4,7 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "core/base/tensor.h"
+#include "base/tensor.h"
 
 namespace moe::comm {
 

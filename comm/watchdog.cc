@@ -1,6 +1,6 @@
 #include "comm/watchdog.h"
 
-#include "core/base/logging.h"
+#include "base/logging.h"
 
 namespace moe::comm {
 

@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "base/device.h"
 #include "comm/local_communicator.h"
-#include "core/base/device.h"
 
 #if defined(MOE_WITH_MPI)
 #include "comm/mpi_communicator.h"

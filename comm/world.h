@@ -12,7 +12,7 @@
 #include <string>
 
 #include "comm/communicator.h"
-#include "core/base/run_config.h"
+#include "types/run_config.h"
 
 namespace moe::comm {
 

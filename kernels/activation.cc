@@ -4,10 +4,10 @@
 #include <cstring>
 #include <vector>
 
-#include "core/base/thread_pool.h"
+#include "base/thread_pool.h"
 #include "kernels/common.h"
-#include "kernels/cuda/cuda_ops.h"
-#include "kernels/reference/activation_ref.h"
+#include "kernels/cpu/activation_ref.h"
+#include "kernels/cuda/activation.h"
 
 namespace moe::kernels {
 

@@ -3,9 +3,9 @@
 // biases and bias gradients are full precision (F = compute_dtype(act)).
 #pragma once
 
-#include "core/base/context.h"
-#include "core/base/rng.h"
-#include "core/base/tensor.h"
+#include "base/context.h"
+#include "base/rng.h"
+#include "base/tensor.h"
 #include "kernels/expert_blocks.h"
 
 namespace moe::kernels {

@@ -1,8 +1,8 @@
 #include "kernels/attention.h"
 
 #include "kernels/common.h"
-#include "kernels/cuda/cuda_ops.h"
-#include "kernels/reference/attention_ref.h"
+#include "kernels/cpu/attention_ref.h"
+#include "kernels/cuda/attention.h"
 
 namespace moe::kernels {
 namespace {

@@ -16,9 +16,9 @@
 // split across ranks. dropout = 0 draws nothing.
 #pragma once
 
-#include "core/base/context.h"
-#include "core/base/rng.h"
-#include "core/base/tensor.h"
+#include "base/context.h"
+#include "base/rng.h"
+#include "base/tensor.h"
 
 namespace moe::kernels {
 

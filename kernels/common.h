@@ -3,14 +3,14 @@
 // op and the argument; data-dependent checks (an index out of range) happen while the kernel runs
 // and are reported the same way.
 //
-// Dtype roles (core/base/dtype.h): "act" is f32, f64 or bf16; "F" is compute_dtype(act).
+// Dtype roles (base/dtype.h): "act" is f32, f64 or bf16; "F" is compute_dtype(act).
 // dispatch_act calls f(A{}, F{}) with (float, float), (double, double) or (bf16, float).
 #pragma once
 
 #include <string>
 
-#include "core/base/context.h"
-#include "core/base/tensor.h"
+#include "base/context.h"
+#include "base/tensor.h"
 
 namespace moe::kernels {
 
@@ -18,7 +18,7 @@ namespace moe::kernels {
 // touch device memory. MOE_KERNEL_ENTRY: host contexts only (the op has no CUDA kernel yet, and a
 // CUDA context is refused naming it). MOE_KERNEL_ENTRY_CUDA: host or CUDA contexts; after
 // validating its views the entry point hands a CUDA context to kernels/cuda/ with MOE_ON_CUDA.
-// Both open the context's thread pool for parallel_for (core/base/thread_pool.h).
+// Both open the context's thread pool for parallel_for (base/thread_pool.h).
 #define MOE_KERNEL_ENTRY(ctx, op)                                     \
   MOE_RETURN_IF_ERROR(::moe::kernels::check_context(ctx, op, false)); \
   ::moe::DeviceAccessScope _moe_device_scope;                         \

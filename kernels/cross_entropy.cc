@@ -1,8 +1,8 @@
 #include "kernels/cross_entropy.h"
 
 #include "kernels/common.h"
-#include "kernels/cuda/cuda_ops.h"
-#include "kernels/reference/cross_entropy_ref.h"
+#include "kernels/cpu/cross_entropy_ref.h"
+#include "kernels/cuda/cross_entropy.h"
 
 namespace moe::kernels {
 namespace {

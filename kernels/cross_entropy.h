@@ -6,8 +6,8 @@
 // recompute it, and adds its sums into device accumulators (no host value).
 #pragma once
 
-#include "core/base/context.h"
-#include "core/base/tensor.h"
+#include "base/context.h"
+#include "base/tensor.h"
 
 namespace moe::kernels {
 

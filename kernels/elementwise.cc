@@ -3,8 +3,8 @@
 #include <cstring>
 
 #include "kernels/common.h"
-#include "kernels/cuda/cuda_ops.h"
-#include "kernels/reference/elementwise_ref.h"
+#include "kernels/cpu/elementwise_ref.h"
+#include "kernels/cuda/elementwise.h"
 
 namespace moe::kernels {
 namespace {

@@ -1,8 +1,8 @@
 #include "kernels/embedding.h"
 
 #include "kernels/common.h"
-#include "kernels/cuda/cuda_ops.h"
-#include "kernels/reference/embedding_ref.h"
+#include "kernels/cpu/embedding_ref.h"
+#include "kernels/cuda/embedding.h"
 
 namespace moe::kernels {
 namespace {

@@ -2,8 +2,8 @@
 // scatter-adds).
 #pragma once
 
-#include "core/base/context.h"
-#include "core/base/tensor.h"
+#include "base/context.h"
+#include "base/tensor.h"
 
 namespace moe::kernels {
 

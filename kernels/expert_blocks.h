@@ -16,7 +16,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/base/tensor.h"
+#include "base/tensor.h"
 
 namespace moe::kernels {
 

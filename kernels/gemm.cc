@@ -3,10 +3,10 @@
 #include <algorithm>
 #include <cstring>
 
-#include "core/base/thread_pool.h"
+#include "base/thread_pool.h"
 #include "kernels/common.h"
-#include "kernels/cuda/cuda_ops.h"
-#include "kernels/reference/blas_ref.h"
+#include "kernels/cpu/blas_ref.h"
+#include "kernels/cuda/gemm.h"
 
 namespace moe::kernels {
 namespace {

@@ -7,8 +7,8 @@
 // Accumulation is f32 for bf16 and f32 inputs, f64 for f64.
 #pragma once
 
-#include "core/base/context.h"
-#include "core/base/tensor.h"
+#include "base/context.h"
+#include "base/tensor.h"
 #include "kernels/expert_blocks.h"
 
 namespace moe::kernels {

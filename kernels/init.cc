@@ -1,7 +1,7 @@
 #include "kernels/init.h"
 
 #include "kernels/common.h"
-#include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/init.h"
 
 namespace moe::kernels {
 

@@ -6,9 +6,9 @@
 
 #include <cstdint>
 
-#include "core/base/context.h"
-#include "core/base/rng.h"
-#include "core/base/tensor.h"
+#include "base/context.h"
+#include "base/rng.h"
+#include "base/tensor.h"
 
 namespace moe::kernels {
 

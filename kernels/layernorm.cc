@@ -1,8 +1,8 @@
 #include "kernels/layernorm.h"
 
 #include "kernels/common.h"
-#include "kernels/cuda/cuda_ops.h"
-#include "kernels/reference/layernorm_ref.h"
+#include "kernels/cpu/layernorm_ref.h"
+#include "kernels/cuda/layernorm.h"
 
 namespace moe::kernels {
 namespace {

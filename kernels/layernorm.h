@@ -4,8 +4,8 @@
 // F = compute_dtype(act).
 #pragma once
 
-#include "core/base/context.h"
-#include "core/base/tensor.h"
+#include "base/context.h"
+#include "base/tensor.h"
 
 namespace moe::kernels {
 

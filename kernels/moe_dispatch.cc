@@ -3,11 +3,11 @@
 #include <cstring>
 #include <vector>
 
-#include "core/base/thread_pool.h"
+#include "base/thread_pool.h"
 #include "kernels/common.h"
-#include "kernels/cuda/cuda_ops.h"
-#include "kernels/reference/moe_dispatch_ref.h"
-#include "kernels/reference/row_copy.h"
+#include "kernels/cpu/moe_dispatch_ref.h"
+#include "kernels/cpu/row_copy.h"
+#include "kernels/cuda/moe_dispatch.h"
 
 namespace moe::kernels {
 namespace {

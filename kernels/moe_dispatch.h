@@ -9,8 +9,8 @@
 // all, since nothing is dropped).
 #pragma once
 
-#include "core/base/context.h"
-#include "core/base/tensor.h"
+#include "base/context.h"
+#include "base/tensor.h"
 
 namespace moe::kernels {
 

@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "kernels/common.h"
-#include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/moe_stats.h"
 
 namespace moe::kernels {
 namespace {

@@ -3,9 +3,9 @@
 // so that the trainer reads them back once per step. Every op adds (+=) unless noted.
 #pragma once
 
-#include "core/base/context.h"
-#include "core/base/router_stats.h"  // kAcStatsFixed
-#include "core/base/tensor.h"
+#include "base/context.h"
+#include "base/tensor.h"
+#include "types/router_stats.h"  // kAcStatsFixed
 
 namespace moe::kernels {
 

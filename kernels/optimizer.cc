@@ -1,8 +1,8 @@
 #include "kernels/optimizer.h"
 
 #include "kernels/common.h"
-#include "kernels/cuda/cuda_ops.h"
-#include "kernels/reference/optimizer_ref.h"
+#include "kernels/cpu/optimizer_ref.h"
+#include "kernels/cuda/optimizer.h"
 
 namespace moe::kernels {
 

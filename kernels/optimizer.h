@@ -6,8 +6,8 @@
 
 #include <vector>
 
-#include "core/base/context.h"
-#include "core/base/tensor.h"
+#include "base/context.h"
+#include "base/tensor.h"
 
 namespace moe::kernels {
 

@@ -2,10 +2,10 @@
 
 #include <cmath>
 
-#include "core/base/thread_pool.h"
+#include "base/thread_pool.h"
 #include "kernels/common.h"
-#include "kernels/cuda/cuda_ops.h"
-#include "kernels/reference/residual_math.h"
+#include "kernels/cpu/residual_math.h"
+#include "kernels/cuda/residual.h"
 
 namespace moe::kernels {
 namespace {
@@ -49,9 +49,10 @@ void with_constant_form(const ResidualArgs& a, Fn&& f) {
 }  // namespace
 
 Status residual_forward(Context& ctx, const ResidualArgs& a, const TensorView& x,
-                        const TensorView& u, const TensorView& p_in, const TensorView& m_in,
-                        const TensorView& v_in, const TensorView& out, const TensorView& p_out,
-                        const TensorView& m_out, const TensorView& v_out) {
+                        const TensorView& u, const ResidualState& in, const TensorView& out,
+                        const ResidualState& state_out) {
+  const TensorView &p_in = in.p, &m_in = in.m, &v_in = in.v;
+  const TensorView &p_out = state_out.p, &m_out = state_out.m, &v_out = state_out.v;
   constexpr const char* kOp = "residual_forward";
   MOE_KERNEL_ENTRY_CUDA(ctx, kOp);
   MOE_RETURN_IF_ERROR(check_act(ctx, kOp, "x", x));
@@ -66,7 +67,7 @@ Status residual_forward(Context& ctx, const ResidualArgs& a, const TensorView& x
   MOE_RETURN_IF_ERROR(check_role(ctx, kOp, x, "m_out", m_out, f, adam));
   MOE_RETURN_IF_ERROR(check_role(ctx, kOp, x, "v_out", v_out, f, adam));
   MOE_ON_CUDA(ctx,
-              cuda::residual_forward(ctx, a, x, u, p_in, m_in, v_in, out, p_out, m_out, v_out));
+              cuda::residual_forward(ctx, a, x, u, {p_in, m_in, v_in}, out, {p_out, m_out, v_out}));
   return dispatch_act(kOp, x, [&](auto at, auto ft) {
     using A = decltype(at);
     using F = decltype(ft);
@@ -99,11 +100,12 @@ Status residual_forward(Context& ctx, const ResidualArgs& a, const TensorView& x
 }
 
 Status residual_backward(Context& ctx, const ResidualArgs& a, const TensorView& d_out,
-                         const TensorView& d_p_out, const TensorView& d_m_out,
-                         const TensorView& d_v_out, const TensorView& u, const TensorView& m_out,
-                         const TensorView& v_out, const TensorView& dx, const TensorView& du,
-                         const TensorView& d_p_in, const TensorView& d_m_in,
-                         const TensorView& d_v_in) {
+                         const ResidualState& d_state_out, const TensorView& u,
+                         const ResidualState& state_out, const ResidualBackwardOut& grads) {
+  const TensorView &d_p_out = d_state_out.p, &d_m_out = d_state_out.m, &d_v_out = d_state_out.v;
+  const TensorView &m_out = state_out.m, &v_out = state_out.v;
+  const TensorView &dx = grads.dx, &du = grads.du;
+  const TensorView &d_p_in = grads.d_in.p, &d_m_in = grads.d_in.m, &d_v_in = grads.d_in.v;
   constexpr const char* kOp = "residual_backward";
   MOE_KERNEL_ENTRY_CUDA(ctx, kOp);
   MOE_RETURN_IF_ERROR(check_act(ctx, kOp, "d_out", d_out));
@@ -120,8 +122,8 @@ Status residual_backward(Context& ctx, const ResidualArgs& a, const TensorView& 
   MOE_RETURN_IF_ERROR(check_role(ctx, kOp, d_out, "d_p_in", d_p_in, f, true));
   MOE_RETURN_IF_ERROR(check_role(ctx, kOp, d_out, "d_m_in", d_m_in, f, false));
   MOE_RETURN_IF_ERROR(check_role(ctx, kOp, d_out, "d_v_in", d_v_in, f, false));
-  MOE_ON_CUDA(ctx, cuda::residual_backward(ctx, a, d_out, d_p_out, d_m_out, d_v_out, u, m_out,
-                                           v_out, dx, du, d_p_in, d_m_in, d_v_in));
+  MOE_ON_CUDA(ctx, cuda::residual_backward(ctx, a, d_out, {d_p_out, d_m_out, d_v_out}, u,
+                                           {{}, m_out, v_out}, {dx, du, {d_p_in, d_m_in, d_v_in}}));
   return dispatch_act(kOp, d_out, [&](auto at, auto ft) {
     using A = decltype(at);
     using F = decltype(ft);

@@ -15,8 +15,8 @@
 // (residual_shift_input) and its gradient is added to d_p_in by the caller.
 #pragma once
 
-#include "core/base/context.h"
-#include "core/base/tensor.h"
+#include "base/context.h"
+#include "base/tensor.h"
 
 namespace moe::kernels {
 
@@ -32,26 +32,36 @@ struct ResidualArgs {
   bool eps_inside_sqrt = false;
 };
 
+// The state a residual step reads or writes: the momentum state p (or the reference code's
+// buffer m) and the Adam moments m, v; or their gradients. An empty view reads as zero (inputs)
+// or is not written (outputs).
+struct ResidualState {
+  TensorView p, m, v;
+};
+
+// What residual_backward writes: the gradients of x and u, and of the incoming state.
+struct ResidualBackwardOut {
+  TensorView dx, du;
+  ResidualState d_in;
+};
+
 // Dtypes: x, u and out are act (f32, f64, bf16); the states p, m and v are full precision
 // F = compute_dtype(act) always, and arithmetic is in double. All views are [T, D].
-// m_in/v_in/m_out/v_out are used by kAdam only (empty otherwise); p_in, m_in, v_in may be empty
-// (zero: before the first MoE layer). Overwrites out, p_out (and m_out, v_out).
+// in.m, in.v, state_out.m, state_out.v are used by kAdam only (empty otherwise); in's views may be
+// empty (zero: before the first MoE layer). Overwrites out, state_out.p (and state_out.m, .v).
 Status residual_forward(Context& ctx, const ResidualArgs& args, const TensorView& x,
-                        const TensorView& u, const TensorView& p_in, const TensorView& m_in,
-                        const TensorView& v_in, const TensorView& out, const TensorView& p_out,
-                        const TensorView& m_out, const TensorView& v_out);
+                        const TensorView& u, const ResidualState& in, const TensorView& out,
+                        const ResidualState& state_out);
 
-// Gradients of the forward above. d_out, u, dx, du are act; the state gradients F.
-// d_p_out/d_m_out/d_v_out may be empty (zero: no later layer reads the state). Needs u, m_out and
-// v_out from the forward (Adam). Overwrites dx, du, d_p_in (and d_m_in, d_v_in when given, kAdam).
+// Gradients of the forward above. d_out, u, grads.dx, grads.du are act; the state gradients F.
+// d_state_out's views may be empty (zero: no later layer reads the state). Needs u and
+// state_out.m, .v from the forward (Adam; state_out.p is not read). Overwrites grads.dx, .du,
+// .d_in.p (and .d_in.m, .d_in.v when given, kAdam).
 // Where v_out == 0 the derivative of sqrt is taken as 0 (the subgradient at u = 0), so a dropped
 // token yields finite gradients.
 Status residual_backward(Context& ctx, const ResidualArgs& args, const TensorView& d_out,
-                         const TensorView& d_p_out, const TensorView& d_m_out,
-                         const TensorView& d_v_out, const TensorView& u, const TensorView& m_out,
-                         const TensorView& v_out, const TensorView& dx, const TensorView& du,
-                         const TensorView& d_p_in, const TensorView& d_m_in,
-                         const TensorView& d_v_in);
+                         const ResidualState& d_state_out, const TensorView& u,
+                         const ResidualState& state_out, const ResidualBackwardOut& grads);
 
 // y = x + a_shift * p (the robust variant's router and expert input). x, y act; p F.
 // Overwrites y. (Its backward adds a_shift * dL/dy to dL/dp: kernels::axpy.)

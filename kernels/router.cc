@@ -5,9 +5,10 @@
 #include <vector>
 
 #include "kernels/common.h"
-#include "kernels/cuda/cuda_ops.h"
-#include "kernels/reference/router_math.h"
-#include "kernels/reference/router_ref.h"
+#include "kernels/cpu/router_math.h"
+#include "kernels/cpu/router_ref.h"
+#include "kernels/cuda/ac_router.h"
+#include "kernels/cuda/router.h"
 
 namespace moe::kernels {
 namespace {

@@ -7,10 +7,10 @@
 // returns a host value: sums, losses and summaries land in device tensors (f64).
 #pragma once
 
-#include "core/base/context.h"
-#include "core/base/moe_config.h"
-#include "core/base/rng.h"
-#include "core/base/tensor.h"
+#include "base/context.h"
+#include "base/rng.h"
+#include "base/tensor.h"
+#include "types/moe_config.h"
 
 namespace moe::kernels {
 

@@ -22,14 +22,14 @@
 #include <sstream>
 #include <string>
 
-#include "core/base/logging.h"
-#include "core/base/progress.h"
+#include "base/logging.h"
+#include "base/progress.h"
 #include "core/data/dataset.h"
 #include "core/data/prepare.h"
 #include "core/data/text_reader.h"
 #include "core/data/text_stream.h"
 #include "core/data/tokenizer.h"
-#include "core/io/file_util.h"
+#include "io/file_util.h"
 #include "launcher/exit_status.h"
 #include "launcher/flags.h"
 #include "launcher/momoe_data_process.h"

@@ -1,6 +1,6 @@
 // Every MOMOE_* environment variable the executables read, with its default and meaning, in one
 // place (NCCL_PARAM style). Library code reads none of these; core reads only MOMOE_DATA_DIR (in
-// core/base/run_config.cc, to locate the bundled corpora). The launcher also reads the variables
+// types/run_config.cc, to locate the bundled corpora). The launcher also reads the variables
 // MPI and Slurm set to describe the job (comm/world.cc, launcher/launch_main.cc).
 // A value that does not parse is an error naming the variable, never a silent default.
 #pragma once
@@ -10,7 +10,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "core/base/status.h"
+#include "base/status.h"
 
 namespace moe::env {
 
@@ -38,7 +38,7 @@ inline std::string string_param(const char* name, const std::string& fallback) {
 inline StatusOr<int64_t> fault_rank() { return int_param("MOMOE_FAULT_RANK", -1); }
 inline StatusOr<int64_t> fault_step() { return int_param("MOMOE_FAULT_STEP", -1); }
 inline StatusOr<int64_t> fault_stall() { return int_param("MOMOE_FAULT_STALL", 0); }
-// Crash-safety tests (core/io/crash_point.h): kill the process at its N-th crash point (every
+// Crash-safety tests (io/crash_point.h): kill the process at its N-th crash point (every
 // rename and unlink of checkpoint and file code); MOMOE_CRASH_TRACE=1 prints each point. 0: off.
 inline StatusOr<int64_t> crash_at() { return int_param("MOMOE_CRASH_AT", 0); }
 inline StatusOr<int64_t> crash_trace() { return int_param("MOMOE_CRASH_TRACE", 0); }

@@ -12,19 +12,19 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
-#include "core/base/logging.h"
+#include "base/logging.h"
 #include "core/checkpoint/checkpoint_io.h"
+#include "core/checkpoint/training_checkpoint.h"
 #include "core/data/attack.h"
 #include "core/data/corpus.h"
 #include "core/data/dataset.h"
 #include "core/data/tokenizer.h"
-#include "core/io/file_util.h"
-#include "core/train/checkpoint.h"
 #include "core/train/coordinator.h"
 #include "core/train/evaluator.h"
 #include "core/train/routing_file.h"
 #include "core/train/run_device.h"
-#include "kernels/reference/blas_library.h"
+#include "io/file_util.h"
+#include "kernels/cpu/blas_library.h"
 #include "launcher/device_flags.h"
 #include "launcher/exit_status.h"
 #include "launcher/flags.h"

@@ -9,8 +9,8 @@
 // peer waits.
 #pragma once
 
+#include "base/logging.h"
 #include "comm/communicator.h"
-#include "core/base/logging.h"
 
 namespace moe {
 

@@ -8,7 +8,7 @@
 
 #include "core/checkpoint/model_export.h"
 #include "core/inference/checkpoint_model.h"
-#include "core/io/file_util.h"
+#include "io/file_util.h"
 #include "launcher/exit_status.h"
 #include "launcher/flags.h"
 

@@ -8,7 +8,7 @@
 // and on any machine that computes the same logits (a GPU's, or those of a CPU with another BLAS
 // kernel, may differ in the last bits): every token is picked on the host in double precision
 // (core/inference/sampling.h) with one counter-based draw keyed by the seed and the token's
-// position (core/base/rng.h).
+// position (base/rng.h).
 //
 // The model reads a fixed seq_len of tokens with learned positions and causal attention: each
 // step runs the last <= seq_len tokens as one sequence, padded on the right (kPadId), and samples
@@ -23,11 +23,11 @@
 #include <string>
 #include <vector>
 
-#include "core/base/rng.h"
+#include "base/rng.h"
 #include "core/data/text_reader.h"
 #include "core/data/tokenizer.h"
 #include "core/inference/sampling.h"
-#include "core/io/file_util.h"
+#include "io/file_util.h"
 #include "launcher/device_flags.h"
 #include "launcher/exit_status.h"
 #include "launcher/flags.h"

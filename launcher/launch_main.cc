@@ -23,8 +23,8 @@
 #include <thread>
 #include <vector>
 
-#include "core/base/device.h"
-#include "core/base/logging.h"
+#include "base/device.h"
+#include "base/logging.h"
 
 extern char** environ;
 

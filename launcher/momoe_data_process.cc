@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
-#include "core/base/check.h"
-#include "core/io/child_process.h"
-#include "core/io/file_util.h"
+#include "base/check.h"
+#include "io/child_process.h"
+#include "io/file_util.h"
 
 namespace moe::data {
 

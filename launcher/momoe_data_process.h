@@ -10,9 +10,9 @@
 #include <string_view>
 #include <vector>
 
-#include "core/base/status.h"
+#include "base/status.h"
 #include "core/data/prepare.h"
-#include "core/io/child_process.h"
+#include "io/child_process.h"
 
 namespace moe::data {
 

@@ -10,10 +10,10 @@
 #include <sstream>
 #include <tuple>
 
-#include "core/base/check.h"
-#include "core/base/step_stats_json.h"
+#include "base/check.h"
 #include "launcher/env_params.h"
 #include "proto/stats_convert.h"
+#include "types/step_stats_json.h"
 
 namespace moe {
 

@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "core/base/status.h"
-#include "core/base/step_stats.h"
+#include "base/status.h"
+#include "types/step_stats.h"
 
 namespace moe {
 

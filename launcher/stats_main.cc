@@ -19,8 +19,8 @@
 #include <sstream>
 #include <thread>
 
-#include "core/base/check.h"
-#include "core/base/logging.h"
+#include "base/check.h"
+#include "base/logging.h"
 #include "launcher/exit_status.h"
 #include "launcher/flags.h"
 #include "launcher/stats_export.h"

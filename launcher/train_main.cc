@@ -15,11 +15,11 @@
 #include <functional>
 #include <thread>
 
+#include "base/logging.h"
 #include "comm/world.h"
-#include "core/base/logging.h"
-#include "core/io/crash_point.h"
 #include "core/train/trainer.h"
-#include "kernels/reference/blas_library.h"
+#include "io/crash_point.h"
+#include "kernels/cpu/blas_library.h"
 #include "launcher/env_params.h"
 #include "launcher/exit_status.h"
 #include "launcher/flags.h"

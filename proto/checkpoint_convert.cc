@@ -3,7 +3,7 @@
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 
-#include "core/io/file_util.h"
+#include "io/file_util.h"
 #include "proto/checkpoint.pb.h"
 
 namespace moe {

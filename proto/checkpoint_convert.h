@@ -3,8 +3,8 @@
 
 #include <string>
 
-#include "core/base/checkpoint_manifest.h"
-#include "core/base/status.h"
+#include "base/status.h"
+#include "types/checkpoint_manifest.h"
 
 namespace moe {
 

@@ -3,7 +3,7 @@
 #include <google/protobuf/io/tokenizer.h>
 #include <google/protobuf/text_format.h>
 
-#include "core/base/check.h"
+#include "base/check.h"
 #include "proto/moe_convert_pb.h"
 
 namespace moe {

@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "core/base/moe_config.h"
+#include "types/moe_config.h"
 
 namespace moe {
 

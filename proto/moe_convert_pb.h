@@ -3,8 +3,8 @@
 // include it outside proto/.
 #pragma once
 
-#include "core/base/moe_config.h"
 #include "proto/moe.pb.h"
+#include "types/moe_config.h"
 
 namespace moe::proto_internal {
 

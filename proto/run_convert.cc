@@ -7,8 +7,8 @@
 #include <cmath>
 #include <utility>
 
-#include "core/base/check.h"
-#include "core/io/file_util.h"
+#include "base/check.h"
+#include "io/file_util.h"
 #include "proto/moe_convert_pb.h"
 #include "proto/train.pb.h"
 

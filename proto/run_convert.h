@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "core/base/run_config.h"
+#include "types/run_config.h"
 
 namespace moe {
 

@@ -10,10 +10,10 @@
 #include <cstring>
 #include <filesystem>
 
-#include "core/base/check.h"
-#include "core/base/step_stats_json.h"
-#include "core/io/file_util.h"
+#include "base/check.h"
+#include "io/file_util.h"
 #include "proto/stats.pb.h"
+#include "types/step_stats_json.h"
 
 namespace moe {
 namespace {

@@ -11,8 +11,8 @@
 #include <utility>
 #include <vector>
 
-#include "core/base/status.h"
-#include "core/base/step_stats.h"
+#include "base/status.h"
+#include "types/step_stats.h"
 
 namespace moe {
 

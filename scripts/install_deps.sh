@@ -4,7 +4,7 @@
 set -euo pipefail
 [ "${MOE_SKIP_INSTALL:-0}" = "1" ] && exit 0
 
-# The BLAS is loaded at run time (kernels/reference/blas_library.h): OpenBLAS's runtime library,
+# The BLAS is loaded at run time (kernels/cpu/blas_library.h): OpenBLAS's runtime library,
 # and BLIS for the tests that run the products through it.
 packages=(cmake g++ make libopenblas0-pthread libblis4-serial libprotobuf-dev protobuf-compiler
           libopenmpi-dev openmpi-bin libgtest-dev libbenchmark-dev nlohmann-json3-dev zstd libzstd-dev libsentencepiece-dev

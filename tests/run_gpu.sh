@@ -118,7 +118,7 @@ pack() {
     cp "$build/$b" "$tmp/bin/"
   done
   copy_deps "$tmp/lib" "$tmp"/bin/*
-  # The CPU reference's BLAS is loaded at run time (kernels/reference/blas_library.h).
+  # The CPU reference's BLAS is loaded at run time (kernels/cpu/blas_library.h).
   local blas
   blas=$(ldconfig -p | awk '/libopenblas\.so\.0 / {print $NF; exit}')
   [ -n "$blas" ] || die "pack: libopenblas.so.0 not found (scripts/install_deps.sh installs it)"

@@ -7,8 +7,8 @@
 #include <filesystem>
 #include <vector>
 
-#include "core/base/logging.h"
-#include "core/io/file_util.h"
+#include "base/logging.h"
+#include "io/file_util.h"
 #include "proto/checkpoint_convert.h"
 
 namespace moe::ckpt {

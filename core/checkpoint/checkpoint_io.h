@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "core/base/check.h"
-#include "core/base/checkpoint_manifest.h"
-#include "core/io/file_util.h"
+#include "base/check.h"
+#include "io/file_util.h"
+#include "types/checkpoint_manifest.h"
 
 namespace moe::ckpt {
 

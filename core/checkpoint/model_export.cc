@@ -5,8 +5,8 @@
 #include <nlohmann/json.hpp>
 
 #include "core/checkpoint/safetensors.h"
-#include "core/io/file_util.h"
 #include "core/layers/moe_layer.h"
+#include "io/file_util.h"
 
 namespace moe {
 namespace {
@@ -55,7 +55,7 @@ Json moe_layer_json(const MoeLayerConfig& m) {
   // Evaluation: 0 routes every token (nothing dropped); > 0 drops by this capacity factor, first
   // choices in token order first (kernels/moe_dispatch.h).
   j["eval_capacity_factor"] = m.dropless ? 0.0 : m.eval_capacity_factor;
-  // The residual dynamics as momoe computes them, per element (kernels/reference/residual_math.h),
+  // The residual dynamics as momoe computes them, per element (kernels/cpu/residual_math.h),
   // with momoe's own coefficients (residual_args_for, input_shift_for), kept for other readers:
   //   plain:    out = x + u,                      p_out = p_in
   //   momentum: p_out = a_state p_in + a_input u, out = x + a_out p_out

@@ -5,7 +5,7 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
-#include "core/io/file_util.h"
+#include "io/file_util.h"
 
 // Tensor bytes are copied as they lie in memory; safetensors stores them little-endian.
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__

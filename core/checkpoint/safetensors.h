@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "core/base/tensor.h"
+#include "base/tensor.h"
 
 namespace moe::ckpt {
 
@@ -26,7 +26,7 @@ class SafetensorsWriter {
   void add(const std::string& name, const TensorView& tensor);
   void set_metadata(const std::string& key, const std::string& value);
   std::string serialize() const;
-  // serialize() written crash-safely (core/io/file_util.h).
+  // serialize() written crash-safely (io/file_util.h).
   Status write(const std::string& path) const;
 
  private:

@@ -1,6 +1,6 @@
 #include "core/data/attack.h"
 
-#include "core/base/rng.h"
+#include "base/rng.h"
 
 namespace moe::data {
 

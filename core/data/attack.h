@@ -13,7 +13,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/base/status.h"
+#include "base/status.h"
 #include "core/data/vocabulary.h"
 
 namespace moe::data {

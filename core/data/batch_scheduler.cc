@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <numeric>
 
-#include "core/base/check.h"
-#include "core/base/rng.h"
+#include "base/check.h"
+#include "base/rng.h"
 
 namespace moe::data {
 namespace {

@@ -13,7 +13,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/base/status.h"
+#include "base/status.h"
 
 namespace moe::data {
 

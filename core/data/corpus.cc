@@ -4,13 +4,13 @@
 #include <filesystem>
 #include <system_error>
 
-#include "core/base/check.h"
-#include "core/base/hash.h"
-#include "core/base/logging.h"
+#include "base/check.h"
+#include "base/hash.h"
+#include "base/logging.h"
 #include "core/data/dataset.h"
 #include "core/data/text_reader.h"
 #include "core/data/token_cache.h"
-#include "core/io/file_util.h"
+#include "io/file_util.h"
 
 namespace moe::data {
 namespace {

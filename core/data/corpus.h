@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "core/base/status.h"
+#include "base/status.h"
 #include "core/data/text_reader.h"
 #include "core/data/tokenizer.h"
 #include "core/data/vocabulary.h"

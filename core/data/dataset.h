@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "core/base/status.h"
+#include "base/status.h"
 #include "core/data/corpus.h"
 
 namespace moe::data {

@@ -16,12 +16,12 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "core/base/check.h"
-#include "core/base/hash.h"
-#include "core/base/thread_pool.h"
+#include "base/check.h"
+#include "base/hash.h"
+#include "base/thread_pool.h"
 #include "core/data/text_stream.h"
 #include "core/data/token_cache.h"
-#include "core/io/file_util.h"
+#include "io/file_util.h"
 
 namespace moe::data {
 namespace {

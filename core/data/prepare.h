@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "core/base/status.h"
+#include "base/status.h"
 #include "core/data/dataset.h"
 #include "core/data/tokenizer.h"
 

@@ -10,7 +10,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "core/base/check.h"
+#include "base/check.h"
 #include "core/data/tokenizer.h"
 #include "core/data/vocabulary.h"
 

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "core/base/check.h"
+#include "base/check.h"
 #include "core/data/dataset.h"
 
 namespace moe::data {

@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "core/base/status.h"
-#include "core/base/tensor.h"
+#include "base/status.h"
+#include "base/tensor.h"
 #include "core/data/corpus.h"
 
 namespace moe::data {

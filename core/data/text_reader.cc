@@ -5,7 +5,7 @@
 #include <cstring>
 #include <filesystem>
 
-#include "core/base/check.h"
+#include "base/check.h"
 #include "core/data/text_stream.h"
 
 namespace moe::data {

@@ -13,7 +13,7 @@
 #include <string_view>
 #include <vector>
 
-#include "core/base/status.h"
+#include "base/status.h"
 
 namespace moe::data {
 

@@ -12,7 +12,7 @@
 #include <zstd.h>
 #endif
 
-#include "core/base/check.h"
+#include "base/check.h"
 
 namespace moe::data {
 namespace {

@@ -11,7 +11,7 @@
 #include <memory>
 #include <string>
 
-#include "core/base/status.h"
+#include "base/status.h"
 
 namespace moe::data {
 

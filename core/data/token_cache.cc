@@ -2,9 +2,9 @@
 
 #include <cstring>
 
-#include "core/base/check.h"
-#include "core/base/hash.h"
-#include "core/io/file_util.h"
+#include "base/check.h"
+#include "base/hash.h"
+#include "io/file_util.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "token_cache.cc writes the host byte order and assumes a little-endian host"

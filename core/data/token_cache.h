@@ -17,14 +17,14 @@
 //
 // The payload is a plain i32 array, so `numpy.memmap(path, dtype='<i4', offset=64)` reads it.
 // Version 1 (40-byte header without the text counts) is refused as another version; the run's
-// cache then rebuilds. Written to a temporary name, fsynced, then renamed (core/io/file_util.h).
+// cache then rebuilds. Written to a temporary name, fsynced, then renamed (io/file_util.h).
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
-#include "core/base/status.h"
+#include "base/status.h"
 #include "core/data/text_reader.h"
 #include "core/data/vocabulary.h"
 

@@ -5,11 +5,11 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
-#include "core/base/check.h"
-#include "core/base/hash.h"
+#include "base/check.h"
+#include "base/hash.h"
 #include "core/data/text_reader.h"
 #include "core/data/text_stream.h"
-#include "core/io/file_util.h"
+#include "io/file_util.h"
 
 namespace moe::data {
 namespace {

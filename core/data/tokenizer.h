@@ -27,7 +27,7 @@
 #include <string_view>
 #include <vector>
 
-#include "core/base/status.h"
+#include "base/status.h"
 #include "core/data/vocabulary.h"
 
 namespace moe::data {

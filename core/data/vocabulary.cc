@@ -3,10 +3,10 @@
 #include <algorithm>
 #include <cstdlib>
 
-#include "core/base/check.h"
-#include "core/base/hash.h"
+#include "base/check.h"
+#include "base/hash.h"
 #include "core/data/text_reader.h"
-#include "core/io/file_util.h"
+#include "io/file_util.h"
 
 namespace moe::data {
 namespace {

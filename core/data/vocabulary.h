@@ -24,7 +24,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "core/base/status.h"
+#include "base/status.h"
 
 namespace moe::data {
 
@@ -74,7 +74,7 @@ class Vocabulary {
   // Text format, version 1 (UTF-8, '\n' line ends):
   //   #moe-vocab version=1 size=<N> fingerprint=0x<16 hex> crc32=0x<8 hex>
   //   <token>\t<count>          (N lines, in id order)
-  // crc32 covers every byte after the header line. Written atomically (core/io/file_util.h).
+  // crc32 covers every byte after the header line. Written atomically (io/file_util.h).
   Status save(const std::string& path) const;
   // Errors naming the path: kNotFound; kInvalidArgument (not a vocabulary file, or malformed
   // content: missing/misplaced special tokens, duplicates, bad counts); kFailedPrecondition

@@ -2,12 +2,12 @@
 
 #include <algorithm>
 
-#include "core/base/logging.h"
+#include "base/logging.h"
 #include "core/checkpoint/checkpoint_io.h"
-#include "core/io/file_util.h"
-#include "core/train/checkpoint.h"
+#include "core/checkpoint/training_checkpoint.h"
 #include "core/train/run_device.h"
-#include "kernels/reference/blas_library.h"
+#include "io/file_util.h"
+#include "kernels/cpu/blas_library.h"
 #include "proto/run_convert.h"
 
 namespace moe {

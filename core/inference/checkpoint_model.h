@@ -7,11 +7,11 @@
 #include <optional>
 #include <string>
 
-#include "core/base/checkpoint_manifest.h"
-#include "core/base/context.h"
-#include "core/base/run_config.h"
+#include "base/context.h"
 #include "core/data/tokenizer.h"
 #include "core/model/transformer.h"
+#include "types/checkpoint_manifest.h"
+#include "types/run_config.h"
 
 namespace moe {
 

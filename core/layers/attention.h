@@ -11,7 +11,7 @@
 
 #include <string>
 
-#include "core/base/rng.h"
+#include "base/rng.h"
 #include "core/layers/parameters.h"
 
 namespace moe {

@@ -9,10 +9,10 @@
 
 #include <string>
 
-#include "core/base/moe_config.h"
-#include "core/base/rng.h"
+#include "base/rng.h"
 #include "core/layers/parameters.h"
 #include "kernels/activation.h"
+#include "types/moe_config.h"
 
 namespace moe {
 

@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "core/base/phase_timer.h"
+#include "base/phase_timer.h"
 #include "kernels/moe_dispatch.h"
 
 namespace moe {

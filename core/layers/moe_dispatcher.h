@@ -28,11 +28,11 @@
 #include <set>
 #include <vector>
 
+#include "base/context.h"
+#include "base/tensor.h"
 #include "comm/communicator.h"
-#include "core/base/context.h"
-#include "core/base/moe_config.h"
-#include "core/base/tensor.h"
 #include "kernels/expert_blocks.h"
+#include "types/moe_config.h"
 
 namespace moe {
 

@@ -160,8 +160,8 @@ StatusOr<MoeLayerOutputs> MoeLayer::forward(const MoeLayerInputs& in, MoeLayerSa
     MOE_ASSIGN_OR_RETURN(saved->v_out, ctx_.empty({tokens, d}, f));
   }
   MOE_RETURN_IF_ERROR(kernels::residual_forward(ctx_, residual_args_for(cfg_), in.x_base, saved->u,
-                                                in.p_in, in.adam_m_in, in.adam_v_in, out.out,
-                                                out.p_out, saved->m_out, saved->v_out));
+                                                {in.p_in, in.adam_m_in, in.adam_v_in}, out.out,
+                                                {out.p_out, saved->m_out, saved->v_out}));
   // Layers other than Adam pass the moments through unchanged.
   out.adam_m_out = adam ? saved->m_out : in.adam_m_in;
   out.adam_v_out = adam ? saved->v_out : in.adam_v_in;
@@ -204,9 +204,12 @@ StatusOr<MoeLayerGradInputs> MoeLayer::backward(const MoeLayerGradOutputs& g,
     gi.d_adam_v_in = g.d_adam_v_out;
   }
   MOE_RETURN_IF_ERROR(kernels::residual_backward(
-      ctx_, residual_args_for(cfg_), d_out, g.d_p_out, g.d_adam_m_out, g.d_adam_v_out, saved.u,
-      saved.m_out, saved.v_out, gi.d_x_base, du, gi.d_p_in,
-      adam ? gi.d_adam_m_in.view() : TensorView(), adam ? gi.d_adam_v_in.view() : TensorView()));
+      ctx_, residual_args_for(cfg_), d_out, {g.d_p_out, g.d_adam_m_out, g.d_adam_v_out}, saved.u,
+      {{}, saved.m_out, saved.v_out},
+      {gi.d_x_base,
+       du,
+       {gi.d_p_in, adam ? gi.d_adam_m_in.view() : TensorView(),
+        adam ? gi.d_adam_v_in.view() : TensorView()}}));
   if (saved.training && cfg_.output_dropout > 0) {
     MOE_RETURN_IF_ERROR(kernels::dropout_backward(ctx_, du, {}, saved.token_offset,
                                                   saved.output_dropout_rng,

@@ -21,13 +21,13 @@
 #include <string>
 
 #include "comm/communicator.h"
-#include "core/base/moe_config.h"
-#include "core/base/router_stats.h"
 #include "core/layers/expert_ffn.h"
 #include "core/layers/moe_dispatcher.h"
 #include "core/layers/moe_router.h"
 #include "core/layers/parameters.h"
 #include "kernels/residual.h"
+#include "types/moe_config.h"
+#include "types/router_stats.h"
 
 namespace moe {
 

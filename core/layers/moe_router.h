@@ -2,7 +2,7 @@
 // gradient tests): logits s = r W_r + b_r, where r is the layer input y (widened to F), or
 // y ⊙ M[prev_top1] for an Adaptive Clustering layer; then top-k softmax (or SparseMixer's masked
 // softmax and sample); the load-balancing and z losses; and the router statistics, accumulated
-// into the layer's device statistics block (core/base/router_stats.h). Nothing is read on the
+// into the layer's device statistics block (types/router_stats.h). Nothing is read on the
 // host.
 //
 // Parameters (dense, replicated, F): <prefix>.w_router [D, E], <prefix>.b_router [E].
@@ -10,11 +10,11 @@
 
 #include <string>
 
+#include "base/rng.h"
 #include "comm/communicator.h"
-#include "core/base/moe_config.h"
-#include "core/base/rng.h"
-#include "core/base/router_stats.h"
 #include "core/layers/parameters.h"
+#include "types/moe_config.h"
+#include "types/router_stats.h"
 
 namespace moe {
 

@@ -20,8 +20,8 @@
 #include <string>
 #include <vector>
 
-#include "core/base/context.h"
-#include "core/base/tensor.h"
+#include "base/context.h"
+#include "base/tensor.h"
 
 namespace moe {
 

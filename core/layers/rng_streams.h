@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-#include "core/base/rng.h"
+#include "base/rng.h"
 
 namespace moe {
 

@@ -1,5 +1,5 @@
 // One transformer block: attention sublayer, then a dense FFN or MoE sublayer, in the reference
-// code's post-LN double-residual form or pre-LN (core/base/model_config.h BlockStyle). The MoE
+// code's post-LN double-residual form or pre-LN (types/model_config.h BlockStyle). The MoE
 // residual state (momentum p, previous top-1) enters and leaves every block; dense blocks pass it
 // through unchanged. Every sublayer returns new tensors (the Context's allocator makes that
 // cheap), so what a sublayer saved for the backward is never overwritten and nothing is copied.
@@ -9,12 +9,12 @@
 #include <string>
 
 #include "comm/communicator.h"
-#include "core/base/model_config.h"
 #include "core/layers/attention.h"
 #include "core/layers/dense_ffn.h"
 #include "core/layers/layer_norm.h"
 #include "core/layers/moe_layer.h"
 #include "core/layers/rng_streams.h"
+#include "types/model_config.h"
 
 namespace moe {
 

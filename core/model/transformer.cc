@@ -1,6 +1,6 @@
 #include "core/model/transformer.h"
 
-#include "core/base/hash.h"
+#include "base/hash.h"
 #include "core/layers/rng_streams.h"
 #include "kernels/activation.h"
 #include "kernels/cross_entropy.h"

@@ -16,10 +16,10 @@
 #include <vector>
 
 #include "comm/communicator.h"
-#include "core/base/model_config.h"
-#include "core/base/router_stats.h"
 #include "core/layers/embedding.h"
 #include "core/model/block.h"
+#include "types/model_config.h"
+#include "types/router_stats.h"
 
 namespace moe {
 

@@ -9,10 +9,10 @@
 #include <iomanip>
 #include <sstream>
 
-#include "core/base/hash.h"
-#include "core/base/logging.h"
-#include "core/base/step_stats_json.h"
+#include "base/hash.h"
+#include "base/logging.h"
 #include "proto/stats_convert.h"
+#include "types/step_stats_json.h"
 
 namespace moe {
 

@@ -3,7 +3,7 @@
 // StepStats, aggregates them per layer (global expert loads are sums over ranks), flags anomalies
 // (a non-finite loss, a collapsed layer), appends the aggregate to RUN_DIR/stats.pb and prints one
 // progress line per logged step. It also appends one JSON line per logged step, evaluation and
-// rollback marker to RUN_DIR/metrics.jsonl (core/base/step_stats_json.h), flushed at once, for
+// rollback marker to RUN_DIR/metrics.jsonl (types/step_stats_json.h), flushed at once, for
 // tools that follow a run live; stats.pb stays the complete, checksummed record.
 #pragma once
 
@@ -13,10 +13,10 @@
 #include <string>
 #include <vector>
 
+#include "base/progress.h"
 #include "comm/communicator.h"
-#include "core/base/progress.h"
-#include "core/base/run_config.h"
-#include "core/base/step_stats.h"
+#include "types/run_config.h"
+#include "types/step_stats.h"
 
 namespace moe {
 

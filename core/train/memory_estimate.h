@@ -12,7 +12,7 @@
 #include <cstdint>
 #include <string>
 
-#include "core/base/run_config.h"
+#include "types/run_config.h"
 
 namespace moe {
 

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "core/base/context.h"
+#include "base/context.h"
 #include "core/model/transformer.h"
 
 namespace moe {

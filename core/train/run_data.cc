@@ -2,14 +2,14 @@
 
 #include <filesystem>
 
-#include "core/base/check.h"
-#include "core/base/hash.h"
-#include "core/base/logging.h"
+#include "base/check.h"
+#include "base/hash.h"
+#include "base/logging.h"
 #include "core/data/corpus.h"
 #include "core/data/dataset.h"
 #include "core/data/prepare.h"
 #include "core/data/text_stream.h"
-#include "core/io/file_util.h"
+#include "io/file_util.h"
 
 namespace moe {
 namespace {

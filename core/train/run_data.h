@@ -9,10 +9,10 @@
 #include <string>
 
 #include "comm/communicator.h"
-#include "core/base/run_config.h"
 #include "core/data/attack.h"
 #include "core/data/corpus.h"
 #include "core/data/sequences.h"
+#include "types/run_config.h"
 
 namespace moe {
 

@@ -2,9 +2,9 @@
 
 #include <algorithm>
 
-#include "core/base/cpu_info.h"
+#include "base/cpu_info.h"
 #include "core/train/memory_estimate.h"
-#include "kernels/reference/blas_library.h"
+#include "kernels/cpu/blas_library.h"
 
 namespace moe {
 StatusOr<RunDevice> make_run_device(DeviceKind kind, const ContextOptions& host_options, int rank) {

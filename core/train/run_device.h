@@ -1,6 +1,6 @@
 // Where a run computes, chosen once from train.device: the only place core/ looks at the device.
 // The CPU: a host Context with the run's threads, the BLAS loaded (its kernel chosen from the
-// CPU's features, kernels/reference/blas_library.h). CUDA: a Context on this rank's node-local GPU
+// CPU's features, kernels/cpu/blas_library.h). CUDA: a Context on this rank's node-local GPU
 // (choose_cuda_device; momoe-launch narrows CUDA_VISIBLE_DEVICES to it). Everything after this
 // hands tensors to kernels through the Context and never asks which one it got.
 #pragma once
@@ -9,8 +9,8 @@
 #include <memory>
 #include <string>
 
-#include "core/base/context.h"
-#include "core/base/run_config.h"
+#include "base/context.h"
+#include "types/run_config.h"
 
 namespace moe {
 

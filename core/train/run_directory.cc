@@ -11,8 +11,8 @@
 #include <filesystem>
 #include <random>
 
-#include "core/base/device.h"
-#include "core/io/file_util.h"
+#include "base/device.h"
+#include "io/file_util.h"
 
 namespace moe {
 namespace fs = std::filesystem;

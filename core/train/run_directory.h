@@ -12,7 +12,7 @@
 
 #include <string>
 
-#include "core/base/status.h"
+#include "base/status.h"
 
 namespace moe {
 

@@ -2,10 +2,10 @@
 
 #include <filesystem>
 
-#include "core/base/hash.h"
+#include "base/hash.h"
+#include "comm/agree.h"
 #include "core/checkpoint/checkpoint_io.h"
-#include "core/io/file_util.h"
-#include "core/train/agree.h"
+#include "io/file_util.h"
 #include "proto/run_convert.h"
 
 namespace moe {

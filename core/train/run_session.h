@@ -18,11 +18,11 @@
 #include <vector>
 
 #include "comm/communicator.h"
-#include "core/base/checkpoint_manifest.h"
-#include "core/base/run_config.h"
 #include "core/data/corpus.h"
 #include "core/train/coordinator.h"
 #include "core/train/run_directory.h"
+#include "types/checkpoint_manifest.h"
+#include "types/run_config.h"
 
 namespace moe {
 

@@ -2,8 +2,8 @@
 
 #include <cstdio>
 
-#include "core/base/cpu_info.h"
-#include "kernels/reference/blas_library.h"
+#include "base/cpu_info.h"
+#include "kernels/cpu/blas_library.h"
 
 namespace moe {
 namespace {

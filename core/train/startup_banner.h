@@ -7,10 +7,10 @@
 #include <vector>
 
 #include "comm/communicator.h"
-#include "core/base/run_config.h"
 #include "core/model/transformer.h"
 #include "core/train/run_data.h"
 #include "core/train/run_device.h"
+#include "types/run_config.h"
 
 namespace moe {
 

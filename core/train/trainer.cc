@@ -7,14 +7,14 @@
 #include <map>
 #include <mutex>
 
-#include "core/base/logging.h"
+#include "base/logging.h"
+#include "comm/agree.h"
 #include "core/checkpoint/checkpoint_io.h"
-#include "core/train/agree.h"
 #include "core/train/grad_sync.h"
 #include "core/train/memory_estimate.h"
 #include "core/train/startup_banner.h"
+#include "kernels/cpu/blas_library.h"
 #include "kernels/moe_stats.h"
-#include "kernels/reference/blas_library.h"
 #include "proto/run_convert.h"
 
 namespace moe {

@@ -27,21 +27,21 @@
 #include <optional>
 #include <string>
 
+#include "base/context.h"
+#include "base/phase_timer.h"
 #include "comm/communicator.h"
 #include "comm/process_groups.h"
 #include "comm/watchdog.h"
-#include "core/base/context.h"
-#include "core/base/phase_timer.h"
-#include "core/base/run_config.h"
+#include "core/checkpoint/training_checkpoint.h"
 #include "core/data/batch_scheduler.h"
 #include "core/model/transformer.h"
-#include "core/train/checkpoint.h"
+#include "core/optim/optimizer.h"
 #include "core/train/coordinator.h"
 #include "core/train/evaluator.h"
-#include "core/train/optimizer.h"
 #include "core/train/run_data.h"
 #include "core/train/run_device.h"
 #include "core/train/run_session.h"
+#include "types/run_config.h"
 
 namespace moe {
 

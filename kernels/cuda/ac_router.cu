@@ -2,14 +2,14 @@
 // Cluster sums walk the tokens in order with one thread per feature (each owns its column of
 // every cluster: no atomics, the CPU's order, the CPU's bits under the backend's no-FMA policy
 // in cuda_util.cuh). The metric is a small [E, D] pass
-// run by one thread: ref::ac_metric itself (kernels/reference/router_math.h). Labels outside [0, E)
+// run by one thread: ref::ac_metric itself (kernels/cpu/router_math.h). Labels outside [0, E)
 // are skipped (no sync to report them; the router never produces them).
 #include <cmath>
 
 #include "kernels/common.h"
-#include "kernels/cuda/cuda_ops.h"
+#include "kernels/cpu/router_math.h"
+#include "kernels/cuda/ac_router.h"
 #include "kernels/cuda/cuda_util.cuh"
-#include "kernels/reference/router_math.h"
 
 namespace moe::kernels::cuda {
 namespace {

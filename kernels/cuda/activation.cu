@@ -1,13 +1,13 @@
 // Activations, biases (dense and per expert block) and counter-based dropout on the GPU. The
-// activation formulas are the reference's own (kernels/reference/activation_ref.h); bias gradients
+// activation formulas are the reference's own (kernels/cpu/activation_ref.h); bias gradients
 // are column sums in double in a fixed order; dropout draws the same Philox blocks as the CPU, so
 // masks match bit for bit.
 #include <cmath>
 
 #include "kernels/common.h"
-#include "kernels/cuda/cuda_ops.h"
+#include "kernels/cpu/activation_ref.h"
+#include "kernels/cuda/activation.h"
 #include "kernels/cuda/cuda_util.cuh"
-#include "kernels/reference/activation_ref.h"
 
 namespace moe::kernels::cuda {
 namespace {

@@ -1,4 +1,4 @@
-// Causal multi-head attention on the GPU, the CPU reference's algorithm (kernels/reference/
+// Causal multi-head attention on the GPU, the CPU reference's algorithm (kernels/cpu/
 // attention_ref.cc): per sequence, strided-batched cuBLAS products over the heads for the scores
 // and the values, and one block per score row for the masked softmax (max, exponentials, the sum
 // in double, the saved logsumexp) and its backward. P is recomputed in the backward from the
@@ -9,10 +9,11 @@
 #include <cmath>
 
 #include "kernels/common.h"
+#include "kernels/cpu/attention_ref.h"
+#include "kernels/cuda/attention.h"
 #include "kernels/cuda/cublas_gemm.cuh"
-#include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/cuda_util.cuh"
-#include "kernels/reference/attention_ref.h"
+#include "kernels/cuda/elementwise.h"
 
 namespace moe::kernels::cuda {
 namespace {

@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "kernels/common.h"
-#include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/cross_entropy.h"
 #include "kernels/cuda/cuda_util.cuh"
 
 namespace moe::kernels::cuda {

@@ -4,9 +4,9 @@
 
 #include <cstdint>
 
-#include "core/base/context.h"
-#include "core/base/dtype.h"
-#include "core/base/status.h"
+#include "base/context.h"
+#include "base/dtype.h"
+#include "base/status.h"
 
 namespace moe::kernels::cuda {
 

@@ -20,10 +20,10 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "core/base/check.h"
-#include "core/base/context.h"
-#include "core/base/dtype.h"
-#include "core/base/status.h"
+#include "base/check.h"
+#include "base/context.h"
+#include "base/dtype.h"
+#include "base/status.h"
 
 namespace moe::kernels::cuda {
 

@@ -2,8 +2,8 @@
 // order (one thread per column walks the tokens), the reference's order, so the gradients match
 // the CPU bit for bit in f32 and f64.
 #include "kernels/common.h"
-#include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/cuda_util.cuh"
+#include "kernels/cuda/embedding.h"
 
 namespace moe::kernels::cuda {
 namespace {

@@ -6,8 +6,9 @@
 
 #include "kernels/common.h"
 #include "kernels/cuda/cublas_gemm.cuh"
-#include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/cuda_util.cuh"
+#include "kernels/cuda/elementwise.h"
+#include "kernels/cuda/gemm.h"
 
 namespace moe::kernels::cuda {
 namespace {

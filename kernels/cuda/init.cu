@@ -2,8 +2,8 @@
 // same Philox counters as the CPU (the Box-Muller transform runs in the device's float math, so
 // values can differ from the CPU's in the last bit).
 #include "kernels/common.h"
-#include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/cuda_util.cuh"
+#include "kernels/cuda/init.h"
 
 namespace moe::kernels::cuda {
 namespace {

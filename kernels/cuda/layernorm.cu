@@ -4,8 +4,8 @@
 #include <cmath>
 
 #include "kernels/common.h"
-#include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/cuda_util.cuh"
+#include "kernels/cuda/layernorm.h"
 
 namespace moe::kernels::cuda {
 namespace {

@@ -8,8 +8,8 @@
 #include <cstdint>
 
 #include "kernels/common.h"
-#include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/cuda_util.cuh"
+#include "kernels/cuda/moe_dispatch.h"
 
 namespace moe::kernels::cuda {
 namespace {

@@ -3,8 +3,8 @@
 #include <cmath>
 
 #include "kernels/common.h"
-#include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/cuda_util.cuh"
+#include "kernels/cuda/moe_stats.h"
 
 namespace moe::kernels::cuda {
 namespace {

@@ -3,14 +3,14 @@
 #include <cmath>
 
 #include "kernels/common.h"
-#include "kernels/cuda/cuda_ops.h"
+#include "kernels/cpu/optimizer_math.h"
 #include "kernels/cuda/cuda_util.cuh"
-#include "kernels/reference/optimizer_math.h"
+#include "kernels/cuda/optimizer.h"
 
 namespace moe::kernels::cuda {
 namespace {
 
-// The constants of one AdamW step, folded as in the reference (kernels/reference/optimizer_ref.cc).
+// The constants of one AdamW step, folded as in the reference (kernels/cpu/optimizer_ref.cc).
 template <typename T>
 struct AdamConsts {
   T decay, step_size, inv_sqrt_bc2, b1, b2, c1, c2, eps, gs;

@@ -1,9 +1,9 @@
 // The residual dynamics on the GPU (plain, heavy ball in both conventions, Adam, the robust input
-// shift), elementwise in double with the CPU's expressions (kernels/reference/residual_math.h).
+// shift), elementwise in double with the CPU's expressions (kernels/cpu/residual_math.h).
 #include "kernels/common.h"
-#include "kernels/cuda/cuda_ops.h"
+#include "kernels/cpu/residual_math.h"
 #include "kernels/cuda/cuda_util.cuh"
-#include "kernels/reference/residual_math.h"
+#include "kernels/cuda/residual.h"
 
 namespace moe::kernels::cuda {
 namespace {
@@ -61,9 +61,10 @@ __global__ void shift_kernel(const A* x, const F* p, double a_shift, int64_t n, 
 }  // namespace
 
 Status residual_forward(Context& ctx, const ResidualArgs& a, const TensorView& x,
-                        const TensorView& u, const TensorView& p_in, const TensorView& m_in,
-                        const TensorView& v_in, const TensorView& out, const TensorView& p_out,
-                        const TensorView& m_out, const TensorView& v_out) {
+                        const TensorView& u, const ResidualState& in, const TensorView& out,
+                        const ResidualState& state_out) {
+  const TensorView &p_in = in.p, &m_in = in.m, &v_in = in.v;
+  const TensorView &p_out = state_out.p, &m_out = state_out.m, &v_out = state_out.v;
   const int64_t n = x.numel();
   if (n == 0) return Status::OK();
   MOE_RETURN_IF_ERROR(dispatch_act("residual_forward", x, [&](auto at, auto ft) {
@@ -78,11 +79,12 @@ Status residual_forward(Context& ctx, const ResidualArgs& a, const TensorView& x
 }
 
 Status residual_backward(Context& ctx, const ResidualArgs& a, const TensorView& d_out,
-                         const TensorView& d_p_out, const TensorView& d_m_out,
-                         const TensorView& d_v_out, const TensorView& u, const TensorView& m_out,
-                         const TensorView& v_out, const TensorView& dx, const TensorView& du,
-                         const TensorView& d_p_in, const TensorView& d_m_in,
-                         const TensorView& d_v_in) {
+                         const ResidualState& d_state_out, const TensorView& u,
+                         const ResidualState& state_out, const ResidualBackwardOut& grads) {
+  const TensorView &d_p_out = d_state_out.p, &d_m_out = d_state_out.m, &d_v_out = d_state_out.v;
+  const TensorView &m_out = state_out.m, &v_out = state_out.v;
+  const TensorView &dx = grads.dx, &du = grads.du;
+  const TensorView &d_p_in = grads.d_in.p, &d_m_in = grads.d_in.m, &d_v_in = grads.d_in.v;
   const int64_t n = d_out.numel();
   if (n == 0) return Status::OK();
   MOE_RETURN_IF_ERROR(dispatch_act("residual_backward", d_out, [&](auto at, auto ft) {

@@ -6,9 +6,9 @@
 #include <cmath>
 
 #include "kernels/common.h"
-#include "kernels/cuda/cuda_ops.h"
+#include "kernels/cpu/router_math.h"
 #include "kernels/cuda/cuda_util.cuh"
-#include "kernels/reference/router_math.h"
+#include "kernels/cuda/router.h"
 
 namespace moe::kernels::cuda {
 namespace {

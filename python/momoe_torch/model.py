@@ -78,7 +78,7 @@ class FeedForward(nn.Module):
 
 def ac_metric(y, labels, num_experts, params):
     """The Adaptive Clustering router's metric [E, D] from this batch's MoE input `y` [T, D]
-    grouped by the previous layer's top-1 expert `labels` [T] (momoe's kernels/reference/
+    grouped by the previous layer's top-1 expert `labels` [T] (momoe's kernels/cpu/
     router_math.h ac_metric, in float64)."""
     t, d = y.shape
     yd = y.double()
@@ -250,7 +250,7 @@ class MoeLayer(nn.Module):
                 out = out * self.omega
             u.index_add_(0, tokens, gate[tokens, choice][:, None] * out)
 
-        # The residual dynamics, per element in float64 (kernels/reference/residual_math.h).
+        # The residual dynamics, per element in float64 (kernels/cpu/residual_math.h).
         x, ud = x_base.double(), u.double()
         p_prev = p_in.double() if p_in is not None else torch.zeros_like(ud)
         form = res["form"]

@@ -1,7 +1,7 @@
-// core/io/child_process.h with ordinary programs: a line round trip through `cat`, the
+// io/child_process.h with ordinary programs: a line round trip through `cat`, the
 // environment, exit statuses, a child that stops reading (no SIGPIPE for us), a program that does
 // not exist, and the destructor ending a child that still runs.
-#include "core/io/child_process.h"
+#include "io/child_process.h"
 
 #include <gtest/gtest.h>
 #include <signal.h>

@@ -1,10 +1,10 @@
-// core/base/phase_timer.h on a GPU: phases are device time between CUDA events on the context's
+// base/phase_timer.h on a GPU: phases are device time between CUDA events on the context's
 // stream; collect() never waits (it does not count as a sync) and hands a phase the stream has
 // not reached yet out with a later collect(). Skips without a CUDA device.
 #include <gtest/gtest.h>
 
-#include "core/base/context.h"
-#include "core/base/phase_timer.h"
+#include "base/context.h"
+#include "base/phase_timer.h"
 #include "tests/testing/cuda_device.h"
 
 namespace moe {

@@ -1,15 +1,15 @@
-// core/base/phase_timer.h on the host: phases are the host time between begin and end, nested
+// base/phase_timer.h on the host: phases are the host time between begin and end, nested
 // phases overlap their parent, host seconds add, collect() hands each interval out once, and a
 // phase begun twice or ended unopened is a programmer error. ScopedPhase does nothing on a
 // context without a timer. (phase_timer_gpu_test.cc: CUDA events, never waiting.)
-#include "core/base/phase_timer.h"
+#include "base/phase_timer.h"
 
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <thread>
 
-#include "core/base/context.h"
+#include "base/context.h"
 
 namespace moe {
 namespace {

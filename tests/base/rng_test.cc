@@ -1,4 +1,4 @@
-#include "core/base/rng.h"
+#include "base/rng.h"
 
 #include <gtest/gtest.h>
 

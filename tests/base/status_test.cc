@@ -1,8 +1,8 @@
-#include "core/base/status.h"
+#include "base/status.h"
 
 #include <gtest/gtest.h>
 
-#include "core/base/check.h"
+#include "base/check.h"
 
 namespace moe {
 namespace {

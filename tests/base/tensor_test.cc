@@ -1,9 +1,9 @@
-#include "core/base/tensor.h"
+#include "base/tensor.h"
 
 #include <gtest/gtest.h>
 
-#include "core/base/allocator.h"
-#include "core/base/context.h"
+#include "base/allocator.h"
+#include "base/context.h"
 
 namespace moe {
 namespace {

@@ -1,7 +1,7 @@
 // The CPU thread pool: every index runs exactly once whatever the thread count, grain and range
 // length; nested and concurrent calls run inline instead of deadlocking; blocked sums do not
 // depend on the thread count; the default thread count divides the cores among a node's ranks.
-#include "core/base/thread_pool.h"
+#include "base/thread_pool.h"
 
 #include <gtest/gtest.h>
 
@@ -11,7 +11,7 @@
 #include <thread>
 #include <vector>
 
-#include "core/base/context.h"
+#include "base/context.h"
 
 namespace moe {
 namespace {

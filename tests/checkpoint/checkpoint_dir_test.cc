@@ -10,7 +10,7 @@
 #include <fstream>
 
 #include "core/checkpoint/checkpoint_io.h"
-#include "core/io/file_util.h"
+#include "io/file_util.h"
 #include "proto/checkpoint_convert.h"
 
 namespace moe::ckpt {

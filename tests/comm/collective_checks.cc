@@ -5,9 +5,9 @@
 #include <string>
 #include <vector>
 
+#include "base/allocator.h"
+#include "base/check.h"
 #include "comm/process_groups.h"
-#include "core/base/allocator.h"
-#include "core/base/check.h"
 
 namespace moe::comm::testing {
 namespace {

@@ -4,9 +4,9 @@
 
 #include <algorithm>
 
+#include "base/context.h"
 #include "comm/local_communicator.h"
 #include "comm/nccl_communicator.h"
-#include "core/base/context.h"
 #include "tests/comm/collective_checks.h"
 #include "tests/testing/cuda_device.h"
 

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "core/base/status.h"
+#include "base/status.h"
 #include "core/layers/parameters.h"
 #include "tests/testing/gradient_check.h"
 #include "tests/testing/status_expect.h"

@@ -8,7 +8,7 @@
 
 #include <cmath>
 
-#include "core/base/rng.h"
+#include "base/rng.h"
 #include "tests/testing/cross_path.h"
 #include "tests/testing/gradient_check.h"
 

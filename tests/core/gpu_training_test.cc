@@ -21,7 +21,7 @@
 #include <map>
 
 #include "core/checkpoint/checkpoint_io.h"
-#include "core/io/file_util.h"
+#include "io/file_util.h"
 #include "proto/run_convert.h"
 #include "tests/core/trainer_test_util.h"
 #include "tests/testing/cuda_device.h"

@@ -6,7 +6,7 @@
 #include <map>
 #include <memory>
 
-#include "core/base/rng.h"
+#include "base/rng.h"
 #include "core/layers/moe_dispatcher.h"
 #include "kernels/moe_dispatch.h"
 #include "tests/core/moe_layer_test_util.h"

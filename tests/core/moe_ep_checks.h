@@ -20,10 +20,10 @@
 #include <string>
 #include <vector>
 
+#include "base/tensor.h"
 #include "comm/communicator.h"
-#include "core/base/moe_config.h"
-#include "core/base/tensor.h"
 #include "tests/testing/cross_path.h"
+#include "types/moe_config.h"
 
 namespace moe::testing {
 

@@ -132,7 +132,7 @@ TEST_F(ParallelTrainerTest, EpOneTwoFourAndTwoByTwoGiveTheSameTraining) {
   }
 }
 
-// Every step records where its time went (core/base/phase_timer.h): forward, backward and the
+// Every step records where its time went (base/phase_timer.h): forward, backward and the
 // optimizer take time, the phases fit in the step, and the MoE exchange is timed inside forward
 // and backward only when there is one (EP > 1).
 TEST_F(ParallelTrainerTest, StepPhasesAreTimedAndTheExchangeOnlyAcrossEpRanks) {

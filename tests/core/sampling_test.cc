@@ -8,7 +8,7 @@
 #include <cmath>
 #include <set>
 
-#include "core/base/rng.h"
+#include "base/rng.h"
 #include "tests/testing/status_expect.h"
 
 namespace moe {

@@ -1,4 +1,4 @@
-// The CPU backend's threads do not change the numbers (core/base/thread_pool.h): every model
+// The CPU backend's threads do not change the numbers (base/thread_pool.h): every model
 // family in configs/ (shrunk to test size), in FP32 and BF16, trains 20 steps at 1, 2 and 3
 // threads per rank with bit-identical losses and parameters. The contexts cut work as finely as
 // they can (ContextOptions::fine_grained_parallelism), so these small shapes take the threaded

@@ -8,7 +8,7 @@
 #include <fstream>
 
 #include "core/checkpoint/checkpoint_io.h"
-#include "core/io/file_util.h"
+#include "io/file_util.h"
 #include "proto/stats_convert.h"
 #include "tests/core/trainer_test_util.h"
 

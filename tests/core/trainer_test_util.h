@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "core/base/run_config.h"
 #include "core/train/trainer.h"
+#include "types/run_config.h"
 
 namespace moe::testing {
 

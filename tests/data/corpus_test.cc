@@ -2,8 +2,8 @@
 
 #include <gtest/gtest.h>
 
-#include "core/base/hash.h"
-#include "core/io/file_util.h"
+#include "base/hash.h"
+#include "io/file_util.h"
 #include "tests/data/data_test_util.h"
 
 namespace moe::data {

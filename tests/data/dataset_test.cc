@@ -17,12 +17,12 @@
 #include <filesystem>
 #include <map>
 
-#include "core/base/hash.h"
-#include "core/base/tensor.h"
+#include "base/hash.h"
+#include "base/tensor.h"
 #include "core/data/prepare.h"
 #include "core/data/sequences.h"
 #include "core/data/text_stream.h"
-#include "core/io/file_util.h"
+#include "io/file_util.h"
 #include "tests/data/data_test_util.h"
 
 namespace moe::data {

@@ -9,7 +9,7 @@
 
 #include "core/data/dataset.h"
 #include "core/data/prepare.h"
-#include "core/io/file_util.h"
+#include "io/file_util.h"
 #include "tests/data/data_test_util.h"
 #if defined(MOMOE_HAVE_SENTENCEPIECE) && MOMOE_HAVE_SENTENCEPIECE
 #include "core/data/sentencepiece_backend.h"

@@ -1,6 +1,6 @@
 // The BLAS is loaded at run time with a kernel chosen from the CPU's features (blas_library.h):
 // the policy on made-up CPUs, and the library this process loaded on the real one.
-#include "kernels/reference/blas_library.h"
+#include "kernels/cpu/blas_library.h"
 
 #include <gtest/gtest.h>
 #include <strings.h>
@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "kernels/reference/blas_ref.h"
-#include "kernels/reference/sgemm_accuracy.h"
+#include "kernels/cpu/blas_ref.h"
+#include "kernels/cpu/sgemm_accuracy.h"
 
 namespace moe::kernels::ref {
 namespace {
@@ -181,7 +181,7 @@ TEST(BlasLibraryTest, ProductsRunThroughTheLoadedLibrary) {
 // Whether the loaded kernel computes sgemm correctly on this CPU (tests/run.sh runs this under
 // every OpenBLAS kernel the CPU can run): on each of momoe's GEMM shapes, every element is within
 // the classical error bound of a float32 K-term product against an exact (f64) sum
-// (kernels/reference/sgemm_accuracy.h). The bound is derived, not measured: a correct kernel in
+// (kernels/cpu/sgemm_accuracy.h). The bound is derived, not measured: a correct kernel in
 // any summation order meets it.
 TEST(BlasLibraryTest, SgemmMeetsFloat32sErrorBoundOnMomoesShapes) {
   ASSERT_TRUE(load_blas().ok()) << load_blas().message();

@@ -14,8 +14,8 @@
 #include <string>
 #include <tuple>
 
-#include "core/base/device.h"
-#include "core/base/rng.h"
+#include "base/device.h"
+#include "base/rng.h"
 #include "kernels/activation.h"
 #include "kernels/attention.h"
 #include "kernels/cross_entropy.h"
@@ -753,12 +753,12 @@ TEST_F(CudaKernelTest, ResidualDynamics) {
                vout = Tensor::empty(s, f);
         Tensor gout = poisoned(s, dt), gpout = poisoned(s, f), gmout = poisoned(s, f),
                gvout = poisoned(s, f);
-        OK(residual_forward(cpu(), a, x, u, opt(p), adam ? opt(m) : TensorView(),
-                            adam ? opt(v) : TensorView(), out, pout, adam_only(mout),
-                            adam_only(vout)));
-        OK(residual_forward(gpu(), a, gx, gu, opt(gp), adam ? opt(gm) : TensorView(),
-                            adam ? opt(gv) : TensorView(), gout, gpout, adam_only(gmout),
-                            adam_only(gvout)));
+        OK(residual_forward(cpu(), a, x, u,
+                            {opt(p), adam ? opt(m) : TensorView(), adam ? opt(v) : TensorView()},
+                            out, {pout, adam_only(mout), adam_only(vout)}));
+        OK(residual_forward(gpu(), a, gx, gu,
+                            {opt(gp), adam ? opt(gm) : TensorView(), adam ? opt(gv) : TensorView()},
+                            gout, {gpout, adam_only(gmout), adam_only(gvout)}));
         const double tol = dt == DType::kBF16 ? -1 : (dt == DType::kF64 ? 1e-14 : 1e-7);
         expect_close("residual_forward", out, gout, tol);
         expect_close("residual_forward(p)", pout, gpout, f == DType::kF64 ? 1e-14 : 1e-7);
@@ -768,12 +768,15 @@ TEST_F(CudaKernelTest, ResidualDynamics) {
         Tensor gdx = poisoned(s, dt), gdu = poisoned(s, dt), gdpi = poisoned(s, f),
                gdmi = poisoned(s, f), gdvi = poisoned(s, f);
         Tensor gdp = up(dp), gdm = up(dm), gdv = up(dv);
-        OK(residual_backward(cpu(), a, dout, opt(dp), adam ? opt(dm) : TensorView(),
-                             adam ? opt(dv) : TensorView(), u, adam_only(mout), adam_only(vout), dx,
-                             du, dpi, adam_only(dmi), adam_only(dvi)));
-        OK(residual_backward(gpu(), a, up(dout), opt(gdp), adam ? opt(gdm) : TensorView(),
-                             adam ? opt(gdv) : TensorView(), gu, adam_only(gmout), adam_only(gvout),
-                             gdx, gdu, gdpi, adam_only(gdmi), adam_only(gdvi)));
+        OK(residual_backward(
+            cpu(), a, dout, {opt(dp), adam ? opt(dm) : TensorView(), adam ? opt(dv) : TensorView()},
+            u, {{}, adam_only(mout), adam_only(vout)},
+            {dx, du, {dpi, adam_only(dmi), adam_only(dvi)}}));
+        OK(residual_backward(
+            gpu(), a, up(dout),
+            {opt(gdp), adam ? opt(gdm) : TensorView(), adam ? opt(gdv) : TensorView()}, gu,
+            {{}, adam_only(gmout), adam_only(gvout)},
+            {gdx, gdu, {gdpi, adam_only(gdmi), adam_only(gdvi)}}));
         expect_close("residual_backward(dx)", dx, gdx, tol);
         expect_close("residual_backward(du)", du, gdu, dt == DType::kBF16 ? -1 : 1e-6);
         expect_close("residual_backward(dp)", dpi, gdpi, f == DType::kF64 ? 1e-14 : 1e-7);

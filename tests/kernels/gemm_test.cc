@@ -2,7 +2,7 @@
 
 #include <gtest/gtest.h>
 
-#include "core/base/rng.h"
+#include "base/rng.h"
 #include "tests/testing/gradient_check.h"
 
 namespace moe::kernels {

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/reference/row_copy.h"
+#include "kernels/cpu/row_copy.h"
 #include "tests/testing/gradient_check.h"
 #include "tests/testing/status_expect.h"
 

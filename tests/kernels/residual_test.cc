@@ -50,24 +50,26 @@ TEST(ResidualTest, ForwardEquationsByHand) {
   Tensor p = Tensor::from_vector<double>({1, 2}, {2.0, 1.0});
   Tensor out = Tensor::empty({1, 2}, DType::kF64), p_out = Tensor::empty({1, 2}, DType::kF64);
   ResidualArgs plain;
-  ASSERT_TRUE(residual_forward(ctx(), plain, x, u, p, {}, {}, out, p_out, {}, {}).ok());
+  ASSERT_TRUE(residual_forward(ctx(), plain, x, u, {p, {}, {}}, out, {p_out, {}, {}}).ok());
   EXPECT_EQ(to_vector<double>(out), (std::vector<double>{1.5, 2.0}));
   EXPECT_EQ(to_vector<double>(p_out), (std::vector<double>{2.0, 1.0}));  // passed through
   // Paper: p = u + mu p; out = x + gamma p (mu 0.5, gamma 2).
   ASSERT_TRUE(
-      residual_forward(ctx(), momentum(0.5, 1.0, 2.0), x, u, p, {}, {}, out, p_out, {}, {}).ok());
+      residual_forward(ctx(), momentum(0.5, 1.0, 2.0), x, u, {p, {}, {}}, out, {p_out, {}, {}})
+          .ok());
   EXPECT_EQ(to_vector<double>(p_out), (std::vector<double>{1.5, 4.5}));
   EXPECT_EQ(to_vector<double>(out), (std::vector<double>{4.0, 7.0}));
   // Reference code: m = mu m + gamma u; out = x - m. An empty p_in is zero.
   ASSERT_TRUE(
-      residual_forward(ctx(), momentum(0.5, 2.0, -1.0), x, u, {}, {}, {}, out, p_out, {}, {}).ok());
+      residual_forward(ctx(), momentum(0.5, 2.0, -1.0), x, u, {{}, {}, {}}, out, {p_out, {}, {}})
+          .ok());
   EXPECT_EQ(to_vector<double>(p_out), (std::vector<double>{1.0, 8.0}));
   EXPECT_EQ(to_vector<double>(out), (std::vector<double>{0.0, -10.0}));
   // Adam (eps outside): m = 0.1 u, v = 0.01 u^2 from zero moments.
   Tensor m_out = Tensor::empty({1, 2}, DType::kF64), v_out = Tensor::empty({1, 2}, DType::kF64);
   for (bool inside : {false, true}) {
     const ResidualArgs a = adam(inside);
-    ASSERT_TRUE(residual_forward(ctx(), a, x, u, p, {}, {}, out, p_out, m_out, v_out).ok());
+    ASSERT_TRUE(residual_forward(ctx(), a, x, u, {p, {}, {}}, out, {p_out, m_out, v_out}).ok());
     for (int i = 0; i < 2; ++i) {
       const double ui = u.data<double>()[i], m = 0.1 * ui, v = 0.01 * ui * ui;
       const double denom = inside ? std::sqrt(v + a.eps) : std::sqrt(v) + a.eps;
@@ -100,21 +102,24 @@ TEST(ResidualTest, BackwardMatchesFiniteDifferences) {
     Tensor w_out = make(6, -1, 1), w_p = make(7, -1, 1), w_m = make(8, -1, 1), w_v = make(9, -1, 1);
     Tensor out = make(0, 0, 0), p_out = make(0, 0, 0), m_out = make(0, 0, 0), v_out = make(0, 0, 0);
     auto loss = [&]() {
-      EXPECT_TRUE(residual_forward(ctx(), a, x, u, p, is_adam ? m_in.view() : TensorView(),
-                                   is_adam ? v_in.view() : TensorView(), out, p_out,
-                                   is_adam ? m_out.view() : TensorView(),
-                                   is_adam ? v_out.view() : TensorView())
-                      .ok());
+      EXPECT_TRUE(
+          residual_forward(
+              ctx(), a, x, u,
+              {p, is_adam ? m_in.view() : TensorView(), is_adam ? v_in.view() : TensorView()}, out,
+              {p_out, is_adam ? m_out.view() : TensorView(), is_adam ? v_out.view() : TensorView()})
+              .ok());
       return dot(out, w_out) + dot(p_out, w_p) + (is_adam ? dot(m_out, w_m) + dot(v_out, w_v) : 0);
     };
     loss();
     Tensor dx = make(10, 0, 1), du = make(11, 0, 1), dp = make(12, 0, 1);  // overwritten
     Tensor dm = make(13, 0, 1), dv = make(14, 0, 1);
-    ASSERT_TRUE(residual_backward(ctx(), a, w_out, w_p, is_adam ? w_m.view() : TensorView(),
-                                  is_adam ? w_v.view() : TensorView(), u, m_out, v_out, dx, du, dp,
-                                  is_adam ? dm.view() : TensorView(),
-                                  is_adam ? dv.view() : TensorView())
-                    .ok());
+    ASSERT_TRUE(
+        residual_backward(
+            ctx(), a, w_out,
+            {w_p, is_adam ? w_m.view() : TensorView(), is_adam ? w_v.view() : TensorView()}, u,
+            {{}, m_out, v_out},
+            {dx, du, {dp, is_adam ? dm.view() : TensorView(), is_adam ? dv.view() : TensorView()}})
+            .ok());
     std::vector<moe::testing::GradTarget> targets = {{"x", x, dx}, {"u", u, du}, {"p", p, dp}};
     if (is_adam) {
       targets.push_back({"m_in", m_in, dm});
@@ -140,16 +145,16 @@ TEST(ResidualTest, Bf16ActivationsWithF32State) {
   Tensor out16 = Tensor::empty({2, 3}, DType::kBF16), outf = Tensor::empty({2, 3}, DType::kF32);
   Tensor p16 = Tensor::empty({2, 3}, DType::kF32), pf = Tensor::empty({2, 3}, DType::kF32);
   const ResidualArgs a = momentum(0.7, 1.0, 1.0);
-  ASSERT_TRUE(residual_forward(ctx(), a, x16, u16, p, {}, {}, out16, p16, {}, {}).ok());
-  ASSERT_TRUE(residual_forward(ctx(), a, xf, uf, p, {}, {}, outf, pf, {}, {}).ok());
+  ASSERT_TRUE(residual_forward(ctx(), a, x16, u16, {p, {}, {}}, out16, {p16, {}, {}}).ok());
+  ASSERT_TRUE(residual_forward(ctx(), a, xf, uf, {p, {}, {}}, outf, {pf, {}, {}}).ok());
   EXPECT_TRUE(moe::testing::bitwise_equal(p16, pf));
   for (int i = 0; i < 6; ++i) {
     EXPECT_NEAR(static_cast<float>(out16.data<bf16>()[i]), outf.data<float>()[i],
                 std::fabs(outf.data<float>()[i]) / 128 + 1e-7);
   }
   // The state is F: a bf16 state is refused.
-  EXPECT_EQ(residual_forward(ctx(), a, x16, u16, Tensor::zeros({2, 3}, DType::kBF16), {}, {}, out16,
-                             p16, {}, {})
+  EXPECT_EQ(residual_forward(ctx(), a, x16, u16, {Tensor::zeros({2, 3}, DType::kBF16), {}, {}},
+                             out16, {p16, {}, {}})
                 .code(),
             StatusCode::kInvalidArgument);
   // Robust shift: y = x + a p (act + F -> act).
@@ -163,10 +168,10 @@ TEST(ResidualTest, Bf16ActivationsWithF32State) {
 TEST(ResidualTest, BadArgumentsAreInvalidArgument) {
   Tensor x = Tensor::zeros({2, 3}, DType::kF32), out = Tensor::zeros({2, 3}, DType::kF32);
   const ResidualArgs a = adam(false);
-  EXPECT_EQ(residual_forward(ctx(), a, x, x, {}, {}, {}, out, out, {}, {}).code(),
+  EXPECT_EQ(residual_forward(ctx(), a, x, x, {{}, {}, {}}, out, {out, {}, {}}).code(),
             StatusCode::kInvalidArgument);  // Adam needs m_out, v_out
-  EXPECT_EQ(residual_forward(ctx(), ResidualArgs{}, x, Tensor::zeros({3, 2}, DType::kF32), {}, {},
-                             {}, out, out, {}, {})
+  EXPECT_EQ(residual_forward(ctx(), ResidualArgs{}, x, Tensor::zeros({3, 2}, DType::kF32),
+                             {{}, {}, {}}, out, {out, {}, {}})
                 .code(),
             StatusCode::kInvalidArgument);
 }

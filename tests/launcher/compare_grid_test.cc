@@ -1,6 +1,6 @@
 // momoe-compare's grid: parsing (variants, grid files, seeds), the built-in presets, budget checks,
 // and the summary (steps to a loss, mean +- sample std over seeds) on hand-computed numbers.
-#include "launcher/compare_grid.h"
+#include "core/compare/compare_grid.h"
 
 #include <gtest/gtest.h>
 

@@ -1,5 +1,5 @@
 // Crash safety of checkpoint writes and pruning, proven by killing momoe-train (SIGKILL, through
-// the crash points of core/io/crash_point.h) at every rename and unlink of a save in turn. After
+// the crash points of io/crash_point.h) at every rename and unlink of a save in turn. After
 // each kill: every directory named ckpt-<step> is a whole checkpoint, the newest checkpoint that
 // existed before the save is still there or the new one is complete, and a plain rerun recovers
 // and finishes with parameters bit-identical to a run that was never interrupted.
@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "core/checkpoint/checkpoint_io.h"
-#include "core/io/file_util.h"
+#include "io/file_util.h"
 
 extern char** environ;
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Every C++ and CUDA source of the repository is formatted with the repo's .clang-format:
-# clang-format --dry-run -Werror over kernels/, comm/, proto/, core/,
+# clang-format --dry-run -Werror over base/, io/, types/, kernels/, comm/, proto/, core/,
 # launcher/, benchmarks/ and tests/ (generated and third-party code lives in the build directory,
 # not here). A deviation prints clang-format's diagnostics and exits 1: run
 #   clang-format -i $(git ls-files '*.h' '*.cc' '*.cu' '*.cuh')
@@ -24,7 +24,7 @@ if [ "$major" != "$want_major" ]; then
 fi
 files=()
 while IFS= read -r -d '' f; do files+=("$f"); done < <(
-  find "$root/kernels" "$root/comm" "$root/proto" \
+  find "$root/base" "$root/io" "$root/types" "$root/kernels" "$root/comm" "$root/proto" \
        "$root/core" "$root/launcher" "$root/benchmarks" "$root/tests" \
        \( -name '*.h' -o -name '*.cc' -o -name '*.cu' -o -name '*.cuh' \) -type f -print0)
 [ ${#files[@]} -gt 100 ] || { echo "format_check: found only ${#files[@]} sources under $root" >&2; exit 1; }

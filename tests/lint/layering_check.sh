@@ -11,19 +11,22 @@ root=${1:-$(cd "$(dirname "$0")/../.." && pwd)}
 
 # folder: the include prefixes it may use besides its own (one line each, lower layers first).
 rules=(
-  "core/base:"
-  "core/io:core/base"
-  "kernels/reference:core/base kernels"
-  "kernels/cuda:core/base kernels kernels/reference"
-  "kernels:core/base kernels/reference kernels/cuda"
-  "comm:core/base"
-  "proto:core/base core/io"
-  "core/data:core/base core/io"
-  "core/layers:core/base kernels comm"
-  "core/model:core/base kernels comm core/layers"
-  "core/checkpoint:core/base core/io proto core/layers core/model"
-  "core/train:core/base core/io kernels kernels/reference comm proto core/data core/layers core/model core/checkpoint"
-  "core/inference:core/base core/io kernels kernels/reference comm proto core/data core/layers core/model core/checkpoint core/train"
+  "base:"
+  "io:base"
+  "types:base"
+  "kernels/cpu:base types kernels"
+  "kernels/cuda:base types kernels kernels/cpu"
+  "kernels:base types kernels/cpu kernels/cuda"
+  "comm:base types"
+  "proto:base io types"
+  "core/data:base io types"
+  "core/layers:base types kernels comm"
+  "core/model:base types kernels comm core/layers"
+  "core/optim:base types kernels comm core/layers core/model"
+  "core/checkpoint:base io types kernels comm proto core/data core/layers core/model core/optim"
+  "core/train:base io types kernels kernels/cpu comm proto core/data core/layers core/model core/optim core/checkpoint"
+  "core/compare:base io types proto"
+  "core/inference:base io types kernels kernels/cpu comm proto core/data core/layers core/model core/optim core/checkpoint core/train"
 )
 # Above every rule folder: never included from them.
 tops=(launcher benchmarks tests python)
@@ -66,13 +69,13 @@ while IFS= read -r hit; do
   echo "${hit#"$root"/}: a generated protobuf header outside proto/ (use proto/*_convert.h)"
   status=1
 done < <(grep -rn --include='*.h' --include='*.cc' '#include "[^"]*\.pb\.h"' \
-           "$root/core" "$root/kernels" "$root/comm" "$root/launcher" "$root/benchmarks" || true)
+           "$root/base" "$root/io" "$root/types" "$root/core" "$root/kernels" "$root/comm" "$root/launcher" "$root/benchmarks" || true)
 while IFS= read -r hit; do
   [ -n "$hit" ] || continue
   echo "${hit#"$root"/}: MPI or NCCL outside comm/ (use comm/communicator.h)"
   status=1
 done < <(grep -rn --include='*.h' --include='*.cc' --include='*.cu' --include='*.cuh' \
-           -E '#include [<"](mpi|nccl)\.h[>"]' "$root/core" "$root/kernels" "$root/proto" \
+           -E '#include [<"](mpi|nccl)\.h[>"]' "$root/base" "$root/io" "$root/types" "$root/core" "$root/kernels" "$root/proto" \
            "$root/launcher" || true)
 [ "$status" -eq 0 ] && echo "layering_check: every include runs down the layers"
 exit "$status"

@@ -8,7 +8,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "core/io/file_util.h"
+#include "io/file_util.h"
 #include "proto/stats_convert.h"
 
 namespace moe {

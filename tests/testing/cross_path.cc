@@ -4,7 +4,7 @@
 #include <cstring>
 #include <limits>
 
-#include "core/base/dtype.h"
+#include "base/dtype.h"
 
 namespace moe::testing {
 

@@ -22,8 +22,8 @@
 #include <string>
 #include <vector>
 
-#include "core/base/model_config.h"
-#include "core/base/tensor.h"
+#include "base/tensor.h"
+#include "types/model_config.h"
 
 namespace moe::testing {
 

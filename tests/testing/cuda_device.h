@@ -9,7 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "core/base/device.h"
+#include "base/device.h"
 
 namespace moe::testing {
 

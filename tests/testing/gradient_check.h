@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "core/base/context.h"
-#include "core/base/rng.h"
-#include "core/base/tensor.h"
+#include "base/context.h"
+#include "base/rng.h"
+#include "base/tensor.h"
 
 namespace moe::testing {
 

@@ -7,7 +7,7 @@
 #include <string>
 #include <string_view>
 
-#include "core/base/status.h"
+#include "base/status.h"
 
 namespace moe::testing {
 

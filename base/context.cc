@@ -1,0 +1,133 @@
+#include "base/context.h"
+
+#include "base/check.h"
+
+#if defined(MOE_WITH_CUDA)
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+#endif
+
+namespace moe {
+
+std::unique_ptr<Context> Context::host(const ContextOptions& options) {
+  std::unique_ptr<Context> ctx(new Context());
+  ctx->device_ = Device::host();
+  ctx->allocator_ = make_host_caching_allocator(options.host_cache_limit_bytes);
+  ctx->guarded_ = options.guard_host_access;
+  ctx->pool_ = std::make_unique<ThreadPool>(
+      options.threads > 0 ? options.threads : available_cores(), options.fine_grained_parallelism);
+  return ctx;
+}
+
+StatusOr<std::unique_ptr<Context>> Context::cuda(int device, const ContextOptions& options) {
+  (void)options;  // the host options have no CUDA meaning
+#if defined(MOE_WITH_CUDA)
+  const int count = cuda_device_count();
+  if (device < 0 || device >= count) {
+    return failed_precondition_error("cuda:", device, " is not available (",
+                                     cuda_unavailable_reason(),
+                                     "; check CUDA_VISIBLE_DEVICES and the driver)");
+  }
+  MOE_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
+  std::unique_ptr<Context> ctx(new Context());
+  ctx->device_ = Device::cuda(device);
+  MOE_ASSIGN_OR_RETURN(ctx->stream_, create_stream(device));
+  const Stream stream = ctx->stream_;
+  ctx->stream_owner_ = std::shared_ptr<const void>(stream.handle, [stream, device](const void*) {
+    CudaDeviceGuard on_device(Device::cuda(device));
+    destroy_stream(stream);
+  });
+  MOE_ASSIGN_OR_RETURN(ctx->allocator_, make_cuda_pool_allocator(device));
+  cublasHandle_t handle = nullptr;
+  MOE_CUBLAS_RETURN_IF_ERROR(cublasCreate(&handle));
+  ctx->blas_handle_ = handle;
+  MOE_CUBLAS_RETURN_IF_ERROR(
+      cublasSetStream(handle, static_cast<cudaStream_t>(ctx->stream_.handle)));
+  ctx->guarded_ = true;  // device memory: host access is never allowed
+  return ctx;
+#else
+  return unimplemented_error("a CUDA context on cuda:", device, ": ", cuda_unavailable_reason());
+#endif
+}
+
+Context::~Context() {
+#if defined(MOE_WITH_CUDA)
+  if (device_.is_cuda()) {
+    CudaDeviceGuard on_device(device_);
+    cudaStreamSynchronize(static_cast<cudaStream_t>(stream_.handle));
+    if (blas_handle_ != nullptr) cublasDestroy(static_cast<cublasHandle_t>(blas_handle_));
+  }
+#endif
+  // stream_owner_ destroys the stream once tensors still holding it have been freed.
+}
+
+StatusOr<Tensor> Context::empty(Shape shape, DType dtype) {
+  return Tensor::allocate(shape, dtype, allocator_, stream_, guarded_, stream_owner_);
+}
+
+StatusOr<Tensor> Context::zeros(Shape shape, DType dtype) {
+  MOE_ASSIGN_OR_RETURN(Tensor t, empty(shape, dtype));
+  MOE_RETURN_IF_ERROR(zero(t));
+  return t;
+}
+
+StatusOr<Tensor> Context::empty_like(const TensorView& like) {
+  return empty(like.shape(), like.dtype());
+}
+
+Status Context::check_mine(const char* op, const TensorView& t) const {
+  if (t.device() != device_ || (device_.is_host() && guarded_ && !t.guarded())) {
+    return invalid_argument_error(
+        "context ", op, ": ", t.to_string(), " is not memory of this ", device_.to_string(),
+        " context",
+        device_.is_host() && guarded_ ? " (reading device data on the host is a read_back)" : "");
+  }
+  return Status::OK();
+}
+
+Status Context::copy(const TensorView& src, const TensorView& dst) {
+  if (src.shape() != dst.shape() || src.dtype() != dst.dtype()) {
+    return invalid_argument_error("context copy: ", src.to_string(), " -> ", dst.to_string(),
+                                  " (shapes and dtypes must match)");
+  }
+  MOE_RETURN_IF_ERROR(check_mine("copy", dst));
+  if (!src.is_host()) MOE_RETURN_IF_ERROR(check_mine("copy", src));
+  DeviceAccessScope device_side;
+  CudaDeviceGuard on_device(device_);
+  return device_memcpy(dst.raw(), dst.device(), src.raw(), src.device(), src.nbytes(), stream_);
+}
+
+Status Context::zero(const TensorView& t) {
+  MOE_RETURN_IF_ERROR(check_mine("zero", t));
+  DeviceAccessScope device_side;
+  CudaDeviceGuard on_device(device_);
+  return device_memset_zero(t.raw(), t.device(), t.nbytes(), stream_);
+}
+
+StatusOr<Tensor> Context::upload(const TensorView& host) {
+  MOE_ASSIGN_OR_RETURN(Tensor t, empty_like(host));
+  MOE_RETURN_IF_ERROR(copy(host, t));
+  return t;
+}
+
+StatusOr<Tensor> Context::clone(const TensorView& src) { return upload(src); }
+
+Status Context::synchronize() {
+  ++sync_count_;
+  CudaDeviceGuard on_device(device_);
+  return stream_synchronize(device_, stream_);
+}
+
+StatusOr<Tensor> Context::read_back(const TensorView& t) {
+  MOE_RETURN_IF_ERROR(check_mine("read_back", t));
+  MOE_RETURN_IF_ERROR(synchronize());
+  MOE_ASSIGN_OR_RETURN(Tensor host, Tensor::try_empty(t.shape(), t.dtype()));
+  DeviceAccessScope device_side;
+  CudaDeviceGuard on_device(device_);
+  MOE_RETURN_IF_ERROR(
+      device_memcpy(host.raw(), Device::host(), t.raw(), t.device(), t.nbytes(), stream_));
+  MOE_RETURN_IF_ERROR(stream_synchronize(device_, stream_));
+  return host;
+}
+
+}  // namespace moe

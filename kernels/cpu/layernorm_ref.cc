@@ -1,0 +1,97 @@
+#include "kernels/cpu/layernorm_ref.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "base/dtype.h"
+#include "base/thread_pool.h"
+
+namespace moe::kernels::ref {
+
+template <typename T, typename F>
+void layernorm_forward(const T* x, const F* gamma, const F* beta, int64_t n, int64_t d, double eps,
+                       T* y, F* mean, F* rstd) {
+  parallel_for(n, row_grain(3 * d), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const T* row = x + r * d;
+      double m = 0;
+      for (int64_t j = 0; j < d; ++j) m += row[j];
+      m /= static_cast<double>(d);
+      double var = 0;
+      for (int64_t j = 0; j < d; ++j) {
+        const double c = static_cast<double>(row[j]) - m;
+        var += c * c;
+      }
+      var /= static_cast<double>(d);
+      const double rs = 1.0 / std::sqrt(var + eps);
+      mean[r] = static_cast<F>(m);
+      rstd[r] = static_cast<F>(rs);
+      // Element j is read before y[j] is written, so y may alias x.
+      for (int64_t j = 0; j < d; ++j) {
+        const double xhat = (static_cast<double>(row[j]) - m) * rs;
+        y[r * d + j] = static_cast<T>(xhat * gamma[j] + beta[j]);
+      }
+    }
+  });
+}
+
+// With xhat = (x - mean) * rstd and g = dy * gamma:
+//   dx = rstd * (g - mean_j(g) - xhat * mean_j(g * xhat)),
+//   dgamma += sum_rows dy * xhat,  dbeta += sum_rows dy.
+template <typename T, typename F>
+void layernorm_backward(const T* dy, const T* x, const F* gamma, const F* mean, const F* rstd,
+                        int64_t n, int64_t d, T* dx, F* dgamma, F* dbeta) {
+  // dgamma and dbeta first (dx may alias dy): each column summed over the rows in row order, the
+  // columns spread over the threads.
+  constexpr int64_t kCols = 16;
+  parallel_for((d + kCols - 1) / kCols,
+               std::max<int64_t>(1, kElementGrain / std::max<int64_t>(1, n * kCols)),
+               [&](int64_t c0, int64_t c1) {
+                 const int64_t j0 = c0 * kCols, j1 = std::min(d, c1 * kCols);
+                 std::vector<double> dg_sum(j1 - j0, 0.0), db_sum(j1 - j0, 0.0);
+                 for (int64_t r = 0; r < n; ++r) {
+                   const double m = mean[r], rs = rstd[r];
+                   for (int64_t j = j0; j < j1; ++j) {
+                     const double dyj = dy[r * d + j];
+                     dg_sum[j - j0] += dyj * ((static_cast<double>(x[r * d + j]) - m) * rs);
+                     db_sum[j - j0] += dyj;
+                   }
+                 }
+                 for (int64_t j = j0; j < j1; ++j) {
+                   dgamma[j] = static_cast<F>(static_cast<double>(dgamma[j]) + dg_sum[j - j0]);
+                   dbeta[j] = static_cast<F>(static_cast<double>(dbeta[j]) + db_sum[j - j0]);
+                 }
+               });
+  parallel_for(n, row_grain(4 * d), [&](int64_t r0, int64_t r1) {
+    std::vector<double> xhat(d), g(d);
+    for (int64_t r = r0; r < r1; ++r) {
+      const double m = mean[r], rs = rstd[r];
+      double mean_g = 0, mean_g_xhat = 0;
+      for (int64_t j = 0; j < d; ++j) {
+        xhat[j] = (static_cast<double>(x[r * d + j]) - m) * rs;
+        g[j] = static_cast<double>(dy[r * d + j]) * static_cast<double>(gamma[j]);
+        mean_g += g[j];
+        mean_g_xhat += g[j] * xhat[j];
+      }
+      mean_g /= static_cast<double>(d);
+      mean_g_xhat /= static_cast<double>(d);
+      // dy of this row is fully read above, so dx may alias dy.
+      for (int64_t j = 0; j < d; ++j) {
+        dx[r * d + j] = static_cast<T>(rs * (g[j] - mean_g - xhat[j] * mean_g_xhat));
+      }
+    }
+  });
+}
+
+#define MOE_INSTANTIATE_LAYERNORM(T, F)                                                         \
+  template void layernorm_forward<T, F>(const T*, const F*, const F*, int64_t, int64_t, double, \
+                                        T*, F*, F*);                                            \
+  template void layernorm_backward<T, F>(const T*, const T*, const F*, const F*, const F*,      \
+                                         int64_t, int64_t, T*, F*, F*);
+MOE_INSTANTIATE_LAYERNORM(float, float)
+MOE_INSTANTIATE_LAYERNORM(double, double)
+MOE_INSTANTIATE_LAYERNORM(bf16, float)
+#undef MOE_INSTANTIATE_LAYERNORM
+
+}  // namespace moe::kernels::ref

@@ -1,0 +1,141 @@
+#include "kernels/cpu/moe_dispatch_ref.h"
+
+#include <algorithm>
+#include <type_traits>
+#include <vector>
+
+#include "base/dtype.h"
+#include "base/thread_pool.h"
+
+namespace moe::kernels::ref {
+
+void assign_capacity(const int32_t* idx, int64_t tokens, int64_t k, int64_t experts,
+                     int64_t capacity, int32_t* slot, int64_t* load, int64_t* kept) {
+  std::fill(load, load + experts, 0);
+  for (int64_t j = 0; j < k; ++j) {
+    for (int64_t t = 0; t < tokens; ++t) {
+      const int64_t e = idx[t * k + j];
+      const int64_t position = load[e]++;
+      slot[t * k + j] = (capacity < 0 || position < capacity) ? static_cast<int32_t>(position) : -1;
+    }
+  }
+  for (int64_t e = 0; e < experts; ++e)
+    kept[e] = capacity < 0 ? load[e] : std::min(load[e], capacity);
+}
+
+template <typename A, typename F>
+void combine(const A* y, const int32_t* row, const F* gate, const F* omega, int64_t tokens,
+             int64_t k, int64_t d, A* u) {
+  using C = accum_t<A>;
+  parallel_for(tokens, row_grain(k * d), [&](int64_t t0, int64_t t1) {
+    std::vector<C> acc(std::is_same_v<A, C> ? 0 : d);
+    for (int64_t t = t0; t < t1; ++t) {
+      C* out;
+      if constexpr (std::is_same_v<A, C>) {
+        out = u + t * d;
+      } else {
+        out = acc.data();
+      }
+      for (int64_t q = 0; q < d; ++q) out[q] = C(0);
+      for (int64_t j = 0; j < k; ++j) {
+        const int32_t rr = row[t * k + j];
+        if (rr < 0) continue;
+        const C gj = static_cast<C>(gate[t * k + j]);
+        const A* src = y + static_cast<int64_t>(rr) * d;
+        if (omega != nullptr) {
+          for (int64_t q = 0; q < d; ++q)
+            out[q] += gj * (static_cast<C>(omega[q]) * static_cast<C>(src[q]));
+        } else {
+          for (int64_t q = 0; q < d; ++q) out[q] += gj * static_cast<C>(src[q]);
+        }
+      }
+      if constexpr (!std::is_same_v<A, C>) {
+        for (int64_t q = 0; q < d; ++q) u[t * d + q] = static_cast<A>(out[q]);
+      }
+    }
+  });
+}
+
+template <typename A, typename F>
+void combine_backward(const A* du, const A* y, const int32_t* row, const F* gate, const F* omega,
+                      int64_t tokens, int64_t k, int64_t d, int64_t y_rows, A* dy, F* d_gate,
+                      F* d_omega) {
+  using C = accum_t<A>;
+  parallel_for(y_rows * d, kElementGrain,
+               [&](int64_t begin, int64_t end) { std::fill(dy + begin, dy + end, A(0)); });
+  // Every routed (t, j) owns its row of dy, so tokens run in parallel.
+  parallel_for(tokens, row_grain(2 * k * d), [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const A* dut = du + t * d;
+      for (int64_t j = 0; j < k; ++j) {
+        const int32_t rr = row[t * k + j];
+        if (rr < 0) {
+          d_gate[t * k + j] = F(0);
+          continue;
+        }
+        const C gj = static_cast<C>(gate[t * k + j]);
+        const A* src = y + static_cast<int64_t>(rr) * d;
+        A* dst = dy + static_cast<int64_t>(rr) * d;
+        double dot = 0;
+        for (int64_t q = 0; q < d; ++q) {
+          const C wq = omega != nullptr ? static_cast<C>(omega[q]) : C(1);
+          const C g = static_cast<C>(dut[q]);
+          const C s = static_cast<C>(src[q]);
+          dst[q] = static_cast<A>(gj * wq * g);
+          dot += static_cast<double>(g) * (wq * s);
+        }
+        d_gate[t * k + j] = static_cast<F>(dot);
+      }
+    }
+  });
+  if (d_omega == nullptr) return;
+  // d_omega[q] sums over (t, j) in token order: columns in parallel, each column on one thread.
+  constexpr int64_t kCols = 32;
+  parallel_for((d + kCols - 1) / kCols, 1, [&](int64_t c0, int64_t c1) {
+    const int64_t q0 = c0 * kCols, q1 = std::min(d, c1 * kCols);
+    for (int64_t t = 0; t < tokens; ++t) {
+      const A* dut = du + t * d;
+      for (int64_t j = 0; j < k; ++j) {
+        const int32_t rr = row[t * k + j];
+        if (rr < 0) continue;
+        const C gj = static_cast<C>(gate[t * k + j]);
+        const A* src = y + static_cast<int64_t>(rr) * d;
+        for (int64_t q = q0; q < q1; ++q) {
+          d_omega[q] += static_cast<F>(gj * static_cast<C>(src[q]) * static_cast<C>(dut[q]));
+        }
+      }
+    }
+  });
+}
+
+template <typename A>
+void gather_sum_rows(const A* src, const int32_t* rows, int64_t tokens, int64_t k, int64_t d,
+                     A* dst) {
+  using C = accum_t<A>;
+  parallel_for(tokens, row_grain(k * d), [&](int64_t t0, int64_t t1) {
+    std::vector<C> acc(d);
+    for (int64_t t = t0; t < t1; ++t) {
+      std::fill(acc.begin(), acc.end(), C(0));
+      for (int64_t j = 0; j < k; ++j) {
+        const int32_t r = rows[t * k + j];
+        if (r < 0) continue;
+        const A* s = src + static_cast<int64_t>(r) * d;
+        for (int64_t q = 0; q < d; ++q) acc[q] += static_cast<C>(s[q]);
+      }
+      for (int64_t q = 0; q < d; ++q) dst[t * d + q] = static_cast<A>(acc[q]);
+    }
+  });
+}
+
+#define MOE_INSTANTIATE_DISPATCH(A, F)                                                         \
+  template void combine<A, F>(const A*, const int32_t*, const F*, const F*, int64_t, int64_t,  \
+                              int64_t, A*);                                                    \
+  template void combine_backward<A, F>(const A*, const A*, const int32_t*, const F*, const F*, \
+                                       int64_t, int64_t, int64_t, int64_t, A*, F*, F*);        \
+  template void gather_sum_rows<A>(const A*, const int32_t*, int64_t, int64_t, int64_t, A*);
+MOE_INSTANTIATE_DISPATCH(float, float)
+MOE_INSTANTIATE_DISPATCH(double, double)
+MOE_INSTANTIATE_DISPATCH(bf16, float)
+#undef MOE_INSTANTIATE_DISPATCH
+
+}  // namespace moe::kernels::ref

@@ -1,0 +1,244 @@
+#include "kernels/cpu/router_ref.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "base/dtype.h"
+#include "kernels/cpu/router_math.h"
+
+namespace moe::kernels::ref {
+namespace {
+
+// True when logit a (index ia) ranks before logit b (index ib): larger first, ties by index.
+template <typename T>
+bool ranks_before(T a, int64_t ia, T b, int64_t ib) {
+  return a > b || (a == b && ia < ib);
+}
+
+template <typename T>
+double log_sum_exp(const T* row, int64_t n, const uint8_t* mask) {
+  double mx = -std::numeric_limits<double>::infinity();
+  for (int64_t i = 0; i < n; ++i)
+    if (mask == nullptr || mask[i]) mx = std::max(mx, static_cast<double>(row[i]));
+  double s = 0;
+  for (int64_t i = 0; i < n; ++i)
+    if (mask == nullptr || mask[i]) s += std::exp(static_cast<double>(row[i]) - mx);
+  return mx + std::log(s);
+}
+
+}  // namespace
+
+template <typename T>
+void topk_softmax(const T* logits, int64_t tokens, int64_t experts, int64_t k, int32_t* idx,
+                  T* gate, T* probs, T* lse) {
+  std::vector<uint8_t> taken(experts);
+  for (int64_t t = 0; t < tokens; ++t) {
+    const T* row = logits + t * experts;
+    std::fill(taken.begin(), taken.end(), 0);
+    for (int64_t j = 0; j < k; ++j) {
+      int64_t best = -1;
+      for (int64_t e = 0; e < experts; ++e) {
+        if (taken[e]) continue;
+        if (best < 0 || ranks_before(row[e], e, row[best], best)) best = e;
+      }
+      taken[best] = 1;
+      idx[t * k + j] = static_cast<int32_t>(best);
+    }
+    // Softmax over the K selected logits; idx[t, 0] holds the largest.
+    const double top = row[idx[t * k]];
+    double denom = 0;
+    for (int64_t j = 0; j < k; ++j)
+      denom += std::exp(static_cast<double>(row[idx[t * k + j]]) - top);
+    for (int64_t j = 0; j < k; ++j) {
+      gate[t * k + j] =
+          static_cast<T>(std::exp(static_cast<double>(row[idx[t * k + j]]) - top) / denom);
+    }
+    const double l = log_sum_exp(row, experts, nullptr);
+    lse[t] = static_cast<T>(l);
+    for (int64_t e = 0; e < experts; ++e) {
+      probs[t * experts + e] = static_cast<T>(std::exp(static_cast<double>(row[e]) - l));
+    }
+  }
+}
+
+template <typename T>
+void topk_softmax_backward(const T* d_gate, const T* gate, const int32_t* idx, int64_t tokens,
+                           int64_t experts, int64_t k, T* d_logits) {
+  for (int64_t t = 0; t < tokens; ++t) {
+    double dot = 0;
+    for (int64_t j = 0; j < k; ++j) dot += static_cast<double>(gate[t * k + j]) * d_gate[t * k + j];
+    for (int64_t j = 0; j < k; ++j) {
+      const double g = gate[t * k + j];
+      d_logits[t * experts + idx[t * k + j]] += static_cast<T>(g * (d_gate[t * k + j] - dot));
+    }
+  }
+}
+
+template <typename T>
+void sparsemixer_route(const SparseMixerParams& params, bool training, const CounterRng& rng,
+                       int64_t token_offset, const T* logits, int64_t tokens, int64_t experts,
+                       int32_t* idx, T* gate, T* probs, T* lse, uint8_t* mask, T* scale,
+                       uint8_t* is_argmax) {
+  const double r = params.jitter;
+  for (int64_t t = 0; t < tokens; ++t) {
+    const T* row = logits + t * experts;
+    uint8_t* mrow = mask + t * experts;
+    int64_t imax = 0;
+    for (int64_t e = 1; e < experts; ++e)
+      if (ranks_before(row[e], e, row[imax], imax)) imax = e;
+    const double top = row[imax];
+    for (int64_t e = 0; e < experts; ++e) {
+      const double th = row[e];
+      const double diff = top - th;
+      bool keep;
+      if (params.mask == SparseMixerMask::kPaper) {
+        keep = diff <= r * (std::fabs(top) + std::fabs(th));
+      } else {
+        // (theta* - theta_i) / max(|theta_i|, theta*) <= 2r, without the division (A.9.6): the
+        // denominator is >= |theta_i| >= 0, and 0/0 (both zero) keeps the expert like the code.
+        keep = diff <= 2.0 * r * std::max(std::fabs(th), top);
+      }
+      mrow[e] = (e == imax || keep) ? 1 : 0;
+    }
+    const double masked_lse = log_sum_exp(row, experts, mrow);
+    for (int64_t e = 0; e < experts; ++e) {
+      probs[t * experts + e] =
+          mrow[e] ? static_cast<T>(std::exp(static_cast<double>(row[e]) - masked_lse)) : T(0);
+    }
+    lse[t] = static_cast<T>(log_sum_exp(row, experts, nullptr));
+
+    int64_t chosen = imax;
+    double c = 1.0;
+    const uint64_t token = static_cast<uint64_t>(token_offset + t);
+    if (training) {
+      // Gumbel-max over the unmasked logits samples D ~ pi exactly.
+      double best = -std::numeric_limits<double>::infinity();
+      for (int64_t e = 0; e < experts; ++e) {
+        if (!mrow[e]) continue;
+        const double v =
+            static_cast<double>(row[e]) + rng.gumbel(token * static_cast<uint64_t>(experts) + e, 0);
+        if (v > best) {
+          best = v;
+          chosen = e;
+        }
+      }
+      if (chosen != imax) {
+        switch (params.midpoint) {
+          case SparseMixerMidpoint::kPaper:
+            c = 0.5;
+            break;
+          case SparseMixerMidpoint::kReferenceCode:
+            c = rng.uniform(token * static_cast<uint64_t>(experts), 1) <= 0.5f ? 0.5 : 1.0;
+            break;
+          case SparseMixerMidpoint::kEulerOnly:
+            c = 1.0;
+            break;
+        }
+      }
+    }
+    idx[t] = static_cast<int32_t>(chosen);
+    scale[t] = static_cast<T>(c);
+    is_argmax[t] = chosen == imax ? 1 : 0;
+    gate[t] = static_cast<T>(c * static_cast<double>(probs[t * experts + chosen]));
+  }
+}
+
+template <typename T>
+void sparsemixer_backward(SparseMixerGateGrad rule, const T* d_gate, const int32_t* idx,
+                          const T* probs, const uint8_t* mask, const T* scale, int64_t tokens,
+                          int64_t experts, T* d_logits) {
+  for (int64_t t = 0; t < tokens; ++t) {
+    sparsemixer_backward_token<T>(rule, d_gate[t], scale[t], idx[t], probs + t * experts,
+                                  mask + t * experts, experts, d_logits + t * experts);
+  }
+}
+
+template <typename T>
+void aux_losses_backward(const T* logits, const T* probs, const double* load, const T* lse,
+                         int64_t local, double tokens, int64_t experts, int64_t k,
+                         double balance_weight, double z_weight, T* d_logits) {
+  if (!(tokens > 0)) return;
+  for (int64_t t = 0; t < local; ++t) {
+    aux_losses_backward_token<T>(logits + t * experts, probs + t * experts, load,
+                                 static_cast<double>(lse[t]), tokens, experts, k, balance_weight,
+                                 z_weight, d_logits + t * experts);
+  }
+}
+
+template <typename A>
+void ac_cluster_sums(const A* x, const int32_t* labels, int64_t tokens, int64_t d, int64_t experts,
+                     double* sums, int64_t* counts) {
+  std::fill(sums, sums + experts * d, 0.0);
+  std::fill(counts, counts + experts, 0);
+  for (int64_t t = 0; t < tokens; ++t) {
+    const int64_t k = labels[t];
+    counts[k] += 1;
+    for (int64_t q = 0; q < d; ++q) sums[k * d + q] += static_cast<double>(x[t * d + q]);
+  }
+}
+
+template <typename A>
+void ac_cluster_abs_dev(const A* x, const int32_t* labels, int64_t tokens, int64_t d,
+                        int64_t experts, const double* sums, const int64_t* counts,
+                        double* abs_dev) {
+  std::fill(abs_dev, abs_dev + experts * d, 0.0);
+  for (int64_t t = 0; t < tokens; ++t) {
+    const int64_t k = labels[t];
+    const double inv = 1.0 / static_cast<double>(counts[k]);
+    for (int64_t q = 0; q < d; ++q) {
+      abs_dev[k * d + q] += std::fabs(static_cast<double>(x[t * d + q]) - sums[k * d + q] * inv);
+    }
+  }
+}
+
+template <typename A, typename F>
+void ac_apply_metric(const A* x, const int32_t* labels, const F* metric, int64_t tokens, int64_t d,
+                     F* out) {
+  for (int64_t t = 0; t < tokens; ++t) {
+    const F* m = metric + static_cast<int64_t>(labels[t]) * d;
+    for (int64_t q = 0; q < d; ++q) out[t * d + q] = static_cast<F>(x[t * d + q]) * m[q];
+  }
+}
+
+template <typename A, typename F>
+void ac_apply_metric_backward(const F* d_out, const int32_t* labels, const F* metric,
+                              int64_t tokens, int64_t d, A* dx) {
+  for (int64_t t = 0; t < tokens; ++t) {
+    const F* m = metric + static_cast<int64_t>(labels[t]) * d;
+    for (int64_t q = 0; q < d; ++q) {
+      dx[t * d + q] = static_cast<A>(static_cast<F>(dx[t * d + q]) + d_out[t * d + q] * m[q]);
+    }
+  }
+}
+
+#define MOE_INSTANTIATE_ROUTER(T)                                                                \
+  template void topk_softmax<T>(const T*, int64_t, int64_t, int64_t, int32_t*, T*, T*, T*);      \
+  template void topk_softmax_backward<T>(const T*, const T*, const int32_t*, int64_t, int64_t,   \
+                                         int64_t, T*);                                           \
+  template void sparsemixer_route<T>(const SparseMixerParams&, bool, const CounterRng&, int64_t, \
+                                     const T*, int64_t, int64_t, int32_t*, T*, T*, T*, uint8_t*, \
+                                     T*, uint8_t*);                                              \
+  template void sparsemixer_backward<T>(SparseMixerGateGrad, const T*, const int32_t*, const T*, \
+                                        const uint8_t*, const T*, int64_t, int64_t, T*);         \
+  template void aux_losses_backward<T>(const T*, const T*, const double*, const T*, int64_t,     \
+                                       double, int64_t, int64_t, double, double, T*);
+MOE_INSTANTIATE_ROUTER(float)
+MOE_INSTANTIATE_ROUTER(double)
+#undef MOE_INSTANTIATE_ROUTER
+
+#define MOE_INSTANTIATE_AC(A, F)                                                                 \
+  template void ac_cluster_sums<A>(const A*, const int32_t*, int64_t, int64_t, int64_t, double*, \
+                                   int64_t*);                                                    \
+  template void ac_cluster_abs_dev<A>(const A*, const int32_t*, int64_t, int64_t, int64_t,       \
+                                      const double*, const int64_t*, double*);                   \
+  template void ac_apply_metric<A, F>(const A*, const int32_t*, const F*, int64_t, int64_t, F*); \
+  template void ac_apply_metric_backward<A, F>(const F*, const int32_t*, const F*, int64_t,      \
+                                               int64_t, A*);
+MOE_INSTANTIATE_AC(float, float)
+MOE_INSTANTIATE_AC(double, double)
+MOE_INSTANTIATE_AC(bf16, float)
+#undef MOE_INSTANTIATE_AC
+
+}  // namespace moe::kernels::ref

@@ -1,0 +1,31 @@
+// The CUDA kernels of router.cu: top-k softmax and SparseMixer routing, and the balance and z
+// losses. Called by the public entry points (kernels/*.cc) after they have validated every view;
+// each only enqueues on ctx.stream() and returns launch errors (kernels/cuda/README.md). Host-only:
+// no CUDA types, so the CPU build includes it too.
+#pragma once
+
+#include "base/context.h"
+#include "kernels/router.h"
+
+namespace moe::kernels::cuda {
+
+Status topk_softmax(Context& ctx, const TensorView& logits, const TensorView& idx,
+                    const TensorView& gate, const TensorView& probs, const TensorView& lse);
+Status topk_softmax_backward(Context& ctx, const TensorView& d_gate, const TensorView& gate,
+                             const TensorView& idx, const TensorView& d_logits);
+Status sparsemixer_route(Context& ctx, const SparseMixerRouteArgs& args, const TensorView& logits,
+                         const TensorView& idx, const TensorView& gate, const TensorView& probs,
+                         const TensorView& lse, const TensorView& mask, const TensorView& scale,
+                         const TensorView& is_argmax);
+Status sparsemixer_backward(Context& ctx, SparseMixerGateGrad rule, const TensorView& d_gate,
+                            const TensorView& idx, const TensorView& probs, const TensorView& mask,
+                            const TensorView& scale, const TensorView& d_logits);
+Status aux_sums(Context& ctx, const TensorView& probs, const TensorView& lse,
+                const TensorView& load, int64_t tokens, const TensorView& packed);
+Status aux_losses(Context& ctx, const TensorView& packed, int64_t top_k, double balance_coef,
+                  double z_coef, const TensorView& losses);
+Status aux_losses_backward(Context& ctx, const TensorView& logits, const TensorView& probs,
+                           const TensorView& packed, const TensorView& lse, int64_t top_k,
+                           double balance_weight, double z_weight, const TensorView& d_logits);
+
+}  // namespace moe::kernels::cuda

@@ -1,0 +1,146 @@
+#include "types/moe_config.h"
+
+#include <cmath>
+
+#include "base/check.h"
+
+namespace moe {
+
+double RobustParams::gamma() const {
+  const double k = condition();
+  return k * (1 - rho) * (1 - rho) * (1 + rho) / lipschitz;
+}
+
+double RobustParams::mu() const {
+  const double k = condition();
+  return k * rho * rho * rho / (k - 1);
+}
+
+double RobustParams::alpha() const {
+  const double k = condition();
+  return rho * rho * rho / ((k - 1) * (1 - rho) * (1 - rho) * (1 + rho));
+}
+
+double MoeLayerConfig::effective_mu() const {
+  return residual == ResidualKind::kRobust ? robust.mu() : heavy_ball.mu;
+}
+
+double MoeLayerConfig::effective_gamma() const {
+  return residual == ResidualKind::kRobust ? robust.gamma() : heavy_ball.gamma;
+}
+
+const char* residual_kind_name(ResidualKind kind) {
+  switch (kind) {
+    case ResidualKind::kPlain:
+      return "plain";
+    case ResidualKind::kHeavyBall:
+      return "heavy_ball";
+    case ResidualKind::kAdam:
+      return "adam";
+    case ResidualKind::kRobust:
+      return "robust";
+  }
+  return "?";
+}
+
+namespace {
+
+// Each helper returns an error naming `where.field`, the value and the allowed range.
+Status require(bool ok, const std::string& where, const char* field, double value,
+               const char* range) {
+  if (ok) return Status::OK();
+  return invalid_argument_error(where, ".", field, " = ", value, " is outside the allowed range ",
+                                range);
+}
+
+bool finite(double v) { return std::isfinite(v); }
+
+}  // namespace
+
+Status MoeLayerConfig::validate(const std::string& where, int ep_size) const {
+  MOE_RETURN_IF_ERROR(require(d_model >= 1, where, "d_model", d_model, "[1, inf)"));
+  MOE_RETURN_IF_ERROR(require(d_expert >= 1, where, "d_expert", d_expert, "[1, inf)"));
+  MOE_RETURN_IF_ERROR(require(num_experts >= 1, where, "num_experts", num_experts, "[1, inf)"));
+  if (top_k < 1 || top_k > num_experts) {
+    return invalid_argument_error(where, ".top_k = ", top_k, " is outside the allowed range [1, ",
+                                  "num_experts = ", num_experts, "]");
+  }
+  if (ep_size < 1 || num_experts % ep_size != 0) {
+    return invalid_argument_error(where, ".num_experts = ", num_experts,
+                                  " is not divisible by the expert-parallel size ", ep_size);
+  }
+  if (!dropless) {
+    MOE_RETURN_IF_ERROR(require(finite(capacity_factor) && capacity_factor > 0, where,
+                                "capacity_factor", capacity_factor, "(0, inf) (or set dropless)"));
+  }
+  MOE_RETURN_IF_ERROR(require(finite(eval_capacity_factor) && eval_capacity_factor >= 0, where,
+                              "eval_capacity_factor", eval_capacity_factor,
+                              "[0, inf) (0: no dropping at evaluation)"));
+  MOE_RETURN_IF_ERROR(require(expert_dropout >= 0 && expert_dropout < 1, where, "expert_dropout",
+                              expert_dropout, "[0, 1)"));
+  MOE_RETURN_IF_ERROR(require(output_dropout >= 0 && output_dropout < 1, where, "output_dropout",
+                              output_dropout, "[0, 1)"));
+  MOE_RETURN_IF_ERROR(require(finite(balance_loss_coef) && balance_loss_coef >= 0, where,
+                              "balance_loss_coef", balance_loss_coef, "[0, inf)"));
+  MOE_RETURN_IF_ERROR(require(finite(z_loss_coef) && z_loss_coef >= 0, where, "z_loss_coef",
+                              z_loss_coef, "[0, inf)"));
+
+  if (residual == ResidualKind::kHeavyBall || residual == ResidualKind::kAdam) {
+    // Proposition 1: the heavy-ball iteration is stable only for mu in (-1, 1).
+    MOE_RETURN_IF_ERROR(require(heavy_ball.mu > -1 && heavy_ball.mu < 1, where, "heavy_ball.mu",
+                                heavy_ball.mu, "(-1, 1)"));
+    MOE_RETURN_IF_ERROR(require(finite(heavy_ball.gamma) && heavy_ball.gamma > 0, where,
+                                "heavy_ball.gamma", heavy_ball.gamma, "(0, inf)"));
+  }
+  if (residual == ResidualKind::kAdam) {
+    MOE_RETURN_IF_ERROR(
+        require(adam.beta1 >= 0 && adam.beta1 < 1, where, "adam.beta1", adam.beta1, "[0, 1)"));
+    MOE_RETURN_IF_ERROR(
+        require(adam.beta2 >= 0 && adam.beta2 < 1, where, "adam.beta2", adam.beta2, "[0, 1)"));
+    MOE_RETURN_IF_ERROR(
+        require(finite(adam.eps) && adam.eps > 0, where, "adam.eps", adam.eps, "(0, inf)"));
+    MOE_RETURN_IF_ERROR(
+        require(adam.kappa >= 0 && adam.kappa <= 1, where, "adam.kappa", adam.kappa, "[0, 1]"));
+    MOE_RETURN_IF_ERROR(
+        require(finite(adam.gamma) && adam.gamma > 0, where, "adam.gamma", adam.gamma, "(0, inf)"));
+  }
+  if (residual == ResidualKind::kRobust) {
+    MOE_RETURN_IF_ERROR(
+        require(robust.rho > 0 && robust.rho < 1, where, "robust.rho", robust.rho, "(0, 1)"));
+    MOE_RETURN_IF_ERROR(require(finite(robust.lipschitz) && robust.lipschitz > 0, where,
+                                "robust.lipschitz", robust.lipschitz, "(0, inf)"));
+    MOE_RETURN_IF_ERROR(require(finite(robust.strong_convexity) && robust.strong_convexity > 0,
+                                where, "robust.strong_convexity", robust.strong_convexity,
+                                "(0, inf)"));
+    const double k = robust.condition();
+    if (!(k > 1)) {
+      return invalid_argument_error(where, ".robust: k = L/m = ", robust.lipschitz, "/",
+                                    robust.strong_convexity, " = ", k,
+                                    " is outside the allowed range (1, inf) (Eq. 17 needs k > 1)");
+    }
+    const double mu = robust.mu();
+    if (!(mu < 1)) {
+      return invalid_argument_error(where, ".robust: derived mu = k rho^3 / (k - 1) = ", mu,
+                                    " is outside the allowed range (-1, 1); lower rho or raise k");
+    }
+  }
+  if (ac.enabled) {
+    MOE_RETURN_IF_ERROR(require(finite(ac.eps) && ac.eps > 0, where, "ac.eps", ac.eps, "(0, inf)"));
+    MOE_RETURN_IF_ERROR(require(finite(ac.clip_mult) && ac.clip_mult >= 1, where, "ac.clip_mult",
+                                ac.clip_mult, "[1, inf)"));
+    MOE_RETURN_IF_ERROR(require(ac.min_cluster_size >= 0, where, "ac.min_cluster_size",
+                                static_cast<double>(ac.min_cluster_size), "[0, inf)"));
+  }
+  if (sparsemixer.enabled) {
+    if (top_k != 1) {
+      return invalid_argument_error(where, ".top_k = ", top_k,
+                                    " must be 1 with sparsemixer (SparseMixer is defined for "
+                                    "top-1 routing)");
+    }
+    MOE_RETURN_IF_ERROR(require(sparsemixer.jitter > 0 && sparsemixer.jitter <= 1, where,
+                                "sparsemixer.jitter", sparsemixer.jitter, "(0, 1]"));
+  }
+  return Status::OK();
+}
+
+}  // namespace moe

@@ -1,0 +1,44 @@
+// Plain statistics of one training step (the struct behind stats.proto's StepStats): the loss,
+// the optimiser state, timing, and one RouterStatsInfo per MoE layer. Every rank fills its own;
+// the coordinator merges them (sums of counters, token-weighted means of losses).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/phase_timer.h"
+#include "types/router_stats.h"
+
+namespace moe {
+
+struct StepStatsInfo {
+  int64_t step = 0;
+  int32_t rank = 0;     // -1 once aggregated
+  double loss = 0;      // mean token cross-entropy over this rank's tokens
+  double aux_loss = 0;  // weighted balance + z losses summed over layers (mean over micro-batches)
+  double learning_rate = 0;
+  double grad_norm = 0;
+  int64_t tokens = 0;
+  double step_seconds = 0;
+  double tokens_per_second = 0;
+  bool skipped = false;
+  std::vector<RouterStatsInfo> layers;
+  std::vector<std::string> anomalies;
+  std::optional<double> valid_ppl, test_ppl, attacked_valid_ppl, attacked_test_ppl, attack_rate;
+  std::optional<double> valid_word_ppl, test_word_ppl, valid_bits_per_byte, test_bits_per_byte;
+  std::optional<int64_t> eval_sequences;  // an evaluation's sequences per split (0 = whole splits)
+  // Seconds per phase of the step (base/phase_timer.h, indexed by Phase); the slowest rank's
+  // per phase once aggregated. Training records only.
+  std::optional<PhaseSecondsArray> phases;
+  std::optional<double> eval_seconds;  // an evaluation's wall-clock seconds
+  // Set on a marker record only: the run rolled back to the checkpoint of this many steps.
+  std::optional<int64_t> rollback_to;
+};
+
+// Merges per-rank statistics of one step: counters add, losses are token-weighted, the slowest
+// rank's time counts, layers merge by position, and derived router fields are finalized.
+StepStatsInfo aggregate_step_stats(const std::vector<StepStatsInfo>& per_rank);
+
+}  // namespace moe

@@ -1,0 +1,25 @@
+// One statistics record as a one-line JSON object: what `momoe-stats --json` writes and what the
+// trainer appends to RUN_DIR/metrics.jsonl while it runs (so any plotting tool can follow a run).
+//
+// A training step: step, loss, aux_loss, learning_rate, grad_norm, tokens, tokens_per_second,
+// skipped, layers [per MoE layer: block, moe_index, tokens, expert_load, dropped_fraction, ...],
+// anomalies. An evaluation: step, eval_sequences (per split; 0 = whole splits), valid_ppl,
+// test_ppl, attacked_*, attack_rate, *_word_ppl, *_bits_per_byte. A rollback marker: step,
+// rollback_to. `step` counts steps done (1-based) for evaluations and markers, and is the 0-based
+// step index for training steps, as in stats.pb.
+#pragma once
+
+#include <string>
+
+#include "types/step_stats.h"
+
+namespace moe {
+
+// True for a training step's record (not an evaluation or a marker).
+inline bool is_training_step(const StepStatsInfo& s) {
+  return !s.rollback_to && (s.tokens > 0 || !s.layers.empty());
+}
+
+std::string step_stats_json(const StepStatsInfo& s);
+
+}  // namespace moe
