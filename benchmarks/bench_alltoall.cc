@@ -89,144 +89,195 @@ std::string mpi_library() {
   return s;
 }
 
-}  // namespace
+// What `momoe-bench alltoall` was asked for (its flags, with their defaults).
+struct AlltoallOptions {
+  int64_t dim = 512, experts = 16, k = 2;
+  double capacity_factor = 1.25;
+  int iterations = 20, warmup = 3;
+  std::vector<int64_t> tokens;
+};
 
-Status bench_alltoall(int argc, char** argv, comm::World* world) {
+// Parses the flags.
+StatusOr<AlltoallOptions> parse_alltoall_options(int argc, char** argv) {
   MOE_ASSIGN_OR_RETURN(Args a, Args::parse(argc, argv,
                                            {"tokens", "d", "experts", "top-k", "capacity-factor",
                                             "iterations", "warmup"}));
-  const int64_t dim = a.get("d", 512), experts = a.get("experts", 16), k = a.get("top-k", 2);
-  const double capacity_factor = std::strtod(a.get_str("capacity-factor", "1.25").c_str(), nullptr);
-  const int iterations = static_cast<int>(a.get("iterations", 20)),
-            warmup = static_cast<int>(a.get("warmup", 3));
+  AlltoallOptions o;
+  o.dim = a.get("d", 512);
+  o.experts = a.get("experts", 16);
+  o.k = a.get("top-k", 2);
+  o.capacity_factor = std::strtod(a.get_str("capacity-factor", "1.25").c_str(), nullptr);
+  o.iterations = static_cast<int>(a.get("iterations", 20));
+  o.warmup = static_cast<int>(a.get("warmup", 3));
+  o.tokens = a.get_list("tokens", {4096, 16384});
+  return o;
+}
+
+// Rank 0 prints the MPI library, the backend and what the plain exchange is.
+void print_env_line(const comm::World& world, comm::Communicator* comm) {
+  if (world.rank() != 0) return;
+  JsonLine env("alltoall_env");
+  env.str("mpi", mpi_library())
+      .str("backend", comm != nullptr ? comm->backend_name() : "none (one rank)")
+      .str("plain", comm != nullptr ? "MPI_Alltoall" : "memcpy")
+      .num("world_size", world.size());
+  std::printf("%s\n", env.dump().c_str());
+}
+
+// On at most 512 tokens with C = T (no token reaches an expert twice): nothing drops, and the
+// result must be exactly K x.
+Status check_without_drops(const AlltoallOptions& o, const MoeLayerConfig& cfg, Context& ctx,
+                           comm::Communicator* comm, int rank, int64_t tokens) {
+  const int64_t small = std::min<int64_t>(tokens, 512);
+  MoeLayerConfig roomy = cfg;
+  roomy.capacity_factor = static_cast<double>(o.experts) / static_cast<double>(o.k);
+  MoeDispatcher d(roomy, &ctx, comm);
+  DispatchPlan plan;
+  Tensor drops = Tensor::zeros({2}, DType::kF64);
+  MOE_RETURN_IF_ERROR(d.plan(random_routing(rank, small, o.experts, o.k), 0, drops, &plan));
+  if (drops.data<double>()[0] != 0) return internal_error("check failed: C = T dropped a slot");
+  return check_identity(ctx, d, plan, small, o.dim, o.k);
+}
+
+// The four timings of one token count.
+struct AlltoallTimings {
+  Timing exchange, plain, end_to_end, planning;
+};
+
+// The exchange as the dispatcher makes it: chunked [R, E_l * C, D] views, both directions.
+StatusOr<Timing> time_exchange(const AlltoallOptions& o, Context& ctx, comm::Communicator* comm,
+                               int ranks, int64_t rows, Tensor& send, Tensor& recv) {
+  const Shape chunked{ranks, rows / ranks, o.dim};
+  return time_it(
+      o.warmup, o.iterations,
+      [&]() -> Status {
+        if (comm == nullptr) return copy_both_ways(ctx, send, recv);
+        MOE_RETURN_IF_ERROR(
+            comm->all_to_all(send.view().reshape(chunked), recv.view().reshape(chunked)));
+        return comm->all_to_all(recv.view().reshape(chunked), send.view().reshape(chunked));
+      },
+      comm);
+}
+
+// Two MPI_Alltoall calls of the same bytes per peer, made directly.
+StatusOr<Timing> time_plain(const AlltoallOptions& o, Context& ctx, comm::Communicator* comm,
+                            int ranks, int64_t rows, Tensor& send, Tensor& recv) {
+  if (rows / ranks * o.dim > INT_MAX)
+    return invalid_argument_error("MPI_Alltoall count overflows int");
+  const int count = static_cast<int>(rows / ranks * o.dim);
+  return time_it(
+      o.warmup, o.iterations,
+      [&]() -> Status {
+        if (comm == nullptr) return copy_both_ways(ctx, send, recv);
+        if (MPI_Alltoall(send.raw(), count, MPI_FLOAT, recv.raw(), count, MPI_FLOAT,
+                         MPI_COMM_WORLD) != MPI_SUCCESS ||
+            MPI_Alltoall(recv.raw(), count, MPI_FLOAT, send.raw(), count, MPI_FLOAT,
+                         MPI_COMM_WORLD) != MPI_SUCCESS) {
+          return internal_error("MPI_Alltoall failed");
+        }
+        return Status::OK();
+      },
+      comm);
+}
+
+// Rank 0's result line for one token count.
+void print_alltoall_line(const AlltoallOptions& o, int64_t tokens, int ranks,
+                         const DispatchPlan& plan, const AlltoallTimings& t) {
+  const int64_t dim = o.dim;
+  const int64_t rows = plan.exchange.send_total, recv_rows = plan.exchange.recv_total;
+  int64_t filled = 0;
+  for (int64_t r = 0; r < rows; ++r) filled += plan.send_token.data<int32_t>()[r] >= 0;
+  const double row_bytes = static_cast<double>(dim) * sizeof(float);
+  const double send_bytes = static_cast<double>(rows) * row_bytes;
+  const double bus = ranks > 1 ? 2 * send_bytes * (ranks - 1) / ranks : 2 * send_bytes;
+  JsonLine j("alltoall");
+  j.num("world_size", ranks)
+      .num("tokens", tokens)
+      .num("d", dim)
+      .num("experts", o.experts)
+      .num("top_k", o.k)
+      .num("capacity_factor", o.capacity_factor)
+      .num("capacity", plan.capacity)
+      .num("send_rows", rows)
+      .num("recv_rows", recv_rows)
+      .num("filled_fraction", rows > 0 ? static_cast<double>(filled) / rows : 0.0)
+      .num("bytes_per_peer", send_bytes / ranks)
+      .num("bytes_per_rank", 2 * (rows + recv_rows) * row_bytes)
+      .num("warmup", o.warmup)
+      .num("iterations", o.iterations)
+      .num("exchange_ms", t.exchange.median * 1e3)
+      .num("exchange_min_ms", t.exchange.min * 1e3)
+      .num("plain_ms", t.plain.median * 1e3)
+      .num("plain_min_ms", t.plain.min * 1e3)
+      .num("dispatch_combine_ms", t.end_to_end.median * 1e3)
+      .num("dispatch_combine_min_ms", t.end_to_end.min * 1e3)
+      .num("plan_ms", t.planning.median * 1e3)
+      .num("exchange_busbw_gbps", bus / t.exchange.median / 1e9)
+      .num("plain_busbw_gbps", bus / t.plain.median / 1e9)
+      .num("ratio_plain_over_exchange", t.plain.median / t.exchange.median)
+      .num("ratio_plain_over_dispatch_combine", t.plain.median / t.end_to_end.median)
+      .str("check", "ok");
+  std::printf("%s\n", j.dump().c_str());
+  std::fflush(stdout);
+}
+
+// One token count: the checks, the four timings (collective over every rank), rank 0's line.
+Status bench_tokens(const AlltoallOptions& o, int64_t tokens, comm::World* world, Context& ctx) {
+  comm::Communicator* comm = world->comm.get();
+  const int ranks = world->size();
+  MoeLayerConfig cfg;
+  cfg.d_model = o.dim;
+  cfg.d_expert = o.dim;
+  cfg.num_experts = o.experts;
+  cfg.top_k = o.k;
+  cfg.capacity_factor = o.capacity_factor;
+  MOE_RETURN_IF_ERROR(cfg.validate("bench", ranks));
+  MOE_RETURN_IF_ERROR(check_without_drops(o, cfg, ctx, comm, world->rank(), tokens));
+  const Tensor idx = random_routing(world->rank(), tokens, o.experts, o.k);
+  MoeDispatcher d(cfg, &ctx, comm);
+  DispatchPlan plan;
+  MOE_RETURN_IF_ERROR(d.plan(idx, 0, {}, &plan));
+  MOE_RETURN_IF_ERROR(check_identity(ctx, d, plan, tokens, o.dim, o.k));
+
+  const int64_t rows = plan.exchange.send_total, recv_rows = plan.exchange.recv_total;
+  Tensor send = Tensor::zeros({rows, o.dim}, DType::kF32),
+         recv = Tensor::zeros({recv_rows, o.dim}, DType::kF32);
+  AlltoallTimings t;
+  MOE_ASSIGN_OR_RETURN(t.exchange, time_exchange(o, ctx, comm, ranks, rows, send, recv));
+  MOE_ASSIGN_OR_RETURN(t.plain, time_plain(o, ctx, comm, ranks, rows, send, recv));
+  Tensor x = Tensor::empty({tokens, o.dim}, DType::kF32);
+  for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = 1.f;
+  MOE_ASSIGN_OR_RETURN(t.end_to_end, time_it(
+                                         o.warmup, o.iterations,
+                                         [&]() -> Status {
+                                           MOE_ASSIGN_OR_RETURN(Tensor rows, d.dispatch(x, plan));
+                                           return d.gather_back(rows, plan).status();
+                                         },
+                                         comm));
+  MOE_ASSIGN_OR_RETURN(t.planning, time_it(
+                                       o.warmup, o.iterations,
+                                       [&]() -> Status {
+                                         DispatchPlan p;
+                                         return d.plan(idx, 0, {}, &p);
+                                       },
+                                       comm));
+  if (world->rank() == 0) print_alltoall_line(o, tokens, ranks, plan, t);
+  return Status::OK();
+}
+
+}  // namespace
+
+Status bench_alltoall(int argc, char** argv, comm::World* world) {
+  MOE_ASSIGN_OR_RETURN(const AlltoallOptions o, parse_alltoall_options(argc, argv));
   comm::Communicator* comm = world->comm.get();
   const int ranks = world->size();
   std::unique_ptr<Context> ctx = Context::host();
-  if (experts % ranks != 0)
-    return invalid_argument_error("--experts ", experts, " is not divisible by ", ranks, " ranks");
-  if (world->rank() == 0) {
-    JsonLine env("alltoall_env");
-    env.str("mpi", mpi_library())
-        .str("backend", comm != nullptr ? comm->backend_name() : "none (one rank)")
-        .str("plain", comm != nullptr ? "MPI_Alltoall" : "memcpy")
-        .num("world_size", ranks);
-    std::printf("%s\n", env.dump().c_str());
+  if (o.experts % ranks != 0) {
+    return invalid_argument_error("--experts ", o.experts, " is not divisible by ", ranks,
+                                  " ranks");
   }
-  for (int64_t tokens : a.get_list("tokens", {4096, 16384})) {
-    MoeLayerConfig cfg;
-    cfg.d_model = dim;
-    cfg.d_expert = dim;
-    cfg.num_experts = experts;
-    cfg.top_k = k;
-    cfg.capacity_factor = capacity_factor;
-    MOE_RETURN_IF_ERROR(cfg.validate("bench", ranks));
-    {
-      // On at most 512 tokens with C = T (no token reaches an expert twice): nothing drops, and
-      // the result must be exactly K x.
-      const int64_t small = std::min<int64_t>(tokens, 512);
-      MoeLayerConfig roomy = cfg;
-      roomy.capacity_factor = static_cast<double>(experts) / static_cast<double>(k);
-      MoeDispatcher d(roomy, ctx.get(), comm);
-      DispatchPlan plan;
-      Tensor drops = Tensor::zeros({2}, DType::kF64);
-      MOE_RETURN_IF_ERROR(
-          d.plan(random_routing(world->rank(), small, experts, k), 0, drops, &plan));
-      if (drops.data<double>()[0] != 0) return internal_error("check failed: C = T dropped a slot");
-      MOE_RETURN_IF_ERROR(check_identity(*ctx, d, plan, small, dim, k));
-    }
-    const Tensor idx = random_routing(world->rank(), tokens, experts, k);
-    MoeDispatcher d(cfg, ctx.get(), comm);
-    DispatchPlan plan;
-    MOE_RETURN_IF_ERROR(d.plan(idx, 0, {}, &plan));
-    MOE_RETURN_IF_ERROR(check_identity(*ctx, d, plan, tokens, dim, k));
-
-    // The exchange as the dispatcher makes it: chunked [R, E_l * C, D] views, both directions.
-    const int64_t rows = plan.exchange.send_total, recv_rows = plan.exchange.recv_total;
-    Tensor send = Tensor::zeros({rows, dim}, DType::kF32),
-           recv = Tensor::zeros({recv_rows, dim}, DType::kF32);
-    const Shape chunked{ranks, rows / ranks, dim};
-    MOE_ASSIGN_OR_RETURN(
-        Timing exchange,
-        time_it(
-            warmup, iterations,
-            [&]() -> Status {
-              if (comm == nullptr) return copy_both_ways(*ctx, send, recv);
-              MOE_RETURN_IF_ERROR(
-                  comm->all_to_all(send.view().reshape(chunked), recv.view().reshape(chunked)));
-              return comm->all_to_all(recv.view().reshape(chunked), send.view().reshape(chunked));
-            },
-            comm));
-    if (rows / ranks * dim > INT_MAX)
-      return invalid_argument_error("MPI_Alltoall count overflows int");
-    const int count = static_cast<int>(rows / ranks * dim);
-    MOE_ASSIGN_OR_RETURN(Timing plain,
-                         time_it(
-                             warmup, iterations,
-                             [&]() -> Status {
-                               if (comm == nullptr) return copy_both_ways(*ctx, send, recv);
-                               if (MPI_Alltoall(send.raw(), count, MPI_FLOAT, recv.raw(), count,
-                                                MPI_FLOAT, MPI_COMM_WORLD) != MPI_SUCCESS ||
-                                   MPI_Alltoall(recv.raw(), count, MPI_FLOAT, send.raw(), count,
-                                                MPI_FLOAT, MPI_COMM_WORLD) != MPI_SUCCESS) {
-                                 return internal_error("MPI_Alltoall failed");
-                               }
-                               return Status::OK();
-                             },
-                             comm));
-    Tensor x = Tensor::empty({tokens, dim}, DType::kF32);
-    for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = 1.f;
-    MOE_ASSIGN_OR_RETURN(Timing end_to_end, time_it(
-                                                warmup, iterations,
-                                                [&]() -> Status {
-                                                  MOE_ASSIGN_OR_RETURN(Tensor rows,
-                                                                       d.dispatch(x, plan));
-                                                  return d.gather_back(rows, plan).status();
-                                                },
-                                                comm));
-    MOE_ASSIGN_OR_RETURN(Timing planning, time_it(
-                                              warmup, iterations,
-                                              [&]() -> Status {
-                                                DispatchPlan p;
-                                                return d.plan(idx, 0, {}, &p);
-                                              },
-                                              comm));
-    if (world->rank() == 0) {
-      int64_t filled = 0;
-      for (int64_t r = 0; r < rows; ++r) filled += plan.send_token.data<int32_t>()[r] >= 0;
-      const double row_bytes = static_cast<double>(dim) * sizeof(float);
-      const double send_bytes = static_cast<double>(rows) * row_bytes;
-      const double bus = ranks > 1 ? 2 * send_bytes * (ranks - 1) / ranks : 2 * send_bytes;
-      JsonLine j("alltoall");
-      j.num("world_size", ranks)
-          .num("tokens", tokens)
-          .num("d", dim)
-          .num("experts", experts)
-          .num("top_k", k)
-          .num("capacity_factor", capacity_factor)
-          .num("capacity", plan.capacity)
-          .num("send_rows", rows)
-          .num("recv_rows", recv_rows)
-          .num("filled_fraction", rows > 0 ? static_cast<double>(filled) / rows : 0.0)
-          .num("bytes_per_peer", send_bytes / ranks)
-          .num("bytes_per_rank", 2 * (rows + recv_rows) * row_bytes)
-          .num("warmup", warmup)
-          .num("iterations", iterations)
-          .num("exchange_ms", exchange.median * 1e3)
-          .num("exchange_min_ms", exchange.min * 1e3)
-          .num("plain_ms", plain.median * 1e3)
-          .num("plain_min_ms", plain.min * 1e3)
-          .num("dispatch_combine_ms", end_to_end.median * 1e3)
-          .num("dispatch_combine_min_ms", end_to_end.min * 1e3)
-          .num("plan_ms", planning.median * 1e3)
-          .num("exchange_busbw_gbps", bus / exchange.median / 1e9)
-          .num("plain_busbw_gbps", bus / plain.median / 1e9)
-          .num("ratio_plain_over_exchange", plain.median / exchange.median)
-          .num("ratio_plain_over_dispatch_combine", plain.median / end_to_end.median)
-          .str("check", "ok");
-      std::printf("%s\n", j.dump().c_str());
-      std::fflush(stdout);
-    }
-  }
+  print_env_line(*world, comm);
+  for (int64_t tokens : o.tokens) MOE_RETURN_IF_ERROR(bench_tokens(o, tokens, world, *ctx));
   return Status::OK();
 }
 

@@ -114,60 +114,81 @@ StatusOr<std::string> run_torch_reference(const std::vector<std::string>& flags)
   return last;
 }
 
-}  // namespace
+// What `momoe-bench layer` was asked for: the layer, its dtype and device, and the timing loop.
+struct LayerOptions {
+  LayerVariant variant = LayerVariant::kPlain;
+  int iters = 0, warm = 0;
+  std::string dtype_name;
+  DType act = DType::kF32;
+  std::string activation;
+  MoeLayerConfig cfg;
+  int64_t tokens = 0, d = 0, f = 0;
+  int threads = 0;
+  std::string device;
+  bool with_torch = false;
+};
 
-Status bench_layer(int argc, char** argv, comm::World* world) {
+// Parses and checks the flags (defaults: the quick-start-sized layer in f32 with capacity, or
+// one of issue 21's shapes in bf16, dropless); the benchmark runs on one rank.
+StatusOr<LayerOptions> parse_layer_options(int argc, char** argv, const comm::World& world) {
   MOE_ASSIGN_OR_RETURN(Args a, Args::parse(argc, argv,
                                            {"tokens", "d", "f", "experts", "top-k", "variant",
                                             "iterations", "warmup", "threads", "device", "dtype",
                                             "dropless", "activation", "shape", "torch"}));
-  if (world->size() != 1) return invalid_argument_error("momoe-bench layer runs on one rank");
-  MOE_ASSIGN_OR_RETURN(LayerVariant variant, parse_variant(a.get_str("variant", "plain")));
-  // Defaults: the quick-start-sized layer in f32 with capacity, or one of issue 21's shapes in
-  // bf16, dropless.
+  if (world.size() != 1) return invalid_argument_error("momoe-bench layer runs on one rank");
+  LayerOptions o;
+  MOE_ASSIGN_OR_RETURN(o.variant, parse_variant(a.get_str("variant", "plain")));
   LayerShape shape{2048, 352, 352, 16, 2, "relu"};
   const int64_t shape_id = a.get("shape", 0);
   if (shape_id < 0 || shape_id > 4) {
     return invalid_argument_error("--shape ", shape_id, " is not one of 1, 2, 3, 4 (0: none)");
   }
-  const int iters = static_cast<int>(a.get("iterations", shape_id > 0 ? 20 : 5));
-  const int warm = static_cast<int>(a.get("warmup", shape_id > 0 ? 5 : 1));
-  if (iters < 1 || warm < 0) {
+  o.iters = static_cast<int>(a.get("iterations", shape_id > 0 ? 20 : 5));
+  o.warm = static_cast<int>(a.get("warmup", shape_id > 0 ? 5 : 1));
+  if (o.iters < 1 || o.warm < 0) {
     return invalid_argument_error("--iterations must be >= 1 and --warmup >= 0");
   }
   if (shape_id > 0) shape = kShapes[shape_id - 1];
-  const std::string dtype_name = a.get_str("dtype", shape_id > 0 ? "bf16" : "f32");
-  if (dtype_name != "f32" && dtype_name != "bf16") {
-    return invalid_argument_error("--dtype ", dtype_name, " is not one of f32, bf16");
+  o.dtype_name = a.get_str("dtype", shape_id > 0 ? "bf16" : "f32");
+  if (o.dtype_name != "f32" && o.dtype_name != "bf16") {
+    return invalid_argument_error("--dtype ", o.dtype_name, " is not one of f32, bf16");
   }
-  const DType act = dtype_name == "bf16" ? DType::kBF16 : DType::kF32;
-  const std::string activation = a.get_str("activation", shape.activation);
-  if (activation != "relu" && activation != "gelu") {
-    return invalid_argument_error("--activation ", activation, " is not one of relu, gelu");
+  o.act = o.dtype_name == "bf16" ? DType::kBF16 : DType::kF32;
+  o.activation = a.get_str("activation", shape.activation);
+  if (o.activation != "relu" && o.activation != "gelu") {
+    return invalid_argument_error("--activation ", o.activation, " is not one of relu, gelu");
   }
-  MoeLayerConfig cfg =
-      layer_config(a.get("d", shape.d), a.get("f", shape.f), a.get("experts", shape.experts),
-                   a.get("top-k", shape.top_k), variant);
-  cfg.dropless = a.get("dropless", shape_id > 0 ? 1 : 0) != 0;
-  cfg.activation = activation == "gelu" ? ExpertActivation::kGelu : ExpertActivation::kRelu;
-  MOE_RETURN_IF_ERROR(cfg.validate("bench"));
-  const int64_t tokens = a.get("tokens", shape.tokens), d = cfg.d_model, f = cfg.d_expert;
-  const int threads = static_cast<int>(a.get("threads", 0));
-  const std::string device = a.get_str("device", "cpu");
-  if (device != "cpu" && device != "cuda") {
-    return invalid_argument_error("--device ", device, " is not one of cpu, cuda");
+  o.cfg = layer_config(a.get("d", shape.d), a.get("f", shape.f), a.get("experts", shape.experts),
+                       a.get("top-k", shape.top_k), o.variant);
+  o.cfg.dropless = a.get("dropless", shape_id > 0 ? 1 : 0) != 0;
+  o.cfg.activation = o.activation == "gelu" ? ExpertActivation::kGelu : ExpertActivation::kRelu;
+  MOE_RETURN_IF_ERROR(o.cfg.validate("bench"));
+  o.tokens = a.get("tokens", shape.tokens);
+  o.d = o.cfg.d_model;
+  o.f = o.cfg.d_expert;
+  o.threads = static_cast<int>(a.get("threads", 0));
+  o.device = a.get_str("device", "cpu");
+  if (o.device != "cpu" && o.device != "cuda") {
+    return invalid_argument_error("--device ", o.device, " is not one of cpu, cuda");
   }
-  const bool with_torch = a.get("torch", 0) != 0;
-  if (with_torch && (variant != LayerVariant::kPlain || !cfg.dropless)) {
+  o.with_torch = a.get("torch", 0) != 0;
+  if (o.with_torch && (o.variant != LayerVariant::kPlain || !o.cfg.dropless)) {
     return invalid_argument_error(
         "--torch compares the plain dropless layer (the reference has no capacity and no "
         "residual variant): use --variant plain --dropless 1");
   }
-  int cuda_device = -1;
-  if (device == "cuda") {
-    MOE_ASSIGN_OR_RETURN(cuda_device, choose_cuda_device(0));
-  }
-  LayerFixture fixture(cfg, tokens, nullptr, 0, act, threads, cuda_device);
+  return o;
+}
+
+// The layer's forward + backward time, and its seconds per iteration inside BLAS tiles.
+struct LayerTiming {
+  Timing t;
+  double gemm_seconds = 0;
+};
+
+// Times the layer's forward + backward after a finiteness check of one step, counting the time
+// its BLAS tiles take (CPU only).
+StatusOr<LayerTiming> time_layer(const LayerOptions& o, LayerFixture& fixture) {
   Context& ctx = fixture.context();
   // One forward and backward, finished (a GPU runs them asynchronously until the wait).
   auto step = [&]() -> Status {
@@ -179,83 +200,132 @@ Status bench_layer(int argc, char** argv, comm::World* world) {
   if (!finite) return internal_error("check failed: non-finite output");
   kernels::ref::reset_gemm_counters();
   kernels::ref::set_gemm_timing(true);
-  MOE_ASSIGN_OR_RETURN(Timing t, time_it(warm, iters, step));
+  LayerTiming layer;
+  MOE_ASSIGN_OR_RETURN(layer.t, time_it(o.warm, o.iters, step));
   kernels::ref::set_gemm_timing(false);
-  const double gemm_seconds = kernels::ref::gemm_counters().seconds / (warm + iters);
-  // The floors: one dense GEMM with the expert FFN's row count and width, in the layer's dtype,
-  // and a device-to-device copy.
-  MOE_ASSIGN_OR_RETURN(Tensor ga, ctx.empty({tokens * cfg.top_k, d}, act));
-  MOE_ASSIGN_OR_RETURN(Tensor gb, ctx.empty({d, f}, act));
-  MOE_ASSIGN_OR_RETURN(Tensor gc, ctx.empty({tokens * cfg.top_k, f}, act));
+  layer.gemm_seconds = kernels::ref::gemm_counters().seconds / (o.warm + o.iters);
+  return layer;
+}
+
+// The floors' timings, with the buffers they timed (held until the benchmark returns).
+struct Floors {
+  Tensor ga, gb, gc;
+  Timing g;
+  int64_t copy_bytes = 0;
+  Tensor copy_src, copy_dst;
+  Timing c;
+};
+
+// Times the floors: one dense GEMM with the expert FFN's row count and width, in the layer's
+// dtype, and a device-to-device copy.
+Status time_floors(const LayerOptions& o, Context& ctx, Floors* fl) {
+  const int64_t tokens = o.tokens, d = o.d, f = o.f;
+  const DType act = o.act;
+  Tensor &ga = fl->ga, &gb = fl->gb, &gc = fl->gc;
+  MOE_ASSIGN_OR_RETURN(ga, ctx.empty({tokens * o.cfg.top_k, d}, act));
+  MOE_ASSIGN_OR_RETURN(gb, ctx.empty({d, f}, act));
+  MOE_ASSIGN_OR_RETURN(gc, ctx.empty({tokens * o.cfg.top_k, f}, act));
   MOE_RETURN_IF_ERROR(
       kernels::init_normal(ctx, ga, 1.0, CounterRng{3, make_stream(RngTag::kTest, 3, 0)}));
   MOE_RETURN_IF_ERROR(
       kernels::init_normal(ctx, gb, 1.0, CounterRng{3, make_stream(RngTag::kTest, 3, 1)}));
-  MOE_ASSIGN_OR_RETURN(Timing g, time_it(warm, iters, [&]() {
+  MOE_ASSIGN_OR_RETURN(fl->g, time_it(o.warm, o.iters, [&]() {
                          MOE_RETURN_IF_ERROR(kernels::gemm(ctx, ga, false, gb, false, gc));
                          return ctx.synchronize();
                        }));
   const int64_t copy_bytes = ctx.device().is_host() ? (int64_t{64} << 20) : (int64_t{1} << 30);
-  MOE_ASSIGN_OR_RETURN(Tensor copy_src, ctx.empty({copy_bytes / 4}, DType::kF32));
-  MOE_ASSIGN_OR_RETURN(Tensor copy_dst, ctx.empty({copy_bytes / 4}, DType::kF32));
+  fl->copy_bytes = copy_bytes;
+  Tensor &copy_src = fl->copy_src, &copy_dst = fl->copy_dst;
+  MOE_ASSIGN_OR_RETURN(copy_src, ctx.empty({copy_bytes / 4}, DType::kF32));
+  MOE_ASSIGN_OR_RETURN(copy_dst, ctx.empty({copy_bytes / 4}, DType::kF32));
   MOE_RETURN_IF_ERROR(kernels::init_constant(ctx, copy_src, 1.0));
-  MOE_ASSIGN_OR_RETURN(Timing c, time_it(warm, iters, [&]() {
+  MOE_ASSIGN_OR_RETURN(fl->c, time_it(o.warm, o.iters, [&]() {
                          MOE_RETURN_IF_ERROR(kernels::convert(ctx, copy_src, copy_dst));
                          return ctx.synchronize();
                        }));
+  return Status::OK();
+}
+
+// The result line: the layer's rate against the performance model and the measured floors.
+JsonLine layer_line(const LayerOptions& o, Context& ctx, const LayerTiming& layer,
+                    const Floors& fl) {
+  const int64_t tokens = o.tokens, d = o.d, f = o.f;
+  const MoeLayerConfig& cfg = o.cfg;
+  const Timing& t = layer.t;
   const double gemm_flops = 2.0 * tokens * cfg.top_k * d * f;
   const double layer_flops =
       3.0 * tokens * (2.0 * cfg.top_k * (2.0 * d * f) + 2.0 * d * cfg.num_experts);
   JsonLine j("layer");
   j.str("device", ctx.device().to_string())
-      .str("variant", variant_name(variant))
-      .str("dtype", dtype_name)
-      .str("activation", activation)
+      .str("variant", variant_name(o.variant))
+      .str("dtype", o.dtype_name)
+      .str("activation", o.activation)
       .num("dropless", cfg.dropless ? 1 : 0)
       .num("tokens", tokens)
       .num("d", d)
       .num("f", f)
       .num("experts", cfg.num_experts)
       .num("top_k", cfg.top_k)
-      .num("threads", fixture.context().threads())
-      .num("iterations", iters)
+      .num("threads", ctx.threads())
+      .num("iterations", o.iters)
       .num("fwd_bwd_ms", t.median * 1e3)
       // The CPU's BLAS calls are timed one by one; a GPU's kernels are not (-1).
-      .num("gemm_share", ctx.device().is_host() ? gemm_seconds / t.mean : -1.0)
+      .num("gemm_share", ctx.device().is_host() ? layer.gemm_seconds / t.mean : -1.0)
       .num("tokens_per_second", tokens / t.median)
       .num("gflops_per_second", layer_flops / t.median / 1e9)
-      .num("dense_gemm_gflops_per_second", gemm_flops / g.median / 1e9)
-      .num("roofline_ratio", (layer_flops / t.median) / (gemm_flops / g.median))
+      .num("dense_gemm_gflops_per_second", gemm_flops / fl.g.median / 1e9)
+      .num("roofline_ratio", (layer_flops / t.median) / (gemm_flops / fl.g.median))
       // A copy reads and writes every byte.
-      .num("copy_gb_per_second", 2.0 * static_cast<double>(copy_bytes) / c.median / 1e9);
-  if (with_torch) {
-    std::vector<std::string> flags = {"--tokens",     std::to_string(tokens),
-                                      "--d",          std::to_string(d),
-                                      "--f",          std::to_string(f),
-                                      "--experts",    std::to_string(cfg.num_experts),
-                                      "--top-k",      std::to_string(cfg.top_k),
-                                      "--activation", activation,
-                                      "--dtype",      dtype_name,
-                                      "--device",     device,
-                                      "--iterations", std::to_string(iters),
-                                      "--warmup",     std::to_string(warm),
-                                      "--threads",    std::to_string(fixture.context().threads())};
-    // On a GPU in bf16 the grouped GEMMs or nothing: a torch without _grouped_mm fails loudly
-    // instead of timing the slower per-expert loop.
-    if (device == "cuda" && act == DType::kBF16) {
-      flags.push_back("--impl");
-      flags.push_back("grouped");
-    }
-    MOE_ASSIGN_OR_RETURN(std::string line, run_torch_reference(flags));
-    const double torch_ms = *json_number(line, "fwd_bwd_ms");
-    j.str("torch_version", json_string(line, "torch"))
-        .str("torch_impl", json_string(line, "impl"))
-        .num("torch_fwd_bwd_ms", torch_ms)
-        .num("torch_check_logic_rel_error", json_number(line, "check_logic_rel_error").value_or(-1))
-        .num("torch_check_grouped_rel_error",
-             json_number(line, "check_grouped_rel_error").value_or(-1))
-        .num("speedup_vs_torch", torch_ms / (t.median * 1e3));
+      .num("copy_gb_per_second", 2.0 * static_cast<double>(fl.copy_bytes) / fl.c.median / 1e9);
+  return j;
+}
+
+// Runs the PyTorch reference on the same layer and adds its time and speedup_vs_torch to `j`.
+Status add_torch_comparison(const LayerOptions& o, int threads, const Timing& t, JsonLine* j) {
+  std::vector<std::string> flags = {"--tokens",     std::to_string(o.tokens),
+                                    "--d",          std::to_string(o.d),
+                                    "--f",          std::to_string(o.f),
+                                    "--experts",    std::to_string(o.cfg.num_experts),
+                                    "--top-k",      std::to_string(o.cfg.top_k),
+                                    "--activation", o.activation,
+                                    "--dtype",      o.dtype_name,
+                                    "--device",     o.device,
+                                    "--iterations", std::to_string(o.iters),
+                                    "--warmup",     std::to_string(o.warm),
+                                    "--threads",    std::to_string(threads)};
+  // On a GPU in bf16 the grouped GEMMs or nothing: a torch without _grouped_mm fails loudly
+  // instead of timing the slower per-expert loop.
+  if (o.device == "cuda" && o.act == DType::kBF16) {
+    flags.push_back("--impl");
+    flags.push_back("grouped");
   }
+  MOE_ASSIGN_OR_RETURN(std::string line, run_torch_reference(flags));
+  const double torch_ms = *json_number(line, "fwd_bwd_ms");
+  j->str("torch_version", json_string(line, "torch"))
+      .str("torch_impl", json_string(line, "impl"))
+      .num("torch_fwd_bwd_ms", torch_ms)
+      .num("torch_check_logic_rel_error", json_number(line, "check_logic_rel_error").value_or(-1))
+      .num("torch_check_grouped_rel_error",
+           json_number(line, "check_grouped_rel_error").value_or(-1))
+      .num("speedup_vs_torch", torch_ms / (t.median * 1e3));
+  return Status::OK();
+}
+
+}  // namespace
+
+Status bench_layer(int argc, char** argv, comm::World* world) {
+  MOE_ASSIGN_OR_RETURN(const LayerOptions o, parse_layer_options(argc, argv, *world));
+  int cuda_device = -1;
+  if (o.device == "cuda") {
+    MOE_ASSIGN_OR_RETURN(cuda_device, choose_cuda_device(0));
+  }
+  LayerFixture fixture(o.cfg, o.tokens, nullptr, 0, o.act, o.threads, cuda_device);
+  Context& ctx = fixture.context();
+  MOE_ASSIGN_OR_RETURN(const LayerTiming layer, time_layer(o, fixture));
+  Floors floors;
+  MOE_RETURN_IF_ERROR(time_floors(o, ctx, &floors));
+  JsonLine j = layer_line(o, ctx, layer, floors);
+  if (o.with_torch) MOE_RETURN_IF_ERROR(add_torch_comparison(o, ctx.threads(), layer.t, &j));
   j.str("check", "ok");
   std::printf("%s\n", j.dump().c_str());
   return Status::OK();

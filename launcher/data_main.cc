@@ -130,126 +130,116 @@ Status add_wikitext(const std::string& dir, bool raw, data::PrepareSpec* spec) {
   return Status::OK();
 }
 
-int prepare(int argc, char** argv) {
-  FlagParser flags;
-  flags.value(
-      "out", "the dataset folder to write (new or empty; or an interrupted preparation to resume)");
-  flags.value("train", "training text: a file (plain, .gz, .zst) or a folder of them; repeatable",
-              true);
-  flags.value("valid", "validation text (as --train); repeatable", true);
-  flags.value("test", "test text (as --train); repeatable", true);
-  flags.value("wikitext", "a WikiText folder: wiki.{train,valid,test}.tokens");
-  flags.switch_flag("raw", "with --wikitext: read the wiki.*.raw files instead");
-  flags.value("tokenizer", "word (default) or sentencepiece");
-  flags.value("sp-model", "sentencepiece: an existing .model file (default: train one on --train)");
-  flags.value("sp-type", "sentencepiece: bpe (default) or unigram, when training one");
-  flags.value("sp-vocab-size", "sentencepiece: pieces when training one (default 8000)");
-  flags.value("sp-max-sentences",
-              "sentencepiece: lines to train on, an even sample (default 1000000; 0: all)");
-  flags.value("vocab-max-size",
-              "word: vocabulary size including the 3 special tokens (default 0: no cap)");
-  flags.value("vocab-min-count", "word: words seen fewer times in train become <unk> (default 1)");
-  flags.value("vocab", "word: use this saved vocabulary (a vocab.txt) instead of building one");
-  flags.value("threads", "tokenizing threads (default: every core)");
-  flags.value("shard-tokens", "tokens per shard (default 67108864 = 256 MB)");
-  flags.value("chunk-mb", "MB of text per tokenizing chunk (default 16)");
-  flags.switch_flag("quiet", "no progress bar and summary (errors still show)");
-  flags.switch_flag("help", "print this help");
-  const Status parsed = flags.parse(argc, argv);
-  if (flags.has("help")) {
-    std::printf(
-        "usage: momoe-data prepare --out DIR (--train PATH... [--valid PATH] [--test PATH] | "
-        "--wikitext DIR) [flags]\n%s\nexample: momoe-data prepare --out data/brown --train "
-        "data/brown/train.txt.gz --valid data/brown/valid.txt.gz --test data/brown/test.txt.gz "
-        "--vocab-max-size 10000\n",
-        flags.usage().c_str());
-    return 0;
-  }
-  if (!parsed.ok()) return exit_with(parsed);
+// The flags of `momoe-data prepare`, read and checked: what to prepare and how to report it.
+struct PrepareOptions {
   data::PrepareSpec spec;
+  bool quiet = false;
+};
+
+// Declares the flags of `momoe-data prepare`.
+void define_prepare_flags(FlagParser* flags) {
+  flags->value(
+      "out", "the dataset folder to write (new or empty; or an interrupted preparation to resume)");
+  flags->value("train", "training text: a file (plain, .gz, .zst) or a folder of them; repeatable",
+               true);
+  flags->value("valid", "validation text (as --train); repeatable", true);
+  flags->value("test", "test text (as --train); repeatable", true);
+  flags->value("wikitext", "a WikiText folder: wiki.{train,valid,test}.tokens");
+  flags->switch_flag("raw", "with --wikitext: read the wiki.*.raw files instead");
+  flags->value("tokenizer", "word (default) or sentencepiece");
+  flags->value("sp-model",
+               "sentencepiece: an existing .model file (default: train one on --train)");
+  flags->value("sp-type", "sentencepiece: bpe (default) or unigram, when training one");
+  flags->value("sp-vocab-size", "sentencepiece: pieces when training one (default 8000)");
+  flags->value("sp-max-sentences",
+               "sentencepiece: lines to train on, an even sample (default 1000000; 0: all)");
+  flags->value("vocab-max-size",
+               "word: vocabulary size including the 3 special tokens (default 0: no cap)");
+  flags->value("vocab-min-count", "word: words seen fewer times in train become <unk> (default 1)");
+  flags->value("vocab", "word: use this saved vocabulary (a vocab.txt) instead of building one");
+  flags->value("threads", "tokenizing threads (default: every core)");
+  flags->value("shard-tokens", "tokens per shard (default 67108864 = 256 MB)");
+  flags->value("chunk-mb", "MB of text per tokenizing chunk (default 16)");
+  flags->switch_flag("quiet", "no progress bar and summary (errors still show)");
+  flags->switch_flag("help", "print this help");
+}
+
+// Refuses tokenizer flags that do not go with the chosen tokenizer or with each other.
+Status check_tokenizer_flags(const FlagParser& flags, const data::PrepareSpec& spec) {
+  const bool sp_flags = flags.has("sp-model") || flags.has("sp-type") ||
+                        flags.has("sp-vocab-size") || flags.has("sp-max-sentences");
+  if (spec.tokenizer == "word" && sp_flags) {
+    return invalid_argument_error("--sp-* flags go with --tokenizer sentencepiece");
+  }
+  if (spec.tokenizer == "sentencepiece" &&
+      (flags.has("vocab") || flags.has("vocab-max-size") || flags.has("vocab-min-count"))) {
+    return invalid_argument_error(
+        "--vocab, --vocab-max-size and --vocab-min-count go with the word tokenizer; "
+        "a SentencePiece model's size is --sp-vocab-size");
+  }
+  if (!spec.sp_model_path.empty() &&
+      (flags.has("sp-type") || flags.has("sp-vocab-size") || flags.has("sp-max-sentences"))) {
+    return invalid_argument_error(
+        "--sp-model uses an existing model: --sp-type, --sp-vocab-size and "
+        "--sp-max-sentences do not apply");
+  }
+  if (!spec.vocab_path.empty() && (flags.has("vocab-max-size") || flags.has("vocab-min-count"))) {
+    return invalid_argument_error(
+        "--vocab uses a saved vocabulary: --vocab-max-size and --vocab-min-count do not apply");
+  }
+  return Status::OK();
+}
+
+// Reads the parsed flags of `momoe-data prepare` into its options, refusing bad combinations.
+StatusOr<PrepareOptions> read_prepare_flags(const FlagParser& flags) {
+  PrepareOptions options;
+  data::PrepareSpec& spec = options.spec;
   spec.out_dir = flags.get("out");
   spec.train = flags.get_all("train");
   spec.valid = flags.get_all("valid");
   spec.test = flags.get_all("test");
   if (flags.has("wikitext")) {
-    if (const Status s = add_wikitext(flags.get("wikitext"), flags.has("raw"), &spec); !s.ok()) {
-      return exit_with(s);
-    }
+    MOE_RETURN_IF_ERROR(add_wikitext(flags.get("wikitext"), flags.has("raw"), &spec));
   } else if (flags.has("raw")) {
-    return exit_with(invalid_argument_error("--raw goes with --wikitext"));
+    return invalid_argument_error("--raw goes with --wikitext");
   }
   spec.vocab_path = flags.get("vocab");
-  StatusOr<int64_t> max_size = flags.get_int("vocab-max-size", 0);
-  StatusOr<int64_t> min_count = flags.get_int("vocab-min-count", 1);
-  StatusOr<int64_t> threads = flags.get_int("threads", 0);
-  StatusOr<int64_t> shard = flags.get_int("shard-tokens", spec.shard_tokens);
-  StatusOr<int64_t> chunk = flags.get_int("chunk-mb", 16);
-  StatusOr<int64_t> sp_vocab = flags.get_int("sp-vocab-size", spec.sp.vocab_size);
-  StatusOr<int64_t> sp_sentences = flags.get_int("sp-max-sentences", spec.sp.max_sentences);
-  for (const auto* r :
-       {&max_size, &min_count, &threads, &shard, &chunk, &sp_vocab, &sp_sentences}) {
-    if (!r->ok()) return exit_with(r->status());
-  }
+  MOE_ASSIGN_OR_RETURN(const int64_t max_size, flags.get_int("vocab-max-size", 0));
+  MOE_ASSIGN_OR_RETURN(const int64_t min_count, flags.get_int("vocab-min-count", 1));
+  MOE_ASSIGN_OR_RETURN(const int64_t threads, flags.get_int("threads", 0));
+  MOE_ASSIGN_OR_RETURN(const int64_t shard, flags.get_int("shard-tokens", spec.shard_tokens));
+  MOE_ASSIGN_OR_RETURN(const int64_t chunk, flags.get_int("chunk-mb", 16));
+  MOE_ASSIGN_OR_RETURN(const int64_t sp_vocab, flags.get_int("sp-vocab-size", spec.sp.vocab_size));
+  MOE_ASSIGN_OR_RETURN(const int64_t sp_sentences,
+                       flags.get_int("sp-max-sentences", spec.sp.max_sentences));
   spec.tokenizer = flags.get("tokenizer", "word");
   spec.sp_model_path = flags.get("sp-model");
   spec.sp.model_type = flags.get("sp-type", "bpe");
-  spec.sp.vocab_size = *sp_vocab;
-  spec.sp.max_sentences = *sp_sentences;
-  const bool sp_flags = flags.has("sp-model") || flags.has("sp-type") ||
-                        flags.has("sp-vocab-size") || flags.has("sp-max-sentences");
-  if (spec.tokenizer == "word" && sp_flags) {
-    return exit_with(invalid_argument_error("--sp-* flags go with --tokenizer sentencepiece"));
+  spec.sp.vocab_size = sp_vocab;
+  spec.sp.max_sentences = sp_sentences;
+  MOE_RETURN_IF_ERROR(check_tokenizer_flags(flags, spec));
+  if (threads < 0 || threads > 4096) {
+    return invalid_argument_error("--threads ", threads, " must be in [0, 4096]");
   }
-  if (spec.tokenizer == "sentencepiece" &&
-      (flags.has("vocab") || flags.has("vocab-max-size") || flags.has("vocab-min-count"))) {
-    return exit_with(invalid_argument_error(
-        "--vocab, --vocab-max-size and --vocab-min-count go with the word tokenizer; "
-        "a SentencePiece model's size is --sp-vocab-size"));
+  if (chunk < 1 || chunk > 4096) {
+    return invalid_argument_error("--chunk-mb ", chunk, " must be in [1, 4096]");
   }
-  if (!spec.sp_model_path.empty() &&
-      (flags.has("sp-type") || flags.has("sp-vocab-size") || flags.has("sp-max-sentences"))) {
-    return exit_with(
-        invalid_argument_error("--sp-model uses an existing model: --sp-type, --sp-vocab-size and "
-                               "--sp-max-sentences do not apply"));
-  }
-  if (!spec.vocab_path.empty() && (flags.has("vocab-max-size") || flags.has("vocab-min-count"))) {
-    return exit_with(invalid_argument_error(
-        "--vocab uses a saved vocabulary: --vocab-max-size and --vocab-min-count do not apply"));
-  }
-  if (*threads < 0 || *threads > 4096) {
-    return exit_with(invalid_argument_error("--threads ", *threads, " must be in [0, 4096]"));
-  }
-  if (*chunk < 1 || *chunk > 4096) {
-    return exit_with(invalid_argument_error("--chunk-mb ", *chunk, " must be in [1, 4096]"));
-  }
-  spec.vocab.max_size = *max_size;
-  spec.vocab.min_count = *min_count;
-  spec.threads = static_cast<int>(*threads);
-  spec.shard_tokens = *shard;
-  spec.chunk_bytes = *chunk << 20;
+  spec.vocab.max_size = max_size;
+  spec.vocab.min_count = min_count;
+  spec.threads = static_cast<int>(threads);
+  spec.shard_tokens = shard;
+  spec.chunk_bytes = chunk << 20;
+  options.quiet = flags.has("quiet");
+  return options;
+}
 
-  install_stop_signal_handlers();
-  const auto t0 = std::chrono::steady_clock::now();
-  const bool quiet = flags.has("quiet");
-  ProgressBar bar;
-  StatusOr<data::DatasetIndex> index = data::prepare_dataset(
-      spec,
-      [&](const data::PrepareProgress& p) { return quiet ? stop_signal() == 0 : bar.update(p); });
-  bar.finish();
-  if (!index.ok()) {
-    if (index.status().code() == StatusCode::kAborted && stop_signal() != 0) {
-      log_error(index.status().message());
-      return kExitStopped;
-    }
-    return exit_with(index.status());
-  }
-  if (quiet) return 0;
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+// Prints what `momoe-data prepare` wrote: the tokenizer and each split, then how to train on it.
+void print_prepare_summary(const data::PrepareSpec& spec, const data::DatasetIndex& index,
+                           double seconds) {
   std::printf("momoe-data: %s ready in %s: %s tokenizer of %lld tokens", spec.out_dir.c_str(),
-              format_duration(seconds).c_str(), index->tokenizer.c_str(),
-              static_cast<long long>(index->vocab_size));
-  for (const auto& [name, s] : index->splits) {
+              format_duration(seconds).c_str(), index.tokenizer.c_str(),
+              static_cast<long long>(index.vocab_size));
+  for (const auto& [name, s] : index.splits) {
     std::printf(
         "; %s %lld tokens (%s of text, %.2f%% <unk>) in %zu shard(s)", name.c_str(),
         static_cast<long long>(s.tokens), human_bytes(static_cast<double>(s.stats.bytes)).c_str(),
@@ -262,7 +252,50 @@ int prepare(int argc, char** argv) {
     std::printf("train on it with: momoe-train --config CONFIG --set data.dataset=%s\n",
                 spec.out_dir.c_str());
   }
+}
+
+// Prepares the dataset (stoppable by a signal, exit kExitStopped) and reports it unless quiet.
+int run_prepare(const PrepareOptions& options) {
+  install_stop_signal_handlers();
+  const auto t0 = std::chrono::steady_clock::now();
+  const bool quiet = options.quiet;
+  ProgressBar bar;
+  StatusOr<data::DatasetIndex> index = data::prepare_dataset(
+      options.spec,
+      [&](const data::PrepareProgress& p) { return quiet ? stop_signal() == 0 : bar.update(p); });
+  bar.finish();
+  if (!index.ok()) {
+    if (index.status().code() == StatusCode::kAborted && stop_signal() != 0) {
+      log_error(index.status().message());
+      return kExitStopped;
+    }
+    return exit_with(index.status());
+  }
+  if (quiet) return 0;
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  print_prepare_summary(options.spec, *index, seconds);
   return 0;
+}
+
+// `momoe-data prepare`: tokenizes text into a dataset folder.
+int prepare(int argc, char** argv) {
+  FlagParser flags;
+  define_prepare_flags(&flags);
+  const Status parsed = flags.parse(argc, argv);
+  if (flags.has("help")) {
+    std::printf(
+        "usage: momoe-data prepare --out DIR (--train PATH... [--valid PATH] [--test PATH] | "
+        "--wikitext DIR) [flags]\n%s\nexample: momoe-data prepare --out data/brown --train "
+        "data/brown/train.txt.gz --valid data/brown/valid.txt.gz --test data/brown/test.txt.gz "
+        "--vocab-max-size 10000\n",
+        flags.usage().c_str());
+    return 0;
+  }
+  if (!parsed.ok()) return exit_with(parsed);
+  StatusOr<PrepareOptions> options = read_prepare_flags(flags);
+  if (!options.ok()) return exit_with(options.status());
+  return run_prepare(*options);
 }
 
 int verify_or_info(const std::string& cmd, int argc, char** argv) {

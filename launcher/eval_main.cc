@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <nlohmann/json.hpp>
 
 #include "base/logging.h"
@@ -36,106 +37,148 @@ namespace {
 
 int fail(const Status& s) { return exit_with(s); }
 
-StatusOr<std::string> evaluate(const FlagParser& flags) {
-  const std::string dir = flags.get("checkpoint");
-  MOE_ASSIGN_OR_RETURN(CheckpointModel c, open_checkpoint(dir));
-  const RunConfig& cfg = c.cfg;
-  const CheckpointManifestInfo& m = c.manifest;
-  const std::shared_ptr<const data::Tokenizer>& tokenizer = c.tokenizer;
-  MOE_RETURN_IF_ERROR(open_device_from_flags(&c, flags));
-  const std::string text = flags.get("text");
-  // A SentencePiece checkpoint's text is tokenized by momoe-data (data/tokenizer.h says why) into
-  // a temporary dataset, read from its shards.
+// The text to evaluate, tokenized. `split` may read the shards of a dataset in `scratch`, and a
+// SequenceSet views its ids: it stays where it is until the evaluation ends.
+struct EvalText {
   io::TempDir scratch;
   data::TokenizedCorpus tokenized;
   data::TokenSplit split;
+};
+
+// Tokenizes `text` with the checkpoint's tokenizer into `out`.
+Status tokenize_text(const CheckpointModel& c, const std::string& dir, const std::string& text,
+                     EvalText* out) {
+  const std::shared_ptr<const data::Tokenizer>& tokenizer = c.tokenizer;
+  // A SentencePiece checkpoint's text is tokenized by momoe-data (data/tokenizer.h says why) into
+  // a temporary dataset, read from its shards.
   if (tokenizer->can_encode()) {
-    MOE_ASSIGN_OR_RETURN(split, data::tokenize_split("text", text, *tokenizer));
-  } else {
-    MOE_ASSIGN_OR_RETURN(scratch, io::TempDir::create("momoe_eval"));
-    data::PrepareSpec spec;
-    spec.out_dir = scratch.path() + "/text";
-    spec.train = {text};
-    spec.tokenizer = "sentencepiece";
-    spec.sp_model_path = dir + "/" + data::kSentencePieceModelFile;
-    spec.threads = cfg.parallel.threads;
-    MOE_RETURN_IF_ERROR(data::run_prepare_process(spec, /*quiet=*/true));
-    MOE_ASSIGN_OR_RETURN(tokenized, data::open_dataset(spec.out_dir, /*verify_payload=*/true));
-    if (tokenized.tokenizer->fingerprint() != tokenizer->fingerprint()) {
-      return internal_error("momoe-data tokenized ", text, " with another model than ", dir);
-    }
-    split = tokenized.train;
-    split.source = text;
+    MOE_ASSIGN_OR_RETURN(out->split, data::tokenize_split("text", text, *tokenizer));
+    return Status::OK();
   }
-  // The model after the text (a child process is started before the weights fill memory).
-  MOE_RETURN_IF_ERROR(load_model(&c));
-  TransformerLM* model = c.model.get();
+  MOE_ASSIGN_OR_RETURN(out->scratch, io::TempDir::create("momoe_eval"));
+  data::PrepareSpec spec;
+  spec.out_dir = out->scratch.path() + "/text";
+  spec.train = {text};
+  spec.tokenizer = "sentencepiece";
+  spec.sp_model_path = dir + "/" + data::kSentencePieceModelFile;
+  spec.threads = c.cfg.parallel.threads;
+  MOE_RETURN_IF_ERROR(data::run_prepare_process(spec, /*quiet=*/true));
+  MOE_ASSIGN_OR_RETURN(out->tokenized, data::open_dataset(spec.out_dir, /*verify_payload=*/true));
+  if (out->tokenized.tokenizer->fingerprint() != tokenizer->fingerprint()) {
+    return internal_error("momoe-data tokenized ", text, " with another model than ", dir);
+  }
+  out->split = out->tokenized.train;
+  out->split.source = text;
+  return Status::OK();
+}
+
+// The evaluation's flags whose defaults come from the checkpoint, read once its model is loaded.
+struct EvalOptions {
+  int64_t batch = 0;
+  int64_t max_sequences = 0;
+  double rate = 0;
+};
+
+// Reads --batch, --max-sequences and --attack-rate, refusing values out of range.
+StatusOr<EvalOptions> read_eval_options(const FlagParser& flags, const CheckpointModel& c) {
+  const RunConfig& cfg = c.cfg;
+  EvalOptions o;
   // The trainer evaluates in batches of its per-rank micro-batch; at one rank that is the run's
   // micro-batch, batch_size / grad_accum. Without an AC router or an evaluation capacity the
   // perplexity does not depend on the batch (up to rounding); with one it does (the paper's
   // per-batch rule), so the batch is the recorded one and another is refused.
-  MOE_ASSIGN_OR_RETURN(int64_t batch, flags.get_int("batch", c.eval_batch()));
+  MOE_ASSIGN_OR_RETURN(o.batch, flags.get_int("batch", c.eval_batch()));
   if (const std::string why = cfg.model.batch_dependent_evaluation();
-      !why.empty() && batch != c.eval_batch()) {
-    return invalid_argument_error("--batch ", batch, ": ", why,
+      !why.empty() && o.batch != c.eval_batch()) {
+    return invalid_argument_error("--batch ", o.batch, ": ", why,
                                   ", so its perplexity depends on which sequences share a "
                                   "batch; it is evaluated in the batches it was trained with, ",
                                   c.eval_batch(),
                                   " sequences (train.batch_size / train.grad_accum of the "
                                   "checkpoint's config): omit --batch");
   }
-  MOE_ASSIGN_OR_RETURN(int64_t max_sequences, flags.get_int("max-sequences", 0));
-  MOE_ASSIGN_OR_RETURN(double rate, flags.get_double("attack-rate", cfg.train.attack_rate));
-  if (batch < 1) return invalid_argument_error("--batch ", batch, " must be >= 1");
-  if (max_sequences < 0) {
-    return invalid_argument_error("--max-sequences ", max_sequences, " must be >= 0 (0: all)");
+  MOE_ASSIGN_OR_RETURN(o.max_sequences, flags.get_int("max-sequences", 0));
+  MOE_ASSIGN_OR_RETURN(o.rate, flags.get_double("attack-rate", cfg.train.attack_rate));
+  if (o.batch < 1) return invalid_argument_error("--batch ", o.batch, " must be >= 1");
+  if (o.max_sequences < 0) {
+    return invalid_argument_error("--max-sequences ", o.max_sequences, " must be >= 0 (0: all)");
   }
-  if (!(rate >= 0.0 && rate < 1.0)) {
-    return invalid_argument_error("--attack-rate ", rate, " must be in [0, 1)");
+  if (!(o.rate >= 0.0 && o.rate < 1.0)) {
+    return invalid_argument_error("--attack-rate ", o.rate, " must be in [0, 1)");
   }
-  MOE_ASSIGN_OR_RETURN(data::SequenceSet set, data::SequenceSet::create(split, cfg.model.seq_len));
-  // Progress on stderr (the result stays alone on stdout): a line every 5 s
-  // ($MOMOE_PROGRESS_SECONDS).
-  const double interval = progress_interval_seconds(5);
-  const auto t0 = std::chrono::steady_clock::now();
-  auto last = t0;
-  const int64_t total = (max_sequences > 0 ? std::min(max_sequences, set.size()) : set.size()) *
-                        (rate > 0 && tokenizer->kind() == data::Tokenizer::Kind::kWord ? 2 : 1);
-  int64_t done_before = 0;
-  const auto progress = [&](const char* what) {
-    return [&, what](int64_t done, int64_t) {
+  return o;
+}
+
+// Progress on stderr (the result stays alone on stdout): a line every 5 s
+// ($MOMOE_PROGRESS_SECONDS), counting the sequences of every pass against `total`.
+class EvalProgress {
+ public:
+  EvalProgress(int64_t total, int64_t seq_len)
+      : interval_(progress_interval_seconds(5)),
+        t0_(std::chrono::steady_clock::now()),
+        last_(t0_),
+        total_(total),
+        seq_len_(seq_len) {}
+
+  // The progress callback of one pass, named `what`.
+  std::function<void(int64_t, int64_t)> pass(const char* what) {
+    return [this, what](int64_t done, int64_t) {
       const auto now = std::chrono::steady_clock::now();
-      if (std::chrono::duration<double>(now - last).count() < interval) return;
-      last = now;
-      const double s = std::chrono::duration<double>(now - t0).count();
-      const double per_second = static_cast<double>(done_before + done) / std::max(s, 1e-9);
+      if (std::chrono::duration<double>(now - last_).count() < interval_) return;
+      last_ = now;
+      const double s = std::chrono::duration<double>(now - t0_).count();
+      const double per_second = static_cast<double>(done_before_ + done) / std::max(s, 1e-9);
       std::fprintf(
           stderr, "momoe-eval: %s: %lld/%lld sequences, %.0f tok/s, ETA %s\n", what,
-          static_cast<long long>(done_before + done), static_cast<long long>(total),
-          per_second * static_cast<double>(cfg.model.seq_len),
-          format_duration(static_cast<double>(total - done_before - done) / per_second).c_str());
+          static_cast<long long>(done_before_ + done), static_cast<long long>(total_),
+          per_second * static_cast<double>(seq_len_),
+          format_duration(static_cast<double>(total_ - done_before_ - done) / per_second).c_str());
     };
-  };
-  const std::string routing_out = flags.get("routing-out");
+  }
+
+  // Sequences the earlier passes evaluated.
+  void set_done_before(int64_t done_before) { done_before_ = done_before; }
+
+ private:
+  const double interval_;
+  const std::chrono::steady_clock::time_point t0_;
+  std::chrono::steady_clock::time_point last_;
+  const int64_t total_;
+  const int64_t seq_len_;
+  int64_t done_before_ = 0;
+};
+
+// Evaluates the clean text; with --routing-out, also writes its routing decisions (kept in
+// `routing`).
+StatusOr<EvalResult> evaluate_clean(const CheckpointModel& c, const data::SequenceSet& set,
+                                    const EvalOptions& o, const std::string& routing_out,
+                                    EvalProgress* progress,
+                                    std::vector<RoutingDecisions>* routing) {
+  TransformerLM* model = c.model.get();
   if (!routing_out.empty() && model->num_moe_layers() == 0) {
     return invalid_argument_error("--routing-out ", routing_out,
                                   ": the model has no MoE layer, so no routing decisions");
   }
-  std::vector<RoutingDecisions> routing;
   MOE_ASSIGN_OR_RETURN(
       EvalResult clean,
-      evaluate_perplexity(model, set, batch, max_sequences, cfg.train.seed, nullptr, nullptr,
-                          progress("clean"), routing_out.empty() ? nullptr : &routing));
+      evaluate_perplexity(model, set, o.batch, o.max_sequences, c.cfg.train.seed, nullptr, nullptr,
+                          progress->pass("clean"), routing_out.empty() ? nullptr : routing));
   if (!routing_out.empty()) {
     MOE_RETURN_IF_ERROR(write_routing_file(routing_out, model->context(), model->num_moe_layers(),
-                                           batch, cfg.model.seq_len, routing));
+                                           o.batch, c.cfg.model.seq_len, *routing));
   }
-  done_before = max_sequences > 0 ? std::min(max_sequences, set.size()) : set.size();
+  return clean;
+}
+
+// The result line's clean part: the checkpoint, the text and the clean perplexity.
+nlohmann::ordered_json clean_result(const CheckpointModel& c, const std::string& dir,
+                                    const std::string& text, const data::TokenSplit& split,
+                                    const EvalResult& clean, int64_t batch) {
   // One JSON object (nlohmann escapes the paths: quotes, backslashes, control characters; bytes
   // that are not UTF-8 become U+FFFD).
   nlohmann::ordered_json line;
   line["checkpoint"] = dir;
-  line["step"] = m.step;
+  line["step"] = c.manifest.step;
   line["text"] = text;
   line["tokens"] = clean.tokens;
   line["batch"] = batch;
@@ -149,25 +192,63 @@ StatusOr<std::string> evaluate(const FlagParser& flags) {
   // Comparable across tokenizers (core/train/evaluator.h).
   if (const auto w = clean.word_perplexity()) line["word_ppl"] = *w;
   if (const auto b = clean.bits_per_byte()) line["bits_per_byte"] = *b;
-  if (rate > 0 && tokenizer->kind() != data::Tokenizer::Kind::kWord) {
-    line["attack"] =
+  return line;
+}
+
+// With --attack-rate > 0, adds the word-swap attack's perplexity to `line` (or why it was not
+// run: the checkpoint's tokenizer is not the word one).
+Status add_attack_result(const CheckpointModel& c, const data::TokenSplit& split,
+                         const EvalOptions& o, EvalProgress* progress,
+                         nlohmann::ordered_json* line) {
+  const RunConfig& cfg = c.cfg;
+  if (o.rate > 0 && c.tokenizer->kind() != data::Tokenizer::Kind::kWord) {
+    (*line)["attack"] =
         "not run: the word-swap attack replaces words, and this checkpoint's tokenizer "
         "is SentencePiece";
-  } else if (rate > 0) {
+  } else if (o.rate > 0) {
     MOE_ASSIGN_OR_RETURN(
         data::AttackResult a,
-        data::attack_tokens(split.ids, rate, cfg.train.attack_seed, tokenizer->vocabulary()));
+        data::attack_tokens(split.ids, o.rate, cfg.train.attack_seed, c.tokenizer->vocabulary()));
     data::TokenSplit attacked = split;
     attacked.ids = std::move(a.tokens);
     MOE_ASSIGN_OR_RETURN(data::SequenceSet aset,
                          data::SequenceSet::create(attacked, cfg.model.seq_len));
-    MOE_ASSIGN_OR_RETURN(EvalResult att,
-                         evaluate_perplexity(model, aset, batch, max_sequences, cfg.train.seed,
-                                             nullptr, nullptr, progress("attacked")));
-    line["attack_rate"] = rate;
-    line["realised_swap_fraction"] = a.swap_fraction;
-    line["attacked_ppl"] = att.perplexity();
+    MOE_ASSIGN_OR_RETURN(
+        EvalResult att,
+        evaluate_perplexity(c.model.get(), aset, o.batch, o.max_sequences, cfg.train.seed, nullptr,
+                            nullptr, progress->pass("attacked")));
+    (*line)["attack_rate"] = o.rate;
+    (*line)["realised_swap_fraction"] = a.swap_fraction;
+    (*line)["attacked_ppl"] = att.perplexity();
   }
+  return Status::OK();
+}
+
+// Evaluates the checkpoint on the text, clean and attacked: the result as one JSON line.
+StatusOr<std::string> evaluate(const FlagParser& flags) {
+  const std::string dir = flags.get("checkpoint");
+  MOE_ASSIGN_OR_RETURN(CheckpointModel c, open_checkpoint(dir));
+  MOE_RETURN_IF_ERROR(open_device_from_flags(&c, flags));
+  const std::string text = flags.get("text");
+  EvalText tokenized;
+  MOE_RETURN_IF_ERROR(tokenize_text(c, dir, text, &tokenized));
+  const data::TokenSplit& split = tokenized.split;
+  // The model after the text (a child process is started before the weights fill memory).
+  MOE_RETURN_IF_ERROR(load_model(&c));
+  MOE_ASSIGN_OR_RETURN(const EvalOptions o, read_eval_options(flags, c));
+  MOE_ASSIGN_OR_RETURN(data::SequenceSet set,
+                       data::SequenceSet::create(split, c.cfg.model.seq_len));
+  const int64_t sequences =
+      o.max_sequences > 0 ? std::min(o.max_sequences, set.size()) : set.size();
+  EvalProgress progress(
+      sequences * (o.rate > 0 && c.tokenizer->kind() == data::Tokenizer::Kind::kWord ? 2 : 1),
+      c.cfg.model.seq_len);
+  std::vector<RoutingDecisions> routing;
+  MOE_ASSIGN_OR_RETURN(EvalResult clean,
+                       evaluate_clean(c, set, o, flags.get("routing-out"), &progress, &routing));
+  progress.set_done_before(sequences);
+  nlohmann::ordered_json line = clean_result(c, dir, text, split, clean, o.batch);
+  MOE_RETURN_IF_ERROR(add_attack_result(c, split, o, &progress, &line));
   return line.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }
 

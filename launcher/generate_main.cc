@@ -214,59 +214,72 @@ StatusOr<std::string> read_prompt(const FlagParser& flags) {
 // see them. A fixed id keeps that deterministic.
 int32_t pad_id(const data::Tokenizer& tokenizer) { return tokenizer.eos_id(); }
 
-Status generate(const FlagParser& flags) {
-  // Everything the flags say, checked before the checkpoint is read.
+// Everything the flags say, checked before the checkpoint is read.
+struct GenerateOptions {
   SamplingOptions sampling;
-  MOE_ASSIGN_OR_RETURN(sampling.temperature, flags.get_double("temperature", 1.0));
-  MOE_ASSIGN_OR_RETURN(sampling.top_k, flags.get_int("top-k", 0));
-  MOE_ASSIGN_OR_RETURN(sampling.top_p, flags.get_double("top-p", 1.0));
-  MOE_RETURN_IF_ERROR(validate(sampling));
-  MOE_ASSIGN_OR_RETURN(const int64_t max_tokens, flags.get_int("max-tokens", 50));
-  if (max_tokens < 0 || max_tokens > 1000000) {
-    return invalid_argument_error("--max-tokens ", max_tokens, " must be in [0, 1000000]");
-  }
-  MOE_ASSIGN_OR_RETURN(const int64_t seed, flags.get_int("seed", 0));
-  if (seed < 0) return invalid_argument_error("--seed ", seed, " must be >= 0");
-  MOE_ASSIGN_OR_RETURN(const std::string prompt, read_prompt(flags));
+  int64_t max_tokens = 0;
+  int64_t seed = 0;
+  std::string prompt;
+  bool allow_unknown = false;
+  bool print_ids = false;  // --ids
+};
 
-  MOE_ASSIGN_OR_RETURN(CheckpointModel ckpt, open_checkpoint(flags.get("checkpoint")));
-  MOE_RETURN_IF_ERROR(open_device_from_flags(&ckpt, flags));
-  const data::Tokenizer& tokenizer = *ckpt.tokenizer;
-  // A SentencePiece checkpoint is tokenized by `momoe-data tokenize` children (data/tokenizer.h
-  // says why), started before the weights fill memory.
+// Reads and checks the flags of the generation (the checkpoint's aside).
+StatusOr<GenerateOptions> read_generate_options(const FlagParser& flags) {
+  GenerateOptions o;
+  MOE_ASSIGN_OR_RETURN(o.sampling.temperature, flags.get_double("temperature", 1.0));
+  MOE_ASSIGN_OR_RETURN(o.sampling.top_k, flags.get_int("top-k", 0));
+  MOE_ASSIGN_OR_RETURN(o.sampling.top_p, flags.get_double("top-p", 1.0));
+  MOE_RETURN_IF_ERROR(validate(o.sampling));
+  MOE_ASSIGN_OR_RETURN(o.max_tokens, flags.get_int("max-tokens", 50));
+  if (o.max_tokens < 0 || o.max_tokens > 1000000) {
+    return invalid_argument_error("--max-tokens ", o.max_tokens, " must be in [0, 1000000]");
+  }
+  MOE_ASSIGN_OR_RETURN(o.seed, flags.get_int("seed", 0));
+  if (o.seed < 0) return invalid_argument_error("--seed ", o.seed, " must be >= 0");
+  MOE_ASSIGN_OR_RETURN(o.prompt, read_prompt(flags));
+  o.allow_unknown = flags.has("allow-unknown");
+  o.print_ids = flags.has("ids");
+  return o;
+}
+
+// How the checkpoint's text is tokenized: in this process, or for a SentencePiece checkpoint by
+// `momoe-data tokenize` children (data/tokenizer.h says why). `decode` may use `decoder`: it stays
+// where it is.
+struct CheckpointTokenizer {
   std::unique_ptr<data::TokenizeProcess> encoder, decoder;
-  TextStream::Decode decode = [&](const Ids& ids) -> StatusOr<std::string> {
+  TextStream::Decode decode;
+};
+
+// Starts the tokenizer children a SentencePiece checkpoint needs (before the weights fill memory).
+Status start_tokenizer(const CheckpointModel& ckpt, CheckpointTokenizer* out) {
+  const data::Tokenizer& tokenizer = *ckpt.tokenizer;
+  out->decode = [&tokenizer](const Ids& ids) -> StatusOr<std::string> {
     return tokenizer.decode(ids);
   };
   if (!tokenizer.can_encode()) {
     const std::string model_path = ckpt.dir + "/" + data::kSentencePieceModelFile;
     MOE_ASSIGN_OR_RETURN(
-        encoder, data::TokenizeProcess::start(model_path, data::TokenizeProcess::Mode::kEncode,
-                                              tokenizer.fingerprint()));
+        out->encoder, data::TokenizeProcess::start(model_path, data::TokenizeProcess::Mode::kEncode,
+                                                   tokenizer.fingerprint()));
     MOE_ASSIGN_OR_RETURN(
-        decoder, data::TokenizeProcess::start(model_path, data::TokenizeProcess::Mode::kDecode,
-                                              tokenizer.fingerprint()));
-    decode = [&](const Ids& ids) { return decoder->decode(ids); };
+        out->decoder, data::TokenizeProcess::start(model_path, data::TokenizeProcess::Mode::kDecode,
+                                                   tokenizer.fingerprint()));
+    out->decode = [out](const Ids& ids) { return out->decoder->decode(ids); };
   }
-  MOE_ASSIGN_OR_RETURN(const PromptIds tokenized, tokenize_prompt(prompt, tokenizer, encoder.get(),
-                                                                  flags.has("allow-unknown")));
-  const Ids& prompt_ids = tokenized.ids;
-  if (encoder != nullptr) MOE_RETURN_IF_ERROR(encoder->finish());
-  MOE_RETURN_IF_ERROR(load_model(&ckpt));
-  TransformerLM* model = ckpt.model.get();
+  return Status::OK();
+}
 
+// Samples --max-tokens tokens after the prompt, streaming their text: the prompt's ids and the
+// sampled ones. `t0`: when sampling began.
+StatusOr<Ids> sample_tokens(const CheckpointModel& ckpt, const GenerateOptions& o,
+                            const Ids& prompt_ids, TextStream* stream,
+                            std::chrono::steady_clock::time_point* t0) {
+  const data::Tokenizer& tokenizer = *ckpt.tokenizer;
+  TransformerLM* model = ckpt.model.get();
   const int64_t seq_len = ckpt.cfg.model.seq_len;
   const int64_t vocab = tokenizer.size();
-  std::fprintf(stderr,
-               "momoe-generate: checkpoint %s (step %lld), %s, on %s; prompt of %zu token(s), "
-               "%lld to generate\n",
-               ckpt.dir.c_str(), static_cast<long long>(ckpt.manifest.step),
-               tokenizer.describe().c_str(), ckpt.device_description.c_str(), prompt_ids.size(),
-               static_cast<long long>(max_tokens));
-  TextStream stream(decode, tokenizer.eos_id());
-  MOE_RETURN_IF_ERROR(stream.start(prompt_ids, tokenized.empty));
-
-  const CounterRng rng{static_cast<uint64_t>(seed), make_stream(RngTag::kSampling, 0, 0)};
+  const CounterRng rng{static_cast<uint64_t>(o.seed), make_stream(RngTag::kSampling, 0, 0)};
   StepContext step;
   step.batch = 1;
   step.seq_len = seq_len;
@@ -276,8 +289,8 @@ Status generate(const FlagParser& flags) {
   Tensor window = Tensor::empty({1, seq_len}, DType::kI32);
   Tensor row = Tensor::empty({1, vocab}, DType::kF64);
   std::vector<double> logits(static_cast<size_t>(vocab));
-  const auto t0 = std::chrono::steady_clock::now();
-  for (int64_t i = 0; i < max_tokens; ++i) {
+  *t0 = std::chrono::steady_clock::now();
+  for (int64_t i = 0; i < o.max_tokens; ++i) {
     // The last <= seq_len tokens, then the padding.
     const int64_t n = std::min<int64_t>(static_cast<int64_t>(tokens.size()), seq_len);
     int32_t* w = window.data<int32_t>();
@@ -289,18 +302,20 @@ Status generate(const FlagParser& flags) {
     std::copy(row.data<double>(), row.data<double>() + vocab, logits.begin());
     // One draw per token, keyed by its position in the text (prompt included).
     const double u = rng.uniform_f64(tokens.size());
-    MOE_ASSIGN_OR_RETURN(const int32_t id, sample_token(logits, sampling, u));
+    MOE_ASSIGN_OR_RETURN(const int32_t id, sample_token(logits, o.sampling, u));
     tokens.push_back(id);
-    MOE_RETURN_IF_ERROR(stream.add(id));
+    MOE_RETURN_IF_ERROR(stream->add(id));
   }
-  MOE_RETURN_IF_ERROR(stream.finish());
-  if (decoder != nullptr) MOE_RETURN_IF_ERROR(decoder->finish());
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return tokens;
+}
+
+// Reports the speed (and with --ids the ids) on stderr; a failed stdout is an error.
+Status report_generation(const GenerateOptions& o, double seconds, const Ids& prompt_ids,
+                         const Ids& tokens) {
   std::fprintf(stderr, "momoe-generate: %lld token(s) in %.2f s (%.1f tok/s)\n",
-               static_cast<long long>(max_tokens), seconds,
-               static_cast<double>(max_tokens) / std::max(seconds, 1e-9));
-  if (flags.has("ids")) {
+               static_cast<long long>(o.max_tokens), seconds,
+               static_cast<double>(o.max_tokens) / std::max(seconds, 1e-9));
+  if (o.print_ids) {
     nlohmann::ordered_json ids;
     ids["prompt_ids"] = prompt_ids;
     ids["ids"] = Ids(tokens.begin() + static_cast<int64_t>(prompt_ids.size()), tokens.end());
@@ -311,6 +326,38 @@ Status generate(const FlagParser& flags) {
     return unavailable_error("writing the generated text to stdout failed: ", std::strerror(errno));
   }
   return Status::OK();
+}
+
+// Prints the prompt and the tokens sampled after it, each as soon as it is sampled.
+Status generate(const FlagParser& flags) {
+  MOE_ASSIGN_OR_RETURN(const GenerateOptions o, read_generate_options(flags));
+  MOE_ASSIGN_OR_RETURN(CheckpointModel ckpt, open_checkpoint(flags.get("checkpoint")));
+  MOE_RETURN_IF_ERROR(open_device_from_flags(&ckpt, flags));
+  const data::Tokenizer& tokenizer = *ckpt.tokenizer;
+  CheckpointTokenizer tokenizers;
+  MOE_RETURN_IF_ERROR(start_tokenizer(ckpt, &tokenizers));
+  MOE_ASSIGN_OR_RETURN(
+      const PromptIds tokenized,
+      tokenize_prompt(o.prompt, tokenizer, tokenizers.encoder.get(), o.allow_unknown));
+  const Ids& prompt_ids = tokenized.ids;
+  if (tokenizers.encoder != nullptr) MOE_RETURN_IF_ERROR(tokenizers.encoder->finish());
+  MOE_RETURN_IF_ERROR(load_model(&ckpt));
+
+  std::fprintf(stderr,
+               "momoe-generate: checkpoint %s (step %lld), %s, on %s; prompt of %zu token(s), "
+               "%lld to generate\n",
+               ckpt.dir.c_str(), static_cast<long long>(ckpt.manifest.step),
+               tokenizer.describe().c_str(), ckpt.device_description.c_str(), prompt_ids.size(),
+               static_cast<long long>(o.max_tokens));
+  TextStream stream(tokenizers.decode, tokenizer.eos_id());
+  MOE_RETURN_IF_ERROR(stream.start(prompt_ids, tokenized.empty));
+  std::chrono::steady_clock::time_point t0;
+  MOE_ASSIGN_OR_RETURN(const Ids tokens, sample_tokens(ckpt, o, prompt_ids, &stream, &t0));
+  MOE_RETURN_IF_ERROR(stream.finish());
+  if (tokenizers.decoder != nullptr) MOE_RETURN_IF_ERROR(tokenizers.decoder->finish());
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return report_generation(o, seconds, prompt_ids, tokens);
 }
 
 int run(int argc, char** argv) {

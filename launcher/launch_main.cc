@@ -19,6 +19,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -134,11 +135,17 @@ int rank_exec(std::vector<std::string> cmd) {
   return 127;
 }
 
-int run(int argc, char** argv) {
+// What the arguments of momoe-launch say.
+struct LaunchOptions {
   int np = 0, per_node = 0;
   std::string hostfile, launcher;
   bool dry_run = false, exec_mode = false;
-  std::vector<std::string> cmd;
+  std::vector<std::string> cmd;  // the command after --
+};
+
+// Reads the arguments into `o`: the exit code when they end momoe-launch here (--help, a mistake;
+// a flag without its value exits 2 at once), else nullopt.
+std::optional<int> parse_launch_args(int argc, char** argv, LaunchOptions* o) {
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&](const char* name) -> std::string {
@@ -149,26 +156,27 @@ int run(int argc, char** argv) {
       return argv[++i];
     };
     if (a == "--") {
-      for (++i; i < argc; ++i) cmd.push_back(argv[i]);
+      for (++i; i < argc; ++i) o->cmd.push_back(argv[i]);
       break;
     }
     if (a == "-np" || a == "--np") {
       const std::string v = value("-np");
-      if ((np = positive_int(v)) < 1)
+      if ((o->np = positive_int(v)) < 1) {
         return usage(("-np '" + v + "' is not a positive integer").c_str());
+      }
     } else if (a == "--hostfile") {
-      hostfile = value("--hostfile");
+      o->hostfile = value("--hostfile");
     } else if (a == "--ranks-per-node") {
       const std::string v = value("--ranks-per-node");
-      if ((per_node = positive_int(v)) < 1) {
+      if ((o->per_node = positive_int(v)) < 1) {
         return usage(("--ranks-per-node '" + v + "' is not a positive integer").c_str());
       }
     } else if (a == "--launcher") {
-      launcher = value("--launcher");
+      o->launcher = value("--launcher");
     } else if (a == "--dry-run") {
-      dry_run = true;
+      o->dry_run = true;
     } else if (a == "--rank-exec") {
-      exec_mode = true;
+      o->exec_mode = true;
     } else if (a == "--help" || a == "-h") {
       usage(nullptr);
       return 0;
@@ -176,25 +184,26 @@ int run(int argc, char** argv) {
       return usage(("unknown argument " + a).c_str());
     }
   }
-  if (cmd.empty()) return usage("no command after --");
-  if (exec_mode) return rank_exec(cmd);
-  if (np < 1) return usage("-np N (N >= 1) is required");
-  if (launcher.empty()) launcher = std::getenv("SLURM_JOB_ID") != nullptr ? "srun" : "mpirun";
-  if (launcher != "mpirun" && launcher != "srun") return usage("--launcher must be mpirun or srun");
+  return std::nullopt;
+}
 
+// The multi-rank command line: the launcher, then this executable as each rank's trampoline
+// (`--rank-exec -- CMD`). `argv0` names it when /proc/self/exe cannot.
+std::vector<std::string> launch_line(const LaunchOptions& o, const char* argv0) {
   char self[4096];
   const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-  const std::string me = n > 0 ? std::string(self, static_cast<size_t>(n)) : argv[0];
+  const std::string me = n > 0 ? std::string(self, static_cast<size_t>(n)) : argv0;
   std::vector<std::string> line;
-  if (launcher == "srun") {
-    line = {"srun", "--ntasks", std::to_string(np), "--export=ALL", "--kill-on-bad-exit=1"};
-    if (per_node > 0) line.insert(line.end(), {"--ntasks-per-node", std::to_string(per_node)});
+  if (o.launcher == "srun") {
+    line = {"srun", "--ntasks", std::to_string(o.np), "--export=ALL", "--kill-on-bad-exit=1"};
+    if (o.per_node > 0) line.insert(line.end(), {"--ntasks-per-node", std::to_string(o.per_node)});
   } else {
-    line = {"mpirun", "-np", std::to_string(np), "--bind-to", "none"};
-    if (!hostfile.empty()) line.insert(line.end(), {"--hostfile", hostfile});
-    if (per_node > 0)
-      line.insert(line.end(), {"--map-by", "ppr:" + std::to_string(per_node) + ":node"});
-    if (hostfile.empty() && np > static_cast<int>(std::thread::hardware_concurrency())) {
+    line = {"mpirun", "-np", std::to_string(o.np), "--bind-to", "none"};
+    if (!o.hostfile.empty()) line.insert(line.end(), {"--hostfile", o.hostfile});
+    if (o.per_node > 0) {
+      line.insert(line.end(), {"--map-by", "ppr:" + std::to_string(o.per_node) + ":node"});
+    }
+    if (o.hostfile.empty() && o.np > static_cast<int>(std::thread::hardware_concurrency())) {
       line.push_back("--oversubscribe");
     }
     if (geteuid() == 0) line.push_back("--allow-run-as-root");
@@ -210,12 +219,27 @@ int run(int argc, char** argv) {
     }
   }
   line.insert(line.end(), {me, "--rank-exec", "--"});
-  line.insert(line.end(), cmd.begin(), cmd.end());
+  line.insert(line.end(), o.cmd.begin(), o.cmd.end());
+  return line;
+}
+
+int run(int argc, char** argv) {
+  LaunchOptions o;
+  if (const std::optional<int> done = parse_launch_args(argc, argv, &o)) return *done;
+  if (o.cmd.empty()) return usage("no command after --");
+  if (o.exec_mode) return rank_exec(o.cmd);
+  if (o.np < 1) return usage("-np N (N >= 1) is required");
+  if (o.launcher.empty()) o.launcher = std::getenv("SLURM_JOB_ID") != nullptr ? "srun" : "mpirun";
+  if (o.launcher != "mpirun" && o.launcher != "srun") {
+    return usage("--launcher must be mpirun or srun");
+  }
+
+  std::vector<std::string> line = launch_line(o, argv[0]);
   std::string printed;
   for (const std::string& s : line) printed += (printed.empty() ? "" : " ") + quote(s);
   std::printf("momoe-launch: %s\n", printed.c_str());
   std::fflush(stdout);
-  if (dry_run) return 0;
+  if (o.dry_run) return 0;
   return run_child(line);
 }
 

@@ -62,22 +62,12 @@ std::string step_line(const StepStatsInfo& s) {
   return os.str();
 }
 
-std::string summary_table(const std::vector<StepStatsInfo>& steps, int64_t window) {
-  std::vector<const StepStatsInfo*> train;
-  const StepStatsInfo* last_eval = nullptr;
-  for (const StepStatsInfo& s : steps) {
-    if (is_training_step(s)) {
-      train.push_back(&s);
-    } else {
-      last_eval = &s;
-    }
-  }
-  std::ostringstream os;
-  if (train.empty()) {
-    os << "no training steps recorded\n";
-    return os.str();
-  }
-  const size_t from = train.size() > static_cast<size_t>(window) ? train.size() - window : 0;
+namespace {
+
+using TrainSteps = std::vector<const StepStatsInfo*>;
+
+// Writes the step count and the mean loss (and ppl) over train[from..].
+void write_mean_loss(std::ostream& os, const TrainSteps& train, size_t from) {
   const StepStatsInfo& last = *train.back();
   double loss = 0;
   for (size_t i = from; i < train.size(); ++i) loss += train[i]->loss;
@@ -85,25 +75,30 @@ std::string summary_table(const std::vector<StepStatsInfo>& steps, int64_t windo
   os << "steps recorded: " << train.size() << ", last step " << last.step
      << ", mean loss over the last " << train.size() - from << ": " << std::fixed
      << std::setprecision(4) << loss << " (ppl " << std::setprecision(2) << std::exp(loss) << ")\n";
-  if (last_eval != nullptr) {
-    os << std::setprecision(2) << "last evaluation (step " << last_eval->step << "):";
-    if (last_eval->valid_ppl) os << " valid ppl " << *last_eval->valid_ppl;
-    if (last_eval->test_ppl) os << ", test ppl " << *last_eval->test_ppl;
-    if (last_eval->attacked_valid_ppl)
-      os << ", attacked valid ppl " << *last_eval->attacked_valid_ppl;
-    if (last_eval->attacked_test_ppl) os << ", attacked test ppl " << *last_eval->attacked_test_ppl;
-    if (last_eval->valid_word_ppl) os << ", valid ppl per word " << *last_eval->valid_word_ppl;
-    if (last_eval->valid_bits_per_byte) {
-      os << std::setprecision(4) << ", valid bits per byte " << *last_eval->valid_bits_per_byte
-         << std::setprecision(2);
-    }
-    // The attack's realised swap fraction (0.0250 for attack_rate 0.025), not rounded away.
-    if (last_eval->attack_rate) {
-      os << std::setprecision(4) << " (realised swap fraction " << *last_eval->attack_rate << ")";
-    }
-    os << "\n";
+}
+
+// Writes the perplexities of the evaluation `e`.
+void write_last_evaluation(std::ostream& os, const StepStatsInfo& e) {
+  os << std::setprecision(2) << "last evaluation (step " << e.step << "):";
+  if (e.valid_ppl) os << " valid ppl " << *e.valid_ppl;
+  if (e.test_ppl) os << ", test ppl " << *e.test_ppl;
+  if (e.attacked_valid_ppl) os << ", attacked valid ppl " << *e.attacked_valid_ppl;
+  if (e.attacked_test_ppl) os << ", attacked test ppl " << *e.attacked_test_ppl;
+  if (e.valid_word_ppl) os << ", valid ppl per word " << *e.valid_word_ppl;
+  if (e.valid_bits_per_byte) {
+    os << std::setprecision(4) << ", valid bits per byte " << *e.valid_bits_per_byte
+       << std::setprecision(2);
   }
-  // Where the time of a step goes (steps recorded with their phases).
+  // The attack's realised swap fraction (0.0250 for attack_rate 0.025), not rounded away.
+  if (e.attack_rate) {
+    os << std::setprecision(4) << " (realised swap fraction " << *e.attack_rate << ")";
+  }
+  os << "\n";
+}
+
+// Writes where the time of a step goes (the mean over the steps of train[from..] recorded with
+// their phases; nothing when none was).
+void write_phase_times(std::ostream& os, const TrainSteps& train, size_t from) {
   PhaseSecondsArray phases{};
   double step_seconds = 0;
   int64_t timed = 0;
@@ -113,19 +108,22 @@ std::string summary_table(const std::vector<StepStatsInfo>& steps, int64_t windo
     step_seconds += train[i]->step_seconds;
     ++timed;
   }
-  if (timed > 0) {
-    const auto ms = [&](Phase p) { return 1e3 * phases[static_cast<int>(p)] / timed; };
-    double accounted = 0;
-    for (int p = 0; p < kNumPhases; ++p) {
-      if (static_cast<Phase>(p) != Phase::kExchange) accounted += phases[p];
-    }
-    os << std::setprecision(1) << "time per step (mean of the last " << timed
-       << "): " << 1e3 * step_seconds / timed << " ms = data " << ms(Phase::kData) << " + forward "
-       << ms(Phase::kForward) << " + backward " << ms(Phase::kBackward) << " (MoE exchange "
-       << ms(Phase::kExchange) << " of them) + grad sync " << ms(Phase::kGradSync)
-       << " + optimizer " << ms(Phase::kOptimizer) << " + other "
-       << 1e3 * (step_seconds - accounted) / timed << " ms\n";
+  if (timed == 0) return;
+  const auto ms = [&](Phase p) { return 1e3 * phases[static_cast<int>(p)] / timed; };
+  double accounted = 0;
+  for (int p = 0; p < kNumPhases; ++p) {
+    if (static_cast<Phase>(p) != Phase::kExchange) accounted += phases[p];
   }
+  os << std::setprecision(1) << "time per step (mean of the last " << timed
+     << "): " << 1e3 * step_seconds / timed << " ms = data " << ms(Phase::kData) << " + forward "
+     << ms(Phase::kForward) << " + backward " << ms(Phase::kBackward) << " (MoE exchange "
+     << ms(Phase::kExchange) << " of them) + grad sync " << ms(Phase::kGradSync) << " + optimizer "
+     << ms(Phase::kOptimizer) << " + other " << 1e3 * (step_seconds - accounted) / timed << " ms\n";
+}
+
+// Writes the table of each layer's statistics, the mean over train[from..].
+void write_layer_table(std::ostream& os, const TrainSteps& train, size_t from) {
+  const StepStatsInfo& last = *train.back();
   os << std::left << std::setw(6) << "block" << std::right << std::setw(10) << "drop%"
      << std::setw(10) << "maxload" << std::setw(10) << "lb_std" << std::setw(8) << "dead"
      << std::setw(10) << "balance" << std::setw(10) << "z_loss" << std::setw(10) << "entropy"
@@ -149,6 +147,31 @@ std::string summary_table(const std::vector<StepStatsInfo>& steps, int64_t windo
     for (int k = 0; k < 10; ++k) os << std::setw(k == 3 ? 8 : 10) << v[k] / n;
     os << "\n";
   }
+}
+
+}  // namespace
+
+std::string summary_table(const std::vector<StepStatsInfo>& steps, int64_t window) {
+  TrainSteps train;
+  const StepStatsInfo* last_eval = nullptr;
+  for (const StepStatsInfo& s : steps) {
+    if (is_training_step(s)) {
+      train.push_back(&s);
+    } else {
+      last_eval = &s;
+    }
+  }
+  std::ostringstream os;
+  if (train.empty()) {
+    os << "no training steps recorded\n";
+    return os.str();
+  }
+  const size_t from = train.size() > static_cast<size_t>(window) ? train.size() - window : 0;
+  // One stream throughout: each part goes on with the formatting the one before it left.
+  write_mean_loss(os, train, from);
+  if (last_eval != nullptr) write_last_evaluation(os, *last_eval);
+  write_phase_times(os, train, from);
+  write_layer_table(os, train, from);
   for (const StepStatsInfo* s : train) {
     for (const std::string& a : s->anomalies) os << "anomaly: " << a << "\n";
   }

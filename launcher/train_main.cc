@@ -51,23 +51,83 @@ StatusOr<std::function<void(int64_t)>> fault_injection(int rank) {
   });
 }
 
+// Declares the flags of momoe-train.
+void define_train_flags(FlagParser* flags) {
+  flags->value("config", "run configuration (protobuf text format, momoe.RunConfig)");
+  flags->value("set", "override one config field, e.g. --set train.steps=100", true);
+  flags->value("run-dir",
+               "run directory (statistics, checkpoints, cache); default runs/<config name>");
+  flags->value("ep", "expert-parallel group size (default: parallel.ep of the config)");
+  flags->switch_flag("fresh",
+                     "start a new run: move an earlier run's checkpoints and stats.pb to "
+                     "RUN_DIR/archive/ instead of resuming");
+  flags->value("resume-from", "resume from this checkpoint directory instead of the newest one");
+  flags->switch_flag("allow-config-change",
+                     "resume even if the config changes what training computes");
+  flags->value("log-level", "debug | info | warning | error (default info)");
+  flags->switch_flag("help", "print this help");
+}
+
+// Checks the flags, applies --log-level and the MOMOE_CRASH_* settings (env_params.h), and loads
+// the config with the --set overrides.
+StatusOr<RunConfig> load_config_from_flags(const FlagParser& flags) {
+  if (!flags.positional().empty()) {
+    return invalid_argument_error("unexpected argument '", flags.positional()[0], "'");
+  }
+  if (!flags.has("config")) return invalid_argument_error("--config FILE is required");
+  if (flags.has("fresh") && flags.has("resume-from")) {
+    return invalid_argument_error("--fresh and --resume-from exclude each other");
+  }
+  if (flags.has("log-level")) {
+    MOE_ASSIGN_OR_RETURN(const LogLevel level, parse_log_level(flags.get("log-level")));
+    set_log_level(level);
+  }
+  MOE_ASSIGN_OR_RETURN(const int64_t ep, flags.get_int("ep", 0));
+  if (flags.has("ep") && ep < 1) return invalid_argument_error("--ep ", ep, " must be >= 1");
+  for (auto param : {env::crash_at, env::crash_trace}) {
+    if (!param().ok()) return param().status();
+  }
+  io::set_crash_at(*env::crash_at());
+  io::set_crash_trace(*env::crash_trace() != 0);
+  return load_run_config(flags.get("config"), flags.get_all("set"), static_cast<int>(ep));
+}
+
+// The trainer's options that the flags give.
+TrainerOptions trainer_options(const FlagParser& flags) {
+  TrainerOptions opts;
+  opts.run_dir =
+      flags.get("run-dir", "runs/" + std::filesystem::path(flags.get("config")).stem().string());
+  opts.resume = !flags.has("fresh");
+  opts.resume_from = flags.get("resume-from");
+  opts.allow_config_change = flags.has("allow-config-change");
+  opts.stop_requested = stop_signal;
+  return opts;
+}
+
+// Builds the trainer on `world` and runs it: the exit code (kExitStopped when a signal stopped
+// it).
+int train(const RunConfig& cfg, TrainerOptions opts, comm::World* world) {
+  StatusOr<std::function<void(int64_t)>> fault = fault_injection(world->rank());
+  if (!fault.ok()) return fail(fault.status(), world);
+  opts.after_step = *fault;
+  StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::create(cfg, opts, world->comm.get());
+  if (!trainer.ok() && trainer.status().code() == StatusCode::kAborted && stop_signal() != 0) {
+    // Stopped while preparing the data (before any step): nothing to save; rerun to resume.
+    log_error(trainer.status().message(), " (", stop_signal_name(stop_signal()),
+              "); rerun the same command to resume");
+    return kExitStopped;
+  }
+  if (!trainer.ok()) return fail(trainer.status(), world);
+  Status s = (*trainer)->run();
+  if (!s.ok()) return fail(s, world);
+  return (*trainer)->stopped() ? kExitStopped : 0;
+}
+
 int run(int argc, char** argv) {
   install_stop_signal_handlers();
   data::use_momoe_data_for_sentencepiece();  // a SentencePiece corpus is prepared by momoe-data
   FlagParser flags;
-  flags.value("config", "run configuration (protobuf text format, momoe.RunConfig)");
-  flags.value("set", "override one config field, e.g. --set train.steps=100", true);
-  flags.value("run-dir",
-              "run directory (statistics, checkpoints, cache); default runs/<config name>");
-  flags.value("ep", "expert-parallel group size (default: parallel.ep of the config)");
-  flags.switch_flag("fresh",
-                    "start a new run: move an earlier run's checkpoints and stats.pb to "
-                    "RUN_DIR/archive/ instead of resuming");
-  flags.value("resume-from", "resume from this checkpoint directory instead of the newest one");
-  flags.switch_flag("allow-config-change",
-                    "resume even if the config changes what training computes");
-  flags.value("log-level", "debug | info | warning | error (default info)");
-  flags.switch_flag("help", "print this help");
+  define_train_flags(&flags);
   Status parsed = flags.parse(argc, argv);
   if (flags.has("help")) {
     std::printf(
@@ -80,32 +140,7 @@ int run(int argc, char** argv) {
     return 0;
   }
   if (!parsed.ok()) return fail(parsed, nullptr);
-  if (!flags.positional().empty()) {
-    return fail(invalid_argument_error("unexpected argument '", flags.positional()[0], "'"),
-                nullptr);
-  }
-  if (!flags.has("config"))
-    return fail(invalid_argument_error("--config FILE is required"), nullptr);
-  if (flags.has("fresh") && flags.has("resume-from")) {
-    return fail(invalid_argument_error("--fresh and --resume-from exclude each other"), nullptr);
-  }
-  if (flags.has("log-level")) {
-    StatusOr<LogLevel> level = parse_log_level(flags.get("log-level"));
-    if (!level.ok()) return fail(level.status(), nullptr);
-    set_log_level(*level);
-  }
-  StatusOr<int64_t> ep = flags.get_int("ep", 0);
-  if (!ep.ok()) return fail(ep.status(), nullptr);
-  if (flags.has("ep") && *ep < 1) {
-    return fail(invalid_argument_error("--ep ", *ep, " must be >= 1"), nullptr);
-  }
-  for (auto param : {env::crash_at, env::crash_trace}) {
-    if (!param().ok()) return fail(param().status(), nullptr);
-  }
-  io::set_crash_at(*env::crash_at());
-  io::set_crash_trace(*env::crash_trace() != 0);
-  StatusOr<RunConfig> cfg =
-      load_run_config(flags.get("config"), flags.get_all("set"), static_cast<int>(*ep));
+  StatusOr<RunConfig> cfg = load_config_from_flags(flags);
   if (!cfg.ok()) return fail(cfg.status(), nullptr);
   // The CPU's BLAS is loaded (its kernel chosen from the CPU's features) before MPI starts
   // threads: an OPENBLAS_CORETYPE this CPU cannot run is refused here, by name.
@@ -118,28 +153,7 @@ int run(int argc, char** argv) {
   if (!world.ok()) return fail(world.status(), nullptr);
   set_log_rank(world->rank());
   if (!world->note.empty() && world->rank() == 0) std::printf("momoe: %s\n", world->note.c_str());
-
-  TrainerOptions opts;
-  opts.run_dir =
-      flags.get("run-dir", "runs/" + std::filesystem::path(flags.get("config")).stem().string());
-  opts.resume = !flags.has("fresh");
-  opts.resume_from = flags.get("resume-from");
-  opts.allow_config_change = flags.has("allow-config-change");
-  opts.stop_requested = stop_signal;
-  StatusOr<std::function<void(int64_t)>> fault = fault_injection(world->rank());
-  if (!fault.ok()) return fail(fault.status(), &*world);
-  opts.after_step = *fault;
-  StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::create(*cfg, opts, world->comm.get());
-  if (!trainer.ok() && trainer.status().code() == StatusCode::kAborted && stop_signal() != 0) {
-    // Stopped while preparing the data (before any step): nothing to save; rerun to resume.
-    log_error(trainer.status().message(), " (", stop_signal_name(stop_signal()),
-              "); rerun the same command to resume");
-    return kExitStopped;
-  }
-  if (!trainer.ok()) return fail(trainer.status(), &*world);
-  Status s = (*trainer)->run();
-  if (!s.ok()) return fail(s, &*world);
-  return (*trainer)->stopped() ? kExitStopped : 0;
+  return train(*cfg, trainer_options(flags), &*world);
 }
 
 }  // namespace

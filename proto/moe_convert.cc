@@ -37,6 +37,7 @@ Status parse_text_proto(const std::string& text, const std::string& where,
   return Status::OK();
 }
 
+// function-length: table (one line per field)
 Status apply_moe_proto(const momoe::MoeConfig& m, const std::string& where, MoeLayerConfig* c) {
   if (m.has_d_model()) c->d_model = m.d_model();
   if (m.has_d_expert()) c->d_expert = m.d_expert();

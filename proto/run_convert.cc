@@ -234,6 +234,7 @@ momoe::Activation activation_to_proto(ExpertActivation a) {
 // Every field of the struct, explicitly (see resolved_config_text). The plan is written as
 // explicit blocks, each MoE block with its full config; `arch` is left out (it is shorthand for
 // the blocks) and `model.moe` holds the first MoE block's config.
+// function-length: table (one line per field)
 void run_config_to_proto(const RunConfig& cfg, momoe::RunConfig* msg) {
   const ModelConfig& c = cfg.model;
   momoe::ModelConfig* m = msg->mutable_model();
@@ -378,40 +379,64 @@ void diff_messages(const Message& a, const Message& b, const std::string& prefix
 
 }  // namespace
 
-StatusOr<RunConfig> parse_run_config(const std::string& text, const std::string& source,
-                                     const std::vector<std::string>& overrides, int ep_size) {
-  momoe::RunConfig msg;
-  MOE_RETURN_IF_ERROR(proto_internal::parse_text_proto(text, source, &msg));
-  for (const std::string& o : overrides) MOE_RETURN_IF_ERROR(apply_override(o, &msg));
-  MOE_RETURN_IF_ERROR(check_finite(msg, "").with_context(source));
-  if (ep_size > 0) msg.mutable_parallel()->set_ep(ep_size);
-
-  RunConfig cfg;
-  const momoe::ParallelConfig& p = msg.parallel();
-  if (p.has_ep()) cfg.parallel.ep = p.ep();
-  if (cfg.parallel.ep < 1) {
-    return invalid_argument_error("parallel.ep = ", cfg.parallel.ep,
+// parallel.*: the layout, backend, timeouts and threads.
+Status convert_parallel(const momoe::ParallelConfig& p, ParallelConfig* out) {
+  if (p.has_ep()) out->ep = p.ep();
+  if (out->ep < 1) {
+    return invalid_argument_error("parallel.ep = ", out->ep,
                                   " is outside the allowed range [1, inf)");
   }
-  if (p.backend() == momoe::ParallelConfig::MPI) cfg.parallel.backend = CommBackend::kMpi;
-  if (p.backend() == momoe::ParallelConfig::NCCL) cfg.parallel.backend = CommBackend::kNccl;
-  if (p.has_timeout_seconds()) cfg.parallel.timeout_seconds = p.timeout_seconds();
-  if (p.has_setup_timeout_seconds()) cfg.parallel.setup_timeout_seconds = p.setup_timeout_seconds();
-  if (p.has_threads()) cfg.parallel.threads = p.threads();
-  if (cfg.parallel.threads < 0 || cfg.parallel.threads > 4096) {
-    return invalid_argument_error("parallel.threads = ", cfg.parallel.threads,
+  if (p.backend() == momoe::ParallelConfig::MPI) out->backend = CommBackend::kMpi;
+  if (p.backend() == momoe::ParallelConfig::NCCL) out->backend = CommBackend::kNccl;
+  if (p.has_timeout_seconds()) out->timeout_seconds = p.timeout_seconds();
+  if (p.has_setup_timeout_seconds()) out->setup_timeout_seconds = p.setup_timeout_seconds();
+  if (p.has_threads()) out->threads = p.threads();
+  if (out->threads < 0 || out->threads > 4096) {
+    return invalid_argument_error("parallel.threads = ", out->threads,
                                   " is outside the allowed range [0, 4096] (0 = every core)");
   }
   for (const auto& [name, value] :
-       {std::pair{"timeout_seconds", cfg.parallel.timeout_seconds},
-        std::pair{"setup_timeout_seconds", cfg.parallel.setup_timeout_seconds}}) {
+       {std::pair{"timeout_seconds", out->timeout_seconds},
+        std::pair{"setup_timeout_seconds", out->setup_timeout_seconds}}) {
     if (!(value > 0) || !std::isfinite(value)) {
       return invalid_argument_error("parallel.", name, " = ", value,
                                     " is outside the allowed range (0, inf)");
     }
   }
+  return Status::OK();
+}
 
-  const momoe::DataConfig& d = msg.data();
+// data.tokenizer: a SentencePiece model, trained or given.
+Status convert_tokenizer(const momoe::TokenizerConfig& tk, const std::string& source,
+                         DataConfig* out) {
+  out->sentencepiece = tk.kind() == momoe::TokenizerConfig::SENTENCEPIECE;
+  if (tk.has_model()) out->sp_model = tk.model();
+  if (tk.has_model_type()) out->sp_model_type = tk.model_type();
+  if (tk.has_vocab_size()) out->sp_vocab_size = tk.vocab_size();
+  if (tk.has_max_sentences()) out->sp_max_sentences = tk.max_sentences();
+  if (out->sp_model_type != "bpe" && out->sp_model_type != "unigram") {
+    return invalid_argument_error(source, ": data.tokenizer.model_type = '", out->sp_model_type,
+                                  "' is not one of bpe, unigram");
+  }
+  if (out->sp_vocab_size <= 260) {
+    return invalid_argument_error(source, ": data.tokenizer.vocab_size = ", out->sp_vocab_size,
+                                  " is outside the allowed range (260, inf) (3 special pieces "
+                                  "and 256 bytes)");
+  }
+  if (out->sp_max_sentences < 0) {
+    return invalid_argument_error(source,
+                                  ": data.tokenizer.max_sentences = ", out->sp_max_sentences,
+                                  " is outside the allowed range [0, inf)");
+  }
+  if (!out->sentencepiece && tk.has_model() && !tk.model().empty()) {
+    return invalid_argument_error(source, ": data.tokenizer.model names a SentencePiece model (",
+                                  tk.model(), ") but data.tokenizer.kind is not SENTENCEPIECE");
+  }
+  return Status::OK();
+}
+
+// data.*: the corpus or prepared dataset, the vocabulary, the cache and the tokenizer.
+Status convert_data(const momoe::DataConfig& d, const std::string& source, DataConfig* out) {
   // Your own training text with the bundled evaluation splits would evaluate on Brown without a
   // word: a user's corpus names its own (or "" for none).
   if (d.has_train() && d.train() != DataConfig().train && (!d.has_valid() || !d.has_test())) {
@@ -425,9 +450,9 @@ StatusOr<RunConfig> parse_run_config(const std::string& text, const std::string&
         " to held-out text of your corpus, or to \"\" to train without evaluating on ",
         both ? "them" : "it");
   }
-  if (d.has_train()) cfg.data.train = d.train();
-  if (d.has_valid()) cfg.data.valid = d.valid();
-  if (d.has_test()) cfg.data.test = d.test();
+  if (d.has_train()) out->train = d.train();
+  if (d.has_valid()) out->valid = d.valid();
+  if (d.has_test()) out->test = d.test();
   if (!d.dataset().empty()) {
     // A prepared dataset brings its own splits: a text named beside it would be ignored.
     for (const auto& [field, value] :
@@ -441,49 +466,37 @@ StatusOr<RunConfig> parse_run_config(const std::string& text, const std::string&
             field, " (or prepare a dataset with that text)");
       }
     }
-    cfg.data.dataset = d.dataset();
-    cfg.data.train.clear();
-    cfg.data.valid.clear();
-    cfg.data.test.clear();
+    out->dataset = d.dataset();
+    out->train.clear();
+    out->valid.clear();
+    out->test.clear();
   }
-  if (d.has_vocab_max_size()) cfg.data.vocab_max_size = d.vocab_max_size();
-  if (d.has_vocab_min_count()) cfg.data.vocab_min_count = d.vocab_min_count();
-  if (d.has_cache_dir()) cfg.data.cache_dir = d.cache_dir();
-  if (d.has_tokenizer()) {
-    const momoe::TokenizerConfig& tk = d.tokenizer();
-    cfg.data.sentencepiece = tk.kind() == momoe::TokenizerConfig::SENTENCEPIECE;
-    if (tk.has_model()) cfg.data.sp_model = tk.model();
-    if (tk.has_model_type()) cfg.data.sp_model_type = tk.model_type();
-    if (tk.has_vocab_size()) cfg.data.sp_vocab_size = tk.vocab_size();
-    if (tk.has_max_sentences()) cfg.data.sp_max_sentences = tk.max_sentences();
-    if (cfg.data.sp_model_type != "bpe" && cfg.data.sp_model_type != "unigram") {
-      return invalid_argument_error(source, ": data.tokenizer.model_type = '",
-                                    cfg.data.sp_model_type, "' is not one of bpe, unigram");
-    }
-    if (cfg.data.sp_vocab_size <= 260) {
-      return invalid_argument_error(source,
-                                    ": data.tokenizer.vocab_size = ", cfg.data.sp_vocab_size,
-                                    " is outside the allowed range (260, inf) (3 special pieces "
-                                    "and 256 bytes)");
-    }
-    if (cfg.data.sp_max_sentences < 0) {
-      return invalid_argument_error(source,
-                                    ": data.tokenizer.max_sentences = ", cfg.data.sp_max_sentences,
-                                    " is outside the allowed range [0, inf)");
-    }
-    if (!cfg.data.sentencepiece && tk.has_model() && !tk.model().empty()) {
-      return invalid_argument_error(source, ": data.tokenizer.model names a SentencePiece model (",
-                                    tk.model(), ") but data.tokenizer.kind is not SENTENCEPIECE");
-    }
-  }
-  if (cfg.data.vocab_max_size < 0) {
-    return invalid_argument_error("data.vocab_max_size = ", cfg.data.vocab_max_size,
+  if (d.has_vocab_max_size()) out->vocab_max_size = d.vocab_max_size();
+  if (d.has_vocab_min_count()) out->vocab_min_count = d.vocab_min_count();
+  if (d.has_cache_dir()) out->cache_dir = d.cache_dir();
+  if (d.has_tokenizer()) MOE_RETURN_IF_ERROR(convert_tokenizer(d.tokenizer(), source, out));
+  if (out->vocab_max_size < 0) {
+    return invalid_argument_error("data.vocab_max_size = ", out->vocab_max_size,
                                   " is outside the allowed range [0, inf)");
   }
-  if (cfg.data.vocab_min_count < 1) {
-    return invalid_argument_error("data.vocab_min_count = ", cfg.data.vocab_min_count,
+  if (out->vocab_min_count < 1) {
+    return invalid_argument_error("data.vocab_min_count = ", out->vocab_min_count,
                                   " is outside the allowed range [1, inf)");
   }
+  return Status::OK();
+}
+
+StatusOr<RunConfig> parse_run_config(const std::string& text, const std::string& source,
+                                     const std::vector<std::string>& overrides, int ep_size) {
+  momoe::RunConfig msg;
+  MOE_RETURN_IF_ERROR(proto_internal::parse_text_proto(text, source, &msg));
+  for (const std::string& o : overrides) MOE_RETURN_IF_ERROR(apply_override(o, &msg));
+  MOE_RETURN_IF_ERROR(check_finite(msg, "").with_context(source));
+  if (ep_size > 0) msg.mutable_parallel()->set_ep(ep_size);
+
+  RunConfig cfg;
+  MOE_RETURN_IF_ERROR(convert_parallel(msg.parallel(), &cfg.parallel));
+  MOE_RETURN_IF_ERROR(convert_data(msg.data(), source, &cfg.data));
 
   MOE_RETURN_IF_ERROR(convert_model(msg.model(), &cfg.model).with_context(source));
   MOE_RETURN_IF_ERROR(convert_train(msg.train(), &cfg.train).with_context(source));

@@ -55,6 +55,72 @@ Status require(bool ok, const std::string& where, const char* field, double valu
 
 bool finite(double v) { return std::isfinite(v); }
 
+// The residual dynamics' coefficients (heavy ball, Adam, robust).
+Status check_residual(const MoeLayerConfig& c, const std::string& where) {
+  if (c.residual == ResidualKind::kHeavyBall || c.residual == ResidualKind::kAdam) {
+    // Proposition 1: the heavy-ball iteration is stable only for mu in (-1, 1).
+    MOE_RETURN_IF_ERROR(require(c.heavy_ball.mu > -1 && c.heavy_ball.mu < 1, where, "heavy_ball.mu",
+                                c.heavy_ball.mu, "(-1, 1)"));
+    MOE_RETURN_IF_ERROR(require(finite(c.heavy_ball.gamma) && c.heavy_ball.gamma > 0, where,
+                                "heavy_ball.gamma", c.heavy_ball.gamma, "(0, inf)"));
+  }
+  if (c.residual == ResidualKind::kAdam) {
+    MOE_RETURN_IF_ERROR(require(c.adam.beta1 >= 0 && c.adam.beta1 < 1, where, "adam.beta1",
+                                c.adam.beta1, "[0, 1)"));
+    MOE_RETURN_IF_ERROR(require(c.adam.beta2 >= 0 && c.adam.beta2 < 1, where, "adam.beta2",
+                                c.adam.beta2, "[0, 1)"));
+    MOE_RETURN_IF_ERROR(
+        require(finite(c.adam.eps) && c.adam.eps > 0, where, "adam.eps", c.adam.eps, "(0, inf)"));
+    MOE_RETURN_IF_ERROR(require(c.adam.kappa >= 0 && c.adam.kappa <= 1, where, "adam.kappa",
+                                c.adam.kappa, "[0, 1]"));
+    MOE_RETURN_IF_ERROR(require(finite(c.adam.gamma) && c.adam.gamma > 0, where, "adam.gamma",
+                                c.adam.gamma, "(0, inf)"));
+  }
+  if (c.residual == ResidualKind::kRobust) {
+    MOE_RETURN_IF_ERROR(
+        require(c.robust.rho > 0 && c.robust.rho < 1, where, "robust.rho", c.robust.rho, "(0, 1)"));
+    MOE_RETURN_IF_ERROR(require(finite(c.robust.lipschitz) && c.robust.lipschitz > 0, where,
+                                "robust.lipschitz", c.robust.lipschitz, "(0, inf)"));
+    MOE_RETURN_IF_ERROR(require(finite(c.robust.strong_convexity) && c.robust.strong_convexity > 0,
+                                where, "robust.strong_convexity", c.robust.strong_convexity,
+                                "(0, inf)"));
+    const double k = c.robust.condition();
+    if (!(k > 1)) {
+      return invalid_argument_error(where, ".robust: k = L/m = ", c.robust.lipschitz, "/",
+                                    c.robust.strong_convexity, " = ", k,
+                                    " is outside the allowed range (1, inf) (Eq. 17 needs k > 1)");
+    }
+    const double mu = c.robust.mu();
+    if (!(mu < 1)) {
+      return invalid_argument_error(where, ".robust: derived mu = k rho^3 / (k - 1) = ", mu,
+                                    " is outside the allowed range (-1, 1); lower rho or raise k");
+    }
+  }
+  return Status::OK();
+}
+
+// The AC router's and SparseMixer's settings.
+Status check_router_variants(const MoeLayerConfig& c, const std::string& where) {
+  if (c.ac.enabled) {
+    MOE_RETURN_IF_ERROR(
+        require(finite(c.ac.eps) && c.ac.eps > 0, where, "ac.eps", c.ac.eps, "(0, inf)"));
+    MOE_RETURN_IF_ERROR(require(finite(c.ac.clip_mult) && c.ac.clip_mult >= 1, where,
+                                "ac.clip_mult", c.ac.clip_mult, "[1, inf)"));
+    MOE_RETURN_IF_ERROR(require(c.ac.min_cluster_size >= 0, where, "ac.min_cluster_size",
+                                static_cast<double>(c.ac.min_cluster_size), "[0, inf)"));
+  }
+  if (c.sparsemixer.enabled) {
+    if (c.top_k != 1) {
+      return invalid_argument_error(where, ".top_k = ", c.top_k,
+                                    " must be 1 with sparsemixer (SparseMixer is defined for "
+                                    "top-1 routing)");
+    }
+    MOE_RETURN_IF_ERROR(require(c.sparsemixer.jitter > 0 && c.sparsemixer.jitter <= 1, where,
+                                "sparsemixer.jitter", c.sparsemixer.jitter, "(0, 1]"));
+  }
+  return Status::OK();
+}
+
 }  // namespace
 
 Status MoeLayerConfig::validate(const std::string& where, int ep_size) const {
@@ -85,62 +151,8 @@ Status MoeLayerConfig::validate(const std::string& where, int ep_size) const {
   MOE_RETURN_IF_ERROR(require(finite(z_loss_coef) && z_loss_coef >= 0, where, "z_loss_coef",
                               z_loss_coef, "[0, inf)"));
 
-  if (residual == ResidualKind::kHeavyBall || residual == ResidualKind::kAdam) {
-    // Proposition 1: the heavy-ball iteration is stable only for mu in (-1, 1).
-    MOE_RETURN_IF_ERROR(require(heavy_ball.mu > -1 && heavy_ball.mu < 1, where, "heavy_ball.mu",
-                                heavy_ball.mu, "(-1, 1)"));
-    MOE_RETURN_IF_ERROR(require(finite(heavy_ball.gamma) && heavy_ball.gamma > 0, where,
-                                "heavy_ball.gamma", heavy_ball.gamma, "(0, inf)"));
-  }
-  if (residual == ResidualKind::kAdam) {
-    MOE_RETURN_IF_ERROR(
-        require(adam.beta1 >= 0 && adam.beta1 < 1, where, "adam.beta1", adam.beta1, "[0, 1)"));
-    MOE_RETURN_IF_ERROR(
-        require(adam.beta2 >= 0 && adam.beta2 < 1, where, "adam.beta2", adam.beta2, "[0, 1)"));
-    MOE_RETURN_IF_ERROR(
-        require(finite(adam.eps) && adam.eps > 0, where, "adam.eps", adam.eps, "(0, inf)"));
-    MOE_RETURN_IF_ERROR(
-        require(adam.kappa >= 0 && adam.kappa <= 1, where, "adam.kappa", adam.kappa, "[0, 1]"));
-    MOE_RETURN_IF_ERROR(
-        require(finite(adam.gamma) && adam.gamma > 0, where, "adam.gamma", adam.gamma, "(0, inf)"));
-  }
-  if (residual == ResidualKind::kRobust) {
-    MOE_RETURN_IF_ERROR(
-        require(robust.rho > 0 && robust.rho < 1, where, "robust.rho", robust.rho, "(0, 1)"));
-    MOE_RETURN_IF_ERROR(require(finite(robust.lipschitz) && robust.lipschitz > 0, where,
-                                "robust.lipschitz", robust.lipschitz, "(0, inf)"));
-    MOE_RETURN_IF_ERROR(require(finite(robust.strong_convexity) && robust.strong_convexity > 0,
-                                where, "robust.strong_convexity", robust.strong_convexity,
-                                "(0, inf)"));
-    const double k = robust.condition();
-    if (!(k > 1)) {
-      return invalid_argument_error(where, ".robust: k = L/m = ", robust.lipschitz, "/",
-                                    robust.strong_convexity, " = ", k,
-                                    " is outside the allowed range (1, inf) (Eq. 17 needs k > 1)");
-    }
-    const double mu = robust.mu();
-    if (!(mu < 1)) {
-      return invalid_argument_error(where, ".robust: derived mu = k rho^3 / (k - 1) = ", mu,
-                                    " is outside the allowed range (-1, 1); lower rho or raise k");
-    }
-  }
-  if (ac.enabled) {
-    MOE_RETURN_IF_ERROR(require(finite(ac.eps) && ac.eps > 0, where, "ac.eps", ac.eps, "(0, inf)"));
-    MOE_RETURN_IF_ERROR(require(finite(ac.clip_mult) && ac.clip_mult >= 1, where, "ac.clip_mult",
-                                ac.clip_mult, "[1, inf)"));
-    MOE_RETURN_IF_ERROR(require(ac.min_cluster_size >= 0, where, "ac.min_cluster_size",
-                                static_cast<double>(ac.min_cluster_size), "[0, inf)"));
-  }
-  if (sparsemixer.enabled) {
-    if (top_k != 1) {
-      return invalid_argument_error(where, ".top_k = ", top_k,
-                                    " must be 1 with sparsemixer (SparseMixer is defined for "
-                                    "top-1 routing)");
-    }
-    MOE_RETURN_IF_ERROR(require(sparsemixer.jitter > 0 && sparsemixer.jitter <= 1, where,
-                                "sparsemixer.jitter", sparsemixer.jitter, "(0, 1]"));
-  }
-  return Status::OK();
+  MOE_RETURN_IF_ERROR(check_residual(*this, where));
+  return check_router_variants(*this, where);
 }
 
 }  // namespace moe

@@ -45,6 +45,7 @@ std::pair<std::string, std::string> split_block(const std::string& name) {
   return {name.substr(0, dot + 1), name.substr(dot + 1)};
 }
 
+// function-length: table (one line per field)
 Json moe_layer_json(const MoeLayerConfig& m) {
   Json j;
   j["type"] = "moe";

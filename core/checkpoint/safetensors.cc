@@ -75,6 +75,46 @@ std::string shape_string(const std::vector<int64_t>& shape) {
   return s + "]";
 }
 
+// The tensors' byte ranges, in offset order, must tile [0, data_size) exactly.
+Status check_data_ranges(const std::map<std::string, TensorInfo>& tensors, uint64_t data_size,
+                         const std::string& path) {
+  std::vector<std::pair<const std::string*, const TensorInfo*>> order;
+  for (const auto& [name, info] : tensors) order.emplace_back(&name, &info);
+  std::sort(order.begin(), order.end(), [](const auto& a, const auto& b) {
+    return std::make_pair(a.second->begin, a.second->end) <
+           std::make_pair(b.second->begin, b.second->end);
+  });
+  int64_t expected = 0;
+  const std::string* previous = nullptr;
+  for (const auto& [name, info] : order) {
+    const std::string where = "safetensors file " + path + ", tensor '" + *name +
+                              "': data_offsets [" + std::to_string(info->begin) + ", " +
+                              std::to_string(info->end) + "]";
+    if (info->begin < expected) {
+      return data_loss_error(where, " overlaps tensor '", *previous, "', which ends at byte ",
+                             expected);
+    }
+    if (info->begin > expected) {
+      return data_loss_error(
+          where, " leave bytes [", expected, ", ", info->begin, ") ",
+          previous ? "after tensor '" + *previous + "'" : std::string("at the start of the data"),
+          " unused");
+    }
+    if (static_cast<uint64_t>(info->end) > data_size) {
+      return data_loss_error(where, " run past the ", data_size, " data bytes (truncated?)");
+    }
+    expected = info->end;
+    previous = name;
+  }
+  if (static_cast<uint64_t>(expected) != data_size) {
+    return data_loss_error(
+        "safetensors file ", path, ": ", data_size - static_cast<uint64_t>(expected), " bytes ",
+        previous ? "after the last tensor '" + *previous + "'" : std::string("of data"),
+        " belong to no tensor");
+  }
+  return Status::OK();
+}
+
 }  // namespace
 
 void SafetensorsWriter::add(const std::string& name, const TensorView& tensor) {
@@ -178,41 +218,7 @@ StatusOr<SafetensorsFile> SafetensorsFile::parse(std::string bytes, const std::s
         parse_entry(e, "safetensors file " + path + ", tensor '" + name + "'", &info));
     f.tensors_[name] = info;
   }
-  // The byte ranges, in offset order, must tile [0, data_size) exactly.
-  std::vector<std::pair<const std::string*, const TensorInfo*>> order;
-  for (const auto& [name, info] : f.tensors_) order.emplace_back(&name, &info);
-  std::sort(order.begin(), order.end(), [](const auto& a, const auto& b) {
-    return std::make_pair(a.second->begin, a.second->end) <
-           std::make_pair(b.second->begin, b.second->end);
-  });
-  int64_t expected = 0;
-  const std::string* previous = nullptr;
-  for (const auto& [name, info] : order) {
-    const std::string where = "safetensors file " + path + ", tensor '" + *name +
-                              "': data_offsets [" + std::to_string(info->begin) + ", " +
-                              std::to_string(info->end) + "]";
-    if (info->begin < expected) {
-      return data_loss_error(where, " overlaps tensor '", *previous, "', which ends at byte ",
-                             expected);
-    }
-    if (info->begin > expected) {
-      return data_loss_error(
-          where, " leave bytes [", expected, ", ", info->begin, ") ",
-          previous ? "after tensor '" + *previous + "'" : std::string("at the start of the data"),
-          " unused");
-    }
-    if (static_cast<uint64_t>(info->end) > data_size) {
-      return data_loss_error(where, " run past the ", data_size, " data bytes (truncated?)");
-    }
-    expected = info->end;
-    previous = name;
-  }
-  if (static_cast<uint64_t>(expected) != data_size) {
-    return data_loss_error(
-        "safetensors file ", path, ": ", data_size - static_cast<uint64_t>(expected), " bytes ",
-        previous ? "after the last tensor '" + *previous + "'" : std::string("of data"),
-        " belong to no tensor");
-  }
+  MOE_RETURN_IF_ERROR(check_data_ranges(f.tensors_, data_size, path));
   f.bytes_ = std::move(bytes);
   return f;
 }

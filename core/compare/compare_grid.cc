@@ -145,6 +145,7 @@ StatusOr<std::vector<uint64_t>> parse_seeds(const std::string& list) {
   return seeds;
 }
 
+// function-length: table (the presets, variant by variant)
 StatusOr<ComparePreset> compare_preset(const std::string& name) {
   auto v = [](const std::string& spec) { return parse_variant(spec).value(); };
   ComparePreset p;

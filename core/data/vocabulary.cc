@@ -183,21 +183,15 @@ Status Vocabulary::save(const std::string& path) const {
   return io::write_file_atomic(path, {header, body});
 }
 
-StatusOr<Vocabulary> Vocabulary::load(const std::string& path) {
-  MOE_ASSIGN_OR_RETURN(std::string bytes, io::read_file(path));
-  const std::string_view all(bytes);
-  const size_t header_end = all.find('\n');
-  const std::string_view header = all.substr(0, header_end);
-  if (header.substr(0, kHeaderTag.size()) != kHeaderTag ||
-      (header.size() > kHeaderTag.size() && header[kHeaderTag.size()] != ' ')) {
-    return invalid_argument_error("vocabulary file ", path, " does not start with '", kHeaderTag,
-                                  "' (not a momoe vocabulary file)");
-  }
-  if (header_end == std::string_view::npos) {
-    return data_loss_error("vocabulary file ", path, " is truncated: no line after the header");
-  }
-  // Header fields: key=value separated by spaces.
+namespace {
+
+// The fields of a vocabulary file's first line: "<tag> version=V size=N fingerprint=F crc32=C".
+struct VocabHeader {
   uint64_t version = 0, size = 0, fingerprint = 0, crc = 0;
+};
+
+StatusOr<VocabHeader> parse_vocab_header(std::string_view header, const std::string& path) {
+  VocabHeader h;
   bool has_version = false, has_size = false, has_fingerprint = false, has_crc = false;
   std::string_view rest = header.substr(kHeaderTag.size());
   while (!rest.empty()) {
@@ -214,13 +208,13 @@ StatusOr<Vocabulary> Vocabulary::load(const std::string& path) {
       return invalid_argument_error("vocabulary file ", path, ": bad header field '", field, "'");
     }
     if (key == "version") {
-      version = parsed, has_version = true;
+      h.version = parsed, has_version = true;
     } else if (key == "size") {
-      size = parsed, has_size = true;
+      h.size = parsed, has_size = true;
     } else if (key == "fingerprint") {
-      fingerprint = parsed, has_fingerprint = true;
+      h.fingerprint = parsed, has_fingerprint = true;
     } else if (key == "crc32") {
-      crc = parsed, has_crc = true;
+      h.crc = parsed, has_crc = true;
     }
   }
   if (!has_version || !has_size || !has_fingerprint || !has_crc) {
@@ -228,23 +222,18 @@ StatusOr<Vocabulary> Vocabulary::load(const std::string& path) {
                                   ": header needs version, size, fingerprint and crc32, got '",
                                   header, "'");
   }
-  if (version != static_cast<uint64_t>(kFormatVersion)) {
-    return failed_precondition_error("vocabulary file ", path, " has format version ", version,
-                                     "; this build reads version ", kFormatVersion);
+  if (h.version != static_cast<uint64_t>(Vocabulary::kFormatVersion)) {
+    return failed_precondition_error("vocabulary file ", path, " has format version ", h.version,
+                                     "; this build reads version ", Vocabulary::kFormatVersion);
   }
-  const std::string_view body = all.substr(header_end + 1);
-  const uint32_t actual_crc = io::crc32_of(body.data(), body.size());
-  if (actual_crc != crc) {
-    return data_loss_error("vocabulary file ", path, " is corrupted: crc32 of its ", body.size(),
-                           " content bytes is ", io::hex32(actual_crc), ", header says ",
-                           io::hex32(static_cast<uint32_t>(crc)));
-  }
-  MOE_RETURN_IF_ERROR(validate_utf8(body, path));
+  return h;
+}
 
-  std::vector<std::string> tokens;
-  std::vector<int64_t> counts;
+// The "<token>\t<count>" lines after the header (line numbers count the header as line 1).
+Status parse_vocab_body(std::string_view body, const std::string& path,
+                        std::vector<std::string>* tokens, std::vector<int64_t>* counts) {
   size_t pos = 0;
-  int64_t line_no = 1;  // the header is line 1
+  int64_t line_no = 1;
   while (pos < body.size()) {
     ++line_no;
     const size_t nl = body.find('\n', pos);
@@ -266,35 +255,70 @@ StatusOr<Vocabulary> Vocabulary::load(const std::string& path) {
       return invalid_argument_error("vocabulary file ", path, " line ", line_no, ": token '", token,
                                     "' contains whitespace");
     }
-    tokens.emplace_back(token);
-    counts.push_back(static_cast<int64_t>(count));
+    tokens->emplace_back(token);
+    counts->push_back(static_cast<int64_t>(count));
   }
-  if (tokens.size() != size) {
-    return data_loss_error("vocabulary file ", path, " holds ", tokens.size(),
-                           " tokens, header says ", size);
-  }
-  const std::string_view specials[kNumSpecial] = {kUnk, kEos, kAttack};
-  for (int32_t i = 0; i < kNumSpecial; ++i) {
+  return Status::OK();
+}
+
+// The special tokens first, in order, and no token twice.
+Status check_vocab_tokens(const std::vector<std::string>& tokens, const std::string& path) {
+  const std::string_view specials[Vocabulary::kNumSpecial] = {Vocabulary::kUnk, Vocabulary::kEos,
+                                                              Vocabulary::kAttack};
+  for (int32_t i = 0; i < Vocabulary::kNumSpecial; ++i) {
     if (static_cast<int32_t>(tokens.size()) <= i || tokens[i] != specials[i]) {
       return invalid_argument_error("vocabulary file ", path, ": id ", i, " must be '", specials[i],
                                     "'");
     }
   }
-  {
-    std::unordered_map<std::string_view, int64_t> seen;
-    for (size_t i = 0; i < tokens.size(); ++i) {
-      auto [it, inserted] = seen.emplace(tokens[i], static_cast<int64_t>(i));
-      if (!inserted) {
-        return invalid_argument_error("vocabulary file ", path, ": token '", tokens[i],
-                                      "' appears twice (lines ", it->second + 2, " and ", i + 2,
-                                      ")");
-      }
+  std::unordered_map<std::string_view, int64_t> seen;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    auto [it, inserted] = seen.emplace(tokens[i], static_cast<int64_t>(i));
+    if (!inserted) {
+      return invalid_argument_error("vocabulary file ", path, ": token '", tokens[i],
+                                    "' appears twice (lines ", it->second + 2, " and ", i + 2, ")");
     }
   }
+  return Status::OK();
+}
+
+}  // namespace
+
+StatusOr<Vocabulary> Vocabulary::load(const std::string& path) {
+  MOE_ASSIGN_OR_RETURN(std::string bytes, io::read_file(path));
+  const std::string_view all(bytes);
+  const size_t header_end = all.find('\n');
+  const std::string_view header = all.substr(0, header_end);
+  if (header.substr(0, kHeaderTag.size()) != kHeaderTag ||
+      (header.size() > kHeaderTag.size() && header[kHeaderTag.size()] != ' ')) {
+    return invalid_argument_error("vocabulary file ", path, " does not start with '", kHeaderTag,
+                                  "' (not a momoe vocabulary file)");
+  }
+  if (header_end == std::string_view::npos) {
+    return data_loss_error("vocabulary file ", path, " is truncated: no line after the header");
+  }
+  MOE_ASSIGN_OR_RETURN(const VocabHeader h, parse_vocab_header(header, path));
+  const std::string_view body = all.substr(header_end + 1);
+  const uint32_t actual_crc = io::crc32_of(body.data(), body.size());
+  if (actual_crc != h.crc) {
+    return data_loss_error("vocabulary file ", path, " is corrupted: crc32 of its ", body.size(),
+                           " content bytes is ", io::hex32(actual_crc), ", header says ",
+                           io::hex32(static_cast<uint32_t>(h.crc)));
+  }
+  MOE_RETURN_IF_ERROR(validate_utf8(body, path));
+  std::vector<std::string> tokens;
+  std::vector<int64_t> counts;
+  MOE_RETURN_IF_ERROR(parse_vocab_body(body, path, &tokens, &counts));
+  if (tokens.size() != h.size) {
+    return data_loss_error("vocabulary file ", path, " holds ", tokens.size(),
+                           " tokens, header says ", h.size);
+  }
+  MOE_RETURN_IF_ERROR(check_vocab_tokens(tokens, path));
   const uint64_t actual_fingerprint = vocab_fingerprint(tokens);
-  if (actual_fingerprint != fingerprint) {
+  if (actual_fingerprint != h.fingerprint) {
     return data_loss_error("vocabulary file ", path, ": its tokens have fingerprint ",
-                           io::hex64(actual_fingerprint), ", header says ", io::hex64(fingerprint));
+                           io::hex64(actual_fingerprint), ", header says ",
+                           io::hex64(h.fingerprint));
   }
   return Vocabulary(std::move(tokens), std::move(counts));
 }

@@ -82,12 +82,31 @@ double input_shift_for(const MoeLayerConfig& cfg) {
 }
 
 StatusOr<MoeLayerOutputs> MoeLayer::forward(const MoeLayerInputs& in, MoeLayerSaved* saved) {
+  MOE_RETURN_IF_ERROR(check_inputs(in));
+  saved->training = in.training;
+  saved->token_offset = in.token_offset;
+  saved->output_dropout_rng = site_rng(in.seed, RandomSite::kMoeOut, block_, in.step);
+  const TensorView& stats = in.stats;
+  const int64_t tokens = in.x_in.dim(0);
+  if (stats.numel() > 0) {
+    MOE_RETURN_IF_ERROR(kernels::add_scalar(ctx_, slot(stats, RouterStatsLayout::kTokens),
+                                            static_cast<double>(tokens)));
+    MOE_RETURN_IF_ERROR(kernels::add_scalar(ctx_, slot(stats, RouterStatsLayout::kSlots),
+                                            static_cast<double>(tokens * cfg_.top_k)));
+  }
+  MOE_ASSIGN_OR_RETURN(Tensor y, route_and_plan(in, saved));
+  MOE_RETURN_IF_ERROR(run_experts_and_combine(in, y, saved));
+  MOE_ASSIGN_OR_RETURN(MoeLayerOutputs out, apply_residual(in, saved));
+  MOE_RETURN_IF_ERROR(aux_loss_and_stats(in, out, saved));
+  return out;
+}
+
+Status MoeLayer::check_inputs(const MoeLayerInputs& in) const {
   const Tensor& x = in.x_in;
   if (x.ndim() != 2 || x.dim(1) != cfg_.d_model || !dtype_is_floating(x.dtype())) {
     return invalid_argument_error("moe layer (block ", block_, "): input ", x.view().to_string(),
                                   " is not [T, ", cfg_.d_model, "]");
   }
-  const int64_t tokens = x.dim(0), d = cfg_.d_model;
   const DType act = x.dtype(), f = compute_dtype(act);
   MOE_RETURN_IF_ERROR(check_activation("x_base", in.x_base, x, act, true));
   MOE_RETURN_IF_ERROR(check_activation("p_in", in.p_in, x, f, false));
@@ -99,16 +118,12 @@ StatusOr<MoeLayerOutputs> MoeLayer::forward(const MoeLayerInputs& in, MoeLayerSa
     return invalid_argument_error("moe layer (block ", block_, "): statistics block ",
                                   stats.to_string(), " is not f64[", layout.size(), "]");
   }
-  saved->training = in.training;
-  saved->token_offset = in.token_offset;
-  saved->output_dropout_rng = site_rng(in.seed, RandomSite::kMoeOut, block_, in.step);
-  if (stats.numel() > 0) {
-    MOE_RETURN_IF_ERROR(kernels::add_scalar(ctx_, slot(stats, RouterStatsLayout::kTokens),
-                                            static_cast<double>(tokens)));
-    MOE_RETURN_IF_ERROR(kernels::add_scalar(ctx_, slot(stats, RouterStatsLayout::kSlots),
-                                            static_cast<double>(tokens * cfg_.top_k)));
-  }
+  return Status::OK();
+}
 
+StatusOr<Tensor> MoeLayer::route_and_plan(const MoeLayerInputs& in, MoeLayerSaved* saved) {
+  const Tensor& x = in.x_in;
+  const TensorView& stats = in.stats;
   // Robust: the router and the experts see y = x + alpha gamma p; the residual base stays x.
   Tensor y = x;
   saved->robust_shift = cfg_.residual == ResidualKind::kRobust && in.p_in.numel() > 0;
@@ -116,7 +131,6 @@ StatusOr<MoeLayerOutputs> MoeLayer::forward(const MoeLayerInputs& in, MoeLayerSa
     MOE_ASSIGN_OR_RETURN(y, ctx_.empty_like(x));
     MOE_RETURN_IF_ERROR(kernels::residual_shift_input(ctx_, x, in.p_in, input_shift_for(cfg_), y));
   }
-
   RouterForwardArgs route{y,
                           in.prev_top1,
                           in.training,
@@ -131,8 +145,12 @@ StatusOr<MoeLayerOutputs> MoeLayer::forward(const MoeLayerInputs& in, MoeLayerSa
                           .plan(saved->router.idx, in.token_offset, drops, &saved->plan,
                                 in.training || in.training_capacity)
                           .with_context(str_cat("block ", block_)));
-  const DispatchPlan& plan = saved->plan;
+  return y;
+}
 
+Status MoeLayer::run_experts_and_combine(const MoeLayerInputs& in, const Tensor& y,
+                                         MoeLayerSaved* saved) {
+  const DispatchPlan& plan = saved->plan;
   MOE_ASSIGN_OR_RETURN(Tensor rows, dispatcher_.dispatch(y, plan));
   const float expert_p = in.training ? static_cast<float>(cfg_.expert_dropout) : 0.f;
   MOE_ASSIGN_OR_RETURN(
@@ -141,7 +159,7 @@ StatusOr<MoeLayerOutputs> MoeLayer::forward(const MoeLayerInputs& in, MoeLayerSa
                                       expert_p, &saved->experts));
   MOE_ASSIGN_OR_RETURN(saved->y_send, dispatcher_.gather_back(y_rows, plan));
 
-  MOE_ASSIGN_OR_RETURN(saved->u, ctx_.empty({tokens, d}, act));
+  MOE_ASSIGN_OR_RETURN(saved->u, ctx_.empty({y.dim(0), cfg_.d_model}, y.dtype()));
   const TensorView omega = omega_ != nullptr ? omega_->value : TensorView();
   MOE_RETURN_IF_ERROR(
       kernels::combine(ctx_, saved->y_send, plan.row, saved->router.gate, omega, saved->u));
@@ -150,7 +168,12 @@ StatusOr<MoeLayerOutputs> MoeLayer::forward(const MoeLayerInputs& in, MoeLayerSa
         kernels::dropout_forward(ctx_, saved->u, {}, in.token_offset, saved->output_dropout_rng,
                                  static_cast<float>(cfg_.output_dropout), saved->u));
   }
+  return Status::OK();
+}
 
+StatusOr<MoeLayerOutputs> MoeLayer::apply_residual(const MoeLayerInputs& in, MoeLayerSaved* saved) {
+  const int64_t tokens = in.x_in.dim(0), d = cfg_.d_model;
+  const DType act = in.x_in.dtype(), f = compute_dtype(act);
   MoeLayerOutputs out;
   const bool adam = cfg_.residual == ResidualKind::kAdam;
   MOE_ASSIGN_OR_RETURN(out.out, ctx_.empty({tokens, d}, act));
@@ -166,7 +189,13 @@ StatusOr<MoeLayerOutputs> MoeLayer::forward(const MoeLayerInputs& in, MoeLayerSa
   out.adam_m_out = adam ? saved->m_out : in.adam_m_in;
   out.adam_v_out = adam ? saved->v_out : in.adam_v_in;
   out.top1 = saved->router.top1;
+  return out;
+}
 
+Status MoeLayer::aux_loss_and_stats(const MoeLayerInputs& in, const MoeLayerOutputs& out,
+                                    MoeLayerSaved* saved) {
+  const TensorView& stats = in.stats;
+  const DispatchPlan& plan = saved->plan;
   MOE_ASSIGN_OR_RETURN(saved->aux,
                        router_.aux_loss(plan.load, in.stats_comm, &saved->router, stats));
   saved->aux_grad_multiplier =
@@ -174,6 +203,7 @@ StatusOr<MoeLayerOutputs> MoeLayer::forward(const MoeLayerInputs& in, MoeLayerSa
           ? static_cast<double>(in.stats_comm->world_size())
           : 1.0;
   if (stats.numel() > 0) {
+    const RouterStatsLayout layout(cfg_.num_experts);
     MOE_RETURN_IF_ERROR(kernels::accumulate_counts(
         ctx_, plan.load, slot(stats, layout.expert_load(), cfg_.num_experts)));
     MOE_RETURN_IF_ERROR(
@@ -181,7 +211,7 @@ StatusOr<MoeLayerOutputs> MoeLayer::forward(const MoeLayerInputs& in, MoeLayerSa
     MOE_RETURN_IF_ERROR(
         kernels::row_norm_sum(ctx_, out.p_out, slot(stats, RouterStatsLayout::kStateNormSum)));
   }
-  return out;
+  return Status::OK();
 }
 
 StatusOr<MoeLayerGradInputs> MoeLayer::backward(const MoeLayerGradOutputs& g,

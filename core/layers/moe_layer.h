@@ -120,6 +120,18 @@ class MoeLayer {
   MoeDispatcher& dispatcher() { return dispatcher_; }
 
  private:
+  // The stages of forward, in order.
+  Status check_inputs(const MoeLayerInputs& in) const;
+  // The robust shift (if any), the router and the dispatch plan; returns the experts' input.
+  StatusOr<Tensor> route_and_plan(const MoeLayerInputs& in, MoeLayerSaved* saved);
+  // Dispatch, experts, gather back, the weighted combine (and output dropout) into saved->u.
+  Status run_experts_and_combine(const MoeLayerInputs& in, const Tensor& y, MoeLayerSaved* saved);
+  // The residual dynamics: the layer's outputs and state.
+  StatusOr<MoeLayerOutputs> apply_residual(const MoeLayerInputs& in, MoeLayerSaved* saved);
+  // The auxiliary losses and the statistics block's sums.
+  Status aux_loss_and_stats(const MoeLayerInputs& in, const MoeLayerOutputs& out,
+                            MoeLayerSaved* saved);
+
   Context& ctx_;
   MoeLayerConfig cfg_;
   int block_;

@@ -117,6 +117,36 @@ void attention_forward(const AttentionArgs& a, int64_t head_dim, const A* qkv, A
   });
 }
 
+// P from the causal scores in p (overwritten) and each row's saved log-sum-exp.
+template <typename C, typename F>
+void probabilities_from_lse(const F* row_lse, int64_t S, C* p) {
+  for (int64_t i = 0; i < S; ++i) {
+    C* row = p + i * S;
+    const C l = static_cast<C>(row_lse[i]);
+    for (int64_t j = 0; j <= i; ++j) row[j] = vector_exp(row[j] - l);
+    for (int64_t j = i + 1; j < S; ++j) row[j] = C(0);
+  }
+}
+
+// dS from dP' in d_p (overwritten), row by row: dP = dP' * M (mask; nullptr without dropout),
+// dS_ij = P_ij (dP_ij - sum_j P_ij dP_ij) over the causal part, 0 above it.
+template <typename C>
+void softmax_backward_rows(const C* p, const C* mask, int64_t S, C* d_p) {
+  for (int64_t i = 0; i < S; ++i) {
+    C* dp = d_p + i * S;
+    const C* pr = p + i * S;
+    if (mask != nullptr) {
+      for (int64_t j = 0; j <= i; ++j) dp[j] *= mask[i * S + j];
+    }
+    double dot = 0;
+    for (int64_t j = 0; j <= i; ++j) dot += static_cast<double>(pr[j]) * dp[j];
+    for (int64_t j = 0; j <= i; ++j) {
+      dp[j] = static_cast<C>(static_cast<double>(pr[j]) * (static_cast<double>(dp[j]) - dot));
+    }
+    for (int64_t j = i + 1; j < S; ++j) dp[j] = C(0);
+  }
+}
+
 // With P' = dropout(P) = P * M (M the scale mask) and O = P' V:
 //   dV = P'^T dO;  dP = (dO V^T) * M;  dS_ij = P_ij (dP_ij - sum_j P_ij dP_ij);
 //   dQ = scale dS K;  dK = scale dS^T Q.
@@ -154,13 +184,7 @@ void attention_backward(const AttentionArgs& a, int64_t head_dim, const A* d_out
       }
       // Recompute P from the scores and lse.
       scores<C>(hv.q, hv.k, hv.ld, S, Dh, scale, p.data());
-      const F* row_lse = lse + (b * H + h) * S;
-      for (int64_t i = 0; i < S; ++i) {
-        C* row = p.data() + i * S;
-        const C l = static_cast<C>(row_lse[i]);
-        for (int64_t j = 0; j <= i; ++j) row[j] = vector_exp(row[j] - l);
-        for (int64_t j = i + 1; j < S; ++j) row[j] = C(0);
-      }
+      probabilities_from_lse(lse + (b * H + h) * S, S, p.data());
       if (drop) {
         for (int64_t i = 0; i < S; ++i) mask_row(a, b, h, i, inv_keep, mask.data() + i * S);
         for (int64_t x = 0; x < S * S; ++x) dropped[x] = p[x] * mask[x];
@@ -175,19 +199,7 @@ void attention_backward(const AttentionArgs& a, int64_t head_dim, const A* d_out
                 3 * D);
       }
       gemm<C>(false, true, S, S, Dh, C(1), dout, ld_dout, hv.v, hv.ld, C(0), d_p.data(), S);
-      for (int64_t i = 0; i < S; ++i) {
-        C* dp = d_p.data() + i * S;
-        const C* pr = p.data() + i * S;
-        if (drop) {
-          for (int64_t j = 0; j <= i; ++j) dp[j] *= mask[i * S + j];
-        }
-        double dot = 0;
-        for (int64_t j = 0; j <= i; ++j) dot += static_cast<double>(pr[j]) * dp[j];
-        for (int64_t j = 0; j <= i; ++j) {
-          dp[j] = static_cast<C>(static_cast<double>(pr[j]) * (static_cast<double>(dp[j]) - dot));
-        }
-        for (int64_t j = i + 1; j < S; ++j) dp[j] = C(0);
-      }
+      softmax_backward_rows(p.data(), drop ? mask.data() : nullptr, S, d_p.data());
       if constexpr (kWiden) {
         gemm<C>(false, false, S, Dh, S, scale, d_p.data(), S, hv.k, hv.ld, C(0), grad_buf.data(),
                 Dh);

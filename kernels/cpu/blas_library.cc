@@ -98,48 +98,97 @@ struct Loaded {
   BlasFunctions fns;
 };
 
+// The OpenBLAS core to request at load: the user's OPENBLAS_CORETYPE if it runs here, else the
+// one for this CPU's features; "" to let the library choose (not an OpenBLAS, or no match). A
+// core named for another library (MOMOE_BLAS not an OpenBLAS) is not this load's business.
+// Sets info->chosen_by and info->requested; *user_chose when the user's core is the request.
+StatusOr<std::string> requested_core(const CpuInfo& cpu, BlasInfo* info, bool* user_chose) {
+  // (getenv's pointer is copied: a ScopedEnv rewrites the variable later.)
+  const char* env_core = std::getenv("OPENBLAS_CORETYPE");
+  const std::string user_core = env_core != nullptr ? env_core : "";
+  std::string lower = info->path;
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  const bool openblas_path = lower.find("openblas") != std::string::npos;
+  *user_chose = !user_core.empty() && openblas_path;
+  if (*user_chose) {
+    Status runs = check_openblas_core_runs(user_core, cpu);
+    if (!runs.ok()) {
+      return invalid_argument_error(
+          "OPENBLAS_CORETYPE=", user_core, ": ", runs.message(),
+          "; unset it (momoe then picks the core from the CPU's features) or choose one of: ",
+          runnable_list(cpu));
+    }
+    info->chosen_by = "OPENBLAS_CORETYPE";
+    info->requested = user_core;
+    return user_core;
+  }
+  if (!openblas_path) {
+    info->chosen_by = "the library";
+    return std::string();
+  }
+  const std::string requested = openblas_core_for(cpu);
+  info->chosen_by = requested.empty() ? "the library" : "CPU features";
+  return requested;
+}
+
+// What the loaded library says of itself (OpenBLAS, BLIS or another CBLAS): its name, version and
+// kernel, with one BLAS thread set, and a warning when the kernel is slow for this CPU.
+void describe_library(void* handle, const std::string& requested, bool user_chose,
+                      const CpuInfo& cpu, BlasInfo* info) {
+  using StrFn = const char* (*)();
+  using SetThreadsFn = void (*)(int);
+  using BliSetThreadsFn = void (*)(int64_t);  // BLIS's dim_t (64-bit unless built otherwise)
+  if (auto config = symbol<StrFn>(handle, "openblas_get_config")) {
+    info->library = "OpenBLAS";
+    // "OpenBLAS 0.3.21 NO_LAPACKE DYNAMIC_ARCH ... Haswell MAX_THREADS=64"
+    std::istringstream words(config());
+    std::string name;
+    words >> name >> info->version;
+    if (auto corename = symbol<StrFn>(handle, "openblas_get_corename")) info->kernel = corename();
+    if (auto set = symbol<SetThreadsFn>(handle, "openblas_set_num_threads")) set(1);
+    // A core OpenBLAS does not know, or one built without DYNAMIC_ARCH: its own choice.
+    if (!requested.empty() && !same_name(info->kernel, requested)) info->chosen_by = "the library";
+    info->warning = openblas_kernel_warning(info->kernel, requested, user_chose, cpu);
+  } else if (auto version = symbol<StrFn>(handle, "bli_info_get_version_str")) {
+    info->library = "BLIS";
+    info->version = version();
+    using ArchIdFn = int (*)();
+    using ArchNameFn = const char* (*)(int);
+    auto id = symbol<ArchIdFn>(handle, "bli_arch_query_id");
+    auto arch = symbol<ArchNameFn>(handle, "bli_arch_string");
+    if (id != nullptr && arch != nullptr) info->kernel = arch(id());
+    if (auto set = symbol<BliSetThreadsFn>(handle, "bli_thread_set_num_threads")) set(1);
+    info->chosen_by = "the library";
+    if (info->kernel == "generic" && cpu.level() >= IsaLevel::kAvx2) {
+      info->warning =
+          str_cat("BLIS runs its generic kernel on a CPU with ", isa_level_name(cpu.level()),
+                  ": unset MOMOE_BLAS to use OpenBLAS with a kernel for this CPU");
+    }
+  } else {
+    info->library = "CBLAS";
+    info->chosen_by = "the library";
+  }
+}
+
 Loaded load() {
   Loaded out;
   BlasInfo& info = out.info;
   const CpuInfo& cpu = cpu_info();
   const char* chosen = std::getenv("MOMOE_BLAS");
   info.path = chosen != nullptr && *chosen != '\0' ? chosen : kDefaultLibrary;
-
-  // The OpenBLAS core: the user's, if it runs here, else the one for this CPU's features. A
-  // core named for another library (MOMOE_BLAS not an OpenBLAS) is not this load's business.
-  // (getenv's pointer is copied: ScopedEnv below rewrites the variable.)
-  const char* env_core = std::getenv("OPENBLAS_CORETYPE");
-  const std::string user_core = env_core != nullptr ? env_core : "";
-  std::string lower = info.path;
-  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  const bool openblas_path = lower.find("openblas") != std::string::npos;
-  const bool user_chose = !user_core.empty() && openblas_path;
-  std::string requested;
-  if (user_chose) {
-    requested = user_core;
-    Status runs = check_openblas_core_runs(requested, cpu);
-    if (!runs.ok()) {
-      out.status = invalid_argument_error(
-          "OPENBLAS_CORETYPE=", requested, ": ", runs.message(),
-          "; unset it (momoe then picks the core from the CPU's features) or choose one of: ",
-          runnable_list(cpu));
-      return out;
-    }
-    info.chosen_by = "OPENBLAS_CORETYPE";
-    info.requested = requested;
-  } else if (openblas_path) {
-    requested = openblas_core_for(cpu);
-    info.chosen_by = requested.empty() ? "the library" : "CPU features";
-  } else {
-    info.chosen_by = "the library";
+  bool user_chose = false;
+  StatusOr<std::string> core = requested_core(cpu, &info, &user_chose);
+  if (!core.ok()) {
+    out.status = core.status();
+    return out;
   }
-
+  const std::string requested = *core;
   void* handle = nullptr;
   {
     // OpenBLAS reads both in its load-time constructor; one thread, since the pool is the
     // parallelism (no idle BLAS threads are started).
-    std::optional<ScopedEnv> core;
-    if (!requested.empty()) core.emplace("OPENBLAS_CORETYPE", requested);
+    std::optional<ScopedEnv> core_env;
+    if (!requested.empty()) core_env.emplace("OPENBLAS_CORETYPE", requested);
     ScopedEnv threads("OPENBLAS_NUM_THREADS", "1");
     handle = ::dlopen(info.path.c_str(), RTLD_NOW | RTLD_LOCAL);
   }
@@ -159,40 +208,7 @@ Loaded load() {
                                            "name a library with the CBLAS interface");
     return out;
   }
-
-  using StrFn = const char* (*)();
-  using SetThreadsFn = void (*)(int);
-  using BliSetThreadsFn = void (*)(int64_t);  // BLIS's dim_t (64-bit unless built otherwise)
-  if (auto config = symbol<StrFn>(handle, "openblas_get_config")) {
-    info.library = "OpenBLAS";
-    // "OpenBLAS 0.3.21 NO_LAPACKE DYNAMIC_ARCH ... Haswell MAX_THREADS=64"
-    std::istringstream words(config());
-    std::string name;
-    words >> name >> info.version;
-    if (auto corename = symbol<StrFn>(handle, "openblas_get_corename")) info.kernel = corename();
-    if (auto set = symbol<SetThreadsFn>(handle, "openblas_set_num_threads")) set(1);
-    // A core OpenBLAS does not know, or one built without DYNAMIC_ARCH: its own choice.
-    if (!requested.empty() && !same_name(info.kernel, requested)) info.chosen_by = "the library";
-    info.warning = openblas_kernel_warning(info.kernel, requested, user_chose, cpu);
-  } else if (auto version = symbol<StrFn>(handle, "bli_info_get_version_str")) {
-    info.library = "BLIS";
-    info.version = version();
-    using ArchIdFn = int (*)();
-    using ArchNameFn = const char* (*)(int);
-    auto id = symbol<ArchIdFn>(handle, "bli_arch_query_id");
-    auto arch = symbol<ArchNameFn>(handle, "bli_arch_string");
-    if (id != nullptr && arch != nullptr) info.kernel = arch(id());
-    if (auto set = symbol<BliSetThreadsFn>(handle, "bli_thread_set_num_threads")) set(1);
-    info.chosen_by = "the library";
-    if (info.kernel == "generic" && cpu.level() >= IsaLevel::kAvx2) {
-      info.warning =
-          str_cat("BLIS runs its generic kernel on a CPU with ", isa_level_name(cpu.level()),
-                  ": unset MOMOE_BLAS to use OpenBLAS with a kernel for this CPU");
-    }
-  } else {
-    info.library = "CBLAS";
-    info.chosen_by = "the library";
-  }
+  describe_library(handle, requested, user_chose, cpu, &info);
   return out;
 }
 
