@@ -42,7 +42,8 @@ Status layernorm_forward(Context& ctx, const TensorView& x, const TensorView& ga
 
 Status layernorm_backward(Context& ctx, const TensorView& dy, const TensorView& x,
                           const TensorView& gamma, const TensorView& mean, const TensorView& rstd,
-                          const TensorView& dx, const TensorView& dgamma, const TensorView& dbeta) {
+                          const LayerNormGrads& grads) {
+  const TensorView &dx = grads.dx, &dgamma = grads.dgamma, &dbeta = grads.dbeta;
   constexpr const char* kOp = "layernorm_backward";
   MOE_KERNEL_ENTRY_CUDA(ctx, kOp);
   MOE_RETURN_IF_ERROR(check_common(ctx, kOp, x, gamma, mean, rstd));
@@ -50,7 +51,7 @@ Status layernorm_backward(Context& ctx, const TensorView& dy, const TensorView& 
   MOE_RETURN_IF_ERROR(check_like(kOp, x, "dx", dx));
   MOE_RETURN_IF_ERROR(check_like(kOp, gamma, "dgamma", dgamma));
   MOE_RETURN_IF_ERROR(check_like(kOp, gamma, "dbeta", dbeta));
-  MOE_ON_CUDA(ctx, cuda::layernorm_backward(ctx, dy, x, gamma, mean, rstd, dx, dgamma, dbeta));
+  MOE_ON_CUDA(ctx, cuda::layernorm_backward(ctx, dy, x, gamma, mean, rstd, {dx, dgamma, dbeta}));
   return dispatch_act(kOp, x, [&](auto at, auto ft) {
     using A = decltype(at);
     using F = decltype(ft);

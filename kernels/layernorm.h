@@ -14,10 +14,14 @@ namespace moe::kernels {
 Status layernorm_forward(Context& ctx, const TensorView& x, const TensorView& gamma,
                          const TensorView& beta, double eps, const TensorView& y,
                          const TensorView& mean, const TensorView& rstd);
+// What layernorm_backward writes: dx [N, D], overwritten (may alias dy); dgamma, dbeta [D],
+// ACCUMULATED.
+struct LayerNormGrads {
+  TensorView dx, dgamma, dbeta;
+};
 // [in] dy [N, D]; the saved x [N, D], mean and rstd [N]; gamma [D].
-// [out] dx [N, D], overwritten (may alias dy). [in,out] dgamma, dbeta [D], ACCUMULATED.
 Status layernorm_backward(Context& ctx, const TensorView& dy, const TensorView& x,
                           const TensorView& gamma, const TensorView& mean, const TensorView& rstd,
-                          const TensorView& dx, const TensorView& dgamma, const TensorView& dbeta);
+                          const LayerNormGrads& grads);
 
 }  // namespace moe::kernels

@@ -46,10 +46,9 @@ Status check_combine(const Context& ctx, const char* op, const TensorView& y, co
 
 }  // namespace
 
-Status moe_layout(Context& ctx, const LayoutArgs& a, const TensorView& idx, const TensorView& slot,
-                  const TensorView& row, const TensorView& load, const TensorView& kept,
-                  const TensorView& send_token, const TensorView& send_key,
-                  const TensorView& drops) {
+Status moe_layout(Context& ctx, const LayoutArgs& a, const TensorView& idx, const LayoutOut& out) {
+  const TensorView &slot = out.slot, &row = out.row, &load = out.load, &kept = out.kept;
+  const TensorView &send_token = out.send_token, &send_key = out.send_key, &drops = out.drops;
   constexpr const char* kOp = "moe_layout";
   MOE_KERNEL_ENTRY_CUDA(ctx, kOp);
   MOE_RETURN_IF_ERROR(check_device(ctx, kOp, "idx", idx));
@@ -69,7 +68,7 @@ Status moe_layout(Context& ctx, const LayoutArgs& a, const TensorView& idx, cons
     MOE_RETURN_IF_ERROR(check_tensor(ctx, kOp, "drops", drops, DType::kF64, Shape{2}));
   }
   MOE_ON_CUDA(ctx,
-              cuda::moe_layout(ctx, a, idx, slot, row, load, kept, send_token, send_key, drops));
+              cuda::moe_layout(ctx, a, idx, {slot, row, load, kept, send_token, send_key, drops}));
   const int32_t* pidx = idx.data<int32_t>();
   for (int64_t i = 0; i < idx.numel(); ++i) {
     if (pidx[i] < 0 || pidx[i] >= experts) {
@@ -209,7 +208,8 @@ Status combine(Context& ctx, const TensorView& y, const TensorView& row, const T
 
 Status combine_backward(Context& ctx, const TensorView& du, const TensorView& y,
                         const TensorView& row, const TensorView& gate, const TensorView& omega,
-                        const TensorView& dy, const TensorView& d_gate, const TensorView& d_omega) {
+                        const CombineGrads& grads) {
+  const TensorView &dy = grads.dy, &d_gate = grads.d_gate, &d_omega = grads.d_omega;
   constexpr const char* kOp = "combine_backward";
   MOE_KERNEL_ENTRY_CUDA(ctx, kOp);
   MOE_RETURN_IF_ERROR(check_combine(ctx, kOp, y, row, gate, omega, "du", du));
@@ -217,7 +217,7 @@ Status combine_backward(Context& ctx, const TensorView& du, const TensorView& y,
   MOE_RETURN_IF_ERROR(check_like(kOp, gate, "d_gate", d_gate));
   const bool with_omega = omega.numel() > 0 && d_omega.numel() > 0;
   if (with_omega) MOE_RETURN_IF_ERROR(check_like(kOp, omega, "d_omega", d_omega));
-  MOE_ON_CUDA(ctx, cuda::combine_backward(ctx, du, y, row, gate, omega, dy, d_gate, d_omega));
+  MOE_ON_CUDA(ctx, cuda::combine_backward(ctx, du, y, row, gate, omega, {dy, d_gate, d_omega}));
   MOE_RETURN_IF_ERROR(check_row_range(kOp, "row", row, y.dim(0)));
   return dispatch_act(kOp, y, [&](auto at, auto ft) {
     using A = decltype(at);

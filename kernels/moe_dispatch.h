@@ -20,9 +20,15 @@ struct LayoutArgs {
   int64_t token_offset = 0;  // global id of token 0 (dropout keys)
 };
 
+// What moe_layout writes (the views below).
+struct LayoutOut {
+  TensorView slot, row, load, kept, send_token, send_key;
+  TensorView drops;  // optional
+};
+
 // [in] idx [T, K] i32 (expert of each assignment, in [0, E)). Slots are assigned in a stable
 // order: all first choices in token order, then all second choices, and so on.
-// [out] slot [T, K] i32: position in the expert's block, -1 when dropped (position >= C).
+// [out] out.slot [T, K] i32: position in the expert's block, -1 when dropped (position >= C).
 // [out] row [T, K] i32: the send-buffer row, -1 when dropped.
 // [out] load [E] i64: assignments before capacity; kept [E] i64: min(load, C).
 // [out] send_token [S] i32: the token of each send row, -1 for an empty slot.
@@ -31,9 +37,7 @@ struct LayoutArgs {
 // [in,out, optional] drops f64 [2]: += dropped assignments, += tokens with every choice dropped.
 // An expert index outside [0, E) is kInvalidArgument.
 Status moe_layout(Context& ctx, const LayoutArgs& args, const TensorView& idx,
-                  const TensorView& slot, const TensorView& row, const TensorView& load,
-                  const TensorView& kept, const TensorView& send_token, const TensorView& send_key,
-                  const TensorView& drops = {});
+                  const LayoutOut& out);
 
 // filled[b] = the number of keys >= 0 in block b of keys [B, C] (i64): the rows in use of each
 // block of a padded capacity receive buffer. filled: i32 [B], overwritten.
@@ -54,12 +58,17 @@ Status gather_sum_rows(Context& ctx, const TensorView& src, const TensorView& ro
 // ones); u [T, D] act (overwritten).
 Status combine(Context& ctx, const TensorView& y, const TensorView& row, const TensorView& gate,
                const TensorView& omega, const TensorView& u);
+// What combine_backward writes: dy and d_gate, and d_omega (accumulated; empty: not wanted).
+struct CombineGrads {
+  TensorView dy, d_gate, d_omega;
+};
+
 // Backward of combine:
 //   dy[row[t, k], :] = gate[t, k] * omega ⊙ du[t, :]   (act; overwritten, unreferenced rows 0)
 //   d_gate[t, k] = <du[t, :], omega ⊙ y[row[t, k], :]>   (F; overwritten, 0 for dropped slots)
 //   d_omega += sum_{t, k} gate[t, k] * y[row[t, k], :] ⊙ du[t, :]   (F; accumulated, if given)
 Status combine_backward(Context& ctx, const TensorView& du, const TensorView& y,
                         const TensorView& row, const TensorView& gate, const TensorView& omega,
-                        const TensorView& dy, const TensorView& d_gate, const TensorView& d_omega);
+                        const CombineGrads& grads);
 
 }  // namespace moe::kernels

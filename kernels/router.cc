@@ -98,9 +98,9 @@ Status topk_softmax_backward(Context& ctx, const TensorView& d_gate, const Tenso
 }
 
 Status sparsemixer_route(Context& ctx, const SparseMixerRouteArgs& args, const TensorView& logits,
-                         const TensorView& idx, const TensorView& gate, const TensorView& probs,
-                         const TensorView& lse, const TensorView& mask, const TensorView& scale,
-                         const TensorView& is_argmax) {
+                         const SparseMixerRouteOut& out) {
+  const TensorView &idx = out.idx, &gate = out.gate, &probs = out.probs, &lse = out.lse;
+  const TensorView &mask = out.mask, &scale = out.scale, &is_argmax = out.is_argmax;
   constexpr const char* kOp = "sparsemixer_route";
   MOE_KERNEL_ENTRY_CUDA(ctx, kOp);
   MOE_RETURN_IF_ERROR(check_logits(ctx, kOp, "logits", logits));
@@ -112,8 +112,8 @@ Status sparsemixer_route(Context& ctx, const SparseMixerRouteArgs& args, const T
   MOE_RETURN_IF_ERROR(check_tensor(ctx, kOp, "mask", mask, DType::kU8, logits.shape()));
   MOE_RETURN_IF_ERROR(check_as(kOp, logits, "scale", scale, Shape{tokens}));
   MOE_RETURN_IF_ERROR(check_tensor(ctx, kOp, "is_argmax", is_argmax, DType::kU8, Shape{tokens}));
-  MOE_ON_CUDA(ctx, cuda::sparsemixer_route(ctx, args, logits, idx, gate, probs, lse, mask, scale,
-                                           is_argmax));
+  MOE_ON_CUDA(ctx, cuda::sparsemixer_route(ctx, args, logits,
+                                           {idx, gate, probs, lse, mask, scale, is_argmax}));
   return dispatch_full(kOp, logits, [&](auto tag) {
     using T = decltype(tag);
     ref::sparsemixer_route<T>(args.params, args.training, args.rng, args.token_offset,
@@ -189,8 +189,10 @@ Status aux_losses(Context& ctx, const TensorView& packed, int64_t top_k, double 
 }
 
 Status aux_losses_backward(Context& ctx, const TensorView& logits, const TensorView& probs,
-                           const TensorView& packed, const TensorView& lse, int64_t top_k,
-                           double balance_weight, double z_weight, const TensorView& d_logits) {
+                           const TensorView& packed, const TensorView& lse, const AuxLossWeights& w,
+                           const TensorView& d_logits) {
+  const int64_t top_k = w.top_k;
+  const double balance_weight = w.balance, z_weight = w.z;
   constexpr const char* kOp = "aux_losses_backward";
   MOE_KERNEL_ENTRY_CUDA(ctx, kOp);
   MOE_RETURN_IF_ERROR(check_logits(ctx, kOp, "logits", logits));
@@ -200,8 +202,8 @@ Status aux_losses_backward(Context& ctx, const TensorView& logits, const TensorV
       check_tensor(ctx, kOp, "packed", packed, DType::kF64, Shape{aux_packed_size(experts)}));
   MOE_RETURN_IF_ERROR(check_as(kOp, logits, "lse", lse, Shape{local}));
   MOE_RETURN_IF_ERROR(check_as(kOp, logits, "d_logits", d_logits, logits.shape()));
-  MOE_ON_CUDA(ctx, cuda::aux_losses_backward(ctx, logits, probs, packed, lse, top_k, balance_weight,
-                                             z_weight, d_logits));
+  MOE_ON_CUDA(ctx, cuda::aux_losses_backward(ctx, logits, probs, packed, lse,
+                                             {top_k, balance_weight, z_weight}, d_logits));
   return dispatch_full(kOp, logits, [&](auto tag) {
     using T = decltype(tag);
     const double* v = packed.data<double>();

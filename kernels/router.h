@@ -32,13 +32,15 @@ struct SparseMixerRouteArgs {
   CounterRng rng;            // Gumbel sample and midpoint coin
   int64_t token_offset = 0;  // global id of token 0 (keys the draws, independent of layout)
 };
+// What sparsemixer_route writes (each described below).
+struct SparseMixerRouteOut {
+  TensorView idx, gate, probs, lse, mask, scale, is_argmax;
+};
 // idx [T, 1] = sampled (training) or argmax expert; gate [T, 1] = c * pi_D; probs [T, E] = the
 // masked softmax pi; lse [T] = logsumexp over all E of the unmasked logits (z-loss);
 // mask [T, E] u8 = Delta; scale [T] = c (1 or 1/2); is_argmax [T] u8 = delta_D. Overwrites all.
 Status sparsemixer_route(Context& ctx, const SparseMixerRouteArgs& args, const TensorView& logits,
-                         const TensorView& idx, const TensorView& gate, const TensorView& probs,
-                         const TensorView& lse, const TensorView& mask, const TensorView& scale,
-                         const TensorView& is_argmax);
+                         const SparseMixerRouteOut& out);
 // d_gate [T, 1] is s = dL/d(c pi_D). The gate-gradient rule turns it into dL/dpi_D (2 s, or
 // (1 + c) s), then through the masked softmax: d_logits[t, j] += dpi * pi_D (1[j = D] - pi_j)
 // Delta_j. Accumulates into d_logits.
@@ -61,12 +63,17 @@ Status aux_sums(Context& ctx, const TensorView& probs, const TensorView& lse,
 // zeros).
 Status aux_losses(Context& ctx, const TensorView& packed, int64_t top_k, double balance_coef,
                   double z_coef, const TensorView& losses);
+// The weights of aux_losses_backward: the router's top-k and each loss's weight in the total.
+struct AuxLossWeights {
+  int64_t top_k = 1;
+  double balance = 0, z = 0;
+};
 // Gradient of the losses above w.r.t. this rank's logits, with T and the loads from `packed`:
-// d_logits += balance_weight * dBalance/dlogits (through `probs`, the full or masked softmax of
-// the logits) + z_weight * dZ/dlogits (through softmax(logits) = exp(logits - lse)).
+// d_logits += w.balance * dBalance/dlogits (through `probs`, the full or masked softmax of
+// the logits) + w.z * dZ/dlogits (through softmax(logits) = exp(logits - lse)).
 Status aux_losses_backward(Context& ctx, const TensorView& logits, const TensorView& probs,
-                           const TensorView& packed, const TensorView& lse, int64_t top_k,
-                           double balance_weight, double z_weight, const TensorView& d_logits);
+                           const TensorView& packed, const TensorView& lse, const AuxLossWeights& w,
+                           const TensorView& d_logits);
 
 // --- Adaptive Clustering metric (spec/sparsemixer-acmoe.md B.3, B.7, B.9) --------------------
 // Pass 1: per-cluster sums of x and counts, clusters given by labels [T] i32 in [0, E).

@@ -161,8 +161,9 @@ StatusOr<EvalResult> evaluate_clean(const CheckpointModel& c, const data::Sequen
   }
   MOE_ASSIGN_OR_RETURN(
       EvalResult clean,
-      evaluate_perplexity(model, set, o.batch, o.max_sequences, c.cfg.train.seed, nullptr, nullptr,
-                          progress->pass("clean"), routing_out.empty() ? nullptr : routing));
+      evaluate_perplexity(model, set,
+                          {o.batch, o.max_sequences, c.cfg.train.seed, nullptr, nullptr,
+                           progress->pass("clean"), routing_out.empty() ? nullptr : routing}));
   if (!routing_out.empty()) {
     MOE_RETURN_IF_ERROR(write_routing_file(routing_out, model->context(), model->num_moe_layers(),
                                            o.batch, c.cfg.model.seq_len, *routing));
@@ -213,10 +214,10 @@ Status add_attack_result(const CheckpointModel& c, const data::TokenSplit& split
     attacked.ids = std::move(a.tokens);
     MOE_ASSIGN_OR_RETURN(data::SequenceSet aset,
                          data::SequenceSet::create(attacked, cfg.model.seq_len));
-    MOE_ASSIGN_OR_RETURN(
-        EvalResult att,
-        evaluate_perplexity(c.model.get(), aset, o.batch, o.max_sequences, cfg.train.seed, nullptr,
-                            nullptr, progress->pass("attacked")));
+    MOE_ASSIGN_OR_RETURN(EvalResult att,
+                         evaluate_perplexity(c.model.get(), aset,
+                                             {o.batch, o.max_sequences, cfg.train.seed, nullptr,
+                                              nullptr, progress->pass("attacked"), nullptr}));
     (*line)["attack_rate"] = o.rate;
     (*line)["realised_swap_fraction"] = a.swap_fraction;
     (*line)["attacked_ppl"] = att.perplexity();

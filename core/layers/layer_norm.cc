@@ -28,7 +28,7 @@ StatusOr<Tensor> LayerNorm::forward(const Tensor& x, Saved* saved) const {
 StatusOr<Tensor> LayerNorm::backward(const Tensor& dy, const Saved& saved) const {
   MOE_ASSIGN_OR_RETURN(Tensor dx, ctx_.empty_like(dy));
   MOE_RETURN_IF_ERROR(kernels::layernorm_backward(ctx_, dy, saved.x, gamma_->value, saved.mean,
-                                                  saved.rstd, dx, gamma_->grad, beta_->grad)
+                                                  saved.rstd, {dx, gamma_->grad, beta_->grad})
                           .with_context(prefix_));
   return dx;
 }

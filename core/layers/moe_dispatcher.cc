@@ -62,8 +62,8 @@ Status MoeDispatcher::plan(const Tensor& idx, int64_t token_offset, const Tensor
   MOE_ASSIGN_OR_RETURN(p->send_token, ctx_.empty({send_rows}, DType::kI32));
   MOE_ASSIGN_OR_RETURN(p->send_key, ctx_.empty({send_rows}, DType::kI64));
   const kernels::LayoutArgs layout{experts, p->capacity, token_offset};
-  MOE_RETURN_IF_ERROR(kernels::moe_layout(ctx_, layout, idx, p->slot, p->row, p->load, p->kept,
-                                          p->send_token, p->send_key, drops));
+  MOE_RETURN_IF_ERROR(kernels::moe_layout(
+      ctx_, layout, idx, {p->slot, p->row, p->load, p->kept, p->send_token, p->send_key, drops}));
   p->blocks.ranks = ranks;
   p->blocks.local_experts = local;
 

@@ -250,8 +250,9 @@ StatusOr<MoeLayerGradInputs> MoeLayer::backward(const MoeLayerGradOutputs& g,
   MOE_ASSIGN_OR_RETURN(Tensor d_gate, ctx_.empty_like(saved.router.gate));
   const TensorView omega = omega_ != nullptr ? omega_->value : TensorView();
   const TensorView d_omega = omega_ != nullptr ? omega_->grad : TensorView();
-  MOE_RETURN_IF_ERROR(kernels::combine_backward(
-      ctx_, du, saved.y_send, saved.plan.row, saved.router.gate, omega, d_y_send, d_gate, d_omega));
+  MOE_RETURN_IF_ERROR(kernels::combine_backward(ctx_, du, saved.y_send, saved.plan.row,
+                                                saved.router.gate, omega,
+                                                {d_y_send, d_gate, d_omega}));
   MOE_ASSIGN_OR_RETURN(Tensor d_y_rows, dispatcher_.gather_back_backward(d_y_send, saved.plan));
   MOE_ASSIGN_OR_RETURN(Tensor d_rows, experts_.backward(d_y_rows, saved.experts));
 

@@ -107,9 +107,10 @@ Status MoeRouter::forward(const RouterForwardArgs& args, RouterSaved* saved) {
     MOE_ASSIGN_OR_RETURN(saved->is_argmax, ctx_.empty({tokens}, DType::kU8));
     kernels::SparseMixerRouteArgs route{cfg_.sparsemixer, args.training, args.sparsemixer_rng,
                                         args.token_offset};
-    MOE_RETURN_IF_ERROR(kernels::sparsemixer_route(ctx_, route, saved->logits, saved->idx,
-                                                   saved->gate, saved->probs, saved->lse,
-                                                   saved->mask, saved->scale, saved->is_argmax));
+    MOE_RETURN_IF_ERROR(
+        kernels::sparsemixer_route(ctx_, route, saved->logits,
+                                   {saved->idx, saved->gate, saved->probs, saved->lse, saved->mask,
+                                    saved->scale, saved->is_argmax}));
     if (args.stats.numel() > 0) {
       MOE_RETURN_IF_ERROR(
           kernels::sparsemixer_stats(ctx_, saved->mask, saved->is_argmax, saved->scale,
@@ -169,8 +170,8 @@ Status MoeRouter::backward(const Tensor& d_gate, const RouterSaved& saved, doubl
         kernels::topk_softmax_backward(ctx_, d_gate, saved.gate, saved.idx, d_logits));
   }
   MOE_RETURN_IF_ERROR(kernels::aux_losses_backward(
-      ctx_, saved.logits, saved.probs, saved.aux_packed, saved.lse, cfg_.top_k,
-      aux_scale * cfg_.balance_loss_coef, aux_scale * cfg_.z_loss_coef, d_logits));
+      ctx_, saved.logits, saved.probs, saved.aux_packed, saved.lse,
+      {cfg_.top_k, aux_scale * cfg_.balance_loss_coef, aux_scale * cfg_.z_loss_coef}, d_logits));
 
   // s = r W + b: dW += r^T ds, db += sum_t ds, dr = ds W^T. Unit-norm embeddings: s = r W_n,
   // dW += the normalisation's backward of r^T ds, dr = ds W_n^T (no bias).

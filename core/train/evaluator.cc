@@ -20,11 +20,13 @@ std::optional<double> EvalResult::bits_per_byte() const {
 }
 
 StatusOr<EvalResult> evaluate_perplexity(TransformerLM* model, const data::SequenceSet& set,
-                                         int64_t batch, int64_t max_sequences, uint64_t seed,
-                                         comm::Communicator* world,
-                                         const std::function<bool()>& stop,
-                                         const std::function<void(int64_t, int64_t)>& progress,
-                                         std::vector<RoutingDecisions>* routing) {
+                                         const EvalOptions& options) {
+  const int64_t batch = options.batch, max_sequences = options.max_sequences;
+  const uint64_t seed = options.seed;
+  comm::Communicator* world = options.world;
+  const std::function<bool()>& stop = options.stop;
+  const std::function<void(int64_t, int64_t)>& progress = options.progress;
+  std::vector<RoutingDecisions>* routing = options.routing;
   const int ranks = world == nullptr ? 1 : world->world_size();
   const int rank = world == nullptr ? 0 : world->rank();
   const int64_t total = max_sequences > 0 ? std::min(max_sequences, set.size()) : set.size();

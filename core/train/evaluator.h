@@ -31,18 +31,27 @@ struct EvalResult {
   std::optional<double> bits_per_byte() const;
 };
 
-// max_sequences: 0 = every sequence of the set, else the first max_sequences. Collective over
-// `world` (nullable) and the model's EP group. `stop` (optional) is asked before every batch;
+// How evaluate_perplexity runs: the per-rank batch; max_sequences 0 = every sequence of the set,
+// else the first max_sequences; the seed of its random streams; and the optional parts below.
+struct EvalOptions {
+  int64_t batch = 1;
+  int64_t max_sequences = 0;
+  uint64_t seed = 0;
+  comm::Communicator* world = nullptr;
+  std::function<bool()> stop;
+  std::function<void(int64_t, int64_t)> progress;
+  std::vector<RoutingDecisions>* routing = nullptr;
+};
+
+// Collective over `world` (nullable) and the model's EP group. `stop` (optional) is asked before
+// every batch;
 // when it says yes on any rank (a host all-reduce over `world` decides), every rank returns at
 // once with `stopped` set (and no numbers). `progress` (optional) is called after every round
 // with the sequences done so far and the total (on a GPU the rounds are queued, not waited for:
 // the count runs ahead of the device by at most the launch queue). `routing` (optional) receives
 // this rank's routing decisions: for each batch, in order, one entry per MoE layer (device
 // tensors; nothing more is waited for).
-StatusOr<EvalResult> evaluate_perplexity(
-    TransformerLM* model, const data::SequenceSet& set, int64_t batch, int64_t max_sequences,
-    uint64_t seed, comm::Communicator* world, const std::function<bool()>& stop = nullptr,
-    const std::function<void(int64_t, int64_t)>& progress = nullptr,
-    std::vector<RoutingDecisions>* routing = nullptr);
+StatusOr<EvalResult> evaluate_perplexity(TransformerLM* model, const data::SequenceSet& set,
+                                         const EvalOptions& options);
 
 }  // namespace moe

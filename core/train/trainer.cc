@@ -522,8 +522,9 @@ StatusOr<EvalReport> Trainer::evaluate_impl(bool whole_splits) {
         return stop_local_ != 0;
       };
     }
-    MOE_ASSIGN_OR_RETURN(EvalResult e, evaluate_perplexity(model_.get(), *set, batch, max_sequences,
-                                                           t.seed, world_, stop, progress));
+    MOE_ASSIGN_OR_RETURN(EvalResult e, evaluate_perplexity(model_.get(), *set,
+                                                           {batch, max_sequences, t.seed, world_,
+                                                            stop, progress, nullptr}));
     done_before += max_sequences > 0 ? std::min(max_sequences, set->size()) : set->size();
     if (e.stopped) {
       r.stopped = true;

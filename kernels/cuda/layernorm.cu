@@ -117,7 +117,8 @@ Status layernorm_forward(Context& ctx, const TensorView& x, const TensorView& ga
 
 Status layernorm_backward(Context& ctx, const TensorView& dy, const TensorView& x,
                           const TensorView& gamma, const TensorView& mean, const TensorView& rstd,
-                          const TensorView& dx, const TensorView& dgamma, const TensorView& dbeta) {
+                          const LayerNormGrads& grads) {
+  const TensorView &dx = grads.dx, &dgamma = grads.dgamma, &dbeta = grads.dbeta;
   const int64_t n = x.dim(0), d = x.dim(1);
   if (n == 0 || d == 0) return Status::OK();
   const int64_t rows_per = rows_per_chunk(n);

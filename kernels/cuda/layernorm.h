@@ -14,6 +14,6 @@ Status layernorm_forward(Context& ctx, const TensorView& x, const TensorView& ga
                          const TensorView& mean, const TensorView& rstd);
 Status layernorm_backward(Context& ctx, const TensorView& dy, const TensorView& x,
                           const TensorView& gamma, const TensorView& mean, const TensorView& rstd,
-                          const TensorView& dx, const TensorView& dgamma, const TensorView& dbeta);
+                          const LayerNormGrads& grads);
 
 }  // namespace moe::kernels::cuda

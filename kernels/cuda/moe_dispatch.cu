@@ -220,10 +220,9 @@ __global__ void combine_domega_kernel(const A* du, const A* y, int64_t y_rows, c
 
 }  // namespace
 
-Status moe_layout(Context& ctx, const LayoutArgs& a, const TensorView& idx, const TensorView& slot,
-                  const TensorView& row, const TensorView& load, const TensorView& kept,
-                  const TensorView& send_token, const TensorView& send_key,
-                  const TensorView& drops) {
+Status moe_layout(Context& ctx, const LayoutArgs& a, const TensorView& idx, const LayoutOut& out) {
+  const TensorView &slot = out.slot, &row = out.row, &load = out.load, &kept = out.kept;
+  const TensorView &send_token = out.send_token, &send_key = out.send_key, &drops = out.drops;
   const int64_t tokens = idx.dim(0), k = idx.dim(1), experts = a.num_experts;
   const int64_t send_rows = a.capacity >= 0 ? experts * a.capacity : tokens * k;
   const int64_t chunks = std::max<int64_t>(1, (tokens * k + kChunk - 1) / kChunk);
@@ -317,7 +316,8 @@ Status combine(Context& ctx, const TensorView& y, const TensorView& row, const T
 
 Status combine_backward(Context& ctx, const TensorView& du, const TensorView& y,
                         const TensorView& row, const TensorView& gate, const TensorView& omega,
-                        const TensorView& dy, const TensorView& d_gate, const TensorView& d_omega) {
+                        const CombineGrads& grads) {
+  const TensorView &dy = grads.dy, &d_gate = grads.d_gate, &d_omega = grads.d_omega;
   const int64_t tokens = du.dim(0), d = du.dim(1), k = row.dim(1), y_rows = y.dim(0);
   MOE_RETURN_IF_ERROR(ctx.zero(dy));
   if (tokens * k == 0) return Status::OK();

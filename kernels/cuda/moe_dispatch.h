@@ -10,9 +10,7 @@
 namespace moe::kernels::cuda {
 
 Status moe_layout(Context& ctx, const LayoutArgs& args, const TensorView& idx,
-                  const TensorView& slot, const TensorView& row, const TensorView& load,
-                  const TensorView& kept, const TensorView& send_token, const TensorView& send_key,
-                  const TensorView& drops);
+                  const LayoutOut& out);
 Status block_fill_counts(Context& ctx, const TensorView& keys, const TensorView& filled);
 Status gather_rows(Context& ctx, const TensorView& src, const TensorView& index,
                    const TensorView& dst);
@@ -22,6 +20,6 @@ Status combine(Context& ctx, const TensorView& y, const TensorView& row, const T
                const TensorView& omega, const TensorView& u);
 Status combine_backward(Context& ctx, const TensorView& du, const TensorView& y,
                         const TensorView& row, const TensorView& gate, const TensorView& omega,
-                        const TensorView& dy, const TensorView& d_gate, const TensorView& d_omega);
+                        const CombineGrads& grads);
 
 }  // namespace moe::kernels::cuda

@@ -226,9 +226,9 @@ Status topk_softmax_backward(Context& ctx, const TensorView& d_gate, const Tenso
 }
 
 Status sparsemixer_route(Context& ctx, const SparseMixerRouteArgs& args, const TensorView& logits,
-                         const TensorView& idx, const TensorView& gate, const TensorView& probs,
-                         const TensorView& lse, const TensorView& mask, const TensorView& scale,
-                         const TensorView& is_argmax) {
+                         const SparseMixerRouteOut& out) {
+  const TensorView &idx = out.idx, &gate = out.gate, &probs = out.probs, &lse = out.lse;
+  const TensorView &mask = out.mask, &scale = out.scale, &is_argmax = out.is_argmax;
   const int64_t tokens = logits.dim(0);
   if (tokens == 0) return Status::OK();
   MOE_RETURN_IF_ERROR(dispatch_full("sparsemixer_route", logits, [&](auto tag) {
@@ -276,8 +276,10 @@ Status aux_losses(Context& ctx, const TensorView& packed, int64_t top_k, double 
 }
 
 Status aux_losses_backward(Context& ctx, const TensorView& logits, const TensorView& probs,
-                           const TensorView& packed, const TensorView& lse, int64_t top_k,
-                           double balance_weight, double z_weight, const TensorView& d_logits) {
+                           const TensorView& packed, const TensorView& lse, const AuxLossWeights& w,
+                           const TensorView& d_logits) {
+  const int64_t top_k = w.top_k;
+  const double balance_weight = w.balance, z_weight = w.z;
   const int64_t local = logits.dim(0);
   if (local == 0) return Status::OK();
   MOE_RETURN_IF_ERROR(dispatch_full("aux_losses_backward", logits, [&](auto tag) {

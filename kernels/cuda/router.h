@@ -14,9 +14,7 @@ Status topk_softmax(Context& ctx, const TensorView& logits, const TensorView& id
 Status topk_softmax_backward(Context& ctx, const TensorView& d_gate, const TensorView& gate,
                              const TensorView& idx, const TensorView& d_logits);
 Status sparsemixer_route(Context& ctx, const SparseMixerRouteArgs& args, const TensorView& logits,
-                         const TensorView& idx, const TensorView& gate, const TensorView& probs,
-                         const TensorView& lse, const TensorView& mask, const TensorView& scale,
-                         const TensorView& is_argmax);
+                         const SparseMixerRouteOut& out);
 Status sparsemixer_backward(Context& ctx, SparseMixerGateGrad rule, const TensorView& d_gate,
                             const TensorView& idx, const TensorView& probs, const TensorView& mask,
                             const TensorView& scale, const TensorView& d_logits);
@@ -25,7 +23,7 @@ Status aux_sums(Context& ctx, const TensorView& probs, const TensorView& lse,
 Status aux_losses(Context& ctx, const TensorView& packed, int64_t top_k, double balance_coef,
                   double z_coef, const TensorView& losses);
 Status aux_losses_backward(Context& ctx, const TensorView& logits, const TensorView& probs,
-                           const TensorView& packed, const TensorView& lse, int64_t top_k,
-                           double balance_weight, double z_weight, const TensorView& d_logits);
+                           const TensorView& packed, const TensorView& lse, const AuxLossWeights& w,
+                           const TensorView& d_logits);
 
 }  // namespace moe::kernels::cuda

@@ -61,7 +61,7 @@ std::vector<double> perplexities(double eval_capacity_factor, const std::vector<
   for (int64_t b : batches) {
     std::vector<RoutingDecisions> routing;
     StatusOr<EvalResult> r =
-        evaluate_perplexity(model.get(), set, b, 0, 1, nullptr, nullptr, nullptr, &routing);
+        evaluate_perplexity(model.get(), set, {b, 0, 1, nullptr, nullptr, nullptr, &routing});
     if (!r.ok()) {
       ADD_FAILURE() << r.status().to_string();
       return out;
@@ -141,7 +141,9 @@ TEST(EvaluatorTest, WordPerplexityAndBitsPerByte) {
   // No text counts (a generated split): neither is reported.
   {
     const data::SequenceSet set = data::SequenceSet::create(split, cfg.seq_len).value();
-    const EvalResult r = evaluate_perplexity(model.get(), set, 4, 0, 1, nullptr).value();
+    const EvalResult r =
+        evaluate_perplexity(model.get(), set, {4, 0, 1, nullptr, nullptr, nullptr, nullptr})
+            .value();
     EXPECT_FALSE(r.word_perplexity().has_value());
     EXPECT_FALSE(r.bits_per_byte().has_value());
   }
@@ -150,7 +152,9 @@ TEST(EvaluatorTest, WordPerplexityAndBitsPerByte) {
   split.stats.bytes = 5 * n + 3;
   {
     const data::SequenceSet set = data::SequenceSet::create(split, cfg.seq_len).value();
-    const EvalResult r = evaluate_perplexity(model.get(), set, 4, 0, 1, nullptr).value();
+    const EvalResult r =
+        evaluate_perplexity(model.get(), set, {4, 0, 1, nullptr, nullptr, nullptr, nullptr})
+            .value();
     ASSERT_TRUE(r.word_perplexity().has_value());
     EXPECT_EQ(*r.word_perplexity(), r.perplexity());
     const double bpb = r.loss_sum / static_cast<double>(r.tokens) * static_cast<double>(n) /
@@ -161,7 +165,9 @@ TEST(EvaluatorTest, WordPerplexityAndBitsPerByte) {
   split.stats.words = n * 2 / 3;
   {
     const data::SequenceSet set = data::SequenceSet::create(split, cfg.seq_len).value();
-    const EvalResult r = evaluate_perplexity(model.get(), set, 4, 0, 1, nullptr).value();
+    const EvalResult r =
+        evaluate_perplexity(model.get(), set, {4, 0, 1, nullptr, nullptr, nullptr, nullptr})
+            .value();
     const double tpw = static_cast<double>(n) / static_cast<double>(n * 2 / 3);
     EXPECT_NEAR(*r.word_perplexity(), std::pow(r.perplexity(), tpw), 1e-9 * *r.word_perplexity());
   }

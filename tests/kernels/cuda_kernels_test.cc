@@ -425,8 +425,8 @@ TEST_F(CudaKernelTest, LayerNorm) {
       Tensor dy = rand({n, d}, dt), dgamma = rand({d}, f), dbeta = rand({d}, f);
       Tensor dx = Tensor::empty(x.shape(), dt), gdx = poisoned(x.shape(), dt);
       Tensor gdgamma = up(dgamma), gdbeta = up(dbeta);
-      OK(layernorm_backward(cpu(), dy, x, gamma, mean, rstd, dx, dgamma, dbeta));
-      OK(layernorm_backward(gpu(), up(dy), gx, ggamma, up(mean), up(rstd), gdx, gdgamma, gdbeta));
+      OK(layernorm_backward(cpu(), dy, x, gamma, mean, rstd, {dx, dgamma, dbeta}));
+      OK(layernorm_backward(gpu(), up(dy), gx, ggamma, up(mean), up(rstd), {gdx, gdgamma, gdbeta}));
       expect_close("layernorm_backward", dx, gdx, dt == DType::kF32 ? 1e-5 : -1);
       expect_close("layernorm_backward(dgamma)", dgamma, gdgamma, f == DType::kF64 ? 1e-12 : 1e-6);
       expect_close("layernorm_backward(dbeta)", dbeta, gdbeta, f == DType::kF64 ? 1e-12 : 1e-6);
@@ -559,8 +559,8 @@ TEST_F(CudaKernelTest, TopkSoftmaxAndAuxLosses) {
         expect_close("aux_losses", losses, glosses, 1e-12);
         Tensor da = rand({tokens, experts}, f);
         Tensor gda = up(da);
-        OK(aux_losses_backward(cpu(), logits, probs, packed, lse, k, 0.5, 0.25, da));
-        OK(aux_losses_backward(gpu(), gl, gprobs, gpacked, glse, k, 0.5, 0.25, gda));
+        OK(aux_losses_backward(cpu(), logits, probs, packed, lse, {k, 0.5, 0.25}, da));
+        OK(aux_losses_backward(gpu(), gl, gprobs, gpacked, glse, {k, 0.5, 0.25}, gda));
         expect_close("aux_losses_backward", da, gda, tol);
       }
     }
@@ -589,8 +589,8 @@ TEST_F(CudaKernelTest, SparseMixerRouteAndBackward) {
                  gprobs = poisoned({tokens, experts}, f), glse = poisoned({tokens}, f),
                  gm = poisoned({tokens, experts}, DType::kU8), gsc = poisoned({tokens}, f),
                  gam = poisoned({tokens}, DType::kU8);
-          OK(sparsemixer_route(cpu(), a, logits, idx, gate, probs, lse, m, sc, am));
-          OK(sparsemixer_route(gpu(), a, up(logits), gidx, ggate, gprobs, glse, gm, gsc, gam));
+          OK(sparsemixer_route(cpu(), a, logits, {idx, gate, probs, lse, m, sc, am}));
+          OK(sparsemixer_route(gpu(), a, up(logits), {gidx, ggate, gprobs, glse, gm, gsc, gam}));
           // The same Philox draws: the same samples, masks and halvings (the Gumbel noise is
           // computed in float by each side's logf, so a sample may differ only on an exact tie
           // of perturbed logits to the last bit: none in these draws).
@@ -659,8 +659,8 @@ TEST_F(CudaKernelTest, LayoutGathersAndCombine) {
            gload = poisoned({c.experts}, DType::kI64), gkept = poisoned({c.experts}, DType::kI64),
            gst = poisoned({send}, DType::kI32), gsk = poisoned({send}, DType::kI64),
            gdrops = up(drops);
-    OK(moe_layout(cpu(), a, idx, slot, row, load, kept, st, sk, drops));
-    OK(moe_layout(gpu(), a, up(idx), gslot, grow, gload, gkept, gst, gsk, gdrops));
+    OK(moe_layout(cpu(), a, idx, {slot, row, load, kept, st, sk, drops}));
+    OK(moe_layout(gpu(), a, up(idx), {gslot, grow, gload, gkept, gst, gsk, gdrops}));
     for (auto [name, h, g] : {std::tuple<const char*, Tensor*, Tensor*>{"slot", &slot, &gslot},
                               {"row", &row, &grow},
                               {"load", &load, &gload},
@@ -708,10 +708,10 @@ TEST_F(CudaKernelTest, LayoutGathersAndCombine) {
           Tensor dy = Tensor::empty({send, d}, dt), gdy = poisoned({send, d}, dt);
           Tensor dg = Tensor::empty(tk, f), gdg = poisoned(tk, f);
           Tensor dw = rand({d}, f), gdw = up(dw);
-          OK(combine_backward(cpu(), du, y, row, gate, w, dy, dg,
-                              with_omega ? dw.view() : TensorView()));
-          OK(combine_backward(gpu(), up(du), gy, grow, ggate, gw, gdy, gdg,
-                              with_omega ? gdw.view() : TensorView()));
+          OK(combine_backward(cpu(), du, y, row, gate, w,
+                              {dy, dg, with_omega ? dw.view() : TensorView()}));
+          OK(combine_backward(gpu(), up(du), gy, grow, ggate, gw,
+                              {gdy, gdg, with_omega ? gdw.view() : TensorView()}));
           expect_close("combine_backward(dy)", dy, gdy, dt == DType::kBF16 ? -1 : 1e-6);
           expect_close("combine_backward(d_gate)", dg, gdg, f == DType::kF64 ? 1e-12 : 1e-5);
           if (with_omega)
@@ -830,7 +830,7 @@ TEST_F(CudaKernelTest, RouterAndLayerStatistics) {
            p1 = Tensor::empty({tokens, experts}, f), l1 = Tensor::empty({tokens}, f),
            m1 = Tensor::empty({tokens, experts}, DType::kU8), s1 = Tensor::empty({tokens}, f),
            a1 = Tensor::empty({tokens}, DType::kU8);
-    OK(sparsemixer_route(cpu(), a, logits, i1, g1, p1, l1, m1, s1, a1));
+    OK(sparsemixer_route(cpu(), a, logits, {i1, g1, p1, l1, m1, s1, a1}));
     Tensor sm = Tensor::zeros({4}, DType::kF64), gsm = up(sm);
     OK(sparsemixer_stats(cpu(), m1, a1, s1, sm));
     OK(sparsemixer_stats(gpu(), up(m1), up(a1), up(s1), gsm));
@@ -1069,8 +1069,8 @@ TEST_F(CudaKernelTest, LargeShapesPassTheGridLimits) {
   Tensor dgamma = Tensor::zeros({width}, DType::kF32), dbeta = Tensor::zeros({width}, DType::kF32);
   Tensor dx = Tensor::empty({rows, width}, DType::kF32);
   Tensor gdgamma = up(dgamma), gdbeta = up(dbeta), gdx = poisoned({rows, width}, DType::kF32);
-  OK(layernorm_backward(cpu(), dy, x, gamma, mean, rstd, dx, dgamma, dbeta));
-  OK(layernorm_backward(gpu(), gdy, up(x), up(gamma), up(mean), up(rstd), gdx, gdgamma, gdbeta));
+  OK(layernorm_backward(cpu(), dy, x, gamma, mean, rstd, {dx, dgamma, dbeta}));
+  OK(layernorm_backward(gpu(), gdy, up(x), up(gamma), up(mean), up(rstd), {gdx, gdgamma, gdbeta}));
   expect_close("layernorm_backward(dgamma, 16.8M rows)", dgamma, gdgamma, 1e-6);
   expect_close("layernorm_backward(dbeta, 16.8M rows)", dbeta, gdbeta, 1e-6);
 }

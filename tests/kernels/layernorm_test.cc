@@ -102,7 +102,7 @@ TEST(LayerNormTest, BackwardMatchesFiniteDifferencesAndAccumulates) {
     Tensor dx = Tensor::empty({c.n, c.d}, DType::kF64);
     fill_uniform(dx, 15);  // overwritten
     Tensor dg = Tensor::zeros({c.d}, DType::kF64), db = Tensor::zeros({c.d}, DType::kF64);
-    ASSERT_TRUE(layernorm_backward(ctx(), w, x, g, mean, rstd, dx, dg, db).ok());
+    ASSERT_TRUE(layernorm_backward(ctx(), w, x, g, mean, rstd, {dx, dg, db}).ok());
     for (const auto& f : check_gradients(loss, {{"x", x, dx}, {"gamma", g, dg}, {"beta", b, db}},
                                          {1e-6, 1e-8, 1e-6})) {
       ADD_FAILURE() << f;
@@ -112,7 +112,7 @@ TEST(LayerNormTest, BackwardMatchesFiniteDifferencesAndAccumulates) {
     loss();
     Tensor dg1 = Tensor::copy_of(dg), db1 = Tensor::copy_of(db), dx1 = Tensor::copy_of(dx);
     Tensor dy = Tensor::copy_of(w);
-    ASSERT_TRUE(layernorm_backward(ctx(), dy, x, g, mean, rstd, dy, dg, db).ok());
+    ASSERT_TRUE(layernorm_backward(ctx(), dy, x, g, mean, rstd, {dy, dg, db}).ok());
     EXPECT_LT(moe::testing::max_abs_diff(dy, dx1), 1e-15);
     for (int64_t j = 0; j < c.d; ++j) {
       EXPECT_NEAR(dg.data<double>()[j], 2 * dg1.data<double>()[j], 1e-14);
@@ -145,7 +145,7 @@ TEST(LayerNormTest, Bf16ActivationsWithF32Statistics) {
   // The backward: dx in bf16, parameter gradients in f32; bf16 statistics dtypes are refused.
   Tensor dx = Tensor::empty({n, d}, DType::kBF16);
   Tensor dg = Tensor::zeros({d}, DType::kF32), db = Tensor::zeros({d}, DType::kF32);
-  ASSERT_TRUE(layernorm_backward(ctx(), yb, xb, g, mb, rb, dx, dg, db).ok());
+  ASSERT_TRUE(layernorm_backward(ctx(), yb, xb, g, mb, rb, {dx, dg, db}).ok());
   expect_invalid(layernorm_forward(ctx(), xb, g, b, 1e-5, yb, Tensor::zeros({n}, DType::kBF16), rb),
                  "mean");
 }
@@ -172,16 +172,16 @@ TEST(LayerNormTest, BadArgumentsAreInvalidArgument) {
   expect_invalid(layernorm_forward(ctx(), x, g, b, -1.0, y, mean, rstd), "eps");
   Tensor dx = Tensor::zeros({2, 3}, DType::kF32);
   expect_invalid(
-      layernorm_backward(ctx(), Tensor::zeros({2, 2}, DType::kF32), x, g, mean, rstd, dx, g, b),
+      layernorm_backward(ctx(), Tensor::zeros({2, 2}, DType::kF32), x, g, mean, rstd, {dx, g, b}),
       "dy");
   expect_invalid(
-      layernorm_backward(ctx(), y, x, g, mean, rstd, Tensor::zeros({2, 2}, DType::kF32), g, b),
+      layernorm_backward(ctx(), y, x, g, mean, rstd, {Tensor::zeros({2, 2}, DType::kF32), g, b}),
       "dx");
   expect_invalid(
-      layernorm_backward(ctx(), y, x, g, mean, rstd, dx, Tensor::zeros({2}, DType::kF32), b),
+      layernorm_backward(ctx(), y, x, g, mean, rstd, {dx, Tensor::zeros({2}, DType::kF32), b}),
       "dgamma");
   expect_invalid(
-      layernorm_backward(ctx(), y, x, g, mean, rstd, dx, g, Tensor::zeros({3}, DType::kF64)),
+      layernorm_backward(ctx(), y, x, g, mean, rstd, {dx, g, Tensor::zeros({3}, DType::kF64)}),
       "dbeta");
 }
 

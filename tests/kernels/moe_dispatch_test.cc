@@ -37,7 +37,7 @@ struct Layout {
         send_key(Tensor::empty({send_rows}, DType::kI64)),
         drops(Tensor::zeros({2}, DType::kF64)) {}
   Status run(const LayoutArgs& a, const Tensor& idx) {
-    return moe_layout(ctx(), a, idx, slot, row, load, kept, send_token, send_key, drops);
+    return moe_layout(ctx(), a, idx, {slot, row, load, kept, send_token, send_key, drops});
   }
 };
 
@@ -73,9 +73,9 @@ TEST(MoeLayoutTest, DroplessBlocksAtPrefixSumsOfLoads) {
   Tensor bad = Tensor::from_vector<int32_t>({1, 1}, {3});
   Layout one(1, 1, 3, 1);
   expect_invalid(one.run({3, -1, 0}, bad), "expert index 3");
-  expect_invalid(
-      moe_layout(ctx(), {3, 2, 0}, idx, one.slot, l.row, l.load, l.kept, l.send_token, l.send_key),
-      "slot");
+  expect_invalid(moe_layout(ctx(), {3, 2, 0}, idx,
+                            {one.slot, l.row, l.load, l.kept, l.send_token, l.send_key, {}}),
+                 "slot");
 }
 
 TEST(MoeLayoutTest, BlockFillCounts) {
@@ -191,7 +191,7 @@ TEST(CombineTest, HandValuesAndBackwardMatchesFiniteDifferences) {
   Tensor dy = Tensor::empty({3, 2}, DType::kF64), d_gate = Tensor::empty({2, 2}, DType::kF64);
   fill_uniform(dy, 4);  // overwritten (unreferenced rows zeroed)
   Tensor d_omega = Tensor::zeros({2}, DType::kF64);
-  ASSERT_TRUE(combine_backward(ctx(), w, y, row, gate, omega, dy, d_gate, d_omega).ok());
+  ASSERT_TRUE(combine_backward(ctx(), w, y, row, gate, omega, {dy, d_gate, d_omega}).ok());
   for (const auto& f :
        check_gradients(loss, {{"y", y, dy}, {"gate", gate, d_gate}, {"omega", omega, d_omega}})) {
     ADD_FAILURE() << f;

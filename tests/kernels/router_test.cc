@@ -85,7 +85,7 @@ struct SmOut {
         scale(Tensor::empty({tokens}, DType::kF64)),
         is_argmax(Tensor::empty({tokens}, DType::kU8)) {}
   Status route(const SparseMixerRouteArgs& a, const Tensor& logits) {
-    return sparsemixer_route(ctx(), a, logits, idx, gate, probs, lse, mask, scale, is_argmax);
+    return sparsemixer_route(ctx(), a, logits, {idx, gate, probs, lse, mask, scale, is_argmax});
   }
 };
 
@@ -267,7 +267,7 @@ TEST(SparseMixerTest, TheMaskIsScaleInvariantAndSingleExpertTokensTeachTheRouter
   const std::vector<int64_t> load = {1, 0, 1};
   Tensor d_logits = Tensor::zeros({2, 3}, DType::kF64);
   ASSERT_TRUE(aux_losses_backward(ctx(), logits, out.probs, packed_sums(out.probs, out.lse, load),
-                                  out.lse, 1, 1.0, 0.0, d_logits)
+                                  out.lse, {1, 1.0, 0.0}, d_logits)
                   .ok());
   EXPECT_EQ(d_logits.data<double>()[0], 0.0);
   EXPECT_EQ(d_logits.data<double>()[1], 0.0);
@@ -333,8 +333,8 @@ TEST(AuxLossTest, BackwardMatchesFiniteDifferences) {
   };
   loss();
   Tensor d_logits = Tensor::zeros({tokens, experts}, DType::kF64);
-  ASSERT_TRUE(aux_losses_backward(ctx(), logits, probs, packed_sums(probs, lse, load), lse, k, wb,
-                                  wz, d_logits)
+  ASSERT_TRUE(aux_losses_backward(ctx(), logits, probs, packed_sums(probs, lse, load), lse,
+                                  {k, wb, wz}, d_logits)
                   .ok());
   for (const auto& f : check_gradients(loss, {{"logits", logits, d_logits}})) ADD_FAILURE() << f;
 }
