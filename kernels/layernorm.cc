@@ -36,7 +36,7 @@ Status layernorm_forward(Context& ctx, const TensorView& x, const TensorView& ga
     using A = decltype(at);
     using F = decltype(ft);
     ref::layernorm_forward<A, F>(x.data<A>(), gamma.data<F>(), beta.data<F>(), x.dim(0), x.dim(1),
-                                 eps, y.data<A>(), mean.data<F>(), rstd.data<F>());
+                                 eps, {y.data<A>(), mean.data<F>(), rstd.data<F>()});
   });
 }
 
@@ -56,8 +56,8 @@ Status layernorm_backward(Context& ctx, const TensorView& dy, const TensorView& 
     using A = decltype(at);
     using F = decltype(ft);
     ref::layernorm_backward<A, F>(dy.data<A>(), x.data<A>(), gamma.data<F>(), mean.data<F>(),
-                                  rstd.data<F>(), x.dim(0), x.dim(1), dx.data<A>(),
-                                  dgamma.data<F>(), dbeta.data<F>());
+                                  rstd.data<F>(), x.dim(0), x.dim(1),
+                                  {dx.data<A>(), dgamma.data<F>(), dbeta.data<F>()});
   });
 }
 

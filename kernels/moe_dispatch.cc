@@ -1,12 +1,7 @@
 #include "kernels/moe_dispatch.h"
 
-#include <cstring>
-#include <vector>
-
-#include "base/thread_pool.h"
 #include "kernels/common.h"
 #include "kernels/cpu/moe_dispatch_ref.h"
-#include "kernels/cpu/row_copy.h"
 #include "kernels/cuda/moe_dispatch.h"
 
 namespace moe::kernels {
@@ -75,41 +70,10 @@ Status moe_layout(Context& ctx, const LayoutArgs& a, const TensorView& idx, cons
       return invalid_argument_error(kOp, ": expert index ", pidx[i], " outside [0, ", experts, ")");
     }
   }
-  int32_t* pslot = slot.data<int32_t>();
-  int64_t* pload = load.data<int64_t>();
-  ref::assign_capacity(pidx, tokens, k, experts, a.capacity, pslot, pload, kept.data<int64_t>());
-  // Block offsets of the send buffer: e * C, or the exclusive prefix sum of the loads.
-  std::vector<int64_t> block(experts + 1, 0);
-  for (int64_t e = 0; e < experts; ++e) {
-    block[e + 1] = block[e] + (a.capacity >= 0 ? a.capacity : pload[e]);
-  }
-  int32_t* prow = row.data<int32_t>();
-  int32_t* ptoken = send_token.data<int32_t>();
-  int64_t* pkey = send_key.data<int64_t>();
-  std::fill_n(ptoken, send_rows, -1);
-  std::fill_n(pkey, send_rows, -1);
-  int64_t dropped = 0, fully_dropped = 0;
-  for (int64_t t = 0; t < tokens; ++t) {
-    int64_t token_drops = 0;
-    for (int64_t j = 0; j < k; ++j) {
-      const int64_t s = pslot[t * k + j];
-      if (s < 0) {
-        prow[t * k + j] = -1;
-        ++token_drops;
-        continue;
-      }
-      const int64_t r = block[pidx[t * k + j]] + s;
-      prow[t * k + j] = static_cast<int32_t>(r);
-      ptoken[r] = static_cast<int32_t>(t);
-      pkey[r] = (a.token_offset + t) * k + j;
-    }
-    dropped += token_drops;
-    fully_dropped += token_drops == k;
-  }
-  if (drops.numel() > 0) {
-    drops.data<double>()[0] += static_cast<double>(dropped);
-    drops.data<double>()[1] += static_cast<double>(fully_dropped);
-  }
+  ref::moe_layout(a, pidx, tokens, k,
+                  {slot.data<int32_t>(), row.data<int32_t>(), load.data<int64_t>(),
+                   kept.data<int64_t>(), send_token.data<int32_t>(), send_key.data<int64_t>(),
+                   drops.numel() > 0 ? drops.data<double>() : nullptr});
   return Status::OK();
 }
 
@@ -121,14 +85,7 @@ Status block_fill_counts(Context& ctx, const TensorView& keys, const TensorView&
   if (keys.ndim() != 2) return invalid_argument_error(kOp, ": keys must be [B, C]");
   MOE_RETURN_IF_ERROR(check_tensor(ctx, kOp, "filled", filled, DType::kI32, Shape{keys.dim(0)}));
   MOE_ON_CUDA(ctx, cuda::block_fill_counts(ctx, keys, filled));
-  const int64_t blocks = keys.dim(0), c = keys.dim(1);
-  const int64_t* pk = keys.data<int64_t>();
-  int32_t* pf = filled.data<int32_t>();
-  for (int64_t b = 0; b < blocks; ++b) {
-    int32_t n = 0;
-    for (int64_t i = 0; i < c; ++i) n += pk[b * c + i] >= 0;
-    pf[b] = n;
-  }
+  ref::block_fill_counts(keys.data<int64_t>(), keys.dim(0), keys.dim(1), filled.data<int32_t>());
   return Status::OK();
 }
 
@@ -145,28 +102,8 @@ Status gather_rows(Context& ctx, const TensorView& src, const TensorView& index,
   MOE_RETURN_IF_ERROR(check_tensor(ctx, kOp, "index", index, DType::kI32, Shape{dst.dim(0)}));
   MOE_ON_CUDA(ctx, cuda::gather_rows(ctx, src, index, dst));
   MOE_RETURN_IF_ERROR(check_row_range(kOp, "index", index, src.dim(0)));
-  const size_t row_bytes = static_cast<size_t>(src.dim(1)) * dtype_size(src.dtype());
-  const char* s = static_cast<const char*>(src.raw());
-  char* d = static_cast<char*>(dst.raw());
-  const int32_t* idx = index.data<int32_t>();
-  const bool streaming = ref::use_streaming_stores(d, row_bytes, dst.nbytes());
-  parallel_for(dst.dim(0), row_grain(src.dim(1)), [&](int64_t begin, int64_t end) {
-    if (streaming) {
-      for (int64_t i = begin; i < end; ++i) {
-        ref::stream_row(d + i * row_bytes, idx[i] < 0 ? nullptr : s + idx[i] * row_bytes,
-                        row_bytes);
-      }
-      ref::stream_fence();
-      return;
-    }
-    for (int64_t i = begin; i < end; ++i) {
-      if (idx[i] < 0) {
-        std::memset(d + i * row_bytes, 0, row_bytes);
-      } else {
-        std::memcpy(d + i * row_bytes, s + idx[i] * row_bytes, row_bytes);
-      }
-    }
-  });
+  ref::gather_rows(src.raw(), index.data<int32_t>(), dst.dim(0), src.dim(1),
+                   dtype_size(src.dtype()), dst.raw());
   return Status::OK();
 }
 
@@ -222,10 +159,10 @@ Status combine_backward(Context& ctx, const TensorView& du, const TensorView& y,
   return dispatch_act(kOp, y, [&](auto at, auto ft) {
     using A = decltype(at);
     using F = decltype(ft);
-    ref::combine_backward<A, F>(du.data<A>(), y.data<A>(), row.data<int32_t>(), gate.data<F>(),
-                                data_or_null<F>(omega), du.dim(0), row.dim(1), y.dim(1), y.dim(0),
-                                dy.data<A>(), d_gate.data<F>(),
-                                with_omega ? d_omega.data<F>() : nullptr);
+    ref::combine_backward<A, F>(
+        du.data<A>(), y.data<A>(), row.data<int32_t>(), gate.data<F>(), data_or_null<F>(omega),
+        {du.dim(0), row.dim(1), y.dim(1), y.dim(0)},
+        {dy.data<A>(), d_gate.data<F>(), with_omega ? d_omega.data<F>() : nullptr});
   });
 }
 

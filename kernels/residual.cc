@@ -1,10 +1,7 @@
 #include "kernels/residual.h"
 
-#include <cmath>
-
-#include "base/thread_pool.h"
 #include "kernels/common.h"
-#include "kernels/cpu/residual_math.h"
+#include "kernels/cpu/residual_ref.h"
 #include "kernels/cuda/residual.h"
 
 namespace moe::kernels {
@@ -17,33 +14,6 @@ Status check_role(const Context& ctx, const char* op, const TensorView& like, co
   MOE_RETURN_IF_ERROR(check_device(ctx, op, name, t));
   MOE_RETURN_IF_ERROR(check_dtype(op, name, t, dtype));
   return check_shape(op, name, t, like.shape());
-}
-
-// An optional input's element i (0 when absent).
-template <typename T>
-double at_or_zero(const T* p, int64_t i) {
-  return p != nullptr ? static_cast<double>(p[i]) : 0.0;
-}
-
-// Calls f(args) with a copy of a whose form is a compile-time constant in each branch, so the
-// per-element switch in residual_math.h folds away and the loops vectorise.
-template <typename Fn>
-void with_constant_form(const ResidualArgs& a, Fn&& f) {
-  ResidualArgs c = a;
-  switch (a.form) {
-    case ResidualForm::kPlain:
-      c.form = ResidualForm::kPlain;
-      f(c);
-      return;
-    case ResidualForm::kMomentum:
-      c.form = ResidualForm::kMomentum;
-      f(c);
-      return;
-    case ResidualForm::kAdam:
-      c.form = ResidualForm::kAdam;
-      f(c);
-      return;
-  }
 }
 
 }  // namespace
@@ -71,31 +41,17 @@ Status residual_forward(Context& ctx, const ResidualArgs& a, const TensorView& x
   return dispatch_act(kOp, x, [&](auto at, auto ft) {
     using A = decltype(at);
     using F = decltype(ft);
-    const int64_t n = x.numel();
-    const A* px = x.data<A>();
-    const A* pu = u.data<A>();
-    A* po = out.data<A>();
-    F* pp = p_out.data<F>();
-    const F* ppi = data_or_null<F>(p_in);
-    const F* pmi = adam ? data_or_null<F>(m_in) : nullptr;
-    const F* pvi = adam ? data_or_null<F>(v_in) : nullptr;
-    F* pmo = adam ? m_out.data<F>() : nullptr;
-    F* pvo = adam ? v_out.data<F>() : nullptr;
-    parallel_for(n, kElementGrain, [&](int64_t begin, int64_t end) {
-      with_constant_form(a, [&](const ResidualArgs& af) {
-        for (int64_t i = begin; i < end; ++i) {
-          const ref::ResidualPoint r = ref::residual_forward_point(
-              af, static_cast<double>(px[i]), static_cast<double>(pu[i]), at_or_zero(ppi, i),
-              at_or_zero(pmi, i), at_or_zero(pvi, i));
-          po[i] = static_cast<A>(r.out);
-          pp[i] = static_cast<F>(r.p);
-          if (adam) {
-            pmo[i] = static_cast<F>(r.m);
-            pvo[i] = static_cast<F>(r.v);
-          }
-        }
-      });
-    });
+    ref::ResidualForwardPtrs<A, F> p;
+    p.x = x.data<A>();
+    p.u = u.data<A>();
+    p.out = out.data<A>();
+    p.p_out = p_out.data<F>();
+    p.p_in = data_or_null<F>(p_in);
+    p.m_in = adam ? data_or_null<F>(m_in) : nullptr;
+    p.v_in = adam ? data_or_null<F>(v_in) : nullptr;
+    p.m_out = adam ? m_out.data<F>() : nullptr;
+    p.v_out = adam ? v_out.data<F>() : nullptr;
+    ref::residual_forward<A, F>(a, x.numel(), p);
   });
 }
 
@@ -127,34 +83,20 @@ Status residual_backward(Context& ctx, const ResidualArgs& a, const TensorView& 
   return dispatch_act(kOp, d_out, [&](auto at, auto ft) {
     using A = decltype(at);
     using F = decltype(ft);
-    const int64_t n = d_out.numel();
-    const A* pd = d_out.data<A>();
-    const A* pu = u.data<A>();
-    A* pdx = dx.data<A>();
-    A* pdu = du.data<A>();
-    F* pdp = d_p_in.data<F>();
-    const F* pdpo = data_or_null<F>(d_p_out);
-    const F* pdmo = adam ? data_or_null<F>(d_m_out) : nullptr;
-    const F* pdvo = adam ? data_or_null<F>(d_v_out) : nullptr;
-    const F* pmo = adam ? m_out.data<F>() : nullptr;
-    const F* pvo = adam ? v_out.data<F>() : nullptr;
-    F* pdmi = adam ? data_or_null<F>(d_m_in) : nullptr;
-    F* pdvi = adam ? data_or_null<F>(d_v_in) : nullptr;
-    parallel_for(n, kElementGrain, [&](int64_t begin, int64_t end) {
-      with_constant_form(a, [&](const ResidualArgs& af) {
-        for (int64_t i = begin; i < end; ++i) {
-          const ref::ResidualGrads g = ref::residual_backward_point(
-              af, static_cast<double>(pd[i]), at_or_zero(pdpo, i), at_or_zero(pdmo, i),
-              at_or_zero(pdvo, i), static_cast<double>(pu[i]), at_or_zero(pmo, i),
-              at_or_zero(pvo, i));
-          pdx[i] = static_cast<A>(g.dx);
-          pdu[i] = static_cast<A>(g.du);
-          pdp[i] = static_cast<F>(g.dp);
-          if (pdmi != nullptr) pdmi[i] = static_cast<F>(g.dm);
-          if (pdvi != nullptr) pdvi[i] = static_cast<F>(g.dv);
-        }
-      });
-    });
+    ref::ResidualBackwardPtrs<A, F> p;
+    p.d_out = d_out.data<A>();
+    p.u = u.data<A>();
+    p.dx = dx.data<A>();
+    p.du = du.data<A>();
+    p.d_p_in = d_p_in.data<F>();
+    p.d_p_out = data_or_null<F>(d_p_out);
+    p.d_m_out = adam ? data_or_null<F>(d_m_out) : nullptr;
+    p.d_v_out = adam ? data_or_null<F>(d_v_out) : nullptr;
+    p.m_out = adam ? m_out.data<F>() : nullptr;
+    p.v_out = adam ? v_out.data<F>() : nullptr;
+    p.d_m_in = adam ? data_or_null<F>(d_m_in) : nullptr;
+    p.d_v_in = adam ? data_or_null<F>(d_v_in) : nullptr;
+    ref::residual_backward<A, F>(a, d_out.numel(), p);
   });
 }
 
@@ -169,14 +111,7 @@ Status residual_shift_input(Context& ctx, const TensorView& x, const TensorView&
   return dispatch_act(kOp, x, [&](auto at, auto ft) {
     using A = decltype(at);
     using F = decltype(ft);
-    const A* px = x.data<A>();
-    const F* pp = p.data<F>();
-    A* py = y.data<A>();
-    parallel_for(x.numel(), kElementGrain, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) {
-        py[i] = static_cast<A>(static_cast<double>(px[i]) + a_shift * static_cast<double>(pp[i]));
-      }
-    });
+    ref::residual_shift_input<A, F>(x.data<A>(), p.data<F>(), a_shift, x.numel(), y.data<A>());
   });
 }
 

@@ -1,9 +1,5 @@
 #include "kernels/router.h"
 
-#include <algorithm>
-#include <cmath>
-#include <vector>
-
 #include "kernels/common.h"
 #include "kernels/cpu/router_math.h"
 #include "kernels/cpu/router_ref.h"
@@ -31,11 +27,10 @@ Status check_as(const char* op, const TensorView& like, const char* name, const 
 // Inside a kernel: labels [T] in [0, E).
 Status check_label_range(const char* op, const TensorView& labels, int64_t experts) {
   const int32_t* l = labels.data<int32_t>();
-  for (int64_t t = 0; t < labels.numel(); ++t) {
-    if (l[t] < 0 || l[t] >= experts) {
-      return invalid_argument_error(op, ": label ", l[t], " of token ", t, " is outside [0, ",
-                                    experts, ")");
-    }
+  const int64_t t = ref::first_label_outside(l, labels.numel(), experts);
+  if (t >= 0) {
+    return invalid_argument_error(op, ": label ", l[t], " of token ", t, " is outside [0, ",
+                                  experts, ")");
   }
   return Status::OK();
 }
@@ -116,10 +111,16 @@ Status sparsemixer_route(Context& ctx, const SparseMixerRouteArgs& args, const T
                                            {idx, gate, probs, lse, mask, scale, is_argmax}));
   return dispatch_full(kOp, logits, [&](auto tag) {
     using T = decltype(tag);
+    ref::SparseMixerOutputs<T> o;
+    o.idx = idx.data<int32_t>();
+    o.gate = gate.data<T>();
+    o.probs = probs.data<T>();
+    o.lse = lse.data<T>();
+    o.mask = mask.data<uint8_t>();
+    o.scale = scale.data<T>();
+    o.is_argmax = is_argmax.data<uint8_t>();
     ref::sparsemixer_route<T>(args.params, args.training, args.rng, args.token_offset,
-                              logits.data<T>(), tokens, experts, idx.data<int32_t>(),
-                              gate.data<T>(), probs.data<T>(), lse.data<T>(), mask.data<uint8_t>(),
-                              scale.data<T>(), is_argmax.data<uint8_t>());
+                              logits.data<T>(), tokens, experts, o);
   });
 }
 
@@ -139,8 +140,9 @@ Status sparsemixer_backward(Context& ctx, SparseMixerGateGrad rule, const Tensor
               cuda::sparsemixer_backward(ctx, rule, d_gate, idx, probs, mask, scale, d_logits));
   return dispatch_full(kOp, probs, [&](auto tag) {
     using T = decltype(tag);
-    ref::sparsemixer_backward<T>(rule, d_gate.data<T>(), idx.data<int32_t>(), probs.data<T>(),
-                                 mask.data<uint8_t>(), scale.data<T>(), tokens, probs.dim(1),
+    const ref::SparseMixerSaved<T> saved{idx.data<int32_t>(), probs.data<T>(), mask.data<uint8_t>(),
+                                         scale.data<T>()};
+    ref::sparsemixer_backward<T>(rule, d_gate.data<T>(), saved, tokens, probs.dim(1),
                                  d_logits.data<T>());
   });
 }
@@ -158,16 +160,8 @@ Status aux_sums(Context& ctx, const TensorView& probs, const TensorView& lse,
   MOE_ON_CUDA(ctx, cuda::aux_sums(ctx, probs, lse, load, tokens, packed));
   return dispatch_full(kOp, probs, [&](auto tag) {
     using T = decltype(tag);
-    double* v = packed.data<double>();
-    std::fill(v, v + aux_packed_size(experts), 0.0);
-    const T* p = probs.data<T>();
-    for (int64_t t = 0; t < rows; ++t)
-      for (int64_t e = 0; e < experts; ++e)
-        v[experts + e] += static_cast<double>(p[t * experts + e]);
-    for (int64_t e = 0; e < experts; ++e) v[e] = static_cast<double>(load.data<int64_t>()[e]);
-    v[2 * experts] = static_cast<double>(tokens);
-    const T* z = lse.data<T>();
-    for (int64_t t = 0; t < rows; ++t) v[2 * experts + 1] += static_cast<double>(z[t]) * z[t];
+    ref::aux_sums<T>(probs.data<T>(), lse.data<T>(), load.data<int64_t>(), rows, experts, tokens,
+                     packed.data<double>());
   });
 }
 
@@ -207,8 +201,8 @@ Status aux_losses_backward(Context& ctx, const TensorView& logits, const TensorV
   return dispatch_full(kOp, logits, [&](auto tag) {
     using T = decltype(tag);
     const double* v = packed.data<double>();
-    ref::aux_losses_backward<T>(logits.data<T>(), probs.data<T>(), v, lse.data<T>(), local,
-                                v[2 * experts], experts, top_k, balance_weight, z_weight,
+    const ref::AuxGradArgs a{v[2 * experts], experts, top_k, balance_weight, z_weight};
+    ref::aux_losses_backward<T>(logits.data<T>(), probs.data<T>(), v, lse.data<T>(), local, a,
                                 d_logits.data<T>());
   });
 }
@@ -259,13 +253,10 @@ Status ac_metric(Context& ctx, const AcRouterParams& params, const TensorView& a
   MOE_RETURN_IF_ERROR(
       check_tensor(ctx, kOp, "summary", summary, DType::kF64, Shape{kAcSummarySize}));
   MOE_ON_CUDA(ctx, cuda::ac_metric(ctx, params, abs_dev, counts, metric, summary));
-  std::vector<double> w(experts * d);
-  ref::ac_metric(params, abs_dev.data<double>(), counts.data<int64_t>(), experts, d, w.data(),
-                 summary.data<double>());
   return dispatch_full(kOp, metric, [&](auto tag) {
     using T = decltype(tag);
-    T* m = metric.data<T>();
-    for (int64_t i = 0; i < experts * d; ++i) m[i] = static_cast<T>(w[i]);
+    ref::ac_metric_typed<T>(params, abs_dev.data<double>(), counts.data<int64_t>(), experts, d,
+                            metric.data<T>(), summary.data<double>());
   });
 }
 
@@ -325,10 +316,7 @@ Status normalize_columns(Context& ctx, const TensorView& w, const TensorView& ou
   MOE_ON_CUDA(ctx, cuda::normalize_columns(ctx, w, out, inv_norm));
   return dispatch_full(kOp, w, [&](auto tag) {
     using T = decltype(tag);
-    for (int64_t e = 0; e < w.dim(1); ++e) {
-      ref::normalize_column<T>(w.data<T>(), w.dim(0), w.dim(1), e, out.data<T>(),
-                               inv_norm.data<T>());
-    }
+    ref::normalize_columns<T>(w.data<T>(), w.dim(0), w.dim(1), out.data<T>(), inv_norm.data<T>());
   });
 }
 
@@ -343,10 +331,8 @@ Status normalize_columns_backward(Context& ctx, const TensorView& d_out, const T
   MOE_ON_CUDA(ctx, cuda::normalize_columns_backward(ctx, d_out, out, inv_norm, dw));
   return dispatch_full(kOp, out, [&](auto tag) {
     using T = decltype(tag);
-    for (int64_t e = 0; e < out.dim(1); ++e) {
-      ref::normalize_column_backward<T>(d_out.data<T>(), out.data<T>(), inv_norm.data<T>()[e],
-                                        out.dim(0), out.dim(1), e, dw.data<T>());
-    }
+    ref::normalize_columns_backward<T>(d_out.data<T>(), out.data<T>(), inv_norm.data<T>(),
+                                       out.dim(0), out.dim(1), dw.data<T>());
   });
 }
 
@@ -358,15 +344,7 @@ Status argmax_rows(Context& ctx, const TensorView& logits, const TensorView& top
   MOE_ON_CUDA(ctx, cuda::argmax_rows(ctx, logits, top1));
   return dispatch_full(kOp, logits, [&](auto tag) {
     using T = decltype(tag);
-    const int64_t experts = logits.dim(1);
-    const T* p = logits.data<T>();
-    int32_t* out = top1.data<int32_t>();
-    for (int64_t t = 0; t < logits.dim(0); ++t) {
-      int64_t best = 0;
-      for (int64_t e = 1; e < experts; ++e)
-        if (p[t * experts + e] > p[t * experts + best]) best = e;
-      out[t] = static_cast<int32_t>(best);
-    }
+    ref::argmax_rows<T>(logits.data<T>(), logits.dim(0), logits.dim(1), top1.data<int32_t>());
   });
 }
 

@@ -1,81 +1,44 @@
-// Plain C++ activations, computed in double and rounded once to T. Shared by the CPU backend (and
-// test oracle) and the CUDA kernels (MOE_HOST_DEVICE), so both evaluate the same expressions.
+// Plain C++ activation, bias and dropout loops (the CPU backend); see kernels/activation.h for
+// the contracts. The per-element activation formulas are in activation_math.h (shared with the
+// CUDA kernels). T, A = float, double or bf16 (activations); F = compute_dtype(A) = float or
+// double (biases and bias gradients).
 #pragma once
 
-#include <cmath>
 #include <cstdint>
 
-#include "base/dtype.h"  // MOE_HOST_DEVICE
+#include "base/rng.h"
 #include "kernels/activation.h"
+#include "kernels/expert_blocks.h"
 
 namespace moe::kernels::ref {
 
-inline constexpr double kInvSqrt2 = 0.70710678118654752440;
-inline constexpr double kInvSqrt2Pi = 0.39894228040143267794;
-inline constexpr double kSqrt2OverPi = 0.79788456080286535588;
-inline constexpr double kGeluCubic = 0.044715;
+// y[i] = act(x[i]) for i < n; y may alias x.
+template <typename T>
+void activation_forward(Activation act, const T* x, int64_t n, T* y);
+// dx[i] = act'(x[i]) * dy[i] for i < n; dx may alias dy.
+template <typename T>
+void activation_backward(Activation act, const T* x, const T* dy, int64_t n, T* dx);
 
-template <typename T>
-MOE_HOST_DEVICE inline T relu(T x) {
-  return x > T(0) ? x : T(0);
-}
-template <typename T>
-MOE_HOST_DEVICE inline T relu_grad(T x) {
-  return x > T(0) ? T(1) : T(0);
-}
-// x Phi(x), the exact (erf) form.
-template <typename T>
-MOE_HOST_DEVICE inline T gelu_erf(T x) {
-  const double xd = x;
-  return static_cast<T>(0.5 * xd * (1.0 + erf(xd * kInvSqrt2)));
-}
-template <typename T>
-MOE_HOST_DEVICE inline T gelu_erf_grad(T x) {
-  const double xd = x;
-  const double cdf = 0.5 * (1.0 + erf(xd * kInvSqrt2));
-  const double pdf = kInvSqrt2Pi * exp(-0.5 * xd * xd);
-  return static_cast<T>(cdf + xd * pdf);
-}
-// 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), GPT-2's approximation.
-template <typename T>
-MOE_HOST_DEVICE inline T gelu_tanh(T x) {
-  const double xd = x;
-  const double inner = kSqrt2OverPi * (xd + kGeluCubic * xd * xd * xd);
-  return static_cast<T>(0.5 * xd * (1.0 + tanh(inner)));
-}
-template <typename T>
-MOE_HOST_DEVICE inline T gelu_tanh_grad(T x) {
-  const double xd = x;
-  const double inner = kSqrt2OverPi * (xd + kGeluCubic * xd * xd * xd);
-  const double th = tanh(inner);
-  const double dinner = kSqrt2OverPi * (1.0 + 3.0 * kGeluCubic * xd * xd);
-  return static_cast<T>(0.5 * (1.0 + th) + 0.5 * xd * (1.0 - th * th) * dinner);
-}
+// x [m, n]: x[r, :] += bias[:] for every row. In place.
+template <typename A, typename F>
+void add_bias(A* x, int64_t m, int64_t n, const F* bias);
+// dy [m, n]: dbias[:] += column sums of dy (in double, row order, added to dbias once).
+template <typename A, typename F>
+void bias_grad(const A* dy, int64_t m, int64_t n, F* dbias);
+// x [rows, n], bias [E_l, n]: the filled rows of block b get bias[expert_of(b), :]; its padding
+// rows are set to zero.
+template <typename A, typename F>
+void add_bias_blocks(const ExpertBlocks& blocks, A* x, int64_t n, const F* bias);
+// dy [rows, n], dbias [E_l, n]: dbias[l, :] += sum over the filled rows of l's blocks (block
+// order, then row order, in double) of dy.
+template <typename A, typename F>
+void bias_grad_blocks(const ExpertBlocks& blocks, const A* dy, int64_t n, F* dbias);
 
+// Inverted dropout of x [m, n] into y (y may alias x), the mask of kernels/activation.h: row r's
+// key is row_keys[r] when row_keys is not null, else key_base + r; a negative key zeroes the row.
+// p in [0, 1); p = 0 copies.
 template <typename T>
-MOE_HOST_DEVICE inline T apply_activation(Activation act, T x) {
-  switch (act) {
-    case Activation::kRelu:
-      return relu(x);
-    case Activation::kGelu:
-      return gelu_erf(x);
-    case Activation::kGeluTanh:
-      return gelu_tanh(x);
-  }
-  return x;
-}
-
-template <typename T>
-MOE_HOST_DEVICE inline T apply_activation_grad(Activation act, T x) {
-  switch (act) {
-    case Activation::kRelu:
-      return relu_grad(x);
-    case Activation::kGelu:
-      return gelu_erf_grad(x);
-    case Activation::kGeluTanh:
-      return gelu_tanh_grad(x);
-  }
-  return T(1);
-}
+void dropout(const T* x, int64_t m, int64_t n, const int64_t* row_keys, int64_t key_base,
+             const CounterRng& rng, float p, T* y);
 
 }  // namespace moe::kernels::ref

@@ -11,7 +11,10 @@ namespace moe::kernels::ref {
 
 template <typename T, typename F>
 void layernorm_forward(const T* x, const F* gamma, const F* beta, int64_t n, int64_t d, double eps,
-                       T* y, F* mean, F* rstd) {
+                       const LayerNormForwardOut<T, F>& out) {
+  T* y = out.y;
+  F* mean = out.mean;
+  F* rstd = out.rstd;
   parallel_for(n, row_grain(3 * d), [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const T* row = x + r * d;
@@ -41,7 +44,10 @@ void layernorm_forward(const T* x, const F* gamma, const F* beta, int64_t n, int
 //   dgamma += sum_rows dy * xhat,  dbeta += sum_rows dy.
 template <typename T, typename F>
 void layernorm_backward(const T* dy, const T* x, const F* gamma, const F* mean, const F* rstd,
-                        int64_t n, int64_t d, T* dx, F* dgamma, F* dbeta) {
+                        int64_t n, int64_t d, const LayerNormBackwardOut<T, F>& grads) {
+  T* dx = grads.dx;
+  F* dgamma = grads.dgamma;
+  F* dbeta = grads.dbeta;
   // dgamma and dbeta first (dx may alias dy): each column summed over the rows in row order, the
   // columns spread over the threads.
   constexpr int64_t kCols = 16;
@@ -86,9 +92,9 @@ void layernorm_backward(const T* dy, const T* x, const F* gamma, const F* mean, 
 
 #define MOE_INSTANTIATE_LAYERNORM(T, F)                                                         \
   template void layernorm_forward<T, F>(const T*, const F*, const F*, int64_t, int64_t, double, \
-                                        T*, F*, F*);                                            \
+                                        const LayerNormForwardOut<T, F>&);                      \
   template void layernorm_backward<T, F>(const T*, const T*, const F*, const F*, const F*,      \
-                                         int64_t, int64_t, T*, F*, F*);
+                                         int64_t, int64_t, const LayerNormBackwardOut<T, F>&);
 MOE_INSTANTIATE_LAYERNORM(float, float)
 MOE_INSTANTIATE_LAYERNORM(double, double)
 MOE_INSTANTIATE_LAYERNORM(bf16, float)

@@ -7,15 +7,31 @@
 
 namespace moe::kernels::ref {
 
-// x, y [N, D] (y may alias x); gamma, beta [D]; mean, rstd [N]. Overwrites y, mean, rstd.
+// What layernorm_forward writes (all overwritten): y [N, D] (may alias x); mean, rstd [N].
+template <typename T, typename F>
+struct LayerNormForwardOut {
+  T* y = nullptr;
+  F* mean = nullptr;
+  F* rstd = nullptr;
+};
+
+// x [N, D]; gamma, beta [D]; the outputs in out.
 template <typename T, typename F>
 void layernorm_forward(const T* x, const F* gamma, const F* beta, int64_t n, int64_t d, double eps,
-                       T* y, F* mean, F* rstd);
+                       const LayerNormForwardOut<T, F>& out);
 
-// dy, x, dx [N, D] (dx may alias dy); gamma, dgamma, dbeta [D]; mean, rstd [N].
-// Overwrites dx; accumulates dgamma and dbeta (summed over rows in double, then added once).
+// What layernorm_backward writes: dx [N, D] (overwritten; may alias dy); dgamma, dbeta [D]
+// (accumulated: summed over rows in double, then added once).
+template <typename T, typename F>
+struct LayerNormBackwardOut {
+  T* dx = nullptr;
+  F* dgamma = nullptr;
+  F* dbeta = nullptr;
+};
+
+// dy, x [N, D]; gamma [D]; mean, rstd [N]; the gradients in grads.
 template <typename T, typename F>
 void layernorm_backward(const T* dy, const T* x, const F* gamma, const F* mean, const F* rstd,
-                        int64_t n, int64_t d, T* dx, F* dgamma, F* dbeta);
+                        int64_t n, int64_t d, const LayerNormBackwardOut<T, F>& grads);
 
 }  // namespace moe::kernels::ref

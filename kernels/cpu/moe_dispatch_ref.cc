@@ -1,11 +1,13 @@
 #include "kernels/cpu/moe_dispatch_ref.h"
 
 #include <algorithm>
+#include <cstring>
 #include <type_traits>
 #include <vector>
 
 #include "base/dtype.h"
 #include "base/thread_pool.h"
+#include "kernels/cpu/row_copy.h"
 
 namespace moe::kernels::ref {
 
@@ -21,6 +23,80 @@ void assign_capacity(const int32_t* idx, int64_t tokens, int64_t k, int64_t expe
   }
   for (int64_t e = 0; e < experts; ++e)
     kept[e] = capacity < 0 ? load[e] : std::min(load[e], capacity);
+}
+
+void moe_layout(const LayoutArgs& a, const int32_t* idx, int64_t tokens, int64_t k,
+                const LayoutBuffers& out) {
+  const int64_t experts = a.num_experts;
+  const int64_t send_rows = a.capacity >= 0 ? experts * a.capacity : tokens * k;
+  int32_t* pslot = out.slot;
+  int64_t* pload = out.load;
+  assign_capacity(idx, tokens, k, experts, a.capacity, pslot, pload, out.kept);
+  // Block offsets of the send buffer: e * C, or the exclusive prefix sum of the loads.
+  std::vector<int64_t> block(experts + 1, 0);
+  for (int64_t e = 0; e < experts; ++e) {
+    block[e + 1] = block[e] + (a.capacity >= 0 ? a.capacity : pload[e]);
+  }
+  int32_t* prow = out.row;
+  int32_t* ptoken = out.send_token;
+  int64_t* pkey = out.send_key;
+  std::fill_n(ptoken, send_rows, -1);
+  std::fill_n(pkey, send_rows, -1);
+  int64_t dropped = 0, fully_dropped = 0;
+  for (int64_t t = 0; t < tokens; ++t) {
+    int64_t token_drops = 0;
+    for (int64_t j = 0; j < k; ++j) {
+      const int64_t s = pslot[t * k + j];
+      if (s < 0) {
+        prow[t * k + j] = -1;
+        ++token_drops;
+        continue;
+      }
+      const int64_t r = block[idx[t * k + j]] + s;
+      prow[t * k + j] = static_cast<int32_t>(r);
+      ptoken[r] = static_cast<int32_t>(t);
+      pkey[r] = (a.token_offset + t) * k + j;
+    }
+    dropped += token_drops;
+    fully_dropped += token_drops == k;
+  }
+  if (out.drops != nullptr) {
+    out.drops[0] += static_cast<double>(dropped);
+    out.drops[1] += static_cast<double>(fully_dropped);
+  }
+}
+
+void block_fill_counts(const int64_t* keys, int64_t blocks, int64_t c, int32_t* filled) {
+  for (int64_t b = 0; b < blocks; ++b) {
+    int32_t n = 0;
+    for (int64_t i = 0; i < c; ++i) n += keys[b * c + i] >= 0;
+    filled[b] = n;
+  }
+}
+
+void gather_rows(const void* src, const int32_t* index, int64_t rows, int64_t cols,
+                 size_t elem_size, void* dst) {
+  const size_t row_bytes = static_cast<size_t>(cols) * elem_size;
+  const char* s = static_cast<const char*>(src);
+  char* d = static_cast<char*>(dst);
+  const int32_t* idx = index;
+  const bool streaming = use_streaming_stores(d, row_bytes, static_cast<size_t>(rows) * row_bytes);
+  parallel_for(rows, row_grain(cols), [&](int64_t begin, int64_t end) {
+    if (streaming) {
+      for (int64_t i = begin; i < end; ++i) {
+        stream_row(d + i * row_bytes, idx[i] < 0 ? nullptr : s + idx[i] * row_bytes, row_bytes);
+      }
+      stream_fence();
+      return;
+    }
+    for (int64_t i = begin; i < end; ++i) {
+      if (idx[i] < 0) {
+        std::memset(d + i * row_bytes, 0, row_bytes);
+      } else {
+        std::memcpy(d + i * row_bytes, s + idx[i] * row_bytes, row_bytes);
+      }
+    }
+  });
 }
 
 template <typename A, typename F>
@@ -58,9 +134,12 @@ void combine(const A* y, const int32_t* row, const F* gate, const F* omega, int6
 
 template <typename A, typename F>
 void combine_backward(const A* du, const A* y, const int32_t* row, const F* gate, const F* omega,
-                      int64_t tokens, int64_t k, int64_t d, int64_t y_rows, A* dy, F* d_gate,
-                      F* d_omega) {
+                      const CombineShape& shape, const CombineBackwardOut<A, F>& out) {
   using C = accum_t<A>;
+  const int64_t tokens = shape.tokens, k = shape.k, d = shape.d, y_rows = shape.y_rows;
+  A* dy = out.dy;
+  F* d_gate = out.d_gate;
+  F* d_omega = out.d_omega;
   parallel_for(y_rows * d, kElementGrain,
                [&](int64_t begin, int64_t end) { std::fill(dy + begin, dy + end, A(0)); });
   // Every routed (t, j) owns its row of dy, so tokens run in parallel.
@@ -131,7 +210,7 @@ void gather_sum_rows(const A* src, const int32_t* rows, int64_t tokens, int64_t 
   template void combine<A, F>(const A*, const int32_t*, const F*, const F*, int64_t, int64_t,  \
                               int64_t, A*);                                                    \
   template void combine_backward<A, F>(const A*, const A*, const int32_t*, const F*, const F*, \
-                                       int64_t, int64_t, int64_t, int64_t, A*, F*, F*);        \
+                                       const CombineShape&, const CombineBackwardOut<A, F>&);  \
   template void gather_sum_rows<A>(const A*, const int32_t*, int64_t, int64_t, int64_t, A*);
 MOE_INSTANTIATE_DISPATCH(float, float)
 MOE_INSTANTIATE_DISPATCH(double, double)

@@ -1,6 +1,6 @@
 // The residual dynamics of one element (kernels/residual.h), in double, shared by the CPU loop
-// (kernels/residual.cc) and the CUDA kernel (kernels/cuda/residual.cu) so that both compute the
-// same expressions. Pure functions of their arguments; no memory access.
+// (kernels/cpu/residual_ref.cc) and the CUDA kernel (kernels/cuda/residual.cu) so that both compute
+// the same expressions. Pure functions of their arguments; no memory access.
 #pragma once
 
 #include <cmath>

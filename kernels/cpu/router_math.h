@@ -1,4 +1,4 @@
-// Per-token router arithmetic shared by the CPU reference (router_ref.cc, router.cc) and the CUDA
+// Per-token router arithmetic shared by the CPU loops (router_ref.cc) and the CUDA
 // kernels (kernels/cuda/router.cu): both run these exact expressions, in double.
 #pragma once
 
@@ -77,15 +77,27 @@ MOE_HOST_DEVICE inline void aux_losses_from_packed(const double* v, int64_t expe
   out[2] = balance_coef * balance + z_coef * z;
 }
 
+// The sizes and weights of the auxiliary losses' gradient (aux_losses_backward_token and
+// ref::aux_losses_backward): tokens is the packed token count T the losses are normalised by
+// (> 0 for a token's gradient), experts E, k the router's top-k, and the loss weights.
+struct AuxGradArgs {
+  double tokens;
+  int64_t experts;
+  int64_t k;
+  double balance_weight;
+  double z_weight;
+};
+
 // The auxiliary losses' gradient for one token's logits (accumulated into d): the balance loss
 // E sum_e f_e P_e through the token's probabilities p, the z-loss through softmax(logits).
-// load: the packed loads; tokens: the packed token count (> 0).
+// load: the packed loads; lse: the token's logsumexp; a.tokens: the packed token count (> 0).
 template <typename T>
 MOE_HOST_DEVICE inline void aux_losses_backward_token(const T* logits, const T* p,
-                                                      const double* load, double lse, double tokens,
-                                                      int64_t experts, int64_t k,
-                                                      double balance_weight, double z_weight,
-                                                      T* d) {
+                                                      const double* load, double lse,
+                                                      const AuxGradArgs& a, T* d) {
+  const double tokens = a.tokens;
+  const int64_t experts = a.experts, k = a.k;
+  const double balance_weight = a.balance_weight, z_weight = a.z_weight;
   const double slots = tokens * static_cast<double>(k);
   if (balance_weight != 0) {
     // dL/dp_te = E f_e / T; softmax backward p_j (f_j - sum_e p_e f_e).

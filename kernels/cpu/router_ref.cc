@@ -7,6 +7,7 @@
 
 #include "base/dtype.h"
 #include "kernels/cpu/router_math.h"
+#include "kernels/router.h"  // aux_packed_size
 
 namespace moe::kernels::ref {
 namespace {
@@ -79,8 +80,10 @@ void topk_softmax_backward(const T* d_gate, const T* gate, const int32_t* idx, i
 template <typename T>
 void sparsemixer_route(const SparseMixerParams& params, bool training, const CounterRng& rng,
                        int64_t token_offset, const T* logits, int64_t tokens, int64_t experts,
-                       int32_t* idx, T* gate, T* probs, T* lse, uint8_t* mask, T* scale,
-                       uint8_t* is_argmax) {
+                       const SparseMixerOutputs<T>& out) {
+  int32_t* idx = out.idx;
+  T *gate = out.gate, *probs = out.probs, *lse = out.lse, *scale = out.scale;
+  uint8_t *mask = out.mask, *is_argmax = out.is_argmax;
   const double r = params.jitter;
   for (int64_t t = 0; t < tokens; ++t) {
     const T* row = logits + t * experts;
@@ -146,9 +149,12 @@ void sparsemixer_route(const SparseMixerParams& params, bool training, const Cou
 }
 
 template <typename T>
-void sparsemixer_backward(SparseMixerGateGrad rule, const T* d_gate, const int32_t* idx,
-                          const T* probs, const uint8_t* mask, const T* scale, int64_t tokens,
-                          int64_t experts, T* d_logits) {
+void sparsemixer_backward(SparseMixerGateGrad rule, const T* d_gate,
+                          const SparseMixerSaved<T>& saved, int64_t tokens, int64_t experts,
+                          T* d_logits) {
+  const int32_t* idx = saved.idx;
+  const T *probs = saved.probs, *scale = saved.scale;
+  const uint8_t* mask = saved.mask;
   for (int64_t t = 0; t < tokens; ++t) {
     sparsemixer_backward_token<T>(rule, d_gate[t], scale[t], idx[t], probs + t * experts,
                                   mask + t * experts, experts, d_logits + t * experts);
@@ -156,15 +162,63 @@ void sparsemixer_backward(SparseMixerGateGrad rule, const T* d_gate, const int32
 }
 
 template <typename T>
+void aux_sums(const T* probs, const T* lse, const int64_t* load, int64_t rows, int64_t experts,
+              int64_t tokens, double* packed) {
+  double* v = packed;
+  std::fill(v, v + aux_packed_size(experts), 0.0);
+  const T* p = probs;
+  for (int64_t t = 0; t < rows; ++t)
+    for (int64_t e = 0; e < experts; ++e) v[experts + e] += static_cast<double>(p[t * experts + e]);
+  for (int64_t e = 0; e < experts; ++e) v[e] = static_cast<double>(load[e]);
+  v[2 * experts] = static_cast<double>(tokens);
+  const T* z = lse;
+  for (int64_t t = 0; t < rows; ++t) v[2 * experts + 1] += static_cast<double>(z[t]) * z[t];
+}
+
+template <typename T>
 void aux_losses_backward(const T* logits, const T* probs, const double* load, const T* lse,
-                         int64_t local, double tokens, int64_t experts, int64_t k,
-                         double balance_weight, double z_weight, T* d_logits) {
-  if (!(tokens > 0)) return;
+                         int64_t local, const AuxGradArgs& a, T* d_logits) {
+  const int64_t experts = a.experts;
+  if (!(a.tokens > 0)) return;
   for (int64_t t = 0; t < local; ++t) {
     aux_losses_backward_token<T>(logits + t * experts, probs + t * experts, load,
-                                 static_cast<double>(lse[t]), tokens, experts, k, balance_weight,
-                                 z_weight, d_logits + t * experts);
+                                 static_cast<double>(lse[t]), a, d_logits + t * experts);
   }
+}
+
+template <typename T>
+void normalize_columns(const T* w, int64_t d, int64_t experts, T* out, T* inv_norm) {
+  for (int64_t e = 0; e < experts; ++e) {
+    normalize_column<T>(w, d, experts, e, out, inv_norm);
+  }
+}
+
+template <typename T>
+void normalize_columns_backward(const T* d_out, const T* out, const T* inv_norm, int64_t d,
+                                int64_t experts, T* dw) {
+  for (int64_t e = 0; e < experts; ++e) {
+    normalize_column_backward<T>(d_out, out, inv_norm[e], d, experts, e, dw);
+  }
+}
+
+template <typename T>
+void argmax_rows(const T* logits, int64_t tokens, int64_t experts, int32_t* top1) {
+  const T* p = logits;
+  int32_t* out = top1;
+  for (int64_t t = 0; t < tokens; ++t) {
+    int64_t best = 0;
+    for (int64_t e = 1; e < experts; ++e)
+      if (p[t * experts + e] > p[t * experts + best]) best = e;
+    out[t] = static_cast<int32_t>(best);
+  }
+}
+
+int64_t first_label_outside(const int32_t* labels, int64_t n, int64_t experts) {
+  const int32_t* l = labels;
+  for (int64_t t = 0; t < n; ++t) {
+    if (l[t] < 0 || l[t] >= experts) return t;
+  }
+  return -1;
 }
 
 template <typename A>
@@ -193,6 +247,15 @@ void ac_cluster_abs_dev(const A* x, const int32_t* labels, int64_t tokens, int64
   }
 }
 
+template <typename F>
+void ac_metric_typed(const AcRouterParams& params, const double* abs_dev, const int64_t* counts,
+                     int64_t experts, int64_t d, F* metric, double* summary) {
+  std::vector<double> w(experts * d);
+  ac_metric(params, abs_dev, counts, experts, d, w.data(), summary);
+  F* m = metric;
+  for (int64_t i = 0; i < experts * d; ++i) m[i] = static_cast<F>(w[i]);
+}
+
 template <typename A, typename F>
 void ac_apply_metric(const A* x, const int32_t* labels, const F* metric, int64_t tokens, int64_t d,
                      F* out) {
@@ -213,17 +276,23 @@ void ac_apply_metric_backward(const F* d_out, const int32_t* labels, const F* me
   }
 }
 
-#define MOE_INSTANTIATE_ROUTER(T)                                                                \
-  template void topk_softmax<T>(const T*, int64_t, int64_t, int64_t, int32_t*, T*, T*, T*);      \
-  template void topk_softmax_backward<T>(const T*, const T*, const int32_t*, int64_t, int64_t,   \
-                                         int64_t, T*);                                           \
-  template void sparsemixer_route<T>(const SparseMixerParams&, bool, const CounterRng&, int64_t, \
-                                     const T*, int64_t, int64_t, int32_t*, T*, T*, T*, uint8_t*, \
-                                     T*, uint8_t*);                                              \
-  template void sparsemixer_backward<T>(SparseMixerGateGrad, const T*, const int32_t*, const T*, \
-                                        const uint8_t*, const T*, int64_t, int64_t, T*);         \
-  template void aux_losses_backward<T>(const T*, const T*, const double*, const T*, int64_t,     \
-                                       double, int64_t, int64_t, double, double, T*);
+#define MOE_INSTANTIATE_ROUTER(T)                                                                  \
+  template void topk_softmax<T>(const T*, int64_t, int64_t, int64_t, int32_t*, T*, T*, T*);        \
+  template void topk_softmax_backward<T>(const T*, const T*, const int32_t*, int64_t, int64_t,     \
+                                         int64_t, T*);                                             \
+  template void sparsemixer_route<T>(const SparseMixerParams&, bool, const CounterRng&, int64_t,   \
+                                     const T*, int64_t, int64_t, const SparseMixerOutputs<T>&);    \
+  template void sparsemixer_backward<T>(SparseMixerGateGrad, const T*, const SparseMixerSaved<T>&, \
+                                        int64_t, int64_t, T*);                                     \
+  template void aux_sums<T>(const T*, const T*, const int64_t*, int64_t, int64_t, int64_t,         \
+                            double*);                                                              \
+  template void aux_losses_backward<T>(const T*, const T*, const double*, const T*, int64_t,       \
+                                       const AuxGradArgs&, T*);                                    \
+  template void normalize_columns<T>(const T*, int64_t, int64_t, T*, T*);                          \
+  template void normalize_columns_backward<T>(const T*, const T*, const T*, int64_t, int64_t, T*); \
+  template void argmax_rows<T>(const T*, int64_t, int64_t, int32_t*);                              \
+  template void ac_metric_typed<T>(const AcRouterParams&, const double*, const int64_t*, int64_t,  \
+                                   int64_t, T*, double*);
 MOE_INSTANTIATE_ROUTER(float)
 MOE_INSTANTIATE_ROUTER(double)
 #undef MOE_INSTANTIATE_ROUTER

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "base/rng.h"
+#include "kernels/cpu/router_math.h"  // AuxGradArgs
 #include "types/moe_config.h"
 
 namespace moe::kernels::ref {
@@ -17,22 +18,63 @@ template <typename T>
 void topk_softmax_backward(const T* d_gate, const T* gate, const int32_t* idx, int64_t tokens,
                            int64_t experts, int64_t k, T* d_logits);
 
+// What sparsemixer_route writes, row-major over `tokens` rows (kernels/router.h
+// SparseMixerRouteOut): idx [T] the chosen expert, gate [T] = c * pi_D, probs [T, E] the masked
+// softmax, lse [T] the unmasked logsumexp, mask [T, E] (u8), scale [T] = c, is_argmax [T] (u8).
+template <typename T>
+struct SparseMixerOutputs {
+  int32_t* idx;
+  T* gate;
+  T* probs;
+  T* lse;
+  uint8_t* mask;
+  T* scale;
+  uint8_t* is_argmax;
+};
 template <typename T>
 void sparsemixer_route(const SparseMixerParams& params, bool training, const CounterRng& rng,
                        int64_t token_offset, const T* logits, int64_t tokens, int64_t experts,
-                       int32_t* idx, T* gate, T* probs, T* lse, uint8_t* mask, T* scale,
-                       uint8_t* is_argmax);
-template <typename T>
-void sparsemixer_backward(SparseMixerGateGrad rule, const T* d_gate, const int32_t* idx,
-                          const T* probs, const uint8_t* mask, const T* scale, int64_t tokens,
-                          int64_t experts, T* d_logits);
+                       const SparseMixerOutputs<T>& out);
 
-// `local` rows of logits; `tokens` is the T the losses are normalised by (local or global);
-// load [E] as doubles (the packed, possibly all-reduced sums).
+// What sparsemixer_backward reads from the forward pass (sparsemixer_route's outputs): idx [T],
+// probs [T, E], mask [T, E] (u8) and scale [T].
+template <typename T>
+struct SparseMixerSaved {
+  const int32_t* idx;
+  const T* probs;
+  const uint8_t* mask;
+  const T* scale;
+};
+template <typename T>
+void sparsemixer_backward(SparseMixerGateGrad rule, const T* d_gate,
+                          const SparseMixerSaved<T>& saved, int64_t tokens, int64_t experts,
+                          T* d_logits);
+
+// aux_sums: packed [2E + 2] (kernels/router.h) from probs [rows, E], lse [rows] and the
+// loads [E]; `tokens` is the token count stored in the pack.
+template <typename T>
+void aux_sums(const T* probs, const T* lse, const int64_t* load, int64_t rows, int64_t experts,
+              int64_t tokens, double* packed);
+
+// `local` rows of logits; a.tokens is the T the losses are normalised by (local or global);
+// load [E] as doubles (the packed, possibly all-reduced sums). Nothing when a.tokens is not > 0.
 template <typename T>
 void aux_losses_backward(const T* logits, const T* probs, const double* load, const T* lse,
-                         int64_t local, double tokens, int64_t experts, int64_t k,
-                         double balance_weight, double z_weight, T* d_logits);
+                         int64_t local, const AuxGradArgs& a, T* d_logits);
+
+// Column-wise unit normalisation of w [d, E] (normalize_column for every e), and its backward.
+template <typename T>
+void normalize_columns(const T* w, int64_t d, int64_t experts, T* out, T* inv_norm);
+template <typename T>
+void normalize_columns_backward(const T* d_out, const T* out, const T* inv_norm, int64_t d,
+                                int64_t experts, T* dw);
+
+// top1[t] = the first index of row t's largest logit (logits [tokens, E]).
+template <typename T>
+void argmax_rows(const T* logits, int64_t tokens, int64_t experts, int32_t* top1);
+
+// The first t with labels[t] outside [0, experts), or -1 when every label is inside.
+int64_t first_label_outside(const int32_t* labels, int64_t n, int64_t experts);
 
 // AC statistics over x of type A (float, double or bf16); the metric and router input are F.
 template <typename A>
@@ -48,6 +90,10 @@ void ac_apply_metric(const A* x, const int32_t* labels, const F* metric, int64_t
 template <typename A, typename F>
 void ac_apply_metric_backward(const F* d_out, const int32_t* labels, const F* metric,
                               int64_t tokens, int64_t d, A* dx);
-// The AC metric itself is ref::ac_metric in router_math.h (shared with the CUDA kernel).
+// The AC metric itself is ref::ac_metric in router_math.h (shared with the CUDA kernel);
+// ac_metric_typed runs it into an f64 scratch and writes metric [E, D] = w as F.
+template <typename F>
+void ac_metric_typed(const AcRouterParams& params, const double* abs_dev, const int64_t* counts,
+                     int64_t experts, int64_t d, F* metric, double* summary);
 
 }  // namespace moe::kernels::ref

@@ -1,11 +1,11 @@
 // Activations, biases (dense and per expert block) and counter-based dropout on the GPU. The
-// activation formulas are the reference's own (kernels/cpu/activation_ref.h); bias gradients
+// activation formulas are the reference's own (kernels/cpu/activation_math.h); bias gradients
 // are column sums in double in a fixed order; dropout draws the same Philox blocks as the CPU, so
 // masks match bit for bit.
 #include <cmath>
 
 #include "kernels/common.h"
-#include "kernels/cpu/activation_ref.h"
+#include "kernels/cpu/activation_math.h"
 #include "kernels/cuda/activation.h"
 #include "kernels/cuda/cuda_util.cuh"
 

@@ -190,10 +190,10 @@ __global__ void aux_losses_backward_kernel(const T* logits, const T* probs, cons
                                            double balance_weight, double z_weight, T* d_logits) {
   const double tokens = packed[2 * experts];  // read on the device: no host value
   if (!(tokens > 0)) return;
+  const ref::AuxGradArgs a{tokens, experts, k, balance_weight, z_weight};
   MOE_GRID_LOOP(t, local) {
     ref::aux_losses_backward_token<T>(logits + t * experts, probs + t * experts, packed,
-                                      static_cast<double>(lse[t]), tokens, experts, k,
-                                      balance_weight, z_weight, d_logits + t * experts);
+                                      static_cast<double>(lse[t]), a, d_logits + t * experts);
   }
 }
 
