@@ -73,16 +73,16 @@ Status tokenize_text(const CheckpointModel& c, const std::string& dir, const std
 }
 
 // The evaluation's flags whose defaults come from the checkpoint, read once its model is loaded.
-struct EvalOptions {
+struct EvalFlags {
   int64_t batch = 0;
   int64_t max_sequences = 0;
   double rate = 0;
 };
 
 // Reads --batch, --max-sequences and --attack-rate, refusing values out of range.
-StatusOr<EvalOptions> read_eval_options(const FlagParser& flags, const CheckpointModel& c) {
+StatusOr<EvalFlags> read_eval_flags(const FlagParser& flags, const CheckpointModel& c) {
   const RunConfig& cfg = c.cfg;
-  EvalOptions o;
+  EvalFlags o;
   // The trainer evaluates in batches of its per-rank micro-batch; at one rank that is the run's
   // micro-batch, batch_size / grad_accum. Without an AC router or an evaluation capacity the
   // perplexity does not depend on the batch (up to rounding); with one it does (the paper's
@@ -151,7 +151,7 @@ class EvalProgress {
 // Evaluates the clean text; with --routing-out, also writes its routing decisions (kept in
 // `routing`).
 StatusOr<EvalResult> evaluate_clean(const CheckpointModel& c, const data::SequenceSet& set,
-                                    const EvalOptions& o, const std::string& routing_out,
+                                    const EvalFlags& o, const std::string& routing_out,
                                     EvalProgress* progress,
                                     std::vector<RoutingDecisions>* routing) {
   TransformerLM* model = c.model.get();
@@ -199,8 +199,7 @@ nlohmann::ordered_json clean_result(const CheckpointModel& c, const std::string&
 // With --attack-rate > 0, adds the word-swap attack's perplexity to `line` (or why it was not
 // run: the checkpoint's tokenizer is not the word one).
 Status add_attack_result(const CheckpointModel& c, const data::TokenSplit& split,
-                         const EvalOptions& o, EvalProgress* progress,
-                         nlohmann::ordered_json* line) {
+                         const EvalFlags& o, EvalProgress* progress, nlohmann::ordered_json* line) {
   const RunConfig& cfg = c.cfg;
   if (o.rate > 0 && c.tokenizer->kind() != data::Tokenizer::Kind::kWord) {
     (*line)["attack"] =
@@ -236,7 +235,7 @@ StatusOr<std::string> evaluate(const FlagParser& flags) {
   const data::TokenSplit& split = tokenized.split;
   // The model after the text (a child process is started before the weights fill memory).
   MOE_RETURN_IF_ERROR(load_model(&c));
-  MOE_ASSIGN_OR_RETURN(const EvalOptions o, read_eval_options(flags, c));
+  MOE_ASSIGN_OR_RETURN(const EvalFlags o, read_eval_flags(flags, c));
   MOE_ASSIGN_OR_RETURN(data::SequenceSet set,
                        data::SequenceSet::create(split, c.cfg.model.seq_len));
   const int64_t sequences =

@@ -1,14 +1,21 @@
 // momoe-compare's grid: parsing (variants, grid files, seeds), the built-in presets, budget checks,
-// and the summary (steps to a loss, mean +- sample std over seeds) on hand-computed numbers.
+// the summary (steps to a loss, mean +- sample std over seeds) on hand-computed numbers, and the
+// runs planned, collected and summarised into files.
 #include "core/compare/compare_grid.h"
 
 #include <gtest/gtest.h>
+#include <stdlib.h>
 
 #include <algorithm>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <set>
 #include <sstream>
 
+#include "core/compare/compare_runs.h"
+#include "io/file_util.h"
+#include "proto/stats_convert.h"
 #include "tests/testing/status_expect.h"
 
 namespace moe {
@@ -394,6 +401,97 @@ TEST(CompareGridTest, BaselineDifferencesArePairedBySeed) {
             (std::vector<std::string>{"robust"}));
   EXPECT_EQ(unpaired_variants({"smoe+capacity", "momentum"}, {5, 9}, baseline),
             (std::vector<std::string>{"smoe+capacity", "momentum"}));  // seed 5 failed there
+}
+
+// The runs of a grid, planned, read back and summarised (core/compare/compare_runs.h).
+class CompareRunsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/momoe_compare_runs.XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::string dir_;
+};
+
+TEST_F(CompareRunsTest, PlanOrdersRunsAndOverrides) {
+  CompareGrid grid;
+  grid.base_config = "base.pbtxt";
+  grid.common = {"train.steps=5"};
+  grid.variants = {parse_variant("cpu model.arch=sg").value(),
+                   parse_variant("gpu config=g.pbtxt train.device=CUDA").value()};
+  grid.seeds = {7, 3};
+  const std::vector<GridRun> runs = plan_grid_runs(grid, "out", {{"gpu", true}}, 4);
+  ASSERT_EQ(runs.size(), 4u);  // variant-major, seeds in the grid's order
+  EXPECT_EQ(runs[0].variant, "cpu");
+  EXPECT_EQ(runs[0].seed, 7u);
+  EXPECT_EQ(runs[1].seed, 3u);
+  EXPECT_EQ(runs[2].variant, "gpu");
+  EXPECT_EQ(runs[0].run_dir, "out/runs/cpu-seed7");
+  EXPECT_EQ(runs[0].log, "out/runs/cpu-seed7.log");
+  EXPECT_EQ(runs[0].config, "base.pbtxt");
+  EXPECT_EQ(runs[2].config, "g.pbtxt");
+  EXPECT_FALSE(runs[0].gpu);
+  EXPECT_TRUE(runs[2].gpu);
+  // A CPU run's thread slice first (so the grid's own setting wins), the seed last.
+  EXPECT_EQ(runs[0].sets, (std::vector<std::string>{"parallel.threads=4", "train.steps=5",
+                                                    "model.arch=sg", "train.seed=7"}));
+  EXPECT_EQ(runs[3].sets,
+            (std::vector<std::string>{"train.steps=5", "train.device=CUDA", "train.seed=3"}));
+}
+
+TEST_F(CompareRunsTest, CollectsFinishedAndFailedRunsAndWritesTheSummary) {
+  CompareGrid grid;
+  grid.base_config = "base.pbtxt";
+  grid.variants = {parse_variant("smoe model.arch=sg").value()};
+  grid.seeds = {1, 2};
+  const std::vector<GridRun> runs = plan_grid_runs(grid, dir_, {}, 1);
+  ASSERT_TRUE(std::filesystem::create_directories(runs[0].run_dir));
+  {
+    StatsFileWriter w;
+    std::string note;
+    ASSERT_TRUE(w.open(runs[0].run_dir + "/stats.pb", &note).ok());
+    for (int s = 0; s < 3; ++s) {
+      StepStatsInfo i;
+      i.step = s;
+      i.loss = 6.0 - s;
+      ASSERT_TRUE(w.append(i).ok());
+    }
+    StepStatsInfo e;
+    e.step = 3;
+    e.valid_ppl = 50.0;
+    e.attacked_valid_ppl = 60.0;
+    ASSERT_TRUE(w.append(e).ok());
+  }
+  std::ofstream(runs[1].log) << "[momoe r0 E 00:00:00] INVALID_ARGUMENT: train.steps = 0\n";
+  const CompareRun ok = collect_grid_run(runs[0], 0);
+  EXPECT_TRUE(ok.ok);
+  EXPECT_EQ(ok.losses.size(), 3u);
+  EXPECT_DOUBLE_EQ(ok.valid_ppl, 50.0);
+  // A run that exited non-zero is failed, with its log's last error line, even without stats.
+  const CompareRun failed = collect_grid_run(runs[1], 2);
+  EXPECT_FALSE(failed.ok);
+  EXPECT_EQ(failed.seed, 2u);
+  EXPECT_NE(failed.error.find("train.steps = 0"), std::string::npos) << failed.error;
+
+  const CompareTables t = write_comparison(dir_, grid, {ok, failed}, {5.0}, {}).value();
+  EXPECT_TRUE(t.against.empty());  // no baseline
+  for (const char* f : {"summary.md", "runs.csv", "curves.csv"}) {
+    EXPECT_TRUE(std::filesystem::exists(dir_ + "/" + f)) << f;
+  }
+  const std::vector<CompareRow> rows =
+      parse_runs_csv(io::read_file(dir_ + "/runs.csv").value(), "runs.csv").value();
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_TRUE(rows[0].ok);
+  EXPECT_DOUBLE_EQ(rows[0].valid_ppl, 50.0);
+  EXPECT_FALSE(rows[1].ok);
+  // Against a baseline (itself): the summary gains the paired section.
+  const CompareTables with =
+      write_comparison(dir_, grid, {ok, failed}, {5.0}, {"base", compare_rows({ok, failed})})
+          .value();
+  EXPECT_FALSE(with.against.empty());
+  EXPECT_NE(io::read_file(dir_ + "/summary.md").value().find("## Against base"), std::string::npos);
 }
 
 }  // namespace
