@@ -128,6 +128,14 @@ StatusOr<DataOptions> parse_data_options(int argc, char** argv, const comm::Worl
   default_threads.push_back(cores);
   DataOptions o;
   o.thread_list = a.get_list("threads", default_threads);
+  if (o.thread_list.empty()) {
+    return invalid_argument_error("--threads is empty: give thread counts, e.g. --threads 1,2");
+  }
+  for (int64_t t : o.thread_list) {
+    if (t < 0) {
+      return invalid_argument_error("--threads ", t, ": each count must be >= 0 (0: every core)");
+    }
+  }
   o.mb = static_cast<double>(a.get("mb", 64));
   o.loader_seconds = static_cast<double>(a.get("loader-seconds", 2));
   o.train_steps = static_cast<int>(a.get("train-steps", 2));

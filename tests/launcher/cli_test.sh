@@ -118,6 +118,9 @@ if [ -x "$bin/../benchmarks/momoe-bench" ]; then
       { cat "$run/help.err"; fail "momoe-bench $sub --help exited non-zero"; }
     grep -q "^example: " "$run/help" || { cat "$run/help"; fail "momoe-bench $sub --help has no example"; }
   done
+  # An empty thread list, or a negative count, is refused before anything is measured.
+  expect_error "--threads is empty" "$bin/../benchmarks/momoe-bench" data --threads ""
+  expect_error "--threads -1" "$bin/../benchmarks/momoe-bench" data --threads 1,-1
 fi
 expect_error "stats file" "$bin/momoe-stats" "$run/nothing"
 expect_error "--threads -1 must be in" "$bin/momoe-eval" --checkpoint "$run/ckpt-00000004" --text "$config" --threads -1
