@@ -19,7 +19,7 @@ tests=(base_test child_process_test comm_local_test data_test checkpoint_io_test
        residual_test moe_stats_test init_test moe_layer_test moe_layer_grad_test
        stats_file_test moe_convert_test)
 flags="-O0 -g1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all"
-cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Debug -DMOE_WITH_CUDA=OFF -DMOE_WITH_MPI=OFF \
+cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Sanitize -DMOE_WITH_CUDA=OFF -DMOE_WITH_MPI=OFF \
   -DMOE_WITH_NCCL=OFF -DMOE_BUILD_BENCHMARKS=OFF -DCMAKE_CXX_FLAGS="$flags" \
   -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" > /dev/null
 cmake --build "$dir" -j "$jobs" --target "${tests[@]}"
