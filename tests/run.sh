@@ -7,7 +7,7 @@
 # BLAS_KERNELS that this CPU can run, and names the ones it cannot. Each phase says which kernel
 # it ran and why.
 # Then the host sanitizer phase (tests/sanitize.sh): the unit tests of the ground floor, the CPU
-# kernels, the data pipeline, the MoE layer and the checkpoint files under ASan and UBSan.
+# kernels, the data pipeline and the MoE layer under ASan and UBSan.
 # Last, mutation testing (tests/mutation/run.py): a rotating subset of the formula mutants in
 # tests/mutation/mutants.txt must each fail the tests that guard them.
 # Usage: tests/run.sh [extra ctest args]. Environment: BUILD_DIR (default build), JOBS,
