@@ -78,8 +78,11 @@ Status follow(const std::string& path, double poll_seconds, int64_t max_polls) {
       MOE_ASSIGN_OR_RETURN(StatsFileContents c, read_stats_file(path, offset));
       for (const StepStatsInfo& s : c.steps) {
         if (s.rollback_to) {
-          std::cout << "momoe-stats: the run rolled back to step " << *s.rollback_to
-                    << "; the steps after it above belong to an abandoned branch" << std::endl;
+          std::cout << "momoe-stats: the run "
+                    << (s.interrupted ? "resumed from" : "rolled back to") << " step "
+                    << *s.rollback_to << "; the steps after it above belong to "
+                    << (s.interrupted ? "the interrupted attempt" : "an abandoned branch")
+                    << std::endl;
           continue;
         }
         std::cout << step_line(s) << std::endl;

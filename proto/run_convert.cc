@@ -193,6 +193,7 @@ Status convert_train(const momoe::TrainConfig& t, TrainConfig* c) {
   if (t.has_eval_sequences()) c->eval_sequences = t.eval_sequences();
   if (t.has_checkpoint_every()) c->checkpoint_every = t.checkpoint_every();
   if (t.has_keep_checkpoints()) c->keep_checkpoints = t.keep_checkpoints();
+  if (t.has_checkpoint_minutes()) c->checkpoint_minutes = t.checkpoint_minutes();
   if (t.has_log_every()) c->log_every = t.log_every();
   if (t.has_attack_rate()) c->attack_rate = t.attack_rate();
   if (t.has_attack_seed()) c->attack_seed = t.attack_seed();
@@ -290,6 +291,7 @@ void run_config_to_proto(const RunConfig& cfg, momoe::RunConfig* msg) {
   tr->set_eval_sequences(t.eval_sequences);
   tr->set_checkpoint_every(t.checkpoint_every);
   tr->set_keep_checkpoints(t.keep_checkpoints);
+  tr->set_checkpoint_minutes(t.checkpoint_minutes);
   tr->set_log_every(t.log_every);
   tr->set_attack_rate(t.attack_rate);
   tr->set_attack_seed(t.attack_seed);
@@ -553,6 +555,7 @@ bool changes_training(const ConfigChange& change) {
                                             "train.eval_sequences",
                                             "train.checkpoint_every",
                                             "train.keep_checkpoints",
+                                            "train.checkpoint_minutes",
                                             "train.log_every",
                                             "train.attack_rate",
                                             "train.attack_seed",

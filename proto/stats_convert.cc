@@ -114,6 +114,7 @@ bool get_varint(const std::string& buf, size_t* pos, uint64_t* v) {
 std::string serialize_step_stats(const StepStatsInfo& s) {
   momoe::StepStats m;
   m.set_step(s.step);
+  m.set_steps_done_numbering(true);
   m.set_rank(s.rank);
   m.set_loss(s.loss);
   m.set_aux_loss(s.aux_loss);
@@ -131,6 +132,7 @@ std::string serialize_step_stats(const StepStatsInfo& s) {
   if (s.attacked_test_ppl) m.set_attacked_test_ppl(*s.attacked_test_ppl);
   if (s.attack_rate) m.set_attack_rate(*s.attack_rate);
   if (s.rollback_to) m.set_rollback_to(*s.rollback_to);
+  if (s.interrupted) m.set_interrupted(true);
   if (s.valid_word_ppl) m.set_valid_word_ppl(*s.valid_word_ppl);
   if (s.test_word_ppl) m.set_test_word_ppl(*s.test_word_ppl);
   if (s.valid_bits_per_byte) m.set_valid_bits_per_byte(*s.valid_bits_per_byte);
@@ -172,6 +174,7 @@ StatusOr<StepStatsInfo> parse_step_stats(const std::string& bytes) {
   if (m.has_attacked_test_ppl()) s.attacked_test_ppl = m.attacked_test_ppl();
   if (m.has_attack_rate()) s.attack_rate = m.attack_rate();
   if (m.has_rollback_to()) s.rollback_to = m.rollback_to();
+  s.interrupted = m.interrupted();
   if (m.has_valid_word_ppl()) s.valid_word_ppl = m.valid_word_ppl();
   if (m.has_test_word_ppl()) s.test_word_ppl = m.test_word_ppl();
   if (m.has_valid_bits_per_byte()) s.valid_bits_per_byte = m.valid_bits_per_byte();
@@ -189,6 +192,8 @@ StatusOr<StepStatsInfo> parse_step_stats(const std::string& bytes) {
     s.phases = p;
   }
   if (m.has_eval_seconds()) s.eval_seconds = m.eval_seconds();
+  // An older file's training record holds the step's 0-based index: one numbering everywhere.
+  if (!m.steps_done_numbering() && is_training_step(s)) s.step += 1;
   return s;
 }
 
@@ -198,9 +203,7 @@ std::vector<StepStatsInfo> live_records(std::vector<StepStatsInfo> records) {
     if (r.rollback_to) {
       const int64_t to = *r.rollback_to;
       out.erase(std::remove_if(out.begin(), out.end(),
-                               [&](const StepStatsInfo& s) {
-                                 return is_training_step(s) ? s.step >= to : s.step > to;
-                               }),
+                               [&](const StepStatsInfo& s) { return s.step > to; }),
                 out.end());
       continue;
     }
@@ -330,9 +333,11 @@ Status StatsFileWriter::open(const std::string& path, std::string* note) {
   close();
   note->clear();
   path_ = path;
+  last_step_ = -1;
   std::error_code ec;
   if (std::filesystem::exists(path, ec)) {
     MOE_ASSIGN_OR_RETURN(StatsFileContents c, read_stats_file(path));
+    for (const StepStatsInfo& s : live_records(c.steps)) last_step_ = std::max(last_step_, s.step);
     if (c.format == 1) {
       // An older run's file: its whole records are rewritten in the checksummed format; the
       // original is kept beside it.

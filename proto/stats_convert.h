@@ -20,8 +20,8 @@ std::string serialize_step_stats(const StepStatsInfo& stats);
 StatusOr<StepStatsInfo> parse_step_stats(const std::string& bytes);
 
 // The records of the live branch, in file order: each rollback marker (rollback_to) drops the
-// records before it that the abandoned branch wrote (training steps >= the step rolled back to,
-// evaluations after it) and is dropped itself.
+// records before it that the abandoned branch wrote (every record of a step after the one rolled
+// back to: each record's step counts steps done) and is dropped itself.
 std::vector<StepStatsInfo> live_records(std::vector<StepStatsInfo> records);
 
 // Appends records to a stats file (created if missing). Crash-safe in the sense that matters for
@@ -42,10 +42,13 @@ class StatsFileWriter {
   Status append(const StepStatsInfo& stats);  // written with one write(2)
   Status sync();                              // fsync: the records survive a power cut
   void close();
+  // The newest step the file's live records reach when open() read it (-1: none).
+  int64_t last_step() const { return last_step_; }
 
  private:
   int fd_ = -1;
   int64_t size_ = 0;  // bytes of whole records
+  int64_t last_step_ = -1;
   std::string path_;
 };
 

@@ -48,6 +48,8 @@ Status TrainConfig::validate() const {
     return range("eval_sequences", static_cast<double>(eval_sequences), "[0, inf)");
   if (checkpoint_every < 0)
     return range("checkpoint_every", static_cast<double>(checkpoint_every), "[0, inf)");
+  if (!(checkpoint_minutes >= 0))
+    return range("checkpoint_minutes", checkpoint_minutes, "[0, inf) (0 = not by time)");
   if (keep_checkpoints < 1)
     return range("keep_checkpoints", static_cast<double>(keep_checkpoints), "[1, inf)");
   if (log_every < 1) return range("log_every", static_cast<double>(log_every), "[1, inf)");

@@ -76,7 +76,8 @@ struct TrainConfig {
   uint64_t seed = 1;
   int64_t eval_every = 0;
   int64_t eval_sequences = 0;
-  int64_t checkpoint_every = 0;
+  int64_t checkpoint_every = 500;  // steps between checkpoints; 0 = none by step
+  double checkpoint_minutes = 10;  // minutes between checkpoints; 0 = none by time
   int64_t keep_checkpoints = 2;
   int64_t log_every = 1;
   double attack_rate = 0.025;

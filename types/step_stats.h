@@ -33,8 +33,12 @@ struct StepStatsInfo {
   // per phase once aggregated. Training records only.
   std::optional<PhaseSecondsArray> phases;
   std::optional<double> eval_seconds;  // an evaluation's wall-clock seconds
-  // Set on a marker record only: the run rolled back to the checkpoint of this many steps.
+  // Set on a marker record only: the run resumed from the checkpoint of this many steps, and the
+  // records of later steps before the marker are not part of the run any more. interrupted: the
+  // run was killed after that checkpoint and resumed from it (else it rolled back to an older
+  // checkpoint on purpose, --resume-from).
   std::optional<int64_t> rollback_to;
+  bool interrupted = false;
 };
 
 // Merges per-rank statistics of one step: counters add, losses are token-weighted, the slowest

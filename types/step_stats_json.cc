@@ -44,6 +44,7 @@ std::string step_stats_json(const StepStatsInfo& s) {
   j["step"] = s.step;
   if (s.rollback_to) {
     j["rollback_to"] = *s.rollback_to;
+    if (s.interrupted) j["interrupted"] = true;
     return j.dump();
   }
   if (is_training_step(s)) {

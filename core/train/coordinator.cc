@@ -101,12 +101,11 @@ StatusOr<StepStatsInfo> Coordinator::report_step(const StepStatsInfo& local,
     if (!s.ok()) log_error("stats.pb: ", s.to_string());
   }
   if (first_step_ < 0) {
-    first_step_ = agg.step;
+    first_step_ = agg.step - 1;  // the steps done before this process's first
     start_ = std::chrono::steady_clock::now() -
              std::chrono::microseconds(static_cast<int64_t>(agg.step_seconds * 1e6));
   }
-  if ((agg.step + 1) % cfg_.train.log_every == 0 || agg.step + 1 == total_steps ||
-      !agg.anomalies.empty()) {
+  if (agg.step % cfg_.train.log_every == 0 || agg.step == total_steps || !agg.anomalies.empty()) {
     print(progress_line(agg, total_steps));
     write_metrics(agg);
     for (const std::string& a : agg.anomalies) log_warning(a);
@@ -120,9 +119,9 @@ std::string Coordinator::progress_line(const StepStatsInfo& s, int64_t total_ste
   const double elapsed =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count() -
       eval_seconds_;
-  const int64_t done = s.step + 1 - first_step_;
+  const int64_t done = s.step - first_step_;
   const double train_eta = done > 0 ? std::max(0.0, elapsed) / static_cast<double>(done) *
-                                          static_cast<double>(total_steps - s.step - 1)
+                                          static_cast<double>(total_steps - s.step)
                                     : 0;
   const double eta = train_eta + eval_eta_;
   // bal: the Switch balance loss E sum_e f_e P_e (mean over layers). It reads about 1 whenever
@@ -140,12 +139,12 @@ std::string Coordinator::progress_line(const StepStatsInfo& s, int64_t total_ste
     dropped /= static_cast<double>(s.layers.size());
   }
   std::ostringstream os;
-  os << "step " << s.step + 1 << "/" << total_steps << std::fixed << std::setprecision(4)
-     << " | loss " << s.loss << std::setprecision(2) << " | ppl " << std::exp(s.loss)
-     << std::scientific << std::setprecision(2) << " | lr " << s.learning_rate << std::fixed
-     << std::setprecision(3) << " | bal " << balance << std::setprecision(2) << " | load max "
-     << max_load << std::setprecision(3) << " | aux " << s.aux_loss << std::setprecision(2)
-     << " | drop " << 100 * dropped << "% | gnorm " << s.grad_norm << " | " << std::setprecision(0)
+  os << "step " << s.step << "/" << total_steps << std::fixed << std::setprecision(4) << " | loss "
+     << s.loss << std::setprecision(2) << " | ppl " << std::exp(s.loss) << std::scientific
+     << std::setprecision(2) << " | lr " << s.learning_rate << std::fixed << std::setprecision(3)
+     << " | bal " << balance << std::setprecision(2) << " | load max " << max_load
+     << std::setprecision(3) << " | aux " << s.aux_loss << std::setprecision(2) << " | drop "
+     << 100 * dropped << "% | gnorm " << s.grad_norm << " | " << std::setprecision(0)
      << s.tokens_per_second << " tok/s | ETA " << format_duration(eta);
   if (eval_eta_ >= 1) os << " (evaluation " << format_duration(eval_eta_) << ")";
   if (s.skipped) os << " | SKIPPED";
@@ -162,10 +161,25 @@ void Coordinator::report_eval(const StepStatsInfo& eval) {
 
 void Coordinator::report_rollback(int64_t step) {
   if (!is_root() || writer_ == nullptr) return;
+  rolled_back_ = true;
+  write_marker(step, false);
+}
+
+void Coordinator::report_resume(int64_t step) {
+  if (!is_root() || writer_ == nullptr || rolled_back_ || writer_->last_step() <= step) return;
+  print(str_cat("momoe: the interrupted run recorded steps up to ", writer_->last_step(),
+                " after this checkpoint; stats.pb and metrics.jsonl mark them superseded "
+                "(an `interrupted` marker: readers drop them), and steps ",
+                step + 1, " on are trained again"));
+  write_marker(step, true);
+}
+
+void Coordinator::write_marker(int64_t step, bool interrupted) {
   StepStatsInfo marker;
   marker.step = step;
   marker.rank = -1;
   marker.rollback_to = step;
+  marker.interrupted = interrupted;
   write_metrics(marker);
   Status s = writer_->append(marker);
   if (!s.ok()) log_error("stats.pb: ", s.to_string());

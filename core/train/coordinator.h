@@ -46,6 +46,10 @@ class Coordinator {
   // Rank 0: appends a rollback marker (the run resumed from the checkpoint of `step` steps, and
   // the records after it belong to an abandoned branch; see proto/stats.proto).
   void report_rollback(int64_t step);
+  // Rank 0, after resuming from the checkpoint of `step` steps without a rollback: when stats.pb
+  // holds records of later steps (a run killed after its last checkpoint), appends an
+  // `interrupted` marker so that readers of stats.pb and metrics.jsonl drop them, and says so.
+  void report_resume(int64_t step);
   // Rank 0: makes every record written so far durable (fsync).
   void flush();
 
@@ -61,6 +65,7 @@ class Coordinator {
  private:
   std::string progress_line(const StepStatsInfo& s, int64_t total_steps) const;
   void write_metrics(const StepStatsInfo& record);
+  void write_marker(int64_t step, bool interrupted);  // stats.pb and metrics.jsonl
 
   RunConfig cfg_;
   comm::Communicator* world_;
@@ -69,6 +74,7 @@ class Coordinator {
   std::FILE* metrics_ = nullptr;
   std::chrono::steady_clock::time_point start_;
   int64_t first_step_ = -1;
+  bool rolled_back_ = false;  // report_rollback wrote a marker for this resume
   double eval_seconds_ = 0, eval_eta_ = 0;
 };
 

@@ -121,7 +121,7 @@ StatusOr<std::string> archive_previous_run(const std::string& run_dir) {
   for (const std::string& name : names) {
     MOE_RETURN_IF_ERROR(io::rename_durable(run_dir + "/" + name, dest + "/" + name));
   }
-  return str_cat("--fresh: moved the previous run's files (", checkpoints, " checkpoint director",
+  return str_cat("moved the previous run's files (", checkpoints, " checkpoint director",
                  checkpoints == 1 ? "y" : "ies", stats ? ", stats.pb" : "", ") to ", dest);
 }
 

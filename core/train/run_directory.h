@@ -34,8 +34,8 @@ class RunDirectoryLock {
 };
 
 // Moves the checkpoints (ckpt-*, with any suffix) and stats.pb (and metrics.jsonl) of run_dir into
-// run_dir/archive/<YYYYmmdd-HHMMSS>/. Returns a line saying what moved, or "" when there was
-// nothing to move.
+// run_dir/archive/<YYYYmmdd-HHMMSS>/. Returns a line saying what moved ("moved the previous
+// run's files (...) to DIR"), or "" when there was nothing to move.
 StatusOr<std::string> archive_previous_run(const std::string& run_dir);
 
 // A new random run id (16 hex digits).

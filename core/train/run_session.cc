@@ -57,8 +57,29 @@ Status RunSession::take_run_directory() {
   for (const std::string& line : recovered) say("recovery: " + line);
   if (!opts_.resume) {
     MOE_ASSIGN_OR_RETURN(std::string archived, archive_previous_run(opts_.run_dir));
-    if (!archived.empty()) say(archived);
+    if (!archived.empty()) say("--fresh: " + archived);
+  } else if (opts_.resume_from.empty()) {
+    MOE_RETURN_IF_ERROR(start_over_without_checkpoint());
   }
+  return Status::OK();
+}
+
+Status RunSession::start_over_without_checkpoint() {
+  bool checkpoint = false, records = false;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(opts_.run_dir, ec)) {
+    const std::string name = e.path().filename().string();
+    checkpoint = checkpoint || name.rfind("ckpt-", 0) == 0;
+    records = records || name == "stats.pb" || name == kMetricsFile;
+  }
+  if (ec) return internal_error("cannot list ", opts_.run_dir, ": ", ec.message());
+  if (checkpoint || !records) return Status::OK();
+  MOE_ASSIGN_OR_RETURN(std::string archived, archive_previous_run(opts_.run_dir));
+  say(str_cat("no checkpoint in ", opts_.run_dir,
+              " to resume from: the earlier run there stopped before its first save, so this "
+              "run starts over from step 0 (checkpoints come every train.checkpoint_every "
+              "steps and train.checkpoint_minutes minutes); ",
+              archived, ", so that its records do not mix with this run's"));
   return Status::OK();
 }
 

@@ -73,6 +73,10 @@ class RunSession {
   RunSession(const SessionOptions& opts, comm::Communicator* world) : opts_(opts), world_(world) {}
   bool leader() const { return world_ == nullptr || world_->rank() == 0; }
   Status take_run_directory();  // rank 0
+  // Rank 0, resuming with no checkpoint named: when the directory has statistics but no
+  // checkpoint (a run killed before its first save), moves them to archive/ and says that this
+  // run starts over and why.
+  Status start_over_without_checkpoint();
   StatusOr<std::string> pick_checkpoint(const RunConfig& cfg,
                                         const std::map<std::string, std::string>& fingerprints);
   Status check_config_change(const std::string& checkpoint, const RunConfig& cfg,

@@ -164,7 +164,9 @@ Status Trainer::resume_or_start() {
     resumed_from_ = resume;
     coordinator_->print(str_cat("momoe: resumed from ", resume, " at step ", steps_done()));
   }
-  return session_->start_lineage(resume, coordinator_.get());
+  MOE_RETURN_IF_ERROR(session_->start_lineage(resume, coordinator_.get()));
+  if (!resume.empty()) coordinator_->report_resume(steps_done());
+  return Status::OK();
 }
 
 void Trainer::set_collective_timeout(double seconds) {
@@ -247,6 +249,7 @@ StatusOr<std::string> Trainer::save() {
   if (watchdog_) watchdog_->disarm();
   set_collective_timeout(cfg_.parallel.timeout_seconds);
   MOE_ASSIGN_OR_RETURN(std::string dir, std::move(saved));
+  last_save_time_ = std::chrono::steady_clock::now();
   if (skipped_streak_ == 0) last_good_checkpoint_ = dir;
   coordinator_->print(str_cat("momoe: checkpoint ", dir));
   return dir;
@@ -319,7 +322,7 @@ StatusOr<StepStatsInfo> Trainer::step_impl() {
   }
   stats.step_seconds = seconds_since(t0);
   stats.tokens_per_second = static_cast<double>(stats.tokens) / std::max(1e-9, stats.step_seconds);
-  coordinator_->set_evaluation_eta(evaluation_eta(stats.step + 1, stats.step_seconds));
+  coordinator_->set_evaluation_eta(evaluation_eta(stats.step, stats.step_seconds));
   return coordinator_->report_step(stats, flips, cfg_.train.steps);
 }
 
@@ -378,12 +381,17 @@ Status Trainer::reduce_step_buffer(const StepBuffer& slots, const Tensor& buffer
   // count once per EP group; dense gradients are already identical everywhere.
   // A stop request rides on the same reduction: the sum counts the ranks that were asked.
   if (opts_.stop_requested) stop_local_ = opts_.stop_requested();
-  const Tensor stop_flag = Tensor::from_vector<double>({1}, {stop_local_ != 0 ? 1.0 : 0.0});
-  MOE_RETURN_IF_ERROR(ctx_->copy(stop_flag, b.rows(S::kStop, S::kStop + 1)));
+  // So does a checkpoint by time, on rank 0's clock alone (ranks' clocks differ).
+  const double minutes = cfg_.train.checkpoint_minutes;
+  const bool save = (world_ == nullptr || world_->rank() == 0) && minutes > 0 &&
+                    seconds_since(last_save_time_) >= 60 * minutes;
+  const Tensor flags =
+      Tensor::from_vector<double>({2}, {stop_local_ != 0 ? 1.0 : 0.0, save ? 1.0 : 0.0});
+  MOE_RETURN_IF_ERROR(ctx_->copy(flags, b.rows(S::kStop, S::kSave + 1)));
   MOE_RETURN_IF_ERROR(
       ctx_->copy(b.rows(S::kLoss, S::kLoss + 1), b.rows(S::kGlobalLoss, S::kGlobalLoss + 1)));
   if (world_ != nullptr && world_->world_size() > 1) {
-    const TensorView global = b.rows(S::kGlobalLoss, S::kStop + 1);
+    const TensorView global = b.rows(S::kGlobalLoss, S::kSave + 1);
     MOE_RETURN_IF_ERROR(world_->all_reduce(global, global, comm::ReduceOp::kSum, ctx_->stream()));
   }
   if (has_groups_ && groups_.ep->world_size() > 1) {
@@ -399,7 +407,7 @@ StepStatsInfo Trainer::read_step_stats(int64_t step, const StepBuffer& slots, co
   using S = StepBuffer;
   const int layers = model_->num_moe_layers();
   StepStatsInfo stats;
-  stats.step = step;
+  stats.step = step + 1;  // the steps done once this one is (docs/metrics.md)
   stats.rank = world_ == nullptr ? 0 : world_->rank();
   stats.learning_rate = cfg_.train.learning_rate(step);
   stats.tokens = static_cast<int64_t>(std::llround(v[S::kLoss + TransformerLM::kLossTokens]));
@@ -410,6 +418,7 @@ StepStatsInfo Trainer::read_step_stats(int64_t step, const StepBuffer& slots, co
       v[S::kLoss + TransformerLM::kAuxLoss] / static_cast<double>(cfg_.train.grad_accum);
   stats.grad_norm = std::sqrt(v[S::kGradSq] + v[S::kGradSq + 1]);
   stop_agreed_ = v[S::kStop] > 0;
+  save_due_ = v[S::kSave] > 0;
   stats.skipped = !std::isfinite(v[S::kGlobalLoss]) || !std::isfinite(stats.grad_norm);
   stats.layers.resize(layers);
   for (int l = 0; l < layers; ++l) {
@@ -594,6 +603,7 @@ Status Trainer::run() {
   const TrainConfig& t = cfg_.train;
   int64_t saved_at = -1;
   if (!resumed_from_.empty()) last_good_checkpoint_ = resumed_from_;
+  last_save_time_ = std::chrono::steady_clock::now();  // the start counts as a save
   while (steps_done() < t.steps) {
     MOE_RETURN_IF_ERROR(step().status());
     const int64_t done = steps_done();
@@ -613,7 +623,7 @@ Status Trainer::run() {
     }
     if (stop_agreed_) break;
     if (skipped_streak_ > 0) continue;  // no checkpoint (nor pruning) while steps are skipped
-    if (t.checkpoint_every > 0 && done % t.checkpoint_every == 0) {
+    if (save_due_ || (t.checkpoint_every > 0 && done % t.checkpoint_every == 0)) {
       MOE_RETURN_IF_ERROR(save().status());
       saved_at = done;
     }

@@ -20,6 +20,7 @@
 //     checkpoint.
 #pragma once
 
+#include <chrono>
 #include <cstdio>
 #include <functional>
 #include <map>
@@ -109,15 +110,16 @@ class Trainer {
 
  private:
   // The step buffer (f64, on the device; read back once per step): loss sums | gradient squares
-  // (dense, expert) | the all-reduced loss sum | ranks asking to stop | probe flips per MoE
-  // layer | router statistics.
+  // (dense, expert) | the all-reduced loss sum | ranks asking to stop | rank 0 asking for a
+  // checkpoint by time | probe flips per MoE layer | router statistics.
   struct StepBuffer {
     enum : int64_t {
       kLoss = 0,
       kGradSq = TransformerLM::kLossSlots,
       kGlobalLoss = kGradSq + 2,
       kStop = kGlobalLoss + 1,
-      kFlips = kStop + 1
+      kSave = kStop + 1,
+      kFlips = kSave + 1
     };
     explicit StepBuffer(int moe_layers) : layers(moe_layers), stats_at(kFlips + moe_layers) {}
     int64_t size(const TransformerLM& model) const { return stats_at + model.stats_size(); }
@@ -201,6 +203,10 @@ class Trainer {
   int64_t skipped_streak_ = 0;        // consecutive steps skipped as non-finite, up to now
   std::string last_good_checkpoint_;  // saved (or resumed from) before the current streak
   bool stop_agreed_ = false;          // some rank asked to stop; every rank agrees
+  // Checkpoints by time (train.checkpoint_minutes): rank 0's clock since the last save (or the
+  // start) decides, and the step buffer's reduction tells every rank.
+  std::chrono::steady_clock::time_point last_save_time_ = std::chrono::steady_clock::now();
+  bool save_due_ = false;  // this step ends with a checkpoint by time
 };
 
 }  // namespace moe

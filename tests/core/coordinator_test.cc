@@ -32,7 +32,7 @@ TEST(CoordinatorTest, FlagsCollapseAndNonFiniteLossAndWritesStats) {
   Coordinator c(cfg, nullptr, dir + "/stats.pb", progress);
 
   StepStatsInfo balanced;
-  balanced.step = 0;
+  balanced.step = 1;  // steps done after it, as the trainer numbers its records
   balanced.loss = 2.0;
   balanced.tokens = 40;
   balanced.layers.push_back(layer({10, 10, 10, 10}));
@@ -43,7 +43,7 @@ TEST(CoordinatorTest, FlagsCollapseAndNonFiniteLossAndWritesStats) {
   EXPECT_DOUBLE_EQ(a->layers[0].probe_flip_rate, 0.25);
 
   StepStatsInfo collapsed = balanced;
-  collapsed.step = 1;
+  collapsed.step = 2;
   collapsed.loss = std::nan("");
   collapsed.layers[0] = layer({37, 1, 1, 1});  // max load 37 / 10 = 3.7x the mean
   StatusOr<StepStatsInfo> b = c.report_step(collapsed, {}, 10);
@@ -77,7 +77,7 @@ TEST(CoordinatorTest, TheBalanceLossDoesNotSeeImbalanceUnderUniformProbabilities
   std::FILE* progress = std::tmpfile();
   Coordinator c(cfg, nullptr, dir + "/stats.pb", progress);
   StepStatsInfo s;
-  s.step = 0;
+  s.step = 1;
   s.loss = 3.0;
   s.tokens = 40;
   RouterStatsInfo l = layer({40, 0, 0, 0});

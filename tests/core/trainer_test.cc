@@ -68,7 +68,7 @@ TEST_F(TrainerTest, LossFallsBelowBoundAndAttackHurts) {
   StatusOr<StatsFileContents> stats = read_stats_file(run + "/stats.pb");
   ASSERT_TRUE(stats.ok());
   ASSERT_EQ(stats->steps.size(), 41u);
-  EXPECT_EQ(stats->steps[39].step, 39);
+  EXPECT_EQ(stats->steps[39].step, 40);  // steps done after it
   EXPECT_EQ(stats->steps[39].layers.size(), 3u);
   EXPECT_EQ(stats->steps[39].layers[0].tokens, 8 * 16);
   EXPECT_GT(stats->steps[39].layers[1].mean_state_norm, 0.0);  // the momentum layer

@@ -2,7 +2,7 @@
 # A run never loses work: the executables as a user, a scheduler and a crash treat them.
 # Usage: robustness_test.sh BIN_DIR CONFIG CASE
 # Cases (one CTest entry each): signal, signal_mpi, stuck_rank_mpi, lock, fresh, damaged,
-# config_change, torn_stats, memory, inputs, inputs_mpi, rollback, rollback_loop.
+# config_change, torn_stats, memory, inputs, inputs_mpi, rollback, rollback_loop, periodic.
 # The cases assert behaviour: exit codes, the files of a run directory, the step numbers that a run
 # records (RUN_DIR/metrics.jsonl, momoe-stats --json); an error's output is only checked for the
 # thing it must name (a path, a flag, a config key).
@@ -60,18 +60,20 @@ complete_checkpoints() {
 # step_of CKPT_DIR: the steps done of a checkpoint directory .../ckpt-NNNNNNNN.
 step_of() { echo $((10#${1##*ckpt-})); }
 # records FILE KIND [FROM]: the step of each KIND record of a JSON-lines FILE (RUN_DIR/metrics.jsonl,
-# one line per logged step, evaluation and rollback, appended by every run; or what momoe-stats
-# --json writes) from its line FROM on (default 1), one a line. KIND: train (a training step: its
-# 0-based index), skipped (a training step skipped as non-finite), eval (the steps done), rollback
-# (the steps done of the checkpoint rolled back to).
+# one line per logged step, evaluation and marker, appended by every run; or what momoe-stats
+# --json writes) from its line FROM on (default 1), one a line. Every record's step counts the
+# steps done (a training step's record says N after its N-th step). KIND: train (a training step),
+# skipped (a training step skipped as non-finite), eval, rollback (the checkpoint rolled back to
+# with --resume-from), interrupted (the checkpoint a run killed after it resumed from).
 records() {
   tail -n "+${3:-1}" "$1" | python3 -c '
 import json, sys
 kind = sys.argv[1]
 for line in sys.stdin:
     r = json.loads(line)
-    if kind == "rollback":
-        if "rollback_to" in r: print(r["rollback_to"])
+    if kind in ("rollback", "interrupted"):
+        if "rollback_to" in r and r.get("interrupted", False) == (kind == "interrupted"):
+            print(r["rollback_to"])
     elif kind == "eval":
         if "eval_sequences" in r: print(r["step"])
     elif "loss" in r and (kind == "train" or r["skipped"]):
@@ -81,13 +83,13 @@ for line in sys.stdin:
 # next_line RUN_DIR: the line of RUN_DIR/metrics.jsonl that the next run's records start at.
 next_line() { echo $(($(cat "$1/metrics.jsonl" 2>/dev/null | wc -l) + 1)); }
 # expect_resumed RUN_DIR STEP FROM: the run that appended to RUN_DIR/metrics.jsonl from line FROM on
-# (its log in RUN_DIR.log) resumed at step STEP: its first training step is STEP (0-based, that
-# is, the steps done of the checkpoint it resumed from).
+# (its log in RUN_DIR.log) resumed from the checkpoint of step STEP: its first training step is
+# STEP + 1.
 expect_resumed() {
   local first
   first=$(records "$1/metrics.jsonl" train "$3" | sed -n 1p)
-  [ "$first" = "$2" ] ||
-    { cat "$1.log"; fail "$1: the run's first step is '$first', expected $2 (resumed from ckpt-$2)"; }
+  [ "$first" = $(($2 + 1)) ] ||
+    { cat "$1.log"; fail "$1: the run's first step is '$first', expected $(($2 + 1)) (resumed from ckpt-$2)"; }
 }
 # stats_json RUN_DIR|FILE OUT: momoe-stats writes the records it reads as JSON lines to OUT (its
 # output in OUT.txt); it must succeed.
@@ -115,8 +117,8 @@ signal)
     [ "$step" -ge 200 ] || { cat "$dir.log"; fail "SIG$sig: no checkpoint after step 200: newest $ckpt"; }
     stats_json "$dir" "$dir.stats.jsonl"
     last=$(records "$dir.stats.jsonl" train | tail -1)
-    [ "$last" = $((step - 1)) ] ||
-      fail "SIG$sig: the statistics end at step '$last', expected $((step - 1)) (${ckpt##*/})"
+    [ "$last" = "$step" ] ||
+      fail "SIG$sig: the statistics end at step '$last', expected $step (${ckpt##*/})"
     from=$(next_line "$dir")
     train "$dir" --set train.steps=$((step + 2)) || { cat "$dir.log"; fail "SIG$sig: resume failed"; }
     expect_resumed "$dir" "$step" "$from"
@@ -267,14 +269,14 @@ fresh)
     expect_file "$archived/$f" "run A's, archived"
   done
   [ "$(ls -d "$dir"/ckpt-* | wc -l)" -eq 1 ] || { ls "$dir"; fail "run A's checkpoints mixed into run B's"; }
-  [ "$(records "$dir/metrics.jsonl" train | xargs)" = "0 1" ] ||
+  [ "$(records "$dir/metrics.jsonl" train | xargs)" = "1 2" ] ||
     { cat "$dir/metrics.jsonl"; fail "run A's metrics mixed into run B's"; }
   from=$(next_line "$dir")
   train "$dir" --set train.steps=3 --set train.checkpoint_every=2 --set train.seed=5 || fail "resume B"
   expect_resumed "$dir" 2 "$from"
   stats_json "$dir" "$run/stats.jsonl"
-  [ "$(records "$run/stats.jsonl" train | xargs)" = "0 1 2" ] ||
-    { cat "$run/stats.jsonl.txt"; fail "run B's statistics are not steps 0 to 2 (run A's mixed in?)"; }
+  [ "$(records "$run/stats.jsonl" train | xargs)" = "1 2 3" ] ||
+    { cat "$run/stats.jsonl.txt"; fail "run B's statistics are not steps 1 to 3 (run A's mixed in?)"; }
   ;;
 damaged)
   # A damaged newest checkpoint is reported, never passed over silently; an explicit flag
@@ -351,13 +353,13 @@ rollback)
   [ "$(records "$dir/metrics.jsonl" rollback "$from")" = 20 ] ||
     { cat "$dir/metrics.jsonl"; fail "no rollback to step 20 recorded"; }
   printed=$(records "$dir/metrics.jsonl" train "$from" | tail -1)
-  [ "$printed" = 33 ] || { cat "$dir.log"; fail "the branch's last step is '$printed', not step 34 (33 from 0)"; }
+  [ "$printed" = 34 ] || { cat "$dir.log"; fail "the branch's last step is '$printed', not step 34"; }
   [ -f "$(ls -d "$dir"/abandoned/*-after-ckpt-00000020 | head -1)/ckpt-00000040/manifest.pb" ] ||
     { ls -R "$dir"; fail "the abandoned ckpt-40 was not kept"; }
   newest=$(complete_checkpoints "$dir" | tail -1)
   [[ "$newest" > "$dir/ckpt-00000029" ]] || { ls "$dir"; fail "the branch's checkpoints were lost: newest $newest"; }
-  # The statistics show the live branch: the last step is the branch's (the last one it logged,
-  # 0-based), not the abandoned branch's 39.
+  # The statistics show the live branch: the last step is the branch's (the last one it logged),
+  # not the abandoned branch's 40.
   stats_json "$dir" "$run/rb.stats.jsonl"
   last=$(records "$run/rb.stats.jsonl" train | tail -1)
   [ -n "$last" ] && [ "$last" -le "$printed" ] ||
@@ -495,13 +497,13 @@ torn_stats)
   size=$(stat -c %s "$dir/stats.pb")
   truncate -s $((size - 7)) "$dir/stats.pb"  # the last record is the final evaluation's
   stats_json "$dir" "$run/s1.jsonl"
-  [ "$(records "$run/s1.jsonl" train | xargs)" = "0 1 2" ] ||
+  [ "$(records "$run/s1.jsonl" train | xargs)" = "1 2 3" ] ||
     { cat "$run/s1.jsonl.txt"; fail "momoe-stats lost intact records of a torn file"; }
   train "$dir" --set train.steps=5 || { cat "$dir.log"; fail "resume"; }
   ls "$dir"/stats.pb.torn-* > /dev/null 2>&1 || { ls -R "$dir"; fail "the torn record was not cut (and kept)"; }
   stats_json "$dir" "$run/s2.jsonl"
-  [ "$(records "$run/s2.jsonl" train | xargs)" = "0 1 2 3 4" ] ||
-    { cat "$run/s2.jsonl.txt"; fail "after the resume, the statistics are not steps 0 to 4"; }
+  [ "$(records "$run/s2.jsonl" train | xargs)" = "1 2 3 4 5" ] ||
+    { cat "$run/s2.jsonl.txt"; fail "after the resume, the statistics are not steps 1 to 5"; }
   # --follow prints a line "step N ..." per training step as it is written, and follows a file
   # truncated under it (then replaced: a new run with --fresh) from its start again.
   "$bin/momoe-stats" "$dir" --follow --poll-seconds 0.2 --max-polls 600 > "$run/follow" 2>&1 &
@@ -514,8 +516,8 @@ torn_stats)
   kill -0 "$fpid" 2>/dev/null || { cat "$run/follow"; fail "--follow ended on a truncated file"; }
   { kill "$fpid"; wait "$fpid"; } 2>/dev/null
   followed=$(grep '^step ' "$run/follow" | cut -d' ' -f2 | xargs)
-  [ "$followed" = "0 1 2 3 4 0 1 2 3 4 5 6" ] ||
-    { cat "$run/follow"; fail "--follow printed steps '$followed', expected the old run's 0-4, then the new run's 0-6"; }
+  [ "$followed" = "1 2 3 4 5 1 2 3 4 5 6 7" ] ||
+    { cat "$run/follow"; fail "--follow printed steps '$followed', expected the old run's 1-5, then the new run's 1-7"; }
   # One flipped byte in the middle loses one record, not every later one; a resume cuts nothing.
   dir=$run/flipped
   train "$dir" --set train.steps=20 || fail "run 20"
@@ -603,14 +605,64 @@ inputs)
     --set train.optimizer.lr=1e30 --set train.grad_clip=0 --set train.steps=30 \
     --set train.checkpoint_every=1 --set train.max_skipped_steps=5
   expect_in "$run/err" "--resume-from $run/diverged/ckpt-00000001"  # the last good checkpoint
-  # Steps 2 to 6 (1 to 5 from 0) were skipped, and the run stopped after them.
-  [ "$(records "$run/diverged/metrics.jsonl" skipped | xargs)" = "1 2 3 4 5" ] &&
-    [ "$(records "$run/diverged/metrics.jsonl" train | tail -1)" = 5 ] ||
+  # Steps 2 to 6 were skipped, and the run stopped after them.
+  [ "$(records "$run/diverged/metrics.jsonl" skipped | xargs)" = "2 3 4 5 6" ] &&
+    [ "$(records "$run/diverged/metrics.jsonl" train | tail -1)" = 6 ] ||
     { cat "$run/diverged/metrics.jsonl"; fail "the diverged run did not stop after 5 skipped steps (2 to 6)"; }
   expect_file "$run/diverged/ckpt-00000001/manifest.pb" "the last good checkpoint"
   expect_no_file "$run/diverged/ckpt-00000002" "a checkpoint written while steps were skipped"
   out=$("$bin/momoe-launch" -np 2 --dry-run -- echo 'a b' "it's" 'x;y' plain)
   [[ "$out" == *"echo 'a b' 'it'\\''s' 'x;y' plain" ]] || fail "the printed line is not shell-quoted: $out"
+  ;;
+periodic)
+  # Checkpoints by default: a run with the default settings (train.checkpoint_every 500,
+  # train.checkpoint_minutes 10) killed with SIGKILL after step 560 resumes from ckpt-500, loses
+  # steps 501-560 only, and ends bit-identical to an uninterrupted run; stats.pb and metrics.jsonl
+  # mark the killed attempt's records superseded, so every step is recorded once.
+  dir=$run/periodic
+  ref=$run/periodic_ref
+  steps=(--set train.steps=600 --set train.log_every=1 --set train.final_eval=NONE)
+  train "$ref" "${steps[@]}" || { cat "$ref.log"; fail "reference run"; }
+  MOMOE_FAULT_RANK=0 MOMOE_FAULT_STEP=560 start "$dir" "${steps[@]}"
+  wait "$pid" 2>/dev/null; rc=$?
+  [ "$rc" -eq 137 ] || { cat "$dir.log"; fail "the SIGKILL after step 560: exit status $rc, expected 137"; }
+  [ "$(complete_checkpoints "$dir" | xargs -n1 basename | xargs)" = ckpt-00000500 ] ||
+    { ls "$dir"; fail "a default run killed after step 560 has no ckpt-00000500 (checkpoint_every's default)"; }
+  from=$(next_line "$dir")
+  train "$dir" "${steps[@]}" || { cat "$dir.log"; fail "the rerun"; }
+  expect_resumed "$dir" 500 "$from"
+  [ "$(records "$dir/metrics.jsonl" interrupted "$from")" = 500 ] ||
+    { cat "$dir/metrics.jsonl"; fail "no marker of the interrupted steps after ckpt-500"; }
+  stats_json "$dir" "$run/periodic.jsonl"
+  [ "$(records "$run/periodic.jsonl" train | xargs)" = "$(seq 1 600 | xargs)" ] ||
+    { records "$run/periodic.jsonl" train | uniq -d | head; fail "momoe-stats does not show steps 1-600 once each"; }
+  for f in dense experts-ep0-of-1 optimizer-dense; do
+    cmp -s "$dir/ckpt-00000600/$f.safetensors" "$ref/ckpt-00000600/$f.safetensors" ||
+      fail "the resumed run's $f differs from an uninterrupted run's"
+  done
+  # By time alone (checkpoint_every 0): a run killed after step 50 saved before it.
+  dir=$run/by_time
+  MOMOE_FAULT_RANK=0 MOMOE_FAULT_STEP=50 start "$dir" --set train.steps=60 \
+    --set train.checkpoint_every=0 --set train.checkpoint_minutes=0.0001
+  wait "$pid" 2>/dev/null; rc=$?
+  [ "$rc" -eq 137 ] || { cat "$dir.log"; fail "by time: exit status $rc, expected 137"; }
+  newest=$(complete_checkpoints "$dir" | tail -1)
+  [ -n "$newest" ] || { cat "$dir.log"; fail "no checkpoint by time (train.checkpoint_minutes) in 50 steps"; }
+  from=$(next_line "$dir")
+  train "$dir" --set train.steps=60 --set train.checkpoint_every=0 --set train.checkpoint_minutes=0.0001 ||
+    { cat "$dir.log"; fail "by time: the rerun"; }
+  expect_resumed "$dir" "$(step_of "$newest")" "$from"
+  # Killed before its first save: the rerun says it starts over and why, and moves the killed
+  # attempt's statistics aside (metrics.jsonl starts again at step 1, unmixed).
+  dir=$run/no_checkpoint
+  MOMOE_FAULT_RANK=0 MOMOE_FAULT_STEP=20 start "$dir" --set train.steps=30 --set train.log_every=1
+  wait "$pid" 2>/dev/null
+  expect_file "$dir/metrics.jsonl" "the killed attempt's metrics"
+  train "$dir" --set train.steps=30 --set train.log_every=1 || { cat "$dir.log"; fail "no_checkpoint: the rerun"; }
+  expect_in "$dir.log" "starts over from step 0"
+  expect_file "$(ls -d "$dir"/archive/* | head -1)/metrics.jsonl" "the killed attempt's metrics, archived"
+  [ "$(records "$dir/metrics.jsonl" train | xargs)" = "$(seq 1 30 | xargs)" ] ||
+    { cat "$dir/metrics.jsonl"; fail "no_checkpoint: metrics.jsonl is not steps 1-30 once each"; }
   ;;
 *) fail "unknown case" ;;
 esac

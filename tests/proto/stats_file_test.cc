@@ -9,6 +9,7 @@
 #include <fstream>
 
 #include "io/file_util.h"
+#include "proto/stats.pb.h"
 #include "proto/stats_convert.h"
 
 namespace moe {
@@ -178,11 +179,12 @@ TEST_F(StatsFileTest, AFormat1FileIsReadAndConvertedWhenARunAppends) {
   EXPECT_TRUE(kept) << "the format-1 original is not kept";
 }
 
-// A rollback marker drops what the abandoned branch recorded: training steps from the step rolled
-// back to on, evaluations after it.
+// A rollback marker drops what the abandoned branch recorded: every record of a step after the
+// one rolled back to (each record's step counts steps done, evaluations' and training steps'
+// alike).
 TEST_F(StatsFileTest, RollbackMarkersLeaveTheLiveBranch) {
   std::vector<StepStatsInfo> records;
-  for (int i = 0; i < 6; ++i) records.push_back(record(i));
+  for (int i = 1; i <= 6; ++i) records.push_back(record(i));
   StepStatsInfo eval4, eval6, marker;
   eval4.step = 4;
   eval4.valid_ppl = 100;
@@ -192,8 +194,9 @@ TEST_F(StatsFileTest, RollbackMarkersLeaveTheLiveBranch) {
   records.push_back(eval6);
   marker.step = 4;
   marker.rollback_to = 4;
+  marker.interrupted = true;
   records.push_back(marker);
-  records.push_back(record(4));
+  records.push_back(record(5));
   // Through the file, as the coordinator writes it.
   StatsFileWriter w;
   std::string note;
@@ -202,13 +205,36 @@ TEST_F(StatsFileTest, RollbackMarkersLeaveTheLiveBranch) {
   w.close();
   StatusOr<StatsFileContents> c = read_stats_file(path_);
   ASSERT_TRUE(c.ok());
+  ASSERT_EQ(c->steps.size(), records.size());
+  EXPECT_TRUE(c->steps[8].interrupted);  // the marker's kind survives the file
   const std::vector<StepStatsInfo> live = live_records(c->steps);
   std::vector<std::string> seen;
   for (const StepStatsInfo& s : live) {
     seen.push_back((s.valid_ppl ? "eval " : "step ") + std::to_string(s.step));
   }
   EXPECT_EQ(seen,
-            (std::vector<std::string>{"step 0", "step 1", "step 2", "step 3", "eval 4", "step 4"}));
+            (std::vector<std::string>{"step 1", "step 2", "step 3", "step 4", "eval 4", "step 5"}));
+  // A writer opened on the file knows the newest live step (what a resume compares against).
+  ASSERT_TRUE(w.open(path_, &note).ok());
+  EXPECT_EQ(w.last_step(), 5);
+}
+
+// Files written before the steps-done numbering held a training step's 0-based index: read, it
+// counts steps done like every other record; evaluations and markers were steps done already.
+TEST_F(StatsFileTest, AnOlderFilesTrainingStepsAreNumberedByStepsDone) {
+  momoe::StepStats old_step, old_eval;
+  ASSERT_TRUE(old_step.ParseFromString(serialize_step_stats(record(7))));
+  old_step.clear_steps_done_numbering();
+  old_eval.set_step(8);
+  old_eval.set_valid_ppl(50);
+  StatusOr<StepStatsInfo> step = parse_step_stats(old_step.SerializeAsString());
+  StatusOr<StepStatsInfo> eval = parse_step_stats(old_eval.SerializeAsString());
+  ASSERT_TRUE(step.ok() && eval.ok());
+  EXPECT_EQ(step->step, 8);
+  EXPECT_EQ(eval->step, 8);
+  StatusOr<StepStatsInfo> now = parse_step_stats(serialize_step_stats(record(7)));
+  ASSERT_TRUE(now.ok());
+  EXPECT_EQ(now->step, 7);
 }
 
 TEST_F(StatsFileTest, AFileThatIsNotAStatsFileIsRefused) {
