@@ -139,12 +139,17 @@ std::string Coordinator::progress_line(const StepStatsInfo& s, int64_t total_ste
     dropped /= static_cast<double>(s.layers.size());
   }
   std::ostringstream os;
-  os << "step " << s.step << "/" << total_steps << std::fixed << std::setprecision(4) << " | loss "
-     << s.loss << std::setprecision(2) << " | ppl " << std::exp(s.loss) << std::scientific
-     << std::setprecision(2) << " | lr " << s.learning_rate << std::fixed << std::setprecision(3)
-     << " | bal " << balance << std::setprecision(2) << " | load max " << max_load
-     << std::setprecision(3) << " | aux " << s.aux_loss << std::setprecision(2) << " | drop "
-     << 100 * dropped << "% | gnorm " << s.grad_norm << " | " << std::setprecision(0)
+  os << "step " << s.step << "/" << total_steps << std::fixed << std::setprecision(4);
+  // A skipped step's loss is not a number: never printed as a perplexity.
+  if (std::isfinite(s.loss)) {
+    os << " | loss " << s.loss << std::setprecision(2) << " | ppl " << std::exp(s.loss);
+  } else {
+    os << " | loss non-finite | ppl -";
+  }
+  os << std::scientific << std::setprecision(2) << " | lr " << s.learning_rate << std::fixed
+     << std::setprecision(3) << " | bal " << balance << std::setprecision(2) << " | load max "
+     << max_load << std::setprecision(3) << " | aux " << s.aux_loss << std::setprecision(2)
+     << " | drop " << 100 * dropped << "% | gnorm " << s.grad_norm << " | " << std::setprecision(0)
      << s.tokens_per_second << " tok/s | ETA " << format_duration(eta);
   if (eval_eta_ >= 1) os << " (evaluation " << format_duration(eval_eta_) << ")";
   if (s.skipped) os << " | SKIPPED";

@@ -579,7 +579,9 @@ void Trainer::report_evaluation(const EvalReport& r, int64_t max_sequences, doub
   }
   coordinator_->report_eval(record);
   auto fmt = [](const std::optional<EvalResult>& e) {
-    return e ? str_cat(e->perplexity()) : std::string("-");
+    return !e                               ? std::string("-")
+           : std::isfinite(e->perplexity()) ? str_cat(e->perplexity())
+                                            : std::string("non-finite");
   };
   const bool subset = max_sequences > 0 && r.valid && data_->valid->size() > max_sequences;
   const std::string what =
@@ -593,7 +595,8 @@ void Trainer::report_evaluation(const EvalReport& r, int64_t max_sequences, doub
                             r.attack_rate, ") valid ppl ", fmt(r.attacked_valid), " | test ppl ",
                             fmt(r.attacked_test))
                   : std::string(),
-              r.valid && r.valid->bits_per_byte() && r.valid->word_perplexity()
+              r.valid && r.valid->bits_per_byte() && r.valid->word_perplexity() &&
+                      std::isfinite(*r.valid->bits_per_byte())
                   ? str_cat(" | valid ", *r.valid->word_perplexity(), " per word, ",
                             *r.valid->bits_per_byte(), " bits/byte")
                   : std::string()));
@@ -609,17 +612,7 @@ Status Trainer::run() {
     const int64_t done = steps_done();
     if (opts_.after_step) opts_.after_step(done);
     if (t.max_skipped_steps > 0 && skipped_streak_ >= t.max_skipped_steps) {
-      return aborted_error(
-          skipped_streak_, " consecutive steps (", done - skipped_streak_ + 1, " to ", done,
-          ") were skipped as non-finite (train.max_skipped_steps = ", t.max_skipped_steps,
-          "): training diverged, and no checkpoint was written since. ",
-          last_good_checkpoint_.empty()
-              ? std::string("No checkpoint was saved before them: start again with another "
-                            "config (e.g. a lower train.optimizer.lr)")
-              : str_cat("The last checkpoint saved before them is ", last_good_checkpoint_,
-                        ": resume from it with --resume-from ", last_good_checkpoint_,
-                        " and a config that does not diverge (e.g. a lower "
-                        "train.optimizer.lr, with --allow-config-change)"));
+      return diverged_error(str_cat(" (train.max_skipped_steps = ", t.max_skipped_steps, ")"));
     }
     if (stop_agreed_) break;
     if (skipped_streak_ > 0) continue;  // no checkpoint (nor pruning) while steps are skipped
@@ -644,6 +637,9 @@ Status Trainer::run() {
     }
   }
   coordinator_->flush();
+  // A run whose last steps were skipped ends diverged, whatever stopped it: never exit 0 with
+  // weights that are not finite.
+  if (skipped_streak_ > 0) return diverged_error(" at the end of the run");
   if (stop_agreed_) {
     coordinator_->print(str_cat("momoe: stopped after step ", steps_done(), " of ", t.steps,
                                 " on a stop request (",
@@ -652,6 +648,21 @@ Status Trainer::run() {
     return Status::OK();
   }
   return final_evaluations();
+}
+
+Status Trainer::diverged_error(const std::string& where) const {
+  const int64_t done = steps_done();
+  return aborted_error(
+      skipped_streak_, " consecutive step(s) (", done - skipped_streak_ + 1, " to ", done,
+      ") were skipped as non-finite", where, ": training diverged, and no checkpoint was written ",
+      "since. ",
+      last_good_checkpoint_.empty()
+          ? std::string("No checkpoint was saved before them: start again with another "
+                        "config (e.g. a lower train.optimizer.lr)")
+          : str_cat("The last checkpoint saved before them is ", last_good_checkpoint_,
+                    ": resume from it with --resume-from ", last_good_checkpoint_,
+                    " and a config that does not diverge (e.g. a lower "
+                    "train.optimizer.lr, with --allow-config-change)"));
 }
 
 Status Trainer::final_evaluations() {
@@ -679,6 +690,14 @@ Status Trainer::final_evaluations() {
   }
   for (bool whole : passes) {
     MOE_ASSIGN_OR_RETURN(EvalReport r, evaluate(whole));
+    if (!r.stopped && !r.finite()) {
+      return aborted_error("the final evaluation at step ", steps_done(),
+                           " gave a non-finite perplexity: the model's outputs are not finite "
+                           "(training diverged). The checkpoint of step ",
+                           steps_done(),
+                           " holds those weights; start again from an earlier "
+                           "checkpoint or with a lower train.optimizer.lr");
+    }
     if (r.stopped) {
       stop_agreed_ = true;
       coordinator_->print(str_cat("momoe: stopped the final evaluation on a stop request (",

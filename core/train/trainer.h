@@ -21,6 +21,7 @@
 #pragma once
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <functional>
 #include <map>
@@ -71,6 +72,13 @@ struct EvalReport {
   std::optional<EvalResult> valid, test, attacked_valid, attacked_test;
   double attack_rate = 0;
   bool stopped = false;  // a stop request ended it early: no numbers, nothing recorded
+  // Every perplexity it has is finite (a diverged model's are not).
+  bool finite() const {
+    for (const auto* e : {&valid, &test, &attacked_valid, &attacked_test}) {
+      if (*e && !std::isfinite((*e)->perplexity())) return false;
+    }
+    return true;
+  }
 };
 
 class Trainer {
@@ -164,6 +172,9 @@ class Trainer {
   void report_evaluation(const EvalReport& r, int64_t max_sequences, double seconds);
   // run()'s end: the final evaluations train.final_eval asks for (a stop request ends them).
   Status final_evaluations();
+  // The error of a run whose last skipped_streak_ steps were non-finite (`where`: why it ends
+  // now), naming the last checkpoint saved before them and what to do.
+  Status diverged_error(const std::string& where) const;
   // Sequences one evaluation pass visits (every evaluated split, attacked ones included).
   int64_t eval_sequences_in_pass(bool whole_splits) const;
   // Estimated seconds of the evaluations still to come after `done` steps: the periodic ones

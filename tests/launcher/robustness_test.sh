@@ -164,10 +164,12 @@ signal)
   ;;
 signal_mpi)
   # Under mpirun every rank stops after the same step: SIGUSR1 to mpirun (which forwards it to
-  # every rank), SIGTERM to one rank only, and Ctrl-C (SIGINT) to momoe-launch.
-  for how in usr1_mpirun term_one_rank int_launch; do
+  # every rank), SIGTERM to one rank only, and Ctrl-C (SIGINT) or SIGTERM (a scheduler's stop)
+  # to momoe-launch. (SIGTERM to a bare mpirun: Open MPI's mpirun then exits 1 itself, whatever
+  # the ranks return; README, "A run never loses work".)
+  for how in usr1_mpirun term_one_rank int_launch term_launch; do
     dir=$run/$how
-    if [ "$how" = int_launch ]; then
+    if [ "$how" = int_launch ] || [ "$how" = term_launch ]; then
       "$bin/momoe-launch" -np 2 -- "$bin/momoe-train" --config "$config" --run-dir "$dir" --ep 2 \
         --set data.cache_dir="$cache" --set train.eval_sequences=8 "${long[@]}" > "$dir.log" 2>&1 &
     else
@@ -180,6 +182,7 @@ signal_mpi)
       usr1_mpirun) kill -USR1 "$pid" ;;
       term_one_rank) kill -TERM "$(pgrep -f -- "--run-dir $dir" | grep -v "^$pid\$" | sort -n | tail -1)" ;;
       int_launch) kill -INT "$pid" ;;
+      term_launch) kill -TERM "$pid" ;;
     esac
     wait "$pid"; rc=$?
     # Every rank stops after the same step with exit code 3, and mpirun (or momoe-launch over
@@ -611,6 +614,13 @@ inputs)
     { cat "$run/diverged/metrics.jsonl"; fail "the diverged run did not stop after 5 skipped steps (2 to 6)"; }
   expect_file "$run/diverged/ckpt-00000001/manifest.pb" "the last good checkpoint"
   expect_no_file "$run/diverged/ckpt-00000002" "a checkpoint written while steps were skipped"
+  # A short run whose last steps are skipped (every update after the first diverges) ends with
+  # exit 1 naming it, not 0, and never prints nan as a perplexity (nor evaluates).
+  expect_code 1 "skipped as non-finite at the end of the run" \
+    "$bin/momoe-train" --config "$config" --run-dir "$run/diverged3" --set data.cache_dir="$cache" \
+    --set train.optimizer.lr=1e300 --set train.steps=3 --set train.eval_sequences=8
+  ! cat "$run/out" "$run/err" | grep -iE "ppl -?nan|nan per word|nan bits" ||
+    fail "a diverged run printed nan as a perplexity"
   out=$("$bin/momoe-launch" -np 2 --dry-run -- echo 'a b' "it's" 'x;y' plain)
   [[ "$out" == *"echo 'a b' 'it'\\''s' 'x;y' plain" ]] || fail "the printed line is not shell-quoted: $out"
   ;;
