@@ -1,10 +1,19 @@
 #include "base/progress.h"
 
+#include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <sstream>
 
 namespace moe {
+
+std::string format_percent(double fraction) {
+  if (!std::isfinite(fraction)) return "?";
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.2f%%", 100.0 * fraction);
+  return buf;
+}
 
 std::string format_duration(double seconds) {
   if (!(seconds >= 0) || seconds > 1e9) return "?";

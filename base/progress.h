@@ -10,6 +10,8 @@ namespace moe {
 
 // "1h2m3s", "4m5s", "7s"; "?" for a negative, non-finite or absurdly large value.
 std::string format_duration(double seconds);
+// "21.27%" for 0.2127 (two decimals); "?" for a non-finite value.
+std::string format_percent(double fraction);
 // Seconds between progress lines of long evaluations: $MOMOE_PROGRESS_SECONDS when set (>= 0),
 // else `fallback`.
 double progress_interval_seconds(double fallback);

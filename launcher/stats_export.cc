@@ -11,6 +11,7 @@
 #include <tuple>
 
 #include "base/check.h"
+#include "base/progress.h"
 #include "launcher/env_params.h"
 #include "proto/stats_convert.h"
 #include "types/step_stats_json.h"
@@ -88,6 +89,10 @@ void write_last_evaluation(std::ostream& os, const StepStatsInfo& e) {
   if (e.valid_bits_per_byte) {
     os << std::setprecision(4) << ", valid bits per byte " << *e.valid_bits_per_byte
        << std::setprecision(2);
+  }
+  // Per-word measures compare across tokenizers only at equal <unk> shares.
+  if ((e.valid_word_ppl || e.valid_bits_per_byte) && e.valid_unknown_fraction) {
+    os << " (" << format_percent(*e.valid_unknown_fraction) << " of the valid text <unk>)";
   }
   // The attack's realised swap fraction (0.0250 for attack_rate 0.025), not rounded away.
   if (e.attack_rate) {
@@ -185,7 +190,8 @@ Status write_csv(const std::vector<StepStatsInfo>& steps, const std::string& pat
          "dropped_fraction,max_load,load_balance_std,dead_experts,balance_loss,z_loss,"
          "mean_entropy,mean_output_norm,mean_state_norm,probe_flip_rate,expert_load,"
          "eval_sequences,valid_ppl,test_ppl,attacked_valid_ppl,attacked_test_ppl,attack_rate,"
-         "valid_word_ppl,test_word_ppl,valid_bits_per_byte,test_bits_per_byte,data_seconds,"
+         "valid_word_ppl,test_word_ppl,valid_bits_per_byte,test_bits_per_byte,"
+         "valid_unknown_fraction,test_unknown_fraction,data_seconds,"
          "forward_seconds,backward_seconds,exchange_seconds,grad_sync_seconds,optimizer_seconds,"
          "eval_seconds\n";
   out << std::setprecision(9);
@@ -199,7 +205,8 @@ Status write_csv(const std::vector<StepStatsInfo>& steps, const std::string& pat
       out << s.step << std::string(20, ',') << s.eval_sequences.value_or(0);
       for (const auto* v :
            {&s.valid_ppl, &s.test_ppl, &s.attacked_valid_ppl, &s.attacked_test_ppl, &s.attack_rate,
-            &s.valid_word_ppl, &s.test_word_ppl, &s.valid_bits_per_byte, &s.test_bits_per_byte}) {
+            &s.valid_word_ppl, &s.test_word_ppl, &s.valid_bits_per_byte, &s.test_bits_per_byte,
+            &s.valid_unknown_fraction, &s.test_unknown_fraction}) {
         opt(*v);
       }
       out << std::string(kNumPhases, ',');
@@ -215,7 +222,7 @@ Status write_csv(const std::vector<StepStatsInfo>& steps, const std::string& pat
           << ',' << l.mean_entropy << ',' << l.mean_output_norm << ',' << l.mean_state_norm << ','
           << l.probe_flip_rate << ",\"";
       for (size_t e = 0; e < l.expert_load.size(); ++e) out << (e ? " " : "") << l.expert_load[e];
-      out << "\"" << std::string(10, ',');
+      out << "\"" << std::string(12, ',');
       for (int p = 0; p < kNumPhases; ++p) {
         out << ',';
         if (s.phases) out << (*s.phases)[p];

@@ -137,6 +137,8 @@ std::string serialize_step_stats(const StepStatsInfo& s) {
   if (s.test_word_ppl) m.set_test_word_ppl(*s.test_word_ppl);
   if (s.valid_bits_per_byte) m.set_valid_bits_per_byte(*s.valid_bits_per_byte);
   if (s.test_bits_per_byte) m.set_test_bits_per_byte(*s.test_bits_per_byte);
+  if (s.valid_unknown_fraction) m.set_valid_unknown_fraction(*s.valid_unknown_fraction);
+  if (s.test_unknown_fraction) m.set_test_unknown_fraction(*s.test_unknown_fraction);
   if (s.eval_sequences) m.set_eval_sequences(*s.eval_sequences);
   if (s.phases) {
     const PhaseSecondsArray& p = *s.phases;
@@ -179,6 +181,8 @@ StatusOr<StepStatsInfo> parse_step_stats(const std::string& bytes) {
   if (m.has_test_word_ppl()) s.test_word_ppl = m.test_word_ppl();
   if (m.has_valid_bits_per_byte()) s.valid_bits_per_byte = m.valid_bits_per_byte();
   if (m.has_test_bits_per_byte()) s.test_bits_per_byte = m.test_bits_per_byte();
+  if (m.has_valid_unknown_fraction()) s.valid_unknown_fraction = m.valid_unknown_fraction();
+  if (m.has_test_unknown_fraction()) s.test_unknown_fraction = m.test_unknown_fraction();
   if (m.has_eval_sequences()) s.eval_sequences = m.eval_sequences();
   if (m.has_phases()) {
     const momoe::PhaseSeconds& in = m.phases();

@@ -28,6 +28,9 @@ struct StepStatsInfo {
   std::vector<std::string> anomalies;
   std::optional<double> valid_ppl, test_ppl, attacked_valid_ppl, attacked_test_ppl, attack_rate;
   std::optional<double> valid_word_ppl, test_word_ppl, valid_bits_per_byte, test_bits_per_byte;
+  // The evaluated text's <unk> share beside them: per-word measures compare across tokenizers
+  // only at equal shares.
+  std::optional<double> valid_unknown_fraction, test_unknown_fraction;
   std::optional<int64_t> eval_sequences;  // an evaluation's sequences per split (0 = whole splits)
   // Seconds per phase of the step (base/phase_timer.h, indexed by Phase); the slowest rank's
   // per phase once aggregated. Training records only.

@@ -81,6 +81,8 @@ std::string step_stats_json(const StepStatsInfo& s) {
   put("test_word_ppl", s.test_word_ppl);
   put("valid_bits_per_byte", s.valid_bits_per_byte);
   put("test_bits_per_byte", s.test_bits_per_byte);
+  put("valid_unknown_fraction", s.valid_unknown_fraction);
+  put("test_unknown_fraction", s.test_unknown_fraction);
   // NaN and infinity are not JSON: nlohmann writes null for them.
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }

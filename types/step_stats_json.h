@@ -4,10 +4,10 @@
 // A training step: step, loss, aux_loss, learning_rate, grad_norm, tokens, tokens_per_second,
 // skipped, layers [per MoE layer: block, moe_index, tokens, expert_load, dropped_fraction, ...],
 // anomalies. An evaluation: step, eval_sequences (per split; 0 = whole splits), valid_ppl,
-// test_ppl, attacked_*, attack_rate, *_word_ppl, *_bits_per_byte. A marker: step, rollback_to
-// (and interrupted: true when the run resumed after a kill rather than rolling back). `step` counts
-// the steps done when the record was made, for every kind (a training step's record says N after
-// its N-th step), as in stats.pb, the console and checkpoint names.
+// test_ppl, attacked_*, attack_rate, *_word_ppl, *_bits_per_byte, *_unknown_fraction. A marker:
+// step, rollback_to (and interrupted: true when the run resumed after a kill rather than rolling
+// back). `step` counts the steps done when the record was made, for every kind (a training step's
+// record says N after its N-th step), as in stats.pb, the console and checkpoint names.
 #pragma once
 
 #include <string>

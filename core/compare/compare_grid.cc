@@ -5,10 +5,12 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <set>
 #include <sstream>
 #include <tuple>
 
+#include "base/progress.h"
 #include "io/file_util.h"
 #include "proto/run_convert.h"
 #include "proto/stats_convert.h"
@@ -71,7 +73,35 @@ bool parse_seed(const std::string& text, uint64_t* seed) {
 std::string mean_sd_cell(const std::vector<double>& x, int digits = 2, bool sign = false) {
   const auto [m, s] = mean_std(x);
   if (!std::isfinite(m)) return "-";
-  return (sign && m >= 0 ? "+" : "") + fmt(m, digits) + " +- " + fmt(s, digits);
+  const auto finite = std::count_if(x.begin(), x.end(), [](double v) { return std::isfinite(v); });
+  // One value has no spread: "+- 0.00" would claim a measured one.
+  return (sign && m >= 0 ? "+" : "") + fmt(m, digits) +
+         (finite > 1 ? " +- " + fmt(s, digits) : std::string());
+}
+
+// The note after the comparison table when the finished runs' validation texts have different
+// <unk> shares ("" otherwise): per-word measures favour the text with more <unk>.
+std::string unknown_share_note(const std::vector<CompareRun>& runs) {
+  std::map<std::string, double> share;  // variant -> its runs' <unk> share
+  double lo = INFINITY, hi = -INFINITY;
+  for (const CompareRun& r : runs) {
+    if (!r.ok || !std::isfinite(r.valid_unknown_fraction)) continue;
+    share[r.variant] = r.valid_unknown_fraction;
+    lo = std::min(lo, r.valid_unknown_fraction);
+    hi = std::max(hi, r.valid_unknown_fraction);
+  }
+  if (!(hi - lo > 5e-5)) return "";  // equal at the 0.01% the tables print
+  std::string list;
+  for (const auto& [variant, f] : share) {
+    list += str_cat(list.empty() ? "" : ", ", variant, " ", format_percent(f));
+  }
+  return str_cat(
+      "\n**Per-word measures do not compare here**: the runs' validation texts have "
+      "different `<unk>` shares (",
+      list,
+      "). Perplexity per word and bits per byte (runs.csv) favour the text with more "
+      "`<unk>` (each unknown word is one easy token); compare them only at equal "
+      "shares, e.g. on text every tokenizer covers.\n");
 }
 
 std::string target_label(double t) {
@@ -289,6 +319,7 @@ CompareRun summarize_run(const std::string& variant, uint64_t seed,
       if (s.attacked_valid_ppl) r.attacked_valid_ppl = *s.attacked_valid_ppl;
       if (s.valid_word_ppl) r.valid_word_ppl = *s.valid_word_ppl;
       if (s.valid_bits_per_byte) r.valid_bits_per_byte = *s.valid_bits_per_byte;
+      if (s.valid_unknown_fraction) r.valid_unknown_fraction = *s.valid_unknown_fraction;
       continue;
     }
     if (!s.skipped && std::isfinite(s.loss)) r.losses.emplace_back(s.step, s.loss);
@@ -351,6 +382,7 @@ std::string compare_markdown(const std::vector<CompareVariant>& variants,
     }
     out << "\n";
   }
+  out << unknown_share_note(runs);
   return out.str();
 }
 
@@ -383,14 +415,15 @@ std::string compare_csv(const std::vector<CompareVariant>& variants,
                         const std::vector<double>& target_losses) {
   std::ostringstream out;
   out << "variant,seed,ok,valid_ppl,attacked_valid_ppl,final_loss,valid_word_ppl,valid_bits_per_"
-         "byte";
+         "byte,valid_unknown_fraction";
   for (double t : target_losses) out << ",steps_to_loss_" << target_label(t);
   out << ",overrides\n";
   for (const CompareRun& r : runs) {
     out << r.variant << "," << r.seed << "," << (r.ok ? 1 : 0) << "," << fmt(r.valid_ppl, 4) << ","
         << fmt(r.attacked_valid_ppl, 4) << ","
         << (r.losses.empty() ? std::string("-") : fmt(r.losses.back().second, 5)) << ","
-        << fmt(r.valid_word_ppl, 4) << "," << fmt(r.valid_bits_per_byte, 5);
+        << fmt(r.valid_word_ppl, 4) << "," << fmt(r.valid_bits_per_byte, 5) << ","
+        << fmt(r.valid_unknown_fraction, 6);
     for (double t : target_losses) out << "," << (r.ok ? steps_to_loss(r.losses, t) : -1);
     std::string settings;
     for (const CompareVariant& v : variants) {

@@ -70,6 +70,7 @@ struct CompareRun {
   std::vector<std::pair<int64_t, double>> losses;  // (step, training loss)
   double valid_ppl = NAN, attacked_valid_ppl = NAN;
   double valid_word_ppl = NAN, valid_bits_per_byte = NAN;  // comparable across tokenizers
+  double valid_unknown_fraction = NAN;  // ... only at equal <unk> shares of the valid text
 };
 
 // A run's record from its stats.pb records: the per-step losses and the last evaluation.
@@ -81,14 +82,16 @@ int64_t steps_to_loss(const std::vector<std::pair<int64_t, double>>& losses, dou
                       int window = 10);
 
 // The comparison table (one row per variant, in grid order): runs, clean and attacked valid
-// perplexity as mean +- sample standard deviation over seeds, and the mean steps to each target
-// loss (with how many seeds reached it).
+// perplexity as mean +- sample standard deviation over seeds (the mean alone for one seed), and
+// the mean steps to each target loss (with how many seeds reached it). When the finished runs'
+// validation texts have different <unk> shares (variants with other tokenizers or vocabularies),
+// a note after the table names them: per-word perplexity and bits per byte do not compare then.
 std::string compare_markdown(const std::vector<CompareVariant>& variants,
                              const std::vector<CompareRun>& runs,
                              const std::vector<double>& target_losses);
 // One row per run: variant, seed, ok, valid_ppl, attacked_valid_ppl, final_loss, valid_word_ppl,
-// valid_bits_per_byte, steps_to_loss_<target>..., overrides (the variant's KEY=VALUE list and its
-// own config, quoted).
+// valid_bits_per_byte, valid_unknown_fraction, steps_to_loss_<target>..., overrides (the variant's
+// KEY=VALUE list and its own config, quoted).
 std::string compare_csv(const std::vector<CompareVariant>& variants,
                         const std::vector<CompareRun>& runs,
                         const std::vector<double>& target_losses);

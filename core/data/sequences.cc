@@ -31,6 +31,10 @@ StatusOr<SequenceSet> SequenceSet::create(const TokenSplit& split, int64_t seq_l
     set.tokens_per_word_ =
         static_cast<double>(split.size()) / static_cast<double>(split.stats.words);
   }
+  if (split.stats.words > 0 || split.stats.bytes > 0) {
+    set.unknown_fraction_ =
+        static_cast<double>(split.stats.unknown) / static_cast<double>(split.size());
+  }
   if (split.stats.bytes > 0) {
     set.tokens_per_byte_ =
         static_cast<double>(split.size()) / static_cast<double>(split.stats.bytes);

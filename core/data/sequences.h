@@ -36,6 +36,10 @@ class SequenceSet {
   // per-token loss into perplexity per word and bits per byte; 0 when the counts are unknown.
   double tokens_per_word() const { return tokens_per_word_; }
   double tokens_per_byte() const { return tokens_per_byte_; }
+  // The split's share of <unk> tokens (words its vocabulary lacks), -1 when its counts are
+  // unknown. Per-word perplexity and bits per byte flatter a text with many: each unknown word is
+  // predicted as one easy token.
+  double unknown_fraction() const { return unknown_fraction_; }
 
   // Fills inputs and targets (i32 [B, S], host, B = ids.size()) for sequences `ids`.
   // Errors (kInvalidArgument): wrong dtype, shape or device; an id outside [0, size()); those of
@@ -47,7 +51,7 @@ class SequenceSet {
   SequenceSet() = default;
   const int32_t* tokens_ = nullptr;  // [N], in memory; or
   std::shared_ptr<const ShardedTokens> shards_;
-  double tokens_per_word_ = 0, tokens_per_byte_ = 0;
+  double tokens_per_word_ = 0, tokens_per_byte_ = 0, unknown_fraction_ = -1;
   int64_t num_tokens_ = 0;
   int64_t seq_len_ = 0;
   int64_t num_sequences_ = 0;

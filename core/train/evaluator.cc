@@ -75,6 +75,7 @@ StatusOr<EvalResult> evaluate_perplexity(TransformerLM* model, const data::Seque
   result.tokens =
       static_cast<int64_t>(std::llround(host.data<double>()[TransformerLM::kLossTokens]));
   result.tokens_per_word = set.tokens_per_word();
+  result.unknown_fraction = set.unknown_fraction();
   result.tokens_per_byte = set.tokens_per_byte();
   return result;
 }

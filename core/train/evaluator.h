@@ -25,6 +25,7 @@ struct EvalResult {
   int64_t tokens = 0;
   bool stopped = false;                             // ended early on a stop request
   double tokens_per_word = 0, tokens_per_byte = 0;  // the set's (0: unknown)
+  double unknown_fraction = -1;  // the set's <unk> share (-1: unknown; see SequenceSet)
   double mean_loss() const { return tokens > 0 ? loss_sum / static_cast<double>(tokens) : 0; }
   double perplexity() const;
   std::optional<double> word_perplexity() const;  // nullopt when the text counts are unknown
