@@ -65,7 +65,6 @@ void define_train_flags(FlagParser* flags) {
   flags->switch_flag("allow-config-change",
                      "resume even if the config changes what training computes");
   flags->value("log-level", "debug | info | warning | error (default info)");
-  flags->switch_flag("help", "print this help");
 }
 
 // Checks the flags, applies --log-level and the MOMOE_CRASH_* settings (env_params.h), and loads
@@ -126,20 +125,13 @@ int train(const RunConfig& cfg, TrainerOptions opts, comm::World* world) {
 int run(int argc, char** argv) {
   install_stop_signal_handlers();
   data::use_momoe_data_for_sentencepiece();  // a SentencePiece corpus is prepared by momoe-data
-  FlagParser flags;
+  FlagParser flags("usage: momoe-train --config FILE [flags]\n",
+                   "exit codes: 0 done, 1 failed, 2 bad input or refused, 3 stopped by a signal "
+                   "after a checkpoint (rerun to resume)\n"
+                   "example: momoe-train --config configs/quickstart.pbtxt --set train.steps=100 "
+                   "--run-dir runs/try\n");
   define_train_flags(&flags);
-  Status parsed = flags.parse(argc, argv);
-  if (flags.has("help")) {
-    std::printf(
-        "usage: momoe-train --config FILE [flags]\n%s"
-        "exit codes: 0 done, 1 failed, 2 bad input or refused, 3 stopped by a signal "
-        "after a checkpoint (rerun to resume)\n"
-        "example: momoe-train --config configs/quickstart.pbtxt --set train.steps=100 "
-        "--run-dir runs/try\n",
-        flags.usage().c_str());
-    return 0;
-  }
-  if (!parsed.ok()) return fail(parsed, nullptr);
+  if (std::optional<int> code = flags.parse_or_exit_code(argc, argv)) return *code;
   StatusOr<RunConfig> cfg = load_config_from_flags(flags);
   if (!cfg.ok()) return fail(cfg.status(), nullptr);
   // The CPU's BLAS is loaded (its kernel chosen from the CPU's features) before MPI starts
