@@ -51,6 +51,12 @@ StatusOr<std::function<void(int64_t)>> fault_injection(int rank) {
   });
 }
 
+// The first lines of --print-config's output (comments in protobuf text format; the same for
+// every config, so that printing a printed config gives back the same text).
+constexpr char kPrintedConfigHeader[] =
+    "# The resolved run configuration (momoe-train --print-config): every field explicit, the\n"
+    "# model as explicit blocks. model.vocab_size 0: taken from the data's vocabulary.\n";
+
 // Declares the flags of momoe-train.
 void define_train_flags(FlagParser* flags) {
   flags->value("config", "run configuration (protobuf text format, momoe.RunConfig)");
@@ -65,6 +71,10 @@ void define_train_flags(FlagParser* flags) {
   flags->switch_flag("allow-config-change",
                      "resume even if the config changes what training computes");
   flags->value("log-level", "debug | info | warning | error (default info)");
+  flags->switch_flag("print-config",
+                     "print the resolved config (every default filled in, the --set overrides "
+                     "applied) as protobuf text and exit; saved to a file, it is a --config that "
+                     "trains the same run");
 }
 
 // Checks the flags, applies --log-level and the MOMOE_CRASH_* settings (env_params.h), and loads
@@ -134,6 +144,10 @@ int run(int argc, char** argv) {
   if (std::optional<int> code = flags.parse_or_exit_code(argc, argv)) return *code;
   StatusOr<RunConfig> cfg = load_config_from_flags(flags);
   if (!cfg.ok()) return fail(cfg.status(), nullptr);
+  if (flags.has("print-config")) {
+    std::printf("%s%s", kPrintedConfigHeader, cfg->text.c_str());
+    return 0;
+  }
   // The CPU's BLAS is loaded (its kernel chosen from the CPU's features) before MPI starts
   // threads: an OPENBLAS_CORETYPE this CPU cannot run is refused here, by name.
   if (cfg->train.device == DeviceKind::kCpu) {
