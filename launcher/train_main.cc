@@ -75,6 +75,10 @@ void define_train_flags(FlagParser* flags) {
                      "print the resolved config (every default filled in, the --set overrides "
                      "applied) as protobuf text and exit; saved to a file, it is a --config that "
                      "trains the same run");
+  flags->switch_flag("dry-run",
+                     "check what the run needs (config, data, vocabulary, layout against the "
+                     "ranks, memory), build the model, print the start-up summary and exit "
+                     "without training; the run directory is neither created nor touched");
 }
 
 // Checks the flags, applies --log-level and the MOMOE_CRASH_* settings (env_params.h), and loads
@@ -84,6 +88,9 @@ StatusOr<RunConfig> load_config_from_flags(const FlagParser& flags) {
     return invalid_argument_error("unexpected argument '", flags.positional()[0], "'");
   }
   if (!flags.has("config")) return invalid_argument_error("--config FILE is required");
+  if (flags.has("print-config") && flags.has("dry-run")) {
+    return invalid_argument_error("--print-config and --dry-run exclude each other");
+  }
   if (flags.has("fresh") && flags.has("resume-from")) {
     return invalid_argument_error("--fresh and --resume-from exclude each other");
   }
@@ -110,6 +117,7 @@ TrainerOptions trainer_options(const FlagParser& flags) {
   opts.resume_from = flags.get("resume-from");
   opts.allow_config_change = flags.has("allow-config-change");
   opts.stop_requested = stop_signal;
+  opts.dry_run = flags.has("dry-run");
   return opts;
 }
 
@@ -127,6 +135,17 @@ int train(const RunConfig& cfg, TrainerOptions opts, comm::World* world) {
     return kExitStopped;
   }
   if (!trainer.ok()) return fail(trainer.status(), world);
+  if (opts.dry_run) {
+    std::error_code ec;
+    (*trainer)->coordinator().print(str_cat(
+        "momoe: dry run: the config, data, layout and memory check passed and the model is built; "
+        "nothing trained or written (the run directory would be ",
+        opts.run_dir,
+        std::filesystem::exists(opts.run_dir, ec)
+            ? ", which exists: the run resumes from its newest checkpoint unless --fresh)"
+            : ")"));
+    return 0;
+  }
   Status s = (*trainer)->run();
   if (!s.ok()) return fail(s, world);
   return (*trainer)->stopped() ? kExitStopped : 0;

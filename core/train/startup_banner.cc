@@ -20,7 +20,7 @@ std::string fixed_percent(int64_t part, int64_t whole) {
 
 std::vector<std::string> startup_banner(const RunConfig& cfg, const comm::Communicator* world,
                                         const RunDevice& device, const RunData& data,
-                                        const TransformerLM& model) {
+                                        const TransformerLM& model, const MemoryEstimate& memory) {
   const int ranks = world == nullptr ? 1 : world->world_size();
   std::vector<std::string> lines;
   int64_t dense = 0, expert = 0;
@@ -55,6 +55,7 @@ std::vector<std::string> startup_banner(const RunConfig& cfg, const comm::Commun
     lines.push_back(str_cat("momoe: CPU ", cpu_info().description(), ", ", cpu_info().isa_summary(),
                             "; BLAS ", kernels::ref::blas_info().summary()));
   }
+  lines.push_back(str_cat("momoe: memory per rank (estimated): ", memory.to_string()));
   return lines;
 }
 

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <map>
 #include <mutex>
 
@@ -48,10 +49,12 @@ Status Trainer::setup() {
   session.resume_from = opts_.resume_from;
   session.allow_config_change = opts_.allow_config_change;
   session.progress = opts_.progress;
-  MOE_ASSIGN_OR_RETURN(session_, RunSession::open(session, world_));
+  if (!opts_.dry_run) {
+    MOE_ASSIGN_OR_RETURN(session_, RunSession::open(session, world_));
+  }
+  const bool writes_stats = !opts_.dry_run && (world_ == nullptr || world_->rank() == 0);
   coordinator_ = std::make_unique<Coordinator>(
-      cfg_, world_, world_ == nullptr || world_->rank() == 0 ? opts_.run_dir + "/stats.pb" : "",
-      opts_.progress);
+      cfg_, world_, writes_stats ? opts_.run_dir + "/stats.pb" : "", opts_.progress);
   MOE_RETURN_IF_ERROR(coordinator_->verify_same_config(cfg_.text));
 
   // Layout: world = EP x DP; every world rank holds an equal slice of each micro-batch.
@@ -70,9 +73,10 @@ Status Trainer::setup() {
   MOE_RETURN_IF_ERROR(build_model());
   // The resolved config now that the vocabulary size is known: what checkpoints store.
   cfg_.text = resolved_config_text(cfg_);
-  MOE_RETURN_IF_ERROR(resume_or_start());
+  if (!opts_.dry_run) MOE_RETURN_IF_ERROR(resume_or_start());
   if (world_ == nullptr || world_->rank() == 0) {
-    for (const std::string& line : startup_banner(cfg_, world_, device_, *data_, *model_)) {
+    for (const std::string& line :
+         startup_banner(cfg_, world_, device_, *data_, *model_, memory_estimate_)) {
       coordinator_->print(line);
     }
   }
@@ -93,7 +97,8 @@ Status Trainer::setup() {
 Status Trainer::load_data() {
   std::function<bool()> stop;
   if (opts_.stop_requested) stop = [this] { return opts_.stop_requested() != 0; };
-  MOE_ASSIGN_OR_RETURN(data_, load_run_data(cfg_, opts_.run_dir, world_, stop));
+  MOE_ASSIGN_OR_RETURN(const std::string data_dir, data_directory());
+  MOE_ASSIGN_OR_RETURN(data_, load_run_data(cfg_, data_dir, world_, stop));
   const int64_t vocab = data_->corpus.tokenizer->size();
   if (cfg_.model.vocab_size == 0) {
     cfg_.model.vocab_size = vocab;
@@ -106,6 +111,16 @@ Status Trainer::load_data() {
   if (!data_->train) return invalid_argument_error("no training split");
   fingerprints_ = corpus_fingerprints(data_->corpus);  // the corpus does not change during a run
   return Status::OK();
+}
+
+StatusOr<std::string> Trainer::data_directory() {
+  std::error_code ec;
+  if (!opts_.dry_run || !cfg_.data.cache_dir.empty() ||
+      std::filesystem::is_directory(opts_.run_dir + "/cache", ec)) {
+    return opts_.run_dir;
+  }
+  MOE_ASSIGN_OR_RETURN(dry_run_data_dir_, io::TempDir::create("momoe-dry-run"));
+  return dry_run_data_dir_.path();
 }
 
 Status Trainer::open_device() {
@@ -190,6 +205,7 @@ Status Trainer::check_memory_fits() {
     MemoryEstimate per_rank = estimate_training_memory(cfg_, ranks);
     // The GPU's own scratch (attention scores, cuBLAS workspace) counts as activations.
     per_rank.activation_bytes += device_scratch_bytes(cfg_, ranks);
+    memory_estimate_ = per_rank;
     struct Pool {
       int ranks = 0;
       int64_t available = -1;
@@ -591,6 +607,7 @@ void Trainer::report_evaluation(const EvalReport& r, int64_t max_sequences, doub
 }
 
 Status Trainer::run() {
+  if (opts_.dry_run) return failed_precondition_error("a dry run trains nothing");
   const TrainConfig& t = cfg_.train;
   int64_t saved_at = -1;
   if (!resumed_from_.empty()) last_good_checkpoint_ = resumed_from_;

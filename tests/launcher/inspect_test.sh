@@ -2,7 +2,11 @@
 # What momoe-train shows before a run starts:
 #   --print-config prints the resolved config (defaults filled in, --set applied) and writes
 #   nothing; printing the printed config gives the same text, and a 2-step run from the printed
-#   config has the same losses as one from the original with its --set overrides.
+#   config has the same losses as one from the original with its --set overrides;
+#   --dry-run checks everything, builds the model and prints the start-up summary (the memory
+#   estimate included), then exits 0 without creating, taking or changing the run directory and
+#   without leaving a temporary token cache behind; a run that cannot fit in memory or a layout
+#   the ranks cannot make is refused with exit 2, leaving no run directory either.
 # Usage: inspect_test.sh BIN_DIR QUICKSTART_CONFIG
 set -u
 bin=$1
@@ -41,4 +45,35 @@ grep -o '"loss":[^,]*' "$work/r2/metrics.jsonl" > "$work/r2.losses"
 [ "$(wc -l < "$work/r1.losses")" -eq 2 ] || { cat "$work/r1/metrics.jsonl"; fail "expected 2 step losses"; }
 cmp "$work/r1.losses" "$work/r2.losses" ||
   { paste "$work/r1.losses" "$work/r2.losses"; fail "the printed config trains another run"; }
+
+# --dry-run: everything checked and summarised, nothing written (its token cache is temporary).
+export TMPDIR=$work/tmp
+mkdir "$TMPDIR"
+expect_code 0 "momoe: dry run: " "$bin/momoe-train" --config "$quickstart" --dry-run
+for needle in "momoe: memory per rank (estimated): " "training sequences of 64 tokens" \
+    "would be runs/quickstart)"; do
+  expect_in "$EXPECT_DIR/out" "$needle"
+done
+grep -q "^step " "$EXPECT_DIR/out" && { cat "$EXPECT_DIR/out"; fail "--dry-run trained"; }
+[ -z "$(ls -A)" ] || { ls -laR; fail "--dry-run wrote into the working directory"; }
+[ -z "$(ls -A "$TMPDIR")" ] || { ls -la "$TMPDIR"; fail "--dry-run left its temporary token cache"; }
+expect_code 0 "momoe: dry run: " "$bin/momoe-train" --config "$quickstart" --dry-run --run-dir "$work/new"
+expect_no_file "$work/new" "--dry-run must not create the run directory"
+# An existing run directory is left exactly as it was (no lock taken, nothing resumed or written).
+listing() { find "$1" -printf '%p %s %T@\n' | sort; }
+listing "$work/r1" > "$work/r1.before"
+expect_code 0 "which exists: the run resumes" "$bin/momoe-train" --config "$work/a.pbtxt" \
+  --run-dir "$work/r1" --dry-run
+listing "$work/r1" > "$work/r1.after"
+cmp -s "$work/r1.before" "$work/r1.after" ||
+  { diff "$work/r1.before" "$work/r1.after"; fail "--dry-run changed an existing run directory"; }
+# Refused: a run that cannot fit in memory, a layout the ranks cannot make; nothing left behind.
+expect_code 2 "this run needs about" "$bin/momoe-train" --config "$quickstart" --dry-run \
+  --set train.batch_size=10000000 --run-dir "$work/huge"
+expect_no_file "$work/huge" "a refused dry run must leave no run directory"
+expect_code 2 "needs 2 ranks" "$bin/momoe-train" --config "$quickstart" --dry-run --ep 2 \
+  --run-dir "$work/ep2"
+expect_no_file "$work/ep2" "a refused dry run must leave no run directory"
+expect_code 2 "exclude each other" "$bin/momoe-train" --config "$quickstart" --dry-run --print-config
+[ -z "$(ls -A "$TMPDIR")" ] || { ls -la "$TMPDIR"; fail "a refused dry run left its temporary token cache"; }
 echo PASS
