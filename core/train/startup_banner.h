@@ -1,7 +1,8 @@
 // The lines rank 0 prints before the first step: the layout and backend, precision and device,
 // tokenizer, training sequences, blocks and parameters; each text with its <unk> share (a
 // user's corpus must not be evaluated on other text unseen); on the CPU, the CPU and BLAS kernel;
-// the memory a rank is estimated to need.
+// the model's size (all parameters, active ones per token) and training FLOPs per token
+// (model_size.h); the memory a rank is estimated to need.
 #pragma once
 
 #include <string>

@@ -11,8 +11,10 @@
 #include "base/logging.h"
 #include "comm/agree.h"
 #include "core/checkpoint/checkpoint_io.h"
+#include "core/train/gemm_rate.h"
 #include "core/train/grad_sync.h"
 #include "core/train/memory_estimate.h"
+#include "core/train/model_size.h"
 #include "core/train/startup_banner.h"
 #include "kernels/cpu/blas_library.h"
 #include "kernels/moe_stats.h"
@@ -80,6 +82,7 @@ Status Trainer::setup() {
       coordinator_->print(line);
     }
   }
+  if (!opts_.dry_run) set_up_flops_report();
   // A device backend's collectives never block the host: the watchdog bounds each step, save
   // and evaluation (generously: it times the whole section, first-step set-up included).
   if (world_ != nullptr && world_->memory_space() == comm::MemorySpace::kDevice) {
@@ -180,6 +183,25 @@ Status Trainer::resume_or_start() {
     coordinator_->print(str_cat("momoe: resumed from ", resume, " at step ", steps_done()));
   }
   return session_->start_lineage(resume, coordinator_.get());
+}
+
+void Trainer::set_up_flops_report() {
+  const int ranks = world_ == nullptr ? 1 : world_->world_size();
+  double peak = 0;
+  if (cfg_.train.device == DeviceKind::kCuda && (world_ == nullptr || world_->rank() == 0)) {
+    const DType dtype = activation_dtype(cfg_.train.precision);
+    StatusOr<double> rate = measure_gemm_rate(*ctx_, dtype);
+    if (rate.ok()) {
+      peak = *rate * ranks;
+      coordinator_->print(str_cat("momoe: ", device_.description, " reaches ",
+                                  si_count(*rate, "FLOP/s"), " on a ", dtype_name(dtype),
+                                  " GEMM (measured; the MFU in progress lines is against it x ",
+                                  ranks, " rank(s))"));
+    } else {
+      log_warning(rate.status().to_string(), " (the progress lines show no MFU)");
+    }
+  }
+  coordinator_->set_compute(model_size(cfg_.model).train_flops_per_token, peak);
 }
 
 void Trainer::set_collective_timeout(double seconds) {

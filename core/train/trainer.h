@@ -156,6 +156,9 @@ class Trainer {
   // RAM, a GPU) has available for the ranks that share it (memory_estimate.h), before the model
   // is allocated.
   Status check_memory_fits();
+  // Tells the coordinator the training FLOPs per token, and on a GPU the GEMM rate measured on
+  // rank 0 (x the ranks) for the MFU: a failed measurement only leaves the MFU out.
+  void set_up_flops_report();
 
   // One step, in stages: the micro-batches' forward and backward (gradients accumulated, losses
   // and router statistics into the buffer); the gradients' and the buffer's reductions over the

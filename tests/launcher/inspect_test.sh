@@ -2,9 +2,10 @@
 # What momoe-train shows before a run starts:
 #   --print-config prints the resolved config (defaults filled in, --set applied) and writes
 #   nothing; printing the printed config gives the same text, and a 2-step run from the printed
-#   config has the same losses as one from the original with its --set overrides;
-#   --dry-run checks everything, builds the model and prints the start-up summary (the memory
-#   estimate included), then exits 0 without creating, taking or changing the run directory and
+#   config has the same losses as one from the original with its --set overrides; its progress
+#   lines show the FLOP/s achieved;
+#   --dry-run checks everything, builds the model and prints the start-up summary (total and
+#   active parameters, training FLOPs per token, the memory estimate), then exits 0 without creating, taking or changing the run directory and
 #   without leaving a temporary token cache behind; a run that cannot fit in memory or a layout
 #   the ranks cannot make is refused with exit 2, leaving no run directory either.
 # Usage: inspect_test.sh BIN_DIR QUICKSTART_CONFIG
@@ -43,6 +44,9 @@ cmp "$work/a.pbtxt" "$work/b.pbtxt" || { diff "$work/a.pbtxt" "$work/b.pbtxt"; f
 grep -o '"loss":[^,]*' "$work/r1/metrics.jsonl" > "$work/r1.losses"
 grep -o '"loss":[^,]*' "$work/r2/metrics.jsonl" > "$work/r2.losses"
 [ "$(wc -l < "$work/r1.losses")" -eq 2 ] || { cat "$work/r1/metrics.jsonl"; fail "expected 2 step losses"; }
+# Each progress line shows the model FLOP/s achieved (no MFU on the CPU).
+[ "$(grep -cE '^step [12]/2 .* tok/s \| [0-9.]+ [kMGT]?FLOP/s \| ETA' "$work/r1.log")" -eq 2 ] ||
+  { cat "$work/r1.log"; fail "the progress lines show no FLOP/s"; }
 cmp "$work/r1.losses" "$work/r2.losses" ||
   { paste "$work/r1.losses" "$work/r2.losses"; fail "the printed config trains another run"; }
 
@@ -50,8 +54,10 @@ cmp "$work/r1.losses" "$work/r2.losses" ||
 export TMPDIR=$work/tmp
 mkdir "$TMPDIR"
 expect_code 0 "momoe: dry run: " "$bin/momoe-train" --config "$quickstart" --dry-run
+# The quick start's sizes (tests/core/model_size_test.cc checks the counting itself).
 for needle in "momoe: memory per rank (estimated): " "training sequences of 64 tokens" \
-    "would be runs/quickstart)"; do
+    "would be runs/quickstart)" "momoe: model: 3.56M parameters (every expert of every rank" \
+    "2.97M active per token" "10.4 MFLOP per token to train"; do
   expect_in "$EXPECT_DIR/out" "$needle"
 done
 grep -q "^step " "$EXPECT_DIR/out" && { cat "$EXPECT_DIR/out"; fail "--dry-run trained"; }
