@@ -142,7 +142,8 @@ int train(const RunConfig& cfg, TrainerOptions opts, comm::World* world) {
         "nothing trained or written (the run directory would be ",
         opts.run_dir,
         std::filesystem::exists(opts.run_dir, ec)
-            ? ", which exists: the run resumes from its newest checkpoint unless --fresh)"
+            ? ", which exists: a run there resumes from its newest checkpoint, if any, unless "
+              "--fresh)"
             : ")"));
     return 0;
   }

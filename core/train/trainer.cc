@@ -190,7 +190,14 @@ void Trainer::set_up_flops_report() {
   double peak = 0;
   if (cfg_.train.device == DeviceKind::kCuda && (world_ == nullptr || world_->rank() == 0)) {
     const DType dtype = activation_dtype(cfg_.train.precision);
-    StatusOr<double> rate = measure_gemm_rate(*ctx_, dtype);
+    // Measured only where its three 4096 x 4096 matrices leave the run's estimate room (twice
+    // over), so that the measurement never costs the run its memory.
+    const int64_t n = 4096, matrices = 3 * n * n * static_cast<int64_t>(dtype_size(dtype));
+    const bool room = device_.available_bytes < 0 ||
+                      device_.available_bytes - memory_estimate_.total() > 2 * matrices;
+    StatusOr<double> rate = room ? measure_gemm_rate(*ctx_, dtype, n)
+                                 : StatusOr<double>(failed_precondition_error(
+                                       "no memory to spare for measuring the GPU's GEMM rate"));
     if (rate.ok()) {
       peak = *rate * ranks;
       coordinator_->print(str_cat("momoe: ", device_.description, " reaches ",

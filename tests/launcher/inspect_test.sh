@@ -68,7 +68,7 @@ expect_no_file "$work/new" "--dry-run must not create the run directory"
 # An existing run directory is left exactly as it was (no lock taken, nothing resumed or written).
 listing() { find "$1" -printf '%p %s %T@\n' | sort; }
 listing "$work/r1" > "$work/r1.before"
-expect_code 0 "which exists: the run resumes" "$bin/momoe-train" --config "$work/a.pbtxt" \
+expect_code 0 "which exists: a run there resumes" "$bin/momoe-train" --config "$work/a.pbtxt" \
   --run-dir "$work/r1" --dry-run
 listing "$work/r1" > "$work/r1.after"
 cmp -s "$work/r1.before" "$work/r1.after" ||
