@@ -101,7 +101,9 @@ int run(int argc, char** argv) {
       }
     }
   }
-  if (argc < 2 || std::strcmp(argv[1], "--help") == 0) {
+  const bool help =
+      argc >= 2 && (std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0);
+  if (argc < 2 || help) {
     std::fprintf(
         argc < 2 ? stderr : stdout,
         "usage: momoe-bench layer|train|alltoall|scaling|data|sgemm|env [--key value ...]\n"

@@ -28,7 +28,8 @@ namespace {
 
 // Every rank learns whether every rank succeeded (a failure names the ranks and why): before
 // NCCL's initialisation, whose waits have no bound, so that no rank is left waiting there.
-Status agree_over(Communicator& world, const Status& mine) {
+// (Unused in a build without NCCL.)
+[[maybe_unused]] Status agree_over(Communicator& world, const Status& mine) {
   MOE_ASSIGN_OR_RETURN(std::vector<std::string> all,
                        world.gather_bytes(mine.ok() ? std::string() : mine.to_string(), 0));
   std::string joined;

@@ -3,7 +3,7 @@
 // perplexity, mean and spread over seeds; steps to reach given losses) and a loss-against-step
 // plot with one band per variant.
 //
-//   momoe-compare                                   the "papers" grid (about 22 min on 2 cores)
+//   momoe-compare --preset papers                   the "papers" grid (about 22 min on 2 cores)
 //   momoe-compare --preset papers-ablations --baseline runs/compare --out runs/ablations
 //                                                   each departure, paired with the papers grid
 //   momoe-compare --results runs/capacity --baseline runs/compare
@@ -11,6 +11,9 @@
 //   momoe-compare --config configs/quickstart.pbtxt --seeds 1,2 --set train.steps=300
 //                 --variant 'smoe model.arch=sgsgsg' --variant 'momentum model.arch=smsmsm'
 //   momoe-compare --config base.pbtxt --grid my_grid.txt --out runs/my_comparison
+//
+// A grid is always chosen explicitly (--preset, --grid, --variant or --results): with none of them
+// momoe-compare trains nothing and writes nothing, and without arguments it prints its usage.
 //
 // Each run is `momoe-train --fresh` in OUT/runs/<variant>-seed<seed>/ (its log beside it); the
 // results are OUT/summary.md, OUT/runs.csv, OUT/curves.csv and OUT/loss.png. CPU runs share the
@@ -127,7 +130,7 @@ void define_flags(FlagParser& flags) {
   flags.value("config", "the base config (default: the preset's)");
   flags.value(
       "preset",
-      "a built-in grid: papers (default without --grid/--variant: the papers' settings), "
+      "a built-in grid: papers (the papers' settings), "
       "papers-capacity (capacity 1.25, balance loss 0.01), papers-ablations (each departure "
       "from the papers alone), gpu-medium");
   flags.value("grid", "a grid file: one variant per line, NAME KEY=VALUE ...");
@@ -150,21 +153,30 @@ void define_flags(FlagParser& flags) {
               "with --baseline: print the finished grid in this directory (its runs.csv) against "
               "the baseline; trains nothing, writes nothing");
   flags.switch_flag("dry-run", "print the runs and exit");
-  flags.switch_flag("help", "show this help");
 }
 
-void print_help(const FlagParser& flags) {
-  std::printf(
-      "usage: momoe-compare [flags]\n%s"
-      "example: momoe-compare --config configs/quickstart.pbtxt --seeds 1,2 --set "
-      "train.steps=300 --variant 'smoe model.arch=sgsgsg' --variant 'momentum "
-      "model.arch=smsmsm' --final-eval subset --out runs/mine\n"
-      "         momoe-compare --preset papers --out runs/papers\n"
-      "         momoe-compare --preset papers-ablations --baseline runs/papers --out "
-      "runs/ablations\n"
-      "         momoe-compare --preset papers-capacity --out runs/capacity\n"
-      "         momoe-compare --results runs/capacity --baseline runs/papers\n",
-      flags.usage().c_str());
+// What to pass to train the papers grid: the usage's last line, and the refusal of a command line
+// that chooses no grid.
+constexpr char kChooseGrid[] =
+    "choose the grid: --preset papers trains the papers grid (7 variants x 2 seeds = 14 runs, "
+    "about 22 minutes on every core, into runs/compare; add --dry-run to list its runs first), "
+    "or --preset NAME, --grid FILE, --variant SPEC, --results DIR";
+
+FlagParser compare_flags() {
+  FlagParser flags(
+      "usage: momoe-compare (--preset NAME | --grid FILE | --variant SPEC... | --results DIR) "
+      "[flags]\n",
+      str_cat("example: momoe-compare --config configs/quickstart.pbtxt --seeds 1,2 --set "
+              "train.steps=300 --variant 'smoe model.arch=sgsgsg' --variant 'momentum "
+              "model.arch=smsmsm' --final-eval subset --out runs/mine\n"
+              "         momoe-compare --preset papers --out runs/papers\n"
+              "         momoe-compare --preset papers-ablations --baseline runs/papers --out "
+              "runs/ablations\n"
+              "         momoe-compare --preset papers-capacity --out runs/capacity\n"
+              "         momoe-compare --results runs/capacity --baseline runs/papers\n",
+              kChooseGrid, "\n"));
+  define_flags(flags);
+  return flags;
 }
 
 // --results DIR --baseline DIR: two finished grids, printed side by side; trains nothing.
@@ -369,13 +381,10 @@ Status train_and_summarise(const CompareGrid& grid, const std::vector<GridRun>& 
   return Status::OK();
 }
 
-Status run(int argc, char** argv) {
-  FlagParser flags;
-  define_flags(flags);
-  MOE_RETURN_IF_ERROR(flags.parse(argc, argv));
-  if (flags.has("help")) {
-    print_help(flags);
-    return Status::OK();
+Status run(const FlagParser& flags) {
+  if (!flags.has("preset") && !flags.has("grid") && !flags.has("variant") &&
+      !flags.has("results")) {
+    return invalid_argument_error("momoe-compare trains no grid it is not given: ", kChooseGrid);
   }
   // The grid to compare against, read before anything trains.
   CompareBaseline baseline;
@@ -426,7 +435,14 @@ Status run(int argc, char** argv) {
 }  // namespace
 }  // namespace moe
 
+// No arguments: the usage on stderr and exit 2, since the grids are long and write much.
 int main(int argc, char** argv) {
-  const moe::Status s = moe::run(argc, argv);
+  moe::FlagParser flags = moe::compare_flags();
+  if (argc < 2) {
+    std::fputs(flags.usage().c_str(), stderr);
+    return moe::kExitUserError;
+  }
+  if (std::optional<int> code = flags.parse_or_exit_code(argc, argv)) return *code;
+  const moe::Status s = moe::run(flags);
   return s.ok() ? 0 : moe::exit_with(s);
 }

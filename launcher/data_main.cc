@@ -161,7 +161,6 @@ void define_prepare_flags(FlagParser* flags) {
   flags->value("shard-tokens", "tokens per shard (default 67108864 = 256 MB)");
   flags->value("chunk-mb", "MB of text per tokenizing chunk (default 16)");
   flags->switch_flag("quiet", "no progress bar and summary (errors still show)");
-  flags->switch_flag("help", "print this help");
 }
 
 // Refuses tokenizer flags that do not go with the chosen tokenizer or with each other.
@@ -280,38 +279,26 @@ int run_prepare(const PrepareOptions& options) {
 
 // `momoe-data prepare`: tokenizes text into a dataset folder.
 int prepare(int argc, char** argv) {
-  FlagParser flags;
+  FlagParser flags(
+      "usage: momoe-data prepare --out DIR (--train PATH... [--valid PATH] [--test PATH] | "
+      "--wikitext DIR) [flags]\n",
+      "\nexample: momoe-data prepare --out data/brown --train data/brown/train.txt.gz --valid "
+      "data/brown/valid.txt.gz --test data/brown/test.txt.gz --vocab-max-size 10000\n");
   define_prepare_flags(&flags);
-  const Status parsed = flags.parse(argc, argv);
-  if (flags.has("help")) {
-    std::printf(
-        "usage: momoe-data prepare --out DIR (--train PATH... [--valid PATH] [--test PATH] | "
-        "--wikitext DIR) [flags]\n%s\nexample: momoe-data prepare --out data/brown --train "
-        "data/brown/train.txt.gz --valid data/brown/valid.txt.gz --test data/brown/test.txt.gz "
-        "--vocab-max-size 10000\n",
-        flags.usage().c_str());
-    return 0;
-  }
-  if (!parsed.ok()) return exit_with(parsed);
+  if (std::optional<int> code = flags.parse_or_exit_code(argc, argv)) return *code;
   StatusOr<PrepareOptions> options = read_prepare_flags(flags);
   if (!options.ok()) return exit_with(options.status());
   return run_prepare(*options);
 }
 
 int verify_or_info(const std::string& cmd, int argc, char** argv) {
-  FlagParser flags;
-  flags.switch_flag("help", "print this help");
-  const Status parsed = flags.parse(argc, argv);
-  if (flags.has("help")) {
-    std::printf(
-        "usage: momoe-data %s DIR\n%s\nexample: momoe-data %s data/brown\n", cmd.c_str(),
-        cmd == "verify"
-            ? "  checks every shard's checksum and ids, and the index's contents fingerprints\n"
-            : "  prints what the dataset holds (from its index)\n",
-        cmd.c_str());
-    return 0;
-  }
-  if (!parsed.ok()) return exit_with(parsed);
+  FlagParser flags(
+      str_cat("usage: momoe-data ", cmd, " DIR\n",
+              cmd == "verify" ? "  checks every shard's checksum and ids, and the index's contents "
+                                "fingerprints\n"
+                              : "  prints what the dataset holds (from its index)\n"),
+      str_cat("\nexample: momoe-data ", cmd, " data/brown\n"));
+  if (std::optional<int> code = flags.parse_or_exit_code(argc, argv)) return *code;
   if (flags.positional().size() != 1) {
     return exit_with(invalid_argument_error("momoe-data ", cmd, " takes one dataset folder"));
   }
@@ -397,7 +384,12 @@ Status tokenize_lines(const data::Tokenizer& tokenizer, bool encode) {
 }
 
 int tokenize(int argc, char** argv) {
-  FlagParser flags;
+  FlagParser flags(
+      "usage: momoe-data tokenize --model FILE (--encode | --decode) [flags]\n"
+      "  a line-oriented filter on stdin/stdout (one answer line per line, flushed), used by\n"
+      "  momoe-generate for SentencePiece checkpoints\n",
+      "example: echo 'The jury said' | momoe-data tokenize --model "
+      "runs/sp/ckpt-00000300/tokenizer.model --encode\n");
   flags.value("model", "a SentencePiece model (tokenizer.model) or a word vocabulary (vocab.txt)");
   flags.switch_flag("encode",
                     "each line of text in -> its ids out (space-separated; the last one "
@@ -408,19 +400,7 @@ int tokenize(int argc, char** argv) {
   flags.value("fingerprint",
               "refuse a model whose fingerprint is not this one (0x and 16 hex "
               "digits, as tokenizer.json records it)");
-  flags.switch_flag("help", "print this help");
-  const Status parsed = flags.parse(argc, argv);
-  if (flags.has("help")) {
-    std::printf(
-        "usage: momoe-data tokenize --model FILE (--encode | --decode) [flags]\n"
-        "  a line-oriented filter on stdin/stdout (one answer line per line, flushed), used by\n"
-        "  momoe-generate for SentencePiece checkpoints\n%s"
-        "example: echo 'The jury said' | momoe-data tokenize --model "
-        "runs/sp/ckpt-00000300/tokenizer.model --encode\n",
-        flags.usage().c_str());
-    return 0;
-  }
-  if (!parsed.ok()) return exit_with(parsed);
+  if (std::optional<int> code = flags.parse_or_exit_code(argc, argv)) return *code;
   if (!flags.has("model") || flags.has("encode") == flags.has("decode")) {
     return exit_with(invalid_argument_error(
         "momoe-data tokenize needs --model FILE and one of --encode, --decode"));

@@ -253,7 +253,9 @@ StatusOr<std::string> evaluate(const FlagParser& flags) {
 }
 
 int run(int argc, char** argv) {
-  FlagParser flags;
+  FlagParser flags("usage: momoe-eval --checkpoint DIR --text FILE [flags]\n",
+                   "example: momoe-eval --checkpoint runs/quickstart/ckpt-00000300 --text "
+                   "data/brown/test.txt.gz --attack-rate 0.025\n");
   flags.value("checkpoint", "a checkpoint directory (RUN_DIR/ckpt-<step>)");
   flags.value("text",
               "a UTF-8 text file (plain, .gz or .zst), tokenized with the checkpoint's tokenizer");
@@ -268,17 +270,7 @@ int run(int argc, char** argv) {
               "capacity slots and SparseMixer masks) to this safetensors file "
               "(core/train/routing_file.h)");
   declare_device_flags(&flags);
-  flags.switch_flag("help", "print this help");
-  Status parsed = flags.parse(argc, argv);
-  if (flags.has("help")) {
-    std::printf(
-        "usage: momoe-eval --checkpoint DIR --text FILE [flags]\n%s"
-        "example: momoe-eval --checkpoint runs/quickstart/ckpt-00000300 --text "
-        "data/brown/test.txt.gz --attack-rate 0.025\n",
-        flags.usage().c_str());
-    return 0;
-  }
-  if (!parsed.ok()) return fail(parsed);
+  if (std::optional<int> code = flags.parse_or_exit_code(argc, argv)) return *code;
   if (!flags.has("checkpoint") || !flags.has("text")) {
     return fail(invalid_argument_error("--checkpoint DIR and --text FILE are required"));
   }

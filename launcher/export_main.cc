@@ -85,22 +85,15 @@ StatusOr<std::string> run_export(const FlagParser& flags) {
 }
 
 int run(int argc, char** argv) {
-  FlagParser flags;
+  FlagParser flags(
+      "usage: momoe-export --checkpoint DIR --out DIR\n"
+      "Writes model.safetensors (torch.nn names and layout), config.json and the tokenizer\n"
+      "files; python/momoe_torch loads the folder (docs/export_format.md).\n",
+      "example: momoe-export --checkpoint runs/quickstart/ckpt-00000300 --out "
+      "exported/quickstart\n");
   flags.value("checkpoint", "a checkpoint directory (RUN_DIR/ckpt-<step>), any EP layout");
   flags.value("out", "the folder to write (must not exist)");
-  flags.switch_flag("help", "print this help");
-  const Status parsed = flags.parse(argc, argv);
-  if (flags.has("help")) {
-    std::printf(
-        "usage: momoe-export --checkpoint DIR --out DIR\n"
-        "Writes model.safetensors (torch.nn names and layout), config.json and the tokenizer\n"
-        "files; python/momoe_torch loads the folder (docs/export_format.md).\n%s"
-        "example: momoe-export --checkpoint runs/quickstart/ckpt-00000300 --out "
-        "exported/quickstart\n",
-        flags.usage().c_str());
-    return 0;
-  }
-  if (!parsed.ok()) return exit_with(parsed);
+  if (std::optional<int> code = flags.parse_or_exit_code(argc, argv)) return *code;
   if (!flags.has("checkpoint") || !flags.has("out")) {
     return exit_with(invalid_argument_error("--checkpoint DIR and --out DIR are required"));
   }

@@ -2,10 +2,17 @@
 
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <sstream>
+#include <utility>
+
+#include "launcher/exit_status.h"
 
 namespace moe {
+
+FlagParser::FlagParser(std::string synopsis, std::string notes)
+    : synopsis_(std::move(synopsis)), notes_(std::move(notes)) {}
 
 void FlagParser::value(const std::string& name, const std::string& help, bool repeatable) {
   specs_[name] = {help, true, repeatable};
@@ -20,6 +27,10 @@ void FlagParser::switch_flag(const std::string& name, const std::string& help) {
 Status FlagParser::parse(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
+    if (arg == "-h" || arg == "--help") {
+      help_requested_ = true;
+      return Status::OK();
+    }
     if (arg.rfind("--", 0) != 0 || arg == "--") {
       positional_.push_back(arg);
       continue;
@@ -49,6 +60,16 @@ Status FlagParser::parse(int argc, char** argv) {
     values_[name].push_back(value);
   }
   return Status::OK();
+}
+
+std::optional<int> FlagParser::parse_or_exit_code(int argc, char** argv) {
+  const Status parsed = parse(argc, argv);
+  if (help_requested_) {
+    std::fputs(usage().c_str(), stdout);
+    return 0;
+  }
+  if (!parsed.ok()) return exit_with(parsed);
+  return std::nullopt;
 }
 
 bool FlagParser::has(const std::string& name) const { return values_.count(name) > 0; }
@@ -88,11 +109,13 @@ StatusOr<double> FlagParser::get_double(const std::string& name, double fallback
 
 std::string FlagParser::usage() const {
   std::ostringstream os;
+  os << synopsis_;
   for (const std::string& name : order_) {
     const Spec& s = specs_.at(name);
     os << "  --" << name << (s.takes_value ? " VALUE" : "") << (s.repeatable ? " (repeatable)" : "")
        << "\n      " << s.help << "\n";
   }
+  os << "  -h, --help\n      print this help\n" << notes_;
   return os.str();
 }
 

@@ -361,7 +361,11 @@ Status generate(const FlagParser& flags) {
 }
 
 int run(int argc, char** argv) {
-  FlagParser flags;
+  FlagParser flags(
+      "usage: momoe-generate --checkpoint DIR [--prompt TEXT | --prompt-file FILE] [flags]\n"
+      "  prints the prompt and the tokens sampled after it, each as soon as it is sampled\n",
+      "example: momoe-generate --checkpoint runs/quickstart/ckpt-00000300 --prompt \"The jury "
+      "said\" --max-tokens 40 --temperature 0.8 --top-k 40 --seed 1\n");
   flags.value("checkpoint", "a checkpoint directory (RUN_DIR/ckpt-<step>)");
   flags.value("prompt", "the text to continue (default: empty: start a new line)");
   flags.value("prompt-file", "read the prompt from this UTF-8 file instead");
@@ -377,18 +381,7 @@ int run(int argc, char** argv) {
                     "also print the prompt's and the generated token ids as one JSON "
                     "line on stderr");
   declare_device_flags(&flags);
-  flags.switch_flag("help", "print this help");
-  Status parsed = flags.parse(argc, argv);
-  if (flags.has("help")) {
-    std::printf(
-        "usage: momoe-generate --checkpoint DIR [--prompt TEXT | --prompt-file FILE] [flags]\n"
-        "  prints the prompt and the tokens sampled after it, each as soon as it is sampled\n%s"
-        "example: momoe-generate --checkpoint runs/quickstart/ckpt-00000300 --prompt \"The jury "
-        "said\" --max-tokens 40 --temperature 0.8 --top-k 40 --seed 1\n",
-        flags.usage().c_str());
-    return 0;
-  }
-  if (!parsed.ok()) return exit_with(parsed);
+  if (std::optional<int> code = flags.parse_or_exit_code(argc, argv)) return *code;
   if (!flags.has("checkpoint")) {
     return exit_with(invalid_argument_error("--checkpoint DIR is required"));
   }

@@ -99,7 +99,8 @@ Status follow(const std::string& path, double poll_seconds, int64_t max_polls) {
 }
 
 int run(int argc, char** argv) {
-  FlagParser flags;
+  FlagParser flags("usage: momoe-stats RUN_DIR|stats.pb [flags]\n",
+                   "example: momoe-stats runs/quickstart --csv stats.csv --json stats.jsonl\n");
   flags.value("csv", "write one row per (step, layer) to this CSV file");
   flags.value("json", "write every record as a JSON line to this file");
   flags.value("plot", "write loss/perplexity and expert-load plots to this PNG");
@@ -107,16 +108,7 @@ int run(int argc, char** argv) {
   flags.switch_flag("follow", "print new steps as they are written");
   flags.value("poll-seconds", "--follow polling interval (default 1)");
   flags.value("max-polls", "--follow: stop after this many polls (default: never)");
-  flags.switch_flag("help", "print this help");
-  Status parsed = flags.parse(argc, argv);
-  if (flags.has("help")) {
-    std::printf(
-        "usage: momoe-stats RUN_DIR|stats.pb [flags]\n%s"
-        "example: momoe-stats runs/quickstart --csv stats.csv --json stats.jsonl\n",
-        flags.usage().c_str());
-    return 0;
-  }
-  if (!parsed.ok()) return fail(parsed);
+  if (std::optional<int> code = flags.parse_or_exit_code(argc, argv)) return *code;
   if (flags.positional().size() != 1)
     return fail(invalid_argument_error("expected one RUN_DIR (see --help)"));
   const std::string arg = flags.positional()[0];

@@ -51,6 +51,12 @@ StatusOr<std::function<void(int64_t)>> fault_injection(int rank) {
   });
 }
 
+// The first lines of --print-config's output (comments in protobuf text format; the same for
+// every config, so that printing a printed config gives back the same text).
+constexpr char kPrintedConfigHeader[] =
+    "# The resolved run configuration (momoe-train --print-config): every field explicit, the\n"
+    "# model as explicit blocks. model.vocab_size 0: taken from the data's vocabulary.\n";
+
 // Declares the flags of momoe-train.
 void define_train_flags(FlagParser* flags) {
   flags->value("config", "run configuration (protobuf text format, momoe.RunConfig)");
@@ -65,7 +71,14 @@ void define_train_flags(FlagParser* flags) {
   flags->switch_flag("allow-config-change",
                      "resume even if the config changes what training computes");
   flags->value("log-level", "debug | info | warning | error (default info)");
-  flags->switch_flag("help", "print this help");
+  flags->switch_flag("print-config",
+                     "print the resolved config (every default filled in, the --set overrides "
+                     "applied) as protobuf text and exit; saved to a file, it is a --config that "
+                     "trains the same run");
+  flags->switch_flag("dry-run",
+                     "check what the run needs (config, data, vocabulary, layout against the "
+                     "ranks, memory), build the model, print the start-up summary and exit "
+                     "without training; the run directory is neither created nor touched");
 }
 
 // Checks the flags, applies --log-level and the MOMOE_CRASH_* settings (env_params.h), and loads
@@ -75,6 +88,9 @@ StatusOr<RunConfig> load_config_from_flags(const FlagParser& flags) {
     return invalid_argument_error("unexpected argument '", flags.positional()[0], "'");
   }
   if (!flags.has("config")) return invalid_argument_error("--config FILE is required");
+  if (flags.has("print-config") && flags.has("dry-run")) {
+    return invalid_argument_error("--print-config and --dry-run exclude each other");
+  }
   if (flags.has("fresh") && flags.has("resume-from")) {
     return invalid_argument_error("--fresh and --resume-from exclude each other");
   }
@@ -101,6 +117,7 @@ TrainerOptions trainer_options(const FlagParser& flags) {
   opts.resume_from = flags.get("resume-from");
   opts.allow_config_change = flags.has("allow-config-change");
   opts.stop_requested = stop_signal;
+  opts.dry_run = flags.has("dry-run");
   return opts;
 }
 
@@ -118,6 +135,18 @@ int train(const RunConfig& cfg, TrainerOptions opts, comm::World* world) {
     return kExitStopped;
   }
   if (!trainer.ok()) return fail(trainer.status(), world);
+  if (opts.dry_run) {
+    std::error_code ec;
+    (*trainer)->coordinator().print(str_cat(
+        "momoe: dry run: the config, data, layout and memory check passed and the model is built; "
+        "nothing trained or written (the run directory would be ",
+        opts.run_dir,
+        std::filesystem::exists(opts.run_dir, ec)
+            ? ", which exists: a run there resumes from its newest checkpoint, if any, unless "
+              "--fresh)"
+            : ")"));
+    return 0;
+  }
   Status s = (*trainer)->run();
   if (!s.ok()) return fail(s, world);
   return (*trainer)->stopped() ? kExitStopped : 0;
@@ -126,22 +155,19 @@ int train(const RunConfig& cfg, TrainerOptions opts, comm::World* world) {
 int run(int argc, char** argv) {
   install_stop_signal_handlers();
   data::use_momoe_data_for_sentencepiece();  // a SentencePiece corpus is prepared by momoe-data
-  FlagParser flags;
+  FlagParser flags("usage: momoe-train --config FILE [flags]\n",
+                   "exit codes: 0 done, 1 failed, 2 bad input or refused, 3 stopped by a signal "
+                   "after a checkpoint (rerun to resume)\n"
+                   "example: momoe-train --config configs/quickstart.pbtxt --set train.steps=100 "
+                   "--run-dir runs/try\n");
   define_train_flags(&flags);
-  Status parsed = flags.parse(argc, argv);
-  if (flags.has("help")) {
-    std::printf(
-        "usage: momoe-train --config FILE [flags]\n%s"
-        "exit codes: 0 done, 1 failed, 2 bad input or refused, 3 stopped by a signal "
-        "after a checkpoint (rerun to resume)\n"
-        "example: momoe-train --config configs/quickstart.pbtxt --set train.steps=100 "
-        "--run-dir runs/try\n",
-        flags.usage().c_str());
-    return 0;
-  }
-  if (!parsed.ok()) return fail(parsed, nullptr);
+  if (std::optional<int> code = flags.parse_or_exit_code(argc, argv)) return *code;
   StatusOr<RunConfig> cfg = load_config_from_flags(flags);
   if (!cfg.ok()) return fail(cfg.status(), nullptr);
+  if (flags.has("print-config")) {
+    std::printf("%s%s", kPrintedConfigHeader, cfg->text.c_str());
+    return 0;
+  }
   // The CPU's BLAS is loaded (its kernel chosen from the CPU's features) before MPI starts
   // threads: an OPENBLAS_CORETYPE this CPU cannot run is refused here, by name.
   if (cfg->train.device == DeviceKind::kCpu) {

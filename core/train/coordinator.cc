@@ -11,6 +11,7 @@
 
 #include "base/hash.h"
 #include "base/logging.h"
+#include "core/train/model_size.h"
 #include "proto/stats_convert.h"
 #include "types/step_stats_json.h"
 
@@ -150,7 +151,13 @@ std::string Coordinator::progress_line(const StepStatsInfo& s, int64_t total_ste
      << std::setprecision(3) << " | bal " << balance << std::setprecision(2) << " | load max "
      << max_load << std::setprecision(3) << " | aux " << s.aux_loss << std::setprecision(2)
      << " | drop " << 100 * dropped << "% | gnorm " << s.grad_norm << " | " << std::setprecision(0)
-     << s.tokens_per_second << " tok/s | ETA " << format_duration(eta);
+     << s.tokens_per_second << " tok/s";
+  // The model FLOPs the step achieved (tokens/s x training FLOPs per token), and their share of
+  // what the devices reach on a large GEMM.
+  const double flops = s.tokens_per_second * flops_per_token_;
+  if (flops_per_token_ > 0) os << " | " << si_count(flops, "FLOP/s");
+  if (peak_flops_ > 0) os << std::setprecision(1) << " | MFU " << 100 * flops / peak_flops_ << "%";
+  os << " | ETA " << format_duration(eta);
   if (eval_eta_ >= 1) os << " (evaluation " << format_duration(eval_eta_) << ")";
   if (s.skipped) os << " | SKIPPED";
   return os.str();

@@ -61,6 +61,13 @@ class Coordinator {
   // estimated time of the evaluations still to come (added to the ETA and shown).
   void note_evaluation(double seconds) { eval_seconds_ += seconds; }
   void set_evaluation_eta(double seconds) { eval_eta_ = seconds; }
+  // The training FLOPs per token (model_size.h) and the FLOP/s the job's devices reach together
+  // (gemm_rate.h; 0: not measured): progress lines show the FLOP/s achieved, and the MFU (model
+  // FLOPs utilisation) when the rate is known.
+  void set_compute(double flops_per_token, double peak_flops) {
+    flops_per_token_ = flops_per_token;
+    peak_flops_ = peak_flops;
+  }
 
  private:
   std::string progress_line(const StepStatsInfo& s, int64_t total_steps) const;
@@ -76,6 +83,7 @@ class Coordinator {
   int64_t first_step_ = -1;
   bool rolled_back_ = false;  // report_rollback wrote a marker for this resume
   double eval_seconds_ = 0, eval_eta_ = 0;
+  double flops_per_token_ = 0, peak_flops_ = 0;  // set_compute
 };
 
 }  // namespace moe

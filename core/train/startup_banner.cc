@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "base/cpu_info.h"
+#include "core/train/model_size.h"
 #include "kernels/cpu/blas_library.h"
 
 namespace moe {
@@ -20,7 +21,7 @@ std::string fixed_percent(int64_t part, int64_t whole) {
 
 std::vector<std::string> startup_banner(const RunConfig& cfg, const comm::Communicator* world,
                                         const RunDevice& device, const RunData& data,
-                                        const TransformerLM& model) {
+                                        const TransformerLM& model, const MemoryEstimate& memory) {
   const int ranks = world == nullptr ? 1 : world->world_size();
   std::vector<std::string> lines;
   int64_t dense = 0, expert = 0;
@@ -34,6 +35,17 @@ std::vector<std::string> startup_banner(const RunConfig& cfg, const comm::Commun
       data.corpus.tokenizer->describe(), "; ", data.train->size(), " training sequences of ",
       cfg.model.seq_len, " tokens; ", cfg.model.blocks.size(), " blocks (", model.num_moe_layers(),
       " MoE); parameters: ", dense, " dense + ", expert, " expert on this rank"));
+  const ModelSize size = model_size(cfg.model);
+  lines.push_back(str_cat(
+      "momoe: model: ", si_count(static_cast<double>(size.total_params)),
+      " parameters (every expert of every rank, embeddings included; ",
+      si_count(static_cast<double>(size.expert_params)), " in experts), ",
+      si_count(static_cast<double>(size.active_params)),
+      " active per token (dense + its top-k experts); ",
+      si_count(size.train_flops_per_token, "FLOP"), " per token to train (6 x ",
+      si_count(static_cast<double>(size.matmul_params())),
+      " active parameters besides the embedding lookups + attention's 12 x layers x d_model x "
+      "seq_len)"));
   std::string texts;
   const data::TokenizedCorpus& c = data.corpus;
   for (const data::TokenSplit* s : {&c.train, &c.valid, &c.test}) {
@@ -55,6 +67,7 @@ std::vector<std::string> startup_banner(const RunConfig& cfg, const comm::Commun
     lines.push_back(str_cat("momoe: CPU ", cpu_info().description(), ", ", cpu_info().isa_summary(),
                             "; BLAS ", kernels::ref::blas_info().summary()));
   }
+  lines.push_back(str_cat("momoe: memory per rank (estimated): ", memory.to_string()));
   return lines;
 }
 

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <map>
 #include <mutex>
 
@@ -11,8 +12,10 @@
 #include "base/progress.h"
 #include "comm/agree.h"
 #include "core/checkpoint/checkpoint_io.h"
+#include "core/train/gemm_rate.h"
 #include "core/train/grad_sync.h"
 #include "core/train/memory_estimate.h"
+#include "core/train/model_size.h"
 #include "core/train/startup_banner.h"
 #include "kernels/cpu/blas_library.h"
 #include "kernels/moe_stats.h"
@@ -61,10 +64,12 @@ Status Trainer::setup() {
   session.resume_from = opts_.resume_from;
   session.allow_config_change = opts_.allow_config_change;
   session.progress = opts_.progress;
-  MOE_ASSIGN_OR_RETURN(session_, RunSession::open(session, world_));
+  if (!opts_.dry_run) {
+    MOE_ASSIGN_OR_RETURN(session_, RunSession::open(session, world_));
+  }
+  const bool writes_stats = !opts_.dry_run && (world_ == nullptr || world_->rank() == 0);
   coordinator_ = std::make_unique<Coordinator>(
-      cfg_, world_, world_ == nullptr || world_->rank() == 0 ? opts_.run_dir + "/stats.pb" : "",
-      opts_.progress);
+      cfg_, world_, writes_stats ? opts_.run_dir + "/stats.pb" : "", opts_.progress);
   MOE_RETURN_IF_ERROR(coordinator_->verify_same_config(cfg_.text));
 
   // Layout: world = EP x DP; every world rank holds an equal slice of each micro-batch.
@@ -83,12 +88,14 @@ Status Trainer::setup() {
   MOE_RETURN_IF_ERROR(build_model());
   // The resolved config now that the vocabulary size is known: what checkpoints store.
   cfg_.text = resolved_config_text(cfg_);
-  MOE_RETURN_IF_ERROR(resume_or_start());
+  if (!opts_.dry_run) MOE_RETURN_IF_ERROR(resume_or_start());
   if (world_ == nullptr || world_->rank() == 0) {
-    for (const std::string& line : startup_banner(cfg_, world_, device_, *data_, *model_)) {
+    for (const std::string& line :
+         startup_banner(cfg_, world_, device_, *data_, *model_, memory_estimate_)) {
       coordinator_->print(line);
     }
   }
+  if (!opts_.dry_run) set_up_flops_report();
   // A device backend's collectives never block the host: the watchdog bounds each step, save
   // and evaluation (generously: it times the whole section, first-step set-up included).
   if (world_ != nullptr && world_->memory_space() == comm::MemorySpace::kDevice) {
@@ -106,7 +113,8 @@ Status Trainer::setup() {
 Status Trainer::load_data() {
   std::function<bool()> stop;
   if (opts_.stop_requested) stop = [this] { return opts_.stop_requested() != 0; };
-  MOE_ASSIGN_OR_RETURN(data_, load_run_data(cfg_, opts_.run_dir, world_, stop));
+  MOE_ASSIGN_OR_RETURN(const std::string data_dir, data_directory());
+  MOE_ASSIGN_OR_RETURN(data_, load_run_data(cfg_, data_dir, world_, stop));
   const int64_t vocab = data_->corpus.tokenizer->size();
   if (cfg_.model.vocab_size == 0) {
     cfg_.model.vocab_size = vocab;
@@ -119,6 +127,16 @@ Status Trainer::load_data() {
   if (!data_->train) return invalid_argument_error("no training split");
   fingerprints_ = corpus_fingerprints(data_->corpus);  // the corpus does not change during a run
   return Status::OK();
+}
+
+StatusOr<std::string> Trainer::data_directory() {
+  std::error_code ec;
+  if (!opts_.dry_run || !cfg_.data.cache_dir.empty() ||
+      std::filesystem::is_directory(opts_.run_dir + "/cache", ec)) {
+    return opts_.run_dir;
+  }
+  MOE_ASSIGN_OR_RETURN(dry_run_data_dir_, io::TempDir::create("momoe-dry-run"));
+  return dry_run_data_dir_.path();
 }
 
 Status Trainer::open_device() {
@@ -182,6 +200,32 @@ Status Trainer::resume_or_start() {
   return Status::OK();
 }
 
+void Trainer::set_up_flops_report() {
+  const int ranks = world_ == nullptr ? 1 : world_->world_size();
+  double peak = 0;
+  if (cfg_.train.device == DeviceKind::kCuda && (world_ == nullptr || world_->rank() == 0)) {
+    const DType dtype = activation_dtype(cfg_.train.precision);
+    // Measured only where its three 4096 x 4096 matrices leave the run's estimate room (twice
+    // over), so that the measurement never costs the run its memory.
+    const int64_t n = 4096, matrices = 3 * n * n * static_cast<int64_t>(dtype_size(dtype));
+    const bool room = device_.available_bytes < 0 ||
+                      device_.available_bytes - memory_estimate_.total() > 2 * matrices;
+    StatusOr<double> rate = room ? measure_gemm_rate(*ctx_, dtype, n)
+                                 : StatusOr<double>(failed_precondition_error(
+                                       "no memory to spare for measuring the GPU's GEMM rate"));
+    if (rate.ok()) {
+      peak = *rate * ranks;
+      coordinator_->print(str_cat("momoe: ", device_.description, " reaches ",
+                                  si_count(*rate, "FLOP/s"), " on a ", dtype_name(dtype),
+                                  " GEMM (measured; the MFU in progress lines is against it x ",
+                                  ranks, " rank(s))"));
+    } else {
+      log_warning(rate.status().to_string(), " (the progress lines show no MFU)");
+    }
+  }
+  coordinator_->set_compute(model_size(cfg_.model).train_flops_per_token, peak);
+}
+
 void Trainer::set_collective_timeout(double seconds) {
   if (world_ != nullptr) world_->set_timeout(seconds);
   if (has_groups_) {
@@ -205,6 +249,7 @@ Status Trainer::check_memory_fits() {
     MemoryEstimate per_rank = estimate_training_memory(cfg_, ranks);
     // The GPU's own scratch (attention scores, cuBLAS workspace) counts as activations.
     per_rank.activation_bytes += device_scratch_bytes(cfg_, ranks);
+    memory_estimate_ = per_rank;
     struct Pool {
       int ranks = 0;
       int64_t available = -1;
@@ -614,6 +659,7 @@ void Trainer::report_evaluation(const EvalReport& r, int64_t max_sequences, doub
 }
 
 Status Trainer::run() {
+  if (opts_.dry_run) return failed_precondition_error("a dry run trains nothing");
   const TrainConfig& t = cfg_.train;
   int64_t saved_at = -1;
   if (!resumed_from_.empty()) last_good_checkpoint_ = resumed_from_;

@@ -40,9 +40,11 @@
 #include "core/optim/optimizer.h"
 #include "core/train/coordinator.h"
 #include "core/train/evaluator.h"
+#include "core/train/memory_estimate.h"
 #include "core/train/run_data.h"
 #include "core/train/run_device.h"
 #include "core/train/run_session.h"
+#include "io/file_util.h"
 #include "types/run_config.h"
 
 namespace moe {
@@ -66,6 +68,13 @@ struct TrainerOptions {
   ContextOptions context;
   // Called after every completed step with the number of steps done (fault injection, hooks).
   std::function<void(int64_t)> after_step;
+  // A dry run (momoe-train --dry-run): create() checks the config, the data and its vocabulary,
+  // the layout against the ranks and the memory, builds the model and prints the start-up
+  // summary, but run_dir is neither created nor taken, nothing is resumed, and no statistics or
+  // checkpoints are written; run() refuses. The token cache goes to data.cache_dir when set,
+  // else to run_dir/cache when that exists, else to a temporary directory removed with the
+  // trainer.
+  bool dry_run = false;
 };
 
 struct EvalReport {
@@ -106,6 +115,8 @@ class Trainer {
   StatusOr<EvalReport> evaluate(bool whole_splits = false);
   // Writes RUN_DIR/ckpt-<step>; returns its path. Collective.
   StatusOr<std::string> save();
+  // The per-rank memory estimate the memory check used (rank 0; memory_estimate.h).
+  const MemoryEstimate& memory_estimate() const { return memory_estimate_; }
   // The checkpoint this trainer resumed from ("" for a fresh start).
   const std::string& resumed_from() const { return resumed_from_; }
 
@@ -145,6 +156,9 @@ class Trainer {
   // device, the memory check, the model and optimizer, then a resume or a new run's lineage.
   Status setup();
   Status load_data();
+  // Where load_data's token cache goes (its cache is DIR/cache): the run directory, or a
+  // temporary one for a dry run without a cache (TrainerOptions::dry_run).
+  StatusOr<std::string> data_directory();
   Status open_device();
   Status build_model();
   Status resume_or_start();
@@ -152,6 +166,9 @@ class Trainer {
   // RAM, a GPU) has available for the ranks that share it (memory_estimate.h), before the model
   // is allocated.
   Status check_memory_fits();
+  // Tells the coordinator the training FLOPs per token, and on a GPU the GEMM rate measured on
+  // rank 0 (x the ranks) for the MFU: a failed measurement only leaves the MFU out.
+  void set_up_flops_report();
 
   // One step, in stages: the micro-batches' forward and backward (gradients accumulated, losses
   // and router statistics into the buffer); the gradients' and the buffer's reductions over the
@@ -194,11 +211,13 @@ class Trainer {
   std::unique_ptr<PhaseTimer> phase_timer_;  // the step's phases (set on ctx_)
   bool phase_timing_failed_ = false;         // warned once
   RunDevice device_;                         // what ctx_ is (its ctx moved into ctx_)
+  MemoryEstimate memory_estimate_;           // per rank, device scratch included (rank 0)
   comm::ProcessGroups groups_;
   bool has_groups_ = false;
   // Device backends (NCCL) only: turns a stalled peer into an abort with a message. Declared
   // after groups_ so that it stops before the communicators it polls are destroyed.
   std::unique_ptr<comm::Watchdog> watchdog_;
+  io::TempDir dry_run_data_dir_;  // a dry run's token cache (data_directory); outlives data_
   std::unique_ptr<RunData> data_;
   std::unique_ptr<TransformerLM> model_;
   std::unique_ptr<Optimizer> optimizer_;
@@ -208,7 +227,8 @@ class Trainer {
   std::vector<Tensor> previous_probe_;  // per MoE layer, the probe batch's argmax experts (device)
   int64_t micro_batch_per_rank_ = 0;    // TrainConfig::micro_batch_per_rank of this world
   std::string resumed_from_;
-  std::unique_ptr<RunSession> session_;              // the run directory, resume choice and lineage
+  std::unique_ptr<RunSession>
+      session_;  // the run directory, resume choice and lineage (no dry run)
   std::map<std::string, std::string> fingerprints_;  // corpus_fingerprints, computed once
   int stop_local_ = 0;                               // the stop signal this rank saw
   int64_t skipped_streak_ = 0;        // consecutive steps skipped as non-finite, up to now

@@ -99,5 +99,28 @@ TEST(CoordinatorTest, TheBalanceLossDoesNotSeeImbalanceUnderUniformProbabilities
   std::filesystem::remove_all(dir);
 }
 
+// The achieved model FLOP/s is tokens/s x FLOPs per token (set_compute), and the MFU its share of
+// the devices' measured rate, shown only when a rate is known: 2000 tokens in 1 s at 1 MFLOP
+// each is 2 GFLOP/s, half of 4 GFLOP/s.
+TEST(CoordinatorTest, TheProgressLineShowsFlopsAndMfu) {
+  RunConfig cfg;
+  StepStatsInfo s;
+  s.tokens = 2000;
+  s.step_seconds = 1.0;
+  s.loss = 1.0;
+  for (const double peak : {4e9, 0.0}) {
+    std::FILE* progress = std::tmpfile();
+    Coordinator c(cfg, nullptr, "", progress);
+    c.set_compute(1e6, peak);
+    ASSERT_TRUE(c.report_step(s, {}, 1).ok());
+    std::rewind(progress);
+    char line[512] = {0};
+    ASSERT_NE(std::fgets(line, sizeof(line), progress), nullptr);
+    EXPECT_NE(std::string(line).find(" tok/s | 2 GFLOP/s | "), std::string::npos) << line;
+    EXPECT_EQ(std::string(line).find("| MFU 50.0% | ETA") != std::string::npos, peak > 0) << line;
+    std::fclose(progress);
+  }
+}
+
 }  // namespace
 }  // namespace moe::testing

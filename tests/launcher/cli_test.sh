@@ -98,26 +98,10 @@ fi
 expect_error "is a run directory, not a checkpoint: its newest is $run/ckpt-00000004" "$bin/momoe-eval" --checkpoint "$run" --text "$config"
 mkdir -p "$run/empty"
 expect_error "no checkpoint in" "$bin/momoe-eval" --checkpoint "$run/empty" --text "$config"
+# (-h and --help of every command: help_test.sh.)
 if [ -x "$bin/../benchmarks/momoe-bench" ]; then
   "$bin/../benchmarks/momoe-bench" layer --help > "$run/help" 2>&1 && grep -q -- "--tokens 2048" "$run/help" ||
     { cat "$run/help"; fail "momoe-bench layer --help"; }
-fi
-# Every command and subcommand answers --help on stdout with exit 0, its options and an example.
-helps=("momoe-train" "momoe-stats" "momoe-eval" "momoe-generate" "momoe-export" "momoe-compare"
-       "momoe-launch" "momoe-data" "momoe-data prepare" "momoe-data verify" "momoe-data info"
-       "momoe-data tokenize")
-for cmd in "${helps[@]}"; do
-  # shellcheck disable=SC2086
-  "$bin/"$cmd --help > "$run/help" 2> "$run/help.err" || { cat "$run/help.err"; fail "$cmd --help exited non-zero"; }
-  grep -q "^example: " "$run/help" || { cat "$run/help"; fail "$cmd --help has no example"; }
-done
-if [ -x "$bin/../benchmarks/momoe-bench" ]; then
-  for sub in "" layer train alltoall scaling data env; do
-    # shellcheck disable=SC2086
-    "$bin/../benchmarks/momoe-bench" $sub --help > "$run/help" 2> "$run/help.err" ||
-      { cat "$run/help.err"; fail "momoe-bench $sub --help exited non-zero"; }
-    grep -q "^example: " "$run/help" || { cat "$run/help"; fail "momoe-bench $sub --help has no example"; }
-  done
   # An empty thread list, or a negative count, is refused before anything is measured.
   expect_error "--threads is empty" "$bin/../benchmarks/momoe-bench" data --threads ""
   expect_error "--threads -1" "$bin/../benchmarks/momoe-bench" data --threads 1,-1
