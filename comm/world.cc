@@ -26,6 +26,7 @@ bool launched_by_mpi() {
 
 namespace {
 
+#if defined(MOE_WITH_NCCL)
 // Every rank learns whether every rank succeeded (a failure names the ranks and why): before
 // NCCL's initialisation, whose waits have no bound, so that no rank is left waiting there.
 Status agree_over(Communicator& world, const Status& mine) {
@@ -39,6 +40,7 @@ Status agree_over(Communicator& world, const Status& mine) {
   if (joined.empty()) return Status::OK();
   return failed_precondition_error(joined);
 }
+#endif
 
 // NCCL over `bootstrap` (owned from now on) on this rank's node-local GPU, once every rank of
 // the bootstrap has found its GPU.
