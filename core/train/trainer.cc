@@ -164,7 +164,9 @@ Status Trainer::resume_or_start() {
     resumed_from_ = resume;
     coordinator_->print(str_cat("momoe: resumed from ", resume, " at step ", steps_done()));
   }
-  return session_->start_lineage(resume, coordinator_.get());
+  MOE_RETURN_IF_ERROR(session_->start_lineage(resume, coordinator_.get()));
+  coordinator_->report_start(steps_done());
+  return Status::OK();
 }
 
 void Trainer::set_collective_timeout(double seconds) {
