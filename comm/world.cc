@@ -26,10 +26,10 @@ bool launched_by_mpi() {
 
 namespace {
 
+#if defined(MOE_WITH_NCCL)
 // Every rank learns whether every rank succeeded (a failure names the ranks and why): before
 // NCCL's initialisation, whose waits have no bound, so that no rank is left waiting there.
-// (Unused in a build without NCCL.)
-[[maybe_unused]] Status agree_over(Communicator& world, const Status& mine) {
+Status agree_over(Communicator& world, const Status& mine) {
   MOE_ASSIGN_OR_RETURN(std::vector<std::string> all,
                        world.gather_bytes(mine.ok() ? std::string() : mine.to_string(), 0));
   std::string joined;
@@ -40,6 +40,7 @@ namespace {
   if (joined.empty()) return Status::OK();
   return failed_precondition_error(joined);
 }
+#endif
 
 // NCCL over `bootstrap` (owned from now on) on this rank's node-local GPU, once every rank of
 // the bootstrap has found its GPU.

@@ -201,6 +201,7 @@ Status convert_train(const momoe::TrainConfig& t, TrainConfig* c) {
   if (t.has_probe_sequences()) c->probe_sequences = t.probe_sequences();
   if (t.has_collapse_threshold()) c->collapse_threshold = t.collapse_threshold();
   if (t.has_max_skipped_steps()) c->max_skipped_steps = t.max_skipped_steps();
+  if (t.has_tensorboard()) c->tensorboard = t.tensorboard();
   if (t.precision() == momoe::TrainConfig::BF16) c->precision = Precision::kBf16;
   if (t.device() == momoe::TrainConfig::CUDA) c->device = DeviceKind::kCuda;
   switch (t.final_eval()) {
@@ -303,6 +304,7 @@ void run_config_to_proto(const RunConfig& cfg, momoe::RunConfig* msg) {
                      : t.final_eval == FinalEval::kWhole ? momoe::TrainConfig::WHOLE
                      : t.final_eval == FinalEval::kNone  ? momoe::TrainConfig::NONE
                                                          : momoe::TrainConfig::BOTH);
+  tr->set_tensorboard(t.tensorboard);
   tr->set_precision(t.precision == Precision::kBf16 ? momoe::TrainConfig::BF16
                                                     : momoe::TrainConfig::FP32);
   tr->set_device(t.device == DeviceKind::kCuda ? momoe::TrainConfig::CUDA
@@ -566,6 +568,7 @@ bool changes_training(const ConfigChange& change) {
                                             "train.device",
                                             "train.max_skipped_steps",
                                             "train.final_eval",
+                                            "train.tensorboard",
                                             "data.valid",
                                             "data.test",
                                             "data.cache_dir"};

@@ -15,7 +15,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 dir=${SANITIZE_BUILD_DIR:-build-sanitize}
 jobs=${JOBS:-$(nproc)}
-tests=(base_test child_process_test comm_local_test data_test
+tests=(base_test child_process_test tfrecord_test comm_local_test data_test
        gemm_test blas_library_test activation_test router_test embedding_test layernorm_test
        attention_test cross_entropy_test optimizer_test elementwise_test moe_dispatch_test
        residual_test moe_stats_test init_test moe_layer_test moe_layer_grad_test)

@@ -89,6 +89,7 @@ struct TrainConfig {
   DeviceKind device = DeviceKind::kCpu;
   int64_t max_skipped_steps = 10;  // consecutive non-finite steps before the run stops; 0 = never
   FinalEval final_eval = FinalEval::kBoth;
+  bool tensorboard = true;  // TensorBoard event files in the run directory
 
   Status validate() const;
   // A step's batch_size sequences are grad_accum micro-batches, each cut into equal contiguous

@@ -12,8 +12,10 @@
 #include "base/hash.h"
 #include "base/logging.h"
 #include "core/train/model_size.h"
+#include "proto/event_file.h"
 #include "proto/stats_convert.h"
 #include "types/step_stats_json.h"
+#include "types/step_stats_scalars.h"
 
 namespace moe {
 
@@ -31,10 +33,18 @@ Coordinator::Coordinator(const RunConfig& cfg, comm::Communicator* world, std::s
       print("momoe: " + note);
     }
     // Live metrics: one JSON line per logged step and per evaluation, appended as they happen.
-    const std::string metrics =
-        (std::filesystem::path(stats_path).parent_path() / kMetricsFile).string();
+    const std::filesystem::path dir = std::filesystem::path(stats_path).parent_path();
+    const std::string metrics = (dir / kMetricsFile).string();
     metrics_ = std::fopen(metrics.c_str(), "a");
     if (metrics_ == nullptr) log_error("cannot append to ", metrics, ": ", std::strerror(errno));
+    if (cfg_.train.tensorboard) {
+      StatusOr<std::unique_ptr<EventFileWriter>> events = EventFileWriter::create(dir.string());
+      if (events.ok()) {
+        events_ = std::move(*events);
+      } else {
+        log_error("TensorBoard events will not be written: ", events.status().to_string());
+      }
+    }
   }
 }
 
@@ -43,9 +53,15 @@ Coordinator::~Coordinator() {
 }
 
 void Coordinator::write_metrics(const StepStatsInfo& record) {
-  if (metrics_ == nullptr) return;
-  std::fprintf(metrics_, "%s\n", step_stats_json(record).c_str());
-  std::fflush(metrics_);
+  if (metrics_ != nullptr) {
+    std::fprintf(metrics_, "%s\n", step_stats_json(record).c_str());
+    std::fflush(metrics_);
+  }
+  const std::vector<NamedScalar> scalars = step_stats_scalars(record);
+  if (events_ != nullptr && !scalars.empty()) {
+    Status s = events_->write_scalars(scalar_step(record), scalars);
+    if (!s.ok()) log_error("TensorBoard events: ", s.to_string());
+  }
 }
 
 Status Coordinator::verify_same_config(const std::string& config_text) const {
@@ -169,6 +185,12 @@ void Coordinator::report_eval(const StepStatsInfo& eval) {
   if (writer_ == nullptr) return;
   Status s = writer_->append(eval);
   if (!s.ok()) log_error("stats.pb: ", s.to_string());
+}
+
+void Coordinator::report_start(int64_t steps_done) {
+  if (!is_root() || events_ == nullptr) return;
+  Status s = events_->write_start(steps_done + 1);  // the next training record's step
+  if (!s.ok()) log_error("TensorBoard events: ", s.to_string());
 }
 
 void Coordinator::report_rollback(int64_t step) {

@@ -4,7 +4,9 @@
 // (a non-finite loss, a collapsed layer), appends the aggregate to RUN_DIR/stats.pb and prints one
 // progress line per logged step. It also appends one JSON line per logged step, evaluation and
 // rollback marker to RUN_DIR/metrics.jsonl (types/step_stats_json.h), flushed at once, for
-// tools that follow a run live; stats.pb stays the complete, checksummed record.
+// tools that follow a run live; stats.pb stays the complete, checksummed record. With
+// train.tensorboard it also writes the same records' scalars (types/step_stats_scalars.h) to a
+// TensorBoard event file of its own in RUN_DIR (proto/event_file.h), at the same moments.
 #pragma once
 
 #include <chrono>
@@ -20,6 +22,7 @@
 
 namespace moe {
 
+class EventFileWriter;
 class StatsFileWriter;
 
 inline constexpr char kMetricsFile[] = "metrics.jsonl";
@@ -43,6 +46,10 @@ class Coordinator {
 
   // Rank 0: appends an evaluation record (step and perplexities) to stats.pb.
   void report_eval(const StepStatsInfo& eval);
+  // Rank 0: the run starts (or resumes) with `steps_done` steps done. The event file gets a
+  // SessionLog START at the next step, so that TensorBoard drops what earlier files hold from
+  // there on (the steps this run repeats after a crash or a rollback).
+  void report_start(int64_t steps_done);
   // Rank 0: appends a rollback marker (the run resumed from the checkpoint of `step` steps, and
   // the records after it belong to an abandoned branch; see proto/stats.proto).
   void report_rollback(int64_t step);
@@ -71,6 +78,7 @@ class Coordinator {
 
  private:
   std::string progress_line(const StepStatsInfo& s, int64_t total_steps) const;
+  // metrics.jsonl's line and the event file's scalars of one record.
   void write_metrics(const StepStatsInfo& record);
   void write_marker(int64_t step, bool interrupted);  // stats.pb and metrics.jsonl
 
@@ -79,6 +87,7 @@ class Coordinator {
   std::unique_ptr<StatsFileWriter> writer_;
   std::FILE* progress_;
   std::FILE* metrics_ = nullptr;
+  std::unique_ptr<EventFileWriter> events_;
   std::chrono::steady_clock::time_point start_;
   int64_t first_step_ = -1;
   bool rolled_back_ = false;  // report_rollback wrote a marker for this resume

@@ -13,6 +13,7 @@
 
 #include "base/device.h"
 #include "io/file_util.h"
+#include "proto/event_file.h"
 
 namespace moe {
 namespace fs = std::filesystem;
@@ -109,8 +110,8 @@ StatusOr<std::string> archive_previous_run(const std::string& run_dir) {
     } else if (name == "stats.pb") {
       names.push_back(name);
       stats = true;
-    } else if (name == "metrics.jsonl") {  // the live copy of stats.pb's records
-      names.push_back(name);
+    } else if (name == "metrics.jsonl" || is_event_file_name(name)) {
+      names.push_back(name);  // the live copies of stats.pb's records (JSON lines, TensorBoard)
     }
   }
   if (ec) return internal_error("cannot list ", run_dir, ": ", ec.message());

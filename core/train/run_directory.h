@@ -6,8 +6,9 @@
 // live holder makes acquire() fail naming it. (flock works on local file systems and NFSv4.)
 //
 // archive_previous_run: what `--fresh` does with an earlier run's files: its checkpoints and
-// stats.pb (and metrics.jsonl) are moved to RUN_DIR/archive/<date-time>/, never deleted and never
-// mixed with the new run's. The token cache (content-addressed) stays.
+// stats.pb (and metrics.jsonl and the TensorBoard event files) are moved to
+// RUN_DIR/archive/<date-time>/, never deleted and never mixed with the new run's. The token
+// cache (content-addressed) stays.
 #pragma once
 
 #include <string>
@@ -33,7 +34,8 @@ class RunDirectoryLock {
   int fd_ = -1;
 };
 
-// Moves the checkpoints (ckpt-*, with any suffix) and stats.pb (and metrics.jsonl) of run_dir into
+// Moves the checkpoints (ckpt-*, with any suffix) and stats.pb (and metrics.jsonl and the
+// TensorBoard event files, events.out.tfevents.*) of run_dir into
 // run_dir/archive/<YYYYmmdd-HHMMSS>/. Returns a line saying what moved ("moved the previous
 // run's files (...) to DIR"), or "" when there was nothing to move.
 StatusOr<std::string> archive_previous_run(const std::string& run_dir);

@@ -197,6 +197,7 @@ Status Trainer::resume_or_start() {
   }
   MOE_RETURN_IF_ERROR(session_->start_lineage(resume, coordinator_.get()));
   if (!resume.empty()) coordinator_->report_resume(steps_done());
+  coordinator_->report_start(steps_done());
   return Status::OK();
 }
 

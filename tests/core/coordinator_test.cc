@@ -1,5 +1,6 @@
-// The coordinator on one rank: aggregation into stats.pb, the progress line, and the anomalies it
-// reports (a non-finite loss, a collapsed layer).
+// The coordinator on one rank: aggregation into stats.pb, the progress line, the anomalies it
+// reports (a non-finite loss, a collapsed layer), and the TensorBoard event file beside
+// metrics.jsonl (train.tensorboard).
 #include "core/train/coordinator.h"
 
 #include <gtest/gtest.h>
@@ -8,6 +9,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "proto/event_file.h"
 #include "proto/stats_convert.h"
 #include "tests/core/trainer_test_util.h"
 
@@ -64,6 +66,72 @@ TEST(CoordinatorTest, FlagsCollapseAndNonFiniteLossAndWritesStats) {
   EXPECT_NE(std::string(line).find("step 1/10 | loss 2.0000"), std::string::npos) << line;
   std::fclose(progress);
   std::filesystem::remove_all(dir);
+}
+
+// The event file gets what metrics.jsonl gets, at the same moments: a START at the step the run
+// starts from, one event per logged step (at steps done) and per evaluation; a rollback marker
+// has no scalars. train.tensorboard = false writes no event file.
+TEST(CoordinatorTest, WritesTensorBoardEventsWithMetrics) {
+  const std::string dir = fresh_dir("coordinator_events");
+  RunConfig cfg;
+  cfg.train.log_every = 2;
+  std::vector<std::string> files;
+  {
+    Coordinator c(cfg, nullptr, dir + "/stats.pb", nullptr);
+    c.report_start(4);
+    StepStatsInfo s;
+    s.loss = 2.0;
+    s.tokens = 40;
+    s.layers.push_back(layer({10, 10, 20, 0}));
+    for (int64_t step = 4; step < 6; ++step) {
+      s.step = step;
+      ASSERT_TRUE(c.report_step(s, {}, 10).ok());
+    }
+    StepStatsInfo eval;
+    eval.step = 6;
+    eval.eval_sequences = 0;
+    eval.valid_ppl = 120.0;
+    c.report_eval(eval);
+    c.report_rollback(2);
+    for (const auto& e : std::filesystem::directory_iterator(dir)) {
+      if (is_event_file_name(e.path().filename().string())) files.push_back(e.path().string());
+    }
+  }
+  ASSERT_EQ(files.size(), 1u);
+  StatusOr<EventFileContents> got = read_event_file(files[0]);
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  ASSERT_EQ(got->events.size(), 4u);  // file_version, START, step 6 (index 5: logged), eval
+  EXPECT_EQ(got->events[0].file_version, "brain.Event:2");
+  EXPECT_TRUE(got->events[1].session_start);
+  EXPECT_EQ(got->events[1].step, 5);
+  EXPECT_EQ(got->events[2].step, 6);
+  EXPECT_EQ(got->events[2].scalars.at(0).tag, "train/loss");
+  EXPECT_EQ(got->events[2].scalars.at(0).value, 2.0);
+  bool load = false;
+  for (const NamedScalar& v : got->events[2].scalars) {
+    if (v.tag == "block1/expert_load/2") load = (v.value == 0.5);
+  }
+  EXPECT_TRUE(load) << "no block1/expert_load/2 = 0.5";
+  EXPECT_EQ(got->events[3].step, 6);
+  ASSERT_EQ(got->events[3].scalars.size(), 1u);
+  EXPECT_EQ(got->events[3].scalars[0].tag, "eval/valid_ppl");
+  EXPECT_EQ(got->events[3].scalars[0].value, 120.0);
+  std::filesystem::remove_all(dir);
+
+  const std::string off = fresh_dir("coordinator_events_off");
+  cfg.train.tensorboard = false;
+  {
+    Coordinator c(cfg, nullptr, off + "/stats.pb", nullptr);
+    c.report_start(0);
+    StepStatsInfo s;
+    s.tokens = 40;
+    ASSERT_TRUE(c.report_step(s, {}, 1).ok());
+  }
+  for (const auto& e : std::filesystem::directory_iterator(off)) {
+    EXPECT_FALSE(is_event_file_name(e.path().filename().string())) << e.path();
+  }
+  EXPECT_TRUE(std::filesystem::exists(off + "/metrics.jsonl"));
+  std::filesystem::remove_all(off);
 }
 
 // Why the balance loss can read 1.0 while tokens are dropped: E sum_e f_e P_e with the router's

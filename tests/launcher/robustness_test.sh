@@ -262,7 +262,8 @@ lock)
   [ ! -s "$dir/lock" ] || { cat "$dir/lock"; fail "the lock still names a holder after a clean exit"; }
   ;;
 fresh)
-  # --fresh never mixes runs: the old run's checkpoints and statistics move to archive/.
+  # --fresh never mixes runs: the old run's checkpoints and statistics (stats.pb, metrics.jsonl,
+  # the TensorBoard event file) move to archive/.
   dir=$run/fresh
   train "$dir" --set train.steps=4 --set train.checkpoint_every=2 --set train.keep_checkpoints=5 || fail "run A"
   train "$dir" --set train.steps=2 --set train.checkpoint_every=2 --set train.seed=5 --fresh || fail "run B"
@@ -271,6 +272,10 @@ fresh)
   for f in ckpt-00000004/manifest.pb ckpt-00000002/manifest.pb stats.pb metrics.jsonl; do
     expect_file "$archived/$f" "run A's, archived"
   done
+  [ "$(compgen -G "$archived/events.out.tfevents.*" | wc -l)" -eq 1 ] ||
+    { ls "$archived"; fail "run A's TensorBoard event file is not archived"; }
+  [ "$(compgen -G "$dir/events.out.tfevents.*" | wc -l)" -eq 1 ] ||
+    { ls "$dir"; fail "run A's TensorBoard event file mixed into run B's"; }
   [ "$(ls -d "$dir"/ckpt-* | wc -l)" -eq 1 ] || { ls "$dir"; fail "run A's checkpoints mixed into run B's"; }
   [ "$(records "$dir/metrics.jsonl" train | xargs)" = "1 2" ] ||
     { cat "$dir/metrics.jsonl"; fail "run A's metrics mixed into run B's"; }

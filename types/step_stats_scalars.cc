@@ -1,0 +1,77 @@
+#include "types/step_stats_scalars.h"
+
+#include <cmath>
+
+#include "types/step_stats_json.h"
+
+namespace moe {
+namespace {
+
+void add_layer(const RouterStatsInfo& l, std::vector<NamedScalar>* out) {
+  const std::string b = "block" + std::to_string(l.block) + "/";
+  out->push_back({b + "balance_loss", l.balance_loss});
+  out->push_back({b + "z_loss", l.z_loss});
+  out->push_back({b + "drop_rate", l.dropped_fraction});
+  out->push_back({b + "max_load", l.max_load});
+  out->push_back({b + "entropy", l.mean_entropy});
+  out->push_back({b + "probe_flip_rate", l.probe_flip_rate});
+  int64_t assignments = 0;
+  for (const int64_t n : l.expert_load) assignments += n;
+  for (size_t e = 0; e < l.expert_load.size(); ++e) {
+    const double share =
+        assignments > 0 ? static_cast<double>(l.expert_load[e]) / static_cast<double>(assignments)
+                        : 0.0;
+    out->push_back({b + "expert_load/" + std::to_string(e), share});
+  }
+}
+
+void add_training(const StepStatsInfo& s, std::vector<NamedScalar>* out) {
+  out->push_back({"train/loss", s.loss});
+  out->push_back({"train/perplexity", std::exp(s.loss)});
+  out->push_back({"train/aux_loss", s.aux_loss});
+  out->push_back({"train/learning_rate", s.learning_rate});
+  out->push_back({"train/grad_norm", s.grad_norm});
+  out->push_back({"train/tokens_per_second", s.tokens_per_second});
+  out->push_back({"train/step_seconds", s.step_seconds});
+  out->push_back({"train/skipped", s.skipped ? 1.0 : 0.0});
+  if (s.phases) {
+    for (int p = 0; p < kNumPhases; ++p) {
+      out->push_back({std::string("time/") + phase_name(static_cast<Phase>(p)), (*s.phases)[p]});
+    }
+  }
+  for (const RouterStatsInfo& l : s.layers) add_layer(l, out);
+}
+
+void add_evaluation(const StepStatsInfo& s, std::vector<NamedScalar>* out) {
+  const std::string prefix = s.eval_sequences.value_or(0) > 0 ? "eval_subset/" : "eval/";
+  const auto put = [&](const char* name, const std::optional<double>& v) {
+    if (v) out->push_back({prefix + name, *v});
+  };
+  put("valid_ppl", s.valid_ppl);
+  put("test_ppl", s.test_ppl);
+  put("attacked_valid_ppl", s.attacked_valid_ppl);
+  put("attacked_test_ppl", s.attacked_test_ppl);
+  put("attack_rate", s.attack_rate);
+  put("valid_word_ppl", s.valid_word_ppl);
+  put("test_word_ppl", s.test_word_ppl);
+  put("valid_bits_per_byte", s.valid_bits_per_byte);
+  put("test_bits_per_byte", s.test_bits_per_byte);
+  put("seconds", s.eval_seconds);
+}
+
+}  // namespace
+
+int64_t scalar_step(const StepStatsInfo& s) { return s.step; }
+
+std::vector<NamedScalar> step_stats_scalars(const StepStatsInfo& s) {
+  std::vector<NamedScalar> out;
+  if (s.rollback_to) return out;
+  if (is_training_step(s)) {
+    add_training(s, &out);
+  } else {
+    add_evaluation(s, &out);
+  }
+  return out;
+}
+
+}  // namespace moe
