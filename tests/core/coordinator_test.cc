@@ -83,7 +83,7 @@ TEST(CoordinatorTest, WritesTensorBoardEventsWithMetrics) {
     s.loss = 2.0;
     s.tokens = 40;
     s.layers.push_back(layer({10, 10, 20, 0}));
-    for (int64_t step = 4; step < 6; ++step) {
+    for (int64_t step = 5; step <= 6; ++step) {  // steps done after each
       s.step = step;
       ASSERT_TRUE(c.report_step(s, {}, 10).ok());
     }
@@ -100,7 +100,7 @@ TEST(CoordinatorTest, WritesTensorBoardEventsWithMetrics) {
   ASSERT_EQ(files.size(), 1u);
   StatusOr<EventFileContents> got = read_event_file(files[0]);
   ASSERT_TRUE(got.ok()) << got.status().to_string();
-  ASSERT_EQ(got->events.size(), 4u);  // file_version, START, step 6 (index 5: logged), eval
+  ASSERT_EQ(got->events.size(), 4u);  // file_version, START, step 6 (logged: log_every 2), eval
   EXPECT_EQ(got->events[0].file_version, "brain.Event:2");
   EXPECT_TRUE(got->events[1].session_start);
   EXPECT_EQ(got->events[1].step, 5);

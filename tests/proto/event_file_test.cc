@@ -134,7 +134,7 @@ TEST_F(EventFileTest, AFlippedByteStopsTheReaderAtThatRecord) {
 
 TEST(StepStatsScalarsTest, ATrainingRecord) {
   StepStatsInfo s;
-  s.step = 9;  // the 10th step
+  s.step = 10;  // after the 10th step
   s.loss = 2.0;
   s.aux_loss = 0.01;
   s.learning_rate = 1e-3;
