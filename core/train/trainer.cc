@@ -12,6 +12,7 @@
 #include "base/progress.h"
 #include "comm/agree.h"
 #include "core/checkpoint/checkpoint_io.h"
+#include "core/train/config_warnings.h"
 #include "core/train/gemm_rate.h"
 #include "core/train/grad_sync.h"
 #include "core/train/memory_estimate.h"
@@ -94,6 +95,7 @@ Status Trainer::setup() {
          startup_banner(cfg_, world_, device_, *data_, *model_, memory_estimate_)) {
       coordinator_->print(line);
     }
+    for (const std::string& line : config_warnings(cfg_)) log_warning(line);
   }
   if (!opts_.dry_run) set_up_flops_report();
   // A device backend's collectives never block the host: the watchdog bounds each step, save
