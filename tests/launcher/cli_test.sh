@@ -51,8 +51,23 @@ head -1 "$run/s.csv" | grep -q ",forward_seconds,backward_seconds,exchange_secon
 cmp "$run/metrics.jsonl" "$run/s.jsonl" || { diff "$run/metrics.jsonl" "$run/s.jsonl" | head; fail "metrics.jsonl differs from momoe-stats --json"; }
 /usr/bin/python3 -c 'import json, sys; [json.loads(l) for l in open(sys.argv[1])]' "$run/metrics.jsonl" ||
   fail "metrics.jsonl is not JSON lines"
+# One step numbering ("step N" = after N optimizer updates) across the console, metrics.jsonl,
+# stats.pb (momoe-stats --json and its summary), the evaluations, momoe-stats --follow and the
+# checkpoint: the 4th and last step is 4 everywhere, the first is 1.
+steps_of() { /usr/bin/python3 -c 'import json, sys
+print(" ".join(str(r["step"]) for r in map(json.loads, open(sys.argv[1])) if "loss" in r))' "$1"; }
+[ "$(steps_of "$run/metrics.jsonl")" = "1 2 3 4" ] || fail "metrics.jsonl steps: $(steps_of "$run/metrics.jsonl")"
+[ "$(steps_of "$run/s.jsonl")" = "1 2 3 4" ] || fail "stats.pb steps: $(steps_of "$run/s.jsonl")"
+[ "$(grep -oE '^step [0-9]+/4' "$run/train.log" | cut -d' ' -f2 | xargs)" = "1/4 2/4 3/4 4/4" ] ||
+  fail "console steps: $(grep -oE '^step [0-9]+/4' "$run/train.log" | xargs)"
+grep -qE "last step 4," "$run/table" || fail "momoe-stats' summary does not say last step 4"
+grep -qF "last evaluation (step 4)" "$run/table" || fail "momoe-stats' last evaluation is not step 4"
+[ "$(grep -c '"eval_sequences":[0-9]*,"step":4' "$run/metrics.jsonl")" -eq 2 ] ||
+  fail "metrics.jsonl's evaluations are not at step 4"
+expect_file "$run/ckpt-00000004/manifest.pb" "the checkpoint of step 4"
 "$bin/momoe-stats" "$run" --follow --poll-seconds 0.1 --max-polls 2 > "$run/follow" || fail "--follow"
 [ "$(grep -c '^step ' "$run/follow")" -eq 4 ] || fail "--follow printed $(grep -c '^step ' "$run/follow") steps"
+[ "$(grep '^step ' "$run/follow" | cut -d' ' -f2 | xargs)" = "1 2 3 4" ] || fail "--follow's step numbers"
 if /usr/bin/python3 -c "import matplotlib" 2>/dev/null; then
   "$bin/momoe-stats" "$run" --plot "$run/plot.png" > /dev/null || fail "--plot"
   [ -s "$run/plot.png" ] || fail "no PNG written"
