@@ -38,4 +38,19 @@ StepStatsInfo aggregate_step_stats(const std::vector<StepStatsInfo>& per_rank) {
   return out;
 }
 
+std::vector<std::pair<const char*, std::optional<double>>> evaluation_measures(
+    const StepStatsInfo& s) {
+  return {{"valid_ppl", s.valid_ppl},
+          {"test_ppl", s.test_ppl},
+          {"attacked_valid_ppl", s.attacked_valid_ppl},
+          {"attacked_test_ppl", s.attacked_test_ppl},
+          {"attack_rate", s.attack_rate},
+          {"valid_word_ppl", s.valid_word_ppl},
+          {"test_word_ppl", s.test_word_ppl},
+          {"valid_bits_per_byte", s.valid_bits_per_byte},
+          {"test_bits_per_byte", s.test_bits_per_byte},
+          {"valid_unknown_fraction", s.valid_unknown_fraction},
+          {"test_unknown_fraction", s.test_unknown_fraction}};
+}
+
 }  // namespace moe

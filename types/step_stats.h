@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/phase_timer.h"
@@ -47,5 +48,12 @@ struct StepStatsInfo {
 // Merges per-rank statistics of one step: counters add, losses are token-weighted, the slowest
 // rank's time counts, layers merge by position, and derived router fields are finalized.
 StepStatsInfo aggregate_step_stats(const std::vector<StepStatsInfo>& per_rank);
+
+// An evaluation record's measures by name, in one fixed order (valid_ppl, test_ppl,
+// attacked_valid_ppl, attacked_test_ppl, attack_rate, valid_word_ppl, test_word_ppl,
+// valid_bits_per_byte, test_bits_per_byte, valid_unknown_fraction, test_unknown_fraction): the
+// keys of its JSON line and of its TensorBoard scalars. Absent ones are nullopt.
+std::vector<std::pair<const char*, std::optional<double>>> evaluation_measures(
+    const StepStatsInfo& s);
 
 }  // namespace moe

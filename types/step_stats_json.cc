@@ -69,20 +69,9 @@ std::string step_stats_json(const StepStatsInfo& s) {
     j["eval_sequences"] = s.eval_sequences.value_or(0);
     if (s.eval_seconds) j["eval_seconds"] = *s.eval_seconds;
   }
-  const auto put = [&](const char* key, const std::optional<double>& v) {
+  for (const auto& [key, v] : evaluation_measures(s)) {
     if (v) j[key] = *v;
-  };
-  put("valid_ppl", s.valid_ppl);
-  put("test_ppl", s.test_ppl);
-  put("attacked_valid_ppl", s.attacked_valid_ppl);
-  put("attacked_test_ppl", s.attacked_test_ppl);
-  put("attack_rate", s.attack_rate);
-  put("valid_word_ppl", s.valid_word_ppl);
-  put("test_word_ppl", s.test_word_ppl);
-  put("valid_bits_per_byte", s.valid_bits_per_byte);
-  put("test_bits_per_byte", s.test_bits_per_byte);
-  put("valid_unknown_fraction", s.valid_unknown_fraction);
-  put("test_unknown_fraction", s.test_unknown_fraction);
+  }
   // NaN and infinity are not JSON: nlohmann writes null for them.
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }

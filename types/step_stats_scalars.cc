@@ -44,19 +44,10 @@ void add_training(const StepStatsInfo& s, std::vector<NamedScalar>* out) {
 
 void add_evaluation(const StepStatsInfo& s, std::vector<NamedScalar>* out) {
   const std::string prefix = s.eval_sequences.value_or(0) > 0 ? "eval_subset/" : "eval/";
-  const auto put = [&](const char* name, const std::optional<double>& v) {
+  for (const auto& [name, v] : evaluation_measures(s)) {
     if (v) out->push_back({prefix + name, *v});
-  };
-  put("valid_ppl", s.valid_ppl);
-  put("test_ppl", s.test_ppl);
-  put("attacked_valid_ppl", s.attacked_valid_ppl);
-  put("attacked_test_ppl", s.attacked_test_ppl);
-  put("attack_rate", s.attack_rate);
-  put("valid_word_ppl", s.valid_word_ppl);
-  put("test_word_ppl", s.test_word_ppl);
-  put("valid_bits_per_byte", s.valid_bits_per_byte);
-  put("test_bits_per_byte", s.test_bits_per_byte);
-  put("seconds", s.eval_seconds);
+  }
+  if (s.eval_seconds) out->push_back({prefix + "seconds", *s.eval_seconds});
 }
 
 }  // namespace

@@ -9,7 +9,7 @@
 //   evaluation     eval/ (whole splits) or eval_subset/ (the first eval_sequences of each split)
 //                  {valid_ppl, test_ppl, attacked_valid_ppl, attacked_test_ppl, attack_rate,
 //                  valid_word_ppl, test_word_ppl, valid_bits_per_byte, test_bits_per_byte,
-//                  seconds}, those the record has
+//                  valid_unknown_fraction, test_unknown_fraction, seconds}, those the record has
 //   rollback marker  none (the event file's SessionLog START says it)
 // The step is the record's own: the number of steps done (README, "One step numbering"), so that a
 // step's loss and the evaluation after it share a step.

@@ -27,7 +27,8 @@ from tensorboard.compat.proto import event_pb2
 
 PHASES = ("data", "forward", "backward", "exchange", "grad_sync", "optimizer")
 EVAL_KEYS = ("valid_ppl", "test_ppl", "attacked_valid_ppl", "attacked_test_ppl", "attack_rate",
-             "valid_word_ppl", "test_word_ppl", "valid_bits_per_byte", "test_bits_per_byte")
+             "valid_word_ppl", "test_word_ppl", "valid_bits_per_byte", "test_bits_per_byte",
+             "valid_unknown_fraction", "test_unknown_fraction")
 
 
 def fail(msg):
