@@ -1,7 +1,8 @@
 // Command-line flags of the momoe executables: "--name value" or "--name=value", repeatable flags,
-// and boolean switches. Unknown flags, missing values and bad numbers are errors that name the
-// flag; nothing is silently ignored. Every parser answers -h and --help with its usage (the
-// command's synopsis, its flags, its notes) on stdout and exit code 0, so no command can lack it.
+// and boolean switches. Unknown flags (the closest known ones suggested), missing values and bad
+// numbers are errors that name the flag; nothing is silently ignored. Every parser answers -h and
+// --help with its usage (the command's synopsis, its flags, its notes) on stdout and exit code 0,
+// so no command can lack it.
 #pragma once
 
 #include <map>

@@ -588,6 +588,10 @@ inputs)
   expect_code 2 "--window" "$bin/momoe-stats" "$run/ok" --window 0
   expect_code 2 "4abc" "$bin/momoe-launch" -np 4abc -- true
   expect_code 2 "--ep" "$bin/momoe-train" --config "$config" --ep 0
+  # Typos get the closest known names; a bad --set value is blamed on its --set, not the file.
+  expect_code 2 "did you mean train.steps?" "$bin/momoe-train" --config "$config" --set train.step=10
+  expect_code 2 "did you mean --run-dir?" "$bin/momoe-train" --config "$config" --run-dirr "$run/t"
+  expect_code 2 "--set 'train.steps=-5': train.steps" "$bin/momoe-train" --config "$config" --set train.steps=-5
   expect_code 2 "$run" "$bin/momoe-train" --config "$run"
   expect_code 2 "MOMOE_FAULT_RANK" env MOMOE_FAULT_RANK=abc "$bin/momoe-train" --config "$config" --run-dir "$run/f" --set data.cache_dir="$cache"
   expect_code 2 "--resume-from" "$bin/momoe-train" --config "$config" --fresh --resume-from "$ck"
