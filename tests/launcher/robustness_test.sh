@@ -601,6 +601,13 @@ inputs)
   mkdir "$run/a_dir"
   expect_code 2 "$run/a_dir" "$bin/momoe-train" --config "$config" --run-dir "$run/c1" --set data.valid="$run/a_dir"
   expect_code 2 "/dev/null" "$bin/momoe-train" --config "$config" --run-dir "$run/c1" --set data.test=/dev/null
+  # A text file as the dataset, a folder as the text: what to set instead, with momoe-data.
+  expect_code 2 "set data.train=$config" "$bin/momoe-train" --config "$config" --run-dir "$run/c1" --set data.dataset="$config"
+  expect_in "$run/err" "momoe-data prepare --train $config --out NEW_DIR"
+  no_splits=(--set data.valid= --set data.test=)
+  expect_code 2 "momoe-data prepare --train $run/a_dir --out NEW_DIR" "$bin/momoe-train" --config "$config" --run-dir "$run/c1" --set data.train="$run/a_dir" "${no_splits[@]}"
+  mkdir "$run/prepared" && touch "$run/prepared/index.json"
+  expect_code 2 "data.dataset=$run/prepared" "$bin/momoe-train" --config "$config" --run-dir "$run/c1" --set data.train="$run/prepared" "${no_splits[@]}"
   # momoe-eval's JSON line parses whatever the paths hold.
   weird="$run/we\"ird\\dir"
   mkdir -p "$weird" && cp -r "$ck" "$weird/" && cp "$(dirname "$config")/../../data/brown/test.txt.gz" "$weird/t\"x.txt.gz"
