@@ -209,6 +209,7 @@ inputs_mpi)
     grep -qF -- "$needle" "$run/err" || { cat "$run/err"; fail "mpirun -np $np $*: no '$needle'"; }
   }
   expect_mpi 3 "train.batch_size"  # 8 is not divisible by 3 ranks
+  expect_no_file "$run/mpi_in" "the run directory created by a refused run"
   expect_mpi 2 "--ep 4" --ep 4  # larger than the world size
   # Ranks started with different configs (mpirun's MPMD form).
   one=("$bin/momoe-train" --config "$config" --run-dir "$run/mpi_in" --set data.cache_dir="$cache")
@@ -601,6 +602,13 @@ inputs)
   mkdir "$run/a_dir"
   expect_code 2 "$run/a_dir" "$bin/momoe-train" --config "$config" --run-dir "$run/c1" --set data.valid="$run/a_dir"
   expect_code 2 "/dev/null" "$bin/momoe-train" --config "$config" --run-dir "$run/c1" --set data.test=/dev/null
+  # A run refused before training leaves no run directory that it created (its token cache
+  # inside included, the new parent too), and leaves one that existed as it was.
+  expect_code 2 "model.vocab_size" "$bin/momoe-train" --config "$config" --run-dir "$run/new/refused" --set model.vocab_size=7
+  expect_no_file "$run/new" "the run directory (and its parent) created by a refused run"
+  mkdir "$run/existing" && echo keep > "$run/existing/mine"
+  expect_code 2 "model.vocab_size" "$bin/momoe-train" --config "$config" --run-dir "$run/existing" --set model.vocab_size=7
+  expect_file "$run/existing/mine" "a file of a run directory that existed before a refused run"
   # A text file as the dataset, a folder as the text: what to set instead, with momoe-data.
   expect_code 2 "set data.train=$config" "$bin/momoe-train" --config "$config" --run-dir "$run/c1" --set data.dataset="$config"
   expect_in "$run/err" "momoe-data prepare --train $config --out NEW_DIR"
