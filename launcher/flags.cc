@@ -72,7 +72,7 @@ std::optional<int> FlagParser::parse_or_exit_code(int argc, char** argv) {
     std::fputs(usage().c_str(), stdout);
     return 0;
   }
-  if (!parsed.ok()) return exit_with(parsed);
+  if (!parsed.ok()) return exit_with_job_wide(parsed);
   return std::nullopt;
 }
 

@@ -208,6 +208,15 @@ inputs_mpi)
     [ "$rc" -eq 2 ] || { cat "$run/err"; fail "mpirun -np $np $*: exit $rc, expected 2"; }
     grep -qF -- "$needle" "$run/err" || { cat "$run/err"; fail "mpirun -np $np $*: no '$needle'"; }
   }
+  # A config or flag error that every rank finds before the world exists is printed once, by
+  # rank 0; each rank's own line, at debug level, carries its own rank (not r0 on every rank).
+  expect_mpi 2 "did you mean train.steps?" --set train.step=1
+  [ "$(grep -c "no field 'step'" "$run/err")" -eq 1 ] || { cat "$run/err"; fail "a config error printed by more than one rank"; }
+  expect_in "$run/err" "[momoe r0 E"
+  expect_mpi 2 "did you mean --run-dir?" --run-dirr x
+  [ "$(grep -c "unknown flag" "$run/err")" -eq 1 ] || { cat "$run/err"; fail "a flag error printed by more than one rank"; }
+  expect_mpi 2 "[momoe r1 D" --set train.step=1 --log-level debug
+  expect_in "$run/err" "[momoe r0 E"
   expect_mpi 3 "train.batch_size"  # 8 is not divisible by 3 ranks
   expect_no_file "$run/mpi_in" "the run directory created by a refused run"
   expect_mpi 2 "--ep 4" --ep 4  # larger than the world size
