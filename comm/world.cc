@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,19 @@ bool launched_by_mpi() {
     if (std::getenv(var) != nullptr) return true;
   }
   return false;
+}
+
+int launcher_rank() {
+  for (const char* var : {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"}) {
+    const char* v = std::getenv(var);
+    if (v == nullptr || *v == '\0') continue;
+    char* end = nullptr;
+    const long rank = std::strtol(v, &end, 10);
+    if (*end == '\0' && rank >= 0 && rank <= std::numeric_limits<int>::max()) {
+      return static_cast<int>(rank);
+    }
+  }
+  return 0;
 }
 
 namespace {

@@ -26,6 +26,10 @@ struct World {
 
 // True when the environment says this process is one of several launched by mpirun or srun.
 bool launched_by_mpi();
+// This process's rank in the job as the launcher's environment gives it (OMPI_COMM_WORLD_RANK,
+// PMI_RANK, PMIX_RANK, SLURM_PROCID, the first that holds a number), 0 when none does: for
+// messages before the world exists (make_world's rank is the one that counts).
+int launcher_rank();
 StatusOr<World> make_world(int* argc, char*** argv, CommBackend backend, double timeout_seconds,
                            DeviceKind device = DeviceKind::kCpu);
 // True when this build has the NCCL backend.

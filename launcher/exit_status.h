@@ -43,4 +43,17 @@ inline int exit_with(const Status& s, comm::Communicator* comm = nullptr) {
   return code;
 }
 
+// An error that every rank of a job finds alike before the world exists (a bad flag, a bad
+// config: each rank reads the same ones): printed once, by rank 0 (log_rank(), the launcher's
+// rank until the world exists), the other ranks logging it at debug level only (--log-level
+// debug shows theirs, e.g. for a config file missing on one host only). Exits as exit_with.
+inline int exit_with_job_wide(const Status& s) {
+  if (log_rank() == 0) {
+    log_error(s.to_string());
+  } else {
+    log_debug(s.to_string());
+  }
+  return exit_code_of(s);
+}
+
 }  // namespace moe

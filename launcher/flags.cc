@@ -7,6 +7,7 @@
 #include <sstream>
 #include <utility>
 
+#include "base/did_you_mean.h"
 #include "launcher/exit_status.h"
 
 namespace moe {
@@ -44,7 +45,10 @@ Status FlagParser::parse(int argc, char** argv) {
       inline_value = true;
     }
     auto it = specs_.find(name);
-    if (it == specs_.end()) return invalid_argument_error("unknown flag --", name, " (see --help)");
+    if (it == specs_.end()) {
+      return invalid_argument_error("unknown flag --", name, did_you_mean(name, order_, "--"),
+                                    "; see --help");
+    }
     if (!it->second.takes_value) {
       if (inline_value) return invalid_argument_error("--", name, " takes no value");
       values_[name].push_back("1");
@@ -68,7 +72,7 @@ std::optional<int> FlagParser::parse_or_exit_code(int argc, char** argv) {
     std::fputs(usage().c_str(), stdout);
     return 0;
   }
-  if (!parsed.ok()) return exit_with(parsed);
+  if (!parsed.ok()) return exit_with_job_wide(parsed);
   return std::nullopt;
 }
 

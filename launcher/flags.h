@@ -1,7 +1,8 @@
 // Command-line flags of the momoe executables: "--name value" or "--name=value", repeatable flags,
-// and boolean switches. Unknown flags, missing values and bad numbers are errors that name the
-// flag; nothing is silently ignored. Every parser answers -h and --help with its usage (the
-// command's synopsis, its flags, its notes) on stdout and exit code 0, so no command can lack it.
+// and boolean switches. Unknown flags (the closest known ones suggested), missing values and bad
+// numbers are errors that name the flag; nothing is silently ignored. Every parser answers -h and
+// --help with its usage (the command's synopsis, its flags, its notes) on stdout and exit code 0,
+// so no command can lack it.
 #pragma once
 
 #include <map>
@@ -28,8 +29,8 @@ class FlagParser {
   Status parse(int argc, char** argv);
 
   // How every command starts: parse(), then for -h/--help the usage on stdout (exit code 0), for
-  // a bad flag its error logged (exit code 2). Returns that exit code, or nullopt when the
-  // command goes on.
+  // a bad flag its error logged (by rank 0 of a job only: exit_with_job_wide; exit code 2). Returns
+  // that exit code, or nullopt when the command goes on.
   std::optional<int> parse_or_exit_code(int argc, char** argv);
 
   bool help_requested() const { return help_requested_; }

@@ -102,28 +102,43 @@ void write_last_evaluation(std::ostream& os, const StepStatsInfo& e) {
 }
 
 // Writes where the time of a step goes (the mean over the steps of train[from..] recorded with
-// their phases; nothing when none was).
+// their phases; nothing when none was). "other" is each step's time less its phases, averaged.
+// A record's phases are each the slowest rank's (aggregate_step_stats), and the slowest rank may
+// differ from phase to phase, so they can add up to more than the step: such a step counts 0
+// there (never a negative time), and a note says how many did and by how much.
 void write_phase_times(std::ostream& os, const TrainSteps& train, size_t from) {
   PhaseSecondsArray phases{};
-  double step_seconds = 0;
-  int64_t timed = 0;
+  double step_seconds = 0, other = 0, most_over = 0;
+  int64_t timed = 0, over = 0;
   for (size_t i = from; i < train.size(); ++i) {
     if (!train[i]->phases) continue;
-    for (int p = 0; p < kNumPhases; ++p) phases[p] += (*train[i]->phases)[p];
+    double accounted = 0;
+    for (int p = 0; p < kNumPhases; ++p) {
+      const double seconds = (*train[i]->phases)[p];
+      phases[p] += seconds;
+      if (static_cast<Phase>(p) != Phase::kExchange) accounted += seconds;  // within backward
+    }
+    const double rest = train[i]->step_seconds - accounted;
+    if (rest < 0) {
+      ++over;
+      most_over = std::max(most_over, -rest);
+    }
+    other += std::max(0.0, rest);
     step_seconds += train[i]->step_seconds;
     ++timed;
   }
   if (timed == 0) return;
   const auto ms = [&](Phase p) { return 1e3 * phases[static_cast<int>(p)] / timed; };
-  double accounted = 0;
-  for (int p = 0; p < kNumPhases; ++p) {
-    if (static_cast<Phase>(p) != Phase::kExchange) accounted += phases[p];
-  }
   os << std::setprecision(1) << "time per step (mean of the last " << timed
      << "): " << 1e3 * step_seconds / timed << " ms = data " << ms(Phase::kData) << " + forward "
      << ms(Phase::kForward) << " + backward " << ms(Phase::kBackward) << " (MoE exchange "
      << ms(Phase::kExchange) << " of them) + grad sync " << ms(Phase::kGradSync) << " + optimizer "
-     << ms(Phase::kOptimizer) << " + other " << 1e3 * (step_seconds - accounted) / timed << " ms\n";
+     << ms(Phase::kOptimizer) << " + other " << 1e3 * other / timed << " ms\n";
+  if (over > 0) {
+    os << "  (in " << over << " of these steps the phases, each the slowest rank's, add up to "
+       << "more than the step, by up to " << 1e3 * most_over
+       << " ms: the slowest rank differs between phases; \"other\" counts 0 for them)\n";
+  }
 }
 
 // Writes the table of each layer's statistics, the mean over train[from..].

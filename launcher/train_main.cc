@@ -153,6 +153,9 @@ int train(const RunConfig& cfg, TrainerOptions opts, comm::World* world) {
 }
 
 int run(int argc, char** argv) {
+  // Until the world exists, messages carry the rank the launcher gave this process (and bad
+  // input is printed by rank 0 only: exit_with).
+  set_log_rank(comm::launcher_rank());
   install_stop_signal_handlers();
   data::use_momoe_data_for_sentencepiece();  // a SentencePiece corpus is prepared by momoe-data
   FlagParser flags("usage: momoe-train --config FILE [flags]\n",
@@ -163,7 +166,7 @@ int run(int argc, char** argv) {
   define_train_flags(&flags);
   if (std::optional<int> code = flags.parse_or_exit_code(argc, argv)) return *code;
   StatusOr<RunConfig> cfg = load_config_from_flags(flags);
-  if (!cfg.ok()) return fail(cfg.status(), nullptr);
+  if (!cfg.ok()) return exit_with_job_wide(cfg.status());  // the same on every rank
   if (flags.has("print-config")) {
     std::printf("%s%s", kPrintedConfigHeader, cfg->text.c_str());
     return 0;

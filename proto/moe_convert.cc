@@ -1,9 +1,14 @@
 #include "proto/moe_convert.h"
 
+#include <google/protobuf/descriptor.h>
 #include <google/protobuf/io/tokenizer.h>
 #include <google/protobuf/text_format.h>
 
+#include <string>
+#include <vector>
+
 #include "base/check.h"
+#include "base/did_you_mean.h"
 #include "proto/moe_convert_pb.h"
 
 namespace moe {
@@ -23,6 +28,26 @@ class ErrorCollector : public google::protobuf::io::ErrorCollector {
   std::string first_;
 };
 
+// For protobuf's `Message type "momoe.TrainConfig" has no field named "stepz".`: the closest
+// fields of that message (" (did you mean steps?)"), else "".
+std::string suggest_field(const std::string& error, const google::protobuf::Message& msg) {
+  const std::string type_mark = "Message type \"", field_mark = "\" has no field named \"";
+  const size_t type_at = error.find(type_mark);
+  const size_t field_at = error.find(field_mark);
+  if (type_at == std::string::npos || field_at == std::string::npos || field_at < type_at)
+    return "";
+  const std::string type =
+      error.substr(type_at + type_mark.size(), field_at - type_at - type_mark.size());
+  const size_t name_at = field_at + field_mark.size();
+  const std::string name = error.substr(name_at, error.find('"', name_at) - name_at);
+  const google::protobuf::Descriptor* d =
+      msg.GetDescriptor()->file()->pool()->FindMessageTypeByName(type);
+  if (d == nullptr) return "";
+  std::vector<std::string> fields;
+  for (int i = 0; i < d->field_count(); ++i) fields.push_back(d->field(i)->name());
+  return did_you_mean(name, fields);
+}
+
 }  // namespace
 
 Status parse_text_proto(const std::string& text, const std::string& where,
@@ -32,7 +57,8 @@ Status parse_text_proto(const std::string& text, const std::string& where,
   parser.RecordErrorsTo(&errors);
   if (!parser.ParseFromString(text, msg)) {
     return invalid_argument_error(where, ": ",
-                                  errors.first().empty() ? "cannot parse" : errors.first());
+                                  errors.first().empty() ? "cannot parse" : errors.first(),
+                                  suggest_field(errors.first(), *msg));
   }
   return Status::OK();
 }

@@ -4,10 +4,13 @@
 #include <google/protobuf/io/tokenizer.h>
 #include <google/protobuf/text_format.h>
 
+#include <cctype>
 #include <cmath>
+#include <regex>
 #include <utility>
 
 #include "base/check.h"
+#include "base/did_you_mean.h"
 #include "io/file_util.h"
 #include "proto/moe_convert_pb.h"
 #include "proto/train.pb.h"
@@ -73,8 +76,11 @@ Status apply_override(const std::string& assignment, Message* root) {
         path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
     const FieldDescriptor* field = msg->GetDescriptor()->FindFieldByName(name);
     if (field == nullptr) {
-      return invalid_argument_error("--set '", assignment, "': ", msg->GetDescriptor()->full_name(),
-                                    " has no field '", name, "'");
+      std::vector<std::string> fields;
+      const google::protobuf::Descriptor* d = msg->GetDescriptor();
+      for (int i = 0; i < d->field_count(); ++i) fields.push_back(d->field(i)->name());
+      return invalid_argument_error("--set '", assignment, "': ", d->full_name(), " has no field '",
+                                    name, "'", did_you_mean(name, fields, path.substr(0, start)));
     }
     if (field->is_repeated()) {
       return invalid_argument_error("--set '", assignment, "': '", name,
@@ -411,36 +417,34 @@ Status convert_parallel(const momoe::ParallelConfig& p, ParallelConfig* out) {
 }
 
 // data.tokenizer: a SentencePiece model, trained or given.
-Status convert_tokenizer(const momoe::TokenizerConfig& tk, const std::string& source,
-                         DataConfig* out) {
+Status convert_tokenizer(const momoe::TokenizerConfig& tk, DataConfig* out) {
   out->sentencepiece = tk.kind() == momoe::TokenizerConfig::SENTENCEPIECE;
   if (tk.has_model()) out->sp_model = tk.model();
   if (tk.has_model_type()) out->sp_model_type = tk.model_type();
   if (tk.has_vocab_size()) out->sp_vocab_size = tk.vocab_size();
   if (tk.has_max_sentences()) out->sp_max_sentences = tk.max_sentences();
   if (out->sp_model_type != "bpe" && out->sp_model_type != "unigram") {
-    return invalid_argument_error(source, ": data.tokenizer.model_type = '", out->sp_model_type,
+    return invalid_argument_error("data.tokenizer.model_type = '", out->sp_model_type,
                                   "' is not one of bpe, unigram");
   }
   if (out->sp_vocab_size <= 260) {
-    return invalid_argument_error(source, ": data.tokenizer.vocab_size = ", out->sp_vocab_size,
+    return invalid_argument_error("data.tokenizer.vocab_size = ", out->sp_vocab_size,
                                   " is outside the allowed range (260, inf) (3 special pieces "
                                   "and 256 bytes)");
   }
   if (out->sp_max_sentences < 0) {
-    return invalid_argument_error(source,
-                                  ": data.tokenizer.max_sentences = ", out->sp_max_sentences,
+    return invalid_argument_error("data.tokenizer.max_sentences = ", out->sp_max_sentences,
                                   " is outside the allowed range [0, inf)");
   }
   if (!out->sentencepiece && tk.has_model() && !tk.model().empty()) {
-    return invalid_argument_error(source, ": data.tokenizer.model names a SentencePiece model (",
-                                  tk.model(), ") but data.tokenizer.kind is not SENTENCEPIECE");
+    return invalid_argument_error("data.tokenizer.model names a SentencePiece model (", tk.model(),
+                                  ") but data.tokenizer.kind is not SENTENCEPIECE");
   }
   return Status::OK();
 }
 
 // data.*: the corpus or prepared dataset, the vocabulary, the cache and the tokenizer.
-Status convert_data(const momoe::DataConfig& d, const std::string& source, DataConfig* out) {
+Status convert_data(const momoe::DataConfig& d, DataConfig* out) {
   // Your own training text with the bundled evaluation splits would evaluate on Brown without a
   // word: a user's corpus names its own (or "" for none).
   if (d.has_train() && d.train() != DataConfig().train && (!d.has_valid() || !d.has_test())) {
@@ -449,7 +453,7 @@ Status convert_data(const momoe::DataConfig& d, const std::string& source, DataC
                                 : !d.has_valid() ? "data.valid is"
                                                  : "data.test is";
     return invalid_argument_error(
-        source, ": data.train names your corpus (", d.train(), ") but ", missing,
+        "data.train names your corpus (", d.train(), ") but ", missing,
         " not set, so the run would evaluate on the bundled Brown text: set ", both ? "them" : "it",
         " to held-out text of your corpus, or to \"\" to train without evaluating on ",
         both ? "them" : "it");
@@ -464,7 +468,7 @@ Status convert_data(const momoe::DataConfig& d, const std::string& source, DataC
           std::pair{"data.test", &d.test()}}) {
       if (!value->empty()) {
         return invalid_argument_error(
-            source, ": data.dataset (", d.dataset(), ") and ", field, " (", *value,
+            "data.dataset (", d.dataset(), ") and ", field, " (", *value,
             ") are both set: a prepared dataset brings its own train, valid and test splits; "
             "unset ",
             field, " (or prepare a dataset with that text)");
@@ -478,7 +482,7 @@ Status convert_data(const momoe::DataConfig& d, const std::string& source, DataC
   if (d.has_vocab_max_size()) out->vocab_max_size = d.vocab_max_size();
   if (d.has_vocab_min_count()) out->vocab_min_count = d.vocab_min_count();
   if (d.has_cache_dir()) out->cache_dir = d.cache_dir();
-  if (d.has_tokenizer()) MOE_RETURN_IF_ERROR(convert_tokenizer(d.tokenizer(), source, out));
+  if (d.has_tokenizer()) MOE_RETURN_IF_ERROR(convert_tokenizer(d.tokenizer(), out));
   if (out->vocab_max_size < 0) {
     return invalid_argument_error("data.vocab_max_size = ", out->vocab_max_size,
                                   " is outside the allowed range [0, inf)");
@@ -490,32 +494,71 @@ Status convert_data(const momoe::DataConfig& d, const std::string& source, DataC
   return Status::OK();
 }
 
+namespace {
+
+// The protobuf message (the file read, the overrides applied) converted and validated. Errors
+// name the field, not where its value came from (blame_source adds that).
+StatusOr<RunConfig> convert_run_config(const momoe::RunConfig& msg) {
+  MOE_RETURN_IF_ERROR(check_finite(msg, ""));
+  RunConfig cfg;
+  MOE_RETURN_IF_ERROR(convert_parallel(msg.parallel(), &cfg.parallel));
+  MOE_RETURN_IF_ERROR(convert_data(msg.data(), &cfg.data));
+  MOE_RETURN_IF_ERROR(convert_model(msg.model(), &cfg.model));
+  MOE_RETURN_IF_ERROR(convert_train(msg.train(), &cfg.train));
+  if (cfg.parallel.backend == CommBackend::kNccl && cfg.train.device != DeviceKind::kCuda) {
+    return invalid_argument_error(
+        "parallel.backend = NCCL moves device memory between GPUs and needs train.device = CUDA "
+        "(CPU ranks use the MPI backend)");
+  }
+  // Everything but the vocabulary size can be checked now.
+  ModelConfig probe = cfg.model;
+  if (probe.vocab_size == 0) probe.vocab_size = 2;
+  MOE_RETURN_IF_ERROR(probe.validate(cfg.parallel.ep));
+  return cfg;
+}
+
+// Whether `message` names the field `path` ("train.steps" in "train.steps = -5 is ...", not in
+// "train.steps_x" nor "model.train.steps").
+bool names_field(const std::string& message, const std::string& path) {
+  const auto word = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
+  for (size_t at = message.find(path); at != std::string::npos; at = message.find(path, at + 1)) {
+    const size_t end = at + path.size();
+    const bool starts = at == 0 || (!word(message[at - 1]) && message[at - 1] != '.');
+    if (starts && (end == message.size() || !word(message[end]))) return true;
+  }
+  return false;
+}
+
+// A validation error in the words of where the offending value came from: the last --set (or
+// --ep) that assigned a field the message names, else the config file.
+Status blame_source(const Status& error, const std::string& source,
+                    const std::vector<std::string>& overrides, int ep_size) {
+  if (ep_size > 0 && names_field(error.message(), "parallel.ep")) {
+    return error.with_context(str_cat("--ep ", ep_size));
+  }
+  // A block's MoE field ("model.blocks[1].moe.top_k") takes its default from model.moe.
+  static const std::regex kBlockMoe(R"(model\.blocks\[[0-9]+\]\.moe\.)");
+  const std::string plain = std::regex_replace(error.message(), kBlockMoe, "model.moe.");
+  for (auto o = overrides.rbegin(); o != overrides.rend(); ++o) {
+    const std::string path = o->substr(0, o->find('='));
+    if (names_field(error.message(), path) || names_field(plain, path)) {
+      return error.with_context(str_cat("--set '", *o, "'"));
+    }
+  }
+  return error.with_context(source);
+}
+
+}  // namespace
+
 StatusOr<RunConfig> parse_run_config(const std::string& text, const std::string& source,
                                      const std::vector<std::string>& overrides, int ep_size) {
   momoe::RunConfig msg;
   MOE_RETURN_IF_ERROR(proto_internal::parse_text_proto(text, source, &msg));
   for (const std::string& o : overrides) MOE_RETURN_IF_ERROR(apply_override(o, &msg));
-  MOE_RETURN_IF_ERROR(check_finite(msg, "").with_context(source));
   if (ep_size > 0) msg.mutable_parallel()->set_ep(ep_size);
-
-  RunConfig cfg;
-  MOE_RETURN_IF_ERROR(convert_parallel(msg.parallel(), &cfg.parallel));
-  MOE_RETURN_IF_ERROR(convert_data(msg.data(), source, &cfg.data));
-
-  MOE_RETURN_IF_ERROR(convert_model(msg.model(), &cfg.model).with_context(source));
-  MOE_RETURN_IF_ERROR(convert_train(msg.train(), &cfg.train).with_context(source));
-  if (cfg.parallel.backend == CommBackend::kNccl && cfg.train.device != DeviceKind::kCuda) {
-    return invalid_argument_error(
-        source,
-        ": parallel.backend = NCCL moves device memory between GPUs and needs "
-        "train.device = CUDA (CPU ranks use the MPI backend)");
-  }
-  // Everything but the vocabulary size can be checked now.
-  ModelConfig probe = cfg.model;
-  if (probe.vocab_size == 0) probe.vocab_size = 2;
-  MOE_RETURN_IF_ERROR(probe.validate(cfg.parallel.ep).with_context(source));
-
-  cfg.text = resolved_config_text(cfg);
+  StatusOr<RunConfig> cfg = convert_run_config(msg);
+  if (!cfg.ok()) return blame_source(cfg.status(), source, overrides, ep_size);
+  cfg->text = resolved_config_text(*cfg);
   return cfg;
 }
 

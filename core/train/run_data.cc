@@ -26,6 +26,44 @@ std::string cache_dir_of(const RunConfig& cfg, const std::string& run_dir) {
   return cfg.data.cache_dir.empty() ? run_dir + "/cache" : cfg.data.cache_dir;
 }
 
+// The data paths of the config of the right kind: data.dataset a folder, the texts files. A text
+// file named as the dataset or a folder named as a text is refused with what to set instead.
+Status check_data_path_kinds(const DataConfig& data) {
+  std::error_code ec;
+  const std::string& dataset = data.dataset;
+  if (!dataset.empty() && std::filesystem::exists(dataset, ec) &&
+      !std::filesystem::is_directory(dataset, ec)) {
+    return invalid_argument_error(
+        "data.dataset = ", dataset,
+        " is a text file, not a prepared dataset (a folder made by momoe-data prepare): to "
+        "train on the text itself, set data.train=",
+        dataset,
+        " (with data.valid and data.test) instead of data.dataset; or prepare it once with "
+        "`momoe-data prepare --train ",
+        dataset, " --out NEW_DIR` (NEW_DIR a new directory) and set data.dataset=NEW_DIR");
+  }
+  for (const auto& [field, path] :
+       {std::pair{"data.train", &data.train}, std::pair{"data.valid", &data.valid},
+        std::pair{"data.test", &data.test}}) {
+    if (path->empty() || !std::filesystem::is_directory(*path, ec)) continue;
+    if (std::filesystem::exists(*path + "/" + data::kDatasetIndexFile, ec)) {
+      return invalid_argument_error(
+          field, " = ", *path,
+          " is a directory, not a text file; it holds a prepared dataset: train from it with "
+          "data.dataset=",
+          *path, " (and unset data.train, data.valid and data.test)");
+    }
+    return invalid_argument_error(
+        field, " = ", *path,
+        " is a directory, not a text file: prepare the text files in it once with `momoe-data "
+        "prepare --train ",
+        *path,
+        " --out NEW_DIR` (folders are read whole; --valid and --test for the held-out "
+        "text), then train with data.dataset=NEW_DIR");
+  }
+  return Status::OK();
+}
+
 // Text files with a SentencePiece tokenizer: prepared (the model trained, the text tokenized) once
 // into the cache, keyed by the files' identities and the tokenizer options, then read as a
 // dataset. A preparation interrupted by a kill resumes.
@@ -85,6 +123,7 @@ StatusOr<std::unique_ptr<RunData>> prepare_in_cache(const RunConfig& cfg,
 
 StatusOr<std::unique_ptr<RunData>> load_here(const RunConfig& cfg, const std::string& run_dir,
                                              bool verify, const std::function<bool()>& stop) {
+  MOE_RETURN_IF_ERROR(check_data_path_kinds(cfg.data));
   if (!cfg.data.dataset.empty()) {
     auto d = std::make_unique<RunData>();
     MOE_ASSIGN_OR_RETURN(d->corpus, data::open_dataset(cfg.data.dataset, verify));

@@ -33,12 +33,38 @@ std::map<std::string, std::string> corpus_fingerprints(const data::TokenizedCorp
 
 StatusOr<std::unique_ptr<RunSession>> RunSession::open(const SessionOptions& opts,
                                                        comm::Communicator* world) {
-  std::error_code ec;
-  std::filesystem::create_directories(opts.run_dir, ec);
-  if (ec) return internal_error("cannot create run directory ", opts.run_dir, ": ", ec.message());
   std::unique_ptr<RunSession> s(new RunSession(opts, world));
-  MOE_RETURN_IF_ERROR(agree(world, s->leader() ? s->take_run_directory() : Status::OK()));
+  // Rank 0 first: on a file system the ranks share, the directory is rank 0's to remove.
+  Status taken = Status::OK();
+  if (s->leader()) {
+    taken = s->create_run_directory();
+    if (taken.ok()) taken = s->take_run_directory();
+  }
+  MOE_RETURN_IF_ERROR(agree(world, taken));
+  if (!s->leader()) MOE_RETURN_IF_ERROR(s->create_run_directory());
   return s;
+}
+
+Status RunSession::create_run_directory() {
+  std::error_code ec;
+  for (std::filesystem::path p = std::filesystem::path(opts_.run_dir).lexically_normal();
+       !p.empty() && !std::filesystem::exists(p, ec); p = p.parent_path()) {
+    created_.push_back(p.string());
+    if (p == p.parent_path()) break;
+  }
+  std::filesystem::create_directories(opts_.run_dir, ec);
+  if (ec) return internal_error("cannot create run directory ", opts_.run_dir, ": ", ec.message());
+  return Status::OK();
+}
+
+void RunSession::discard_created_directory() {
+  if (created_.empty()) return;
+  lock_.reset();  // released before its file goes
+  std::error_code ec;
+  std::filesystem::remove_all(created_[0], ec);
+  // The parents it created, only while empty (another job may have put its run there).
+  for (size_t i = 1; i < created_.size(); ++i) std::filesystem::remove(created_[i], ec);
+  created_.clear();
 }
 
 void RunSession::say(const std::string& line) const {

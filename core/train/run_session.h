@@ -49,8 +49,8 @@ std::map<std::string, std::string> corpus_fingerprints(const data::TokenizedCorp
 
 class RunSession {
  public:
-  // Creates the run directory; rank 0 takes it (lock, crash recovery, --fresh archiving).
-  // Collective over world (nullable).
+  // Creates the run directory (rank 0 first); rank 0 takes it (lock, crash recovery, --fresh
+  // archiving). Collective over world (nullable).
   static StatusOr<std::unique_ptr<RunSession>> open(const SessionOptions& opts,
                                                     comm::Communicator* world);
 
@@ -68,10 +68,16 @@ class RunSession {
 
   // Rank 0's note on the progress stream ("momoe: " + line).
   void say(const std::string& line) const;
+  // For a run refused before training: removes the run directory (whatever it holds, the token
+  // cache included) when open() created it on this rank, with the parents it created that are
+  // still empty; a directory that existed before is left alone. The lock is released first.
+  void discard_created_directory();
 
  private:
   RunSession(const SessionOptions& opts, comm::Communicator* world) : opts_(opts), world_(world) {}
   bool leader() const { return world_ == nullptr || world_->rank() == 0; }
+  // Creates the run directory and its missing parents, noting them (created_).
+  Status create_run_directory();
   Status take_run_directory();  // rank 0
   // Rank 0, resuming with no checkpoint named: when the directory has statistics but no
   // checkpoint (a run killed before its first save), moves them to archive/ and says that this
@@ -87,6 +93,8 @@ class RunSession {
   SessionOptions opts_;
   comm::Communicator* world_;
   std::optional<RunDirectoryLock> lock_;  // rank 0
+  // The directories this rank created: the run directory, then its new parents upwards.
+  std::vector<std::string> created_;
   Lineage lineage_;
 };
 

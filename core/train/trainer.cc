@@ -51,8 +51,16 @@ Trainer::~Trainer() = default;
 StatusOr<std::unique_ptr<Trainer>> Trainer::create(const RunConfig& cfg, const TrainerOptions& opts,
                                                    comm::Communicator* world) {
   std::unique_ptr<Trainer> t(new Trainer(cfg, opts, world));
-  MOE_RETURN_IF_ERROR(t->setup());
-  return t;
+  const Status set_up = t->setup();
+  if (set_up.ok()) return t;
+  // A refused run leaves no run directory behind that it created (one stopped by a signal keeps
+  // its partly prepared data: the rerun resumes it). The trainer's files are closed first.
+  std::unique_ptr<RunSession> session = std::move(t->session_);
+  t.reset();
+  if (session != nullptr && set_up.code() != StatusCode::kAborted) {
+    session->discard_created_directory();
+  }
+  return set_up;
 }
 
 Status Trainer::setup() {

@@ -93,7 +93,9 @@ struct EvalReport {
 class Trainer {
  public:
   // world: nullable for a single process. Collective: checks the config across ranks, loads the
-  // data, builds and initialises the model (or restores the newest checkpoint).
+  // data, builds and initialises the model (or restores the newest checkpoint). A run refused
+  // here (not one stopped by a signal) removes the run directory when this call created it
+  // (RunSession::discard_created_directory); one that existed is left as it was.
   static StatusOr<std::unique_ptr<Trainer>> create(const RunConfig& cfg, const TrainerOptions& opts,
                                                    comm::Communicator* world);
   ~Trainer();

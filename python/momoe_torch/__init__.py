@@ -9,9 +9,12 @@
 Needs only torch and numpy (safetensors are read with numpy).
 """
 
-from .data import read_split, read_token_file
+from .data import TokenizerMismatchError, read_split, read_token_file
 from .evaluate import perplexity
 from .model import MomoeLM, load
 from .safetensors_numpy import read_safetensors
 
-__all__ = ["MomoeLM", "load", "perplexity", "read_split", "read_token_file", "read_safetensors"]
+__all__ = [
+    "MomoeLM", "TokenizerMismatchError", "load", "perplexity", "read_split", "read_token_file",
+    "read_safetensors",
+]

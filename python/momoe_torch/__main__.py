@@ -1,6 +1,7 @@
 """python3 -m momoe_torch --model EXPORTED --dataset PREPARED [--split valid] [--max-sequences N]
 
-Prints one JSON line with the perplexity (the same as momoe-eval's on the same tokens)."""
+Prints one JSON line with the perplexity (the same as momoe-eval's on the same tokens). A dataset
+tokenized with another tokenizer than the model's is refused: the reason on stderr, exit code 2."""
 
 import argparse
 import json
@@ -8,12 +9,12 @@ import sys
 
 import torch
 
-from . import load, perplexity, read_split
+from . import TokenizerMismatchError, load, perplexity, read_split
 from .replay import RoutingReplay
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python3 -m momoe_torch", description=__doc__.split("\n")[2])
+    parser = argparse.ArgumentParser(prog="python3 -m momoe_torch", description=" ".join(__doc__.split("\n")[2:]))
     parser.add_argument("--model", required=True, help="a momoe-export folder")
     parser.add_argument("--dataset", required=True, help="a momoe-data prepare folder")
     parser.add_argument("--split", default="valid", help="train, valid or test (default valid)")
@@ -30,7 +31,12 @@ def main(argv=None):
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     model = load(args.model, dtype=getattr(torch, args.dtype))
-    ids = read_split(args.dataset, args.split, fingerprint=model.cfg["tokenizer"]["fingerprint"])
+    try:
+        ids = read_split(args.dataset, args.split, tokenizer=model.cfg["tokenizer"],
+                         model_dir=args.model)
+    except TokenizerMismatchError as e:
+        print(f"python3 -m momoe_torch: {e}", file=sys.stderr)
+        return 2
     batch = args.batch or int(model.cfg["eval_batch_size"])
     replay = RoutingReplay(args.replay, model.cfg, batch) if args.replay else None
     result = perplexity(model, ids, batch, args.max_sequences, replay)

@@ -208,7 +208,17 @@ inputs_mpi)
     [ "$rc" -eq 2 ] || { cat "$run/err"; fail "mpirun -np $np $*: exit $rc, expected 2"; }
     grep -qF -- "$needle" "$run/err" || { cat "$run/err"; fail "mpirun -np $np $*: no '$needle'"; }
   }
+  # A config or flag error that every rank finds before the world exists is printed once, by
+  # rank 0; each rank's own line, at debug level, carries its own rank (not r0 on every rank).
+  expect_mpi 2 "did you mean train.steps?" --set train.step=1
+  [ "$(grep -c "no field 'step'" "$run/err")" -eq 1 ] || { cat "$run/err"; fail "a config error printed by more than one rank"; }
+  expect_in "$run/err" "[momoe r0 E"
+  expect_mpi 2 "did you mean --run-dir?" --run-dirr x
+  [ "$(grep -c "unknown flag" "$run/err")" -eq 1 ] || { cat "$run/err"; fail "a flag error printed by more than one rank"; }
+  expect_mpi 2 "[momoe r1 D" --set train.step=1 --log-level debug
+  expect_in "$run/err" "[momoe r0 E"
   expect_mpi 3 "train.batch_size"  # 8 is not divisible by 3 ranks
+  expect_no_file "$run/mpi_in" "the run directory created by a refused run"
   expect_mpi 2 "--ep 4" --ep 4  # larger than the world size
   # Ranks started with different configs (mpirun's MPMD form).
   one=("$bin/momoe-train" --config "$config" --run-dir "$run/mpi_in" --set data.cache_dir="$cache")
@@ -588,6 +598,10 @@ inputs)
   expect_code 2 "--window" "$bin/momoe-stats" "$run/ok" --window 0
   expect_code 2 "4abc" "$bin/momoe-launch" -np 4abc -- true
   expect_code 2 "--ep" "$bin/momoe-train" --config "$config" --ep 0
+  # Typos get the closest known names; a bad --set value is blamed on its --set, not the file.
+  expect_code 2 "did you mean train.steps?" "$bin/momoe-train" --config "$config" --set train.step=10
+  expect_code 2 "did you mean --run-dir?" "$bin/momoe-train" --config "$config" --run-dirr "$run/t"
+  expect_code 2 "--set 'train.steps=-5': train.steps" "$bin/momoe-train" --config "$config" --set train.steps=-5
   expect_code 2 "$run" "$bin/momoe-train" --config "$run"
   expect_code 2 "MOMOE_FAULT_RANK" env MOMOE_FAULT_RANK=abc "$bin/momoe-train" --config "$config" --run-dir "$run/f" --set data.cache_dir="$cache"
   expect_code 2 "--resume-from" "$bin/momoe-train" --config "$config" --fresh --resume-from "$ck"
@@ -597,6 +611,20 @@ inputs)
   mkdir "$run/a_dir"
   expect_code 2 "$run/a_dir" "$bin/momoe-train" --config "$config" --run-dir "$run/c1" --set data.valid="$run/a_dir"
   expect_code 2 "/dev/null" "$bin/momoe-train" --config "$config" --run-dir "$run/c1" --set data.test=/dev/null
+  # A run refused before training leaves no run directory that it created (its token cache
+  # inside included, the new parent too), and leaves one that existed as it was.
+  expect_code 2 "model.vocab_size" "$bin/momoe-train" --config "$config" --run-dir "$run/new/refused" --set model.vocab_size=7
+  expect_no_file "$run/new" "the run directory (and its parent) created by a refused run"
+  mkdir "$run/existing" && echo keep > "$run/existing/mine"
+  expect_code 2 "model.vocab_size" "$bin/momoe-train" --config "$config" --run-dir "$run/existing" --set model.vocab_size=7
+  expect_file "$run/existing/mine" "a file of a run directory that existed before a refused run"
+  # A text file as the dataset, a folder as the text: what to set instead, with momoe-data.
+  expect_code 2 "set data.train=$config" "$bin/momoe-train" --config "$config" --run-dir "$run/c1" --set data.dataset="$config"
+  expect_in "$run/err" "momoe-data prepare --train $config --out NEW_DIR"
+  no_splits=(--set data.valid= --set data.test=)
+  expect_code 2 "momoe-data prepare --train $run/a_dir --out NEW_DIR" "$bin/momoe-train" --config "$config" --run-dir "$run/c1" --set data.train="$run/a_dir" "${no_splits[@]}"
+  mkdir "$run/prepared" && touch "$run/prepared/index.json"
+  expect_code 2 "data.dataset=$run/prepared" "$bin/momoe-train" --config "$config" --run-dir "$run/c1" --set data.train="$run/prepared" "${no_splits[@]}"
   # momoe-eval's JSON line parses whatever the paths hold.
   weird="$run/we\"ird\\dir"
   mkdir -p "$weird" && cp -r "$ck" "$weird/" && cp "$(dirname "$config")/../../data/brown/test.txt.gz" "$weird/t\"x.txt.gz"

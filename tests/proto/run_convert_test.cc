@@ -81,6 +81,49 @@ TEST(RunConfigTest, OverridesAndEpFlag) {
             std::string::npos);
 }
 
+// An error names where the bad value came from: the --set argument (the last one that set the
+// field), the --ep flag, or the config file; a misspelt field gets the closest known ones.
+TEST(RunConfigTest, ErrorsNameTheirSource) {
+  auto error = [](const std::vector<std::string>& set, int ep = 0) {
+    StatusOr<RunConfig> r = parse_run_config(kConfig, "test.pbtxt", set, ep);
+    return r.ok() ? std::string("ok") : r.status().message();
+  };
+  const auto starts = [](const std::string& s, const std::string& prefix) {
+    return s.rfind(prefix, 0) == 0;
+  };
+  EXPECT_PRED2(starts, error({"train.steps=-5"}),
+               "--set 'train.steps=-5': train.steps = -5 is outside the allowed range");
+  EXPECT_PRED2(starts, error({"train.steps=-1", "train.log_every=2", "train.steps=-2"}),
+               "--set 'train.steps=-2': ");
+  EXPECT_PRED2(starts, error({"train.optimizer.weight_decay=inf"}),
+               "--set 'train.optimizer.weight_decay=inf': ");
+  EXPECT_PRED2(starts, error({"model.moe.top_k=9"}), "--set 'model.moe.top_k=9': ");
+  EXPECT_PRED2(starts, error({"data.train=mine.txt"}), "--set 'data.train=mine.txt': ");
+  EXPECT_PRED2(starts, error({"parallel.ep=0"}), "--set 'parallel.ep=0': ");
+  // A field named only as part of a longer one is not blamed.
+  EXPECT_PRED2(starts, error({"train.eval_every=5", "train.steps=-5"}), "--set 'train.steps=-5'");
+  // A value of the file stays the file's, whatever --set changed beside it.
+  StatusOr<RunConfig> file = parse_run_config("model { arch: \"sf\" } train { batch_size: 0 }",
+                                              "bad.pbtxt", {"train.steps=3"});
+  ASSERT_FALSE(file.ok());
+  EXPECT_PRED2(starts, file.status().message(), "bad.pbtxt: train.batch_size = 0");
+  // Misspelt fields, by --set and in the file.
+  EXPECT_NE(error({"train.step=10"}).find("has no field 'step' (did you mean train.steps?)"),
+            std::string::npos)
+      << error({"train.step=10"});
+  EXPECT_NE(error({"train.optimizer.weigth_decay=0"})
+                .find("(did you mean train.optimizer.weight_decay?)"),
+            std::string::npos);
+  EXPECT_EQ(error({"train.bogus_name=1"}).find("did you mean"), std::string::npos);
+  StatusOr<RunConfig> typo = parse_run_config("trian { stepz: 3 }", "typo.pbtxt");
+  EXPECT_NE(typo.status().message().find("no field named \"trian\". (did you mean train?)"),
+            std::string::npos)
+      << typo.status().message();
+  typo = parse_run_config("train { stepz: 3 }", "typo.pbtxt");
+  EXPECT_NE(typo.status().message().find("(did you mean steps?)"), std::string::npos)
+      << typo.status().message();
+}
+
 TEST(RunConfigTest, PlanErrors) {
   auto error = [](const std::string& text) {
     StatusOr<RunConfig> r = parse_run_config(text, "bad.pbtxt");

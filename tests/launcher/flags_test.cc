@@ -1,0 +1,64 @@
+// launcher/flags.h: values, switches, repeats, and the errors of a bad command line.
+#include "launcher/flags.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+namespace moe {
+namespace {
+
+// Parses `args` (argv[0] added) with the flags of a small command.
+Status parse(FlagParser* flags, std::vector<std::string> args) {
+  flags->value("config", "the config");
+  flags->value("run-dir", "the run directory");
+  flags->value("set", "an override", /*repeatable=*/true);
+  flags->switch_flag("fresh", "start anew");
+  args.insert(args.begin(), "prog");
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  return flags->parse(static_cast<int>(argv.size()), argv.data());
+}
+
+TEST(FlagParser, ValuesSwitchesAndRepeats) {
+  FlagParser flags("usage: prog\n");
+  ASSERT_TRUE(
+      parse(&flags, {"--config", "c.pbtxt", "--set=a=1", "--set", "b=2", "--fresh", "x"}).ok());
+  EXPECT_EQ(flags.get("config"), "c.pbtxt");
+  EXPECT_EQ(flags.get_all("set"), std::vector<std::string>({"a=1", "b=2"}));
+  EXPECT_TRUE(flags.has("fresh"));
+  EXPECT_EQ(flags.positional(), std::vector<std::string>({"x"}));
+}
+
+TEST(FlagParser, UnknownFlagSuggestsTheClosest) {
+  FlagParser flags("usage: prog\n");
+  const Status s = parse(&flags, {"--run-dirr", "r"});
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("unknown flag --run-dirr"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("did you mean --run-dir?"), std::string::npos) << s.message();
+  // With a value given inline, and a switch misspelt.
+  FlagParser inline_value("usage: prog\n");
+  const Status t = parse(&inline_value, {"--confg=c.pbtxt"});
+  EXPECT_NE(t.message().find("did you mean --config?"), std::string::npos) << t.message();
+  FlagParser misspelt_switch("usage: prog\n");
+  const Status u = parse(&misspelt_switch, {"--frseh"});
+  EXPECT_NE(u.message().find("did you mean --fresh?"), std::string::npos) << u.message();
+  // Nothing close: no suggestion.
+  FlagParser far("usage: prog\n");
+  const Status v = parse(&far, {"--learning-rate", "1"});
+  EXPECT_EQ(v.message().find("did you mean"), std::string::npos) << v.message();
+  EXPECT_NE(v.message().find("see --help"), std::string::npos) << v.message();
+}
+
+TEST(FlagParser, MissingValueAndRepeatedFlag) {
+  FlagParser missing("usage: prog\n");
+  EXPECT_NE(parse(&missing, {"--config"}).message().find("--config needs a value"),
+            std::string::npos);
+  FlagParser twice("usage: prog\n");
+  EXPECT_NE(parse(&twice, {"--config", "a", "--config", "b"}).message().find("more than once"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace moe
