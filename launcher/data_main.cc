@@ -291,6 +291,31 @@ int prepare(int argc, char** argv) {
   return run_prepare(*options);
 }
 
+// `momoe-data info`: the tokenizer, where it came from, and each split with every file it holds.
+void print_info(const std::string& dir, const data::DatasetIndex& index) {
+  // The index records the first training file as the origin of a vocabulary (or model) built from
+  // the training split: it came from every file of that split, listed below.
+  const auto train = index.splits.find("train");
+  const bool from_train = train != index.splits.end() && !train->second.sources.empty() &&
+                          index.vocab_from == train->second.sources.front();
+  const std::string from = from_train
+                               ? str_cat("built from the train split's ",
+                                         train->second.sources.size(), " file(s), listed below")
+                               : str_cat("from ", index.vocab_from);
+  std::printf("dataset %s: tokenizer %s of %lld tokens (%s)\n", dir.c_str(),
+              index.tokenizer.c_str(), static_cast<long long>(index.vocab_size), from.c_str());
+  for (const auto& [name, s] : index.splits) {
+    std::printf(
+        "  %-5s %lld tokens, %lld words, %s of text, %.2f%% <unk>, %zu shard(s), %zu file(s):\n",
+        name.c_str(), static_cast<long long>(s.tokens), static_cast<long long>(s.stats.words),
+        human_bytes(static_cast<double>(s.stats.bytes)).c_str(),
+        s.tokens > 0 ? 100.0 * static_cast<double>(s.stats.unknown) / static_cast<double>(s.tokens)
+                     : 0.0,
+        s.shards.size(), s.sources.size());
+    for (const std::string& source : s.sources) std::printf("        %s\n", source.c_str());
+  }
+}
+
 int verify_or_info(const std::string& cmd, int argc, char** argv) {
   FlagParser flags(
       str_cat("usage: momoe-data ", cmd, " DIR\n",
@@ -311,18 +336,7 @@ int verify_or_info(const std::string& cmd, int argc, char** argv) {
   }
   StatusOr<data::DatasetIndex> index = data::read_dataset_index(dir);
   if (!index.ok()) return exit_with(index.status());
-  std::printf("dataset %s: tokenizer %s of %lld tokens (from %s)\n", dir.c_str(),
-              index->tokenizer.c_str(), static_cast<long long>(index->vocab_size),
-              index->vocab_from.c_str());
-  for (const auto& [name, s] : index->splits) {
-    std::printf(
-        "  %-5s %lld tokens, %lld words, %s of text, %.2f%% <unk>, %zu shard(s), %zu file(s)\n",
-        name.c_str(), static_cast<long long>(s.tokens), static_cast<long long>(s.stats.words),
-        human_bytes(static_cast<double>(s.stats.bytes)).c_str(),
-        s.tokens > 0 ? 100.0 * static_cast<double>(s.stats.unknown) / static_cast<double>(s.tokens)
-                     : 0.0,
-        s.shards.size(), s.sources.size());
-  }
+  print_info(dir, *index);
   return 0;
 }
 

@@ -452,7 +452,10 @@ Status Preparer::build_tokenizer() {
   if (!spec_.sp_model_path.empty()) {
     MOE_ASSIGN_OR_RETURN(bytes, io::read_file(spec_.sp_model_path));
   } else {
-    source = str_cat("the ", spec_.sp.model_type, " model trained on ", inputs_[0].front());
+    const size_t n = inputs_[0].size();
+    source = str_cat(
+        "the ", spec_.sp.model_type, " model trained on the training split (",
+        n == 1 ? inputs_[0].front() : str_cat(n, " files: ", inputs_[0].front(), ", ..."), ")");
     report("sentencepiece", 0, 1, 0, Clock::now(), 0);
     MOE_ASSIGN_OR_RETURN(bytes, train_sentencepiece(inputs_[0], spec_.sp, pool_.threads()));
   }
