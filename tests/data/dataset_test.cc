@@ -482,12 +482,16 @@ TEST_F(DamagedDatasetTest, ADamagedIndexIsRefusedByName) {
   const size_t at = text.find("\"tokens\": ") + 10;
   text[at] = text[at] == '9' ? '8' : static_cast<char>(text[at] + 1);
   testing::write_file(path, text);
+  // Damage is input to replace (exit 2): the message says how.
   const Status s = open();
-  EXPECT_EQ(s.code(), StatusCode::kDataLoss);
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
   EXPECT_TRUE(contains(s.message(), path)) << s.message();
+  EXPECT_TRUE(contains(
+      s.message(), "and prepare it again: momoe-data prepare --out " + spec_.out_dir + " --train "))
+      << s.message();
   EXPECT_TRUE(contains(s.message(), "damaged")) << s.message();
   testing::write_file(path, text.substr(0, text.size() / 2));
-  EXPECT_EQ(open().code(), StatusCode::kDataLoss);
+  EXPECT_EQ(open().code(), StatusCode::kFailedPrecondition);
   fs::remove(path);
   EXPECT_EQ(open().code(), StatusCode::kNotFound);
 }
@@ -496,7 +500,9 @@ TEST_F(DamagedDatasetTest, TruncatedOrCorruptedShardsAreRefusedByName) {
   const std::string bytes = testing::read_file(shard_);
   testing::write_file(shard_, bytes.substr(0, bytes.size() - 4));
   Status s = open(false);  // even without the payload check: the size disagrees
-  EXPECT_EQ(s.code(), StatusCode::kDataLoss);
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(contains(s.message(), "run `momoe-data verify " + spec_.out_dir + "`"))
+      << s.message();
   EXPECT_TRUE(contains(s.message(), shard_)) << s.message();
   EXPECT_TRUE(contains(s.message(), "truncated")) << s.message();
 
@@ -504,12 +510,23 @@ TEST_F(DamagedDatasetTest, TruncatedOrCorruptedShardsAreRefusedByName) {
   flipped[bytes.size() - 3] = static_cast<char>(flipped[bytes.size() - 3] ^ 0x01);
   testing::write_file(shard_, flipped);
   s = open(true);
-  EXPECT_EQ(s.code(), StatusCode::kDataLoss);
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
   EXPECT_TRUE(contains(s.message(), shard_) && contains(s.message(), "corrupted")) << s.message();
+
+  // Every damaged shard, listed by verify.
+  const std::string first = spec_.out_dir + "/" + index_.splits.at("train").shards[0].file;
+  const std::string first_bytes = testing::read_file(first);
+  testing::write_file(first, first_bytes.substr(0, 70));
+  s = verify_dataset(spec_.out_dir).status();
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(contains(s.message(), "2 damaged shard(s)") && contains(s.message(), first) &&
+              contains(s.message(), shard_))
+      << s.message();
+  testing::write_file(first, first_bytes);
 
   fs::remove(shard_);
   s = open(false);
-  EXPECT_EQ(s.code(), StatusCode::kNotFound);
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
   EXPECT_TRUE(contains(s.message(), shard_)) << s.message();
 }
 
@@ -530,7 +547,7 @@ TEST_F(DamagedDatasetTest, AShardOfAnotherPreparationIsRefused) {
   fs::copy_file(spec_.out_dir + "/" + index_.splits.at("train").shards[2].file, shard_,
                 fs::copy_options::overwrite_existing);
   s = open(false);
-  EXPECT_EQ(s.code(), StatusCode::kDataLoss);
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
   EXPECT_TRUE(contains(s.message(), "does not match the dataset's index")) << s.message();
 }
 

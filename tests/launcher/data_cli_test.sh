@@ -99,8 +99,8 @@ expect_code 2 "data.dataset ($run/ds) and data.train" "$bin/momoe-train" --confi
 expect_code 2 "not a prepared dataset" "$bin/momoe-train" --config "$config" --run-dir "$run/x" --set data.dataset="$run/wt"
 cp -r "$run/ds" "$run/damaged"
 printf 'XXXX' | dd of="$run/damaged/train-00001.tok" bs=1 seek=100 conv=notrunc 2> /dev/null
-expect_code 1 "train-00001.tok is corrupted" "$bin/momoe-data" verify "$run/damaged"
-expect_code 1 "train-00001.tok is corrupted" "$bin/momoe-train" --config "$config" --run-dir "$run/x" --set data.dataset="$run/damaged"
+expect_code 2 "train-00001.tok is corrupted" "$bin/momoe-data" verify "$run/damaged"
+expect_code 2 "train-00001.tok is corrupted" "$bin/momoe-train" --config "$config" --run-dir "$run/x" --set data.dataset="$run/damaged"
 
 # SentencePiece.
 sp_flags=(--tokenizer sentencepiece --sp-vocab-size 600 --sp-max-sentences 6000)

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # momoe-data prepare as a user meets it on a small corpus, in seconds: `info` names every file a
-# dataset (and its vocabulary) came from.
+# dataset (and its vocabulary) came from; a damaged dataset (a corrupted or truncated shard, a
+# swapped vocabulary) exits 2 from verify (listing every damaged shard) and from momoe-train,
+# saying how to repair it.
 # Usage: data_prepare_test.sh BIN_DIR SRC_DIR [SP=0|1]
 set -u
 bin=$1
@@ -17,11 +19,34 @@ split -l 2000 -d --additional-suffix=.txt "$run/all.txt" "$run/part"
 zcat "$src/data/brown/valid.txt.gz" | head -n 500 > "$run/valid.txt"
 parts=("$run"/part0{0,1,2}.txt)
 prep=(prepare --train "${parts[0]}" --train "${parts[1]}" --train "${parts[2]}" --valid "$run/valid.txt"
-      --vocab-max-size 3000 --threads 1 --chunk-mb 1)
+      --vocab-max-size 3000 --threads 1 --chunk-mb 1 --shard-tokens 20000)
 
 # info: the vocabulary came from all three training files, and each split lists its files.
 "$bin/momoe-data" "${prep[@]}" --out "$run/ds" --quiet || fail "prepare"
 "$bin/momoe-data" info "$run/ds" > "$run/info" || fail "info"
 expect_in "$run/info" "built from the train split's 3 file(s)"
 for f in "${parts[@]}" "$run/valid.txt"; do expect_in "$run/info" "$f"; done
+
+# Damage: one shard corrupted, another truncated. verify lists both, exits 2, says how to repair.
+cp -r "$run/ds" "$run/bad"
+[ "$(ls "$run/bad"/train-*.tok | wc -l)" -ge 2 ] || fail "expected 2 or more train shards"
+printf '\xff\xff\xff\x7f' | dd of="$run/bad/train-00000.tok" bs=1 seek=100 conv=notrunc status=none
+truncate -s -8 "$run/bad/train-00001.tok"
+expect_code 2 "has 2 damaged shard(s)" "$bin/momoe-data" verify "$run/bad"
+expect_in "$run/err" "train-00000.tok is corrupted"
+expect_in "$run/err" "train-00001.tok"
+expect_in "$run/err" "remove $run/bad and prepare it again: momoe-data prepare --out $run/bad --train ${parts[0]}"
+# Training from it: exit 2 (the input must change), pointing at verify.
+config=$src/tests/launcher/tiny_config.pbtxt
+expect_code 2 "run \`momoe-data verify $run/bad\` to see every damaged file" \
+  "$bin/momoe-train" --config "$config" --run-dir "$run/r" --set train.steps=1 --set data.dataset="$run/bad"
+# A swapped vocabulary (another preparation's): verify and training exit 2, saying what to do.
+"$bin/momoe-data" prepare --train "${parts[1]}" --vocab-max-size 2000 --out "$run/other" --quiet ||
+  fail "prepare another dataset"
+cp -r "$run/ds" "$run/swap"
+cp "$run/other/vocab.txt" "$run/swap/vocab.txt"
+expect_code 2 "and prepare it again" "$bin/momoe-data" verify "$run/swap"
+expect_in "$run/err" "vocabulary mismatch"
+expect_code 2 "momoe-data verify $run/swap" \
+  "$bin/momoe-train" --config "$config" --run-dir "$run/r" --set train.steps=1 --set data.dataset="$run/swap"
 echo PASS
