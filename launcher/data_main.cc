@@ -55,19 +55,25 @@ std::string human_bytes(double b) {
   return buf;
 }
 
-// A progress bar on stderr: redrawn in place on a terminal, a line every 10 s otherwise.
+// "1,234,567".
+std::string with_commas(int64_t n) {
+  std::string digits = std::to_string(n);
+  for (int at = static_cast<int>(digits.size()) - 3; at > (n < 0 ? 1 : 0); at -= 3) {
+    digits.insert(static_cast<size_t>(at), ",");
+  }
+  return digits;
+}
+
+// A progress bar on stderr: redrawn in place on a terminal, a line every 10 s otherwise
+// ($MOMOE_PROGRESS_SECONDS).
 class ProgressBar {
  public:
-  ProgressBar() : tty_(isatty(2) != 0) {}
+  ProgressBar(const data::PrepareSpec& spec, double every)
+      : tty_(isatty(2) != 0), sp_(spec.sp), every_(every) {}
   ~ProgressBar() { finish(); }
 
   bool update(const data::PrepareProgress& p) {
-    if (p.phase == "sentencepiece") {  // one report before training the model (no progress inside)
-      finish();
-      phase_ = p.phase;
-      std::fprintf(stderr, "sentencepiece: training the model on the training text ...\n");
-      return stop_signal() == 0;
-    }
+    if (p.phase == "sentencepiece") return update_sentencepiece(p);
     const auto now = std::chrono::steady_clock::now();
     if (p.phase != phase_) {
       finish();
@@ -76,7 +82,7 @@ class ProgressBar {
     }
     const double since = std::chrono::duration<double>(now - last_).count();
     const bool done = p.bytes_done >= p.bytes_total;
-    if (since >= (tty_ ? 0.25 : 10.0) || done) {
+    if (since >= every_ || done) {
       last_ = now;
       const double rate =
           p.seconds > 0 ? static_cast<double>(p.bytes_done - p.bytes_at_start) / p.seconds : 0;
@@ -103,7 +109,44 @@ class ProgressBar {
   }
 
  private:
+  // Training a SentencePiece model: what can be observed of it (the lines read, then what the
+  // trainer's log says: its sentences and the pieces it has so far), and the time it takes.
+  bool update_sentencepiece(const data::PrepareProgress& p) {
+    const auto now = std::chrono::steady_clock::now();
+    if (p.phase != phase_) {
+      finish();
+      phase_ = p.phase;
+      last_ = now;
+      return stop_signal() == 0;  // the first line after `every_` seconds
+    }
+    if (std::chrono::duration<double>(now - last_).count() < every_) return stop_signal() == 0;
+    last_ = now;
+    const data::SentencePieceTrainProgress& sp = p.sentencepiece;
+    std::string line;
+    if (!sp.training) {
+      line = str_cat("sentencepiece: reading the training text: ", with_commas(sp.lines),
+                     " lines so far");
+    } else {
+      line = str_cat(
+          "sentencepiece: training the ", sp_.model_type, " model of ", with_commas(sp_.vocab_size),
+          " pieces on ", sp.sentences > 0 ? with_commas(sp.sentences) + " sentences" : "the sample",
+          sp.pieces > 0
+              ? str_cat(": its log reports ", with_commas(sp.pieces),
+                        sp_.model_type == "bpe" ? " pieces so far" : " pieces, pruning down")
+              : "");
+    }
+    char elapsed[32];
+    std::snprintf(elapsed, sizeof(elapsed), "%.1f s", p.seconds);
+    line += str_cat(", ", p.seconds < 60 ? std::string(elapsed) : format_duration(p.seconds),
+                    " elapsed");
+    std::fprintf(stderr, tty_ ? "\r%-110s" : "%s\n", line.c_str());
+    open_ = tty_;
+    return stop_signal() == 0;
+  }
+
   bool tty_;
+  data::SentencePieceOptions sp_;
+  double every_;  // seconds between lines (redraws on a terminal)
   bool open_ = false;
   std::string phase_;
   std::chrono::steady_clock::time_point last_{};
@@ -255,10 +298,13 @@ void print_prepare_summary(const data::PrepareSpec& spec, const data::DatasetInd
 
 // Prepares the dataset (stoppable by a signal, exit kExitStopped) and reports it unless quiet.
 int run_prepare(const PrepareOptions& options) {
-  install_stop_signal_handlers();
+  install_stop_signal_handlers(
+      "stopping within a second; every shard written so far is kept, and the same command "
+      "continues from there",
+      "stopping now; the same command continues from the last resume point");
   const auto t0 = std::chrono::steady_clock::now();
   const bool quiet = options.quiet;
-  ProgressBar bar;
+  ProgressBar bar(options.spec, progress_interval_seconds(isatty(2) != 0 ? 0.25 : 10.0));
   StatusOr<data::DatasetIndex> index = data::prepare_dataset(
       options.spec,
       [&](const data::PrepareProgress& p) { return quiet ? stop_signal() == 0 : bar.update(p); });

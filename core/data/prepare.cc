@@ -456,8 +456,23 @@ Status Preparer::build_tokenizer() {
     source = str_cat(
         "the ", spec_.sp.model_type, " model trained on the training split (",
         n == 1 ? inputs_[0].front() : str_cat(n, " files: ", inputs_[0].front(), ", ..."), ")");
-    report("sentencepiece", 0, 1, 0, Clock::now(), 0);
-    MOE_ASSIGN_OR_RETURN(bytes, train_sentencepiece(inputs_[0], spec_.sp, pool_.threads()));
+    // The monitor is asked about every 100 ms: progress, and a stop ends the training at once.
+    StatusOr<std::string> trained = train_sentencepiece(
+        inputs_[0], spec_.sp, pool_.threads(), [&](const SentencePieceTrainProgress& sp) {
+          if (spec_.stop_requested && spec_.stop_requested()) return false;
+          if (!progress_) return true;
+          PrepareProgress p;
+          p.phase = "sentencepiece";
+          p.seconds = sp.seconds;
+          p.sentencepiece = sp;
+          return progress_(p);
+        });
+    if (!trained.ok() && trained.status().code() == StatusCode::kAborted) {
+      return aborted_error("stopped while training the SentencePiece model of ", spec_.out_dir,
+                           ", before any shard: nothing is kept of the model; rerun the same "
+                           "command to train it again");
+    }
+    MOE_ASSIGN_OR_RETURN(bytes, std::move(trained));
   }
   MOE_ASSIGN_OR_RETURN(tokenizer_, Tokenizer::sentencepiece(bytes, source));
   MOE_RETURN_IF_ERROR(tokenizer_->save(spec_.out_dir));

@@ -47,12 +47,13 @@ struct PrepareSpec {
 };
 
 struct PrepareProgress {
-  std::string phase;           // "vocabulary", "train", "valid", "test"
+  std::string phase;           // "vocabulary", "sentencepiece", "train", "valid", "test"
   int64_t bytes_done = 0;      // compressed input bytes read in this phase
   int64_t bytes_total = 0;     // the phase's input size on disk
   int64_t tokens = 0;          // tokens written in this phase (0 while counting)
   double seconds = 0;          // since the phase began (this invocation)
   int64_t bytes_at_start = 0;  // bytes_done when this invocation began the phase (a resume)
+  SentencePieceTrainProgress sentencepiece;  // phase "sentencepiece" (no bytes): what it did
 };
 
 // The inputs as files: each path itself, or the regular files under a folder. Errors name the

@@ -2,7 +2,8 @@
 # momoe-data prepare as a user meets it on a small corpus, in seconds: `info` names every file a
 # dataset (and its vocabulary) came from; a damaged dataset (a corrupted or truncated shard, a
 # swapped vocabulary) exits 2 from verify (listing every damaged shard) and from momoe-train,
-# saying how to repair it.
+# saying how to repair it. With SentencePiece: progress lines while a model trains, and SIGINT
+# there stops momoe-data within a second (exit 3), leaving no trainer process behind.
 # Usage: data_prepare_test.sh BIN_DIR SRC_DIR [SP=0|1]
 set -u
 bin=$1
@@ -49,4 +50,27 @@ expect_code 2 "and prepare it again" "$bin/momoe-data" verify "$run/swap"
 expect_in "$run/err" "vocabulary mismatch"
 expect_code 2 "momoe-data verify $run/swap" \
   "$bin/momoe-train" --config "$config" --run-dir "$run/r" --set train.steps=1 --set data.dataset="$run/swap"
+
+if [ "$sp" = 1 ]; then
+  # A unigram model of 8000 pieces on the bundled training text trains for several seconds.
+  out=$run/spstop
+  MOMOE_PROGRESS_SECONDS=0.2 "$bin/momoe-data" prepare --out "$out" --train "$src/data/brown/train.txt.gz" \
+    --tokenizer sentencepiece --sp-type unigram --sp-vocab-size 8000 > "$run/sp.log" 2>&1 &
+  pid=$!
+  for _ in $(seq 300); do
+    grep -q "sentencepiece: training the unigram model of 8,000 pieces on 46,175 sentences" "$run/sp.log" && break
+    kill -0 "$pid" 2> /dev/null || break
+    sleep 0.05
+  done
+  expect_in "$run/sp.log" "sentencepiece: training the unigram model of 8,000 pieces on 46,175 sentences"
+  kill -INT "$pid"
+  t0=$(date +%s%N)
+  wait "$pid"; rc=$?
+  ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+  [ "$rc" -eq 3 ] || { cat "$run/sp.log"; fail "SIGINT while training SentencePiece: exit $rc, expected 3"; }
+  [ "$ms" -le 1500 ] || { cat "$run/sp.log"; fail "SIGINT while training SentencePiece: stopped after $ms ms"; }
+  expect_in "$run/sp.log" "stopped while training the SentencePiece model"
+  pgrep -f -- "prepare --out $out" > /dev/null && fail "a SentencePiece trainer is left running"
+  grep -q "saving a checkpoint" "$run/sp.log" && fail "momoe-data speaks of a checkpoint"
+fi
 echo PASS
