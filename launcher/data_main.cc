@@ -29,7 +29,9 @@
 #include "core/data/text_reader.h"
 #include "core/data/text_stream.h"
 #include "core/data/tokenizer.h"
+#include "io/crash_point.h"
 #include "io/file_util.h"
+#include "launcher/env_params.h"
 #include "launcher/exit_status.h"
 #include "launcher/flags.h"
 #include "launcher/momoe_data_process.h"
@@ -91,10 +93,12 @@ class ProgressBar {
                                                  static_cast<double>(p.bytes_total)
                                            : 100.0;
       char line[256];
-      std::snprintf(line, sizeof(line), "%s: %s / %s (%5.1f%%), %s/s%s, ETA %s", p.phase.c_str(),
+      // Splits are tokenized in turn: the bar is over all of their input, 100% when all is done.
+      std::snprintf(line, sizeof(line), "%s%s: %s / %s%s (%5.1f%%), %s/s%s, ETA %s",
+                    p.phase == "vocabulary" ? "" : "tokenizing ", p.phase.c_str(),
                     human_bytes(static_cast<double>(p.bytes_done)).c_str(),
-                    human_bytes(static_cast<double>(p.bytes_total)).c_str(), pct,
-                    human_bytes(rate).c_str(),
+                    human_bytes(static_cast<double>(p.bytes_total)).c_str(),
+                    p.phase == "vocabulary" ? "" : " of all input", pct, human_bytes(rate).c_str(),
                     p.tokens > 0 ? str_cat(", ", p.tokens, " tokens").c_str() : "",
                     format_duration(eta).c_str());
       std::fprintf(stderr, tty_ ? "\r%-100s" : "%s\n", line);
@@ -305,8 +309,10 @@ int run_prepare(const PrepareOptions& options) {
   const auto t0 = std::chrono::steady_clock::now();
   const bool quiet = options.quiet;
   ProgressBar bar(options.spec, progress_interval_seconds(isatty(2) != 0 ? 0.25 : 10.0));
+  data::PrepareSpec spec = options.spec;
+  spec.stop_requested = [] { return stop_signal() != 0; };  // asked while tokenizing, too
   StatusOr<data::DatasetIndex> index = data::prepare_dataset(
-      options.spec,
+      spec,
       [&](const data::PrepareProgress& p) { return quiet ? stop_signal() == 0 : bar.update(p); });
   bar.finish();
   if (!index.ok()) {
@@ -334,6 +340,12 @@ int prepare(int argc, char** argv) {
   if (std::optional<int> code = flags.parse_or_exit_code(argc, argv)) return *code;
   StatusOr<PrepareOptions> options = read_prepare_flags(flags);
   if (!options.ok()) return exit_with(options.status());
+  // Fault injection (the resume tests): a SIGKILL at the n-th rename of prepare.json or a shard.
+  for (auto param : {env::crash_at, env::crash_trace}) {
+    if (!param().ok()) return exit_with(param().status());
+  }
+  io::set_crash_at(*env::crash_at());
+  io::set_crash_trace(*env::crash_trace() != 0);
   return run_prepare(*options);
 }
 
