@@ -521,11 +521,11 @@ bool Preparer::stop_requested() const { return spec_.stop_requested && spec_.sto
 bool Preparer::encode_in_pieces(std::string_view text, std::vector<int32_t>* ids,
                                 TextStats* stats) const {
   // Tokens never span lines, so pieces of whole lines give the ids of the whole text; a stop is
-  // seen between pieces (about 1 MiB: a fraction of a second even for SentencePiece).
-  constexpr size_t kPiece = size_t{1} << 20;
+  // seen between pieces (1 MiB by default: a fraction of a second even for SentencePiece).
+  const size_t piece = static_cast<size_t>(std::max<int64_t>(1, spec_.piece_bytes));
   for (size_t at = 0; at < text.size();) {
     if (stop_requested()) return false;
-    size_t end = std::min(text.size(), at + kPiece);
+    size_t end = std::min(text.size(), at + piece);
     if (end < text.size()) {
       const size_t nl = text.find('\n', end);
       end = nl == std::string_view::npos ? text.size() : nl + 1;

@@ -220,6 +220,7 @@ class PrepareTest : public ::testing::Test {
     spec_.vocab.max_size = 12;  // some words become <unk>
     spec_.threads = 3;
     spec_.chunk_bytes = 97;
+    spec_.piece_bytes = 31;  // chunks are tokenized in pieces: the ids must not change
     spec_.shard_tokens = 150;
   }
 
