@@ -266,8 +266,9 @@ class Preparer {
   StatusOr<bool> read_batch(TextChunkReader* reader, std::vector<Work>* batch);
   void tokenize_batch(std::vector<Work>* batch, bool count_only, const std::string& path);
   bool stop_requested() const;
-  // Appends the ids and stats of `text`; false when a stop came first (the ids are partial).
-  bool encode_in_pieces(std::string_view text, std::vector<int32_t>* ids, TextStats* stats) const;
+  // Tokenizes a chunk (validated) into w->ids and w->stats, in pieces of about piece_bytes of whole
+  // lines on every thread, asking for a stop between pieces; false when a stop came first.
+  bool encode_chunk(Work* w);
   // Opens `writer` on the shard left open at the split's last resume point (if any), and says
   // where the split resumes.
   Status resume_split(int which, ShardWriter* writer);
@@ -518,42 +519,69 @@ StatusOr<bool> Preparer::read_batch(TextChunkReader* reader, std::vector<Work>* 
 
 bool Preparer::stop_requested() const { return spec_.stop_requested && spec_.stop_requested(); }
 
-bool Preparer::encode_in_pieces(std::string_view text, std::vector<int32_t>* ids,
-                                TextStats* stats) const {
-  // Tokens never span lines, so pieces of whole lines give the ids of the whole text; a stop is
-  // seen between pieces (1 MiB by default: a fraction of a second even for SentencePiece).
-  const size_t piece = static_cast<size_t>(std::max<int64_t>(1, spec_.piece_bytes));
+bool Preparer::encode_chunk(Work* w) {
+  // Tokens never span lines, so pieces of whole lines give the ids of the whole text.
+  const std::string_view text = w->chunk.text;
+  const size_t size = static_cast<size_t>(std::max<int64_t>(1, spec_.piece_bytes));
+  std::vector<std::string_view> pieces;
   for (size_t at = 0; at < text.size();) {
-    if (stop_requested()) return false;
-    size_t end = std::min(text.size(), at + piece);
+    size_t end = std::min(text.size(), at + size);
     if (end < text.size()) {
       const size_t nl = text.find('\n', end);
       end = nl == std::string_view::npos ? text.size() : nl + 1;
     }
-    const std::string_view piece = text.substr(at, end - at);
-    const std::vector<int32_t> part = tokenizer_->encode(piece);
-    *stats += text_stats(piece, part, tokenizer_->unk_id());
-    ids->insert(ids->end(), part.begin(), part.end());
+    pieces.push_back(text.substr(at, end - at));
     at = end;
+  }
+  std::vector<std::vector<int32_t>> ids(pieces.size());
+  std::vector<TextStats> stats(pieces.size());
+  std::atomic<bool> stopped{false};
+  pool_.run(static_cast<int64_t>(pieces.size()), 1, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end && !stopped; ++i) {
+      if (stop_requested()) {
+        stopped = true;
+        return;
+      }
+      const size_t k = static_cast<size_t>(i);
+      ids[k] = tokenizer_->encode(pieces[k]);
+      stats[k] = text_stats(pieces[k], ids[k], tokenizer_->unk_id());
+    }
+  });
+  if (stopped) return false;
+  for (size_t k = 0; k < pieces.size(); ++k) {
+    w->ids.insert(w->ids.end(), ids[k].begin(), ids[k].end());
+    w->stats += stats[k];
   }
   return true;
 }
 
 void Preparer::tokenize_batch(std::vector<Work>* batch, bool count_only, const std::string& path) {
-  pool_.run(static_cast<int64_t>(batch->size()), 1, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
-      Work& w = (*batch)[static_cast<size_t>(i)];
-      w.status = validate_utf8(w.chunk.text, path, w.chunk.line, w.chunk.offset);
-      if (!w.status.ok()) continue;
-      drop_bom(&w.chunk);
-      if (count_only) {
-        for_each_token(w.chunk.text, [&](std::string_view token) { w.counts.add(token); });
-      } else {
-        w.stopped = !encode_in_pieces(w.chunk.text, &w.ids, &w.stats);
+  const auto prepare = [&](Work& w) {
+    w.status = validate_utf8(w.chunk.text, path, w.chunk.line, w.chunk.offset);
+    if (w.status.ok()) drop_bom(&w.chunk);
+    return w.status.ok();
+  };
+  if (count_only) {
+    pool_.run(static_cast<int64_t>(batch->size()), 1, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        Work& w = (*batch)[static_cast<size_t>(i)];
+        if (prepare(w)) {
+          for_each_token(w.chunk.text, [&](std::string_view token) { w.counts.add(token); });
+        }
+        std::string().swap(w.chunk.text);
       }
-      std::string().swap(w.chunk.text);
-    }
-  });
+    });
+    return;
+  }
+  // Chunk after chunk, each on every thread: chunks complete in order, so a stop (seen between
+  // pieces) keeps every chunk before it, whatever the thread count. The first error or stop ends
+  // the batch (the chunks after it stay untokenized; the caller stops there).
+  for (Work& w : *batch) {
+    if (!prepare(w)) break;
+    w.stopped = !encode_chunk(&w);
+    std::string().swap(w.chunk.text);
+    if (w.stopped) break;
+  }
 }
 
 Status Preparer::build_tokenizer() {

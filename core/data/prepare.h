@@ -44,8 +44,9 @@ struct PrepareSpec {
   int threads = 0;                          // tokenizing threads; 0 = every core
   int64_t shard_tokens = int64_t{1} << 26;  // 64 Mi tokens = 256 MiB per shard
   int64_t chunk_bytes = int64_t{1} << 24;   // 16 MiB of text per chunk
-  // A chunk is tokenized in pieces of about this much text (whole lines; the ids do not depend
-  // on it), asking stop_requested between them.
+  // Chunks are tokenized one after another, each in pieces of about this much text (whole lines;
+  // the ids do not depend on it) on every thread, asking stop_requested between pieces: a stop
+  // keeps every chunk before it, whatever the thread count.
   int64_t piece_bytes = int64_t{1} << 20;
   // Asked between pieces of about 1 MiB of text (from the tokenizing threads, so thread-safe),
   // while a SentencePiece model trains, and, prepared elsewhere, while the other process runs: true
