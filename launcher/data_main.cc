@@ -66,7 +66,7 @@ std::string with_commas(int64_t n) {
   return digits;
 }
 
-// A progress bar on stderr: redrawn in place on a terminal, a line every 10 s otherwise
+// A progress bar on stderr: redrawn in place on a terminal, a line every 5 s otherwise
 // ($MOMOE_PROGRESS_SECONDS).
 class ProgressBar {
  public:
@@ -308,7 +308,7 @@ int run_prepare(const PrepareOptions& options) {
       "stopping now; the same command continues from the last resume point");
   const auto t0 = std::chrono::steady_clock::now();
   const bool quiet = options.quiet;
-  ProgressBar bar(options.spec, progress_interval_seconds(isatty(2) != 0 ? 0.25 : 10.0));
+  ProgressBar bar(options.spec, progress_interval_seconds(isatty(2) != 0 ? 0.25 : 5.0));
   data::PrepareSpec spec = options.spec;
   spec.stop_requested = [] { return stop_signal() != 0; };  // asked while tokenizing, too
   StatusOr<data::DatasetIndex> index = data::prepare_dataset(
