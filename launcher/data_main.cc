@@ -29,7 +29,9 @@
 #include "core/data/text_reader.h"
 #include "core/data/text_stream.h"
 #include "core/data/tokenizer.h"
+#include "io/crash_point.h"
 #include "io/file_util.h"
+#include "launcher/env_params.h"
 #include "launcher/exit_status.h"
 #include "launcher/flags.h"
 #include "launcher/momoe_data_process.h"
@@ -55,19 +57,25 @@ std::string human_bytes(double b) {
   return buf;
 }
 
-// A progress bar on stderr: redrawn in place on a terminal, a line every 10 s otherwise.
+// "1,234,567".
+std::string with_commas(int64_t n) {
+  std::string digits = std::to_string(n);
+  for (int at = static_cast<int>(digits.size()) - 3; at > (n < 0 ? 1 : 0); at -= 3) {
+    digits.insert(static_cast<size_t>(at), ",");
+  }
+  return digits;
+}
+
+// A progress bar on stderr: redrawn in place on a terminal, a line every 5 s otherwise
+// ($MOMOE_PROGRESS_SECONDS).
 class ProgressBar {
  public:
-  ProgressBar() : tty_(isatty(2) != 0) {}
+  ProgressBar(const data::PrepareSpec& spec, double every)
+      : tty_(isatty(2) != 0), sp_(spec.sp), every_(every) {}
   ~ProgressBar() { finish(); }
 
   bool update(const data::PrepareProgress& p) {
-    if (p.phase == "sentencepiece") {  // one report before training the model (no progress inside)
-      finish();
-      phase_ = p.phase;
-      std::fprintf(stderr, "sentencepiece: training the model on the training text ...\n");
-      return stop_signal() == 0;
-    }
+    if (p.phase == "sentencepiece") return update_sentencepiece(p);
     const auto now = std::chrono::steady_clock::now();
     if (p.phase != phase_) {
       finish();
@@ -76,7 +84,7 @@ class ProgressBar {
     }
     const double since = std::chrono::duration<double>(now - last_).count();
     const bool done = p.bytes_done >= p.bytes_total;
-    if (since >= (tty_ ? 0.25 : 10.0) || done) {
+    if (since >= every_ || done) {
       last_ = now;
       const double rate =
           p.seconds > 0 ? static_cast<double>(p.bytes_done - p.bytes_at_start) / p.seconds : 0;
@@ -85,10 +93,12 @@ class ProgressBar {
                                                  static_cast<double>(p.bytes_total)
                                            : 100.0;
       char line[256];
-      std::snprintf(line, sizeof(line), "%s: %s / %s (%5.1f%%), %s/s%s, ETA %s", p.phase.c_str(),
+      // Splits are tokenized in turn: the bar is over all of their input, 100% when all is done.
+      std::snprintf(line, sizeof(line), "%s%s: %s / %s%s (%5.1f%%), %s/s%s, ETA %s",
+                    p.phase == "vocabulary" ? "" : "tokenizing ", p.phase.c_str(),
                     human_bytes(static_cast<double>(p.bytes_done)).c_str(),
-                    human_bytes(static_cast<double>(p.bytes_total)).c_str(), pct,
-                    human_bytes(rate).c_str(),
+                    human_bytes(static_cast<double>(p.bytes_total)).c_str(),
+                    p.phase == "vocabulary" ? "" : " of all input", pct, human_bytes(rate).c_str(),
                     p.tokens > 0 ? str_cat(", ", p.tokens, " tokens").c_str() : "",
                     format_duration(eta).c_str());
       std::fprintf(stderr, tty_ ? "\r%-100s" : "%s\n", line);
@@ -103,7 +113,44 @@ class ProgressBar {
   }
 
  private:
+  // Training a SentencePiece model: what can be observed of it (the lines read, then what the
+  // trainer's log says: its sentences and the pieces it has so far), and the time it takes.
+  bool update_sentencepiece(const data::PrepareProgress& p) {
+    const auto now = std::chrono::steady_clock::now();
+    if (p.phase != phase_) {
+      finish();
+      phase_ = p.phase;
+      last_ = now;
+      return stop_signal() == 0;  // the first line after `every_` seconds
+    }
+    if (std::chrono::duration<double>(now - last_).count() < every_) return stop_signal() == 0;
+    last_ = now;
+    const data::SentencePieceTrainProgress& sp = p.sentencepiece;
+    std::string line;
+    if (!sp.training) {
+      line = str_cat("sentencepiece: reading the training text: ", with_commas(sp.lines),
+                     " lines so far");
+    } else {
+      line = str_cat(
+          "sentencepiece: training the ", sp_.model_type, " model of ", with_commas(sp_.vocab_size),
+          " pieces on ", sp.sentences > 0 ? with_commas(sp.sentences) + " sentences" : "the sample",
+          sp.pieces > 0
+              ? str_cat(": its log reports ", with_commas(sp.pieces),
+                        sp_.model_type == "bpe" ? " pieces so far" : " pieces, pruning down")
+              : "");
+    }
+    char elapsed[32];
+    std::snprintf(elapsed, sizeof(elapsed), "%.1f s", p.seconds);
+    line += str_cat(", ", p.seconds < 60 ? std::string(elapsed) : format_duration(p.seconds),
+                    " elapsed");
+    std::fprintf(stderr, tty_ ? "\r%-110s" : "%s\n", line.c_str());
+    open_ = tty_;
+    return stop_signal() == 0;
+  }
+
   bool tty_;
+  data::SentencePieceOptions sp_;
+  double every_;  // seconds between lines (redraws on a terminal)
   bool open_ = false;
   std::string phase_;
   std::chrono::steady_clock::time_point last_{};
@@ -255,12 +302,17 @@ void print_prepare_summary(const data::PrepareSpec& spec, const data::DatasetInd
 
 // Prepares the dataset (stoppable by a signal, exit kExitStopped) and reports it unless quiet.
 int run_prepare(const PrepareOptions& options) {
-  install_stop_signal_handlers();
+  install_stop_signal_handlers(
+      "stopping within a second; every shard written so far is kept, and the same command "
+      "continues from there",
+      "stopping now; the same command continues from the last resume point");
   const auto t0 = std::chrono::steady_clock::now();
   const bool quiet = options.quiet;
-  ProgressBar bar;
+  ProgressBar bar(options.spec, progress_interval_seconds(isatty(2) != 0 ? 0.25 : 5.0));
+  data::PrepareSpec spec = options.spec;
+  spec.stop_requested = [] { return stop_signal() != 0; };  // asked while tokenizing, too
   StatusOr<data::DatasetIndex> index = data::prepare_dataset(
-      options.spec,
+      spec,
       [&](const data::PrepareProgress& p) { return quiet ? stop_signal() == 0 : bar.update(p); });
   bar.finish();
   if (!index.ok()) {
@@ -288,7 +340,38 @@ int prepare(int argc, char** argv) {
   if (std::optional<int> code = flags.parse_or_exit_code(argc, argv)) return *code;
   StatusOr<PrepareOptions> options = read_prepare_flags(flags);
   if (!options.ok()) return exit_with(options.status());
+  // Fault injection (the resume tests): a SIGKILL at the n-th rename of prepare.json or a shard.
+  for (auto param : {env::crash_at, env::crash_trace}) {
+    if (!param().ok()) return exit_with(param().status());
+  }
+  io::set_crash_at(*env::crash_at());
+  io::set_crash_trace(*env::crash_trace() != 0);
   return run_prepare(*options);
+}
+
+// `momoe-data info`: the tokenizer, where it came from, and each split with every file it holds.
+void print_info(const std::string& dir, const data::DatasetIndex& index) {
+  // The index records the first training file as the origin of a vocabulary (or model) built from
+  // the training split: it came from every file of that split, listed below.
+  const auto train = index.splits.find("train");
+  const bool from_train = train != index.splits.end() && !train->second.sources.empty() &&
+                          index.vocab_from == train->second.sources.front();
+  const std::string from = from_train
+                               ? str_cat("built from the train split's ",
+                                         train->second.sources.size(), " file(s), listed below")
+                               : str_cat("from ", index.vocab_from);
+  std::printf("dataset %s: tokenizer %s of %lld tokens (%s)\n", dir.c_str(),
+              index.tokenizer.c_str(), static_cast<long long>(index.vocab_size), from.c_str());
+  for (const auto& [name, s] : index.splits) {
+    std::printf(
+        "  %-5s %lld tokens, %lld words, %s of text, %.2f%% <unk>, %zu shard(s), %zu file(s):\n",
+        name.c_str(), static_cast<long long>(s.tokens), static_cast<long long>(s.stats.words),
+        human_bytes(static_cast<double>(s.stats.bytes)).c_str(),
+        s.tokens > 0 ? 100.0 * static_cast<double>(s.stats.unknown) / static_cast<double>(s.tokens)
+                     : 0.0,
+        s.shards.size(), s.sources.size());
+    for (const std::string& source : s.sources) std::printf("        %s\n", source.c_str());
+  }
 }
 
 int verify_or_info(const std::string& cmd, int argc, char** argv) {
@@ -311,18 +394,7 @@ int verify_or_info(const std::string& cmd, int argc, char** argv) {
   }
   StatusOr<data::DatasetIndex> index = data::read_dataset_index(dir);
   if (!index.ok()) return exit_with(index.status());
-  std::printf("dataset %s: tokenizer %s of %lld tokens (from %s)\n", dir.c_str(),
-              index->tokenizer.c_str(), static_cast<long long>(index->vocab_size),
-              index->vocab_from.c_str());
-  for (const auto& [name, s] : index->splits) {
-    std::printf(
-        "  %-5s %lld tokens, %lld words, %s of text, %.2f%% <unk>, %zu shard(s), %zu file(s)\n",
-        name.c_str(), static_cast<long long>(s.tokens), static_cast<long long>(s.stats.words),
-        human_bytes(static_cast<double>(s.stats.bytes)).c_str(),
-        s.tokens > 0 ? 100.0 * static_cast<double>(s.stats.unknown) / static_cast<double>(s.tokens)
-                     : 0.0,
-        s.shards.size(), s.sources.size());
-  }
+  print_info(dir, *index);
   return 0;
 }
 

@@ -2,7 +2,8 @@
 //   0  done;
 //   1  failed (a system, I/O, communication or internal error; a damaged file);
 //   2  the input must change: a bad flag, config, file or value, a refused resume (a changed
-//      config, a checkpoint of another format), a run directory in use by another job;
+//      config, a checkpoint of another format), a run directory in use by another job, a damaged
+//      prepared dataset (core/data/dataset.h reports it as kFailedPrecondition);
 //   3  momoe-train stopped on a signal after writing a checkpoint: rerun the same command to
 //      resume.
 // On an error the Status is logged and a multi-rank job's communicator is aborted, so that no

@@ -16,9 +16,14 @@ void write_stderr(const char* s) {
   (void)ignored;
 }
 
+const char* g_on_first = "finishing the current step, then saving a checkpoint";
+const char* g_on_second = "stopping now, without a checkpoint";
+
 void on_signal(int sig) {
   if (g_signal != 0) {
-    write_stderr("momoe: second stop signal: stopping now, without a checkpoint\n");
+    write_stderr("momoe: second stop signal: ");
+    write_stderr(g_on_second);
+    write_stderr("\n");
     std::signal(sig, SIG_DFL);
     std::raise(sig);
     return;
@@ -26,14 +31,16 @@ void on_signal(int sig) {
   g_signal = sig;
   write_stderr("momoe: ");
   write_stderr(stop_signal_name(sig));
-  write_stderr(
-      " received: finishing the current step, then saving a checkpoint "
-      "(send it again to stop at once)\n");
+  write_stderr(" received: ");
+  write_stderr(g_on_first);
+  write_stderr(" (send it again to stop at once)\n");
 }
 
 }  // namespace
 
-void install_stop_signal_handlers() {
+void install_stop_signal_handlers(const char* on_first, const char* on_second) {
+  if (on_first != nullptr) g_on_first = on_first;
+  if (on_second != nullptr) g_on_second = on_second;
   struct sigaction sa;
   std::memset(&sa, 0, sizeof(sa));
   sa.sa_handler = on_signal;

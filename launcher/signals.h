@@ -7,7 +7,10 @@
 
 namespace moe {
 
-void install_stop_signal_handlers();
+// `on_first`: what the process does after the first signal, for the line it prints (default:
+// "finishing the current step, then saving a checkpoint"); `on_second`: after a second one
+// (default: "stopping now, without a checkpoint"). String literals (read in the handler).
+void install_stop_signal_handlers(const char* on_first = nullptr, const char* on_second = nullptr);
 // The first stop signal received (0: none). Async-signal-safe to read.
 int stop_signal();
 const char* stop_signal_name(int sig);  // "SIGTERM", ...

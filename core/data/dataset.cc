@@ -277,64 +277,208 @@ Status ShardedTokens::read(int64_t begin, int64_t count, int32_t* out) const {
   return Status::OK();
 }
 
-StatusOr<TokenizedCorpus> open_dataset(const std::string& dir, bool verify_payload) {
-  MOE_ASSIGN_OR_RETURN(const DatasetIndex index, read_dataset_index(dir));
-  TokenizedCorpus corpus;
+namespace {
+
+// A path as a shell word: quoted when it holds anything but [A-Za-z0-9_./+-].
+std::string shell_word(const std::string& s) {
+  if (!s.empty() && s.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                                        "0123456789_./+-=") == std::string::npos) {
+    return s;
+  }
+  std::string out = "'";
+  for (const char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+// The `momoe-data prepare` command that made DIR, from the plan its prepare.json records
+// (prepare.h); "" when it has none that can be read.
+std::string prepare_command(const std::string& dir) {
+  StatusOr<std::string> text = io::read_file((fs::path(dir) / "prepare.json").string());
+  if (!text.ok()) return "";
+  const json j = json::parse(*text, nullptr, false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("plan")) return "";
+  try {
+    const json& plan = j.at("plan");
+    std::string cmd = str_cat("momoe-data prepare --out ", shell_word(dir));
+    for (const char* split : {"train", "valid", "test"}) {
+      if (!plan.at("splits").contains(split)) continue;
+      for (const json& f : plan.at("splits").at(split)) {
+        cmd += str_cat(" --", split, " ", shell_word(f.at("path").get<std::string>()));
+      }
+    }
+    const auto path_of = [&](const char* key) {
+      return plan.at(key).at("path").get<std::string>();
+    };
+    if (plan.at("tokenizer").get<std::string>() == "word") {
+      cmd += plan.contains("vocab")
+                 ? str_cat(" --vocab ", shell_word(path_of("vocab")))
+                 : str_cat(" --vocab-max-size ", plan.at("vocab_max_size").get<int64_t>(),
+                           " --vocab-min-count ", plan.at("vocab_min_count").get<int64_t>());
+    } else {
+      cmd +=
+          plan.contains("sp_model")
+              ? str_cat(" --tokenizer sentencepiece --sp-model ", shell_word(path_of("sp_model")))
+              : str_cat(" --tokenizer sentencepiece --sp-type ",
+                        plan.at("sp_model_type").get<std::string>(), " --sp-vocab-size ",
+                        plan.at("sp_vocab_size").get<int64_t>(), " --sp-max-sentences ",
+                        plan.at("sp_max_sentences").get<int64_t>());
+    }
+    return cmd + str_cat(" --shard-tokens ", plan.at("shard_tokens").get<int64_t>(), " --chunk-mb ",
+                         std::max<int64_t>(1, plan.at("chunk_bytes").get<int64_t>() >> 20));
+  } catch (const std::exception&) {
+    return "";
+  }
+}
+
+// What to do about a damaged dataset DIR: see every damaged file (unless this is verify), then
+// prepare it again.
+std::string damaged_advice(const std::string& dir, bool from_verify) {
+  const std::string cmd = prepare_command(dir);
+  return str_cat(
+      from_verify
+          ? ""
+          : str_cat("; run `momoe-data verify ", shell_word(dir), "` to see every damaged file"),
+      "; to repair it, remove ", shell_word(dir), " and prepare it again",
+      cmd.empty() ? std::string(" (momoe-data prepare ... --out DIR)") : str_cat(": ", cmd));
+}
+
+// An error that means the dataset's files are damaged, truncated, missing or swapped (not an I/O
+// failure of this machine) becomes kFailedPrecondition: the input must change (exit 2).
+Status as_damaged(const std::string& dir, const Status& s, bool from_verify) {
+  if (s.code() != StatusCode::kDataLoss && s.code() != StatusCode::kFailedPrecondition &&
+      s.code() != StatusCode::kNotFound) {
+    return s;
+  }
+  return failed_precondition_error("dataset ", dir, " is damaged: ", s.message(),
+                                   damaged_advice(dir, from_verify));
+}
+
+// The tokenizer of a dataset, checked against its index.
+Status open_tokenizer(const std::string& dir, const DatasetIndex& index, TokenizedCorpus* corpus) {
   if (index.tokenizer == "word") {
-    corpus.vocab_source = (fs::path(dir) / kDatasetVocabFile).string();
-    MOE_ASSIGN_OR_RETURN(corpus.vocab, Vocabulary::load(corpus.vocab_source));
-    corpus.tokenizer = Tokenizer::word(corpus.vocab);
-  } else if (index.tokenizer == "sentencepiece") {
+    corpus->vocab_source = (fs::path(dir) / kDatasetVocabFile).string();
+    MOE_ASSIGN_OR_RETURN(corpus->vocab, Vocabulary::load(corpus->vocab_source));
+    corpus->tokenizer = Tokenizer::word(corpus->vocab);
+  } else {
     // Its facts come from tokenizer.json (checked against the model's bytes): reading shards
     // needs no SentencePiece, so this works in every executable and build.
-    corpus.vocab_source = (fs::path(dir) / kSentencePieceModelFile).string();
-    MOE_ASSIGN_OR_RETURN(corpus.tokenizer, Tokenizer::load(dir));
-  } else {
-    return failed_precondition_error("dataset ", dir, " uses the '", index.tokenizer,
-                                     "' tokenizer, which this build does not know");
+    corpus->vocab_source = (fs::path(dir) / kSentencePieceModelFile).string();
+    MOE_ASSIGN_OR_RETURN(corpus->tokenizer, Tokenizer::load(dir));
   }
   MOE_RETURN_IF_ERROR(check_vocab_fingerprint(index.vocab_fingerprint, index_path(dir),
-                                              corpus.tokenizer->fingerprint(),
-                                              corpus.vocab_source));
-  if (corpus.tokenizer->size() != index.vocab_size) {
-    return data_loss_error("dataset ", dir, ": its tokenizer has ", corpus.tokenizer->size(),
-                           " tokens, ", index_path(dir), " says ", index.vocab_size);
+                                              corpus->tokenizer->fingerprint(),
+                                              corpus->vocab_source));
+  if (corpus->tokenizer->size() != index.vocab_size) {
+    return data_loss_error("its tokenizer has ", corpus->tokenizer->size(), " tokens, ",
+                           index_path(dir), " says ", index.vocab_size);
   }
-  for (auto [name, split] : {std::pair{"train", &corpus.train}, std::pair{"valid", &corpus.valid},
-                             std::pair{"test", &corpus.test}}) {
+  return Status::OK();
+}
+
+// The index of DIR, refusing a tokenizer kind this build does not know.
+StatusOr<DatasetIndex> read_index(const std::string& dir, bool from_verify) {
+  StatusOr<DatasetIndex> index = read_dataset_index(dir);
+  if (!index.ok()) {
+    if (index.status().code() == StatusCode::kDataLoss) {
+      return as_damaged(dir, index.status(), from_verify);
+    }
+    return index.status();
+  }
+  if (index->tokenizer != "word" && index->tokenizer != "sentencepiece") {
+    return failed_precondition_error("dataset ", dir, " uses the '", index->tokenizer,
+                                     "' tokenizer, which this build does not know");
+  }
+  return index;
+}
+
+Status open_splits(const std::string& dir, const DatasetIndex& index, bool verify_payload,
+                   TokenizedCorpus* corpus) {
+  for (auto [name, split] : {std::pair{"train", &corpus->train}, std::pair{"valid", &corpus->valid},
+                             std::pair{"test", &corpus->test}}) {
     split->name = name;
     const auto it = index.splits.find(name);
     if (it == index.splits.end()) continue;
     split->source = str_cat(dir, " (", name, ")");
     split->stats = it->second.stats;
     MOE_ASSIGN_OR_RETURN(split->shards,
-                         ShardedTokens::open(dir, name, it->second, *corpus.tokenizer,
-                                             corpus.vocab_source, verify_payload));
+                         ShardedTokens::open(dir, name, it->second, *corpus->tokenizer,
+                                             corpus->vocab_source, verify_payload));
   }
+  return Status::OK();
+}
+
+}  // namespace
+
+StatusOr<TokenizedCorpus> open_dataset(const std::string& dir, bool verify_payload) {
+  MOE_ASSIGN_OR_RETURN(const DatasetIndex index, read_index(dir, /*from_verify=*/false));
+  TokenizedCorpus corpus;
+  Status s = open_tokenizer(dir, index, &corpus);
+  if (s.ok()) s = open_splits(dir, index, verify_payload, &corpus);
+  if (!s.ok()) return as_damaged(dir, s, /*from_verify=*/false);
   corpus.from_cache = true;
   return corpus;
 }
 
+namespace {
+
+// Every damaged shard of DIR, one message each (each shard checked on its own).
+std::vector<std::string> damaged_shards(const std::string& dir, const DatasetIndex& index,
+                                        const TokenizedCorpus& corpus) {
+  std::vector<std::string> damaged;
+  for (const auto& [name, split] : index.splits) {
+    for (const ShardEntry& e : split.shards) {
+      SplitEntry one;
+      one.shards = {e};
+      const auto opened = ShardedTokens::open(dir, name, one, *corpus.tokenizer,
+                                              corpus.vocab_source, /*verify_payload=*/true);
+      if (!opened.ok()) damaged.push_back(opened.status().message());
+    }
+  }
+  return damaged;
+}
+
+// The contents fingerprint of a split, checked against the index: the shards' checksums are per
+// shard, this is over their order.
+Status check_contents(const std::string& dir, const TokenSplit& s) {
+  std::vector<int32_t> block(size_t{1} << 20);
+  uint64_t h = kFnv1a64Offset;
+  for (int64_t at = 0; at < s.size();) {
+    const int64_t n = std::min<int64_t>(static_cast<int64_t>(block.size()), s.size() - at);
+    MOE_RETURN_IF_ERROR(s.shards->read(at, n, block.data()));
+    h = fnv1a64_update(h, block.data(), static_cast<size_t>(n) * 4);
+    at += n;
+  }
+  if (h != s.shards->contents_fnv()) {
+    return data_loss_error("split ", s.name, " has contents fingerprint ", io::hex64(h),
+                           ", the index says ", io::hex64(s.shards->contents_fnv()),
+                           " (shards reordered or replaced?)");
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
 StatusOr<std::string> verify_dataset(const std::string& dir) {
-  MOE_ASSIGN_OR_RETURN(const TokenizedCorpus corpus, open_dataset(dir, /*verify_payload=*/true));
+  MOE_ASSIGN_OR_RETURN(const DatasetIndex index, read_index(dir, /*from_verify=*/true));
+  TokenizedCorpus corpus;
+  if (Status s = open_tokenizer(dir, index, &corpus); !s.ok()) {
+    return as_damaged(dir, s, /*from_verify=*/true);
+  }
+  const std::vector<std::string> damaged = damaged_shards(dir, index, corpus);
+  if (!damaged.empty()) {
+    std::string list;
+    for (const std::string& d : damaged) list += str_cat("\n  ", d);
+    return failed_precondition_error("dataset ", dir, " has ", damaged.size(),
+                                     " damaged shard(s):", list, "\n",
+                                     damaged_advice(dir, /*from_verify=*/true).substr(2));
+  }
+  if (Status s = open_splits(dir, index, /*verify_payload=*/false, &corpus); !s.ok()) {
+    return as_damaged(dir, s, /*from_verify=*/true);
+  }
   std::string out = str_cat(dir, ": ok; ", corpus.tokenizer->describe());
   for (const TokenSplit* s : {&corpus.train, &corpus.valid, &corpus.test}) {
     if (!s->present()) continue;
-    // The contents fingerprint too: the shards' checksums are per shard, this is over their order.
-    std::vector<int32_t> block(size_t{1} << 20);
-    uint64_t h = kFnv1a64Offset;
-    for (int64_t at = 0; at < s->size();) {
-      const int64_t n = std::min<int64_t>(static_cast<int64_t>(block.size()), s->size() - at);
-      MOE_RETURN_IF_ERROR(s->shards->read(at, n, block.data()));
-      h = fnv1a64_update(h, block.data(), static_cast<size_t>(n) * 4);
-      at += n;
-    }
-    if (h != s->shards->contents_fnv()) {
-      return data_loss_error("dataset ", dir, ": split ", s->name, " has contents fingerprint ",
-                             io::hex64(h), ", the index says ",
-                             io::hex64(s->shards->contents_fnv()),
-                             " (shards reordered or replaced?)");
-    }
+    if (Status c = check_contents(dir, *s); !c.ok()) return as_damaged(dir, c, true);
     out +=
         str_cat("; ", s->name, " ", s->size(), " tokens in ", s->shards->num_shards(), " shard(s)");
   }

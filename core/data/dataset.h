@@ -97,10 +97,16 @@ class ShardedTokens {
 // The corpus of a prepared dataset: its tokenizer (and for the word tokenizer its vocabulary),
 // and every split it holds backed by its shards (TokenSplit::shards; ids stay empty).
 // verify_payload: as ShardedTokens::open. A SentencePiece dataset opens in any executable or
-// build: its facts come from tokenizer.json (tokenizer.h).
+// build: its facts come from tokenizer.json (tokenizer.h). Errors: kNotFound (no index: not a
+// prepared dataset), kFailedPrecondition for a dataset of another format or an unknown tokenizer,
+// and for a damaged one (a damaged index, tokenizer or shard; a missing shard; a shard or
+// tokenizer of another preparation): the input must change, so the message names the file,
+// `momoe-data verify DIR` (every damaged file), and the command that prepares it again (from
+// DIR/prepare.json); kInternal for an I/O failure.
 StatusOr<TokenizedCorpus> open_dataset(const std::string& dir, bool verify_payload);
 
-// Checks every shard's payload (crc32, ids) of DIR; returns a one-line summary.
+// Checks every shard's payload (crc32, ids) of DIR and the contents fingerprints; returns a
+// one-line summary. Errors as open_dataset's; damaged shards are all listed, one line each.
 StatusOr<std::string> verify_dataset(const std::string& dir);
 
 }  // namespace moe::data

@@ -18,6 +18,7 @@
 
 #include "base/check.h"
 #include "base/hash.h"
+#include "base/logging.h"
 #include "base/thread_pool.h"
 #include "core/data/text_stream.h"
 #include "core/data/token_cache.h"
@@ -62,6 +63,11 @@ struct SplitState {
   TextStats stats;
   uint64_t fnv = kFnv1a64Offset;
   std::vector<ShardEntry> shards;
+  // The shard being written at the last resume point (open_tokens 0: none): its temporary file
+  // holds at least these tokens, flushed to disk; a resume cuts it back to them.
+  int64_t open_tokens = 0;
+  uint32_t open_crc = 0;
+  TextStats open_stats;
 };
 
 json state_json(const SplitState& s) {
@@ -69,12 +75,23 @@ json state_json(const SplitState& s) {
   for (const ShardEntry& e : s.shards) {
     shards.push_back({{"file", e.file}, {"tokens", e.tokens}, {"crc32", io::hex32(e.crc32)}});
   }
-  return json{{"complete", s.complete},       {"file", s.file},
-              {"offset", s.offset},           {"line", s.line},
-              {"file_tokens", s.file_tokens}, {"file_bytes", s.file_bytes},
-              {"tokens", s.tokens},           {"words", s.stats.words},
-              {"bytes", s.stats.bytes},       {"unknown", s.stats.unknown},
-              {"fnv", io::hex64(s.fnv)},      {"shards", shards}};
+  return json{{"complete", s.complete},
+              {"file", s.file},
+              {"offset", s.offset},
+              {"line", s.line},
+              {"file_tokens", s.file_tokens},
+              {"file_bytes", s.file_bytes},
+              {"tokens", s.tokens},
+              {"words", s.stats.words},
+              {"bytes", s.stats.bytes},
+              {"unknown", s.stats.unknown},
+              {"fnv", io::hex64(s.fnv)},
+              {"shards", shards},
+              {"open_shard", json{{"tokens", s.open_tokens},
+                                  {"crc32", io::hex32(s.open_crc)},
+                                  {"words", s.open_stats.words},
+                                  {"bytes", s.open_stats.bytes},
+                                  {"unknown", s.open_stats.unknown}}}};
 }
 
 SplitState state_from_json(const json& j) {
@@ -95,20 +112,66 @@ SplitState state_from_json(const json& j) {
         {e.at("file").get<std::string>(), e.at("tokens").get<int64_t>(),
          static_cast<uint32_t>(std::stoul(e.at("crc32").get<std::string>(), nullptr, 16))});
   }
+  if (j.contains("open_shard")) {
+    const json& o = j.at("open_shard");
+    s.open_tokens = o.at("tokens").get<int64_t>();
+    s.open_crc = static_cast<uint32_t>(std::stoul(o.at("crc32").get<std::string>(), nullptr, 16));
+    s.open_stats.words = o.at("words").get<int64_t>();
+    s.open_stats.bytes = o.at("bytes").get<int64_t>();
+    s.open_stats.unknown = o.at("unknown").get<int64_t>();
+  }
   return s;
 }
 
 // Writes one shard: header placeholder, ids as they come, then the header; renamed when closed.
 class ShardWriter {
  public:
+  // An open shard's temporary file stays: a resume point may record it (the next preparation
+  // removes it otherwise).
   ~ShardWriter() {
-    if (file_ != nullptr) {
-      std::fclose(file_);
-      std::remove(tmp_.c_str());
-    }
+    if (file_ != nullptr) std::fclose(file_);
   }
   bool is_open() const { return file_ != nullptr; }
   int64_t tokens() const { return tokens_; }
+  uint32_t crc() const { return crc_; }
+  const TextStats& stats() const { return stats_; }
+
+  // Flushes what is written so far to disk: a resume point.
+  Status sync() {
+    if (std::fflush(file_) != 0 || ::fsync(fileno(file_)) != 0) {
+      return internal_error("cannot write shard ", tmp_, ": ", std::strerror(errno));
+    }
+    return Status::OK();
+  }
+
+  // Continues the shard `path` from a resume point: its temporary file, cut back to `tokens`
+  // (with their payload `crc` and `stats`). A crash after the shard was renamed but before that
+  // was recorded left it under its final name: it is taken back.
+  Status resume(const std::string& path, int64_t tokens, uint32_t crc, const TextStats& stats) {
+    path_ = path;
+    tmp_ = path + io::kTmpSuffix;
+    std::error_code ec;
+    if (!fs::exists(tmp_, ec) && fs::exists(path_, ec)) {
+      MOE_RETURN_IF_ERROR(io::rename_durable(path_, tmp_));
+    }
+    const int64_t bytes = kTokenCacheHeaderBytes + 4 * tokens;
+    const auto size = fs::file_size(tmp_, ec);
+    if (ec || static_cast<int64_t>(size) < bytes) {
+      return failed_precondition_error(
+          "cannot resume: ", tmp_, ec ? " is missing" : " is shorter than prepare.json records",
+          "; remove ", fs::path(path).parent_path().string(), " and prepare it again");
+    }
+    fs::resize_file(tmp_, static_cast<uintmax_t>(bytes), ec);
+    if (ec) return internal_error("cannot cut ", tmp_, " back: ", ec.message());
+    file_ = std::fopen(tmp_.c_str(), "r+b");
+    if (file_ == nullptr || std::fseek(file_, 0, SEEK_END) != 0) {
+      return internal_error("cannot reopen shard ", tmp_, ": ", std::strerror(errno));
+    }
+    tokens_ = tokens;
+    crc_ = crc;
+    stats_ = stats;
+    return Status::OK();
+  }
 
   Status open(const std::string& path) {
     path_ = path;
@@ -171,6 +234,8 @@ struct Work {
   TextChunk chunk;
   int64_t end_offset = 0, end_line = 0;  // the input position after it
   int64_t raw_bytes = 0;                 // decompressed bytes (with a byte-order mark)
+  int64_t compressed_end = 0;            // the input file's position on disk after it
+  bool stopped = false;                  // a stop came before it was all tokenized
   std::vector<int32_t> ids;
   TextStats stats;
   TokenCounter counts;
@@ -200,6 +265,19 @@ class Preparer {
   // Reads the next batch of up to `n` chunks from `reader`; false when the file is done.
   StatusOr<bool> read_batch(TextChunkReader* reader, std::vector<Work>* batch);
   void tokenize_batch(std::vector<Work>* batch, bool count_only, const std::string& path);
+  bool stop_requested() const;
+  // Tokenizes a chunk (validated) into w->ids and w->stats, in pieces of about piece_bytes of whole
+  // lines on every thread, asking for a stop between pieces; false when a stop came first.
+  bool encode_chunk(Work* w);
+  // Opens `writer` on the shard left open at the split's last resume point (if any), and says
+  // where the split resumes.
+  Status resume_split(int which, ShardWriter* writer);
+  // Writes a tokenized chunk into the split's shards; closes a full shard.
+  Status write_chunk(int which, Work* w, ShardWriter* writer);
+  // Flushes the open shard and records the position: the split resumes here.
+  Status save_resume_point(int which, ShardWriter* writer);
+  // What a stop keeps, and how to continue.
+  std::string stopped_message(int which) const;
   bool report(const std::string& phase, int64_t done, int64_t total, int64_t tokens,
               Clock::time_point t0, int64_t at_start);
 
@@ -212,6 +290,11 @@ class Preparer {
   SplitState splits_[3];
   std::shared_ptr<const Tokenizer> tokenizer_;
   int lock_fd_ = -1;  // prepare.lock, held (flock) while preparing
+  // Tokenizing progress over every split, in input bytes on disk.
+  int64_t tok_total_ = 0;
+  int64_t tok_before_[3] = {0, 0, 0};  // the input of the splits before each
+  int64_t tok_at_start_ = -1;          // where this invocation began
+  Clock::time_point tok_t0_;
 };
 
 Status Preparer::check_spec() {
@@ -306,10 +389,14 @@ bool is_temporary(const std::string& name) {
 
 constexpr char kLockFile[] = "prepare.lock";
 
-Status remove_temporaries(const std::string& dir) {
+// Removes them, except `keep`: the shards a resume point records as open.
+Status remove_temporaries(const std::string& dir, const std::vector<std::string>& keep = {}) {
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(dir, ec)) {
-    if (is_temporary(e.path().filename().string())) fs::remove(e.path(), ec);
+    const std::string name = e.path().filename().string();
+    if (is_temporary(name) && std::find(keep.begin(), keep.end(), name) == keep.end()) {
+      fs::remove(e.path(), ec);
+    }
   }
   if (ec) return internal_error("cannot clean ", dir, ": ", ec.message());
   return Status::OK();
@@ -375,7 +462,14 @@ Status Preparer::open_state(const json& plan, bool* already_done) {
       return failed_precondition_error(state_path, " is malformed (", e.what(), "): remove ", dir,
                                        " and prepare again");
     }
-    if (!*already_done) MOE_RETURN_IF_ERROR(remove_temporaries(dir));
+    std::vector<std::string> open_shards;
+    for (int k = 0; k < 3; ++k) {
+      if (splits_[k].open_tokens == 0) continue;
+      open_shards.push_back(
+          shard_file_name(kSplitNames[k], static_cast<int64_t>(splits_[k].shards.size())) +
+          io::kTmpSuffix);
+    }
+    if (!*already_done) MOE_RETURN_IF_ERROR(remove_temporaries(dir, open_shards));
     return Status::OK();
   }
   MOE_RETURN_IF_ERROR(remove_temporaries(dir));
@@ -417,27 +511,77 @@ StatusOr<bool> Preparer::read_batch(TextChunkReader* reader, std::vector<Work>* 
     w.raw_bytes = static_cast<int64_t>(w.chunk.text.size());
     w.end_offset = w.chunk.offset + w.raw_bytes;
     w.end_line = w.chunk.line + std::count(w.chunk.text.begin(), w.chunk.text.end(), '\n');
+    w.compressed_end = reader->chunks_end_on_disk();
     batch->push_back(std::move(w));
   }
   return true;
 }
 
-void Preparer::tokenize_batch(std::vector<Work>* batch, bool count_only, const std::string& path) {
-  pool_.run(static_cast<int64_t>(batch->size()), 1, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
-      Work& w = (*batch)[static_cast<size_t>(i)];
-      w.status = validate_utf8(w.chunk.text, path, w.chunk.line, w.chunk.offset);
-      if (!w.status.ok()) continue;
-      drop_bom(&w.chunk);
-      if (count_only) {
-        for_each_token(w.chunk.text, [&](std::string_view token) { w.counts.add(token); });
-      } else {
-        w.ids = tokenizer_->encode(w.chunk.text);
-        w.stats = text_stats(w.chunk.text, w.ids, tokenizer_->unk_id());
+bool Preparer::stop_requested() const { return spec_.stop_requested && spec_.stop_requested(); }
+
+bool Preparer::encode_chunk(Work* w) {
+  // Tokens never span lines, so pieces of whole lines give the ids of the whole text.
+  const std::string_view text = w->chunk.text;
+  const size_t size = static_cast<size_t>(std::max<int64_t>(1, spec_.piece_bytes));
+  std::vector<std::string_view> pieces;
+  for (size_t at = 0; at < text.size();) {
+    size_t end = std::min(text.size(), at + size);
+    if (end < text.size()) {
+      const size_t nl = text.find('\n', end);
+      end = nl == std::string_view::npos ? text.size() : nl + 1;
+    }
+    pieces.push_back(text.substr(at, end - at));
+    at = end;
+  }
+  std::vector<std::vector<int32_t>> ids(pieces.size());
+  std::vector<TextStats> stats(pieces.size());
+  std::atomic<bool> stopped{false};
+  pool_.run(static_cast<int64_t>(pieces.size()), 1, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end && !stopped; ++i) {
+      if (stop_requested()) {
+        stopped = true;
+        return;
       }
-      std::string().swap(w.chunk.text);
+      const size_t k = static_cast<size_t>(i);
+      ids[k] = tokenizer_->encode(pieces[k]);
+      stats[k] = text_stats(pieces[k], ids[k], tokenizer_->unk_id());
     }
   });
+  if (stopped) return false;
+  for (size_t k = 0; k < pieces.size(); ++k) {
+    w->ids.insert(w->ids.end(), ids[k].begin(), ids[k].end());
+    w->stats += stats[k];
+  }
+  return true;
+}
+
+void Preparer::tokenize_batch(std::vector<Work>* batch, bool count_only, const std::string& path) {
+  const auto prepare = [&](Work& w) {
+    w.status = validate_utf8(w.chunk.text, path, w.chunk.line, w.chunk.offset);
+    if (w.status.ok()) drop_bom(&w.chunk);
+    return w.status.ok();
+  };
+  if (count_only) {
+    pool_.run(static_cast<int64_t>(batch->size()), 1, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        Work& w = (*batch)[static_cast<size_t>(i)];
+        if (prepare(w)) {
+          for_each_token(w.chunk.text, [&](std::string_view token) { w.counts.add(token); });
+        }
+        std::string().swap(w.chunk.text);
+      }
+    });
+    return;
+  }
+  // Chunk after chunk, each on every thread: chunks complete in order, so a stop (seen between
+  // pieces) keeps every chunk before it, whatever the thread count. The first error or stop ends
+  // the batch (the chunks after it stay untokenized; the caller stops there).
+  for (Work& w : *batch) {
+    if (!prepare(w)) break;
+    w.stopped = !encode_chunk(&w);
+    std::string().swap(w.chunk.text);
+    if (w.stopped) break;
+  }
 }
 
 Status Preparer::build_tokenizer() {
@@ -452,9 +596,27 @@ Status Preparer::build_tokenizer() {
   if (!spec_.sp_model_path.empty()) {
     MOE_ASSIGN_OR_RETURN(bytes, io::read_file(spec_.sp_model_path));
   } else {
-    source = str_cat("the ", spec_.sp.model_type, " model trained on ", inputs_[0].front());
-    report("sentencepiece", 0, 1, 0, Clock::now(), 0);
-    MOE_ASSIGN_OR_RETURN(bytes, train_sentencepiece(inputs_[0], spec_.sp, pool_.threads()));
+    const size_t n = inputs_[0].size();
+    source = str_cat(
+        "the ", spec_.sp.model_type, " model trained on the training split (",
+        n == 1 ? inputs_[0].front() : str_cat(n, " files: ", inputs_[0].front(), ", ..."), ")");
+    // The monitor is asked about every 100 ms: progress, and a stop ends the training at once.
+    StatusOr<std::string> trained = train_sentencepiece(
+        inputs_[0], spec_.sp, pool_.threads(), [&](const SentencePieceTrainProgress& sp) {
+          if (spec_.stop_requested && spec_.stop_requested()) return false;
+          if (!progress_) return true;
+          PrepareProgress p;
+          p.phase = "sentencepiece";
+          p.seconds = sp.seconds;
+          p.sentencepiece = sp;
+          return progress_(p);
+        });
+    if (!trained.ok() && trained.status().code() == StatusCode::kAborted) {
+      return aborted_error("stopped while training the SentencePiece model of ", spec_.out_dir,
+                           ", before any shard: nothing is kept of the model; rerun the same "
+                           "command to train it again");
+    }
+    MOE_ASSIGN_OR_RETURN(bytes, std::move(trained));
   }
   MOE_ASSIGN_OR_RETURN(tokenizer_, Tokenizer::sentencepiece(bytes, source));
   MOE_RETURN_IF_ERROR(tokenizer_->save(spec_.out_dir));
@@ -496,9 +658,11 @@ Status Preparer::build_word_vocabulary() {
         MOE_RETURN_IF_ERROR(w.status);
         counter.merge(w.counts);
       }
-      if (!report("vocabulary", before + reader->compressed_offset(), total, 0, t0, 0)) {
-        return aborted_error("the preparation of ", spec_.out_dir,
-                             " was interrupted while counting words; run it again to resume");
+      if (!report("vocabulary", before + reader->chunks_end_on_disk(), total, 0, t0, 0)) {
+        return aborted_error("stopped while counting the words of the training text of ",
+                             spec_.out_dir,
+                             " (a pass that writes nothing; no shard is begun): "
+                             "rerun the same command to count them again and continue");
       }
     }
     before += sizes_[0][f];
@@ -510,23 +674,80 @@ Status Preparer::build_word_vocabulary() {
   return save_state();
 }
 
+Status Preparer::resume_split(int k, ShardWriter* writer) {
+  SplitState& st = splits_[k];
+  const std::string shard =
+      join(spec_.out_dir, shard_file_name(kSplitNames[k], static_cast<int64_t>(st.shards.size())));
+  if (st.open_tokens > 0) {
+    MOE_RETURN_IF_ERROR(writer->resume(shard, st.open_tokens, st.open_crc, st.open_stats));
+  }
+  if (st.file > 0 || st.offset > 0) {
+    log_info("momoe-data: resuming the ", kSplitNames[k], " split of ", spec_.out_dir, " at line ",
+             st.line, " of ", inputs_[k][static_cast<size_t>(st.file)], ": ", st.shards.size(),
+             " shard(s) written, and ", st.open_tokens, " token(s) of ", shard, " kept");
+  }
+  return Status::OK();
+}
+
+Status Preparer::write_chunk(int k, Work* w, ShardWriter* writer) {
+  SplitState& st = splits_[k];
+  if (!writer->is_open() && !w->ids.empty()) {
+    MOE_RETURN_IF_ERROR(writer->open(join(
+        spec_.out_dir, shard_file_name(kSplitNames[k], static_cast<int64_t>(st.shards.size())))));
+  }
+  if (writer->is_open()) MOE_RETURN_IF_ERROR(writer->append(w->ids, w->stats));
+  st.fnv = fnv1a64_update(st.fnv, w->ids.data(), w->ids.size() * sizeof(int32_t));
+  st.tokens += static_cast<int64_t>(w->ids.size());
+  st.stats += w->stats;
+  st.file_tokens += static_cast<int64_t>(w->ids.size());
+  st.file_bytes += w->raw_bytes;
+  st.offset = w->end_offset;
+  st.line = w->end_line;
+  std::vector<int32_t>().swap(w->ids);
+  if (writer->is_open() && writer->tokens() >= spec_.shard_tokens) {
+    MOE_ASSIGN_OR_RETURN(const ShardEntry e, writer->close(tokenizer_->fingerprint()));
+    st.shards.push_back(e);
+    st.open_tokens = 0;
+    return save_state();
+  }
+  return Status::OK();
+}
+
+Status Preparer::save_resume_point(int k, ShardWriter* writer) {
+  SplitState& st = splits_[k];
+  st.open_tokens = 0;
+  if (writer->is_open()) {
+    MOE_RETURN_IF_ERROR(writer->sync());
+    st.open_tokens = writer->tokens();
+    st.open_crc = writer->crc();
+    st.open_stats = writer->stats();
+  }
+  return save_state();
+}
+
+std::string Preparer::stopped_message(int k) const {
+  const SplitState& st = splits_[k];
+  std::string kept;
+  for (int j = 0; j < k; ++j) {
+    if (!inputs_[j].empty()) kept += str_cat(kSplitNames[j], " is complete; ");
+  }
+  const std::string open = shard_file_name(kSplitNames[k], static_cast<int64_t>(st.shards.size()));
+  return str_cat(
+      "stopped: ", kept, "the ", kSplitNames[k], " split has ", st.shards.size(),
+      " complete shard(s)",
+      st.open_tokens > 0 ? str_cat(" and ", st.open_tokens, " token(s) of ", open) : std::string(),
+      " written and kept; rerun the same command to continue from line ", st.line, " of ",
+      inputs_[k][static_cast<size_t>(st.file)]);
+}
+
 Status Preparer::prepare_split(int k) {
   SplitState& st = splits_[k];
   if (inputs_[k].empty() || st.complete) return Status::OK();
-  const std::string name = kSplitNames[k];
-  const Clock::time_point t0 = Clock::now();
-  int64_t total = 0;
-  for (int64_t s : sizes_[k]) total += s;
-  int64_t before = 0;
+  int64_t before = tok_before_[k];
   for (int64_t f = 0; f < st.file; ++f) before += sizes_[k][static_cast<size_t>(f)];
-  const int64_t at_start = before;
   ShardWriter writer;
+  MOE_RETURN_IF_ERROR(resume_split(k, &writer));
   std::vector<Work> batch;
-  const auto close_shard = [&]() -> Status {
-    MOE_ASSIGN_OR_RETURN(const ShardEntry e, writer.close(tokenizer_->fingerprint()));
-    st.shards.push_back(e);
-    return save_state();
-  };
   for (int64_t f = st.file; f < static_cast<int64_t>(inputs_[k].size()); ++f) {
     const std::string& path = inputs_[k][static_cast<size_t>(f)];
     MOE_ASSIGN_OR_RETURN(std::unique_ptr<TextChunkReader> reader,
@@ -540,32 +761,25 @@ Status Preparer::prepare_split(int k) {
       st.file_tokens = 0;
       st.file_bytes = 0;
     }
+    if (tok_at_start_ < 0) {
+      tok_at_start_ = before + reader->chunks_end_on_disk();
+      tok_t0_ = Clock::now();
+    }
     bool more = true;
     while (more) {
       MOE_ASSIGN_OR_RETURN(more, read_batch(reader.get(), &batch));
       tokenize_batch(&batch, /*count_only=*/false, path);
+      int64_t done = before;  // input on disk whose text is tokenized and written
+      bool stopped = false;
       for (Work& w : batch) {
+        if ((stopped = w.stopped)) break;
         MOE_RETURN_IF_ERROR(w.status);
-        if (!writer.is_open() && !w.ids.empty()) {
-          MOE_RETURN_IF_ERROR(writer.open(
-              join(spec_.out_dir, shard_file_name(name, static_cast<int64_t>(st.shards.size())))));
-        }
-        if (writer.is_open()) MOE_RETURN_IF_ERROR(writer.append(w.ids, w.stats));
-        st.fnv = fnv1a64_update(st.fnv, w.ids.data(), w.ids.size() * sizeof(int32_t));
-        st.tokens += static_cast<int64_t>(w.ids.size());
-        st.stats += w.stats;
-        st.file_tokens += static_cast<int64_t>(w.ids.size());
-        st.file_bytes += w.raw_bytes;
-        st.offset = w.end_offset;
-        st.line = w.end_line;
-        if (writer.is_open() && writer.tokens() >= spec_.shard_tokens) {
-          MOE_RETURN_IF_ERROR(close_shard());
-        }
+        MOE_RETURN_IF_ERROR(write_chunk(k, &w, &writer));
+        done = before + w.compressed_end;
       }
-      if (!report(name, before + reader->compressed_offset(), total, st.tokens, t0, at_start)) {
-        return aborted_error("the preparation of ", spec_.out_dir, " was interrupted in the ", name,
-                             " split after ", st.shards.size(),
-                             " complete shard(s); run the same command again to resume");
+      MOE_RETURN_IF_ERROR(save_resume_point(k, &writer));
+      if (stopped || !report(kSplitNames[k], done, tok_total_, st.tokens, tok_t0_, tok_at_start_)) {
+        return aborted_error(stopped_message(k));
       }
     }
     if (st.file_bytes == 0) return invalid_argument_error("text file ", path, " is empty");
@@ -575,7 +789,11 @@ Status Preparer::prepare_split(int k) {
     }
     before += sizes_[k][static_cast<size_t>(f)];
   }
-  if (writer.is_open()) MOE_RETURN_IF_ERROR(close_shard());
+  if (writer.is_open()) {
+    MOE_ASSIGN_OR_RETURN(const ShardEntry e, writer.close(tokenizer_->fingerprint()));
+    st.shards.push_back(e);
+    st.open_tokens = 0;
+  }
   st.complete = true;
   return save_state();
 }
@@ -587,6 +805,10 @@ StatusOr<DatasetIndex> Preparer::run() {
   MOE_RETURN_IF_ERROR(open_state(plan, &done));
   if (done) return read_dataset_index(spec_.out_dir);
   MOE_RETURN_IF_ERROR(build_tokenizer());
+  for (int k = 0; k < 3; ++k) {
+    tok_before_[k] = tok_total_;
+    for (int64_t size : sizes_[k]) tok_total_ += size;
+  }
   for (int k = 0; k < 3; ++k) MOE_RETURN_IF_ERROR(prepare_split(k));
   DatasetIndex index;
   index.tokenizer = tokenizer_->kind_name();

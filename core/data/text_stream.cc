@@ -256,6 +256,14 @@ StatusOr<bool> TextChunkReader::next(TextChunk* chunk) {
   return true;
 }
 
+int64_t TextChunkReader::chunks_end_on_disk() const {
+  if (eof_ && carry_.empty()) return file_size_;
+  const double read = static_cast<double>(offset_) + static_cast<double>(carry_.size());
+  if (read <= 0) return 0;
+  const double ratio = static_cast<double>(compressed_offset()) / read;
+  return std::min(file_size_, static_cast<int64_t>(static_cast<double>(offset_) * ratio));
+}
+
 Status TextChunkReader::skip_to(int64_t offset, int64_t line) {
   MOE_CHECK(!started_, "TextChunkReader::skip_to after next()");
   std::vector<char> buf(1 << 20);

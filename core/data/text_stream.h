@@ -45,6 +45,10 @@ class TextChunkReader {
 
   // Progress: compressed bytes consumed so far, and the file's size on disk.
   virtual int64_t compressed_offset() const = 0;
+  // The position on disk of the end of the chunks handed out so far: the decompressor and this
+  // reader read ahead of them, so it is estimated from the compression ratio of what was read;
+  // the file's size once the last chunk is out.
+  int64_t chunks_end_on_disk() const;
   int64_t file_size() const { return file_size_; }
   const std::string& path() const { return path_; }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -206,7 +207,8 @@ StatusOr<std::shared_ptr<const Tokenizer>> Tokenizer::load(const std::string& di
 }
 
 StatusOr<std::string> train_sentencepiece(const std::vector<std::string>& files,
-                                          const SentencePieceOptions& options, int threads) {
+                                          const SentencePieceOptions& options, int threads,
+                                          const SentencePieceMonitor& monitor) {
   const SentencePieceBackend* backend = sentencepiece_backend();
   if (backend == nullptr) return no_backend("training a SentencePiece model");
   if (options.model_type != "bpe" && options.model_type != "unigram") {
@@ -221,17 +223,29 @@ StatusOr<std::string> train_sentencepiece(const std::vector<std::string>& files,
     return invalid_argument_error("SentencePiece max_sentences ", options.max_sentences,
                                   " must be >= 0 (0: every line)");
   }
+  const auto t0 = std::chrono::steady_clock::now();
+  SentencePieceTrainProgress progress;
   const auto visit = [&](auto&& on_line) -> Status {
     for (const std::string& path : files) {
+      // Small chunks: the monitor is asked after each (a stop is seen within a fraction of a
+      // second).
       MOE_ASSIGN_OR_RETURN(std::unique_ptr<TextChunkReader> reader,
-                           TextChunkReader::open(path, int64_t{1} << 24));
+                           TextChunkReader::open(path, int64_t{1} << 20));
       TextChunk chunk;
       while (true) {
         MOE_ASSIGN_OR_RETURN(const bool more, reader->next(&chunk));
         if (!more) break;
         MOE_RETURN_IF_ERROR(validate_utf8(chunk.text, path, chunk.line, chunk.offset));
         drop_bom(&chunk);
-        for_each_line(chunk.text, on_line);
+        for_each_line(chunk.text, [&](std::string_view line) {
+          ++progress.lines;
+          on_line(line);
+        });
+        progress.seconds =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        if (monitor && !monitor(progress)) {
+          return aborted_error("stopped while reading the text to train the SentencePiece model");
+        }
       }
     }
     return Status::OK();
@@ -246,10 +260,19 @@ StatusOr<std::string> train_sentencepiece(const std::vector<std::string>& files,
           : 1;
   std::vector<std::string> lines;
   int64_t index = 0;
+  progress.lines = 0;
   MOE_RETURN_IF_ERROR(visit([&](std::string_view line) {
     if (index++ % stride == 0) lines.emplace_back(line);
   }));
-  return backend->train(lines, options, threads);
+  if (!monitor) return backend->train(lines, options, threads, nullptr);
+  // The backend's seconds count from its start: the monitor sees them from ours.
+  const double reading = progress.seconds;
+  return backend->train(lines, options, threads, [&](const SentencePieceTrainProgress& p) {
+    SentencePieceTrainProgress q = p;
+    q.lines = progress.lines;
+    q.seconds += reading;
+    return monitor(q);
+  });
 }
 
 }  // namespace moe::data

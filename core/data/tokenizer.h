@@ -22,6 +22,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -45,6 +46,20 @@ struct SentencePieceOptions {
                                     // corpus is sampled evenly, deterministically
 };
 
+// What training a SentencePiece model has done so far, as far as it can be observed: the lines
+// read, then what the trainer's own log reports (its sentences, and the pieces it has so far).
+struct SentencePieceTrainProgress {
+  bool training = false;  // false: reading the text; true: the trainer runs
+  int64_t lines = 0;      // lines of the text read so far (reading)
+  int64_t sentences = 0;  // sentences the trainer loaded (0: its log has not said yet)
+  int64_t pieces = 0;     // pieces its log last reported (0: none yet); bpe grows them up to
+                          // the vocabulary size, unigram prunes them down to it
+  double seconds = 0;     // since training began (reading included)
+};
+// Asked about every 100 ms while a model trains; returning false stops the training at once
+// (kAborted; nothing of it is kept).
+using SentencePieceMonitor = std::function<bool(const SentencePieceTrainProgress&)>;
+
 // A loaded SentencePiece model (the backend's).
 class SentencePieceModel {
  public:
@@ -65,9 +80,11 @@ class SentencePieceBackend {
   // Errors: kInvalidArgument when the bytes are not a model (naming `source`).
   virtual StatusOr<std::unique_ptr<SentencePieceModel>> load(const std::string& bytes,
                                                              const std::string& source) const = 0;
-  // The serialized model trained on `lines`.
+  // The serialized model trained on `lines`. `monitor` (optional) sees its progress and can stop
+  // it (kAborted).
   virtual StatusOr<std::string> train(const std::vector<std::string>& lines,
-                                      const SentencePieceOptions& options, int threads) const = 0;
+                                      const SentencePieceOptions& options, int threads,
+                                      const SentencePieceMonitor& monitor) const = 0;
 };
 
 // The process's backend (sentencepiece_backend.h registers it); null when none is registered.
@@ -138,9 +155,11 @@ class Tokenizer {
 // or an even sample of max_sentences of them) through this process's backend; returns the
 // model's bytes. Deterministic: the same files and options give the same model (it trains with
 // a fixed 16 threads, which the model records; `threads` is unused).
+// `monitor` (optional): as SentencePieceBackend::train, also while the text is read.
 // Errors: kFailedPrecondition without a backend; kInvalidArgument for bad options; the text
-// reader's errors.
+// reader's errors; kAborted when the monitor stopped it.
 StatusOr<std::string> train_sentencepiece(const std::vector<std::string>& files,
-                                          const SentencePieceOptions& options, int threads);
+                                          const SentencePieceOptions& options, int threads,
+                                          const SentencePieceMonitor& monitor = nullptr);
 
 }  // namespace moe::data

@@ -220,6 +220,7 @@ class PrepareTest : public ::testing::Test {
     spec_.vocab.max_size = 12;  // some words become <unk>
     spec_.threads = 3;
     spec_.chunk_bytes = 97;
+    spec_.piece_bytes = 31;  // chunks are tokenized in pieces: the ids must not change
     spec_.shard_tokens = 150;
   }
 
@@ -330,14 +331,20 @@ TEST_F(PrepareTest, AnInterruptedPreparationResumesToTheSameFiles) {
     const auto stop = [&](const PrepareProgress& p) { return !(p.phase == phase && ++calls >= 2); };
     StatusOr<DatasetIndex> cut = prepare_dataset(spec_, stop);
     ASSERT_EQ(cut.status().code(), StatusCode::kAborted) << cut.status().to_string();
-    EXPECT_TRUE(contains(cut.status().message(), "run the same command again"))
+    // It says what is kept and how to continue.
+    EXPECT_TRUE(contains(cut.status().message(), "written and kept; rerun the same command"))
         << cut.status().message();
     EXPECT_FALSE(fs::exists(spec_.out_dir + "/index.json"));
+    // The only temporary file kept is the open shard of the resume point.
+    int open_shards = 0;
     for (const auto& e : fs::directory_iterator(spec_.out_dir)) {
-      EXPECT_EQ(e.path().extension(),
-                e.path().extension() == ".tmp" ? ".none" : e.path().extension())
-          << "a temporary shard was left: " << e.path();
+      const std::string name = e.path().filename().string();
+      if (name.find(".tmp") == std::string::npos) continue;
+      EXPECT_TRUE(name.size() > 8 && name.compare(name.size() - 8, 8, ".tok.tmp") == 0)
+          << "a temporary file was left: " << e.path();
+      ++open_shards;
     }
+    EXPECT_LE(open_shards, 1);
   }
   StatusOr<DatasetIndex> resumed = prepare_dataset(spec_);
   ASSERT_TRUE(resumed.ok()) << resumed.status().to_string();
@@ -482,12 +489,16 @@ TEST_F(DamagedDatasetTest, ADamagedIndexIsRefusedByName) {
   const size_t at = text.find("\"tokens\": ") + 10;
   text[at] = text[at] == '9' ? '8' : static_cast<char>(text[at] + 1);
   testing::write_file(path, text);
+  // Damage is input to replace (exit 2): the message says how.
   const Status s = open();
-  EXPECT_EQ(s.code(), StatusCode::kDataLoss);
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
   EXPECT_TRUE(contains(s.message(), path)) << s.message();
+  EXPECT_TRUE(contains(
+      s.message(), "and prepare it again: momoe-data prepare --out " + spec_.out_dir + " --train "))
+      << s.message();
   EXPECT_TRUE(contains(s.message(), "damaged")) << s.message();
   testing::write_file(path, text.substr(0, text.size() / 2));
-  EXPECT_EQ(open().code(), StatusCode::kDataLoss);
+  EXPECT_EQ(open().code(), StatusCode::kFailedPrecondition);
   fs::remove(path);
   EXPECT_EQ(open().code(), StatusCode::kNotFound);
 }
@@ -496,7 +507,9 @@ TEST_F(DamagedDatasetTest, TruncatedOrCorruptedShardsAreRefusedByName) {
   const std::string bytes = testing::read_file(shard_);
   testing::write_file(shard_, bytes.substr(0, bytes.size() - 4));
   Status s = open(false);  // even without the payload check: the size disagrees
-  EXPECT_EQ(s.code(), StatusCode::kDataLoss);
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(contains(s.message(), "run `momoe-data verify " + spec_.out_dir + "`"))
+      << s.message();
   EXPECT_TRUE(contains(s.message(), shard_)) << s.message();
   EXPECT_TRUE(contains(s.message(), "truncated")) << s.message();
 
@@ -504,12 +517,23 @@ TEST_F(DamagedDatasetTest, TruncatedOrCorruptedShardsAreRefusedByName) {
   flipped[bytes.size() - 3] = static_cast<char>(flipped[bytes.size() - 3] ^ 0x01);
   testing::write_file(shard_, flipped);
   s = open(true);
-  EXPECT_EQ(s.code(), StatusCode::kDataLoss);
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
   EXPECT_TRUE(contains(s.message(), shard_) && contains(s.message(), "corrupted")) << s.message();
+
+  // Every damaged shard, listed by verify.
+  const std::string first = spec_.out_dir + "/" + index_.splits.at("train").shards[0].file;
+  const std::string first_bytes = testing::read_file(first);
+  testing::write_file(first, first_bytes.substr(0, 70));
+  s = verify_dataset(spec_.out_dir).status();
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(contains(s.message(), "2 damaged shard(s)") && contains(s.message(), first) &&
+              contains(s.message(), shard_))
+      << s.message();
+  testing::write_file(first, first_bytes);
 
   fs::remove(shard_);
   s = open(false);
-  EXPECT_EQ(s.code(), StatusCode::kNotFound);
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
   EXPECT_TRUE(contains(s.message(), shard_)) << s.message();
 }
 
@@ -530,7 +554,7 @@ TEST_F(DamagedDatasetTest, AShardOfAnotherPreparationIsRefused) {
   fs::copy_file(spec_.out_dir + "/" + index_.splits.at("train").shards[2].file, shard_,
                 fs::copy_options::overwrite_existing);
   s = open(false);
-  EXPECT_EQ(s.code(), StatusCode::kDataLoss);
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
   EXPECT_TRUE(contains(s.message(), "does not match the dataset's index")) << s.message();
 }
 

@@ -29,7 +29,7 @@ evals() { grep -oE "^eval at step .*" "$1" | grep -vE "[0-9]+/[0-9]+ sequences";
   --test "$brown/test.txt.gz" --vocab-max-size 2000 --shard-tokens 100000 --chunk-mb 1 --threads 2 \
   > "$run/prep.log" 2>&1 || { cat "$run/prep.log"; fail "momoe-data prepare"; }
 grep -q "ready in" "$run/prep.log" || { cat "$run/prep.log"; fail "no summary line"; }
-grep -qE "train: .* \(100\.0%\), .*/s, [0-9]+ tokens, ETA" "$run/prep.log" || { cat "$run/prep.log"; fail "no progress line"; }
+grep -qE "tokenizing test: .* \(100\.0%\), .*/s, [0-9]+ tokens, ETA" "$run/prep.log" || { cat "$run/prep.log"; fail "no progress line"; }
 ls "$run/ds"/train-0000*.tok > /dev/null || fail "no train shards"
 [ "$(ls "$run/ds"/train-*.tok | wc -l)" -ge 5 ] || fail "expected several train shards"
 "$bin/momoe-data" verify "$run/ds" > "$run/verify" || { cat "$run/verify"; fail "verify"; }
@@ -99,8 +99,8 @@ expect_code 2 "data.dataset ($run/ds) and data.train" "$bin/momoe-train" --confi
 expect_code 2 "not a prepared dataset" "$bin/momoe-train" --config "$config" --run-dir "$run/x" --set data.dataset="$run/wt"
 cp -r "$run/ds" "$run/damaged"
 printf 'XXXX' | dd of="$run/damaged/train-00001.tok" bs=1 seek=100 conv=notrunc 2> /dev/null
-expect_code 1 "train-00001.tok is corrupted" "$bin/momoe-data" verify "$run/damaged"
-expect_code 1 "train-00001.tok is corrupted" "$bin/momoe-train" --config "$config" --run-dir "$run/x" --set data.dataset="$run/damaged"
+expect_code 2 "train-00001.tok is corrupted" "$bin/momoe-data" verify "$run/damaged"
+expect_code 2 "train-00001.tok is corrupted" "$bin/momoe-train" --config "$config" --run-dir "$run/x" --set data.dataset="$run/damaged"
 
 # SentencePiece.
 sp_flags=(--tokenizer sentencepiece --sp-vocab-size 600 --sp-max-sentences 6000)
