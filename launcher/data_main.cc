@@ -279,6 +279,27 @@ StatusOr<PrepareOptions> read_prepare_flags(const FlagParser& flags) {
   return options;
 }
 
+// Above this many words, an uncapped word vocabulary is warned about: a model's token embedding
+// and output head grow with it (116,481 words of a 52 MB corpus made a small model 97%
+// embedding), and words seen once or twice teach it little.
+constexpr int64_t kUncappedVocabularyWarning = 32000;
+
+// Warns (stderr, even with --quiet) when prepare built an uncapped word vocabulary larger than
+// kUncappedVocabularyWarning.
+void warn_uncapped_vocabulary(const data::PrepareSpec& spec, const data::DatasetIndex& index) {
+  if (index.tokenizer != "word" || !spec.vocab_path.empty() || spec.vocab.max_size != 0 ||
+      index.vocab_size <= kUncappedVocabularyWarning) {
+    return;
+  }
+  std::fprintf(stderr,
+               "momoe-data: warning: the word vocabulary is uncapped: %s words (every word seen "
+               "%lld time(s) or more). A model's token embedding and output head grow with it and "
+               "can outweigh the rest of the model; prepare again with --vocab-max-size N (e.g. "
+               "%lld) or a higher --vocab-min-count to cap it\n",
+               with_commas(index.vocab_size).c_str(), static_cast<long long>(spec.vocab.min_count),
+               static_cast<long long>(kUncappedVocabularyWarning));
+}
+
 // Prints what `momoe-data prepare` wrote: the tokenizer and each split, then how to train on it.
 void print_prepare_summary(const data::PrepareSpec& spec, const data::DatasetIndex& index,
                            double seconds) {
@@ -322,6 +343,7 @@ int run_prepare(const PrepareOptions& options) {
     }
     return exit_with(index.status());
   }
+  warn_uncapped_vocabulary(options.spec, *index);
   if (quiet) return 0;
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

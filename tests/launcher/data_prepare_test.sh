@@ -54,12 +54,19 @@ expect_in "$run/err" "vocabulary mismatch"
 expect_code 2 "momoe-data verify $run/swap" \
   "$bin/momoe-train" --config "$config" --run-dir "$run/r" --set train.steps=1 --set data.dataset="$run/swap"
 
+# An uncapped word vocabulary of a whole corpus (Brown's training split: 49,370 words) is warned
+# about, naming the flag that caps it, even with --quiet; a capped one (below) is not.
+"$bin/momoe-data" prepare --out "$run/uncapped" --train "$src/data/brown/train.txt.gz" --quiet \
+  2> "$run/uncapped.err" || { cat "$run/uncapped.err"; fail "prepare uncapped"; }
+expect_in "$run/uncapped.err" "the word vocabulary is uncapped: 49,370 words"
+expect_in "$run/uncapped.err" "--vocab-max-size"
 # Progress: the bar counts the input tokenized and written, over every split: 100% once, last.
 brown=(--train "$src/data/brown/train.txt.gz" --valid "$src/data/brown/valid.txt.gz" --threads 1 --chunk-mb 1
        --vocab-max-size 5000 --shard-tokens 600000)
 MOMOE_PROGRESS_SECONDS=0 MOMOE_CRASH_TRACE=1 "$bin/momoe-data" prepare --out "$run/ref" "${brown[@]}" \
   > "$run/ref.log" 2>&1 || { cat "$run/ref.log"; fail "prepare the reference"; }
 grep "^tokenizing " "$run/ref.log" > "$run/bar"
+grep -q "vocabulary is uncapped" "$run/ref.log" && fail "a capped vocabulary was warned about"
 [ "$(wc -l < "$run/bar")" -ge 3 ] || { cat "$run/ref.log"; fail "too few progress lines"; }
 if [ "$(grep -c "100\.0%" "$run/bar")" -ne 1 ] || ! tail -1 "$run/bar" | grep -q "^tokenizing valid: .*(100\.0%)"; then
   cat "$run/bar"
