@@ -24,6 +24,10 @@ grep -qF "eval at step 4 (first 8 sequences of each split): valid ppl" "$run/tra
   { cat "$run/train.log"; fail "no evaluation line"; }
 grep -qF "eval at step 4 (whole splits): valid ppl" "$run/train.log" ||
   { cat "$run/train.log"; fail "no whole-split evaluation line"; }
+# Per-word measures carry the evaluated text's <unk> share beside them (they compare across
+# tokenizers only at equal shares), in the log and in momoe-stats' summary (below).
+grep -qE "eval at step 4 \(whole splits\).* valid [0-9.]+ per word, [0-9.]+ bits/byte \([0-9]+\.[0-9]{2}% <unk>\)$" "$run/train.log" ||
+  { cat "$run/train.log"; fail "no <unk> share beside the per-word measures"; }
 # Every text is named, with its size and the share the vocabulary does not know.
 grep -qE "momoe: data: train .*brown/train.txt.gz \([0-9]+ tokens, [0-9.]+% <unk>\); valid .*brown/valid.txt.gz \(.*; test .*brown/test.txt.gz \(" "$run/train.log" ||
   { cat "$run/train.log"; fail "the start-up line does not name the texts"; }
@@ -31,6 +35,8 @@ grep -qE "momoe: data: train .*brown/train.txt.gz \([0-9]+ tokens, [0-9.]+% <unk
 "$bin/momoe-stats" "$run" --csv "$run/s.csv" --json "$run/s.jsonl" > "$run/table" || fail "momoe-stats failed"
 cat "$run/table"
 grep -q "steps recorded: 4" "$run/table" || fail "summary table"
+grep -qE "valid bits per byte [0-9.]+ \([0-9]+\.[0-9]{2}% of the valid text <unk>\)" "$run/table" ||
+  fail "momoe-stats' summary has no <unk> share beside the per-word measures"
 grep -qE "realised swap fraction 0\.02[0-9]{2}\)" "$run/table" || fail "the swap fraction is rounded away"
 [ "$(wc -l < "$run/s.csv")" -eq 11 ] || fail "CSV should have 1 + 4 steps x 2 layers + 2 evaluation rows"
 [ "$(wc -l < "$run/s.jsonl")" -eq 6 ] || fail "JSON should have 4 steps + 2 evaluations (subset, whole)"

@@ -45,6 +45,8 @@ Exit train(const std::string& run_dir, const std::vector<std::string>& extra,
                                    "--set",
                                    "train.eval_sequences=8",
                                    "--set",
+                                   "train.final_eval=SUBSET",  // the whole splits: seconds a run
+                                   "--set",
                                    "data.cache_dir=" + fs::temp_directory_path().string() +
                                        "/momoe_crash_cache_" + std::to_string(::getpid())};
   args.insert(args.end(), extra.begin(), extra.end());

@@ -17,16 +17,19 @@ cache="$run/cache"
 # shellcheck source=../testing/shell_helpers.sh
 source "$(dirname "$0")/../testing/shell_helpers.sh"  # fail, expect_in, expect_code
 export FAIL_CONTEXT=$case  # "FAIL [case]: ..."
+# The final evaluation of the helpers' runs covers the tracked subset only (8 sequences): over the
+# whole splits it would cost seconds per run and check nothing here (a case may set it again).
+quick_eval=(--set train.eval_sequences=8 --set train.final_eval=SUBSET)
 # train RUN_DIR [FLAGS...]: the tiny model with a shared token cache; output in RUN_DIR.log.
 train() {
   local dir=$1; shift
-  "$bin/momoe-train" --config "$config" --run-dir "$dir" --set train.eval_sequences=8 \
+  "$bin/momoe-train" --config "$config" --run-dir "$dir" "${quick_eval[@]}" \
     --set data.cache_dir="$cache" "$@" > "$dir.log" 2>&1
 }
 # start RUN_DIR [FLAGS...]: train in the background; $pid is momoe-train's own pid (not a subshell's).
 start() {
   local dir=$1; shift
-  "$bin/momoe-train" --config "$config" --run-dir "$dir" --set train.eval_sequences=8 \
+  "$bin/momoe-train" --config "$config" --run-dir "$dir" "${quick_eval[@]}" \
     --set data.cache_dir="$cache" "$@" > "$dir.log" 2>&1 &
   pid=$!
 }
