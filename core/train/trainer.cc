@@ -476,7 +476,7 @@ StepStatsInfo Trainer::read_step_stats(int64_t step, const StepBuffer& slots, co
   using S = StepBuffer;
   const int layers = model_->num_moe_layers();
   StepStatsInfo stats;
-  stats.step = step + 1;  // the steps done once this one is (docs/metrics.md)
+  stats.step = step + 1;  // steps done once this one is (README, "One step numbering")
   stats.rank = world_ == nullptr ? 0 : world_->rank();
   stats.learning_rate = cfg_.train.learning_rate(step);
   stats.tokens = static_cast<int64_t>(std::llround(v[S::kLoss + TransformerLM::kLossTokens]));
