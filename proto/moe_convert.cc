@@ -48,6 +48,42 @@ std::string suggest_field(const std::string& error, const google::protobuf::Mess
   return did_you_mean(name, fields);
 }
 
+// The value names of the enum fields named `field` in `d` and the messages below it (each once).
+void enum_values_of(const google::protobuf::Descriptor* d, const std::string& field,
+                    std::vector<const google::protobuf::Descriptor*>* seen,
+                    std::vector<std::string>* values) {
+  for (const google::protobuf::Descriptor* s : *seen) {
+    if (s == d) return;
+  }
+  seen->push_back(d);
+  for (int i = 0; i < d->field_count(); ++i) {
+    const google::protobuf::FieldDescriptor* f = d->field(i);
+    if (f->message_type() != nullptr) enum_values_of(f->message_type(), field, seen, values);
+    if (f->enum_type() == nullptr || f->name() != field) continue;
+    for (int v = 0; v < f->enum_type()->value_count(); ++v) {
+      values->push_back(f->enum_type()->value(v)->name());
+    }
+  }
+}
+
+// For protobuf's `Unknown enumeration value of "ADAMX" for field "kind".`: the closest value of
+// the enum fields of that name in the config (" (did you mean ADAMW?)"), else "".
+std::string suggest_enum_value(const std::string& error, const google::protobuf::Message& msg) {
+  const std::string value_mark = "Unknown enumeration value of \"", field_mark = "\" for field \"";
+  const size_t value_at = error.find(value_mark);
+  const size_t field_at = error.find(field_mark);
+  if (value_at == std::string::npos || field_at == std::string::npos || field_at < value_at)
+    return "";
+  const std::string value =
+      error.substr(value_at + value_mark.size(), field_at - value_at - value_mark.size());
+  const size_t name_at = field_at + field_mark.size();
+  const std::string field = error.substr(name_at, error.find('"', name_at) - name_at);
+  std::vector<const google::protobuf::Descriptor*> seen;
+  std::vector<std::string> values;
+  enum_values_of(msg.GetDescriptor(), field, &seen, &values);
+  return did_you_mean(value, values);
+}
+
 }  // namespace
 
 Status parse_text_proto(const std::string& text, const std::string& where,
@@ -56,9 +92,9 @@ Status parse_text_proto(const std::string& text, const std::string& where,
   ErrorCollector errors;
   parser.RecordErrorsTo(&errors);
   if (!parser.ParseFromString(text, msg)) {
-    return invalid_argument_error(where, ": ",
-                                  errors.first().empty() ? "cannot parse" : errors.first(),
-                                  suggest_field(errors.first(), *msg));
+    return invalid_argument_error(
+        where, ": ", errors.first().empty() ? "cannot parse" : errors.first(),
+        suggest_field(errors.first(), *msg), suggest_enum_value(errors.first(), *msg));
   }
   return Status::OK();
 }

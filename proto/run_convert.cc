@@ -60,6 +60,23 @@ Status check_finite(const Message& msg, const std::string& prefix) {
   return Status::OK();
 }
 
+// For an enum field: " (one of ADAMW, SGD; did you mean ADAMW?)" (the suggestion when `value` is
+// close to one); "" for other fields.
+std::string enum_choices(const FieldDescriptor* field, const std::string& value) {
+  const google::protobuf::EnumDescriptor* e = field->enum_type();
+  if (e == nullptr) return "";
+  std::vector<std::string> names;
+  std::string list;
+  for (int v = 0; v < e->value_count(); ++v) {
+    names.push_back(e->value(v)->name());
+    if (e->value(v)->number() == 0) continue;  // the _UNSPECIFIED default is not a choice
+    list += (list.empty() ? "" : ", ") + e->value(v)->name();
+  }
+  std::string close = did_you_mean(value, names);  // " (did you mean X?)"
+  if (!close.empty()) close = "; " + close.substr(2, close.size() - 3);
+  return str_cat(" (one of ", list, close, ")");
+}
+
 // Sets one field addressed by a dotted path from its text-format value.
 Status apply_override(const std::string& assignment, Message* root) {
   const size_t eq = assignment.find('=');
@@ -100,7 +117,8 @@ Status apply_override(const std::string& assignment, Message* root) {
       parser.RecordErrorsTo(&quiet);
       if (!parser.ParseFieldValueFromString(value, field, msg)) {
         return invalid_argument_error("--set '", assignment, "': '", assignment.substr(eq + 1),
-                                      "' is not a valid value for ", field->full_name());
+                                      "' is not a valid value for ", field->full_name(),
+                                      enum_choices(field, assignment.substr(eq + 1)));
       }
       return Status::OK();
     }

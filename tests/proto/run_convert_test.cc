@@ -122,6 +122,17 @@ TEST(RunConfigTest, ErrorsNameTheirSource) {
   typo = parse_run_config("train { stepz: 3 }", "typo.pbtxt");
   EXPECT_NE(typo.status().message().find("(did you mean steps?)"), std::string::npos)
       << typo.status().message();
+  // Misspelt enum values: the choices, and the closest one.
+  typo = parse_run_config("train { optimizer { kind: ADAMX } }", "typo.pbtxt");
+  EXPECT_NE(typo.status().message().find("(did you mean ADAMW?)"), std::string::npos)
+      << typo.status().message();
+  EXPECT_NE(error({"train.optimizer.kind=ADAMX"})
+                .find("is not a valid value for momoe.OptimizerConfig.kind (one of ADAMW, SGD; "
+                      "did you mean ADAMW?)"),
+            std::string::npos)
+      << error({"train.optimizer.kind=ADAMX"});
+  EXPECT_NE(error({"train.precision=fp64"}).find("(one of FP32, BF16)"), std::string::npos)
+      << error({"train.precision=fp64"});
 }
 
 TEST(RunConfigTest, PlanErrors) {
