@@ -16,6 +16,17 @@ run=$(mktemp -d)
 trap 'rm -rf "$run"' EXIT
 # shellcheck source=../testing/shell_helpers.sh
 source "$(dirname "$0")/../testing/shell_helpers.sh"  # fail, expect_in, expect_code
+# interrupt_within PID LIMIT_MS LOG WHAT: SIGINT to PID, which must exit 3 (stopped) within
+# LIMIT_MS milliseconds; else LOG is shown and WHAT fails.
+interrupt_within() {
+  local t0 rc ms
+  kill -INT "$1"
+  t0=$(date +%s%N)
+  wait "$1"; rc=$?
+  ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+  [ "$rc" -eq 3 ] || { cat "$3"; fail "$4: exit $rc, expected 3"; }
+  [ "$ms" -le "$2" ] || { cat "$3"; fail "$4: stopped after $ms ms"; }
+}
 export EXPECT_DIR=$run  # expect_code's out and err
 # A few thousand lines of the bundled corpus, cut into three training files and one to validate.
 zcat "$src/data/brown/train.txt.gz" | head -n 6000 > "$run/all.txt"
@@ -104,12 +115,7 @@ if [ "$sp" = 1 ]; then
     sleep 0.05
   done
   expect_in "$run/sp.log" "sentencepiece: training the unigram model of 8,000 pieces on 46,175 sentences"
-  kill -INT "$pid"
-  t0=$(date +%s%N)
-  wait "$pid"; rc=$?
-  ms=$(( ($(date +%s%N) - t0) / 1000000 ))
-  [ "$rc" -eq 3 ] || { cat "$run/sp.log"; fail "SIGINT while training SentencePiece: exit $rc, expected 3"; }
-  [ "$ms" -le 1500 ] || { cat "$run/sp.log"; fail "SIGINT while training SentencePiece: stopped after $ms ms"; }
+  interrupt_within "$pid" 1500 "$run/sp.log" "SIGINT while training SentencePiece"
   expect_in "$run/sp.log" "stopped while training the SentencePiece model"
   pgrep -f -- "prepare --out $out" > /dev/null && fail "a SentencePiece trainer is left running"
   grep -q "saving a checkpoint" "$run/sp.log" && fail "momoe-data speaks of a checkpoint"
@@ -122,12 +128,7 @@ if [ "$sp" = 1 ]; then
     --sp-model "$run/spm/tokenizer.model" --threads 1 --chunk-mb 4 > "$run/sptok.log" 2>&1 &
   pid=$!
   sleep 0.5
-  kill -INT "$pid"
-  t0=$(date +%s%N)
-  wait "$pid"; rc=$?
-  ms=$(( ($(date +%s%N) - t0) / 1000000 ))
-  [ "$rc" -eq 3 ] || { cat "$run/sptok.log"; fail "SIGINT while tokenizing: exit $rc, expected 3"; }
-  [ "$ms" -le 1000 ] || { cat "$run/sptok.log"; fail "SIGINT while tokenizing: stopped after $ms ms"; }
+  interrupt_within "$pid" 1000 "$run/sptok.log" "SIGINT while tokenizing"
   expect_in "$run/sptok.log" "written and kept; rerun the same command to continue from line"
   # Only an open shard (a resume point's) may stay as a temporary file.
   [ -z "$(find "$run/sptok" -name '*.tmp*' ! -name '*.tok.tmp')" ] || { ls "$run/sptok"; fail "temporary files left"; }
