@@ -120,6 +120,9 @@ Status apply_moe_proto(const momoe::MoeConfig& m, const std::string& where, MoeL
     case momoe::GELU_TANH:
       c->activation = ExpertActivation::kGeluTanh;
       break;
+    case momoe::SWIGLU:
+      c->activation = ExpertActivation::kSwiglu;
+      break;
     default:
       return invalid_argument_error(where, ".activation: unknown value ", m.activation());
   }
@@ -291,9 +294,10 @@ void moe_config_to_proto(const MoeLayerConfig& c, momoe::MoeConfig* m) {
   m->set_capacity_factor(c.capacity_factor);
   m->set_dropless(c.dropless);
   m->set_eval_capacity_factor(c.eval_capacity_factor);
-  m->set_activation(c.activation == ExpertActivation::kRelu   ? momoe::RELU
-                    : c.activation == ExpertActivation::kGelu ? momoe::GELU
-                                                              : momoe::GELU_TANH);
+  m->set_activation(c.activation == ExpertActivation::kRelu       ? momoe::RELU
+                    : c.activation == ExpertActivation::kGelu     ? momoe::GELU
+                    : c.activation == ExpertActivation::kGeluTanh ? momoe::GELU_TANH
+                                                                  : momoe::SWIGLU);
   m->set_expert_dropout(c.expert_dropout);
   m->set_output_dropout(c.output_dropout);
   m->set_balance_loss_coef(c.balance_loss_coef);

@@ -138,6 +138,8 @@ ExpertActivation activation_of(momoe::Activation a, ExpertActivation fallback) {
       return ExpertActivation::kGelu;
     case momoe::GELU_TANH:
       return ExpertActivation::kGeluTanh;
+    case momoe::SWIGLU:
+      return ExpertActivation::kSwiglu;
     default:
       return fallback;
   }
@@ -155,6 +157,11 @@ Status convert_model(const momoe::ModelConfig& m, ModelConfig* c) {
   if (m.has_tie_embeddings()) c->tie_embeddings = m.tie_embeddings();
   if (m.block_style() == momoe::ModelConfig::PRE_LN) c->block_style = BlockStyle::kPreLn;
   if (m.has_init_std()) c->init_std = m.init_std();
+  if (m.norm() == momoe::ModelConfig::RMS_NORM) c->norm = NormKind::kRmsNorm;
+  if (m.has_norm_eps()) c->norm_eps = m.norm_eps();
+  if (m.position() == momoe::ModelConfig::ROPE) c->position = PositionKind::kRope;
+  if (m.has_rope_base()) c->rope_base = m.rope_base();
+  if (m.has_linear_bias()) c->linear_bias = m.linear_bias();
 
   // MoE defaults: width from the model, expert hidden width = d_model (the reference code's LM
   // experts), dropouts from the model's dropout.
@@ -163,6 +170,7 @@ Status convert_model(const momoe::ModelConfig& m, ModelConfig* c) {
   moe_default.d_expert = c->d_model;
   moe_default.expert_dropout = c->dropout;
   moe_default.output_dropout = c->dropout;
+  moe_default.linear_bias = c->linear_bias;
   MOE_RETURN_IF_ERROR(proto_internal::apply_moe_proto(m.moe(), "model.moe", &moe_default));
   if (moe_default.d_model != c->d_model) {
     return invalid_argument_error("model.moe.d_model = ", moe_default.d_model,
@@ -253,6 +261,8 @@ momoe::Activation activation_to_proto(ExpertActivation a) {
       return momoe::GELU;
     case ExpertActivation::kGeluTanh:
       return momoe::GELU_TANH;
+    case ExpertActivation::kSwiglu:
+      return momoe::SWIGLU;
   }
   return momoe::RELU;
 }
@@ -277,6 +287,13 @@ void run_config_to_proto(const RunConfig& cfg, momoe::RunConfig* msg) {
                          ? momoe::ModelConfig::PRE_LN
                          : momoe::ModelConfig::POST_LN_DOUBLE_RESIDUAL);
   m->set_init_std(c.init_std);
+  m->set_norm(c.norm == NormKind::kRmsNorm ? momoe::ModelConfig::RMS_NORM
+                                           : momoe::ModelConfig::LAYER_NORM);
+  m->set_norm_eps(c.norm_eps);
+  m->set_position(c.position == PositionKind::kRope ? momoe::ModelConfig::ROPE
+                                                    : momoe::ModelConfig::LEARNED);
+  m->set_rope_base(c.rope_base);
+  m->set_linear_bias(c.linear_bias);
   const BlockPlan* first_moe = nullptr;
   for (const BlockPlan& b : c.blocks) {
     momoe::BlockConfig* blk = m->add_blocks();

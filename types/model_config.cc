@@ -25,6 +25,17 @@ std::string ModelConfig::batch_dependent_evaluation() const {
   return "";
 }
 
+Status ModelConfig::check_not_yet_built() const {
+  bool swiglu = activation == ExpertActivation::kSwiglu;
+  for (const BlockPlan& b : blocks)
+    swiglu |= b.moe && b.moe_cfg.activation == ExpertActivation::kSwiglu;
+  if (swiglu) return unimplemented_error("activation SWIGLU is not built yet");
+  if (norm == NormKind::kRmsNorm) return unimplemented_error("norm RMS_NORM is not built yet");
+  if (position == PositionKind::kRope) return unimplemented_error("position ROPE is not built yet");
+  if (!linear_bias) return unimplemented_error("linear_bias false is not built yet");
+  return Status::OK();
+}
+
 Status ModelConfig::validate(int ep_size) const {
   auto range = [](const char* field, double value, const char* allowed) {
     return invalid_argument_error("model.", field, " = ", value, " is outside the allowed range ",
@@ -44,7 +55,16 @@ Status ModelConfig::validate(int ep_size) const {
     return range("attention_dropout", attention_dropout, "[0, 1)");
   }
   if (!(init_std > 0)) return range("init_std", init_std, "(0, inf)");
+  if (!(norm_eps > 0 && norm_eps < 1)) return range("norm_eps", norm_eps, "(0, 1)");
+  if (position == PositionKind::kRope) {
+    if ((d_model / n_heads) % 2 != 0) {
+      return invalid_argument_error("model.position = ROPE needs an even head width; d_model / ",
+                                    "n_heads = ", d_model / n_heads);
+    }
+    if (!(rope_base > 1)) return range("rope_base", rope_base, "(1, inf)");
+  }
   if (blocks.empty()) return invalid_argument_error("model: no blocks (set arch or layers)");
+  MOE_RETURN_IF_ERROR(check_not_yet_built());
   int moe_index = 0;
   for (size_t b = 0; b < blocks.size(); ++b) {
     if (!blocks[b].moe) continue;

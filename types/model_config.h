@@ -23,6 +23,18 @@ enum class BlockStyle {
   kPreLn,
 };
 
+// The normalisation every norm of the model uses (the blocks' and the final one).
+enum class NormKind {
+  kLayerNorm,  // (x - mean) * rstd * gamma + beta
+  kRmsNorm,    // x * rsqrt(mean(x^2) + eps) * gamma
+};
+
+// Where the model gets token positions from.
+enum class PositionKind {
+  kLearned,  // a learned embedding [seq_len, D] added to the token embedding
+  kRope,     // rotary embeddings on each head's q and k; pairs (i, i + Dh/2), as Llama/Mixtral
+};
+
 struct BlockPlan {
   bool moe = false;        // false: dense FFN sublayer
   MoeLayerConfig moe_cfg;  // when moe (d_model filled in)
@@ -40,7 +52,12 @@ struct ModelConfig {
   bool tie_embeddings = false;
   BlockStyle block_style = BlockStyle::kPostLnDoubleResidual;
   double init_std = 0.02;
-  std::string arch;  // the arch string the plan came from (may be empty)
+  NormKind norm = NormKind::kLayerNorm;
+  double norm_eps = 1e-5;
+  PositionKind position = PositionKind::kLearned;
+  double rope_base = 10000.0;  // RoPE's theta: pair i turns at base^(-2i/Dh) radians per position
+  bool linear_bias = true;     // false: no bias in attention, dense FFN, experts, router
+  std::string arch;            // the arch string the plan came from (may be empty)
   std::vector<BlockPlan> blocks;
 
   int64_t num_moe_layers() const;
@@ -51,6 +68,8 @@ struct ModelConfig {
   // Checks the widths and the plan (AC never on the first MoE layer, Adam only on it, every MoE
   // layer's config valid for `ep_size`). Errors name the field or block.
   Status validate(int ep_size = 1) const;
+  // Refuses the options whose layers are still being built (removed as each lands).
+  Status check_not_yet_built() const;
 };
 
 // Expands the reference code's arch string: each block is 's' (attention) followed by one of

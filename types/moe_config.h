@@ -11,7 +11,14 @@
 
 namespace moe {
 
-enum class ExpertActivation { kRelu, kGelu, kGeluTanh };
+enum class ExpertActivation {
+  kRelu,
+  kGelu,
+  kGeluTanh,
+  kSwiglu,  // gated: silu(x W_gate) * (x W_up); the first matrix is [D, 2F] = [gate | up]
+};
+// True for gated activations, whose first matrix has two halves ([D, 2F]).
+inline bool is_gated(ExpertActivation a) { return a == ExpertActivation::kSwiglu; }
 
 // How the layer output is formed from the residual base x and the SMoE output u.
 enum class ResidualKind {
@@ -134,6 +141,8 @@ struct MoeLayerConfig {
   double balance_loss_coef = 0.01;  // Switch load-balancing loss weight, >= 0
   double z_loss_coef = 0.0;         // router z-loss weight, >= 0
   BalanceScope balance_scope = BalanceScope::kGlobal;
+  // false: no bias in the router and the experts (the model's linear_bias; not set per block)
+  bool linear_bias = true;
 
   ResidualKind residual = ResidualKind::kPlain;
   MomentumConvention convention = MomentumConvention::kPaper;

@@ -21,6 +21,8 @@ const char* activation_name(ExpertActivation a) {
       return "gelu";
     case ExpertActivation::kGeluTanh:
       return "gelu_tanh";
+    case ExpertActivation::kSwiglu:
+      return "swiglu";
   }
   return "?";
 }

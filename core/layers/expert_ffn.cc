@@ -12,6 +12,8 @@ kernels::Activation to_kernel_activation(ExpertActivation act) {
       return kernels::Activation::kGelu;
     case ExpertActivation::kGeluTanh:
       return kernels::Activation::kGeluTanh;
+    case ExpertActivation::kSwiglu:
+      break;  // not yet built: ModelConfig/MoeLayerConfig validation refuses it
   }
   return kernels::Activation::kRelu;
 }

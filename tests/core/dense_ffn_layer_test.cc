@@ -26,6 +26,8 @@ double activate(ExpertActivation act, double x) {
     case ExpertActivation::kGeluTanh:
       return 0.5 * x *
              (1 + std::tanh(std::sqrt(2 / 3.14159265358979323846) * (x + 0.044715 * x * x * x)));
+    case ExpertActivation::kSwiglu:
+      break;  // gated: not elementwise
   }
   return x;
 }
