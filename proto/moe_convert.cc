@@ -108,6 +108,17 @@ Status apply_moe_proto(const momoe::MoeConfig& m, const std::string& where, MoeL
   if (m.has_capacity_factor()) c->capacity_factor = m.capacity_factor();
   if (m.has_dropless()) c->dropless = m.dropless();
   if (m.has_eval_capacity_factor()) c->eval_capacity_factor = m.eval_capacity_factor();
+  if (m.score_function() == momoe::MoeConfig::SIGMOID) c->score_function = ScoreFunction::kSigmoid;
+  if (m.score_function() == momoe::MoeConfig::SOFTMAX) c->score_function = ScoreFunction::kSoftmax;
+  if (m.has_renormalize()) c->renormalize = m.renormalize();
+  if (m.has_routed_scaling()) c->routed_scaling = m.routed_scaling();
+  if (m.has_seq_balance_loss_coef()) c->seq_balance_loss_coef = m.seq_balance_loss_coef();
+  if (m.has_bias_update_rate()) c->bias_update_rate = m.bias_update_rate();
+  if (m.has_shared_experts()) c->shared_experts = m.shared_experts();
+  if (m.has_d_shared()) c->d_shared = m.d_shared();
+  if (m.has_expert_groups()) c->expert_groups = m.expert_groups();
+  if (m.has_topk_groups()) c->topk_groups = m.topk_groups();
+  if (m.has_max_ep_ranks()) c->max_ep_ranks = m.max_ep_ranks();
   switch (m.activation()) {
     case momoe::ACTIVATION_UNSPECIFIED:
       break;
@@ -294,6 +305,17 @@ void moe_config_to_proto(const MoeLayerConfig& c, momoe::MoeConfig* m) {
   m->set_capacity_factor(c.capacity_factor);
   m->set_dropless(c.dropless);
   m->set_eval_capacity_factor(c.eval_capacity_factor);
+  m->set_score_function(c.score_function == ScoreFunction::kSigmoid ? momoe::MoeConfig::SIGMOID
+                                                                    : momoe::MoeConfig::SOFTMAX);
+  m->set_renormalize(c.renormalize);
+  m->set_routed_scaling(c.routed_scaling);
+  m->set_seq_balance_loss_coef(c.seq_balance_loss_coef);
+  m->set_bias_update_rate(c.bias_update_rate);
+  m->set_shared_experts(c.shared_experts);
+  m->set_d_shared(c.d_shared);
+  m->set_expert_groups(c.expert_groups);
+  m->set_topk_groups(c.topk_groups);
+  m->set_max_ep_ranks(c.max_ep_ranks);
   m->set_activation(c.activation == ExpertActivation::kRelu       ? momoe::RELU
                     : c.activation == ExpertActivation::kGelu     ? momoe::GELU
                     : c.activation == ExpertActivation::kGeluTanh ? momoe::GELU_TANH

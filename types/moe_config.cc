@@ -121,6 +121,43 @@ Status check_router_variants(const MoeLayerConfig& c, const std::string& where) 
   return Status::OK();
 }
 
+// The routing options of current models: ranges, then the ones not built yet.
+Status check_modern_routing(const MoeLayerConfig& c, const std::string& where, int ep_size) {
+  MOE_RETURN_IF_ERROR(require(finite(c.routed_scaling) && c.routed_scaling > 0, where,
+                              "routed_scaling", c.routed_scaling, "(0, inf)"));
+  MOE_RETURN_IF_ERROR(require(finite(c.seq_balance_loss_coef) && c.seq_balance_loss_coef >= 0,
+                              where, "seq_balance_loss_coef", c.seq_balance_loss_coef, "[0, inf)"));
+  MOE_RETURN_IF_ERROR(require(finite(c.bias_update_rate) && c.bias_update_rate >= 0, where,
+                              "bias_update_rate", c.bias_update_rate, "[0, inf)"));
+  MOE_RETURN_IF_ERROR(
+      require(c.shared_experts >= 0, where, "shared_experts", c.shared_experts, "[0, inf)"));
+  MOE_RETURN_IF_ERROR(require(c.d_shared >= 0, where, "d_shared", c.d_shared, "[0, inf)"));
+  if (c.expert_groups < 1 || c.num_experts % c.expert_groups != 0) {
+    return invalid_argument_error(where, ".expert_groups = ", c.expert_groups,
+                                  " must be >= 1 and divide num_experts = ", c.num_experts);
+  }
+  if (c.topk_groups < 0 || c.topk_groups > c.expert_groups) {
+    return invalid_argument_error(where, ".topk_groups = ", c.topk_groups,
+                                  " is outside the allowed range [0, expert_groups = ",
+                                  c.expert_groups, "] (0: every group)");
+  }
+  MOE_RETURN_IF_ERROR(
+      require(c.max_ep_ranks >= 0, where, "max_ep_ranks", c.max_ep_ranks, "[0, inf) (0: any)"));
+  auto not_built = [&](const char* field) {
+    return unimplemented_error(where, ".", field, " is not built yet");
+  };
+  if (c.score_function != ScoreFunction::kSoftmax) return not_built("score_function");
+  if (!c.renormalize) return not_built("renormalize");
+  if (c.routed_scaling != 1.0) return not_built("routed_scaling");
+  if (c.seq_balance_loss_coef != 0) return not_built("seq_balance_loss_coef");
+  if (c.bias_update_rate != 0) return not_built("bias_update_rate");
+  if (c.shared_experts != 0) return not_built("shared_experts");
+  if (c.expert_groups != 1) return not_built("expert_groups");
+  if (c.max_ep_ranks != 0) return not_built("max_ep_ranks");
+  (void)ep_size;
+  return Status::OK();
+}
+
 }  // namespace
 
 Status MoeLayerConfig::validate(const std::string& where, int ep_size) const {
@@ -152,6 +189,7 @@ Status MoeLayerConfig::validate(const std::string& where, int ep_size) const {
                               z_loss_coef, "[0, inf)"));
 
   MOE_RETURN_IF_ERROR(check_residual(*this, where));
+  MOE_RETURN_IF_ERROR(check_modern_routing(*this, where, ep_size));
   return check_router_variants(*this, where);
 }
 

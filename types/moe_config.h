@@ -125,6 +125,12 @@ enum class BalanceScope {
             // all-reduced, so the loss and its gradient do not depend on the EP/DP layout
 };
 
+// How router scores come from the logits.
+enum class ScoreFunction {
+  kSoftmax,  // softmax over the E experts
+  kSigmoid,  // sigmoid per expert (DeepSeek-V3); the balance losses use s / sum_e s
+};
+
 struct MoeLayerConfig {
   int64_t d_model = 0;            // D
   int64_t d_expert = 0;           // F, expert hidden width
@@ -143,6 +149,18 @@ struct MoeLayerConfig {
   BalanceScope balance_scope = BalanceScope::kGlobal;
   // false: no bias in the router and the experts (the model's linear_bias; not set per block)
   bool linear_bias = true;
+
+  // Routing of current models.
+  ScoreFunction score_function = ScoreFunction::kSoftmax;
+  bool renormalize = true;           // gates = chosen scores / their sum (false: the scores)
+  double routed_scaling = 1.0;       // gates *= routed_scaling, > 0
+  double seq_balance_loss_coef = 0;  // DeepSeek-V3's sequence-wise balance loss weight, >= 0
+  double bias_update_rate = 0;       // loss-free balancing's rate (0 = off), >= 0
+  int64_t shared_experts = 0;        // always-active experts, computed where the token is
+  int64_t d_shared = 0;              // their hidden width (0 in the file: d_expert)
+  int64_t expert_groups = 1;         // group-limited routing: E / expert_groups per group
+  int64_t topk_groups = 0;           // groups each token keeps (0 in the file: expert_groups)
+  int64_t max_ep_ranks = 0;          // node-limited routing: EP ranks per token (0 = any)
 
   ResidualKind residual = ResidualKind::kPlain;
   MomentumConvention convention = MomentumConvention::kPaper;
