@@ -58,6 +58,19 @@ Json moe_layer_json(const MoeLayerConfig& m) {
   // Evaluation: 0 routes every token (nothing dropped); > 0 drops by this capacity factor, first
   // choices in token order first (kernels/moe_dispatch.h).
   j["eval_capacity_factor"] = m.dropless ? 0.0 : m.eval_capacity_factor;
+  // Routing of current models: scores (softmax | sigmoid), top-k on the logits (softmax without
+  // a bias) or on the scores plus `moe.score_bias` (loss-free balancing, when score_bias), inside
+  // each token's best topk_groups of expert_groups groups; gates = the chosen scores, divided by
+  // their sum when renormalize, times routed_scaling; shared experts: one FFN of width
+  // shared_experts x d_shared added to the experts' output.
+  j["score_function"] = m.score_function == ScoreFunction::kSigmoid ? "sigmoid" : "softmax";
+  j["renormalize"] = m.renormalize;
+  j["routed_scaling"] = m.routed_scaling;
+  j["expert_groups"] = m.expert_groups;
+  j["topk_groups"] = m.topk_groups > 0 ? m.topk_groups : m.expert_groups;
+  j["score_bias"] = m.bias_update_rate > 0;
+  j["shared_experts"] = m.shared_experts;
+  j["d_shared"] = m.d_shared > 0 ? m.d_shared : m.d_expert;
   // The residual dynamics as momoe computes them, per element (kernels/cpu/residual_math.h),
   // with momoe's own coefficients (residual_args_for, input_shift_for), kept for other readers:
   //   plain:    out = x + u,                      p_out = p_in
@@ -143,6 +156,9 @@ Json moe_layer_json(const MoeLayerConfig& m) {
   training["dropless"] = m.dropless;
   training["balance_loss_coef"] = m.balance_loss_coef;
   training["z_loss_coef"] = m.z_loss_coef;
+  training["seq_balance_loss_coef"] = m.seq_balance_loss_coef;
+  training["bias_update_rate"] = m.bias_update_rate;
+  training["max_ep_ranks"] = m.max_ep_ranks;
   training["expert_dropout"] = m.expert_dropout;
   training["output_dropout"] = m.output_dropout;
   j["training"] = training;
@@ -182,15 +198,28 @@ StatusOr<ExportedName> exported_name(const std::string& name) {
       {"head.weight", {"head.weight", false}},
   };
   static const std::map<std::string, ExportedName> kInBlock = {
-      {"attn.w_qkv", {"attn.qkv.weight", true}},     {"attn.b_qkv", {"attn.qkv.bias", false}},
-      {"attn.w_o", {"attn.out.weight", true}},       {"attn.b_o", {"attn.out.bias", false}},
-      {"ln1.gamma", {"ln1.weight", false}},          {"ln1.beta", {"ln1.bias", false}},
-      {"ln2.gamma", {"ln2.weight", false}},          {"ln2.beta", {"ln2.bias", false}},
-      {"ln_in.gamma", {"ln_in.weight", false}},      {"ln_in.beta", {"ln_in.bias", false}},
-      {"ffn.w1", {"ffn.fc1.weight", true}},          {"ffn.b1", {"ffn.fc1.bias", false}},
-      {"ffn.w2", {"ffn.fc2.weight", true}},          {"ffn.b2", {"ffn.fc2.bias", false}},
-      {"moe.w_router", {"moe.router.weight", true}}, {"moe.b_router", {"moe.router.bias", false}},
+      {"attn.w_qkv", {"attn.qkv.weight", true}},
+      {"attn.b_qkv", {"attn.qkv.bias", false}},
+      {"attn.w_o", {"attn.out.weight", true}},
+      {"attn.b_o", {"attn.out.bias", false}},
+      {"ln1.gamma", {"ln1.weight", false}},
+      {"ln1.beta", {"ln1.bias", false}},
+      {"ln2.gamma", {"ln2.weight", false}},
+      {"ln2.beta", {"ln2.bias", false}},
+      {"ln_in.gamma", {"ln_in.weight", false}},
+      {"ln_in.beta", {"ln_in.bias", false}},
+      {"ffn.w1", {"ffn.fc1.weight", true}},
+      {"ffn.b1", {"ffn.fc1.bias", false}},
+      {"ffn.w2", {"ffn.fc2.weight", true}},
+      {"ffn.b2", {"ffn.fc2.bias", false}},
+      {"moe.w_router", {"moe.router.weight", true}},
+      {"moe.b_router", {"moe.router.bias", false}},
       {"moe.omega", {"moe.omega", false}},
+      {"moe.score_bias", {"moe.score_bias", false}},
+      {"moe.shared.w1", {"moe.shared.fc1.weight", true}},
+      {"moe.shared.b1", {"moe.shared.fc1.bias", false}},
+      {"moe.shared.w2", {"moe.shared.fc2.weight", true}},
+      {"moe.shared.b2", {"moe.shared.fc2.bias", false}},
   };
   const auto [block, leaf] = split_block(name);
   const auto& table = block.empty() ? kTopLevel : kInBlock;
@@ -215,7 +244,12 @@ std::string export_config_json(const ModelConfig& model, const ExportSource& sou
   j["activation"] = activation_name(model.activation);
   j["block_style"] = model.block_style == BlockStyle::kPreLn ? "pre_ln" : "post_ln_double_residual";
   j["tie_embeddings"] = model.tie_embeddings;
-  j["layer_norm_eps"] = 1e-5;  // core/layers/layer_norm.h
+  j["norm"] = model.norm == NormKind::kRmsNorm ? "rms_norm" : "layer_norm";
+  j["norm_eps"] = model.norm_eps;
+  j["layer_norm_eps"] = model.norm_eps;  // the name of format 1's first exports
+  j["position"] = model.position == PositionKind::kRope ? "rope" : "learned";
+  j["rope_base"] = model.rope_base;
+  j["linear_bias"] = model.linear_bias;
   j["dtype"] = "float32";
   Json blocks = Json::array();
   for (const BlockPlan& b : model.blocks) {

@@ -34,6 +34,10 @@ STAGES = {
     "moe_after_router": 9,   # gates, fc1, activation, fc2, combine, residual dynamics, LN_in, add, LN
     "dense": 5,              # fc1, activation, fc2, residual, LayerNorm
     "head": 3,               # (pre-LN) final LayerNorm, head GEMM, log-softmax
+    # Options of current models, each one more rounding stage where it applies:
+    "rope": 1,               # the rotation of q and k (attention)
+    "gated": 1,              # SwiGLU's product silu(gate) * up (dense FFN, experts)
+    "shared": 1,             # adding the shared experts' output to the routed experts'
 }
 
 
@@ -41,13 +45,17 @@ def forward_depth(cfg):
     """(router depths [one per MoE layer], total depth) of a momoe-export config.json."""
     depth = STAGES["embedding"]
     routers = []
+    attention = STAGES["attention"] + (STAGES["rope"] if cfg.get("position") == "rope" else 0)
     for block in cfg["blocks"]:
-        depth += STAGES["attention"]
+        depth += attention
         if block["type"] == "moe":
             routers.append(depth + STAGES["moe_to_router"])
             depth += STAGES["moe_to_router"] + STAGES["moe_after_router"]
+            depth += STAGES["gated"] if block.get("activation") == "swiglu" else 0
+            depth += STAGES["shared"] if int(block.get("shared_experts", 0)) > 0 else 0
         else:
             depth += STAGES["dense"]
+            depth += STAGES["gated"] if cfg.get("activation") == "swiglu" else 0
     return routers, depth + STAGES["head"]
 
 

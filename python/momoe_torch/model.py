@@ -1,7 +1,10 @@
 """The momoe transformer language model in plain PyTorch, built from a `momoe-export` folder.
 
 It computes what momoe's forward pass computes with training off (docs/export_format.md): the
-same block structure (post-LN double residual or pre-LN), top-k softmax or SparseMixer routing
+same block structure (post-LN double residual or pre-LN; LayerNorm or RMSNorm; learned or rotary
+positions; ReLU, GELU or SwiGLU FFNs, with or without biases), top-k softmax or sigmoid routing
+(renormalised or not, scaled, group-limited, loss-free balancing's bias, shared experts) or
+SparseMixer routing
 (argmax at evaluation), the Adaptive Clustering router's per-batch metric, the momentum / Adam /
 robust residual dynamics threaded through the MoE layers, and an evaluation capacity when the
 model has one. Ties between router logits go to the lowest expert index, as in momoe.
@@ -29,6 +32,8 @@ FORMAT_VERSION = 1
 
 
 def _activation(name):
+    if name == "swiglu":
+        return None  # gated: FeedForward splits fc1's output into [gate | up]
     if name == "relu":
         return F.relu
     if name == "gelu":
@@ -43,14 +48,50 @@ def _first_max(x):
     return torch.sort(x, dim=-1, descending=True, stable=True).indices[..., 0]
 
 
-class Attention(nn.Module):
-    """Causal multi-head self-attention; qkv columns [q | k | v], head h owns columns h*Dh.."""
+class RMSNorm(nn.Module):
+    """x * rsqrt(mean(x^2) + eps) * weight over the last dimension (transformers' LlamaRMSNorm)."""
 
-    def __init__(self, d_model, n_heads):
+    def __init__(self, d, eps):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(d))
+
+    def forward(self, x):
+        rstd = torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + self.eps)
+        return x * rstd * self.weight
+
+
+def _norm(cfg, d):
+    """The model's normalisation: LayerNorm (default) or RMSNorm, with its eps."""
+    eps = float(cfg.get("norm_eps", cfg["layer_norm_eps"]))
+    if cfg.get("norm", "layer_norm") == "rms_norm":
+        return RMSNorm(d, eps)
+    return nn.LayerNorm(d, eps=eps)
+
+
+def rope(t, base):
+    """Rotary embeddings on t [B, H, S, Dh] at positions 0..S-1, pairing dims (i, i + Dh/2)
+    (transformers' rotate_half); angles, cos and sin in float64, as momoe computes them."""
+    s, dh = t.shape[-2], t.shape[-1]
+    half = dh // 2
+    inv_freq = base ** (-2.0 * torch.arange(half, dtype=torch.float64, device=t.device) / dh)
+    angle = torch.arange(s, dtype=torch.float64, device=t.device)[:, None] * inv_freq[None]
+    cos = torch.cat([angle.cos(), angle.cos()], dim=-1).to(t.dtype)
+    sin = torch.cat([angle.sin(), angle.sin()], dim=-1).to(t.dtype)
+    rotated = torch.cat([-t[..., half:], t[..., :half]], dim=-1)
+    return t * cos + rotated * sin
+
+
+class Attention(nn.Module):
+    """Causal multi-head self-attention; qkv columns [q | k | v], head h owns columns h*Dh..;
+    rotary embeddings on q and k when `rope_base` is given."""
+
+    def __init__(self, d_model, n_heads, bias=True, rope_base=None):
         super().__init__()
         self.n_heads = n_heads
-        self.qkv = nn.Linear(d_model, 3 * d_model)
-        self.out = nn.Linear(d_model, d_model)
+        self.rope_base = rope_base
+        self.qkv = nn.Linear(d_model, 3 * d_model, bias=bias)
+        self.out = nn.Linear(d_model, d_model, bias=bias)
 
     def forward(self, x):
         b, s, d = x.shape
@@ -58,6 +99,8 @@ class Attention(nn.Module):
         dh = d // h
         q, k, v = self.qkv(x).split(d, dim=-1)
         q, k, v = (t.reshape(b, s, h, dh).transpose(1, 2) for t in (q, k, v))
+        if self.rope_base is not None:
+            q, k = rope(q, self.rope_base), rope(k, self.rope_base)
         scores = (q @ k.transpose(-1, -2)) * (1.0 / math.sqrt(dh))
         causal = torch.ones(s, s, dtype=torch.bool, device=x.device).triu(1)
         scores = scores.masked_fill(causal, float("-inf"))
@@ -66,14 +109,22 @@ class Attention(nn.Module):
 
 
 class FeedForward(nn.Module):
-    def __init__(self, d_model, d_hidden, activation):
+    """fc2(act(fc1(x))); SwiGLU: fc1 is [2F, D], rows [gate | up], h = silu(gate) * up.
+    The dense FFN, each expert, and the shared experts (one FFN of their summed width)."""
+
+    def __init__(self, d_model, d_hidden, activation, bias=True):
         super().__init__()
-        self.fc1 = nn.Linear(d_model, d_hidden)
-        self.fc2 = nn.Linear(d_hidden, d_model)
+        self.gated = activation == "swiglu"
+        self.fc1 = nn.Linear(d_model, (2 if self.gated else 1) * d_hidden, bias=bias)
+        self.fc2 = nn.Linear(d_hidden, d_model, bias=bias)
         self.act = _activation(activation)
 
     def forward(self, x):
-        return self.fc2(self.act(self.fc1(x)))
+        a = self.fc1(x)
+        if self.gated:
+            gate, up = a.chunk(2, dim=-1)
+            return self.fc2(F.silu(gate) * up)
+        return self.fc2(self.act(a))
 
 
 def ac_metric(y, labels, num_experts, params):
@@ -108,21 +159,10 @@ def ac_metric(y, labels, num_experts, params):
     return w.to(y.dtype)
 
 
-class Expert(nn.Module):
-    def __init__(self, d_model, d_expert, activation):
-        super().__init__()
-        self.fc1 = nn.Linear(d_model, d_expert)
-        self.fc2 = nn.Linear(d_expert, d_model)
-        self.act = _activation(activation)
-
-    def forward(self, x):
-        return self.fc2(self.act(self.fc1(x)))
-
-
 class MoeLayer(nn.Module):
     """One MoE sublayer: router, experts and residual dynamics, on tokens [T, D]."""
 
-    def __init__(self, d_model, cfg, moe_index=0, where="moe", cross_check=True):
+    def __init__(self, d_model, cfg, moe_index=0, where="moe", cross_check=True, bias=True):
         super().__init__()
         self.cfg = cfg
         self.moe_index = moe_index  # 0 for the model's first MoE layer
@@ -133,10 +173,25 @@ class MoeLayer(nn.Module):
             check_residual(self.res, cfg["dynamics"], cfg["residual"], where)
         self.num_experts = int(cfg["num_experts"])
         self.top_k = int(cfg["top_k"])
-        self.router = nn.Linear(d_model, self.num_experts)
+        self.router = nn.Linear(d_model, self.num_experts, bias=bias)
         self.experts = nn.ModuleList(
-            Expert(d_model, int(cfg["d_expert"]), cfg["activation"]) for _ in range(self.num_experts)
+            FeedForward(d_model, int(cfg["d_expert"]), cfg["activation"], bias)
+            for _ in range(self.num_experts)
         )
+        # Routing of current models (absent keys: momoe's earlier exports, softmax top-k).
+        self.score_function = cfg.get("score_function", "softmax")
+        self.renormalize = bool(cfg.get("renormalize", True))
+        self.routed_scaling = float(cfg.get("routed_scaling", 1.0))
+        self.expert_groups = int(cfg.get("expert_groups", 1))
+        self.topk_groups = int(cfg.get("topk_groups", self.expert_groups))
+        # Loss-free balancing's bias: added to the scores to choose, never to the gates.
+        if cfg.get("score_bias", False):
+            self.register_buffer("score_bias", torch.zeros(self.num_experts))
+        else:
+            self.score_bias = None
+        shared = int(cfg.get("shared_experts", 0))
+        self.shared = (FeedForward(d_model, shared * int(cfg["d_shared"]), cfg["activation"], bias)
+                       if shared > 0 else None)
         sm = cfg["sparsemixer"]
         if sm["enabled"] and sm["omega"]:
             self.omega = nn.Parameter(torch.ones(d_model))
@@ -150,7 +205,35 @@ class MoeLayer(nn.Module):
         if self.cfg["sparsemixer"]["enabled"]:
             imax = _first_max(logits)[:, None]
             return imax, self.sparsemixer_mask(logits, imax)
-        return torch.sort(logits, dim=1, descending=True, stable=True).indices[:, : self.top_k], None
+        choice = self.choice_scores(logits)
+        return torch.sort(choice, dim=1, descending=True, stable=True).indices[:, : self.top_k], None
+
+    def scores(self, logits):
+        """[T, E] float64: softmax over the experts, or a sigmoid per expert."""
+        if self.score_function == "sigmoid":
+            return torch.sigmoid(logits.double())
+        return torch.softmax(logits.double(), dim=1)
+
+    def choice_scores(self, logits):
+        """What top-k selects on: the logits (softmax, no bias: the same order as the scores),
+        else the scores plus loss-free balancing's bias; with expert groups, the experts outside
+        each token's best `topk_groups` groups (by the sum of their two best) set to -inf."""
+        if self.score_function == "softmax" and self.score_bias is None:
+            choice = logits
+        else:
+            choice = self.scores(logits)
+            if self.score_bias is not None:
+                choice = choice + self.score_bias.double()
+        g = self.expert_groups
+        if g > 1 and self.topk_groups < g:
+            t, e = choice.shape
+            grouped = choice.reshape(t, g, e // g)
+            best2 = torch.sort(grouped, dim=2, descending=True).values[:, :, : min(2, e // g)]
+            keep = torch.sort(best2.sum(dim=2), dim=1, descending=True, stable=True).indices
+            mask = torch.zeros(t, g, dtype=torch.bool, device=choice.device)
+            mask.scatter_(1, keep[:, : self.topk_groups], True)
+            choice = grouped.masked_fill(~mask[:, :, None], float("-inf")).reshape(t, e)
+        return choice
 
     def sparsemixer_mask(self, logits, imax):
         """SparseMixer's set [T, E] bool for the argmax `imax` [T, 1]: the experts within the
@@ -178,8 +261,14 @@ class MoeLayer(nn.Module):
             top = th.gather(1, idx)
             lse = torch.logsumexp(th.masked_fill(~mask, float("-inf")), dim=1, keepdim=True)
             return torch.exp(top - lse).to(logits.dtype)
-        chosen = logits.gather(1, idx).double()
-        return torch.softmax(chosen - chosen[:, :1], dim=1).to(logits.dtype)
+        if self.score_function == "softmax" and self.renormalize:
+            chosen = logits.gather(1, idx).double()
+            gate = torch.softmax(chosen - chosen[:, :1], dim=1)
+        else:
+            gate = self.scores(logits).gather(1, idx)
+            if self.renormalize:
+                gate = gate / gate.sum(dim=1, keepdim=True)
+        return (gate * self.routed_scaling).to(logits.dtype)
 
     def route(self, logits):
         """(idx [T, K], gate [T, K]) at evaluation."""
@@ -249,6 +338,8 @@ class MoeLayer(nn.Module):
             if self.omega is not None:
                 out = out * self.omega
             u.index_add_(0, tokens, gate[tokens, choice][:, None] * out)
+        if self.shared is not None:
+            u = u + self.shared(y)
 
         # The residual dynamics, per element in float64 (kernels/cpu/residual_math.h).
         x, ud = x_base.double(), u.double()
@@ -279,18 +370,19 @@ class Block(nn.Module):
     def __init__(self, cfg, block_cfg, moe_index=0, where="block", cross_check=True):
         super().__init__()
         d = int(cfg["d_model"])
-        eps = float(cfg["layer_norm_eps"])
+        bias = bool(cfg.get("linear_bias", True))
+        rope_base = float(cfg["rope_base"]) if cfg.get("position") == "rope" else None
         self.post_ln = cfg["block_style"] == "post_ln_double_residual"
-        self.attn = Attention(d, int(cfg["n_heads"]))
-        self.ln1 = nn.LayerNorm(d, eps=eps)
-        self.ln2 = nn.LayerNorm(d, eps=eps)
+        self.attn = Attention(d, int(cfg["n_heads"]), bias, rope_base)
+        self.ln1 = _norm(cfg, d)
+        self.ln2 = _norm(cfg, d)
         self.is_moe = block_cfg["type"] == "moe"
         if self.is_moe:
             if self.post_ln:
-                self.ln_in = nn.LayerNorm(d, eps=eps)
-            self.moe = MoeLayer(d, block_cfg, moe_index, where, cross_check)
+                self.ln_in = _norm(cfg, d)
+            self.moe = MoeLayer(d, block_cfg, moe_index, where, cross_check, bias)
         else:
-            self.ffn = FeedForward(d, int(cfg["d_ff"]), cfg["activation"])
+            self.ffn = FeedForward(d, int(cfg["d_ff"]), cfg["activation"], bias)
 
     def forward(self, h, state):
         """h [B, S, D]; state: {"p", "top1", "replay"} threaded through the MoE layers (p and
@@ -314,8 +406,8 @@ class Block(nn.Module):
 
 
 class MomoeLM(nn.Module):
-    """The language model: token + learned position embeddings, the blocks, (pre-LN) a final
-    LayerNorm, and the output head (or the token embedding, when tied). `cross_check`: refuse an
+    """The language model: token + learned position embeddings (none with RoPE), the blocks,
+    (pre-LN) a final norm, and the output head (or the token embedding, when tied). `cross_check`: refuse an
     export whose "residual" coefficients (momoe's) differ from those derived from "dynamics"
     (dynamics.ResidualMismatchError, naming both)."""
 
@@ -330,13 +422,14 @@ class MomoeLM(nn.Module):
         v, d, s = int(cfg["vocab_size"]), int(cfg["d_model"]), int(cfg["seq_len"])
         self.seq_len = s
         self.embed_tokens = nn.Embedding(v, d)
-        self.embed_positions = nn.Embedding(s, d)
+        # Rotary models have no learned positions.
+        self.embed_positions = None if cfg.get("position") == "rope" else nn.Embedding(s, d)
         moe_index = [sum(1 for b in cfg["blocks"][:i] if b["type"] == "moe")
                      for i in range(len(cfg["blocks"]))]
         self.blocks = nn.ModuleList(Block(cfg, b, m, f"blocks[{i}]", cross_check)
                                     for i, (b, m) in enumerate(zip(cfg["blocks"], moe_index)))
         if cfg["block_style"] == "pre_ln":
-            self.final_ln = nn.LayerNorm(d, eps=float(cfg["layer_norm_eps"]))
+            self.final_ln = _norm(cfg, d)
         else:
             self.final_ln = None
         self.head = None if cfg["tie_embeddings"] else nn.Linear(d, v, bias=False)
@@ -348,8 +441,9 @@ class MomoeLM(nn.Module):
         b, s = ids.shape
         if s > self.seq_len:
             raise ValueError(f"sequences of {s} tokens: the model has {self.seq_len} positions")
-        positions = torch.arange(s, device=ids.device)
-        h = self.embed_tokens(ids) + self.embed_positions(positions)[None]
+        h = self.embed_tokens(ids)
+        if self.embed_positions is not None:
+            h = h + self.embed_positions(torch.arange(s, device=ids.device))[None]
         state = {"p": None, "top1": None, "replay": replay}
         for block in self.blocks:
             h = block(h, state)

@@ -45,7 +45,10 @@ class RoutingReplay:
         the largest sum_q |r_q| |W_eq| (+ |b_e|) of its logits (what their rounding scales with)."""
         l, t = layer.moe_index, logits.shape[0]
         report = self.report[l]
-        z = logits.double()
+        # What top-k chose on: the logits, or scores a sigmoid or softmax of them (plus a bias),
+        # which move by at most a logit's rounding (their slopes are at most 1).
+        sm = layer.cfg["sparsemixer"]["enabled"]
+        z = (logits if sm else layer.choice_scores(logits)).double()
         # One logit's rounding in the other path; a margin between two logits moves by twice it.
         tol = 2 * cross_path.decision_tolerance(self.routers[l], magnitude)
         idx = self._rows(self.experts[l], t, "experts").long().to(own_idx.device)
