@@ -24,6 +24,7 @@
 #include "kernels/gemm.h"
 #include "kernels/init.h"
 #include "kernels/layernorm.h"
+#include "kernels/load_balance.h"
 #include "kernels/moe_dispatch.h"
 #include "kernels/moe_stats.h"
 #include "kernels/optimizer.h"
@@ -205,6 +206,22 @@ TEST_F(CudaKernelTest, NonFiniteCountAndScalars) {
     OK(add_scalar(cpu(), out, 1.5));
     OK(add_scalar(gpu(), gout, 1.5));
     expect_close("add_scalar", out, gout, 0);
+  }
+}
+
+TEST_F(CudaKernelTest, LossFreeBiasUpdate) {
+  // The same loop in one GPU thread: the same doubles, so the biases are bit-identical (f32 and
+  // f64) over several steps, whatever the loads.
+  for (DType f : {DType::kF32, DType::kF64}) {
+    Tensor bias = Tensor::zeros({37}, f);
+    Tensor gbias = up(bias);
+    for (int s = 0; s < 5; ++s) {
+      Tensor load = Tensor::empty({37}, DType::kF64);
+      for (int e = 0; e < 37; ++e) load.data<double>()[e] = (e * 7 + s * 13) % 11;
+      OK(score_bias_update(cpu(), load, 1e-3, bias));
+      OK(score_bias_update(gpu(), up(load), 1e-3, gbias));
+    }
+    expect_close("score_bias_update", bias, gbias, 0);
   }
 }
 
