@@ -10,9 +10,9 @@
 // (core/inference/sampling.h) with one counter-based draw keyed by the seed and the token's
 // position (base/rng.h).
 //
-// The model reads a fixed seq_len of tokens with learned positions and causal attention: each
-// step runs the last <= seq_len tokens as one sequence, padded on the right (kPadId), and samples
-// from the logits of its last real position.
+// The model reads a fixed seq_len of tokens with learned (or rotary) positions and causal
+// attention: each step runs the last <= seq_len tokens as one sequence, padded on the right
+// (kPadId), and samples from the logits of its last real position.
 #include <algorithm>
 #include <cerrno>
 #include <chrono>

@@ -3,23 +3,29 @@
 #include "kernels/activation.h"
 #include "kernels/attention.h"
 #include "kernels/gemm.h"
+#include "kernels/rope.h"
 
 namespace moe {
 
 MultiHeadAttention::MultiHeadAttention(const std::string& prefix, int64_t d_model, int64_t heads,
                                        int64_t max_seq_len, double attention_dropout,
-                                       ParameterSet* params)
+                                       ParameterSet* params, const AttentionOptions& options)
     : prefix_(prefix),
       ctx_(params->context()),
       act_(params->act_dtype()),
       d_model_(d_model),
       heads_(heads),
       max_seq_len_(max_seq_len),
-      attention_dropout_(attention_dropout) {
+      attention_dropout_(attention_dropout),
+      rope_base_(options.rope_base),
+      b_qkv_(nullptr),
+      b_o_(nullptr) {
   w_qkv_ = &params->add(prefix + ".w_qkv", {d_model, 3 * d_model}, ParamKind::kDense, true, true);
-  b_qkv_ = &params->add(prefix + ".b_qkv", {3 * d_model}, ParamKind::kDense, false);
+  if (options.bias) {
+    b_qkv_ = &params->add(prefix + ".b_qkv", {3 * d_model}, ParamKind::kDense, false);
+  }
   w_o_ = &params->add(prefix + ".w_o", {d_model, d_model}, ParamKind::kDense, true, true);
-  b_o_ = &params->add(prefix + ".b_o", {d_model}, ParamKind::kDense, false);
+  if (options.bias) b_o_ = &params->add(prefix + ".b_o", {d_model}, ParamKind::kDense, false);
 }
 
 Status MultiHeadAttention::check(const char* name, const TensorView& t, int64_t rows) const {
@@ -49,7 +55,14 @@ StatusOr<Tensor> MultiHeadAttention::forward(const Tensor& x, int64_t batch,
   saved->rng = rng;
   MOE_ASSIGN_OR_RETURN(saved->qkv, ctx_.empty({n, 3 * d_model_}, act_));
   MOE_RETURN_IF_ERROR(kernels::gemm(ctx_, x, false, w_qkv_->value, false, saved->qkv));
-  MOE_RETURN_IF_ERROR(kernels::add_bias(ctx_, saved->qkv, b_qkv_->value));
+  if (b_qkv_ != nullptr) {
+    MOE_RETURN_IF_ERROR(kernels::add_bias(ctx_, saved->qkv, b_qkv_->value));
+  }
+  if (rope_base_ > 0) {
+    const kernels::RopeArgs rope{batch, seq, heads_, rope_base_};
+    MOE_RETURN_IF_ERROR(
+        kernels::rope_forward(ctx_, rope, saved->qkv, saved->qkv).with_context(prefix_));
+  }
   MOE_ASSIGN_OR_RETURN(saved->lse, ctx_.empty({batch, heads_, seq}, compute_dtype(act_)));
   MOE_ASSIGN_OR_RETURN(saved->ctx, ctx_.empty({n, d_model_}, act_));
   const kernels::AttentionArgs args{batch, seq, heads_, saved->dropout, rng, sequence_offset};
@@ -57,7 +70,7 @@ StatusOr<Tensor> MultiHeadAttention::forward(const Tensor& x, int64_t batch,
                           .with_context(prefix_));
   MOE_ASSIGN_OR_RETURN(Tensor y, ctx_.empty({n, d_model_}, act_));
   MOE_RETURN_IF_ERROR(kernels::gemm(ctx_, saved->ctx, false, w_o_->value, false, y));
-  MOE_RETURN_IF_ERROR(kernels::add_bias(ctx_, y, b_o_->value));
+  if (b_o_ != nullptr) MOE_RETURN_IF_ERROR(kernels::add_bias(ctx_, y, b_o_->value));
   return y;
 }
 
@@ -66,7 +79,7 @@ StatusOr<Tensor> MultiHeadAttention::backward(const Tensor& dy, const Saved& sav
   MOE_RETURN_IF_ERROR(check("dy", dy, n));
   // Output projection: dW_o += ctx^T dy; db_o += sum dy; d_ctx = dy W_o^T.
   MOE_RETURN_IF_ERROR(kernels::gemm(ctx_, saved.ctx, true, dy, false, w_o_->grad, 1.0, 1.0));
-  MOE_RETURN_IF_ERROR(kernels::bias_grad(ctx_, dy, b_o_->grad));
+  if (b_o_ != nullptr) MOE_RETURN_IF_ERROR(kernels::bias_grad(ctx_, dy, b_o_->grad));
   MOE_ASSIGN_OR_RETURN(Tensor d_ctx, ctx_.empty({n, d_model_}, act_));
   MOE_RETURN_IF_ERROR(kernels::gemm(ctx_, dy, false, w_o_->value, true, d_ctx));
   MOE_ASSIGN_OR_RETURN(Tensor d_qkv, ctx_.empty({n, 3 * d_model_}, act_));
@@ -74,9 +87,13 @@ StatusOr<Tensor> MultiHeadAttention::backward(const Tensor& dy, const Saved& sav
                                     saved.dropout, saved.rng,     saved.sequence_offset};
   MOE_RETURN_IF_ERROR(kernels::attention_backward(ctx_, args, d_ctx, saved.qkv, saved.lse, d_qkv)
                           .with_context(prefix_));
+  if (rope_base_ > 0) {  // d_qkv of the rotated qkv -> of the projection's output
+    const kernels::RopeArgs rope{saved.batch, saved.seq_len, heads_, rope_base_};
+    MOE_RETURN_IF_ERROR(kernels::rope_backward(ctx_, rope, d_qkv, d_qkv).with_context(prefix_));
+  }
   // Input projection: dW_qkv += x^T d_qkv; db_qkv += sum d_qkv; dx = d_qkv W_qkv^T.
   MOE_RETURN_IF_ERROR(kernels::gemm(ctx_, saved.x, true, d_qkv, false, w_qkv_->grad, 1.0, 1.0));
-  MOE_RETURN_IF_ERROR(kernels::bias_grad(ctx_, d_qkv, b_qkv_->grad));
+  if (b_qkv_ != nullptr) MOE_RETURN_IF_ERROR(kernels::bias_grad(ctx_, d_qkv, b_qkv_->grad));
   MOE_ASSIGN_OR_RETURN(Tensor dx, ctx_.empty({n, d_model_}, act_));
   MOE_RETURN_IF_ERROR(kernels::gemm(ctx_, d_qkv, false, w_qkv_->value, true, dx));
   return dx;

@@ -6,14 +6,17 @@
 namespace moe {
 
 Embedding::Embedding(const std::string& prefix, int64_t vocab, int64_t d_model, int64_t max_seq_len,
-                     ParameterSet* params)
+                     ParameterSet* params, bool learned_positions)
     : prefix_(prefix),
       ctx_(params->context()),
       act_(params->act_dtype()),
       d_model_(d_model),
-      max_seq_len_(max_seq_len) {
+      max_seq_len_(max_seq_len),
+      positions_(nullptr) {
   tokens_ = &params->add(prefix + ".tokens", {vocab, d_model}, ParamKind::kDense, true, true);
-  positions_ = &params->add(prefix + ".positions", {max_seq_len, d_model});
+  if (learned_positions) {
+    positions_ = &params->add(prefix + ".positions", {max_seq_len, d_model});
+  }
 }
 
 Status Embedding::check_ids(const TensorView& ids) const {
@@ -29,8 +32,9 @@ StatusOr<Tensor> Embedding::forward(const TensorView& ids) const {
   MOE_RETURN_IF_ERROR(check_ids(ids));
   const int64_t batch = ids.dim(0), seq = ids.dim(1);
   MOE_ASSIGN_OR_RETURN(Tensor h, ctx_.empty({batch * seq, d_model_}, act_));
+  const TensorView positions = positions_ != nullptr ? positions_->value : TensorView();
   MOE_RETURN_IF_ERROR(kernels::embedding_forward(ctx_, ids.reshape({batch * seq}), tokens_->value,
-                                                 positions_->value, seq, h)
+                                                 positions, seq, h)
                           .with_context(prefix_));
   return h;
 }
@@ -42,8 +46,9 @@ Status Embedding::backward(const TensorView& ids, const TensorView& dh) const {
     return invalid_argument_error(prefix_, ": dh is ", dh.to_string(), ", expected ",
                                   dtype_name(act_), Shape{batch * seq, d_model_}.to_string());
   }
+  const TensorView d_positions = positions_ != nullptr ? positions_->grad : TensorView();
   return kernels::embedding_backward(ctx_, ids.reshape({batch * seq}), dh, tokens_->grad,
-                                     positions_->grad, seq)
+                                     d_positions, seq)
       .with_context(prefix_);
 }
 

@@ -1,7 +1,9 @@
 // Token and learned position embeddings, and the output head that maps hidden states back to the
 // vocabulary.
 //   Embedding: h[b*S + s, :] = tokens[ids[b, s], :] + positions[s, :]
-//     Parameters: <prefix>.tokens [V, D], <prefix>.positions [S_max, D].
+//     Parameters: <prefix>.tokens [V, D], <prefix>.positions [S_max, D]. Without learned
+//     positions (a model whose attention rotates q and k by RoPE) h = tokens[ids] alone, and
+//     <prefix>.positions is not registered.
 //   OutputHead: logits = h W^T, W [V, D] (no bias): an untied <prefix>.weight, or the embedding's
 //     token table when tied (the head's gradient then accumulates into the table's gradient).
 // Initialisation is the model's job (kernels/init.h). The token table and the head are GEMM
@@ -18,12 +20,14 @@ namespace moe {
 
 class Embedding {
  public:
+  // learned_positions false: no <prefix>.positions (positions come from elsewhere).
   Embedding(const std::string& prefix, int64_t vocab, int64_t d_model, int64_t max_seq_len,
-            ParameterSet* params);
+            ParameterSet* params, bool learned_positions = true);
   // [in] ids i32 [B, S] on the device, 1 <= S <= S_max, each in [0, V). Returns h [B*S, D].
   // An id outside [0, V) is kInvalidArgument naming it.
   StatusOr<Tensor> forward(const TensorView& ids) const;
-  // [in] ids i32 [B, S]; [in] dh [B*S, D]. Accumulates into the tokens and positions gradients.
+  // [in] ids i32 [B, S]; [in] dh [B*S, D]. Accumulates into the tokens and (learned) positions
+  // gradients.
   Status backward(const TensorView& ids, const TensorView& dh) const;
   Parameter& tokens() { return *tokens_; }
 
@@ -35,7 +39,7 @@ class Embedding {
   DType act_;
   int64_t d_model_, max_seq_len_;
   Parameter* tokens_;
-  Parameter* positions_;
+  Parameter* positions_;  // nullptr without learned positions
 };
 
 class OutputHead {

@@ -4,6 +4,16 @@
 #include "kernels/elementwise.h"
 
 namespace moe {
+namespace {
+
+AttentionOptions attention_options(const ModelConfig& model) {
+  AttentionOptions options;
+  options.rope_base = model.position == PositionKind::kRope ? model.rope_base : 0.0;
+  options.bias = model.linear_bias;
+  return options;
+}
+
+}  // namespace
 
 TransformerBlock::TransformerBlock(int index, const ModelConfig& model, const BlockPlan& plan,
                                    int moe_index, ParameterSet* params, comm::Communicator* ep_comm)
@@ -12,7 +22,7 @@ TransformerBlock::TransformerBlock(int index, const ModelConfig& model, const Bl
       style_(model.block_style),
       dropout_(model.dropout),
       attn_(str_cat("blocks.", index, ".attn"), model.d_model, model.n_heads, model.seq_len,
-            model.attention_dropout, params),
+            model.attention_dropout, params, attention_options(model)),
       ln1_(str_cat("blocks.", index, ".ln1"), model.d_model, params),
       ln2_(str_cat("blocks.", index, ".ln2"), model.d_model, params) {
   const std::string prefix = str_cat("blocks.", index);

@@ -12,8 +12,9 @@ namespace moe {
 TransformerLM::TransformerLM(const ModelConfig& cfg, Context* ctx, DType act,
                              comm::Communicator* ep_comm)
     : cfg_(cfg), ctx_(*ctx), params_(std::make_unique<ParameterSet>(ctx, act)) {
-  embed_ =
-      std::make_unique<Embedding>("embed", cfg.vocab_size, cfg.d_model, cfg.seq_len, params_.get());
+  // Under RoPE the attention rotates q and k by position: no learned position table.
+  embed_ = std::make_unique<Embedding>("embed", cfg.vocab_size, cfg.d_model, cfg.seq_len,
+                                       params_.get(), cfg.position == PositionKind::kLearned);
   stats_offsets_.push_back(0);
   for (size_t b = 0; b < cfg.blocks.size(); ++b) {
     blocks_.push_back(std::make_unique<TransformerBlock>(static_cast<int>(b), cfg, cfg.blocks[b],

@@ -1,6 +1,8 @@
 // The MoE transformer language model: embedding (+ learned positions, dropout) -> blocks ->
-// (final LN for pre-LN) -> output head -> cross-entropy. Owns its ParameterSet on its Context;
-// the MoE layers' experts are sharded over the EP communicator given at creation.
+// (final LN for pre-LN) -> output head -> cross-entropy; under RoPE (ModelConfig::position) the
+// attention rotates q and k by position and the embedding has no learned positions. Owns its
+// ParameterSet on its Context; the MoE layers' experts are sharded over the EP communicator given
+// at creation.
 //
 // Device-neutral: forward and backward enqueue kernels and collectives on the Context and never
 // read results on the host. Losses and statistics accumulate into device tensors the caller owns

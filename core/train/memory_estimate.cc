@@ -41,11 +41,13 @@ MemoryEstimate estimate_training_memory(const RunConfig& cfg, int world_size) {
   const int ep = std::max(1, cfg.parallel.ep);
 
   // Parameters, as the layers register them; `matmul` ones get a working copy under BF16.
-  int64_t params = S * D + V * D, matmul = V * D;  // positions, token embedding
+  const int64_t positions = m.position == PositionKind::kLearned ? S * D : 0;  // none under RoPE
+  const int64_t attention_biases = m.linear_bias ? 4 * D : 0;
+  int64_t params = positions + V * D, matmul = V * D;  // positions, token embedding
   if (!m.tie_embeddings) params += V * D, matmul += V * D;
   if (!post) params += 2 * D;  // final LayerNorm
   for (const BlockPlan& b : m.blocks) {
-    params += 4 * D * D + 4 * D + 4 * D;  // attention (qkv, o, biases), ln1, ln2
+    params += 4 * D * D + attention_biases + 4 * D;  // attention (qkv, o, biases), ln1, ln2
     matmul += 4 * D * D;
     if (!b.moe) {
       params += 2 * D * m.d_ff + m.d_ff + D;

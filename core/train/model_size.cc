@@ -12,16 +12,18 @@ ModelSize model_size(const ModelConfig& m) {
   const int64_t D = m.d_model, V = m.vocab_size, S = m.seq_len;
   const bool post = m.block_style == BlockStyle::kPostLnDoubleResidual;
   ModelSize z;
-  int64_t dense = S * D + V * D;  // positions, token embedding
-  z.lookup_params = S * D;
+  const int64_t positions = m.position == PositionKind::kLearned ? S * D : 0;  // none under RoPE
+  int64_t dense = positions + V * D;  // positions, token embedding
+  z.lookup_params = positions;
   if (!m.tie_embeddings) {
     dense += V * D;  // the output head's own weight
     z.lookup_params += V * D;
   }
   if (!post) dense += 2 * D;  // the final LayerNorm
+  const int64_t attention_biases = m.linear_bias ? 4 * D : 0;
   int64_t inactive = 0;
   for (const BlockPlan& b : m.blocks) {
-    dense += 4 * D * D + 4 * D + 4 * D;  // attention (qkv, o and their biases), ln1, ln2
+    dense += 4 * D * D + attention_biases + 4 * D;  // attention (qkv, o, biases), ln1, ln2
     if (!b.moe) {
       dense += 2 * D * m.d_ff + m.d_ff + D;
       continue;

@@ -9,10 +9,11 @@
 // N_matmul: the active parameters a token is multiplied with, i.e. every active parameter but
 // the embedding lookups (the position table, and the token table when the output head has its
 // own weight; a tied table counts, as the head). Biases, norms and the router's bias count as if
-// multiplied too (a negligible excess). 12 * L * d_model * seq_len: each of the L attention
-// layers' scores (Q K^T) and mixing (P V), 2 x 2 x seq_len x d_model FLOPs per token forward over
-// the whole seq_len x seq_len square (the causal mask's skipped half is not discounted), times 3.
-// Capacity drops are not discounted either: a token counts its top-k experts.
+// multiplied too (a negligible excess); RoPE's rotations (a few FLOPs per q and k element) are
+// not counted. 12 * L * d_model * seq_len: each of the L attention layers' scores (Q K^T) and
+// mixing (P V), 2 x 2 x seq_len x d_model FLOPs per token forward over the whole seq_len x
+// seq_len square (the causal mask's skipped half is not discounted), times 3. Capacity drops are
+// not discounted either: a token counts its top-k experts.
 #pragma once
 
 #include <cstdint>

@@ -1,7 +1,8 @@
 // MultiHeadAttention layer (core/layers/attention.h): parameter registration, forward against
-// explicit loops (projections, causal softmax, the documented dropout key) for awkward shapes,
-// gradients of x and of every parameter against central finite differences in f64 with and
-// without dropout, masks independent of batching, evaluation mode, and argument errors.
+// explicit loops (projections, causal softmax, the documented dropout key, RoPE) for awkward
+// shapes, gradients of x and of every parameter against central finite differences in f64 with
+// and without dropout, RoPE and biases, masks independent of batching, evaluation mode, and
+// argument errors.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -25,14 +26,40 @@ std::string name(const Case& c) {
 }
 void PrintTo(const Case& c, std::ostream* os) { *os << name(c); }
 
+// A parameter of the layer "attn" as doubles; empty when it is not registered.
+std::vector<double> get(const ParameterSet& params, const char* leaf) {
+  const Parameter* p = params.find(str_cat("attn.", leaf));
+  return p != nullptr ? to_vector<double>(p->value) : std::vector<double>();
+}
+
+// qkv [B*S, 3D] = x W_qkv (+ b_qkv), then with RoPE each head's q and k pair (k, k + Dh/2) turned
+// by s / base^(2k/Dh) at position s, by explicit loops.
+std::vector<double> naive_qkv(const ParameterSet& params, const std::vector<double>& x,
+                              const Case& c, double rope_base) {
+  const int64_t S = c.seq, Dh = c.head_dim, D = c.heads * Dh, N = c.batch * S, half = Dh / 2;
+  std::vector<double> qkv =
+      naive_matmul(x, get(params, "w_qkv"), N, D, 3 * D, false, get(params, "b_qkv"));
+  if (rope_base == 0) return qkv;
+  for (int64_t r = 0; r < N; ++r) {
+    for (int64_t head = 0; head < 2 * c.heads; ++head) {  // the heads of q, then of k
+      double* v = &qkv[r * 3 * D + head * Dh];
+      for (int64_t k = 0; k < half; ++k) {
+        const double theta = static_cast<double>(r % S) / std::pow(rope_base, 2.0 * k / Dh);
+        const double a = v[k], b = v[k + half];
+        v[k] = a * std::cos(theta) - b * std::sin(theta);
+        v[k + half] = b * std::cos(theta) + a * std::sin(theta);
+      }
+    }
+  }
+  return qkv;
+}
+
 // y [B*S, D] by explicit loops. p: the dropout probability in effect (0 = none).
 std::vector<double> naive_mha(const ParameterSet& params, const std::vector<double>& x,
-                              const Case& c, float p, CounterRng rng, int64_t seq_offset) {
+                              const Case& c, float p, CounterRng rng, int64_t seq_offset,
+                              double rope_base = 0) {
   const int64_t S = c.seq, H = c.heads, Dh = c.head_dim, D = H * Dh, N = c.batch * S;
-  const auto get = [&](const char* leaf) {
-    return to_vector<double>(params.find(str_cat("attn.", leaf))->value);
-  };
-  const std::vector<double> qkv = naive_matmul(x, get("w_qkv"), N, D, 3 * D, false, get("b_qkv"));
+  const std::vector<double> qkv = naive_qkv(params, x, c, rope_base);
   std::vector<double> ctx(N * D, 0.0);
   for (int64_t b = 0; b < c.batch; ++b) {
     for (int64_t h = 0; h < H; ++h) {
@@ -63,7 +90,7 @@ std::vector<double> naive_mha(const ParameterSet& params, const std::vector<doub
       }
     }
   }
-  return naive_matmul(ctx, get("w_o"), N, D, D, false, get("b_o"));
+  return naive_matmul(ctx, get(params, "w_o"), N, D, D, false, get(params, "b_o"));
 }
 
 TEST(AttentionLayerTest, RegistersNamedParameters) {
@@ -124,6 +151,78 @@ INSTANTIATE_TEST_SUITE_P(Shapes, AttentionLayerShapes,
                            return name(info.param);
                          });
 
+TEST(AttentionLayerTest, WithoutBiasesRegistersTheMatricesOnly) {
+  ParameterSet params(&host_context(), DType::kF32);
+  AttentionOptions options;
+  options.bias = false;
+  MultiHeadAttention attn("blocks.1.attn", 6, 2, 8, 0.1, &params, options);
+  ASSERT_EQ(params.all().size(), 2u);
+  EXPECT_EQ(params.all()[0]->name, "blocks.1.attn.w_qkv");
+  EXPECT_EQ(params.all()[1]->name, "blocks.1.attn.w_o");
+  EXPECT_EQ(params.find("blocks.1.attn.b_qkv"), nullptr);
+  EXPECT_EQ(params.find("blocks.1.attn.b_o"), nullptr);
+}
+
+// RoPE and bias-free attention: the forward against the loops (the saved qkv is the rotated
+// one), and every gradient against finite differences, with and without dropout.
+struct OptionsCase {
+  Case shape;
+  double rope_base;  // 0: none
+  bool bias;
+};
+std::string name(const OptionsCase& c) {
+  return str_cat(name(c.shape), c.rope_base > 0 ? "_rope" : "", c.bias ? "" : "_no_bias");
+}
+void PrintTo(const OptionsCase& c, std::ostream* os) { *os << name(c); }
+
+class AttentionLayerOptions : public ::testing::TestWithParam<OptionsCase> {};
+
+TEST_P(AttentionLayerOptions, ForwardMatchesLoopsAndGradientsMatchDifferences) {
+  const Case c = GetParam().shape;
+  const AttentionOptions options{GetParam().rope_base, GetParam().bias};
+  const int64_t D = c.heads * c.head_dim, N = c.batch * c.seq;
+  const CounterRng rng{6, make_stream(RngTag::kTest, 9, 2)};
+  for (const bool training : {false, true}) {
+    SCOPED_TRACE(training ? "training (dropout 0.3)" : "evaluation");
+    ParameterSet params(&host_context(), DType::kF64);
+    MultiHeadAttention attn("attn", D, c.heads, c.max_seq, 0.3, &params, options);
+    EXPECT_EQ(params.all().size(), options.bias ? 4u : 2u);
+    randomize_parameters(&params, 70);
+    Tensor x = Tensor::empty({N, D}, DType::kF64);
+    fill_uniform(x, 71, -1, 1);
+    MultiHeadAttention::Saved saved;
+    StatusOr<Tensor> out = attn.forward(x, c.batch, 3, training, rng, &saved);
+    ASSERT_TRUE(out.ok()) << out.status().to_string();
+    const std::vector<double> qkv = naive_qkv(params, to_vector<double>(x), c, options.rope_base);
+    for (int64_t i = 0; i < N * 3 * D; ++i) EXPECT_NEAR(saved.qkv.data<double>()[i], qkv[i], 1e-14);
+    const std::vector<double> want = naive_mha(params, to_vector<double>(x), c,
+                                               training ? 0.3f : 0.f, rng, 3, options.rope_base);
+    for (int64_t i = 0; i < N * D; ++i) EXPECT_NEAR(out->data<double>()[i], want[i], 1e-13) << i;
+
+    Tensor w = Tensor::empty(out->shape(), DType::kF64);
+    fill_uniform(w, 72);
+    auto loss = [&]() {
+      MultiHeadAttention::Saved s;
+      return dot(attn.forward(x, c.batch, 3, training, rng, &s).value(), w);
+    };
+    StatusOr<Tensor> dx = attn.backward(w, saved);
+    ASSERT_TRUE(dx.ok());
+    std::vector<GradTarget> targets = parameter_targets(params);
+    targets.push_back({"x", x, *dx});
+    for (const auto& f : check_gradients(loss, targets, kFiniteDiff)) ADD_FAILURE() << f;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Options, AttentionLayerOptions,
+                         ::testing::Values(OptionsCase{{1, 1, 1, 1, 2}, 10000.0, true},
+                                           OptionsCase{{2, 3, 5, 2, 4}, 10000.0, true},
+                                           OptionsCase{{1, 5, 5, 3, 2}, 10.0, false},
+                                           OptionsCase{{3, 4, 4, 1, 6}, 100.0, true},
+                                           OptionsCase{{2, 3, 5, 2, 3}, 0.0, false}),
+                         [](const ::testing::TestParamInfo<OptionsCase>& info) {
+                           return name(info.param);
+                         });
+
 // The attention dropout mask is keyed by the global sequence index, so each sequence run alone
 // (at its global index) gives the batch's output. Cross-path equality (tests/testing/
 // cross_path.h): the Q/K/V and output projections run over 4 rows alone and 12 in the batch, and
@@ -181,6 +280,11 @@ TEST(AttentionLayerTest, BadArgumentsNameTheLayer) {
   ASSERT_TRUE(params3.allocate().ok());
   expect_invalid(bad_heads.forward(x, 2, 0, false, {}, &saved).status(),
                  {"attn3", "divisible by H = 3"});
+  // RoPE needs an even head width: reported by the RoPE kernel, with the layer's name.
+  ParameterSet params4(&host_context(), DType::kF32);
+  MultiHeadAttention odd_rope("attn4", 4, 4, 3, 0.0, &params4, {10000.0, true});
+  ASSERT_TRUE(params4.allocate().ok());
+  expect_invalid(odd_rope.forward(x, 2, 0, false, {}, &saved).status(), {"attn4", "odd"});
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // Embedding and OutputHead layers (core/layers/embedding.h): forward against explicit loops,
 // sequences shorter than S_max, backward against central finite differences in f64 for every
-// parameter (untied and tied head), accumulation of parameter gradients, and argument errors.
+// parameter (untied and tied head, with and without learned positions), accumulation of
+// parameter gradients, and argument errors.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -63,6 +64,34 @@ TEST(EmbeddingLayerTest, ForwardAndGradientsForAwkwardShapes) {
       EXPECT_EQ(params.find("embed.positions")->grad.data<double>()[i], 2 * once.data<double>()[i]);
     }
   }
+}
+
+// Without learned positions (a RoPE model): no positions parameter, h is the token rows alone,
+// and the backward accumulates into the token table only.
+TEST(EmbeddingLayerTest, WithoutLearnedPositions) {
+  const int64_t b = 2, s = 3, s_max = 5, vocab = 4, d = 3;
+  ParameterSet params(&host_context(), DType::kF64);
+  Embedding embed("embed", vocab, d, s_max, &params, false);
+  ASSERT_EQ(params.all().size(), 1u);
+  EXPECT_EQ(params.find("embed.positions"), nullptr);
+  EXPECT_EQ(params.all()[0]->name, "embed.tokens");
+  randomize_parameters(&params, 40);
+  const Tensor ids = make_ids(b, s, vocab);
+  Tensor h = embed.forward(ids).value();
+  const double* tok = params.find("embed.tokens")->value.data<double>();
+  for (int64_t r = 0; r < b * s; ++r) {
+    for (int64_t j = 0; j < d; ++j) {
+      EXPECT_EQ(h.data<double>()[r * d + j], tok[ids.data<int32_t>()[r] * d + j]);
+    }
+  }
+  Tensor w = Tensor::empty(h.shape(), DType::kF64);
+  fill_uniform(w, 41);
+  auto loss = [&]() { return dot(embed.forward(ids).value(), w); };
+  ASSERT_TRUE(embed.backward(ids, w).ok());
+  for (const auto& f : check_gradients(loss, parameter_targets(params), kFiniteDiff))
+    ADD_FAILURE() << f;
+  // The sequence length is still bounded by S_max.
+  expect_invalid(embed.forward(make_ids(1, s_max + 1, vocab)).status(), {"embed", "S <= 5"});
 }
 
 TEST(OutputHeadTest, UntiedForwardAndGradients) {

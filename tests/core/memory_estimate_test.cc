@@ -1,15 +1,18 @@
 // The memory estimate (core/train/memory_estimate.h) against what a step really allocates: for
 // every model family in configs/ at two sizes and both precisions, the parameter count is exact
-// and the estimated total brackets the allocator's measured peak; a run that cannot fit is
-// refused before anything is allocated, with the estimate in the message.
+// and the estimated total brackets the allocator's measured peak (and the count stays exact under
+// RoPE and without linear biases); a run that cannot fit is refused before anything is allocated,
+// with the estimate in the message.
 #include "core/train/memory_estimate.h"
 
 #include <gtest/gtest.h>
 
 #include <filesystem>
 
+#include "core/model/transformer.h"
 #include "proto/run_convert.h"
 #include "tests/core/trainer_test_util.h"
+#include "tests/testing/gradient_check.h"
 
 namespace moe::testing {
 namespace {
@@ -86,6 +89,44 @@ TEST_F(MemoryEstimateTest, ParametersAreExactAndTheTotalBracketsTheMeasuredPeak)
         fs::remove_all(run);
       }
     }
+  }
+}
+
+// RoPE (no position table; the saved qkv is rotated in place, so no activation changes): a step
+// trains, the parameter count is exact and the total brackets the peak. Without linear biases
+// (refused by validation until every layer drops its biases): the count against a built model.
+TEST_F(MemoryEstimateTest, RopeAndBiasFreeModels) {
+  const std::vector<std::string> set = {"model.d_model=64",      "model.n_heads=2",
+                                        "model.seq_len=32",      "model.d_ff=128",
+                                        "model.moe.d_expert=64", "model.moe.num_experts=4",
+                                        "train.batch_size=8",    "model.position=ROPE"};
+  for (const std::string& family : families()) {
+    SCOPED_TRACE(family);
+    StatusOr<RunConfig> cfg = config(family, set);
+    ASSERT_TRUE(cfg.ok()) << cfg.status().to_string();
+    const std::string run = fresh_dir("memory_rope_" + family);
+    auto t = Trainer::create(*cfg, quiet_options(run, false), nullptr);
+    ASSERT_TRUE(t.ok()) << t.status().to_string();
+    ASSERT_TRUE((*t)->step().ok());
+    RunConfig resolved = *cfg;
+    resolved.model.vocab_size = (*t)->config().model.vocab_size;
+    int64_t params = 0;
+    for (const auto& p : (*t)->model().params().all()) params += p->numel();
+    const MemoryEstimate e = estimate_training_memory(resolved, 1);
+    EXPECT_EQ(e.parameters, params);
+    const auto peak = static_cast<double>((*t)->context().allocator().stats().peak_bytes_in_use);
+    EXPECT_GE(static_cast<double>(e.total()) / peak, 1.0);
+    EXPECT_LE(static_cast<double>(e.total()) / peak, 1.6);
+    t->reset();
+    fs::remove_all(run);
+
+    resolved.model.linear_bias = false;
+    for (BlockPlan& b : resolved.model.blocks) b.moe_cfg.linear_bias = false;
+    auto model = TransformerLM::create(resolved.model, &host_context(), DType::kF32, nullptr);
+    ASSERT_TRUE(model.ok()) << model.status().to_string();
+    params = 0;
+    for (const auto& p : (*model)->params().all()) params += p->numel();
+    EXPECT_EQ(estimate_training_memory(resolved, 1).parameters, params) << "no linear biases";
   }
 }
 

@@ -1,9 +1,9 @@
 // The model's size and training FLOPs (core/train/model_size.h): a tiny config counted by hand,
-// and every config family (both block styles, tied and untied embeddings) against the parameter
-// tensors a built model really registers: the total is the sum of every parameter's elements,
-// the experts' share the sum of the expert parameters', and the active count the total less
-// (E - K) / E of each MoE layer's expert parameters. Also the measured GEMM rate's contract
-// (core/train/gemm_rate.h), on the host.
+// and every config family (both block styles, tied and untied embeddings, learned positions and
+// RoPE, with and without linear biases) against the parameter tensors a built model really
+// registers: the total is the sum of every parameter's elements, the experts' share the sum of
+// the expert parameters', and the active count the total less (E - K) / E of each MoE layer's
+// expert parameters. Also the measured GEMM rate's contract (core/train/gemm_rate.h), on the host.
 #include "core/train/model_size.h"
 
 #include <gtest/gtest.h>
@@ -45,6 +45,14 @@ TEST(ModelSizeTest, ATinyModelCountedByHand) {
   EXPECT_EQ(t.lookup_params, 32);
   EXPECT_DOUBLE_EQ(t.train_flops_per_token,
                    6.0 * static_cast<double>(t.active_params - 32) + 12.0 * 2 * 8 * 4);
+
+  // RoPE: no position table, which was all of the lookups; the multiplied ones stay.
+  cfg->model.position = PositionKind::kRope;
+  const ModelSize r = model_size(cfg->model);
+  EXPECT_EQ(r.total_params, t.total_params - 32);
+  EXPECT_EQ(r.lookup_params, 0);
+  EXPECT_EQ(r.matmul_params(), t.matmul_params());
+  EXPECT_DOUBLE_EQ(r.train_flops_per_token, t.train_flops_per_token);
 }
 
 // The counts of a built model's parameter tensors (ep 1: every expert is on this rank).
@@ -70,19 +78,33 @@ TensorCounts count_tensors(const ModelConfig& m, const TransformerLM& model) {
 }
 
 TEST(ModelSizeTest, EveryFamilyAgreesWithTheModelsTensors) {
-  const std::vector<std::vector<std::string>> variants = {
-      {}, {"model.tie_embeddings=true", "model.block_style=PRE_LN"}};
+  struct Variant {
+    std::vector<std::string> set;
+    bool bias_free;  // model.linear_bias false (set after loading: validation refuses it for now)
+    std::string what;
+  };
+  const std::vector<Variant> variants = {
+      {{}, false, ""},
+      {{"model.tie_embeddings=true", "model.block_style=PRE_LN"}, false, " (tied, pre-LN)"},
+      {{"model.position=ROPE"}, false, " (RoPE)"},
+      {{}, true, " (no linear biases)"}};
   for (const std::string& family : config_families()) {
-    for (const std::vector<std::string>& extra : variants) {
-      StatusOr<RunConfig> cfg = small_family_config(family, "/nonexistent", 1, extra);
+    for (const Variant& variant : variants) {
+      StatusOr<RunConfig> cfg = small_family_config(family, "/nonexistent", 1, variant.set);
       ASSERT_TRUE(cfg.ok()) << family << ": " << cfg.status().to_string();
       cfg->model.vocab_size = 50;
-      ASSERT_TRUE(cfg->model.validate(1).ok()) << family;
+      if (variant.bias_free) {
+        cfg->model.linear_bias = false;
+        for (BlockPlan& b : cfg->model.blocks) b.moe_cfg.linear_bias = false;
+      }
+      const Status valid = cfg->model.validate(1);
+      ASSERT_TRUE(valid.ok() || (variant.bias_free && valid.code() == StatusCode::kUnimplemented))
+          << family << ": " << valid.to_string();
       auto model = TransformerLM::create(cfg->model, &host_context(), DType::kF32, nullptr);
       ASSERT_TRUE(model.ok()) << family << ": " << model.status().to_string();
       const TensorCounts c = count_tensors(cfg->model, **model);
       const ModelSize z = model_size(cfg->model);
-      const std::string what = family + (extra.empty() ? "" : " (tied, pre-LN)");
+      const std::string what = family + variant.what;
       EXPECT_EQ(z.total_params, c.total) << what;
       EXPECT_EQ(z.expert_params, c.expert) << what;
       EXPECT_GT(c.expert, 0) << what << ": no MoE layer tested";

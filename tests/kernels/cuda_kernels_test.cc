@@ -29,6 +29,7 @@
 #include "kernels/moe_stats.h"
 #include "kernels/optimizer.h"
 #include "kernels/residual.h"
+#include "kernels/rope.h"
 #include "kernels/router.h"
 #include "tests/testing/cross_path.h"
 #include "tests/testing/cuda_device.h"
@@ -887,6 +888,41 @@ TEST_F(CudaKernelTest, CausalAttention) {
       OK(attention_backward(cpu(), a, dout, qkv, lse, dqkv));
       OK(attention_backward(gpu(), a, up(dout), gqkv, glse, gdqkv));
       expect_close("attention_backward", dqkv, gdqkv, tol);
+    }
+  }
+}
+
+// RoPE: both backends form each element in double from the same F-rounded cos and sin in the
+// same order, so they differ only where the device's pow, cos or sin (a few ulps, CUDA's
+// documented bounds) differ from glibc's: for f32 and bf16 at most one F ulp of a table entry,
+// inside the default bounds; for f64 the angle (< S) off by a few ulps moves each element by
+// <= S * 8 eps (relative to the pair's norm). In place gives the out-of-place bits.
+TEST_F(CudaKernelTest, Rope) {
+  struct Case {
+    int64_t batch, seq, heads, head_dim;
+  };
+  for (DType dt : kActs) {
+    for (Case c :
+         {Case{1, 1, 1, 2}, Case{2, 37, 3, 8}, Case{3, 130, 4, 64}, Case{1, 2048, 2, 128}}) {
+      const RopeArgs a{c.batch, c.seq, c.heads, 10000.0};
+      const int64_t rows = c.batch * c.seq, d = c.heads * c.head_dim;
+      const double tol = dt == DType::kF64 ? 8 * static_cast<double>(c.seq) * testing::kF64Eps : -1;
+      Tensor qkv = rand({rows, 3 * d}, dt, -1.5, 1.5);
+      Tensor out = Tensor::empty({rows, 3 * d}, dt), gout = poisoned({rows, 3 * d}, dt);
+      Tensor gqkv = up(qkv);
+      OK(rope_forward(cpu(), a, qkv, out));
+      OK(rope_forward(gpu(), a, gqkv, gout));
+      expect_close("rope_forward", out, gout, tol);
+      OK(rope_forward(gpu(), a, gqkv, gqkv));
+      expect_close("rope_forward(in place)", down(gout), gqkv, 0);
+      Tensor dout = rand({rows, 3 * d}, dt);
+      Tensor dqkv = Tensor::empty({rows, 3 * d}, dt), gdqkv = poisoned({rows, 3 * d}, dt);
+      Tensor gdout = up(dout);
+      OK(rope_backward(cpu(), a, dout, dqkv));
+      OK(rope_backward(gpu(), a, gdout, gdqkv));
+      expect_close("rope_backward", dqkv, gdqkv, tol);
+      OK(rope_backward(gpu(), a, gdout, gdout));
+      expect_close("rope_backward(in place)", down(gdqkv), gdout, 0);
     }
   }
 }
