@@ -297,6 +297,7 @@ Status apply_moe_proto(const momoe::MoeConfig& m, const std::string& where, MoeL
   return Status::OK();
 }
 
+// function-length: table (one line per field)
 void moe_config_to_proto(const MoeLayerConfig& c, momoe::MoeConfig* m) {
   m->set_d_model(c.d_model);
   m->set_d_expert(c.d_expert);
