@@ -19,30 +19,9 @@ run=$(mktemp -d)
 trap 'rm -rf "$run"' EXIT
 export OPENBLAS_NUM_THREADS=1 MOMOE_PROGRESS_SECONDS=0
 # shellcheck source=../testing/shell_helpers.sh
-source "$here/../testing/shell_helpers.sh"  # fail, expect_file
+source "$here/../testing/shell_helpers.sh"  # fail, expect_file, install_pinned_venv
 
-# The virtual environment, made once (under a lock: concurrent tests wait) and remade when the
-# pins change; it is complete only once its stamp (a copy of the pins) is written.
-install_tensorboard() {
-  exec 9> "$venv.lock"
-  flock 9 || fail "cannot lock $venv.lock"
-  if ! cmp -s "$requirements" "$venv/installed-requirements.txt"; then
-    rm -rf "$venv"
-    if ! python3 -m venv "$venv" > "$run/venv.log" 2>&1; then
-      cat "$run/venv.log"
-      fail "python3 -m venv $venv failed (Debian: apt-get install python3-venv)"
-    fi
-    if ! "$venv/bin/python" -m pip install --disable-pip-version-check -q -r "$requirements" \
-        > "$run/pip.log" 2>&1; then
-      cat "$run/pip.log"
-      rm -rf "$venv"
-      fail "pip could not install $pin into $venv"
-    fi
-    cp "$requirements" "$venv/installed-requirements.txt"
-  fi
-  exec 9>&-
-}
-install_tensorboard
+install_pinned_venv "$venv" "$requirements"
 "$venv/bin/python" -c "import sys, tensorboard; sys.exit(tensorboard.__version__ != '${pin#tensorboard==}')" ||
   fail "$venv does not hold $pin"
 

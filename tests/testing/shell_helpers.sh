@@ -38,3 +38,33 @@ expect_file() {
 expect_no_file() {
   [ ! -e "$1" ] || fail "$1 exists${2:+ ($2)}"
 }
+
+# install_pinned_venv VENV REQUIREMENTS [VENV_FLAGS...]: a Python virtual environment at VENV
+# holding exactly the pins of REQUIREMENTS (pip reaches PyPI), made once under a lock
+# (concurrent tests wait) and remade when the pins change; it is complete only once its stamp (a
+# copy of the pins) is written. VENV_FLAGS go to `python3 -m venv` (--system-site-packages: the
+# system's torch and numpy are used). A failed install removes VENV and fails.
+install_pinned_venv() {
+  local venv=$1 requirements=$2 log
+  shift 2
+  log=$(mktemp "${TMPDIR:-/tmp}/momoe_venv.XXXXXX")
+  exec 9> "$venv.lock"
+  flock 9 || fail "cannot lock $venv.lock"
+  if ! cmp -s "$requirements" "$venv/installed-requirements.txt"; then
+    rm -rf "$venv"
+    if ! python3 -m venv "$@" "$venv" > "$log" 2>&1; then
+      cat "$log"
+      rm -f "$log"
+      fail "python3 -m venv $venv failed (Debian: apt-get install python3-venv)"
+    fi
+    if ! "$venv/bin/python" -m pip install --disable-pip-version-check -q -r "$requirements" \
+        > "$log" 2>&1; then
+      cat "$log"
+      rm -rf "$venv" "$log"
+      fail "pip could not install $requirements into $venv"
+    fi
+    cp "$requirements" "$venv/installed-requirements.txt"
+  fi
+  rm -f "$log"
+  exec 9>&-
+}
