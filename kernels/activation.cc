@@ -14,6 +14,8 @@ const char* activation_name(Activation act) {
       return "gelu";
     case Activation::kGeluTanh:
       return "gelu_tanh";
+    case Activation::kSilu:
+      return "silu";
   }
   return "?";
 }
@@ -28,6 +30,26 @@ Status check_bias(const Context& ctx, const char* op, const TensorView& x, const
   MOE_RETURN_IF_ERROR(check_device(ctx, op, p_name, p));
   const Shape want = groups < 0 ? Shape{x.dim(1)} : Shape{groups, x.dim(1)};
   return check_compute(op, p_name, p, x.dtype(), want);
+}
+
+// x [M, 2F] act with an even number of columns ([gate | up] halves); F is returned in *f.
+Status check_gated(const Context& ctx, const char* op, const TensorView& x, int64_t* f) {
+  MOE_RETURN_IF_ERROR(check_act(ctx, op, "x", x));
+  if (x.ndim() != 2 || x.dim(1) % 2 != 0) {
+    return invalid_argument_error(op, ": x ", x.to_string(),
+                                  " must be [M, 2F] (the gate and up halves)");
+  }
+  *f = x.dim(1) / 2;
+  return Status::OK();
+}
+
+// `out` must not start where `in` does (an in-place call; the halves would overwrite its input).
+Status check_not_in_place(const char* op, const TensorView& in, const char* in_name,
+                          const TensorView& out, const char* out_name) {
+  if (in.numel() > 0 && out.same_data(in)) {
+    return invalid_argument_error(op, ": ", out_name, " must not overlap ", in_name);
+  }
+  return Status::OK();
 }
 
 Status dropout_apply(Context& ctx, const char* op, const TensorView& x, const TensorView& row_keys,
@@ -76,6 +98,37 @@ Status activation_backward(Context& ctx, Activation act, const TensorView& x, co
   return dispatch_float(kOp, x, [&](auto tag) {
     using T = decltype(tag);
     ref::activation_backward<T>(act, x.data<T>(), dy.data<T>(), x.numel(), dx.data<T>());
+  });
+}
+
+Status swiglu_forward(Context& ctx, const TensorView& x, const TensorView& y) {
+  constexpr const char* kOp = "swiglu_forward";
+  MOE_KERNEL_ENTRY_CUDA(ctx, kOp);
+  int64_t f = 0;
+  MOE_RETURN_IF_ERROR(check_gated(ctx, kOp, x, &f));
+  MOE_RETURN_IF_ERROR(check_tensor(ctx, kOp, "y", y, x.dtype(), Shape{x.dim(0), f}));
+  MOE_RETURN_IF_ERROR(check_not_in_place(kOp, x, "x", y, "y"));
+  MOE_ON_CUDA(ctx, cuda::swiglu_forward(ctx, x, y));
+  return dispatch_float(kOp, x, [&](auto tag) {
+    using T = decltype(tag);
+    ref::swiglu_forward<T>(x.data<T>(), x.dim(0), f, y.data<T>());
+  });
+}
+
+Status swiglu_backward(Context& ctx, const TensorView& x, const TensorView& dy,
+                       const TensorView& dx) {
+  constexpr const char* kOp = "swiglu_backward";
+  MOE_KERNEL_ENTRY_CUDA(ctx, kOp);
+  int64_t f = 0;
+  MOE_RETURN_IF_ERROR(check_gated(ctx, kOp, x, &f));
+  MOE_RETURN_IF_ERROR(check_tensor(ctx, kOp, "dy", dy, x.dtype(), Shape{x.dim(0), f}));
+  MOE_RETURN_IF_ERROR(check_tensor(ctx, kOp, "dx", dx, x.dtype(), x.shape()));
+  MOE_RETURN_IF_ERROR(check_not_in_place(kOp, x, "x", dx, "dx"));
+  MOE_RETURN_IF_ERROR(check_not_in_place(kOp, dy, "dy", dx, "dx"));
+  MOE_ON_CUDA(ctx, cuda::swiglu_backward(ctx, x, dy, dx));
+  return dispatch_float(kOp, x, [&](auto tag) {
+    using T = decltype(tag);
+    ref::swiglu_backward<T>(x.data<T>(), dy.data<T>(), x.dim(0), f, dx.data<T>());
   });
 }
 

@@ -1,6 +1,6 @@
-// Elementwise activations, bias addition and its gradient (dense rows, or one bias per local
-// expert over ExpertBlocks), and counter-based dropout. Activations are "act" (f32, f64, bf16);
-// biases and bias gradients are full precision (F = compute_dtype(act)).
+// Elementwise activations, the gated SwiGLU, bias addition and its gradient (dense rows, or one
+// bias per local expert over ExpertBlocks), and counter-based dropout. Activations are "act" (f32,
+// f64, bf16); biases and bias gradients are full precision (F = compute_dtype(act)).
 #pragma once
 
 #include "base/context.h"
@@ -14,6 +14,7 @@ enum class Activation {
   kRelu,      // max(x, 0); derivative 0 at x = 0
   kGelu,      // x * Phi(x), the exact (erf) form
   kGeluTanh,  // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), GPT-2's approximation
+  kSilu,      // x sigmoid(x) (SwiGLU's gate activation); the sigmoid never overflows
 };
 const char* activation_name(Activation act);
 
@@ -22,6 +23,17 @@ Status activation_forward(Context& ctx, Activation act, const TensorView& x, con
 // dx = act'(x) * dy, x the pre-activation input. One act dtype and shape; dx may alias dy.
 Status activation_backward(Context& ctx, Activation act, const TensorView& x, const TensorView& dy,
                            const TensorView& dx);
+
+// SwiGLU (Llama, Mixtral, Qwen-MoE: act_fn(x W_gate) * (x W_up)): x [M, 2F] act holds each row's
+// [gate | up] halves; y [M, F] (x's dtype) = silu(gate) * up, computed in double and rounded
+// to x's dtype (through f32 for bf16). y must not overlap x (a call with y at x's address is
+// refused).
+Status swiglu_forward(Context& ctx, const TensorView& x, const TensorView& y);
+// dx [M, 2F] (overwritten) = [dy * up * silu'(gate) | dy * silu(gate)]; x [M, 2F] the forward's
+// input, dy [M, F]; one act dtype. dx must not overlap x or dy (dx at either's address is
+// refused).
+Status swiglu_backward(Context& ctx, const TensorView& x, const TensorView& dy,
+                       const TensorView& dx);
 
 // x[r, :] += bias[:] for every row. x [M, N] act; bias [N] F. In place.
 Status add_bias(Context& ctx, const TensorView& x, const TensorView& bias);

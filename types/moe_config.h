@@ -19,6 +19,8 @@ enum class ExpertActivation {
 };
 // True for gated activations, whose first matrix has two halves ([D, 2F]).
 inline bool is_gated(ExpertActivation a) { return a == ExpertActivation::kSwiglu; }
+// The first matrix's columns for hidden width f: 2f when gated ([gate | up]), else f.
+inline int64_t first_matrix_cols(ExpertActivation a, int64_t f) { return is_gated(a) ? 2 * f : f; }
 
 // How the layer output is formed from the residual base x and the SMoE output u.
 enum class ResidualKind {

@@ -6,18 +6,19 @@
 namespace moe {
 
 DenseFfn::DenseFfn(const std::string& prefix, int64_t d_model, int64_t d_ff,
-                   ExpertActivation activation, double dropout, ParameterSet* params)
+                   ExpertActivation activation, bool bias, double dropout, ParameterSet* params)
     : prefix_(prefix),
       ctx_(params->context()),
       act_(params->act_dtype()),
-      activation_(to_kernel_activation(activation)),
+      activation_(activation),
       dropout_(dropout),
       d_model_(d_model),
       d_ff_(d_ff) {
-  w1_ = &params->add(prefix + ".w1", {d_model, d_ff}, ParamKind::kDense, true, true);
-  b1_ = &params->add(prefix + ".b1", {d_ff}, ParamKind::kDense, false);
+  const int64_t f1 = first_matrix_cols(activation, d_ff);
+  w1_ = &params->add(prefix + ".w1", {d_model, f1}, ParamKind::kDense, true, true);
+  if (bias) b1_ = &params->add(prefix + ".b1", {f1}, ParamKind::kDense, false);
   w2_ = &params->add(prefix + ".w2", {d_ff, d_model}, ParamKind::kDense, true, true);
-  b2_ = &params->add(prefix + ".b2", {d_model}, ParamKind::kDense, false);
+  if (bias) b2_ = &params->add(prefix + ".b2", {d_model}, ParamKind::kDense, false);
 }
 
 Status DenseFfn::check(const char* name, const TensorView& t, int64_t rows) const {
@@ -36,11 +37,11 @@ StatusOr<Tensor> DenseFfn::forward(const Tensor& x, int64_t token_offset, bool t
   saved->dropout = training ? static_cast<float>(dropout_) : 0.f;
   saved->rng = rng;
   saved->token_offset = token_offset;
-  MOE_ASSIGN_OR_RETURN(saved->h_pre, ctx_.empty({n, d_ff_}, act_));
+  MOE_ASSIGN_OR_RETURN(saved->h_pre, ctx_.empty({n, first_matrix_cols(activation_, d_ff_)}, act_));
   MOE_ASSIGN_OR_RETURN(saved->h, ctx_.empty({n, d_ff_}, act_));
   MOE_RETURN_IF_ERROR(kernels::gemm(ctx_, x, false, w1_->value, false, saved->h_pre));
-  MOE_RETURN_IF_ERROR(kernels::add_bias(ctx_, saved->h_pre, b1_->value));
-  MOE_RETURN_IF_ERROR(kernels::activation_forward(ctx_, activation_, saved->h_pre, saved->h));
+  if (b1_ != nullptr) MOE_RETURN_IF_ERROR(kernels::add_bias(ctx_, saved->h_pre, b1_->value));
+  MOE_RETURN_IF_ERROR(ffn_activation_forward(ctx_, activation_, saved->h_pre, saved->h));
   if (saved->dropout > 0) {
     MOE_RETURN_IF_ERROR(
         kernels::dropout_forward(ctx_, saved->h, {}, token_offset, rng, saved->dropout, saved->h)
@@ -48,7 +49,7 @@ StatusOr<Tensor> DenseFfn::forward(const Tensor& x, int64_t token_offset, bool t
   }
   MOE_ASSIGN_OR_RETURN(Tensor y, ctx_.empty({n, d_model_}, act_));
   MOE_RETURN_IF_ERROR(kernels::gemm(ctx_, saved->h, false, w2_->value, false, y));
-  MOE_RETURN_IF_ERROR(kernels::add_bias(ctx_, y, b2_->value));
+  if (b2_ != nullptr) MOE_RETURN_IF_ERROR(kernels::add_bias(ctx_, y, b2_->value));
   return y;
 }
 
@@ -57,19 +58,19 @@ StatusOr<Tensor> DenseFfn::backward(const Tensor& dy, const Saved& saved) const 
   MOE_RETURN_IF_ERROR(check("dy", dy, n));
   // Second projection: dW2 += h^T dy; db2 += sum dy; dh = dy W2^T.
   MOE_RETURN_IF_ERROR(kernels::gemm(ctx_, saved.h, true, dy, false, w2_->grad, 1.0, 1.0));
-  MOE_RETURN_IF_ERROR(kernels::bias_grad(ctx_, dy, b2_->grad));
+  if (b2_ != nullptr) MOE_RETURN_IF_ERROR(kernels::bias_grad(ctx_, dy, b2_->grad));
   MOE_ASSIGN_OR_RETURN(Tensor dh, ctx_.empty({n, d_ff_}, act_));
   MOE_RETURN_IF_ERROR(kernels::gemm(ctx_, dy, false, w2_->value, true, dh));
   if (saved.dropout > 0) {
     MOE_RETURN_IF_ERROR(
         kernels::dropout_backward(ctx_, dh, {}, saved.token_offset, saved.rng, saved.dropout, dh));
   }
-  MOE_RETURN_IF_ERROR(kernels::activation_backward(ctx_, activation_, saved.h_pre, dh, dh));
-  // First projection: dW1 += x^T dh; db1 += sum dh; dx = dh W1^T.
-  MOE_RETURN_IF_ERROR(kernels::gemm(ctx_, saved.x, true, dh, false, w1_->grad, 1.0, 1.0));
-  MOE_RETURN_IF_ERROR(kernels::bias_grad(ctx_, dh, b1_->grad));
+  MOE_ASSIGN_OR_RETURN(Tensor dh_pre, ffn_activation_backward(ctx_, activation_, saved.h_pre, dh));
+  // First projection: dW1 += x^T dh_pre; db1 += sum dh_pre; dx = dh_pre W1^T.
+  MOE_RETURN_IF_ERROR(kernels::gemm(ctx_, saved.x, true, dh_pre, false, w1_->grad, 1.0, 1.0));
+  if (b1_ != nullptr) MOE_RETURN_IF_ERROR(kernels::bias_grad(ctx_, dh_pre, b1_->grad));
   MOE_ASSIGN_OR_RETURN(Tensor dx, ctx_.empty({n, d_model_}, act_));
-  MOE_RETURN_IF_ERROR(kernels::gemm(ctx_, dh, false, w1_->value, true, dx));
+  MOE_RETURN_IF_ERROR(kernels::gemm(ctx_, dh_pre, false, w1_->value, true, dx));
   return dx;
 }
 

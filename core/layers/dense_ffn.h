@@ -1,10 +1,13 @@
 // Dense feed-forward sublayer (x @ W convention, row-major):
 //   h = dropout(act(x W1 + b1)) [N, F];  y = h W2 + b2 [N, D].
-// Parameters: <prefix>.w1 [D, F], <prefix>.b1 [F], <prefix>.w2 [F, D], <prefix>.b2 [D] (biases
-// are not weight-decayed; the matrices are GEMM operands, bf16 under BF16). The hidden dropout
-// keys row t by the global token id token_offset + t (kernels/activation.h), so masks do not
-// depend on how batches are split across ranks. Forward and backward return new tensors; backward
-// accumulates (+=) parameter gradients. Errors name the layer's prefix.
+// With a gated activation (SwiGLU) W1 = [W_gate | W_up] is [D, 2F] and act(z) = silu(z_gate) *
+// z_up, so the pre-activation is [N, 2F]. Parameters: <prefix>.w1 [D, F] (gated: [D, 2F]),
+// <prefix>.w2 [F, D]; with biases (the model's linear_bias) also <prefix>.b1 [F] ([2F]) and
+// <prefix>.b2 [D] (without, none is registered or added). Biases are not weight-decayed; the
+// matrices are GEMM operands, bf16 under BF16. The hidden dropout keys row t by the global token
+// id token_offset + t (kernels/activation.h), so masks do not depend on how batches are split
+// across ranks. Forward and backward return new tensors; backward accumulates (+=) parameter
+// gradients. Errors name the layer's prefix.
 #pragma once
 
 #include <string>
@@ -21,14 +24,15 @@ class DenseFfn {
   // Everything backward needs, filled by forward.
   struct Saved {
     Tensor x;                  // [N, D] the input
-    Tensor h_pre;              // [N, F] x W1 + b1
+    Tensor h_pre;              // [N, F] x W1 + b1 ([N, 2F] when gated)
     Tensor h;                  // [N, F] after the activation and dropout
     int64_t token_offset = 0;  // dropout key of row 0
     float dropout = 0.f;       // 0 when not training
     CounterRng rng;
   };
+  // bias: register and add b1 and b2 (ModelConfig::linear_bias).
   DenseFfn(const std::string& prefix, int64_t d_model, int64_t d_ff, ExpertActivation activation,
-           double dropout, ParameterSet* params);
+           bool bias, double dropout, ParameterSet* params);
   // [in] x [N, D]; token_offset: the global id of row 0; training enables dropout, drawn from rng.
   // Returns y [N, D].
   StatusOr<Tensor> forward(const Tensor& x, int64_t token_offset, bool training, CounterRng rng,
@@ -42,13 +46,13 @@ class DenseFfn {
   std::string prefix_;
   Context& ctx_;
   DType act_;
-  kernels::Activation activation_;
+  ExpertActivation activation_;
   double dropout_;
   int64_t d_model_, d_ff_;
   Parameter* w1_;
-  Parameter* b1_;
+  Parameter* b1_ = nullptr;  // null without biases
   Parameter* w2_;
-  Parameter* b2_;
+  Parameter* b2_ = nullptr;
 };
 
 }  // namespace moe

@@ -2,12 +2,16 @@
 // buffer (kernels/expert_blocks.h: block b = r * E_l + l holds the rows EP rank r sent to local
 // expert l):
 //   y = dropout(act(x W1_e + b1_e)) W2_e + b2_e     for the rows of expert e,
-// one expert GEMM per weight over all blocks (BLAS on the CPU, cuBLAS on the GPU). Dropout masks
-// are keyed by each row's (global token, choice) key, so they do not depend on where a row sits in
-// a buffer (the same masks for every EP layout); rows whose key is negative are empty slots.
+// one expert GEMM per weight over all blocks (BLAS on the CPU, cuBLAS on the GPU). With a gated
+// activation (SwiGLU) W1_e = [W_gate | W_up] is [D, 2F] and act(z) = silu(z_gate) * z_up, so the
+// pre-activation is [M, 2F] and the hidden rows [M, F]. Dropout masks are keyed by each row's
+// (global token, choice) key, so they do not depend on where a row sits in a buffer (the same
+// masks for every EP layout); rows whose key is negative are empty slots.
 //
-// Parameters (expert shards, [E_local, ...]): <prefix>.w1 [E_l, D, F], <prefix>.b1 [E_l, F],
-// <prefix>.w2 [E_l, F, D], <prefix>.b2 [E_l, D]. The matrices are GEMM operands (bf16 under BF16).
+// Parameters (expert shards, [E_local, ...]): <prefix>.w1 [E_l, D, F] (gated: [E_l, D, 2F]),
+// <prefix>.w2 [E_l, F, D]; with cfg.linear_bias also <prefix>.b1 [E_l, F] ([E_l, 2F]) and
+// <prefix>.b2 [E_l, D] (without, none is registered or added). The matrices are GEMM operands
+// (bf16 under BF16).
 #pragma once
 
 #include <string>
@@ -22,7 +26,7 @@ namespace moe {
 
 struct ExpertSaved {
   Tensor x;         // [M, D] rows, in blocks
-  Tensor h_pre;     // [M, F] pre-activation
+  Tensor h_pre;     // [M, F] pre-activation ([M, 2F] when gated)
   Tensor h;         // [M, F] after activation and dropout
   Tensor row_keys;  // [M] i64 dropout keys
   kernels::ExpertBlocks blocks;
@@ -48,15 +52,25 @@ class ExpertFfn {
  private:
   Context& ctx_;
   DType act_;
-  kernels::Activation activation_;
+  ExpertActivation activation_;
   int64_t local_experts_;
   int64_t d_model_, d_ff_;
   Parameter* w1_;
-  Parameter* b1_;
+  Parameter* b1_ = nullptr;  // null without biases
   Parameter* w2_;
-  Parameter* b2_;
+  Parameter* b2_ = nullptr;
 };
 
+// The elementwise kernel activation of `act`; for a gated one, that of its gate (SwiGLU: SiLU).
 kernels::Activation to_kernel_activation(ExpertActivation act);
+
+// The FFN activation shared by the dense FFN and the experts: h [N, F] = act(h_pre), h_pre
+// [N, F], or [N, 2F] when gated (kernels::swiglu_forward).
+Status ffn_activation_forward(Context& ctx, ExpertActivation act, const TensorView& h_pre,
+                              const TensorView& h);
+// The gradient at h_pre from dh [N, F]: in place in dh when elementwise (returns dh), a new
+// [N, 2F] tensor when gated.
+StatusOr<Tensor> ffn_activation_backward(Context& ctx, ExpertActivation act, const Tensor& h_pre,
+                                         const Tensor& dh);
 
 }  // namespace moe

@@ -34,7 +34,7 @@ TransformerBlock::TransformerBlock(int index, const ModelConfig& model, const Bl
                                       ep_comm);
   } else {
     ffn_ = std::make_unique<DenseFfn>(prefix + ".ffn", model.d_model, model.d_ff, model.activation,
-                                      model.dropout, params);
+                                      model.linear_bias, model.dropout, params);
   }
 }
 

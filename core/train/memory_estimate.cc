@@ -5,6 +5,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "core/train/model_size.h"
+
 namespace moe {
 namespace {
 
@@ -50,16 +52,18 @@ MemoryEstimate estimate_training_memory(const RunConfig& cfg, int world_size) {
     params += 4 * D * D + attention_biases + 4 * D;  // attention (qkv, o, biases), ln1, ln2
     matmul += 4 * D * D;
     if (!b.moe) {
-      params += 2 * D * m.d_ff + m.d_ff + D;
-      matmul += 2 * D * m.d_ff;
+      const FfnParams ffn = ffn_params(D, m.d_ff, m.activation, m.linear_bias);
+      params += ffn.total();
+      matmul += ffn.matrices;
       continue;
     }
     const MoeLayerConfig& c = b.moe_cfg;
     const int64_t local = c.num_experts / ep;
     if (post) params += 2 * D;  // ln_in
     params += D * c.num_experts + c.num_experts;
-    params += local * (2 * D * c.d_expert + c.d_expert + D);
-    matmul += local * 2 * D * c.d_expert;
+    const FfnParams expert = ffn_params(D, c.d_expert, c.activation, c.linear_bias);
+    params += local * expert.total();
+    matmul += local * expert.matrices;
     if (c.sparsemixer.enabled && c.sparsemixer.omega) params += D;
   }
   MemoryEstimate e;
@@ -80,14 +84,16 @@ MemoryEstimate estimate_training_memory(const RunConfig& cfg, int world_size) {
   for (const BlockPlan& b : m.blocks) {
     per_token += 8.0 * D * A + 4.0 * H + 16;  // qkv, context, output, dropout, sum, LN; lse, stats
     if (!b.moe) {
-      per_token += 2.0 * m.d_ff * A + 4.0 * D * A + 8;
+      // h_pre ([F], or [2F] when gated) and h.
+      per_token += (first_matrix_cols(m.activation, m.d_ff) + m.d_ff) * A + 4.0 * D * A + 8;
       continue;
     }
     const MoeLayerConfig& c = b.moe_cfg;
     // Rows an expert block holds per token: K assignments, padded to the capacity in capacity
     // mode (C = capacity_factor * T * K / E per expert) or by one row per block in dropless.
     const double rows = c.top_k * (c.dropless ? 1.0 : std::max(1.0, c.capacity_factor));
-    per_token += rows * (4.0 * D + 2.0 * c.d_expert) * A;  // x, h_pre, h, y in and out of experts
+    // x, h_pre ([F], or [2F] when gated), h, y in and out of experts
+    per_token += rows * (4.0 * D + first_matrix_cols(c.activation, c.d_expert) + c.d_expert) * A;
     per_token +=
         4.0 * D + 3.0 * c.num_experts * 4 + 12.0 * c.top_k;  // router in, logits, probs, idx
     per_token += 6.0 * D * A + 4.0 * D * 4;                  // u, out, LNs, sums; state p (F)

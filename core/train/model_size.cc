@@ -25,14 +25,14 @@ ModelSize model_size(const ModelConfig& m) {
   for (const BlockPlan& b : m.blocks) {
     dense += 4 * D * D + attention_biases + 4 * D;  // attention (qkv, o, biases), ln1, ln2
     if (!b.moe) {
-      dense += 2 * D * m.d_ff + m.d_ff + D;
+      dense += ffn_params(D, m.d_ff, m.activation, m.linear_bias).total();
       continue;
     }
     const MoeLayerConfig& c = b.moe_cfg;
     if (post) dense += 2 * D;                    // ln_in
     dense += D * c.num_experts + c.num_experts;  // the router
     if (c.sparsemixer.enabled && c.sparsemixer.omega) dense += D;
-    const int64_t per_expert = 2 * D * c.d_expert + c.d_expert + D;
+    const int64_t per_expert = ffn_params(D, c.d_expert, c.activation, c.linear_bias).total();
     z.expert_params += c.num_experts * per_expert;
     inactive += (c.num_experts - c.top_k) * per_expert;
   }
@@ -42,6 +42,14 @@ ModelSize model_size(const ModelConfig& m) {
   z.train_flops_per_token = 6.0 * static_cast<double>(z.matmul_params()) +
                             12.0 * layers * static_cast<double>(D) * static_cast<double>(S);
   return z;
+}
+
+FfnParams ffn_params(int64_t d_model, int64_t d_ff, ExpertActivation activation, bool bias) {
+  const int64_t f1 = first_matrix_cols(activation, d_ff);
+  FfnParams p;
+  p.matrices = d_model * f1 + d_ff * d_model;
+  p.biases = bias ? f1 + d_model : 0;
+  return p;
 }
 
 std::string si_count(double value, const std::string& unit) {

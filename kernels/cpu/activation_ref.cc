@@ -82,6 +82,41 @@ void activation_backward(Activation act, const T* px, const T* pdy, int64_t n, T
   });
 }
 
+template <typename T>
+void swiglu_forward(const T* px, int64_t m, int64_t f, T* py) {
+  using C = accum_t<T>;
+  parallel_for(m, row_grain(f), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const T* gate = px + r * 2 * f;
+      const T* up = gate + f;
+      for (int64_t j = 0; j < f; ++j) {
+        const double v = swiglu(static_cast<C>(gate[j]), static_cast<C>(up[j]));
+        py[r * f + j] = static_cast<T>(static_cast<C>(v));
+      }
+    }
+  });
+}
+
+template <typename T>
+void swiglu_backward(const T* px, const T* pdy, int64_t m, int64_t f, T* pdx) {
+  using C = accum_t<T>;
+  parallel_for(m, row_grain(2 * f), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const T* gate = px + r * 2 * f;
+      const T* up = gate + f;
+      T* d_gate = pdx + r * 2 * f;
+      T* d_up = d_gate + f;
+      for (int64_t j = 0; j < f; ++j) {
+        double dg = 0, du = 0;
+        swiglu_grad(static_cast<C>(gate[j]), static_cast<C>(up[j]), static_cast<C>(pdy[r * f + j]),
+                    &dg, &du);
+        d_gate[j] = static_cast<T>(static_cast<C>(dg));
+        d_up[j] = static_cast<T>(static_cast<C>(du));
+      }
+    }
+  });
+}
+
 template <typename A, typename F>
 void add_bias(A* x, int64_t m, int64_t n, const F* bias) {
   add_bias_parallel<A, F>(x, 0, m, n, bias);
@@ -155,6 +190,8 @@ void dropout(const T* px, int64_t m, int64_t n, const int64_t* keys, int64_t key
 #define MOE_INSTANTIATE_ACTIVATION(T)                                                              \
   template void activation_forward<T>(Activation, const T*, int64_t, T*);                          \
   template void activation_backward<T>(Activation, const T*, const T*, int64_t, T*);               \
+  template void swiglu_forward<T>(const T*, int64_t, int64_t, T*);                                 \
+  template void swiglu_backward<T>(const T*, const T*, int64_t, int64_t, T*);                      \
   template void dropout<T>(const T*, int64_t, int64_t, const int64_t*, int64_t, const CounterRng&, \
                            float, T*);
 MOE_INSTANTIATE_ACTIVATION(float)

@@ -1,7 +1,7 @@
-// Plain C++ activation, bias and dropout loops (the CPU backend); see kernels/activation.h for
-// the contracts. The per-element activation formulas are in activation_math.h (shared with the
-// CUDA kernels). T, A = float, double or bf16 (activations); F = compute_dtype(A) = float or
-// double (biases and bias gradients).
+// Plain C++ activation (elementwise and SwiGLU), bias and dropout loops (the CPU backend); see
+// kernels/activation.h for the contracts. The per-element activation formulas are in
+// activation_math.h (shared with the CUDA kernels). T, A = float, double or bf16 (activations); F =
+// compute_dtype(A) = float or double (biases and bias gradients).
 #pragma once
 
 #include <cstdint>
@@ -18,6 +18,13 @@ void activation_forward(Activation act, const T* x, int64_t n, T* y);
 // dx[i] = act'(x[i]) * dy[i] for i < n; dx may alias dy.
 template <typename T>
 void activation_backward(Activation act, const T* x, const T* dy, int64_t n, T* dx);
+
+// x [m, 2f] rows of [gate | up]: y [m, f] = silu(gate) * up.
+template <typename T>
+void swiglu_forward(const T* x, int64_t m, int64_t f, T* y);
+// dx [m, 2f] = [dy * up * silu'(gate) | dy * silu(gate)] for dy [m, f].
+template <typename T>
+void swiglu_backward(const T* x, const T* dy, int64_t m, int64_t f, T* dx);
 
 // x [m, n]: x[r, :] += bias[:] for every row. In place.
 template <typename A, typename F>

@@ -1,7 +1,7 @@
-// Activations, biases (dense and per expert block) and counter-based dropout on the GPU. The
-// activation formulas are the reference's own (kernels/cpu/activation_math.h); bias gradients
-// are column sums in double in a fixed order; dropout draws the same Philox blocks as the CPU, so
-// masks match bit for bit.
+// Activations (elementwise and SwiGLU), biases (dense and per expert block) and counter-based
+// dropout on the GPU. The activation formulas are the reference's own
+// (kernels/cpu/activation_math.h); bias gradients are column sums in double in a fixed order;
+// dropout draws the same Philox blocks as the CPU, so masks match bit for bit.
 #include <cmath>
 
 #include "kernels/common.h"
@@ -38,6 +38,30 @@ __global__ void activation_backward_kernel(Activation act, const T* x, const T* 
     } else {
       store(dx, i, ref::apply_activation_grad<C>(act, xi) * load(dy, i));
     }
+  }
+}
+
+// One thread per (row, column) pair: reads x[r, j] (gate) and x[r, F + j] (up).
+template <typename T>
+__global__ void swiglu_forward_kernel(const T* x, int64_t m, int64_t f, T* y) {
+  using C = accum_t<T>;
+  MOE_GRID_LOOP(i, m * f) {
+    const int64_t r = i / f, j = i - r * f;
+    const T* row = x + r * 2 * f;
+    store(y, i, static_cast<C>(ref::swiglu(load(row, j), load(row, f + j))));
+  }
+}
+
+template <typename T>
+__global__ void swiglu_backward_kernel(const T* x, const T* dy, int64_t m, int64_t f, T* dx) {
+  using C = accum_t<T>;
+  MOE_GRID_LOOP(i, m * f) {
+    const int64_t r = i / f, j = i - r * f;
+    const T* row = x + r * 2 * f;
+    double d_gate = 0, d_up = 0;
+    ref::swiglu_grad(load(row, j), load(row, f + j), load(dy, i), &d_gate, &d_up);
+    store(dx, r * 2 * f + j, static_cast<C>(d_gate));
+    store(dx, r * 2 * f + f + j, static_cast<C>(d_up));
   }
 }
 
@@ -174,6 +198,29 @@ Status activation_backward(Context& ctx, Activation act, const TensorView& x, co
         act, x.data<T>(), dy.data<T>(), n, dx.data<T>());
   }));
   return launch_status("activation_backward");
+}
+
+Status swiglu_forward(Context& ctx, const TensorView& x, const TensorView& y) {
+  const int64_t m = y.dim(0), f = y.dim(1);
+  if (m * f == 0) return Status::OK();
+  MOE_RETURN_IF_ERROR(dispatch_float("swiglu_forward", x, [&](auto tag) {
+    using T = decltype(tag);
+    swiglu_forward_kernel<T>
+        <<<grid_for(m * f), kThreads, 0, stream_of(ctx)>>>(x.data<T>(), m, f, y.data<T>());
+  }));
+  return launch_status("swiglu_forward");
+}
+
+Status swiglu_backward(Context& ctx, const TensorView& x, const TensorView& dy,
+                       const TensorView& dx) {
+  const int64_t m = dy.dim(0), f = dy.dim(1);
+  if (m * f == 0) return Status::OK();
+  MOE_RETURN_IF_ERROR(dispatch_float("swiglu_backward", x, [&](auto tag) {
+    using T = decltype(tag);
+    swiglu_backward_kernel<T><<<grid_for(m * f), kThreads, 0, stream_of(ctx)>>>(
+        x.data<T>(), dy.data<T>(), m, f, dx.data<T>());
+  }));
+  return launch_status("swiglu_backward");
 }
 
 Status add_bias(Context& ctx, const TensorView& x, const TensorView& bias) {

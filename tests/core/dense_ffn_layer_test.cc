@@ -1,7 +1,8 @@
-// DenseFfn layer (core/layers/dense_ffn.h): parameter registration, forward against explicit
-// loops for each activation (with the hidden dropout mask keyed by global token id), gradients of
-// x and every parameter against central finite differences in f64, masks independent of how rows
-// are split, accumulation of parameter gradients, and argument errors.
+// DenseFfn layer (core/layers/dense_ffn.h): parameter registration (gated and bias-free shapes),
+// forward against explicit loops for each activation, SwiGLU included, with and without biases
+// (and with the hidden dropout mask keyed by global token id), gradients of x and every parameter
+// against central finite differences in f64, masks independent of how rows are split,
+// accumulation of parameter gradients, and argument errors.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -27,9 +28,24 @@ double activate(ExpertActivation act, double x) {
       return 0.5 * x *
              (1 + std::tanh(std::sqrt(2 / 3.14159265358979323846) * (x + 0.044715 * x * x * x)));
     case ExpertActivation::kSwiglu:
-      break;  // gated: not elementwise
+      return x / (1 + std::exp(-x));  // the gate's SiLU (see hidden())
   }
   return x;
+}
+
+// The hidden rows h [n, f] from the pre-activation [n, f], or [n, 2f] = [gate | up] when gated:
+// silu(gate) * up, as transformers' LlamaMLP computes act_fn(gate_proj(x)) * up_proj(x).
+std::vector<double> hidden(ExpertActivation act, const std::vector<double>& h_pre, int64_t n,
+                           int64_t f) {
+  std::vector<double> h(n * f);
+  const int64_t cols = is_gated(act) ? 2 * f : f;
+  for (int64_t r = 0; r < n; ++r) {
+    for (int64_t j = 0; j < f; ++j) {
+      const double a = activate(act, h_pre[r * cols + j]);
+      h[r * f + j] = is_gated(act) ? a * h_pre[r * cols + f + j] : a;
+    }
+  }
+  return h;
 }
 
 // The hidden dropout scale of rows [token_offset, token_offset + n): the dropout kernel applied
@@ -45,13 +61,9 @@ std::vector<double> dropout_scale(int64_t n, int64_t f, int64_t token_offset, Co
   return to_vector<double>(ones);
 }
 
-TEST(DenseFfnTest, RegistersNamedParameters) {
-  ParameterSet params(&host_context(), DType::kF32);
-  DenseFfn ffn("blocks.0.ffn", 4, 10, ExpertActivation::kGelu, 0.1, &params);
-  const std::vector<std::pair<std::string, Shape>> want = {{"blocks.0.ffn.w1", {4, 10}},
-                                                           {"blocks.0.ffn.b1", {10}},
-                                                           {"blocks.0.ffn.w2", {10, 4}},
-                                                           {"blocks.0.ffn.b2", {4}}};
+void expect_parameters(const ParameterSet& params,
+                       const std::vector<std::pair<std::string, Shape>>& want) {
+  ASSERT_EQ(params.all().size(), want.size());
   for (const auto& [name, shape] : want) {
     const Parameter* p = params.find(name);
     ASSERT_NE(p, nullptr) << name;
@@ -60,17 +72,44 @@ TEST(DenseFfnTest, RegistersNamedParameters) {
   }
 }
 
+TEST(DenseFfnTest, RegistersNamedParameters) {
+  ParameterSet params(&host_context(), DType::kF32);
+  DenseFfn ffn("blocks.0.ffn", 4, 10, ExpertActivation::kGelu, true, 0.1, &params);
+  expect_parameters(params, {{"blocks.0.ffn.w1", {4, 10}},
+                             {"blocks.0.ffn.b1", {10}},
+                             {"blocks.0.ffn.w2", {10, 4}},
+                             {"blocks.0.ffn.b2", {4}}});
+}
+
+// SwiGLU's first matrix holds [W_gate | W_up]: [D, 2F], and its bias [2F]; without biases only
+// the matrices are registered.
+TEST(DenseFfnTest, GatedAndBiasFreeShapes) {
+  ParameterSet gated(&host_context(), DType::kF32);
+  DenseFfn a("ffn", 4, 10, ExpertActivation::kSwiglu, true, 0.1, &gated);
+  expect_parameters(gated,
+                    {{"ffn.w1", {4, 20}}, {"ffn.b1", {20}}, {"ffn.w2", {10, 4}}, {"ffn.b2", {4}}});
+  ParameterSet bias_free(&host_context(), DType::kF32);
+  DenseFfn b("ffn", 4, 10, ExpertActivation::kSwiglu, false, 0.1, &bias_free);
+  expect_parameters(bias_free, {{"ffn.w1", {4, 20}}, {"ffn.w2", {10, 4}}});
+  ParameterSet plain(&host_context(), DType::kF32);
+  DenseFfn c("ffn", 4, 10, ExpertActivation::kRelu, false, 0.1, &plain);
+  expect_parameters(plain, {{"ffn.w1", {4, 10}}, {"ffn.w2", {10, 4}}});
+}
+
 struct FfnCase {
   int64_t n, d, f;
   ExpertActivation act;
   bool training;
+  bool bias = true;
 };
 
 std::string name(const FfnCase& c) {
-  const char* act = c.act == ExpertActivation::kRelu   ? "relu"
-                    : c.act == ExpertActivation::kGelu ? "gelu"
-                                                       : "gelu_tanh";
-  return str_cat("N", c.n, "_D", c.d, "_F", c.f, "_", act, c.training ? "_train" : "_eval");
+  const char* act = c.act == ExpertActivation::kRelu       ? "relu"
+                    : c.act == ExpertActivation::kGelu     ? "gelu"
+                    : c.act == ExpertActivation::kGeluTanh ? "gelu_tanh"
+                                                           : "swiglu";
+  return str_cat("N", c.n, "_D", c.d, "_F", c.f, "_", act, c.training ? "_train" : "_eval",
+                 c.bias ? "" : "_nobias");
 }
 void PrintTo(const FfnCase& c, std::ostream* os) { *os << name(c); }
 
@@ -82,7 +121,7 @@ TEST_P(DenseFfnCases, ForwardMatchesLoopsAndGradientsMatchDifferences) {
   const int64_t token_offset = 13;
   const CounterRng rng{6, make_stream(RngTag::kTest, 11, 2)};
   ParameterSet params(&host_context(), DType::kF64);
-  DenseFfn ffn("ffn", c.d, c.f, c.act, p, &params);
+  DenseFfn ffn("ffn", c.d, c.f, c.act, c.bias, p, &params);
   randomize_parameters(&params, 70);
   Tensor x = Tensor::empty({c.n, c.d}, DType::kF64);
   fill_uniform(x, 71, -1, 1);
@@ -91,13 +130,18 @@ TEST_P(DenseFfnCases, ForwardMatchesLoopsAndGradientsMatchDifferences) {
   ASSERT_TRUE(out.ok()) << out.status().to_string();
   Tensor y = *out;
 
+  // A bias-free layer has no b1, b2 (none added: naive_matmul's empty bias).
   const auto get = [&](const char* leaf) {
-    return to_vector<double>(params.find(str_cat("ffn.", leaf))->value);
+    const Parameter* param = params.find(str_cat("ffn.", leaf));
+    return param != nullptr ? to_vector<double>(param->value) : std::vector<double>{};
   };
-  std::vector<double> h =
-      naive_matmul(to_vector<double>(x), get("w1"), c.n, c.d, c.f, false, get("b1"));
+  EXPECT_EQ(get("b1").empty(), !c.bias);
+  const int64_t f1 = is_gated(c.act) ? 2 * c.f : c.f;
+  const std::vector<double> h_pre =
+      naive_matmul(to_vector<double>(x), get("w1"), c.n, c.d, f1, false, get("b1"));
+  std::vector<double> h = hidden(c.act, h_pre, c.n, c.f);
   const std::vector<double> mask = dropout_scale(c.n, c.f, token_offset, rng, c.training ? p : 0.f);
-  for (size_t i = 0; i < h.size(); ++i) h[i] = activate(c.act, h[i]) * mask[i];
+  for (size_t i = 0; i < h.size(); ++i) h[i] *= mask[i];
   const std::vector<double> want = naive_matmul(h, get("w2"), c.n, c.f, c.d, false, get("b2"));
   for (int64_t i = 0; i < c.n * c.d; ++i) EXPECT_NEAR(y.data<double>()[i], want[i], 1e-13) << i;
 
@@ -130,7 +174,12 @@ INSTANTIATE_TEST_SUITE_P(Cases, DenseFfnCases,
                                            FfnCase{5, 3, 7, ExpertActivation::kGelu, true},
                                            FfnCase{4, 4, 5, ExpertActivation::kGeluTanh, true},
                                            FfnCase{3, 5, 6, ExpertActivation::kGeluTanh, false},
-                                           FfnCase{6, 3, 4, ExpertActivation::kRelu, true}),
+                                           FfnCase{6, 3, 4, ExpertActivation::kRelu, true},
+                                           FfnCase{1, 1, 1, ExpertActivation::kSwiglu, false},
+                                           FfnCase{5, 3, 7, ExpertActivation::kSwiglu, true},
+                                           FfnCase{4, 5, 3, ExpertActivation::kSwiglu, true, false},
+                                           FfnCase{3, 4, 6, ExpertActivation::kGelu, true, false},
+                                           FfnCase{4, 3, 5, ExpertActivation::kRelu, false, false}),
                          [](const ::testing::TestParamInfo<FfnCase>& info) {
                            return name(info.param);
                          });
@@ -144,7 +193,7 @@ INSTANTIATE_TEST_SUITE_P(Cases, DenseFfnCases,
 TEST(DenseFfnTest, DropoutMaskFollowsGlobalTokenIds) {
   const int64_t n = 6, d = 3, f = 8;
   ParameterSet params(&host_context(), DType::kF32);
-  DenseFfn ffn("ffn", d, f, ExpertActivation::kGelu, 0.5, &params);
+  DenseFfn ffn("ffn", d, f, ExpertActivation::kGelu, true, 0.5, &params);
   randomize_parameters(&params, 80);
   Tensor x = Tensor::empty({n, d}, DType::kF32);
   fill_uniform(x, 81);
@@ -190,7 +239,7 @@ TEST(DenseFfnTest, DropoutMaskFollowsGlobalTokenIds) {
 
 TEST(DenseFfnTest, BadArgumentsNameTheLayer) {
   ParameterSet params(&host_context(), DType::kF32);
-  DenseFfn ffn("blocks.3.ffn", 4, 6, ExpertActivation::kRelu, 0.0, &params);
+  DenseFfn ffn("blocks.3.ffn", 4, 6, ExpertActivation::kRelu, true, 0.0, &params);
   ASSERT_TRUE(params.allocate().ok());
   DenseFfn::Saved saved;
   Tensor x = Tensor::zeros({5, 4}, DType::kF32);

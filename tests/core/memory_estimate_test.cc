@@ -1,8 +1,8 @@
 // The memory estimate (core/train/memory_estimate.h) against what a step really allocates: for
-// every model family in configs/ at two sizes and both precisions, the parameter count is exact
-// and the estimated total brackets the allocator's measured peak (and the count stays exact under
-// RoPE and without linear biases); a run that cannot fit is refused before anything is allocated,
-// with the estimate in the message.
+// every model family in configs/ at two sizes (and SwiGLU FFNs at the first) and both precisions,
+// the parameter count is exact and the estimated total brackets the allocator's measured peak
+// (and the count stays exact under RoPE and without linear biases); a run that cannot fit is
+// refused before anything is allocated, with the estimate in the message.
 #include "core/train/memory_estimate.h"
 
 #include <gtest/gtest.h>
@@ -60,7 +60,11 @@ TEST_F(MemoryEstimateTest, ParametersAreExactAndTheTotalBracketsTheMeasuredPeak)
       {"model.d_model=64", "model.n_heads=2", "model.seq_len=32", "model.d_ff=128",
        "model.moe.d_expert=64", "model.moe.num_experts=4", "train.batch_size=8"},
       {"model.d_model=96", "model.n_heads=4", "model.seq_len=64", "model.d_ff=192",
-       "model.moe.d_expert=128", "model.moe.num_experts=8", "train.batch_size=16"}};
+       "model.moe.d_expert=128", "model.moe.num_experts=8", "train.batch_size=16"},
+      // SwiGLU FFNs and experts: first matrices [D, 2F], pre-activations [rows, 2F].
+      {"model.d_model=64", "model.n_heads=2", "model.seq_len=32", "model.d_ff=128",
+       "model.moe.d_expert=64", "model.moe.num_experts=4", "train.batch_size=8",
+       "model.activation=SWIGLU", "model.moe.activation=SWIGLU"}};
   for (const std::string& family : families()) {
     for (size_t s = 0; s < sizes.size(); ++s) {
       for (const char* precision : {"FP32", "BF16"}) {

@@ -1,9 +1,10 @@
-// The model's size and training FLOPs (core/train/model_size.h): a tiny config counted by hand,
-// and every config family (both block styles, tied and untied embeddings, learned positions and
-// RoPE, with and without linear biases) against the parameter tensors a built model really
-// registers: the total is the sum of every parameter's elements, the experts' share the sum of
-// the expert parameters', and the active count the total less (E - K) / E of each MoE layer's
-// expert parameters. Also the measured GEMM rate's contract (core/train/gemm_rate.h), on the host.
+// The model's size and training FLOPs (core/train/model_size.h): a tiny config counted by hand
+// (also with SwiGLU FFNs), and every config family (both block styles, tied and untied
+// embeddings, learned positions and RoPE, with and without linear biases, SwiGLU) against the
+// parameter tensors a built model really registers: the total is the sum of every parameter's
+// elements, the experts' share the sum of the expert parameters', and the active count the total
+// less (E - K) / E of each MoE layer's expert parameters. Also the measured GEMM rate's contract
+// (core/train/gemm_rate.h), on the host.
 #include "core/train/model_size.h"
 
 #include <gtest/gtest.h>
@@ -55,6 +56,35 @@ TEST(ModelSizeTest, ATinyModelCountedByHand) {
   EXPECT_DOUBLE_EQ(r.train_flops_per_token, t.train_flops_per_token);
 }
 
+// SwiGLU: w1 is [D, 2F] (and b1 [2F]), so each FFN multiplies by 3 D F instead of 2 D F.
+TEST(ModelSizeTest, SwigluFirstMatricesAreTwiceAsWide) {
+  StatusOr<RunConfig> cfg = parse_run_config(
+      "model { vocab_size: 10 d_model: 8 n_heads: 2 seq_len: 4 d_ff: 16 arch: \"sgsf\" "
+      "activation: SWIGLU moe { num_experts: 4 top_k: 1 d_expert: 8 activation: SWIGLU } }",
+      "tiny_swiglu");
+  ASSERT_TRUE(cfg.ok()) << cfg.status().to_string();
+  const ModelSize z = model_size(cfg->model);
+  // ATinyModelCountedByHand's 1740, with the dense FFN 8 x 32 + 32 + 16 x 8 + 8 = 424 (was 280)
+  // and each expert 8 x 16 + 16 + 8 x 8 + 8 = 216 (was 144).
+  EXPECT_EQ(z.total_params, 1740 + 144 + 4 * 72);  // 2172
+  EXPECT_EQ(z.expert_params, 4 * 216);
+  EXPECT_EQ(z.active_params, 2172 - 3 * 216);
+  EXPECT_DOUBLE_EQ(z.train_flops_per_token, 6.0 * (1524 - 112) + 12.0 * 2 * 8 * 4);
+}
+
+// One FFN's matrices and biases, by hand (D = 8, F = 16).
+TEST(ModelSizeTest, FfnParamsByActivationAndBias) {
+  const FfnParams plain = ffn_params(8, 16, ExpertActivation::kRelu, true);
+  EXPECT_EQ(plain.matrices, 2 * 8 * 16);
+  EXPECT_EQ(plain.biases, 16 + 8);
+  const FfnParams gated = ffn_params(8, 16, ExpertActivation::kSwiglu, true);
+  EXPECT_EQ(gated.matrices, 3 * 8 * 16);
+  EXPECT_EQ(gated.biases, 32 + 8);
+  EXPECT_EQ(gated.total(), 3 * 8 * 16 + 40);
+  EXPECT_EQ(ffn_params(8, 16, ExpertActivation::kSwiglu, false).total(), 3 * 8 * 16);
+  EXPECT_EQ(ffn_params(8, 16, ExpertActivation::kGelu, false).total(), 2 * 8 * 16);
+}
+
 // The counts of a built model's parameter tensors (ep 1: every expert is on this rank).
 struct TensorCounts {
   int64_t total = 0, expert = 0, inactive = 0, lookup = 0;
@@ -87,7 +117,8 @@ TEST(ModelSizeTest, EveryFamilyAgreesWithTheModelsTensors) {
       {{}, false, ""},
       {{"model.tie_embeddings=true", "model.block_style=PRE_LN"}, false, " (tied, pre-LN)"},
       {{"model.position=ROPE"}, false, " (RoPE)"},
-      {{}, true, " (no linear biases)"}};
+      {{}, true, " (no linear biases)"},
+      {{"model.activation=SWIGLU", "model.moe.activation=SWIGLU"}, false, " (SwiGLU)"}};
   for (const std::string& family : config_families()) {
     for (const Variant& variant : variants) {
       StatusOr<RunConfig> cfg = small_family_config(family, "/nonexistent", 1, variant.set);

@@ -361,8 +361,9 @@ Status check_capacity_mismatch_reported(comm::Communicator& ep) {
 }
 
 std::vector<std::string> single_rank_variants() {
-  return {"plain",          "heavy_ball", "robust",      "dropless",
-          "capacity_drops", "dropout",    "sparsemixer", "ac_local"};
+  return {"plain",       "heavy_ball",     "robust",
+          "dropless",    "capacity_drops", "dropout",
+          "sparsemixer", "ac_local",       "swiglu_bias_free_dropout"};
 }
 
 std::vector<std::string> global_variants() {
@@ -386,6 +387,8 @@ MoeLayerConfig ep_variant(const std::string& name) {
     cfg.sparsemixer.enabled = true;
     cfg.sparsemixer.jitter = 0.5;
   }
+  if (name.find("swiglu") != std::string::npos) cfg.activation = ExpertActivation::kSwiglu;
+  if (name.find("bias_free") != std::string::npos) cfg.linear_bias = false;
   if (name.find("ac_") == 0) {
     cfg.ac.enabled = true;
     cfg.ac.global_stats = global;

@@ -1,8 +1,9 @@
 // Finite-difference checks (f64) of the whole MoE layer for every routing and residual variant:
 // router weights through top-k and softmax, the balance and z losses, capacity drops, dropout,
 // the momentum, Adam and robust state, the AC router's parameters, SparseMixer's experts and
-// omega. Gradients w.r.t. the inputs are checked wherever the layer's gradient is the true one
-// (the AC metric and SparseMixer's estimator are deliberately not; see their own tests).
+// omega, SwiGLU and bias-free experts. Gradients w.r.t. the inputs are checked wherever the
+// layer's gradient is the true one (the AC metric and SparseMixer's estimator are deliberately
+// not; see their own tests).
 #include <gtest/gtest.h>
 
 #include <functional>
@@ -89,6 +90,26 @@ std::vector<Variant> variants() {
                  c->activation = ExpertActivation::kRelu;
                  c->num_experts = 3;
                  c->top_k = 1;
+               }});
+  // SwiGLU experts ([D, 2F] first matrices), with biases and without; bias-free GELU experts
+  // with capacity drops and dropout (padding rows and dropped slots without a bias to zero them).
+  v.push_back(
+      {"swiglu_experts", [](MoeLayerConfig* c) { c->activation = ExpertActivation::kSwiglu; }});
+  v.push_back({"swiglu_bias_free_dropout_momentum", [](MoeLayerConfig* c) {
+                 *c = heavy_ball(0.7, 1.0, MomentumConvention::kPaper);
+                 c->activation = ExpertActivation::kSwiglu;
+                 c->linear_bias = false;
+                 c->expert_dropout = 0.3;
+               }});
+  v.push_back({"swiglu_bias_free_dropless", [](MoeLayerConfig* c) {
+                 c->activation = ExpertActivation::kSwiglu;
+                 c->linear_bias = false;
+                 c->dropless = true;
+               }});
+  v.push_back({"bias_free_capacity_drops", [](MoeLayerConfig* c) {
+                 c->linear_bias = false;
+                 c->capacity_factor = 0.6;
+                 c->expert_dropout = 0.2;
                }});
   v.push_back({"aux_loss_scaled",
                [](MoeLayerConfig* c) {

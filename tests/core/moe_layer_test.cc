@@ -2,7 +2,7 @@
 // with a dense sublayer in between (forward against a hand-computed recurrence, backward against
 // finite differences), mu = 0 / gamma = 1 reproducing plain SMoE bit for bit, robust and Adam
 // against their equations, capacity drops and dropless mode, SparseMixer's router gradient,
-// statistics and determinism.
+// SwiGLU experts with and without biases against a hand computation, statistics and determinism.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -520,6 +520,66 @@ TEST(MoeLayerTest, AuxLossesMatchTheirDefinitionsOnAHandBuiltRouting) {
   // The statistics report them as sums over the T = 4 tokens.
   EXPECT_NEAR(stats.balance_loss_sum, 4 * balance, 4 * tol);
   EXPECT_NEAR(stats.z_loss_sum, 4 * z, 4 * tol);
+}
+
+// The experts by hand, SwiGLU with and without biases: u_t = sum_k gate_tk FFN_e(x_t) with
+// FFN_e(x) = (silu(x W_gate + b_gate) * (x W_up + b_up)) W2_e + b2_e, where w1_e = [W_gate | W_up]
+// is [D, 2F] (b1_e = [b_gate | b_up]) and silu(a) = a / (1 + e^-a) (transformers'
+// MixtralBlockSparseTop2MLP). Plain residual, no drops, evaluation (no dropout): out = x + u.
+TEST(MoeLayerTest, SwigluExpertsMatchAHandComputationWithAndWithoutBiases) {
+  for (bool bias : {true, false}) {
+    MoeLayerConfig cfg = small_config();
+    cfg.activation = ExpertActivation::kSwiglu;
+    cfg.linear_bias = bias;
+    ASSERT_TRUE(cfg.validate().ok());
+    LayerHarness h(cfg, 6, 13);
+    h.with_state = false;
+    h.training = false;
+    const int64_t d = cfg.d_model, f = cfg.d_expert, k = cfg.top_k;
+    const Parameter* w1 = h.params->find("moe.w1");
+    const Parameter* w2 = h.params->find("moe.w2");
+    const Parameter* b1 = h.params->find("moe.b1");
+    const Parameter* b2 = h.params->find("moe.b2");
+    ASSERT_NE(w1, nullptr);
+    ASSERT_NE(w2, nullptr);
+    EXPECT_EQ(w1->shape, (Shape{cfg.num_experts, d, 2 * f}));
+    EXPECT_EQ(w2->shape, (Shape{cfg.num_experts, f, d}));
+    ASSERT_EQ(b1 != nullptr, bias);
+    ASSERT_EQ(b2 != nullptr, bias);
+    if (bias) {
+      EXPECT_EQ(b1->shape, (Shape{cfg.num_experts, 2 * f}));
+    }
+    MoeLayerSaved saved;
+    Tensor out;
+    h.forward(&saved, nullptr, &out);
+    for (int64_t t = 0; t < h.tokens; ++t) {
+      const double* x = h.x.data<double>() + t * d;
+      std::vector<double> u(d, 0.0);
+      for (int64_t c = 0; c < k; ++c) {
+        const int64_t e = saved.router.idx.data<int32_t>()[t * k + c];
+        const double gate = saved.router.gate.data<double>()[t * k + c];
+        const double* w1e = w1->master.data<double>() + e * d * 2 * f;
+        const double* w2e = w2->master.data<double>() + e * f * d;
+        for (int64_t j = 0; j < f; ++j) {
+          double g = bias ? b1->master.data<double>()[e * 2 * f + j] : 0.0;
+          double up = bias ? b1->master.data<double>()[e * 2 * f + f + j] : 0.0;
+          for (int64_t q = 0; q < d; ++q) {
+            g += x[q] * w1e[q * 2 * f + j];
+            up += x[q] * w1e[q * 2 * f + f + j];
+          }
+          const double hj = g / (1 + std::exp(-g)) * up;
+          for (int64_t q = 0; q < d; ++q) u[q] += gate * hj * w2e[j * d + q];
+        }
+        for (int64_t q = 0; bias && q < d; ++q) {
+          u[q] += gate * b2->master.data<double>()[e * d + q];
+        }
+      }
+      for (int64_t q = 0; q < d; ++q) {
+        EXPECT_NEAR(out.data<double>()[t * d + q], x[q] + u[q], kF64LayerTolerance)
+            << (bias ? "with" : "without") << " biases, token " << t << ", column " << q;
+      }
+    }
+  }
 }
 
 TEST(MoeLayerTest, EvaluationModeIsDeterministicAndSkipsDropout) {

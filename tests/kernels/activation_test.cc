@@ -1,8 +1,12 @@
+// Activations (elementwise and SwiGLU), biases and dropout (kernels/activation.h) on the CPU:
+// hand values, every backward against finite differences in f64, large inputs, bf16 rounding,
+// masks keyed by row, and argument errors.
 #include "kernels/activation.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <string>
 
 #include "kernels/elementwise.h"
 #include "tests/testing/gradient_check.h"
@@ -36,7 +40,7 @@ TEST_P(ActivationTest, BackwardMatchesFiniteDifferences) {
 
 INSTANTIATE_TEST_SUITE_P(All, ActivationTest,
                          ::testing::Values(Activation::kRelu, Activation::kGelu,
-                                           Activation::kGeluTanh));
+                                           Activation::kGeluTanh, Activation::kSilu));
 
 TEST(ActivationValues, KnownPoints) {
   Tensor x = Tensor::from_vector<double>({3}, {-1.0, 0.0, 1.0});
@@ -46,6 +50,141 @@ TEST(ActivationValues, KnownPoints) {
   EXPECT_NEAR(y.data<double>()[0], -0.15865525393145707, 1e-12);
   ASSERT_TRUE(activation_forward(ctx(), Activation::kRelu, x, y).ok());
   EXPECT_EQ(to_vector<double>(y), (std::vector<double>{0.0, 0.0, 1.0}));
+  // silu(x) = x / (1 + e^-x): silu(1) = 0.7310..., silu(-1) = -0.2689...
+  ASSERT_TRUE(activation_forward(ctx(), Activation::kSilu, x, y).ok());
+  EXPECT_NEAR(y.data<double>()[0], -0.2689414213699951, 1e-15);
+  EXPECT_EQ(y.data<double>()[1], 0.0);
+  EXPECT_NEAR(y.data<double>()[2], 0.7310585786300049, 1e-15);
+}
+
+// SwiGLU on rows [g0 g1 | u0 u1] (F = 2), by hand: y = silu(g) u, d_gate = dy u silu'(g),
+// d_up = dy silu(g), with silu'(x) = s (1 + x (1 - s)), s = 1 / (1 + e^-x): silu'(0) = 0.5,
+// silu'(1) = 0.9276..., silu'(-1) = 0.0723..., silu'(2) = 1.0907...; silu(2) = 1.7615...
+TEST(SwigluTest, HandValuesOfForwardAndBackward) {
+  Tensor x = Tensor::from_vector<double>({2, 4}, {0, 1, 5, 2, -1, 2, 3, -0.5});
+  Tensor y = Tensor::zeros({2, 2}, DType::kF64);
+  ASSERT_TRUE(swiglu_forward(ctx(), x, y).ok());
+  const double silu1 = 0.7310585786300049, silu_m1 = -0.2689414213699951;
+  const double silu2 = 1.7615941559557646;
+  const std::vector<double> want_y = {0.0, 2 * silu1, 3 * silu_m1, -0.5 * silu2};
+  Tensor dy = Tensor::from_vector<double>({2, 2}, {1, 2, -1, 0.5});
+  Tensor dx = Tensor::zeros({2, 4}, DType::kF64);
+  ASSERT_TRUE(swiglu_backward(ctx(), x, dy, dx).ok());
+  const double g0 = 0.5, g1 = 0.9276705118714869, gm1 = 0.07232948812851325,
+               g2 = 1.0907842487848955;
+  const std::vector<double> want_dx = {1 * 5 * g0,   2 * 2 * g1,      0.0,      2 * silu1,
+                                       -1 * 3 * gm1, 0.5 * -0.5 * g2, -silu_m1, 0.5 * silu2};
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_NEAR(y.data<double>()[i], want_y[i], 1e-15 * (1 + std::fabs(want_y[i]))) << i;
+  }
+  for (int i = 0; i < 8; ++i) {
+    EXPECT_NEAR(dx.data<double>()[i], want_dx[i], 1e-15 * (1 + std::fabs(want_dx[i]))) << i;
+  }
+}
+
+// Far out the sigmoid is exactly 0 or 1 in double (e^-40 < 2^-53): silu(g) = g for g >= 40 and
+// -0 for g <= -800, silu' = 1 and 0, with no overflow on the way (e^800 is inf in double, and
+// e^100 in float), for every act dtype.
+TEST(SwigluTest, LargeMagnitudeGatesStayFinite) {
+  for (DType dt : {DType::kF64, DType::kF32, DType::kBF16}) {
+    // gates 40, 800, -800, -1e30, 1e30 (rows of one pair); ups 3, -2, 5, 7, 1.
+    Tensor xd = Tensor::from_vector<double>({5, 2}, {40, 3, 800, -2, -800, 5, -1e30, 7, 1e30, 1});
+    Tensor x = Tensor::empty({5, 2}, dt), y = Tensor::empty({5, 1}, dt);
+    ASSERT_TRUE(convert(ctx(), xd, x).ok());
+    Tensor dy = Tensor::empty({5, 1}, dt), dx = Tensor::empty({5, 2}, dt);
+    ASSERT_TRUE(convert(ctx(), Tensor::from_vector<double>({5, 1}, {1, 1, 1, 1, 1}), dy).ok());
+    ASSERT_TRUE(swiglu_forward(ctx(), x, y).ok());
+    ASSERT_TRUE(swiglu_backward(ctx(), x, dy, dx).ok());
+    Tensor yd = Tensor::empty({5, 1}, DType::kF64), dxd = Tensor::empty({5, 2}, DType::kF64);
+    ASSERT_TRUE(convert(ctx(), y, yd).ok());
+    ASSERT_TRUE(convert(ctx(), dx, dxd).ok());
+    Tensor xr = Tensor::empty({5, 2}, DType::kF64);  // the inputs as the dtype holds them
+    ASSERT_TRUE(convert(ctx(), x, xr).ok());
+    const double* in = xr.data<double>();
+    const std::vector<double> want_y = {in[0] * in[1], in[2] * in[3], 0, 0, in[8] * in[9]};
+    const std::vector<double> want_dx = {in[1], in[0], in[3], in[2], 0, 0, 0, 0, in[9], in[8]};
+    for (int i = 0; i < 5; ++i) {
+      const double got = yd.data<double>()[i];
+      EXPECT_TRUE(std::isfinite(got)) << dtype_name(dt) << " y " << i;
+      EXPECT_NEAR(got, want_y[i], 1e-2 * std::fabs(want_y[i])) << dtype_name(dt) << " y " << i;
+    }
+    for (int i = 0; i < 10; ++i) {
+      const double got = dxd.data<double>()[i];
+      EXPECT_TRUE(std::isfinite(got)) << dtype_name(dt) << " dx " << i;
+      EXPECT_NEAR(got, want_dx[i], 1e-2 * std::fabs(want_dx[i])) << dtype_name(dt) << " dx " << i;
+    }
+  }
+}
+
+// The backward against central differences in f64: L = <w, swiglu(x)> over random x [3, 10]
+// (F = 5, gates in [-4, 4]), so dL/dx = swiglu_backward(x, w).
+TEST(SwigluTest, BackwardMatchesFiniteDifferences) {
+  Tensor x = Tensor::empty({3, 10}, DType::kF64), w = Tensor::empty({3, 5}, DType::kF64);
+  testing::fill_uniform(x, 31, -4, 4);
+  testing::fill_uniform(w, 32);
+  Tensor dx = Tensor::zeros({3, 10}, DType::kF64);
+  ASSERT_TRUE(swiglu_backward(ctx(), x, w, dx).ok());
+  auto loss = [&]() {
+    Tensor y = Tensor::zeros({3, 5}, DType::kF64);
+    EXPECT_TRUE(swiglu_forward(ctx(), x, y).ok());
+    return testing::dot(y, w);
+  };
+  for (const std::string& f : testing::check_gradients(loss, {{"x", x, dx}}, {1e-6, 1e-9, 1e-7})) {
+    ADD_FAILURE() << f;
+  }
+}
+
+// bf16 in, bf16 out: computed like f32 on the same values, rounded once more.
+TEST(SwigluTest, Bf16MatchesFloatRounded) {
+  Tensor xf = Tensor::empty({3, 6}, DType::kF32);
+  testing::fill_uniform(xf, 33, -3, 3);
+  Tensor xb = Tensor::empty({3, 6}, DType::kBF16), xr = Tensor::empty({3, 6}, DType::kF32);
+  ASSERT_TRUE(convert(ctx(), xf, xb).ok());
+  ASSERT_TRUE(convert(ctx(), xb, xr).ok());  // the bf16 values, in f32
+  Tensor dyb = Tensor::empty({3, 3}, DType::kBF16), dyr = Tensor::empty({3, 3}, DType::kF32);
+  testing::fill_uniform(dyb, 34);
+  ASSERT_TRUE(convert(ctx(), dyb, dyr).ok());
+  Tensor yf = Tensor::empty({3, 3}, DType::kF32), yb = Tensor::empty({3, 3}, DType::kBF16);
+  Tensor dxf = Tensor::empty({3, 6}, DType::kF32), dxb = Tensor::empty({3, 6}, DType::kBF16);
+  ASSERT_TRUE(swiglu_forward(ctx(), xr, yf).ok());
+  ASSERT_TRUE(swiglu_forward(ctx(), xb, yb).ok());
+  ASSERT_TRUE(swiglu_backward(ctx(), xr, dyr, dxf).ok());
+  ASSERT_TRUE(swiglu_backward(ctx(), xb, dyb, dxb).ok());
+  for (int i = 0; i < 9; ++i) {
+    EXPECT_EQ(static_cast<float>(yb.data<bf16>()[i]), static_cast<float>(bf16(yf.data<float>()[i])))
+        << i;
+  }
+  for (int i = 0; i < 18; ++i) {
+    EXPECT_EQ(static_cast<float>(dxb.data<bf16>()[i]),
+              static_cast<float>(bf16(dxf.data<float>()[i])))
+        << i;
+  }
+}
+
+TEST(SwigluTest, BadArgumentsAreRefusedByName) {
+  Tensor x = Tensor::zeros({3, 4}, DType::kF32), y = Tensor::zeros({3, 2}, DType::kF32);
+  Tensor dy = Tensor::zeros({3, 2}, DType::kF32), dx = Tensor::zeros({3, 4}, DType::kF32);
+  ASSERT_TRUE(swiglu_forward(ctx(), x, y).ok());
+  ASSERT_TRUE(swiglu_backward(ctx(), x, dy, dx).ok());
+  // The message names the op and the argument: "swiglu_forward: y has shape ...".
+  auto refused = [](const Status& s, const char* what) {
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << what << ": " << s.to_string();
+    EXPECT_EQ(s.message().rfind("swiglu_", 0), 0u) << s.message();
+    EXPECT_NE(s.message().find(std::string(": ") + what + " "), std::string::npos) << s.message();
+  };
+  refused(swiglu_forward(ctx(), Tensor::zeros({3, 5}, DType::kF32), y), "x");  // odd columns
+  refused(swiglu_forward(ctx(), Tensor::zeros({12}, DType::kF32), y), "x");    // not [M, 2F]
+  refused(swiglu_forward(ctx(), Tensor::zeros({3, 4}, DType::kI32), y), "x");
+  refused(swiglu_forward(ctx(), x, Tensor::zeros({3, 4}, DType::kF32)), "y");
+  refused(swiglu_forward(ctx(), x, Tensor::zeros({2, 2}, DType::kF32)), "y");
+  refused(swiglu_forward(ctx(), x, Tensor::zeros({3, 2}, DType::kF64)), "y");
+  refused(swiglu_forward(ctx(), x, x.view().reshape({6, 2}).rows(0, 3)), "y");  // in place
+  refused(swiglu_backward(ctx(), x, Tensor::zeros({3, 4}, DType::kF32), dx), "dy");
+  refused(swiglu_backward(ctx(), x, Tensor::zeros({3, 2}, DType::kBF16), dx), "dy");
+  refused(swiglu_backward(ctx(), x, dy, Tensor::zeros({3, 2}, DType::kF32)), "dx");
+  refused(swiglu_backward(ctx(), x, dy, Tensor::zeros({3, 4}, DType::kF64)), "dx");
+  refused(swiglu_backward(ctx(), x, dy, x), "dx");  // in place
+  refused(swiglu_backward(ctx(), Tensor::zeros({3, 3}, DType::kF32), dy, dx), "x");
 }
 
 TEST(BiasTest, RowsAndDroplessBlocks) {
@@ -136,7 +275,8 @@ TEST(ActivationValues, Bf16MatchesFloatRounded) {
   Tensor xf = Tensor::from_vector<float>({4}, {-1.5f, -0.25f, 0.75f, 2.5f});
   Tensor xb = Tensor::empty({4}, DType::kBF16);
   ASSERT_TRUE(convert(ctx(), xf, xb).ok());
-  for (Activation act : {Activation::kRelu, Activation::kGelu, Activation::kGeluTanh}) {
+  for (Activation act :
+       {Activation::kRelu, Activation::kGelu, Activation::kGeluTanh, Activation::kSilu}) {
     Tensor yf = Tensor::empty({4}, DType::kF32), yb = Tensor::empty({4}, DType::kBF16);
     ASSERT_TRUE(activation_forward(ctx(), act, xf, yf).ok());
     ASSERT_TRUE(activation_forward(ctx(), act, xb, yb).ok());

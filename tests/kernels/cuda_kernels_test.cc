@@ -378,7 +378,8 @@ TEST_F(CudaKernelTest, ActivationsBiasesDropout) {
     const DType f = compute_dtype(dt);
     for (int64_t m : {int64_t{1}, int64_t{300}, int64_t{1031}}) {
       const int64_t n = 13;
-      for (Activation act : {Activation::kRelu, Activation::kGelu, Activation::kGeluTanh}) {
+      for (Activation act :
+           {Activation::kRelu, Activation::kGelu, Activation::kGeluTanh, Activation::kSilu}) {
         Tensor x = rand({m, n}, dt, -3, 3), dy = rand({m, n}, dt);
         Tensor y = Tensor::empty(x.shape(), dt), gy = poisoned(x.shape(), dt);
         Tensor gx = up(x);
@@ -421,6 +422,29 @@ TEST_F(CudaKernelTest, ActivationsBiasesDropout) {
           expect_close("dropout_backward", dx, gdx, 0);
         }
       }
+    }
+  }
+}
+
+// SwiGLU: both sides evaluate the same double formula (activation_math.h) and round it once, so
+// they differ only where the device's exp and the host's round differently in the last double
+// bit: at most one ulp of the output dtype per element (kF32Eps, kBf16Eps relative; f64 within
+// the layer tolerance). Gates far out (+-60) check the sigmoid's saturation on the device too.
+TEST_F(CudaKernelTest, Swiglu) {
+  for (DType dt : kActs) {
+    const double bound = dt == DType::kF32 ? testing::kF32Eps : tolerance(dt);
+    for (auto [m, f] : {std::pair<int64_t, int64_t>{1, 1}, {300, 13}, {1031, 64}}) {
+      const double range = m == 1031 ? 60 : 4;  // the largest case saturates many gates
+      Tensor x = rand({m, 2 * f}, dt, -range, range), dy = rand({m, f}, dt);
+      Tensor y = Tensor::empty({m, f}, dt), gy = poisoned({m, f}, dt);
+      Tensor gx = up(x);
+      OK(swiglu_forward(cpu(), x, y));
+      OK(swiglu_forward(gpu(), gx, gy));
+      expect_close("swiglu_forward", y, gy, bound);
+      Tensor dx = Tensor::empty(x.shape(), dt), gdx = poisoned(x.shape(), dt);
+      OK(swiglu_backward(cpu(), x, dy, dx));
+      OK(swiglu_backward(gpu(), gx, up(dy), gdx));
+      expect_close("swiglu_backward", dx, gdx, bound);
     }
   }
 }
