@@ -1,4 +1,4 @@
-// The CUDA kernels of layernorm.cu: LayerNorm forward and backward.
+// The CUDA kernels of layernorm.cu: LayerNorm and RMSNorm forward and backward.
 // Called by the public entry points (kernels/*.cc) after they have validated every view; each
 // only enqueues on ctx.stream() and returns launch errors (kernels/cuda/README.md). Host-only:
 // no CUDA types, so the CPU build includes it too.
@@ -15,5 +15,9 @@ Status layernorm_forward(Context& ctx, const TensorView& x, const TensorView& ga
 Status layernorm_backward(Context& ctx, const TensorView& dy, const TensorView& x,
                           const TensorView& gamma, const TensorView& mean, const TensorView& rstd,
                           const LayerNormGrads& grads);
+Status rmsnorm_forward(Context& ctx, const TensorView& x, const TensorView& gamma, double eps,
+                       const TensorView& y, const TensorView& rstd);
+Status rmsnorm_backward(Context& ctx, const TensorView& dy, const TensorView& x,
+                        const TensorView& gamma, const TensorView& rstd, const RmsNormGrads& grads);
 
 }  // namespace moe::kernels::cuda

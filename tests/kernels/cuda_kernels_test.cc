@@ -476,6 +476,37 @@ TEST_F(CudaKernelTest, LayerNorm) {
   }
 }
 
+// RMSNorm: statistics and outputs in double on both sides, rounded once, so f32 agrees to an ulp
+// or two per element; also y aliasing x and dx aliasing dy on the GPU.
+TEST_F(CudaKernelTest, RmsNorm) {
+  for (DType dt : kActs) {
+    const DType f = compute_dtype(dt);
+    for (int64_t d : {int64_t{1}, int64_t{7}, int64_t{352}, int64_t{1000}}) {
+      const int64_t n = 301;
+      Tensor x = rand({n, d}, dt, -2, 3), gamma = rand({d}, f);
+      Tensor y = Tensor::empty(x.shape(), dt), rstd = Tensor::empty({n}, f);
+      Tensor gx = up(x), gy = poisoned(x.shape(), dt), grstd = poisoned({n}, f), ggamma = up(gamma);
+      OK(rmsnorm_forward(cpu(), x, gamma, 1e-5, y, rstd));
+      OK(rmsnorm_forward(gpu(), gx, ggamma, 1e-5, gy, grstd));
+      const double f32_tol = 1e-6, stat_tol = f == DType::kF64 ? 1e-12 : 1e-6;
+      expect_close("rmsnorm_forward", y, gy, dt == DType::kF32 ? f32_tol : -1);
+      expect_close("rmsnorm_forward(rstd)", rstd, grstd, stat_tol);
+      Tensor gxi = up(x), grstdi = poisoned({n}, f);
+      OK(rmsnorm_forward(gpu(), gxi, ggamma, 1e-5, gxi, grstdi));
+      expect_close("rmsnorm_forward(in place)", y, gxi, dt == DType::kF32 ? f32_tol : -1);
+      Tensor dy = rand({n, d}, dt), dgamma = rand({d}, f);
+      Tensor dx = Tensor::empty(x.shape(), dt), gdx = poisoned(x.shape(), dt);
+      Tensor gdgamma = up(dgamma), gdgamma_i = up(dgamma), gdyi = up(dy);
+      OK(rmsnorm_backward(cpu(), dy, x, gamma, rstd, {dx, dgamma}));
+      OK(rmsnorm_backward(gpu(), up(dy), gx, ggamma, up(rstd), {gdx, gdgamma}));
+      expect_close("rmsnorm_backward", dx, gdx, dt == DType::kF32 ? f32_tol : -1);
+      expect_close("rmsnorm_backward(dgamma)", dgamma, gdgamma, stat_tol);
+      OK(rmsnorm_backward(gpu(), gdyi, gx, ggamma, up(rstd), {gdyi, gdgamma_i}));
+      expect_close("rmsnorm_backward(in place)", dx, gdyi, dt == DType::kF32 ? f32_tol : -1);
+    }
+  }
+}
+
 TEST_F(CudaKernelTest, Embedding) {
   const int64_t v = 50, d = 19, s = 8, n = 3 * s;
   std::vector<int32_t> ids(n);
@@ -1121,7 +1152,7 @@ TEST_F(CudaKernelTest, AcStatistics) {
 
 // Shapes past the launch limits: a grid-stride loop over more elements than the grid cap of
 // 524,280 blocks covers (n > 134M), and column reductions over more than 65,535 * 256 rows
-// (the row chunks are a grid's y dimension).
+// (the row chunks are a grid's y dimension; LayerNorm's and RMSNorm's parameter gradients).
 TEST_F(CudaKernelTest, LargeShapesPassTheGridLimits) {
   const int64_t n = int64_t{524280} * kThreadsPerBlockForTest + 12345;
   Tensor a = rand({n}, DType::kF32), b = rand({n}, DType::kF32);
@@ -1150,6 +1181,12 @@ TEST_F(CudaKernelTest, LargeShapesPassTheGridLimits) {
   OK(layernorm_backward(gpu(), gdy, up(x), up(gamma), up(mean), up(rstd), {gdx, gdgamma, gdbeta}));
   expect_close("layernorm_backward(dgamma, 16.8M rows)", dgamma, gdgamma, 1e-6);
   expect_close("layernorm_backward(dbeta, 16.8M rows)", dbeta, gdbeta, 1e-6);
+  Tensor rdgamma = Tensor::zeros({width}, DType::kF32), gdgamma_r = up(rdgamma);
+  Tensor gdx_r = poisoned({rows, width}, DType::kF32);
+  OK(rmsnorm_forward(cpu(), x, gamma, 1e-5, y, rstd));
+  OK(rmsnorm_backward(cpu(), dy, x, gamma, rstd, {dx, rdgamma}));
+  OK(rmsnorm_backward(gpu(), gdy, up(x), up(gamma), up(rstd), {gdx_r, gdgamma_r}));
+  expect_close("rmsnorm_backward(dgamma, 16.8M rows)", rdgamma, gdgamma_r, 1e-6);
 }
 
 // Views of another device are refused by name, before any memory is touched.
