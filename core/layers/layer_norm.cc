@@ -4,10 +4,13 @@
 
 namespace moe {
 
-LayerNorm::LayerNorm(const std::string& prefix, int64_t d, ParameterSet* params, double eps)
-    : prefix_(prefix), ctx_(params->context()), eps_(eps) {
+LayerNorm::LayerNorm(const std::string& prefix, int64_t d, ParameterSet* params, double eps,
+                     NormKind kind)
+    : prefix_(prefix), ctx_(params->context()), eps_(eps), kind_(kind) {
   gamma_ = &params->add(prefix + ".gamma", {d}, ParamKind::kDense, false);
-  beta_ = &params->add(prefix + ".beta", {d}, ParamKind::kDense, false);
+  if (kind_ == NormKind::kLayerNorm) {
+    beta_ = &params->add(prefix + ".beta", {d}, ParamKind::kDense, false);
+  }
 }
 
 StatusOr<Tensor> LayerNorm::forward(const Tensor& x, Saved* saved) const {
@@ -16,20 +19,28 @@ StatusOr<Tensor> LayerNorm::forward(const Tensor& x, Saved* saved) const {
   }
   const DType f = compute_dtype(x.dtype());
   saved->x = x;
-  MOE_ASSIGN_OR_RETURN(saved->mean, ctx_.empty({x.dim(0)}, f));
+  saved->mean = Tensor();
+  if (kind_ == NormKind::kLayerNorm) {
+    MOE_ASSIGN_OR_RETURN(saved->mean, ctx_.empty({x.dim(0)}, f));
+  }
   MOE_ASSIGN_OR_RETURN(saved->rstd, ctx_.empty({x.dim(0)}, f));
   MOE_ASSIGN_OR_RETURN(Tensor y, ctx_.empty_like(x));
-  MOE_RETURN_IF_ERROR(kernels::layernorm_forward(ctx_, x, gamma_->value, beta_->value, eps_, y,
-                                                 saved->mean, saved->rstd)
-                          .with_context(prefix_));
+  const Status s = kind_ == NormKind::kRmsNorm
+                       ? kernels::rmsnorm_forward(ctx_, x, gamma_->value, eps_, y, saved->rstd)
+                       : kernels::layernorm_forward(ctx_, x, gamma_->value, beta_->value, eps_, y,
+                                                    saved->mean, saved->rstd);
+  MOE_RETURN_IF_ERROR(s.with_context(prefix_));
   return y;
 }
 
 StatusOr<Tensor> LayerNorm::backward(const Tensor& dy, const Saved& saved) const {
   MOE_ASSIGN_OR_RETURN(Tensor dx, ctx_.empty_like(dy));
-  MOE_RETURN_IF_ERROR(kernels::layernorm_backward(ctx_, dy, saved.x, gamma_->value, saved.mean,
-                                                  saved.rstd, {dx, gamma_->grad, beta_->grad})
-                          .with_context(prefix_));
+  const Status s = kind_ == NormKind::kRmsNorm
+                       ? kernels::rmsnorm_backward(ctx_, dy, saved.x, gamma_->value, saved.rstd,
+                                                   {dx, gamma_->grad})
+                       : kernels::layernorm_backward(ctx_, dy, saved.x, gamma_->value, saved.mean,
+                                                     saved.rstd, {dx, gamma_->grad, beta_->grad});
+  MOE_RETURN_IF_ERROR(s.with_context(prefix_));
   return dx;
 }
 
