@@ -26,7 +26,6 @@ std::string ModelConfig::batch_dependent_evaluation() const {
 }
 
 Status ModelConfig::check_not_yet_built() const {
-  if (norm == NormKind::kRmsNorm) return unimplemented_error("norm RMS_NORM is not built yet");
   if (!linear_bias) return unimplemented_error("linear_bias false is not built yet");
   return Status::OK();
 }

@@ -23,12 +23,13 @@ TransformerBlock::TransformerBlock(int index, const ModelConfig& model, const Bl
       dropout_(model.dropout),
       attn_(str_cat("blocks.", index, ".attn"), model.d_model, model.n_heads, model.seq_len,
             model.attention_dropout, params, attention_options(model)),
-      ln1_(str_cat("blocks.", index, ".ln1"), model.d_model, params),
-      ln2_(str_cat("blocks.", index, ".ln2"), model.d_model, params) {
+      ln1_(str_cat("blocks.", index, ".ln1"), model.d_model, params, model.norm_eps, model.norm),
+      ln2_(str_cat("blocks.", index, ".ln2"), model.d_model, params, model.norm_eps, model.norm) {
   const std::string prefix = str_cat("blocks.", index);
   if (plan.moe) {
     if (style_ == BlockStyle::kPostLnDoubleResidual) {
-      ln_in_ = std::make_unique<LayerNorm>(prefix + ".ln_in", model.d_model, params);
+      ln_in_ = std::make_unique<LayerNorm>(prefix + ".ln_in", model.d_model, params, model.norm_eps,
+                                           model.norm);
     }
     moe_ = std::make_unique<MoeLayer>(prefix + ".moe", plan.moe_cfg, index, moe_index, params,
                                       ep_comm);

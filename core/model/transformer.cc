@@ -26,7 +26,8 @@ TransformerLM::TransformerLM(const ModelConfig& cfg, Context* ctx, DType act,
     }
   }
   if (cfg.block_style == BlockStyle::kPreLn) {
-    final_ln_ = std::make_unique<LayerNorm>("final_ln", cfg.d_model, params_.get());
+    final_ln_ =
+        std::make_unique<LayerNorm>("final_ln", cfg.d_model, params_.get(), cfg.norm_eps, cfg.norm);
   }
   head_ =
       std::make_unique<OutputHead>("head", cfg.vocab_size, cfg.d_model,

@@ -47,9 +47,11 @@ MemoryEstimate estimate_training_memory(const RunConfig& cfg, int world_size) {
   const int64_t attention_biases = m.linear_bias ? 4 * D : 0;
   int64_t params = positions + V * D, matmul = V * D;  // positions, token embedding
   if (!m.tie_embeddings) params += V * D, matmul += V * D;
-  if (!post) params += 2 * D;  // final LayerNorm
+  // Each norm's parameters: gamma, and LayerNorm's beta.
+  const int64_t norm = m.norm == NormKind::kRmsNorm ? D : 2 * D;
+  if (!post) params += norm;  // final norm
   for (const BlockPlan& b : m.blocks) {
-    params += 4 * D * D + attention_biases + 4 * D;  // attention (qkv, o, biases), ln1, ln2
+    params += 4 * D * D + attention_biases + 2 * norm;  // attention (qkv, o, biases), ln1, ln2
     matmul += 4 * D * D;
     if (!b.moe) {
       const FfnParams ffn = ffn_params(D, m.d_ff, m.activation, m.linear_bias);
@@ -59,7 +61,7 @@ MemoryEstimate estimate_training_memory(const RunConfig& cfg, int world_size) {
     }
     const MoeLayerConfig& c = b.moe_cfg;
     const int64_t local = c.num_experts / ep;
-    if (post) params += 2 * D;  // ln_in
+    if (post) params += norm;  // ln_in
     params += D * c.num_experts + c.num_experts;
     const FfnParams expert = ffn_params(D, c.d_expert, c.activation, c.linear_bias);
     params += local * expert.total();

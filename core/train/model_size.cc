@@ -19,17 +19,19 @@ ModelSize model_size(const ModelConfig& m) {
     dense += V * D;  // the output head's own weight
     z.lookup_params += V * D;
   }
-  if (!post) dense += 2 * D;  // the final LayerNorm
+  // Each norm's parameters: gamma, and LayerNorm's beta.
+  const int64_t norm = m.norm == NormKind::kRmsNorm ? D : 2 * D;
+  if (!post) dense += norm;  // the final norm
   const int64_t attention_biases = m.linear_bias ? 4 * D : 0;
   int64_t inactive = 0;
   for (const BlockPlan& b : m.blocks) {
-    dense += 4 * D * D + attention_biases + 4 * D;  // attention (qkv, o, biases), ln1, ln2
+    dense += 4 * D * D + attention_biases + 2 * norm;  // attention (qkv, o, biases), ln1, ln2
     if (!b.moe) {
       dense += ffn_params(D, m.d_ff, m.activation, m.linear_bias).total();
       continue;
     }
     const MoeLayerConfig& c = b.moe_cfg;
-    if (post) dense += 2 * D;                    // ln_in
+    if (post) dense += norm;                     // ln_in
     dense += D * c.num_experts + c.num_experts;  // the router
     if (c.sparsemixer.enabled && c.sparsemixer.omega) dense += D;
     const int64_t per_expert = ffn_params(D, c.d_expert, c.activation, c.linear_bias).total();

@@ -1,8 +1,9 @@
 // The memory estimate (core/train/memory_estimate.h) against what a step really allocates: for
 // every model family in configs/ at two sizes (and SwiGLU FFNs at the first) and both precisions,
-// the parameter count is exact and the estimated total brackets the allocator's measured peak
-// (and the count stays exact under RoPE and without linear biases); a run that cannot fit is
-// refused before anything is allocated, with the estimate in the message.
+// and with RMSNorm in both block styles, the parameter count is exact and the estimated total
+// brackets the allocator's measured peak (and the count stays exact under RoPE and without linear
+// biases); a run that cannot fit is refused before anything is allocated, with the estimate in the
+// message.
 #include "core/train/memory_estimate.h"
 
 #include <gtest/gtest.h>
@@ -51,6 +52,33 @@ class MemoryEstimateTest : public ::testing::Test {
     set.insert(set.end(), extra.begin(), extra.end());
     return load_run_config(std::string(MOE_SOURCE_DIR) + "/configs/" + family + ".pbtxt", set, 0);
   }
+  // One training step of `family` with `set`: the estimate's parameter count is exact and its
+  // total brackets the allocator's measured peak.
+  static void expect_exact_and_bracketing(const std::string& family,
+                                          const std::vector<std::string>& set,
+                                          const std::string& what) {
+    SCOPED_TRACE(family + " " + what);
+    StatusOr<RunConfig> cfg = config(family, set);
+    ASSERT_TRUE(cfg.ok()) << cfg.status().to_string();
+    const std::string run = fresh_dir("memory_" + family);
+    auto t = Trainer::create(*cfg, quiet_options(run, false), nullptr);
+    ASSERT_TRUE(t.ok()) << t.status().to_string();
+    ASSERT_TRUE((*t)->step().ok());
+    RunConfig resolved = *cfg;
+    resolved.model.vocab_size = (*t)->config().model.vocab_size;
+    const MemoryEstimate e = estimate_training_memory(resolved, 1);
+    int64_t params = 0;
+    for (const auto& p : (*t)->model().params().all()) params += p->numel();
+    EXPECT_EQ(e.parameters, params);
+    const auto peak = static_cast<double>((*t)->context().allocator().stats().peak_bytes_in_use);
+    const double ratio = static_cast<double>(e.total()) / peak;
+    std::printf("%-12s %s: estimate %.2f MiB, peak %.2f MiB, ratio %.2f\n", family.c_str(),
+                what.c_str(), e.total() / 1048576.0, peak / 1048576.0, ratio);
+    EXPECT_GE(ratio, 1.0);
+    EXPECT_LE(ratio, 1.6);
+    t->reset();
+    fs::remove_all(run);
+  }
   static std::string* corpus_;
 };
 std::string* MemoryEstimateTest::corpus_ = nullptr;
@@ -70,27 +98,7 @@ TEST_F(MemoryEstimateTest, ParametersAreExactAndTheTotalBracketsTheMeasuredPeak)
       for (const char* precision : {"FP32", "BF16"}) {
         std::vector<std::string> set = sizes[s];
         set.push_back(std::string("train.precision=") + precision);
-        StatusOr<RunConfig> cfg = config(family, set);
-        ASSERT_TRUE(cfg.ok()) << cfg.status().to_string();
-        const std::string run = fresh_dir("memory_" + family);
-        auto t = Trainer::create(*cfg, quiet_options(run, false), nullptr);
-        ASSERT_TRUE(t.ok()) << t.status().to_string();
-        ASSERT_TRUE((*t)->step().ok());
-        RunConfig resolved = *cfg;
-        resolved.model.vocab_size = (*t)->config().model.vocab_size;
-        const MemoryEstimate e = estimate_training_memory(resolved, 1);
-        int64_t params = 0;
-        for (const auto& p : (*t)->model().params().all()) params += p->numel();
-        EXPECT_EQ(e.parameters, params) << family;
-        const auto peak =
-            static_cast<double>((*t)->context().allocator().stats().peak_bytes_in_use);
-        const double ratio = static_cast<double>(e.total()) / peak;
-        std::printf("%-12s size %zu %s: estimate %.2f MiB, peak %.2f MiB, ratio %.2f\n",
-                    family.c_str(), s, precision, e.total() / 1048576.0, peak / 1048576.0, ratio);
-        EXPECT_GE(ratio, 1.0) << family << " " << precision;
-        EXPECT_LE(ratio, 1.6) << family << " " << precision;
-        t->reset();
-        fs::remove_all(run);
+        expect_exact_and_bracketing(family, set, str_cat("size ", s, " ", precision));
       }
     }
   }
@@ -131,6 +139,20 @@ TEST_F(MemoryEstimateTest, RopeAndBiasFreeModels) {
     params = 0;
     for (const auto& p : (*model)->params().all()) params += p->numel();
     EXPECT_EQ(estimate_training_memory(resolved, 1).parameters, params) << "no linear biases";
+  }
+}
+
+// model.norm RMS_NORM (no beta, no saved mean) in both block styles: a training step runs and
+// the estimate still counts its parameters exactly.
+TEST_F(MemoryEstimateTest, RmsNormParametersAreExactAndTheTotalBracketsTheMeasuredPeak) {
+  for (const std::string& family : families()) {
+    for (const char* style : {"POST_LN_DOUBLE_RESIDUAL", "PRE_LN"}) {
+      const std::vector<std::string> set = {
+          "model.d_model=64",   "model.n_heads=2",       "model.seq_len=32",
+          "model.d_ff=128",     "model.moe.d_expert=64", "model.moe.num_experts=4",
+          "train.batch_size=8", "model.norm=RMS_NORM",   std::string("model.block_style=") + style};
+      expect_exact_and_bracketing(family, set, str_cat("RMS_NORM ", style));
+    }
   }
 }
 

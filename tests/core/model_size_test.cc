@@ -1,7 +1,7 @@
 // The model's size and training FLOPs (core/train/model_size.h): a tiny config counted by hand
-// (also with SwiGLU FFNs), and every config family (both block styles, tied and untied
-// embeddings, learned positions and RoPE, with and without linear biases, SwiGLU) against the
-// parameter tensors a built model really registers: the total is the sum of every parameter's
+// (also with SwiGLU FFNs and RMSNorm), and every config family (both block styles, tied and untied
+// embeddings, learned positions and RoPE, with and without linear biases, SwiGLU, RMSNorm) against
+// the parameter tensors a built model really registers: the total is the sum of every parameter's
 // elements, the experts' share the sum of the expert parameters', and the active count the total
 // less (E - K) / E of each MoE layer's expert parameters. Also the measured GEMM rate's contract
 // (core/train/gemm_rate.h), on the host.
@@ -54,6 +54,10 @@ TEST(ModelSizeTest, ATinyModelCountedByHand) {
   EXPECT_EQ(r.lookup_params, 0);
   EXPECT_EQ(r.matmul_params(), t.matmul_params());
   EXPECT_DOUBLE_EQ(r.train_flops_per_token, t.train_flops_per_token);
+
+  // RMSNorm: each of the five norms (ln1, ln2 twice, the final norm) has no beta.
+  cfg->model.norm = NormKind::kRmsNorm;
+  EXPECT_EQ(model_size(cfg->model).total_params, r.total_params - 5 * 8);
 }
 
 // SwiGLU: w1 is [D, 2F] (and b1 [2F]), so each FFN multiplies by 3 D F instead of 2 D F.
@@ -118,7 +122,9 @@ TEST(ModelSizeTest, EveryFamilyAgreesWithTheModelsTensors) {
       {{"model.tie_embeddings=true", "model.block_style=PRE_LN"}, false, " (tied, pre-LN)"},
       {{"model.position=ROPE"}, false, " (RoPE)"},
       {{}, true, " (no linear biases)"},
-      {{"model.activation=SWIGLU", "model.moe.activation=SWIGLU"}, false, " (SwiGLU)"}};
+      {{"model.activation=SWIGLU", "model.moe.activation=SWIGLU"}, false, " (SwiGLU)"},
+      {{"model.norm=RMS_NORM"}, false, " (RMSNorm)"},
+      {{"model.norm=RMS_NORM", "model.block_style=PRE_LN"}, false, " (RMSNorm, pre-LN)"}};
   for (const std::string& family : config_families()) {
     for (const Variant& variant : variants) {
       StatusOr<RunConfig> cfg = small_family_config(family, "/nonexistent", 1, variant.set);

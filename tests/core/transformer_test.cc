@@ -1,7 +1,8 @@
 // The whole language model in f64: every parameter's gradient against finite differences, for
-// post-LN (the reference code's double residual) and pre-LN blocks, momentum, Adam and robust MoE
-// layers, dense blocks, dropout everywhere, tied and untied heads, RoPE and bias-free attention;
-// plus determinism and the mu = 0 / gamma = 1 identity at model level.
+// post-LN (the reference code's double residual) and pre-LN blocks, LayerNorm and RMSNorm,
+// momentum, Adam and robust MoE layers, dense blocks, dropout everywhere, tied and untied heads,
+// RoPE and bias-free attention; plus determinism and the mu = 0 / gamma = 1 identity at model
+// level, and the parameters an RMSNorm model registers.
 #include "core/model/transformer.h"
 
 #include <gtest/gtest.h>
@@ -22,6 +23,7 @@ struct ModelCase {
   double dropout;
   PositionKind position = PositionKind::kLearned;
   bool linear_bias = true;
+  NormKind norm = NormKind::kLayerNorm;
 };
 
 void PrintTo(const ModelCase& c, std::ostream* os) { *os << c.name; }
@@ -38,6 +40,7 @@ ModelConfig make_config(const ModelCase& c) {
   m.attention_dropout = c.dropout;
   m.tie_embeddings = c.tie;
   m.block_style = c.style;
+  m.norm = c.norm;
   m.init_std = 0.4;
   m.position = c.position;
   m.linear_bias = c.linear_bias;
@@ -145,7 +148,12 @@ INSTANTIATE_TEST_SUITE_P(
                       ModelCase{"post_ln_adam_with_dropout", "sasmsm",
                                 BlockStyle::kPostLnDoubleResidual, false, 0.2},
                       ModelCase{"pre_ln_tied_momentum", "smsfsm", BlockStyle::kPreLn, true, 0.1},
-                      ModelCase{"pre_ln_adam_robust", "sasr", BlockStyle::kPreLn, false, 0.0}),
+                      ModelCase{"pre_ln_adam_robust", "sasr", BlockStyle::kPreLn, false, 0.0},
+                      ModelCase{"post_ln_rms_momentum_dense_robust", "sgsmsfsr",
+                                BlockStyle::kPostLnDoubleResidual, false, 0.1,
+                                PositionKind::kLearned, true, NormKind::kRmsNorm},
+                      ModelCase{"pre_ln_rms_tied_adam", "sasfsm", BlockStyle::kPreLn, true, 0.1,
+                                PositionKind::kLearned, true, NormKind::kRmsNorm}),
     [](const ::testing::TestParamInfo<ModelCase>& info) { return info.param.name; });
 
 // The block of current models: RoPE instead of learned positions, attention without biases.
@@ -193,34 +201,69 @@ TEST(TransformerTest, RopeAndBiasFreeModelsRegisterTheirParameters) {
 }
 
 TEST(TransformerTest, DeterministicAndZeroMomentumIsPlain) {
-  ModelCase plain_case{"plain", "sgsfsgsg", BlockStyle::kPostLnDoubleResidual, false, 0.1};
-  ModelCase hb_case{"hb", "smsfsmsm", BlockStyle::kPostLnDoubleResidual, false, 0.1};
-  ModelConfig plain_cfg = make_config(plain_case);
-  ModelConfig hb_cfg = make_config(hb_case);
-  for (BlockPlan& b : hb_cfg.blocks) b.moe_cfg.heavy_ball = {0.0, 1.0};
-  std::unique_ptr<TransformerLM> plain_model = make_model(plain_cfg, DType::kF32);
-  std::unique_ptr<TransformerLM> hb_model = make_model(hb_cfg, DType::kF32);
-  TransformerLM& plain = *plain_model;
-  TransformerLM& hb = *hb_model;
-  ASSERT_TRUE(plain.init_parameters(1).ok());
-  ASSERT_TRUE(hb.init_parameters(1).ok());
-  Batch batch(3, plain_cfg.seq_len, plain_cfg.vocab_size, 4);
-  const StepContext ctx = context(3, plain_cfg.seq_len);
-  TransformerLM::Activations a1, a2, a3;
-  Sums r1, r2, r3;
-  ASSERT_TRUE(plain.forward(batch.inputs, batch.targets, ctx, &a1, r1.t, {}).ok());
-  ASSERT_TRUE(plain.forward(batch.inputs, batch.targets, ctx, &a2, r2.t, {}).ok());
-  ASSERT_TRUE(hb.forward(batch.inputs, batch.targets, ctx, &a3, r3.t, {}).ok());
-  EXPECT_EQ(r1.loss_sum(), r2.loss_sum());
-  EXPECT_TRUE(bitwise_equal(a1.logits, a2.logits));
-  EXPECT_TRUE(bitwise_equal(a1.logits, a3.logits));
-  ASSERT_TRUE(plain.params().zero_grads().ok());
-  ASSERT_TRUE(hb.params().zero_grads().ok());
-  ASSERT_TRUE(plain.backward(a1, 1.0, 1.0).ok());
-  ASSERT_TRUE(hb.backward(a3, 1.0, 1.0).ok());
-  for (size_t i = 0; i < plain.params().all().size(); ++i) {
-    EXPECT_TRUE(bitwise_equal(plain.params().all()[i]->grad, hb.params().all()[i]->grad))
-        << plain.params().all()[i]->name;
+  for (NormKind norm : {NormKind::kLayerNorm, NormKind::kRmsNorm}) {
+    SCOPED_TRACE(norm == NormKind::kRmsNorm ? "RMSNorm" : "LayerNorm");
+    ModelCase plain_case{"plain", "sgsfsgsg", BlockStyle::kPostLnDoubleResidual, false, 0.1};
+    ModelCase hb_case{"hb", "smsfsmsm", BlockStyle::kPostLnDoubleResidual, false, 0.1};
+    plain_case.norm = hb_case.norm = norm;
+    ModelConfig plain_cfg = make_config(plain_case);
+    ModelConfig hb_cfg = make_config(hb_case);
+    for (BlockPlan& b : hb_cfg.blocks) b.moe_cfg.heavy_ball = {0.0, 1.0};
+    std::unique_ptr<TransformerLM> plain_model = make_model(plain_cfg, DType::kF32);
+    std::unique_ptr<TransformerLM> hb_model = make_model(hb_cfg, DType::kF32);
+    TransformerLM& plain = *plain_model;
+    TransformerLM& hb = *hb_model;
+    ASSERT_TRUE(plain.init_parameters(1).ok());
+    ASSERT_TRUE(hb.init_parameters(1).ok());
+    Batch batch(3, plain_cfg.seq_len, plain_cfg.vocab_size, 4);
+    const StepContext ctx = context(3, plain_cfg.seq_len);
+    TransformerLM::Activations a1, a2, a3;
+    Sums r1, r2, r3;
+    ASSERT_TRUE(plain.forward(batch.inputs, batch.targets, ctx, &a1, r1.t, {}).ok());
+    ASSERT_TRUE(plain.forward(batch.inputs, batch.targets, ctx, &a2, r2.t, {}).ok());
+    ASSERT_TRUE(hb.forward(batch.inputs, batch.targets, ctx, &a3, r3.t, {}).ok());
+    EXPECT_EQ(r1.loss_sum(), r2.loss_sum());
+    EXPECT_TRUE(bitwise_equal(a1.logits, a2.logits));
+    EXPECT_TRUE(bitwise_equal(a1.logits, a3.logits));
+    ASSERT_TRUE(plain.params().zero_grads().ok());
+    ASSERT_TRUE(hb.params().zero_grads().ok());
+    ASSERT_TRUE(plain.backward(a1, 1.0, 1.0).ok());
+    ASSERT_TRUE(hb.backward(a3, 1.0, 1.0).ok());
+    for (size_t i = 0; i < plain.params().all().size(); ++i) {
+      EXPECT_TRUE(bitwise_equal(plain.params().all()[i]->grad, hb.params().all()[i]->grad))
+          << plain.params().all()[i]->name;
+    }
+  }
+}
+
+// model.norm RMS_NORM: every norm of the model (ln1, ln2, post-LN's ln_in, pre-LN's final_ln) is
+// an RMSNorm with only a gamma, initialised to 1, and no beta anywhere; the rest of the model's
+// parameters are those of the LayerNorm model.
+TEST(TransformerTest, RmsNormModelHasGammasAndNoBeta) {
+  for (BlockStyle style : {BlockStyle::kPostLnDoubleResidual, BlockStyle::kPreLn}) {
+    ModelConfig ln_cfg = make_config({"ln", "smsf", style, false, 0.0});
+    ModelConfig rms_cfg = make_config(
+        {"rms", "smsf", style, false, 0.0, PositionKind::kLearned, true, NormKind::kRmsNorm});
+    std::unique_ptr<TransformerLM> ln = make_model(ln_cfg, DType::kF32);
+    std::unique_ptr<TransformerLM> rms = make_model(rms_cfg, DType::kF32);
+    ASSERT_TRUE(rms->init_parameters(1).ok());
+    std::vector<std::string> want;
+    for (const auto& p : ln->params().all()) {
+      if (p->name.size() < 5 || p->name.substr(p->name.size() - 5) != ".beta") {
+        want.push_back(p->name);
+      }
+    }
+    std::vector<std::string> got;
+    int gammas = 0;
+    for (const auto& p : rms->params().all()) {
+      got.push_back(p->name);
+      if (p->name.substr(p->name.rfind('.') + 1) != "gamma") continue;
+      ++gammas;
+      for (int64_t j = 0; j < p->numel(); ++j) EXPECT_EQ(p->master.data<float>()[j], 1.0f);
+    }
+    EXPECT_EQ(got, want);
+    // ln1 and ln2 per block; ln_in in the post-LN MoE block, or the final norm of pre-LN.
+    EXPECT_EQ(gammas, 5);
   }
 }
 
@@ -265,52 +308,55 @@ TEST(TransformerTest, RejectsBadInputs) {
 // MoE layers) the gradients differ by 1-8% of their norm per draw, and a draw where bf16 flips a
 // near-tied routing decision differs by up to 14% (seed 1: one argmax flip in 60). A broken
 // BF16 path (wrong scale, wrong dtype, stale working copy) differs by O(1), so the test bounds
-// the mean over eight draws tightly and every draw loosely.
+// the mean over eight draws tightly and every draw loosely, for either norm.
 TEST(TransformerTest, Bf16CloseToFp32FromTheSameMasters) {
-  ModelConfig cfg =
-      make_config({"bf16", "sgsmsfsr", BlockStyle::kPostLnDoubleResidual, false, 0.1});
-  std::unique_ptr<TransformerLM> f32 = make_model(cfg, DType::kF32);
-  std::unique_ptr<TransformerLM> b16 = make_model(cfg, DType::kBF16);
-  EXPECT_EQ(b16->params().master_dtype(), DType::kF32);
-  EXPECT_EQ(b16->params().find("blocks.0.attn.w_qkv")->value.dtype(), DType::kBF16);
-  EXPECT_EQ(b16->params().find("blocks.0.moe.w_router")->value.dtype(), DType::kF32);
-  EXPECT_EQ(b16->params().find("blocks.0.ln1.gamma")->value.dtype(), DType::kF32);
-  constexpr int kDraws = 8;
-  double mean_rel[2] = {0, 0};
-  for (int seed = 1; seed <= kDraws; ++seed) {
-    SCOPED_TRACE("init seed " + std::to_string(seed));
-    ASSERT_TRUE(f32->init_parameters(seed).ok());
-    ASSERT_TRUE(b16->init_parameters(seed).ok());
-    EXPECT_TRUE(bitwise_equal(f32->params().masters(ParamKind::kDense),
-                              b16->params().masters(ParamKind::kDense)));
-    Batch batch(4, cfg.seq_len, cfg.vocab_size, 9);
-    const StepContext ctx = context(4, cfg.seq_len);
-    TransformerLM::Activations a32, a16;
-    Sums r32, r16;
-    ASSERT_TRUE(f32->forward(batch.inputs, batch.targets, ctx, &a32, r32.t, {}).ok());
-    ASSERT_TRUE(b16->forward(batch.inputs, batch.targets, ctx, &a16, r16.t, {}).ok());
-    EXPECT_EQ(a16.logits.dtype(), DType::kF32);  // the loss is fp32 always
-    EXPECT_NEAR(r16.loss_sum() / r16.tokens(), r32.loss_sum() / r32.tokens(), 0.02);
-    ASSERT_TRUE(f32->params().zero_grads().ok());
-    ASSERT_TRUE(b16->params().zero_grads().ok());
-    ASSERT_TRUE(f32->backward(a32, 1.0 / r32.tokens(), 1.0).ok());
-    ASSERT_TRUE(b16->backward(a16, 1.0 / r16.tokens(), 1.0).ok());
-    for (ParamKind kind : {ParamKind::kDense, ParamKind::kExpert}) {
-      const TensorView g32 = f32->params().grads(kind), g16 = b16->params().grads(kind);
-      ASSERT_EQ(g16.dtype(), DType::kF32);
-      double diff = 0, norm = 0;
-      for (int64_t i = 0; i < g32.numel(); ++i) {
-        const double a = g32.data<float>()[i], b = g16.data<float>()[i];
-        diff += (a - b) * (a - b);
-        norm += a * a;
+  for (NormKind norm : {NormKind::kLayerNorm, NormKind::kRmsNorm}) {
+    SCOPED_TRACE(norm == NormKind::kRmsNorm ? "RMSNorm" : "LayerNorm");
+    ModelConfig cfg = make_config({"bf16", "sgsmsfsr", BlockStyle::kPostLnDoubleResidual, false,
+                                   0.1, PositionKind::kLearned, true, norm});
+    std::unique_ptr<TransformerLM> f32 = make_model(cfg, DType::kF32);
+    std::unique_ptr<TransformerLM> b16 = make_model(cfg, DType::kBF16);
+    EXPECT_EQ(b16->params().master_dtype(), DType::kF32);
+    EXPECT_EQ(b16->params().find("blocks.0.attn.w_qkv")->value.dtype(), DType::kBF16);
+    EXPECT_EQ(b16->params().find("blocks.0.moe.w_router")->value.dtype(), DType::kF32);
+    EXPECT_EQ(b16->params().find("blocks.0.ln1.gamma")->value.dtype(), DType::kF32);
+    constexpr int kDraws = 8;
+    double mean_rel[2] = {0, 0};
+    for (int seed = 1; seed <= kDraws; ++seed) {
+      SCOPED_TRACE("init seed " + std::to_string(seed));
+      ASSERT_TRUE(f32->init_parameters(seed).ok());
+      ASSERT_TRUE(b16->init_parameters(seed).ok());
+      EXPECT_TRUE(bitwise_equal(f32->params().masters(ParamKind::kDense),
+                                b16->params().masters(ParamKind::kDense)));
+      Batch batch(4, cfg.seq_len, cfg.vocab_size, 9);
+      const StepContext ctx = context(4, cfg.seq_len);
+      TransformerLM::Activations a32, a16;
+      Sums r32, r16;
+      ASSERT_TRUE(f32->forward(batch.inputs, batch.targets, ctx, &a32, r32.t, {}).ok());
+      ASSERT_TRUE(b16->forward(batch.inputs, batch.targets, ctx, &a16, r16.t, {}).ok());
+      EXPECT_EQ(a16.logits.dtype(), DType::kF32);  // the loss is fp32 always
+      EXPECT_NEAR(r16.loss_sum() / r16.tokens(), r32.loss_sum() / r32.tokens(), 0.02);
+      ASSERT_TRUE(f32->params().zero_grads().ok());
+      ASSERT_TRUE(b16->params().zero_grads().ok());
+      ASSERT_TRUE(f32->backward(a32, 1.0 / r32.tokens(), 1.0).ok());
+      ASSERT_TRUE(b16->backward(a16, 1.0 / r16.tokens(), 1.0).ok());
+      for (ParamKind kind : {ParamKind::kDense, ParamKind::kExpert}) {
+        const TensorView g32 = f32->params().grads(kind), g16 = b16->params().grads(kind);
+        ASSERT_EQ(g16.dtype(), DType::kF32);
+        double diff = 0, norm = 0;
+        for (int64_t i = 0; i < g32.numel(); ++i) {
+          const double a = g32.data<float>()[i], b = g16.data<float>()[i];
+          diff += (a - b) * (a - b);
+          norm += a * a;
+        }
+        const double rel = std::sqrt(diff / norm);
+        EXPECT_LT(rel, 0.2) << (kind == ParamKind::kDense ? "dense" : "expert");
+        mean_rel[kind == ParamKind::kDense ? 0 : 1] += rel / kDraws;
       }
-      const double rel = std::sqrt(diff / norm);
-      EXPECT_LT(rel, 0.2) << (kind == ParamKind::kDense ? "dense" : "expert");
-      mean_rel[kind == ParamKind::kDense ? 0 : 1] += rel / kDraws;
     }
+    EXPECT_LT(mean_rel[0], 0.06) << "dense";   // measured 0.039 (LayerNorm), 0.032 (RMSNorm)
+    EXPECT_LT(mean_rel[1], 0.08) << "expert";  // measured 0.055 (LayerNorm), 0.053 (RMSNorm)
   }
-  EXPECT_LT(mean_rel[0], 0.06) << "dense";   // measured 0.039
-  EXPECT_LT(mean_rel[1], 0.08) << "expert";  // measured 0.055
 }
 
 }  // namespace
