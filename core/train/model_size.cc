@@ -27,8 +27,8 @@ ModelSize model_size(const ModelConfig& m) {
       continue;
     }
     const MoeLayerConfig& c = b.moe_cfg;
-    if (post) dense += 2 * D;                    // ln_in
-    dense += D * c.num_experts + c.num_experts;  // the router
+    if (post) dense += 2 * D;                                          // ln_in
+    dense += D * c.num_experts + (c.linear_bias ? c.num_experts : 0);  // the router
     if (c.sparsemixer.enabled && c.sparsemixer.omega) dense += D;
     const int64_t per_expert = 2 * D * c.d_expert + c.d_expert + D;
     z.expert_params += c.num_experts * per_expert;
