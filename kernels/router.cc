@@ -1,5 +1,7 @@
 #include "kernels/router.h"
 
+#include <cmath>
+
 #include "kernels/common.h"
 #include "kernels/cpu/router_math.h"
 #include "kernels/cpu/router_ref.h"
@@ -22,6 +24,27 @@ Status check_as(const char* op, const TensorView& like, const char* name, const 
                 const Shape& shape) {
   MOE_RETURN_IF_ERROR(check_same_dtype(op, like, name, t));
   return check_shape(op, name, t, shape);
+}
+
+// The scaling is a finite positive number.
+Status check_route_options(const char* op, const RouteOptions& opt) {
+  if (!(std::isfinite(opt.scaling) && opt.scaling > 0)) {
+    return invalid_argument_error(op, ": scaling = ", opt.scaling, " is not a finite number > 0");
+  }
+  return Status::OK();
+}
+
+// seq_counts is empty or [B, E] i64 with B dividing the rows.
+Status check_seq_counts(const Context& ctx, const char* op, const TensorView& seq_counts,
+                        int64_t rows, int64_t experts) {
+  if (seq_counts.numel() == 0) return Status::OK();
+  MOE_RETURN_IF_ERROR(check_device(ctx, op, "seq_counts", seq_counts));
+  MOE_RETURN_IF_ERROR(check_dtype(op, "seq_counts", seq_counts, DType::kI64));
+  if (seq_counts.ndim() != 2 || seq_counts.dim(1) != experts || rows % seq_counts.dim(0) != 0) {
+    return invalid_argument_error(op, ": seq_counts must be [B, ", experts, "] with B dividing ",
+                                  rows, " tokens, got ", seq_counts.to_string());
+  }
+  return Status::OK();
 }
 
 // Inside a kernel: labels [T] in [0, E).
@@ -51,9 +74,10 @@ Status check_cluster_args(const Context& ctx, const char* op, const TensorView& 
 
 }  // namespace
 
-Status topk_softmax(Context& ctx, const TensorView& logits, const TensorView& idx,
-                    const TensorView& gate, const TensorView& probs, const TensorView& lse) {
-  constexpr const char* kOp = "topk_softmax";
+Status topk_route(Context& ctx, const RouteOptions& opt, const TensorView& logits,
+                  const TensorView& idx, const TensorView& gate, const TensorView& probs,
+                  const TensorView& lse) {
+  constexpr const char* kOp = "topk_route";
   MOE_KERNEL_ENTRY_CUDA(ctx, kOp);
   MOE_RETURN_IF_ERROR(check_logits(ctx, kOp, "logits", logits));
   const int64_t tokens = logits.dim(0), experts = logits.dim(1);
@@ -61,21 +85,29 @@ Status topk_softmax(Context& ctx, const TensorView& logits, const TensorView& id
   if (k < 1 || k > experts) {
     return invalid_argument_error(kOp, ": top_k = ", k, " outside [1, ", experts, "]");
   }
+  MOE_RETURN_IF_ERROR(check_route_options(kOp, opt));
+  const TensorView& bias = opt.selection_bias;
+  if (bias.numel() > 0) {
+    MOE_RETURN_IF_ERROR(check_device(ctx, kOp, "selection_bias", bias));
+    MOE_RETURN_IF_ERROR(check_as(kOp, logits, "selection_bias", bias, Shape{experts}));
+  }
   MOE_RETURN_IF_ERROR(check_tensor(ctx, kOp, "idx", idx, DType::kI32, Shape{tokens, k}));
   MOE_RETURN_IF_ERROR(check_as(kOp, logits, "gate", gate, Shape{tokens, k}));
   MOE_RETURN_IF_ERROR(check_as(kOp, logits, "probs", probs, logits.shape()));
   MOE_RETURN_IF_ERROR(check_as(kOp, logits, "lse", lse, Shape{tokens}));
-  MOE_ON_CUDA(ctx, cuda::topk_softmax(ctx, logits, idx, gate, probs, lse));
+  MOE_ON_CUDA(ctx, cuda::topk_route(ctx, opt, logits, idx, gate, probs, lse));
+  const ref::RouteParams p{opt.score, opt.renormalize, opt.scaling, experts, k};
   return dispatch_full(kOp, logits, [&](auto tag) {
     using T = decltype(tag);
-    ref::topk_softmax<T>(logits.data<T>(), tokens, experts, k, idx.data<int32_t>(), gate.data<T>(),
-                         probs.data<T>(), lse.data<T>());
+    ref::topk_route<T>(p, logits.data<T>(), bias.numel() > 0 ? bias.data<T>() : nullptr, tokens,
+                       idx.data<int32_t>(), gate.data<T>(), probs.data<T>(), lse.data<T>());
   });
 }
 
-Status topk_softmax_backward(Context& ctx, const TensorView& d_gate, const TensorView& gate,
-                             const TensorView& idx, const TensorView& d_logits) {
-  constexpr const char* kOp = "topk_softmax_backward";
+Status topk_route_backward(Context& ctx, const RouteOptions& opt, const TensorView& logits,
+                           const TensorView& d_gate, const TensorView& gate, const TensorView& idx,
+                           const TensorView& d_logits) {
+  constexpr const char* kOp = "topk_route_backward";
   MOE_KERNEL_ENTRY_CUDA(ctx, kOp);
   MOE_RETURN_IF_ERROR(check_logits(ctx, kOp, "d_logits", d_logits));
   MOE_RETURN_IF_ERROR(check_full(ctx, kOp, "gate", gate));
@@ -83,13 +115,52 @@ Status topk_softmax_backward(Context& ctx, const TensorView& d_gate, const Tenso
   MOE_RETURN_IF_ERROR(check_as(kOp, d_logits, "gate", gate, Shape{d_logits.dim(0), gate.dim(1)}));
   MOE_RETURN_IF_ERROR(check_as(kOp, d_logits, "d_gate", d_gate, gate.shape()));
   MOE_RETURN_IF_ERROR(check_tensor(ctx, kOp, "idx", idx, DType::kI32, gate.shape()));
-  MOE_ON_CUDA(ctx, cuda::topk_softmax_backward(ctx, d_gate, gate, idx, d_logits));
+  MOE_RETURN_IF_ERROR(check_route_options(kOp, opt));
+  const bool gates_only = opt.score == ScoreFunction::kSoftmax && opt.renormalize;
+  if (!gates_only || logits.numel() > 0) {
+    MOE_RETURN_IF_ERROR(check_device(ctx, kOp, "logits", logits));
+    MOE_RETURN_IF_ERROR(check_as(kOp, d_logits, "logits", logits, d_logits.shape()));
+  }
+  MOE_ON_CUDA(ctx, cuda::topk_route_backward(ctx, opt, logits, d_gate, gate, idx, d_logits));
+  const ref::RouteParams p{opt.score, opt.renormalize, opt.scaling, d_logits.dim(1), gate.dim(1)};
   return dispatch_full(kOp, d_gate, [&](auto tag) {
     using T = decltype(tag);
-    ref::topk_softmax_backward<T>(d_gate.data<T>(), gate.data<T>(), idx.data<int32_t>(),
-                                  d_logits.dim(0), d_logits.dim(1), gate.dim(1),
-                                  d_logits.data<T>());
+    ref::topk_route_backward<T>(p, logits.numel() > 0 ? logits.data<T>() : nullptr,
+                                d_gate.data<T>(), gate.data<T>(), idx.data<int32_t>(),
+                                d_logits.dim(0), d_logits.data<T>());
   });
+}
+
+Status topk_softmax(Context& ctx, const TensorView& logits, const TensorView& idx,
+                    const TensorView& gate, const TensorView& probs, const TensorView& lse) {
+  return topk_route(ctx, RouteOptions(), logits, idx, gate, probs, lse);
+}
+
+Status topk_softmax_backward(Context& ctx, const TensorView& d_gate, const TensorView& gate,
+                             const TensorView& idx, const TensorView& d_logits) {
+  return topk_route_backward(ctx, RouteOptions(), TensorView(), d_gate, gate, idx, d_logits);
+}
+
+Status sequence_counts(Context& ctx, const TensorView& idx, const TensorView& counts) {
+  constexpr const char* kOp = "sequence_counts";
+  MOE_KERNEL_ENTRY_CUDA(ctx, kOp);
+  MOE_RETURN_IF_ERROR(check_device(ctx, kOp, "idx", idx));
+  MOE_RETURN_IF_ERROR(check_dtype(kOp, "idx", idx, DType::kI32));
+  MOE_RETURN_IF_ERROR(check_device(ctx, kOp, "counts", counts));
+  MOE_RETURN_IF_ERROR(check_dtype(kOp, "counts", counts, DType::kI64));
+  if (idx.ndim() != 2 || counts.ndim() != 2) {
+    return invalid_argument_error(kOp, ": idx must be [T, K] and counts [B, E], got ",
+                                  idx.to_string(), " and ", counts.to_string());
+  }
+  const int64_t tokens = idx.dim(0), sequences = counts.dim(0);
+  if (sequences < 1 || tokens % sequences != 0) {
+    return invalid_argument_error(kOp, ": ", tokens, " tokens are not ", sequences,
+                                  " sequences of equal length");
+  }
+  MOE_ON_CUDA(ctx, cuda::sequence_counts(ctx, idx, counts));
+  ref::sequence_counts(idx.data<int32_t>(), tokens, idx.dim(1), sequences, counts.dim(1),
+                       counts.data<int64_t>());
+  return Status::OK();
 }
 
 Status sparsemixer_route(Context& ctx, const SparseMixerRouteArgs& args, const TensorView& logits,
@@ -148,45 +219,51 @@ Status sparsemixer_backward(Context& ctx, SparseMixerGateGrad rule, const Tensor
 }
 
 Status aux_sums(Context& ctx, const TensorView& probs, const TensorView& lse,
-                const TensorView& load, int64_t tokens, const TensorView& packed) {
+                const TensorView& load, const TensorView& seq_counts, int64_t tokens,
+                const TensorView& packed) {
   constexpr const char* kOp = "aux_sums";
   MOE_KERNEL_ENTRY_CUDA(ctx, kOp);
   MOE_RETURN_IF_ERROR(check_logits(ctx, kOp, "probs", probs));
   const int64_t rows = probs.dim(0), experts = probs.dim(1);
   MOE_RETURN_IF_ERROR(check_as(kOp, probs, "lse", lse, Shape{rows}));
   MOE_RETURN_IF_ERROR(check_tensor(ctx, kOp, "load", load, DType::kI64, Shape{experts}));
+  MOE_RETURN_IF_ERROR(check_seq_counts(ctx, kOp, seq_counts, rows, experts));
   MOE_RETURN_IF_ERROR(
       check_tensor(ctx, kOp, "packed", packed, DType::kF64, Shape{aux_packed_size(experts)}));
-  MOE_ON_CUDA(ctx, cuda::aux_sums(ctx, probs, lse, load, tokens, packed));
+  MOE_ON_CUDA(ctx, cuda::aux_sums(ctx, probs, lse, load, seq_counts, tokens, packed));
   return dispatch_full(kOp, probs, [&](auto tag) {
     using T = decltype(tag);
     ref::aux_sums<T>(probs.data<T>(), lse.data<T>(), load.data<int64_t>(), rows, experts, tokens,
                      packed.data<double>());
+    if (seq_counts.numel() > 0) {
+      ref::aux_sequence_sums<T>(probs.data<T>(), seq_counts.data<int64_t>(), rows, experts,
+                                seq_counts.dim(0), packed.data<double>());
+    }
   });
 }
 
-Status aux_losses(Context& ctx, const TensorView& packed, int64_t top_k, double balance_coef,
-                  double z_coef, const TensorView& losses) {
+Status aux_losses(Context& ctx, const TensorView& packed, const AuxLossWeights& w,
+                  const TensorView& losses) {
   constexpr const char* kOp = "aux_losses";
   MOE_KERNEL_ENTRY_CUDA(ctx, kOp);
   MOE_RETURN_IF_ERROR(check_device(ctx, kOp, "packed", packed));
   MOE_RETURN_IF_ERROR(check_dtype(kOp, "packed", packed, DType::kF64));
-  if (packed.ndim() != 1 || packed.numel() < 4 || packed.numel() % 2 != 0) {
-    return invalid_argument_error(kOp, ": packed must be [2E + 2], got ", packed.to_string());
+  if (packed.ndim() != 1 || packed.numel() < aux_packed_size(1) || packed.numel() % 3 != 0) {
+    return invalid_argument_error(kOp, ": packed must be [3E + 3], got ", packed.to_string());
   }
-  MOE_RETURN_IF_ERROR(check_tensor(ctx, kOp, "losses", losses, DType::kF64, Shape{3}));
-  MOE_ON_CUDA(ctx, cuda::aux_losses(ctx, packed, top_k, balance_coef, z_coef, losses));
-  const int64_t experts = (packed.numel() - 2) / 2;
-  ref::aux_losses_from_packed(packed.data<double>(), experts, top_k, balance_coef, z_coef,
+  if (w.top_k < 1) return invalid_argument_error(kOp, ": top_k = ", w.top_k, " is not >= 1");
+  MOE_RETURN_IF_ERROR(check_tensor(ctx, kOp, "losses", losses, DType::kF64, Shape{kAuxLossesSize}));
+  MOE_ON_CUDA(ctx, cuda::aux_losses(ctx, packed, w, losses));
+  const int64_t experts = (packed.numel() - 3) / 3;
+  ref::aux_losses_from_packed(packed.data<double>(), experts, w.top_k, w.balance, w.z, w.seq,
                               losses.data<double>());
   return Status::OK();
 }
 
 Status aux_losses_backward(Context& ctx, const TensorView& logits, const TensorView& probs,
-                           const TensorView& packed, const TensorView& lse, const AuxLossWeights& w,
+                           const TensorView& packed, const TensorView& lse,
+                           const TensorView& seq_counts, const AuxLossWeights& w,
                            const TensorView& d_logits) {
-  const int64_t top_k = w.top_k;
-  const double balance_weight = w.balance, z_weight = w.z;
   constexpr const char* kOp = "aux_losses_backward";
   MOE_KERNEL_ENTRY_CUDA(ctx, kOp);
   MOE_RETURN_IF_ERROR(check_logits(ctx, kOp, "logits", logits));
@@ -195,14 +272,19 @@ Status aux_losses_backward(Context& ctx, const TensorView& logits, const TensorV
   MOE_RETURN_IF_ERROR(
       check_tensor(ctx, kOp, "packed", packed, DType::kF64, Shape{aux_packed_size(experts)}));
   MOE_RETURN_IF_ERROR(check_as(kOp, logits, "lse", lse, Shape{local}));
+  MOE_RETURN_IF_ERROR(check_seq_counts(ctx, kOp, seq_counts, local, experts));
   MOE_RETURN_IF_ERROR(check_as(kOp, logits, "d_logits", d_logits, logits.shape()));
-  MOE_ON_CUDA(ctx, cuda::aux_losses_backward(ctx, logits, probs, packed, lse,
-                                             {top_k, balance_weight, z_weight}, d_logits));
+  if (w.top_k < 1) return invalid_argument_error(kOp, ": top_k = ", w.top_k, " is not >= 1");
+  MOE_ON_CUDA(ctx,
+              cuda::aux_losses_backward(ctx, logits, probs, packed, lse, seq_counts, w, d_logits));
   return dispatch_full(kOp, logits, [&](auto tag) {
     using T = decltype(tag);
     const double* v = packed.data<double>();
-    const ref::AuxGradArgs a{v[2 * experts], experts, top_k, balance_weight, z_weight};
-    ref::aux_losses_backward<T>(logits.data<T>(), probs.data<T>(), v, lse.data<T>(), local, a,
+    const bool seq = seq_counts.numel() > 0;
+    const ref::AuxGradArgs a = ref::aux_grad_args(
+        v, experts, {w.top_k, w.balance, w.z, w.seq, w.score}, seq ? local / seq_counts.dim(0) : 0);
+    ref::aux_losses_backward<T>(logits.data<T>(), probs.data<T>(), v, lse.data<T>(),
+                                seq ? seq_counts.data<int64_t>() : nullptr, local, a,
                                 d_logits.data<T>());
   });
 }

@@ -1,7 +1,8 @@
-// Routing ops of the MoE layer: top-k softmax with deterministic ties, SparseMixer's masked softmax
-// and sampling, the load-balancing and z losses, and the Adaptive Clustering (AC) metric. The
-// router is full precision always (F: f32, or f64 in gradient tests), whatever the activations;
-// AC statistics read the activations (act) and accumulate in double.
+// Routing ops of the MoE layer: top-k routing (softmax or sigmoid scores) with deterministic ties,
+// SparseMixer's masked softmax and sampling, the load-balancing, z and sequence-wise balance
+// losses, and the Adaptive Clustering (AC) metric. The router is full precision always (F: f32, or
+// f64 in gradient tests), whatever the activations; AC statistics read the activations (act) and
+// accumulate in double.
 //
 // Shapes: T tokens, E experts, K top-k, D model width. Index tensors are i32. Nothing here
 // returns a host value: sums, losses and summaries land in device tensors (f64).
@@ -14,16 +15,47 @@
 
 namespace moe::kernels {
 
-// --- Top-k softmax (spec/momentum-smoe.md Eq. 1-2) -------------------------------------------
-// For each token: idx[t, :] = the K largest logits in descending order (ties: lower expert index
-// first), gate[t, :] = softmax over those K logits only, probs[t, :] = softmax over all E (for the
-// balance loss and entropy), lse[t] = logsumexp over all E. All outputs overwritten.
+// --- Top-k routing (spec/momentum-smoe.md Eq. 1-2; DeepSeek-V3's sigmoid gate) ---------------
+// How topk_route turns a token's logits l [E] into scores, a selection and gates.
+struct RouteOptions {
+  // Scores s: softmax(l) over the E experts, or sigmoid(l_e) per expert.
+  ScoreFunction score = ScoreFunction::kSoftmax;
+  // Gates g_j = s_{idx_j} / sum_j' s_{idx_j'} (for softmax: the softmax over the K chosen logits),
+  // or the chosen scores themselves; then g_j *= scaling.
+  bool renormalize = true;
+  double scaling = 1.0;
+  // [E] F, or empty: the selection ranks s + selection_bias (loss-free balancing's bias; no
+  // gradient reaches it). Softmax without it ranks the logits themselves (the same order as the
+  // scores, without their rounding).
+  TensorView selection_bias;
+};
+// For each token: idx[t, :] = the K experts of largest selection key in descending order (ties:
+// lower expert index first), gate[t, :] as above, probs[t, :] = the scores as a distribution
+// (softmax; sigmoid: s / sum_e s, DeepSeek-V3's normalised affinities), for the balance losses
+// and the entropy; lse[t] = logsumexp over all E logits (the z-loss). All outputs overwritten.
 //   logits [T, E] F; idx [T, K] i32; gate [T, K] F; probs [T, E] F; lse [T] F.
+Status topk_route(Context& ctx, const RouteOptions& opt, const TensorView& logits,
+                  const TensorView& idx, const TensorView& gate, const TensorView& probs,
+                  const TensorView& lse);
+// The gates' gradient into d_logits [T, E] F (accumulates), from d_gate, gate [T, K] F and idx
+// [T, K] i32 of the forward, and its logits [T, E] F (not read by renormalised softmax, whose
+// gradient d_logits[t, idx_j] += g_j (d_j - sum_j' g_j' d_j' / scaling) needs the gates alone; may
+// then be empty). opt.selection_bias is not read.
+Status topk_route_backward(Context& ctx, const RouteOptions& opt, const TensorView& logits,
+                           const TensorView& d_gate, const TensorView& gate, const TensorView& idx,
+                           const TensorView& d_logits);
+// topk_route and its backward with the default RouteOptions (softmax, renormalised, unscaled, no
+// bias): gate[t, :] = softmax over the K largest logits.
 Status topk_softmax(Context& ctx, const TensorView& logits, const TensorView& idx,
                     const TensorView& gate, const TensorView& probs, const TensorView& lse);
-// d_logits[t, idx[t, j]] += gate_j (d_gate_j - sum_i gate_i d_gate_i). Accumulates.
 Status topk_softmax_backward(Context& ctx, const TensorView& d_gate, const TensorView& gate,
                              const TensorView& idx, const TensorView& d_logits);
+
+// Per-sequence routing counts for DeepSeek-V3's sequence-wise balance loss: rows are
+// sequence-major (row b S + s), so sequence b holds rows [b S, (b + 1) S) with S = T / B.
+// counts[b, e] = #{(t, j): t in sequence b, idx[t, j] = e} (indices outside [0, E) are not
+// counted). idx [T, K] i32; counts [B, E] i64, overwritten; B must divide T.
+Status sequence_counts(Context& ctx, const TensorView& idx, const TensorView& counts);
 
 // --- SparseMixer top-1 (spec/sparsemixer-acmoe.md A.3-A.5) -----------------------------------
 struct SparseMixerRouteArgs {
@@ -50,29 +82,42 @@ Status sparsemixer_backward(Context& ctx, SparseMixerGateGrad rule, const Tensor
 
 // --- Auxiliary losses --------------------------------------------------------------------------
 // The sums the auxiliary losses are made of, packed for one all-reduce over the ranks that share
-// the losses (f64 [2E + 2], overwritten):
+// the losses (f64 [3E + 3], overwritten):
 //   [0, E): load[e] (assignments before capacity), [E, 2E): sum_t probs[t, e],
-//   [2E]: tokens (a host constant), [2E + 1]: sum_t lse[t]^2.
-// probs [T, E] F; lse [T] F; load [E] i64.
-inline int64_t aux_packed_size(int64_t experts) { return 2 * experts + 2; }
+//   [2E]: tokens (a host constant), [2E + 1]: sum_t lse[t]^2,
+//   [2E + 2, 3E + 2): q_e = sum over sequences b of n_be P_be / S^2 (n = seq_counts, P_be =
+//   sum_{t in b} probs[t, e], S tokens per sequence), [3E + 2]: sequences B.
+// probs [T, E] F; lse [T] F; load [E] i64; seq_counts [B, E] i64 (sequence_counts), or empty:
+// the sequence slots are zero.
+inline int64_t aux_packed_size(int64_t experts) { return 3 * experts + 3; }
 Status aux_sums(Context& ctx, const TensorView& probs, const TensorView& lse,
-                const TensorView& load, int64_t tokens, const TensorView& packed);
-// From packed sums: losses f64 [3] (overwritten) = (balance, z, weighted), with the Switch balance
-// loss E * sum_e f_e P_e (f_e = load_e / (T K), no gradient; P_e = prob_sum_e / T), the z-loss
-// lse_sq_sum / T, and weighted = balance_coef * balance + z_coef * z. T = packed tokens (0 gives
-// zeros).
-Status aux_losses(Context& ctx, const TensorView& packed, int64_t top_k, double balance_coef,
-                  double z_coef, const TensorView& losses);
-// The weights of aux_losses_backward: the router's top-k and each loss's weight in the total.
+                const TensorView& load, const TensorView& seq_counts, int64_t tokens,
+                const TensorView& packed);
+// The weights of aux_losses and aux_losses_backward: the router's top-k, each loss's weight in the
+// total, and how the probabilities came from the logits (the backward's Jacobian).
 struct AuxLossWeights {
   int64_t top_k = 1;
   double balance = 0, z = 0;
+  double seq = 0;
+  ScoreFunction score = ScoreFunction::kSoftmax;
 };
-// Gradient of the losses above w.r.t. this rank's logits, with T and the loads from `packed`:
-// d_logits += w.balance * dBalance/dlogits (through `probs`, the full or masked softmax of
-// the logits) + w.z * dZ/dlogits (through softmax(logits) = exp(logits - lse)).
+// From packed sums: losses f64 [4] (overwritten) = (balance, z, weighted, seq), with the Switch
+// balance loss E * sum_e f_e P_e (f_e = load_e / (T K), no gradient; P_e = prob_sum_e / T), the
+// z-loss lse_sq_sum / T, DeepSeek-V3's sequence-wise balance loss (its Eq. 17-20), the mean over
+// the B sequences of sum_e f_be P_be with f_be = E n_be / (K S), P_be = (1/S) sum_{t in b} p_te,
+// that is (E / K) sum_e q_e / B, and weighted = w.balance * balance + w.z * z + w.seq * seq.
+// T = packed tokens (0 gives zero balance and z), B = packed sequences (0: zero seq).
+inline constexpr int64_t kAuxLossesSize = 4;
+Status aux_losses(Context& ctx, const TensorView& packed, const AuxLossWeights& w,
+                  const TensorView& losses);
+// Gradient of the losses above w.r.t. this rank's logits, with T, B and the loads from `packed`:
+// d_logits += w.balance * dBalance/dlogits + w.seq * dSeq/dlogits (both through `probs`, the
+// full or masked softmax or the normalised sigmoid scores of the logits, as w.score says; the
+// counts are constants) + w.z * dZ/dlogits (through softmax(logits) = exp(logits - lse)).
+// seq_counts [B_local, E] i64 as given to aux_sums (empty: no sequence loss gradient).
 Status aux_losses_backward(Context& ctx, const TensorView& logits, const TensorView& probs,
-                           const TensorView& packed, const TensorView& lse, const AuxLossWeights& w,
+                           const TensorView& packed, const TensorView& lse,
+                           const TensorView& seq_counts, const AuxLossWeights& w,
                            const TensorView& d_logits);
 
 // --- Adaptive Clustering metric (spec/sparsemixer-acmoe.md B.3, B.7, B.9) --------------------

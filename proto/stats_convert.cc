@@ -28,6 +28,7 @@ void router_to_proto(const RouterStatsInfo& s, momoe::RouterStats* m) {
   m->set_fully_dropped_tokens(s.fully_dropped_tokens);
   m->set_balance_loss_sum(s.balance_loss_sum);
   m->set_z_loss_sum(s.z_loss_sum);
+  m->set_seq_balance_loss_sum(s.seq_balance_loss_sum);
   m->set_entropy_sum(s.entropy_sum);
   m->set_output_norm_sum(s.output_norm_sum);
   m->set_state_norm_sum(s.state_norm_sum);
@@ -48,6 +49,7 @@ void router_to_proto(const RouterStatsInfo& s, momoe::RouterStats* m) {
   m->set_dead_experts(s.dead_experts);
   m->set_balance_loss(s.balance_loss);
   m->set_z_loss(s.z_loss);
+  m->set_seq_balance_loss(s.seq_balance_loss);
   m->set_mean_entropy(s.mean_entropy);
   m->set_mean_output_norm(s.mean_output_norm);
   m->set_mean_state_norm(s.mean_state_norm);
@@ -67,6 +69,7 @@ RouterStatsInfo router_from_proto(const momoe::RouterStats& m) {
   s.fully_dropped_tokens = m.fully_dropped_tokens();
   s.balance_loss_sum = m.balance_loss_sum();
   s.z_loss_sum = m.z_loss_sum();
+  s.seq_balance_loss_sum = m.seq_balance_loss_sum();
   s.entropy_sum = m.entropy_sum();
   s.output_norm_sum = m.output_norm_sum();
   s.state_norm_sum = m.state_norm_sum();
@@ -87,6 +90,7 @@ RouterStatsInfo router_from_proto(const momoe::RouterStats& m) {
   s.dead_experts = m.dead_experts();
   s.balance_loss = m.balance_loss();
   s.z_loss = m.z_loss();
+  s.seq_balance_loss = m.seq_balance_loss();
   s.mean_entropy = m.mean_entropy();
   s.mean_output_norm = m.mean_output_norm();
   s.mean_state_norm = m.mean_state_norm();

@@ -99,6 +99,26 @@ Status check_residual(const MoeLayerConfig& c, const std::string& where) {
   return Status::OK();
 }
 
+// SparseMixer samples one expert from its own masked softmax and scales the gate by its midpoint
+// rule (spec/sparsemixer-acmoe.md A.3-A.5): sigmoid scores, unnormalised or scaled gates and
+// DeepSeek-V3's sequence loss are not part of that estimator, so they are refused rather than
+// ignored. (The AC router only changes the router's input, or its logits: every routing option
+// applies to it unchanged.)
+Status check_sparsemixer_routing(const MoeLayerConfig& c, const std::string& where) {
+  auto refuse = [&](const char* field, const std::string& value) {
+    return invalid_argument_error(where, ".", field, " = ", value,
+                                  " cannot be used with sparsemixer (SparseMixer routes by its own "
+                                  "masked softmax and gate)");
+  };
+  if (c.score_function != ScoreFunction::kSoftmax) return refuse("score_function", "SIGMOID");
+  if (!c.renormalize) return refuse("renormalize", "false");
+  if (c.routed_scaling != 1.0) return refuse("routed_scaling", str_cat(c.routed_scaling));
+  if (c.seq_balance_loss_coef != 0) {
+    return refuse("seq_balance_loss_coef", str_cat(c.seq_balance_loss_coef));
+  }
+  return Status::OK();
+}
+
 // The AC router's and SparseMixer's settings.
 Status check_router_variants(const MoeLayerConfig& c, const std::string& where) {
   if (c.ac.enabled) {
@@ -117,6 +137,7 @@ Status check_router_variants(const MoeLayerConfig& c, const std::string& where) 
     }
     MOE_RETURN_IF_ERROR(require(c.sparsemixer.jitter > 0 && c.sparsemixer.jitter <= 1, where,
                                 "sparsemixer.jitter", c.sparsemixer.jitter, "(0, 1]"));
+    MOE_RETURN_IF_ERROR(check_sparsemixer_routing(c, where));
   }
   return Status::OK();
 }
@@ -146,10 +167,6 @@ Status check_modern_routing(const MoeLayerConfig& c, const std::string& where, i
   auto not_built = [&](const char* field) {
     return unimplemented_error(where, ".", field, " is not built yet");
   };
-  if (c.score_function != ScoreFunction::kSoftmax) return not_built("score_function");
-  if (!c.renormalize) return not_built("renormalize");
-  if (c.routed_scaling != 1.0) return not_built("routed_scaling");
-  if (c.seq_balance_loss_coef != 0) return not_built("seq_balance_loss_coef");
   if (c.bias_update_rate != 0) return not_built("bias_update_rate");
   if (c.shared_experts != 0) return not_built("shared_experts");
   if (c.expert_groups != 1) return not_built("expert_groups");

@@ -16,6 +16,7 @@ void RouterStatsInfo::merge(const RouterStatsInfo& o) {
   fully_dropped_tokens += o.fully_dropped_tokens;
   balance_loss_sum += o.balance_loss_sum;
   z_loss_sum += o.z_loss_sum;
+  seq_balance_loss_sum += o.seq_balance_loss_sum;
   entropy_sum += o.entropy_sum;
   output_norm_sum += o.output_norm_sum;
   state_norm_sum += o.state_norm_sum;
@@ -58,6 +59,7 @@ void RouterStatsInfo::finalize() {
   load_balance_std = num_experts > 0 ? std::sqrt(var / num_experts) : 0.0;  // population std
   balance_loss = balance_loss_sum / t;
   z_loss = z_loss_sum / t;
+  seq_balance_loss = seq_balance_loss_sum / t;
   mean_entropy = entropy_sum / t;
   mean_output_norm = output_norm_sum / t;
   mean_state_norm = state_norm_sum / t;
@@ -75,6 +77,7 @@ void RouterStatsLayout::read(const double* b, RouterStatsInfo* info) const {
   info->fully_dropped_tokens = count(b[kFullyDropped]);
   info->balance_loss_sum = b[kBalanceLossSum];
   info->z_loss_sum = b[kZLossSum];
+  info->seq_balance_loss_sum = b[kSeqBalanceLossSum];
   info->entropy_sum = b[kEntropySum];
   info->output_norm_sum = b[kOutputNormSum];
   info->state_norm_sum = b[kStateNormSum];

@@ -21,8 +21,9 @@ struct RouterStatsInfo {
   std::vector<int64_t> expert_load;  // [E]
   int64_t dropped_slots = 0;
   int64_t fully_dropped_tokens = 0;
-  double balance_loss_sum = 0;  // T * (E sum_e f_e P_e), unweighted
-  double z_loss_sum = 0;        // sum_t logsumexp_t^2
+  double balance_loss_sum = 0;      // T * (E sum_e f_e P_e), unweighted
+  double z_loss_sum = 0;            // sum_t logsumexp_t^2
+  double seq_balance_loss_sum = 0;  // T * (DeepSeek-V3's sequence-wise balance loss), unweighted
   double entropy_sum = 0;
   double output_norm_sum = 0;
   double state_norm_sum = 0;
@@ -45,6 +46,7 @@ struct RouterStatsInfo {
   int64_t dead_experts = 0;
   double balance_loss = 0;
   double z_loss = 0;
+  double seq_balance_loss = 0;
   double mean_entropy = 0;
   double mean_output_norm = 0;
   double mean_state_norm = 0;
@@ -81,6 +83,7 @@ class RouterStatsLayout {
     kSingleExpert,
     kNonArgmax,
     kHalved,
+    kSeqBalanceLossSum,  // the sequence-wise balance loss * T per call
     kFixedSlots,
   };
   explicit RouterStatsLayout(int64_t experts) : experts_(experts) {}

@@ -17,6 +17,7 @@ nlohmann::json layer_json(const RouterStatsInfo& l) {
   j["dead_experts"] = l.dead_experts;
   j["balance_loss"] = l.balance_loss;
   j["z_loss"] = l.z_loss;
+  j["seq_balance_loss"] = l.seq_balance_loss;
   j["mean_entropy"] = l.mean_entropy;
   j["mean_output_norm"] = l.mean_output_norm;
   j["mean_state_norm"] = l.mean_state_norm;

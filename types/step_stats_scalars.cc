@@ -11,6 +11,7 @@ void add_layer(const RouterStatsInfo& l, std::vector<NamedScalar>* out) {
   const std::string b = "block" + std::to_string(l.block) + "/";
   out->push_back({b + "balance_loss", l.balance_loss});
   out->push_back({b + "z_loss", l.z_loss});
+  out->push_back({b + "seq_balance_loss", l.seq_balance_loss});
   out->push_back({b + "drop_rate", l.dropped_fraction});
   out->push_back({b + "max_load", l.max_load});
   out->push_back({b + "entropy", l.mean_entropy});

@@ -3,9 +3,9 @@
 // (types/step_stats_json.h). The tags, by record:
 //   training step  train/{loss, perplexity, aux_loss, learning_rate, grad_norm, tokens_per_second,
 //                  step_seconds, skipped}, time/<phase> (seconds; base/phase_timer.h's names),
-//                  and per MoE layer block<b>/{balance_loss, z_loss, drop_rate, max_load,
-//                  entropy, probe_flip_rate} and block<b>/expert_load/<e> (expert e's share of
-//                  the layer's routed assignments: the shares sum to 1)
+//                  and per MoE layer block<b>/{balance_loss, z_loss, seq_balance_loss, drop_rate,
+//                  max_load, entropy, probe_flip_rate} and block<b>/expert_load/<e> (expert e's
+//                  share of the layer's routed assignments: the shares sum to 1)
 //   evaluation     eval/ (whole splits) or eval_subset/ (the first eval_sequences of each split)
 //                  {valid_ppl, test_ppl, attacked_valid_ppl, attacked_test_ppl, attack_rate,
 //                  valid_word_ppl, test_word_ppl, valid_bits_per_byte, test_bits_per_byte,

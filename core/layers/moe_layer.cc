@@ -137,7 +137,8 @@ StatusOr<Tensor> MoeLayer::route_and_plan(const MoeLayerInputs& in, MoeLayerSave
                           site_rng(in.seed, RandomSite::kSparseMixer, block_, in.step),
                           in.token_offset,
                           in.stats_comm,
-                          stats};
+                          stats,
+                          in.seq_len};
   MOE_RETURN_IF_ERROR(router_.forward(route, &saved->router));
   const TensorView drops =
       stats.numel() > 0 ? slot(stats, RouterStatsLayout::kDroppedSlots, 2) : TensorView();

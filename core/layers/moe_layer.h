@@ -13,8 +13,9 @@
 // are activations (act); the momentum state, the Adam moments, the router and the losses are
 // full precision (F).
 //
-// Parameters: <prefix>.w_router [D, E], <prefix>.b_router [E] (dense); <prefix>.w1, b1, w2, b2
-// (expert shards, see expert_ffn.h); <prefix>.omega [D] (dense, SparseMixer with omega).
+// Parameters: <prefix>.w_router [D, E], <prefix>.b_router [E] (dense; the bias only with
+// linear_bias); <prefix>.w1, b1, w2, b2 (expert shards, see expert_ffn.h); <prefix>.omega [D]
+// (dense, SparseMixer with omega).
 #pragma once
 
 #include <memory>
@@ -39,6 +40,9 @@ struct MoeLayerInputs {
   Tensor adam_v_in;
   Tensor prev_top1;          // [T] i32 previous MoE layer's argmax; empty at the first MoE layer
   int64_t token_offset = 0;  // global id of token 0 (keys every random draw)
+  // Tokens per sequence (rows are sequence-major): the sequence-wise balance loss needs it; 0:
+  // unknown (then that loss must be off, and its statistic stays zero).
+  int64_t seq_len = 0;
   int64_t step = 0;
   uint64_t seed = 0;
   bool training = true;
@@ -70,7 +74,7 @@ struct MoeLayerSaved {
   bool training = true;
   CounterRng output_dropout_rng;
   int64_t token_offset = 0;
-  // (balance, z, weighted) of this call, f64 [3] on the device (kernels::aux_losses).
+  // (balance, z, weighted, seq) of this call, f64 [4] on the device (kernels::aux_losses).
   Tensor aux;
   // A global-scope aux loss is one quantity shared by R data ranks, so each rank's share of its
   // gradient is R times the per-rank weight the caller passes (see MoeLayerGradOutputs).

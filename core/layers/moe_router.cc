@@ -19,7 +19,27 @@ TensorView slots(const TensorView& stats, int64_t first, int64_t n = 1) {
 MoeRouter::MoeRouter(const std::string& prefix, const MoeLayerConfig& cfg, ParameterSet* params)
     : ctx_(params->context()), cfg_(cfg) {
   w_ = &params->add(prefix + ".w_router", {cfg.d_model, cfg.num_experts});
-  b_ = &params->add(prefix + ".b_router", {cfg.num_experts}, ParamKind::kDense, false);
+  if (cfg.linear_bias) {
+    b_ = &params->add(prefix + ".b_router", {cfg.num_experts}, ParamKind::kDense, false);
+  }
+}
+
+kernels::AuxLossWeights MoeRouter::aux_weights(double scale) const {
+  kernels::AuxLossWeights w;
+  w.top_k = cfg_.top_k;
+  w.balance = scale * cfg_.balance_loss_coef;
+  w.z = scale * cfg_.z_loss_coef;
+  w.seq = scale * cfg_.seq_balance_loss_coef;
+  w.score = cfg_.score_function;
+  return w;
+}
+
+kernels::RouteOptions MoeRouter::route_options() const {
+  kernels::RouteOptions opt;
+  opt.score = cfg_.score_function;
+  opt.renormalize = cfg_.renormalize;
+  opt.scaling = cfg_.routed_scaling;
+  return opt;
 }
 
 Status MoeRouter::compute_ac_metric(const RouterForwardArgs& args, RouterSaved* saved) {
@@ -67,7 +87,15 @@ Status MoeRouter::forward(const RouterForwardArgs& args, RouterSaved* saved) {
     return invalid_argument_error("moe router: input ", y.to_string(), " is not [T, ", cfg_.d_model,
                                   "]");
   }
-  const int64_t tokens = y.dim(0), experts = cfg_.num_experts, k = cfg_.top_k;
+  const int64_t tokens = y.dim(0);
+  if (args.seq_len < 0 || (args.seq_len > 0 && tokens % args.seq_len != 0)) {
+    return invalid_argument_error("moe router: ", tokens, " tokens are not sequences of ",
+                                  args.seq_len);
+  }
+  if (args.seq_len == 0 && cfg_.seq_balance_loss_coef > 0) {
+    return invalid_argument_error(
+        "moe router: seq_balance_loss_coef > 0 needs the sequence length (seq_len)");
+  }
   const DType f = compute_dtype(y.dtype());
   // AC needs a previous layer's clusters: the first MoE layer of a model is always standard.
   saved->ac_applied = false;
@@ -79,51 +107,61 @@ Status MoeRouter::forward(const RouterForwardArgs& args, RouterSaved* saved) {
     MOE_ASSIGN_OR_RETURN(saved->router_input, ctx_.empty({tokens, cfg_.d_model}, f));
     MOE_RETURN_IF_ERROR(kernels::convert(ctx_, y, saved->router_input));
   }
+  MOE_RETURN_IF_ERROR(compute_logits(saved));
+  MOE_RETURN_IF_ERROR(route(args, saved));
+  saved->seq_counts = Tensor();
+  if (args.seq_len > 0) {
+    MOE_ASSIGN_OR_RETURN(saved->seq_counts,
+                         ctx_.empty({tokens / args.seq_len, cfg_.num_experts}, DType::kI64));
+    MOE_RETURN_IF_ERROR(kernels::sequence_counts(ctx_, saved->idx, saved->seq_counts));
+  }
+  // The explicit argmax (B.9 #6), lowest index on ties, whatever was sampled.
+  MOE_ASSIGN_OR_RETURN(saved->top1, ctx_.empty({tokens}, DType::kI32));
+  return kernels::argmax_rows(ctx_, saved->logits, saved->top1);
+}
 
+Status MoeRouter::compute_logits(RouterSaved* saved) {
+  const int64_t tokens = saved->router_input.dim(0), experts = cfg_.num_experts;
+  const DType f = saved->router_input.dtype();
   MOE_ASSIGN_OR_RETURN(saved->logits, ctx_.empty({tokens, experts}, f));
   // AC layers may score against unit-norm expert embeddings without a bias (the reference code's
-  // gate); otherwise logits = r W_r + b_r.
+  // gate); otherwise logits = r W_r + b_r (no b_r without linear_bias).
   saved->unit_norm = cfg_.ac.enabled && cfg_.ac.logits == AcLogits::kUnitNormEmbeddings;
   if (saved->unit_norm) {
     MOE_ASSIGN_OR_RETURN(saved->w_unit, ctx_.empty(w_->value.shape(), f));
     MOE_ASSIGN_OR_RETURN(saved->inv_norm, ctx_.empty({experts}, f));
     MOE_RETURN_IF_ERROR(
         kernels::normalize_columns(ctx_, w_->value, saved->w_unit, saved->inv_norm));
-    MOE_RETURN_IF_ERROR(
-        kernels::gemm(ctx_, saved->router_input, false, saved->w_unit, false, saved->logits));
-  } else {
-    MOE_RETURN_IF_ERROR(
-        kernels::gemm(ctx_, saved->router_input, false, w_->value, false, saved->logits));
-    MOE_RETURN_IF_ERROR(kernels::add_bias(ctx_, saved->logits, b_->value));
+    return kernels::gemm(ctx_, saved->router_input, false, saved->w_unit, false, saved->logits);
   }
+  MOE_RETURN_IF_ERROR(
+      kernels::gemm(ctx_, saved->router_input, false, w_->value, false, saved->logits));
+  if (b_ == nullptr) return Status::OK();
+  return kernels::add_bias(ctx_, saved->logits, b_->value);
+}
 
+Status MoeRouter::route(const RouterForwardArgs& args, RouterSaved* saved) {
+  const int64_t tokens = saved->logits.dim(0), experts = cfg_.num_experts, k = cfg_.top_k;
+  const DType f = saved->logits.dtype();
   MOE_ASSIGN_OR_RETURN(saved->probs, ctx_.empty({tokens, experts}, f));
   MOE_ASSIGN_OR_RETURN(saved->lse, ctx_.empty({tokens}, f));
   MOE_ASSIGN_OR_RETURN(saved->idx, ctx_.empty({tokens, k}, DType::kI32));
   MOE_ASSIGN_OR_RETURN(saved->gate, ctx_.empty({tokens, k}, f));
-  if (cfg_.sparsemixer.enabled) {
-    MOE_ASSIGN_OR_RETURN(saved->mask, ctx_.empty({tokens, experts}, DType::kU8));
-    MOE_ASSIGN_OR_RETURN(saved->scale, ctx_.empty({tokens}, f));
-    MOE_ASSIGN_OR_RETURN(saved->is_argmax, ctx_.empty({tokens}, DType::kU8));
-    kernels::SparseMixerRouteArgs route{cfg_.sparsemixer, args.training, args.sparsemixer_rng,
-                                        args.token_offset};
-    MOE_RETURN_IF_ERROR(
-        kernels::sparsemixer_route(ctx_, route, saved->logits,
-                                   {saved->idx, saved->gate, saved->probs, saved->lse, saved->mask,
-                                    saved->scale, saved->is_argmax}));
-    if (args.stats.numel() > 0) {
-      MOE_RETURN_IF_ERROR(
-          kernels::sparsemixer_stats(ctx_, saved->mask, saved->is_argmax, saved->scale,
-                                     slots(args.stats, RouterStatsLayout::kUnmaskedSum, 4)));
-    }
-  } else {
-    MOE_RETURN_IF_ERROR(kernels::topk_softmax(ctx_, saved->logits, saved->idx, saved->gate,
-                                              saved->probs, saved->lse));
+  if (!cfg_.sparsemixer.enabled) {
+    return kernels::topk_route(ctx_, route_options(), saved->logits, saved->idx, saved->gate,
+                               saved->probs, saved->lse);
   }
-
-  // The explicit argmax (B.9 #6), lowest index on ties, whatever was sampled.
-  MOE_ASSIGN_OR_RETURN(saved->top1, ctx_.empty({tokens}, DType::kI32));
-  return kernels::argmax_rows(ctx_, saved->logits, saved->top1);
+  MOE_ASSIGN_OR_RETURN(saved->mask, ctx_.empty({tokens, experts}, DType::kU8));
+  MOE_ASSIGN_OR_RETURN(saved->scale, ctx_.empty({tokens}, f));
+  MOE_ASSIGN_OR_RETURN(saved->is_argmax, ctx_.empty({tokens}, DType::kU8));
+  kernels::SparseMixerRouteArgs route{cfg_.sparsemixer, args.training, args.sparsemixer_rng,
+                                      args.token_offset};
+  MOE_RETURN_IF_ERROR(kernels::sparsemixer_route(ctx_, route, saved->logits,
+                                                 {saved->idx, saved->gate, saved->probs, saved->lse,
+                                                  saved->mask, saved->scale, saved->is_argmax}));
+  if (args.stats.numel() == 0) return Status::OK();
+  return kernels::sparsemixer_stats(ctx_, saved->mask, saved->is_argmax, saved->scale,
+                                    slots(args.stats, RouterStatsLayout::kUnmaskedSum, 4));
 }
 
 StatusOr<Tensor> MoeRouter::aux_loss(const Tensor& load, comm::Communicator* data_comm,
@@ -131,21 +169,23 @@ StatusOr<Tensor> MoeRouter::aux_loss(const Tensor& load, comm::Communicator* dat
   const int64_t tokens = saved->logits.dim(0), experts = cfg_.num_experts;
   MOE_ASSIGN_OR_RETURN(saved->aux_packed,
                        ctx_.empty({kernels::aux_packed_size(experts)}, DType::kF64));
-  MOE_RETURN_IF_ERROR(
-      kernels::aux_sums(ctx_, saved->probs, saved->lse, load, tokens, saved->aux_packed));
+  MOE_RETURN_IF_ERROR(kernels::aux_sums(ctx_, saved->probs, saved->lse, load, saved->seq_counts,
+                                        tokens, saved->aux_packed));
   if (cfg_.balance_scope == BalanceScope::kGlobal && data_comm != nullptr &&
       data_comm->world_size() > 1) {
-    // One all-reduce of [load (E), prob sums (E), token count, lse^2 sum] in f64.
+    // One all-reduce of [load (E), prob sums (E), token count, lse^2 sum, sequence sums (E),
+    // sequence count] in f64.
     MOE_RETURN_IF_ERROR(data_comm->all_reduce(saved->aux_packed, saved->aux_packed,
                                               comm::ReduceOp::kSum, ctx_.stream()));
   }
-  MOE_ASSIGN_OR_RETURN(Tensor losses, ctx_.empty({3}, DType::kF64));
-  MOE_RETURN_IF_ERROR(kernels::aux_losses(ctx_, saved->aux_packed, cfg_.top_k,
-                                          cfg_.balance_loss_coef, cfg_.z_loss_coef, losses));
+  MOE_ASSIGN_OR_RETURN(Tensor losses, ctx_.empty({kernels::kAuxLossesSize}, DType::kF64));
+  MOE_RETURN_IF_ERROR(kernels::aux_losses(ctx_, saved->aux_packed, aux_weights(1.0), losses));
   if (stats.numel() > 0) {
-    // Balance and z as T-weighted sums over this rank's tokens; the weighted loss as is.
+    // Balance, z and seq as T-weighted sums over this rank's tokens; the weighted loss as is.
     MOE_RETURN_IF_ERROR(kernels::axpy(ctx_, static_cast<double>(tokens), losses.rows(0, 2),
                                       slots(stats, RouterStatsLayout::kBalanceLossSum, 2)));
+    MOE_RETURN_IF_ERROR(kernels::axpy(ctx_, static_cast<double>(tokens), losses.rows(3, 4),
+                                      slots(stats, RouterStatsLayout::kSeqBalanceLossSum)));
     MOE_RETURN_IF_ERROR(
         kernels::axpy(ctx_, 1.0, losses.rows(2, 3), slots(stats, RouterStatsLayout::kAuxLoss)));
     MOE_RETURN_IF_ERROR(
@@ -166,12 +206,12 @@ Status MoeRouter::backward(const Tensor& d_gate, const RouterSaved& saved, doubl
                                                       saved.idx, saved.probs, saved.mask,
                                                       saved.scale, d_logits));
   } else {
-    MOE_RETURN_IF_ERROR(
-        kernels::topk_softmax_backward(ctx_, d_gate, saved.gate, saved.idx, d_logits));
+    MOE_RETURN_IF_ERROR(kernels::topk_route_backward(ctx_, route_options(), saved.logits, d_gate,
+                                                     saved.gate, saved.idx, d_logits));
   }
-  MOE_RETURN_IF_ERROR(kernels::aux_losses_backward(
-      ctx_, saved.logits, saved.probs, saved.aux_packed, saved.lse,
-      {cfg_.top_k, aux_scale * cfg_.balance_loss_coef, aux_scale * cfg_.z_loss_coef}, d_logits));
+  MOE_RETURN_IF_ERROR(kernels::aux_losses_backward(ctx_, saved.logits, saved.probs,
+                                                   saved.aux_packed, saved.lse, saved.seq_counts,
+                                                   aux_weights(aux_scale), d_logits));
 
   // s = r W + b: dW += r^T ds, db += sum_t ds, dr = ds W^T. Unit-norm embeddings: s = r W_n,
   // dW += the normalisation's backward of r^T ds, dr = ds W_n^T (no bias).
@@ -185,7 +225,7 @@ Status MoeRouter::backward(const Tensor& d_gate, const RouterSaved& saved, doubl
   } else {
     MOE_RETURN_IF_ERROR(
         kernels::gemm(ctx_, saved.router_input, true, d_logits, false, w_->grad, 1.0, 1.0));
-    MOE_RETURN_IF_ERROR(kernels::bias_grad(ctx_, d_logits, b_->grad));
+    if (b_ != nullptr) MOE_RETURN_IF_ERROR(kernels::bias_grad(ctx_, d_logits, b_->grad));
   }
   if (!saved.ac_applied && d_y.dtype() == f) {
     return kernels::gemm(ctx_, d_logits, false, weight, true, d_y, 1.0, 1.0);

@@ -1,11 +1,13 @@
 // The router of one MoE layer, in full precision whatever the activations (F: f32, or f64 in
 // gradient tests): logits s = r W_r + b_r, where r is the layer input y (widened to F), or
-// y ⊙ M[prev_top1] for an Adaptive Clustering layer; then top-k softmax (or SparseMixer's masked
-// softmax and sample); the load-balancing and z losses; and the router statistics, accumulated
-// into the layer's device statistics block (types/router_stats.h). Nothing is read on the
-// host.
+// y ⊙ M[prev_top1] for an Adaptive Clustering layer; then top-k routing with softmax or sigmoid
+// scores, renormalised or not and scaled (kernels::topk_route; or SparseMixer's masked softmax
+// and sample); the load-balancing, z and sequence-wise balance losses; and the router statistics,
+// accumulated into the layer's device statistics block (types/router_stats.h). Nothing is read on
+// the host.
 //
-// Parameters (dense, replicated, F): <prefix>.w_router [D, E], <prefix>.b_router [E].
+// Parameters (dense, replicated, F): <prefix>.w_router [D, E], <prefix>.b_router [E] (only with
+// MoeLayerConfig::linear_bias; without it the logits are r W_r).
 #pragma once
 
 #include <string>
@@ -13,6 +15,7 @@
 #include "base/rng.h"
 #include "comm/communicator.h"
 #include "core/layers/parameters.h"
+#include "kernels/router.h"
 #include "types/moe_config.h"
 #include "types/router_stats.h"
 
@@ -27,6 +30,9 @@ struct RouterForwardArgs {
   // For global AC statistics: the communicator over every rank that holds tokens (nullable).
   comm::Communicator* stats_comm = nullptr;
   TensorView stats;  // the layer's statistics block (f64), or empty
+  // Tokens per sequence (rows are sequence-major, b S + s) for the sequence-wise balance loss and
+  // its statistic; 0: unknown (neither is computed, and a seq_balance_loss_coef > 0 is an error).
+  int64_t seq_len = 0;
 };
 
 // Everything backward needs, owned (shared storage).
@@ -37,6 +43,7 @@ struct RouterSaved {
   Tensor lse;           // [T] F: logsumexp of the logits (z-loss)
   Tensor idx;           // [T, K] i32 chosen experts (top-1 first)
   Tensor gate;          // [T, K] F gate values (SparseMixer: c * pi_D)
+  Tensor seq_counts;    // [T / S, E] i64 routing counts per sequence (kernels::sequence_counts)
   Tensor top1;          // [T] i32 argmax of the logits (the next AC layer's clusters)
   // SparseMixer only.
   Tensor mask;       // [T, E] u8
@@ -63,11 +70,11 @@ class MoeRouter {
   // args.stats_comm when AC statistics are global.
   Status forward(const RouterForwardArgs& args, RouterSaved* saved);
 
-  // The balance and z losses from the saved probabilities and this rank's per-expert load
-  // (before capacity, i64 [E]), as f64 [3] (balance, z, weighted; kernels::aux_losses). With
-  // BalanceScope::kGlobal and a `data_comm`, the packed sums of every data rank are all-reduced
-  // first (collective over data_comm). Adds the losses, the entropy and the top-1 gate sum into
-  // `stats` (may be empty).
+  // The balance, z and sequence losses from the saved probabilities, routing counts and this
+  // rank's per-expert load (before capacity, i64 [E]), as f64 [4] (balance, z, weighted, seq;
+  // kernels::aux_losses). With BalanceScope::kGlobal and a `data_comm`, the packed sums of every
+  // data rank are all-reduced first (collective over data_comm). Adds the losses, the entropy and
+  // the top-1 gate sum into `stats` (may be empty).
   StatusOr<Tensor> aux_loss(const Tensor& load, comm::Communicator* data_comm, RouterSaved* saved,
                             const TensorView& stats) const;
 
@@ -78,11 +85,18 @@ class MoeRouter {
 
  private:
   Status compute_ac_metric(const RouterForwardArgs& args, RouterSaved* saved);
+  // The logits [T, E] F of saved->router_input (into saved->logits; unit-norm state too).
+  Status compute_logits(RouterSaved* saved);
+  // Top-k (or SparseMixer) routing of saved->logits into the saved routing tensors.
+  Status route(const RouterForwardArgs& args, RouterSaved* saved);
+  kernels::RouteOptions route_options() const;
+  // The auxiliary losses' weights (the config's coefficients times scale) and score function.
+  kernels::AuxLossWeights aux_weights(double scale) const;
 
   Context& ctx_;
   MoeLayerConfig cfg_;
-  Parameter* w_;  // [D, E]
-  Parameter* b_;  // [E]
+  Parameter* w_;            // [D, E]
+  Parameter* b_ = nullptr;  // [E], or null without linear_bias
 };
 
 }  // namespace moe

@@ -89,6 +89,7 @@ StatusOr<Tensor> TransformerBlock::forward(const StepContext& ctx, const Tensor&
     in.p_in = state->p;
     in.prev_top1 = state->top1;
     in.token_offset = ctx.token_offset();
+    in.seq_len = ctx.seq_len;
     in.step = ctx.step;
     in.seed = ctx.seed;
     in.training = ctx.training;

@@ -10,6 +10,151 @@
 
 namespace moe::kernels::ref {
 
+// --- Top-k routing of one token (kernels/router.h topk_route) ----------------------------------
+
+// The options of topk_route for one row of E logits and its top-K (kernels/router.h RouteOptions,
+// without the selection bias, which the caller passes as a pointer).
+struct RouteParams {
+  ScoreFunction score;
+  bool renormalize;
+  double scaling;
+  int64_t experts;
+  int64_t k;
+};
+
+MOE_HOST_DEVICE inline double sigmoid_of(double x) { return 1.0 / (1.0 + exp(-x)); }
+
+// log(sum_i exp(row[i])) over n values, in double (the largest value taken out first).
+template <typename T>
+MOE_HOST_DEVICE inline double row_log_sum_exp(const T* row, int64_t n) {
+  double mx = -INFINITY;
+  for (int64_t i = 0; i < n; ++i) mx = fmax(mx, static_cast<double>(row[i]));
+  double s = 0;
+  for (int64_t i = 0; i < n; ++i) s += exp(static_cast<double>(row[i]) - mx);
+  return mx + log(s);
+}
+
+// Expert e's score: softmax (exp(logit - lse)) or sigmoid of its logit.
+template <typename T>
+MOE_HOST_DEVICE inline double route_score(ScoreFunction score, const T* row, double lse,
+                                          int64_t e) {
+  const double x = static_cast<double>(row[e]);
+  return score == ScoreFunction::kSigmoid ? sigmoid_of(x) : exp(x - lse);
+}
+
+// What the top-k ranks expert e by: the logit for softmax without a bias (the order of the
+// scores, without their rounding), else score + bias[e] (bias may be null: zeros).
+template <typename T>
+MOE_HOST_DEVICE inline double route_key(const RouteParams& p, const T* row, const T* bias,
+                                        double lse, int64_t e) {
+  if (p.score == ScoreFunction::kSoftmax && bias == nullptr) return static_cast<double>(row[e]);
+  const double s = route_score(p.score, row, lse, e);
+  return bias == nullptr ? s : s + static_cast<double>(bias[e]);
+}
+
+// One token: idx = the K largest keys in descending order (ties: lower expert index first);
+// gate = the chosen scores, renormalised over the K or not, times the scaling (softmax
+// renormalised: the softmax over the K chosen logits); probs = softmax, or sigmoid scores over
+// their sum; lse = logsumexp of the logits. row, probs [E]; idx, gate [K]; bias [E] or null.
+template <typename T>
+MOE_HOST_DEVICE inline void topk_route_token(const RouteParams& p, const T* row, const T* bias,
+                                             int32_t* idx, T* gate, T* probs, T* lse) {
+  const int64_t experts = p.experts, k = p.k;
+  const double l = row_log_sum_exp(row, experts);
+  for (int64_t j = 0; j < k; ++j) {
+    int64_t best = -1;
+    double best_key = 0;
+    for (int64_t e = 0; e < experts; ++e) {
+      bool taken = false;
+      for (int64_t q = 0; q < j; ++q) taken |= idx[q] == e;
+      if (taken) continue;
+      const double key = route_key(p, row, bias, l, e);
+      if (best < 0 || key > best_key) {  // e > best: a tie keeps the lower index
+        best = e;
+        best_key = key;
+      }
+    }
+    idx[j] = static_cast<int32_t>(best);
+  }
+  if (p.score == ScoreFunction::kSoftmax) {
+    if (p.renormalize) {
+      // Softmax over the K selected logits, shifted by the largest (idx[0]'s without a bias).
+      double top = row[idx[0]];
+      for (int64_t j = 1; j < k; ++j) top = fmax(top, static_cast<double>(row[idx[j]]));
+      double denom = 0;
+      for (int64_t j = 0; j < k; ++j) denom += exp(static_cast<double>(row[idx[j]]) - top);
+      for (int64_t j = 0; j < k; ++j) {
+        gate[j] = static_cast<T>(exp(static_cast<double>(row[idx[j]]) - top) / denom * p.scaling);
+      }
+    } else {
+      for (int64_t j = 0; j < k; ++j) {
+        gate[j] = static_cast<T>(exp(static_cast<double>(row[idx[j]]) - l) * p.scaling);
+      }
+    }
+    for (int64_t e = 0; e < experts; ++e) {
+      probs[e] = static_cast<T>(exp(static_cast<double>(row[e]) - l));
+    }
+  } else {
+    double chosen = 0, all = 0;
+    for (int64_t j = 0; j < k; ++j) chosen += sigmoid_of(static_cast<double>(row[idx[j]]));
+    for (int64_t e = 0; e < experts; ++e) all += sigmoid_of(static_cast<double>(row[e]));
+    const double denom = p.renormalize ? chosen : 1.0;
+    for (int64_t j = 0; j < k; ++j) {
+      gate[j] = static_cast<T>(sigmoid_of(static_cast<double>(row[idx[j]])) / denom * p.scaling);
+    }
+    for (int64_t e = 0; e < experts; ++e) {
+      probs[e] = static_cast<T>(sigmoid_of(static_cast<double>(row[e])) / all);
+    }
+  }
+  *lse = static_cast<T>(l);
+}
+
+// Its backward for one token, accumulated into d_row [E] (c = scaling, d = d_gate):
+//   softmax renormalised: d_row[i_j] += g_j (d_j - sum_j' g_j' d_j' / c) (from the gates alone;
+//     row may be null);
+//   softmax not:  d_row[e] += c p_e (1[e = i_j] d_j - sum_j d_j p_{i_j}), p = softmax(row);
+//   sigmoid renormalised: d_row[i_j] += c s_j (1 - s_j) / S (d_j - sum_j' s_j' d_j' / S),
+//     S = sum_j s_j over the chosen;
+//   sigmoid not: d_row[i_j] += c d_j s_j (1 - s_j).
+template <typename T>
+MOE_HOST_DEVICE inline void topk_route_backward_token(const RouteParams& p, const T* row,
+                                                      const T* d_gate, const T* gate,
+                                                      const int32_t* idx, T* d_row) {
+  const int64_t experts = p.experts, k = p.k;
+  const double c = p.scaling;
+  if (p.score == ScoreFunction::kSoftmax && p.renormalize) {
+    double dot = 0;
+    for (int64_t j = 0; j < k; ++j) dot += static_cast<double>(gate[j]) * d_gate[j];
+    dot /= c;
+    for (int64_t j = 0; j < k; ++j) {
+      const double g = gate[j];
+      d_row[idx[j]] += static_cast<T>(g * (d_gate[j] - dot));
+    }
+  } else if (p.score == ScoreFunction::kSoftmax) {
+    const double l = row_log_sum_exp(row, experts);
+    double dot = 0;
+    for (int64_t j = 0; j < k; ++j) dot += d_gate[j] * route_score(p.score, row, l, idx[j]);
+    for (int64_t e = 0; e < experts; ++e) {
+      double v = -dot;
+      for (int64_t j = 0; j < k; ++j) v += idx[j] == e ? static_cast<double>(d_gate[j]) : 0.0;
+      d_row[e] += static_cast<T>(c * route_score(p.score, row, l, e) * v);
+    }
+  } else {
+    double sum = 0, dot = 0;
+    for (int64_t j = 0; j < k; ++j) {
+      const double s = sigmoid_of(static_cast<double>(row[idx[j]]));
+      sum += s;
+      dot += s * d_gate[j];
+    }
+    const double denom = p.renormalize ? sum : 1.0;
+    const double mean = p.renormalize ? dot / sum : 0.0;
+    for (int64_t j = 0; j < k; ++j) {
+      const double s = sigmoid_of(static_cast<double>(row[idx[j]]));
+      d_row[idx[j]] += static_cast<T>(c * s * (1.0 - s) / denom * (d_gate[j] - mean));
+    }
+  }
+}
+
 // SparseMixer backward of one token: s = dL/d(c pi_D) turned into dL/dpi_D by the gate-gradient
 // rule, then through the masked softmax into d_row (accumulated).
 template <typename T>
@@ -60,52 +205,101 @@ MOE_HOST_DEVICE inline void normalize_column_backward(const T* d_out, const T* o
   }
 }
 
-// (balance, z, weighted) from the packed sums [2E + 2] (kernels/router.h aux_sums).
+// (balance, z, weighted, seq) from the packed sums [3E + 3] (kernels/router.h aux_sums): the
+// Switch balance loss, the z-loss, the weighted sum and DeepSeek-V3's sequence-wise balance loss
+// (E / K) sum_e q_e / sequences. The sequence loss joins the weighted sum only with a coefficient.
 MOE_HOST_DEVICE inline void aux_losses_from_packed(const double* v, int64_t experts, int64_t top_k,
                                                    double balance_coef, double z_coef,
-                                                   double* out) {
+                                                   double seq_coef, double* out) {
   const double t = v[2 * experts];
-  double balance = 0, z = 0;
+  double balance = 0, z = 0, seq = 0;
   if (t > 0) {
     const double slots = t * static_cast<double>(top_k);
     for (int64_t e = 0; e < experts; ++e) balance += (v[e] / slots) * (v[experts + e] / t);
     balance *= static_cast<double>(experts);
     z = v[2 * experts + 1] / t;
   }
+  const double sequences = v[3 * experts + 2];
+  if (sequences > 0) {
+    for (int64_t e = 0; e < experts; ++e) seq += v[2 * experts + 2 + e];
+    seq *= static_cast<double>(experts) / static_cast<double>(top_k) / sequences;
+  }
   out[0] = balance;
   out[1] = z;
   out[2] = balance_coef * balance + z_coef * z;
+  if (seq_coef != 0) out[2] += seq_coef * seq;
+  out[3] = seq;
 }
 
 // The sizes and weights of the auxiliary losses' gradient (aux_losses_backward_token and
 // ref::aux_losses_backward): tokens is the packed token count T the losses are normalised by
-// (> 0 for a token's gradient), experts E, k the router's top-k, and the loss weights.
+// (> 0 for a token's gradient), experts E, k the router's top-k, and the loss weights; score is
+// how the probabilities came from the logits (their Jacobian); seq_scale is the sequence loss's
+// dL/dp_te per routed count of e in t's sequence, w_seq E / (K S^2 N) for N sequences (over the
+// ranks sharing the loss) of seq_len = S tokens (0: none; token t's counts are row t / S).
 struct AuxGradArgs {
   double tokens;
   int64_t experts;
   int64_t k;
   double balance_weight;
   double z_weight;
+  ScoreFunction score = ScoreFunction::kSoftmax;
+  double seq_scale = 0;
+  int64_t seq_len = 0;
 };
 
+// The loss weights of aux_grad_args (kernels/router.h AuxLossWeights).
+struct AuxWeights {
+  int64_t k;
+  double balance, z, seq;
+  ScoreFunction score;
+};
+
+// The gradient's arguments from the packed sums v [3E + 3] (kernels/router.h aux_sums) for tokens
+// in sequences of seq_len (0: no sequence loss).
+MOE_HOST_DEVICE inline AuxGradArgs aux_grad_args(const double* v, int64_t experts,
+                                                 const AuxWeights& w, int64_t seq_len) {
+  AuxGradArgs a{v[2 * experts], experts, w.k, w.balance, w.z, w.score};
+  const double sequences = v[3 * experts + 2];
+  if (seq_len > 0 && sequences > 0 && w.seq != 0) {
+    const double s = static_cast<double>(seq_len);
+    a.seq_scale =
+        w.seq * static_cast<double>(experts) / static_cast<double>(w.k) / (s * s) / sequences;
+    a.seq_len = seq_len;
+  }
+  return a;  // seq_scale 0 and seq_len 0 unless the sequence loss has a gradient
+}
+
+// d p_e / d logit_j = J_e (1[e = j] - p_j) up to the factor J_e: p_e for a softmax (full or
+// masked), p_e (1 - sigmoid(logit_e)) for sigmoid scores over their sum.
+template <typename T>
+MOE_HOST_DEVICE inline double prob_jacobian(ScoreFunction score, const T* logits, const T* p,
+                                            int64_t e) {
+  const double pe = static_cast<double>(p[e]);
+  if (score == ScoreFunction::kSoftmax) return pe;
+  return pe * (1.0 - sigmoid_of(static_cast<double>(logits[e])));
+}
+
 // The auxiliary losses' gradient for one token's logits (accumulated into d): the balance loss
-// E sum_e f_e P_e through the token's probabilities p, the z-loss through softmax(logits).
+// E sum_e f_e P_e through the token's probabilities p, the z-loss through softmax(logits), the
+// sequence loss through p with its sequence's counts (seq_count [E], or null).
 // load: the packed loads; lse: the token's logsumexp; a.tokens: the packed token count (> 0).
 template <typename T>
 MOE_HOST_DEVICE inline void aux_losses_backward_token(const T* logits, const T* p,
                                                       const double* load, double lse,
+                                                      const int64_t* seq_count,
                                                       const AuxGradArgs& a, T* d) {
   const double tokens = a.tokens;
   const int64_t experts = a.experts, k = a.k;
   const double balance_weight = a.balance_weight, z_weight = a.z_weight;
   const double slots = tokens * static_cast<double>(k);
   if (balance_weight != 0) {
-    // dL/dp_te = E f_e / T; softmax backward p_j (f_j - sum_e p_e f_e).
+    // dL/dp_te = E f_e / T; through p: J_j (f_j - sum_e p_e f_e).
     double pf = 0;
     for (int64_t e = 0; e < experts; ++e) pf += static_cast<double>(p[e]) * (load[e] / slots);
     const double c = balance_weight * static_cast<double>(experts) / tokens;
     for (int64_t e = 0; e < experts; ++e) {
-      d[e] += static_cast<T>(c * static_cast<double>(p[e]) * (load[e] / slots - pf));
+      d[e] += static_cast<T>(c * prob_jacobian(a.score, logits, p, e) * (load[e] / slots - pf));
     }
   }
   if (z_weight != 0) {
@@ -113,6 +307,17 @@ MOE_HOST_DEVICE inline void aux_losses_backward_token(const T* logits, const T* 
     const double c = z_weight * 2.0 * lse / tokens;
     for (int64_t e = 0; e < experts; ++e) {
       d[e] += static_cast<T>(c * exp(static_cast<double>(logits[e]) - lse));
+    }
+  }
+  if (a.seq_scale != 0 && seq_count != nullptr) {
+    // dL/dp_te = seq_scale n_e (n: the counts of t's sequence); through p as above.
+    double pn = 0;
+    for (int64_t e = 0; e < experts; ++e) {
+      pn += static_cast<double>(p[e]) * static_cast<double>(seq_count[e]);
+    }
+    for (int64_t e = 0; e < experts; ++e) {
+      d[e] += static_cast<T>(a.seq_scale * prob_jacobian(a.score, logits, p, e) *
+                             (static_cast<double>(seq_count[e]) - pn));
     }
   }
 }

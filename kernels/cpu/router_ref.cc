@@ -32,47 +32,35 @@ double log_sum_exp(const T* row, int64_t n, const uint8_t* mask) {
 }  // namespace
 
 template <typename T>
-void topk_softmax(const T* logits, int64_t tokens, int64_t experts, int64_t k, int32_t* idx,
-                  T* gate, T* probs, T* lse) {
-  std::vector<uint8_t> taken(experts);
+void topk_route(const RouteParams& p, const T* logits, const T* bias, int64_t tokens, int32_t* idx,
+                T* gate, T* probs, T* lse) {
+  const int64_t experts = p.experts, k = p.k;
   for (int64_t t = 0; t < tokens; ++t) {
-    const T* row = logits + t * experts;
-    std::fill(taken.begin(), taken.end(), 0);
-    for (int64_t j = 0; j < k; ++j) {
-      int64_t best = -1;
-      for (int64_t e = 0; e < experts; ++e) {
-        if (taken[e]) continue;
-        if (best < 0 || ranks_before(row[e], e, row[best], best)) best = e;
-      }
-      taken[best] = 1;
-      idx[t * k + j] = static_cast<int32_t>(best);
-    }
-    // Softmax over the K selected logits; idx[t, 0] holds the largest.
-    const double top = row[idx[t * k]];
-    double denom = 0;
-    for (int64_t j = 0; j < k; ++j)
-      denom += std::exp(static_cast<double>(row[idx[t * k + j]]) - top);
-    for (int64_t j = 0; j < k; ++j) {
-      gate[t * k + j] =
-          static_cast<T>(std::exp(static_cast<double>(row[idx[t * k + j]]) - top) / denom);
-    }
-    const double l = log_sum_exp(row, experts, nullptr);
-    lse[t] = static_cast<T>(l);
-    for (int64_t e = 0; e < experts; ++e) {
-      probs[t * experts + e] = static_cast<T>(std::exp(static_cast<double>(row[e]) - l));
-    }
+    topk_route_token<T>(p, logits + t * experts, bias, idx + t * k, gate + t * k,
+                        probs + t * experts, lse + t);
   }
 }
 
 template <typename T>
-void topk_softmax_backward(const T* d_gate, const T* gate, const int32_t* idx, int64_t tokens,
-                           int64_t experts, int64_t k, T* d_logits) {
+void topk_route_backward(const RouteParams& p, const T* logits, const T* d_gate, const T* gate,
+                         const int32_t* idx, int64_t tokens, T* d_logits) {
+  const int64_t experts = p.experts, k = p.k;
   for (int64_t t = 0; t < tokens; ++t) {
-    double dot = 0;
-    for (int64_t j = 0; j < k; ++j) dot += static_cast<double>(gate[t * k + j]) * d_gate[t * k + j];
+    const T* row = logits == nullptr ? nullptr : logits + t * experts;
+    topk_route_backward_token<T>(p, row, d_gate + t * k, gate + t * k, idx + t * k,
+                                 d_logits + t * experts);
+  }
+}
+
+void sequence_counts(const int32_t* idx, int64_t tokens, int64_t k, int64_t sequences,
+                     int64_t experts, int64_t* counts) {
+  std::fill(counts, counts + sequences * experts, int64_t{0});
+  const int64_t per_sequence = tokens / sequences;
+  for (int64_t t = 0; t < tokens; ++t) {
+    int64_t* row = counts + (t / per_sequence) * experts;
     for (int64_t j = 0; j < k; ++j) {
-      const double g = gate[t * k + j];
-      d_logits[t * experts + idx[t * k + j]] += static_cast<T>(g * (d_gate[t * k + j] - dot));
+      const int32_t e = idx[t * k + j];
+      if (e >= 0 && e < experts) row[e] += 1;
     }
   }
 }
@@ -176,13 +164,32 @@ void aux_sums(const T* probs, const T* lse, const int64_t* load, int64_t rows, i
 }
 
 template <typename T>
+void aux_sequence_sums(const T* probs, const int64_t* seq_counts, int64_t rows, int64_t experts,
+                       int64_t sequences, double* packed) {
+  double* q = packed + 2 * experts + 2;
+  std::fill(q, q + experts, 0.0);
+  const int64_t per_sequence = rows / sequences;
+  for (int64_t t = 0; t < rows; ++t) {
+    const int64_t* n = seq_counts + (t / per_sequence) * experts;
+    for (int64_t e = 0; e < experts; ++e) {
+      q[e] += static_cast<double>(n[e]) * static_cast<double>(probs[t * experts + e]);
+    }
+  }
+  const double s = static_cast<double>(per_sequence);
+  for (int64_t e = 0; e < experts; ++e) q[e] /= s * s;
+  packed[3 * experts + 2] = static_cast<double>(sequences);
+}
+
+template <typename T>
 void aux_losses_backward(const T* logits, const T* probs, const double* load, const T* lse,
-                         int64_t local, const AuxGradArgs& a, T* d_logits) {
+                         const int64_t* seq_counts, int64_t local, const AuxGradArgs& a,
+                         T* d_logits) {
   const int64_t experts = a.experts;
   if (!(a.tokens > 0)) return;
   for (int64_t t = 0; t < local; ++t) {
+    const int64_t* n = a.seq_len > 0 ? seq_counts + (t / a.seq_len) * experts : nullptr;
     aux_losses_backward_token<T>(logits + t * experts, probs + t * experts, load,
-                                 static_cast<double>(lse[t]), a, d_logits + t * experts);
+                                 static_cast<double>(lse[t]), n, a, d_logits + t * experts);
   }
 }
 
@@ -277,17 +284,20 @@ void ac_apply_metric_backward(const F* d_out, const int32_t* labels, const F* me
 }
 
 #define MOE_INSTANTIATE_ROUTER(T)                                                                  \
-  template void topk_softmax<T>(const T*, int64_t, int64_t, int64_t, int32_t*, T*, T*, T*);        \
-  template void topk_softmax_backward<T>(const T*, const T*, const int32_t*, int64_t, int64_t,     \
-                                         int64_t, T*);                                             \
+  template void topk_route<T>(const RouteParams&, const T*, const T*, int64_t, int32_t*, T*, T*,   \
+                              T*);                                                                 \
+  template void topk_route_backward<T>(const RouteParams&, const T*, const T*, const T*,           \
+                                       const int32_t*, int64_t, T*);                               \
   template void sparsemixer_route<T>(const SparseMixerParams&, bool, const CounterRng&, int64_t,   \
                                      const T*, int64_t, int64_t, const SparseMixerOutputs<T>&);    \
   template void sparsemixer_backward<T>(SparseMixerGateGrad, const T*, const SparseMixerSaved<T>&, \
                                         int64_t, int64_t, T*);                                     \
   template void aux_sums<T>(const T*, const T*, const int64_t*, int64_t, int64_t, int64_t,         \
                             double*);                                                              \
-  template void aux_losses_backward<T>(const T*, const T*, const double*, const T*, int64_t,       \
-                                       const AuxGradArgs&, T*);                                    \
+  template void aux_sequence_sums<T>(const T*, const int64_t*, int64_t, int64_t, int64_t,          \
+                                     double*);                                                     \
+  template void aux_losses_backward<T>(const T*, const T*, const double*, const T*,                \
+                                       const int64_t*, int64_t, const AuxGradArgs&, T*);           \
   template void normalize_columns<T>(const T*, int64_t, int64_t, T*, T*);                          \
   template void normalize_columns_backward<T>(const T*, const T*, const T*, int64_t, int64_t, T*); \
   template void argmax_rows<T>(const T*, int64_t, int64_t, int32_t*);                              \

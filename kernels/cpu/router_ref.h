@@ -6,17 +6,24 @@
 #include <cstdint>
 
 #include "base/rng.h"
-#include "kernels/cpu/router_math.h"  // AuxGradArgs
+#include "kernels/cpu/router_math.h"  // AuxGradArgs, RouteParams
 #include "types/moe_config.h"
 
 namespace moe::kernels::ref {
 
+// topk_route_token (router_math.h) for each of `tokens` rows: logits, probs [T, E]; idx, gate
+// [T, K]; lse [T]; bias [E] or null.
 template <typename T>
-void topk_softmax(const T* logits, int64_t tokens, int64_t experts, int64_t k, int32_t* idx,
-                  T* gate, T* probs, T* lse);
+void topk_route(const RouteParams& p, const T* logits, const T* bias, int64_t tokens, int32_t* idx,
+                T* gate, T* probs, T* lse);
+// topk_route_backward_token for each row (logits may be null for renormalised softmax).
 template <typename T>
-void topk_softmax_backward(const T* d_gate, const T* gate, const int32_t* idx, int64_t tokens,
-                           int64_t experts, int64_t k, T* d_logits);
+void topk_route_backward(const RouteParams& p, const T* logits, const T* d_gate, const T* gate,
+                         const int32_t* idx, int64_t tokens, T* d_logits);
+
+// counts [sequences, E] of idx [tokens, K] (kernels/router.h sequence_counts).
+void sequence_counts(const int32_t* idx, int64_t tokens, int64_t k, int64_t sequences,
+                     int64_t experts, int64_t* counts);
 
 // What sparsemixer_route writes, row-major over `tokens` rows (kernels/router.h
 // SparseMixerRouteOut): idx [T] the chosen expert, gate [T] = c * pi_D, probs [T, E] the masked
@@ -52,15 +59,23 @@ void sparsemixer_backward(SparseMixerGateGrad rule, const T* d_gate,
 
 // aux_sums: packed [2E + 2] (kernels/router.h) from probs [rows, E], lse [rows] and the
 // loads [E]; `tokens` is the token count stored in the pack.
+// (The sequence slots are zeroed; aux_sequence_sums fills them.)
 template <typename T>
 void aux_sums(const T* probs, const T* lse, const int64_t* load, int64_t rows, int64_t experts,
               int64_t tokens, double* packed);
+// The sequence slots of the pack: q_e for e < E and the sequence count, from probs [rows, E] and
+// seq_counts [sequences, E] (rows / sequences tokens each).
+template <typename T>
+void aux_sequence_sums(const T* probs, const int64_t* seq_counts, int64_t rows, int64_t experts,
+                       int64_t sequences, double* packed);
 
 // `local` rows of logits; a.tokens is the T the losses are normalised by (local or global);
-// load [E] as doubles (the packed, possibly all-reduced sums). Nothing when a.tokens is not > 0.
+// load [E] as doubles (the packed, possibly all-reduced sums); seq_counts [local / a.seq_len, E],
+// read only when a.seq_len > 0. Nothing when a.tokens is not > 0.
 template <typename T>
 void aux_losses_backward(const T* logits, const T* probs, const double* load, const T* lse,
-                         int64_t local, const AuxGradArgs& a, T* d_logits);
+                         const int64_t* seq_counts, int64_t local, const AuxGradArgs& a,
+                         T* d_logits);
 
 // Column-wise unit normalisation of w [d, E] (normalize_column for every e), and its backward.
 template <typename T>

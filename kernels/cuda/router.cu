@@ -1,8 +1,9 @@
-// Routing on the GPU: top-k softmax (the CPU's tie rule: larger logit first, then lower index),
-// SparseMixer top-1 (the masked softmax, Gumbel-max sampling from the same Philox counters as the
-// CPU, the midpoint policies) and their backwards, and the auxiliary losses. One thread per token
-// runs the reference's per-token loop in double, so indices match the CPU exactly and values to
-// rounding; column sums are deterministic block reductions.
+// Routing on the GPU: top-k with softmax or sigmoid scores (the shared per-token
+// ref::topk_route_token: the CPU's tie rule, larger key first, then lower index), SparseMixer
+// top-1 (the masked softmax, Gumbel-max sampling from the same Philox counters as the CPU, the
+// midpoint policies) and their backwards, the per-sequence routing counts, and the auxiliary
+// losses. One thread per token runs the reference's per-token loop in double, so indices match the
+// CPU exactly and values to rounding; column sums are deterministic block reductions.
 #include <cmath>
 
 #include "kernels/common.h"
@@ -33,49 +34,37 @@ __device__ double log_sum_exp(const T* row, int64_t n, const uint8_t* mask) {
 }
 
 template <typename T>
-__global__ void topk_softmax_kernel(const T* logits, int64_t tokens, int64_t experts, int64_t k,
-                                    int32_t* idx, T* gate, T* probs, T* lse) {
+__global__ void topk_route_kernel(ref::RouteParams p, const T* logits, const T* bias,
+                                  int64_t tokens, int32_t* idx, T* gate, T* probs, T* lse) {
+  const int64_t experts = p.experts, k = p.k;
   MOE_GRID_LOOP(t, tokens) {
-    const T* row = logits + t * experts;
-    int32_t* ti = idx + t * k;
-    for (int64_t j = 0; j < k; ++j) {
-      int64_t best = -1;
-      for (int64_t e = 0; e < experts; ++e) {
-        bool taken = false;
-        for (int64_t q = 0; q < j; ++q) taken |= ti[q] == e;
-        if (taken) continue;
-        if (best < 0 || ranks_before(row[e], e, row[best], best)) best = e;
-      }
-      ti[j] = static_cast<int32_t>(best);
-    }
-    const double top = row[ti[0]];
-    double denom = 0;
-    for (int64_t j = 0; j < k; ++j) denom += exp(static_cast<double>(row[ti[j]]) - top);
-    for (int64_t j = 0; j < k; ++j) {
-      gate[t * k + j] = static_cast<T>(exp(static_cast<double>(row[ti[j]]) - top) / denom);
-    }
-    const double l = log_sum_exp(row, experts, static_cast<const uint8_t*>(nullptr));
-    lse[t] = static_cast<T>(l);
-    for (int64_t e = 0; e < experts; ++e) {
-      probs[t * experts + e] = static_cast<T>(exp(static_cast<double>(row[e]) - l));
-    }
+    ref::topk_route_token<T>(p, logits + t * experts, bias, idx + t * k, gate + t * k,
+                             probs + t * experts, lse + t);
   }
 }
 
 template <typename T>
-__global__ void topk_softmax_backward_kernel(const T* d_gate, const T* gate, const int32_t* idx,
-                                             int64_t tokens, int64_t experts, int64_t k,
-                                             T* d_logits) {
+__global__ void topk_route_backward_kernel(ref::RouteParams p, const T* logits, const T* d_gate,
+                                           const T* gate, const int32_t* idx, int64_t tokens,
+                                           T* d_logits) {
+  const int64_t experts = p.experts, k = p.k;
   MOE_GRID_LOOP(t, tokens) {
-    double dot = 0;
-    for (int64_t j = 0; j < k; ++j) {
-      dot += static_cast<double>(gate[t * k + j]) * static_cast<double>(d_gate[t * k + j]);
-    }
-    for (int64_t j = 0; j < k; ++j) {
-      const double g = gate[t * k + j];
-      T& d = d_logits[t * experts + idx[t * k + j]];
-      d += static_cast<T>(g * (static_cast<double>(d_gate[t * k + j]) - dot));
-    }
+    const T* row = logits == nullptr ? nullptr : logits + t * experts;
+    ref::topk_route_backward_token<T>(p, row, d_gate + t * k, gate + t * k, idx + t * k,
+                                      d_logits + t * experts);
+  }
+}
+
+// One thread per (sequence b, expert e): counts[b, e] over the sequence's S K indices, read in
+// order (the threads of a warp read the same index: one broadcast load). No atomics.
+__global__ void sequence_counts_kernel(const int32_t* idx, int64_t per_sequence, int64_t k,
+                                       int64_t sequences, int64_t experts, int64_t* counts) {
+  MOE_GRID_LOOP(i, sequences * experts) {
+    const int64_t b = i / experts, e = i % experts;
+    const int32_t* first = idx + b * per_sequence * k;
+    int64_t n = 0;
+    for (int64_t q = 0; q < per_sequence * k; ++q) n += first[q] == e ? 1 : 0;
+    counts[i] = n;
   }
 }
 
@@ -153,76 +142,115 @@ __global__ void sparsemixer_backward_kernel(SparseMixerGateGrad rule, const T* d
   }
 }
 
-// Block e < E: sum_t probs[t, e]; block E: sum_t lse[t]^2; block E + 1: the loads and tokens.
+// The sequence slots' inputs of aux_sums_kernel: counts [sequences, E] (null: zero slots).
+struct SequenceSums {
+  const int64_t* counts;
+  int64_t per_sequence;
+  int64_t sequences;
+};
+
+// Block e < E: sum_t probs[t, e] and q_e; block E: sum_t lse[t]^2; block E + 1: the loads, the
+// tokens and the sequences.
 template <typename T>
 __global__ void aux_sums_kernel(const T* probs, const T* lse, const int64_t* load, int64_t rows,
-                                int64_t experts, double tokens, double* packed) {
+                                int64_t experts, double tokens, SequenceSums seq, double* packed) {
   __shared__ double scratch[32];
   const int64_t b = blockIdx.x;
   if (b == experts + 1) {
     for (int64_t e = threadIdx.x; e < experts; e += blockDim.x) {
       packed[e] = static_cast<double>(load[e]);
     }
-    if (threadIdx.x == 0) packed[2 * experts] = tokens;
+    if (threadIdx.x == 0) {
+      packed[2 * experts] = tokens;
+      packed[3 * experts + 2] = seq.counts != nullptr ? static_cast<double>(seq.sequences) : 0.0;
+    }
     return;
   }
-  double s = 0;
+  double s = 0, q = 0;
   for (int64_t t = threadIdx.x; t < rows; t += blockDim.x) {
     if (b < experts) {
-      s += static_cast<double>(probs[t * experts + b]);
+      const double p = static_cast<double>(probs[t * experts + b]);
+      s += p;
+      if (seq.counts != nullptr) {
+        q += static_cast<double>(seq.counts[(t / seq.per_sequence) * experts + b]) * p;
+      }
     } else {
       const double z = lse[t];
       s += z * z;
     }
   }
   s = block_sum(s, scratch);
-  if (threadIdx.x == 0) packed[b < experts ? experts + b : 2 * experts + 1] = s;
+  if (b == experts) {
+    if (threadIdx.x == 0) packed[2 * experts + 1] = s;
+    return;
+  }
+  q = block_sum(q, scratch);
+  if (threadIdx.x == 0) {
+    packed[experts + b] = s;
+    const double n = static_cast<double>(seq.per_sequence);
+    packed[2 * experts + 2 + b] = seq.counts != nullptr ? q / (n * n) : 0.0;
+  }
 }
 
-__global__ void aux_losses_kernel(const double* v, int64_t experts, int64_t top_k,
-                                  double balance_coef, double z_coef, double* out) {
-  ref::aux_losses_from_packed(v, experts, top_k, balance_coef, z_coef, out);
+__global__ void aux_losses_kernel(const double* v, int64_t experts, AuxLossWeights w, double* out) {
+  ref::aux_losses_from_packed(v, experts, w.top_k, w.balance, w.z, w.seq, out);
 }
 
 template <typename T>
 __global__ void aux_losses_backward_kernel(const T* logits, const T* probs, const double* packed,
-                                           const T* lse, int64_t local, int64_t experts, int64_t k,
-                                           double balance_weight, double z_weight, T* d_logits) {
-  const double tokens = packed[2 * experts];  // read on the device: no host value
-  if (!(tokens > 0)) return;
-  const ref::AuxGradArgs a{tokens, experts, k, balance_weight, z_weight};
+                                           const T* lse, const int64_t* seq_counts, int64_t local,
+                                           int64_t experts, ref::AuxWeights w, int64_t seq_len,
+                                           T* d_logits) {
+  // T, B and the loads are read on the device: no host value.
+  const ref::AuxGradArgs a = ref::aux_grad_args(packed, experts, w, seq_len);
+  if (!(a.tokens > 0)) return;
   MOE_GRID_LOOP(t, local) {
+    const int64_t* n = a.seq_len > 0 ? seq_counts + (t / a.seq_len) * experts : nullptr;
     ref::aux_losses_backward_token<T>(logits + t * experts, probs + t * experts, packed,
-                                      static_cast<double>(lse[t]), a, d_logits + t * experts);
+                                      static_cast<double>(lse[t]), n, a, d_logits + t * experts);
   }
 }
 
 }  // namespace
 
-Status topk_softmax(Context& ctx, const TensorView& logits, const TensorView& idx,
-                    const TensorView& gate, const TensorView& probs, const TensorView& lse) {
+Status topk_route(Context& ctx, const RouteOptions& opt, const TensorView& logits,
+                  const TensorView& idx, const TensorView& gate, const TensorView& probs,
+                  const TensorView& lse) {
   const int64_t tokens = logits.dim(0), experts = logits.dim(1), k = idx.dim(1);
   if (tokens == 0) return Status::OK();
-  MOE_RETURN_IF_ERROR(dispatch_full("topk_softmax", logits, [&](auto tag) {
+  const ref::RouteParams p{opt.score, opt.renormalize, opt.scaling, experts, k};
+  MOE_RETURN_IF_ERROR(dispatch_full("topk_route", logits, [&](auto tag) {
     using T = decltype(tag);
-    topk_softmax_kernel<T><<<grid_for(tokens), kThreads, 0, stream_of(ctx)>>>(
-        logits.data<T>(), tokens, experts, k, idx.data<int32_t>(), gate.data<T>(), probs.data<T>(),
+    const T* bias = opt.selection_bias.numel() > 0 ? opt.selection_bias.data<T>() : nullptr;
+    topk_route_kernel<T><<<grid_for(tokens), kThreads, 0, stream_of(ctx)>>>(
+        p, logits.data<T>(), bias, tokens, idx.data<int32_t>(), gate.data<T>(), probs.data<T>(),
         lse.data<T>());
   }));
-  return launch_status("topk_softmax");
+  return launch_status("topk_route");
 }
 
-Status topk_softmax_backward(Context& ctx, const TensorView& d_gate, const TensorView& gate,
-                             const TensorView& idx, const TensorView& d_logits) {
+Status topk_route_backward(Context& ctx, const RouteOptions& opt, const TensorView& logits,
+                           const TensorView& d_gate, const TensorView& gate, const TensorView& idx,
+                           const TensorView& d_logits) {
   const int64_t tokens = d_logits.dim(0);
   if (tokens == 0) return Status::OK();
-  MOE_RETURN_IF_ERROR(dispatch_full("topk_softmax_backward", d_gate, [&](auto tag) {
+  const ref::RouteParams p{opt.score, opt.renormalize, opt.scaling, d_logits.dim(1), gate.dim(1)};
+  MOE_RETURN_IF_ERROR(dispatch_full("topk_route_backward", d_gate, [&](auto tag) {
     using T = decltype(tag);
-    topk_softmax_backward_kernel<T><<<grid_for(tokens), kThreads, 0, stream_of(ctx)>>>(
-        d_gate.data<T>(), gate.data<T>(), idx.data<int32_t>(), tokens, d_logits.dim(1), gate.dim(1),
-        d_logits.data<T>());
+    topk_route_backward_kernel<T><<<grid_for(tokens), kThreads, 0, stream_of(ctx)>>>(
+        p, logits.numel() > 0 ? logits.data<T>() : nullptr, d_gate.data<T>(), gate.data<T>(),
+        idx.data<int32_t>(), tokens, d_logits.data<T>());
   }));
-  return launch_status("topk_softmax_backward");
+  return launch_status("topk_route_backward");
+}
+
+Status sequence_counts(Context& ctx, const TensorView& idx, const TensorView& counts) {
+  const int64_t sequences = counts.dim(0), experts = counts.dim(1);
+  if (counts.numel() == 0) return Status::OK();
+  sequence_counts_kernel<<<grid_for(sequences * experts), kThreads, 0, stream_of(ctx)>>>(
+      idx.data<int32_t>(), idx.dim(0) / sequences, idx.dim(1), sequences, experts,
+      counts.data<int64_t>());
+  return launch_status("sequence_counts");
 }
 
 Status sparsemixer_route(Context& ctx, const SparseMixerRouteArgs& args, const TensorView& logits,
@@ -256,37 +284,45 @@ Status sparsemixer_backward(Context& ctx, SparseMixerGateGrad rule, const Tensor
 }
 
 Status aux_sums(Context& ctx, const TensorView& probs, const TensorView& lse,
-                const TensorView& load, int64_t tokens, const TensorView& packed) {
+                const TensorView& load, const TensorView& seq_counts, int64_t tokens,
+                const TensorView& packed) {
   const int64_t rows = probs.dim(0), experts = probs.dim(1);
+  SequenceSums seq{nullptr, 1, 0};
+  if (seq_counts.numel() > 0) {
+    seq = {seq_counts.data<int64_t>(), rows / seq_counts.dim(0), seq_counts.dim(0)};
+  }
   MOE_RETURN_IF_ERROR(dispatch_full("aux_sums", probs, [&](auto tag) {
     using T = decltype(tag);
     aux_sums_kernel<T><<<static_cast<unsigned>(experts + 2), kThreads, 0, stream_of(ctx)>>>(
         probs.data<T>(), lse.data<T>(), load.data<int64_t>(), rows, experts,
-        static_cast<double>(tokens), packed.data<double>());
+        static_cast<double>(tokens), seq, packed.data<double>());
   }));
   return launch_status("aux_sums");
 }
 
-Status aux_losses(Context& ctx, const TensorView& packed, int64_t top_k, double balance_coef,
-                  double z_coef, const TensorView& losses) {
-  const int64_t experts = (packed.numel() - 2) / 2;
-  aux_losses_kernel<<<1, 1, 0, stream_of(ctx)>>>(packed.data<double>(), experts, top_k,
-                                                 balance_coef, z_coef, losses.data<double>());
+Status aux_losses(Context& ctx, const TensorView& packed, const AuxLossWeights& w,
+                  const TensorView& losses) {
+  const int64_t experts = (packed.numel() - 3) / 3;
+  aux_losses_kernel<<<1, 1, 0, stream_of(ctx)>>>(packed.data<double>(), experts, w,
+                                                 losses.data<double>());
   return launch_status("aux_losses");
 }
 
 Status aux_losses_backward(Context& ctx, const TensorView& logits, const TensorView& probs,
-                           const TensorView& packed, const TensorView& lse, const AuxLossWeights& w,
+                           const TensorView& packed, const TensorView& lse,
+                           const TensorView& seq_counts, const AuxLossWeights& w,
                            const TensorView& d_logits) {
-  const int64_t top_k = w.top_k;
-  const double balance_weight = w.balance, z_weight = w.z;
   const int64_t local = logits.dim(0);
   if (local == 0) return Status::OK();
+  const bool seq = seq_counts.numel() > 0;
+  const int64_t seq_len = seq ? local / seq_counts.dim(0) : 0;
+  const ref::AuxWeights weights{w.top_k, w.balance, w.z, w.seq, w.score};
   MOE_RETURN_IF_ERROR(dispatch_full("aux_losses_backward", logits, [&](auto tag) {
     using T = decltype(tag);
     aux_losses_backward_kernel<T><<<grid_for(local), kThreads, 0, stream_of(ctx)>>>(
-        logits.data<T>(), probs.data<T>(), packed.data<double>(), lse.data<T>(), local,
-        logits.dim(1), top_k, balance_weight, z_weight, d_logits.data<T>());
+        logits.data<T>(), probs.data<T>(), packed.data<double>(), lse.data<T>(),
+        seq ? seq_counts.data<int64_t>() : nullptr, local, logits.dim(1), weights, seq_len,
+        d_logits.data<T>());
   }));
   return launch_status("aux_losses_backward");
 }

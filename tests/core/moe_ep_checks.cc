@@ -36,8 +36,18 @@ struct TokenRun {
   Tensor out, dx, dp;  // [T, D] output and gradients w.r.t. x and the momentum state p_in
 };
 
-// Forward and backward of a layer holding global tokens [first, first + tokens).
-TokenRun run_tokens(const MoeLayerConfig& cfg, int64_t first, int64_t tokens,
+// Tokens per sequence when a rank holds `tokens`: the smallest divisor above 1, so that every
+// rank holds whole sequences, and the run over all ranks' tokens the same sequences.
+int64_t sequence_length(int64_t tokens) {
+  for (int64_t s = 2; s < tokens; ++s) {
+    if (tokens % s == 0) return s;
+  }
+  return tokens;
+}
+
+// Forward and backward of a layer holding global tokens [first, first + tokens), in sequences of
+// seq_len.
+TokenRun run_tokens(const MoeLayerConfig& cfg, int64_t first, int64_t tokens, int64_t seq_len,
                     comm::Communicator* ep, comm::Communicator* stats, double aux_scale) {
   TokenRun run;
   run.h = std::make_unique<LayerHarness>(cfg, tokens, kParamSeed, ep);
@@ -50,6 +60,7 @@ TokenRun run_tokens(const MoeLayerConfig& cfg, int64_t first, int64_t tokens,
     h.prev_top1.data<int32_t>()[t] = static_cast<int32_t>(((first + t) * 7 + 3) % cfg.num_experts);
   }
   h.token_offset = first;
+  h.seq_len = seq_len;
   h.stats_comm = stats;
   h.aux_scale = aux_scale;
   h.seed = 5;
@@ -252,7 +263,8 @@ Status check_dispatch_identity(const MoeLayerConfig& cfg, const RoutingFn& routi
 Status check_layer_matches_single_rank(const MoeLayerConfig& cfg, int64_t tokens,
                                        comm::Communicator* ep, int64_t* dropped_slots) {
   const int ranks = size_of(ep), rank = rank_of(ep);
-  TokenRun mine = run_tokens(cfg, rank * tokens, tokens, ep, nullptr, 1.0);
+  const int64_t seq_len = sequence_length(tokens);
+  TokenRun mine = run_tokens(cfg, rank * tokens, tokens, seq_len, ep, nullptr, 1.0);
   if (dropped_slots != nullptr) *dropped_slots = mine.stats.dropped_slots;
   if (!cfg.dropless) {
     Status s = expect_capacity_slots(cfg, mine.saved.router.idx, mine.saved.plan,
@@ -261,7 +273,7 @@ Status check_layer_matches_single_rank(const MoeLayerConfig& cfg, int64_t tokens
   }
   std::map<std::string, std::vector<double>> expert_grad_sum;  // over the R single-rank layers
   for (int q = 0; q < ranks; ++q) {
-    TokenRun single = run_tokens(cfg, q * tokens, tokens, nullptr, nullptr, 1.0);
+    TokenRun single = run_tokens(cfg, q * tokens, tokens, seq_len, nullptr, nullptr, 1.0);
     const auto& ep_params = mine.h->params->all();
     const auto& single_params = single.h->params->all();
     for (size_t i = 0; i < single_params.size(); ++i) {
@@ -305,8 +317,9 @@ Status check_layer_matches_single_rank(const MoeLayerConfig& cfg, int64_t tokens
 Status check_global_matches_all_tokens(const MoeLayerConfig& cfg, int64_t tokens,
                                        comm::Communicator& ep) {
   const int ranks = ep.world_size(), rank = ep.rank();
-  TokenRun mine = run_tokens(cfg, rank * tokens, tokens, &ep, &ep, 1.0 / ranks);
-  TokenRun all = run_tokens(cfg, 0, ranks * tokens, nullptr, nullptr, 1.0);
+  const int64_t seq_len = sequence_length(tokens);
+  TokenRun mine = run_tokens(cfg, rank * tokens, tokens, seq_len, &ep, &ep, 1.0 / ranks);
+  TokenRun all = run_tokens(cfg, 0, ranks * tokens, seq_len, nullptr, nullptr, 1.0);
   const std::string at = str_cat("rank ", rank, " of ", ranks, ": ");
   if (mine.stats.dropped_slots != 0 || all.stats.dropped_slots != 0) {
     return internal_error(at, "the configuration drops tokens");
@@ -322,6 +335,11 @@ Status check_global_matches_all_tokens(const MoeLayerConfig& cfg, int64_t tokens
   }
   if (!(std::fabs(aux_loss(mine.saved) - aux_loss(all.saved)) <= kEpTolerance)) {
     return internal_error(at, "aux loss ", aux_loss(mine.saved), " != ", aux_loss(all.saved));
+  }
+  const double seq_mine = mine.saved.aux.data<double>()[3],
+               seq_all = all.saved.aux.data<double>()[3];
+  if (!(std::fabs(seq_mine - seq_all) <= kEpTolerance)) {
+    return internal_error(at, "sequence loss ", seq_mine, " != ", seq_all);
   }
   MOE_RETURN_IF_ERROR(expect_close(at + "output", mine.out, all.out.view().rows(first, end)));
   MOE_RETURN_IF_ERROR(expect_close(at + "dL/dx", mine.dx, all.dx.view().rows(first, end)));
@@ -363,11 +381,13 @@ Status check_capacity_mismatch_reported(comm::Communicator& ep) {
 std::vector<std::string> single_rank_variants() {
   return {"plain",       "heavy_ball",     "robust",
           "dropless",    "capacity_drops", "dropout",
-          "sparsemixer", "ac_local",       "swiglu_bias_free_dropout"};
+          "sparsemixer", "ac_local",       "swiglu_bias_free_dropout",
+          "sigmoid_seq"};
 }
 
 std::vector<std::string> global_variants() {
-  return {"ac_global", "ac_global_dropless", "global_dropout_heavy_ball", "global_sparsemixer"};
+  return {"ac_global", "ac_global_dropless", "global_dropout_heavy_ball", "global_sparsemixer",
+          "global_sigmoid_seq"};
 }
 
 MoeLayerConfig ep_variant(const std::string& name) {
@@ -389,6 +409,12 @@ MoeLayerConfig ep_variant(const std::string& name) {
   }
   if (name.find("swiglu") != std::string::npos) cfg.activation = ExpertActivation::kSwiglu;
   if (name.find("bias_free") != std::string::npos) cfg.linear_bias = false;
+  if (name.find("sigmoid_seq") != std::string::npos) {
+    // DeepSeek-V3's routing: sigmoid scores, scaled gates and the sequence-wise balance loss.
+    cfg.score_function = ScoreFunction::kSigmoid;
+    cfg.routed_scaling = 2.5;
+    cfg.seq_balance_loss_coef = 0.3;
+  }
   if (name.find("ac_") == 0) {
     cfg.ac.enabled = true;
     cfg.ac.global_stats = global;

@@ -7,8 +7,8 @@
 //
 // Data layout: rank r of R holds global tokens [r*T, (r+1)*T) (token_offset = r*T), drawn from
 // one global stream per tensor, so R ranks together hold exactly what one rank holding all R*T
-// tokens would. Every layer has the same global parameters (LayerHarness draws global expert
-// tensors and keeps its shard).
+// tokens would; the tokens form sequences of the smallest divisor of T above 1. Every layer has the
+// same global parameters (LayerHarness draws global expert tensors and keeps its shard).
 //
 // Equality (tests/testing/cross_path.h): the layouts differ in summation order only (expert GEMM
 // rows, gradient sums over ranks, AC cluster sums), so the routing decisions (experts, capacity
@@ -55,9 +55,10 @@ Status check_layer_matches_single_rank(const MoeLayerConfig& cfg, int64_t tokens
                                        comm::Communicator* ep, int64_t* dropped_slots);
 
 // Global statistics (cfg.ac.global_stats, BalanceScope::kGlobal) with stats_comm = ep: the layer
-// at EP = R equals ONE rank processing all R*T tokens: the AC metric, the aux loss, this rank's
-// rows of the output and input gradient, its expert-shard gradients, and the sum over ranks of the
-// router gradients (each rank passes aux_scale = 1/R, as the trainer does). cfg must drop nothing.
+// at EP = R equals ONE rank processing all R*T tokens: the AC metric, the aux losses (the
+// sequence-wise one a mean over every rank's sequences), this rank's rows of the output and input
+// gradient, its expert-shard gradients, and the sum over ranks of the router gradients (each rank
+// passes aux_scale = 1/R, as the trainer does). cfg must drop nothing.
 Status check_global_matches_all_tokens(const MoeLayerConfig& cfg, int64_t tokens,
                                        comm::Communicator& ep);
 

@@ -1,5 +1,6 @@
 // Finite-difference checks (f64) of the whole MoE layer for every routing and residual variant:
-// router weights through top-k and softmax, the balance and z losses, capacity drops, dropout,
+// router weights through top-k and softmax or sigmoid gates (renormalised or not, scaled), the
+// balance, z and sequence-wise balance losses, a router without bias, capacity drops, dropout,
 // the momentum, Adam and robust state, the AC router's parameters, SparseMixer's experts and
 // omega, SwiGLU and bias-free experts. Gradients w.r.t. the inputs are checked wherever the
 // layer's gradient is the true one (the AC metric and SparseMixer's estimator are deliberately
@@ -20,7 +21,16 @@ struct Variant {
   std::function<void(LayerHarness*)> setup = nullptr;
   bool check_inputs = true;
   std::vector<std::string> skip_params = {};
+  int64_t tokens = 7;
 };
+
+// Sequences of `seq_len` tokens (for the sequence-wise balance loss), with an aux loss weight.
+std::function<void(LayerHarness*)> in_sequences(int64_t seq_len, double aux_scale) {
+  return [seq_len, aux_scale](LayerHarness* h) {
+    h->seq_len = seq_len;
+    h->aux_scale = aux_scale;
+  };
+}
 
 void PrintTo(const Variant& v, std::ostream* os) { *os << v.name; }
 
@@ -117,6 +127,45 @@ std::vector<Variant> variants() {
                  c->z_loss_coef = 0.2;
                },
                [](LayerHarness* h) { h->aux_scale = 2.5; }});
+  // Routing of current models: sigmoid or softmax scores, gates renormalised or not and scaled,
+  // DeepSeek-V3's sequence-wise balance loss (its counts are constants, like the Switch loads),
+  // a router without bias.
+  v.push_back({"sigmoid_renormalized_scaled", [](MoeLayerConfig* c) {
+                 c->score_function = ScoreFunction::kSigmoid;
+                 c->routed_scaling = 2.5;
+               }});
+  v.push_back({"sigmoid_unnormalized_scaled_heavy_ball", [](MoeLayerConfig* c) {
+                 *c = heavy_ball(0.7, 1.0, MomentumConvention::kPaper);
+                 c->score_function = ScoreFunction::kSigmoid;
+                 c->renormalize = false;
+                 c->routed_scaling = 1.7;
+               }});
+  v.push_back({"softmax_unnormalized_scaled", [](MoeLayerConfig* c) {
+                 c->renormalize = false;
+                 c->routed_scaling = 2.0;
+               }});
+  v.push_back({"sigmoid_scaled_sequence_loss",
+               [](MoeLayerConfig* c) {
+                 c->score_function = ScoreFunction::kSigmoid;
+                 c->routed_scaling = 2.5;
+                 c->seq_balance_loss_coef = 0.3;
+               },
+               in_sequences(4, 1.5),
+               true,
+               {},
+               8});
+  v.push_back({"softmax_unnormalized_sequence_loss_only",
+               [](MoeLayerConfig* c) {
+                 c->renormalize = false;
+                 c->balance_loss_coef = 0;
+                 c->z_loss_coef = 0;
+                 c->seq_balance_loss_coef = 0.4;
+               },
+               in_sequences(3, 2.0),
+               true,
+               {},
+               9});
+  v.push_back({"bias_free_router", [](MoeLayerConfig* c) { c->linear_bias = false; }});
   // AC: no gradient through the metric by design, so the finite difference w.r.t. the input
   // (which moves the metric) is not the layer's gradient. The metric does not depend on the
   // parameters, so every parameter is checked.
@@ -138,6 +187,17 @@ std::vector<Variant> variants() {
                  c->ac.logits = AcLogits::kUnitNormEmbeddings;
                },
                nullptr, false});
+  v.push_back({"ac_sigmoid_bias_free_sequence_loss",
+               [](MoeLayerConfig* c) {
+                 c->ac.enabled = true;
+                 c->linear_bias = false;
+                 c->score_function = ScoreFunction::kSigmoid;
+                 c->seq_balance_loss_coef = 0.2;
+               },
+               in_sequences(4, 1.0),
+               false,
+               {},
+               8});
   // SparseMixer: experts and omega get true gradients for the sampled routing; the router gets
   // the documented estimator (tested by hand in sparsemixer_layer_test).
   v.push_back({"sparsemixer_experts_and_omega",
@@ -161,7 +221,7 @@ TEST_P(MoeLayerGradTest, MatchesFiniteDifferences) {
   MoeLayerConfig cfg = small_config();
   variant.configure(&cfg);
   ASSERT_TRUE(cfg.validate().ok()) << cfg.validate().to_string();
-  LayerHarness h(cfg, /*tokens=*/7, /*fill_seed=*/42);
+  LayerHarness h(cfg, variant.tokens, /*fill_seed=*/42);
   if (variant.setup) variant.setup(&h);
 
   Tensor d_x, d_x_base, d_p_in, d_m_in, d_v_in;

@@ -2,7 +2,8 @@
 // with a dense sublayer in between (forward against a hand-computed recurrence, backward against
 // finite differences), mu = 0 / gamma = 1 reproducing plain SMoE bit for bit, robust and Adam
 // against their equations, capacity drops and dropless mode, SparseMixer's router gradient,
-// SwiGLU experts with and without biases against a hand computation, statistics and determinism.
+// SwiGLU experts with and without biases against a hand computation, DeepSeek-V3's sigmoid
+// gates and sequence-wise loss, statistics and determinism.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -580,6 +581,81 @@ TEST(MoeLayerTest, SwigluExpertsMatchAHandComputationWithAndWithoutBiases) {
       }
     }
   }
+}
+
+// DeepSeek-V3's routing against its definitions, by a plain computation: sigmoid scores
+// s = sigmoid(logits), the top-2 of s, gates 2.5 s_j / (s_j0 + s_j1); the balance losses read
+// s' = s / sum_e s; the sequence-wise loss over two sequences of 2 tokens is the mean of
+// sum_e f_e P_e with f_e = E n_e / (K S) and P_e = mean over the sequence of s'_e. The router has
+// no bias (linear_bias false): no b_router parameter, and with W_router = I the logits are the
+// input rows (the hand routing of the test above, whose logits are logs of small integers).
+TEST(MoeLayerTest, SigmoidGatesAndSequenceLossMatchTheirDefinitionsWithoutRouterBias) {
+  MoeLayerConfig cfg = small_config();  // E = D = 4, K = 2; balance 0.05, z 0.01
+  cfg.linear_bias = false;
+  cfg.score_function = ScoreFunction::kSigmoid;
+  cfg.routed_scaling = 2.5;
+  cfg.seq_balance_loss_coef = 0.3;
+  LayerHarness h(cfg, 4, 41);
+  h.with_state = false;
+  h.seq_len = 2;
+  ASSERT_EQ(h.params->find("moe.b_router"), nullptr);
+  double* w = h.params->find("moe.w_router")->master.data<double>();  // [D, E]
+  const double a[4][4] = {{4, 2, 1, 1}, {1, 2, 5, 1}, {2, 1, 1, 5}, {3, 1, 2, 1}};
+  double s[4][4], sp[4][4];
+  for (int64_t t = 0; t < 4; ++t) {
+    double sum = 0;
+    for (int64_t e = 0; e < 4; ++e) {
+      w[t * 4 + e] = t == e ? 1.0 : 0.0;
+      h.x.data<double>()[t * 4 + e] = std::log(a[t][e]);
+      s[t][e] = a[t][e] / (1 + a[t][e]);  // sigmoid(log a)
+      sum += s[t][e];
+    }
+    for (int64_t e = 0; e < 4; ++e) sp[t][e] = s[t][e] / sum;
+  }
+  MoeLayerSaved saved;
+  RouterStatsInfo stats;
+  h.forward(&saved, &stats);
+  const std::vector<int32_t> idx = {0, 1, 2, 1, 3, 0, 0, 2};
+  ASSERT_EQ(to_vector<int32_t>(saved.router.idx), idx);
+  const double tol = 1e-13;  // exp/log rounding only (see the test above)
+  for (int64_t t = 0; t < 4; ++t) {
+    const double chosen = s[t][idx[2 * t]] + s[t][idx[2 * t + 1]];
+    for (int64_t j = 0; j < 2; ++j) {
+      EXPECT_NEAR(saved.router.gate.data<double>()[2 * t + j], 2.5 * s[t][idx[2 * t + j]] / chosen,
+                  tol);
+    }
+  }
+  double balance = 0, seq = 0;
+  const int64_t load[4] = {3, 2, 2, 1};
+  for (int64_t e = 0; e < 4; ++e) {
+    double p = 0;
+    for (int64_t t = 0; t < 4; ++t) p += sp[t][e] / 4;
+    balance += 4 * (load[e] / 8.0) * p;
+  }
+  for (int64_t b = 0; b < 2; ++b) {
+    for (int64_t e = 0; e < 4; ++e) {
+      double n = 0, p = 0;
+      for (int64_t t = 2 * b; t < 2 * b + 2; ++t) {
+        n += (idx[2 * t] == e) + (idx[2 * t + 1] == e);
+        p += sp[t][e] / 2;
+      }
+      seq += 4.0 * n / (2 * 2) * p / 2;  // f_e P_e, averaged over the 2 sequences
+    }
+  }
+  EXPECT_NEAR(saved.aux.data<double>()[0], balance, tol);
+  EXPECT_NEAR(saved.aux.data<double>()[3], seq, tol);
+  EXPECT_NEAR(aux_loss(saved), 0.05 * balance + 0.01 * saved.aux.data<double>()[1] + 0.3 * seq,
+              tol);
+  EXPECT_NEAR(stats.seq_balance_loss_sum, 4 * seq, 4 * tol);
+  // Without the sequence length the loss cannot be computed: an error, not a silent zero.
+  h.seq_len = 0;
+  MoeLayerInputs in;
+  in.x_in = h.x;
+  in.x_base = h.x;
+  MoeLayerSaved unused;
+  const Status missing = h.layer->forward(in, &unused).status();
+  EXPECT_EQ(missing.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(missing.message().find("sequence length"), std::string::npos) << missing.message();
 }
 
 TEST(MoeLayerTest, EvaluationModeIsDeterministicAndSkipsDropout) {

@@ -85,6 +85,7 @@ double LayerHarness::forward(MoeLayerSaved* saved, RouterStatsInfo* stats, Tenso
   }
   in.prev_top1 = prev_top1;
   in.token_offset = token_offset;
+  in.seq_len = seq_len;
   in.stats_comm = stats_comm;
   in.step = step;
   in.seed = seed;

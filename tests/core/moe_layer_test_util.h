@@ -29,7 +29,8 @@ struct LayerHarness {
   int64_t step = 3;
   uint64_t seed = 11;
   comm::Communicator* ep_comm = nullptr;
-  int64_t token_offset = 1000;               // global id of token 0 (keys dropout, SparseMixer)
+  int64_t token_offset = 1000;  // global id of token 0 (keys dropout, SparseMixer)
+  int64_t seq_len = 0;          // MoeLayerInputs::seq_len (tokens per sequence; 0: unknown)
   comm::Communicator* stats_comm = nullptr;  // MoeLayerInputs::stats_comm (global statistics)
 
   LayerHarness(const MoeLayerConfig& config, int64_t num_tokens, uint64_t fill_seed,
@@ -48,7 +49,7 @@ struct LayerHarness {
 // Small config used by most tests: D = 4, F = 5, E = 4, K = 2, GELU (smooth, for differences).
 MoeLayerConfig small_config();
 
-// The weighted aux loss (balance_coef * balance + z_coef * z) a forward saved.
+// The weighted aux loss (balance_coef * balance + z_coef * z + seq_coef * seq) a forward saved.
 double aux_loss(const MoeLayerSaved& saved);
 // A zero-filled [rows, cols] f64 tensor in place of an empty one (gradients passed through).
 Tensor or_zeros(const Tensor& t, int64_t rows, int64_t cols);

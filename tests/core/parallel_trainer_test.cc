@@ -1,6 +1,7 @@
 // Expert and data parallelism end to end on the Local backend (ranks as threads): EP = 1, 2, 4 and
 // EP 2 x DP 2 train the same model on the same global batches and must give the same losses and
-// the same final parameters; a checkpoint saved at one EP size resumes at another; statistics
+// the same final parameters (with softmax routing, and with DeepSeek-V3's sigmoid routing and
+// sequence-wise loss); a checkpoint saved at one EP size resumes at another; statistics
 // aggregate to the single-process values; a failing rank ends every rank with an error.
 //
 // Tolerance: the layouts compute the same sums in different orders (GEMM shapes, gradient
@@ -179,6 +180,24 @@ TEST_F(ParallelTrainerTest, GlobalAcStatisticsAreLayoutIndependent) {
   LayoutResult single = train(1, 1, 8, fresh_dir("par_ac1"), set);
   LayoutResult four = train(4, 2, 8, fresh_dir("par_ac4"), set);
   expect_close(single, four, "AC with global statistics, ep 2 x dp 2");
+}
+
+// DeepSeek-V3's routing (sigmoid scores, scaled gates, the sequence-wise balance loss as a mean
+// over every data rank's sequences): one process, EP 2 and DP 2 train alike.
+TEST_F(ParallelTrainerTest, SigmoidRoutingAndSequenceLossAreLayoutIndependent) {
+  std::vector<std::string> set = kEquivalent;
+  set.push_back("model.moe.score_function=SIGMOID");
+  set.push_back("model.moe.routed_scaling=2.5");
+  set.push_back("model.moe.seq_balance_loss_coef=0.1");
+  LayoutResult single = train(1, 1, 8, fresh_dir("par_sig1"), set);
+  ASSERT_EQ(single.record.losses.size(), 8u);
+  LayoutResult softmax = train(1, 1, 8, fresh_dir("par_sig_softmax"), kEquivalent);
+  EXPECT_NE(single.record.losses.back(), softmax.record.losses.back())
+      << "the options took no effect";
+  LayoutResult ep2 = train(2, 2, 8, fresh_dir("par_sig_ep2"), set);
+  expect_close(single, ep2, "sigmoid routing with the sequence loss, ep 2");
+  LayoutResult dp2 = train(2, 1, 8, fresh_dir("par_sig_dp2"), set);
+  expect_close(single, dp2, "sigmoid routing with the sequence loss, dp 2");
 }
 
 TEST_F(ParallelTrainerTest, CheckpointSavedAtOneEpSizeResumesAtAnother) {

@@ -623,18 +623,89 @@ TEST_F(CudaKernelTest, TopkSoftmaxAndAuxLosses) {
         for (int64_t e = 0; e < experts; ++e) load.data<int64_t>()[e] = (e * 37) % 101;
         Tensor packed = Tensor::empty({aux_packed_size(experts)}, DType::kF64);
         Tensor gpacked = poisoned({aux_packed_size(experts)}, DType::kF64);
-        OK(aux_sums(cpu(), probs, lse, load, tokens + 5, packed));
-        OK(aux_sums(gpu(), gprobs, glse, up(load), tokens + 5, gpacked));
+        OK(aux_sums(cpu(), probs, lse, load, {}, tokens + 5, packed));
+        OK(aux_sums(gpu(), gprobs, glse, up(load), {}, tokens + 5, gpacked));
         expect_close("aux_sums", packed, gpacked, 1e-12);
-        Tensor losses = Tensor::empty({3}, DType::kF64), glosses = poisoned({3}, DType::kF64);
-        OK(aux_losses(cpu(), packed, k, 0.01, 0.001, losses));
-        OK(aux_losses(gpu(), gpacked, k, 0.01, 0.001, glosses));
+        Tensor losses = Tensor::empty({kAuxLossesSize}, DType::kF64),
+               glosses = poisoned({kAuxLossesSize}, DType::kF64);
+        OK(aux_losses(cpu(), packed, {k, 0.01, 0.001}, losses));
+        OK(aux_losses(gpu(), gpacked, {k, 0.01, 0.001}, glosses));
         expect_close("aux_losses", losses, glosses, 1e-12);
         Tensor da = rand({tokens, experts}, f);
         Tensor gda = up(da);
-        OK(aux_losses_backward(cpu(), logits, probs, packed, lse, {k, 0.5, 0.25}, da));
-        OK(aux_losses_backward(gpu(), gl, gprobs, gpacked, glse, {k, 0.5, 0.25}, gda));
+        OK(aux_losses_backward(cpu(), logits, probs, packed, lse, {}, {k, 0.5, 0.25}, da));
+        OK(aux_losses_backward(gpu(), gl, gprobs, gpacked, glse, {}, {k, 0.5, 0.25}, gda));
         expect_close("aux_losses_backward", da, gda, tol);
+      }
+    }
+  }
+}
+
+// Sigmoid and softmax routing with every gate option and a selection bias, the per-sequence counts
+// and the sequence-wise loss with its gradient, against the CPU. Decisions (indices, counts) bit
+// for bit; values to the op's rounding (exp and sums in other orders, as above).
+TEST_F(CudaKernelTest, TopkRouteOptionsAndSequenceLoss) {
+  for (DType f : {DType::kF32, DType::kF64}) {
+    const double tol = f == DType::kF64 ? 1e-14 : 1e-6;
+    for (ScoreFunction score : {ScoreFunction::kSoftmax, ScoreFunction::kSigmoid}) {
+      for (bool renormalize : {true, false}) {
+        const int64_t tokens = 1040, experts = 61, k = 6, sequences = 8;  // 130 tokens each
+        Tensor logits = rand({tokens, experts}, f, -3, 3);
+        for (int64_t t = 0; t < tokens; t += 7) {  // exact ties: lower index first on both
+          Tensor row = Tensor::empty({experts}, DType::kF64);
+          for (int64_t e = 0; e < experts; ++e) row.data<double>()[e] = (e % 3) * 0.5;
+          ASSERT_TRUE(convert_into(row, logits.view().rows(t, t + 1).reshape({experts})).ok());
+        }
+        Tensor bias = rand({experts}, f, -0.05, 0.05);
+        Tensor gbias = up(bias);
+        RouteOptions opt, gopt;
+        opt.score = gopt.score = score;
+        opt.renormalize = gopt.renormalize = renormalize;
+        opt.scaling = gopt.scaling = 2.5;
+        opt.selection_bias = bias;
+        gopt.selection_bias = gbias;
+        const std::string what = str_cat(score == ScoreFunction::kSigmoid ? "sigmoid" : "softmax",
+                                         renormalize ? " renormalised" : "");
+        Tensor idx = Tensor::empty({tokens, k}, DType::kI32), gate = Tensor::empty({tokens, k}, f),
+               probs = Tensor::empty({tokens, experts}, f), lse = Tensor::empty({tokens}, f);
+        Tensor gl = up(logits), gidx = poisoned({tokens, k}, DType::kI32),
+               ggate = poisoned({tokens, k}, f), gprobs = poisoned({tokens, experts}, f),
+               glse = poisoned({tokens}, f);
+        OK(topk_route(cpu(), opt, logits, idx, gate, probs, lse));
+        OK(topk_route(gpu(), gopt, gl, gidx, ggate, gprobs, glse));
+        EXPECT_TRUE(testing::bitwise_equal(idx, down(gidx))) << what << ": indices differ";
+        expect_close("topk_route(gate) " + what, gate, ggate, tol);
+        expect_close("topk_route(probs) " + what, probs, gprobs, tol);
+        expect_close("topk_route(lse) " + what, lse, glse, tol);
+        Tensor dg = rand({tokens, k}, f), dl = rand({tokens, experts}, f);
+        Tensor gdl = up(dl);
+        OK(topk_route_backward(cpu(), opt, logits, dg, gate, idx, dl));
+        OK(topk_route_backward(gpu(), gopt, gl, up(dg), ggate, gidx, gdl));
+        expect_close("topk_route_backward " + what, dl, gdl, tol);
+
+        Tensor counts = Tensor::empty({sequences, experts}, DType::kI64);
+        Tensor gcounts = poisoned({sequences, experts}, DType::kI64);
+        OK(sequence_counts(cpu(), idx, counts));
+        OK(sequence_counts(gpu(), gidx, gcounts));
+        EXPECT_TRUE(testing::bitwise_equal(counts, down(gcounts))) << what << ": counts differ";
+        Tensor load = Tensor::empty({experts}, DType::kI64);
+        for (int64_t e = 0; e < experts; ++e) load.data<int64_t>()[e] = (e * 37) % 101;
+        Tensor packed = Tensor::empty({aux_packed_size(experts)}, DType::kF64);
+        Tensor gpacked = poisoned({aux_packed_size(experts)}, DType::kF64);
+        OK(aux_sums(cpu(), probs, lse, load, counts, tokens, packed));
+        OK(aux_sums(gpu(), gprobs, glse, up(load), gcounts, tokens, gpacked));
+        expect_close("aux_sums(sequences) " + what, packed, gpacked, 1e-12);
+        const AuxLossWeights w{k, 0.01, 0.001, 0.3, score};
+        Tensor losses = Tensor::empty({kAuxLossesSize}, DType::kF64),
+               glosses = poisoned({kAuxLossesSize}, DType::kF64);
+        OK(aux_losses(cpu(), packed, w, losses));
+        OK(aux_losses(gpu(), gpacked, w, glosses));
+        expect_close("aux_losses(sequences) " + what, losses, glosses, 1e-12);
+        Tensor da = rand({tokens, experts}, f);
+        Tensor gda = up(da);
+        OK(aux_losses_backward(cpu(), logits, probs, packed, lse, counts, w, da));
+        OK(aux_losses_backward(gpu(), gl, gprobs, gpacked, glse, gcounts, w, gda));
+        expect_close("aux_losses_backward(sequences) " + what, da, gda, tol);
       }
     }
   }

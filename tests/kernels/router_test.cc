@@ -1,6 +1,7 @@
 // Routing kernels against hand-computed cases: top-k ties and the softmax over the selected
-// logits, capacity slot order and drops, SparseMixer's masks, sampling and gate-gradient rules,
-// the balance and z losses, and the AC metric's normalisations.
+// logits, sigmoid scores, unnormalised and scaled gates and the selection bias, the per-sequence
+// counts and DeepSeek-V3's sequence-wise loss, capacity slot order and drops, SparseMixer's masks,
+// sampling and gate-gradient rules, the balance and z losses, and the AC metric's normalisations.
 #include "kernels/router.h"
 
 #include <gtest/gtest.h>
@@ -24,14 +25,15 @@ struct Aux {
   double balance, z;
 };
 Aux aux_of(const TensorView& packed, int64_t k) {
-  Tensor losses = Tensor::zeros({3}, DType::kF64);
-  EXPECT_TRUE(aux_losses(ctx(), packed, k, 0.0, 0.0, losses).ok());
+  Tensor losses = Tensor::zeros({kAuxLossesSize}, DType::kF64);
+  EXPECT_TRUE(aux_losses(ctx(), packed, {k}, losses).ok());
   return {losses.data<double>()[0], losses.data<double>()[1]};
 }
-Tensor packed_sums(const Tensor& probs, const Tensor& lse, const std::vector<int64_t>& load) {
+Tensor packed_sums(const Tensor& probs, const Tensor& lse, const std::vector<int64_t>& load,
+                   const TensorView& seq_counts = {}) {
   Tensor packed = Tensor::empty({aux_packed_size(probs.dim(1))}, DType::kF64);
   Tensor l = Tensor::from_vector<int64_t>({static_cast<int64_t>(load.size())}, load);
-  EXPECT_TRUE(aux_sums(ctx(), probs, lse, l, probs.dim(0), packed).ok());
+  EXPECT_TRUE(aux_sums(ctx(), probs, lse, l, seq_counts, probs.dim(0), packed).ok());
   return packed;
 }
 
@@ -72,6 +74,170 @@ TEST(TopkSoftmaxTest, BackwardMatchesFiniteDifferences) {
   Tensor d_logits = Tensor::zeros({tokens, experts}, DType::kF64);
   ASSERT_TRUE(topk_softmax_backward(ctx(), w, gate, idx, d_logits).ok());
   for (const auto& f : check_gradients(loss, {{"logits", logits, d_logits}})) ADD_FAILURE() << f;
+}
+
+// The routing outputs of T tokens over E experts with top-K, f64.
+struct RouteOut {
+  Tensor idx, gate, probs, lse;
+  RouteOut(int64_t tokens, int64_t experts, int64_t k)
+      : idx(Tensor::empty({tokens, k}, DType::kI32)),
+        gate(Tensor::empty({tokens, k}, DType::kF64)),
+        probs(Tensor::empty({tokens, experts}, DType::kF64)),
+        lse(Tensor::empty({tokens}, DType::kF64)) {}
+  Status route(const RouteOptions& opt, const Tensor& logits) {
+    return topk_route(ctx(), opt, logits, idx, gate, probs, lse);
+  }
+};
+
+RouteOptions sigmoid_options(bool renormalize, double scaling) {
+  RouteOptions opt;
+  opt.score = ScoreFunction::kSigmoid;
+  opt.renormalize = renormalize;
+  opt.scaling = scaling;
+  return opt;
+}
+
+double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+
+// DeepSeek-V3's gate by hand: logits (0, 1, -1, 2), K = 2 -> s = sigmoid(logits), the top-2 are
+// experts 3 and 1; renormalised gates s_j / (s_3 + s_1), else s_j; both times the scaling; probs
+// are s / sum_e s; lse is still the logits' logsumexp.
+TEST(TopkRouteTest, SigmoidGatesByHand) {
+  Tensor logits = Tensor::from_vector<double>({1, 4}, {0, 1, -1, 2});
+  const double s[4] = {0.5, sigmoid(1), sigmoid(-1), sigmoid(2)};
+  const double all = s[0] + s[1] + s[2] + s[3];
+  RouteOut out(1, 4, 2);
+  for (bool renormalize : {true, false}) {
+    for (double scaling : {1.0, 2.5}) {
+      ASSERT_TRUE(out.route(sigmoid_options(renormalize, scaling), logits).ok());
+      EXPECT_EQ(to_vector<int32_t>(out.idx), (std::vector<int32_t>{3, 1}));
+      const double denom = renormalize ? s[3] + s[1] : 1.0;
+      EXPECT_NEAR(out.gate.data<double>()[0], scaling * s[3] / denom, 1e-15);
+      EXPECT_NEAR(out.gate.data<double>()[1], scaling * s[1] / denom, 1e-15);
+      for (int e = 0; e < 4; ++e) EXPECT_NEAR(out.probs.data<double>()[e], s[e] / all, 1e-15);
+      EXPECT_NEAR(out.lse.data<double>()[0], std::log(1 + std::exp(1) + std::exp(-1) + std::exp(2)),
+                  1e-14);
+    }
+  }
+  // Ties go to the lower index, as for softmax.
+  Tensor tied = Tensor::from_vector<double>({1, 4}, {0.5, 1, 1, 1});
+  ASSERT_TRUE(out.route(sigmoid_options(true, 1.0), tied).ok());
+  EXPECT_EQ(to_vector<int32_t>(out.idx), (std::vector<int32_t>{1, 2}));
+  EXPECT_DOUBLE_EQ(out.gate.data<double>()[0], 0.5);
+}
+
+// Softmax without renormalisation: the gates are the full-softmax probabilities of the chosen
+// experts, times the scaling; with it and a scaling, the default gates times the scaling.
+TEST(TopkRouteTest, SoftmaxUnnormalisedAndScaledByHand) {
+  Tensor logits = Tensor::from_vector<double>({1, 4}, {0, 1, -1, 2});
+  const double z = 1 + std::exp(1) + std::exp(-1) + std::exp(2);
+  RouteOut out(1, 4, 2);
+  RouteOptions opt;
+  opt.renormalize = false;
+  opt.scaling = 3.0;
+  ASSERT_TRUE(out.route(opt, logits).ok());
+  EXPECT_EQ(to_vector<int32_t>(out.idx), (std::vector<int32_t>{3, 1}));
+  EXPECT_NEAR(out.gate.data<double>()[0], 3.0 * std::exp(2) / z, 1e-15);
+  EXPECT_NEAR(out.gate.data<double>()[1], 3.0 * std::exp(1) / z, 1e-15);
+  opt.renormalize = true;
+  ASSERT_TRUE(out.route(opt, logits).ok());
+  EXPECT_NEAR(out.gate.data<double>()[0], 3.0 * std::exp(2) / (std::exp(2) + std::exp(1)), 1e-15);
+  EXPECT_NEAR(out.probs.data<double>()[1], std::exp(1) / z, 1e-15);
+  // The default options are topk_softmax, bit for bit.
+  RouteOut plain(1, 4, 2);
+  ASSERT_TRUE(topk_softmax(ctx(), logits, plain.idx, plain.gate, plain.probs, plain.lse).ok());
+  ASSERT_TRUE(out.route(RouteOptions(), logits).ok());
+  EXPECT_TRUE(moe::testing::bitwise_equal(out.gate, plain.gate));
+  EXPECT_TRUE(moe::testing::bitwise_equal(out.probs, plain.probs));
+}
+
+// The selection bias moves the choice, never the gates: sigmoid keys s + b; softmax keys p + b.
+// A zero bias selects as no bias does.
+TEST(TopkRouteTest, SelectionBiasChangesTheChoiceOnly) {
+  Tensor logits = Tensor::from_vector<double>({1, 4}, {0, 1, -1, 2});
+  const double s1 = sigmoid(1), s2 = sigmoid(-1), s3 = sigmoid(2);
+  RouteOut out(1, 4, 2);
+  RouteOptions opt = sigmoid_options(true, 1.0);
+  Tensor bias = Tensor::from_vector<double>({4}, {0, 0, 0.7, 0});  // keys .5, .73, .97, .88
+  opt.selection_bias = bias;
+  ASSERT_TRUE(out.route(opt, logits).ok());
+  EXPECT_EQ(to_vector<int32_t>(out.idx), (std::vector<int32_t>{2, 3}));
+  EXPECT_NEAR(out.gate.data<double>()[0], s2 / (s2 + s3), 1e-15);
+  EXPECT_NEAR(out.gate.data<double>()[1], s3 / (s2 + s3), 1e-15);
+  Tensor zero = Tensor::zeros({4}, DType::kF64);
+  opt.selection_bias = zero;
+  ASSERT_TRUE(out.route(opt, logits).ok());
+  EXPECT_EQ(to_vector<int32_t>(out.idx), (std::vector<int32_t>{3, 1}));
+  EXPECT_NEAR(out.gate.data<double>()[1], s1 / (s1 + s3), 1e-15);
+  // Softmax: p = (.087, .237, .032, .644); keys p + (0.5, 0, 0, 0) rank experts 3 then 0; the
+  // gates are the softmax over the chosen logits (2, 0).
+  RouteOptions soft;
+  Tensor soft_bias = Tensor::from_vector<double>({4}, {0.5, 0, 0, 0});
+  soft.selection_bias = soft_bias;
+  ASSERT_TRUE(out.route(soft, logits).ok());
+  EXPECT_EQ(to_vector<int32_t>(out.idx), (std::vector<int32_t>{3, 0}));
+  EXPECT_NEAR(out.gate.data<double>()[0], std::exp(2) / (std::exp(2) + 1), 1e-15);
+  EXPECT_NEAR(out.gate.data<double>()[1], 1 / (std::exp(2) + 1), 1e-15);
+}
+
+// Every score function, with and without renormalisation, scaled and not, with a selection bias
+// (a constant of the selection, no gradient), against finite differences.
+TEST(TopkRouteTest, BackwardMatchesFiniteDifferences) {
+  const int64_t tokens = 6, experts = 7, k = 3;
+  for (ScoreFunction score : {ScoreFunction::kSoftmax, ScoreFunction::kSigmoid}) {
+    for (bool renormalize : {true, false}) {
+      for (double scaling : {1.0, 2.5}) {
+        for (bool with_bias : {false, true}) {
+          Tensor logits = Tensor::empty({tokens, experts}, DType::kF64);
+          fill_uniform(logits, 11, -2, 2);
+          Tensor bias = Tensor::empty({experts}, DType::kF64);
+          fill_uniform(bias, 12, -0.3, 0.3);
+          Tensor w = Tensor::empty({tokens, k}, DType::kF64);
+          fill_uniform(w, 13);
+          RouteOptions opt;
+          opt.score = score;
+          opt.renormalize = renormalize;
+          opt.scaling = scaling;
+          if (with_bias) opt.selection_bias = bias;
+          RouteOut out(tokens, experts, k);
+          auto loss = [&]() {
+            EXPECT_TRUE(out.route(opt, logits).ok());
+            return moe::testing::dot(out.gate, w);
+          };
+          loss();
+          Tensor d_logits = Tensor::zeros({tokens, experts}, DType::kF64);
+          ASSERT_TRUE(topk_route_backward(ctx(), opt, logits, w, out.gate, out.idx, d_logits).ok());
+          const std::string what = str_cat(score == ScoreFunction::kSigmoid ? "sigmoid" : "softmax",
+                                           renormalize ? " renormalised" : "", " scaling ", scaling,
+                                           with_bias ? " biased" : "");
+          for (const auto& f : check_gradients(loss, {{"logits", logits, d_logits}})) {
+            ADD_FAILURE() << what << ": " << f;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(TopkRouteTest, ArgumentErrors) {
+  Tensor logits = Tensor::zeros({2, 4}, DType::kF64);
+  RouteOut out(2, 4, 2);
+  RouteOptions opt;
+  opt.scaling = 0;
+  EXPECT_EQ(out.route(opt, logits).code(), StatusCode::kInvalidArgument);
+  opt.scaling = 1;
+  Tensor short_bias = Tensor::zeros({3}, DType::kF64);
+  opt.selection_bias = short_bias;
+  EXPECT_EQ(out.route(opt, logits).code(), StatusCode::kInvalidArgument);
+  Tensor f32_bias = Tensor::zeros({4}, DType::kF32);
+  opt.selection_bias = f32_bias;
+  EXPECT_EQ(out.route(opt, logits).code(), StatusCode::kInvalidArgument);
+  // Sigmoid (and unnormalised softmax) gradients need the logits.
+  Tensor d = Tensor::zeros({2, 4}, DType::kF64);
+  EXPECT_EQ(topk_route_backward(ctx(), sigmoid_options(true, 1.0), TensorView(), out.gate, out.gate,
+                                out.idx, d)
+                .code(),
+            StatusCode::kInvalidArgument);
 }
 
 struct SmOut {
@@ -267,7 +433,7 @@ TEST(SparseMixerTest, TheMaskIsScaleInvariantAndSingleExpertTokensTeachTheRouter
   const std::vector<int64_t> load = {1, 0, 1};
   Tensor d_logits = Tensor::zeros({2, 3}, DType::kF64);
   ASSERT_TRUE(aux_losses_backward(ctx(), logits, out.probs, packed_sums(out.probs, out.lse, load),
-                                  out.lse, {1, 1.0, 0.0}, d_logits)
+                                  out.lse, {}, {1, 1.0, 0.0}, d_logits)
                   .ok());
   EXPECT_EQ(d_logits.data<double>()[0], 0.0);
   EXPECT_EQ(d_logits.data<double>()[1], 0.0);
@@ -280,13 +446,13 @@ TEST(AuxLossTest, UniformRoutingGivesOneAndHandValues) {
   Tensor probs = Tensor::from_vector<double>({4, 2}, {0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5});
   Tensor lse = Tensor::from_vector<double>({4}, {1, 2, 3, 4});
   Tensor packed = packed_sums(probs, lse, {2, 2});
-  EXPECT_EQ(to_vector<double>(packed), (std::vector<double>{2, 2, 2, 2, 4, 30}));
+  EXPECT_EQ(to_vector<double>(packed), (std::vector<double>{2, 2, 2, 2, 4, 30, 0, 0, 0}));
   Aux l = aux_of(packed, 1);
   EXPECT_DOUBLE_EQ(l.balance, 1.0);
   EXPECT_DOUBLE_EQ(l.z, (1 + 4 + 9 + 16) / 4.0);
   // The weighted loss uses the coefficients.
-  Tensor losses = Tensor::zeros({3}, DType::kF64);
-  ASSERT_TRUE(aux_losses(ctx(), packed, 1, 0.01, 0.001, losses).ok());
+  Tensor losses = Tensor::zeros({kAuxLossesSize}, DType::kF64);
+  ASSERT_TRUE(aux_losses(ctx(), packed, {1, 0.01, 0.001}, losses).ok());
   EXPECT_DOUBLE_EQ(losses.data<double>()[2], 0.01 * 1.0 + 0.001 * 7.5);
   // Collapse: all 4 tokens to expert 0 with P = (0.9, 0.1): 2 * (1 * 0.9 + 0 * 0.1) = 1.8.
   Tensor probs2 = Tensor::from_vector<double>({4, 2}, {0.9, 0.1, 0.9, 0.1, 0.9, 0.1, 0.9, 0.1});
@@ -298,7 +464,7 @@ TEST(AuxLossTest, UniformRoutingGivesOneAndHandValues) {
   EXPECT_NEAR(aux_of(packed, 1).balance, 2 * ((6.0 / 8) * (5.6 / 8) + (2.0 / 8) * (2.4 / 8)),
               1e-15);
   // No tokens: zero losses.
-  Tensor none = Tensor::zeros({6}, DType::kF64);
+  Tensor none = Tensor::zeros({9}, DType::kF64);
   EXPECT_EQ(aux_of(none, 1).balance, 0.0);
 }
 
@@ -333,10 +499,113 @@ TEST(AuxLossTest, BackwardMatchesFiniteDifferences) {
   };
   loss();
   Tensor d_logits = Tensor::zeros({tokens, experts}, DType::kF64);
-  ASSERT_TRUE(aux_losses_backward(ctx(), logits, probs, packed_sums(probs, lse, load), lse,
+  ASSERT_TRUE(aux_losses_backward(ctx(), logits, probs, packed_sums(probs, lse, load), lse, {},
                                   {k, wb, wz}, d_logits)
                   .ok());
   for (const auto& f : check_gradients(loss, {{"logits", logits, d_logits}})) ADD_FAILURE() << f;
+}
+
+TEST(SequenceCountsTest, HandValuesAndErrors) {
+  // Three sequences of two tokens, K = 2, E = 4.
+  Tensor idx = Tensor::from_vector<int32_t>({6, 2}, {0, 1, 1, 2, 3, 0, 3, 2, 1, 0, 0, 1});
+  Tensor counts = Tensor::empty({3, 4}, DType::kI64);
+  ASSERT_TRUE(sequence_counts(ctx(), idx, counts).ok());
+  EXPECT_EQ(to_vector<int64_t>(counts), (std::vector<int64_t>{1, 2, 1, 0, 1, 0, 1, 2, 2, 2, 0, 0}));
+  Tensor four = Tensor::empty({4, 4}, DType::kI64);  // 6 tokens are not 4 equal sequences
+  EXPECT_EQ(sequence_counts(ctx(), idx, four).code(), StatusCode::kInvalidArgument);
+  Tensor i32 = Tensor::empty({3, 4}, DType::kI32);
+  EXPECT_EQ(sequence_counts(ctx(), idx, i32).code(), StatusCode::kInvalidArgument);
+}
+
+// DeepSeek-V3's sequence-wise loss by hand: E = 2, K = 1, two sequences of S = 2 tokens.
+// Sequence 0 routes both tokens to expert 0: f = E / (K S) n = (2, 0), P = (0.8, 0.2), L = 1.6.
+// Sequence 1 routes one token to each: f = (1, 1), P = (0.4, 0.6), L = 1. The loss is the mean
+// 1.3. Another rank's sequence (f = (0, 2), P = (0.3, 0.7), L = 1.4) added to the pack gives the
+// mean over all three, 4/3.
+TEST(SequenceLossTest, HandValuesAndTheGlobalMean) {
+  Tensor probs = Tensor::from_vector<double>({4, 2}, {0.9, 0.1, 0.7, 0.3, 0.6, 0.4, 0.2, 0.8});
+  Tensor lse = Tensor::zeros({4}, DType::kF64);
+  Tensor idx = Tensor::from_vector<int32_t>({4, 1}, {0, 0, 0, 1});
+  Tensor counts = Tensor::empty({2, 2}, DType::kI64);
+  ASSERT_TRUE(sequence_counts(ctx(), idx, counts).ok());
+  Tensor packed = packed_sums(probs, lse, {3, 1}, counts);
+  // q_e = sum_b n_be P_be / S^2 = (2 * 1.6 + 1 * 0.8, 1 * 1.2) / 4, then B = 2.
+  EXPECT_NEAR(packed.data<double>()[6], 1.0, 1e-15);
+  EXPECT_NEAR(packed.data<double>()[7], 0.3, 1e-15);
+  EXPECT_EQ(packed.data<double>()[8], 2.0);
+  Tensor losses = Tensor::zeros({kAuxLossesSize}, DType::kF64);
+  AuxLossWeights w{1, 0.01, 0.0, 0.1};
+  ASSERT_TRUE(aux_losses(ctx(), packed, w, losses).ok());
+  EXPECT_NEAR(losses.data<double>()[3], 1.3, 1e-15);
+  const double balance = losses.data<double>()[0];
+  EXPECT_NEAR(losses.data<double>()[2], 0.01 * balance + 0.1 * 1.3, 1e-15);
+  // Without the counts, the sequence slots and the loss are zero.
+  Tensor plain = packed_sums(probs, lse, {3, 1});
+  ASSERT_TRUE(aux_losses(ctx(), plain, w, losses).ok());
+  EXPECT_EQ(losses.data<double>()[3], 0.0);
+  EXPECT_EQ(plain.data<double>()[8], 0.0);
+  // A second rank's sums add up to the mean over every sequence.
+  Tensor probs2 = Tensor::from_vector<double>({2, 2}, {0.5, 0.5, 0.1, 0.9});
+  Tensor idx2 = Tensor::from_vector<int32_t>({2, 1}, {1, 1});
+  Tensor counts2 = Tensor::empty({1, 2}, DType::kI64);
+  ASSERT_TRUE(sequence_counts(ctx(), idx2, counts2).ok());
+  Tensor packed2 = packed_sums(probs2, Tensor::zeros({2}, DType::kF64), {0, 2}, counts2);
+  for (int64_t i = 0; i < packed.numel(); ++i) {
+    packed.data<double>()[i] += packed2.data<double>()[i];
+  }
+  ASSERT_TRUE(aux_losses(ctx(), packed, w, losses).ok());
+  EXPECT_NEAR(losses.data<double>()[3], (1.6 + 1.0 + 1.4) / 3, 1e-15);
+}
+
+// The balance, z and sequence losses through softmax or sigmoid probabilities (loads and counts
+// held fixed, as the routing is piecewise constant), against finite differences.
+TEST(SequenceLossTest, BackwardMatchesFiniteDifferences) {
+  const int64_t tokens = 8, experts = 5, k = 2, sequences = 2;
+  for (ScoreFunction score : {ScoreFunction::kSoftmax, ScoreFunction::kSigmoid}) {
+    Tensor logits = Tensor::empty({tokens, experts}, DType::kF64);
+    fill_uniform(logits, 21, -2, 2);
+    RouteOptions opt;
+    opt.score = score;
+    RouteOut out(tokens, experts, k);
+    ASSERT_TRUE(out.route(opt, logits).ok());
+    Tensor counts = Tensor::empty({sequences, experts}, DType::kI64);
+    ASSERT_TRUE(sequence_counts(ctx(), out.idx, counts).ok());
+    const std::vector<int64_t> load = {3, 5, 4, 2, 2};
+    const AuxLossWeights w{k, 0.7, 0.3, 0.9, score};
+    auto loss = [&]() {
+      EXPECT_TRUE(out.route(opt, logits).ok());
+      Tensor losses = Tensor::zeros({kAuxLossesSize}, DType::kF64);
+      EXPECT_TRUE(aux_losses(ctx(), packed_sums(out.probs, out.lse, load, counts), w, losses).ok());
+      return losses.data<double>()[2];
+    };
+    loss();
+    Tensor d_logits = Tensor::zeros({tokens, experts}, DType::kF64);
+    ASSERT_TRUE(aux_losses_backward(ctx(), logits, out.probs,
+                                    packed_sums(out.probs, out.lse, load, counts), out.lse, counts,
+                                    w, d_logits)
+                    .ok());
+    for (const auto& f : check_gradients(loss, {{"logits", logits, d_logits}})) {
+      ADD_FAILURE() << (score == ScoreFunction::kSigmoid ? "sigmoid: " : "softmax: ") << f;
+    }
+  }
+}
+
+TEST(SequenceLossTest, ArgumentErrors) {
+  Tensor probs = Tensor::zeros({6, 2}, DType::kF64), lse = Tensor::zeros({6}, DType::kF64);
+  Tensor load = Tensor::zeros({2}, DType::kI64);
+  Tensor packed = Tensor::empty({aux_packed_size(2)}, DType::kF64);
+  Tensor four = Tensor::zeros({4, 2}, DType::kI64);  // 6 rows are not 4 sequences
+  EXPECT_EQ(aux_sums(ctx(), probs, lse, load, four, 6, packed).code(),
+            StatusCode::kInvalidArgument);
+  Tensor wide = Tensor::zeros({2, 3}, DType::kI64);
+  EXPECT_EQ(aux_sums(ctx(), probs, lse, load, wide, 6, packed).code(),
+            StatusCode::kInvalidArgument);
+  Tensor d = Tensor::zeros({6, 2}, DType::kF64);
+  EXPECT_EQ(aux_losses_backward(ctx(), probs, probs, packed, lse, four, {1}, d).code(),
+            StatusCode::kInvalidArgument);
+  Tensor old_pack = Tensor::zeros({8}, DType::kF64);  // [2E + 2] of E = 3: the old layout
+  Tensor losses = Tensor::zeros({kAuxLossesSize}, DType::kF64);
+  EXPECT_EQ(aux_losses(ctx(), old_pack, {1}, losses).code(), StatusCode::kInvalidArgument);
 }
 
 TEST(AcMetricTest, MadAndBothNormalisations) {

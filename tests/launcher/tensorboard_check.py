@@ -56,6 +56,7 @@ def scalars_of(r):
             b = "block%d/" % layer["block"]
             out[b + "balance_loss"] = layer["balance_loss"]
             out[b + "z_loss"] = layer["z_loss"]
+            out[b + "seq_balance_loss"] = layer["seq_balance_loss"]
             out[b + "drop_rate"] = layer["dropped_fraction"]
             out[b + "max_load"] = layer["max_load"]
             out[b + "entropy"] = layer["mean_entropy"]

@@ -150,6 +150,7 @@ TEST(StepStatsScalarsTest, ATrainingRecord) {
   l.expert_load = {1, 3, 0, 4};
   l.balance_loss = 1.25;
   l.z_loss = 0.5;
+  l.seq_balance_loss = 0.75;
   l.dropped_fraction = 0.125;
   l.max_load = 2.0;
   s.layers = {l};
@@ -167,6 +168,7 @@ TEST(StepStatsScalarsTest, ATrainingRecord) {
   EXPECT_EQ(got.at("time/forward"), 0);
   EXPECT_EQ(got.at("block3/balance_loss"), 1.25);
   EXPECT_EQ(got.at("block3/z_loss"), 0.5);
+  EXPECT_EQ(got.at("block3/seq_balance_loss"), 0.75);
   EXPECT_EQ(got.at("block3/drop_rate"), 0.125);
   EXPECT_EQ(got.at("block3/max_load"), 2.0);
   EXPECT_EQ(got.at("block3/expert_load/0"), 0.125);

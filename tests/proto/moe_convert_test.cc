@@ -88,6 +88,32 @@ TEST(MoeConfigTest, RejectsOutOfRangeValuesNamingFieldAndRange) {
   EXPECT_TRUE(parse("dropless: true capacity_factor: 0").ok());
 }
 
+// DeepSeek-V3's and Qwen-MoE's routing parse, round-trip and validate; SparseMixer, which routes
+// by its own masked softmax and gate, refuses them; the AC router takes them.
+TEST(MoeConfigTest, RoutingOfCurrentModels) {
+  StatusOr<MoeLayerConfig> c = parse(
+      "score_function: SIGMOID renormalize: false routed_scaling: 2.5 "
+      "seq_balance_loss_coef: 0.001");
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_EQ(c->score_function, ScoreFunction::kSigmoid);
+  EXPECT_FALSE(c->renormalize);
+  EXPECT_DOUBLE_EQ(c->routed_scaling, 2.5);
+  EXPECT_DOUBLE_EQ(c->seq_balance_loss_coef, 0.001);
+  StatusOr<MoeLayerConfig> back = parse_moe_config_text(moe_config_to_text(*c));
+  ASSERT_TRUE(back.ok()) << back.status().to_string();
+  EXPECT_EQ(moe_config_to_text(*back), moe_config_to_text(*c));
+  EXPECT_TRUE(
+      parse("ac { enabled: true } score_function: SIGMOID seq_balance_loss_coef: 0.01").ok());
+  expect_error("routed_scaling: 0", "routed_scaling = 0");
+  expect_error("seq_balance_loss_coef: -1", "seq_balance_loss_coef = -1");
+  const std::string sm = "top_k: 1 sparsemixer { enabled: true } ";
+  expect_error(sm + "score_function: SIGMOID",
+               "score_function = SIGMOID cannot be used with sparsemixer");
+  expect_error(sm + "renormalize: false", "renormalize = false cannot be used with sparsemixer");
+  expect_error(sm + "routed_scaling: 2", "routed_scaling = 2 cannot be used with sparsemixer");
+  expect_error(sm + "seq_balance_loss_coef: 0.1", "seq_balance_loss_coef = 0.1 cannot be used");
+}
+
 TEST(MoeConfigTest, TextFormatErrorsNamePosition) {
   StatusOr<MoeLayerConfig> c = parse_moe_config_text("d_model: 8\nnot_a_field: 3", "cfg.pbtxt");
   ASSERT_FALSE(c.ok());

@@ -74,6 +74,35 @@ class StatsFileTest : public ::testing::Test {
   std::string dir_, path_;
 };
 
+// The router statistics' losses survive the file: balance, z and the sequence-wise loss, as sums
+// and as derived means.
+TEST_F(StatsFileTest, ARecordKeepsItsRouterLosses) {
+  StepStatsInfo s = record(3);
+  RouterStatsInfo& l = s.layers[0];
+  l.balance_loss_sum = 2.5;
+  l.z_loss_sum = 1.5;
+  l.seq_balance_loss_sum = 3.25;
+  l.balance_loss = 0.25;
+  l.z_loss = 0.125;
+  l.seq_balance_loss = 0.375;
+  StatsFileWriter w;
+  std::string note;
+  ASSERT_TRUE(w.open(path_, &note).ok());
+  ASSERT_TRUE(w.append(s).ok());
+  w.close();
+  StatusOr<StatsFileContents> c = read_stats_file(path_);
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  ASSERT_EQ(c->steps.size(), 1u);
+  ASSERT_EQ(c->steps[0].layers.size(), 1u);
+  const RouterStatsInfo& got = c->steps[0].layers[0];
+  EXPECT_EQ(got.balance_loss_sum, 2.5);
+  EXPECT_EQ(got.z_loss_sum, 1.5);
+  EXPECT_EQ(got.seq_balance_loss_sum, 3.25);
+  EXPECT_EQ(got.balance_loss, 0.25);
+  EXPECT_EQ(got.z_loss, 0.125);
+  EXPECT_EQ(got.seq_balance_loss, 0.375);
+}
+
 TEST_F(StatsFileTest, AFlippedByteInARecordLosesThatRecordOnly) {
   const std::vector<int64_t> at = write(41);
   std::string b = bytes();
