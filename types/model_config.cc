@@ -25,11 +25,6 @@ std::string ModelConfig::batch_dependent_evaluation() const {
   return "";
 }
 
-Status ModelConfig::check_not_yet_built() const {
-  if (!linear_bias) return unimplemented_error("linear_bias false is not built yet");
-  return Status::OK();
-}
-
 Status ModelConfig::validate(int ep_size) const {
   auto range = [](const char* field, double value, const char* allowed) {
     return invalid_argument_error("model.", field, " = ", value, " is outside the allowed range ",
@@ -58,7 +53,6 @@ Status ModelConfig::validate(int ep_size) const {
     if (!(rope_base > 1)) return range("rope_base", rope_base, "(1, inf)");
   }
   if (blocks.empty()) return invalid_argument_error("model: no blocks (set arch or layers)");
-  MOE_RETURN_IF_ERROR(check_not_yet_built());
   int moe_index = 0;
   for (size_t b = 0; b < blocks.size(); ++b) {
     if (!blocks[b].moe) continue;

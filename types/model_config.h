@@ -68,8 +68,6 @@ struct ModelConfig {
   // Checks the widths and the plan (AC never on the first MoE layer, Adam only on it, every MoE
   // layer's config valid for `ep_size`). Errors name the field or block.
   Status validate(int ep_size = 1) const;
-  // Refuses the options whose layers are still being built (removed as each lands).
-  Status check_not_yet_built() const;
 };
 
 // Expands the reference code's arch string: each block is 's' (attention) followed by one of

@@ -58,11 +58,8 @@ ModelConfig make_config(const ModelCase& c) {
   moe.linear_bias = c.linear_bias;
   m.arch = c.arch;
   m.blocks = expand_arch_string(c.arch, moe).value();
-  // linear_bias false is refused as not built yet until every layer drops its biases; the
-  // attention already does, so such a model is built unvalidated.
   const Status valid = m.validate();
-  EXPECT_TRUE(valid.ok() || (!c.linear_bias && valid.code() == StatusCode::kUnimplemented))
-      << valid.to_string();
+  EXPECT_TRUE(valid.ok()) << valid.to_string();
   return m;
 }
 
