@@ -222,7 +222,12 @@ Status grid_from_flags(const FlagParser& flags, CompareGrid* grid, std::vector<d
     grid->base_config = config_dir() + "/" + p.base_config;
     grid->common = p.common;
     grid->variants = p.variants;
-    if (preset == "papers" || preset == "papers-capacity" || preset == "papers-ablations") {
+    // A preset variant's own config is named relative to configs/, as its base config is.
+    for (CompareVariant& v : grid->variants) {
+      if (!v.config.empty() && v.config[0] != '/') v.config = config_dir() + "/" + v.config;
+    }
+    if (preset == "papers" || preset == "papers-capacity" || preset == "papers-ablations" ||
+        preset == "modern") {
       *targets = {6.0, 5.5, 5.25};
     }
   }
@@ -371,7 +376,7 @@ Status train_and_summarise(const CompareGrid& grid, const std::vector<GridRun>& 
   }
   MOE_ASSIGN_OR_RETURN(CompareTables tables,
                        write_comparison(out, grid, results, targets, baseline));
-  std::printf("\n%s\n", tables.table.c_str());
+  std::printf("\n%s\n%s\n", tables.table.c_str(), tables.balance.c_str());
   if (!baseline.label.empty()) {
     std::printf("against %s:\n\n%s\n", baseline.label.c_str(), tables.against.c_str());
   }

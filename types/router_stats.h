@@ -33,6 +33,9 @@ struct RouterStatsInfo {
   std::vector<double> cluster_dispersion;  // [E] sum of N_k * mean_q MAD_kq over ranks
   int64_t tiny_clusters = 0;
   double metric_min = 0, metric_max = 0, metric_mean = 0;
+  // Loss-free balancing: the per-expert selection bias this step routed with ([E], empty
+  // without loss-free balancing).
+  std::vector<double> score_bias;
   // SparseMixer.
   int64_t single_expert_tokens = 0;
   int64_t non_argmax_tokens = 0;

@@ -269,8 +269,26 @@ StatusOr<ComparePreset> compare_preset(const std::string& name) {
                     "model.moe.sparsemixer.enabled=true")};
     return p;
   }
-  return invalid_argument_error("unknown --preset '", name,
-                                "' (known: papers, papers-capacity, papers-ablations, gpu-medium)");
+  if (name == "modern") {
+    // Today's MoE recipes beside the seeds' routers, all on the block of current models (pre-norm
+    // RMSNorm, RoPE, SwiGLU, no biases: configs/modern/mixtral.pbtxt) at the quick start's size
+    // and budget: Mixtral, Qwen3-MoE and DeepSeek-V3 as configs/modern/ has them, then
+    // MomentumSMoE, AdamSMoE, ACMoE and SparseMixer with Mixtral's capacity and balance loss.
+    p.base_config = "modern/mixtral.pbtxt";
+    p.common = {"train.attack_rate=0.025", "train.log_every=100"};
+    p.variants = {v("mixtral"),
+                  v("qwen3-moe config=modern/qwen3-moe.pbtxt"),
+                  v("deepseek-v3 config=modern/deepseek-v3.pbtxt"),
+                  v("momentum model.arch=sgsmsm"),
+                  v("adam model.arch=sasmsm model.moe.adam.reference_code=true"),
+                  v("acmoe model.arch=sgscsc model.moe.ac.normalization=REFERENCE_CODE "
+                    "model.moe.ac.min_cluster_size=0 model.moe.ac.logits=UNIT_NORM_EMBEDDINGS"),
+                  v("sparsemixer-top1 model.moe.top_k=1 model.moe.sparsemixer.enabled=true")};
+    return p;
+  }
+  return invalid_argument_error(
+      "unknown --preset '", name,
+      "' (known: papers, papers-capacity, papers-ablations, gpu-medium, modern)");
 }
 
 StatusOr<std::vector<RunConfig>> resolve_grid(const CompareGrid& grid, uint64_t seed) {
@@ -308,6 +326,42 @@ StatusOr<std::vector<RunConfig>> resolve_grid(const CompareGrid& grid, uint64_t 
   return out;
 }
 
+namespace {
+
+// CompareRun's balance figures from the last kBalanceSteps training records with router stats.
+void summarize_balance(const std::vector<StepStatsInfo>& records, CompareRun* r) {
+  double busiest = 0, dropped = 0, spread = 0;
+  int64_t steps = 0, with_bias = 0;
+  for (auto it = records.rbegin(); it != records.rend() && steps < kBalanceSteps; ++it) {
+    if (it->layers.empty() || it->valid_ppl || it->attacked_valid_ppl) continue;
+    double b = 0, d = 0, sp = 0;
+    int64_t biased = 0;
+    for (const RouterStatsInfo& l : it->layers) {
+      b += l.max_load;
+      d += l.dropped_fraction;
+      if (!l.score_bias.empty()) {
+        const auto [lo, hi] = std::minmax_element(l.score_bias.begin(), l.score_bias.end());
+        sp += *hi - *lo;
+        ++biased;
+      }
+    }
+    const double layers = static_cast<double>(it->layers.size());
+    busiest += b / layers;
+    dropped += d / layers;
+    if (biased > 0) {
+      spread += sp / static_cast<double>(biased);
+      ++with_bias;
+    }
+    ++steps;
+  }
+  if (steps == 0) return;
+  r->busiest = busiest / static_cast<double>(steps);
+  r->dropped = dropped / static_cast<double>(steps);
+  if (with_bias > 0) r->bias_spread = spread / static_cast<double>(with_bias);
+}
+
+}  // namespace
+
 CompareRun summarize_run(const std::string& variant, uint64_t seed,
                          const std::vector<StepStatsInfo>& steps) {
   CompareRun r;
@@ -326,6 +380,7 @@ CompareRun summarize_run(const std::string& variant, uint64_t seed,
   }
   r.ok = !r.losses.empty();
   if (!r.ok) r.error = "no training step recorded";
+  summarize_balance(live_records(steps), &r);
   return r;
 }
 
@@ -383,6 +438,27 @@ std::string compare_markdown(const std::vector<CompareVariant>& variants,
     out << "\n";
   }
   out << unknown_share_note(runs);
+  return out.str();
+}
+
+std::string balance_markdown(const std::vector<CompareVariant>& variants,
+                             const std::vector<CompareRun>& runs) {
+  std::ostringstream out;
+  out << "| variant | busiest expert / mean | dropped | bias spread |\n|---|---|---|---|\n";
+  for (const CompareVariant& v : variants) {
+    std::vector<double> busiest, dropped, spread;
+    for (const CompareRun& r : runs) {
+      if (r.variant != v.name || !r.ok) continue;
+      if (std::isfinite(r.busiest)) busiest.push_back(r.busiest);
+      if (std::isfinite(r.dropped)) dropped.push_back(100 * r.dropped);
+      if (std::isfinite(r.bias_spread)) spread.push_back(r.bias_spread);
+    }
+    auto cell = [](const std::vector<double>& x, int digits, const char* unit) {
+      return x.empty() ? std::string("-") : mean_sd_cell(x, digits) + unit;
+    };
+    out << "| " << v.name << " | " << cell(busiest, 2, "") << " | " << cell(dropped, 2, "%")
+        << " | " << cell(spread, 4, "") << " |\n";
+  }
   return out.str();
 }
 

@@ -46,8 +46,10 @@ StatusOr<std::vector<uint64_t>> parse_seeds(const std::string& list);
 // quick-start-sized model under the papers' settings: dropless, each paper's balance loss, the AC
 // gate of the reference code; about 30 minutes on 2 CPU cores), "papers-capacity" (the same
 // variants with capacity 1.25 and the balance loss at 0.01: what changes when experts have a
-// capacity) and "gpu-medium" (the papers' 6-layer medium models, sized for one GPU; configs/papers
-// has each paper's own settings). kInvalidArgument naming the known presets otherwise.
+// capacity), "gpu-medium" (the papers' 6-layer medium models, sized for one GPU; configs/papers
+// has each paper's own settings) and "modern" (Mixtral, Qwen3-MoE and DeepSeek-V3's recipes of
+// configs/modern beside MomentumSMoE, AdamSMoE, ACMoE and SparseMixer, all on the block of
+// current models at the quick start's size). kInvalidArgument naming the known presets otherwise.
 struct ComparePreset {
   std::string base_config;  // relative to the source tree's configs/
   std::vector<std::string> common;
@@ -71,7 +73,12 @@ struct CompareRun {
   double valid_ppl = NAN, attacked_valid_ppl = NAN;
   double valid_word_ppl = NAN, valid_bits_per_byte = NAN;  // comparable across tokenizers
   double valid_unknown_fraction = NAN;  // ... only at equal <unk> shares of the valid text
+  // Balance over the run's last kBalanceSteps training steps (means over steps of the means over
+  // MoE layers): the busiest expert's load over the mean load, the share of assignments dropped,
+  // and loss-free balancing's bias spread (max - min over experts; NaN without one).
+  double busiest = NAN, dropped = NAN, bias_spread = NAN;
 };
+inline constexpr int64_t kBalanceSteps = 50;
 
 // A run's record from its stats.pb records: the per-step losses and the last evaluation.
 CompareRun summarize_run(const std::string& variant, uint64_t seed,
@@ -95,6 +102,11 @@ std::string compare_markdown(const std::vector<CompareVariant>& variants,
 std::string compare_csv(const std::vector<CompareVariant>& variants,
                         const std::vector<CompareRun>& runs,
                         const std::vector<double>& target_losses);
+// The balance table (one row per variant, in grid order): the busiest expert over the mean, the
+// dropped share and the bias spread of CompareRun, each as mean +- sample standard deviation
+// over the variant's finished runs ("-" where a variant has none).
+std::string balance_markdown(const std::vector<CompareVariant>& variants,
+                             const std::vector<CompareRun>& runs);
 // The "## Variants" section of summary.md: each variant's config and overrides.
 std::string variants_markdown(const std::vector<CompareVariant>& variants);
 // Long format for plotting: variant,seed,step,loss.

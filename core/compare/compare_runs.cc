@@ -81,6 +81,12 @@ StatusOr<CompareTables> write_comparison(const std::string& out, const CompareGr
   md << ". Perplexities are the final evaluation of each run (mean +- sample standard deviation "
         "over seeds); steps to a loss use the mean training loss of the last 10 steps.\n\n"
      << tables.table << "\n";
+  tables.balance = balance_markdown(grid.variants, results);
+  md << "## Balance\n\nOver each run's last " << kBalanceSteps
+     << " training steps, averaged over the MoE layers: the busiest expert's load over the mean "
+        "load, the share of assignments dropped by the capacity, and loss-free balancing's bias "
+        "spread (the largest bias minus the smallest).\n\n"
+     << tables.balance << "\n";
   if (!baseline.label.empty()) {
     tables.against = baseline_markdown(compare_rows(results), baseline.rows, baseline.label);
     md << "## Against " << baseline.label

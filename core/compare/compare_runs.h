@@ -43,7 +43,7 @@ struct CompareBaseline {
 
 // The tables of a finished grid: the comparison and, with a baseline, the paired differences.
 struct CompareTables {
-  std::string table, against;
+  std::string table, against, balance;
 };
 
 // Writes out/summary.md (the table, the baseline section, the variants), out/runs.csv and

@@ -223,6 +223,51 @@ TEST(CompareGridTest, StepsToLossUseTheTrailingMean) {
   EXPECT_EQ(steps_to_loss(curve({1}), 5.0, 2), -1);  // fewer steps than the window
 }
 
+// The balance table: over the last kBalanceSteps training records (older ones and evaluations
+// left out), the mean over layers of the busiest load and the dropped share, and the bias spread
+// where a layer has loss-free balancing's bias.
+TEST(CompareGridTest, BalanceTableFromTheLastStepsRecords) {
+  auto step = [](int64_t s, double busiest, double dropped, std::vector<double> bias) {
+    StepStatsInfo i;
+    i.step = s;
+    i.loss = 5;
+    RouterStatsInfo a, b;
+    a.max_load = busiest;
+    a.dropped_fraction = dropped;
+    a.score_bias = bias;
+    b.max_load = busiest + 1;
+    b.dropped_fraction = 0;
+    i.layers = {a, b};
+    return i;
+  };
+  std::vector<StepStatsInfo> s1;
+  for (int i = 0; i < 10; ++i) s1.push_back(step(i, 9.0, 0.5, {}));  // older than the window
+  for (int64_t i = 10; i < 10 + kBalanceSteps; ++i) s1.push_back(step(i, 1.5, 0.1, {0.25, -0.5}));
+  StepStatsInfo eval;
+  eval.step = 10 + kBalanceSteps;
+  eval.valid_ppl = 50;
+  s1.push_back(eval);
+  std::vector<StepStatsInfo> s2;
+  for (int i = 0; i < 4; ++i) s2.push_back(step(i, 2.5, 0.3, {1.0, 0.0, 0.5}));
+  const std::vector<CompareRun> runs = {summarize_run("lf", 1, s1), summarize_run("lf", 2, s2),
+                                        summarize_run("plain", 1, {step(0, 1.0, 0, {})})};
+  // Seed 1: busiest (1.5 + 2.5) / 2 = 2, dropped (0.1 + 0) / 2 = 5%, spread 0.75 (one layer).
+  EXPECT_DOUBLE_EQ(runs[0].busiest, 2.0);
+  EXPECT_DOUBLE_EQ(runs[0].dropped, 0.05);
+  EXPECT_DOUBLE_EQ(runs[0].bias_spread, 0.75);
+  // Seed 2: busiest 3, dropped 15%, spread 1.
+  EXPECT_DOUBLE_EQ(runs[1].busiest, 3.0);
+  EXPECT_TRUE(std::isnan(runs[2].bias_spread));
+  const std::string md = balance_markdown(
+      {parse_variant("lf").value(), parse_variant("plain").value(), parse_variant("none").value()},
+      runs);
+  EXPECT_NE(md.find("| lf | 2.50 +- 0.71 | 10.00 +- 7.07% | 0.8750 +- 0.1768 |"),
+            std::string::npos)
+      << md;
+  EXPECT_NE(md.find("| plain | 1.50 | 0.00% | - |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| none | - | - | - |"), std::string::npos) << md;
+}
+
 TEST(CompareGridTest, SummaryTablesFromRunRecords) {
   auto step = [](int64_t s, double loss) {
     StepStatsInfo i;
