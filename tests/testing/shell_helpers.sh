@@ -42,8 +42,9 @@ expect_no_file() {
 # install_pinned_venv VENV REQUIREMENTS [VENV_FLAGS...]: a Python virtual environment at VENV
 # holding exactly the pins of REQUIREMENTS (pip reaches PyPI), made once under a lock
 # (concurrent tests wait) and remade when the pins change; it is complete only once its stamp (a
-# copy of the pins) is written. VENV_FLAGS go to `python3 -m venv` (--system-site-packages: the
-# system's torch and numpy are used). A failed install removes VENV and fails.
+# copy of the pins) is written. VENV_FLAGS go to `$VENV_PYTHON -m venv` (VENV_PYTHON: python3 on
+# PATH unless set; --system-site-packages with Debian's /usr/bin/python3 uses its torch and
+# numpy). A failed install removes VENV and fails.
 install_pinned_venv() {
   local venv=$1 requirements=$2 log
   shift 2
@@ -52,10 +53,10 @@ install_pinned_venv() {
   flock 9 || fail "cannot lock $venv.lock"
   if ! cmp -s "$requirements" "$venv/installed-requirements.txt"; then
     rm -rf "$venv"
-    if ! python3 -m venv "$@" "$venv" > "$log" 2>&1; then
+    if ! "${VENV_PYTHON:-python3}" -m venv "$@" "$venv" > "$log" 2>&1; then
       cat "$log"
       rm -f "$log"
-      fail "python3 -m venv $venv failed (Debian: apt-get install python3-venv)"
+      fail "${VENV_PYTHON:-python3} -m venv $venv failed (Debian: apt-get install python3-venv)"
     fi
     if ! "$venv/bin/python" -m pip install --disable-pip-version-check -q -r "$requirements" \
         > "$log" 2>&1; then
