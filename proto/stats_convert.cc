@@ -50,6 +50,7 @@ void router_to_proto(const RouterStatsInfo& s, momoe::RouterStats* m) {
   m->set_balance_loss(s.balance_loss);
   m->set_z_loss(s.z_loss);
   m->set_seq_balance_loss(s.seq_balance_loss);
+  for (double v : s.score_bias) m->add_score_bias(v);
   m->set_mean_entropy(s.mean_entropy);
   m->set_mean_output_norm(s.mean_output_norm);
   m->set_mean_state_norm(s.mean_state_norm);
@@ -91,6 +92,7 @@ RouterStatsInfo router_from_proto(const momoe::RouterStats& m) {
   s.balance_loss = m.balance_loss();
   s.z_loss = m.z_loss();
   s.seq_balance_loss = m.seq_balance_loss();
+  s.score_bias.assign(m.score_bias().begin(), m.score_bias().end());
   s.mean_entropy = m.mean_entropy();
   s.mean_output_norm = m.mean_output_norm();
   s.mean_state_norm = m.mean_state_norm();

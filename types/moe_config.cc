@@ -116,6 +116,7 @@ Status check_sparsemixer_routing(const MoeLayerConfig& c, const std::string& whe
   if (c.seq_balance_loss_coef != 0) {
     return refuse("seq_balance_loss_coef", str_cat(c.seq_balance_loss_coef));
   }
+  if (c.bias_update_rate != 0) return refuse("bias_update_rate", str_cat(c.bias_update_rate));
   return Status::OK();
 }
 
@@ -167,7 +168,12 @@ Status check_modern_routing(const MoeLayerConfig& c, const std::string& where, i
   auto not_built = [&](const char* field) {
     return unimplemented_error(where, ".", field, " is not built yet");
   };
-  if (c.bias_update_rate != 0) return not_built("bias_update_rate");
+  if (c.bias_update_rate > 0 && c.balance_scope != BalanceScope::kGlobal) {
+    // The bias must move identically on every rank: only the global loads are the same there.
+    return invalid_argument_error(where, ".bias_update_rate = ", c.bias_update_rate,
+                                  " needs balance_scope GLOBAL (loss-free balancing moves the bias "
+                                  "by the global batch's loads, the same on every rank)");
+  }
   if (c.shared_experts != 0) return not_built("shared_experts");
   if (c.expert_groups != 1) return not_built("expert_groups");
   if (c.max_ep_ranks != 0) return not_built("max_ep_ranks");

@@ -35,7 +35,14 @@ void RouterStatsInfo::merge(const RouterStatsInfo& o) {
   non_argmax_tokens += o.non_argmax_tokens;
   halved_tokens += o.halved_tokens;
   unmasked_sum += o.unmasked_sum;
+  if (score_bias.empty()) score_bias = o.score_bias;
   ranks += o.ranks;
+}
+
+double score_bias_spread(const RouterStatsInfo& l) {
+  if (l.score_bias.empty()) return 0.0;
+  const auto [lo, hi] = std::minmax_element(l.score_bias.begin(), l.score_bias.end());
+  return *hi - *lo;
 }
 
 void RouterStatsInfo::finalize() {
@@ -104,6 +111,9 @@ void RouterStatsLayout::read(const double* b, RouterStatsInfo* info) const {
     info->metric_max = fixed[2];
     info->metric_mean = fixed[3];
   }
+  info->score_bias.clear();
+  if (b[score_bias_set()] > 0)
+    info->score_bias.assign(b + score_bias(), b + score_bias() + experts_);
 }
 
 }  // namespace moe

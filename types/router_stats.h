@@ -34,7 +34,7 @@ struct RouterStatsInfo {
   int64_t tiny_clusters = 0;
   double metric_min = 0, metric_max = 0, metric_mean = 0;
   // Loss-free balancing: the per-expert selection bias this step routed with ([E], empty
-  // without loss-free balancing).
+  // without loss-free balancing; the same on every rank, so merging keeps one copy).
   std::vector<double> score_bias;
   // SparseMixer.
   int64_t single_expert_tokens = 0;
@@ -63,11 +63,15 @@ struct RouterStatsInfo {
   void finalize();
 };
 
+// Loss-free balancing's bias spread: the largest bias minus the smallest (0 without a bias).
+double score_bias_spread(const RouterStatsInfo& l);
+
 // AC statistics slots after the 2E per-cluster ones: tiny clusters, metric min, max, mean, calls.
 inline constexpr int64_t kAcStatsFixed = 5;
 
 // The device block of one MoE layer with E experts: f64 slots, all sums (+=) over the step's
-// micro-batches, except the AC metric's min/max/mean (combined by the ac_stats kernel).
+// micro-batches, except the AC metric's min/max/mean (combined by the ac_stats kernel) and the
+// loss-free bias (copied: it does not change within a step).
 class RouterStatsLayout {
  public:
   enum Slot : int64_t {
@@ -92,7 +96,11 @@ class RouterStatsLayout {
   explicit RouterStatsLayout(int64_t experts) : experts_(experts) {}
   int64_t expert_load() const { return kFixedSlots; }    // [E]
   int64_t ac() const { return kFixedSlots + experts_; }  // [2E + kAcStatsFixed]
-  int64_t size() const { return kFixedSlots + 3 * experts_ + kAcStatsFixed; }
+  // Loss-free balancing's bias as this step routed with it ([E], copied, not summed), then a
+  // slot that is 1 when the layer has one.
+  int64_t score_bias() const { return ac() + 2 * experts_ + kAcStatsFixed; }
+  int64_t score_bias_set() const { return score_bias() + experts_; }
+  int64_t size() const { return score_bias_set() + 1; }
   // Fills the counters of `info` (block, moe_index and the derived fields are the caller's)
   // from a block read back to the host.
   void read(const double* block, RouterStatsInfo* info) const;

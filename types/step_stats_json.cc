@@ -22,6 +22,10 @@ nlohmann::json layer_json(const RouterStatsInfo& l) {
   j["mean_output_norm"] = l.mean_output_norm;
   j["mean_state_norm"] = l.mean_state_norm;
   j["probe_flip_rate"] = l.probe_flip_rate;
+  if (!l.score_bias.empty()) {
+    j["score_bias"] = l.score_bias;
+    j["score_bias_spread"] = score_bias_spread(l);
+  }
   if (!l.cluster_size.empty()) {
     j["cluster_size"] = l.cluster_size;
     j["mean_cluster_dispersion"] = l.mean_cluster_dispersion;

@@ -24,6 +24,12 @@ void add_layer(const RouterStatsInfo& l, std::vector<NamedScalar>* out) {
                         : 0.0;
     out->push_back({b + "expert_load/" + std::to_string(e), share});
   }
+  if (!l.score_bias.empty()) {
+    out->push_back({b + "score_bias_spread", score_bias_spread(l)});
+    for (size_t e = 0; e < l.score_bias.size(); ++e) {
+      out->push_back({b + "score_bias/" + std::to_string(e), l.score_bias[e]});
+    }
+  }
 }
 
 void add_training(const StepStatsInfo& s, std::vector<NamedScalar>* out) {

@@ -340,8 +340,7 @@ void summarize_balance(const std::vector<StepStatsInfo>& records, CompareRun* r)
       b += l.max_load;
       d += l.dropped_fraction;
       if (!l.score_bias.empty()) {
-        const auto [lo, hi] = std::minmax_element(l.score_bias.begin(), l.score_bias.end());
-        sp += *hi - *lo;
+        sp += score_bias_spread(l);
         ++biased;
       }
     }

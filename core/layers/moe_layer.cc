@@ -199,6 +199,8 @@ Status MoeLayer::aux_loss_and_stats(const MoeLayerInputs& in, const MoeLayerOutp
   const DispatchPlan& plan = saved->plan;
   MOE_ASSIGN_OR_RETURN(saved->aux,
                        router_.aux_loss(plan.load, in.stats_comm, &saved->router, stats));
+  if (in.training) MOE_RETURN_IF_ERROR(router_.accumulate_step_load(saved->router));
+  MOE_RETURN_IF_ERROR(router_.report_score_bias(stats));
   saved->aux_grad_multiplier =
       (cfg_.balance_scope == BalanceScope::kGlobal && in.stats_comm != nullptr)
           ? static_cast<double>(in.stats_comm->world_size())

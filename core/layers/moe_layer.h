@@ -118,6 +118,10 @@ class MoeLayer {
   StatusOr<MoeLayerGradInputs> backward(const MoeLayerGradOutputs& grad_out,
                                         const MoeLayerSaved& saved);
 
+  // Loss-free balancing: after a step, moves the router's selection bias by the step's global
+  // loads (apply) or only forgets them (a skipped step); MoeRouter::update_score_bias.
+  Status update_score_bias(bool apply) { return router_.update_score_bias(apply); }
+
   const MoeLayerConfig& config() const { return cfg_; }
   int block() const { return block_; }
   int moe_index() const { return moe_index_; }

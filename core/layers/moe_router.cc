@@ -3,6 +3,8 @@
 #include "kernels/activation.h"
 #include "kernels/elementwise.h"
 #include "kernels/gemm.h"
+#include "kernels/init.h"
+#include "kernels/load_balance.h"
 #include "kernels/moe_stats.h"
 #include "kernels/router.h"
 
@@ -22,6 +24,10 @@ MoeRouter::MoeRouter(const std::string& prefix, const MoeLayerConfig& cfg, Param
   if (cfg.linear_bias) {
     b_ = &params->add(prefix + ".b_router", {cfg.num_experts}, ParamKind::kDense, false);
   }
+  if (cfg.bias_update_rate > 0) {
+    // Zero at initialisation (the model's initialiser); never decayed, never given a gradient.
+    score_bias_ = &params->add(prefix + ".score_bias", {cfg.num_experts}, ParamKind::kDense, false);
+  }
 }
 
 kernels::AuxLossWeights MoeRouter::aux_weights(double scale) const {
@@ -39,7 +45,34 @@ kernels::RouteOptions MoeRouter::route_options() const {
   opt.score = cfg_.score_function;
   opt.renormalize = cfg_.renormalize;
   opt.scaling = cfg_.routed_scaling;
+  if (score_bias_ != nullptr) opt.selection_bias = score_bias_->value;
   return opt;
+}
+
+Status MoeRouter::accumulate_step_load(const RouterSaved& saved) {
+  if (score_bias_ == nullptr) return Status::OK();
+  if (step_load_.numel() == 0) {
+    MOE_ASSIGN_OR_RETURN(step_load_, ctx_.zeros({cfg_.num_experts}, DType::kF64));
+  }
+  // aux_packed[0, E): the loads of every data rank's tokens (kernels/router.h aux_sums).
+  return kernels::axpy(ctx_, 1.0, saved.aux_packed.view().rows(0, cfg_.num_experts), step_load_);
+}
+
+Status MoeRouter::update_score_bias(bool apply) {
+  if (score_bias_ == nullptr || step_load_.numel() == 0) return Status::OK();
+  if (apply) {
+    MOE_RETURN_IF_ERROR(
+        kernels::score_bias_update(ctx_, step_load_, cfg_.bias_update_rate, score_bias_->master));
+  }
+  return kernels::init_constant(ctx_, step_load_, 0.0);
+}
+
+Status MoeRouter::report_score_bias(const TensorView& stats) const {
+  if (score_bias_ == nullptr || stats.numel() == 0) return Status::OK();
+  const RouterStatsLayout layout(cfg_.num_experts);
+  MOE_RETURN_IF_ERROR(kernels::convert(ctx_, score_bias_->value,
+                                       slots(stats, layout.score_bias(), cfg_.num_experts)));
+  return kernels::init_constant(ctx_, slots(stats, layout.score_bias_set()), 1.0);
 }
 
 Status MoeRouter::compute_ac_metric(const RouterForwardArgs& args, RouterSaved* saved) {

@@ -83,6 +83,19 @@ class MoeRouter {
   Status backward(const Tensor& d_gate, const RouterSaved& saved, double aux_scale,
                   const TensorView& d_y);
 
+  // Loss-free balancing (bias_update_rate > 0; kernels/load_balance.h). The bias <prefix>.
+  // score_bias [E] F is a dense parameter that no gradient reaches and the optimizer leaves as it
+  // is (no weight decay), so checkpoints save and reshard it like any replicated weight; routing
+  // adds it to the scores to choose experts. A training forward adds the micro-batch's global
+  // loads (from the all-reduced aux sums, the same on every rank) into the step's load; after the
+  // step's update, update_score_bias() moves the bias by rate * sign(mean - load) and restarts
+  // the step's load (also after a skipped step, with apply false). No-ops without a bias.
+  bool has_score_bias() const { return score_bias_ != nullptr; }
+  Status accumulate_step_load(const RouterSaved& saved);
+  Status update_score_bias(bool apply);
+  // Copies the bias into the statistics block's bias slots (f64 [E]) and marks them set.
+  Status report_score_bias(const TensorView& stats) const;
+
  private:
   Status compute_ac_metric(const RouterForwardArgs& args, RouterSaved* saved);
   // The logits [T, E] F of saved->router_input (into saved->logits; unit-norm state too).
@@ -95,8 +108,10 @@ class MoeRouter {
 
   Context& ctx_;
   MoeLayerConfig cfg_;
-  Parameter* w_;            // [D, E]
-  Parameter* b_ = nullptr;  // [E], or null without linear_bias
+  Parameter* w_;                     // [D, E]
+  Parameter* b_ = nullptr;           // [E], or null without linear_bias
+  Parameter* score_bias_ = nullptr;  // [E], loss-free balancing only
+  Tensor step_load_;                 // [E] f64: this step's global loads (loss-free balancing)
 };
 
 }  // namespace moe

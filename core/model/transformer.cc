@@ -42,6 +42,13 @@ StatusOr<std::unique_ptr<TransformerLM>> TransformerLM::create(const ModelConfig
   return model;
 }
 
+Status TransformerLM::update_score_biases(bool apply) {
+  for (const auto& b : blocks_) {
+    if (b->is_moe()) MOE_RETURN_IF_ERROR(b->moe()->update_score_bias(apply));
+  }
+  return Status::OK();
+}
+
 Status TransformerLM::init_parameters(uint64_t seed) {
   // The CPU reference draws every parameter on the host and the values are copied to the model's
   // context: a run starts from the same bits on every device (a GPU's log and cos may differ
@@ -57,8 +64,8 @@ Status TransformerLM::init_parameters(uint64_t seed) {
     const std::string leaf = n.substr(n.rfind('.') + 1);
     if (leaf == "gamma" || leaf == "omega") {
       MOE_RETURN_IF_ERROR(kernels::init_constant(*host, values, 1.0));
-    } else if (leaf[0] == 'b') {
-      // beta, b_qkv, b_o, b1, b2, b_router
+    } else if (leaf[0] == 'b' || leaf == "score_bias") {
+      // beta, b_qkv, b_o, b1, b2, b_router; loss-free balancing's bias
       MOE_RETURN_IF_ERROR(kernels::init_constant(*host, values, 0.0));
     } else {
       // One stream per parameter name; an expert shard draws its slice of the global tensor.

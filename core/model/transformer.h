@@ -54,7 +54,8 @@ class TransformerLM {
 
   // Deterministic initialisation from `seed`: every element is drawn from a counter keyed by the
   // parameter's name and its global index, so any EP layout gets the same global weights.
-  // Matrices ~ N(0, init_std); biases 0; LayerNorm gamma 1; SparseMixer omega 1. Drawn on the
+  // Matrices ~ N(0, init_std); biases (and loss-free balancing's score_bias) 0; LayerNorm gamma
+  // 1; SparseMixer omega 1. Drawn on the
   // host by the CPU reference and copied to the context: the same bits on every device.
   Status init_parameters(uint64_t seed);
 
@@ -63,6 +64,9 @@ class TransformerLM {
   Status forward(const TensorView& inputs, const TensorView& targets, const StepContext& ctx,
                  Activations* acts, const TensorView& sums, const TensorView& stats);
   Status backward(const Activations& acts, double ce_scale, double aux_scale);
+  // After a step: every MoE layer with loss-free balancing moves its selection bias by the step's
+  // global loads (apply), or only forgets them (a skipped step). Enqueued; no wait.
+  Status update_score_biases(bool apply);
   // Evaluation-mode forward (no dropout, nothing kept): accumulates into sums (and stats). With
   // `routing`, appends each MoE layer's decisions, in layer order (nothing is read back).
   Status evaluate(const TensorView& inputs, const TensorView& targets, const StepContext& ctx,

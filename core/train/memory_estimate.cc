@@ -61,8 +61,9 @@ MemoryEstimate estimate_training_memory(const RunConfig& cfg, int world_size) {
     }
     const MoeLayerConfig& c = b.moe_cfg;
     const int64_t local = c.num_experts / ep;
-    if (post) params += norm;  // ln_in
+    if (post) params += norm;                                           // ln_in
     params += D * c.num_experts + (c.linear_bias ? c.num_experts : 0);  // the router
+    if (c.bias_update_rate > 0) params += c.num_experts;  // loss-free balancing's bias
     const FfnParams expert = ffn_params(D, c.d_expert, c.activation, c.linear_bias);
     params += local * expert.total();
     matmul += local * expert.matrices;

@@ -33,6 +33,7 @@ ModelSize model_size(const ModelConfig& m) {
     const MoeLayerConfig& c = b.moe_cfg;
     if (post) dense += norm;                                           // ln_in
     dense += D * c.num_experts + (c.linear_bias ? c.num_experts : 0);  // the router
+    if (c.bias_update_rate > 0) dense += c.num_experts;                // loss-free balancing's bias
     if (c.sparsemixer.enabled && c.sparsemixer.omega) dense += D;
     const int64_t per_expert = ffn_params(D, c.d_expert, c.activation, c.linear_bias).total();
     z.expert_params += c.num_experts * per_expert;

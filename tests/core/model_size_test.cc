@@ -111,6 +111,25 @@ TensorCounts count_tensors(const ModelConfig& m, const TransformerLM& model) {
   return c;
 }
 
+// Loss-free balancing keeps one bias per expert and MoE layer (a dense, untrained parameter).
+TEST(ModelSizeTest, LossFreeBiasIsCountedAsTheModelRegistersIt) {
+  StatusOr<RunConfig> cfg = parse_run_config(
+      "model { vocab_size: 10 d_model: 8 n_heads: 2 seq_len: 4 arch: \"sgsg\" "
+      "moe { num_experts: 4 top_k: 2 d_expert: 8 score_function: SIGMOID "
+      "bias_update_rate: 0.001 } }",
+      "tiny_loss_free");
+  ASSERT_TRUE(cfg.ok()) << cfg.status().to_string();
+  auto model = TransformerLM::create(cfg->model, &host_context(), DType::kF32, nullptr);
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  ASSERT_NE((*model)->params().find("blocks.1.moe.score_bias"), nullptr);
+  const TensorCounts c = count_tensors(cfg->model, **model);
+  const ModelSize z = model_size(cfg->model);
+  EXPECT_EQ(z.total_params, c.total);
+  cfg->model.blocks[0].moe_cfg.bias_update_rate = 0;
+  cfg->model.blocks[1].moe_cfg.bias_update_rate = 0;
+  EXPECT_EQ(model_size(cfg->model).total_params, z.total_params - 2 * 4);
+}
+
 TEST(ModelSizeTest, EveryFamilyAgreesWithTheModelsTensors) {
   struct Variant {
     std::vector<std::string> set;

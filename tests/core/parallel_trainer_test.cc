@@ -30,6 +30,7 @@ struct LayoutResult {
   TrainingRecord record;  // rank 0's aggregated loss and routing counters per step
   std::map<std::string, std::vector<double>> params;  // global tensors (experts reassembled)
   std::vector<StepStatsInfo> steps;  // rank 0's aggregated statistics (layers cleared)
+  std::vector<std::vector<RouterStatsInfo>> layers;  // ... and their layers, per step
   TrainingScale scale;
 };
 
@@ -61,6 +62,7 @@ class ParallelTrainerTest : public ::testing::Test {
         if (rank == 0) {
           std::lock_guard<std::mutex> lock(mu);
           result.record.add(s);
+          result.layers.push_back(s.layers);
           s.layers.clear();
           result.steps.push_back(s);
         }
@@ -198,6 +200,57 @@ TEST_F(ParallelTrainerTest, SigmoidRoutingAndSequenceLossAreLayoutIndependent) {
   expect_close(single, ep2, "sigmoid routing with the sequence loss, ep 2");
   LayoutResult dp2 = train(2, 1, 8, fresh_dir("par_sig_dp2"), set);
   expect_close(single, dp2, "sigmoid routing with the sequence loss, dp 2");
+}
+
+// Loss-free balancing (DeepSeek-V3): every step's bias, as the step reports it, is the previous
+// step's moved by rate * sign(mean load - load) over that step's global loads, exactly (the rate
+// is a power of two and the biases stay small multiples of it), starting from zero; the bias
+// changes the routing; one process, EP 2 and DP 2 train alike, and a checkpoint saved at EP 2
+// (the bias in it) resumes on one process.
+TEST_F(ParallelTrainerTest, LossFreeBiasMovesByTheGlobalLoadsInEveryLayout) {
+  const double rate = 1.0 / 128;
+  std::vector<std::string> set = kEquivalent;
+  set.push_back("model.moe.score_function=SIGMOID");
+  set.push_back("model.moe.balance_loss_coef=0");
+  set.push_back("model.moe.bias_update_rate=0.0078125");
+  LayoutResult single = train(1, 1, 6, fresh_dir("par_lf1"), set);
+  ASSERT_EQ(single.layers.size(), 6u);
+  bool moved = false;
+  for (size_t n = 0; n < single.layers.size(); ++n) {
+    for (size_t l = 0; l < single.layers[n].size(); ++l) {
+      const RouterStatsInfo& now = single.layers[n][l];
+      const size_t e_count = now.expert_load.size();
+      ASSERT_EQ(now.score_bias.size(), e_count) << "step " << n << " layer " << l;
+      for (size_t e = 0; e < e_count; ++e) {
+        double want = 0;
+        if (n > 0) {
+          const RouterStatsInfo& before = single.layers[n - 1][l];
+          double mean = 0;
+          for (int64_t c : before.expert_load) mean += static_cast<double>(c);
+          mean /= static_cast<double>(e_count);
+          const double load = static_cast<double>(before.expert_load[e]);
+          want = before.score_bias[e] + rate * (load < mean ? 1 : load > mean ? -1 : 0);
+        }
+        EXPECT_EQ(now.score_bias[e], want) << "step " << n << " layer " << l << " expert " << e;
+        moved |= now.score_bias[e] != 0;
+      }
+    }
+  }
+  EXPECT_TRUE(moved) << "no bias moved in 6 steps";
+  std::vector<std::string> frozen = set;
+  frozen.back() = "model.moe.bias_update_rate=0";
+  LayoutResult without = train(1, 1, 6, fresh_dir("par_lf0"), frozen);
+  EXPECT_NE(single.record.losses.back(), without.record.losses.back())
+      << "the bias did not change the routing";
+  expect_close(single, train(2, 2, 6, fresh_dir("par_lf_ep2"), set), "loss-free bias, ep 2");
+  expect_close(single, train(2, 1, 6, fresh_dir("par_lf_dp2"), set), "loss-free bias, dp 2");
+  const std::string dir = fresh_dir("par_lf_resume");
+  LayoutResult first = train(2, 2, 3, dir, set, /*save_at_end=*/true);
+  LayoutResult second = train(1, 1, 3, dir, set);  // resumes at step 3, the bias from the file
+  LayoutResult joined = second;
+  joined.record = first.record;
+  joined.record.append(second.record);
+  expect_close(single, joined, "loss-free bias saved at EP 2, resumed on one process");
 }
 
 TEST_F(ParallelTrainerTest, CheckpointSavedAtOneEpSizeResumesAtAnother) {

@@ -64,6 +64,10 @@ def scalars_of(r):
             total = sum(layer["expert_load"])
             for e, n in enumerate(layer["expert_load"]):
                 out[b + "expert_load/%d" % e] = n / total if total > 0 else 0.0
+            if "score_bias" in layer:
+                out[b + "score_bias_spread"] = layer["score_bias_spread"]
+                for e, v in enumerate(layer["score_bias"]):
+                    out[b + "score_bias/%d" % e] = v
         return r["step"], out
     prefix = "eval_subset/" if r.get("eval_sequences", 0) > 0 else "eval/"
     for key in EVAL_KEYS:
