@@ -174,7 +174,6 @@ Status check_modern_routing(const MoeLayerConfig& c, const std::string& where, i
                                   " needs balance_scope GLOBAL (loss-free balancing moves the bias "
                                   "by the global batch's loads, the same on every rank)");
   }
-  if (c.shared_experts != 0) return not_built("shared_experts");
   if (c.expert_groups != 1) return not_built("expert_groups");
   if (c.max_ep_ranks != 0) return not_built("max_ep_ranks");
   (void)ep_size;

@@ -172,6 +172,10 @@ struct MoeLayerConfig {
   AcRouterParams ac;
   SparseMixerParams sparsemixer;
 
+  // The shared experts' total hidden width: shared_experts x d_shared (d_expert when 0); they
+  // compute as one dense FFN of that width. 0 without shared experts.
+  int64_t shared_width() const { return shared_experts * (d_shared > 0 ? d_shared : d_expert); }
+
   // Checks every field; the error names the field (prefixed with `where`, e.g. "layers[3].moe")
   // and the allowed range. `ep_size` is the expert-parallel group size (E must divide by it).
   Status validate(const std::string& where = "moe", int ep_size = 1) const;

@@ -70,7 +70,7 @@ Json moe_layer_json(const MoeLayerConfig& m) {
   j["topk_groups"] = m.topk_groups > 0 ? m.topk_groups : m.expert_groups;
   j["score_bias"] = m.bias_update_rate > 0;
   j["shared_experts"] = m.shared_experts;
-  j["d_shared"] = m.d_shared > 0 ? m.d_shared : m.d_expert;
+  j["d_shared"] = m.d_shared > 0 ? m.d_shared : m.d_expert;  // shared_width() / shared_experts
   // The residual dynamics as momoe computes them, per element (kernels/cpu/residual_math.h),
   // with momoe's own coefficients (residual_args_for, input_shift_for), kept for other readers:
   //   plain:    out = x + u,                      p_out = p_in

@@ -40,6 +40,11 @@ MoeLayer::MoeLayer(const std::string& prefix, const MoeLayerConfig& cfg, int blo
     // All ones at initialisation (spec/sparsemixer-acmoe.md A.3): the model's initialiser.
     omega_ = &params->add(prefix + ".omega", {cfg.d_model}, ParamKind::kDense, false);
   }
+  if (cfg.shared_experts > 0) {
+    shared_ =
+        std::make_unique<DenseFfn>(prefix + ".shared", cfg.d_model, cfg.shared_width(),
+                                   cfg.activation, cfg.linear_bias, cfg.expert_dropout, params);
+  }
 }
 
 kernels::ResidualArgs residual_args_for(const MoeLayerConfig& cfg) {
@@ -164,6 +169,14 @@ Status MoeLayer::run_experts_and_combine(const MoeLayerInputs& in, const Tensor&
   const TensorView omega = omega_ != nullptr ? omega_->value : TensorView();
   MOE_RETURN_IF_ERROR(
       kernels::combine(ctx_, saved->y_send, plan.row, saved->router.gate, omega, saved->u));
+  if (shared_ != nullptr) {
+    // The shared experts on this rank's tokens, gate 1 (their hidden dropout keyed by token).
+    MOE_ASSIGN_OR_RETURN(
+        Tensor s, shared_->forward(y, in.token_offset, in.training,
+                                   site_rng(in.seed, RandomSite::kFfnHidden, block_, in.step),
+                                   &saved->shared));
+    MOE_RETURN_IF_ERROR(kernels::add(ctx_, saved->u, s, saved->u));
+  }
   if (in.training && cfg_.output_dropout > 0) {
     MOE_RETURN_IF_ERROR(
         kernels::dropout_forward(ctx_, saved->u, {}, in.token_offset, saved->output_dropout_rng,
@@ -259,8 +272,12 @@ StatusOr<MoeLayerGradInputs> MoeLayer::backward(const MoeLayerGradOutputs& g,
   MOE_ASSIGN_OR_RETURN(Tensor d_y_rows, dispatcher_.gather_back_backward(d_y_send, saved.plan));
   MOE_ASSIGN_OR_RETURN(Tensor d_rows, experts_.backward(d_y_rows, saved.experts));
 
-  // dL/dy: through the dispatch and through the router.
+  // dL/dy: through the dispatch, the shared experts and the router.
   MOE_ASSIGN_OR_RETURN(gi.d_x_in, dispatcher_.dispatch_backward(d_rows, saved.plan));
+  if (shared_ != nullptr) {
+    MOE_ASSIGN_OR_RETURN(Tensor d_shared_in, shared_->backward(du, saved.shared));
+    MOE_RETURN_IF_ERROR(kernels::add(ctx_, gi.d_x_in, d_shared_in, gi.d_x_in));
+  }
   MOE_RETURN_IF_ERROR(
       router_.backward(d_gate, saved.router, g.aux_scale * saved.aux_grad_multiplier, gi.d_x_in));
   if (saved.robust_shift) {

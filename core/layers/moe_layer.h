@@ -22,6 +22,7 @@
 #include <string>
 
 #include "comm/communicator.h"
+#include "core/layers/dense_ffn.h"
 #include "core/layers/expert_ffn.h"
 #include "core/layers/moe_dispatcher.h"
 #include "core/layers/moe_router.h"
@@ -66,9 +67,10 @@ struct MoeLayerSaved {
   RouterSaved router;
   DispatchPlan plan;
   ExpertSaved experts;
-  Tensor y_send;  // [S, D] expert outputs in send layout (combine backward)
-  Tensor u;       // [T, D] SMoE output after output dropout (residual input)
-  Tensor m_out;   // [T, D] F Adam moments (Adam layers)
+  DenseFfn::Saved shared;  // the shared experts (shared_experts > 0)
+  Tensor y_send;           // [S, D] expert outputs in send layout (combine backward)
+  Tensor u;      // [T, D] SMoE output (routed + shared) after output dropout (residual input)
+  Tensor m_out;  // [T, D] F Adam moments (Adam layers)
   Tensor v_out;
   bool robust_shift = false;  // the router and experts saw y = x + a p
   bool training = true;
@@ -147,7 +149,8 @@ class MoeLayer {
   MoeRouter router_;
   MoeDispatcher dispatcher_;
   ExpertFfn experts_;
-  Parameter* omega_ = nullptr;  // [D] F
+  Parameter* omega_ = nullptr;        // [D] F
+  std::unique_ptr<DenseFfn> shared_;  // the shared experts as one FFN, or null
 };
 
 }  // namespace moe

@@ -12,7 +12,8 @@ namespace moe {
 enum class RandomSite : uint8_t {
   kAttentionProbs = 0,
   kAttentionOut = 1,
-  kFfnHidden = 2,
+  kFfnHidden = 2,  // the dense FFN's hidden units, or an MoE block's shared experts' (a block has
+                   // one or the other)
   kFfnOut = 3,
   kExpertHidden = 4,
   kMoeOut = 5,

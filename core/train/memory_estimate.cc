@@ -68,6 +68,11 @@ MemoryEstimate estimate_training_memory(const RunConfig& cfg, int world_size) {
     params += local * expert.total();
     matmul += local * expert.matrices;
     if (c.sparsemixer.enabled && c.sparsemixer.omega) params += D;
+    if (c.shared_experts > 0) {
+      const FfnParams shared = ffn_params(D, c.shared_width(), c.activation, c.linear_bias);
+      params += shared.total();
+      matmul += shared.matrices;
+    }
   }
   MemoryEstimate e;
   e.parameters = params;
@@ -100,6 +105,9 @@ MemoryEstimate estimate_training_memory(const RunConfig& cfg, int world_size) {
     per_token +=
         4.0 * D + 3.0 * c.num_experts * 4 + 12.0 * c.top_k;  // router in, logits, probs, idx
     per_token += 6.0 * D * A + 4.0 * D * 4;                  // u, out, LNs, sums; state p (F)
+    if (c.shared_experts > 0) {  // the shared experts' h_pre, h and output
+      per_token += (first_matrix_cols(c.activation, c.shared_width()) + c.shared_width() + D) * A;
+    }
     if (c.residual == ResidualKind::kAdam) per_token += 4.0 * D * 4;
   }
   per_token += 2.0 * D * A + 2.0 * V * 4 + 8;  // final hidden, logits and d_logits (f32), lse

@@ -35,6 +35,10 @@ ModelSize model_size(const ModelConfig& m) {
     dense += D * c.num_experts + (c.linear_bias ? c.num_experts : 0);  // the router
     if (c.bias_update_rate > 0) dense += c.num_experts;                // loss-free balancing's bias
     if (c.sparsemixer.enabled && c.sparsemixer.omega) dense += D;
+    // Shared experts: dense, always active (one FFN of their summed width).
+    if (c.shared_experts > 0) {
+      dense += ffn_params(D, c.shared_width(), c.activation, c.linear_bias).total();
+    }
     const int64_t per_expert = ffn_params(D, c.d_expert, c.activation, c.linear_bias).total();
     z.expert_params += c.num_experts * per_expert;
     inactive += (c.num_experts - c.top_k) * per_expert;

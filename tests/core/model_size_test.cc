@@ -142,7 +142,8 @@ TEST(ModelSizeTest, EveryFamilyAgreesWithTheModelsTensors) {
       {{"model.linear_bias=false"}, " (no linear biases)"},
       {{"model.activation=SWIGLU", "model.moe.activation=SWIGLU"}, " (SwiGLU)"},
       {{"model.norm=RMS_NORM"}, " (RMSNorm)"},
-      {{"model.norm=RMS_NORM", "model.block_style=PRE_LN"}, " (RMSNorm, pre-LN)"}};
+      {{"model.norm=RMS_NORM", "model.block_style=PRE_LN"}, " (RMSNorm, pre-LN)"},
+      {{"model.moe.shared_experts=2", "model.moe.d_shared=24"}, " (shared experts)"}};
   for (const std::string& family : config_families()) {
     for (const Variant& variant : variants) {
       StatusOr<RunConfig> cfg = small_family_config(family, "/nonexistent", 1, variant.set);

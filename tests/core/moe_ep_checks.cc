@@ -379,10 +379,17 @@ Status check_capacity_mismatch_reported(comm::Communicator& ep) {
 }
 
 std::vector<std::string> single_rank_variants() {
-  return {"plain",       "heavy_ball",     "robust",
-          "dropless",    "capacity_drops", "dropout",
-          "sparsemixer", "ac_local",       "swiglu_bias_free_dropout",
-          "sigmoid_seq"};
+  return {"plain",
+          "heavy_ball",
+          "robust",
+          "dropless",
+          "capacity_drops",
+          "dropout",
+          "sparsemixer",
+          "ac_local",
+          "swiglu_bias_free_dropout",
+          "sigmoid_seq",
+          "shared_swiglu_dropout"};
 }
 
 std::vector<std::string> global_variants() {
@@ -409,6 +416,11 @@ MoeLayerConfig ep_variant(const std::string& name) {
   }
   if (name.find("swiglu") != std::string::npos) cfg.activation = ExpertActivation::kSwiglu;
   if (name.find("bias_free") != std::string::npos) cfg.linear_bias = false;
+  if (name.find("shared") != std::string::npos) {
+    // Shared experts: computed where the token is, their dropout keyed by the global token.
+    cfg.shared_experts = 2;
+    cfg.d_shared = 3;
+  }
   if (name.find("sigmoid_seq") != std::string::npos) {
     // DeepSeek-V3's routing: sigmoid scores, scaled gates and the sequence-wise balance loss.
     cfg.score_function = ScoreFunction::kSigmoid;

@@ -2,9 +2,9 @@
 // router weights through top-k and softmax or sigmoid gates (renormalised or not, scaled), the
 // balance, z and sequence-wise balance losses, a router without bias, capacity drops, dropout,
 // the momentum, Adam and robust state, the AC router's parameters, SparseMixer's experts and
-// omega, SwiGLU and bias-free experts. Gradients w.r.t. the inputs are checked wherever the
-// layer's gradient is the true one (the AC metric and SparseMixer's estimator are deliberately
-// not; see their own tests).
+// omega, SwiGLU and bias-free experts, shared experts. Gradients w.r.t. the inputs are checked
+// wherever the layer's gradient is the true one (the AC metric and SparseMixer's estimator are
+// deliberately not; see their own tests).
 #include <gtest/gtest.h>
 
 #include <functional>
@@ -115,6 +115,22 @@ std::vector<Variant> variants() {
                  c->activation = ExpertActivation::kSwiglu;
                  c->linear_bias = false;
                  c->dropless = true;
+               }});
+  // Shared experts (one dense FFN beside the routed ones, gate 1): SwiGLU, bias-free, with hidden
+  // and output dropout under the robust shift (their input is the shifted y); ReLU with biases
+  // and capacity drops.
+  v.push_back({"shared_swiglu_bias_free_robust_dropout", [](MoeLayerConfig* c) {
+                 c->residual = ResidualKind::kRobust;
+                 c->activation = ExpertActivation::kSwiglu;
+                 c->linear_bias = false;
+                 c->shared_experts = 2;
+                 c->d_shared = 3;
+                 c->expert_dropout = 0.25;
+                 c->output_dropout = 0.2;
+               }});
+  v.push_back({"shared_relu_capacity_drops", [](MoeLayerConfig* c) {
+                 c->shared_experts = 1;
+                 c->capacity_factor = 0.6;
                }});
   v.push_back({"bias_free_capacity_drops", [](MoeLayerConfig* c) {
                  c->linear_bias = false;
