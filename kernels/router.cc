@@ -1,5 +1,6 @@
 #include "kernels/router.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/common.h"
@@ -86,6 +87,11 @@ Status topk_route(Context& ctx, const RouteOptions& opt, const TensorView& logit
     return invalid_argument_error(kOp, ": top_k = ", k, " outside [1, ", experts, "]");
   }
   MOE_RETURN_IF_ERROR(check_route_options(kOp, opt));
+  if (opt.groups < 1 || opt.groups > 64 || experts % opt.groups != 0 || opt.topk_groups < 1 ||
+      k > std::min(opt.topk_groups, opt.groups) * (experts / opt.groups)) {
+    return invalid_argument_error(kOp, ": ", opt.groups, " groups keeping ", opt.topk_groups,
+                                  " cannot hold top_k = ", k, " of ", experts, " experts");
+  }
   const TensorView& bias = opt.selection_bias;
   if (bias.numel() > 0) {
     MOE_RETURN_IF_ERROR(check_device(ctx, kOp, "selection_bias", bias));
@@ -96,7 +102,8 @@ Status topk_route(Context& ctx, const RouteOptions& opt, const TensorView& logit
   MOE_RETURN_IF_ERROR(check_as(kOp, logits, "probs", probs, logits.shape()));
   MOE_RETURN_IF_ERROR(check_as(kOp, logits, "lse", lse, Shape{tokens}));
   MOE_ON_CUDA(ctx, cuda::topk_route(ctx, opt, logits, idx, gate, probs, lse));
-  const ref::RouteParams p{opt.score, opt.renormalize, opt.scaling, experts, k};
+  const ref::RouteParams p{opt.score, opt.renormalize, opt.scaling,    experts,
+                           k,         opt.groups,      opt.topk_groups};
   return dispatch_full(kOp, logits, [&](auto tag) {
     using T = decltype(tag);
     ref::topk_route<T>(p, logits.data<T>(), bias.numel() > 0 ? bias.data<T>() : nullptr, tokens,

@@ -158,10 +158,25 @@ Status check_modern_routing(const MoeLayerConfig& c, const std::string& where, i
     return invalid_argument_error(where, ".expert_groups = ", c.expert_groups,
                                   " must be >= 1 and divide num_experts = ", c.num_experts);
   }
+  if (c.expert_groups > 64) {
+    return invalid_argument_error(where, ".expert_groups = ", c.expert_groups,
+                                  " is outside the allowed range [1, 64]");
+  }
   if (c.topk_groups < 0 || c.topk_groups > c.expert_groups) {
     return invalid_argument_error(where, ".topk_groups = ", c.topk_groups,
                                   " is outside the allowed range [0, expert_groups = ",
                                   c.expert_groups, "] (0: every group)");
+  }
+  const int64_t kept = c.topk_groups > 0 ? c.topk_groups : c.expert_groups;
+  if (c.top_k > kept * (c.num_experts / c.expert_groups)) {
+    return invalid_argument_error(where, ".top_k = ", c.top_k, " exceeds the ", kept,
+                                  " kept groups' ", kept * (c.num_experts / c.expert_groups),
+                                  " experts (topk_groups x num_experts / expert_groups)");
+  }
+  if (c.expert_groups > 1 && c.sparsemixer.enabled) {
+    return invalid_argument_error(where, ".expert_groups = ", c.expert_groups,
+                                  " cannot be used with sparsemixer (SparseMixer samples from its "
+                                  "own masked softmax over every expert)");
   }
   MOE_RETURN_IF_ERROR(
       require(c.max_ep_ranks >= 0, where, "max_ep_ranks", c.max_ep_ranks, "[0, inf) (0: any)"));
@@ -174,7 +189,8 @@ Status check_modern_routing(const MoeLayerConfig& c, const std::string& where, i
                                   " needs balance_scope GLOBAL (loss-free balancing moves the bias "
                                   "by the global batch's loads, the same on every rank)");
   }
-  if (c.expert_groups != 1) return not_built("expert_groups");
+  // Node-limited routing (each token's experts on at most max_ep_ranks EP ranks) saves bytes only
+  // with a dispatch that sends a token once per rank; momoe's sends one row per assignment.
   if (c.max_ep_ranks != 0) return not_built("max_ep_ranks");
   (void)ep_size;
   return Status::OK();

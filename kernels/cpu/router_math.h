@@ -20,6 +20,11 @@ struct RouteParams {
   double scaling;
   int64_t experts;
   int64_t k;
+  // Group-limited routing: the experts in `groups` equal groups of consecutive indices, each
+  // token choosing only inside its best `topk_groups` (groups <= 1 or topk_groups >= groups: no
+  // limit). The backward does not read them (the gates' gradient follows the chosen idx).
+  int64_t groups = 1;
+  int64_t topk_groups = 1;
 };
 
 MOE_HOST_DEVICE inline double sigmoid_of(double x) { return 1.0 / (1.0 + exp(-x)); }
@@ -52,7 +57,45 @@ MOE_HOST_DEVICE inline double route_key(const RouteParams& p, const T* row, cons
   return bias == nullptr ? s : s + static_cast<double>(bias[e]);
 }
 
-// One token: idx = the K largest keys in descending order (ties: lower expert index first);
+// Group-limited routing (DeepSeek-V3): a group's score is the sum of its two largest choice scores
+// (score + bias; the one score of a group of one), and a token keeps the topk_groups groups of
+// largest score (ties: the lower group). Returns their bit mask (bit g: group g kept; groups <=
+// 64, checked by the config), every bit without a limit.
+template <typename T>
+MOE_HOST_DEVICE inline uint64_t kept_groups(const RouteParams& p, const T* row, const T* bias,
+                                            double lse) {
+  if (p.groups <= 1 || p.topk_groups >= p.groups) return ~uint64_t{0};
+  const int64_t size = p.experts / p.groups;
+  uint64_t kept = 0;
+  for (int64_t j = 0; j < p.topk_groups; ++j) {
+    int64_t best = -1;
+    double best_score = 0;
+    for (int64_t g = 0; g < p.groups; ++g) {
+      if ((kept >> g) & 1) continue;
+      double first = -INFINITY, second = -INFINITY;
+      for (int64_t e = g * size; e < (g + 1) * size; ++e) {
+        const double s = route_score(p.score, row, lse, e);
+        const double key = bias == nullptr ? s : s + static_cast<double>(bias[e]);
+        if (key > first) {
+          second = first;
+          first = key;
+        } else if (key > second) {
+          second = key;
+        }
+      }
+      const double score = size > 1 ? first + second : first;
+      if (best < 0 || score > best_score) {
+        best = g;
+        best_score = score;
+      }
+    }
+    kept |= uint64_t{1} << best;
+  }
+  return kept;
+}
+
+// One token: idx = the K largest keys in descending order (ties: lower expert index first),
+// inside the kept groups;
 // gate = the chosen scores, renormalised over the K or not, times the scaling (softmax
 // renormalised: the softmax over the K chosen logits); probs = softmax, or sigmoid scores over
 // their sum; lse = logsumexp of the logits. row, probs [E]; idx, gate [K]; bias [E] or null.
@@ -61,10 +104,13 @@ MOE_HOST_DEVICE inline void topk_route_token(const RouteParams& p, const T* row,
                                              int32_t* idx, T* gate, T* probs, T* lse) {
   const int64_t experts = p.experts, k = p.k;
   const double l = row_log_sum_exp(row, experts);
+  const uint64_t kept = kept_groups(p, row, bias, l);
+  const int64_t group_size = p.groups > 1 ? experts / p.groups : experts;
   for (int64_t j = 0; j < k; ++j) {
     int64_t best = -1;
     double best_key = 0;
     for (int64_t e = 0; e < experts; ++e) {
+      if (((kept >> (e / group_size)) & 1) == 0) continue;
       bool taken = false;
       for (int64_t q = 0; q < j; ++q) taken |= idx[q] == e;
       if (taken) continue;

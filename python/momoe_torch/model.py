@@ -217,23 +217,30 @@ class MoeLayer(nn.Module):
     def choice_scores(self, logits):
         """What top-k selects on: the logits (softmax, no bias: the same order as the scores),
         else the scores plus loss-free balancing's bias; with expert groups, the experts outside
-        each token's best `topk_groups` groups (by the sum of their two best) set to -inf."""
-        if self.score_function == "softmax" and self.score_bias is None:
-            choice = logits
-        else:
-            choice = self.scores(logits)
-            if self.score_bias is not None:
-                choice = choice + self.score_bias.double()
+        each token's best `topk_groups` groups set to -inf (group_mask)."""
+        keys = self.scores(logits)
+        if self.score_bias is not None:
+            keys = keys + self.score_bias.double()
+        choice = logits if self.score_function == "softmax" and self.score_bias is None else keys
         g = self.expert_groups
         if g > 1 and self.topk_groups < g:
             t, e = choice.shape
-            grouped = choice.reshape(t, g, e // g)
-            best2 = torch.sort(grouped, dim=2, descending=True).values[:, :, : min(2, e // g)]
-            keep = torch.sort(best2.sum(dim=2), dim=1, descending=True, stable=True).indices
-            mask = torch.zeros(t, g, dtype=torch.bool, device=choice.device)
-            mask.scatter_(1, keep[:, : self.topk_groups], True)
-            choice = grouped.masked_fill(~mask[:, :, None], float("-inf")).reshape(t, e)
+            mask = self.group_mask(keys)
+            choice = choice.reshape(t, g, e // g).masked_fill(~mask[:, :, None], float("-inf"))
+            choice = choice.reshape(t, e)
         return choice
+
+    def group_mask(self, keys):
+        """[T, G] bool: the groups each token keeps, the `topk_groups` whose two best keys (scores
+        plus bias) sum highest (ties: the lower group)."""
+        t, e = keys.shape
+        g = self.expert_groups
+        grouped = keys.reshape(t, g, e // g)
+        best2 = torch.sort(grouped, dim=2, descending=True).values[:, :, : min(2, e // g)]
+        keep = torch.sort(best2.sum(dim=2), dim=1, descending=True, stable=True).indices
+        mask = torch.zeros(t, g, dtype=torch.bool, device=keys.device)
+        mask.scatter_(1, keep[:, : self.topk_groups], True)
+        return mask
 
     def sparsemixer_mask(self, logits, imax):
         """SparseMixer's set [T, E] bool for the argmax `imax` [T, 1]: the experts within the

@@ -416,6 +416,11 @@ MoeLayerConfig ep_variant(const std::string& name) {
   }
   if (name.find("swiglu") != std::string::npos) cfg.activation = ExpertActivation::kSwiglu;
   if (name.find("bias_free") != std::string::npos) cfg.linear_bias = false;
+  if (name.find("groups") != std::string::npos) {
+    cfg.score_function = ScoreFunction::kSigmoid;
+    cfg.expert_groups = 2;
+    cfg.topk_groups = 1;
+  }
   if (name.find("shared") != std::string::npos) {
     // Shared experts: computed where the token is, their dropout keyed by the global token.
     cfg.shared_experts = 2;

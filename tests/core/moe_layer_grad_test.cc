@@ -128,6 +128,14 @@ std::vector<Variant> variants() {
                  c->expert_dropout = 0.25;
                  c->output_dropout = 0.2;
                }});
+  // Group-limited routing (2 groups of 2, the better one kept) with a loss-free bias and sigmoid
+  // scores: the gates' gradient follows the chosen experts; the bias gets none.
+  v.push_back({"sigmoid_groups_score_bias", [](MoeLayerConfig* c) {
+                 c->score_function = ScoreFunction::kSigmoid;
+                 c->expert_groups = 2;
+                 c->topk_groups = 1;
+                 c->bias_update_rate = 0.01;
+               }});
   v.push_back({"shared_relu_capacity_drops", [](MoeLayerConfig* c) {
                  c->shared_experts = 1;
                  c->capacity_factor = 0.6;

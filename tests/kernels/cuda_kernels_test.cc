@@ -644,6 +644,34 @@ TEST_F(CudaKernelTest, TopkSoftmaxAndAuxLosses) {
 // Sigmoid and softmax routing with every gate option and a selection bias, the per-sequence counts
 // and the sequence-wise loss with its gradient, against the CPU. Decisions (indices, counts) bit
 // for bit; values to the op's rounding (exp and sums in other orders, as above).
+// Group-limited routing (64 experts in 8 groups, 3 kept, top 6) with a selection bias: the same
+// experts as the CPU (the group sums are the same double expressions), gates to rounding.
+TEST_F(CudaKernelTest, GroupLimitedRouting) {
+  const int64_t tokens = 777, experts = 64, k = 6;
+  for (ScoreFunction score : {ScoreFunction::kSoftmax, ScoreFunction::kSigmoid}) {
+    Tensor logits = rand({tokens, experts}, DType::kF32, -3, 3);
+    Tensor bias = rand({experts}, DType::kF32, -0.05, 0.05);
+    RouteOptions opt, gopt;
+    opt.score = gopt.score = score;
+    opt.groups = gopt.groups = 8;
+    opt.topk_groups = gopt.topk_groups = 3;
+    opt.selection_bias = bias;
+    Tensor gbias = up(bias);
+    gopt.selection_bias = gbias;
+    Tensor idx = Tensor::empty({tokens, k}, DType::kI32),
+           gate = Tensor::empty({tokens, k}, DType::kF32),
+           probs = Tensor::empty({tokens, experts}, DType::kF32),
+           lse = Tensor::empty({tokens}, DType::kF32);
+    Tensor gidx = poisoned({tokens, k}, DType::kI32), ggate = poisoned({tokens, k}, DType::kF32),
+           gprobs = poisoned({tokens, experts}, DType::kF32),
+           glse = poisoned({tokens}, DType::kF32);
+    OK(topk_route(cpu(), opt, logits, idx, gate, probs, lse));
+    OK(topk_route(gpu(), gopt, up(logits), gidx, ggate, gprobs, glse));
+    EXPECT_TRUE(testing::bitwise_equal(idx, down(gidx))) << "group-limited indices differ";
+    expect_close("topk_route(groups, gate)", gate, ggate, 1e-6);
+  }
+}
+
 TEST_F(CudaKernelTest, TopkRouteOptionsAndSequenceLoss) {
   for (DType f : {DType::kF32, DType::kF64}) {
     const double tol = f == DType::kF64 ? 1e-14 : 1e-6;

@@ -180,6 +180,48 @@ TEST(TopkRouteTest, SelectionBiasChangesTheChoiceOnly) {
   EXPECT_NEAR(out.gate.data<double>()[1], 1 / (std::exp(2) + 1), 1e-15);
 }
 
+// Group-limited routing by hand: 8 experts in 4 groups of 2; a token keeps the 2 groups whose two
+// best keys sum highest, then its top-2 inside them. Logits (3, -3 | 1, 1 | 0.5, 0.5 | 2, -4):
+// with sigmoid scores the groups' sums are .95+.05 = 1.0, .73+.73 = 1.46, .62+.62 = 1.24 and
+// .88+.02 = .90, so groups 1 and 2 are kept and expert 0 (the largest score) is not chosen: the
+// choice is 2, 3 (equal keys: the lower index first). A bias on expert 7 (+0.5) lifts group 3
+// over group 2. Keeping every group gives the plain top-2 (0, 6). Softmax ranks groups by the sums
+// of their probabilities, which the largest logit dominates: (e^3 + e^-3) / Z, e^2 / Z, ... keep
+// groups 0 and 3, and logits (1, 1 | 1, 1 | 3, 0 | 0, 0) keep groups 2 and, of the tied groups 0
+// and 1, the lower one: experts 4 then 0.
+TEST(TopkRouteTest, GroupLimitedChoosesInsideTheBestGroups) {
+  Tensor logits = Tensor::from_vector<double>({1, 8}, {3, -3, 1, 1, 0.5, 0.5, 2, -4});
+  RouteOut out(1, 8, 2);
+  RouteOptions opt = sigmoid_options(true, 1.0);
+  opt.groups = 4;
+  opt.topk_groups = 2;
+  ASSERT_TRUE(out.route(opt, logits).ok());
+  EXPECT_EQ(to_vector<int32_t>(out.idx), (std::vector<int32_t>{2, 3}));
+  EXPECT_NEAR(out.gate.data<double>()[0], 0.5, 1e-15);  // equal scores, renormalised
+  Tensor bias = Tensor::from_vector<double>({8}, {0, 0, 0, 0, 0, 0, 0, 0.5});
+  opt.selection_bias = bias;  // group 3: .88 + (.02 + .5) = 1.40 > group 2's 1.24
+  ASSERT_TRUE(out.route(opt, logits).ok());
+  EXPECT_EQ(to_vector<int32_t>(out.idx), (std::vector<int32_t>{6, 2}));
+  opt.selection_bias = TensorView();
+  opt.topk_groups = 4;  // every group: no limit
+  ASSERT_TRUE(out.route(opt, logits).ok());
+  EXPECT_EQ(to_vector<int32_t>(out.idx), (std::vector<int32_t>{0, 6}));
+  RouteOptions soft;
+  soft.groups = 4;
+  soft.topk_groups = 2;
+  ASSERT_TRUE(out.route(soft, logits).ok());
+  EXPECT_EQ(to_vector<int32_t>(out.idx), (std::vector<int32_t>{0, 6}));
+  ASSERT_TRUE(
+      out.route(soft, Tensor::from_vector<double>({1, 8}, {1, 1, 1, 1, 3, 0, 0, 0})).ok());
+  EXPECT_EQ(to_vector<int32_t>(out.idx), (std::vector<int32_t>{4, 0}));
+  // The kept groups must hold top_k experts, and the groups must divide E.
+  soft.topk_groups = 1;
+  RouteOut three(1, 8, 3);
+  EXPECT_EQ(three.route(soft, logits).code(), StatusCode::kInvalidArgument);
+  soft.groups = 3;
+  EXPECT_EQ(out.route(soft, logits).code(), StatusCode::kInvalidArgument);
+}
+
 // Every score function, with and without renormalisation, scaled and not, with a selection bias
 // (a constant of the selection, no gradient), against finite differences.
 TEST(TopkRouteTest, BackwardMatchesFiniteDifferences) {
