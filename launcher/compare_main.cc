@@ -219,13 +219,10 @@ Status grid_from_flags(const FlagParser& flags, CompareGrid* grid, std::vector<d
   if (!custom || flags.has("preset")) {
     const std::string preset = flags.get("preset", "papers");
     MOE_ASSIGN_OR_RETURN(ComparePreset p, compare_preset(preset));
-    grid->base_config = config_dir() + "/" + p.base_config;
-    grid->common = p.common;
-    grid->variants = p.variants;
-    // A preset variant's own config is named relative to configs/, as its base config is.
-    for (CompareVariant& v : grid->variants) {
-      if (!v.config.empty() && v.config[0] != '/') v.config = config_dir() + "/" + v.config;
-    }
+    const CompareGrid preset_grid = grid_of_preset(p, config_dir());
+    grid->base_config = preset_grid.base_config;
+    grid->common = preset_grid.common;
+    grid->variants = preset_grid.variants;
     if (preset == "papers" || preset == "papers-capacity" || preset == "papers-ablations" ||
         preset == "modern") {
       *targets = {6.0, 5.5, 5.25};

@@ -175,6 +175,17 @@ StatusOr<std::vector<uint64_t>> parse_seeds(const std::string& list) {
   return seeds;
 }
 
+CompareGrid grid_of_preset(const ComparePreset& preset, const std::string& config_dir) {
+  CompareGrid grid;
+  grid.base_config = config_dir + "/" + preset.base_config;
+  grid.common = preset.common;
+  grid.variants = preset.variants;
+  for (CompareVariant& v : grid.variants) {
+    if (!v.config.empty() && v.config[0] != '/') v.config = config_dir + "/" + v.config;
+  }
+  return grid;
+}
+
 // function-length: table (the presets, variant by variant)
 StatusOr<ComparePreset> compare_preset(const std::string& name) {
   auto v = [](const std::string& spec) { return parse_variant(spec).value(); };

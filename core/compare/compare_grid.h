@@ -56,6 +56,9 @@ struct ComparePreset {
   std::vector<CompareVariant> variants;
 };
 StatusOr<ComparePreset> compare_preset(const std::string& name);
+// A preset's grid: its base config and the variants' own configs are named relative to
+// `config_dir` (the source tree's configs/); no seeds yet.
+CompareGrid grid_of_preset(const ComparePreset& preset, const std::string& config_dir);
 
 // Each variant's resolved config for `seed` (the base, the common overrides, the variant's
 // overrides, train.seed). Refuses duplicate names, a variant whose overrides do not apply (naming

@@ -52,12 +52,7 @@ TEST(CompareGridTest, ParsesVariantsGridFilesAndSeeds) {
 
 // A built-in preset as momoe-compare runs it from the source tree.
 CompareGrid preset_grid(const std::string& name) {
-  ComparePreset p = compare_preset(name).value();
-  CompareGrid grid;
-  grid.base_config = std::string(MOE_CONFIG_DIR) + "/" + p.base_config;
-  grid.common = p.common;
-  grid.variants = p.variants;
-  return grid;
+  return grid_of_preset(compare_preset(name).value(), MOE_CONFIG_DIR);
 }
 
 // The papers preset trains each variant under its paper's settings; papers-capacity keeps the
@@ -182,7 +177,8 @@ TEST(CompareGridTest, EachAblationDepartsFromItsPapersVariantInOneSetting) {
 }
 
 TEST(CompareGridTest, PresetsResolveAndBudgetsMustMatch) {
-  for (const char* name : {"papers", "papers-capacity", "papers-ablations", "gpu-medium"}) {
+  for (const char* name :
+       {"papers", "papers-capacity", "papers-ablations", "gpu-medium", "modern"}) {
     const CompareGrid grid = preset_grid(name);
     StatusOr<std::vector<RunConfig>> cfgs = resolve_grid(grid, 7);
     ASSERT_TRUE(cfgs.ok()) << name << ": " << cfgs.status().to_string();

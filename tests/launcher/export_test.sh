@@ -171,6 +171,21 @@ check sparsemixer_ref
 # The reference code's sign convention, a dense block between momentum layers (the state passes).
 train convention momentum --set model.moe.convention=REFERENCE_CODE --set model.arch=smsfsmsm
 check convention
+# The block of current models with the seeds' momentum (a dense SwiGLU block between the MoE
+# ones), and Mixtral's shape (configs/modern/mixtral.pbtxt).
+train modern_block quickstart --set model.block_style=PRE_LN --set model.position=ROPE \
+  --set model.norm=RMS_NORM --set model.linear_bias=false --set model.activation=SWIGLU \
+  --set model.moe.activation=SWIGLU --set model.arch=sgsfsm
+check modern_block
+train mixtral modern/mixtral
+check mixtral
+# DeepSeek-V3's routing (configs/modern/deepseek-v3.pbtxt): sigmoid scores scaled 2.5, shared
+# experts, fine-grained experts, loss-free balancing's bias (moved 12 times), without the group
+# limit (a group flip at a near-tie is not yet judged by the replay; momoe_torch's group choice
+# is held by python/tests/test_routing.py's hand values, as momoe's kernel is).
+train deepseek modern/deepseek-v3 --set model.moe.topk_groups=0 --set model.moe.num_experts=32 \
+  --set model.moe.d_expert=32
+check deepseek
 
 # The evaluation batch: without AC layers it does not matter (up to rounding); an AC model
 # (the paper's per-batch rule) is evaluated in its recorded batch and refuses another. At batch
@@ -215,6 +230,12 @@ perturb eval_capacity "no evaluation capacity" \
 perturb convention "the other sign convention" \
   'for b in c["blocks"]:
     if b["type"] == "moe": b["dynamics"]["convention"] = "paper"'
+perturb mixtral "rope_base 10000 -> 5000" 'c["rope_base"] = 5000.0'
+perturb deepseek "routed_scaling 2.5 -> 2.4" \
+  'for b in c["blocks"]: b["routed_scaling"] = 2.4'
+perturb deepseek "sigmoid -> softmax scores" \
+  'for b in c["blocks"]: b["score_function"] = "softmax"'
+perturb modern_block "RMSNorm eps 1e-5 -> 1e-2" 'c["norm_eps"] = 1e-2'
 run_jobs "$src/python" "$tmp/results.json"
 
 # At batch 8 the decisions on the 40 sequences are batch 16's but at near-ties (checked against

@@ -211,8 +211,13 @@ void expect_every_field_set(const google::protobuf::Message& msg, const std::str
 
 std::vector<std::string> config_files() {
   std::vector<std::string> out;
-  for (const auto& e : std::filesystem::directory_iterator(MOE_CONFIG_DIR)) {
-    if (e.path().extension() == ".pbtxt") out.push_back(e.path().string());
+  // configs/ and configs/modern/ (configs/papers/ name corpora of their own:
+  // paper_presets_test).
+  const std::vector<std::string> dirs = {MOE_CONFIG_DIR, MOE_CONFIG_DIR + std::string("/modern")};
+  for (const std::string& dir : dirs) {
+    for (const auto& e : std::filesystem::directory_iterator(dir)) {
+      if (e.path().extension() == ".pbtxt") out.push_back(e.path().string());
+    }
   }
   return out;
 }
