@@ -16,9 +16,17 @@
 //   momoe-bench layer [--tokens 2048] [--d 352] [--f 352] [--experts 16] [--top-k 2]
 //                     [--variant plain|momentum|ac|sparsemixer] [--iterations 5] [--warmup 1]
 //                     [--threads 0]   (CPU threads; 0 = every core) [--device cpu|cuda]
-//                     [--dtype f32|bf16] [--dropless 0|1] [--activation relu|gelu]
-//                     [--shape 1|2|3|4] [--torch 0|1]
+//                     [--dtype f32|bf16] [--dropless 0|1] [--shape 1|2|3|4] [--torch 0|1]
+//                     [--activation relu|gelu|swiglu] [--score softmax|sigmoid] [--shared N]
+//                     [--bias-rate R] [--groups G --topk-groups g] [--compare fine-grained|options]
 //   momoe-bench layer --device cuda --shape 1 --torch 1 --iterations 20 --warmup 5
+// The routing of current models: --shared N adds N shared experts of width f, --bias-rate R
+// loss-free balancing (its bias moves after every iteration, as after a step), --groups with
+// --topk-groups group-limited routing; FLOPs count SwiGLU's third matrix and the shared experts.
+// --compare fine-grained times the coarse layer (8 experts, top 1, width f) and the fine-grained
+// one (64 experts, top 8, width f / 8) and prints their time per active FLOP's ratio;
+// --compare options times the layer alone, with loss-free balancing (rate 1e-3) and with one
+// shared expert, and prints what each adds beyond its own GEMMs (the shared FFN timed alone).
 // gemm_share is the layer's time inside BLAS tiles over its whole time (the rest: routing,
 // dispatch, activation, combine; CPU only).
 #include <sys/wait.h>
@@ -34,6 +42,7 @@
 #include "benchmarks/bench_util.h"
 #include "benchmarks/layer_fixture.h"
 #include "comm/world.h"
+#include "core/layers/dense_ffn.h"
 #include "io/child_process.h"
 #include "kernels/cpu/blas_ref.h"
 #include "kernels/elementwise.h"
@@ -126,15 +135,44 @@ struct LayerOptions {
   int threads = 0;
   std::string device;
   bool with_torch = false;
+  std::string compare;  // "", "fine-grained" or "options" (bench_layer)
 };
+
+// The routing of current models: --score softmax|sigmoid, --shared N (shared experts of width
+// f), --bias-rate R (loss-free balancing), --groups G --topk-groups g; --compare
+// fine-grained|options (bench_layer).
+Status apply_modern_options(const Args& a, LayerOptions* o) {
+  const std::string score = a.get_str("score", "softmax");
+  if (score != "softmax" && score != "sigmoid") {
+    return invalid_argument_error("--score ", score, " is not one of softmax, sigmoid");
+  }
+  o->cfg.score_function = score == "sigmoid" ? ScoreFunction::kSigmoid : ScoreFunction::kSoftmax;
+  o->cfg.shared_experts = a.get("shared", 0);
+  o->cfg.d_shared = o->cfg.d_expert;
+  const std::string rate = a.get_str("bias-rate", "0");
+  char* end = nullptr;
+  o->cfg.bias_update_rate = std::strtod(rate.c_str(), &end);
+  if (end == rate.c_str() || *end != '\0' || !(o->cfg.bias_update_rate >= 0)) {
+    return invalid_argument_error("--bias-rate ", rate, " is not a number >= 0");
+  }
+  o->cfg.expert_groups = a.get("groups", 1);
+  o->cfg.topk_groups = a.get("topk-groups", 0);
+  o->compare = a.get_str("compare", "");
+  if (!o->compare.empty() && o->compare != "fine-grained" && o->compare != "options") {
+    return invalid_argument_error("--compare ", o->compare, " is not one of fine-grained, options");
+  }
+  return Status::OK();
+}
 
 // Parses and checks the flags (defaults: the quick-start-sized layer in f32 with capacity, or
 // one of issue 21's shapes in bf16, dropless); the benchmark runs on one rank.
 StatusOr<LayerOptions> parse_layer_options(int argc, char** argv, const comm::World& world) {
-  MOE_ASSIGN_OR_RETURN(Args a, Args::parse(argc, argv,
-                                           {"tokens", "d", "f", "experts", "top-k", "variant",
-                                            "iterations", "warmup", "threads", "device", "dtype",
-                                            "dropless", "activation", "shape", "torch"}));
+  MOE_ASSIGN_OR_RETURN(
+      Args a, Args::parse(argc, argv,
+                          {"tokens",     "d",           "f",       "experts", "top-k",  "variant",
+                           "iterations", "warmup",      "threads", "device",  "dtype",  "dropless",
+                           "activation", "shape",       "torch",   "score",   "shared", "bias-rate",
+                           "groups",     "topk-groups", "compare"}));
   if (world.size() != 1) return invalid_argument_error("momoe-bench layer runs on one rank");
   LayerOptions o;
   MOE_ASSIGN_OR_RETURN(o.variant, parse_variant(a.get_str("variant", "plain")));
@@ -155,13 +193,17 @@ StatusOr<LayerOptions> parse_layer_options(int argc, char** argv, const comm::Wo
   }
   o.act = o.dtype_name == "bf16" ? DType::kBF16 : DType::kF32;
   o.activation = a.get_str("activation", shape.activation);
-  if (o.activation != "relu" && o.activation != "gelu") {
-    return invalid_argument_error("--activation ", o.activation, " is not one of relu, gelu");
+  if (o.activation != "relu" && o.activation != "gelu" && o.activation != "swiglu") {
+    return invalid_argument_error("--activation ", o.activation,
+                                  " is not one of relu, gelu, swiglu");
   }
   o.cfg = layer_config(a.get("d", shape.d), a.get("f", shape.f), a.get("experts", shape.experts),
                        a.get("top-k", shape.top_k), o.variant);
   o.cfg.dropless = a.get("dropless", shape_id > 0 ? 1 : 0) != 0;
-  o.cfg.activation = o.activation == "gelu" ? ExpertActivation::kGelu : ExpertActivation::kRelu;
+  o.cfg.activation = o.activation == "gelu"     ? ExpertActivation::kGelu
+                     : o.activation == "swiglu" ? ExpertActivation::kSwiglu
+                                                : ExpertActivation::kRelu;
+  MOE_RETURN_IF_ERROR(apply_modern_options(a, &o));
   MOE_RETURN_IF_ERROR(o.cfg.validate("bench"));
   o.tokens = a.get("tokens", shape.tokens);
   o.d = o.cfg.d_model;
@@ -246,6 +288,18 @@ Status time_floors(const LayerOptions& o, Context& ctx, Floors* fl) {
   return Status::OK();
 }
 
+// The layer's active FLOPs per forward + backward (3 x forward): each token's K experts and the
+// shared experts (2 matrices of D x F, 3 with SwiGLU; padding not counted) and the router.
+double active_flops(const LayerOptions& o) {
+  const MoeLayerConfig& c = o.cfg;
+  const double matrices = is_gated(c.activation) ? 3.0 : 2.0;
+  const double d = static_cast<double>(c.d_model);
+  const double expert = 2.0 * matrices * d * static_cast<double>(c.d_expert);
+  const double shared = 2.0 * matrices * d * static_cast<double>(c.shared_width());
+  return 3.0 * static_cast<double>(o.tokens) *
+         (static_cast<double>(c.top_k) * expert + shared + 2.0 * d * c.num_experts);
+}
+
 // The result line: the layer's rate against the performance model and the measured floors.
 JsonLine layer_line(const LayerOptions& o, Context& ctx, const LayerTiming& layer,
                     const Floors& fl) {
@@ -253,13 +307,16 @@ JsonLine layer_line(const LayerOptions& o, Context& ctx, const LayerTiming& laye
   const MoeLayerConfig& cfg = o.cfg;
   const Timing& t = layer.t;
   const double gemm_flops = 2.0 * tokens * cfg.top_k * d * f;
-  const double layer_flops =
-      3.0 * tokens * (2.0 * cfg.top_k * (2.0 * d * f) + 2.0 * d * cfg.num_experts);
+  const double layer_flops = active_flops(o);
   JsonLine j("layer");
   j.str("device", ctx.device().to_string())
       .str("variant", variant_name(o.variant))
       .str("dtype", o.dtype_name)
       .str("activation", o.activation)
+      .str("score", cfg.score_function == ScoreFunction::kSigmoid ? "sigmoid" : "softmax")
+      .num("shared", cfg.shared_experts)
+      .num("bias_rate", cfg.bias_update_rate)
+      .num("groups", cfg.expert_groups)
       .num("dropless", cfg.dropless ? 1 : 0)
       .num("tokens", tokens)
       .num("d", d)
@@ -311,14 +368,8 @@ Status add_torch_comparison(const LayerOptions& o, int threads, const Timing& t,
   return Status::OK();
 }
 
-}  // namespace
-
-Status bench_layer(int argc, char** argv, comm::World* world) {
-  MOE_ASSIGN_OR_RETURN(const LayerOptions o, parse_layer_options(argc, argv, *world));
-  int cuda_device = -1;
-  if (o.device == "cuda") {
-    MOE_ASSIGN_OR_RETURN(cuda_device, choose_cuda_device(0));
-  }
+// Times one layer and prints its line; returns its median seconds per forward + backward.
+StatusOr<double> run_layer(const LayerOptions& o, int cuda_device) {
   LayerFixture fixture(o.cfg, o.tokens, nullptr, 0, o.act, o.threads, cuda_device);
   Context& ctx = fixture.context();
   MOE_ASSIGN_OR_RETURN(const LayerTiming layer, time_layer(o, fixture));
@@ -328,7 +379,96 @@ Status bench_layer(int argc, char** argv, comm::World* world) {
   if (o.with_torch) MOE_RETURN_IF_ERROR(add_torch_comparison(o, ctx.threads(), layer.t, &j));
   j.str("check", "ok");
   std::printf("%s\n", j.dump().c_str());
+  std::fflush(stdout);
+  return layer.t.median;
+}
+
+// The shared experts' own FFN (width shared_width, the experts' activation) alone, forward +
+// backward on the layer's tokens: the GEMMs the shared experts add.
+StatusOr<double> time_shared_ffn(const LayerOptions& o, int cuda_device) {
+  const std::unique_ptr<Context> ctx = make_bench_context(o.threads, cuda_device);
+  ParameterSet params(ctx.get(), o.act);
+  DenseFfn ffn("shared", o.d, o.cfg.shared_width(), o.cfg.activation, o.cfg.linear_bias, 0.0,
+               &params);
+  MOE_RETURN_IF_ERROR(params.allocate());
+  uint64_t stream = 0;
+  for (const auto& p : params.all()) {
+    MOE_RETURN_IF_ERROR(kernels::init_normal(
+        *ctx, p->master, 0.05, CounterRng{1, make_stream(RngTag::kTest, 1, ++stream)}));
+  }
+  MOE_RETURN_IF_ERROR(params.refresh_working());
+  MOE_ASSIGN_OR_RETURN(Tensor x, ctx->empty({o.tokens, o.d}, o.act));
+  MOE_RETURN_IF_ERROR(
+      kernels::init_normal(*ctx, x, 1.0, CounterRng{2, make_stream(RngTag::kTest, 2, 0)}));
+  MOE_ASSIGN_OR_RETURN(const Timing t, time_it(o.warm, o.iters, [&]() -> Status {
+                         DenseFfn::Saved saved;
+                         MOE_ASSIGN_OR_RETURN(Tensor y,
+                                              ffn.forward(x, 0, false, CounterRng{}, &saved));
+                         MOE_RETURN_IF_ERROR(ffn.backward(y, saved).status());
+                         return ctx->synchronize();
+                       }));
+  return t.median;
+}
+
+// --compare fine-grained: the coarse layer (8 experts, top 1, width F) and the fine-grained one
+// (64 experts, top 8, width F / 8): the same tokens, width and active FLOPs in the experts.
+Status compare_fine_grained(const LayerOptions& o, int cuda_device) {
+  LayerOptions coarse = o, fine = o;
+  coarse.cfg.num_experts = 8;
+  coarse.cfg.top_k = 1;
+  fine.cfg.num_experts = 64;
+  fine.cfg.top_k = 8;
+  fine.cfg.d_expert = fine.f = o.f / 8;
+  MOE_RETURN_IF_ERROR(coarse.cfg.validate("coarse"));
+  MOE_RETURN_IF_ERROR(fine.cfg.validate("fine-grained"));
+  MOE_ASSIGN_OR_RETURN(const double tc, run_layer(coarse, cuda_device));
+  MOE_ASSIGN_OR_RETURN(const double tf, run_layer(fine, cuda_device));
+  JsonLine j("layer_compare");
+  j.str("compare", "fine-grained")
+      .num("coarse_ms", tc * 1e3)
+      .num("fine_ms", tf * 1e3)
+      // Seconds per active FLOP, fine-grained over coarse (the target: at most 1.3).
+      .num("time_per_active_flop_ratio", (tf / active_flops(fine)) / (tc / active_flops(coarse)));
+  std::printf("%s\n", j.dump().c_str());
   return Status::OK();
+}
+
+// --compare options: the layer as given, with loss-free balancing (rate 1e-3), and with one
+// shared expert of width F; the shared experts' overhead is what their time adds beyond their
+// own FFN's forward + backward (the targets: at most 3% each).
+Status compare_options(const LayerOptions& o, int cuda_device) {
+  LayerOptions base = o, loss_free = o, shared = o;
+  base.cfg.bias_update_rate = shared.cfg.bias_update_rate = 0;
+  base.cfg.shared_experts = loss_free.cfg.shared_experts = 0;
+  loss_free.cfg.bias_update_rate = 1e-3;
+  shared.cfg.shared_experts = 1;
+  MOE_ASSIGN_OR_RETURN(const double tb, run_layer(base, cuda_device));
+  MOE_ASSIGN_OR_RETURN(const double tl, run_layer(loss_free, cuda_device));
+  MOE_ASSIGN_OR_RETURN(const double ts, run_layer(shared, cuda_device));
+  MOE_ASSIGN_OR_RETURN(const double tffn, time_shared_ffn(shared, cuda_device));
+  JsonLine j("layer_compare");
+  j.str("compare", "options")
+      .num("base_ms", tb * 1e3)
+      .num("loss_free_ms", tl * 1e3)
+      .num("shared_ms", ts * 1e3)
+      .num("shared_ffn_alone_ms", tffn * 1e3)
+      .num("loss_free_overhead", tl / tb - 1)
+      .num("shared_overhead_beyond_its_gemms", (ts - tffn) / tb - 1);
+  std::printf("%s\n", j.dump().c_str());
+  return Status::OK();
+}
+
+}  // namespace
+
+Status bench_layer(int argc, char** argv, comm::World* world) {
+  MOE_ASSIGN_OR_RETURN(const LayerOptions o, parse_layer_options(argc, argv, *world));
+  int cuda_device = -1;
+  if (o.device == "cuda") {
+    MOE_ASSIGN_OR_RETURN(cuda_device, choose_cuda_device(0));
+  }
+  if (o.compare == "fine-grained") return compare_fine_grained(o, cuda_device);
+  if (o.compare == "options") return compare_options(o, cuda_device);
+  return run_layer(o, cuda_device).status();
 }
 
 }  // namespace moe::bench

@@ -43,9 +43,7 @@ MoeLayerConfig layer_config(int64_t d, int64_t f, int64_t experts, int64_t top_k
   return cfg;
 }
 
-namespace {
-
-std::unique_ptr<Context> make_context(int threads, int cuda_device) {
+std::unique_ptr<Context> make_bench_context(int threads, int cuda_device) {
   ContextOptions o;
   o.threads = threads;
   if (cuda_device < 0) return Context::host(o);
@@ -54,13 +52,11 @@ std::unique_ptr<Context> make_context(int threads, int cuda_device) {
   return std::move(*ctx);
 }
 
-}  // namespace
-
 LayerFixture::LayerFixture(const MoeLayerConfig& cfg, int64_t tokens, comm::Communicator* comm,
                            int rank, DType act, int threads, int cuda_device)
     : cfg_(cfg),
       token_offset_(rank * tokens),
-      ctx_(make_context(threads, cuda_device)),
+      ctx_(make_bench_context(threads, cuda_device)),
       params_(ctx_.get(), act) {
   layer_ = std::make_unique<MoeLayer>("moe", cfg, 1, 1, &params_, comm);
   MOE_CHECK(params_.allocate().ok());
@@ -122,7 +118,9 @@ Status LayerFixture::backward(const MoeLayerSaved& saved) {
 Status LayerFixture::forward_backward() {
   MoeLayerSaved saved;
   MOE_RETURN_IF_ERROR(forward(&saved));
-  return backward(saved);
+  MOE_RETURN_IF_ERROR(backward(saved));
+  // A training step's end: loss-free balancing moves its bias (a no-op without one).
+  return layer_->update_score_bias(true);
 }
 
 StatusOr<bool> LayerFixture::outputs_finite() {

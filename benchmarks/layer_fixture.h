@@ -18,6 +18,10 @@ StatusOr<LayerVariant> parse_variant(const std::string& name);
 // The benchmarks' layer config: capacity 1.25, ReLU, the variant's router and residual.
 MoeLayerConfig layer_config(int64_t d, int64_t f, int64_t experts, int64_t top_k, LayerVariant v);
 
+// The benchmarks' context: the host with `threads` (0: every core), or GPU `cuda_device` (>= 0;
+// aborts when it cannot be used).
+std::unique_ptr<Context> make_bench_context(int threads, int cuda_device);
+
 class LayerFixture {
  public:
   // `rank` offsets the input draws and the token ids (EP runs: every rank its own tokens).

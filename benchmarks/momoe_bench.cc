@@ -50,7 +50,11 @@ const char* usage_of(const std::string& cmd) {
     return "momoe-bench layer: the MoE layer forward + backward against a dense GEMM floor\n"
            "  --tokens 2048  --d 352  --f 352  --experts 16  --top-k 2\n"
            "  --variant plain|momentum|ac|sparsemixer (plain)  --iterations 5  --warmup 1\n"
-           "  --threads 0 (CPU threads; 0 = every core)  --device cpu|cuda (cpu)\n";
+           "  --threads 0 (CPU threads; 0 = every core)  --device cpu|cuda (cpu)\n"
+           "  --dtype f32|bf16  --dropless 0|1  --activation relu|gelu|swiglu (relu)\n"
+           "  --score softmax|sigmoid (softmax)  --shared 0  --bias-rate 0  --groups 1\n"
+           "  --topk-groups 0  --compare fine-grained|options (the fine-grained layer against\n"
+           "  the coarse one; loss-free balancing and shared experts against the layer alone)\n";
   }
   if (cmd == "train") {
     return "momoe-bench train: training throughput (tokens/s) of the quick-start and an\n"
