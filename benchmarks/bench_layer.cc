@@ -419,6 +419,7 @@ Status compare_fine_grained(const LayerOptions& o, int cuda_device) {
   fine.cfg.num_experts = 64;
   fine.cfg.top_k = 8;
   fine.cfg.d_expert = fine.f = o.f / 8;
+  fine.cfg.d_shared = fine.f;  // shared experts (--shared) split alike
   MOE_RETURN_IF_ERROR(coarse.cfg.validate("coarse"));
   MOE_RETURN_IF_ERROR(fine.cfg.validate("fine-grained"));
   MOE_ASSIGN_OR_RETURN(const double tc, run_layer(coarse, cuda_device));

@@ -510,13 +510,13 @@ StepStatsInfo Trainer::read_step_stats(int64_t step, const StepBuffer& slots, co
 
 Status Trainer::apply_update(const StepStatsInfo& stats) {
   skipped_streak_ = stats.skipped ? skipped_streak_ + 1 : 0;
-  ScopedPhase phase(*ctx_, Phase::kOptimizer);
   // Loss-free balancing's biases move after every applied step (identically on every rank: the
   // loads are global); a skipped step's loads are forgotten.
-  MOE_RETURN_IF_ERROR(model_->update_score_biases(!stats.skipped));
-  if (stats.skipped) return Status::OK();
+  if (stats.skipped) return model_->update_score_biases(false);
   const double clip = cfg_.train.grad_clip, norm = stats.grad_norm;
   const double grad_scale = (clip > 0 && norm > clip) ? clip / norm : 1.0;
+  ScopedPhase phase(*ctx_, Phase::kOptimizer);
+  MOE_RETURN_IF_ERROR(model_->update_score_biases(true));
   MOE_RETURN_IF_ERROR(optimizer_->step(stats.learning_rate, updates_, grad_scale));
   ++updates_;
   return Status::OK();
