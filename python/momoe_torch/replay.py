@@ -55,6 +55,8 @@ class RoutingReplay:
         if idx.shape != own_idx.shape:
             raise ValueError(f"MoE layer {l}: the routing file chooses {idx.shape[1]} experts per "
                              f"token, the model {own_idx.shape[1]}")
+        if not sm and layer.expert_groups > 1 and layer.topk_groups < layer.expert_groups:
+            z = self.group_flips(layer, logits, idx, tol, report)
         cross_path.compare_choices(report, own_idx, idx, z, tol, self.rows)
         mask = None
         if own_mask is not None:
@@ -70,6 +72,41 @@ class RoutingReplay:
         slot = self._rows(self.slot[l], t, "slots").long().to(own_idx.device)
         cross_path.compare_slots(report, layer.slots(idx), slot, self.rows)
         return idx, mask
+
+    def group_flips(self, layer, logits, idx, tol, report):
+        """Group-limited routing: where the file's experts lie in a group the module did not keep,
+        that group choice must be a near-tie of the group sums (each the sum of two keys, so a
+        difference of two sums moves by twice a margin's tolerance); a far one is an error (the
+        row's flip itself is counted by compare_choices). Returns the choice keys masked to the module's groups plus the file's, on which the
+        choices inside the groups are then compared."""
+        import torch
+
+        keys = layer.scores(logits)
+        if layer.score_bias is not None:
+            keys = keys + layer.score_bias.double()
+        t, e = keys.shape
+        g = layer.expert_groups
+        size = e // g
+        grouped = keys.reshape(t, g, size)
+        sums = torch.sort(grouped, dim=2, descending=True).values[:, :, : min(2, size)].sum(2)
+        kept = layer.group_mask(keys)
+        theirs = torch.zeros_like(kept).scatter_(1, idx // size, True)
+        outside = (theirs & ~kept).any(dim=1)
+        if bool(outside.any()):
+            threshold = torch.sort(sums, dim=1, descending=True).values[:, layer.topk_groups - 1]
+            lowest = sums.masked_fill(~theirs, float("inf")).min(dim=1).values
+            margin = (threshold - lowest)[outside]
+            ratio = margin / (2 * tol[outside])
+            far = ratio > 1.0
+            report.far_flips += int(far.sum())
+            report.max_margin = max(report.max_margin, float(ratio.max()))
+            if bool(far.any()) and report.first_error is None:
+                row = int(outside.nonzero()[far.nonzero()[0, 0], 0])
+                report.first_error = (self.rows + row, f"chose {idx[row].tolist()} outside the "
+                                      f"module's groups {kept[row].nonzero().flatten().tolist()}")
+        choice = logits if layer.score_function == "softmax" and layer.score_bias is None else keys
+        mask = (kept | theirs)[:, :, None].expand(t, g, size).reshape(t, e)
+        return choice.double().masked_fill(~mask, float("-inf"))
 
     def end_batch(self, rows):
         self.rows += rows

@@ -53,3 +53,24 @@ def test_sigmoid_gates_and_the_bias_by_hand():
     idx, gate = scaled.route(logits)
     assert idx.tolist() == [[3, 1]]
     assert torch.allclose(gate, 2.5 * torch.tensor([[s[3], s[1]]], dtype=torch.float64))
+
+
+def test_a_group_choice_that_differs_must_be_a_near_tie():
+    from momoe_torch import cross_path as cp
+    from momoe_torch.replay import RoutingReplay
+
+    replay = RoutingReplay.__new__(RoutingReplay)  # group_flips reads only .rows
+    replay.rows = 0
+    m = layer(groups=4, topk_groups=2)
+    # Sigmoid group sums 1.0, 1.46, 1.24, 0.90 (keeps groups 1, 2). Another path chose expert 0
+    # (group 0, whose sum is 0.24 below the kept threshold 1.24).
+    theirs = torch.tensor([[0, 2]])
+    far = cp.LayerDecisions()
+    replay.group_flips(m, LOGITS, theirs, torch.tensor([1e-6], dtype=torch.float64), far)
+    assert far.far_flips == 1 and "outside the module's groups [1, 2]" in far.first_error[1]
+    # With a tolerance that covers the gap, the same choice is a near-tie; the keys it returns
+    # let compare_choices see expert 0 (group 0 unmasked).
+    near = cp.LayerDecisions()
+    z = replay.group_flips(m, LOGITS, theirs, torch.tensor([0.2], dtype=torch.float64), near)
+    assert near.far_flips == 0 and near.first_error is None
+    assert math.isfinite(float(z[0, 0])) and float(z[0, 6]) == float("-inf")

@@ -180,11 +180,9 @@ check modern_block
 train mixtral modern/mixtral
 check mixtral
 # DeepSeek-V3's routing (configs/modern/deepseek-v3.pbtxt): sigmoid scores scaled 2.5, shared
-# experts, fine-grained experts, loss-free balancing's bias (moved 12 times), without the group
-# limit (a group flip at a near-tie is not yet judged by the replay; momoe_torch's group choice
-# is held by python/tests/test_routing.py's hand values, as momoe's kernel is).
-train deepseek modern/deepseek-v3 --set model.moe.topk_groups=0 --set model.moe.num_experts=32 \
-  --set model.moe.d_expert=32
+# experts, fine-grained experts in groups (2 of 4 kept), loss-free balancing's bias (moved 12
+# times). A group choice that differs must be a near-tie of the group sums (replay.py).
+train deepseek modern/deepseek-v3 --set model.moe.num_experts=32 --set model.moe.d_expert=32
 check deepseek
 
 # The evaluation batch: without AC layers it does not matter (up to rounding); an AC model
