@@ -34,15 +34,17 @@ std::string MemoryEstimate::to_string() const {
                  gib(activation_bytes), " for a micro-batch of ", micro_batch_tokens, " tokens)");
 }
 
-MemoryEstimate estimate_training_memory(const RunConfig& cfg, int world_size) {
-  const ModelConfig& m = cfg.model;
-  const TrainConfig& t = cfg.train;
-  const int64_t D = m.d_model, V = m.vocab_size, S = m.seq_len, H = m.n_heads;
-  const bool post = m.block_style == BlockStyle::kPostLnDoubleResidual;
-  const int64_t A = t.precision == Precision::kBf16 ? 2 : 4;  // activation bytes
-  const int ep = std::max(1, cfg.parallel.ep);
+namespace {
 
-  // Parameters, as the layers register them; `matmul` ones get a working copy under BF16.
+// The parameters a rank holds, as the layers register them, and those that are GEMM operands
+// (`matmul`: a working copy under BF16).
+struct ParameterCount {
+  int64_t params = 0, matmul = 0;
+};
+
+ParameterCount count_parameters(const ModelConfig& m, int ep) {
+  const int64_t D = m.d_model, V = m.vocab_size, S = m.seq_len;
+  const bool post = m.block_style == BlockStyle::kPostLnDoubleResidual;
   const int64_t positions = m.position == PositionKind::kLearned ? S * D : 0;  // none under RoPE
   const int64_t attention_biases = m.linear_bias ? 4 * D : 0;
   int64_t params = positions + V * D, matmul = V * D;  // positions, token embedding
@@ -74,19 +76,14 @@ MemoryEstimate estimate_training_memory(const RunConfig& cfg, int world_size) {
       matmul += shared.matrices;
     }
   }
-  MemoryEstimate e;
-  e.parameters = params;
-  e.parameter_bytes = 4 * params + (A == 2 ? 2 * matmul : 0);
-  e.gradient_bytes = 4 * params;
-  const int slots =
-      t.optimizer.kind == OptimizerKind::kAdamW ? 2 : (t.optimizer.momentum > 0 ? 1 : 0);
-  e.optimizer_bytes = 4 * params * slots;
+  return {params, matmul};
+}
 
-  // Activations of one micro-batch, per token: what each layer keeps for backward (inputs it
-  // reuses are shared, not copied), then the head's logits and their gradient, which coexist at
-  // the start of backward and are the step's largest transient.
-  const int64_t micro = t.micro_batch_per_rank(world_size);
-  const int64_t tokens = micro * S;
+// Activation bytes per token of one micro-batch: what each layer keeps for backward (inputs it
+// reuses are shared, not copied), then the head's logits and their gradient, which coexist at
+// the start of backward and are the step's largest transient. A: bytes per activation.
+double activation_bytes_per_token(const ModelConfig& m, int64_t A) {
+  const int64_t D = m.d_model, V = m.vocab_size, H = m.n_heads;
   double per_token = 0;
   per_token += 2.0 * D * A + 8;  // embedding output and its dropout
   for (const BlockPlan& b : m.blocks) {
@@ -113,6 +110,29 @@ MemoryEstimate estimate_training_memory(const RunConfig& cfg, int world_size) {
   per_token += 2.0 * D * A + 2.0 * V * 4 + 8;  // final hidden, logits and d_logits (f32), lse
   // Backward holds a few [T, D] gradients at once on top of the saved activations.
   per_token += 6.0 * D * 4;
+  return per_token;
+}
+
+}  // namespace
+
+MemoryEstimate estimate_training_memory(const RunConfig& cfg, int world_size) {
+  const ModelConfig& m = cfg.model;
+  const TrainConfig& t = cfg.train;
+  const int64_t A = t.precision == Precision::kBf16 ? 2 : 4;  // activation bytes
+  const ParameterCount count = count_parameters(m, std::max(1, cfg.parallel.ep));
+  const int64_t params = count.params, matmul = count.matmul;
+  MemoryEstimate e;
+  e.parameters = params;
+  e.parameter_bytes = 4 * params + (A == 2 ? 2 * matmul : 0);
+  e.gradient_bytes = 4 * params;
+  const int slots =
+      t.optimizer.kind == OptimizerKind::kAdamW ? 2 : (t.optimizer.momentum > 0 ? 1 : 0);
+  e.optimizer_bytes = 4 * params * slots;
+
+  // Activations of one micro-batch.
+  const int64_t micro = t.micro_batch_per_rank(world_size);
+  const int64_t tokens = micro * m.seq_len;
+  const double per_token = activation_bytes_per_token(m, A);
   e.micro_batch_tokens = tokens;
   e.activation_bytes = static_cast<int64_t>(std::ceil(per_token * static_cast<double>(tokens)));
   return e;

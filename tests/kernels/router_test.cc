@@ -211,8 +211,7 @@ TEST(TopkRouteTest, GroupLimitedChoosesInsideTheBestGroups) {
   soft.topk_groups = 2;
   ASSERT_TRUE(out.route(soft, logits).ok());
   EXPECT_EQ(to_vector<int32_t>(out.idx), (std::vector<int32_t>{0, 6}));
-  ASSERT_TRUE(
-      out.route(soft, Tensor::from_vector<double>({1, 8}, {1, 1, 1, 1, 3, 0, 0, 0})).ok());
+  ASSERT_TRUE(out.route(soft, Tensor::from_vector<double>({1, 8}, {1, 1, 1, 1, 3, 0, 0, 0})).ok());
   EXPECT_EQ(to_vector<int32_t>(out.idx), (std::vector<int32_t>{4, 0}));
   // The kept groups must hold top_k experts, and the groups must divide E.
   soft.topk_groups = 1;

@@ -257,8 +257,7 @@ TEST(CompareGridTest, BalanceTableFromTheLastStepsRecords) {
   const std::string md = balance_markdown(
       {parse_variant("lf").value(), parse_variant("plain").value(), parse_variant("none").value()},
       runs);
-  EXPECT_NE(md.find("| lf | 2.50 +- 0.71 | 10.00 +- 7.07% | 0.8750 +- 0.1768 |"),
-            std::string::npos)
+  EXPECT_NE(md.find("| lf | 2.50 +- 0.71 | 10.00 +- 7.07% | 0.8750 +- 0.1768 |"), std::string::npos)
       << md;
   EXPECT_NE(md.find("| plain | 1.50 | 0.00% | - |"), std::string::npos) << md;
   EXPECT_NE(md.find("| none | - | - | - |"), std::string::npos) << md;
