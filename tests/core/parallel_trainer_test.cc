@@ -1,7 +1,9 @@
 // Expert and data parallelism end to end on the Local backend (ranks as threads): EP = 1, 2, 4 and
 // EP 2 x DP 2 train the same model on the same global batches and must give the same losses and
-// the same final parameters (with softmax routing, and with DeepSeek-V3's sigmoid routing and
-// sequence-wise loss); a checkpoint saved at one EP size resumes at another; statistics
+// the same final parameters (with softmax routing, with DeepSeek-V3's sigmoid routing and
+// sequence-wise loss, with loss-free balancing, and with the block and routing of current models
+// under MomentumSMoE and Robust dynamics); a checkpoint saved at one EP size resumes at another
+// (also with the loss-free bias in it); statistics
 // aggregate to the single-process values; a failing rank ends every rank with an error.
 //
 // Tolerance: the layouts compute the same sums in different orders (GEMM shapes, gradient
@@ -251,6 +253,32 @@ TEST_F(ParallelTrainerTest, LossFreeBiasMovesByTheGlobalLoadsInEveryLayout) {
   joined.record = first.record;
   joined.record.append(second.record);
   expect_close(single, joined, "loss-free bias saved at EP 2, resumed on one process");
+}
+
+// The block of current models (pre-norm RMSNorm, RoPE, SwiGLU, no biases) with DeepSeek-V3's
+// routing (sigmoid, scaled, groups, shared experts, the sequence loss): one process, EP 2, DP 2
+// and EP 2 x DP 2 train alike, and an EP 2 checkpoint resumes at EP 4.
+TEST_F(ParallelTrainerTest, TheBlockAndRoutingOfCurrentModelsAreLayoutIndependent) {
+  std::vector<std::string> set = kEquivalent;
+  for (const char* s :
+       {"model.block_style=PRE_LN", "model.norm=RMS_NORM", "model.position=ROPE",
+        "model.activation=SWIGLU", "model.moe.activation=SWIGLU", "model.linear_bias=false",
+        "model.moe.score_function=SIGMOID", "model.moe.routed_scaling=2.5",
+        "model.moe.expert_groups=2", "model.moe.topk_groups=1", "model.moe.shared_experts=1",
+        "model.moe.seq_balance_loss_coef=0.01", "model.moe.bias_update_rate=0.0078125"}) {
+    set.push_back(s);
+  }
+  LayoutResult single = train(1, 1, 6, fresh_dir("par_modern1"), set);
+  ASSERT_EQ(single.record.losses.size(), 6u);
+  expect_close(single, train(2, 2, 6, fresh_dir("par_modern_ep2"), set), "modern, ep 2");
+  expect_close(single, train(2, 1, 6, fresh_dir("par_modern_dp2"), set), "modern, dp 2");
+  const std::string dir = fresh_dir("par_modern_resume");
+  LayoutResult first = train(2, 2, 3, dir, set, /*save_at_end=*/true);
+  LayoutResult second = train(4, 4, 3, dir, set);  // resumes at step 3, EP 4
+  LayoutResult joined = second;
+  joined.record = first.record;
+  joined.record.append(second.record);
+  expect_close(single, joined, "modern, EP 2 checkpoint resumed at EP 4");
 }
 
 TEST_F(ParallelTrainerTest, CheckpointSavedAtOneEpSizeResumesAtAnother) {
