@@ -15,6 +15,7 @@
 // Each family prints one "[ gpu ]" line with its worst per-step difference (the report).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -164,6 +165,13 @@ TEST_P(GpuTrainingTest, Bf16TracksTheCpuAndRepeatsBitForBit) {
 INSTANTIATE_TEST_SUITE_P(Configs, GpuTrainingTest, ::testing::ValuesIn(config_families()),
                          [](const ::testing::TestParamInfo<std::string>& info) {
                            return info.param;
+                         });
+// The block of current models (RMSNorm, RoPE, SwiGLU, no biases, pre-norm) at the small size.
+INSTANTIATE_TEST_SUITE_P(Modern, GpuTrainingTest, ::testing::Values("modern/mixtral"),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           std::string name = info.param;
+                           std::replace(name.begin(), name.end(), '/', '_');
+                           return name;
                          });
 
 // The tensor files of a checkpoint (safetensors), by name.

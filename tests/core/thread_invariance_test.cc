@@ -6,6 +6,7 @@
 // parallel run (ranks as threads) is checked the same way.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 
@@ -111,6 +112,13 @@ TEST_P(ThreadInvarianceTest, OneTwoAndThreeThreadsGiveTheSameBits) {
 INSTANTIATE_TEST_SUITE_P(Configs, ThreadInvarianceTest, ::testing::ValuesIn(config_families()),
                          [](const ::testing::TestParamInfo<std::string>& info) {
                            return info.param;
+                         });
+// The block of current models (RMSNorm, RoPE, SwiGLU, no biases, pre-norm) at the small size.
+INSTANTIATE_TEST_SUITE_P(Modern, ThreadInvarianceTest, ::testing::Values("modern/mixtral"),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           std::string name = info.param;
+                           std::replace(name.begin(), name.end(), '/', '_');
+                           return name;
                          });
 
 // Expert parallelism over two ranks (threads of this process, the Local backend) at 1 and 2
