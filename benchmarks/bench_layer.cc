@@ -19,6 +19,7 @@
 //                     [--dtype f32|bf16] [--dropless 0|1] [--shape 1|2|3|4] [--torch 0|1]
 //                     [--activation relu|gelu|swiglu] [--score softmax|sigmoid] [--shared N]
 //                     [--bias-rate R] [--groups G --topk-groups g] [--compare fine-grained|options]
+//                     [--rounds 5]
 //   momoe-bench layer --device cuda --shape 1 --torch 1 --iterations 20 --warmup 5
 // The routing of current models: --shared N adds N shared experts of width f, --bias-rate R
 // loss-free balancing (its bias moves after every iteration, as after a step), --groups with
@@ -31,6 +32,7 @@
 // dispatch, activation, combine; CPU only).
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -136,6 +138,7 @@ struct LayerOptions {
   std::string device;
   bool with_torch = false;
   std::string compare;  // "", "fine-grained" or "options" (bench_layer)
+  int rounds = 5;       // --compare: interleaved timing rounds
 };
 
 // The routing of current models: --score softmax|sigmoid, --shared N (shared experts of width
@@ -158,6 +161,8 @@ Status apply_modern_options(const Args& a, LayerOptions* o) {
   o->cfg.expert_groups = a.get("groups", 1);
   o->cfg.topk_groups = a.get("topk-groups", 0);
   o->compare = a.get_str("compare", "");
+  o->rounds = static_cast<int>(a.get("rounds", 5));
+  if (o->rounds < 1) return invalid_argument_error("--rounds must be >= 1");
   if (!o->compare.empty() && o->compare != "fine-grained" && o->compare != "options") {
     return invalid_argument_error("--compare ", o->compare, " is not one of fine-grained, options");
   }
@@ -172,7 +177,7 @@ StatusOr<LayerOptions> parse_layer_options(int argc, char** argv, const comm::Wo
                           {"tokens",     "d",           "f",       "experts", "top-k",  "variant",
                            "iterations", "warmup",      "threads", "device",  "dtype",  "dropless",
                            "activation", "shape",       "torch",   "score",   "shared", "bias-rate",
-                           "groups",     "topk-groups", "compare"}));
+                           "groups",     "topk-groups", "compare", "rounds"}));
   if (world.size() != 1) return invalid_argument_error("momoe-bench layer runs on one rank");
   LayerOptions o;
   MOE_ASSIGN_OR_RETURN(o.variant, parse_variant(a.get_str("variant", "plain")));
@@ -410,8 +415,37 @@ StatusOr<double> time_shared_ffn(const LayerOptions& o, int cuda_device) {
   return t.median;
 }
 
+// The median of `v` (non-empty).
+double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// Times each of `layers` once per round, interleaved (A B C A B C ...: a slow spell of a shared
+// machine hits every layer alike), after printing each layer's line once. seconds[i][r]: layer
+// i's median forward + backward in round r.
+StatusOr<std::vector<std::vector<double>>> interleaved_rounds(
+    const std::vector<LayerOptions>& layers, int rounds, int cuda_device) {
+  std::vector<std::unique_ptr<LayerFixture>> fixtures;
+  std::vector<std::vector<double>> seconds(layers.size());
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const LayerOptions& o = layers[i];
+    fixtures.push_back(
+        std::make_unique<LayerFixture>(o.cfg, o.tokens, nullptr, 0, o.act, o.threads, cuda_device));
+  }
+  for (int r = 0; r < rounds; ++r) {
+    for (size_t i = 0; i < layers.size(); ++i) {
+      MOE_ASSIGN_OR_RETURN(const LayerTiming t, time_layer(layers[i], *fixtures[i]));
+      seconds[i].push_back(t.t.median);
+    }
+  }
+  return seconds;
+}
+
 // --compare fine-grained: the coarse layer (8 experts, top 1, width F) and the fine-grained one
-// (64 experts, top 8, width F / 8): the same tokens, width and active FLOPs in the experts.
+// (64 experts, top 8, width F / 8): the same tokens, width and active FLOPs in the experts. Each
+// layer's line first, then --rounds interleaved timings; the ratio is their median's.
 Status compare_fine_grained(const LayerOptions& o, int cuda_device) {
   LayerOptions coarse = o, fine = o;
   coarse.cfg.num_experts = 8;
@@ -422,39 +456,55 @@ Status compare_fine_grained(const LayerOptions& o, int cuda_device) {
   fine.cfg.d_shared = fine.f;  // shared experts (--shared) split alike
   MOE_RETURN_IF_ERROR(coarse.cfg.validate("coarse"));
   MOE_RETURN_IF_ERROR(fine.cfg.validate("fine-grained"));
-  MOE_ASSIGN_OR_RETURN(const double tc, run_layer(coarse, cuda_device));
-  MOE_ASSIGN_OR_RETURN(const double tf, run_layer(fine, cuda_device));
+  MOE_RETURN_IF_ERROR(run_layer(coarse, cuda_device).status());
+  MOE_RETURN_IF_ERROR(run_layer(fine, cuda_device).status());
+  MOE_ASSIGN_OR_RETURN(const auto t, interleaved_rounds({coarse, fine}, o.rounds, cuda_device));
+  std::vector<double> ratio;
+  for (int r = 0; r < o.rounds; ++r) {
+    ratio.push_back((t[1][r] / active_flops(fine)) / (t[0][r] / active_flops(coarse)));
+  }
   JsonLine j("layer_compare");
   j.str("compare", "fine-grained")
-      .num("coarse_ms", tc * 1e3)
-      .num("fine_ms", tf * 1e3)
+      .num("rounds", o.rounds)
+      .num("coarse_ms", median_of(t[0]) * 1e3)
+      .num("fine_ms", median_of(t[1]) * 1e3)
       // Seconds per active FLOP, fine-grained over coarse (the target: at most 1.3).
-      .num("time_per_active_flop_ratio", (tf / active_flops(fine)) / (tc / active_flops(coarse)));
+      .num("time_per_active_flop_ratio", median_of(ratio))
+      .num("ratio_min", *std::min_element(ratio.begin(), ratio.end()))
+      .num("ratio_max", *std::max_element(ratio.begin(), ratio.end()));
   std::printf("%s\n", j.dump().c_str());
   return Status::OK();
 }
 
 // --compare options: the layer as given, with loss-free balancing (rate 1e-3), and with one
-// shared expert of width F; the shared experts' overhead is what their time adds beyond their
-// own FFN's forward + backward (the targets: at most 3% each).
+// shared expert of width F, timed in --rounds interleaved rounds with the shared experts' own FFN
+// alone; per round, loss-free's overhead is its time over the layer's, and the shared experts'
+// what their time adds beyond their FFN's forward + backward (the targets: at most 3% each, the
+// medians over rounds).
 Status compare_options(const LayerOptions& o, int cuda_device) {
   LayerOptions base = o, loss_free = o, shared = o;
   base.cfg.bias_update_rate = shared.cfg.bias_update_rate = 0;
   base.cfg.shared_experts = loss_free.cfg.shared_experts = 0;
   loss_free.cfg.bias_update_rate = 1e-3;
   shared.cfg.shared_experts = 1;
-  MOE_ASSIGN_OR_RETURN(const double tb, run_layer(base, cuda_device));
-  MOE_ASSIGN_OR_RETURN(const double tl, run_layer(loss_free, cuda_device));
-  MOE_ASSIGN_OR_RETURN(const double ts, run_layer(shared, cuda_device));
-  MOE_ASSIGN_OR_RETURN(const double tffn, time_shared_ffn(shared, cuda_device));
+  for (const LayerOptions* l : {&base, &loss_free, &shared}) {
+    MOE_RETURN_IF_ERROR(run_layer(*l, cuda_device).status());
+  }
+  std::vector<double> lf, sh, tffn;
+  for (int r = 0; r < o.rounds; ++r) {
+    MOE_ASSIGN_OR_RETURN(const auto t,
+                         interleaved_rounds({base, loss_free, shared}, 1, cuda_device));
+    MOE_ASSIGN_OR_RETURN(const double f, time_shared_ffn(shared, cuda_device));
+    tffn.push_back(f);
+    lf.push_back(t[1][0] / t[0][0] - 1);
+    sh.push_back((t[2][0] - f) / t[0][0] - 1);
+  }
   JsonLine j("layer_compare");
   j.str("compare", "options")
-      .num("base_ms", tb * 1e3)
-      .num("loss_free_ms", tl * 1e3)
-      .num("shared_ms", ts * 1e3)
-      .num("shared_ffn_alone_ms", tffn * 1e3)
-      .num("loss_free_overhead", tl / tb - 1)
-      .num("shared_overhead_beyond_its_gemms", (ts - tffn) / tb - 1);
+      .num("rounds", o.rounds)
+      .num("shared_ffn_alone_ms", median_of(tffn) * 1e3)
+      .num("loss_free_overhead", median_of(lf))
+      .num("shared_overhead_beyond_its_gemms", median_of(sh));
   std::printf("%s\n", j.dump().c_str());
   return Status::OK();
 }

@@ -69,6 +69,11 @@ LayerFixture::LayerFixture(const MoeLayerConfig& cfg, int64_t tokens, comm::Comm
       MOE_CHECK(kernels::init_constant(*ctx_, p->master, 1.0).ok());
       continue;
     }
+    if (p->name.find("score_bias") != std::string::npos) {
+      // Loss-free balancing's bias starts at zero, as in training: the same routing as without.
+      MOE_CHECK(kernels::init_constant(*ctx_, p->master, 0.0).ok());
+      continue;
+    }
     const uint64_t first = p->kind == ParamKind::kExpert
                                ? static_cast<uint64_t>(p->first_expert * (p->numel() / p->shape[0]))
                                : 0;
