@@ -132,7 +132,8 @@ void define_flags(FlagParser& flags) {
       "preset",
       "a built-in grid: papers (the papers' settings), "
       "papers-capacity (capacity 1.25, balance loss 0.01), papers-ablations (each departure "
-      "from the papers alone), gpu-medium");
+      "from the papers alone), gpu-medium, modern (the recipes of configs/modern beside the "
+      "seeds' routers, on the block of current models)");
   flags.value("grid", "a grid file: one variant per line, NAME KEY=VALUE ...");
   flags.value("variant", "one variant, 'NAME KEY=VALUE ...' (repeatable)", true);
   flags.value("set", "KEY=VALUE override for every variant (repeatable)", true);
