@@ -11,6 +11,23 @@
 namespace moe::testing {
 namespace {
 
+// The layer's backward against central finite differences of sum(y * w), w fixed: the parameters'
+// gradients and dL/dx, from the forward that filled `saved`.
+void expect_gradients(const LayerNorm& ln, const ParameterSet& params, const Tensor& x,
+                      const LayerNorm::Saved& saved) {
+  Tensor w = Tensor::empty(x.shape(), DType::kF64);
+  fill_uniform(w, 42);
+  auto loss = [&]() {
+    LayerNorm::Saved s;
+    return dot(ln.forward(x, &s).value(), w);
+  };
+  StatusOr<Tensor> dx = ln.backward(w, saved);
+  ASSERT_TRUE(dx.ok());
+  std::vector<GradTarget> targets = parameter_targets(params);
+  targets.push_back({"x", x, *dx});
+  for (const auto& f : check_gradients(loss, targets, kFiniteDiff)) ADD_FAILURE() << f;
+}
+
 TEST(LayerNormLayerTest, RegistersUndecayedGammaAndBeta) {
   ParameterSet params(&host_context(), DType::kF32);
   LayerNorm ln("blocks.0.ln1", 6, &params);
@@ -51,17 +68,7 @@ TEST(LayerNormLayerTest, ForwardAndGradients) {
                     1e-13);
       }
     }
-    Tensor w = Tensor::empty(x.shape(), DType::kF64);
-    fill_uniform(w, 42);
-    auto loss = [&]() {
-      LayerNorm::Saved s;
-      return dot(ln.forward(x, &s).value(), w);
-    };
-    StatusOr<Tensor> dx = ln.backward(w, saved);
-    ASSERT_TRUE(dx.ok());
-    std::vector<GradTarget> targets = parameter_targets(params);
-    targets.push_back({"x", x, *dx});
-    for (const auto& f : check_gradients(loss, targets, kFiniteDiff)) ADD_FAILURE() << f;
+    expect_gradients(ln, params, x, saved);
   }
 }
 
@@ -103,17 +110,7 @@ TEST(LayerNormLayerTest, RmsNormForwardAndGradients) {
         EXPECT_NEAR(y.data<double>()[r * c.d + j], row[j] / std::sqrt(ms + eps) * g[j], 1e-13);
       }
     }
-    Tensor w = Tensor::empty(x.shape(), DType::kF64);
-    fill_uniform(w, 42);
-    auto loss = [&]() {
-      LayerNorm::Saved s;
-      return dot(ln.forward(x, &s).value(), w);
-    };
-    StatusOr<Tensor> dx = ln.backward(w, saved);
-    ASSERT_TRUE(dx.ok());
-    std::vector<GradTarget> targets = parameter_targets(params);
-    targets.push_back({"x", x, *dx});
-    for (const auto& f : check_gradients(loss, targets, kFiniteDiff)) ADD_FAILURE() << f;
+    expect_gradients(ln, params, x, saved);
   }
 }
 

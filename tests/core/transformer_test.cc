@@ -167,6 +167,20 @@ INSTANTIATE_TEST_SUITE_P(
 
 // A RoPE model has no learned positions, a bias-free one no attention biases; every combination
 // runs deterministically.
+// Two forward passes of `model` (initialised here) on one batch give the same bits: nothing a
+// forward pass leaves behind (the momentum state, saved tensors) changes the next one.
+void expect_two_forwards_equal(TransformerLM& model, const ModelConfig& cfg) {
+  ASSERT_TRUE(model.init_parameters(1).ok());
+  Batch batch(3, cfg.seq_len, cfg.vocab_size, 4);
+  const StepContext ctx = context(3, cfg.seq_len);
+  TransformerLM::Activations a1, a2;
+  Sums r1, r2;
+  ASSERT_TRUE(model.forward(batch.inputs, batch.targets, ctx, &a1, r1.t, {}).ok());
+  ASSERT_TRUE(model.forward(batch.inputs, batch.targets, ctx, &a2, r2.t, {}).ok());
+  EXPECT_EQ(r1.loss_sum(), r2.loss_sum());
+  EXPECT_TRUE(bitwise_equal(a1.logits, a2.logits));
+}
+
 TEST(TransformerTest, RopeAndBiasFreeModelsRegisterTheirParameters) {
   for (const bool rope : {false, true}) {
     for (const bool bias : {false, true}) {
@@ -184,15 +198,7 @@ TEST(TransformerTest, RopeAndBiasFreeModelsRegisterTheirParameters) {
         EXPECT_EQ(params.find(attn + ".b_qkv") != nullptr, bias) << b;
         EXPECT_EQ(params.find(attn + ".b_o") != nullptr, bias) << b;
       }
-      ASSERT_TRUE(model->init_parameters(1).ok());
-      Batch batch(3, cfg.seq_len, cfg.vocab_size, 4);
-      const StepContext ctx = context(3, cfg.seq_len);
-      TransformerLM::Activations a1, a2;
-      Sums r1, r2;
-      ASSERT_TRUE(model->forward(batch.inputs, batch.targets, ctx, &a1, r1.t, {}).ok());
-      ASSERT_TRUE(model->forward(batch.inputs, batch.targets, ctx, &a2, r2.t, {}).ok());
-      EXPECT_EQ(r1.loss_sum(), r2.loss_sum());
-      EXPECT_TRUE(bitwise_equal(a1.logits, a2.logits));
+      expect_two_forwards_equal(*model, cfg);
     }
   }
 }
@@ -271,15 +277,7 @@ TEST(TransformerTest, MomentumStateStartsAtZeroInEveryForwardPass) {
   ModelConfig cfg = make_config({"hb", "smsfsmsm", BlockStyle::kPostLnDoubleResidual, false, 0.0});
   for (BlockPlan& b : cfg.blocks) b.moe_cfg.heavy_ball = {0.7, 1.0};
   std::unique_ptr<TransformerLM> model = make_model(cfg, DType::kF32);
-  ASSERT_TRUE(model->init_parameters(1).ok());
-  Batch batch(3, cfg.seq_len, cfg.vocab_size, 4);
-  const StepContext ctx = context(3, cfg.seq_len);
-  TransformerLM::Activations a1, a2;
-  Sums r1, r2;
-  ASSERT_TRUE(model->forward(batch.inputs, batch.targets, ctx, &a1, r1.t, {}).ok());
-  ASSERT_TRUE(model->forward(batch.inputs, batch.targets, ctx, &a2, r2.t, {}).ok());
-  EXPECT_EQ(r1.loss_sum(), r2.loss_sum());
-  EXPECT_TRUE(bitwise_equal(a1.logits, a2.logits));
+  expect_two_forwards_equal(*model, cfg);
 }
 
 TEST(TransformerTest, RejectsBadInputs) {
