@@ -42,41 +42,41 @@ class RouterHooks:
         return record
 
 
-def evaluate(hf, ids, seq_len, batch, hooks, replay_rows, routers, top_k):
-    """transformers' perplexity of the first MAX_SEQUENCES sequences in momoe-eval's batches,
-    and its decisions compared with the routing file's (cross_path.LayerDecisions per layer)."""
-    import numpy as np
-    import torch
+class Decisions:
+    """transformers' model as momoe_torch.perplexity evaluates a module (logits for ids [B, S]),
+    comparing after every batch its routing decisions (the top-k of each router's float64
+    logits) with the routing file's rows of that batch (cross_path.LayerDecisions per layer)."""
 
-    from momoe_torch import cross_path as cp
+    def __init__(self, hf, seq_len, batch, replay_rows, routers, top_k):
+        from momoe_torch import cross_path as cp
 
-    ids = np.asarray(ids, dtype=np.int64)
-    reports = [cp.LayerDecisions() for _ in routers]
-    n = min((ids.size - 1) // seq_len, MAX_SEQUENCES)
-    loss_sum, tokens, row = 0.0, 0, 0
-    with torch.no_grad():
-        for start in range(0, n, batch):
-            seqs = list(range(start, min(n, start + batch)))
-            real = len(seqs)
-            seqs += [0] * (batch - real)
-            rows = np.stack([ids[i * seq_len : i * seq_len + seq_len + 1] for i in seqs])
-            hooks.calls.clear()
-            logits = hf(torch.from_numpy(rows[:, :-1])).logits[:real].double()
-            targets = torch.from_numpy(rows[:real, 1:])
-            lse = torch.logsumexp(logits, dim=-1)
-            loss_sum += float((lse - logits.gather(-1, targets[..., None]).squeeze(-1)).sum())
-            tokens += real * seq_len
-            t = batch * seq_len
-            for layer, x, z, w in hooks.calls:
-                z = z.double()
-                own = torch.sort(z, dim=1, descending=True, stable=True).indices[:, :top_k]
-                theirs = torch.from_numpy(replay_rows[layer][row : row + t].copy()).long()
-                magnitude = (x.abs().double() @ w.abs().double().t()).amax(dim=1)
-                tol = 2 * cp.decision_tolerance(routers[layer], magnitude)
-                cp.compare_choices(reports[layer], own, theirs, z, tol, row)
-            row += t
-    return {"ppl": math.exp(loss_sum / tokens), "loss_sum": loss_sum, "tokens": tokens,
-            "sequences": n}, [r.as_dict() for r in reports]
+        self.hf, self.seq_len, self.top_k = hf, seq_len, top_k
+        self.cfg = {"eval_batch_size": batch}
+        self.hooks = RouterHooks(hf, int(hf.config.num_local_experts))
+        self.replay_rows, self.routers = replay_rows, routers
+        self.reports = [cp.LayerDecisions() for _ in routers]
+        self.row = 0
+
+    def parameters(self):
+        return self.hf.parameters()
+
+    def __call__(self, inputs, replay=None):
+        import torch
+
+        from momoe_torch import cross_path as cp
+
+        self.hooks.calls.clear()
+        logits = self.hf(inputs).logits
+        t = inputs.numel()
+        for layer, x, z, w in self.hooks.calls:
+            z = z.double()
+            own = torch.sort(z, dim=1, descending=True, stable=True).indices[:, : self.top_k]
+            theirs = torch.from_numpy(self.replay_rows[layer][self.row : self.row + t].copy())
+            magnitude = (x.abs().double() @ w.abs().double().t()).amax(dim=1)
+            tol = 2 * cp.decision_tolerance(self.routers[layer], magnitude)
+            cp.compare_choices(self.reports[layer], own, theirs.long(), z, tol, self.row)
+        self.row += t
+        return logits
 
 
 def main():
@@ -106,12 +106,14 @@ def main():
     tensors, meta = read_safetensors(routing)
     batch = int(meta["batch"])
     rows = [tensors[f"moe.{l}.experts"] for l in range(len(routers))]
-    hooks = RouterHooks(hf, int(hf_cfg["num_local_experts"]))
-    if len(hooks.gates) != len(routers):
-        sys.exit(f"FAIL: {len(hooks.gates)} routers found in transformers' model, momoe has "
-                 f"{len(routers)} MoE layers")
-    result, decisions = evaluate(hf, ids, int(cfg["seq_len"]), batch, hooks, rows, routers,
-                                 int(hf_cfg["num_experts_per_tok"]))
+    wrapped = Decisions(hf, int(cfg["seq_len"]), batch, rows, routers,
+                        int(hf_cfg["num_experts_per_tok"]))
+    if len(wrapped.hooks.gates) != len(routers):
+        sys.exit(f"FAIL: {len(wrapped.hooks.gates)} routers found in transformers' model, momoe "
+                 f"has {len(routers)} MoE layers")
+    with torch.no_grad():
+        result = momoe_torch.perplexity(wrapped, ids, batch, MAX_SEQUENCES)
+    decisions = [r.as_dict() for r in wrapped.reports]
     momoe = json.load(open(eval_json))
     flips = sum(d["flips"] for d in decisions)
     # Mixtral computes its routing softmax in float32 whatever the model dtype: one more
