@@ -67,8 +67,9 @@ MadeDirectories& made_directories() {
 }  // namespace
 
 std::string fresh_dir(const std::string& name) {
-  const std::string d =
-      (fs::temp_directory_path() / ("momoe_" + name + "_" + std::to_string(::getpid()))).string();
+  std::string leaf = "momoe_" + name + "_" + std::to_string(::getpid());
+  std::replace(leaf.begin(), leaf.end(), '/', '_');  // a family such as "modern/mixtral"
+  const std::string d = (fs::temp_directory_path() / leaf).string();
   made_directories().add(d);
   fs::remove_all(d);
   fs::create_directories(d);
