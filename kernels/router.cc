@@ -88,9 +88,10 @@ Status topk_route(Context& ctx, const RouteOptions& opt, const TensorView& logit
   }
   MOE_RETURN_IF_ERROR(check_route_options(kOp, opt));
   if (opt.groups < 1 || opt.groups > 64 || experts % opt.groups != 0 || opt.topk_groups < 1 ||
-      k > std::min(opt.topk_groups, opt.groups) * (experts / opt.groups)) {
+      opt.group_top < 1 || k > std::min(opt.topk_groups, opt.groups) * (experts / opt.groups)) {
     return invalid_argument_error(kOp, ": ", opt.groups, " groups keeping ", opt.topk_groups,
-                                  " cannot hold top_k = ", k, " of ", experts, " experts");
+                                  " (scored by their ", opt.group_top,
+                                  " best) cannot hold top_k = ", k, " of ", experts, " experts");
   }
   const TensorView& bias = opt.selection_bias;
   if (bias.numel() > 0) {
@@ -102,8 +103,8 @@ Status topk_route(Context& ctx, const RouteOptions& opt, const TensorView& logit
   MOE_RETURN_IF_ERROR(check_as(kOp, logits, "probs", probs, logits.shape()));
   MOE_RETURN_IF_ERROR(check_as(kOp, logits, "lse", lse, Shape{tokens}));
   MOE_ON_CUDA(ctx, cuda::topk_route(ctx, opt, logits, idx, gate, probs, lse));
-  const ref::RouteParams p{opt.score, opt.renormalize, opt.scaling,    experts,
-                           k,         opt.groups,      opt.topk_groups};
+  const ref::RouteParams p{opt.score, opt.renormalize, opt.scaling,     experts,
+                           k,         opt.groups,      opt.topk_groups, opt.group_top};
   return dispatch_full(kOp, logits, [&](auto tag) {
     using T = decltype(tag);
     ref::topk_route<T>(p, logits.data<T>(), bias.numel() > 0 ? bias.data<T>() : nullptr, tokens,

@@ -29,10 +29,12 @@ struct RouteOptions {
   // scores, without their rounding).
   TensorView selection_bias;
   // Group-limited routing: E / groups consecutive experts per group; a token chooses inside its
-  // topk_groups best groups, ranked by the sum of each group's two largest s (+ bias). groups
-  // must divide E and be <= 64; groups 1 or topk_groups >= groups: no limit.
+  // topk_groups best groups, ranked by the sum of each group's group_top largest s (+ bias; 2 in
+  // DeepSeek-V3's group-limited routing, ceil(K / M) in its node-limited routing over M nodes).
+  // groups must divide E and be <= 64; groups 1 or topk_groups >= groups: no limit.
   int64_t groups = 1;
   int64_t topk_groups = 1;
+  int64_t group_top = 2;
 };
 // For each token: idx[t, :] = the K experts of largest selection key in descending order (ties:
 // lower expert index first), gate[t, :] as above, probs[t, :] = the scores as a distribution

@@ -143,7 +143,27 @@ Status check_router_variants(const MoeLayerConfig& c, const std::string& where) 
   return Status::OK();
 }
 
-// The routing options of current models: ranges, then the ones not built yet.
+// Node-limited routing: its M of the expert groups, each group on one EP rank or on whole ranks.
+Status check_node_limited(const MoeLayerConfig& c, const std::string& where, int ep_size) {
+  if (c.max_ep_ranks == 0) return Status::OK();
+  MOE_RETURN_IF_ERROR(
+      require(c.max_ep_ranks > 0, where, "max_ep_ranks", c.max_ep_ranks, "[0, inf) (0: any)"));
+  if (c.expert_groups < 2 || c.max_ep_ranks > c.expert_groups || c.topk_groups != 0) {
+    return invalid_argument_error(
+        where, ".max_ep_ranks = ", c.max_ep_ranks, " needs expert_groups >= 2 (the nodes; now ",
+        c.expert_groups, "), at most that many kept, and topk_groups unset (now ", c.topk_groups,
+        "): node-limited routing keeps max_ep_ranks groups");
+  }
+  if (c.expert_groups % ep_size != 0 && ep_size % c.expert_groups != 0) {
+    return invalid_argument_error(
+        where, ".expert_groups = ", c.expert_groups, " does not align with the ", ep_size,
+        " expert-parallel ranks: node-limited routing (max_ep_ranks) needs each group on one rank "
+        "or on whole ranks, so choose expert_groups a multiple or a divisor of the EP size");
+  }
+  return Status::OK();
+}
+
+// The routing options of current models: their ranges and combinations.
 Status check_modern_routing(const MoeLayerConfig& c, const std::string& where, int ep_size) {
   MOE_RETURN_IF_ERROR(require(finite(c.routed_scaling) && c.routed_scaling > 0, where,
                               "routed_scaling", c.routed_scaling, "(0, inf)"));
@@ -167,7 +187,8 @@ Status check_modern_routing(const MoeLayerConfig& c, const std::string& where, i
                                   " is outside the allowed range [0, expert_groups = ",
                                   c.expert_groups, "] (0: every group)");
   }
-  const int64_t kept = c.topk_groups > 0 ? c.topk_groups : c.expert_groups;
+  MOE_RETURN_IF_ERROR(check_node_limited(c, where, ep_size));
+  const int64_t kept = c.kept_groups();
   if (c.top_k > kept * (c.num_experts / c.expert_groups)) {
     return invalid_argument_error(where, ".top_k = ", c.top_k, " exceeds the ", kept,
                                   " kept groups' ", kept * (c.num_experts / c.expert_groups),
@@ -178,21 +199,12 @@ Status check_modern_routing(const MoeLayerConfig& c, const std::string& where, i
                                   " cannot be used with sparsemixer (SparseMixer samples from its "
                                   "own masked softmax over every expert)");
   }
-  MOE_RETURN_IF_ERROR(
-      require(c.max_ep_ranks >= 0, where, "max_ep_ranks", c.max_ep_ranks, "[0, inf) (0: any)"));
-  auto not_built = [&](const char* field) {
-    return unimplemented_error(where, ".", field, " is not built yet");
-  };
   if (c.bias_update_rate > 0 && c.balance_scope != BalanceScope::kGlobal) {
     // The bias must move identically on every rank: only the global loads are the same there.
     return invalid_argument_error(where, ".bias_update_rate = ", c.bias_update_rate,
                                   " needs balance_scope GLOBAL (loss-free balancing moves the bias "
                                   "by the global batch's loads, the same on every rank)");
   }
-  // Node-limited routing (each token's experts on at most max_ep_ranks EP ranks) saves bytes only
-  // with a dispatch that sends a token once per rank; momoe's sends one row per assignment.
-  if (c.max_ep_ranks != 0) return not_built("max_ep_ranks");
-  (void)ep_size;
   return Status::OK();
 }
 

@@ -162,7 +162,10 @@ struct MoeLayerConfig {
   int64_t d_shared = 0;              // their hidden width (0 in the file: d_expert)
   int64_t expert_groups = 1;         // group-limited routing: E / expert_groups per group
   int64_t topk_groups = 0;           // groups each token keeps (0 in the file: expert_groups)
-  int64_t max_ep_ranks = 0;          // node-limited routing: EP ranks per token (0 = any)
+  // Node-limited routing (DeepSeek-V3): the expert_groups groups are the nodes; each token keeps
+  // max_ep_ranks of them, scored by their ceil(top_k / max_ep_ranks) best scores. Each group lies
+  // on one EP rank (or spans whole ranks), so a token reaches at most that many (0 = off).
+  int64_t max_ep_ranks = 0;
 
   ResidualKind residual = ResidualKind::kPlain;
   MomentumConvention convention = MomentumConvention::kPaper;
@@ -175,6 +178,16 @@ struct MoeLayerConfig {
   // The shared experts' total hidden width: shared_experts x d_shared (d_expert when 0); they
   // compute as one dense FFN of that width. 0 without shared experts.
   int64_t shared_width() const { return shared_experts * (d_shared > 0 ? d_shared : d_expert); }
+
+  // The groups a token keeps: max_ep_ranks (node-limited), else topk_groups, else every group.
+  int64_t kept_groups() const {
+    return max_ep_ranks > 0 ? max_ep_ranks : topk_groups > 0 ? topk_groups : expert_groups;
+  }
+  // How many of a group's best scores its score sums: 2 (group-limited), or ceil(top_k /
+  // max_ep_ranks) (node-limited).
+  int64_t group_top() const {
+    return max_ep_ranks > 0 ? (top_k + max_ep_ranks - 1) / max_ep_ranks : 2;
+  }
 
   // Checks every field; the error names the field (prefixed with `where`, e.g. "layers[3].moe")
   // and the allowed range. `ep_size` is the expert-parallel group size (E must divide by it).

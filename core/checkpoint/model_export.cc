@@ -60,14 +60,16 @@ Json moe_layer_json(const MoeLayerConfig& m) {
   j["eval_capacity_factor"] = m.dropless ? 0.0 : m.eval_capacity_factor;
   // Routing of current models: scores (softmax | sigmoid), top-k on the logits (softmax without
   // a bias) or on the scores plus `moe.score_bias` (loss-free balancing, when score_bias), inside
-  // each token's best topk_groups of expert_groups groups; gates = the chosen scores, divided by
+  // each token's best topk_groups of expert_groups groups (a group's score: the sum of its
+  // group_top best choice keys); gates = the chosen scores, divided by
   // their sum when renormalize, times routed_scaling; shared experts: one FFN of width
   // shared_experts x d_shared added to the experts' output.
   j["score_function"] = m.score_function == ScoreFunction::kSigmoid ? "sigmoid" : "softmax";
   j["renormalize"] = m.renormalize;
   j["routed_scaling"] = m.routed_scaling;
   j["expert_groups"] = m.expert_groups;
-  j["topk_groups"] = m.topk_groups > 0 ? m.topk_groups : m.expert_groups;
+  j["topk_groups"] = m.kept_groups();
+  j["group_top"] = m.group_top();
   j["score_bias"] = m.bias_update_rate > 0;
   j["shared_experts"] = m.shared_experts;
   j["d_shared"] = m.d_shared > 0 ? m.d_shared : m.d_expert;  // shared_width() / shared_experts

@@ -47,7 +47,8 @@ kernels::RouteOptions MoeRouter::route_options() const {
   opt.scaling = cfg_.routed_scaling;
   if (score_bias_ != nullptr) opt.selection_bias = score_bias_->value;
   opt.groups = cfg_.expert_groups;
-  opt.topk_groups = cfg_.topk_groups > 0 ? cfg_.topk_groups : cfg_.expert_groups;
+  opt.topk_groups = cfg_.kept_groups();
+  opt.group_top = cfg_.group_top();
   return opt;
 }
 

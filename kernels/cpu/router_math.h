@@ -25,6 +25,9 @@ struct RouteParams {
   // limit). The backward does not read them (the gates' gradient follows the chosen idx).
   int64_t groups = 1;
   int64_t topk_groups = 1;
+  // A group's score sums its group_top largest choice scores (2: DeepSeek-V3's group-limited
+  // routing; ceil(K / M): its node-limited routing over M nodes). Capped at the group size.
+  int64_t group_top = 2;
 };
 
 MOE_HOST_DEVICE inline double sigmoid_of(double x) { return 1.0 / (1.0 + exp(-x)); }
@@ -57,33 +60,66 @@ MOE_HOST_DEVICE inline double route_key(const RouteParams& p, const T* row, cons
   return bias == nullptr ? s : s + static_cast<double>(bias[e]);
 }
 
-// Group-limited routing (DeepSeek-V3): a group's score is the sum of its two largest choice scores
-// (score + bias; the one score of a group of one), and a token keeps the topk_groups groups of
-// largest score (ties: the lower group). Returns their bit mask (bit g: group g kept; groups <=
-// 64, checked by the config), every bit without a limit.
+// The sum of the n largest choice keys (score + bias) of experts [begin, end), in descending
+// order of key (equal keys: the lower index first); n <= end - begin.
+template <typename T>
+MOE_HOST_DEVICE inline double group_top_sum(const RouteParams& p, const T* row, const T* bias,
+                                            double lse, int64_t begin, int64_t end, int64_t n) {
+  auto key_of = [&](int64_t e) {
+    const double s = route_score(p.score, row, lse, e);
+    return bias == nullptr ? s : s + static_cast<double>(bias[e]);
+  };
+  if (n == 2) {  // the common case, in one pass
+    double first = -INFINITY, second = -INFINITY;
+    for (int64_t e = begin; e < end; ++e) {
+      const double key = key_of(e);
+      if (key > first) {
+        second = first;
+        first = key;
+      } else if (key > second) {
+        second = key;
+      }
+    }
+    return first + second;
+  }
+  // n passes: pass i takes the largest key after (previous key, previous index) in the order.
+  double sum = 0, last_key = INFINITY;
+  int64_t last_e = -1;
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t best = -1;
+    double best_key = 0;
+    for (int64_t e = begin; e < end; ++e) {
+      const double key = key_of(e);
+      const bool after = key < last_key || (key == last_key && e > last_e);
+      if (after && (best < 0 || key > best_key)) {
+        best = e;
+        best_key = key;
+      }
+    }
+    sum = i == 0 ? best_key : sum + best_key;
+    last_key = best_key;
+    last_e = best;
+  }
+  return sum;
+}
+
+// Group-limited routing (DeepSeek-V3): a group's score is the sum of its group_top largest choice
+// scores (score + bias; all of them in a group that small), and a token keeps the topk_groups
+// groups of largest score (ties: the lower group). Returns their bit mask (bit g: group g kept;
+// groups <= 64, checked by the config), every bit without a limit.
 template <typename T>
 MOE_HOST_DEVICE inline uint64_t kept_groups(const RouteParams& p, const T* row, const T* bias,
                                             double lse) {
   if (p.groups <= 1 || p.topk_groups >= p.groups) return ~uint64_t{0};
   const int64_t size = p.experts / p.groups;
+  const int64_t top = p.group_top < size ? p.group_top : size;
   uint64_t kept = 0;
   for (int64_t j = 0; j < p.topk_groups; ++j) {
     int64_t best = -1;
     double best_score = 0;
     for (int64_t g = 0; g < p.groups; ++g) {
       if ((kept >> g) & 1) continue;
-      double first = -INFINITY, second = -INFINITY;
-      for (int64_t e = g * size; e < (g + 1) * size; ++e) {
-        const double s = route_score(p.score, row, lse, e);
-        const double key = bias == nullptr ? s : s + static_cast<double>(bias[e]);
-        if (key > first) {
-          second = first;
-          first = key;
-        } else if (key > second) {
-          second = key;
-        }
-      }
-      const double score = size > 1 ? first + second : first;
+      const double score = group_top_sum(p, row, bias, lse, g * size, (g + 1) * size, top);
       if (best < 0 || score > best_score) {
         best = g;
         best_score = score;

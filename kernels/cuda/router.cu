@@ -218,8 +218,8 @@ Status topk_route(Context& ctx, const RouteOptions& opt, const TensorView& logit
                   const TensorView& lse) {
   const int64_t tokens = logits.dim(0), experts = logits.dim(1), k = idx.dim(1);
   if (tokens == 0) return Status::OK();
-  const ref::RouteParams p{opt.score, opt.renormalize, opt.scaling,    experts,
-                           k,         opt.groups,      opt.topk_groups};
+  const ref::RouteParams p{opt.score, opt.renormalize, opt.scaling,     experts,
+                           k,         opt.groups,      opt.topk_groups, opt.group_top};
   MOE_RETURN_IF_ERROR(dispatch_full("topk_route", logits, [&](auto tag) {
     using T = decltype(tag);
     const T* bias = opt.selection_bias.numel() > 0 ? opt.selection_bias.data<T>() : nullptr;

@@ -184,6 +184,8 @@ class MoeLayer(nn.Module):
         self.routed_scaling = float(cfg.get("routed_scaling", 1.0))
         self.expert_groups = int(cfg.get("expert_groups", 1))
         self.topk_groups = int(cfg.get("topk_groups", self.expert_groups))
+        # A group's score sums its `group_top` best keys (2; node-limited: ceil(top_k / M)).
+        self.group_top = int(cfg.get("group_top", 2))
         # Loss-free balancing's bias: added to the scores to choose, never to the gates.
         if cfg.get("score_bias", False):
             self.register_buffer("score_bias", torch.zeros(self.num_experts))
@@ -230,14 +232,24 @@ class MoeLayer(nn.Module):
             choice = choice.reshape(t, e)
         return choice
 
-    def group_mask(self, keys):
-        """[T, G] bool: the groups each token keeps, the `topk_groups` whose two best keys (scores
-        plus bias) sum highest (ties: the lower group)."""
+    def group_sums(self, keys):
+        """[T, G]: each group's score, the sum of its `group_top` best keys (scores plus bias),
+        added from the largest down."""
         t, e = keys.shape
         g = self.expert_groups
         grouped = keys.reshape(t, g, e // g)
-        best2 = torch.sort(grouped, dim=2, descending=True).values[:, :, : min(2, e // g)]
-        keep = torch.sort(best2.sum(dim=2), dim=1, descending=True, stable=True).indices
+        best = torch.sort(grouped, dim=2, descending=True).values[:, :, : min(self.group_top, e // g)]
+        total = best[:, :, 0]
+        for i in range(1, best.shape[2]):
+            total = total + best[:, :, i]
+        return total
+
+    def group_mask(self, keys):
+        """[T, G] bool: the groups each token keeps, the `topk_groups` of largest group_sums
+        (ties: the lower group)."""
+        t = keys.shape[0]
+        g = self.expert_groups
+        keep = torch.sort(self.group_sums(keys), dim=1, descending=True, stable=True).indices
         mask = torch.zeros(t, g, dtype=torch.bool, device=keys.device)
         mask.scatter_(1, keep[:, : self.topk_groups], True)
         return mask

@@ -75,10 +75,11 @@ class RoutingReplay:
 
     def group_flips(self, layer, logits, idx, tol, report):
         """Group-limited routing: where the file's experts lie in a group the module did not keep,
-        that group choice must be a near-tie of the group sums (each the sum of two keys, so a
-        difference of two sums moves by twice a margin's tolerance); a far one is an error (the
-        row's flip itself is counted by compare_choices). Returns the choice keys masked to the module's groups plus the file's, on which the
-        choices inside the groups are then compared."""
+        that group choice must be a near-tie of the group sums (each the sum of `group_top` keys,
+        so a difference of two sums moves by group_top times a margin's tolerance, a margin being
+        the difference of two keys); a far one is an error (the row's flip itself is counted by
+        compare_choices). Returns the choice keys masked to the module's groups plus the file's, on
+        which the choices inside the groups are then compared."""
         import torch
 
         keys = layer.scores(logits)
@@ -87,8 +88,8 @@ class RoutingReplay:
         t, e = keys.shape
         g = layer.expert_groups
         size = e // g
-        grouped = keys.reshape(t, g, size)
-        sums = torch.sort(grouped, dim=2, descending=True).values[:, :, : min(2, size)].sum(2)
+        sums = layer.group_sums(keys)
+        summed = min(layer.group_top, size)
         kept = layer.group_mask(keys)
         theirs = torch.zeros_like(kept).scatter_(1, idx // size, True)
         outside = (theirs & ~kept).any(dim=1)
@@ -96,7 +97,7 @@ class RoutingReplay:
             threshold = torch.sort(sums, dim=1, descending=True).values[:, layer.topk_groups - 1]
             lowest = sums.masked_fill(~theirs, float("inf")).min(dim=1).values
             margin = (threshold - lowest)[outside]
-            ratio = margin / (2 * tol[outside])
+            ratio = margin / (summed * tol[outside])
             far = ratio > 1.0
             report.far_flips += int(far.sum())
             report.max_margin = max(report.max_margin, float(ratio.max()))

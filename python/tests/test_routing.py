@@ -42,6 +42,16 @@ def test_group_limited_choice_by_hand():
     assert chosen(layer("softmax", groups=4, topk_groups=2), tied) == [4, 0]
 
 
+def test_node_limited_group_score_by_hand():
+    # tests/kernels/router_test.cc NodeLimitedScoresAGroupByItsBestKOverM: three groups of four,
+    # two kept, top-6; group 0 wins on its two best scores and loses on its three best.
+    logits = torch.tensor([[3, 3, -4, -4, 2, 2, 2, -4, 1, 1, 1, 1]], dtype=torch.float64)
+    two = layer(groups=3, topk_groups=2, top_k=6, experts=12)
+    assert chosen(two, logits) == [0, 1, 4, 5, 6, 2]
+    three = layer(groups=3, topk_groups=2, top_k=6, experts=12, group_top=3)
+    assert chosen(three, logits) == [4, 5, 6, 8, 9, 10]
+
+
 def test_sigmoid_gates_and_the_bias_by_hand():
     logits = torch.tensor([[0, 1, -1, 2]], dtype=torch.float64)
     s = [1 / (1 + math.exp(-x)) for x in (0, 1, -1, 2)]

@@ -389,7 +389,9 @@ std::vector<std::string> single_rank_variants() {
           "ac_local",
           "swiglu_bias_free_dropout",
           "sigmoid_seq",
-          "shared_swiglu_dropout"};
+          "shared_swiglu_dropout",
+          "node_limited",
+          "node_limited_dropless"};
 }
 
 std::vector<std::string> global_variants() {
@@ -420,6 +422,11 @@ MoeLayerConfig ep_variant(const std::string& name) {
     cfg.score_function = ScoreFunction::kSigmoid;
     cfg.expert_groups = 2;
     cfg.topk_groups = 1;
+  }
+  if (name.find("node_limited") != std::string::npos) {
+    // Two groups, one kept: a token's two experts on one rank at EP 2, on two of four at EP 4.
+    cfg.expert_groups = 2;
+    cfg.max_ep_ranks = 1;
   }
   if (name.find("shared") != std::string::npos) {
     // Shared experts: computed where the token is, their dropout keyed by the global token.

@@ -136,6 +136,13 @@ std::vector<Variant> variants() {
                  c->topk_groups = 1;
                  c->bias_update_rate = 0.01;
                }});
+  // Node-limited routing (2 groups of 2; a token keeps the group of larger top-2 sum and routes
+  // both its choices there).
+  v.push_back({"node_limited_sigmoid", [](MoeLayerConfig* c) {
+                 c->score_function = ScoreFunction::kSigmoid;
+                 c->expert_groups = 2;
+                 c->max_ep_ranks = 1;
+               }});
   v.push_back({"shared_relu_capacity_drops", [](MoeLayerConfig* c) {
                  c->shared_experts = 1;
                  c->capacity_factor = 0.6;

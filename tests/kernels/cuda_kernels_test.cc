@@ -648,28 +648,32 @@ TEST_F(CudaKernelTest, TopkSoftmaxAndAuxLosses) {
 // experts as the CPU (the group sums are the same double expressions), gates to rounding.
 TEST_F(CudaKernelTest, GroupLimitedRouting) {
   const int64_t tokens = 777, experts = 64, k = 6;
-  for (ScoreFunction score : {ScoreFunction::kSoftmax, ScoreFunction::kSigmoid}) {
-    Tensor logits = rand({tokens, experts}, DType::kF32, -3, 3);
-    Tensor bias = rand({experts}, DType::kF32, -0.05, 0.05);
-    RouteOptions opt, gopt;
-    opt.score = gopt.score = score;
-    opt.groups = gopt.groups = 8;
-    opt.topk_groups = gopt.topk_groups = 3;
-    opt.selection_bias = bias;
-    Tensor gbias = up(bias);
-    gopt.selection_bias = gbias;
-    Tensor idx = Tensor::empty({tokens, k}, DType::kI32),
-           gate = Tensor::empty({tokens, k}, DType::kF32),
-           probs = Tensor::empty({tokens, experts}, DType::kF32),
-           lse = Tensor::empty({tokens}, DType::kF32);
-    Tensor gidx = poisoned({tokens, k}, DType::kI32), ggate = poisoned({tokens, k}, DType::kF32),
-           gprobs = poisoned({tokens, experts}, DType::kF32),
-           glse = poisoned({tokens}, DType::kF32);
-    OK(topk_route(cpu(), opt, logits, idx, gate, probs, lse));
-    OK(topk_route(gpu(), gopt, up(logits), gidx, ggate, gprobs, glse));
-    EXPECT_TRUE(testing::bitwise_equal(idx, down(gidx))) << "group-limited indices differ";
-    expect_close("topk_route(groups, gate)", gate, ggate, 1e-6);
-  }
+  // A group scored by the sum of its 2 best scores, or of its 3 best (node-limited: ceil(K / M)).
+  for (int64_t top : {2, 3})
+    for (ScoreFunction score : {ScoreFunction::kSoftmax, ScoreFunction::kSigmoid}) {
+      Tensor logits = rand({tokens, experts}, DType::kF32, -3, 3);
+      Tensor bias = rand({experts}, DType::kF32, -0.05, 0.05);
+      RouteOptions opt, gopt;
+      opt.score = gopt.score = score;
+      opt.groups = gopt.groups = 8;
+      opt.topk_groups = gopt.topk_groups = 3;
+      opt.group_top = gopt.group_top = top;
+      opt.selection_bias = bias;
+      Tensor gbias = up(bias);
+      gopt.selection_bias = gbias;
+      Tensor idx = Tensor::empty({tokens, k}, DType::kI32),
+             gate = Tensor::empty({tokens, k}, DType::kF32),
+             probs = Tensor::empty({tokens, experts}, DType::kF32),
+             lse = Tensor::empty({tokens}, DType::kF32);
+      Tensor gidx = poisoned({tokens, k}, DType::kI32), ggate = poisoned({tokens, k}, DType::kF32),
+             gprobs = poisoned({tokens, experts}, DType::kF32),
+             glse = poisoned({tokens}, DType::kF32);
+      OK(topk_route(cpu(), opt, logits, idx, gate, probs, lse));
+      OK(topk_route(gpu(), gopt, up(logits), gidx, ggate, gprobs, glse));
+      EXPECT_TRUE(testing::bitwise_equal(idx, down(gidx)))
+          << "group-limited indices differ (group_top " << top << ")";
+      expect_close("topk_route(groups, gate)", gate, ggate, 1e-6);
+    }
 }
 
 TEST_F(CudaKernelTest, TopkRouteOptionsAndSequenceLoss) {

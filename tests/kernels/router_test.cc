@@ -221,6 +221,27 @@ TEST(TopkRouteTest, GroupLimitedChoosesInsideTheBestGroups) {
   EXPECT_EQ(out.route(soft, logits).code(), StatusCode::kInvalidArgument);
 }
 
+// Node-limited routing scores a group by its ceil(K / M) best scores: three groups of four, keep
+// M = 2 for top-6. Sigmoid top-2 sums are 1.905 (group 0), 1.762, 1.462; top-3 sums are 1.923,
+// 2.642, 2.193: group 0 is kept by the top-2 rule and dropped by the top-3 one.
+TEST(TopkRouteTest, NodeLimitedScoresAGroupByItsBestKOverM) {
+  Tensor logits = Tensor::from_vector<double>({1, 12}, {3, 3, -4, -4, 2, 2, 2, -4, 1, 1, 1, 1});
+  RouteOut out(1, 12, 6);
+  RouteOptions opt = sigmoid_options(true, 1.0);
+  opt.groups = 3;
+  opt.topk_groups = 2;
+  ASSERT_TRUE(out.route(opt, logits).ok());  // group_top 2: groups 0 and 1
+  EXPECT_EQ(to_vector<int32_t>(out.idx), (std::vector<int32_t>{0, 1, 4, 5, 6, 2}));
+  opt.group_top = 3;
+  ASSERT_TRUE(out.route(opt, logits).ok());  // groups 1 and 2
+  EXPECT_EQ(to_vector<int32_t>(out.idx), (std::vector<int32_t>{4, 5, 6, 8, 9, 10}));
+  opt.group_top = 9;  // more than a group holds: all its scores (1.94, 2.66, 2.92)
+  ASSERT_TRUE(out.route(opt, logits).ok());
+  EXPECT_EQ(to_vector<int32_t>(out.idx), (std::vector<int32_t>{4, 5, 6, 8, 9, 10}));
+  opt.group_top = 0;
+  EXPECT_EQ(out.route(opt, logits).code(), StatusCode::kInvalidArgument);
+}
+
 // Every score function, with and without renormalisation, scaled and not, with a selection bias
 // (a constant of the selection, no gradient), against finite differences.
 TEST(TopkRouteTest, BackwardMatchesFiniteDifferences) {

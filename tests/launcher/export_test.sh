@@ -180,9 +180,12 @@ check modern_block
 train mixtral modern/mixtral
 check mixtral
 # DeepSeek-V3's routing (configs/modern/deepseek-v3.pbtxt): sigmoid scores scaled 2.5, shared
-# experts, fine-grained experts in groups (2 of 4 kept), loss-free balancing's bias (moved 12
-# times). A group choice that differs must be a near-tie of the group sums (replay.py).
-train deepseek modern/deepseek-v3 --set model.moe.num_experts=32 --set model.moe.d_expert=32
+# experts, fine-grained experts in groups, loss-free balancing's bias (moved 12 times), here
+# node-limited: 2 of the 4 groups kept by the sum of their ceil(6 / 2) = 3 best scores (the
+# preset's group-limited rule sums 2; python/tests/test_routing.py checks both by hand). A group
+# choice that differs must be a near-tie of the group sums (replay.py).
+train deepseek modern/deepseek-v3 --set model.moe.num_experts=32 --set model.moe.d_expert=32 \
+  --set model.moe.topk_groups=0 --set model.moe.max_ep_ranks=2
 check deepseek
 
 # The evaluation batch: without AC layers it does not matter (up to rounding); an AC model
@@ -233,6 +236,8 @@ perturb deepseek "routed_scaling 2.5 -> 2.4" \
   'for b in c["blocks"]: b["routed_scaling"] = 2.4'
 perturb deepseek "sigmoid -> softmax scores" \
   'for b in c["blocks"]: b["score_function"] = "softmax"'
+perturb deepseek "groups scored by their 3 best scores -> 2 best" \
+  'for b in c["blocks"]: b["group_top"] = 2'
 perturb modern_block "RMSNorm eps 1e-5 -> 1e-2" 'c["norm_eps"] = 1e-2'
 run_jobs "$src/python" "$tmp/results.json"
 

@@ -114,6 +114,40 @@ TEST(MoeConfigTest, RoutingOfCurrentModels) {
   expect_error(sm + "seq_balance_loss_coef: 0.1", "seq_balance_loss_coef = 0.1 cannot be used");
 }
 
+// Node-limited routing: the expert groups are the nodes, max_ep_ranks of them kept, each scored
+// by its ceil(K / M) best scores; the groups must align with the EP ranks.
+TEST(MoeConfigTest, NodeLimitedRouting) {
+  const std::string groups = "top_k: 2 expert_groups: 4 ";  // 4 experts, one per group
+  StatusOr<MoeLayerConfig> c = parse(groups + "max_ep_ranks: 2");
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_EQ(c->kept_groups(), 2);
+  EXPECT_EQ(c->group_top(), 1);  // ceil(2 / 2)
+  c->top_k = 3;
+  EXPECT_EQ(c->group_top(), 2);
+  c->max_ep_ranks = 0;
+  EXPECT_EQ(c->group_top(), 2);  // group-limited: the two best
+  EXPECT_EQ(c->kept_groups(), 4);
+  StatusOr<MoeLayerConfig> back =
+      parse_moe_config_text(moe_config_to_text(*parse(groups + "max_ep_ranks: 2")));
+  ASSERT_TRUE(back.ok()) << back.status().to_string();
+  EXPECT_EQ(back->max_ep_ranks, 2);
+  EXPECT_TRUE(parse(groups + "max_ep_ranks: 2", 2).ok());                   // two groups per rank
+  EXPECT_TRUE(parse("top_k: 2 expert_groups: 2 max_ep_ranks: 1", 4).ok());  // on two ranks each
+  expect_error(groups + "max_ep_ranks: -1", "max_ep_ranks = -1");
+  expect_error("top_k: 2 max_ep_ranks: 1", "needs expert_groups >= 2");
+  expect_error(groups + "max_ep_ranks: 5", "needs expert_groups >= 2");
+  expect_error(groups + "topk_groups: 2 max_ep_ranks: 2", "topk_groups unset");
+  expect_error("top_k: 3 expert_groups: 4 max_ep_ranks: 1", "top_k = 3 exceeds the 1 kept groups");
+  StatusOr<MoeLayerConfig> apart = parse_moe_config_text(
+      "d_model: 8 d_expert: 16 num_experts: 12 top_k: 2 expert_groups: 6 max_ep_ranks: 2", "moe",
+      4);
+  ASSERT_FALSE(apart.ok());
+  EXPECT_NE(apart.status().message().find(
+                "expert_groups = 6 does not align with the 4 expert-parallel ranks"),
+            std::string::npos)
+      << apart.status().message();
+}
+
 TEST(MoeConfigTest, TextFormatErrorsNamePosition) {
   StatusOr<MoeLayerConfig> c = parse_moe_config_text("d_model: 8\nnot_a_field: 3", "cfg.pbtxt");
   ASSERT_FALSE(c.ok());
