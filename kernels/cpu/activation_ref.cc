@@ -129,8 +129,24 @@ void bias_grad(const A* dy, int64_t m, int64_t n, F* db) {
   for (int64_t j = 0; j < n; ++j) db[j] = static_cast<F>(db[j] + acc[j]);
 }
 
+// One block's rows: bias added to the filled ones, the padding zeroed.
+template <typename A, typename F>
+void add_bias_block(const ExpertBlocks& blocks, int64_t b, A* px, int64_t n, const F* bias) {
+  const auto [begin, end] = blocks.block_rows(b);
+  const int64_t used = begin + filled_rows(blocks, b);
+  add_bias_rows<A, F>(px, begin, used, n, bias + blocks.expert_of(b) * n);
+  std::fill(px + used * n, px + end * n, A(0));
+}
+
+// Many blocks (fine-grained experts) run a block per task; a few large ones spread their rows.
 template <typename A, typename F>
 void add_bias_blocks(const ExpertBlocks& blocks, A* px, int64_t n, const F* bias) {
+  if (blocks.blocks() >= 4 * parallel_threads()) {
+    parallel_for(blocks.blocks(), 1, [&](int64_t b0, int64_t b1) {
+      for (int64_t b = b0; b < b1; ++b) add_bias_block(blocks, b, px, n, bias);
+    });
+    return;
+  }
   for (int64_t b = 0; b < blocks.blocks(); ++b) {
     const auto [begin, end] = blocks.block_rows(b);
     const int64_t used = begin + filled_rows(blocks, b);
@@ -139,16 +155,31 @@ void add_bias_blocks(const ExpertBlocks& blocks, A* px, int64_t n, const F* bias
   }
 }
 
+// db[e] += the column sums of expert e's blocks (rank order, rows in order). Tasks are (expert,
+// 32-column chunk) pairs, so every column's sum runs on one thread in that order.
 template <typename A, typename F>
 void bias_grad_blocks(const ExpertBlocks& blocks, const A* dy, int64_t n, F* db) {
-  const int64_t experts = blocks.local_experts;
-  std::vector<double> acc(experts * n, 0.0);
-  for (int64_t b = 0; b < blocks.blocks(); ++b) {
-    const int64_t begin = blocks.block_rows(b).first;
-    bias_grad_rows<A>(dy, begin, begin + filled_rows(blocks, b), n,
-                      acc.data() + blocks.expert_of(b) * n);
-  }
-  for (int64_t i = 0; i < experts * n; ++i) db[i] = static_cast<F>(db[i] + acc[i]);
+  constexpr int64_t kCols = 32;
+  const int64_t experts = blocks.local_experts, chunks = (n + kCols - 1) / kCols;
+  const int64_t rows_per_task = std::max<int64_t>(1, blocks.rows() / experts) * kCols;
+  parallel_for(
+      experts * chunks, std::max<int64_t>(1, kElementGrain / rows_per_task),
+      [&](int64_t i0, int64_t i1) {
+        std::vector<double> acc(kCols);
+        for (int64_t i = i0; i < i1; ++i) {
+          const int64_t e = i / chunks, j0 = (i % chunks) * kCols, j1 = std::min(n, j0 + kCols);
+          std::fill(acc.begin(), acc.end(), 0.0);
+          for (int64_t b = e; b < blocks.blocks(); b += experts) {
+            const int64_t begin = blocks.block_rows(b).first, end = begin + filled_rows(blocks, b);
+            for (int64_t r = begin; r < end; ++r) {
+              const A* row = dy + r * n;
+              for (int64_t j = j0; j < j1; ++j) acc[j - j0] += static_cast<double>(row[j]);
+            }
+          }
+          F* out = db + e * n;
+          for (int64_t j = j0; j < j1; ++j) out[j] = static_cast<F>(out[j] + acc[j - j0]);
+        }
+      });
 }
 
 template <typename T>
