@@ -51,6 +51,7 @@ Tiling tiling_for(int64_t m, int64_t n, int64_t k) {
 
 // Runs blas(m, n, a, b, c) once per tile of C on the current thread pool, with a, b and c offset
 // to the tile (op(A) rows i0.., op(B) columns j0..).
+// param-count: CBLAS's argument list, kept by design (docs/architecture.md)
 template <typename T, typename Blas>
 void tiled(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda,
            const T* b, int64_t ldb, T* c, int64_t ldc, Blas&& blas) {
@@ -109,6 +110,7 @@ constexpr int kRowMajor = 101, kNoTrans = 111, kTrans = 112;
 // One row-major CBLAS product (a tile of a larger one, or the whole), by the loaded library,
 // which runs single-threaded inside (blas_library.h): the pool is the only parallelism, so the
 // thread count cannot change how a product is cut.
+// param-count: CBLAS's argument list, kept by design (docs/architecture.md)
 template <typename T>
 void cblas_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, const T* a,
                 int64_t lda, const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
@@ -127,6 +129,7 @@ void cblas_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T a
 
 }  // namespace
 
+// param-count: CBLAS's argument list, kept by design (docs/architecture.md)
 template <typename T>
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, const T* a,
           int64_t lda, const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
@@ -165,6 +168,7 @@ std::vector<float> widen(const bf16* p, int64_t rows, int64_t cols, int64_t ld) 
 
 }  // namespace
 
+// param-count: CBLAS's argument list, kept by design (docs/architecture.md)
 template <typename T, typename C>
 void gemm_mixed(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha,
                 const T* a, int64_t lda, const T* b, int64_t ldb, double beta, C* c, int64_t ldc) {

@@ -11,6 +11,7 @@ namespace moe::kernels::ref {
 
 // C[M, N] = alpha * op(A) op(B) + beta * C, row-major with leading dimensions lda, ldb, ldc.
 // op(A) is [M, K]: A is [M, K] (lda >= K) or, transposed, [K, M] (lda >= M). Likewise B.
+// param-count: CBLAS's argument list, kept by design (docs/architecture.md)
 template <typename T>
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, const T* a,
           int64_t lda, const T* b, int64_t ldb, T beta, T* c, int64_t ldc);
@@ -19,6 +20,7 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, 
 // output of type C: C = T, or C = float when T = bf16 (an fp32 output, e.g. weight gradients).
 // bf16 inputs are multiplied as f32 (exact widening) with f32 accumulation, and the result is
 // rounded once to C.
+// param-count: CBLAS's argument list, kept by design (docs/architecture.md)
 template <typename T, typename C>
 void gemm_mixed(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha,
                 const T* a, int64_t lda, const T* b, int64_t ldb, double beta, C* c, int64_t ldc);

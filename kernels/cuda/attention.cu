@@ -115,9 +115,17 @@ Status head_product_nt(Context& ctx, DType dt, const Heads& x, const void* a, in
   return run_gemm(ctx, "attention scores", dt, dt, g);
 }
 
-// C[h] = alpha op(P[h]) B[h] with B, C head slices (ld_b, ld_c; head stride Dh).
-Status p_times(Context& ctx, DType dt, const Heads& x, bool trans_p, const void* p, const void* b,
-               int64_t ld_b, double alpha, void* c, int64_t ld_c) {
+// The B and C of p_times: head slices (head stride Dh) and their leading dimensions.
+struct PTimesOperands {
+  const void* b;  // B[h] at b + h Dh, rows ld_b apart
+  int64_t ld_b;
+  void* c;  // C[h] at c + h Dh, rows ld_c apart (overwritten)
+  int64_t ld_c;
+};
+
+// C[h] = alpha op(P[h]) B[h] with B, C head slices (bc.ld_b, bc.ld_c; head stride Dh).
+Status p_times(Context& ctx, DType dt, const Heads& x, bool trans_p, const void* p, double alpha,
+               const PTimesOperands& bc) {
   GemmCall g;
   g.trans_a = trans_p;
   g.m = x.S;
@@ -126,11 +134,11 @@ Status p_times(Context& ctx, DType dt, const Heads& x, bool trans_p, const void*
   g.a = p;
   g.lda = x.S;
   g.stride_a = x.S * x.S;
-  g.b = b;
-  g.ldb = ld_b;
+  g.b = bc.b;
+  g.ldb = bc.ld_b;
   g.stride_b = x.Dh;
-  g.c = c;
-  g.ldc = ld_c;
+  g.c = bc.c;
+  g.ldc = bc.ld_c;
   g.stride_c = x.Dh;
   g.batch = x.H;
   g.alpha = alpha;
@@ -186,9 +194,9 @@ Status forward_impl(Context& ctx, const AttentionArgs& a, const TensorView& qkv_
           a, p.data<C>(), lse.data<F>());
   MOE_RETURN_IF_ERROR(launch_status("attention_forward"));
   for (int64_t b = 0; b < a.batch; ++b) {
-    MOE_RETURN_IF_ERROR(p_times(ctx, cdt, x, false, offset<C>(p.view(), b * x.H * x.S * x.S),
-                                offset<C>(qkv, b * x.S * 3 * x.D + 2 * x.D), 3 * x.D, 1.0,
-                                offset_mut<C>(o, b * x.S * x.D), x.D));
+    MOE_RETURN_IF_ERROR(p_times(ctx, cdt, x, false, offset<C>(p.view(), b * x.H * x.S * x.S), 1.0,
+                                {offset<C>(qkv, b * x.S * 3 * x.D + 2 * x.D), 3 * x.D,
+                                 offset_mut<C>(o, b * x.S * x.D), x.D}));
   }
   if (widened) MOE_RETURN_IF_ERROR(convert(ctx, o, out));
   return Status::OK();
@@ -224,15 +232,15 @@ Status backward_impl(Context& ctx, const AttentionArgs& a, const TensorView& d_o
   for (int64_t b = 0; b < a.batch; ++b) {
     const int64_t base = b * x.S * 3 * x.D;
     // dV = P'^T dO; dQ = scale dS K; dK = scale dS^T Q.
-    MOE_RETURN_IF_ERROR(p_times(ctx, cdt, x, true, offset<C>(p.view(), b * x.H * sq),
-                                offset<C>(dout, b * x.S * x.D), x.D, 1.0,
-                                offset_mut<C>(g, base + 2 * x.D), 3 * x.D));
-    MOE_RETURN_IF_ERROR(p_times(ctx, cdt, x, false, offset<C>(dp.view(), b * x.H * sq),
-                                offset<C>(qkv, base + x.D), 3 * x.D, scale, offset_mut<C>(g, base),
-                                3 * x.D));
-    MOE_RETURN_IF_ERROR(p_times(ctx, cdt, x, true, offset<C>(dp.view(), b * x.H * sq),
-                                offset<C>(qkv, base), 3 * x.D, scale, offset_mut<C>(g, base + x.D),
-                                3 * x.D));
+    MOE_RETURN_IF_ERROR(
+        p_times(ctx, cdt, x, true, offset<C>(p.view(), b * x.H * sq), 1.0,
+                {offset<C>(dout, b * x.S * x.D), x.D, offset_mut<C>(g, base + 2 * x.D), 3 * x.D}));
+    MOE_RETURN_IF_ERROR(
+        p_times(ctx, cdt, x, false, offset<C>(dp.view(), b * x.H * sq), scale,
+                {offset<C>(qkv, base + x.D), 3 * x.D, offset_mut<C>(g, base), 3 * x.D}));
+    MOE_RETURN_IF_ERROR(
+        p_times(ctx, cdt, x, true, offset<C>(dp.view(), b * x.H * sq), scale,
+                {offset<C>(qkv, base), 3 * x.D, offset_mut<C>(g, base + x.D), 3 * x.D}));
   }
   if (widened) MOE_RETURN_IF_ERROR(convert(ctx, g, d_qkv));
   return Status::OK();

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "kernels/common.h"
+#include "kernels/cpu/moe_dispatch_ref.h"  // CombineShape, LayoutBuffers
 #include "kernels/cuda/cuda_util.cuh"
 #include "kernels/cuda/moe_dispatch.h"
 
@@ -68,33 +69,39 @@ __global__ void layout_offsets_kernel(const int64_t* load, int64_t experts, int6
   }
 }
 
-// Per token: slots, rows, the send buffer's token and key, and the token's drops
-// (drop_scratch[2t] = dropped assignments, [2t + 1] = 1 when all K were dropped).
-__global__ void layout_rows_kernel(const int32_t* idx, const int32_t* rank, const int64_t* offsets,
-                                   const int64_t* block, int64_t tokens, int64_t k, int64_t experts,
-                                   int64_t capacity, int64_t token_offset, int32_t* slot,
-                                   int32_t* row, int32_t* send_token, int64_t* send_key,
-                                   double* drop_scratch) {
+// What layout_rows_kernel reads (the earlier layout kernels' results).
+struct LayoutRowsIn {
+  const int32_t* idx;      // [T, K]: the expert of each assignment
+  const int32_t* rank;     // [T * K]: rank among the chunk's earlier ones (layout_chunk_kernel)
+  const int64_t* offsets;  // [chunks, E]: the chunk's first position (layout_scan_kernel)
+  const int64_t* block;    // [E]: the expert's first send row (layout_offsets_kernel)
+};
+
+// Per token: slots, rows, the send buffer's token and key (out.slot, row, send_token, send_key;
+// out.load, kept and drops are not touched), and the token's drops (drop_scratch[2t] = dropped
+// assignments, [2t + 1] = 1 when all K were dropped).
+__global__ void layout_rows_kernel(LayoutRowsIn in, int64_t tokens, int64_t k, LayoutArgs args,
+                                   ref::LayoutBuffers out, double* drop_scratch) {
   MOE_GRID_LOOP(t, tokens) {
     int64_t token_drops = 0;
     for (int64_t j = 0; j < k; ++j) {
       const int64_t a = j * tokens + t;
-      const int32_t e = idx[t * k + j];
+      const int32_t e = in.idx[t * k + j];
       int64_t s = -1;
-      if (e >= 0 && e < experts) {
-        const int64_t position = offsets[(a / kChunk) * experts + e] + rank[a];
-        s = (capacity < 0 || position < capacity) ? position : -1;
+      if (e >= 0 && e < args.num_experts) {
+        const int64_t position = in.offsets[(a / kChunk) * args.num_experts + e] + in.rank[a];
+        s = (args.capacity < 0 || position < args.capacity) ? position : -1;
       }
-      slot[t * k + j] = static_cast<int32_t>(s);
+      out.slot[t * k + j] = static_cast<int32_t>(s);
       if (s < 0) {
-        row[t * k + j] = -1;
+        out.row[t * k + j] = -1;
         ++token_drops;
         continue;
       }
-      const int64_t r = block[e] + s;
-      row[t * k + j] = static_cast<int32_t>(r);
-      send_token[r] = static_cast<int32_t>(t);
-      send_key[r] = (token_offset + t) * k + j;
+      const int64_t r = in.block[e] + s;
+      out.row[t * k + j] = static_cast<int32_t>(r);
+      out.send_token[r] = static_cast<int32_t>(t);
+      out.send_key[r] = (args.token_offset + t) * k + j;
     }
     drop_scratch[2 * t] = static_cast<double>(token_drops);
     drop_scratch[2 * t + 1] = token_drops == k ? 1.0 : 0.0;
@@ -143,9 +150,10 @@ __global__ void gather_sum_rows_kernel(const A* src, int64_t n_src, const int32_
 }
 
 template <typename A, typename F>
-__global__ void combine_kernel(const A* y, int64_t y_rows, const int32_t* row, const F* gate,
-                               const F* omega, int64_t tokens, int64_t k, int64_t d, A* u) {
+__global__ void combine_kernel(const A* y, const int32_t* row, const F* gate, const F* omega,
+                               ref::CombineShape shape, A* u) {
   using C = accum_t<A>;
+  const int64_t tokens = shape.tokens, k = shape.k, d = shape.d, y_rows = shape.y_rows;
   MOE_GRID_LOOP(i, tokens * d) {
     const int64_t t = i / d, q = i % d;
     C acc = C(0);
@@ -163,8 +171,9 @@ __global__ void combine_kernel(const A* y, int64_t y_rows, const int32_t* row, c
 // dy rows of referenced slots (every row is referenced at most once; dy was zeroed).
 template <typename A, typename F>
 __global__ void combine_dy_kernel(const A* du, const int32_t* row, const F* gate, const F* omega,
-                                  int64_t y_rows, int64_t tokens, int64_t k, int64_t d, A* dy) {
+                                  ref::CombineShape shape, A* dy) {
   using C = accum_t<A>;
+  const int64_t tokens = shape.tokens, k = shape.k, d = shape.d, y_rows = shape.y_rows;
   MOE_GRID_LOOP(i, tokens * k * d) {
     const int64_t tj = i / d, q = i % d, t = tj / k;
     const int32_t rr = row[tj];
@@ -177,9 +186,9 @@ __global__ void combine_dy_kernel(const A* du, const int32_t* row, const F* gate
 
 // d_gate[t, j] = <du[t], omega ⊙ y[row]> in double: one warp per (t, j), fixed shuffle tree.
 template <typename A, typename F>
-__global__ void combine_dgate_kernel(const A* du, const A* y, int64_t y_rows, const int32_t* row,
-                                     const F* omega, int64_t tokens, int64_t k, int64_t d,
-                                     F* d_gate) {
+__global__ void combine_dgate_kernel(const A* du, const A* y, const int32_t* row, const F* omega,
+                                     ref::CombineShape shape, F* d_gate) {
+  const int64_t tokens = shape.tokens, k = shape.k, d = shape.d, y_rows = shape.y_rows;
   const int64_t warps = int64_t{gridDim.x} * blockDim.x / 32;
   const int lane = threadIdx.x & 31;
   for (int64_t warp = (blockIdx.x * int64_t{blockDim.x} + threadIdx.x) / 32; warp < tokens * k;
@@ -201,10 +210,10 @@ __global__ void combine_dgate_kernel(const A* du, const A* y, int64_t y_rows, co
 
 // d_omega[q] += sum over (t, j) in order of gate * y[row] * du (the reference's order and F sums).
 template <typename A, typename F>
-__global__ void combine_domega_kernel(const A* du, const A* y, int64_t y_rows, const int32_t* row,
-                                      const F* gate, int64_t tokens, int64_t k, int64_t d,
-                                      F* d_omega) {
+__global__ void combine_domega_kernel(const A* du, const A* y, const int32_t* row, const F* gate,
+                                      ref::CombineShape shape, F* d_omega) {
   using C = accum_t<A>;
+  const int64_t tokens = shape.tokens, k = shape.k, d = shape.d, y_rows = shape.y_rows;
   MOE_GRID_LOOP(q, d) {
     F acc = d_omega[q];
     for (int64_t tj = 0; tj < tokens * k; ++tj) {
@@ -247,10 +256,18 @@ Status moe_layout(Context& ctx, const LayoutArgs& a, const TensorView& idx, cons
         <<<grid_for(send_rows), kThreads, 0, s>>>(send_key.data<int64_t>(), send_rows, -1);
   }
   if (tokens > 0) {
-    layout_rows_kernel<<<grid_for(tokens), kThreads, 0, s>>>(
-        idx.data<int32_t>(), rank.data<int32_t>(), counts.data<int64_t>(), block.data<int64_t>(),
-        tokens, k, experts, a.capacity, a.token_offset, slot.data<int32_t>(), row.data<int32_t>(),
-        send_token.data<int32_t>(), send_key.data<int64_t>(), scratch.data<double>());
+    LayoutRowsIn in;
+    in.idx = idx.data<int32_t>();
+    in.rank = rank.data<int32_t>();
+    in.offsets = counts.data<int64_t>();
+    in.block = block.data<int64_t>();
+    ref::LayoutBuffers rows_out;
+    rows_out.slot = slot.data<int32_t>();
+    rows_out.row = row.data<int32_t>();
+    rows_out.send_token = send_token.data<int32_t>();
+    rows_out.send_key = send_key.data<int64_t>();
+    layout_rows_kernel<<<grid_for(tokens), kThreads, 0, s>>>(in, tokens, k, a, rows_out,
+                                                             scratch.data<double>());
     if (drops.numel() > 0) {
       add_pair_sums_kernel<<<1, kThreads, 0, s>>>(scratch.data<double>(), tokens,
                                                   drops.data<double>());
@@ -304,12 +321,17 @@ Status combine(Context& ctx, const TensorView& y, const TensorView& row, const T
                const TensorView& omega, const TensorView& u) {
   const int64_t tokens = u.dim(0), d = u.dim(1);
   if (tokens * d == 0) return Status::OK();
+  ref::CombineShape shape;
+  shape.tokens = tokens;
+  shape.k = row.dim(1);
+  shape.d = d;
+  shape.y_rows = y.dim(0);
   MOE_RETURN_IF_ERROR(dispatch_act("combine", y, [&](auto at, auto ft) {
     using A = decltype(at);
     using F = decltype(ft);
     combine_kernel<A, F><<<grid_for(tokens * d), kThreads, 0, stream_of(ctx)>>>(
-        y.data<A>(), y.dim(0), row.data<int32_t>(), gate.data<F>(), data_or_null<F>(omega), tokens,
-        row.dim(1), d, u.data<A>());
+        y.data<A>(), row.data<int32_t>(), gate.data<F>(), data_or_null<F>(omega), shape,
+        u.data<A>());
   }));
   return launch_status("combine");
 }
@@ -322,6 +344,11 @@ Status combine_backward(Context& ctx, const TensorView& du, const TensorView& y,
   MOE_RETURN_IF_ERROR(ctx.zero(dy));
   if (tokens * k == 0) return Status::OK();
   const bool with_omega = omega.numel() > 0 && d_omega.numel() > 0;
+  ref::CombineShape shape;
+  shape.tokens = tokens;
+  shape.k = k;
+  shape.d = d;
+  shape.y_rows = y_rows;
   cudaStream_t s = stream_of(ctx);
   MOE_RETURN_IF_ERROR(dispatch_act("combine_backward", y, [&](auto at, auto ft) {
     using A = decltype(at);
@@ -329,14 +356,13 @@ Status combine_backward(Context& ctx, const TensorView& du, const TensorView& y,
     const F* w = data_or_null<F>(omega);
     if (d > 0) {
       combine_dy_kernel<A, F><<<grid_for(tokens * k * d), kThreads, 0, s>>>(
-          du.data<A>(), row.data<int32_t>(), gate.data<F>(), w, y_rows, tokens, k, d, dy.data<A>());
+          du.data<A>(), row.data<int32_t>(), gate.data<F>(), w, shape, dy.data<A>());
     }
     combine_dgate_kernel<A, F><<<grid_for(tokens * k * 32), kThreads, 0, s>>>(
-        du.data<A>(), y.data<A>(), y_rows, row.data<int32_t>(), w, tokens, k, d, d_gate.data<F>());
+        du.data<A>(), y.data<A>(), row.data<int32_t>(), w, shape, d_gate.data<F>());
     if (with_omega && d > 0) {
-      combine_domega_kernel<A, F>
-          <<<grid_for(d), kThreads, 0, s>>>(du.data<A>(), y.data<A>(), y_rows, row.data<int32_t>(),
-                                            gate.data<F>(), tokens, k, d, d_omega.data<F>());
+      combine_domega_kernel<A, F><<<grid_for(d), kThreads, 0, s>>>(
+          du.data<A>(), y.data<A>(), row.data<int32_t>(), gate.data<F>(), shape, d_omega.data<F>());
     }
   }));
   return launch_status("combine_backward");

@@ -2,6 +2,7 @@
 // shift), elementwise in double with the CPU's expressions (kernels/cpu/residual_math.h).
 #include "kernels/common.h"
 #include "kernels/cpu/residual_math.h"
+#include "kernels/cpu/residual_ref.h"  // ResidualForwardPtrs, ResidualBackwardPtrs
 #include "kernels/cuda/cuda_util.cuh"
 #include "kernels/cuda/residual.h"
 
@@ -14,40 +15,38 @@ __device__ __forceinline__ double at_or_zero(const F* p, int64_t i) {
 }
 
 template <typename A, typename F>
-__global__ void residual_forward_kernel(ResidualArgs a, const A* x, const A* u, const F* p_in,
-                                        const F* m_in, const F* v_in, int64_t n, A* out, F* p_out,
-                                        F* m_out, F* v_out) {
+__global__ void residual_forward_kernel(ResidualArgs a, int64_t n,
+                                        ref::ResidualForwardPtrs<A, F> p) {
   const bool adam = a.form == ResidualForm::kAdam;
   MOE_GRID_LOOP(i, n) {
     const ref::ResidualPoint r = ref::residual_forward_point(
-        a, static_cast<double>(load(x, i)), static_cast<double>(load(u, i)), at_or_zero(p_in, i),
-        adam ? at_or_zero(m_in, i) : 0.0, adam ? at_or_zero(v_in, i) : 0.0);
-    store(out, i, r.out);
-    p_out[i] = static_cast<F>(r.p);
+        a, static_cast<double>(load(p.x, i)), static_cast<double>(load(p.u, i)),
+        at_or_zero(p.p_in, i), adam ? at_or_zero(p.m_in, i) : 0.0,
+        adam ? at_or_zero(p.v_in, i) : 0.0);
+    store(p.out, i, r.out);
+    p.p_out[i] = static_cast<F>(r.p);
     if (adam) {
-      m_out[i] = static_cast<F>(r.m);
-      v_out[i] = static_cast<F>(r.v);
+      p.m_out[i] = static_cast<F>(r.m);
+      p.v_out[i] = static_cast<F>(r.v);
     }
   }
 }
 
 template <typename A, typename F>
-__global__ void residual_backward_kernel(ResidualArgs a, const A* d_out, const F* d_p_out,
-                                         const F* d_m_out, const F* d_v_out, const A* u,
-                                         const F* m_out, const F* v_out, int64_t n, A* dx, A* du,
-                                         F* d_p_in, F* d_m_in, F* d_v_in) {
+__global__ void residual_backward_kernel(ResidualArgs a, int64_t n,
+                                         ref::ResidualBackwardPtrs<A, F> p) {
   const bool adam = a.form == ResidualForm::kAdam;
   MOE_GRID_LOOP(i, n) {
     const ref::ResidualGrads g = ref::residual_backward_point(
-        a, static_cast<double>(load(d_out, i)), at_or_zero(d_p_out, i),
-        adam ? at_or_zero(d_m_out, i) : 0.0, adam ? at_or_zero(d_v_out, i) : 0.0,
-        static_cast<double>(load(u, i)), adam ? at_or_zero(m_out, i) : 0.0,
-        adam ? at_or_zero(v_out, i) : 0.0);
-    store(dx, i, g.dx);
-    store(du, i, g.du);
-    d_p_in[i] = static_cast<F>(g.dp);
-    if (adam && d_m_in != nullptr) d_m_in[i] = static_cast<F>(g.dm);
-    if (adam && d_v_in != nullptr) d_v_in[i] = static_cast<F>(g.dv);
+        a, static_cast<double>(load(p.d_out, i)), at_or_zero(p.d_p_out, i),
+        adam ? at_or_zero(p.d_m_out, i) : 0.0, adam ? at_or_zero(p.d_v_out, i) : 0.0,
+        static_cast<double>(load(p.u, i)), adam ? at_or_zero(p.m_out, i) : 0.0,
+        adam ? at_or_zero(p.v_out, i) : 0.0);
+    store(p.dx, i, g.dx);
+    store(p.du, i, g.du);
+    p.d_p_in[i] = static_cast<F>(g.dp);
+    if (adam && p.d_m_in != nullptr) p.d_m_in[i] = static_cast<F>(g.dm);
+    if (adam && p.d_v_in != nullptr) p.d_v_in[i] = static_cast<F>(g.dv);
   }
 }
 
@@ -70,10 +69,17 @@ Status residual_forward(Context& ctx, const ResidualArgs& a, const TensorView& x
   MOE_RETURN_IF_ERROR(dispatch_act("residual_forward", x, [&](auto at, auto ft) {
     using A = decltype(at);
     using F = decltype(ft);
-    residual_forward_kernel<A, F><<<grid_for(n), kThreads, 0, stream_of(ctx)>>>(
-        a, x.data<A>(), u.data<A>(), data_or_null<F>(p_in), data_or_null<F>(m_in),
-        data_or_null<F>(v_in), n, out.data<A>(), p_out.data<F>(), data_or_null<F>(m_out),
-        data_or_null<F>(v_out));
+    ref::ResidualForwardPtrs<A, F> p;
+    p.x = x.data<A>();
+    p.u = u.data<A>();
+    p.p_in = data_or_null<F>(p_in);
+    p.m_in = data_or_null<F>(m_in);
+    p.v_in = data_or_null<F>(v_in);
+    p.out = out.data<A>();
+    p.p_out = p_out.data<F>();
+    p.m_out = data_or_null<F>(m_out);
+    p.v_out = data_or_null<F>(v_out);
+    residual_forward_kernel<A, F><<<grid_for(n), kThreads, 0, stream_of(ctx)>>>(a, n, p);
   }));
   return launch_status("residual_forward");
 }
@@ -90,11 +96,20 @@ Status residual_backward(Context& ctx, const ResidualArgs& a, const TensorView& 
   MOE_RETURN_IF_ERROR(dispatch_act("residual_backward", d_out, [&](auto at, auto ft) {
     using A = decltype(at);
     using F = decltype(ft);
-    residual_backward_kernel<A, F><<<grid_for(n), kThreads, 0, stream_of(ctx)>>>(
-        a, d_out.data<A>(), data_or_null<F>(d_p_out), data_or_null<F>(d_m_out),
-        data_or_null<F>(d_v_out), u.data<A>(), data_or_null<F>(m_out), data_or_null<F>(v_out), n,
-        dx.data<A>(), du.data<A>(), d_p_in.data<F>(), data_or_null<F>(d_m_in),
-        data_or_null<F>(d_v_in));
+    ref::ResidualBackwardPtrs<A, F> p;
+    p.d_out = d_out.data<A>();
+    p.d_p_out = data_or_null<F>(d_p_out);
+    p.d_m_out = data_or_null<F>(d_m_out);
+    p.d_v_out = data_or_null<F>(d_v_out);
+    p.u = u.data<A>();
+    p.m_out = data_or_null<F>(m_out);
+    p.v_out = data_or_null<F>(v_out);
+    p.dx = dx.data<A>();
+    p.du = du.data<A>();
+    p.d_p_in = d_p_in.data<F>();
+    p.d_m_in = data_or_null<F>(d_m_in);
+    p.d_v_in = data_or_null<F>(d_v_in);
+    residual_backward_kernel<A, F><<<grid_for(n), kThreads, 0, stream_of(ctx)>>>(a, n, p);
   }));
   return launch_status("residual_backward");
 }

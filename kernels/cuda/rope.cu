@@ -21,13 +21,20 @@ __global__ void rope_table_kernel(int64_t seq_len, int64_t head_dim, double base
   }
 }
 
+// The sizes of rope_rotate_kernel: in, out [rows, 3 d_model]; the table covers seq_len positions.
+struct RopeRotateShape {
+  int64_t rows, seq_len;      // rows = B * S; a row's position is r % seq_len
+  int64_t d_model, head_dim;  // D and Dh = D / H
+};
+
 // Pair p of row r (p in [0, D): head p / half of q then of k, element i = p % half) turned by the
 // table's angle for position r % S; sign -1 turns it back (the transpose). Thread (r, p) also
 // copies v[r, p] when copy_v. Each pair is read before it is written, so out may be in.
 template <typename T, typename F>
-__global__ void rope_rotate_kernel(const T* in, int64_t rows, int64_t seq_len, int64_t d_model,
-                                   int64_t head_dim, const F* cos_sin, double sign, bool copy_v,
-                                   T* out) {
+__global__ void rope_rotate_kernel(const T* in, RopeRotateShape shape, const F* cos_sin,
+                                   double sign, bool copy_v, T* out) {
+  const int64_t rows = shape.rows, seq_len = shape.seq_len, d_model = shape.d_model;
+  const int64_t head_dim = shape.head_dim;
   const int64_t half = head_dim / 2;
   MOE_GRID_LOOP(idx, rows * d_model) {
     const int64_t r = idx / d_model, p = idx % d_model;
@@ -51,6 +58,11 @@ Status rope(Context& ctx, const RopeArgs& args, bool transpose, const TensorView
   const int64_t half = head_dim / 2;
   if (rows == 0 || half == 0) return Status::OK();
   const char* op = transpose ? "rope_backward" : "rope_forward";
+  RopeRotateShape shape;
+  shape.rows = rows;
+  shape.seq_len = args.seq_len;
+  shape.d_model = d_model;
+  shape.head_dim = head_dim;
   MOE_ASSIGN_OR_RETURN(Tensor table, ctx.empty({args.seq_len, half, 2}, compute_dtype(in.dtype())));
   MOE_RETURN_IF_ERROR(dispatch_act(op, in, [&](auto at, auto ft) {
     using T = decltype(at);
@@ -58,8 +70,8 @@ Status rope(Context& ctx, const RopeArgs& args, bool transpose, const TensorView
     rope_table_kernel<F><<<grid_for(args.seq_len * half), kThreads, 0, stream_of(ctx)>>>(
         args.seq_len, head_dim, args.base, table.data<F>());
     rope_rotate_kernel<T, F><<<grid_for(rows * d_model), kThreads, 0, stream_of(ctx)>>>(
-        in.data<T>(), rows, args.seq_len, d_model, head_dim, table.data<F>(),
-        transpose ? -1.0 : 1.0, in.data<T>() != out.data<T>(), out.data<T>());
+        in.data<T>(), shape, table.data<F>(), transpose ? -1.0 : 1.0, in.data<T>() != out.data<T>(),
+        out.data<T>());
   }));
   return launch_status(op);
 }

@@ -8,6 +8,7 @@
 
 #include "kernels/common.h"
 #include "kernels/cpu/router_math.h"
+#include "kernels/cpu/router_ref.h"  // SparseMixerOutputs, SparseMixerSaved
 #include "kernels/cuda/cuda_util.cuh"
 #include "kernels/cuda/router.h"
 
@@ -69,14 +70,12 @@ __global__ void sequence_counts_kernel(const int32_t* idx, int64_t per_sequence,
 }
 
 template <typename T>
-__global__ void sparsemixer_route_kernel(SparseMixerParams params, bool training, CounterRng rng,
-                                         int64_t token_offset, const T* logits, int64_t tokens,
-                                         int64_t experts, int32_t* idx, T* gate, T* probs, T* lse,
-                                         uint8_t* mask, T* scale, uint8_t* is_argmax) {
-  const double r = params.jitter;
+__global__ void sparsemixer_route_kernel(SparseMixerRouteArgs args, const T* logits, int64_t tokens,
+                                         int64_t experts, ref::SparseMixerOutputs<T> out) {
+  const double r = args.params.jitter;
   MOE_GRID_LOOP(t, tokens) {
     const T* row = logits + t * experts;
-    uint8_t* mrow = mask + t * experts;
+    uint8_t* mrow = out.mask + t * experts;
     int64_t imax = 0;
     for (int64_t e = 1; e < experts; ++e) {
       if (ranks_before(row[e], e, row[imax], imax)) imax = e;
@@ -85,38 +84,38 @@ __global__ void sparsemixer_route_kernel(SparseMixerParams params, bool training
     for (int64_t e = 0; e < experts; ++e) {
       const double th = row[e];
       const double diff = top - th;
-      const bool keep = params.mask == SparseMixerMask::kPaper
+      const bool keep = args.params.mask == SparseMixerMask::kPaper
                             ? diff <= r * (fabs(top) + fabs(th))
                             : diff <= 2.0 * r * fmax(fabs(th), top);
       mrow[e] = (e == imax || keep) ? 1 : 0;
     }
     const double masked_lse = log_sum_exp(row, experts, mrow);
     for (int64_t e = 0; e < experts; ++e) {
-      probs[t * experts + e] =
+      out.probs[t * experts + e] =
           mrow[e] ? static_cast<T>(exp(static_cast<double>(row[e]) - masked_lse)) : T(0);
     }
-    lse[t] = static_cast<T>(log_sum_exp(row, experts, static_cast<const uint8_t*>(nullptr)));
+    out.lse[t] = static_cast<T>(log_sum_exp(row, experts, static_cast<const uint8_t*>(nullptr)));
     int64_t chosen = imax;
     double c = 1.0;
-    const uint64_t token = static_cast<uint64_t>(token_offset + t);
-    if (training) {
+    const uint64_t token = static_cast<uint64_t>(args.token_offset + t);
+    if (args.training) {
       double best = -INFINITY;
       for (int64_t e = 0; e < experts; ++e) {
         if (!mrow[e]) continue;
-        const double v =
-            static_cast<double>(row[e]) + rng.gumbel(token * static_cast<uint64_t>(experts) + e, 0);
+        const double v = static_cast<double>(row[e]) +
+                         args.rng.gumbel(token * static_cast<uint64_t>(experts) + e, 0);
         if (v > best) {
           best = v;
           chosen = e;
         }
       }
       if (chosen != imax) {
-        switch (params.midpoint) {
+        switch (args.params.midpoint) {
           case SparseMixerMidpoint::kPaper:
             c = 0.5;
             break;
           case SparseMixerMidpoint::kReferenceCode:
-            c = rng.uniform(token * static_cast<uint64_t>(experts), 1) <= 0.5f ? 0.5 : 1.0;
+            c = args.rng.uniform(token * static_cast<uint64_t>(experts), 1) <= 0.5f ? 0.5 : 1.0;
             break;
           case SparseMixerMidpoint::kEulerOnly:
             c = 1.0;
@@ -124,21 +123,21 @@ __global__ void sparsemixer_route_kernel(SparseMixerParams params, bool training
         }
       }
     }
-    idx[t] = static_cast<int32_t>(chosen);
-    scale[t] = static_cast<T>(c);
-    is_argmax[t] = chosen == imax ? 1 : 0;
-    gate[t] = static_cast<T>(c * static_cast<double>(probs[t * experts + chosen]));
+    out.idx[t] = static_cast<int32_t>(chosen);
+    out.scale[t] = static_cast<T>(c);
+    out.is_argmax[t] = chosen == imax ? 1 : 0;
+    out.gate[t] = static_cast<T>(c * static_cast<double>(out.probs[t * experts + chosen]));
   }
 }
 
 template <typename T>
 __global__ void sparsemixer_backward_kernel(SparseMixerGateGrad rule, const T* d_gate,
-                                            const int32_t* idx, const T* probs, const uint8_t* mask,
-                                            const T* scale, int64_t tokens, int64_t experts,
-                                            T* d_logits) {
+                                            ref::SparseMixerSaved<T> saved, int64_t tokens,
+                                            int64_t experts, T* d_logits) {
   MOE_GRID_LOOP(t, tokens) {
-    ref::sparsemixer_backward_token<T>(rule, d_gate[t], scale[t], idx[t], probs + t * experts,
-                                       mask + t * experts, experts, d_logits + t * experts);
+    ref::sparsemixer_backward_token<T>(rule, d_gate[t], saved.scale[t], saved.idx[t],
+                                       saved.probs + t * experts, saved.mask + t * experts, experts,
+                                       d_logits + t * experts);
   }
 }
 
@@ -196,18 +195,26 @@ __global__ void aux_losses_kernel(const double* v, int64_t experts, AuxLossWeigh
   ref::aux_losses_from_packed(v, experts, w.top_k, w.balance, w.z, w.seq, out);
 }
 
+// What aux_losses_backward_kernel reads.
 template <typename T>
-__global__ void aux_losses_backward_kernel(const T* logits, const T* probs, const double* packed,
-                                           const T* lse, const int64_t* seq_counts, int64_t local,
-                                           int64_t experts, ref::AuxWeights w, int64_t seq_len,
-                                           T* d_logits) {
+struct AuxBackwardIn {
+  const T* logits;            // [local, E]
+  const T* probs;             // [local, E]
+  const double* packed;       // [3E + 3]: aux_sums (T, B and the loads)
+  const T* lse;               // [local]
+  const int64_t* seq_counts;  // [local / seq_len, E], or null (no sequence loss)
+};
+
+template <typename T>
+__global__ void aux_losses_backward_kernel(AuxBackwardIn<T> in, int64_t local, int64_t experts,
+                                           ref::AuxWeights w, int64_t seq_len, T* d_logits) {
   // T, B and the loads are read on the device: no host value.
-  const ref::AuxGradArgs a = ref::aux_grad_args(packed, experts, w, seq_len);
+  const ref::AuxGradArgs a = ref::aux_grad_args(in.packed, experts, w, seq_len);
   if (!(a.tokens > 0)) return;
   MOE_GRID_LOOP(t, local) {
-    const int64_t* n = a.seq_len > 0 ? seq_counts + (t / a.seq_len) * experts : nullptr;
-    ref::aux_losses_backward_token<T>(logits + t * experts, probs + t * experts, packed,
-                                      static_cast<double>(lse[t]), n, a, d_logits + t * experts);
+    const int64_t* n = a.seq_len > 0 ? in.seq_counts + (t / a.seq_len) * experts : nullptr;
+    ref::aux_losses_backward_token<T>(in.logits + t * experts, in.probs + t * experts, in.packed,
+                                      static_cast<double>(in.lse[t]), n, a, d_logits + t * experts);
   }
 }
 
@@ -262,10 +269,16 @@ Status sparsemixer_route(Context& ctx, const SparseMixerRouteArgs& args, const T
   if (tokens == 0) return Status::OK();
   MOE_RETURN_IF_ERROR(dispatch_full("sparsemixer_route", logits, [&](auto tag) {
     using T = decltype(tag);
+    ref::SparseMixerOutputs<T> o;
+    o.idx = idx.data<int32_t>();
+    o.gate = gate.data<T>();
+    o.probs = probs.data<T>();
+    o.lse = lse.data<T>();
+    o.mask = mask.data<uint8_t>();
+    o.scale = scale.data<T>();
+    o.is_argmax = is_argmax.data<uint8_t>();
     sparsemixer_route_kernel<T><<<grid_for(tokens), kThreads, 0, stream_of(ctx)>>>(
-        args.params, args.training, args.rng, args.token_offset, logits.data<T>(), tokens,
-        logits.dim(1), idx.data<int32_t>(), gate.data<T>(), probs.data<T>(), lse.data<T>(),
-        mask.data<uint8_t>(), scale.data<T>(), is_argmax.data<uint8_t>());
+        args, logits.data<T>(), tokens, logits.dim(1), o);
   }));
   return launch_status("sparsemixer_route");
 }
@@ -277,9 +290,13 @@ Status sparsemixer_backward(Context& ctx, SparseMixerGateGrad rule, const Tensor
   if (tokens == 0) return Status::OK();
   MOE_RETURN_IF_ERROR(dispatch_full("sparsemixer_backward", probs, [&](auto tag) {
     using T = decltype(tag);
+    ref::SparseMixerSaved<T> saved;
+    saved.idx = idx.data<int32_t>();
+    saved.probs = probs.data<T>();
+    saved.mask = mask.data<uint8_t>();
+    saved.scale = scale.data<T>();
     sparsemixer_backward_kernel<T><<<grid_for(tokens), kThreads, 0, stream_of(ctx)>>>(
-        rule, d_gate.data<T>(), idx.data<int32_t>(), probs.data<T>(), mask.data<uint8_t>(),
-        scale.data<T>(), tokens, probs.dim(1), d_logits.data<T>());
+        rule, d_gate.data<T>(), saved, tokens, probs.dim(1), d_logits.data<T>());
   }));
   return launch_status("sparsemixer_backward");
 }
@@ -320,10 +337,14 @@ Status aux_losses_backward(Context& ctx, const TensorView& logits, const TensorV
   const ref::AuxWeights weights{w.top_k, w.balance, w.z, w.seq, w.score};
   MOE_RETURN_IF_ERROR(dispatch_full("aux_losses_backward", logits, [&](auto tag) {
     using T = decltype(tag);
+    AuxBackwardIn<T> in;
+    in.logits = logits.data<T>();
+    in.probs = probs.data<T>();
+    in.packed = packed.data<double>();
+    in.lse = lse.data<T>();
+    in.seq_counts = seq ? seq_counts.data<int64_t>() : nullptr;
     aux_losses_backward_kernel<T><<<grid_for(local), kThreads, 0, stream_of(ctx)>>>(
-        logits.data<T>(), probs.data<T>(), packed.data<double>(), lse.data<T>(),
-        seq ? seq_counts.data<int64_t>() : nullptr, local, logits.dim(1), weights, seq_len,
-        d_logits.data<T>());
+        in, local, logits.dim(1), weights, seq_len, d_logits.data<T>());
   }));
   return launch_status("aux_losses_backward");
 }
