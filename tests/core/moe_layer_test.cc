@@ -658,6 +658,38 @@ TEST(MoeLayerTest, SigmoidGatesAndSequenceLossMatchTheirDefinitionsWithoutRouter
   EXPECT_NE(missing.message().find("sequence length"), std::string::npos) << missing.message();
 }
 
+// Node-limited routing in the layer: the router's logits are the token itself (an identity
+// router), the case of router_test's NodeLimitedScoresAGroupByItsBestKOverM: three groups of
+// four, two kept, top-6. Group-limited routing keeps groups 0 and 1 (top-2 sums), node-limited
+// (ceil(6 / 2) = 3 best) groups 1 and 2.
+TEST(MoeLayerTest, NodeLimitedRoutingKeepsGroupsByTheirBestKOverM) {
+  MoeLayerConfig cfg = small_config();
+  cfg.d_model = cfg.num_experts = 12;
+  cfg.top_k = 6;
+  cfg.linear_bias = false;
+  cfg.score_function = ScoreFunction::kSigmoid;
+  cfg.expert_groups = 3;
+  const double logits[12] = {3, 3, -4, -4, 2, 2, 2, -4, 1, 1, 1, 1};
+  const auto route = [&](const MoeLayerConfig& c) {
+    LayerHarness h(c, 1, 43);
+    h.with_state = false;
+    double* w = h.params->find("moe.w_router")->master.data<double>();  // [D, E]
+    for (int64_t q = 0; q < 12; ++q) {
+      for (int64_t e = 0; e < 12; ++e) w[q * 12 + e] = q == e ? 1.0 : 0.0;
+      h.x.data<double>()[q] = logits[q];
+    }
+    MoeLayerSaved saved;
+    h.forward(&saved);
+    return to_vector<int32_t>(saved.router.idx);
+  };
+  MoeLayerConfig grouped = cfg;
+  grouped.topk_groups = 2;
+  EXPECT_EQ(route(grouped), (std::vector<int32_t>{0, 1, 4, 5, 6, 2}));
+  MoeLayerConfig node = cfg;
+  node.max_ep_ranks = 2;
+  EXPECT_EQ(route(node), (std::vector<int32_t>{4, 5, 6, 8, 9, 10}));
+}
+
 TEST(MoeLayerTest, EvaluationModeIsDeterministicAndSkipsDropout) {
   MoeLayerConfig cfg = small_config();
   cfg.expert_dropout = 0.5;
