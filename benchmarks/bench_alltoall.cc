@@ -134,7 +134,8 @@ Status check_without_drops(const AlltoallOptions& o, const MoeLayerConfig& cfg, 
   MoeDispatcher d(roomy, &ctx, comm);
   DispatchPlan plan;
   Tensor drops = Tensor::zeros({2}, DType::kF64);
-  MOE_RETURN_IF_ERROR(d.plan(random_routing(rank, small, o.experts, o.k), 0, drops, &plan));
+  MOE_RETURN_IF_ERROR(
+      d.plan(random_routing(rank, small, o.experts, o.k), 0, {drops, TensorView()}, &plan));
   if (drops.data<double>()[0] != 0) return internal_error("check failed: C = T dropped a slot");
   return check_identity(ctx, d, plan, small, o.dim, o.k);
 }

@@ -1,5 +1,7 @@
 #include "kernels/moe_dispatch.h"
 
+#include <algorithm>
+
 #include "kernels/common.h"
 #include "kernels/cpu/moe_dispatch_ref.h"
 #include "kernels/cuda/moe_dispatch.h"
@@ -74,6 +76,46 @@ Status moe_layout(Context& ctx, const LayoutArgs& a, const TensorView& idx, cons
                   {slot.data<int32_t>(), row.data<int32_t>(), load.data<int64_t>(),
                    kept.data<int64_t>(), send_token.data<int32_t>(), send_key.data<int64_t>(),
                    drops.numel() > 0 ? drops.data<double>() : nullptr});
+  return Status::OK();
+}
+
+Status moe_dedup_layout(Context& ctx, const DedupArgs& a, const TensorView& idx,
+                        const TensorView& row, const DedupOut& out) {
+  constexpr const char* kOp = "moe_dedup_layout";
+  MOE_KERNEL_ENTRY_CUDA(ctx, kOp);
+  MOE_RETURN_IF_ERROR(check_device(ctx, kOp, "idx", idx));
+  MOE_RETURN_IF_ERROR(check_dtype(kOp, "idx", idx, DType::kI32));
+  if (idx.ndim() != 2) return invalid_argument_error(kOp, ": idx must be [T, K]");
+  if (a.num_experts < 1 || a.ranks < 1 || a.num_experts % a.ranks != 0 || a.rank < 0 ||
+      a.rank >= a.ranks) {
+    return invalid_argument_error(kOp, ": needs E >= 1 experts on R >= 1 ranks (R dividing E) and ",
+                                  "a rank in [0, R); got E = ", a.num_experts, ", R = ", a.ranks,
+                                  ", rank ", a.rank);
+  }
+  const int64_t tokens = idx.dim(0), k = idx.dim(1), experts = a.num_experts;
+  const int64_t send_rows = a.capacity >= 0 ? experts * a.capacity : tokens * k;
+  const int64_t unique_rows = tokens * std::min<int64_t>(k, a.ranks - 1);
+  MOE_RETURN_IF_ERROR(check_tensor(ctx, kOp, "row", row, DType::kI32, idx.shape()));
+  MOE_RETURN_IF_ERROR(
+      check_tensor(ctx, kOp, "uniq_token", out.uniq_token, DType::kI32, Shape{unique_rows}));
+  MOE_RETURN_IF_ERROR(
+      check_tensor(ctx, kOp, "uniq_counts", out.uniq_counts, DType::kI64, Shape{a.ranks}));
+  MOE_RETURN_IF_ERROR(
+      check_tensor(ctx, kOp, "send_uniq", out.send_uniq, DType::kI32, Shape{send_rows}));
+  if (out.stats.numel() > 0) {
+    MOE_RETURN_IF_ERROR(check_tensor(ctx, kOp, "stats", out.stats, DType::kF64, Shape{2}));
+  }
+  MOE_ON_CUDA(ctx, cuda::moe_dedup_layout(ctx, a, idx, row, out));
+  const int32_t* pidx = idx.data<int32_t>();
+  for (int64_t i = 0; i < idx.numel(); ++i) {
+    if (pidx[i] < 0 || pidx[i] >= experts) {
+      return invalid_argument_error(kOp, ": expert index ", pidx[i], " outside [0, ", experts, ")");
+    }
+  }
+  MOE_RETURN_IF_ERROR(check_row_range(kOp, "row", row, send_rows));
+  ref::moe_dedup_layout(a, pidx, row.data<int32_t>(), tokens, k,
+                        {out.uniq_token.data<int32_t>(), out.uniq_counts.data<int64_t>(),
+                         out.send_uniq.data<int32_t>(), data_or_null<double>(out.stats)});
   return Status::OK();
 }
 

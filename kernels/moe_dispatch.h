@@ -1,5 +1,6 @@
 // Data movement of the MoE layer (DESIGN.md steps 3-6): the layout step that turns routing into
-// capacity slots and send-buffer rows (DeepEP's layout kernel), the row gathers into and out of
+// capacity slots and send-buffer rows (DeepEP's layout kernel) and its per-destination-rank
+// deduplication (each token sent once per peer rank), the row gathers into and out of
 // the exchange buffers, and the gate-weighted combine with its backward. No atomics: every
 // accumulation runs in a fixed order, so outputs are bit-reproducible.
 //
@@ -38,6 +39,39 @@ struct LayoutOut {
 // An expert index outside [0, E) is kInvalidArgument.
 Status moe_layout(Context& ctx, const LayoutArgs& args, const TensorView& idx,
                   const LayoutOut& out);
+
+// The deduplicated dispatch's layout (MoeDispatcher with max_ep_ranks > 0): a token whose kept
+// assignments reach several experts of one peer EP rank sends its row there once. R ranks own
+// E_l = E / R experts each (expert e on rank e / E_l); `rank`'s own rows never leave it, so they
+// are not deduplicated.
+struct DedupArgs {
+  int64_t num_experts = 0;  // E
+  int64_t capacity = -1;    // C of the layout, or -1 (dropless): S = E * C or T * K
+  int64_t ranks = 1;        // R, divides E
+  int64_t rank = 0;         // this rank, in [0, R)
+};
+
+// What moe_dedup_layout writes (the views below).
+struct DedupOut {
+  TensorView uniq_token, uniq_counts, send_uniq;
+  TensorView stats;  // optional
+};
+
+// [in] idx [T, K] i32 (expert of each assignment, in [0, E)) and row [T, K] i32 (its send-buffer
+// row, -1 when dropped): moe_layout's input and output.
+// The unique (token, destination rank) pairs over the kept assignments to peer ranks, ordered by
+// destination rank, then token:
+// [out] out.uniq_token [T * min(K, R - 1)] i32: the source token of each unique row; the first
+//   sum(uniq_counts) entries are used (rank r's chunk at the exclusive prefix sum of the counts),
+//   the rest are -1.
+// [out] uniq_counts [R] i64: unique rows bound for each rank (0 for `rank`).
+// [out] send_uniq [S] i32: for each send-buffer row, the index of its unique row within its
+//   destination rank's chunk; -1 for an empty row and for every row bound for `rank`.
+// [in,out, optional] stats f64 [2]: += the kept assignments to peer ranks (the rows a dispatch
+//   without deduplication sends), += the unique rows (sum(uniq_counts), the rows it sends).
+// An expert outside [0, E) or a row outside [-1, S) is kInvalidArgument.
+Status moe_dedup_layout(Context& ctx, const DedupArgs& args, const TensorView& idx,
+                        const TensorView& row, const DedupOut& out);
 
 // filled[b] = the number of keys >= 0 in block b of keys [B, C] (i64): the rows in use of each
 // block of a padded capacity receive buffer. filled: i32 [B], overwritten.

@@ -148,9 +148,9 @@ void write_layer_table(std::ostream& os, const TrainSteps& train, size_t from) {
      << std::setw(10) << "maxload" << std::setw(10) << "lb_std" << std::setw(8) << "dead"
      << std::setw(10) << "balance" << std::setw(10) << "z_loss" << std::setw(10) << "seq_bal"
      << std::setw(10) << "entropy" << std::setw(10) << "|u|" << std::setw(10) << "|p|"
-     << std::setw(10) << "flip%" << std::setw(10) << "bias_sp"
+     << std::setw(10) << "flip%" << std::setw(10) << "bias_sp" << std::setw(10) << "xch_saved"
      << "\n";
-  constexpr int kColumns = 12;
+  constexpr int kColumns = 13;
   for (size_t l = 0; l < last.layers.size(); ++l) {
     double v[kColumns] = {0};
     for (size_t i = from; i < train.size(); ++i) {
@@ -161,7 +161,8 @@ void write_layer_table(std::ostream& os, const TrainSteps& train, size_t from) {
                                   r.balance_loss,           r.z_loss,
                                   r.seq_balance_loss,       r.mean_entropy,
                                   r.mean_output_norm,       r.mean_state_norm,
-                                  100 * r.probe_flip_rate,  score_bias_spread(r)};
+                                  100 * r.probe_flip_rate,  score_bias_spread(r),
+                                  r.dispatch_saved_fraction};
       for (int k = 0; k < kColumns; ++k) v[k] += x[k];
     }
     const double n = static_cast<double>(train.size() - from);
@@ -207,7 +208,8 @@ Status write_csv(const std::vector<StepStatsInfo>& steps, const std::string& pat
   out << "step,loss,aux_loss,learning_rate,grad_norm,tokens_per_second,skipped,block,moe_index,"
          "dropped_fraction,max_load,load_balance_std,dead_experts,balance_loss,z_loss,"
          "seq_balance_loss,mean_entropy,mean_output_norm,mean_state_norm,probe_flip_rate,"
-         "score_bias_spread,expert_load,"
+         "score_bias_spread,dispatch_rows_sent,dispatch_rows_undeduplicated,dispatch_bytes_sent,"
+         "dispatch_bytes_undeduplicated,dispatch_saved_fraction,expert_load,"
          "eval_sequences,valid_ppl,test_ppl,attacked_valid_ppl,attacked_test_ppl,attack_rate,"
          "valid_word_ppl,test_word_ppl,valid_bits_per_byte,test_bits_per_byte,"
          "valid_unknown_fraction,test_unknown_fraction,data_seconds,"
@@ -221,7 +223,7 @@ Status write_csv(const std::vector<StepStatsInfo>& steps, const std::string& pat
   for (const StepStatsInfo& s : steps) {
     if (s.rollback_to) continue;
     if (!is_training_step(s)) {  // an evaluation: its own row, the training columns empty
-      out << s.step << std::string(22, ',') << s.eval_sequences.value_or(0);
+      out << s.step << std::string(27, ',') << s.eval_sequences.value_or(0);
       for (const auto* v :
            {&s.valid_ppl, &s.test_ppl, &s.attacked_valid_ppl, &s.attacked_test_ppl, &s.attack_rate,
             &s.valid_word_ppl, &s.test_word_ppl, &s.valid_bits_per_byte, &s.test_bits_per_byte,
@@ -239,7 +241,11 @@ Status write_csv(const std::vector<StepStatsInfo>& steps, const std::string& pat
           << l.block << ',' << l.moe_index << ',' << l.dropped_fraction << ',' << l.max_load << ','
           << l.load_balance_std << ',' << l.dead_experts << ',' << l.balance_loss << ',' << l.z_loss
           << ',' << l.seq_balance_loss << ',' << l.mean_entropy << ',' << l.mean_output_norm << ','
-          << l.mean_state_norm << ',' << l.probe_flip_rate << ',' << score_bias_spread(l) << ",\"";
+          << l.mean_state_norm << ',' << l.probe_flip_rate << ',' << score_bias_spread(l) << ','
+          << l.dispatch_rows_sent << ',' << l.dispatch_rows_undeduplicated << ','
+          << l.dispatch_rows_sent * l.dispatch_row_bytes << ','
+          << l.dispatch_rows_undeduplicated * l.dispatch_row_bytes << ','
+          << l.dispatch_saved_fraction << ",\"";
       for (size_t e = 0; e < l.expert_load.size(); ++e) out << (e ? " " : "") << l.expert_load[e];
       out << "\"" << std::string(12, ',');
       for (int p = 0; p < kNumPhases; ++p) {

@@ -43,6 +43,9 @@ void router_to_proto(const RouterStatsInfo& s, momoe::RouterStats* m) {
   m->set_non_argmax_tokens(s.non_argmax_tokens);
   m->set_halved_tokens(s.halved_tokens);
   m->set_unmasked_sum(s.unmasked_sum);
+  m->set_dispatch_rows_sent(s.dispatch_rows_sent);
+  m->set_dispatch_rows_undeduplicated(s.dispatch_rows_undeduplicated);
+  m->set_dispatch_row_bytes(s.dispatch_row_bytes);
   m->set_dropped_fraction(s.dropped_fraction);
   m->set_max_load(s.max_load);
   m->set_load_balance_std(s.load_balance_std);
@@ -55,6 +58,7 @@ void router_to_proto(const RouterStatsInfo& s, momoe::RouterStats* m) {
   m->set_mean_output_norm(s.mean_output_norm);
   m->set_mean_state_norm(s.mean_state_norm);
   m->set_probe_flip_rate(s.probe_flip_rate);
+  m->set_dispatch_saved_fraction(s.dispatch_saved_fraction);
   m->set_ranks(s.ranks);
   for (double v : s.mean_cluster_dispersion) m->add_mean_cluster_dispersion(v);
 }
@@ -85,6 +89,9 @@ RouterStatsInfo router_from_proto(const momoe::RouterStats& m) {
   s.non_argmax_tokens = m.non_argmax_tokens();
   s.halved_tokens = m.halved_tokens();
   s.unmasked_sum = m.unmasked_sum();
+  s.dispatch_rows_sent = m.dispatch_rows_sent();
+  s.dispatch_rows_undeduplicated = m.dispatch_rows_undeduplicated();
+  s.dispatch_row_bytes = m.dispatch_row_bytes();
   s.dropped_fraction = m.dropped_fraction();
   s.max_load = m.max_load();
   s.load_balance_std = m.load_balance_std();
@@ -97,6 +104,7 @@ RouterStatsInfo router_from_proto(const momoe::RouterStats& m) {
   s.mean_output_norm = m.mean_output_norm();
   s.mean_state_norm = m.mean_state_norm();
   s.probe_flip_rate = m.probe_flip_rate();
+  s.dispatch_saved_fraction = m.dispatch_saved_fraction();
   s.ranks = m.ranks();
   s.mean_cluster_dispersion.assign(m.mean_cluster_dispersion().begin(),
                                    m.mean_cluster_dispersion().end());

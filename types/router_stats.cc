@@ -35,6 +35,9 @@ void RouterStatsInfo::merge(const RouterStatsInfo& o) {
   non_argmax_tokens += o.non_argmax_tokens;
   halved_tokens += o.halved_tokens;
   unmasked_sum += o.unmasked_sum;
+  dispatch_rows_sent += o.dispatch_rows_sent;
+  dispatch_rows_undeduplicated += o.dispatch_rows_undeduplicated;
+  dispatch_row_bytes = std::max(dispatch_row_bytes, o.dispatch_row_bytes);  // one value, or 0
   if (score_bias.empty()) score_bias = o.score_bias;
   ranks += o.ranks;
 }
@@ -70,6 +73,10 @@ void RouterStatsInfo::finalize() {
   mean_entropy = entropy_sum / t;
   mean_output_norm = output_norm_sum / t;
   mean_state_norm = state_norm_sum / t;
+  dispatch_saved_fraction = dispatch_rows_undeduplicated > 0
+                                ? 1.0 - static_cast<double>(dispatch_rows_sent) /
+                                            static_cast<double>(dispatch_rows_undeduplicated)
+                                : 0.0;
   mean_cluster_dispersion.assign(cluster_size.size(), 0.0);
   for (size_t e = 0; e < cluster_size.size(); ++e) {
     if (cluster_size[e] > 0) mean_cluster_dispersion[e] = cluster_dispersion[e] / cluster_size[e];
@@ -93,6 +100,9 @@ void RouterStatsLayout::read(const double* b, RouterStatsInfo* info) const {
   info->single_expert_tokens = count(b[kSingleExpert]);
   info->non_argmax_tokens = count(b[kNonArgmax]);
   info->halved_tokens = count(b[kHalved]);
+  info->dispatch_rows_undeduplicated = count(b[kDispatchRowsUndeduplicated]);
+  info->dispatch_rows_sent = count(b[kDispatchRowsSent]);
+  info->dispatch_row_bytes = count(b[kDispatchRowBytes]);
   info->expert_load.resize(experts_);
   for (int64_t e = 0; e < experts_; ++e) info->expert_load[e] = count(b[expert_load() + e]);
   const double* ac_block = b + ac();

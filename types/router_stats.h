@@ -41,6 +41,14 @@ struct RouterStatsInfo {
   int64_t non_argmax_tokens = 0;
   int64_t halved_tokens = 0;
   double unmasked_sum = 0;
+  // The forward dispatch's exchange, counted by the deduplicating dispatch (max_ep_ranks > 0 at
+  // more than one EP rank; all three stay 0 otherwise). Rows of d_model activations sent to the
+  // peer EP ranks (my own rank's never leave it), summed over ranks and micro-batches.
+  int64_t dispatch_rows_sent = 0;            // unique (token, peer rank) rows actually sent
+  int64_t dispatch_rows_undeduplicated = 0;  // kept peer assignments: what one row each would send
+  // Bytes per row: d_model x the activation dtype's size (2 for bf16, 4 for f32, 8 for f64); the
+  // same on every rank. Bytes sent = rows x this.
+  int64_t dispatch_row_bytes = 0;
 
   // Derived (finalize()).
   double dropped_fraction = 0;
@@ -55,6 +63,9 @@ struct RouterStatsInfo {
   double mean_state_norm = 0;
   std::vector<double> mean_cluster_dispersion;  // [E] cluster_dispersion / cluster_size
   double probe_flip_rate = 0;
+  // 1 - dispatch_rows_sent / dispatch_rows_undeduplicated: the share of the dispatch's rows (and
+  // bytes) to peers that deduplication saved (0 when nothing was sent to peers).
+  double dispatch_saved_fraction = 0;
   int32_t ranks = 1;
 
   // Adds another rank's counters for the same layer (sizes must match).
@@ -70,8 +81,8 @@ double score_bias_spread(const RouterStatsInfo& l);
 inline constexpr int64_t kAcStatsFixed = 5;
 
 // The device block of one MoE layer with E experts: f64 slots, all sums (+=) over the step's
-// micro-batches, except the AC metric's min/max/mean (combined by the ac_stats kernel) and the
-// loss-free bias (copied: it does not change within a step).
+// micro-batches, except the AC metric's min/max/mean (combined by the ac_stats kernel), the
+// loss-free bias and the dispatch's row size (copied: they do not change within a step).
 class RouterStatsLayout {
  public:
   enum Slot : int64_t {
@@ -90,7 +101,10 @@ class RouterStatsLayout {
     kSingleExpert,
     kNonArgmax,
     kHalved,
-    kSeqBalanceLossSum,  // the sequence-wise balance loss * T per call
+    kSeqBalanceLossSum,           // the sequence-wise balance loss * T per call
+    kDispatchRowsUndeduplicated,  // then kDispatchRowsSent: the dedup layout kernel's counters
+    kDispatchRowsSent,
+    kDispatchRowBytes,  // copied: bytes per dispatched row, set with the two above
     kFixedSlots,
   };
   explicit RouterStatsLayout(int64_t experts) : experts_(experts) {}

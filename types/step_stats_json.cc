@@ -26,6 +26,13 @@ nlohmann::json layer_json(const RouterStatsInfo& l) {
     j["score_bias"] = l.score_bias;
     j["score_bias_spread"] = score_bias_spread(l);
   }
+  if (l.dispatch_row_bytes > 0) {  // a deduplicating dispatch counted its exchange
+    j["dispatch_rows_sent"] = l.dispatch_rows_sent;
+    j["dispatch_rows_undeduplicated"] = l.dispatch_rows_undeduplicated;
+    j["dispatch_bytes_sent"] = l.dispatch_rows_sent * l.dispatch_row_bytes;
+    j["dispatch_bytes_undeduplicated"] = l.dispatch_rows_undeduplicated * l.dispatch_row_bytes;
+    j["dispatch_saved_fraction"] = l.dispatch_saved_fraction;
+  }
   if (!l.cluster_size.empty()) {
     j["cluster_size"] = l.cluster_size;
     j["mean_cluster_dispersion"] = l.mean_cluster_dispersion;

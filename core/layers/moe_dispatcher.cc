@@ -1,5 +1,6 @@
 #include "core/layers/moe_dispatcher.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "base/phase_timer.h"
@@ -45,11 +46,11 @@ Status MoeDispatcher::agree_tokens(int64_t tokens) {
   return Status::OK();
 }
 
-Status MoeDispatcher::plan(const Tensor& idx, int64_t token_offset, const TensorView& drops,
-                           DispatchPlan* p, bool training) {
+bool MoeDispatcher::deduplicates() const { return cfg_.max_ep_ranks > 0 && ep_size() > 1; }
+
+Status MoeDispatcher::plan(const Tensor& idx, int64_t token_offset,
+                           const DispatchCounters& counters, DispatchPlan* p, bool training) {
   const int64_t tokens = idx.dim(0), k = cfg_.top_k, experts = cfg_.num_experts;
-  const int ranks = ep_size();
-  const int64_t local = local_experts();
   p->tokens = tokens;
   p->capacity = capacity(tokens, training);
   if (p->capacity >= 0) MOE_RETURN_IF_ERROR(agree_tokens(tokens));
@@ -63,39 +64,66 @@ Status MoeDispatcher::plan(const Tensor& idx, int64_t token_offset, const Tensor
   MOE_ASSIGN_OR_RETURN(p->send_key, ctx_.empty({send_rows}, DType::kI64));
   const kernels::LayoutArgs layout{experts, p->capacity, token_offset};
   MOE_RETURN_IF_ERROR(kernels::moe_layout(
-      ctx_, layout, idx, {p->slot, p->row, p->load, p->kept, p->send_token, p->send_key, drops}));
-  p->blocks.ranks = ranks;
-  p->blocks.local_experts = local;
+      ctx_, layout, idx,
+      {p->slot, p->row, p->load, p->kept, p->send_token, p->send_key, counters.drops}));
+  p->blocks.ranks = ep_size();
+  p->blocks.local_experts = local_experts();
+  p->unique = UniqueRows();
+  if (deduplicates()) MOE_RETURN_IF_ERROR(plan_unique(idx, counters.exchange, p));
+  MOE_ASSIGN_OR_RETURN(const std::vector<int64_t> counts, read_counts(*p));
+  MOE_RETURN_IF_ERROR(dropless ? plan_dropless(counts.data(), p) : plan_capacity(p));
+  if (!deduplicates()) return Status::OK();
+  return plan_unique_exchange(counts.data() + (dropless ? 2 * experts : 0), p);
+}
 
-  if (!dropless) {
-    // Padded blocks of C rows: every rank sends E_l * C rows to every rank.
-    p->exchange = comm::AllToAllPlan::uniform(ranks, local * p->capacity);
-    p->blocks.capacity = p->capacity;
-    MOE_ASSIGN_OR_RETURN(p->recv_key, exchange(p->send_key, p->exchange, p->capacity >= 0));
-    MOE_ASSIGN_OR_RETURN(Tensor filled, ctx_.empty({ranks * local}, DType::kI32));
-    MOE_RETURN_IF_ERROR(kernels::block_fill_counts(
-        ctx_, p->recv_key.view().reshape({ranks * local, p->capacity}), filled));
-    p->blocks.filled = filled;
-    p->blocks.offsets.clear();
-    return Status::OK();
-  }
+Status MoeDispatcher::exchange_counts(const Tensor& mine, const TensorView& out) const {
+  const int64_t n = mine.numel();
+  MOE_RETURN_IF_ERROR(ctx_.copy(mine, out.rows(0, n)));
+  if (comm_ == nullptr) return ctx_.copy(mine, out.rows(n, 2 * n));
+  ScopedPhase phase(ctx_, Phase::kExchange);
+  const int ranks = ep_size();
+  return comm_->all_to_all(mine.view().reshape({ranks, n / ranks}),
+                           out.rows(n, 2 * n).reshape({ranks, n / ranks}), ctx_.stream());
+}
 
-  // Dropless: exchange the per-expert counts, then read [my kept (E) | received counts (R E_l)]
-  // back once to size the exchange and the blocks.
-  MOE_ASSIGN_OR_RETURN(Tensor counts, ctx_.empty({2 * experts}, DType::kI64));
-  MOE_RETURN_IF_ERROR(ctx_.copy(p->kept, counts.rows(0, experts)));
-  if (comm_ == nullptr) {
-    MOE_RETURN_IF_ERROR(ctx_.copy(p->kept, counts.rows(experts, 2 * experts)));
-  } else {
-    ScopedPhase phase(ctx_, Phase::kExchange);
-    MOE_RETURN_IF_ERROR(comm_->all_to_all(
-        p->kept.view().reshape({ranks, local}),
-        counts.view().rows(experts, 2 * experts).reshape({ranks, local}), ctx_.stream()));
+StatusOr<std::vector<int64_t>> MoeDispatcher::read_counts(const DispatchPlan& p) {
+  const int64_t kept = p.capacity < 0 ? cfg_.num_experts : 0;
+  const int64_t unique = p.unique.uniq_counts.numel();
+  if (kept + unique == 0) return std::vector<int64_t>();
+  MOE_ASSIGN_OR_RETURN(Tensor counts, ctx_.empty({2 * (kept + unique)}, DType::kI64));
+  if (kept > 0) MOE_RETURN_IF_ERROR(exchange_counts(p.kept, counts.view().rows(0, 2 * kept)));
+  if (unique > 0) {
+    MOE_RETURN_IF_ERROR(
+        exchange_counts(p.unique.uniq_counts, counts.view().rows(2 * kept, 2 * (kept + unique))));
   }
-  // The layer's one synchronisation (dropless only): the exchanged counts size the buffers.
-  MOE_ASSIGN_OR_RETURN(Tensor host, ctx_.read_back(counts));  // host-ok: dropless counts read
-  const int64_t* kept = host.data<int64_t>();                 // host-ok: the read-back copy
-  const int64_t* received = kept + experts;
+  // The layer's one synchronisation (dropless, or deduplicating): the exchanged counts size the
+  // buffers and the exchanges.
+  MOE_ASSIGN_OR_RETURN(Tensor host, ctx_.read_back(counts));  // host-ok: the counts read
+  const int64_t* values = host.data<int64_t>();               // host-ok: the read-back copy
+  return std::vector<int64_t>(values, values + host.numel());
+}
+
+Status MoeDispatcher::plan_capacity(DispatchPlan* p) {
+  // Padded blocks of C rows: every rank sends E_l * C rows to every rank.
+  const int ranks = ep_size();
+  const int64_t local = local_experts();
+  p->exchange = comm::AllToAllPlan::uniform(ranks, local * p->capacity);
+  p->blocks.capacity = p->capacity;
+  MOE_ASSIGN_OR_RETURN(p->recv_key, exchange(p->send_key, p->exchange, true));
+  MOE_ASSIGN_OR_RETURN(Tensor filled, ctx_.empty({ranks * local}, DType::kI32));
+  MOE_RETURN_IF_ERROR(kernels::block_fill_counts(
+      ctx_, p->recv_key.view().reshape({ranks * local, p->capacity}), filled));
+  p->blocks.filled = filled;
+  p->blocks.offsets.clear();
+  return Status::OK();
+}
+
+Status MoeDispatcher::plan_dropless(const int64_t* counts, DispatchPlan* p) {
+  // counts: [my kept (E) | received counts (R E_l)] size the exchange and the blocks.
+  const int ranks = ep_size();
+  const int64_t local = local_experts();
+  const int64_t* kept = counts;
+  const int64_t* received = kept + cfg_.num_experts;
   std::vector<int64_t> send_counts(ranks, 0), recv_counts(ranks, 0);
   p->blocks.capacity = -1;
   p->blocks.filled = Tensor();
@@ -109,7 +137,32 @@ Status MoeDispatcher::plan(const Tensor& idx, int64_t token_offset, const Tensor
     }
   }
   MOE_ASSIGN_OR_RETURN(p->exchange, comm::AllToAllPlan::from_counts(send_counts, recv_counts));
-  MOE_ASSIGN_OR_RETURN(p->recv_key, exchange(p->send_key, p->exchange, p->capacity >= 0));
+  MOE_ASSIGN_OR_RETURN(p->recv_key, exchange(p->send_key, p->exchange, false));
+  return Status::OK();
+}
+
+Status MoeDispatcher::plan_unique(const Tensor& idx, const TensorView& counter, DispatchPlan* p) {
+  const int ranks = ep_size();
+  const int64_t tokens = idx.dim(0), k = cfg_.top_k;
+  UniqueRows& u = p->unique;
+  MOE_ASSIGN_OR_RETURN(u.uniq_token,
+                       ctx_.empty({tokens * std::min<int64_t>(k, ranks - 1)}, DType::kI32));
+  MOE_ASSIGN_OR_RETURN(u.uniq_counts, ctx_.empty({ranks}, DType::kI64));
+  MOE_ASSIGN_OR_RETURN(u.send_uniq, ctx_.empty({p->send_token.numel()}, DType::kI32));
+  const kernels::DedupArgs args{cfg_.num_experts, p->capacity, ranks, ep_rank()};
+  return kernels::moe_dedup_layout(ctx_, args, idx, p->row,
+                                   {u.uniq_token, u.uniq_counts, u.send_uniq, counter});
+}
+
+Status MoeDispatcher::plan_unique_exchange(const int64_t* counts, DispatchPlan* p) {
+  // counts: [unique rows I send to each rank (R) | unique rows each rank sends me (R)].
+  const int ranks = ep_size();
+  UniqueRows& u = p->unique;
+  MOE_ASSIGN_OR_RETURN(u.exchange, comm::AllToAllPlan::from_counts(
+                                       std::vector<int64_t>(counts, counts + ranks),
+                                       std::vector<int64_t>(counts + ranks, counts + 2 * ranks)));
+  // Each received row's unique row, under the plan the keys took.
+  MOE_ASSIGN_OR_RETURN(u.recv_uniq, exchange(u.send_uniq, p->exchange, p->capacity >= 0));
   return Status::OK();
 }
 
@@ -139,6 +192,7 @@ StatusOr<Tensor> MoeDispatcher::exchange(const Tensor& in, const comm::AllToAllP
 }
 
 StatusOr<Tensor> MoeDispatcher::dispatch(const Tensor& x, const DispatchPlan& plan) const {
+  if (plan.unique.active()) return dispatch_unique(x, plan);
   const comm::AllToAllPlan& ex = plan.exchange;
   MOE_ASSIGN_OR_RETURN(Tensor send, ctx_.empty({ex.send_total, x.dim(1)}, x.dtype()));
   if (comm_ == nullptr) {
@@ -161,6 +215,42 @@ StatusOr<Tensor> MoeDispatcher::dispatch(const Tensor& x, const DispatchPlan& pl
   MOE_RETURN_IF_ERROR(gather(own_begin, own_end, recv, ex.recv_offsets[me]));
   ScopedPhase phase(ctx_, Phase::kExchange);
   MOE_RETURN_IF_ERROR(comm_->all_to_all_v(send, ex.without(me), recv, ctx_.stream()));
+  return recv;
+}
+
+StatusOr<Tensor> MoeDispatcher::dispatch_unique(const Tensor& x, const DispatchPlan& plan) const {
+  const comm::AllToAllPlan &ex = plan.exchange, &ux = plan.unique.exchange;
+  const int ranks = ep_size(), me = ep_rank();
+  const int64_t d = x.dim(1);
+  // My own rows: straight into the receive buffer, as without deduplication.
+  MOE_ASSIGN_OR_RETURN(Tensor recv, ctx_.empty({ex.recv_total, d}, x.dtype()));
+  const int64_t own_begin = ex.send_offsets[me], own_rows = ex.send_counts[me];
+  if (own_rows > 0) {
+    MOE_RETURN_IF_ERROR(
+        kernels::gather_rows(ctx_, x, plan.send_token.rows(own_begin, own_begin + own_rows),
+                             recv.rows(ex.recv_offsets[me], ex.recv_offsets[me] + own_rows)));
+  }
+  // The peers' unique rows: gathered, exchanged (my own chunk is empty both ways).
+  MOE_ASSIGN_OR_RETURN(Tensor send, ctx_.empty({ux.send_total, d}, x.dtype()));
+  if (ux.send_total > 0) {
+    MOE_RETURN_IF_ERROR(
+        kernels::gather_rows(ctx_, x, plan.unique.uniq_token.rows(0, ux.send_total), send));
+  }
+  MOE_ASSIGN_OR_RETURN(Tensor unique, ctx_.empty({ux.recv_total, d}, x.dtype()));
+  {
+    ScopedPhase phase(ctx_, Phase::kExchange);
+    MOE_RETURN_IF_ERROR(comm_->all_to_all_v(send, ux, unique, ctx_.stream()));
+  }
+  // Expanded into each peer's blocks: its receive rows index its chunk of the unique rows (a row
+  // gather from that chunk; -1, the capacity padding, gives a zero row).
+  for (int r = 0; r < ranks; ++r) {
+    const int64_t at = ex.recv_offsets[r], rows = ex.recv_counts[r];
+    if (r == me || rows == 0) continue;
+    const int64_t chunk = ux.recv_offsets[r];
+    MOE_RETURN_IF_ERROR(kernels::gather_rows(ctx_, unique.rows(chunk, chunk + ux.recv_counts[r]),
+                                             plan.unique.recv_uniq.rows(at, at + rows),
+                                             recv.rows(at, at + rows)));
+  }
   return recv;
 }
 

@@ -3,6 +3,7 @@
 #include "core/layers/rng_streams.h"
 #include "kernels/activation.h"
 #include "kernels/elementwise.h"
+#include "kernels/init.h"
 #include "kernels/moe_dispatch.h"
 #include "kernels/moe_stats.h"
 
@@ -145,10 +146,19 @@ StatusOr<Tensor> MoeLayer::route_and_plan(const MoeLayerInputs& in, MoeLayerSave
                           stats,
                           in.seq_len};
   MOE_RETURN_IF_ERROR(router_.forward(route, &saved->router));
-  const TensorView drops =
-      stats.numel() > 0 ? slot(stats, RouterStatsLayout::kDroppedSlots, 2) : TensorView();
+  DispatchCounters counters;
+  if (stats.numel() > 0) {
+    counters.drops = slot(stats, RouterStatsLayout::kDroppedSlots, 2);
+    if (dispatcher_.deduplicates()) {
+      counters.exchange = slot(stats, RouterStatsLayout::kDispatchRowsUndeduplicated, 2);
+      // Bytes per dispatched row: D activations of x's dtype.
+      MOE_RETURN_IF_ERROR(kernels::init_constant(
+          ctx_, slot(stats, RouterStatsLayout::kDispatchRowBytes),
+          static_cast<double>(cfg_.d_model * static_cast<int64_t>(dtype_size(y.dtype())))));
+    }
+  }
   MOE_RETURN_IF_ERROR(dispatcher_
-                          .plan(saved->router.idx, in.token_offset, drops, &saved->plan,
+                          .plan(saved->router.idx, in.token_offset, counters, &saved->plan,
                                 in.training || in.training_capacity)
                           .with_context(str_cat("block ", block_)));
   return y;

@@ -3,8 +3,8 @@
 // dropless) -> expert FFNs -> exchange back -> gate-weighted combine -> residual dynamics (plain,
 // heavy-ball, Adam, robust) -> statistics. Backward mirrors it, with gradients flowing through
 // the momentum state. Device-neutral: every step is a kernel or a collective on the layer's
-// Context; nothing is read on the host, and in capacity mode nothing waits (dropless mode reads
-// the exchanged counts once per forward).
+// Context; nothing is read on the host, and in capacity mode nothing waits (dropless mode, and
+// a deduplicating dispatch in either mode, read the exchanged counts once per forward).
 //
 // Inputs are split into x_in (what the router and experts see) and x_base (the residual base):
 // they are the same tensor in the post-LN block and differ in a pre-LN block (x_in = LN(h),

@@ -66,6 +66,42 @@ void moe_layout(const LayoutArgs& a, const int32_t* idx, int64_t tokens, int64_t
   }
 }
 
+void moe_dedup_layout(const DedupArgs& a, const int32_t* idx, const int32_t* row, int64_t tokens,
+                      int64_t k, const DedupBuffers& out) {
+  const int64_t ranks = a.ranks, local = a.num_experts / a.ranks;
+  const int64_t send_rows = a.capacity >= 0 ? a.num_experts * a.capacity : tokens * k;
+  std::fill_n(out.send_uniq, send_rows, -1);
+  std::fill_n(out.uniq_token, tokens * std::min(k, ranks - 1), -1);
+  std::fill_n(out.uniq_counts, ranks, 0);
+  // position[t * R + r]: token t's unique row within rank r's chunk, or -1. Tokens run in order,
+  // so each chunk is in token order.
+  std::vector<int32_t> position(static_cast<size_t>(tokens * ranks), -1);
+  int64_t peer_rows = 0;
+  for (int64_t t = 0; t < tokens; ++t) {
+    for (int64_t j = 0; j < k; ++j) {
+      const int32_t s = row[t * k + j];
+      const int64_t r = idx[t * k + j] / local;
+      if (s < 0 || r == a.rank) continue;
+      ++peer_rows;
+      int32_t& p = position[t * ranks + r];
+      if (p < 0) p = static_cast<int32_t>(out.uniq_counts[r]++);
+      out.send_uniq[s] = p;
+    }
+  }
+  std::vector<int64_t> chunk(ranks + 1, 0);  // exclusive prefix sums of the counts
+  for (int64_t r = 0; r < ranks; ++r) chunk[r + 1] = chunk[r] + out.uniq_counts[r];
+  for (int64_t t = 0; t < tokens; ++t) {
+    for (int64_t r = 0; r < ranks; ++r) {
+      const int32_t p = position[t * ranks + r];
+      if (p >= 0) out.uniq_token[chunk[r] + p] = static_cast<int32_t>(t);
+    }
+  }
+  if (out.stats != nullptr) {
+    out.stats[0] += static_cast<double>(peer_rows);
+    out.stats[1] += static_cast<double>(chunk[ranks]);
+  }
+}
+
 void block_fill_counts(const int64_t* keys, int64_t blocks, int64_t c, int32_t* filled) {
   for (int64_t b = 0; b < blocks; ++b) {
     int32_t n = 0;

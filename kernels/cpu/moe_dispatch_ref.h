@@ -30,6 +30,20 @@ struct LayoutBuffers {
 void moe_layout(const LayoutArgs& a, const int32_t* idx, int64_t tokens, int64_t k,
                 const LayoutBuffers& out);
 
+// What moe_dedup_layout writes, as raw pointers (the views of DedupOut). All overwritten except
+// stats, which is accumulated.
+struct DedupBuffers {
+  int32_t* uniq_token = nullptr;   // [T * min(K, R - 1)]: source token of each unique peer row
+  int64_t* uniq_counts = nullptr;  // [R]: unique rows bound for each rank
+  int32_t* send_uniq = nullptr;    // [S]: each send row's unique row within its rank's chunk
+  double* stats = nullptr;         // [2] or null: += peer assignments, += unique peer rows
+};
+
+// The deduplicated layout of moe_dedup_layout for idx and row [tokens, k] (every expert in
+// [0, E) and every row in [-1, S), checked by the caller).
+void moe_dedup_layout(const DedupArgs& a, const int32_t* idx, const int32_t* row, int64_t tokens,
+                      int64_t k, const DedupBuffers& out);
+
 // filled[b] = the number of keys >= 0 in row b of keys [blocks, c].
 void block_fill_counts(const int64_t* keys, int64_t blocks, int64_t c, int32_t* filled);
 

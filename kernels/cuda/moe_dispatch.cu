@@ -1,7 +1,8 @@
 // The MoE layer's data movement on the GPU: the layout step (capacity slots in the CPU's stable
 // order: all first choices in token order, then all second choices, ... decided by counting and
-// an exclusive scan, never by atomics), the row gathers, and the gate-weighted combine with its
-// backward. Every accumulation runs in a fixed order, as on the CPU.
+// an exclusive scan, never by atomics), its deduplication per destination rank (a flag per
+// (rank, token), scanned per rank in token order), the row gathers, and the gate-weighted combine
+// with its backward. Every accumulation runs in a fixed order, as on the CPU.
 //
 // Indices out of range (an expert >= E, a row >= N) cannot be reported without a sync: such an
 // assignment is dropped and such a row reads as zeros (the router never produces them).
@@ -111,6 +112,100 @@ __global__ void layout_rows_kernel(LayoutRowsIn in, int64_t tokens, int64_t k, L
 template <typename T>
 __global__ void fill_kernel(T* p, int64_t n, T v) {
   MOE_GRID_LOOP(i, n) { p[i] = v; }
+}
+
+// The peer rank that assignment i = t * K + j is sent to, or -1: dropped (row -1), out of range
+// (see the file comment), or bound for my own rank.
+__device__ __forceinline__ int64_t dedup_peer(const int32_t* idx, const int32_t* row, int64_t i,
+                                              const DedupArgs& a, int64_t send_rows) {
+  const int32_t s = row[i], e = idx[i];
+  if (s < 0 || s >= send_rows || e < 0 || e >= a.num_experts) return -1;
+  const int64_t r = e / (a.num_experts / a.ranks);
+  return r == a.rank ? -1 : r;
+}
+
+// Per token t: flags[r * T + t] = 1 for each peer rank r that one of t's kept assignments goes to
+// (flags [R, T] zeroed before); pair_scratch[2t] = t's kept peer assignments, [2t + 1] = the
+// distinct peer ranks among them (its unique rows).
+__global__ void dedup_flags_kernel(const int32_t* idx, const int32_t* row, int64_t tokens,
+                                   int64_t k, DedupArgs a, int64_t send_rows, int32_t* flags,
+                                   double* pair_scratch) {
+  MOE_GRID_LOOP(t, tokens) {
+    int64_t assignments = 0, unique = 0;
+    for (int64_t j = 0; j < k; ++j) {
+      const int64_t r = dedup_peer(idx, row, t * k + j, a, send_rows);
+      if (r < 0) continue;
+      ++assignments;
+      unique += flags[r * tokens + t] == 0;
+      flags[r * tokens + t] = 1;
+    }
+    pair_scratch[2 * t] = static_cast<double>(assignments);
+    pair_scratch[2 * t + 1] = static_cast<double>(unique);
+  }
+}
+
+// One block per rank r (blockDim.x a multiple of 32): flags[r, :] becomes its exclusive prefix
+// sum in place, tile by tile in token order (a warp-shuffle scan, then one over the warp totals):
+// where t's flag was set, t's unique row within r's chunk. counts[r] = the flags' total.
+__global__ void dedup_scan_kernel(int32_t* flags, int64_t tokens, int64_t* counts) {
+  __shared__ int32_t warp_totals[32];
+  int32_t* p = flags + blockIdx.x * tokens;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  int64_t running = 0;
+  for (int64_t base = 0; base < tokens; base += blockDim.x) {
+    const int64_t i = base + threadIdx.x;
+    const int32_t v = i < tokens ? p[i] : 0;
+    int32_t x = v;  // inclusive within the warp
+    for (int o = 1; o < 32; o <<= 1) {
+      const int32_t y = __shfl_up_sync(0xffffffffu, x, o);
+      if (lane >= o) x += y;
+    }
+    if (lane == 31) warp_totals[warp] = x;
+    __syncthreads();
+    if (warp == 0) {  // inclusive over the warp totals
+      int32_t w = lane < warps ? warp_totals[lane] : 0;
+      for (int o = 1; o < 32; o <<= 1) {
+        const int32_t y = __shfl_up_sync(0xffffffffu, w, o);
+        if (lane >= o) w += y;
+      }
+      __syncwarp();
+      if (lane < warps) warp_totals[lane] = w;
+    }
+    __syncthreads();
+    const int32_t before = warp > 0 ? warp_totals[warp - 1] : 0;
+    if (i < tokens) p[i] = static_cast<int32_t>(running + before + x - v);
+    running += warp_totals[warps - 1];
+    __syncthreads();  // the next tile rewrites warp_totals
+  }
+  if (threadIdx.x == 0) counts[blockIdx.x] = running;
+}
+
+// chunk[r] = the exclusive prefix sum of counts [R]: where rank r's unique rows start; one thread.
+__global__ void dedup_chunks_kernel(const int64_t* counts, int64_t ranks, int64_t* chunk) {
+  int64_t running = 0;
+  for (int64_t r = 0; r < ranks; ++r) {
+    chunk[r] = running;
+    running += counts[r];
+  }
+}
+
+// Per token t: each kept peer assignment's send row gets t's unique row within its rank's chunk
+// (position [R, T], the scanned flags), and the first assignment to each peer rank writes t as
+// that unique row's source token.
+__global__ void dedup_emit_kernel(const int32_t* idx, const int32_t* row, int64_t tokens, int64_t k,
+                                  DedupArgs a, int64_t send_rows, const int32_t* position,
+                                  const int64_t* chunk, int32_t* uniq_token, int32_t* send_uniq) {
+  MOE_GRID_LOOP(t, tokens) {
+    for (int64_t j = 0; j < k; ++j) {
+      const int64_t r = dedup_peer(idx, row, t * k + j, a, send_rows);
+      if (r < 0) continue;
+      const int32_t p = position[r * tokens + t];
+      send_uniq[row[t * k + j]] = p;
+      bool first = true;
+      for (int64_t i = 0; i < j; ++i) first &= dedup_peer(idx, row, t * k + i, a, send_rows) != r;
+      if (first) uniq_token[chunk[r] + p] = static_cast<int32_t>(t);
+    }
+  }
 }
 
 __global__ void block_fill_counts_kernel(const int64_t* keys, int64_t blocks, int64_t c,
@@ -274,6 +369,45 @@ Status moe_layout(Context& ctx, const LayoutArgs& a, const TensorView& idx, cons
     }
   }
   return launch_status("moe_layout");
+}
+
+Status moe_dedup_layout(Context& ctx, const DedupArgs& a, const TensorView& idx,
+                        const TensorView& row, const DedupOut& out) {
+  const int64_t tokens = idx.dim(0), k = idx.dim(1), ranks = a.ranks;
+  const int64_t send_rows = a.capacity >= 0 ? a.num_experts * a.capacity : tokens * k;
+  const int64_t unique_rows = out.uniq_token.numel();
+  cudaStream_t s = stream_of(ctx);
+  MOE_ASSIGN_OR_RETURN(Tensor position,
+                       ctx.zeros({std::max<int64_t>(1, ranks * tokens)}, DType::kI32));
+  MOE_ASSIGN_OR_RETURN(Tensor chunk, ctx.empty({ranks}, DType::kI64));
+  MOE_ASSIGN_OR_RETURN(Tensor scratch, ctx.empty({std::max<int64_t>(1, tokens), 2}, DType::kF64));
+  if (send_rows > 0) {
+    fill_kernel<int32_t>
+        <<<grid_for(send_rows), kThreads, 0, s>>>(out.send_uniq.data<int32_t>(), send_rows, -1);
+  }
+  if (unique_rows > 0) {
+    fill_kernel<int32_t><<<grid_for(unique_rows), kThreads, 0, s>>>(out.uniq_token.data<int32_t>(),
+                                                                    unique_rows, -1);
+  }
+  if (tokens > 0) {
+    dedup_flags_kernel<<<grid_for(tokens), kThreads, 0, s>>>(
+        idx.data<int32_t>(), row.data<int32_t>(), tokens, k, a, send_rows, position.data<int32_t>(),
+        scratch.data<double>());
+  }
+  dedup_scan_kernel<<<static_cast<unsigned>(ranks), kThreads, 0, s>>>(
+      position.data<int32_t>(), tokens, out.uniq_counts.data<int64_t>());
+  dedup_chunks_kernel<<<1, 1, 0, s>>>(out.uniq_counts.data<int64_t>(), ranks,
+                                      chunk.data<int64_t>());
+  if (tokens > 0) {
+    dedup_emit_kernel<<<grid_for(tokens), kThreads, 0, s>>>(
+        idx.data<int32_t>(), row.data<int32_t>(), tokens, k, a, send_rows, position.data<int32_t>(),
+        chunk.data<int64_t>(), out.uniq_token.data<int32_t>(), out.send_uniq.data<int32_t>());
+    if (out.stats.numel() > 0) {
+      add_pair_sums_kernel<<<1, kThreads, 0, s>>>(scratch.data<double>(), tokens,
+                                                  out.stats.data<double>());
+    }
+  }
+  return launch_status("moe_dedup_layout");
 }
 
 Status block_fill_counts(Context& ctx, const TensorView& keys, const TensorView& filled) {

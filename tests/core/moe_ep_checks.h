@@ -54,6 +54,21 @@ Status check_dispatch_identity(const MoeLayerConfig& cfg, const RoutingFn& routi
 Status check_layer_matches_single_rank(const MoeLayerConfig& cfg, int64_t tokens,
                                        comm::Communicator* ep, int64_t* dropped_slots);
 
+// The rows one rank's forward dispatch moves to its peers.
+struct ExchangeCounts {
+  int64_t sent = 0;            // distinct (token, peer rank) pairs among the kept assignments
+  int64_t undeduplicated = 0;  // kept assignments to experts of peer ranks
+};
+
+// The deduplicating dispatch (cfg.max_ep_ranks > 0) against the same layer without it, at the same
+// EP size: output, input gradients and every parameter gradient bit for bit (the expert rows are
+// the same rows, and the backward is unchanged); the statistics' exchange counters equal
+// ExchangeCounts counted from this rank's routing alone (capacity slots by brute force), and the
+// layer without deduplication counts nothing; then check_layer_matches_single_rank with
+// deduplication. `counts` (may be null) receives this rank's expected counts.
+Status check_dedup_matches_plain(const MoeLayerConfig& cfg, int64_t tokens, comm::Communicator* ep,
+                                 ExchangeCounts* counts);
+
 // Global statistics (cfg.ac.global_stats, BalanceScope::kGlobal) with stats_comm = ep: the layer
 // at EP = R equals ONE rank processing all R*T tokens: the AC metric, the aux losses (the
 // sequence-wise one a mean over every rank's sequences), this rank's rows of the output and input
@@ -70,5 +85,8 @@ Status check_capacity_mismatch_reported(comm::Communicator& ep);
 std::vector<std::string> single_rank_variants();  // for check_layer_matches_single_rank
 std::vector<std::string> global_variants();       // for check_global_matches_all_tokens
 MoeLayerConfig ep_variant(const std::string& name);
+// For check_dedup_matches_plain: E = 8, top-k k, capacity factor 1 (assignments dropped) or
+// dropless, max_ep_ranks = 2.
+MoeLayerConfig dedup_variant(bool dropless, int64_t k);
 
 }  // namespace moe::testing

@@ -60,6 +60,15 @@ TEST_F(MoeEpMpiTest, LayerMatchesIndependentSingleRankLayers) {
   }
 }
 
+TEST_F(MoeEpMpiTest, DeduplicatedDispatchMatchesThePlainOne) {
+  for (bool dropless : {false, true}) {
+    for (int64_t k : {2, 4}) {
+      Status s = check_dedup_matches_plain(dedup_variant(dropless, k), 16, world_.get(), nullptr);
+      EXPECT_TRUE(s.ok()) << "dropless " << dropless << ", top-k " << k << ": " << s.to_string();
+    }
+  }
+}
+
 TEST_F(MoeEpMpiTest, GlobalStatisticsMatchOneRankOverAllTokens) {
   for (const std::string& variant : global_variants()) {
     Status s = check_global_matches_all_tokens(ep_variant(variant), 7, *world_);

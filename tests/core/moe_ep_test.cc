@@ -1,8 +1,10 @@
 // The MoE layer's expert-parallel path on the Local backend (ranks as threads), at EP = 1 (no
 // communicator, and a one-rank Local group), 2 and 4. The checks live in moe_ep_checks.h (the MPI
 // test runs the same ones): dispatcher identities that need no tolerance, the layer at EP = R
-// against R independent single-rank layers (1e-12 in f64), global statistics against one rank
-// holding every token, and a token-count mismatch reported on every rank instead of a hang.
+// against R independent single-rank layers (1e-12 in f64), the deduplicating dispatch
+// (max_ep_ranks > 0) against the plain one (bit for bit) and its exchange counters, global
+// statistics against one rank holding every token, and a token-count mismatch reported on every
+// rank instead of a hang.
 #include <gtest/gtest.h>
 
 #include <mutex>
@@ -52,6 +54,25 @@ TEST_P(DispatchIdentityTest, CombineOfDispatchIsKxAndRowsFollowTheHistogram) {
 INSTANTIATE_TEST_SUITE_P(RanksAndModes, DispatchIdentityTest,
                          ::testing::Combine(::testing::Values(1, 2, 4), ::testing::Bool()));
 
+// The deduplicating dispatch delivers the same rows: every received row is its source token's,
+// padding rows are zero and keyless, and combine(gather_back(dispatch(x))) == K x.
+TEST_P(DispatchIdentityTest, DeduplicatedDispatchDeliversTheSameRows) {
+  const auto [ranks, dropless] = GetParam();
+  for (int64_t k : {2, 4}) {
+    MoeLayerConfig cfg = small_config();
+    cfg.num_experts = 8;
+    cfg.top_k = k;
+    cfg.d_model = 5;
+    cfg.dropless = dropless;
+    cfg.capacity_factor = 8.0;  // nothing dropped: the identity is exact
+    cfg.max_ep_ranks = 2;
+    on_ranks(ranks, [&](comm::Communicator* c) {
+      return check_dispatch_identity(
+          cfg, [&](int r) { return seeded_routing(r, 13, 8, k); }, c);
+    });
+  }
+}
+
 // Dropless counts that make the exchange uniform on some ranks and not on others: every rank must
 // still take the same collective (a rank in all_to_all and a peer in all_to_all_v fail or hang).
 TEST(DispatchIdentityTest, DroplessWithUniformCountsOnSomeRanksOnly) {
@@ -97,6 +118,34 @@ INSTANTIATE_TEST_SUITE_P(Variants, LayerEpTest,
                            return std::get<0>(info.param) + "_ep" +
                                   std::to_string(std::get<1>(info.param));
                          });
+
+class DedupEpTest : public ::testing::TestWithParam<std::tuple<int, bool, int64_t>> {};
+
+// max_ep_ranks > 0: the deduplicated dispatch equals the plain one bit for bit (forward and every
+// gradient), counts its exchange right, and the layer still matches single-rank layers.
+TEST_P(DedupEpTest, MatchesThePlainDispatchAndCountsItsRows) {
+  const auto [ranks, dropless, k] = GetParam();
+  const MoeLayerConfig cfg = dedup_variant(dropless, k);
+  std::mutex mu;
+  ExchangeCounts total;
+  on_ranks(ranks, [&](comm::Communicator* c) {
+    ExchangeCounts mine;
+    Status s = check_dedup_matches_plain(cfg, 16, c, &mine);
+    std::lock_guard<std::mutex> lock(mu);
+    total.sent += mine.sent;
+    total.undeduplicated += mine.undeduplicated;
+    return s;
+  });
+  if (ranks > 1) {
+    // With several of each token's K experts on one rank, deduplication saves rows.
+    EXPECT_GT(total.undeduplicated, total.sent);
+    EXPECT_GT(total.sent, 0);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(RanksModesTopK, DedupEpTest,
+                         ::testing::Combine(::testing::Values(1, 2, 4), ::testing::Bool(),
+                                            ::testing::Values<int64_t>(2, 4)));
 
 class GlobalStatsEpTest : public ::testing::TestWithParam<std::tuple<std::string, int>> {};
 

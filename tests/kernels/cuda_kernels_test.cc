@@ -6,6 +6,7 @@
 // at the end as "op dtype max-relative-error" lines (the report).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -893,6 +894,47 @@ TEST_F(CudaKernelTest, LayoutGathersAndCombine) {
           if (with_omega)
             expect_close("combine_backward(d_omega)", dw, gdw, f == DType::kF64 ? 1e-12 : 1e-5);
         }
+      }
+    }
+  }
+}
+
+// The deduplicated layout from every rank's point of view, on the CPU layout's rows: unique rows,
+// counts, send indices and counters equal the CPU's exactly (integers; the counters are sums of
+// integers in double). Several scan tiles (T > 256), one token, one rank, K > R.
+TEST_F(CudaKernelTest, DedupLayout) {
+  struct Case {
+    int64_t tokens, k, experts, capacity, ranks;
+  };
+  for (Case c : {Case{1, 1, 2, 1, 2}, Case{300, 2, 8, 90, 4}, Case{1000, 4, 16, -1, 8},
+                 Case{777, 4, 16, 0, 2}, Case{513, 3, 6, 200, 3}, Case{20, 2, 4, -1, 1},
+                 Case{1025, 6, 8, -1, 4}}) {
+    Tensor idx = skewed_idx(c.tokens, c.k, c.experts, static_cast<uint64_t>(c.tokens) + 9);
+    const int64_t send = c.capacity >= 0 ? c.experts * c.capacity : c.tokens * c.k;
+    const Shape tk{c.tokens, c.k};
+    Tensor slot = Tensor::empty(tk, DType::kI32), row = Tensor::empty(tk, DType::kI32),
+           load = Tensor::empty({c.experts}, DType::kI64),
+           kept = Tensor::empty({c.experts}, DType::kI64), st = Tensor::empty({send}, DType::kI32),
+           sk = Tensor::empty({send}, DType::kI64);
+    OK(moe_layout(cpu(), {c.experts, c.capacity, 0}, idx, {slot, row, load, kept, st, sk, {}}));
+    const Tensor gidx = up(idx), grow = up(row);
+    const int64_t unique = c.tokens * std::min(c.k, c.ranks - 1);
+    for (int64_t rank = 0; rank < c.ranks; ++rank) {
+      const DedupArgs a{c.experts, c.capacity, c.ranks, rank};
+      Tensor ut = Tensor::empty({unique}, DType::kI32), uc = Tensor::empty({c.ranks}, DType::kI64),
+             su = Tensor::empty({send}, DType::kI32), stats = Tensor::zeros({2}, DType::kF64);
+      stats.data<double>()[0] = 5;  // accumulated, not overwritten
+      Tensor gut = poisoned({unique}, DType::kI32), guc = poisoned({c.ranks}, DType::kI64),
+             gsu = poisoned({send}, DType::kI32), gstats = up(stats);
+      OK(moe_dedup_layout(cpu(), a, idx, row, {ut, uc, su, stats}));
+      OK(moe_dedup_layout(gpu(), a, gidx, grow, {gut, guc, gsu, gstats}));
+      for (auto [name, h, g] : {std::tuple<const char*, Tensor*, Tensor*>{"uniq_token", &ut, &gut},
+                                {"uniq_counts", &uc, &guc},
+                                {"send_uniq", &su, &gsu},
+                                {"stats", &stats, &gstats}}) {
+        EXPECT_TRUE(testing::bitwise_equal(*h, down(*g)))
+            << "moe_dedup_layout " << name << ", T " << c.tokens << " K " << c.k << " C "
+            << c.capacity << " R " << c.ranks << " rank " << rank;
       }
     }
   }

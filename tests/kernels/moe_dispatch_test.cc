@@ -1,8 +1,10 @@
 // MoE data movement (kernels/moe_dispatch.h) on hand-computed cases: the layout step's capacity
 // slots in the stable order (first choices before second choices, then token order), send rows,
-// loads and keys in capacity and dropless mode; the filled-prefix counts of a padded receive
-// buffer; row gathers (empty slots zeroed); the gather-sum dispatch backward; combine and its
-// backward against central finite differences in f64; bf16 rows with fp32 gates; argument errors.
+// loads and keys in capacity and dropless mode; its deduplication per destination rank (unique
+// rows, their counts and each send row's index, the counters); the filled-prefix counts of a padded
+// receive buffer; row gathers (empty slots zeroed); the gather-sum dispatch backward; combine and
+// its backward against central finite differences in f64; bf16 rows with fp32 gates; argument
+// errors.
 #include "kernels/moe_dispatch.h"
 
 #include <gtest/gtest.h>
@@ -76,6 +78,84 @@ TEST(MoeLayoutTest, DroplessBlocksAtPrefixSumsOfLoads) {
   expect_invalid(moe_layout(ctx(), {3, 2, 0}, idx,
                             {one.slot, l.row, l.load, l.kept, l.send_token, l.send_key, {}}),
                  "slot");
+}
+
+// moe_dedup_layout's outputs and counters.
+struct Dedup {
+  Tensor uniq_token, uniq_counts, send_uniq, stats;
+  Dedup(int64_t unique_rows, int64_t ranks, int64_t send_rows)
+      : uniq_token(Tensor::empty({unique_rows}, DType::kI32)),
+        uniq_counts(Tensor::empty({ranks}, DType::kI64)),
+        send_uniq(Tensor::empty({send_rows}, DType::kI32)),
+        stats(Tensor::zeros({2}, DType::kF64)) {}
+  Status run(const DedupArgs& a, const Tensor& idx, const Tensor& row) {
+    return moe_dedup_layout(ctx(), a, idx, row, {uniq_token, uniq_counts, send_uniq, stats});
+  }
+};
+
+TEST(MoeDedupLayoutTest, CapacityUniqueRowsPerPeerRankInTokenOrder) {
+  // 4 tokens, K = 3, 6 experts on 3 ranks (E_l = 2: rank r owns 2r, 2r + 1), capacity 2, seen
+  // from rank 1 (experts 2 and 3 are mine: never deduplicated, never sent).
+  //   t0: (0, 1, 4) -> ranks 0, 0, 2      t1: (2, 0, 5) -> 1, 0 (dropped), 2
+  //   t2: (0, 4, 5) -> ranks 0, 2, 2      t3: (1, 3, 0) -> 0, 1, 0 (dropped)
+  // Send rows e * C + slot (slots: first choices in token order, then second, then third).
+  Tensor idx = Tensor::from_vector<int32_t>({4, 3}, {0, 1, 4, 2, 0, 5, 0, 4, 5, 1, 3, 0});
+  const std::vector<int32_t> rows = {0, 3, 9, 4, -1, 10, 1, 8, 11, 2, 6, -1};
+  Layout l(4, 3, 6, 12);
+  ASSERT_TRUE(l.run({6, 2, 0}, idx).ok());
+  ASSERT_EQ(to_vector<int32_t>(l.row), rows);  // the hand-computed layout
+  Dedup d(4 * 2, 3, 12);
+  ASSERT_TRUE(d.run({6, 2, 3, 1}, idx, l.row).ok());
+  // Rank 0 receives t0 (two experts: one row), t2 (one), t3 (one); rank 2 t0, t1, t2 (two: one).
+  EXPECT_EQ(to_vector<int64_t>(d.uniq_counts), (std::vector<int64_t>{3, 0, 3}));
+  EXPECT_EQ(to_vector<int32_t>(d.uniq_token), (std::vector<int32_t>{0, 2, 3, 0, 1, 2, -1, -1}));
+  // Send rows 0..3 go to rank 0 (t0, t2, t3, t0), 4..7 are mine or empty, 8..11 go to rank 2
+  // (t2, t0, t1, t2).
+  EXPECT_EQ(to_vector<int32_t>(d.send_uniq),
+            (std::vector<int32_t>{0, 1, 2, 0, -1, -1, -1, -1, 2, 0, 1, 2}));
+  // 8 kept peer assignments (3 + 1 + 3 + 1) travel as 6 rows (2 + 1 + 2 + 1).
+  EXPECT_EQ(to_vector<double>(d.stats), (std::vector<double>{8, 6}));
+}
+
+TEST(MoeDedupLayoutTest, DroplessFromEitherRankAndCountersAccumulate) {
+  // 3 tokens, K = 2, 4 experts on 2 ranks: t0 (2, 3), t1 (0, 2), t2 (3, 1). Blocks: e0 [0, 1),
+  // e1 [1, 2), e2 [2, 4), e3 [4, 6).
+  Tensor idx = Tensor::from_vector<int32_t>({3, 2}, {2, 3, 0, 2, 3, 1});
+  Layout l(3, 2, 4, 6);
+  ASSERT_TRUE(l.run({4, -1, 0}, idx).ok());
+  ASSERT_EQ(to_vector<int32_t>(l.row), (std::vector<int32_t>{2, 5, 0, 3, 4, 1}));
+  Dedup d(3, 2, 6);
+  // Rank 0 sends to rank 1: t0 once for its two experts there, t1 and t2 once each.
+  ASSERT_TRUE(d.run({4, -1, 2, 0}, idx, l.row).ok());
+  EXPECT_EQ(to_vector<int64_t>(d.uniq_counts), (std::vector<int64_t>{0, 3}));
+  EXPECT_EQ(to_vector<int32_t>(d.uniq_token), (std::vector<int32_t>{0, 1, 2}));
+  EXPECT_EQ(to_vector<int32_t>(d.send_uniq), (std::vector<int32_t>{-1, -1, 0, 1, 2, 0}));
+  EXPECT_EQ(to_vector<double>(d.stats), (std::vector<double>{4, 3}));
+  // The same routing on rank 1: t1 and t2 each reach one expert of rank 0.
+  ASSERT_TRUE(d.run({4, -1, 2, 1}, idx, l.row).ok());
+  EXPECT_EQ(to_vector<int64_t>(d.uniq_counts), (std::vector<int64_t>{2, 0}));
+  EXPECT_EQ(to_vector<int32_t>(d.uniq_token), (std::vector<int32_t>{1, 2, -1}));
+  EXPECT_EQ(to_vector<int32_t>(d.send_uniq), (std::vector<int32_t>{0, 1, -1, -1, -1, -1}));
+  EXPECT_EQ(to_vector<double>(d.stats), (std::vector<double>{4 + 2, 3 + 2}));
+}
+
+TEST(MoeDedupLayoutTest, OneRankSendsNothingAndBadArgumentsAreRefused) {
+  Tensor idx = Tensor::from_vector<int32_t>({2, 2}, {0, 1, 1, 0});
+  Tensor row = Tensor::from_vector<int32_t>({2, 2}, {0, 2, 3, 1});
+  Dedup one(0, 1, 4);
+  ASSERT_TRUE(one.run({2, 2, 1, 0}, idx, row).ok());
+  EXPECT_EQ(to_vector<int64_t>(one.uniq_counts), (std::vector<int64_t>{0}));
+  EXPECT_EQ(to_vector<int32_t>(one.send_uniq), (std::vector<int32_t>{-1, -1, -1, -1}));
+  EXPECT_EQ(to_vector<double>(one.stats), (std::vector<double>{0, 0}));
+  Dedup two(2, 2, 4);
+  expect_invalid(two.run({2, 2, 2, 2}, idx, row), "rank 2");
+  expect_invalid(two.run({3, 2, 2, 0}, idx, row), "R dividing E");
+  expect_invalid(two.run({2, 3, 2, 0}, idx, row), "send_uniq");  // S = 6
+  expect_invalid(one.run({2, 2, 2, 0}, idx, row), "uniq_token");
+  expect_invalid(two.run({2, 2, 2, 0}, idx, Tensor::from_vector<int32_t>({2, 2}, {0, 4, 3, 1})),
+                 "row[1] = 4");
+  expect_invalid(two.run({2, 2, 2, 0}, Tensor::from_vector<int32_t>({2, 2}, {0, 2, 1, 0}), row),
+                 "expert index 2");
 }
 
 TEST(MoeLayoutTest, BlockFillCounts) {

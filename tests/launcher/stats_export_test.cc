@@ -1,11 +1,17 @@
 // launcher/stats_export.h: momoe-stats's summary of where a step's time goes, from records whose
-// phases are each the slowest rank's (a resume from EP 2 to EP 1 in the middle).
+// phases are each the slowest rank's (a resume from EP 2 to EP 1 in the middle); the dispatch's
+// exchange counters in the table, the CSV and the JSON lines.
 #include "launcher/stats_export.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
 #include <string>
 #include <vector>
+
+#include "types/step_stats_json.h"
 
 namespace moe {
 namespace {
@@ -56,6 +62,68 @@ TEST(StatsExport, PhasesWithinTheStepGetNoNote) {
   const std::string table = summary_table(steps, 10);
   EXPECT_NE(table.find("+ other 10.0 ms"), std::string::npos) << table;  // (5 + 15) / 2
   EXPECT_EQ(table.find("slowest rank"), std::string::npos) << table;
+}
+
+// The deduplicating dispatch's exchange counters: summed over ranks (the row size kept once),
+// the saved share derived after aggregation, and shown by momoe-stats: the table's xch_saved, the
+// CSV's rows and bytes (every row as wide as the header), the JSON lines.
+TEST(StatsExport, DispatchExchangeCountersAggregateAndShow) {
+  std::vector<StepStatsInfo> ranks = {rank_record(1, 0, 0.1, 0.04, 0.05),
+                                      rank_record(1, 1, 0.1, 0.04, 0.05)};
+  const int64_t sent[] = {30, 10}, undeduplicated[] = {50, 30};
+  for (int r = 0; r < 2; ++r) {
+    RouterStatsInfo l;
+    l.block = 1;
+    l.expert_load = {3, 1};
+    l.dispatch_rows_sent = sent[r];
+    l.dispatch_rows_undeduplicated = undeduplicated[r];
+    l.dispatch_row_bytes = 1024;  // D = 512 in bf16
+    ranks[r].layers.push_back(l);
+  }
+  StepStatsInfo evaluation;
+  evaluation.step = 1;
+  evaluation.valid_ppl = 12.5;
+  const std::vector<StepStatsInfo> steps = {aggregate_step_stats(ranks), evaluation};
+  const RouterStatsInfo& l = steps[0].layers[0];
+  EXPECT_EQ(l.dispatch_rows_sent, 40);
+  EXPECT_EQ(l.dispatch_rows_undeduplicated, 80);
+  EXPECT_EQ(l.dispatch_row_bytes, 1024);
+  EXPECT_DOUBLE_EQ(l.dispatch_saved_fraction, 0.5);  // 1 - 40 / 80
+
+  const std::string table = summary_table(steps, 10);
+  EXPECT_NE(table.find("bias_sp xch_saved\n"), std::string::npos) << table;
+  EXPECT_NE(table.find("0.000     0.500\n"), std::string::npos) << table;
+
+  const std::string json = step_stats_json(steps[0]);
+  for (const char* field :
+       {"\"dispatch_rows_sent\":40", "\"dispatch_rows_undeduplicated\":80",
+        "\"dispatch_bytes_sent\":40960", "\"dispatch_bytes_undeduplicated\":81920",
+        "\"dispatch_saved_fraction\":0.5"}) {
+    EXPECT_NE(json.find(field), std::string::npos) << field << " not in " << json;
+  }
+  EXPECT_EQ(
+      step_stats_json(aggregate_step_stats({rank_record(2, 0, 0.1, 0.04, 0.05)})).find("dispatch_"),
+      std::string::npos)
+      << "a dispatch without deduplication reports no exchange";
+
+  const std::string path = ::testing::TempDir() + "stats_export_dispatch.csv";
+  ASSERT_TRUE(write_csv(steps, path).ok());
+  std::ifstream in(path);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  ASSERT_EQ(lines.size(), 3u);  // header, the layer's row, the evaluation's row
+  EXPECT_NE(lines[0].find(",score_bias_spread,dispatch_rows_sent,dispatch_rows_undeduplicated,"
+                          "dispatch_bytes_sent,dispatch_bytes_undeduplicated,"
+                          "dispatch_saved_fraction,expert_load,"),
+            std::string::npos)
+      << lines[0];
+  EXPECT_NE(lines[1].find(",40,80,40960,81920,0.5,\"6 2\","), std::string::npos) << lines[1];
+  for (const std::string& line : lines) {
+    EXPECT_EQ(std::count(line.begin(), line.end(), ','),
+              std::count(lines[0].begin(), lines[0].end(), ','))
+        << line;
+  }
+  std::remove(path.c_str());
 }
 
 }  // namespace

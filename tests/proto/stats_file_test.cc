@@ -103,6 +103,24 @@ TEST_F(StatsFileTest, ARecordKeepsItsRouterLosses) {
   EXPECT_EQ(got.seq_balance_loss, 0.375);
 }
 
+// The deduplicating dispatch's exchange counters survive the file, and so does their derived
+// saved share.
+TEST_F(StatsFileTest, ARecordKeepsItsDispatchExchange) {
+  StepStatsInfo s = record(2);
+  RouterStatsInfo& l = s.layers[0];
+  l.dispatch_rows_sent = 3000000001;  // past 32 bits
+  l.dispatch_rows_undeduplicated = 4000000002;
+  l.dispatch_row_bytes = 8192;
+  l.dispatch_saved_fraction = 0.25;
+  StatusOr<StepStatsInfo> got = parse_step_stats(serialize_step_stats(s));
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  ASSERT_EQ(got->layers.size(), 1u);
+  EXPECT_EQ(got->layers[0].dispatch_rows_sent, 3000000001);
+  EXPECT_EQ(got->layers[0].dispatch_rows_undeduplicated, 4000000002);
+  EXPECT_EQ(got->layers[0].dispatch_row_bytes, 8192);
+  EXPECT_EQ(got->layers[0].dispatch_saved_fraction, 0.25);
+}
+
 TEST_F(StatsFileTest, AFlippedByteInARecordLosesThatRecordOnly) {
   const std::vector<int64_t> at = write(41);
   std::string b = bytes();
