@@ -40,6 +40,16 @@
 #   call 2, after call 1's failed and unreached stages:
 #   mpi        90  2 and 4 MPI ranks sharing the GPU equal to one rank (parallel_trainer_mpi_test,
 #                  OpenMPI set as ctest sets it; `mpirun -np 2 true` first)
+#   transformers 90  the machine's own transformers (python3's; none is installed) loads momoe's
+#                  Mixtral export (transformers_export_test on the GPU: 12 training steps and
+#                  momoe-eval with --routing-out on the GPU, momoe-export, momoe-data), and
+#                  tests/launcher/transformers_check.py --device cuda compares it with momoe-eval
+#                  in float64 (a rope_theta of 5000 must fail that) and in bfloat16 (routed on
+#                  momoe-eval's decisions: decisions differing, |ln ratio| against
+#                  (eps_bf16 + eps32) x (depth + mean NLL)). Practised on a 2-core CPU with
+#                  transformers 5.17 and torch 2.11: 27 s (4 s of training and scoring, three
+#                  checks of 7 s: imports, load, one pass); CUDA's start in each of its five
+#                  processes may add as much: 90 s
 #   initcheck  60  compute-sanitizer initcheck on two training steps of a tiny model
 #   synccheck  70  compute-sanitizer synccheck on the kernel tests
 #   racecheck 100  compute-sanitizer racecheck on the kernel tests
@@ -63,10 +73,11 @@ set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 SELF="$ROOT/tests/run_gpu.sh"
 CALL1_STAGES="env kernels nccl model memcheck smoke"
-CALL2_STAGES="mpi initcheck synccheck racecheck"
-ORDER="env build kernels nccl model memcheck smoke mpi initcheck synccheck racecheck layer"
+CALL2_STAGES="mpi transformers initcheck synccheck racecheck"
+ORDER="env build kernels nccl model memcheck smoke mpi transformers initcheck synccheck racecheck layer"
 declare -A BOX=([env]=20 [build]=420 [kernels]=110 [nccl]=30 [model]=130 [memcheck]=70
-                [smoke]=60 [mpi]=90 [initcheck]=60 [synccheck]=70 [racecheck]=100 [layer]=450)
+                [smoke]=60 [mpi]=90 [transformers]=90 [initcheck]=60 [synccheck]=70
+                [racecheck]=100 [layer]=450)
 BUNDLE=${BUNDLE:-$ROOT/gpu-bundle.tar.xz}
 KERNEL_FILTER='CudaKernelTest.*:-*RepeatedRuns*:*LargeShapes*'  # sanitizers: small cases
 BINARIES=(tests/kernels/cuda_kernels_test tests/base/phase_timer_gpu_test tests/comm/comm_nccl_test
@@ -423,6 +434,72 @@ stage_mpi() {
   return $rc
 }
 
+# transformers_export_test on the GPU, with the machine's own transformers and torch (its python3:
+# there is no package registry here to install a pinned release from): momoe's Mixtral trained and
+# scored on the GPU, exported, then loaded by transformers in float64 (the CPU test's check; a
+# changed rope_theta must fail it, so this release is seen to read config.json) and in bfloat16
+# (transformers' own GPU arithmetic, routed on momoe-eval's decisions; its bound is too loose to
+# see rope_theta).
+stage_transformers() {
+  local versions
+  versions=$(py -c 'import torch, transformers
+print("transformers", transformers.__version__, "torch", torch.__version__, "CUDA", torch.version.cuda)' 2>&1) ||
+    { echo "$versions"; echo "python3 cannot import transformers and torch: this machine has no" \
+        "package registry to install them from, so the transformers stage cannot run"
+      key "transformers missing"; return 1; }
+  echo "$versions"
+  local run=$WORK/transformers text=$ROOT/data/brown/valid.txt.gz
+  rm -rf "$run" && mkdir -p "$run" || return 1
+  echo "== momoe-train configs/modern/mixtral.pbtxt on the GPU (transformers_export_test's 12 steps)"
+  "$BIN/momoe-train" --config "$ROOT/configs/modern/mixtral.pbtxt" --run-dir "$run/mixtral" \
+    --set train.device=CUDA --set train.steps=12 --set train.checkpoint_every=12 \
+    --set train.optimizer.lr=4e-3 --set train.schedule.warmup_steps=0 --set model.init_std=0.05 \
+    --set train.final_eval=NONE --set train.eval_every=0 --set data.cache_dir="$run/cache" || return 1
+  local ckpt=$run/mixtral/ckpt-00000012
+  echo "== momoe-eval on the GPU with its routing decisions; the export; its tokens"
+  "$BIN/momoe-eval" --checkpoint "$ckpt" --text "$text" --max-sequences 40 --attack-rate 0 \
+    --device cuda --routing-out "$run/mixtral.routing" > "$run/mixtral.eval" || return 1
+  cat "$run/mixtral.eval"
+  "$BIN/momoe-export" --checkpoint "$ckpt" --out "$run/export" &&
+    "$BIN/momoe-data" prepare --out "$run/tokens" --train "$text" --vocab "$run/export/vocab.txt" \
+      --quiet > /dev/null || return 1
+  cp -r "$run/export" "$run/perturbed" &&
+    py - "$run/perturbed/transformers/config.json" <<'PY' || return 1
+import json, sys
+c = json.load(open(sys.argv[1]))
+c["rope_theta"] = 5000.0
+json.dump(c, open(sys.argv[1], "w"))
+PY
+  local rc=0 check
+  for check in float64 perturbed bfloat16; do  # perturbed: float64 on the rope_theta 5000 copy
+    local dir=$run/export dtype=$check out=$RESULTS/transformers_$check.txt
+    [ "$check" = perturbed ] && dir=$run/perturbed dtype=float64
+    echo "== transformers_check.py --device cuda --dtype $dtype ($(basename "$dir"))"
+    py "$ROOT/tests/launcher/transformers_check.py" "$ROOT/python" "$dir" "$run/tokens" \
+      "$run/mixtral.routing" "$run/mixtral.eval" MixtralForCausalLM --device cuda \
+      --dtype "$dtype" > "$out" 2>&1
+    local code=$?
+    cat "$out"
+    if [ "$check" = perturbed ]; then  # must fail: its FAIL lines stay out of the digest
+      key "rope_theta 5000 $([ $code -ne 0 ] && echo caught || echo 'NOT caught')"
+      [ $code -ne 0 ] && continue
+      echo "rope_theta 10000 -> 5000 passes the float64 comparison: this transformers does not" \
+           "read rope_theta from config.json, or the check cannot see it" | tee -a "$out"
+    else
+      key "$dtype $([ $code -eq 0 ] && echo passed || echo FAILED):" "$(sed -n \
+          -e 's/^transformers: decisions: .* tokens, \([0-9]*\) differ.*/\1 decisions differ,/p' \
+          -e 's/^transformers: \([0-9]*\) tokens routed differently.*/\1 decisions differ,/p' \
+          -e 's/.*: |ln ratio| \([^ ]*\) <= \([^ ]*\) .*/|ln ratio| \1 <= \2/p' "$out" | tail -2 | paste -sd' ')"
+      [ $code -eq 0 ] && continue
+    fi
+    rc=1
+    { echo "transformers_check.py --dtype $dtype on $(basename "$dir"):"; tail -12 "$out"; } \
+      >> "$RESULTS/transformers.digest"
+  done
+  key "$versions"
+  return $rc
+}
+
 # ---------------------------------------------------------------------------------------------
 # Summary, digest and the results archive (rewritten after every stage)
 
@@ -459,9 +536,9 @@ keys_of() {  # keys_of STAGE: the stage's key numbers on one line ("; " between 
 write_summary() {
   local s
   {
-    printf '%-10s %-26s %7s  %s\n' stage verdict seconds "key numbers"
+    printf '%-12s %-26s %7s  %s\n' stage verdict seconds "key numbers"
     for s in "${RAN[@]}"; do
-      printf '%-10s %-26s %7s  %s\n' "$s" "${VERDICT[$s]}" "${SECS[$s]}" "$(keys_of "$s")"
+      printf '%-12s %-26s %7s  %s\n' "$s" "${VERDICT[$s]}" "${SECS[$s]}" "$(keys_of "$s")"
     done
   } > "$OUT/summary.txt.tmp" && mv "$OUT/summary.txt.tmp" "$OUT/summary.txt"
 }
@@ -483,7 +560,7 @@ case "${1:-}" in
       where="only when named"
       [[ " $CALL1_STAGES " == *" $s "* ]] && where="call 1"
       [[ " $CALL2_STAGES " == *" $s "* ]] && where="call 2"
-      printf '%-10s %4s s  (%s)\n' "$s" "${BOX[$s]}" "$where"
+      printf '%-12s %4s s  (%s)\n' "$s" "${BOX[$s]}" "$where"
     done
     exit 0 ;;
   --run-stage) STAGE=$2; export STAGE; "stage_$2"; exit $? ;;  # internal: one stage
@@ -647,7 +724,7 @@ for stage in "${STAGES[@]}"; do
   fi
   if [ -n "$verdict" ]; then
     VERDICT[$stage]=$verdict
-    printf '%-10s %s\n' "$stage" "$verdict"
+    printf '%-12s %s\n' "$stage" "$verdict"
     write_results
     continue
   fi
@@ -668,7 +745,7 @@ for stage in "${STAGES[@]}"; do
     if [ $rc -eq 0 ]; then link_build_binaries; else STOP="the build failed"; fi
   fi
   VERDICT[$stage]=$verdict
-  printf '%-10s %-26s %5s s  %s\n' "$stage" "$verdict" "${SECS[$stage]}" "$(keys_of "$stage")"
+  printf '%-12s %-26s %5s s  %s\n' "$stage" "$verdict" "${SECS[$stage]}" "$(keys_of "$stage")"
   write_results
 done
 echo "results: $OUT (summary.txt, digest.txt, results.tgz; $(( $(date +%s) - START )) s)"

@@ -10,19 +10,24 @@ path is the same by design. Otherwise:
    two choices is within the rounding of the values it was decided on
    (decision_tolerance). Anything else is an error of one path. Then the second path takes the
    first path's decisions (replay.py), so that the values compare on equal decisions.
-2. Values are bounded by the arithmetic: float32 epsilon times the depth of the computation (the
-   number of rounding stages between the inputs and the value, forward_depth) times the
-   magnitude the errors are relative to. Never by what one machine measured. For a perplexity:
-   each stage rounds values that LayerNorm keeps of order 1, and the last (the log-softmax)
-   rounds the NLL itself, so |ln ppl_a - ln ppl_b| <= eps x (depth + mean NLL); for a router
-   logit: eps x depth x sum_q |r_q| |W_eq|, twice that for the margin between two logits.
+2. Values are bounded by the arithmetic: float32 epsilon (bfloat16's for a bfloat16 path) times
+   the depth of the computation (the number of rounding stages between the inputs and the value,
+   forward_depth) times the magnitude the errors are relative to. Never by what one machine
+   measured. For a perplexity: each stage rounds values that LayerNorm keeps of order 1, and the
+   last (the log-softmax) rounds the NLL itself, so |ln ppl_a - ln ppl_b| <= eps x (depth + mean
+   NLL); for a router logit: eps x depth x sum_q |r_q| |W_eq|, twice that for the margin between
+   two logits.
 
-tests/testing/cross_path.h is the C++ twin (the same constants and stage counts).
+tests/testing/cross_path.h is the C++ twin (the same constants, kBf16Eps included, and stage
+counts).
 """
 
 import math
 
 F32_EPS = 2.0 ** -23  # float32 machine epsilon (FLT_EPSILON)
+# bfloat16's machine epsilon (8 significant bits: torch.finfo(torch.bfloat16).eps; its unit
+# roundoff is half of it, 2^-8), for a path that rounds every stage and its weights to bfloat16.
+BF16_EPS = 2.0 ** -7
 
 # Rounding stages of one forward pass, each a GEMM, a normalisation, a softmax or an elementwise
 # update whose float32 rounding reaches the next stage. Counted for the longest variant of each
@@ -65,14 +70,15 @@ def rounding_tolerance(depth, scale=1.0, eps=F32_EPS):
     return eps * depth * max(1.0, abs(float(scale)))
 
 
-def decision_tolerance(depth, magnitude):
-    """How far one router logit of a path of `depth` float32 stages may be from the exact value:
-    rounding_tolerance at the magnitude its rounding scales with, sum_q |r_q| |W_eq| (+ |b_e|)
-    (a float, or a tensor of rows). Twice it bounds a margin between two logits."""
+def decision_tolerance(depth, magnitude, eps=F32_EPS):
+    """How far one router logit of a path of `depth` stages of relative error `eps` (float32
+    unless told) may be from the exact value: rounding_tolerance at the magnitude its rounding
+    scales with, sum_q |r_q| |W_eq| (+ |b_e|) (a float, or a tensor of rows). Twice it bounds a
+    margin between two logits."""
     try:
-        return F32_EPS * depth * magnitude.clamp(min=1.0)
+        return eps * depth * magnitude.clamp(min=1.0)
     except AttributeError:
-        return rounding_tolerance(depth, magnitude)
+        return rounding_tolerance(depth, magnitude, eps)
 
 
 def perplexity_tolerance(depth, mean_nll, eps=F32_EPS):
@@ -168,7 +174,8 @@ def check_perplexity(name, momoe, reference, cfg):
     """The verdict of momoe-eval's result against the reference module's (replaying momoe's
     decisions): (ok, lines). `momoe` and `reference` are their JSON results; `reference` is
     computed on momoe's decisions ("replayed") and holds "decisions" (one LayerDecisions dict per
-    MoE layer)."""
+    MoE layer). The reference's own rounding: none for "dtype" float64 (the default), float32's
+    for any other dtype, or "eps" per stage where given (BF16_EPS for a bfloat16 path)."""
     lines, ok = [], True
     if not reference.get("replayed"):
         return False, [f"{name}: the reference did not replay momoe's decisions (--replay)"]
@@ -195,7 +202,13 @@ def check_perplexity(name, momoe, reference, cfg):
     mean_nll = math.log(reference["ppl"])
     tol = perplexity_tolerance(depth, mean_nll)
     sides = "eps32 x (depth {} + mean NLL {:.3g})".format(depth, mean_nll)
-    if reference.get("dtype", "float64") != "float64":
+    if "eps" in reference:  # the reference rounds with its own epsilon: its bound adds
+        tol = perplexity_tolerance(depth, mean_nll, F32_EPS + reference["eps"])
+        eps = {BF16_EPS: "eps_bf16", F32_EPS: "eps32"}.get(reference["eps"], "{:.3g}".format(
+            reference["eps"]))
+        sides = "(eps32 + {}) x (depth {} + mean NLL {:.3g}): a {} reference".format(
+            eps, depth, mean_nll, reference.get("dtype", "rounding"))
+    elif reference.get("dtype", "float64") != "float64":
         tol *= 2  # the reference rounds too
         sides = "2 x " + sides + ": a float32 reference"
     diff = abs(math.log(momoe["ppl"]) - mean_nll)  # |ln ppl_a - ln ppl_b|, ~ the relative difference

@@ -32,6 +32,11 @@ def test_tolerances_scale_with_depth_and_magnitude_with_a_floor_of_one():
     rows = cp.decision_tolerance(4, torch.tensor([0.5, 2.0], dtype=torch.float64))
     assert rows.tolist() == [4 * eps, 8 * eps]
     assert cp.perplexity_tolerance(30, -5.0) == 35 * eps
+    # Another precision's epsilon (bfloat16's: 8 significant bits).
+    assert cp.BF16_EPS == torch.finfo(torch.bfloat16).eps
+    assert cp.decision_tolerance(4, 3.0, eps=cp.BF16_EPS) == 12 * 2.0**-7
+    rows = cp.decision_tolerance(4, torch.tensor([0.5, 2.0], dtype=torch.float64), cp.BF16_EPS)
+    assert rows.tolist() == [4 * 2.0**-7, 8 * 2.0**-7]
 
 
 def test_choice_margins_is_zero_for_a_true_top_k_and_the_shortfall_otherwise():
@@ -93,6 +98,14 @@ def test_the_perplexity_verdict():
     # A float32 reference rounds too: twice the bound.
     f32 = dict(reference(ppl), dtype="float32")
     assert cp.check_perplexity("m", {"tokens": 64, "ppl": ppl * math.exp(1.5 * tol)}, f32, cfg)[0]
+    # A reference with its own epsilon (bfloat16): its bound and momoe's float32 one add.
+    bf16 = dict(reference(ppl), dtype="bfloat16", eps=cp.BF16_EPS)
+    wide = cp.perplexity_tolerance(24, math.log(ppl), cp.F32_EPS + cp.BF16_EPS)
+    ok, lines = cp.check_perplexity("m", {"tokens": 64, "ppl": ppl * math.exp(0.9 * wide)}, bf16,
+                                    cfg)
+    assert ok and "a bfloat16 reference" in lines[-1], lines
+    assert not cp.check_perplexity("m", {"tokens": 64, "ppl": ppl * math.exp(1.1 * wide)}, bf16,
+                                   cfg)[0]
     # Decisions: near-tie flips are reported and pass; one far flip fails.
     ok, lines = cp.check_perplexity("m", {"tokens": 64, "ppl": ppl},
                                     reference(ppl, flips=2, max_margin=0.5), cfg)

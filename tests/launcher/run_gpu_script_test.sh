@@ -4,8 +4,9 @@
 # summary.txt, digest.txt and results.tgz; with a GPU required (MOMOE_REQUIRE_GPU=1) the same run
 # fails and the digest says why; told a GPU is there (MOMOE_GPUS=1) when CUDA cannot use one, the
 # GPU tests fail naming the CUDA error, and a missing compute-sanitizer fails its stage; a run past
-# its deadline reports the stages it could not start; call 2 computes its deadline from the GPU
-# time left and reruns what call 1 did not pass.
+# its deadline reports the stages it could not start; the transformers stage fails saying so where
+# python3 cannot import transformers; call 2 computes its deadline from the GPU time left and
+# reruns what call 1 did not pass.
 # From a bundle: `run_gpu.sh pack --fast`, unpacked and run in a mount namespace where the
 # system's OpenMPI, protobuf and the build tree are hidden: the env stage finds every library in
 # the bundle, the bundled mpirun starts and the MPI test passes at 2 and 4 ranks (on the CPU), and
@@ -29,7 +30,7 @@ run --out "$out/a" > "$out/a.txt" 2>&1 || { cat "$out/a.txt"; fail "no GPU: exit
 [ "$(ls "$out/a" | tr '\n' ' ')" = "digest.txt results.tgz summary.txt " ] ||
   fail "OUT holds $(ls "$out/a" | tr '\n' ' '), not the three files"
 grep -q '^env  *passed' "$out/a/summary.txt" || fail "env did not pass"
-[ "$(grep -c 'skipped (no GPU)' "$out/a/summary.txt")" -eq 9 ] || { cat "$out/a/summary.txt"; fail "not every GPU stage skipped"; }
+[ "$(grep -c 'skipped (no GPU)' "$out/a/summary.txt")" -eq 10 ] || { cat "$out/a/summary.txt"; fail "not every GPU stage skipped"; }
 has "$out/a" env.log 'libraries found' || fail "env.log does not check the binaries' libraries"
 [ "$(tail -1 "$out/a.txt" | cut -c1-9)" = "digest of" ] || fail "stdout does not end with the digest"
 
@@ -39,6 +40,7 @@ grep -q '^layer  *skipped (no GPU)' "$out/e/summary.txt" || { cat "$out/e/summar
 run --list > "$out/list.txt" || fail "--list: exit $?"
 grep -q '^layer .*(only when named)' "$out/list.txt" || fail "--list does not show the layer stage"
 grep -q '^kernels .*(call 1)' "$out/list.txt" || fail "--list does not place kernels in call 1"
+grep -q '^transformers .*(call 2)' "$out/list.txt" || fail "--list does not place transformers in call 2"
 
 if MOMOE_REQUIRE_GPU=1 run --out "$out/b" > "$out/b.txt" 2>&1; then fail "a required GPU that is missing passed"; fi
 grep -q 'FAILED (no GPU)' "$out/b/summary.txt" || fail "no 'FAILED (no GPU)' verdict"
@@ -60,6 +62,22 @@ results "$out/c" cuda_kernels_test.xml > /dev/null || fail "no XML report in res
 if MOMOE_GPUS=1 run --out "$out/d" --deadline 0 kernels > "$out/d.txt" 2>&1; then fail "out of time passed"; fi
 grep -q 'not run (out of time)' "$out/d/summary.txt" || fail "no 'out of time' verdict"
 
+# The transformers stage where python3 cannot import transformers (none can be installed on a GPU
+# machine): it fails before training, saying why.
+mkdir -p "$out/nopy"
+printf '#!/bin/sh
+echo "ModuleNotFoundError: No module named transformers" >&2
+exit 1
+' > "$out/nopy/python3"
+chmod +x "$out/nopy/python3"
+if PATH="$out/nopy:$PATH" MOMOE_GPUS=1 run --out "$out/k" transformers > "$out/k.txt" 2>&1; then
+  fail "the transformers stage passed without transformers"
+fi
+grep -q '^transformers .*FAILED.*transformers missing' "$out/k/summary.txt" ||
+  { cat "$out/k/summary.txt"; fail "the summary does not say transformers is missing"; }
+grep -q 'cannot import transformers' "$out/k/digest.txt" ||
+  { cat "$out/k/digest.txt"; fail "the digest does not say transformers cannot be imported"; }
+
 # Call 2: its deadline from the GPU time left; the stages call 1 did not pass, then its own.
 if run call2 --out "$out/f" --gpu-seconds-left 200 --cold > "$out/f.txt" 2>&1; then
   fail "call2 with 200 s left and a cold start ran"
@@ -70,7 +88,7 @@ printf 'stage verdict\nenv passed\nkernels FAILED (exit 1)\nnccl passed\nmodel T
 run call2 --out "$out/g" --gpu-seconds-left 400 --after "$out/call1.txt" > "$out/g.txt" 2>&1 ||
   { cat "$out/g.txt"; fail "call2 without a GPU: exit $?"; }
 [ "$(awk 'NR > 1 {print $1}' "$out/g/summary.txt" | tr '\n' ' ')" = \
-  "env kernels model smoke mpi initcheck synccheck racecheck " ] ||
+  "env kernels model smoke mpi transformers initcheck synccheck racecheck " ] ||
   { cat "$out/g/summary.txt"; fail "call2 ran the wrong stages"; }
 
 # --- From a bundle, with the system's OpenMPI, protobuf and the build tree hidden.
