@@ -164,7 +164,8 @@ struct MoeLayerConfig {
   int64_t topk_groups = 0;           // groups each token keeps (0 in the file: expert_groups)
   // Node-limited routing (DeepSeek-V3): the expert_groups groups are the nodes; each token keeps
   // max_ep_ranks of them, scored by their ceil(top_k / max_ep_ranks) best scores. Each group lies
-  // on one EP rank (or spans whole ranks), so a token reaches at most that many (0 = off).
+  // on one EP rank (a token reaches at most max_ep_ranks ranks) or spans R / expert_groups whole
+  // ranks (at most max_ep_ranks such groups of ranks, e.g. hosts). 0 = off.
   int64_t max_ep_ranks = 0;
 
   ResidualKind residual = ResidualKind::kPlain;

@@ -192,9 +192,17 @@ __global__ void dedup_chunks_kernel(const int64_t* counts, int64_t ranks, int64_
 // Per token t: each kept peer assignment's send row gets t's unique row within its rank's chunk
 // (position [R, T], the scanned flags), and the first assignment to each peer rank writes t as
 // that unique row's source token.
+struct DedupEmit {
+  const int32_t* position;  // [R, T] the scanned flags: t's unique row within rank r's chunk
+  const int64_t* chunk;     // [R] where rank r's unique rows start
+  int32_t* uniq_token;      // [out] the source token of each unique row
+  int32_t* send_uniq;       // [out] each send row's unique row within its rank's chunk
+};
 __global__ void dedup_emit_kernel(const int32_t* idx, const int32_t* row, int64_t tokens, int64_t k,
-                                  DedupArgs a, int64_t send_rows, const int32_t* position,
-                                  const int64_t* chunk, int32_t* uniq_token, int32_t* send_uniq) {
+                                  DedupArgs a, int64_t send_rows, DedupEmit e) {
+  const int32_t* position = e.position;
+  const int64_t* chunk = e.chunk;
+  int32_t *uniq_token = e.uniq_token, *send_uniq = e.send_uniq;
   MOE_GRID_LOOP(t, tokens) {
     for (int64_t j = 0; j < k; ++j) {
       const int64_t r = dedup_peer(idx, row, t * k + j, a, send_rows);
@@ -400,8 +408,9 @@ Status moe_dedup_layout(Context& ctx, const DedupArgs& a, const TensorView& idx,
                                       chunk.data<int64_t>());
   if (tokens > 0) {
     dedup_emit_kernel<<<grid_for(tokens), kThreads, 0, s>>>(
-        idx.data<int32_t>(), row.data<int32_t>(), tokens, k, a, send_rows, position.data<int32_t>(),
-        chunk.data<int64_t>(), out.uniq_token.data<int32_t>(), out.send_uniq.data<int32_t>());
+        idx.data<int32_t>(), row.data<int32_t>(), tokens, k, a, send_rows,
+        DedupEmit{position.data<int32_t>(), chunk.data<int64_t>(), out.uniq_token.data<int32_t>(),
+                  out.send_uniq.data<int32_t>()});
     if (out.stats.numel() > 0) {
       add_pair_sums_kernel<<<1, kThreads, 0, s>>>(scratch.data<double>(), tokens,
                                                   out.stats.data<double>());

@@ -417,9 +417,11 @@ MoeLayerConfig dedup_variant(bool dropless, int64_t k) {
   cfg.top_k = k;
   cfg.dropless = dropless;
   cfg.capacity_factor = 1.0;  // C = ceil(T K / E): the popular experts drop assignments
-  // Set directly: the config check refuses it until node-limited routing exists, and the layer
-  // only needs it to pick the deduplicating dispatch (the router ignores it).
-  cfg.max_ep_ranks = 2;
+  // Node-limited over 4 groups of 2 (aligned with EP 1, 2 and 4) keeping all 4: the routing of
+  // the same layer without the option (no group is excluded), with the deduplicating dispatch,
+  // on a config the check accepts.
+  cfg.expert_groups = 4;
+  cfg.max_ep_ranks = 4;
   return cfg;
 }
 

@@ -65,7 +65,7 @@ TEST_P(DispatchIdentityTest, DeduplicatedDispatchDeliversTheSameRows) {
     cfg.d_model = 5;
     cfg.dropless = dropless;
     cfg.capacity_factor = 8.0;  // nothing dropped: the identity is exact
-    cfg.max_ep_ranks = 2;
+    cfg.max_ep_ranks = 2;       // the dispatcher deduplicates; the routing is the test's own
     on_ranks(ranks, [&](comm::Communicator* c) {
       return check_dispatch_identity(
           cfg, [&](int r) { return seeded_routing(r, 13, 8, k); }, c);
