@@ -260,7 +260,8 @@ Status Trainer::check_memory_fits() {
   if (world_ == nullptr || world_->rank() == 0) {
     MemoryEstimate per_rank = estimate_training_memory(cfg_, ranks);
     // The GPU's own scratch (attention scores, cuBLAS workspace) counts as activations.
-    per_rank.activation_bytes += device_scratch_bytes(cfg_, ranks);
+    per_rank.device_scratch_bytes = device_scratch_bytes(cfg_, ranks);
+    per_rank.activation_bytes += per_rank.device_scratch_bytes;
     memory_estimate_ = per_rank;
     struct Pool {
       int ranks = 0;

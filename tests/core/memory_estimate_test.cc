@@ -2,8 +2,9 @@
 // every model family in configs/ at two sizes (and SwiGLU FFNs at the first) and both precisions,
 // and with RMSNorm in both block styles, the parameter count is exact and the estimated total
 // brackets the allocator's measured peak (and the count stays exact under RoPE and without linear
-// biases); every step records its measured peaks, which the estimate brackets alike; a run that
-// cannot fit is refused before anything is allocated, with the estimate in the message.
+// biases); every step records its measured peaks, which the estimate brackets alike; the scratch
+// and dropless routing's worst case beside the estimate; a run that cannot fit is refused before
+// anything is allocated, with the estimate in the message.
 #include "core/train/memory_estimate.h"
 
 #include <gtest/gtest.h>
@@ -190,6 +191,54 @@ TEST_F(MemoryEstimateTest, EachStepRecordsItsMeasuredPeaks) {
   }
   t->reset();
   fs::remove_all(run);
+}
+
+// The scratch the estimate counts (the head's f32 logits and their gradient), and dropless
+// routing's worst case beside the balanced count: none without a dropless layer; the same rows
+// at EP 1 (one rank holds every expert); at EP 2, every token of both ranks' micro-batches on one
+// rank's experts doubles the rows that rank receives (its experts number at least K here).
+TEST_F(MemoryEstimateTest, ScratchAndTheDroplessWorstCase) {
+  const std::vector<std::string> set = {"model.d_model=64",        "model.n_heads=2",
+                                        "model.seq_len=32",        "model.moe.d_expert=64",
+                                        "model.moe.num_experts=4", "train.batch_size=8"};
+  for (const bool dropless : {false, true}) {
+    std::vector<std::string> with = set;
+    with.push_back(str_cat("model.moe.dropless=", dropless ? "true" : "false"));
+    StatusOr<RunConfig> cfg = config("quickstart", with);
+    ASSERT_TRUE(cfg.ok()) << cfg.status().to_string();
+    cfg->model.vocab_size = 1000;
+    const MemoryEstimate one = estimate_training_memory(*cfg, 1);
+    EXPECT_EQ(one.logits_scratch_bytes, 2 * 1000 * 4 * one.micro_batch_tokens);
+    EXPECT_LT(one.logits_scratch_bytes, one.activation_bytes);
+    EXPECT_NE(one.scratch_to_string().find("the head's f32 logits and their gradient"),
+              std::string::npos);
+    cfg->parallel.ep = 2;
+    const MemoryEstimate two = estimate_training_memory(*cfg, 2);
+    if (!dropless) {
+      EXPECT_EQ(one.dropless_worst_rows, 0);
+      EXPECT_EQ(two.dropless_worst_extra_bytes, 0);
+      EXPECT_EQ(two.scratch_to_string().find("dropless"), std::string::npos);
+      continue;
+    }
+    int64_t k = 0;
+    for (const BlockPlan& b : cfg->model.blocks) {
+      if (b.moe) k = b.moe_cfg.top_k;
+    }
+    EXPECT_EQ(one.dropless_balanced_rows, one.micro_batch_tokens * k);
+    EXPECT_EQ(one.dropless_worst_rows, one.dropless_balanced_rows);
+    EXPECT_EQ(one.dropless_worst_extra_bytes, 0);
+    EXPECT_NE(one.scratch_to_string().find("dropless worst case: as estimated"), std::string::npos)
+        << one.scratch_to_string();
+    EXPECT_EQ(two.dropless_balanced_rows, two.micro_batch_tokens * k);
+    EXPECT_EQ(two.dropless_worst_rows, 2 * two.dropless_balanced_rows);
+    EXPECT_GT(two.dropless_worst_extra_bytes, 0);
+    const std::string line = two.scratch_to_string();
+    EXPECT_NE(line.find("dropless worst case: activations "), std::string::npos) << line;
+    EXPECT_NE(line.find(str_cat(two.dropless_worst_rows, " rows received per layer instead of ",
+                                two.dropless_balanced_rows)),
+              std::string::npos)
+        << line;
+  }
 }
 
 TEST_F(MemoryEstimateTest, ARunThatCannotFitIsRefusedBeforeAllocating) {
