@@ -82,6 +82,11 @@ class HostCachingAllocator final : public Allocator {
     return stats_;
   }
 
+  void reset_peak() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_.peak_bytes_in_use = stats_.bytes_in_use;
+  }
+
   void release_cached() override {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto& [bucket, blocks] : free_) {

@@ -40,6 +40,10 @@ class Allocator {
   virtual StatusOr<void*> allocate(size_t bytes, Stream stream) = 0;
   virtual void deallocate(void* ptr, size_t bytes, Stream stream) = 0;
   virtual AllocatorStats stats() const = 0;
+  // Lowers peak_bytes_in_use to the bytes in use now, so that the next stats() gives the peak
+  // since this call (the trainer measures each step's peak so). Host-side counters only: never
+  // waits for the device.
+  virtual void reset_peak() = 0;
   // Frees every cached (returned) block back to the system.
   virtual void release_cached() = 0;
 

@@ -59,6 +59,10 @@ class CudaPoolAllocator final : public Allocator {
     return s;
   }
 
+  // The host's count of bytes handed out (allocate() calls less deallocate() calls), not the
+  // pool's device-side use: no query, no wait.
+  void reset_peak() override { peak_.store(in_use_.load()); }
+
   void release_cached() override {
     CudaDeviceGuard on_device(device());
     cudaDeviceSynchronize();

@@ -7,6 +7,7 @@
 #include <iomanip>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 #include <tuple>
 
@@ -141,6 +142,25 @@ void write_phase_times(std::ostream& os, const TrainSteps& train, size_t from) {
   }
 }
 
+// Writes the largest memory peaks of the steps of train[from..] recorded with them (each record's
+// the largest rank's; nothing when none was).
+void write_peak_memory(std::ostream& os, const TrainSteps& train, size_t from) {
+  std::optional<int64_t> tensors, resident;
+  for (size_t i = from; i < train.size(); ++i) {
+    const StepStatsInfo& s = *train[i];
+    if (s.peak_tensor_bytes) tensors = std::max(tensors.value_or(0), *s.peak_tensor_bytes);
+    if (s.peak_rss_bytes) resident = std::max(resident.value_or(0), *s.peak_rss_bytes);
+  }
+  if (!tensors && !resident) return;
+  const auto gib = [](int64_t bytes) { return static_cast<double>(bytes) / (1 << 30); };
+  os << std::setprecision(3) << "peak memory per step (the largest of the last "
+     << train.size() - from << ", the largest rank's):";
+  if (tensors) os << " tensors " << gib(*tensors) << " GiB";
+  if (tensors && resident) os << ",";
+  if (resident) os << " resident " << gib(*resident) << " GiB (the host process's)";
+  os << "\n";
+}
+
 // Writes the table of each layer's statistics, the mean over train[from..].
 void write_layer_table(std::ostream& os, const TrainSteps& train, size_t from) {
   const StepStatsInfo& last = *train.back();
@@ -195,6 +215,7 @@ std::string summary_table(const std::vector<StepStatsInfo>& steps, int64_t windo
   write_mean_loss(os, train, from);
   if (last_eval != nullptr) write_last_evaluation(os, *last_eval);
   write_phase_times(os, train, from);
+  write_peak_memory(os, train, from);
   write_layer_table(os, train, from);
   for (const StepStatsInfo* s : train) {
     for (const std::string& a : s->anomalies) os << "anomaly: " << a << "\n";
@@ -214,9 +235,9 @@ Status write_csv(const std::vector<StepStatsInfo>& steps, const std::string& pat
          "valid_word_ppl,test_word_ppl,valid_bits_per_byte,test_bits_per_byte,"
          "valid_unknown_fraction,test_unknown_fraction,data_seconds,"
          "forward_seconds,backward_seconds,exchange_seconds,grad_sync_seconds,optimizer_seconds,"
-         "eval_seconds\n";
+         "eval_seconds,peak_tensor_bytes,peak_rss_bytes\n";
   out << std::setprecision(9);
-  const auto opt = [&](const std::optional<double>& v) {
+  const auto opt = [&](const auto& v) {
     out << ',';
     if (v) out << *v;
   };
@@ -232,7 +253,7 @@ Status write_csv(const std::vector<StepStatsInfo>& steps, const std::string& pat
       }
       out << std::string(kNumPhases, ',');
       opt(s.eval_seconds);
-      out << "\n";
+      out << ",,\n";
       continue;
     }
     for (const RouterStatsInfo& l : s.layers) {
@@ -252,7 +273,10 @@ Status write_csv(const std::vector<StepStatsInfo>& steps, const std::string& pat
         out << ',';
         if (s.phases) out << (*s.phases)[p];
       }
-      out << ",\n";
+      out << ',';  // eval_seconds
+      opt(s.peak_tensor_bytes);
+      opt(s.peak_rss_bytes);
+      out << "\n";
     }
   }
   if (!out) return internal_error("writing ", path, " failed");

@@ -165,6 +165,8 @@ std::string serialize_step_stats(const StepStatsInfo& s) {
     out->set_optimizer(p[static_cast<int>(Phase::kOptimizer)]);
   }
   if (s.eval_seconds) m.set_eval_seconds(*s.eval_seconds);
+  if (s.peak_tensor_bytes) m.set_peak_tensor_bytes(*s.peak_tensor_bytes);
+  if (s.peak_rss_bytes) m.set_peak_rss_bytes(*s.peak_rss_bytes);
   return m.SerializeAsString();
 }
 
@@ -210,6 +212,8 @@ StatusOr<StepStatsInfo> parse_step_stats(const std::string& bytes) {
     s.phases = p;
   }
   if (m.has_eval_seconds()) s.eval_seconds = m.eval_seconds();
+  if (m.has_peak_tensor_bytes()) s.peak_tensor_bytes = m.peak_tensor_bytes();
+  if (m.has_peak_rss_bytes()) s.peak_rss_bytes = m.peak_rss_bytes();
   // An older file's training record holds the step's 0-based index: one numbering everywhere.
   if (!m.steps_done_numbering() && is_training_step(s)) s.step += 1;
   return s;

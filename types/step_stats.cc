@@ -5,6 +5,16 @@
 #include "base/check.h"
 
 namespace moe {
+namespace {
+
+// The larger of two optional peaks (absent on both: absent).
+std::optional<int64_t> max_of(std::optional<int64_t> a, std::optional<int64_t> b) {
+  if (!a) return b;
+  if (!b) return a;
+  return std::max(*a, *b);
+}
+
+}  // namespace
 
 StepStatsInfo aggregate_step_stats(const std::vector<StepStatsInfo>& per_rank) {
   MOE_CHECK(!per_rank.empty(), "no statistics to aggregate");
@@ -23,6 +33,8 @@ StepStatsInfo aggregate_step_stats(const std::vector<StepStatsInfo>& per_rank) {
       for (int p = 0; p < kNumPhases; ++p)
         (*out.phases)[p] = std::max((*out.phases)[p], (*s.phases)[p]);
     }
+    out.peak_tensor_bytes = max_of(out.peak_tensor_bytes, s.peak_tensor_bytes);
+    out.peak_rss_bytes = max_of(out.peak_rss_bytes, s.peak_rss_bytes);
   }
   out.tokens = tokens;
   out.loss = tokens > 0 ? loss_sum / static_cast<double>(tokens) : per_rank[0].loss;

@@ -37,6 +37,14 @@ struct StepStatsInfo {
   // per phase once aggregated. Training records only.
   std::optional<PhaseSecondsArray> phases;
   std::optional<double> eval_seconds;  // an evaluation's wall-clock seconds
+  // Memory the step used, measured on the host (core/train/trainer.cc); the largest rank's once
+  // aggregated. Training records only. peak_tensor_bytes: the peak of the bytes the rank's tensor
+  // allocator had handed out during the step (its peak is reset at the step's start; on a GPU
+  // the CUDA pool allocator's host-side count), parameters, gradients and optimizer state
+  // included. peak_rss_bytes: the process's resident high-water mark on the host (VmHWM), reset
+  // at the step's start where Linux allows it (base/process_memory.h), else since the process
+  // started; with ranks that are threads, the whole process's (every rank together).
+  std::optional<int64_t> peak_tensor_bytes, peak_rss_bytes;
   // Set on a marker record only: the run resumed from the checkpoint of this many steps, and the
   // records of later steps before the marker are not part of the run any more. interrupted: the
   // run was killed after that checkpoint and resumed from it (else it rolled back to an older
@@ -46,7 +54,8 @@ struct StepStatsInfo {
 };
 
 // Merges per-rank statistics of one step: counters add, losses are token-weighted, the slowest
-// rank's time counts, layers merge by position, and derived router fields are finalized.
+// rank's time and the largest rank's memory peaks count, layers merge by position, and derived
+// router fields are finalized.
 StepStatsInfo aggregate_step_stats(const std::vector<StepStatsInfo>& per_rank);
 
 // An evaluation record's measures by name, in one fixed order (valid_ppl, test_ppl,

@@ -74,6 +74,8 @@ std::string step_stats_json(const StepStatsInfo& s) {
         phases[phase_name(static_cast<Phase>(p))] = (*s.phases)[p];
       j["phase_seconds"] = phases;
     }
+    if (s.peak_tensor_bytes) j["peak_tensor_bytes"] = *s.peak_tensor_bytes;
+    if (s.peak_rss_bytes) j["peak_rss_bytes"] = *s.peak_rss_bytes;
     j["layers"] = nlohmann::json::array();
     for (const RouterStatsInfo& l : s.layers) j["layers"].push_back(layer_json(l));
     if (!s.anomalies.empty()) j["anomalies"] = s.anomalies;

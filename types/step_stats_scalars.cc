@@ -7,6 +7,8 @@
 namespace moe {
 namespace {
 
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
 void add_layer(const RouterStatsInfo& l, std::vector<NamedScalar>* out) {
   const std::string b = "block" + std::to_string(l.block) + "/";
   out->push_back({b + "balance_loss", l.balance_loss});
@@ -45,6 +47,12 @@ void add_training(const StepStatsInfo& s, std::vector<NamedScalar>* out) {
     for (int p = 0; p < kNumPhases; ++p) {
       out->push_back({std::string("time/") + phase_name(static_cast<Phase>(p)), (*s.phases)[p]});
     }
+  }
+  if (s.peak_tensor_bytes) {
+    out->push_back({"memory/peak_tensor_gib", static_cast<double>(*s.peak_tensor_bytes) / kGiB});
+  }
+  if (s.peak_rss_bytes) {
+    out->push_back({"memory/peak_rss_gib", static_cast<double>(*s.peak_rss_bytes) / kGiB});
   }
   for (const RouterStatsInfo& l : s.layers) add_layer(l, out);
 }

@@ -3,6 +3,8 @@
 // (types/step_stats_json.h). The tags, by record:
 //   training step  train/{loss, perplexity, aux_loss, learning_rate, grad_norm, tokens_per_second,
 //                  step_seconds, skipped}, time/<phase> (seconds; base/phase_timer.h's names),
+//                  memory/{peak_tensor_gib, peak_rss_gib} (the step's peaks in GiB, when
+//                  measured: types/step_stats.h),
 //                  and per MoE layer block<b>/{balance_loss, z_loss, seq_balance_loss, drop_rate,
 //                  max_load, entropy, probe_flip_rate} and block<b>/expert_load/<e> (expert e's
 //                  share of the layer's routed assignments: the shares sum to 1)

@@ -34,6 +34,30 @@ std::string MemoryEstimate::to_string() const {
                  gib(activation_bytes), " for a micro-batch of ", micro_batch_tokens, " tokens)");
 }
 
+std::string MemoryEstimate::scratch_to_string() const {
+  std::string out =
+      str_cat("the activations include ", gib(logits_scratch_bytes + device_scratch_bytes),
+              " GiB of scratch: the step's largest transient, the head's f32 logits "
+              "and their gradient");
+  if (device_scratch_bytes > 0) {
+    out += str_cat(" (", gib(logits_scratch_bytes),
+                   "), and the GPU's attention scores and cuBLAS workspace (",
+                   gib(device_scratch_bytes), ")");
+  }
+  if (dropless_worst_rows == 0) return out;
+  if (dropless_worst_rows == dropless_balanced_rows) {
+    return out + str_cat("; dropless worst case: as estimated (this rank's experts receive all ",
+                         dropless_balanced_rows, " rows per layer however the tokens route)");
+  }
+  return out + str_cat("; dropless worst case: activations ",
+                       gib(activation_bytes + dropless_worst_extra_bytes), " GiB (",
+                       gib(total() + dropless_worst_extra_bytes),
+                       " GiB in all) if every token of the EP group's micro-batch chose experts "
+                       "of one rank (",
+                       dropless_worst_rows, " rows received per layer instead of ",
+                       dropless_balanced_rows, ")");
+}
+
 namespace {
 
 // The parameters a rank holds, as the layers register them, and those that are GEMM operands
@@ -113,6 +137,26 @@ double activation_bytes_per_token(const ModelConfig& m, int64_t A) {
   return per_token;
 }
 
+// Dropless routing's worst case per MoE layer (memory_estimate.h): fills the rows and the extra
+// activation bytes of `tokens` tokens per rank into e. The balanced count above holds, per
+// assignment, the received input and output ([D] each) and the hidden states (h_pre, h) on the
+// expert's rank; those grow with the rows received, the sender's own send and return rows do not.
+void add_dropless_worst_case(const ModelConfig& m, int64_t A, int ep, int64_t tokens,
+                             MemoryEstimate* e) {
+  const int64_t D = m.d_model;
+  for (const BlockPlan& b : m.blocks) {
+    if (!b.moe || !b.moe_cfg.dropless) continue;
+    const MoeLayerConfig& c = b.moe_cfg;
+    const int64_t balanced = tokens * c.top_k;
+    const int64_t worst = ep * tokens * std::min<int64_t>(c.top_k, c.num_experts / ep);
+    const int64_t row_bytes =
+        (2 * D + first_matrix_cols(c.activation, c.d_expert) + c.d_expert) * A;
+    e->dropless_balanced_rows = std::max(e->dropless_balanced_rows, balanced);
+    e->dropless_worst_rows = std::max(e->dropless_worst_rows, worst);
+    e->dropless_worst_extra_bytes += std::max<int64_t>(0, worst - balanced) * row_bytes;
+  }
+}
+
 }  // namespace
 
 MemoryEstimate estimate_training_memory(const RunConfig& cfg, int world_size) {
@@ -135,6 +179,8 @@ MemoryEstimate estimate_training_memory(const RunConfig& cfg, int world_size) {
   const double per_token = activation_bytes_per_token(m, A);
   e.micro_batch_tokens = tokens;
   e.activation_bytes = static_cast<int64_t>(std::ceil(per_token * static_cast<double>(tokens)));
+  e.logits_scratch_bytes = 2 * m.vocab_size * 4 * tokens;
+  add_dropless_worst_case(m, A, std::max(1, cfg.parallel.ep), tokens, &e);
   return e;
 }
 

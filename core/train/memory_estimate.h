@@ -29,6 +29,24 @@ struct MemoryEstimate {
   // tokens)"
   std::string to_string() const;
   int64_t micro_batch_tokens = 0;
+
+  // Of activation_bytes: the step's largest transient, the head's f32 logits and their gradient
+  // ([tokens, V] each; they coexist at the start of backward).
+  int64_t logits_scratch_bytes = 0;
+  // Of activation_bytes, on a GPU: the device's own scratch (attention scores, the cuBLAS
+  // workspace: run_device.h device_scratch_bytes), added by the trainer; 0 on the CPU.
+  int64_t device_scratch_bytes = 0;
+  // Dropless routing's worst case (0 rows without a dropless MoE layer). The activations count
+  // T x K received expert rows per rank and dropless layer (balanced routing; T: the rank's
+  // micro-batch tokens); if every token of the EP group's micro-batch chose experts of one rank,
+  // that rank receives ep x T x min(K, E_l) rows (E_l: its experts). dropless_*_rows: the largest
+  // over the dropless layers; dropless_worst_extra_bytes: the activation bytes the extra rows add,
+  // summed over them (each row's received input, expert hidden states and output).
+  int64_t dropless_balanced_rows = 0, dropless_worst_rows = 0;
+  int64_t dropless_worst_extra_bytes = 0;
+  // "the activations include 0.08 GiB of scratch: the step's largest transient, ...", and with
+  // a dropless layer "; dropless worst case: activations 0.40 GiB (0.45 GiB in all) if ..."
+  std::string scratch_to_string() const;
 };
 
 // cfg.model.vocab_size must be set. world_size: the ranks the batch is split over.

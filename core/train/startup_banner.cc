@@ -68,6 +68,7 @@ std::vector<std::string> startup_banner(const RunConfig& cfg, const comm::Commun
                             "; BLAS ", kernels::ref::blas_info().summary()));
   }
   lines.push_back(str_cat("momoe: memory per rank (estimated): ", memory.to_string()));
+  lines.push_back(str_cat("momoe: memory: ", memory.scratch_to_string()));
   return lines;
 }
 

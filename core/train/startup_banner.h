@@ -2,7 +2,8 @@
 // tokenizer, training sequences, blocks and parameters; each text with its <unk> share (a
 // user's corpus must not be evaluated on other text unseen); on the CPU, the CPU and BLAS kernel;
 // the model's size (all parameters, active ones per token) and training FLOPs per token
-// (model_size.h); the memory a rank is estimated to need.
+// (model_size.h); the memory a rank is estimated to need, the scratch it counts and, with
+// dropless routing, its worst case (memory_estimate.h).
 #pragma once
 
 #include <string>

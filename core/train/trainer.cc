@@ -9,6 +9,7 @@
 #include <mutex>
 
 #include "base/logging.h"
+#include "base/process_memory.h"
 #include "base/progress.h"
 #include "comm/agree.h"
 #include "core/checkpoint/checkpoint_io.h"
@@ -259,7 +260,8 @@ Status Trainer::check_memory_fits() {
   if (world_ == nullptr || world_->rank() == 0) {
     MemoryEstimate per_rank = estimate_training_memory(cfg_, ranks);
     // The GPU's own scratch (attention scores, cuBLAS workspace) counts as activations.
-    per_rank.activation_bytes += device_scratch_bytes(cfg_, ranks);
+    per_rank.device_scratch_bytes = device_scratch_bytes(cfg_, ranks);
+    per_rank.activation_bytes += per_rank.device_scratch_bytes;
     memory_estimate_ = per_rank;
     struct Pool {
       int ranks = 0;
@@ -364,6 +366,7 @@ StatusOr<StepStatsInfo> Trainer::step() {
 StatusOr<StepStatsInfo> Trainer::step_impl() {
   const auto t0 = std::chrono::steady_clock::now();
   const int64_t step = steps_done();
+  start_step_memory();
   const StepBuffer slots(model_->num_moe_layers());
   MOE_ASSIGN_OR_RETURN(Tensor buffer, ctx_->zeros({slots.size(*model_)}, DType::kF64));
   MOE_ASSIGN_OR_RETURN(const int64_t probe_tokens, probe_flips(slots.flips(buffer)));
@@ -389,10 +392,24 @@ StatusOr<StepStatsInfo> Trainer::step_impl() {
     phase_timing_failed_ = true;
     log_warning(phases.status().to_string(), " (steps are not timed by phase from here)");
   }
+  record_step_memory(&stats);
   stats.step_seconds = seconds_since(t0);
   stats.tokens_per_second = static_cast<double>(stats.tokens) / std::max(1e-9, stats.step_seconds);
   coordinator_->set_evaluation_eta(evaluation_eta(stats.step, stats.step_seconds));
   return coordinator_->report_step(stats, flips, cfg_.train.steps);
+}
+
+void Trainer::start_step_memory() {
+  ctx_->allocator().reset_peak();
+  const bool ranks_are_threads =
+      world_ != nullptr && world_->world_size() > 1 && world_->ranks_are_threads();
+  if (resident_peak_resets_ && !ranks_are_threads) resident_peak_resets_ = reset_resident_peak();
+}
+
+void Trainer::record_step_memory(StepStatsInfo* stats) const {
+  // The allocator's counters are host-side: reading them never waits for the device.
+  stats->peak_tensor_bytes = static_cast<int64_t>(ctx_->allocator().stats().peak_bytes_in_use);
+  if (const int64_t rss = resident_peak_bytes(); rss >= 0) stats->peak_rss_bytes = rss;
 }
 
 Status Trainer::accumulate_gradients(int64_t step, const StepBuffer& slots, const Tensor& buffer) {

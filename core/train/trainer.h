@@ -181,6 +181,13 @@ class Trainer {
   StepStatsInfo read_step_stats(int64_t step, const StepBuffer& slots, const double* v,
                                 int64_t probe_tokens, std::vector<double>* flips);
   Status apply_update(const StepStatsInfo& stats);
+  // The step's memory, measured on the host (no device wait): start_step_memory at the step's
+  // start resets the tensor allocator's peak and the process's resident high-water mark (not
+  // where ranks are threads: the mark is the process's, and one rank's reset would cut another
+  // rank's step short); record_step_memory at its end sets stats->peak_tensor_bytes and
+  // peak_rss_bytes.
+  void start_step_memory();
+  void record_step_memory(StepStatsInfo* stats) const;
   // Probe step: routes the probe batch and counts, per MoE layer, the tokens whose top-1 expert
   // changed since the last probe into flips (f64 [L], on the device). Returns the number of probe
   // tokens, 0 when this step does not probe.
@@ -214,6 +221,9 @@ class Trainer {
   bool phase_timing_failed_ = false;         // warned once
   RunDevice device_;                         // what ctx_ is (its ctx moved into ctx_)
   MemoryEstimate memory_estimate_;           // per rank, device scratch included (rank 0)
+  // False once the kernel refused to reset the resident high-water mark (base/process_memory.h):
+  // from then on peak_rss_bytes is the peak since the process started.
+  bool resident_peak_resets_ = true;
   comm::ProcessGroups groups_;
   bool has_groups_ = false;
   // Device backends (NCCL) only: turns a stalled peer into an abort with a message. Declared

@@ -115,6 +115,30 @@ TEST(AllocatorTest, BucketsAndReuse) {
   EXPECT_EQ(a->allocate(0, {}).value(), nullptr);
 }
 
+// What every allocator's reset_peak promises: the peak drops to the bytes in use now and then
+// follows the allocations made after the reset only.
+void expect_peak_resets(Allocator& a) {
+  SCOPED_TRACE(a.device().to_string());
+  void* big = a.allocate(size_t{1} << 20, {}).value();
+  void* kept = a.allocate(4096, {}).value();
+  a.deallocate(big, size_t{1} << 20, {});
+  const size_t kept_bytes = a.stats().bytes_in_use;
+  EXPECT_GE(a.stats().peak_bytes_in_use, kept_bytes + (size_t{1} << 20));
+  a.reset_peak();
+  EXPECT_EQ(a.stats().peak_bytes_in_use, kept_bytes);
+  void* small = a.allocate(8192, {}).value();
+  const size_t after = a.stats().bytes_in_use;
+  a.deallocate(small, 8192, {});
+  EXPECT_EQ(a.stats().peak_bytes_in_use, after);
+  EXPECT_LT(after, kept_bytes + (size_t{1} << 20));
+  a.deallocate(kept, 4096, {});
+}
+
+TEST(AllocatorTest, PeakResetsToTheBytesInUse) {
+  std::shared_ptr<Allocator> a = make_host_caching_allocator();
+  expect_peak_resets(*a);
+}
+
 // Tensors of a context come from its caching allocator: a step that frees and reallocates the
 // same shapes is served from the cache.
 TEST(ContextTest, TensorsReuseCachedBlocks) {
@@ -152,6 +176,7 @@ TEST(DeviceTest, CudaContextOnlyWithADevice) {
   EXPECT_TRUE((*ctx)->guarded());
   Tensor t = (*ctx)->upload(Tensor::from_vector<float>({3}, {1, 2, 3})).value();
   EXPECT_EQ(to_vector<float>((*ctx)->read_back(t).value()), (std::vector<float>{1, 2, 3}));
+  expect_peak_resets((*ctx)->allocator());
 }
 
 }  // namespace

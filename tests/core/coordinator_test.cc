@@ -1,6 +1,7 @@
 // The coordinator on one rank: aggregation into stats.pb, the progress line, the anomalies it
-// reports (a non-finite loss, a collapsed layer), and the TensorBoard event file beside
-// metrics.jsonl (train.tensorboard).
+// reports (a non-finite loss, a collapsed layer), the TensorBoard event file beside
+// metrics.jsonl (train.tensorboard), and the step's memory peaks on metrics.jsonl's training
+// lines.
 #include "core/train/coordinator.h"
 
 #include <gtest/gtest.h>
@@ -8,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 
 #include "proto/event_file.h"
 #include "proto/stats_convert.h"
@@ -132,6 +134,38 @@ TEST(CoordinatorTest, WritesTensorBoardEventsWithMetrics) {
   }
   EXPECT_TRUE(std::filesystem::exists(off + "/metrics.jsonl"));
   std::filesystem::remove_all(off);
+}
+
+// The step's memory peaks reach metrics.jsonl on training lines, as measured; an evaluation's
+// line has none.
+TEST(CoordinatorTest, MetricsCarryMemoryPeaksOnTrainingLinesOnly) {
+  const std::string dir = fresh_dir("coordinator_memory");
+  RunConfig cfg;
+  {
+    Coordinator c(cfg, nullptr, dir + "/stats.pb", nullptr);
+    c.report_start(0);
+    StepStatsInfo s;
+    s.step = 1;
+    s.loss = 2.0;
+    s.tokens = 40;
+    s.peak_tensor_bytes = 123456789;
+    s.peak_rss_bytes = 987654321;
+    ASSERT_TRUE(c.report_step(s, {}, 1).ok());
+    StepStatsInfo eval;
+    eval.step = 1;
+    eval.eval_sequences = 0;
+    eval.valid_ppl = 120.0;
+    c.report_eval(eval);
+  }
+  std::ifstream in(dir + "/metrics.jsonl");
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_NE(lines[0].find("\"peak_tensor_bytes\":123456789"), std::string::npos) << lines[0];
+  EXPECT_NE(lines[0].find("\"peak_rss_bytes\":987654321"), std::string::npos) << lines[0];
+  EXPECT_NE(lines[1].find("\"valid_ppl\""), std::string::npos) << lines[1];
+  EXPECT_EQ(lines[1].find("peak_"), std::string::npos) << lines[1];
+  std::filesystem::remove_all(dir);
 }
 
 // Why the balance loss can read 1.0 while tokens are dropped: E sum_e f_e P_e with the router's

@@ -2,8 +2,9 @@
 // every model family in configs/ at two sizes (and SwiGLU FFNs at the first) and both precisions,
 // and with RMSNorm in both block styles, the parameter count is exact and the estimated total
 // brackets the allocator's measured peak (and the count stays exact under RoPE and without linear
-// biases); a run that cannot fit is refused before anything is allocated, with the estimate in the
-// message.
+// biases); every step records its measured peaks, which the estimate brackets alike; the scratch
+// and dropless routing's worst case beside the estimate; a run that cannot fit is refused before
+// anything is allocated, with the estimate in the message.
 #include "core/train/memory_estimate.h"
 
 #include <gtest/gtest.h>
@@ -71,13 +72,18 @@ class MemoryEstimateTest : public ::testing::Test {
     for (const auto& p : (*t)->model().params().all()) params += p->numel();
     EXPECT_EQ(e.parameters, params);
     const auto peak = static_cast<double>((*t)->context().allocator().stats().peak_bytes_in_use);
-    const double ratio = static_cast<double>(e.total()) / peak;
-    std::printf("%-12s %s: estimate %.2f MiB, peak %.2f MiB, ratio %.2f\n", family.c_str(),
-                what.c_str(), e.total() / 1048576.0, peak / 1048576.0, ratio);
-    EXPECT_GE(ratio, 1.0);
-    EXPECT_LE(ratio, 1.6);
+    std::printf("%-12s %s: ", family.c_str(), what.c_str());
+    expect_brackets(e, peak);
     t->reset();
     fs::remove_all(run);
+  }
+  // The estimate's total brackets a measured peak: never below it, at most 1.6 x it.
+  static void expect_brackets(const MemoryEstimate& e, double peak) {
+    const double ratio = static_cast<double>(e.total()) / peak;
+    std::printf("estimate %.2f MiB, peak %.2f MiB, ratio %.2f\n", e.total() / 1048576.0,
+                peak / 1048576.0, ratio);
+    EXPECT_GE(ratio, 1.0);
+    EXPECT_LE(ratio, 1.6);
   }
   static std::string* corpus_;
 };
@@ -127,8 +133,7 @@ TEST_F(MemoryEstimateTest, RopeAndBiasFreeModels) {
     const MemoryEstimate e = estimate_training_memory(resolved, 1);
     EXPECT_EQ(e.parameters, params);
     const auto peak = static_cast<double>((*t)->context().allocator().stats().peak_bytes_in_use);
-    EXPECT_GE(static_cast<double>(e.total()) / peak, 1.0);
-    EXPECT_LE(static_cast<double>(e.total()) / peak, 1.6);
+    expect_brackets(e, peak);
     t->reset();
     fs::remove_all(run);
 
@@ -153,6 +158,86 @@ TEST_F(MemoryEstimateTest, RmsNormParametersAreExactAndTheTotalBracketsTheMeasur
           "train.batch_size=8", "model.norm=RMS_NORM",   std::string("model.block_style=") + style};
       expect_exact_and_bracketing(family, set, str_cat("RMS_NORM ", style));
     }
+  }
+}
+
+// Every step records what it used, measured: the tensor allocator's peak since the step's start
+// (parameters, gradients and optimizer state included), which the estimate brackets as it does
+// the allocator's peak above, for the quick start at its own size; on the CPU the process's
+// resident peak holds at least those tensors (they live in it). The first step (it creates the
+// optimizer's state) and a later one.
+TEST_F(MemoryEstimateTest, EachStepRecordsItsMeasuredPeaks) {
+  StatusOr<RunConfig> cfg = config("quickstart", {"train.steps=2"});
+  ASSERT_TRUE(cfg.ok()) << cfg.status().to_string();
+  const std::string run = fresh_dir("memory_step_peaks");
+  auto t = Trainer::create(*cfg, quiet_options(run, false), nullptr);
+  ASSERT_TRUE(t.ok()) << t.status().to_string();
+  RunConfig resolved = *cfg;
+  resolved.model.vocab_size = (*t)->config().model.vocab_size;
+  const MemoryEstimate e = estimate_training_memory(resolved, 1);
+  for (int step = 1; step <= 2; ++step) {
+    SCOPED_TRACE(str_cat("step ", step));
+    StatusOr<StepStatsInfo> s = (*t)->step();
+    ASSERT_TRUE(s.ok()) << s.status().to_string();
+    ASSERT_TRUE(s->peak_tensor_bytes.has_value());
+    ASSERT_TRUE(s->peak_rss_bytes.has_value());
+    EXPECT_GT(*s->peak_tensor_bytes, 0);
+    // Nothing is allocated after the measurement: the record is the allocator's peak.
+    EXPECT_EQ(*s->peak_tensor_bytes,
+              static_cast<int64_t>((*t)->context().allocator().stats().peak_bytes_in_use));
+    std::printf("quickstart step %d: ", step);
+    expect_brackets(e, static_cast<double>(*s->peak_tensor_bytes));
+    EXPECT_GE(*s->peak_rss_bytes, *s->peak_tensor_bytes);
+  }
+  t->reset();
+  fs::remove_all(run);
+}
+
+// The scratch the estimate counts (the head's f32 logits and their gradient), and dropless
+// routing's worst case beside the balanced count: none without a dropless layer; the same rows
+// at EP 1 (one rank holds every expert); at EP 2, every token of both ranks' micro-batches on one
+// rank's experts doubles the rows that rank receives (its experts number at least K here).
+TEST_F(MemoryEstimateTest, ScratchAndTheDroplessWorstCase) {
+  const std::vector<std::string> set = {"model.d_model=64",        "model.n_heads=2",
+                                        "model.seq_len=32",        "model.moe.d_expert=64",
+                                        "model.moe.num_experts=4", "train.batch_size=8"};
+  for (const bool dropless : {false, true}) {
+    std::vector<std::string> with = set;
+    with.push_back(str_cat("model.moe.dropless=", dropless ? "true" : "false"));
+    StatusOr<RunConfig> cfg = config("quickstart", with);
+    ASSERT_TRUE(cfg.ok()) << cfg.status().to_string();
+    cfg->model.vocab_size = 1000;
+    const MemoryEstimate one = estimate_training_memory(*cfg, 1);
+    EXPECT_EQ(one.logits_scratch_bytes, 2 * 1000 * 4 * one.micro_batch_tokens);
+    EXPECT_LT(one.logits_scratch_bytes, one.activation_bytes);
+    EXPECT_NE(one.scratch_to_string().find("the head's f32 logits and their gradient"),
+              std::string::npos);
+    cfg->parallel.ep = 2;
+    const MemoryEstimate two = estimate_training_memory(*cfg, 2);
+    if (!dropless) {
+      EXPECT_EQ(one.dropless_worst_rows, 0);
+      EXPECT_EQ(two.dropless_worst_extra_bytes, 0);
+      EXPECT_EQ(two.scratch_to_string().find("dropless"), std::string::npos);
+      continue;
+    }
+    int64_t k = 0;
+    for (const BlockPlan& b : cfg->model.blocks) {
+      if (b.moe) k = b.moe_cfg.top_k;
+    }
+    EXPECT_EQ(one.dropless_balanced_rows, one.micro_batch_tokens * k);
+    EXPECT_EQ(one.dropless_worst_rows, one.dropless_balanced_rows);
+    EXPECT_EQ(one.dropless_worst_extra_bytes, 0);
+    EXPECT_NE(one.scratch_to_string().find("dropless worst case: as estimated"), std::string::npos)
+        << one.scratch_to_string();
+    EXPECT_EQ(two.dropless_balanced_rows, two.micro_batch_tokens * k);
+    EXPECT_EQ(two.dropless_worst_rows, 2 * two.dropless_balanced_rows);
+    EXPECT_GT(two.dropless_worst_extra_bytes, 0);
+    const std::string line = two.scratch_to_string();
+    EXPECT_NE(line.find("dropless worst case: activations "), std::string::npos) << line;
+    EXPECT_NE(line.find(str_cat(two.dropless_worst_rows, " rows received per layer instead of ",
+                                two.dropless_balanced_rows)),
+              std::string::npos)
+        << line;
   }
 }
 

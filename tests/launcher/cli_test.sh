@@ -52,6 +52,14 @@ grep -qE "time per step \(mean of the last 4\): [0-9.]+ ms = data [0-9.]+ \+ for
 [ "$(grep -c '"eval_seconds":' "$run/s.jsonl")" -eq 2 ] || fail "JSON evaluations lack eval_seconds"
 [ "$(awk -F, '{print NF}' "$run/s.csv" | sort -u | wc -l)" -eq 1 ] || fail "CSV rows differ in width"
 head -1 "$run/s.csv" | grep -q ",forward_seconds,backward_seconds,exchange_seconds," || fail "CSV phase columns"
+# The step's measured memory peaks: on every training step of the JSON (none on an evaluation's
+# line), the CSV's last columns and the summary.
+[ "$(grep -c '"peak_rss_bytes":[1-9][0-9]*,"peak_tensor_bytes":[1-9][0-9]*' "$run/s.jsonl")" -eq 4 ] ||
+  fail "JSON training steps lack their memory peaks"
+[ "$(grep -c 'peak_' "$run/s.jsonl")" -eq 4 ] || fail "JSON evaluations carry memory peaks"
+head -1 "$run/s.csv" | grep -q ",eval_seconds,peak_tensor_bytes,peak_rss_bytes$" || fail "CSV memory columns"
+grep -qE "peak memory per step \(the largest of the last 4, the largest rank's\): tensors [0-9.]+ GiB, resident [0-9.]+ GiB" "$run/table" ||
+  fail "the summary has no memory peaks"
 # The live metrics the trainer appended are the same records, line for line (log_every 1).
 [ -s "$run/metrics.jsonl" ] || fail "no metrics.jsonl"
 cmp "$run/metrics.jsonl" "$run/s.jsonl" || { diff "$run/metrics.jsonl" "$run/s.jsonl" | head; fail "metrics.jsonl differs from momoe-stats --json"; }

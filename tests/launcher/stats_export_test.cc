@@ -1,6 +1,6 @@
 // launcher/stats_export.h: momoe-stats's summary of where a step's time goes, from records whose
 // phases are each the slowest rank's (a resume from EP 2 to EP 1 in the middle); the dispatch's
-// exchange counters in the table, the CSV and the JSON lines.
+// exchange counters and the step's memory peaks in the table, the CSV and the JSON lines.
 #include "launcher/stats_export.h"
 
 #include <gtest/gtest.h>
@@ -118,6 +118,62 @@ TEST(StatsExport, DispatchExchangeCountersAggregateAndShow) {
             std::string::npos)
       << lines[0];
   EXPECT_NE(lines[1].find(",40,80,40960,81920,0.5,\"6 2\","), std::string::npos) << lines[1];
+  for (const std::string& line : lines) {
+    EXPECT_EQ(std::count(line.begin(), line.end(), ','),
+              std::count(lines[0].begin(), lines[0].end(), ','))
+        << line;
+  }
+  std::remove(path.c_str());
+}
+
+// The step's memory peaks: the largest rank's of each (a rank that did not measure one does not
+// lower it), shown by momoe-stats: the summary's memory line, the CSV's last two columns (empty on
+// an evaluation's row), the JSON lines.
+TEST(StatsExport, MemoryPeaksAggregateAsTheLargestRanksAndShow) {
+  std::vector<StepStatsInfo> ranks = {rank_record(1, 0, 0.1, 0.04, 0.05),
+                                      rank_record(1, 1, 0.1, 0.04, 0.05),
+                                      rank_record(1, 2, 0.1, 0.04, 0.05)};
+  ranks[0].peak_tensor_bytes = int64_t{1} << 30;
+  ranks[0].peak_rss_bytes = int64_t{2} << 30;
+  ranks[1].peak_tensor_bytes = int64_t{3} << 29;  // 1.5 GiB, the largest
+  ranks[2].peak_tensor_bytes = int64_t{1} << 29;  // no resident peak on this rank
+  StepStatsInfo evaluation;
+  evaluation.step = 1;
+  evaluation.valid_ppl = 12.5;
+  const std::vector<StepStatsInfo> steps = {aggregate_step_stats(ranks), evaluation};
+  EXPECT_EQ(steps[0].peak_tensor_bytes, std::optional<int64_t>(int64_t{3} << 29));
+  EXPECT_EQ(steps[0].peak_rss_bytes, std::optional<int64_t>(int64_t{2} << 30));
+  EXPECT_FALSE(aggregate_step_stats({rank_record(2, 0, 0.1, 0.04, 0.05)}).peak_rss_bytes)
+      << "no rank measured it: absent, not 0";
+
+  const std::string table = summary_table(steps, 10);
+  EXPECT_NE(table.find("peak memory per step (the largest of the last 1, the largest rank's): "
+                       "tensors 1.500 GiB, resident 2.000 GiB"),
+            std::string::npos)
+      << table;
+  const std::string json = step_stats_json(steps[0]);
+  EXPECT_NE(json.find("\"peak_tensor_bytes\":1610612736"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"peak_rss_bytes\":2147483648"), std::string::npos) << json;
+  EXPECT_EQ(step_stats_json(evaluation).find("peak_"), std::string::npos);
+
+  RouterStatsInfo l;
+  l.block = 1;
+  l.expert_load = {3, 1};
+  std::vector<StepStatsInfo> with_layer = steps;
+  with_layer[0].layers.push_back(l);
+  const std::string path = ::testing::TempDir() + "stats_export_memory.csv";
+  ASSERT_TRUE(write_csv(with_layer, path).ok());
+  std::ifstream in(path);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  ASSERT_EQ(lines.size(), 3u);  // header, the layer's row, the evaluation's row
+  const auto ends_with = [](const std::string& line, const std::string& end) {
+    return line.size() >= end.size() &&
+           line.compare(line.size() - end.size(), end.size(), end) == 0;
+  };
+  EXPECT_TRUE(ends_with(lines[0], ",eval_seconds,peak_tensor_bytes,peak_rss_bytes")) << lines[0];
+  EXPECT_TRUE(ends_with(lines[1], ",,1610612736,2147483648")) << lines[1];
+  EXPECT_TRUE(ends_with(lines[2], ",,")) << lines[2];
   for (const std::string& line : lines) {
     EXPECT_EQ(std::count(line.begin(), line.end(), ','),
               std::count(lines[0].begin(), lines[0].end(), ','))

@@ -52,6 +52,10 @@ def scalars_of(r):
         for phase in PHASES:
             if "phase_seconds" in r:
                 out["time/" + phase] = r["phase_seconds"][phase]
+        for key, tag in (("peak_tensor_bytes", "memory/peak_tensor_gib"),
+                         ("peak_rss_bytes", "memory/peak_rss_gib")):
+            if key in r:
+                out[tag] = r[key] / 2.0**30
         for layer in r["layers"]:
             b = "block%d/" % layer["block"]
             out[b + "balance_loss"] = layer["balance_loss"]
@@ -201,8 +205,8 @@ def main():
     # Not vacuous: run B repeated steps that run A had written (TensorBoard dropped run A's).
     repeated = {r["step"] for r in run_a if is_training(r)} & \
         {r["step"] for r in run_b if is_training(r)}
-    needed = ("train/loss", "time/forward", "block1/expert_load/0", "eval/valid_ppl",
-              "eval_subset/valid_ppl")
+    needed = ("train/loss", "time/forward", "memory/peak_tensor_gib", "block1/expert_load/0",
+              "eval/valid_ppl", "eval_subset/valid_ppl")
     if not repeated or len(want.get("train/loss", [])) < 8 or not all(t in want for t in needed):
         fail("the runs do not cover what the check needs (repeated steps %s, tags %s)"
              % (sorted(repeated), sorted(want)))

@@ -145,6 +145,7 @@ TEST(StepStatsScalarsTest, ATrainingRecord) {
   PhaseSecondsArray phases{};
   phases[static_cast<int>(Phase::kBackward)] = 0.125;
   s.phases = phases;
+  s.peak_tensor_bytes = int64_t{3} << 29;  // 1.5 GiB
   RouterStatsInfo l;
   l.block = 3;
   l.expert_load = {1, 3, 0, 4};
@@ -166,6 +167,8 @@ TEST(StepStatsScalarsTest, ATrainingRecord) {
   EXPECT_EQ(got.at("train/skipped"), 0);
   EXPECT_EQ(got.at("time/backward"), 0.125);
   EXPECT_EQ(got.at("time/forward"), 0);
+  EXPECT_EQ(got.at("memory/peak_tensor_gib"), 1.5);
+  EXPECT_EQ(got.count("memory/peak_rss_gib"), 0u);  // not measured: no scalar
   EXPECT_EQ(got.at("block3/balance_loss"), 1.25);
   EXPECT_EQ(got.at("block3/z_loss"), 0.5);
   EXPECT_EQ(got.at("block3/seq_balance_loss"), 0.75);

@@ -121,6 +121,26 @@ TEST_F(StatsFileTest, ARecordKeepsItsDispatchExchange) {
   EXPECT_EQ(got->layers[0].dispatch_saved_fraction, 0.25);
 }
 
+// A training step's memory peaks survive the record (past 32 bits); a record without them (an
+// evaluation, an older file's step) reads back without them.
+TEST_F(StatsFileTest, ARecordKeepsItsMemoryPeaks) {
+  StepStatsInfo s = record(5);
+  s.peak_tensor_bytes = int64_t{5} << 32;
+  s.peak_rss_bytes = (int64_t{6} << 32) + 4096;
+  StatusOr<StepStatsInfo> got = parse_step_stats(serialize_step_stats(s));
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  EXPECT_EQ(got->peak_tensor_bytes, std::optional<int64_t>(int64_t{5} << 32));
+  EXPECT_EQ(got->peak_rss_bytes, std::optional<int64_t>((int64_t{6} << 32) + 4096));
+  StatusOr<StepStatsInfo> none = parse_step_stats(serialize_step_stats(record(6)));
+  ASSERT_TRUE(none.ok()) << none.status().to_string();
+  EXPECT_FALSE(none->peak_tensor_bytes.has_value());
+  EXPECT_FALSE(none->peak_rss_bytes.has_value());
+  // A peak of zero bytes is a measurement, not an absence.
+  s.peak_tensor_bytes = 0;
+  EXPECT_EQ(parse_step_stats(serialize_step_stats(s))->peak_tensor_bytes,
+            std::optional<int64_t>(0));
+}
+
 TEST_F(StatsFileTest, AFlippedByteInARecordLosesThatRecordOnly) {
   const std::vector<int64_t> at = write(41);
   std::string b = bytes();
