@@ -206,13 +206,13 @@ int64_t available_host_memory() {
   return available;
 }
 
-Status check_memory(const MemoryEstimate& estimate, int64_t available, const std::string& where) {
+Status check_memory(const MemoryEstimate& estimate, int64_t available, const std::string& where,
+                    const std::string& fitting) {
   if (available < 0 || estimate.total() <= available) return Status::OK();
-  return invalid_argument_error(
-      "this run needs about ", estimate.to_string(), " per rank, but ", where, " has ",
-      gib(available),
-      " GiB available: lower train.batch_size (or raise train.grad_accum), "
-      "shorten model.seq_len, or run on more ranks");
+  return invalid_argument_error("this run needs about ", estimate.to_string(), " per rank, but ",
+                                where, " has ", gib(available), " GiB available", fitting,
+                                "; else lower train.batch_size (or raise train.grad_accum), "
+                                "shorten model.seq_len, or run on more ranks");
 }
 
 }  // namespace moe

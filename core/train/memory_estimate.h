@@ -58,7 +58,9 @@ MemoryEstimate estimate_training_memory(const RunConfig& cfg, int world_size);
 int64_t available_host_memory();
 
 // kInvalidArgument naming the estimate, the memory available and what to change, when the
-// estimate exceeds `available` (-1: unknown, never refused).
-Status check_memory(const MemoryEstimate& estimate, int64_t available, const std::string& where);
+// estimate exceeds `available` (-1: unknown, never refused). `fitting`: the settings that would
+// fit (memory_advice.h fitting_settings_text), added to the message.
+Status check_memory(const MemoryEstimate& estimate, int64_t available, const std::string& where,
+                    const std::string& fitting = "");
 
 }  // namespace moe

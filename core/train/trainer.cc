@@ -16,6 +16,7 @@
 #include "core/train/config_warnings.h"
 #include "core/train/gemm_rate.h"
 #include "core/train/grad_sync.h"
+#include "core/train/memory_advice.h"
 #include "core/train/memory_estimate.h"
 #include "core/train/model_size.h"
 #include "core/train/startup_banner.h"
@@ -283,10 +284,17 @@ Status Trainer::check_memory_fits() {
       need.gradient_bytes *= p.ranks;
       need.optimizer_bytes *= p.ranks;
       need.activation_bytes *= p.ranks;
-      fits =
-          check_memory(need, p.available,
-                       p.ranks > 1 ? str_cat(p.name, " (shared by ", p.ranks, " ranks)") : p.name);
-      if (!fits.ok()) break;
+      if (p.available < 0 || need.total() <= p.available) continue;
+      // Refused: name the settings that would fit this memory.
+      const auto bytes_on_pool = [&, shared = p.ranks](const RunConfig& c) {
+        const MemoryEstimate e = estimate_training_memory(c, ranks);
+        return (e.total() + device_scratch_bytes(c, ranks)) * shared;
+      };
+      fits = check_memory(
+          need, p.available,
+          p.ranks > 1 ? str_cat(p.name, " (shared by ", p.ranks, " ranks)") : p.name,
+          fitting_settings_text(settings_that_fit(cfg_, ranks, p.available, bytes_on_pool)));
+      break;
     }
   }
   return agree(world_, fits);

@@ -12,6 +12,7 @@
 #include <filesystem>
 
 #include "core/model/transformer.h"
+#include "core/train/memory_advice.h"
 #include "proto/run_convert.h"
 #include "tests/core/trainer_test_util.h"
 #include "tests/testing/gradient_check.h"
@@ -253,6 +254,9 @@ TEST_F(MemoryEstimateTest, ARunThatCannotFitIsRefusedBeforeAllocating) {
   EXPECT_NE(t.status().message().find("GiB available"), std::string::npos) << t.status().message();
   EXPECT_NE(t.status().message().find("train.batch_size"), std::string::npos)
       << t.status().message();
+  // Micro-batches of one sequence fit: the refusal names the gradient accumulation that fits.
+  EXPECT_NE(t.status().message().find("it fits with --set train.grad_accum="), std::string::npos)
+      << t.status().message();
   fs::remove_all(run);
 
   MemoryEstimate e;
@@ -261,6 +265,52 @@ TEST_F(MemoryEstimateTest, ARunThatCannotFitIsRefusedBeforeAllocating) {
   EXPECT_TRUE(check_memory(e, 4LL << 30, "this host").ok());
   EXPECT_FALSE(check_memory(e, 2LL << 30, "this host").ok());
   EXPECT_GT(available_host_memory(), 0);
+}
+
+// The settings a refusal names: each fits (its estimate is within the memory), the gradient
+// accumulation named is the smallest that fits, and a change that does not fit is not named.
+TEST_F(MemoryEstimateTest, ARefusalNamesTheSettingsThatFit) {
+  StatusOr<RunConfig> cfg = config("quickstart", {"model.vocab_size=1500"});
+  ASSERT_TRUE(cfg.ok()) << cfg.status().to_string();
+  const auto need = [](const RunConfig& c) { return estimate_training_memory(c, 1).total(); };
+  RunConfig accum4 = *cfg, accum3 = *cfg, bf16 = *cfg;
+  accum4.train.grad_accum = 4;
+  accum3.train.grad_accum = 3;  // does not divide the batch of 16: skipped
+  bf16.train.precision = Precision::kBf16;
+  ASSERT_LT(need(bf16), need(*cfg));
+  ASSERT_LT(need(accum4), need(bf16));  // so a memory between them fits accumulation only
+
+  const int64_t available = need(accum4) + 1;
+  std::vector<FittingSetting> fit = settings_that_fit(*cfg, 1, available, need);
+  ASSERT_EQ(fit.size(), 1u);
+  EXPECT_EQ(fit[0].overrides, "train.grad_accum=4");
+  EXPECT_EQ(fit[0].bytes, need(accum4));
+  EXPECT_EQ(fitting_settings_text(fit).rfind("; it fits with --set train.grad_accum=4 (", 0), 0u)
+      << fitting_settings_text(fit);
+
+  // Both fit: accumulation 2 and BF16, each named with its bytes.
+  RunConfig accum2 = *cfg;
+  accum2.train.grad_accum = 2;
+  fit = settings_that_fit(*cfg, 1, std::max(need(accum2), need(bf16)), need);
+  ASSERT_EQ(fit.size(), 2u);
+  EXPECT_EQ(fit[0].overrides, "train.grad_accum=2");
+  EXPECT_EQ(fit[1].overrides, "train.precision=BF16");
+  for (const FittingSetting& f : fit) EXPECT_LE(f.bytes, std::max(need(accum2), need(bf16)));
+
+  // Neither alone, both together (long sequences, where activations outweigh BF16's working
+  // copies): one combined setting.
+  StatusOr<RunConfig> longer =
+      config("quickstart", {"model.vocab_size=1500", "model.seq_len=2048", "train.batch_size=2"});
+  ASSERT_TRUE(longer.ok()) << longer.status().to_string();
+  RunConfig both = *longer, accum = *longer, half = *longer;
+  both.train.precision = half.train.precision = Precision::kBf16;
+  both.train.grad_accum = accum.train.grad_accum = 2;
+  ASSERT_LT(need(both), need(accum));
+  ASSERT_LT(need(both), need(half));
+  fit = settings_that_fit(*longer, 1, need(both), need);
+  ASSERT_EQ(fit.size(), 1u);
+  EXPECT_EQ(fit[0].overrides, "train.precision=BF16 train.grad_accum=2");
+  EXPECT_EQ(fitting_settings_text(settings_that_fit(*longer, 1, need(both) - 1, need)), "");
 }
 
 }  // namespace

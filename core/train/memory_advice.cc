@@ -1,0 +1,98 @@
+#include "core/train/memory_advice.h"
+
+#include <cstdio>
+
+namespace moe {
+namespace {
+
+// One candidate change: its --set text and what it does to a config.
+struct Change {
+  std::string overrides;
+  std::function<void(RunConfig*)> apply;
+};
+
+void set_grad_accum(RunConfig* c, int64_t accum) { c->train.grad_accum = accum; }
+
+// The smallest gradient accumulation above the config's that splits the batch over the ranks and
+// fits; 0 when none does.
+int64_t fitting_grad_accum(const RunConfig& cfg, int world_size, int64_t available,
+                           const std::function<int64_t(const RunConfig&)>& need) {
+  for (int64_t accum = cfg.train.grad_accum + 1; accum <= cfg.train.batch_size; ++accum) {
+    RunConfig c = cfg;
+    set_grad_accum(&c, accum);
+    if (!c.train.check_batch_split(world_size).ok()) continue;
+    if (need(c) <= available) return accum;
+  }
+  return 0;
+}
+
+// The changes that keep the model and the batch (BF16 changes the arithmetic only), each
+// applicable to the config.
+std::vector<Change> single_changes(const RunConfig& cfg) {
+  std::vector<Change> out;
+  if (cfg.train.precision == Precision::kFp32) {
+    out.push_back(
+        {"train.precision=BF16", [](RunConfig* c) { c->train.precision = Precision::kBf16; }});
+  }
+  return out;
+}
+
+std::string gib(int64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.2f", static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0));
+  return buf;
+}
+
+}  // namespace
+
+std::vector<FittingSetting> settings_that_fit(
+    const RunConfig& cfg, int world_size, int64_t available,
+    const std::function<int64_t(const RunConfig&)>& need) {
+  std::vector<FittingSetting> out;
+  if (const int64_t accum = fitting_grad_accum(cfg, world_size, available, need); accum > 0) {
+    RunConfig c = cfg;
+    set_grad_accum(&c, accum);
+    out.push_back({str_cat("train.grad_accum=", accum), need(c)});
+  }
+  const std::vector<Change> changes = single_changes(cfg);
+  for (const Change& ch : changes) {
+    RunConfig c = cfg;
+    ch.apply(&c);
+    if (const int64_t bytes = need(c); bytes <= available) out.push_back({ch.overrides, bytes});
+  }
+  if (!out.empty() || changes.empty()) return out;
+  // Nothing fits alone: every change together, with the gradient accumulation that then fits.
+  RunConfig all = cfg;
+  std::string overrides;
+  for (const Change& ch : changes) {
+    ch.apply(&all);
+    overrides += (overrides.empty() ? "" : " ") + ch.overrides;
+  }
+  if (const int64_t accum = fitting_grad_accum(all, world_size, available, need); accum > 0) {
+    set_grad_accum(&all, accum);
+    overrides += str_cat(" train.grad_accum=", accum);
+  }
+  if (need(all) <= available) out.push_back({overrides, need(all)});
+  return out;
+}
+
+std::string fitting_settings_text(const std::vector<FittingSetting>& settings) {
+  if (settings.empty()) return "";
+  std::string out = "; it fits with";
+  for (size_t i = 0; i < settings.size(); ++i) {
+    out += i == 0 ? " " : " or ";
+    std::string sets;
+    size_t begin = 0;
+    const std::string& o = settings[i].overrides;
+    while (begin < o.size()) {
+      size_t end = o.find(' ', begin);
+      if (end == std::string::npos) end = o.size();
+      sets += str_cat(sets.empty() ? "" : " ", "--set ", o.substr(begin, end - begin));
+      begin = end + 1;
+    }
+    out += str_cat(sets, " (", gib(settings[i].bytes), " GiB)");
+  }
+  return out;
+}
+
+}  // namespace moe
