@@ -5,7 +5,6 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <map>
 #include <mutex>
 
 #include "base/logging.h"
@@ -19,6 +18,7 @@
 #include "core/train/memory_advice.h"
 #include "core/train/memory_estimate.h"
 #include "core/train/model_size.h"
+#include "core/train/placement.h"
 #include "core/train/startup_banner.h"
 #include "kernels/cpu/blas_library.h"
 #include "kernels/moe_stats.h"
@@ -249,10 +249,9 @@ void Trainer::set_collective_timeout(double seconds) {
 
 Status Trainer::check_memory_fits() {
   const int ranks = world_ == nullptr ? 1 : world_->world_size();
-  // Every rank says which memory it draws on and how much is left there; rank 0 counts the ranks
-  // per memory (a host's RAM, one GPU) and checks each against the per-rank estimate.
-  const std::string mine =
-      str_cat(device_.available_bytes, " ", device_.memory_key, "\t", device_.memory_name);
+  // Every rank says where it runs and which memory it draws on; rank 0 counts the ranks per
+  // memory (a host's RAM, one GPU) and checks each against the per-rank estimate.
+  const std::string mine = this_rank_place(device_).to_text();
   std::vector<std::string> all = {mine};
   if (world_ != nullptr && ranks > 1) {
     MOE_ASSIGN_OR_RETURN(all, world_->gather_bytes(mine, 0));
@@ -264,40 +263,39 @@ Status Trainer::check_memory_fits() {
     per_rank.device_scratch_bytes = device_scratch_bytes(cfg_, ranks);
     per_rank.activation_bytes += per_rank.device_scratch_bytes;
     memory_estimate_ = per_rank;
-    struct Pool {
-      int ranks = 0;
-      int64_t available = -1;
-      std::string name;
-    };
-    std::map<std::string, Pool> pools;
-    for (const std::string& line : all) {
-      const size_t space = line.find(' '), tab = line.find('\t');
-      Pool& p = pools[line.substr(space + 1, tab - space - 1)];
-      const int64_t available = std::stoll(line.substr(0, space));
-      p.available = p.ranks == 0 ? available : std::min(p.available, available);
-      p.name = line.substr(tab + 1);
-      ++p.ranks;
-    }
-    for (const auto& [key, p] : pools) {
-      MemoryEstimate need = per_rank;
-      need.parameter_bytes *= p.ranks;
-      need.gradient_bytes *= p.ranks;
-      need.optimizer_bytes *= p.ranks;
-      need.activation_bytes *= p.ranks;
-      if (p.available < 0 || need.total() <= p.available) continue;
-      // Refused: name the settings that would fit this memory.
-      const auto bytes_on_pool = [&, shared = p.ranks](const RunConfig& c) {
-        const MemoryEstimate e = estimate_training_memory(c, ranks);
-        return (e.total() + device_scratch_bytes(c, ranks)) * shared;
-      };
-      fits = check_memory(
-          need, p.available,
-          p.ranks > 1 ? str_cat(p.name, " (shared by ", p.ranks, " ranks)") : p.name,
-          fitting_settings_text(settings_that_fit(cfg_, ranks, p.available, bytes_on_pool)));
-      break;
-    }
+    fits = check_memory_per_pool(all, per_rank);
   }
   return agree(world_, fits);
+}
+
+Status Trainer::check_memory_per_pool(const std::vector<std::string>& places_text,
+                                      const MemoryEstimate& per_rank) {
+  std::vector<RankPlace> places;
+  for (const std::string& text : places_text) {
+    MOE_ASSIGN_OR_RETURN(places.emplace_back(), RankPlace::from_text(text));
+  }
+  const std::vector<MemoryPool> pools = memory_pools(places);
+  for (const MemoryPool& p : pools) {
+    const int shared = static_cast<int>(p.ranks.size());
+    MemoryEstimate need = per_rank;
+    need.parameter_bytes *= shared;
+    need.gradient_bytes *= shared;
+    need.optimizer_bytes *= shared;
+    need.activation_bytes *= shared;
+    if (p.available < 0 || need.total() <= p.available) continue;
+    // Refused: name the settings that would fit this pool.
+    const int ranks = static_cast<int>(places.size());
+    const auto bytes_on_pool = [&](const RunConfig& c) {
+      const MemoryEstimate e = estimate_training_memory(c, ranks);
+      return (e.total() + device_scratch_bytes(c, ranks)) * shared;
+    };
+    return check_memory(
+        need, p.available, shared > 1 ? str_cat(p.name, " (shared by ", shared, " ranks)") : p.name,
+        fitting_settings_text(settings_that_fit(cfg_, ranks, p.available, bytes_on_pool)));
+  }
+  if (places.size() > 1) coordinator_->print(placement_line(places));
+  coordinator_->print(memory_check_line(pools, per_rank.total()));
+  return Status::OK();
 }
 
 TrainingState Trainer::training_state() {

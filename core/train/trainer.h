@@ -168,6 +168,11 @@ class Trainer {
   // RAM, a GPU) has available for the ranks that share it (memory_estimate.h), before the model
   // is allocated.
   Status check_memory_fits();
+  // Rank 0's part of it: the ranks' places (RankPlace::to_text, in world-rank order) grouped per
+  // memory pool and each pool checked; then the placement (more than one rank) and the memory
+  // check's lines (placement.h).
+  Status check_memory_per_pool(const std::vector<std::string>& places_text,
+                               const MemoryEstimate& per_rank);
   // Tells the coordinator the training FLOPs per token, and on a GPU the GEMM rate measured on
   // rank 0 (x the ranks) for the MFU: a failed measurement only leaves the MFU out.
   void set_up_flops_report();

@@ -1,0 +1,286 @@
+#!/usr/bin/env bash
+# A job across two hosts, made on this machine: two network namespaces joined by a veth pair
+# (10.77.0.1 and 10.77.0.2), each with its own UTS namespace and host name. mpirun runs inside
+# host a and starts host b's daemon without ssh: Open MPI's plm_rsh_agent is a script that runs
+# "AGENT HOST COMMAND..." inside HOST's namespaces (nsenter). TCP is confined to the veth. The
+# hosts share this file system, as a cluster's hosts share a network file system.
+#
+# EP 2 x DP 2 with two slots per host: ranks 0, 1 on host a and 2, 3 on host b. An EP group is
+# two consecutive ranks (comm/process_groups.h), so expert parallelism stays inside a host and
+# data parallelism crosses hosts (DP groups {0, 2} and {1, 3}). Checked:
+#   - each rank's host and node-local rank, and the memory check counting two pools of two ranks
+#     (momoe-train's "placement" and "memory check" lines, core/train/placement.h);
+#   - the losses in metrics.jsonl equal those of the same 4-rank job on one host, bit for bit:
+#     the reductions' order is the same by design. momoe's collectives are MPI's non-blocking
+#     ones (comm/mpi_communicator.cc), whose algorithm Open MPI's libnbc picks from the number
+#     of ranks, the message's bytes, the op and whether it is in place, never from where the
+#     ranks run; the same Open MPI, ranks and sizes give the same order of additions, whether
+#     the bytes travel over TCP between hosts or shared memory;
+#   - checkpoints written once per job: every checkpoint holds the same files as the one-host
+#     run's, its tensors byte-identical, and no other directory appears;
+#   - every rank of host b killed (SIGKILL) after a checkpoint: the job ends within
+#     parallel.timeout_seconds plus the diagnosis of the missing ranks (20 s here), the newest
+#     checkpoint is intact (its tensors equal the one-host run's of that step; resuming verifies
+#     every file's checksum), and the run resumes on one host (4 ranks, host a) to the end with
+#     the one-host run's losses, bit for bit.
+# Creating namespaces needs root (CI runs as root); without it, or without ip, unshare or nsenter,
+# the test fails naming what is missing: it is never skipped. Everything it creates carries this
+# shell's pid in its name and is removed on exit, on failure too; what a run killed with SIGKILL
+# left (its pid no longer running this test) is removed by the next run.
+# Usage: multihost_test.sh MOMOE_TRAIN CONFIG
+set -u
+train=$1
+config=$2
+# shellcheck source=../testing/shell_helpers.sh
+source "$(dirname "$0")/../testing/shell_helpers.sh"  # fail, expect_in, expect_file
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OPENBLAS_NUM_THREADS=1
+started=$(date +%s)
+id=$$
+work=$(mktemp -d "${TMPDIR:-/tmp}/momoe_multihost.$id.XXXXXX")
+declare -A ns=([a]="momoe-mh$id-a" [b]="momoe-mh$id-b")
+declare -A hostname=([a]="momoe-a-$id" [b]="momoe-b-$id")
+declare -A ip=([a]=10.77.0.1 [b]=10.77.0.2)
+uts() { echo "$work/uts-$1"; }
+
+# Removes every process left in the namespaces, the namespaces (the veth pair goes with them),
+# the UTS namespaces' bind mounts and the scratch directory.
+cleanup() {
+  local h pids
+  mapfile -t pids < <(jobs -p)
+  [ ${#pids[@]} -eq 0 ] || kill "${pids[@]}" 2> /dev/null
+  for h in a b; do
+    if [ -e "/run/netns/${ns[$h]}" ]; then
+      mapfile -t pids < <(ip netns pids "${ns[$h]}" 2> /dev/null)
+      [ ${#pids[@]} -eq 0 ] || kill -9 "${pids[@]}" 2> /dev/null
+      ip netns delete "${ns[$h]}" 2> /dev/null
+    fi
+    mountpoint -q "$(uts "$h")" 2> /dev/null && umount "$(uts "$h")"
+  done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 143' TERM INT HUP  # through the EXIT trap
+
+# test_runs PID: PID is a live run of this test (not a zombie, not another program given the pid).
+test_runs() {
+  local stat
+  stat=$(cat "/proc/$1/stat" 2> /dev/null) || return 1
+  stat=${stat##*) }  # the fields after "(comm) ": the state first
+  [ "${stat%% *}" != Z ] && tr '\0' ' ' < "/proc/$1/cmdline" | grep -q multihost_test
+}
+
+# Removes what an earlier run killed with SIGKILL (its EXIT trap never ran) left behind: the
+# namespaces, veth and UTS mounts named after a pid that no longer runs this test.
+remove_stale_hosts() {
+  local name pid target pids
+  for name in $(ip netns list 2> /dev/null | grep -oE '^momoe-mh[0-9]+-[ab]'); do
+    pid=${name#momoe-mh}
+    pid=${pid%-*}
+    test_runs "$pid" && continue
+    mapfile -t pids < <(ip netns pids "$name" 2> /dev/null)
+    [ ${#pids[@]} -eq 0 ] || kill -9 "${pids[@]}" 2> /dev/null
+    ip netns delete "$name" 2> /dev/null
+    ip link delete "mh${pid}a" 2> /dev/null
+  done
+  for target in $(findmnt -rn -o TARGET | grep -E '/momoe_multihost\.[0-9]+\.[^/]*/uts-[ab]$'); do
+    pid=${target##*/momoe_multihost.}
+    pid=${pid%%.*}
+    test_runs "$pid" || { umount "$target" && rm -rf "${target%/*}" 2> /dev/null; }
+  done
+}
+
+# in_host H COMMAND...: COMMAND inside host H's network and UTS namespaces.
+in_host() {
+  local h=$1
+  shift
+  nsenter --net="/run/netns/${ns[$h]}" --uts="$(uts "$h")" -- "$@"
+}
+
+# The two hosts, or a failure naming why they cannot be made.
+make_hosts() {
+  local tool h veth
+  [ "$(id -u)" -eq 0 ] ||
+    fail "creating network and UTS namespaces needs root (this runs as uid $(id -u)); CI runs as root"
+  for tool in ip unshare nsenter mountpoint findmnt; do
+    command -v "$tool" > /dev/null ||
+      fail "$tool not found: the two hosts cannot be made (Debian: apt-get install iproute2 util-linux)"
+  done
+  remove_stale_hosts
+  for h in a b; do
+    ip netns add "${ns[$h]}" 2> "$work/err" ||
+      fail "cannot create network namespace ${ns[$h]}: $(cat "$work/err")"
+    touch "$(uts "$h")"
+    unshare --uts="$(uts "$h")" hostname "${hostname[$h]}" 2> "$work/err" ||
+      fail "cannot create a UTS namespace for host $h: $(cat "$work/err")"
+  done
+  ip link add "mh${id}a" type veth peer name "mh${id}b" 2> "$work/err" ||
+    fail "cannot create the veth pair mh${id}a-mh${id}b: $(cat "$work/err")"
+  for h in a b; do
+    veth=mh$id$h
+    ip link set "$veth" netns "${ns[$h]}" &&
+      ip -n "${ns[$h]}" addr add "${ip[$h]}/24" dev "$veth" &&
+      ip -n "${ns[$h]}" link set "$veth" up && ip -n "${ns[$h]}" link set lo up ||
+      fail "cannot configure $veth in ${ns[$h]}"
+    [ "$(in_host "$h" hostname)" = "${hostname[$h]}" ] || fail "host $h does not have its host name"
+  done
+}
+
+# Open MPI's rsh agent: "AGENT HOST COMMAND..." runs the command line (as ssh would, through a
+# shell) inside HOST's namespaces.
+write_agent() {
+  cat > "$work/agent.sh" << EOF
+#!/bin/sh
+host=\$1
+shift
+case \$host in
+  ${ip[a]}) net=/run/netns/${ns[a]} uts=$(uts a) ;;
+  ${ip[b]}) net=/run/netns/${ns[b]} uts=$(uts b) ;;
+  *) echo "agent.sh: unknown host \$host" >&2; exit 255 ;;
+esac
+exec nsenter --net="\$net" --uts="\$uts" -- /bin/sh -c "\$*"
+EOF
+  chmod +x "$work/agent.sh"
+  printf '%s slots=2\n%s slots=2\n' "${ip[a]}" "${ip[b]}" > "$work/two_hosts"
+  printf '%s slots=4\n' "${ip[a]}" > "$work/one_host"
+}
+
+timeout_s=10
+steps=16
+# Every run: the same training (EP 2 on 4 ranks); checkpoints every 4 steps, all kept.
+common=(--config "$config" --ep 2 --set "train.steps=$steps" --set train.batch_size=32
+        --set train.checkpoint_every=4 --set train.keep_checkpoints=100
+        --set train.final_eval=NONE --set parallel.threads=1 --set data.cache_dir="$work/cache"
+        --set "parallel.timeout_seconds=$timeout_s")
+# mpi HOSTFILE RUN_DIR [FLAGS...]: mpirun from host a over HOSTFILE's hosts, TCP on the veth
+# only; output in RUN_DIR.log. Bounded by 240 s (exit 124: hung).
+mpi() {
+  local hosts=$1 dir=$2
+  shift 2
+  in_host a timeout 240 mpirun -np 4 --hostfile "$hosts" --oversubscribe \
+    --mca plm_rsh_agent "$work/agent.sh" --mca oob_tcp_if_include 10.77.0.0/24 \
+    --mca pml ob1 --mca btl tcp,vader,self --mca btl_tcp_if_include 10.77.0.0/24 \
+    --mca btl_vader_single_copy_mechanism none -x OPENBLAS_NUM_THREADS \
+    "$train" "${common[@]}" --run-dir "$dir" "$@" > "$dir.log" 2>&1
+}
+
+# losses RUN_DIR: "STEP LOSS" per training step of metrics.jsonl, the last record of each step
+# (a resumed run's records supersede the killed attempt's), the loss as Python's repr (exact).
+losses() {
+  python3 -c '
+import json, sys
+last = {}
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    if "loss" in r and "step" in r:
+        last[r["step"]] = r["loss"]
+for step in sorted(last):
+    print(step, repr(last[step]))
+' "$1/metrics.jsonl"
+}
+
+# same_checkpoint DIR REF: DIR holds exactly REF's files, each byte-identical but the manifest
+# (which names its run).
+same_checkpoint() {
+  local f
+  [ "$(ls "$1")" = "$(ls "$2")" ] || { ls "$1" "$2"; fail "$1 holds other files than $2"; }
+  for f in "$2"/*; do
+    [ "${f##*/}" = manifest.pb ] || cmp -s "$f" "$1/${f##*/}" ||
+      fail "$1/${f##*/} differs from the one-host run's"
+  done
+}
+
+make_hosts
+write_agent
+
+# 1. The reference: the job on one host (4 ranks on host a).
+one=$work/one_host_run
+mpi "$work/one_host" "$one" || { cat "$one.log"; fail "the one-host job failed"; }
+expect_in "$one.log" "memory check: host ${hostname[a]} (ranks 0, 1, 2, 3): 4 x"
+
+# 2. Across the two hosts.
+two=$work/two_host_run
+mpi "$work/two_hosts" "$two" || { cat "$two.log"; fail "the two-host job failed"; }
+cat "$two.log"
+expect_in "$two.log" "4 rank(s), ep 2 x dp 2 (mpi)"
+expect_in "$two.log" "momoe: placement: host ${hostname[a]}: rank 0 (node-local 0, the CPU), rank 1 (node-local 1, the CPU); host ${hostname[b]}: rank 2 (node-local 0, the CPU), rank 3 (node-local 1, the CPU)"
+expect_in "$two.log" "memory check: host ${hostname[a]} (ranks 0, 1): 2 x"
+expect_in "$two.log" "; host ${hostname[b]} (ranks 2, 3): 2 x"
+losses "$one" > "$work/one.losses"
+losses "$two" > "$work/two.losses"
+[ "$(wc -l < "$work/one.losses")" -eq "$steps" ] || fail "the one-host run logged no loss for some steps"
+diff "$work/one.losses" "$work/two.losses" > "$work/losses.diff" ||
+  { cat "$work/losses.diff"; fail "the two-host losses differ from the one-host losses"; }
+[ "$(cd "$two" && ls -d ckpt-*)" = "$(cd "$one" && ls -d ckpt-*)" ] ||
+  { ls "$one" "$two"; fail "the two-host run's checkpoints are not the one-host run's"; }
+written=()
+for c in "$one"/ckpt-*; do
+  written+=("${c##*/}")
+  same_checkpoint "$two/${c##*/}" "$c"
+  [ "$(grep -c "momoe: checkpoint $two/${c##*/}\$" "$two.log")" -eq 1 ] ||
+    fail "${c##*/} was not written once"
+done
+[ -z "$(find "$two" -mindepth 1 -maxdepth 1 -regextype egrep \
+  ! -regex '.*/(cache|ckpt-[0-9]+|lock|metrics\.jsonl|stats\.pb|events\.out\.tfevents\..*)')" ] ||
+  { ls "$two"; fail "the two-host run directory holds more than one job's files"; }
+
+# 3. Every rank of host b killed after the checkpoint of step 4; the job must end.
+killed=$work/killed_run
+mpi "$work/two_hosts" "$killed" &
+job=$!
+for _ in $(seq 2400); do
+  [ -d "$killed/ckpt-00000004" ] && break
+  kill -0 "$job" 2> /dev/null || { cat "$killed.log"; fail "the job ended before ckpt-00000004"; }
+  sleep 0.05
+done
+[ -d "$killed/ckpt-00000004" ] || { cat "$killed.log"; fail "no ckpt-00000004 after 120 s"; }
+ranks_b=()
+for pid in $(ip netns pids "${ns[b]}"); do
+  [ "$(cat "/proc/$pid/comm" 2> /dev/null)" = momoe-train ] && ranks_b+=("$pid")
+done
+[ "${#ranks_b[@]}" -eq 2 ] || fail "host b runs ${#ranks_b[@]} momoe-train process(es), expected 2"
+kill -9 "${ranks_b[@]}"
+killed_at=$(date +%s%N)
+wait "$job"
+status=$?
+ended_ms=$((($(date +%s%N) - killed_at) / 1000000))
+cat "$killed.log"
+[ "$status" -ne 124 ] || fail "the job hung after host b's ranks were killed (killed by timeout after 240 s)"
+[ "$status" -ne 0 ] || fail "the job exited 0 although host b's ranks were killed"
+# The bound: momoe's own detection, a collective timeout plus the diagnosis that names the missing
+# ranks (min(10 s, timeout), comm/mpi_communicator.h), then MPI_Abort. Both are clocks, which a
+# loaded machine does not stretch (killed_rank_test.sh doubles it because it counts start-up and
+# steps too). mpirun, told by host b's daemon that its ranks died, ends the job first: about 4 s.
+bound=$((timeout_s + (timeout_s < 10 ? timeout_s : 10)))
+[ "$ended_ms" -le $((bound * 1000)) ] ||
+  fail "the job took ${ended_ms} ms after the kill to end (bound ${bound} s)"
+newest=
+for c in "$killed"/ckpt-*; do  # in name order: the newest last
+  [[ "$c" =~ /ckpt-[0-9]+$ ]] && newest=$c
+done
+[ -n "$newest" ] || fail "no complete checkpoint after the kill"
+ckpt_step=$((10#${newest##*ckpt-}))
+[ "$ckpt_step" -lt "$steps" ] || fail "the run reached its end ($newest) before the kill"
+same_checkpoint "$newest" "$one/${newest##*/}"
+
+# 4. The same run resumed on one host (4 ranks on host a) from that checkpoint to the end.
+mpi "$work/one_host" "$killed" || { cat "$killed.log"; fail "the resume on one host failed"; }
+expect_in "$killed.log" "resumed from $newest at step $ckpt_step"
+losses "$killed" > "$work/resumed.losses"
+diff "$work/one.losses" "$work/resumed.losses" > "$work/losses.diff" ||
+  { cat "$work/losses.diff"; fail "the resumed run's losses differ from the uninterrupted run's"; }
+same_checkpoint "$killed/ckpt-$(printf %08d "$steps")" "$one/ckpt-$(printf %08d "$steps")"
+
+echo "== multihost summary"
+echo "hosts: ${hostname[a]} (${ip[a]}) and ${hostname[b]} (${ip[b]}): network and UTS namespaces" \
+  "joined by a veth pair; mpirun on host a, host b's daemon through nsenter (plm_rsh_agent)"
+echo "layout: EP 2 x DP 2; host a: ranks 0, 1 (node-local 0, 1), host b: ranks 2, 3" \
+  "(node-local 0, 1); EP groups {0, 1} {2, 3} inside a host, DP {0, 2} {1, 3} across;" \
+  "memory check: 2 pools of 2 ranks"
+echo "losses: $steps steps, two hosts = one host bit for bit (step 1 $(sed -n 1p "$work/two.losses" |
+  cut -d' ' -f2), step $steps $(tail -1 "$work/two.losses" | cut -d' ' -f2)); checkpoints" \
+  "${written[*]} written once, tensors = one host's"
+echo "killed host b (2 ranks, SIGKILL) after ckpt-00000004: job ended ${ended_ms} ms after the kill" \
+  "(exit $status; bound ${bound}s, parallel.timeout_seconds $timeout_s); newest checkpoint" \
+  "${newest##*/} intact; resumed on one host (4 ranks) from step $ckpt_step to $steps," \
+  "losses = uninterrupted bit for bit"
+echo "PASS in $(($(date +%s) - started))s"
