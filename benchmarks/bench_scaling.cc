@@ -63,15 +63,45 @@ Status train_point(const Args& a, comm::World* world, bool weak, JsonLine* j) {
   opts.resume = false;
   opts.progress = nullptr;
   MOE_ASSIGN_OR_RETURN(std::unique_ptr<Trainer> t, Trainer::create(cfg, opts, world->comm.get()));
-  MOE_ASSIGN_OR_RETURN(Timing timing, time_it(
-                                          static_cast<int>(a.get("warmup", 1)),
-                                          static_cast<int>(a.get("iterations", 3)),
-                                          [&]() { return t->step().status(); }, world->comm.get()));
+  // The phases of the timed steps (the slowest rank's per phase, as the coordinator merges them).
+  const int warmup = static_cast<int>(a.get("warmup", 1));
+  const int iterations = static_cast<int>(a.get("iterations", 3));
+  PhaseSecondsArray phases{};
+  int calls = 0;
+  const auto step = [&]() -> Status {
+    MOE_ASSIGN_OR_RETURN(StepStatsInfo s, t->step());
+    if (calls++ >= warmup && s.phases.has_value()) {
+      for (int p = 0; p < kNumPhases; ++p) phases[p] += (*s.phases)[p] / iterations;
+    }
+    return Status::OK();
+  };
+  MOE_ASSIGN_OR_RETURN(Timing timing, time_it(warmup, iterations, step, world->comm.get()));
   j->str("what", "train")
       .num("global_batch", batch)
       .num("ep", ranks)
       .num("step_ms", timing.median * 1e3)
       .num("tokens_per_second", static_cast<double>(batch * cfg.model.seq_len) / timing.median);
+  // The model's sizes, for benchmarks/scaling_model.py.
+  int64_t moe_layers = 0;
+  const MoeLayerConfig* moe = nullptr;
+  for (const BlockPlan& b : cfg.model.blocks) {
+    if (b.moe) moe = &b.moe_cfg, ++moe_layers;
+  }
+  const ParameterSet& params = t->model().params();
+  j->num("seq_len", cfg.model.seq_len)
+      .num("d_model", cfg.model.d_model)
+      .num("grad_accum", cfg.train.grad_accum)
+      .num("moe_layers", moe_layers)
+      .num("top_k", moe != nullptr ? moe->top_k : 0)
+      .num("capacity_factor", moe == nullptr || moe->dropless ? 1.0 : moe->capacity_factor)
+      .num("dense_params", static_cast<double>(params.numel(ParamKind::kDense)))
+      .num("expert_params", static_cast<double>(params.numel(ParamKind::kExpert) * ranks));
+  // Mean milliseconds per phase (base/phase_timer.h; the exchange lies inside forward and
+  // backward) and the exchange's share of the step.
+  for (int p = 0; p < kNumPhases; ++p) {
+    j->num(std::string(phase_name(static_cast<Phase>(p))) + "_ms", phases[p] * 1e3);
+  }
+  j->num("exchange_share", phases[static_cast<int>(Phase::kExchange)] / timing.median);
   return Status::OK();
 }
 

@@ -19,7 +19,8 @@ def main(path, out):
     for i, what in enumerate(("layer", "train")):
         for j, mode in enumerate(("weak", "strong")):
             pts = sorted((r["world_size"], r["tokens_per_second"]) for r in rows
-                         if r.get("what") == what and r.get("mode") == mode)
+                         if r.get("what") == what and r.get("mode") == mode
+                         and r.get("hosts", 1) == 1)
             ax = axes[i][j]
             if pts:
                 n, tps = zip(*pts)

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# shellcheck disable=SC2154  # ns, hostname, ip and work: set by tests/testing/namespace_hosts.sh
 # A job across two hosts, made on this machine: two network namespaces joined by a veth pair
 # (10.77.0.1 and 10.77.0.2), each with its own UTS namespace and host name. mpirun runs inside
 # host a and starts host b's daemon without ssh: Open MPI's plm_rsh_agent is a script that runs
@@ -35,114 +36,8 @@ config=$2
 source "$(dirname "$0")/../testing/shell_helpers.sh"  # fail, expect_in, expect_file
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OPENBLAS_NUM_THREADS=1
 started=$(date +%s)
-id=$$
-work=$(mktemp -d "${TMPDIR:-/tmp}/momoe_multihost.$id.XXXXXX")
-declare -A ns=([a]="momoe-mh$id-a" [b]="momoe-mh$id-b")
-declare -A hostname=([a]="momoe-a-$id" [b]="momoe-b-$id")
-declare -A ip=([a]=10.77.0.1 [b]=10.77.0.2)
-uts() { echo "$work/uts-$1"; }
-
-# Removes every process left in the namespaces, the namespaces (the veth pair goes with them),
-# the UTS namespaces' bind mounts and the scratch directory.
-cleanup() {
-  local h pids
-  mapfile -t pids < <(jobs -p)
-  [ ${#pids[@]} -eq 0 ] || kill "${pids[@]}" 2> /dev/null
-  for h in a b; do
-    if [ -e "/run/netns/${ns[$h]}" ]; then
-      mapfile -t pids < <(ip netns pids "${ns[$h]}" 2> /dev/null)
-      [ ${#pids[@]} -eq 0 ] || kill -9 "${pids[@]}" 2> /dev/null
-      ip netns delete "${ns[$h]}" 2> /dev/null
-    fi
-    mountpoint -q "$(uts "$h")" 2> /dev/null && umount "$(uts "$h")"
-  done
-  rm -rf "$work"
-}
-trap cleanup EXIT
-trap 'exit 143' TERM INT HUP  # through the EXIT trap
-
-# test_runs PID: PID is a live run of this test (not a zombie, not another program given the pid).
-test_runs() {
-  local stat
-  stat=$(cat "/proc/$1/stat" 2> /dev/null) || return 1
-  stat=${stat##*) }  # the fields after "(comm) ": the state first
-  [ "${stat%% *}" != Z ] && tr '\0' ' ' < "/proc/$1/cmdline" | grep -q multihost_test
-}
-
-# Removes what an earlier run killed with SIGKILL (its EXIT trap never ran) left behind: the
-# namespaces, veth and UTS mounts named after a pid that no longer runs this test.
-remove_stale_hosts() {
-  local name pid target pids
-  for name in $(ip netns list 2> /dev/null | grep -oE '^momoe-mh[0-9]+-[ab]'); do
-    pid=${name#momoe-mh}
-    pid=${pid%-*}
-    test_runs "$pid" && continue
-    mapfile -t pids < <(ip netns pids "$name" 2> /dev/null)
-    [ ${#pids[@]} -eq 0 ] || kill -9 "${pids[@]}" 2> /dev/null
-    ip netns delete "$name" 2> /dev/null
-    ip link delete "mh${pid}a" 2> /dev/null
-  done
-  for target in $(findmnt -rn -o TARGET | grep -E '/momoe_multihost\.[0-9]+\.[^/]*/uts-[ab]$'); do
-    pid=${target##*/momoe_multihost.}
-    pid=${pid%%.*}
-    test_runs "$pid" || { umount "$target" && rm -rf "${target%/*}" 2> /dev/null; }
-  done
-}
-
-# in_host H COMMAND...: COMMAND inside host H's network and UTS namespaces.
-in_host() {
-  local h=$1
-  shift
-  nsenter --net="/run/netns/${ns[$h]}" --uts="$(uts "$h")" -- "$@"
-}
-
-# The two hosts, or a failure naming why they cannot be made.
-make_hosts() {
-  local tool h veth
-  [ "$(id -u)" -eq 0 ] ||
-    fail "creating network and UTS namespaces needs root (this runs as uid $(id -u)); CI runs as root"
-  for tool in ip unshare nsenter mountpoint findmnt; do
-    command -v "$tool" > /dev/null ||
-      fail "$tool not found: the two hosts cannot be made (Debian: apt-get install iproute2 util-linux)"
-  done
-  remove_stale_hosts
-  for h in a b; do
-    ip netns add "${ns[$h]}" 2> "$work/err" ||
-      fail "cannot create network namespace ${ns[$h]}: $(cat "$work/err")"
-    touch "$(uts "$h")"
-    unshare --uts="$(uts "$h")" hostname "${hostname[$h]}" 2> "$work/err" ||
-      fail "cannot create a UTS namespace for host $h: $(cat "$work/err")"
-  done
-  ip link add "mh${id}a" type veth peer name "mh${id}b" 2> "$work/err" ||
-    fail "cannot create the veth pair mh${id}a-mh${id}b: $(cat "$work/err")"
-  for h in a b; do
-    veth=mh$id$h
-    ip link set "$veth" netns "${ns[$h]}" &&
-      ip -n "${ns[$h]}" addr add "${ip[$h]}/24" dev "$veth" &&
-      ip -n "${ns[$h]}" link set "$veth" up && ip -n "${ns[$h]}" link set lo up ||
-      fail "cannot configure $veth in ${ns[$h]}"
-    [ "$(in_host "$h" hostname)" = "${hostname[$h]}" ] || fail "host $h does not have its host name"
-  done
-}
-
-# Open MPI's rsh agent: "AGENT HOST COMMAND..." runs the command line (as ssh would, through a
-# shell) inside HOST's namespaces.
-write_agent() {
-  cat > "$work/agent.sh" << EOF
-#!/bin/sh
-host=\$1
-shift
-case \$host in
-  ${ip[a]}) net=/run/netns/${ns[a]} uts=$(uts a) ;;
-  ${ip[b]}) net=/run/netns/${ns[b]} uts=$(uts b) ;;
-  *) echo "agent.sh: unknown host \$host" >&2; exit 255 ;;
-esac
-exec nsenter --net="\$net" --uts="\$uts" -- /bin/sh -c "\$*"
-EOF
-  chmod +x "$work/agent.sh"
-  printf '%s slots=2\n%s slots=2\n' "${ip[a]}" "${ip[b]}" > "$work/two_hosts"
-  printf '%s slots=4\n' "${ip[a]}" > "$work/one_host"
-}
+# shellcheck source=../testing/namespace_hosts.sh
+source "$(dirname "$0")/../testing/namespace_hosts.sh"  # make_hosts, write_agent, host_mpirun
 
 timeout_s=10
 steps=16
@@ -151,16 +46,13 @@ common=(--config "$config" --ep 2 --set "train.steps=$steps" --set train.batch_s
         --set train.checkpoint_every=4 --set train.keep_checkpoints=100
         --set train.final_eval=NONE --set parallel.threads=1 --set data.cache_dir="$work/cache"
         --set "parallel.timeout_seconds=$timeout_s")
-# mpi HOSTFILE RUN_DIR [FLAGS...]: mpirun from host a over HOSTFILE's hosts, TCP on the veth
-# only; output in RUN_DIR.log. Bounded by 240 s (exit 124: hung).
+# mpi HOSTFILE RUN_DIR [FLAGS...]: the job from host a over HOSTFILE's hosts; output in
+# RUN_DIR.log. Bounded by 240 s (exit 124: hung).
 mpi() {
   local hosts=$1 dir=$2
   shift 2
-  in_host a timeout 240 mpirun -np 4 --hostfile "$hosts" --oversubscribe \
-    --mca plm_rsh_agent "$work/agent.sh" --mca oob_tcp_if_include 10.77.0.0/24 \
-    --mca pml ob1 --mca btl tcp,vader,self --mca btl_tcp_if_include 10.77.0.0/24 \
-    --mca btl_vader_single_copy_mechanism none -x OPENBLAS_NUM_THREADS \
-    "$train" "${common[@]}" --run-dir "$dir" "$@" > "$dir.log" 2>&1
+  host_mpirun_timeout=240 host_mpirun "$hosts" 4 "$train" "${common[@]}" --run-dir "$dir" "$@" \
+    > "$dir.log" 2>&1
 }
 
 # losses RUN_DIR: "STEP LOSS" per training step of metrics.jsonl, the last record of each step
