@@ -12,12 +12,14 @@ The model (every term in docs/scaling.md):
   compute    = the 1-rank step's forward + backward (its exchange is a local copy, left out) scaled
                by the tokens per rank, plus its optimizer scaled by the parameters per rank; on a
                machine with fewer cores than ranks the ranks share them (x N / cores)
-  exchange   = calls x [(L - 1)(a_in + b_in B) + (N - L)(a_out + b_out B)]: per all-to-all call,
-               pairwise messages of B bytes to the L - 1 peers in the host and the N - L outside
-               (L = N / H ranks per host); calls = 4 per MoE layer and micro-batch (dispatch and
-               combine, forward and backward); B = the rows a rank sends per peer times D x 4
-  grad_sync  = a ring all-reduce of the dense gradients: 2 (N - 1) (a + b P / N) over the
-               slowest link of the ring (between hosts when H > 1)
+  exchange   = calls x [(L - 1)(a_in + b_in B) + (EP - L)(a_out + b_out B)]: per all-to-all
+               call, pairwise messages of B bytes to the L - 1 peers of the EP group in the host
+               and the EP - L outside (L = the group's ranks per host); calls = 4 per MoE layer
+               and micro-batch (dispatch and combine, forward and backward); B = the rows a rank
+               sends per peer times D x 4
+  grad_sync  = ring all-reduces: the dense gradients over all N ranks, 2 (N - 1) (a + b P / N),
+               and the experts' over their DP group, over the slowest link of the ring (between
+               hosts when H > 1)
 Lines of the JSON files: `momoe-bench` output, each tagged {"hosts": H} by run_scaling.sh.
 """
 import argparse
@@ -83,38 +85,46 @@ def message_time(link, nbytes):
     return link["alpha_s"] + link["beta_s_per_byte"] * nbytes
 
 
-def exchange_seconds(links, ranks, hosts, calls, bytes_per_peer):
-    if ranks == 1:
+def exchange_seconds(links, ep, local, calls, bytes_per_peer):
+    """An EP group of `ep` ranks, `local` of them per host (local = ep inside one host)."""
+    if ep == 1:
         return 0.0
-    local = ranks // hosts
     return calls * ((local - 1) * message_time(links["in"], bytes_per_peer) +
-                    (ranks - local) * message_time(links["out"], bytes_per_peer))
+                    (ep - local) * message_time(links["out"], bytes_per_peer))
 
 
-def allreduce_seconds(links, ranks, hosts, nbytes):
+def allreduce_seconds(links, ranks, across_hosts, nbytes):
     if ranks == 1:
         return 0.0
-    link = links["out"] if hosts > 1 else links["in"]
+    link = links["out"] if across_hosts else links["in"]
     return 2 * (ranks - 1) * message_time(link, nbytes / ranks)
 
 
-def predict(shape, links, ranks, hosts, cores=None):
-    """Seconds per step and its parts. shape: the 1-rank measurement and the model's sizes:
-    compute_s (forward + backward at 1 rank, without its exchange), optimizer_s, tokens_per_rank_1,
-    tokens_per_rank, moe_layers, micro_batches, top_k, capacity_factor, d_model,
-    dense_params, expert_params."""
+def predict(shape, links, ranks, hosts, cores=None, ep=None):
+    """Seconds per step and its parts for `ranks` ranks on `hosts` hosts with EP groups of `ep`
+    consecutive ranks (default: all of them) and DP = ranks / ep across them. shape: the 1-rank
+    measurement and the model's sizes: compute_s (forward + backward at 1 rank, without its
+    exchange), optimizer_s, tokens_per_rank_1, tokens_per_rank, moe_layers, micro_batches, top_k,
+    capacity_factor, d_model, dense_params, expert_params (all experts)."""
+    ep = ranks if ep is None else ep
+    per_host = ranks // hosts
+    local = min(ep, per_host)  # an EP group's ranks per host
     scale = shape["tokens_per_rank"] / shape["tokens_per_rank_1"]
-    per_rank_params = shape["dense_params"] + shape["expert_params"] / ranks
+    per_rank_params = shape["dense_params"] + shape["expert_params"] / ep
     compute = shape["compute_s"] * scale + shape["optimizer_s"] * per_rank_params / (
         shape["dense_params"] + shape["expert_params"])
     if cores is not None and ranks > cores:
         compute *= ranks / cores
     rows = shape["tokens_per_rank"] / shape["micro_batches"] * shape["top_k"] * max(
         1.0, shape["capacity_factor"])
-    bytes_per_peer = rows / ranks * shape["d_model"] * 4
+    bytes_per_peer = rows / ep * shape["d_model"] * 4
     calls = 4 * shape["moe_layers"] * shape["micro_batches"]
-    exchange = exchange_seconds(links, ranks, hosts, calls, bytes_per_peer)
-    sync = allreduce_seconds(links, ranks, hosts, shape["dense_params"] * 4)
+    exchange = exchange_seconds(links, ep, local, calls, bytes_per_peer)
+    # Dense gradients over every rank; each expert's over its DP group (across hosts whenever an
+    # EP group fits in a host and there are several hosts).
+    dp = ranks // ep
+    sync = allreduce_seconds(links, ranks, hosts > 1, shape["dense_params"] * 4)
+    sync += allreduce_seconds(links, dp, hosts > 1, shape["expert_params"] / ep * 4)
     return {"compute_s": compute, "exchange_s": exchange, "grad_sync_s": sync,
             "step_s": compute + exchange + sync}
 
@@ -170,10 +180,10 @@ def predict_machine(inputs):
     bytes_per_value = m.get("bytes_per_value", 2)
     out = []
     for layout in inputs["layouts"]:
-        p = predict(shape, links, layout["ranks"], layout["hosts"])
-        # The exchange and gradient bytes scale with the value width (bf16: half of f32).
+        p = predict(shape, links, layout["ranks"], layout["hosts"], ep=layout.get("ep"))
+        # The exchanged rows scale with the activations' width (bf16: half of f32); gradients
+        # stay f32 under BF16.
         p["exchange_s"] *= bytes_per_value / 4
-        p["grad_sync_s"] *= bytes_per_value / 4
         p["step_s"] = p["compute_s"] + p["exchange_s"] + p["grad_sync_s"]
         out.append(dict(layout, **{k: v * 1e3 for k, v in p.items()}))
     return out
@@ -205,9 +215,9 @@ def main(argv):
     else:
         with open(a.inputs) as fh:
             inputs = json.load(fh)
-        print(f"{'layout':28} {'step ms':>9} {'compute':>9} {'exchange':>9} {'grad sync':>9}")
+        print(f"{'layout':34} {'step ms':>9} {'compute':>9} {'exchange':>9} {'grad sync':>9}")
         for r in predict_machine(inputs):
-            print(f"{r['name']:28} {r['step_s']:9.2f} {r['compute_s']:9.2f} {r['exchange_s']:9.2f} "
+            print(f"{r['name']:34} {r['step_s']:9.2f} {r['compute_s']:9.2f} {r['exchange_s']:9.2f} "
                   f"{r['grad_sync_s']:9.2f}")
     return 0
 
