@@ -1,14 +1,19 @@
-// The hierarchical all-to-all on the Local backend, where the ranks of one process pose as several
-// hosts (a host id per rank): its stage plans by hand, and its exchanges against the flat ones bit
-// for bit on random plans at H = 2 hosts x L = 2 ranks, 2 x 3 and 3 x 2, with each host's ranks
-// consecutive and round-robin.
+// Layouts across hosts on the Local backend, where the ranks of one process pose as several hosts
+// (each rank names its host): the HOSTS placement (which world ranks form EP and DP groups, what
+// it refuses and how it says so), ProcessGroups under it with round-robin host names (mpirun
+// --map-by node), and the hierarchical all-to-all: its stage plans by hand, and its exchanges
+// against the flat ones bit for bit on random plans at H = 2 hosts x L = 2 ranks, 2 x 3 and 3 x 2,
+// with each host's ranks consecutive and round-robin.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <string>
 #include <vector>
 
 #include "comm/hierarchical_communicator.h"
 #include "comm/local_communicator.h"
+#include "comm/placement.h"
+#include "comm/process_groups.h"
 #include "tests/comm/hierarchical_checks.h"
 
 namespace moe::comm {
@@ -22,6 +27,123 @@ namespace {
 
 bool contains(const std::string& s, const std::string& part) {
   return s.find(part) != std::string::npos;
+}
+
+// Host names for `hosts` hosts of `per_host` ranks: round-robin ("h0 h1 h0 h1", mpirun --map-by
+// node) or consecutive ("h0 h0 h1 h1", --map-by slot).
+std::vector<std::string> host_names(int hosts, int per_host, bool round_robin) {
+  std::vector<std::string> names;
+  for (int w = 0; w < hosts * per_host; ++w) {
+    names.push_back("h" + std::to_string(round_robin ? w % hosts : w / per_host));
+  }
+  return names;
+}
+
+// ---- Host names ------------------------------------------------------------------------------
+
+// MOMOE_HOST_NAME, when set and not empty, is the host a process reports (tests and containers).
+TEST(HostNameTest, TheEnvironmentNamesTheHost) {
+  ASSERT_EQ(::unsetenv("MOMOE_HOST_NAME"), 0);
+  const std::string machine = host_name();
+  ASSERT_EQ(::setenv("MOMOE_HOST_NAME", "node-x", 1), 0);
+  EXPECT_EQ(host_name(), "node-x");
+  ASSERT_EQ(::setenv("MOMOE_HOST_NAME", "", 1), 0);
+  EXPECT_EQ(host_name(), machine);
+  ASSERT_EQ(::unsetenv("MOMOE_HOST_NAME"), 0);
+  EXPECT_EQ(host_name(), machine);
+}
+
+// ---- Placement -------------------------------------------------------------------------------
+
+TEST(PlacementTest, RankOrderIsConsecutiveRanks) {
+  StatusOr<RankLayout> l = place_ranks(6, 3, Placement::kRankOrder, {});
+  ASSERT_TRUE(l.ok()) << l.status().to_string();
+  EXPECT_TRUE(l->is_rank_order());
+  EXPECT_EQ(l->ep_group(0), (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(l->ep_group(1), (std::vector<int>{3, 4, 5}));
+  EXPECT_EQ(l->dp_rank, (std::vector<int>{0, 0, 0, 1, 1, 1}));
+}
+
+TEST(PlacementTest, HostsKeepEpInsideAHostUnderRoundRobinRanks) {
+  // mpirun --map-by node over two hosts: a b a b. EP 2 stays inside a host; DP spans hosts.
+  StatusOr<RankLayout> l = place_ranks(4, 2, Placement::kHosts, {"a", "b", "a", "b"});
+  ASSERT_TRUE(l.ok()) << l.status().to_string();
+  EXPECT_EQ(l->ep_group(0), (std::vector<int>{0, 2}));
+  EXPECT_EQ(l->ep_group(1), (std::vector<int>{1, 3}));
+  EXPECT_EQ(l->ep_rank, (std::vector<int>{0, 0, 1, 1}));
+  EXPECT_EQ(l->dp_rank, (std::vector<int>{0, 1, 0, 1}));
+  EXPECT_EQ(l->world_rank_at, (std::vector<int>{0, 2, 1, 3}));
+  EXPECT_FALSE(l->is_rank_order());
+  // 3 hosts x 2 ranks round-robin, EP 2: one EP group per host, in the order of their first rank.
+  l = place_ranks(6, 2, Placement::kHosts, host_names(3, 2, true));
+  ASSERT_TRUE(l.ok()) << l.status().to_string();
+  EXPECT_EQ(l->ep_group(0), (std::vector<int>{0, 3}));
+  EXPECT_EQ(l->ep_group(1), (std::vector<int>{1, 4}));
+  EXPECT_EQ(l->ep_group(2), (std::vector<int>{2, 5}));
+  // Consecutive ranks per host: the same layout as RANK_ORDER.
+  l = place_ranks(8, 2, Placement::kHosts, host_names(2, 4, false));
+  ASSERT_TRUE(l.ok()) << l.status().to_string();
+  EXPECT_TRUE(l->is_rank_order());
+  // Hosts of unequal sizes, EP dividing each: still inside each host.
+  l = place_ranks(6, 2, Placement::kHosts, {"a", "a", "a", "a", "b", "b"});
+  ASSERT_TRUE(l.ok()) << l.status().to_string();
+  EXPECT_EQ(l->ep_group(2), (std::vector<int>{4, 5}));
+}
+
+TEST(PlacementTest, HostsGroupWholeHostsWhenEpSpansThem) {
+  // 4 hosts x 2 ranks round-robin (h0 h1 h2 h3 h0 h1 h2 h3), EP 4: two whole hosts per group.
+  StatusOr<RankLayout> l = place_ranks(8, 4, Placement::kHosts, host_names(4, 2, true));
+  ASSERT_TRUE(l.ok()) << l.status().to_string();
+  EXPECT_EQ(l->ep_group(0), (std::vector<int>{0, 4, 1, 5}));
+  EXPECT_EQ(l->ep_group(1), (std::vector<int>{2, 6, 3, 7}));
+  StatusOr<std::vector<int>> hosts = hierarchical_hosts(*l, host_names(4, 2, true), 1);
+  ASSERT_TRUE(hosts.ok()) << hosts.status().to_string();
+  EXPECT_EQ(*hosts, (std::vector<int>{0, 0, 1, 1}));
+  const std::string line = describe_layout(*l, Placement::kHosts, host_names(4, 2, true), true);
+  EXPECT_TRUE(contains(line, "placement HOSTS: EP 4 x DP 2 on 4 host(s)")) << line;
+  EXPECT_TRUE(contains(line, "[0 4 1 5] [2 6 3 7], over 2 hosts")) << line;
+  EXPECT_TRUE(contains(line, "all-to-all hierarchical")) << line;
+}
+
+TEST(PlacementTest, HostsRefusalsNameTheCountsAndWhatToSet) {
+  // EP 3 with 4 ranks per host (2 hosts): neither divides nor spans whole hosts.
+  Status s = place_ranks(12, 3, Placement::kHosts, host_names(3, 4, true)).status();
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(contains(s.message(), "--ep 3 neither divides the 4 ranks of each host"))
+      << s.to_string();
+  EXPECT_TRUE(contains(s.message(), "h0: 4, h1: 4, h2: 4")) << s.to_string();
+  EXPECT_TRUE(contains(s.message(), "set --ep to one of 1, 2, 4 (EP inside each host)"))
+      << s.to_string();
+  EXPECT_TRUE(contains(s.message(), "or 12 (EP over whole hosts)")) << s.to_string();
+  EXPECT_TRUE(contains(s.message(), "parallel.placement = RANK_ORDER")) << s.to_string();
+  // Unequal hosts and an EP that divides neither.
+  s = place_ranks(6, 3, Placement::kHosts, {"a", "a", "a", "a", "b", "b"}).status();
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(contains(s.message(), "unequal numbers of ranks (a: 4, b: 2)")) << s.to_string();
+  EXPECT_TRUE(contains(s.message(), "set --ep to one of 1, 2")) << s.to_string();
+  // The world's divisibility comes first, as under RANK_ORDER.
+  s = place_ranks(6, 4, Placement::kHosts, host_names(2, 3, false)).status();
+  EXPECT_TRUE(contains(s.message(), "world size 6 is not divisible by --ep 4")) << s.to_string();
+}
+
+TEST(PlacementTest, HierarchicalNeedsEpGroupsThatSpanHostsEvenly) {
+  // EP inside a host: nothing to stage.
+  const std::vector<std::string> rr = host_names(2, 2, true);
+  StatusOr<RankLayout> inside = place_ranks(4, 2, Placement::kHosts, rr);
+  ASSERT_TRUE(inside.ok());
+  Status s = hierarchical_hosts(*inside, rr, 0).status();
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(contains(s.message(), "EP group of world rank 0 has h0: 2")) << s.to_string();
+  EXPECT_TRUE(contains(s.message(), "leave parallel.hierarchical_all_to_all off")) << s.to_string();
+  // RANK_ORDER EP 3 over hosts a a b b b b: 2 + 1 ranks in the first group.
+  StatusOr<RankLayout> uneven = place_ranks(6, 3, Placement::kRankOrder, {});
+  ASSERT_TRUE(uneven.ok());
+  s = hierarchical_hosts(*uneven, {"a", "a", "b", "b", "b", "b"}, 1).status();
+  EXPECT_TRUE(contains(s.message(), "has a: 2, b: 1")) << s.to_string();
+  // RANK_ORDER over consecutive hosts spans them evenly.
+  StatusOr<std::vector<int>> ok = hierarchical_hosts(*uneven, host_names(3, 2, true), 0);
+  ASSERT_TRUE(ok.ok()) << ok.status().to_string();
+  EXPECT_EQ(*ok, (std::vector<int>{0, 1, 2}));
 }
 
 // ---- The stages of one exchange, by hand ----------------------------------------------------
@@ -136,6 +258,65 @@ TEST(HierarchicalAllToAllTest, BadArgumentsFailTheHostsRanks) {
     // The communicator still works afterwards.
     Tensor good = Tensor::zeros({4, 2}, DType::kF32);
     return hier->all_to_all_v(good, plan, out);
+  }));
+}
+
+// ---- Process groups under HOSTS ---------------------------------------------------------------
+
+TEST(HostPlacementTest, RoundRobinHostsGiveEpInsideAHostAndDpAcross) {
+  EXPECT_OK(run_local_ranks(4, [](Communicator& c) -> Status {
+    ProcessGroupOptions opts;
+    opts.ep_size = 2;
+    opts.placement = Placement::kHosts;
+    opts.host = host_names(2, 2, true)[c.rank()];  // h0 h1 h0 h1
+    MOE_ASSIGN_OR_RETURN(ProcessGroups g, make_process_groups(&c, opts));
+    const int me = c.rank();
+    const int want_ep = me / 2, want_dp = me % 2;  // EP groups {0, 2} {1, 3}
+    if (g.ep_rank != want_ep || g.dp_rank != want_dp || g.ep->rank() != want_ep ||
+        g.dp->rank() != want_dp || g.layout_rank() != want_dp * 2 + want_ep) {
+      return internal_error("rank ", me, " has ep ", g.ep_rank, " dp ", g.dp_rank);
+    }
+    if (g.ordered_world == nullptr || g.layout_world()->rank() != g.layout_rank() ||
+        g.world_rank_at != std::vector<int>{0, 2, 1, 3}) {
+      return internal_error("rank ", me, ": the world in layout order is wrong");
+    }
+    // The EP group's all_reduce sums the world ranks of one host: 0 + 2 or 1 + 3.
+    Tensor x = Tensor::from_vector<float>({1}, {static_cast<float>(me)});
+    MOE_RETURN_IF_ERROR(g.ep->all_reduce(x, x, ReduceOp::kSum));
+    if (x.data<float>()[0] != static_cast<float>(me % 2 == 0 ? 2 : 4)) {
+      return internal_error("rank ", me, ": the EP group is not its host");
+    }
+    if (!contains(g.description, "EP groups (world ranks) [0 2] [1 3], each inside one host")) {
+      return internal_error("description: ", g.description);
+    }
+    return Status::OK();
+  }));
+}
+
+TEST(HostPlacementTest, HierarchicalEpOverTwoHostsAndRefusalsOnEveryRank) {
+  EXPECT_OK(run_local_ranks(4, [](Communicator& c) -> Status {
+    ProcessGroupOptions opts;
+    opts.ep_size = 4;
+    opts.placement = Placement::kHosts;
+    opts.hierarchical_all_to_all = true;
+    opts.host = host_names(2, 2, true)[c.rank()];
+    MOE_ASSIGN_OR_RETURN(ProcessGroups g, make_process_groups(&c, opts));
+    auto* hier = dynamic_cast<HierarchicalCommunicator*>(g.ep.get());
+    if (hier == nullptr || hier->grid().hosts() != 2 || g.ep_rank != g.layout_rank()) {
+      return internal_error("rank ", c.rank(), ": EP 4 is not staged over 2 hosts");
+    }
+    // EP ranks are in layout order (host h0's ranks, then h1's): compare with the flat exchange
+    // over the world in that order.
+    MOE_RETURN_IF_ERROR(
+        testing::check_hierarchical_matches_flat(*g.layout_world(), *g.ep, Device::host(), 99, 2));
+    // EP 2 inside each host cannot be staged: every rank is told so (and no rank waits).
+    opts.ep_size = 2;
+    Status s = make_process_groups(&c, opts).status();
+    if (s.code() != StatusCode::kInvalidArgument ||
+        !contains(s.message(), "needs every EP group to span several hosts")) {
+      return internal_error("rank ", c.rank(), ": ", s.to_string());
+    }
+    return Status::OK();
   }));
 }
 
