@@ -45,7 +45,10 @@ int cuda_device_count();
 // older than this CUDA needs reads "cudaErrorInsufficientDriver: ..."), or "no CUDA device".
 std::string cuda_unavailable_reason();
 
-// This machine's host name ("unknown-host" when it cannot be read).
+// This machine's host name ("unknown-host" when it cannot be read), or MOMOE_HOST_NAME when that
+// is set and not empty: for tests (ranks on one machine posing as several hosts) and containers
+// (whose host name is not the machine's). momoe treats ranks that report the same name as one
+// host: the EP placement (parallel.placement), the per-host memory check, the GPU identity.
 std::string host_name();
 
 // This process's rank among the ranks on its node, from the launcher's environment

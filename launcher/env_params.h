@@ -1,7 +1,8 @@
 // Every MOMOE_* environment variable the executables read, with its default and meaning, in one
-// place (NCCL_PARAM style). Library code reads none of these; core reads only MOMOE_DATA_DIR (in
-// types/run_config.cc, to locate the bundled corpora). The launcher also reads the variables
-// MPI and Slurm set to describe the job (comm/world.cc, launcher/launch_main.cc).
+// place (NCCL_PARAM style). Library code reads none of these but MOMOE_DATA_DIR (in
+// types/run_config.cc, to locate the bundled corpora) and MOMOE_HOST_NAME (base/device.h
+// host_name(): the host a rank says it runs on, for tests and containers). The launcher also reads
+// the variables MPI and Slurm set to describe the job (comm/world.cc, launcher/launch_main.cc).
 // A value that does not parse is an error naming the variable, never a silent default.
 #pragma once
 

@@ -377,6 +377,9 @@ void run_config_to_proto(const RunConfig& cfg, momoe::RunConfig* msg) {
   p->set_timeout_seconds(cfg.parallel.timeout_seconds);
   p->set_setup_timeout_seconds(cfg.parallel.setup_timeout_seconds);
   p->set_threads(cfg.parallel.threads);
+  p->set_placement(cfg.parallel.placement == Placement::kHosts ? momoe::ParallelConfig::HOSTS
+                                                               : momoe::ParallelConfig::RANK_ORDER);
+  p->set_hierarchical_all_to_all(cfg.parallel.hierarchical_all_to_all);
 }
 
 std::string field_value(const Message& msg, const FieldDescriptor* f, int index) {
@@ -436,6 +439,14 @@ Status convert_parallel(const momoe::ParallelConfig& p, ParallelConfig* out) {
   if (p.has_timeout_seconds()) out->timeout_seconds = p.timeout_seconds();
   if (p.has_setup_timeout_seconds()) out->setup_timeout_seconds = p.setup_timeout_seconds();
   if (p.has_threads()) out->threads = p.threads();
+  if (p.placement() == momoe::ParallelConfig::HOSTS) out->placement = Placement::kHosts;
+  if (p.has_hierarchical_all_to_all()) out->hierarchical_all_to_all = p.hierarchical_all_to_all();
+  if (out->hierarchical_all_to_all && out->ep < 2) {
+    return invalid_argument_error("parallel.hierarchical_all_to_all stages the exchange of an EP ",
+                                  "group across hosts, but parallel.ep = ", out->ep,
+                                  " exchanges nothing; set parallel.ep to the ranks of several ",
+                                  "hosts or leave the option off");
+  }
   if (out->threads < 0 || out->threads > 4096) {
     return invalid_argument_error("parallel.threads = ", out->threads,
                                   " is outside the allowed range [0, 4096] (0 = every core)");

@@ -17,6 +17,8 @@ std::string bundled_data_path(const std::string& relative) {
 
 const char* precision_name(Precision p) { return p == Precision::kBf16 ? "BF16" : "FP32"; }
 
+const char* placement_name(Placement p) { return p == Placement::kHosts ? "HOSTS" : "RANK_ORDER"; }
+
 DType activation_dtype(Precision p) { return p == Precision::kBf16 ? DType::kBF16 : DType::kF32; }
 
 Status TrainConfig::validate() const {

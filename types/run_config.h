@@ -17,6 +17,11 @@ std::string bundled_data_path(const std::string& relative);
 enum class OptimizerKind { kAdamW, kSgd };
 enum class LrScheduleKind { kConstant, kCosine };
 enum class CommBackend { kAuto, kMpi, kNccl };
+// parallel.placement: which world ranks form an EP group. kRankOrder: `ep` consecutive ranks.
+// kHosts: ranks of one host (from the host names the ranks report), so that EP stays on a host's
+// fast links whatever order the launcher gave the ranks; DP then spans hosts.
+enum class Placement { kRankOrder, kHosts };
+const char* placement_name(Placement p);  // "RANK_ORDER" | "HOSTS"
 // train.precision: FP32 (fp32 everything), or BF16 (bf16 working weights, activations and GEMM
 // inputs with fp32 accumulation; fp32 masters, gradients, optimizer state, router, losses,
 // momentum state and layer-norm statistics).
@@ -59,6 +64,10 @@ struct DataConfig {
 struct ParallelConfig {
   int ep = 1;
   CommBackend backend = CommBackend::kAuto;
+  Placement placement = Placement::kRankOrder;
+  // The token exchange staged through each host (comm/hierarchical_communicator.h) where an EP
+  // group spans hosts; refused where it does not span them evenly.
+  bool hierarchical_all_to_all = false;
   double timeout_seconds = 30;         // collectives of the training loop
   double setup_timeout_seconds = 600;  // start-up and checkpoint writes
   int threads = 0;                     // CPU threads per rank; 0 = the rank's share of the cores

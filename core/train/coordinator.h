@@ -61,6 +61,10 @@ class Coordinator {
   void flush();
 
   bool is_root() const { return world_ == nullptr || world_->rank() == 0; }
+  // The world in layout order once the process groups exist (comm/process_groups.h; its rank 0
+  // is the same process): statistics are then gathered and aggregated in layout order, the
+  // default placement's.
+  void set_world(comm::Communicator* world) { world_ = world; }
   // Rank 0: prints a line (newline added).
   void print(const std::string& line) const;
 

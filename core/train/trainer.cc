@@ -85,8 +85,18 @@ Status Trainer::setup() {
 
   // Layout: world = EP x DP; every world rank holds an equal slice of each micro-batch.
   if (world_ != nullptr && ranks > 1) {
-    MOE_ASSIGN_OR_RETURN(groups_, comm::make_process_groups(world_, cfg_.parallel.ep));
+    comm::ProcessGroupOptions layout;
+    layout.ep_size = cfg_.parallel.ep;
+    layout.placement = cfg_.parallel.placement;
+    layout.hierarchical_all_to_all = cfg_.parallel.hierarchical_all_to_all;
+    layout.host = opts_.host_name;
+    MOE_ASSIGN_OR_RETURN(groups_, comm::make_process_groups(world_, layout));
     has_groups_ = true;
+    // From here on each rank is its layout position (comm/placement.h): the world in layout
+    // order (whose rank 0 is the world's) hands out the batch slices and orders every reduction
+    // and gather, so a placement changes which process computes a part, not what it computes.
+    world_ = groups_.layout_world();
+    coordinator_->set_world(world_);
   } else if (cfg_.parallel.ep != 1) {
     return invalid_argument_error("--ep ", cfg_.parallel.ep, " needs ", cfg_.parallel.ep,
                                   " ranks, but this is a single process (launch with mpirun)");
@@ -105,6 +115,10 @@ Status Trainer::setup() {
          startup_banner(cfg_, world_, device_, *data_, *model_, memory_estimate_)) {
       coordinator_->print(line);
     }
+    if (has_groups_ && (cfg_.parallel.placement != Placement::kRankOrder ||
+                        cfg_.parallel.hierarchical_all_to_all)) {
+      coordinator_->print("momoe: layout: " + groups_.description);
+    }
     for (const std::string& line : config_warnings(cfg_)) log_warning(line);
   }
   if (!opts_.dry_run) set_up_flops_report();
@@ -112,8 +126,10 @@ Status Trainer::setup() {
   // and evaluation (generously: it times the whole section, first-step set-up included).
   if (world_ != nullptr && world_->memory_space() == comm::MemorySpace::kDevice) {
     watchdog_ = std::make_unique<comm::Watchdog>(
-        std::vector<comm::Communicator*>{world_, has_groups_ ? groups_.ep.get() : nullptr,
-                                         has_groups_ ? groups_.dp.get() : nullptr},
+        std::vector<comm::Communicator*>{
+            world_, has_groups_ ? groups_.ep.get() : nullptr,
+            has_groups_ ? groups_.dp.get() : nullptr,
+            has_groups_ && groups_.ordered_world ? groups_.world : nullptr},
         std::max(cfg_.parallel.setup_timeout_seconds, cfg_.parallel.timeout_seconds));
   }
   // Set-up ran under the (long) setup timeout; the step's collectives get the short one, so a
@@ -242,6 +258,7 @@ void Trainer::set_up_flops_report() {
 void Trainer::set_collective_timeout(double seconds) {
   if (world_ != nullptr) world_->set_timeout(seconds);
   if (has_groups_) {
+    groups_.world->set_timeout(seconds);  // the world as given (world_ is it in layout order)
     groups_.ep->set_timeout(seconds);
     groups_.dp->set_timeout(seconds);
   }

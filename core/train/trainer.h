@@ -1,8 +1,9 @@
 // The training loop of one rank. Every rank of the job runs a Trainer over the same config; the
 // communicators make it EP x DP parallel:
 //   - each step's global batch (batch_size sequences from the seeded scheduler) is cut into
-//     grad_accum micro-batches, and each micro-batch into equal contiguous slices per world rank,
-//     so the sequences a step trains on do not depend on the layout;
+//     grad_accum micro-batches, and each micro-batch into equal contiguous slices per world rank
+//     in layout order (comm/process_groups.h: the world rank itself under the default
+//     placement), so the sequences a step trains on do not depend on the layout;
 //   - the objective is mean(token cross-entropy over the global batch) + mean over micro-batches
 //     of the MoE layers' aux losses; dense gradients are summed over the world and expert
 //     gradients over the DP group;
@@ -75,6 +76,10 @@ struct TrainerOptions {
   // else to run_dir/cache when that exists, else to a temporary directory removed with the
   // trainer.
   bool dry_run = false;
+  // This rank's host name for parallel.placement = HOSTS and the hierarchical all-to-all (empty:
+  // the machine's, which MOMOE_HOST_NAME overrides). Ranks that are threads of one process (the
+  // Local backend's tests) pose as several hosts here.
+  std::string host_name;
 };
 
 struct EvalReport {

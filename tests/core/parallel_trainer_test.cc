@@ -12,12 +12,15 @@
 // per step whatever the gradient's size, so a gradient near zero whose sign rounding flips parts
 // the weights by up to a few lr), unless rounding routed a token near a tie to another expert
 // (expect_same_training, expect_parameters_close in trainer_test_util.h: which entries and
-// tokens depends on the BLAS kernel's rounding).
+// tokens depends on the BLAS kernel's rounding). Layouts across hosts (parallel.placement = HOSTS,
+// the hierarchical all-to-all) are the exception: they compute exactly what the flat layout of
+// the same EP x DP computes, so they are compared with it bit for bit.
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <mutex>
 
@@ -48,17 +51,20 @@ class ParallelTrainerTest : public ::testing::Test {
   }
 
   // Trains `steps` steps on `world` ranks with EP `ep` in run_dir (resuming when a checkpoint is
-  // there), optionally saving at the end.
+  // there), optionally saving at the end. host_of(rank), when given, names the host each rank
+  // poses as (TrainerOptions::host_name).
   static LayoutResult train(int world, int ep, int steps, const std::string& run_dir,
-                            const std::vector<std::string>& set, bool save_at_end = false) {
+                            const std::vector<std::string>& set, bool save_at_end = false,
+                            const std::function<std::string(int)>& host_of = nullptr) {
     LayoutResult result;
     std::mutex mu;
     auto body = [&](comm::Communicator* comm) -> Status {
       std::vector<std::string> overrides = set;
       MOE_ASSIGN_OR_RETURN(RunConfig cfg, tiny_config(*corpus_, "", overrides, ep));
-      MOE_ASSIGN_OR_RETURN(std::unique_ptr<Trainer> t,
-                           Trainer::create(cfg, quiet_options(run_dir), comm));
       const int rank = comm == nullptr ? 0 : comm->rank();
+      TrainerOptions options = quiet_options(run_dir);
+      if (host_of) options.host_name = host_of(rank);
+      MOE_ASSIGN_OR_RETURN(std::unique_ptr<Trainer> t, Trainer::create(cfg, options, comm));
       for (int i = 0; i < steps; ++i) {
         MOE_ASSIGN_OR_RETURN(StepStatsInfo s, t->step());
         if (rank == 0) {
@@ -135,6 +141,58 @@ TEST_F(ParallelTrainerTest, EpOneTwoFourAndTwoByTwoGiveTheSameTraining) {
     // step and layer by expect_close, up to the rare routing flip).
     expect_close(single, r, name);
   }
+}
+
+// Two layouts of one training that must agree bit for bit: every step's loss, gradient norm and
+// routing counters, and every weight.
+void expect_identical(const LayoutResult& a, const LayoutResult& b, const std::string& what) {
+  ASSERT_FALSE(a.record.losses.empty()) << what;
+  EXPECT_EQ(a.record.losses, b.record.losses) << what;
+  EXPECT_EQ(a.record.grad_norms, b.record.grad_norms) << what;
+  ASSERT_EQ(a.record.steps.size(), b.record.steps.size()) << what;
+  for (size_t n = 0; n < a.record.steps.size(); ++n) {
+    ASSERT_EQ(a.record.steps[n].size(), b.record.steps[n].size()) << what;
+    for (size_t l = 0; l < a.record.steps[n].size(); ++l) {
+      EXPECT_EQ(a.record.steps[n][l].expert_load, b.record.steps[n][l].expert_load)
+          << what << " step " << n << " layer " << l;
+    }
+  }
+  ASSERT_EQ(a.params.size(), b.params.size()) << what;
+  for (const auto& [name, va] : a.params) EXPECT_EQ(va, b.params.at(name)) << what << " " << name;
+}
+
+// Layouts across hosts, the ranks posing as two hosts: EP 4 over both hosts with the staged
+// (hierarchical) exchange, and EP 2 x DP 2 placed by host, train exactly as the flat layout: the
+// same losses, routing and weights, bit for bit. By design, not by luck: the staged exchange
+// moves the same rows to the same places as the flat one (it computes nothing), and a placement
+// only changes which process plays which layout position, while everything a rank computes (its
+// slice of each micro-batch, its random draws' sequence offsets, its place in every reduction
+// and gather over the world) goes by position. Host names round-robin (h0 h1 h0 h1, mpirun
+// --map-by node), so under HOSTS world ranks 1 and 2 swap positions; dropless (all_to_all_v, the
+// counts exchanged) and capacity mode (all_to_all) both.
+TEST_F(ParallelTrainerTest, LayoutsAcrossHostsTrainBitForBitLikeTheFlatLayout) {
+  const int steps = 6;
+  const auto round_robin = [](int rank) { return "h" + std::to_string(rank % 2); };
+  const auto consecutive = [](int rank) { return "h" + std::to_string(rank / 2); };
+  std::vector<std::string> hosts = kEquivalent, staged = kEquivalent;
+  hosts.push_back("parallel.placement=HOSTS");
+  staged.push_back("parallel.placement=HOSTS");
+  staged.push_back("parallel.hierarchical_all_to_all=true");
+  LayoutResult flat4 = train(4, 4, steps, fresh_dir("par_host_flat4"), kEquivalent);
+  expect_identical(flat4,
+                   train(4, 4, steps, fresh_dir("par_host_staged4"), staged, false, round_robin),
+                   "EP 4 over 2 hosts, hierarchical all-to-all, dropless");
+  LayoutResult flat22 = train(4, 2, steps, fresh_dir("par_host_flat22"), kEquivalent);
+  expect_identical(flat22,
+                   train(4, 2, steps, fresh_dir("par_host_hosts22"), hosts, false, round_robin),
+                   "EP 2 x DP 2 placed by host (round-robin names)");
+  const std::vector<std::string> capacity = {"train.probe_every=0"};
+  std::vector<std::string> capacity_staged = capacity;
+  capacity_staged.push_back("parallel.hierarchical_all_to_all=true");
+  expect_identical(
+      train(4, 4, steps, fresh_dir("par_host_cap4"), capacity),
+      train(4, 4, steps, fresh_dir("par_host_cap_staged4"), capacity_staged, false, consecutive),
+      "EP 4 over 2 hosts, hierarchical all-to-all, capacity mode");
 }
 
 // Every step records where its time went (base/phase_timer.h): forward, backward and the

@@ -81,6 +81,38 @@ TEST(RunConfigTest, OverridesAndEpFlag) {
             std::string::npos);
 }
 
+// parallel.placement and parallel.hierarchical_all_to_all: RANK_ORDER and off by default, set by
+// --set, written out in the resolved text, not a change to what training computes (a run may
+// resume under another layout), and a staged exchange without an EP group to stage refused.
+TEST(RunConfigTest, PlacementAndHierarchicalAllToAll) {
+  StatusOr<RunConfig> plain = parse_run_config(kConfig, "test.pbtxt");
+  ASSERT_TRUE(plain.ok()) << plain.status().to_string();
+  EXPECT_EQ(plain->parallel.placement, Placement::kRankOrder);
+  EXPECT_FALSE(plain->parallel.hierarchical_all_to_all);
+  EXPECT_NE(plain->text.find("placement: RANK_ORDER"), std::string::npos) << plain->text;
+  StatusOr<RunConfig> hosts = parse_run_config(
+      kConfig, "test.pbtxt", {"parallel.placement=HOSTS", "parallel.hierarchical_all_to_all=true"},
+      /*ep_size=*/4);
+  ASSERT_TRUE(hosts.ok()) << hosts.status().to_string();
+  EXPECT_EQ(hosts->parallel.placement, Placement::kHosts);
+  EXPECT_TRUE(hosts->parallel.hierarchical_all_to_all);
+  StatusOr<RunConfig> again = parse_run_config(hosts->text, "resolved");
+  ASSERT_TRUE(again.ok()) << again.status().to_string();
+  EXPECT_EQ(again->parallel.placement, Placement::kHosts);
+  EXPECT_TRUE(again->parallel.hierarchical_all_to_all);
+  StatusOr<std::vector<ConfigChange>> d = diff_configs(plain->text, hosts->text);
+  ASSERT_TRUE(d.ok()) << d.status().to_string();
+  for (const ConfigChange& c : *d) EXPECT_FALSE(changes_training(c)) << c.path;
+  StatusOr<RunConfig> nothing_to_stage =
+      parse_run_config(kConfig, "test.pbtxt", {"parallel.hierarchical_all_to_all=true"});
+  ASSERT_FALSE(nothing_to_stage.ok());
+  EXPECT_NE(nothing_to_stage.status().message().find(
+                "--set 'parallel.hierarchical_all_to_all=true': parallel.hierarchical_all_to_all "
+                "stages the exchange of an EP group across hosts, but parallel.ep = 1"),
+            std::string::npos)
+      << nothing_to_stage.status().to_string();
+}
+
 // An error names where the bad value came from: the --set argument (the last one that set the
 // field), the --ep flag, or the config file; a misspelt field gets the closest known ones.
 TEST(RunConfigTest, ErrorsNameTheirSource) {
