@@ -42,17 +42,19 @@ source "$(dirname "$0")/../testing/namespace_hosts.sh"  # make_hosts, write_agen
 timeout_s=10
 steps=16
 # Every run: the same training (EP 2 on 4 ranks); checkpoints every 4 steps, all kept.
-common=(--config "$config" --ep 2 --set "train.steps=$steps" --set train.batch_size=32
+common=(--config "$config" --set "train.steps=$steps" --set train.batch_size=32
         --set train.checkpoint_every=4 --set train.keep_checkpoints=100
         --set train.final_eval=NONE --set parallel.threads=1 --set data.cache_dir="$work/cache"
         --set "parallel.timeout_seconds=$timeout_s")
-# mpi HOSTFILE RUN_DIR [FLAGS...]: the job from host a over HOSTFILE's hosts; output in
-# RUN_DIR.log. Bounded by 240 s (exit 124: hung).
+# mpi HOSTFILE RUN_DIR [FLAGS...]: the job from host a over HOSTFILE's hosts (mpirun options
+# from mpirun_opts, --ep from $ep, default 2); output in RUN_DIR.log. Bounded by 240 s (exit 124:
+# hung).
+mpirun_opts=()
 mpi() {
   local hosts=$1 dir=$2
   shift 2
-  host_mpirun_timeout=240 host_mpirun "$hosts" 4 "$train" "${common[@]}" --run-dir "$dir" "$@" \
-    > "$dir.log" 2>&1
+  host_mpirun_timeout=240 host_mpirun "$hosts" 4 "${mpirun_opts[@]}" "$train" --ep "${ep:-2}" \
+    "${common[@]}" --run-dir "$dir" "$@" > "$dir.log" 2>&1
 }
 
 # losses RUN_DIR: "STEP LOSS" per training step of metrics.jsonl, the last record of each step
@@ -115,6 +117,31 @@ done
   ! -regex '.*/(cache|ckpt-[0-9]+|lock|metrics\.jsonl|stats\.pb|events\.out\.tfevents\..*)')" ] ||
   { ls "$two"; fail "the two-host run directory holds more than one job's files"; }
 
+# 2b. Ranks round-robin over the hosts (--map-by node: 0, 2 on a; 1, 3 on b) with
+# parallel.placement=HOSTS: the EP groups are still made inside a host ({0, 2} and {1, 3}) and
+# the training is the same; then EP 4 over both hosts with the staged (hierarchical) exchange,
+# against EP 4 flat on one host. Checkpoints off: only the losses are compared.
+short=(--set train.steps=4 --set train.checkpoint_every=0 --set train.checkpoint_minutes=0)
+placed=$work/placed_run
+mpirun_opts=(--map-by node)
+mpi "$work/two_hosts" "$placed" "${short[@]}" --set parallel.placement=HOSTS ||
+  { cat "$placed.log"; fail "the round-robin job placed by host failed"; }
+expect_in "$placed.log" "momoe: layout: placement HOSTS: EP 2 x DP 2 on 2 host(s) (${hostname[a]}: 2, ${hostname[b]}: 2); EP groups (world ranks) [0 2] [1 3], each inside one host"
+mpirun_opts=()
+losses "$placed" > "$work/placed.losses"
+head -4 "$work/one.losses" | diff - "$work/placed.losses" > "$work/losses.diff" ||
+  { cat "$work/losses.diff"; fail "placed by host, the round-robin job's losses differ"; }
+flat4=$work/flat_ep4_run
+staged=$work/staged_ep4_run
+ep=4 mpi "$work/one_host" "$flat4" "${short[@]}" ||
+  { cat "$flat4.log"; fail "the flat EP 4 job on one host failed"; }
+ep=4 mpi "$work/two_hosts" "$staged" "${short[@]}" --set parallel.hierarchical_all_to_all=true ||
+  { cat "$staged.log"; fail "the EP 4 job with the staged exchange across hosts failed"; }
+losses "$flat4" > "$work/flat4.losses"
+losses "$staged" > "$work/staged.losses"
+diff "$work/flat4.losses" "$work/staged.losses" > "$work/losses.diff" ||
+  { cat "$work/losses.diff"; fail "the staged exchange across hosts changed the EP 4 losses"; }
+
 # 3. Every rank of host b killed after the checkpoint of step 4; the job must end.
 killed=$work/killed_run
 mpi "$work/two_hosts" "$killed" &
@@ -171,6 +198,9 @@ echo "layout: EP 2 x DP 2; host a: ranks 0, 1 (node-local 0, 1), host b: ranks 2
 echo "losses: $steps steps, two hosts = one host bit for bit (step 1 $(sed -n 1p "$work/two.losses" |
   cut -d' ' -f2), step $steps $(tail -1 "$work/two.losses" | cut -d' ' -f2)); checkpoints" \
   "${written[*]} written once, tensors = one host's"
+echo "placement HOSTS under --map-by node (ranks 0, 2 on a; 1, 3 on b): EP groups in a host," \
+  "losses = one host's bit for bit; EP 4 over both hosts with the staged exchange: losses = EP 4" \
+  "flat on one host, bit for bit"
 echo "killed host b (2 ranks, SIGKILL) after ckpt-00000004: job ended ${ended_ms} ms after the kill" \
   "(exit $status; bound ${bound}s, parallel.timeout_seconds $timeout_s); newest checkpoint" \
   "${newest##*/} intact; resumed on one host (4 ranks) from step $ckpt_step to $steps," \
