@@ -4,7 +4,8 @@
 // brackets the allocator's measured peak (and the count stays exact under RoPE and without linear
 // biases); every step records its measured peaks, which the estimate brackets alike; the scratch
 // and dropless routing's worst case beside the estimate; a run that cannot fit is refused before
-// anything is allocated, with the estimate in the message.
+// anything is allocated, with the estimate in the message. Each activation recomputation setting
+// (train.recompute) is estimated from what it keeps, and brackets its own measured peak.
 #include "core/train/memory_estimate.h"
 
 #include <gtest/gtest.h>
@@ -166,31 +167,120 @@ TEST_F(MemoryEstimateTest, RmsNormParametersAreExactAndTheTotalBracketsTheMeasur
 // the allocator's peak above, for the quick start at its own size; on the CPU the process's
 // resident peak holds at least those tensors (they live in it). The first step (it creates the
 // optimizer's state) and a later one.
+// At each recompute setting too, whose peaks fall from NONE to SELECTIVE to FULL.
 TEST_F(MemoryEstimateTest, EachStepRecordsItsMeasuredPeaks) {
-  StatusOr<RunConfig> cfg = config("quickstart", {"train.steps=2"});
-  ASSERT_TRUE(cfg.ok()) << cfg.status().to_string();
-  const std::string run = fresh_dir("memory_step_peaks");
-  auto t = Trainer::create(*cfg, quiet_options(run, false), nullptr);
-  ASSERT_TRUE(t.ok()) << t.status().to_string();
-  RunConfig resolved = *cfg;
-  resolved.model.vocab_size = (*t)->config().model.vocab_size;
-  const MemoryEstimate e = estimate_training_memory(resolved, 1);
-  for (int step = 1; step <= 2; ++step) {
-    SCOPED_TRACE(str_cat("step ", step));
-    StatusOr<StepStatsInfo> s = (*t)->step();
-    ASSERT_TRUE(s.ok()) << s.status().to_string();
-    ASSERT_TRUE(s->peak_tensor_bytes.has_value());
-    ASSERT_TRUE(s->peak_rss_bytes.has_value());
-    EXPECT_GT(*s->peak_tensor_bytes, 0);
-    // Nothing is allocated after the measurement: the record is the allocator's peak.
-    EXPECT_EQ(*s->peak_tensor_bytes,
-              static_cast<int64_t>((*t)->context().allocator().stats().peak_bytes_in_use));
-    std::printf("quickstart step %d: ", step);
-    expect_brackets(e, static_cast<double>(*s->peak_tensor_bytes));
-    EXPECT_GE(*s->peak_rss_bytes, *s->peak_tensor_bytes);
+  int64_t last_peak = 0;
+  for (const char* recompute : {"NONE", "SELECTIVE", "FULL"}) {
+    StatusOr<RunConfig> cfg =
+        config("quickstart", {"train.steps=2", str_cat("train.recompute=", recompute)});
+    ASSERT_TRUE(cfg.ok()) << cfg.status().to_string();
+    const std::string run = fresh_dir("memory_step_peaks");
+    auto t = Trainer::create(*cfg, quiet_options(run, false), nullptr);
+    ASSERT_TRUE(t.ok()) << t.status().to_string();
+    RunConfig resolved = *cfg;
+    resolved.model.vocab_size = (*t)->config().model.vocab_size;
+    const MemoryEstimate e = estimate_training_memory(resolved, 1);
+    for (int step = 1; step <= 2; ++step) {
+      SCOPED_TRACE(str_cat(recompute, " step ", step));
+      StatusOr<StepStatsInfo> s = (*t)->step();
+      ASSERT_TRUE(s.ok()) << s.status().to_string();
+      ASSERT_TRUE(s->peak_tensor_bytes.has_value());
+      ASSERT_TRUE(s->peak_rss_bytes.has_value());
+      EXPECT_GT(*s->peak_tensor_bytes, 0);
+      // Nothing is allocated after the measurement: the record is the allocator's peak.
+      EXPECT_EQ(*s->peak_tensor_bytes,
+                static_cast<int64_t>((*t)->context().allocator().stats().peak_bytes_in_use));
+      std::printf("quickstart %s step %d: ", recompute, step);
+      expect_brackets(e, static_cast<double>(*s->peak_tensor_bytes));
+      EXPECT_GE(*s->peak_rss_bytes, *s->peak_tensor_bytes);
+      if (step == 2) {
+        if (last_peak > 0) {
+          EXPECT_LT(*s->peak_tensor_bytes, last_peak);
+        }
+        last_peak = *s->peak_tensor_bytes;
+      }
+    }
+    t->reset();
+    fs::remove_all(run);
   }
-  t->reset();
-  fs::remove_all(run);
+}
+
+// train.recompute: for every family at the first two sizes and both precisions, and the blocks
+// of current models (SwiGLU, RMSNorm, pre-LN; shared experts, dropless) at the first, SELECTIVE
+// and FULL estimate what they keep (the parameters unchanged), and the total brackets each one's
+// measured peak as NONE's does.
+TEST_F(MemoryEstimateTest, EachRecomputeSettingBracketsItsMeasuredPeak) {
+  const std::vector<std::vector<std::string>> sizes = {
+      {"model.d_model=64", "model.n_heads=2", "model.seq_len=32", "model.d_ff=128",
+       "model.moe.d_expert=64", "model.moe.num_experts=4", "train.batch_size=8"},
+      {"model.d_model=96", "model.n_heads=4", "model.seq_len=64", "model.d_ff=192",
+       "model.moe.d_expert=128", "model.moe.num_experts=8", "train.batch_size=16"}};
+  for (const std::string& family : families()) {
+    for (size_t s = 0; s < sizes.size(); ++s) {
+      for (const char* precision : {"FP32", "BF16"}) {
+        for (const char* recompute : {"SELECTIVE", "FULL"}) {
+          std::vector<std::string> set = sizes[s];
+          set.push_back(std::string("train.precision=") + precision);
+          set.push_back(std::string("train.recompute=") + recompute);
+          expect_exact_and_bracketing(family, set,
+                                      str_cat("size ", s, " ", precision, " ", recompute));
+        }
+      }
+    }
+  }
+  const std::vector<std::pair<std::string, std::vector<std::string>>> modern = {
+      {"modern/mixtral", {}},
+      {"modern/deepseek-v3",
+       {"model.moe.num_experts=16", "model.moe.d_expert=16", "model.moe.d_shared=16"}}};
+  for (const auto& [family, routing] : modern) {
+    for (const char* precision : {"FP32", "BF16"}) {
+      for (const char* recompute : {"NONE", "SELECTIVE", "FULL"}) {
+        std::vector<std::string> set = sizes[0];
+        set.insert(set.end(), routing.begin(), routing.end());
+        set.push_back(std::string("train.precision=") + precision);
+        set.push_back(std::string("train.recompute=") + recompute);
+        expect_exact_and_bracketing(family, set, str_cat("size 0 ", precision, " ", recompute));
+      }
+    }
+  }
+}
+
+// The estimate follows the setting: the activations fall from NONE to SELECTIVE (the hidden rows
+// of all but one block) to FULL (all but one block's saved tensors), nothing else moves, the
+// summary line names a setting other than NONE, a refusal suggests the settings not yet used,
+// and dropless routing's worst case counts the layers each setting keeps.
+TEST_F(MemoryEstimateTest, TheEstimateFollowsTheRecomputeSetting) {
+  std::vector<MemoryEstimate> e;
+  for (const char* recompute : {"NONE", "SELECTIVE", "FULL"}) {
+    StatusOr<RunConfig> cfg =
+        config("quickstart", {"model.moe.dropless=true", str_cat("train.recompute=", recompute)});
+    ASSERT_TRUE(cfg.ok()) << cfg.status().to_string();
+    cfg->model.vocab_size = 1000;
+    cfg->parallel.ep = 2;
+    e.push_back(estimate_training_memory(*cfg, 2));
+  }
+  EXPECT_GT(e[0].activation_bytes, e[1].activation_bytes);
+  EXPECT_GT(e[1].activation_bytes, e[2].activation_bytes);
+  EXPECT_GT(e[0].dropless_worst_extra_bytes, e[1].dropless_worst_extra_bytes);
+  EXPECT_GT(e[1].dropless_worst_extra_bytes, e[2].dropless_worst_extra_bytes);
+  EXPECT_GT(e[2].dropless_worst_extra_bytes, 0);
+  for (const MemoryEstimate& x : e) {
+    EXPECT_EQ(x.parameter_bytes, e[0].parameter_bytes);
+    EXPECT_EQ(x.optimizer_bytes, e[0].optimizer_bytes);
+    EXPECT_EQ(x.logits_scratch_bytes, e[0].logits_scratch_bytes);
+    EXPECT_EQ(x.dropless_worst_rows, e[0].dropless_worst_rows);
+  }
+  EXPECT_EQ(e[0].to_string().find("recomputation"), std::string::npos) << e[0].to_string();
+  EXPECT_NE(e[1].to_string().find("tokens with SELECTIVE recomputation)"), std::string::npos)
+      << e[1].to_string();
+  EXPECT_NE(e[2].to_string().find("tokens with FULL recomputation)"), std::string::npos)
+      << e[2].to_string();
+  const std::string refused[] = {check_memory(e[0], 1, "this host").message(),
+                                 check_memory(e[1], 1, "this host").message(),
+                                 check_memory(e[2], 1, "this host").message()};
+  EXPECT_NE(refused[0].find("train.recompute SELECTIVE or FULL"), std::string::npos) << refused[0];
+  EXPECT_NE(refused[1].find("train.recompute FULL"), std::string::npos) << refused[1];
+  EXPECT_EQ(refused[2].find("train.recompute"), std::string::npos) << refused[2];
 }
 
 // The scratch the estimate counts (the head's f32 logits and their gradient), and dropless
