@@ -5,6 +5,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "base/allocator.h"
 #include "core/train/model_size.h"
 
 namespace moe {
@@ -153,10 +154,10 @@ BlockBytes block_bytes(const ModelConfig& m, const BlockPlan& b, int64_t A, bool
 }
 
 // Activation bytes per token of one micro-batch: what the blocks keep for backward under
-// `recompute`, the embedding's output, then the head's logits and their gradient, which coexist
-// from the start of backward on and are the step's largest transient.
+// `recompute`, the embedding's output and the head's input; not the head's logits and their
+// gradient (counted whole: estimate_training_memory).
 double activation_bytes_per_token(const ModelConfig& m, int64_t A, Recompute recompute) {
-  const int64_t D = m.d_model, V = m.vocab_size;
+  const int64_t D = m.d_model;
   double per_token = 2.0 * D * A + 8;  // embedding output and its dropout
   double kept = 0, largest_hidden = 0, largest_replay = 0;
   bool state_in = false;
@@ -182,7 +183,7 @@ double activation_bytes_per_token(const ModelConfig& m, int64_t A, Recompute rec
   if (recompute == Recompute::kSelective) kept += largest_hidden;
   if (recompute == Recompute::kFull) kept += largest_replay;
   per_token += kept;
-  per_token += 2.0 * D * A + 2.0 * V * 4 + 8;  // final hidden, logits and d_logits (f32), lse
+  per_token += 2.0 * D * A + 8;  // final hidden, lse (the logits and d_logits: the caller)
   // Backward holds a few [T, D] gradients at once on top of the saved activations.
   per_token += 6.0 * D * 4;
   return per_token;
@@ -240,8 +241,16 @@ MemoryEstimate estimate_training_memory(const RunConfig& cfg, int world_size) {
   e.recompute = t.recompute;
   const double per_token = activation_bytes_per_token(m, A, t.recompute);
   e.micro_batch_tokens = tokens;
-  e.activation_bytes = static_cast<int64_t>(std::ceil(per_token * static_cast<double>(tokens)));
-  e.logits_scratch_bytes = 2 * m.vocab_size * 4 * tokens;
+  // The head's f32 logits and their gradient ([tokens, V] each) coexist from the start of
+  // backward on, the step's largest transient; the host allocator hands each out as a whole
+  // bucket (base/allocator.h: up to 1/8 more), which at a large vocabulary is no rounding error.
+  const int64_t logits = m.vocab_size * 4 * tokens;
+  e.logits_scratch_bytes =
+      2 * (t.device == DeviceKind::kCpu
+               ? static_cast<int64_t>(allocator_bucket_size(static_cast<size_t>(logits)))
+               : logits);
+  e.activation_bytes = static_cast<int64_t>(std::ceil(per_token * static_cast<double>(tokens))) +
+                       e.logits_scratch_bytes;
   add_dropless_worst_case(m, A, std::max(1, cfg.parallel.ep), tokens, &e);
   return e;
 }

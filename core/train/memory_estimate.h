@@ -37,7 +37,8 @@ struct MemoryEstimate {
   int64_t micro_batch_tokens = 0;
 
   // Of activation_bytes: the step's largest transient, the head's f32 logits and their gradient
-  // ([tokens, V] each; they coexist at the start of backward).
+  // ([tokens, V] each; they coexist from the start of backward on), on the CPU as the host
+  // allocator's buckets hold them.
   int64_t logits_scratch_bytes = 0;
   // Of activation_bytes, on a GPU: the device's own scratch (attention scores, the cuBLAS
   // workspace: run_device.h device_scratch_bytes), added by the trainer; 0 on the CPU.
