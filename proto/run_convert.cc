@@ -204,6 +204,34 @@ Status convert_model(const momoe::ModelConfig& m, ModelConfig* c) {
   return Status::OK();
 }
 
+// train.recompute; a number outside the enum (the text format accepts one) is refused.
+StatusOr<Recompute> recompute_from_proto(int mode) {
+  switch (mode) {
+    case momoe::Recompute::MODE_UNSPECIFIED:
+    case momoe::Recompute::NONE:
+      return Recompute::kNone;
+    case momoe::Recompute::SELECTIVE:
+      return Recompute::kSelective;
+    case momoe::Recompute::FULL:
+      return Recompute::kFull;
+    default:
+      return invalid_argument_error("train.recompute = ", mode,
+                                    " is not a recompute setting (one of NONE, SELECTIVE, FULL)");
+  }
+}
+
+momoe::Recompute::Mode recompute_to_proto(Recompute r) {
+  switch (r) {
+    case Recompute::kSelective:
+      return momoe::Recompute::SELECTIVE;
+    case Recompute::kFull:
+      return momoe::Recompute::FULL;
+    case Recompute::kNone:
+      break;
+  }
+  return momoe::Recompute::NONE;
+}
+
 Status convert_train(const momoe::TrainConfig& t, TrainConfig* c) {
   if (t.has_steps()) c->steps = t.steps();
   if (t.has_batch_size()) c->batch_size = t.batch_size();
@@ -250,6 +278,7 @@ Status convert_train(const momoe::TrainConfig& t, TrainConfig* c) {
       c->final_eval = FinalEval::kBoth;
       break;
   }
+  MOE_ASSIGN_OR_RETURN(c->recompute, recompute_from_proto(t.recompute()));
   return c->validate();
 }
 
@@ -350,6 +379,7 @@ void run_config_to_proto(const RunConfig& cfg, momoe::RunConfig* msg) {
                                                     : momoe::TrainConfig::FP32);
   tr->set_device(t.device == DeviceKind::kCuda ? momoe::TrainConfig::CUDA
                                                : momoe::TrainConfig::CPU);
+  tr->set_recompute(recompute_to_proto(t.recompute));
 
   momoe::DataConfig* d = msg->mutable_data();
   if (cfg.data.dataset.empty()) {
@@ -638,7 +668,8 @@ StatusOr<std::vector<ConfigChange>> diff_configs(const std::string& before,
 bool changes_training(const ConfigChange& change) {
   // Fields that steer the run, not what it computes: the layout, how long it trains, what it
   // logs, evaluates and keeps, and the precision and device (checkpoints hold fp32 masters, so
-  // a run may resume at the other precision or on the other device).
+  // a run may resume at the other precision or on the other device), and the activation
+  // recomputation (bit-identical at every setting).
   static const char* const kRunControl[] = {"parallel.",
                                             "train.steps",
                                             "train.grad_accum",
@@ -658,6 +689,7 @@ bool changes_training(const ConfigChange& change) {
                                             "train.max_skipped_steps",
                                             "train.final_eval",
                                             "train.tensorboard",
+                                            "train.recompute",
                                             "data.valid",
                                             "data.test",
                                             "data.cache_dir"};

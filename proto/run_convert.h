@@ -40,7 +40,7 @@ StatusOr<std::vector<ConfigChange>> diff_configs(const std::string& before,
                                                  const std::string& after);
 // Whether a change alters what training computes (the model, the optimiser and its schedule,
 // the batch, the seed, the training data), as opposed to the layout, the length of the run,
-// logging, evaluation, checkpointing, precision or device.
+// logging, evaluation, checkpointing, precision, device or activation recomputation.
 bool changes_training(const ConfigChange& change);
 
 }  // namespace moe

@@ -18,6 +18,17 @@ std::string bundled_data_path(const std::string& relative) {
 const char* precision_name(Precision p) { return p == Precision::kBf16 ? "BF16" : "FP32"; }
 
 const char* placement_name(Placement p) { return p == Placement::kHosts ? "HOSTS" : "RANK_ORDER"; }
+const char* recompute_name(Recompute r) {
+  switch (r) {
+    case Recompute::kNone:
+      return "NONE";
+    case Recompute::kSelective:
+      return "SELECTIVE";
+    case Recompute::kFull:
+      return "FULL";
+  }
+  return "NONE";
+}
 
 DType activation_dtype(Precision p) { return p == Precision::kBf16 ? DType::kBF16 : DType::kF32; }
 

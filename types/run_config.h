@@ -28,7 +28,15 @@ const char* placement_name(Placement p);  // "RANK_ORDER" | "HOSTS"
 enum class Precision { kFp32, kBf16 };
 enum class DeviceKind { kCpu, kCuda };
 enum class FinalEval { kBoth, kSubset, kWhole, kNone };  // proto/train.proto TrainConfig.FinalEval
-const char* precision_name(Precision p);                 // "FP32" | "BF16"
+// train.recompute (proto/train.proto Recompute.Mode): what a training forward keeps for backward.
+// kNone: everything each layer's backward reads. kSelective: not the F-wide hidden rows (h_pre,
+// h) of the experts, the shared experts and the dense FFNs; their backward recomputes them from
+// the kept input rows (the exchange is not repeated). kFull: each block's input and the MoE state
+// entering it only; backward re-runs one block's forward at a time (its exchanges too) to rebuild
+// what its backward reads. The same losses, gradients and weights, bit for bit.
+enum class Recompute { kNone, kSelective, kFull };
+const char* recompute_name(Recompute r);  // "NONE" | "SELECTIVE" | "FULL"
+const char* precision_name(Precision p);  // "FP32" | "BF16"
 // The activation dtype of a precision: f32 or bf16.
 DType activation_dtype(Precision p);
 
@@ -99,6 +107,7 @@ struct TrainConfig {
   int64_t max_skipped_steps = 10;  // consecutive non-finite steps before the run stops; 0 = never
   FinalEval final_eval = FinalEval::kBoth;
   bool tensorboard = true;  // TensorBoard event files in the run directory
+  Recompute recompute = Recompute::kNone;
 
   Status validate() const;
   // A step's batch_size sequences are grad_accum micro-batches, each cut into equal contiguous

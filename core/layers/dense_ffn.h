@@ -7,7 +7,9 @@
 // matrices are GEMM operands, bf16 under BF16. The hidden dropout keys row t by the global token
 // id token_offset + t (kernels/activation.h), so masks do not depend on how batches are split
 // across ranks. Forward and backward return new tensors; backward accumulates (+=) parameter
-// gradients. Errors name the layer's prefix.
+// gradients. Errors name the layer's prefix. Selective recomputation (train.recompute SELECTIVE):
+// forward keeps x but not h_pre and h, which backward recomputes from x with the same kernels,
+// weights and dropout keys (the same bits).
 #pragma once
 
 #include <string>
@@ -24,24 +26,28 @@ class DenseFfn {
   // Everything backward needs, filled by forward.
   struct Saved {
     Tensor x;                  // [N, D] the input
-    Tensor h_pre;              // [N, F] x W1 + b1 ([N, 2F] when gated)
-    Tensor h;                  // [N, F] after the activation and dropout
+    Tensor h_pre;              // [N, F] x W1 + b1 ([N, 2F] when gated); empty: recomputed
+    Tensor h;                  // [N, F] after the activation and dropout; empty: recomputed
     int64_t token_offset = 0;  // dropout key of row 0
     float dropout = 0.f;       // 0 when not training
     CounterRng rng;
+    bool recompute_hidden = false;  // h_pre and h not kept: backward recomputes them from x
   };
   // bias: register and add b1 and b2 (ModelConfig::linear_bias).
   DenseFfn(const std::string& prefix, int64_t d_model, int64_t d_ff, ExpertActivation activation,
            bool bias, double dropout, ParameterSet* params);
   // [in] x [N, D]; token_offset: the global id of row 0; training enables dropout, drawn from rng.
-  // Returns y [N, D].
+  // recompute_hidden: keep x but not h_pre and h (SELECTIVE). Returns y [N, D].
   StatusOr<Tensor> forward(const Tensor& x, int64_t token_offset, bool training, CounterRng rng,
-                           Saved* saved) const;
+                           Saved* saved, bool recompute_hidden = false) const;
   // [in] dy [N, D]; returns dx [N, D].
   StatusOr<Tensor> backward(const Tensor& dy, const Saved& saved) const;
 
  private:
   Status check(const char* name, const TensorView& t, int64_t rows) const;
+  // The hidden rows of saved.x (forward, and backward's recomputation): h_pre = x W1 + b1 and
+  // h = dropout(act(h_pre)) under saved's keys, rng and dropout; new tensors.
+  Status hidden(const Saved& saved, Tensor* h_pre, Tensor* h) const;
 
   std::string prefix_;
   Context& ctx_;

@@ -56,39 +56,51 @@ ExpertFfn::ExpertFfn(const std::string& prefix, const MoeLayerConfig& cfg, int64
   }
 }
 
+Status ExpertFfn::hidden(const ExpertSaved& saved, Tensor* h_pre, Tensor* h) const {
+  const int64_t rows = saved.x.dim(0);
+  MOE_ASSIGN_OR_RETURN(*h_pre, ctx_.empty({rows, first_matrix_cols(activation_, d_ff_)}, act_));
+  MOE_ASSIGN_OR_RETURN(*h, ctx_.empty({rows, d_ff_}, act_));
+  MOE_RETURN_IF_ERROR(kernels::expert_gemm(ctx_, saved.x, w1_->value, false, *h_pre, saved.blocks));
+  if (b1_ != nullptr) {
+    MOE_RETURN_IF_ERROR(kernels::add_bias_blocks(ctx_, *h_pre, b1_->value, saved.blocks));
+  }
+  MOE_RETURN_IF_ERROR(ffn_activation_forward(ctx_, activation_, *h_pre, *h));
+  if (saved.dropout > 0) {
+    MOE_RETURN_IF_ERROR(
+        kernels::dropout_forward(ctx_, *h, saved.row_keys, 0, saved.rng, saved.dropout, *h));
+  }
+  return Status::OK();
+}
+
 StatusOr<Tensor> ExpertFfn::forward(const Tensor& x, const kernels::ExpertBlocks& blocks,
                                     const Tensor& row_keys, CounterRng rng, float dropout_p,
-                                    ExpertSaved* saved) {
+                                    ExpertSaved* saved, bool recompute_hidden) {
   const int64_t rows = x.dim(0);
   saved->x = x;
   saved->blocks = blocks;
   saved->row_keys = row_keys;
   saved->rng = rng;
   saved->dropout = dropout_p;
-  MOE_ASSIGN_OR_RETURN(saved->h_pre,
-                       ctx_.empty({rows, first_matrix_cols(activation_, d_ff_)}, act_));
-  MOE_ASSIGN_OR_RETURN(saved->h, ctx_.empty({rows, d_ff_}, act_));
-  MOE_RETURN_IF_ERROR(kernels::expert_gemm(ctx_, x, w1_->value, false, saved->h_pre, blocks));
-  if (b1_ != nullptr) {
-    MOE_RETURN_IF_ERROR(kernels::add_bias_blocks(ctx_, saved->h_pre, b1_->value, blocks));
-  }
-  MOE_RETURN_IF_ERROR(ffn_activation_forward(ctx_, activation_, saved->h_pre, saved->h));
-  if (dropout_p > 0) {
-    MOE_RETURN_IF_ERROR(
-        kernels::dropout_forward(ctx_, saved->h, row_keys, 0, rng, dropout_p, saved->h));
-  }
+  saved->recompute_hidden = recompute_hidden;
+  Tensor h_pre, h;
+  MOE_RETURN_IF_ERROR(hidden(*saved, &h_pre, &h));
   MOE_ASSIGN_OR_RETURN(Tensor y, ctx_.empty({rows, d_model_}, act_));
-  MOE_RETURN_IF_ERROR(kernels::expert_gemm(ctx_, saved->h, w2_->value, false, y, blocks));
+  MOE_RETURN_IF_ERROR(kernels::expert_gemm(ctx_, h, w2_->value, false, y, blocks));
   if (b2_ != nullptr) {
     MOE_RETURN_IF_ERROR(kernels::add_bias_blocks(ctx_, y, b2_->value, blocks));
   }
+  saved->h_pre = recompute_hidden ? Tensor() : h_pre;
+  saved->h = recompute_hidden ? Tensor() : h;
   return y;
 }
 
 StatusOr<Tensor> ExpertFfn::backward(const Tensor& dy, const ExpertSaved& saved) {
   const int64_t rows = dy.dim(0);
   const kernels::ExpertBlocks& blocks = saved.blocks;
-  MOE_RETURN_IF_ERROR(kernels::expert_gemm_wgrad(ctx_, saved.h, dy, w2_->grad, blocks));
+  Tensor h_pre = saved.h_pre, h = saved.h;
+  if (saved.recompute_hidden) MOE_RETURN_IF_ERROR(hidden(saved, &h_pre, &h));
+  MOE_RETURN_IF_ERROR(kernels::expert_gemm_wgrad(ctx_, h, dy, w2_->grad, blocks));
+  h = Tensor();  // read no more (a recomputed one is freed)
   if (b2_ != nullptr) {
     MOE_RETURN_IF_ERROR(kernels::bias_grad_blocks(ctx_, dy, b2_->grad, blocks));
   }
@@ -98,7 +110,7 @@ StatusOr<Tensor> ExpertFfn::backward(const Tensor& dy, const ExpertSaved& saved)
     MOE_RETURN_IF_ERROR(
         kernels::dropout_backward(ctx_, dh, saved.row_keys, 0, saved.rng, saved.dropout, dh));
   }
-  MOE_ASSIGN_OR_RETURN(Tensor dh_pre, ffn_activation_backward(ctx_, activation_, saved.h_pre, dh));
+  MOE_ASSIGN_OR_RETURN(Tensor dh_pre, ffn_activation_backward(ctx_, activation_, h_pre, dh));
   MOE_RETURN_IF_ERROR(kernels::expert_gemm_wgrad(ctx_, saved.x, dh_pre, w1_->grad, blocks));
   if (b1_ != nullptr) {
     MOE_RETURN_IF_ERROR(kernels::bias_grad_blocks(ctx_, dh_pre, b1_->grad, blocks));

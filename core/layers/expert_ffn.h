@@ -7,6 +7,10 @@
 // pre-activation is [M, 2F] and the hidden rows [M, F]. Dropout masks are keyed by each row's
 // (global token, choice) key, so they do not depend on where a row sits in a buffer (the same
 // masks for every EP layout); rows whose key is negative are empty slots.
+// Selective recomputation (train.recompute SELECTIVE): forward keeps the input rows but not the
+// hidden rows h_pre and h ([M, F] or [M, 2F]); backward recomputes them from the kept rows with
+// the same kernels, weights and dropout keys, so they are the same bits (the exchange that
+// brought the rows is not repeated).
 //
 // Parameters (expert shards, [E_local, ...]): <prefix>.w1 [E_l, D, F] (gated: [E_l, D, 2F]),
 // <prefix>.w2 [E_l, F, D]; with cfg.linear_bias also <prefix>.b1 [E_l, F] ([E_l, 2F]) and
@@ -26,12 +30,13 @@ namespace moe {
 
 struct ExpertSaved {
   Tensor x;         // [M, D] rows, in blocks
-  Tensor h_pre;     // [M, F] pre-activation ([M, 2F] when gated)
-  Tensor h;         // [M, F] after activation and dropout
+  Tensor h_pre;     // [M, F] pre-activation ([M, 2F] when gated); empty when recomputed
+  Tensor h;         // [M, F] after activation and dropout; empty when recomputed
   Tensor row_keys;  // [M] i64 dropout keys
   kernels::ExpertBlocks blocks;
   float dropout = 0.f;
   CounterRng rng;
+  bool recompute_hidden = false;  // h_pre and h not kept: backward recomputes them from x
 };
 
 class ExpertFfn {
@@ -41,15 +46,20 @@ class ExpertFfn {
             int64_t first_expert, ParameterSet* params);
 
   // x [M, D] in `blocks`; row_keys [M] i64. dropout_p > 0 only in training. Returns y [M, D].
+  // recompute_hidden: keep only x (and the keys) in `saved`, not h_pre and h (SELECTIVE).
   StatusOr<Tensor> forward(const Tensor& x, const kernels::ExpertBlocks& blocks,
                            const Tensor& row_keys, CounterRng rng, float dropout_p,
-                           ExpertSaved* saved);
+                           ExpertSaved* saved, bool recompute_hidden = false);
   // dy [M, D]; returns dx [M, D]; parameter gradients accumulate.
   StatusOr<Tensor> backward(const Tensor& dy, const ExpertSaved& saved);
 
   int64_t local_experts() const { return local_experts_; }
 
  private:
+  // The hidden rows of saved.x (forward, and backward's recomputation): h_pre = x W1 + b1 and
+  // h = dropout(act(h_pre)) under saved's blocks, keys, rng and dropout; new tensors.
+  Status hidden(const ExpertSaved& saved, Tensor* h_pre, Tensor* h) const;
+
   Context& ctx_;
   DType act_;
   ExpertActivation activation_;

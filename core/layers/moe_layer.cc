@@ -172,7 +172,7 @@ Status MoeLayer::run_experts_and_combine(const MoeLayerInputs& in, const Tensor&
   MOE_ASSIGN_OR_RETURN(
       Tensor y_rows, experts_.forward(rows, plan.blocks, plan.recv_key,
                                       site_rng(in.seed, RandomSite::kExpertHidden, block_, in.step),
-                                      expert_p, &saved->experts));
+                                      expert_p, &saved->experts, in.recompute_hidden));
   MOE_ASSIGN_OR_RETURN(saved->y_send, dispatcher_.gather_back(y_rows, plan));
 
   MOE_ASSIGN_OR_RETURN(saved->u, ctx_.empty({y.dim(0), cfg_.d_model}, y.dtype()));
@@ -184,7 +184,7 @@ Status MoeLayer::run_experts_and_combine(const MoeLayerInputs& in, const Tensor&
     MOE_ASSIGN_OR_RETURN(
         Tensor s, shared_->forward(y, in.token_offset, in.training,
                                    site_rng(in.seed, RandomSite::kFfnHidden, block_, in.step),
-                                   &saved->shared));
+                                   &saved->shared, in.recompute_hidden));
     MOE_RETURN_IF_ERROR(kernels::add(ctx_, saved->u, s, saved->u));
   }
   if (in.training && cfg_.output_dropout > 0) {
@@ -222,7 +222,7 @@ Status MoeLayer::aux_loss_and_stats(const MoeLayerInputs& in, const MoeLayerOutp
   const DispatchPlan& plan = saved->plan;
   MOE_ASSIGN_OR_RETURN(saved->aux,
                        router_.aux_loss(plan.load, in.stats_comm, &saved->router, stats));
-  if (in.training) MOE_RETURN_IF_ERROR(router_.accumulate_step_load(saved->router));
+  if (in.training && !in.replay) MOE_RETURN_IF_ERROR(router_.accumulate_step_load(saved->router));
   MOE_RETURN_IF_ERROR(router_.report_score_bias(stats));
   saved->aux_grad_multiplier =
       (cfg_.balance_scope == BalanceScope::kGlobal && in.stats_comm != nullptr)

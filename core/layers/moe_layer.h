@@ -53,6 +53,13 @@ struct MoeLayerInputs {
   comm::Communicator* stats_comm = nullptr;
   // This layer's statistics block (f64 [RouterStatsLayout(E).size()], accumulated), or empty.
   TensorView stats;
+  // Selective recomputation: the experts and shared experts keep their input rows but not their
+  // hidden rows, which backward recomputes (ExpertFfn, DenseFfn).
+  bool recompute_hidden = false;
+  // A re-run of a forward already taken (FULL recomputation, to rebuild `saved` for backward):
+  // it must decide and compute the same and count nothing twice, so the loss-free balancing's
+  // step load is left alone (the caller passes no stats block and drops the aux losses).
+  bool replay = false;
 };
 
 struct MoeLayerOutputs {

@@ -96,6 +96,8 @@ StatusOr<Tensor> TransformerBlock::forward(const StepContext& ctx, const Tensor&
     in.training_capacity = ctx.training_capacity;
     in.stats_comm = ctx.stats_comm;
     in.stats = stats;
+    in.recompute_hidden = ctx.recompute_hidden();
+    in.replay = ctx.replay;
     StatusOr<MoeLayerOutputs> out = moe_->forward(in, &s->moe);
     if (!out.ok()) return out.status().with_context(str_cat("block ", index_));
     state->p = out->p_out;
@@ -112,9 +114,9 @@ StatusOr<Tensor> TransformerBlock::forward(const StepContext& ctx, const Tensor&
     MOE_ASSIGN_OR_RETURN(ffn_in, ln2_.forward(h, &s->ln2));
   }
   MOE_ASSIGN_OR_RETURN(
-      Tensor f,
-      ffn_->forward(ffn_in, ctx.token_offset(), ctx.training,
-                    site_rng(ctx.seed, RandomSite::kFfnHidden, index_, ctx.step), &s->ffn));
+      Tensor f, ffn_->forward(ffn_in, ctx.token_offset(), ctx.training,
+                              site_rng(ctx.seed, RandomSite::kFfnHidden, index_, ctx.step), &s->ffn,
+                              ctx.recompute_hidden()));
   MOE_ASSIGN_OR_RETURN(f, residual_dropout(ctx, RandomSite::kFfnOut, f, false));
   MOE_ASSIGN_OR_RETURN(h, sum(h, f));
   if (post) return ln2_.forward(h, &s->ln2);

@@ -15,6 +15,7 @@
 #include "core/layers/moe_layer.h"
 #include "core/layers/rng_streams.h"
 #include "types/model_config.h"
+#include "types/run_config.h"
 
 namespace moe {
 
@@ -43,7 +44,17 @@ struct StepContext {
   // routing probe, which runs inside a training step and must not add a dropless sync to it).
   bool training_capacity = false;
   comm::Communicator* stats_comm = nullptr;  // global AC statistics and aux losses
+  // train.recompute: what a training forward keeps for backward (types/run_config.h; evaluation
+  // keeps everything it is asked for).
+  Recompute recompute = Recompute::kNone;
+  // FULL recomputation's re-run of a block's forward in backward, rebuilding its Saved: the same
+  // decisions and values, and nothing counted twice (MoeLayerInputs::replay).
+  bool replay = false;
   int64_t token_offset() const { return sequence_offset * seq_len; }
+  // SELECTIVE in training: the FFNs' and experts' hidden rows are recomputed in backward.
+  bool recompute_hidden() const { return training && recompute == Recompute::kSelective; }
+  // FULL in training: each block keeps only its input; backward replays its forward.
+  bool recompute_blocks() const { return training && recompute == Recompute::kFull; }
 };
 
 class TransformerBlock {
@@ -59,7 +70,9 @@ class TransformerBlock {
                    ParameterSet* params, comm::Communicator* ep_comm);
 
   // Returns the block output for h [N, D]; state updated (MoE blocks). stats: the MoE layer's
-  // statistics block (f64), or empty.
+  // statistics block (f64), or empty. Under ctx.recompute_hidden() the FFN's or experts' hidden
+  // rows are not kept in `saved` (their backward recomputes them). A replay (ctx.replay, FULL
+  // recomputation) with the block's kept input and entering state rebuilds the same `saved`.
   StatusOr<Tensor> forward(const StepContext& ctx, const Tensor& h, MoeState* state, Saved* saved,
                            const TensorView& stats) const;
   // Returns dL/d(block input) for dh = dL/d(block output); state gradients updated in place.

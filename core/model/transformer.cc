@@ -117,8 +117,10 @@ Status TransformerLM::forward_impl(const TensorView& inputs, const TensorView& t
   acts->ctx = ctx;
   MOE_ASSIGN_OR_RETURN(acts->inputs, ctx_.upload(inputs));
   MOE_ASSIGN_OR_RETURN(acts->targets, ctx_.upload(targets));
+  const bool full = ctx.recompute_blocks();
   acts->blocks.clear();
-  acts->blocks.resize(blocks_.size());
+  acts->blocks.resize(full ? 0 : blocks_.size());
+  acts->block_inputs.clear();
 
   MOE_ASSIGN_OR_RETURN(Tensor h, embed_->forward(acts->inputs));
   MOE_ASSIGN_OR_RETURN(h, embedding_dropout(ctx, h, false));
@@ -129,11 +131,15 @@ Status TransformerLM::forward_impl(const TensorView& inputs, const TensorView& t
     if (blocks_[b]->is_moe() && stats.numel() > 0) {
       block_stats = stats.rows(stats_offsets_[moe], stats_offsets_[moe + 1]);
     }
-    MOE_ASSIGN_OR_RETURN(h, blocks_[b]->forward(ctx, h, &state, &acts->blocks[b], block_stats));
+    // FULL: the block's Saved lives for this iteration only; its input and state are kept.
+    TransformerBlock::Saved transient;
+    TransformerBlock::Saved* saved = full ? &transient : &acts->blocks[b];
+    if (full) acts->block_inputs.push_back({h, state});
+    MOE_ASSIGN_OR_RETURN(h, blocks_[b]->forward(ctx, h, &state, saved, block_stats));
     if (blocks_[b]->is_moe()) {
       if (sums.numel() > 0) {
-        MOE_RETURN_IF_ERROR(kernels::axpy(ctx_, 1.0, acts->blocks[b].moe.aux.rows(2, 3),
-                                          sums.rows(kAuxLoss, kAuxLoss + 1)));
+        MOE_RETURN_IF_ERROR(
+            kernels::axpy(ctx_, 1.0, saved->moe.aux.rows(2, 3), sums.rows(kAuxLoss, kAuxLoss + 1)));
       }
       if (top1s != nullptr) top1s->push_back(state.top1);
       ++moe;
@@ -170,11 +176,23 @@ Status TransformerLM::backward(const Activations& acts, double ce_scale, double 
   }
   MoeStateGrad state_grad;
   for (size_t b = blocks_.size(); b-- > 0;) {
-    MOE_ASSIGN_OR_RETURN(
-        dh, blocks_[b]->backward(acts.ctx, acts.blocks[b], aux_scale, dh, &state_grad));
+    TransformerBlock::Saved replayed;  // FULL: this block's only, freed before the next
+    const bool full = !acts.block_inputs.empty();
+    if (full) MOE_RETURN_IF_ERROR(replay_block(acts, b, &replayed));
+    MOE_ASSIGN_OR_RETURN(dh, blocks_[b]->backward(acts.ctx, full ? replayed : acts.blocks[b],
+                                                  aux_scale, dh, &state_grad));
   }
   MOE_ASSIGN_OR_RETURN(dh, embedding_dropout(acts.ctx, dh, true));
   return embed_->backward(acts.inputs, dh);
+}
+
+Status TransformerLM::replay_block(const Activations& acts, size_t b,
+                                   TransformerBlock::Saved* saved) {
+  StepContext replay = acts.ctx;
+  replay.replay = true;
+  MoeState state = acts.block_inputs[b].state;  // the block updates its own copy
+  // No statistics block, and the aux losses in saved->moe.aux are not added to the sums again.
+  return blocks_[b]->forward(replay, acts.block_inputs[b].h, &state, saved, {}).status();
 }
 
 Status TransformerLM::evaluate(const TensorView& inputs, const TensorView& targets,

@@ -12,6 +12,17 @@
 //   stats f64 [stats_size()]: one RouterStatsLayout block per MoE layer, at stats_offset(l).
 // backward() accumulates parameter gradients of
 //   ce_scale * (sum of token cross-entropies) + aux_scale * (sum of the MoE layers' aux losses).
+//
+// Activation recomputation (StepContext::recompute, train.recompute): SELECTIVE drops the FFNs'
+// and experts' hidden rows from every block's Saved (TransformerBlock). FULL keeps, per block,
+// only its input and the MoE state entering it (Activations::block_inputs); backward replays
+// each block's forward from them, last block first, right before that block's backward, so one
+// block's Saved is alive at a time. A replay makes the same routing decisions from the same
+// inputs and weights (the same bits: the kernels are deterministic, every random draw is keyed
+// by token), repeats its collectives (the MoE exchanges, a global scope's aux sums, global AC
+// statistics) on every rank in the same block order, and accumulates nothing: no statistics
+// block, no aux losses into the sums, no loss-free balancing load. With dropless routing each
+// replayed MoE layer reads its exchanged counts again (one more sync per layer in backward).
 #pragma once
 
 #include <memory>
@@ -38,10 +49,18 @@ class TransformerLM {
  public:
   enum LossSlot : int64_t { kLossSum = 0, kLossTokens, kAuxLoss, kLossSlots };
 
+  // What FULL recomputation keeps of one block: its input and the MoE state entering it.
+  struct BlockInput {
+    Tensor h;  // [N, D] act
+    MoeState state;
+  };
+
   struct Activations {
     StepContext ctx;
     Tensor inputs, targets;  // i32 [B, S] on the device
+    // Every block's Saved; empty under FULL recomputation, which keeps block_inputs instead.
     std::vector<TransformerBlock::Saved> blocks;
+    std::vector<BlockInput> block_inputs;  // FULL recomputation: one per block
     LayerNorm::Saved final_ln;
     Tensor h_final;  // [N, D] head input
     Tensor logits;   // [N, V] F
@@ -100,6 +119,8 @@ class TransformerLM {
                       Activations* acts, const TensorView& sums, const TensorView& stats,
                       std::vector<Tensor>* top1s);
   StatusOr<Tensor> embedding_dropout(const StepContext& ctx, const Tensor& h, bool backward);
+  // FULL recomputation: block b's Saved rebuilt by replaying its forward from its kept input.
+  Status replay_block(const Activations& acts, size_t b, TransformerBlock::Saved* saved);
 
   ModelConfig cfg_;
   Context& ctx_;

@@ -5,10 +5,12 @@
 namespace moe {
 namespace {
 
-// One candidate change: its --set text and what it does to a config.
+// One candidate change: its --set text and what it does to a config. combine: whether it joins
+// the combination tried when nothing fits alone (SELECTIVE does not: FULL keeps less).
 struct Change {
   std::string overrides;
   std::function<void(RunConfig*)> apply;
+  bool combine = true;
 };
 
 void set_grad_accum(RunConfig* c, int64_t accum) { c->train.grad_accum = accum; }
@@ -26,10 +28,19 @@ int64_t fitting_grad_accum(const RunConfig& cfg, int world_size, int64_t availab
   return 0;
 }
 
-// The changes that keep the model and the batch (BF16 changes the arithmetic only), each
-// applicable to the config.
+// The changes that keep the model and the batch: recomputation trains the same bits; BF16 changes
+// the arithmetic only.
 std::vector<Change> single_changes(const RunConfig& cfg) {
   std::vector<Change> out;
+  const Recompute r = cfg.train.recompute;
+  if (r == Recompute::kNone) {
+    out.push_back({"train.recompute=SELECTIVE",
+                   [](RunConfig* c) { c->train.recompute = Recompute::kSelective; }, false});
+  }
+  if (r != Recompute::kFull) {
+    out.push_back(
+        {"train.recompute=FULL", [](RunConfig* c) { c->train.recompute = Recompute::kFull; }});
+  }
   if (cfg.train.precision == Precision::kFp32) {
     out.push_back(
         {"train.precision=BF16", [](RunConfig* c) { c->train.precision = Precision::kBf16; }});
@@ -65,6 +76,7 @@ std::vector<FittingSetting> settings_that_fit(
   RunConfig all = cfg;
   std::string overrides;
   for (const Change& ch : changes) {
+    if (!ch.combine) continue;
     ch.apply(&all);
     overrides += (overrides.empty() ? "" : " ") + ch.overrides;
   }

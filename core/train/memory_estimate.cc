@@ -5,6 +5,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "base/allocator.h"
 #include "core/train/model_size.h"
 
 namespace moe {
@@ -31,7 +32,11 @@ int64_t read_int(const std::string& path) {
 std::string MemoryEstimate::to_string() const {
   return str_cat(gib(total()), " GiB (parameters ", gib(parameter_bytes), ", gradients ",
                  gib(gradient_bytes), ", optimizer ", gib(optimizer_bytes), ", activations ",
-                 gib(activation_bytes), " for a micro-batch of ", micro_batch_tokens, " tokens)");
+                 gib(activation_bytes), " for a micro-batch of ", micro_batch_tokens, " tokens",
+                 recompute == Recompute::kNone
+                     ? std::string()
+                     : str_cat(" with ", recompute_name(recompute), " recomputation"),
+                 ")");
 }
 
 std::string MemoryEstimate::scratch_to_string() const {
@@ -103,35 +108,82 @@ ParameterCount count_parameters(const ModelConfig& m, int ep) {
   return {params, matmul};
 }
 
-// Activation bytes per token of one micro-batch: what each layer keeps for backward (inputs it
-// reuses are shared, not copied), then the head's logits and their gradient, which coexist at
-// the start of backward and are the step's largest transient. A: bytes per activation.
-double activation_bytes_per_token(const ModelConfig& m, int64_t A) {
-  const int64_t D = m.d_model, V = m.vocab_size, H = m.n_heads;
-  double per_token = 0;
-  per_token += 2.0 * D * A + 8;  // embedding output and its dropout
-  for (const BlockPlan& b : m.blocks) {
-    per_token += 8.0 * D * A + 4.0 * H + 16;  // qkv, context, output, dropout, sum, LN; lse, stats
-    if (!b.moe) {
-      // h_pre ([F], or [2F] when gated) and h.
-      per_token += (first_matrix_cols(m.activation, m.d_ff) + m.d_ff) * A + 4.0 * D * A + 8;
-      continue;
-    }
-    const MoeLayerConfig& c = b.moe_cfg;
-    // Rows an expert block holds per token: K assignments, padded to the capacity in capacity
-    // mode (C = capacity_factor * T * K / E per expert) or by one row per block in dropless.
-    const double rows = c.top_k * (c.dropless ? 1.0 : std::max(1.0, c.capacity_factor));
-    // x, h_pre ([F], or [2F] when gated), h, y in and out of experts
-    per_token += rows * (4.0 * D + first_matrix_cols(c.activation, c.d_expert) + c.d_expert) * A;
-    per_token +=
-        4.0 * D + 3.0 * c.num_experts * 4 + 12.0 * c.top_k;  // router in, logits, probs, idx
-    per_token += 6.0 * D * A + 4.0 * D * 4;                  // u, out, LNs, sums; state p (F)
-    if (c.shared_experts > 0) {  // the shared experts' h_pre, h and output
-      per_token += (first_matrix_cols(c.activation, c.shared_width()) + c.shared_width() + D) * A;
-    }
-    if (c.residual == ResidualKind::kAdam) per_token += 4.0 * D * 4;
+// Activation bytes per token of one block, by what each recompute setting keeps of it.
+struct BlockBytes {
+  double saved = 0;   // what the block keeps for backward (NONE), its hidden rows included
+  double hidden = 0;  // of `saved`: the FFN's or experts' hidden rows (SELECTIVE recomputes them)
+  double input = 0;   // FULL: the block's input and the MoE state entering it
+  // What its backward holds at once beyond the step's few [T, D] gradients: the gradients of the
+  // expert rows (dy, dx) and of the hidden rows (dh, dh_pre). Under NONE and SELECTIVE every
+  // other block's saved tensors cover it; under FULL only the replayed block's are there.
+  double backward = 0;
+};
+
+// One block's bytes per token (inputs a layer reuses are shared, not copied). A: bytes per
+// activation. state_in: the block is entered by a MoE layer's state (FULL keeps it).
+BlockBytes block_bytes(const ModelConfig& m, const BlockPlan& b, int64_t A, bool state_in) {
+  const int64_t D = m.d_model, H = m.n_heads;
+  BlockBytes out;
+  out.input = D * A + (state_in ? 4.0 * D + 4 : 0.0);  // h; the state p (F) and top1 (i32)
+  out.saved = 8.0 * D * A + 4.0 * H + 16;  // qkv, context, output, dropout, sum, LN; lse, stats
+  if (!b.moe) {
+    // h_pre ([F], or [2F] when gated) and h.
+    out.hidden = (first_matrix_cols(m.activation, m.d_ff) + m.d_ff) * A;
+    out.saved += out.hidden + 4.0 * D * A + 8;
+    out.backward = out.hidden;
+    return out;
   }
-  per_token += 2.0 * D * A + 2.0 * V * 4 + 8;  // final hidden, logits and d_logits (f32), lse
+  const MoeLayerConfig& c = b.moe_cfg;
+  // Rows an expert block holds per token: K assignments, padded to the capacity in capacity
+  // mode (C = capacity_factor * T * K / E per expert) or by one row per block in dropless.
+  const double rows = c.top_k * (c.dropless ? 1.0 : std::max(1.0, c.capacity_factor));
+  // x and y in and out of the experts; h_pre ([F], or [2F] when gated) and h
+  out.hidden = rows * (first_matrix_cols(c.activation, c.d_expert) + c.d_expert) * A;
+  out.saved += rows * 4.0 * D * A + out.hidden;
+  out.backward = rows * 2.0 * D * A + out.hidden;
+  out.saved += 4.0 * D + 3.0 * c.num_experts * 4 + 12.0 * c.top_k;  // router in, logits, probs, idx
+  out.saved += 6.0 * D * A + 4.0 * D * 4;  // u, out, LNs, sums; state p (F)
+  if (c.shared_experts > 0) {              // the shared experts' h_pre, h and output
+    const double shared =
+        (first_matrix_cols(c.activation, c.shared_width()) + c.shared_width()) * A;
+    out.hidden += shared;
+    out.saved += shared + D * A;
+  }
+  if (c.residual == ResidualKind::kAdam) out.saved += 4.0 * D * 4;
+  return out;
+}
+
+// Activation bytes per token of one micro-batch: what the blocks keep for backward under
+// `recompute`, the embedding's output and the head's input; not the head's logits and their
+// gradient (counted whole: estimate_training_memory).
+double activation_bytes_per_token(const ModelConfig& m, int64_t A, Recompute recompute) {
+  const int64_t D = m.d_model;
+  double per_token = 2.0 * D * A + 8;  // embedding output and its dropout
+  double kept = 0, largest_hidden = 0, largest_replay = 0;
+  bool state_in = false;
+  for (const BlockPlan& b : m.blocks) {
+    const BlockBytes bytes = block_bytes(m, b, A, state_in);
+    state_in = state_in || b.moe;
+    largest_hidden = std::max(largest_hidden, bytes.hidden);
+    largest_replay = std::max(largest_replay, bytes.saved + bytes.backward);
+    switch (recompute) {
+      case Recompute::kNone:
+        kept += bytes.saved;
+        break;
+      case Recompute::kSelective:
+        kept += bytes.saved - bytes.hidden;
+        break;
+      case Recompute::kFull:
+        kept += bytes.input;
+        break;
+    }
+  }
+  // The block whose backward runs: its hidden rows recomputed, or its whole forward replayed
+  // (with its backward's gradients).
+  if (recompute == Recompute::kSelective) kept += largest_hidden;
+  if (recompute == Recompute::kFull) kept += largest_replay;
+  per_token += kept;
+  per_token += 2.0 * D * A + 8;  // final hidden, lse (the logits and d_logits: the caller)
   // Backward holds a few [T, D] gradients at once on top of the saved activations.
   per_token += 6.0 * D * 4;
   return per_token;
@@ -141,20 +193,30 @@ double activation_bytes_per_token(const ModelConfig& m, int64_t A) {
 // activation bytes of `tokens` tokens per rank into e. The balanced count above holds, per
 // assignment, the received input and output ([D] each) and the hidden states (h_pre, h) on the
 // expert's rank; those grow with the rows received, the sender's own send and return rows do not.
+// Which layers keep them follows e->recompute.
 void add_dropless_worst_case(const ModelConfig& m, int64_t A, int ep, int64_t tokens,
                              MemoryEstimate* e) {
   const int64_t D = m.d_model;
+  int64_t rows_bytes = 0, largest_hidden = 0, largest_rows = 0;
   for (const BlockPlan& b : m.blocks) {
     if (!b.moe || !b.moe_cfg.dropless) continue;
     const MoeLayerConfig& c = b.moe_cfg;
     const int64_t balanced = tokens * c.top_k;
     const int64_t worst = ep * tokens * std::min<int64_t>(c.top_k, c.num_experts / ep);
-    const int64_t row_bytes =
-        (2 * D + first_matrix_cols(c.activation, c.d_expert) + c.d_expert) * A;
+    const int64_t extra = std::max<int64_t>(0, worst - balanced);
+    const int64_t hidden = extra * (first_matrix_cols(c.activation, c.d_expert) + c.d_expert) * A;
     e->dropless_balanced_rows = std::max(e->dropless_balanced_rows, balanced);
     e->dropless_worst_rows = std::max(e->dropless_worst_rows, worst);
-    e->dropless_worst_extra_bytes += std::max<int64_t>(0, worst - balanced) * row_bytes;
+    rows_bytes += extra * 2 * D * A;
+    largest_hidden = std::max(largest_hidden, hidden);
+    largest_rows = std::max(largest_rows, extra * 2 * D * A + hidden);
+    if (e->recompute == Recompute::kNone)
+      e->dropless_worst_extra_bytes += extra * 2 * D * A + hidden;
   }
+  if (e->recompute == Recompute::kSelective) {
+    e->dropless_worst_extra_bytes = rows_bytes + largest_hidden;
+  }
+  if (e->recompute == Recompute::kFull) e->dropless_worst_extra_bytes = largest_rows;
 }
 
 }  // namespace
@@ -176,10 +238,19 @@ MemoryEstimate estimate_training_memory(const RunConfig& cfg, int world_size) {
   // Activations of one micro-batch.
   const int64_t micro = t.micro_batch_per_rank(world_size);
   const int64_t tokens = micro * m.seq_len;
-  const double per_token = activation_bytes_per_token(m, A);
+  e.recompute = t.recompute;
+  const double per_token = activation_bytes_per_token(m, A, t.recompute);
   e.micro_batch_tokens = tokens;
-  e.activation_bytes = static_cast<int64_t>(std::ceil(per_token * static_cast<double>(tokens)));
-  e.logits_scratch_bytes = 2 * m.vocab_size * 4 * tokens;
+  // The head's f32 logits and their gradient ([tokens, V] each) coexist from the start of
+  // backward on, the step's largest transient; the host allocator hands each out as a whole
+  // bucket (base/allocator.h: up to 1/8 more), which at a large vocabulary is no rounding error.
+  const int64_t logits = m.vocab_size * 4 * tokens;
+  e.logits_scratch_bytes =
+      2 * (t.device == DeviceKind::kCpu
+               ? static_cast<int64_t>(allocator_bucket_size(static_cast<size_t>(logits)))
+               : logits);
+  e.activation_bytes = static_cast<int64_t>(std::ceil(per_token * static_cast<double>(tokens))) +
+                       e.logits_scratch_bytes;
   add_dropless_worst_case(m, A, std::max(1, cfg.parallel.ep), tokens, &e);
   return e;
 }

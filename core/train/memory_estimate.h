@@ -5,8 +5,12 @@
 // The estimate counts the parameters (fp32 masters, gradients, optimizer state, bf16 working
 // copies of the GEMM weights under BF16) exactly, and one micro-batch's activations from the
 // tensors the layers keep for backward plus the largest transient of the step (the logits and
-// their gradient), per token. tests/core/memory_estimate_test.cc holds it against the
-// allocator's measured peak for every config family.
+// their gradient), per token, as train.recompute keeps them: NONE every block's saved tensors;
+// SELECTIVE those less the FFNs' and experts' hidden rows, but for the one block whose backward
+// recomputes them; FULL each block's input (and the MoE state entering it) and one block's saved
+// tensors, those of the block whose backward replays its forward.
+// tests/core/memory_estimate_test.cc holds it against the allocator's measured peak for every
+// config family and every setting.
 #pragma once
 
 #include <cstdint>
@@ -21,17 +25,20 @@ struct MemoryEstimate {
   int64_t parameter_bytes = 0;  // masters and working copies
   int64_t gradient_bytes = 0;
   int64_t optimizer_bytes = 0;
-  int64_t activation_bytes = 0;  // one micro-batch
+  int64_t activation_bytes = 0;  // one micro-batch, kept as `recompute` keeps it
+  Recompute recompute = Recompute::kNone;
   int64_t total() const {
     return parameter_bytes + gradient_bytes + optimizer_bytes + activation_bytes;
   }
-  // "2.41 GiB (parameters 0.10, gradients 0.05, optimizer 0.10, activations 2.16 for 8 x 512
-  // tokens)"
+  // "2.41 GiB (parameters 0.10, gradients 0.05, optimizer 0.10, activations 2.16 for a
+  // micro-batch of 4096 tokens)"; under SELECTIVE or FULL "... 4096 tokens with FULL
+  // recomputation)"
   std::string to_string() const;
   int64_t micro_batch_tokens = 0;
 
   // Of activation_bytes: the step's largest transient, the head's f32 logits and their gradient
-  // ([tokens, V] each; they coexist at the start of backward).
+  // ([tokens, V] each; they coexist from the start of backward on), on the CPU as the host
+  // allocator's buckets hold them.
   int64_t logits_scratch_bytes = 0;
   // Of activation_bytes, on a GPU: the device's own scratch (attention scores, the cuBLAS
   // workspace: run_device.h device_scratch_bytes), added by the trainer; 0 on the CPU.
@@ -40,8 +47,9 @@ struct MemoryEstimate {
   // T x K received expert rows per rank and dropless layer (balanced routing; T: the rank's
   // micro-batch tokens); if every token of the EP group's micro-batch chose experts of one rank,
   // that rank receives ep x T x min(K, E_l) rows (E_l: its experts). dropless_*_rows: the largest
-  // over the dropless layers; dropless_worst_extra_bytes: the activation bytes the extra rows add,
-  // summed over them (each row's received input, expert hidden states and output).
+  // over the dropless layers; dropless_worst_extra_bytes: the activation bytes the extra rows add
+  // (each row's received input, expert hidden states and output), summed over the layers that
+  // keep them (SELECTIVE: the hidden states of one layer only; FULL: one layer's rows only).
   int64_t dropless_balanced_rows = 0, dropless_worst_rows = 0;
   int64_t dropless_worst_extra_bytes = 0;
   // "the activations include 0.08 GiB of scratch: the step's largest transient, ...", and with

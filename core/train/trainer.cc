@@ -466,6 +466,7 @@ Status Trainer::accumulate_gradients(int64_t step, const StepBuffer& slots, cons
     ctx.seed = t.seed;
     ctx.training = true;
     ctx.stats_comm = world_;
+    ctx.recompute = t.recompute;
     TransformerLM::Activations acts;
     {
       ScopedPhase phase(*ctx_, Phase::kForward);

@@ -4,13 +4,17 @@
 // brackets the allocator's measured peak (and the count stays exact under RoPE and without linear
 // biases); every step records its measured peaks, which the estimate brackets alike; the scratch
 // and dropless routing's worst case beside the estimate; a run that cannot fit is refused before
-// anything is allocated, with the estimate in the message.
+// anything is allocated, with the estimate in the message. Each activation recomputation setting
+// (train.recompute) is estimated from what it keeps, and brackets its own measured peak.
 #include "core/train/memory_estimate.h"
 
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <set>
+#include <sstream>
 
+#include "base/allocator.h"
 #include "core/model/transformer.h"
 #include "core/train/memory_advice.h"
 #include "proto/run_convert.h"
@@ -167,31 +171,120 @@ TEST_F(MemoryEstimateTest, RmsNormParametersAreExactAndTheTotalBracketsTheMeasur
 // the allocator's peak above, for the quick start at its own size; on the CPU the process's
 // resident peak holds at least those tensors (they live in it). The first step (it creates the
 // optimizer's state) and a later one.
+// At each recompute setting too, whose peaks fall from NONE to SELECTIVE to FULL.
 TEST_F(MemoryEstimateTest, EachStepRecordsItsMeasuredPeaks) {
-  StatusOr<RunConfig> cfg = config("quickstart", {"train.steps=2"});
-  ASSERT_TRUE(cfg.ok()) << cfg.status().to_string();
-  const std::string run = fresh_dir("memory_step_peaks");
-  auto t = Trainer::create(*cfg, quiet_options(run, false), nullptr);
-  ASSERT_TRUE(t.ok()) << t.status().to_string();
-  RunConfig resolved = *cfg;
-  resolved.model.vocab_size = (*t)->config().model.vocab_size;
-  const MemoryEstimate e = estimate_training_memory(resolved, 1);
-  for (int step = 1; step <= 2; ++step) {
-    SCOPED_TRACE(str_cat("step ", step));
-    StatusOr<StepStatsInfo> s = (*t)->step();
-    ASSERT_TRUE(s.ok()) << s.status().to_string();
-    ASSERT_TRUE(s->peak_tensor_bytes.has_value());
-    ASSERT_TRUE(s->peak_rss_bytes.has_value());
-    EXPECT_GT(*s->peak_tensor_bytes, 0);
-    // Nothing is allocated after the measurement: the record is the allocator's peak.
-    EXPECT_EQ(*s->peak_tensor_bytes,
-              static_cast<int64_t>((*t)->context().allocator().stats().peak_bytes_in_use));
-    std::printf("quickstart step %d: ", step);
-    expect_brackets(e, static_cast<double>(*s->peak_tensor_bytes));
-    EXPECT_GE(*s->peak_rss_bytes, *s->peak_tensor_bytes);
+  int64_t last_peak = 0;
+  for (const char* recompute : {"NONE", "SELECTIVE", "FULL"}) {
+    StatusOr<RunConfig> cfg =
+        config("quickstart", {"train.steps=2", str_cat("train.recompute=", recompute)});
+    ASSERT_TRUE(cfg.ok()) << cfg.status().to_string();
+    const std::string run = fresh_dir("memory_step_peaks");
+    auto t = Trainer::create(*cfg, quiet_options(run, false), nullptr);
+    ASSERT_TRUE(t.ok()) << t.status().to_string();
+    RunConfig resolved = *cfg;
+    resolved.model.vocab_size = (*t)->config().model.vocab_size;
+    const MemoryEstimate e = estimate_training_memory(resolved, 1);
+    for (int step = 1; step <= 2; ++step) {
+      SCOPED_TRACE(str_cat(recompute, " step ", step));
+      StatusOr<StepStatsInfo> s = (*t)->step();
+      ASSERT_TRUE(s.ok()) << s.status().to_string();
+      ASSERT_TRUE(s->peak_tensor_bytes.has_value());
+      ASSERT_TRUE(s->peak_rss_bytes.has_value());
+      EXPECT_GT(*s->peak_tensor_bytes, 0);
+      // Nothing is allocated after the measurement: the record is the allocator's peak.
+      EXPECT_EQ(*s->peak_tensor_bytes,
+                static_cast<int64_t>((*t)->context().allocator().stats().peak_bytes_in_use));
+      std::printf("quickstart %s step %d: ", recompute, step);
+      expect_brackets(e, static_cast<double>(*s->peak_tensor_bytes));
+      EXPECT_GE(*s->peak_rss_bytes, *s->peak_tensor_bytes);
+      if (step == 2) {
+        if (last_peak > 0) {
+          EXPECT_LT(*s->peak_tensor_bytes, last_peak);
+        }
+        last_peak = *s->peak_tensor_bytes;
+      }
+    }
+    t->reset();
+    fs::remove_all(run);
   }
-  t->reset();
-  fs::remove_all(run);
+}
+
+// train.recompute: for every family at the first two sizes and both precisions, and the blocks
+// of current models (SwiGLU, RMSNorm, pre-LN; shared experts, dropless) at the first, SELECTIVE
+// and FULL estimate what they keep (the parameters unchanged), and the total brackets each one's
+// measured peak as NONE's does.
+TEST_F(MemoryEstimateTest, EachRecomputeSettingBracketsItsMeasuredPeak) {
+  const std::vector<std::vector<std::string>> sizes = {
+      {"model.d_model=64", "model.n_heads=2", "model.seq_len=32", "model.d_ff=128",
+       "model.moe.d_expert=64", "model.moe.num_experts=4", "train.batch_size=8"},
+      {"model.d_model=96", "model.n_heads=4", "model.seq_len=64", "model.d_ff=192",
+       "model.moe.d_expert=128", "model.moe.num_experts=8", "train.batch_size=16"}};
+  for (const std::string& family : families()) {
+    for (size_t s = 0; s < sizes.size(); ++s) {
+      for (const char* precision : {"FP32", "BF16"}) {
+        for (const char* recompute : {"SELECTIVE", "FULL"}) {
+          std::vector<std::string> set = sizes[s];
+          set.push_back(std::string("train.precision=") + precision);
+          set.push_back(std::string("train.recompute=") + recompute);
+          expect_exact_and_bracketing(family, set,
+                                      str_cat("size ", s, " ", precision, " ", recompute));
+        }
+      }
+    }
+  }
+  const std::vector<std::pair<std::string, std::vector<std::string>>> modern = {
+      {"modern/mixtral", {}},
+      {"modern/deepseek-v3",
+       {"model.moe.num_experts=16", "model.moe.d_expert=16", "model.moe.d_shared=16"}}};
+  for (const auto& [family, routing] : modern) {
+    for (const char* precision : {"FP32", "BF16"}) {
+      for (const char* recompute : {"NONE", "SELECTIVE", "FULL"}) {
+        std::vector<std::string> set = sizes[0];
+        set.insert(set.end(), routing.begin(), routing.end());
+        set.push_back(std::string("train.precision=") + precision);
+        set.push_back(std::string("train.recompute=") + recompute);
+        expect_exact_and_bracketing(family, set, str_cat("size 0 ", precision, " ", recompute));
+      }
+    }
+  }
+}
+
+// The estimate follows the setting: the activations fall from NONE to SELECTIVE (the hidden rows
+// of all but one block) to FULL (all but one block's saved tensors), nothing else moves, the
+// summary line names a setting other than NONE, a refusal suggests the settings not yet used,
+// and dropless routing's worst case counts the layers each setting keeps.
+TEST_F(MemoryEstimateTest, TheEstimateFollowsTheRecomputeSetting) {
+  std::vector<MemoryEstimate> e;
+  for (const char* recompute : {"NONE", "SELECTIVE", "FULL"}) {
+    StatusOr<RunConfig> cfg =
+        config("quickstart", {"model.moe.dropless=true", str_cat("train.recompute=", recompute)});
+    ASSERT_TRUE(cfg.ok()) << cfg.status().to_string();
+    cfg->model.vocab_size = 1000;
+    cfg->parallel.ep = 2;
+    e.push_back(estimate_training_memory(*cfg, 2));
+  }
+  EXPECT_GT(e[0].activation_bytes, e[1].activation_bytes);
+  EXPECT_GT(e[1].activation_bytes, e[2].activation_bytes);
+  EXPECT_GT(e[0].dropless_worst_extra_bytes, e[1].dropless_worst_extra_bytes);
+  EXPECT_GT(e[1].dropless_worst_extra_bytes, e[2].dropless_worst_extra_bytes);
+  EXPECT_GT(e[2].dropless_worst_extra_bytes, 0);
+  for (const MemoryEstimate& x : e) {
+    EXPECT_EQ(x.parameter_bytes, e[0].parameter_bytes);
+    EXPECT_EQ(x.optimizer_bytes, e[0].optimizer_bytes);
+    EXPECT_EQ(x.logits_scratch_bytes, e[0].logits_scratch_bytes);
+    EXPECT_EQ(x.dropless_worst_rows, e[0].dropless_worst_rows);
+  }
+  EXPECT_EQ(e[0].to_string().find("recomputation"), std::string::npos) << e[0].to_string();
+  EXPECT_NE(e[1].to_string().find("tokens with SELECTIVE recomputation)"), std::string::npos)
+      << e[1].to_string();
+  EXPECT_NE(e[2].to_string().find("tokens with FULL recomputation)"), std::string::npos)
+      << e[2].to_string();
+  const std::string refused[] = {check_memory(e[0], 1, "this host").message(),
+                                 check_memory(e[1], 1, "this host").message(),
+                                 check_memory(e[2], 1, "this host").message()};
+  EXPECT_NE(refused[0].find("train.recompute SELECTIVE or FULL"), std::string::npos) << refused[0];
+  EXPECT_NE(refused[1].find("train.recompute FULL"), std::string::npos) << refused[1];
+  EXPECT_EQ(refused[2].find("train.recompute"), std::string::npos) << refused[2];
 }
 
 // The scratch the estimate counts (the head's f32 logits and their gradient), and dropless
@@ -209,7 +302,8 @@ TEST_F(MemoryEstimateTest, ScratchAndTheDroplessWorstCase) {
     ASSERT_TRUE(cfg.ok()) << cfg.status().to_string();
     cfg->model.vocab_size = 1000;
     const MemoryEstimate one = estimate_training_memory(*cfg, 1);
-    EXPECT_EQ(one.logits_scratch_bytes, 2 * 1000 * 4 * one.micro_batch_tokens);
+    EXPECT_EQ(one.logits_scratch_bytes,
+              2 * static_cast<int64_t>(allocator_bucket_size(1000 * 4 * one.micro_batch_tokens)));
     EXPECT_LT(one.logits_scratch_bytes, one.activation_bytes);
     EXPECT_NE(one.scratch_to_string().find("the head's f32 logits and their gradient"),
               std::string::npos);
@@ -267,50 +361,64 @@ TEST_F(MemoryEstimateTest, ARunThatCannotFitIsRefusedBeforeAllocating) {
   EXPECT_GT(available_host_memory(), 0);
 }
 
-// The settings a refusal names: each fits (its estimate is within the memory), the gradient
-// accumulation named is the smallest that fits, and a change that does not fit is not named.
+// The settings a refusal names, at memories between the cheapest setting's need and the run's: each
+// named setting, loaded as its --set lines, needs the bytes it states and fits; every single change
+// that fits is named, and the gradient accumulation named is the smallest that splits the batch
+// and fits. When no single change fits, their combination is named, and nothing when it does not
+// fit either.
 TEST_F(MemoryEstimateTest, ARefusalNamesTheSettingsThatFit) {
-  StatusOr<RunConfig> cfg = config("quickstart", {"model.vocab_size=1500"});
-  ASSERT_TRUE(cfg.ok()) << cfg.status().to_string();
   const auto need = [](const RunConfig& c) { return estimate_training_memory(c, 1).total(); };
-  RunConfig accum4 = *cfg, accum3 = *cfg, bf16 = *cfg;
-  accum4.train.grad_accum = 4;
-  accum3.train.grad_accum = 3;  // does not divide the batch of 16: skipped
-  bf16.train.precision = Precision::kBf16;
-  ASSERT_LT(need(bf16), need(*cfg));
-  ASSERT_LT(need(accum4), need(bf16));  // so a memory between them fits accumulation only
+  const std::vector<std::string> singles = {"train.recompute=SELECTIVE", "train.recompute=FULL",
+                                            "train.precision=BF16"};
+  // The config of `set` plus the space-separated --set lines `more`.
+  const auto load = [&](std::vector<std::string> set, const std::string& more) {
+    std::stringstream words(more);
+    for (std::string w; words >> w;) set.push_back(w);
+    StatusOr<RunConfig> c = config("quickstart", set);
+    EXPECT_TRUE(c.ok()) << c.status().to_string();
+    return c.ok() ? *c : RunConfig();
+  };
+  const std::vector<std::string> base = {"model.vocab_size=1500"};
+  const RunConfig cfg = load(base, "");
+  std::vector<int64_t> memories = {need(cfg) - 1};
+  for (const std::string& one : singles) memories.push_back(need(load(base, one)));
+  memories.push_back(need(load(base, "train.grad_accum=4")));
+  for (const int64_t available : memories) {
+    SCOPED_TRACE(str_cat("available ", available));
+    const std::vector<FittingSetting> fit = settings_that_fit(cfg, 1, available, need);
+    std::set<std::string> named;
+    for (const FittingSetting& f : fit) {
+      named.insert(f.overrides);
+      EXPECT_EQ(need(load(base, f.overrides)), f.bytes) << f.overrides;
+      EXPECT_LE(f.bytes, available) << f.overrides;
+    }
+    for (const std::string& one : singles) {
+      EXPECT_EQ(named.count(one) == 1, need(load(base, one)) <= available) << one;
+    }
+    int64_t smallest = 0;
+    for (int64_t accum = 2; accum <= 16 && smallest == 0; ++accum) {
+      if (16 % accum == 0 && need(load(base, str_cat("train.grad_accum=", accum))) <= available) {
+        smallest = accum;
+      }
+    }
+    EXPECT_EQ(named.count(str_cat("train.grad_accum=", smallest)), smallest > 0 ? 1u : 0u);
+  }
+  EXPECT_EQ(fitting_settings_text(settings_that_fit(cfg, 1, need(cfg) - 1, need))
+                .rfind("; it fits with --set ", 0),
+            0u);
 
-  const int64_t available = need(accum4) + 1;
-  std::vector<FittingSetting> fit = settings_that_fit(*cfg, 1, available, need);
+  // Long sequences, a batch of 2: no single change fits a memory that all of them together fit.
+  const std::vector<std::string> longer = {"model.vocab_size=1500", "model.seq_len=4096",
+                                           "train.batch_size=2"};
+  const std::string all = "train.recompute=FULL train.precision=BF16 train.grad_accum=2";
+  const int64_t available = need(load(longer, all));
+  for (const std::string& one : singles) ASSERT_GT(need(load(longer, one)), available) << one;
+  ASSERT_GT(need(load(longer, "train.grad_accum=2")), available);
+  const std::vector<FittingSetting> fit = settings_that_fit(load(longer, ""), 1, available, need);
   ASSERT_EQ(fit.size(), 1u);
-  EXPECT_EQ(fit[0].overrides, "train.grad_accum=4");
-  EXPECT_EQ(fit[0].bytes, need(accum4));
-  EXPECT_EQ(fitting_settings_text(fit).rfind("; it fits with --set train.grad_accum=4 (", 0), 0u)
-      << fitting_settings_text(fit);
-
-  // Both fit: accumulation 2 and BF16, each named with its bytes.
-  RunConfig accum2 = *cfg;
-  accum2.train.grad_accum = 2;
-  fit = settings_that_fit(*cfg, 1, std::max(need(accum2), need(bf16)), need);
-  ASSERT_EQ(fit.size(), 2u);
-  EXPECT_EQ(fit[0].overrides, "train.grad_accum=2");
-  EXPECT_EQ(fit[1].overrides, "train.precision=BF16");
-  for (const FittingSetting& f : fit) EXPECT_LE(f.bytes, std::max(need(accum2), need(bf16)));
-
-  // Neither alone, both together (long sequences, where activations outweigh BF16's working
-  // copies): one combined setting.
-  StatusOr<RunConfig> longer =
-      config("quickstart", {"model.vocab_size=1500", "model.seq_len=2048", "train.batch_size=2"});
-  ASSERT_TRUE(longer.ok()) << longer.status().to_string();
-  RunConfig both = *longer, accum = *longer, half = *longer;
-  both.train.precision = half.train.precision = Precision::kBf16;
-  both.train.grad_accum = accum.train.grad_accum = 2;
-  ASSERT_LT(need(both), need(accum));
-  ASSERT_LT(need(both), need(half));
-  fit = settings_that_fit(*longer, 1, need(both), need);
-  ASSERT_EQ(fit.size(), 1u);
-  EXPECT_EQ(fit[0].overrides, "train.precision=BF16 train.grad_accum=2");
-  EXPECT_EQ(fitting_settings_text(settings_that_fit(*longer, 1, need(both) - 1, need)), "");
+  EXPECT_EQ(fit[0].overrides, all);
+  EXPECT_EQ(fit[0].bytes, available);
+  EXPECT_EQ(fitting_settings_text(settings_that_fit(load(longer, ""), 1, available - 1, need)), "");
 }
 
 }  // namespace

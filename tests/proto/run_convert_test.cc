@@ -324,6 +324,48 @@ TEST(RunConfigTest, DiffListsEveryChangedFieldAndWhichChangeTraining) {
   EXPECT_NE(dir.status().message().find("not a regular file"), std::string::npos);
 }
 
+// train.recompute: NONE by default and in the resolved text; each setting round-trips through
+// the resolved text; a misspelt or out-of-range value is refused with the choices; a change
+// between runs does not change what training computes (the settings are bit-identical).
+TEST(RunConfigTest, RecomputeRoundTripsAndIsValidated) {
+  StatusOr<RunConfig> a = parse_run_config(kConfig, "a");
+  ASSERT_TRUE(a.ok()) << a.status().to_string();
+  EXPECT_EQ(a->train.recompute, Recompute::kNone);
+  EXPECT_NE(a->text.find("recompute: NONE"), std::string::npos) << a->text;
+  for (const Recompute r : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
+    const std::string name = recompute_name(r);
+    StatusOr<RunConfig> b = parse_run_config(kConfig, "b", {"train.recompute=" + name});
+    ASSERT_TRUE(b.ok()) << name << ": " << b.status().to_string();
+    EXPECT_EQ(b->train.recompute, r) << name;
+    EXPECT_NE(b->text.find("recompute: " + name), std::string::npos) << b->text;
+    StatusOr<RunConfig> again = parse_run_config(b->text, "resolved");
+    ASSERT_TRUE(again.ok()) << again.status().to_string();
+    EXPECT_EQ(again->train.recompute, r) << name;
+    EXPECT_EQ(again->text, b->text) << name;
+    StatusOr<std::vector<ConfigChange>> d = diff_configs(a->text, b->text);
+    ASSERT_TRUE(d.ok()) << d.status().to_string();
+    ASSERT_EQ(d->size(), r == Recompute::kNone ? 0u : 1u) << name;
+    if (r != Recompute::kNone) {
+      EXPECT_EQ((*d)[0].path, "train.recompute");
+      EXPECT_FALSE(changes_training((*d)[0])) << name;
+    }
+  }
+  StatusOr<RunConfig> file =
+      parse_run_config("model { arch: \"sf\" } train { recompute: SELECTIVE }", "file.pbtxt");
+  ASSERT_TRUE(file.ok()) << file.status().to_string();
+  EXPECT_EQ(file->train.recompute, Recompute::kSelective);
+  StatusOr<RunConfig> typo = parse_run_config(kConfig, "c", {"train.recompute=SELECTIV"});
+  ASSERT_FALSE(typo.ok());
+  EXPECT_NE(typo.status().message().find("(one of NONE, SELECTIVE, FULL; did you mean SELECTIVE?)"),
+            std::string::npos)
+      << typo.status().message();
+  StatusOr<RunConfig> number = parse_run_config(kConfig, "c", {"train.recompute=7"});
+  ASSERT_FALSE(number.ok());
+  EXPECT_EQ(number.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(number.status().message().find("train.recompute"), std::string::npos)
+      << number.status().message();
+}
+
 TEST(RunConfigTest, LearningRateSchedule) {
   TrainConfig t;
   t.optimizer.lr = 1.0;
