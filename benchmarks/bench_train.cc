@@ -14,34 +14,27 @@
 #include <system_error>
 
 #include "benchmarks/bench_util.h"
+#include "benchmarks/train_presets.h"
 #include "comm/world.h"
 #include "core/train/trainer.h"
 #include "kernels/cpu/blas_ref.h"
 #include "proto/run_convert.h"
 
 namespace moe::bench {
-namespace {
 
-struct Preset {
-  std::string name;
-  std::vector<std::string> overrides;
-};
-
-std::vector<Preset> presets(const std::string& which) {
-  std::vector<Preset> all = {
+std::vector<TrainPreset> train_presets(const std::string& which) {
+  std::vector<TrainPreset> all = {
       {"quickstart", {"train.probe_every=0"}},
       {"smoe-medium",
        {"model.d_model=352", "model.n_heads=8", "model.seq_len=512", "model.arch=sgsgsgsgsgsg",
         "model.moe.num_experts=16", "model.moe.d_expert=352", "train.batch_size=4",
         "data.vocab_max_size=20000", "train.probe_every=0"}}};
   if (which == "all") return all;
-  for (const Preset& p : all)
+  for (const TrainPreset& p : all)
     if (p.name == which) return {p};
   return {};
 }
 
-// A private run directory for this job: rank 0 makes it (mkdtemp, so concurrent jobs and ranks
-// never share a fixed path) and broadcasts its name; every rank uses it.
 StatusOr<std::string> make_job_dir(const std::string& preset, comm::World* world) {
   std::string dir;
   if (world->rank() == 0) {
@@ -58,8 +51,6 @@ StatusOr<std::string> make_job_dir(const std::string& preset, comm::World* world
   return world->comm->broadcast_bytes(dir, 0);
 }
 
-// Removes the job directory once every rank is done with it (rank 0, after a barrier); a failure
-// to remove is reported, never thrown.
 Status remove_job_dir(const std::string& dir, comm::World* world) {
   if (world->size() > 1) MOE_RETURN_IF_ERROR(world->comm->barrier());
   if (world->rank() != 0) return Status::OK();
@@ -69,8 +60,11 @@ Status remove_job_dir(const std::string& dir, comm::World* world) {
   return Status::OK();
 }
 
-Status run_preset(const Preset& p, const std::string& config, int steps, int warmup, int threads,
-                  const std::string& device, const std::string& precision, comm::World* world) {
+namespace {
+
+Status run_preset(const TrainPreset& p, const std::string& config, int steps, int warmup,
+                  int threads, const std::string& device, const std::string& precision,
+                  comm::World* world) {
   std::vector<std::string> overrides = p.overrides;
   overrides.push_back("parallel.threads=" + std::to_string(threads));
   overrides.push_back(device == "cuda" ? "train.device=CUDA" : "train.device=CPU");
@@ -126,7 +120,7 @@ Status run_preset(const Preset& p, const std::string& config, int steps, int war
 // Tokens per second of `steps` training steps (after one warm-up) of a preset on the CPU, for
 // momoe-bench data's loader comparison.
 StatusOr<double> train_tokens_per_second(const std::string& preset, int steps, comm::World* world) {
-  const std::vector<Preset> ps = presets(preset);
+  const std::vector<TrainPreset> ps = train_presets(preset);
   if (ps.size() != 1) return invalid_argument_error("no preset ", preset);
   std::vector<std::string> overrides = ps[0].overrides;
   MOE_ASSIGN_OR_RETURN(
@@ -159,11 +153,11 @@ Status bench_train(int argc, char** argv, comm::World* world) {
   if (device != "cpu" && device != "cuda") {
     return invalid_argument_error("--device ", device, " is not one of cpu, cuda");
   }
-  const std::vector<Preset> ps = presets(a.get_str("preset", "all"));
+  const std::vector<TrainPreset> ps = train_presets(a.get_str("preset", "all"));
   if (ps.empty()) return invalid_argument_error("--preset must be quickstart, smoe-medium or all");
   const std::string config =
       a.get_str("config", std::string(MOE_SOURCE_DIR) + "/configs/quickstart.pbtxt");
-  for (const Preset& p : ps) {
+  for (const TrainPreset& p : ps) {
     MOE_RETURN_IF_ERROR(run_preset(
         p, config, static_cast<int>(a.get("steps", 5)), static_cast<int>(a.get("warmup", 1)),
         static_cast<int>(a.get("threads", 0)), device, a.get_str("precision", ""), world));

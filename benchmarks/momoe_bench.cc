@@ -2,6 +2,8 @@
 //   momoe-bench layer     [--tokens T --d D --f F --experts E --top-k K --variant V]
 //                         the MoE layer forward + backward against a dense GEMM floor (CPU)
 //   momoe-bench train     [--preset quickstart|smoe-medium|all] ...    CPU training throughput
+//   momoe-bench memory    [--preset smoe-medium] ...   memory and step time per recompute setting
+//                         (and the distributed optimizer under mpirun) against the baseline
 //   momoe-bench alltoall  ...    (under mpirun)  MoE exchange vs a plain MPI_Alltoall, same bytes
 //   momoe-bench scaling   ...    (under mpirun)  one weak/strong scaling point
 //   momoe-bench data      [--mb 64 --corpus-gb G]   tokenization, loader vs step, peak memory
@@ -29,6 +31,7 @@ Status bench_alltoall(int argc, char** argv, comm::World* world);
 Status bench_scaling(int argc, char** argv, comm::World* world);
 Status bench_data(int argc, char** argv, comm::World* world);
 Status bench_sgemm(int argc, char** argv, comm::World* world);
+Status bench_memory(int argc, char** argv, comm::World* world);
 }  // namespace moe::bench
 
 namespace {
@@ -41,6 +44,7 @@ const char* example_of(const std::string& cmd) {
   if (cmd == "scaling") return "mpirun -np 4 momoe-bench scaling --what train --mode strong";
   if (cmd == "data") return "momoe-bench data --mb 64 --corpus-gb 4";
   if (cmd == "sgemm") return "OPENBLAS_CORETYPE=Haswell momoe-bench sgemm --rows 256";
+  if (cmd == "memory") return "mpirun -np 4 momoe-bench memory --preset smoe-medium --steps 3";
   return "momoe-bench env";
 }
 
@@ -91,6 +95,13 @@ const char* usage_of(const std::string& cmd) {
            "  --rows 256 (rows of the large products)  --seconds-ms 200 (timing per shape; 0: "
            "none)\n";
   }
+  if (cmd == "memory") {
+    return "momoe-bench memory: each training setting's memory (persistent tensors, the step's\n"
+           "allocator and resident peaks, the start-up estimate) and step time against the\n"
+           "first setting's; under mpirun -np R the distributed optimizer at DP R as well\n"
+           "  --preset smoe-medium|quickstart (smoe-medium)  --steps 3  --warmup 1  --threads 0\n"
+           "  --settings none,selective,full (alone; under mpirun also zero1)\n";
+  }
   if (cmd == "env") return "momoe-bench env: the environment line alone (CPU, BLAS, build)\n";
   return nullptr;
 }
@@ -110,7 +121,7 @@ int run(int argc, char** argv) {
   if (argc < 2 || help) {
     std::fprintf(
         argc < 2 ? stderr : stdout,
-        "usage: momoe-bench layer|train|alltoall|scaling|data|sgemm|env [--key value ...]\n"
+        "usage: momoe-bench layer|train|memory|alltoall|scaling|data|sgemm|env [--key value ...]\n"
         "  (momoe-bench SUBCOMMAND --help: its options and defaults)\n"
         "example: momoe-bench train --preset quickstart --steps 5\n");
     return argc < 2 ? 2 : 0;
@@ -153,6 +164,8 @@ int run(int argc, char** argv) {
 #else
     s = unimplemented_error("momoe-bench alltoall needs the MPI backend (built without MPI)");
 #endif
+  } else if (cmd == "memory") {
+    s = bench::bench_memory(argc - 2, argv + 2, &*world);
   } else if (cmd == "sgemm") {
     s = bench::bench_sgemm(argc - 2, argv + 2, &*world);
   } else if (cmd == "scaling") {
@@ -161,7 +174,7 @@ int run(int argc, char** argv) {
     s = bench::bench_data(argc - 2, argv + 2, &*world);
   } else {
     s = invalid_argument_error("unknown benchmark '", cmd,
-                               "' (layer, train, alltoall, scaling, data)");
+                               "' (layer, train, memory, alltoall, scaling, data, sgemm, env)");
   }
   if (!s.ok()) {
     log_error(s.to_string());
