@@ -2,6 +2,8 @@
 
 #include <cstdio>
 
+#include "core/train/memory_estimate.h"
+
 namespace moe {
 namespace {
 
@@ -46,12 +48,6 @@ std::vector<Change> single_changes(const RunConfig& cfg) {
         {"train.precision=BF16", [](RunConfig* c) { c->train.precision = Precision::kBf16; }});
   }
   return out;
-}
-
-std::string gib(int64_t bytes) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%.2f", static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0));
-  return buf;
 }
 
 }  // namespace
@@ -102,7 +98,7 @@ std::string fitting_settings_text(const std::vector<FittingSetting>& settings) {
       sets += str_cat(sets.empty() ? "" : " ", "--set ", o.substr(begin, end - begin));
       begin = end + 1;
     }
-    out += str_cat(sets, " (", gib(settings[i].bytes), " GiB)");
+    out += str_cat(sets, " (", gib_text(settings[i].bytes), " GiB)");
   }
   return out;
 }

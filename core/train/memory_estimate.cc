@@ -11,12 +11,6 @@
 namespace moe {
 namespace {
 
-std::string gib(int64_t bytes) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%.2f", static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0));
-  return buf;
-}
-
 // First integer in a file ("max" or a missing file: -1).
 int64_t read_int(const std::string& path) {
   std::ifstream in(path);
@@ -29,10 +23,17 @@ int64_t read_int(const std::string& path) {
 
 }  // namespace
 
+std::string gib_text(int64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.2f", static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0));
+  return buf;
+}
+
 std::string MemoryEstimate::to_string() const {
-  return str_cat(gib(total()), " GiB (parameters ", gib(parameter_bytes), ", gradients ",
-                 gib(gradient_bytes), ", optimizer ", gib(optimizer_bytes), ", activations ",
-                 gib(activation_bytes), " for a micro-batch of ", micro_batch_tokens, " tokens",
+  return str_cat(gib_text(total()), " GiB (parameters ", gib_text(parameter_bytes), ", gradients ",
+                 gib_text(gradient_bytes), ", optimizer ", gib_text(optimizer_bytes),
+                 ", activations ", gib_text(activation_bytes), " for a micro-batch of ",
+                 micro_batch_tokens, " tokens",
                  recompute == Recompute::kNone
                      ? std::string()
                      : str_cat(" with ", recompute_name(recompute), " recomputation"),
@@ -41,13 +42,13 @@ std::string MemoryEstimate::to_string() const {
 
 std::string MemoryEstimate::scratch_to_string() const {
   std::string out =
-      str_cat("the activations include ", gib(logits_scratch_bytes + device_scratch_bytes),
+      str_cat("the activations include ", gib_text(logits_scratch_bytes + device_scratch_bytes),
               " GiB of scratch: the step's largest transient, the head's f32 logits "
               "and their gradient");
   if (device_scratch_bytes > 0) {
-    out += str_cat(" (", gib(logits_scratch_bytes),
+    out += str_cat(" (", gib_text(logits_scratch_bytes),
                    "), and the GPU's attention scores and cuBLAS workspace (",
-                   gib(device_scratch_bytes), ")");
+                   gib_text(device_scratch_bytes), ")");
   }
   if (dropless_worst_rows == 0) return out;
   if (dropless_worst_rows == dropless_balanced_rows) {
@@ -55,8 +56,8 @@ std::string MemoryEstimate::scratch_to_string() const {
                          dropless_balanced_rows, " rows per layer however the tokens route)");
   }
   return out + str_cat("; dropless worst case: activations ",
-                       gib(activation_bytes + dropless_worst_extra_bytes), " GiB (",
-                       gib(total() + dropless_worst_extra_bytes),
+                       gib_text(activation_bytes + dropless_worst_extra_bytes), " GiB (",
+                       gib_text(total() + dropless_worst_extra_bytes),
                        " GiB in all) if every token of the EP group's micro-batch chose experts "
                        "of one rank (",
                        dropless_worst_rows, " rows received per layer instead of ",
@@ -281,7 +282,7 @@ Status check_memory(const MemoryEstimate& estimate, int64_t available, const std
                     const std::string& fitting) {
   if (available < 0 || estimate.total() <= available) return Status::OK();
   return invalid_argument_error("this run needs about ", estimate.to_string(), " per rank, but ",
-                                where, " has ", gib(available), " GiB available", fitting,
+                                where, " has ", gib_text(available), " GiB available", fitting,
                                 "; else lower train.batch_size (or raise train.grad_accum), "
                                 "shorten model.seq_len, or run on more ranks");
 }

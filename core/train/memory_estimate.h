@@ -20,6 +20,9 @@
 
 namespace moe {
 
+// Bytes as GiB with two decimals ("2.41"), as every memory line prints them.
+std::string gib_text(int64_t bytes);
+
 struct MemoryEstimate {
   int64_t parameters = 0;       // per rank: elements (dense + this rank's experts)
   int64_t parameter_bytes = 0;  // masters and working copies

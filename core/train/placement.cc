@@ -8,15 +8,10 @@
 #include <sstream>
 
 #include "base/device.h"
+#include "core/train/memory_estimate.h"
 
 namespace moe {
 namespace {
-
-std::string gib(int64_t bytes) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%.2f", static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0));
-  return buf;
-}
 
 // The integer `text` holds whole, or nullopt.
 std::optional<int64_t> parse_int(const std::string& text) {
@@ -112,8 +107,8 @@ std::string memory_check_line(const std::vector<MemoryPool>& pools, int64_t per_
     std::string ranks;
     for (int r : p.ranks) ranks += str_cat(ranks.empty() ? "" : ", ", r);
     line += str_cat(i == 0 ? "" : "; ", p.name, " (rank", p.ranks.size() > 1 ? "s " : " ", ranks,
-                    "): ", p.ranks.size(), " x ", gib(per_rank_bytes), " GiB of ",
-                    p.available >= 0 ? str_cat(gib(p.available), " GiB available")
+                    "): ", p.ranks.size(), " x ", gib_text(per_rank_bytes), " GiB of ",
+                    p.available >= 0 ? str_cat(gib_text(p.available), " GiB available")
                                      : std::string("an unknown amount available"));
   }
   return line;

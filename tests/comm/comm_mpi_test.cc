@@ -12,15 +12,10 @@
 #include "comm/mpi_communicator.h"
 #include "comm/process_groups.h"
 #include "tests/comm/collective_checks.h"
+#include "tests/testing/status_expect.h"
 
 namespace moe::comm {
 namespace {
-
-#define EXPECT_OK(expr)                     \
-  do {                                      \
-    const ::moe::Status _s = (expr);        \
-    EXPECT_TRUE(_s.ok()) << _s.to_string(); \
-  } while (0)
 
 bool contains(const std::string& s, const std::string& part) {
   return s.find(part) != std::string::npos;

@@ -15,15 +15,10 @@
 #include "comm/placement.h"
 #include "comm/process_groups.h"
 #include "tests/comm/hierarchical_checks.h"
+#include "tests/testing/status_expect.h"
 
 namespace moe::comm {
 namespace {
-
-#define EXPECT_OK(expr)                     \
-  do {                                      \
-    const ::moe::Status _s = (expr);        \
-    EXPECT_TRUE(_s.ok()) << _s.to_string(); \
-  } while (0)
 
 bool contains(const std::string& s, const std::string& part) {
   return s.find(part) != std::string::npos;

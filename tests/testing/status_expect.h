@@ -1,4 +1,4 @@
-// GoogleTest expectations on a Status: the code, and the words its message must name.
+// GoogleTest expectations on a Status: OK, or the code and the words its message must name.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -8,6 +8,13 @@
 #include <string_view>
 
 #include "base/status.h"
+
+// EXPECT_OK(expr): the Status is OK, else its text in the failure.
+#define EXPECT_OK(expr)                     \
+  do {                                      \
+    const ::moe::Status _s = (expr);        \
+    EXPECT_TRUE(_s.ok()) << _s.to_string(); \
+  } while (0)
 
 namespace moe::testing {
 
