@@ -9,6 +9,11 @@
 //   dimension 0 (all_to_all_v) or in whole views.
 // - Stream-ordered: device backends enqueue on `stream`; host backends return when data landed.
 // - `in` and `out` may alias only where noted.
+// - Reductions (all_reduce, reduce_scatter): the host backends (Local, MPI) combine every
+//   element in rank order, (((x0 op x1) op x2) ...), bf16 in f32 rounded once (comm/host_reduce.h),
+//   so a result is the same bits run to run, on either host backend, and from all_reduce as from
+//   reduce_scatter. NCCL reduces in its own order (deterministic for a fixed job and size): its
+//   all_reduce and reduce_scatter agree up to 2 ranks (one addition, a + b = b + a), not beyond.
 // - Errors: a failed or lost peer gives kUnavailable (naming the rank when known); a call after
 //   abort() gives kAborted. Errors never hang: host backends bound every wait (see the backend's
 //   timeout) and report which rank did not arrive.
@@ -45,7 +50,15 @@ class Communicator {
   virtual Status all_reduce(const TensorView& in, const TensorView& out, ReduceOp op,
                             Stream stream = {}) = 0;
   // out [world_size * in.numel()] (any shape with that many elements) = concatenation by rank.
+  // In place: in may be out's own chunk (in.raw() == out.raw() + rank() * in.nbytes()), which
+  // then stays as it is; no other overlap.
   virtual Status all_gather(const TensorView& in, const TensorView& out, Stream stream = {}) = 0;
+  // The dual of all_gather: in [world_size * k elements] is cut into world_size chunks of k in
+  // rank order, and out [k elements] = op over ranks of chunk rank() (any shapes with those
+  // counts; one dtype). In place: out may be in's own chunk (out.raw() == in.raw() + rank() *
+  // out.nbytes()), and the rest of in is left as it was; no other overlap.
+  virtual Status reduce_scatter(const TensorView& in, const TensorView& out, ReduceOp op,
+                                Stream stream = {}) = 0;
   // buf on every rank = buf on root.
   virtual Status broadcast(const TensorView& buf, int root, Stream stream = {}) = 0;
   // Equal chunks: in and out are [world_size * k, ...] (usually k = 1: [R, E_l, C, D]); chunk r

@@ -95,6 +95,10 @@ class HierarchicalCommunicator final : public Communicator {
   Status all_gather(const TensorView& in, const TensorView& out, Stream stream = {}) override {
     return flat_->all_gather(in, out, stream);
   }
+  Status reduce_scatter(const TensorView& in, const TensorView& out, ReduceOp op,
+                        Stream stream = {}) override {
+    return flat_->reduce_scatter(in, out, op, stream);
+  }
   Status broadcast(const TensorView& buf, int root, Stream stream = {}) override {
     return flat_->broadcast(buf, root, stream);
   }

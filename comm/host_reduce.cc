@@ -1,5 +1,6 @@
 #include "comm/host_reduce.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
@@ -54,18 +55,25 @@ A combine(A a, A b, ReduceOp op) {
   return a;
 }
 
+// Block by block (every source's elements of a block combined in rank order, then stored), so
+// that the accumulator stays small and in cache whatever n is; dst may alias a source, whose
+// later blocks are not yet written.
 template <typename T>
 void rank_order(const std::vector<const void*>& srcs, size_t n, ReduceOp op, void* dst) {
   using A = typename AccOf<T>::type;
-  std::vector<A> acc(n);
-  const T* first = static_cast<const T*>(srcs[0]);
-  for (size_t i = 0; i < n; ++i) acc[i] = load(first[i]);
-  for (size_t r = 1; r < srcs.size(); ++r) {
-    const T* src = static_cast<const T*>(srcs[r]);
-    for (size_t i = 0; i < n; ++i) acc[i] = combine<A>(acc[i], load(src[i]), op);
-  }
+  constexpr size_t kBlock = 2048;
+  A acc[kBlock];
   T* out = static_cast<T*>(dst);
-  for (size_t i = 0; i < n; ++i) out[i] = store<T, A>(acc[i]);
+  for (size_t b = 0; b < n; b += kBlock) {
+    const size_t m = std::min(kBlock, n - b);
+    const T* first = static_cast<const T*>(srcs[0]) + b;
+    for (size_t i = 0; i < m; ++i) acc[i] = load(first[i]);
+    for (size_t r = 1; r < srcs.size(); ++r) {
+      const T* src = static_cast<const T*>(srcs[r]) + b;
+      for (size_t i = 0; i < m; ++i) acc[i] = combine<A>(acc[i], load(src[i]), op);
+    }
+    for (size_t i = 0; i < m; ++i) out[b + i] = store<T, A>(acc[i]);
+  }
 }
 
 template <typename T>

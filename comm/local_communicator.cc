@@ -197,8 +197,10 @@ Status LocalCommunicator::all_gather(const TensorView& in, const TensorView& out
     post.arg_error = str_cat("out ", out.to_string(), " must hold world_size ", world_size(),
                              " x in ", in.to_string());
   }
-  if (post.arg_error.empty() && overlaps(in.raw(), in.nbytes(), out.raw(), out.nbytes())) {
-    post.arg_error = "in and out overlap";
+  const bool in_place = is_own_chunk(in.raw(), in.nbytes(), out.raw(), rank_);
+  if (post.arg_error.empty() && !in_place &&
+      overlaps(in.raw(), in.nbytes(), out.raw(), out.nbytes())) {
+    post.arg_error = "in and out overlap without in being out's own chunk";
   }
   auto body = [&](const std::vector<LocalPost>& posts) -> Status {
     for (int q = 0; q < world_size(); ++q) {
@@ -215,6 +217,48 @@ Status LocalCommunicator::all_gather(const TensorView& in, const TensorView& out
     return Status::OK();
   };
   return collective(std::move(post), body);
+}
+
+Status LocalCommunicator::reduce_scatter(const TensorView& in, const TensorView& out, ReduceOp op,
+                                         Stream) {
+  DeviceAccessScope device_side;  // the backend moves tensor memory
+  LocalPost post;
+  post.op = LocalOp::kReduceScatter;
+  post.in = in.raw();
+  post.in_bytes = in.nbytes();
+  post.dtype = in.dtype();
+  post.reduce = op;
+  post.arg_error = host_view_error("in", in);
+  if (post.arg_error.empty()) post.arg_error = host_view_error("out", out);
+  if (post.arg_error.empty() &&
+      (in.dtype() != out.dtype() || in.numel() != out.numel() * world_size())) {
+    post.arg_error = str_cat("in ", in.to_string(), " must hold world_size ", world_size(),
+                             " x out ", out.to_string());
+  }
+  const bool in_place = is_own_chunk(out.raw(), out.nbytes(), in.raw(), rank_);
+  if (post.arg_error.empty() && !in_place &&
+      overlaps(in.raw(), in.nbytes(), out.raw(), out.nbytes())) {
+    post.arg_error = "in and out overlap without out being in's own chunk";
+  }
+  std::vector<unsigned char> result;  // this rank's reduced chunk, copied to out at the end
+  auto body = [&](const std::vector<LocalPost>& posts) -> Status {
+    std::vector<const void*> srcs;
+    for (int q = 0; q < world_size(); ++q) {
+      if (posts[q].dtype != in.dtype() || posts[q].in_bytes != in.nbytes() ||
+          posts[q].reduce != op) {
+        return invalid_argument_error("reduce_scatter: ", describe_rank(*group_, q), " passed ",
+                                      dtype_name(posts[q].dtype), " x ", posts[q].in_bytes,
+                                      " bytes (or another op) but ", describe_rank(*group_, rank_),
+                                      " passed ", dtype_name(in.dtype()), " x ", in.nbytes());
+      }
+      srcs.push_back(static_cast<const char*>(posts[q].in) + rank_ * out.nbytes());
+    }
+    result.resize(out.nbytes());
+    reduce_in_rank_order(srcs, in.dtype(), static_cast<size_t>(out.numel()), op, result.data());
+    return Status::OK();
+  };
+  return collective(std::move(post), body,
+                    [&] { copy_bytes(out.raw(), result.data(), result.size()); });
 }
 
 Status LocalCommunicator::broadcast(const TensorView& buf, int root, Stream) {

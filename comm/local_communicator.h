@@ -12,9 +12,9 @@
 //   poll_async_error() may be called from any thread.
 // - Memory: host views only (memory_space() == kHost); device views give kInvalidArgument.
 //   `stream` is ignored.
-// - Reductions are deterministic: sum in rank order (((x0 + x1) + x2) + ...), so results are
-//   bit-identical run to run. f32/f64/integers accumulate in their own type (integers wrap);
-//   bf16 accumulates in f32 and rounds once at the end.
+// - Reductions (all_reduce, reduce_scatter) are deterministic: sum in rank order
+//   (((x0 + x1) + x2) + ...), so results are bit-identical run to run. f32/f64/integers
+//   accumulate in their own type (integers wrap); bf16 accumulates in f32 and rounds once.
 // - Consistent errors: argument checks run on every rank and the outcome is shared, so if one
 //   rank passes bad arguments every rank returns an error (the bad rank kInvalidArgument, its
 //   peers kInvalidArgument naming it) instead of hanging. A mismatched call (rank 0 in
@@ -65,6 +65,8 @@ class LocalCommunicator final : public Communicator {
   Status all_reduce(const TensorView& in, const TensorView& out, ReduceOp op,
                     Stream stream = {}) override;
   Status all_gather(const TensorView& in, const TensorView& out, Stream stream = {}) override;
+  Status reduce_scatter(const TensorView& in, const TensorView& out, ReduceOp op,
+                        Stream stream = {}) override;
   Status broadcast(const TensorView& buf, int root, Stream stream = {}) override;
   Status all_to_all(const TensorView& in, const TensorView& out, Stream stream = {}) override;
   Status all_to_all_v(const TensorView& in, const AllToAllPlan& plan, const TensorView& out,

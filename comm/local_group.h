@@ -28,6 +28,7 @@ struct LocalUniverse {
 enum class LocalOp {
   kAllReduce,
   kAllGather,
+  kReduceScatter,
   kBroadcast,
   kAllToAll,
   kAllToAllV,
@@ -43,6 +44,8 @@ inline const char* op_name(LocalOp op) {
       return "all_reduce";
     case LocalOp::kAllGather:
       return "all_gather";
+    case LocalOp::kReduceScatter:
+      return "reduce_scatter";
     case LocalOp::kBroadcast:
       return "broadcast";
     case LocalOp::kAllToAll:

@@ -23,10 +23,8 @@ using detail::mpi_alive;
 
 constexpr int kDiagTag = 7919;  // timeout diagnosis messages (their own communicator)
 
-// bf16 has no MPI type: it travels as MPI_UINT16_T with these user-defined operators.
-void bf16_sum(void* in, void* inout, int* len, MPI_Datatype*) {
-  reduce_pair(in, inout, static_cast<size_t>(*len), DType::kBF16, ReduceOp::kSum);
-}
+// bf16 has no MPI type: it travels as MPI_UINT16_T with these user-defined operators (bf16
+// sums, like every floating-point sum, go through Impl::rank_order_sum instead).
 void bf16_max(void* in, void* inout, int* len, MPI_Datatype*) {
   reduce_pair(in, inout, static_cast<size_t>(*len), DType::kBF16, ReduceOp::kMax);
 }
@@ -126,6 +124,37 @@ class ByteType {
   bool owned_ = false;
 };
 
+// `bytes` contiguous bytes as one element whose extent is `stride`: with count 1 per rank, an
+// all-to-all sends the same stretch of every rank's chunk (chunks `stride` apart). Freed when it
+// goes out of scope (MPI keeps it alive for pending operations).
+class StridedBlock {
+ public:
+  StridedBlock() = default;
+  StridedBlock(const StridedBlock&) = delete;
+  StridedBlock& operator=(const StridedBlock&) = delete;
+  ~StridedBlock() {
+    if (type_ != MPI_DATATYPE_NULL && mpi_alive()) MPI_Type_free(&type_);
+  }
+
+  Status build(size_t bytes, size_t stride) {
+    MPI_Datatype block = MPI_DATATYPE_NULL;
+    MOE_MPI_RETURN_IF_ERROR(MPI_Type_contiguous(static_cast<int>(bytes), MPI_BYTE, &block));
+    const Status resized =
+        MOE_MPI_STATUS(MPI_Type_create_resized(block, 0, static_cast<MPI_Aint>(stride), &type_));
+    MPI_Type_free(&block);
+    MOE_RETURN_IF_ERROR(resized);
+    MOE_MPI_RETURN_IF_ERROR(MPI_Type_commit(&type_));
+    return Status::OK();
+  }
+  MPI_Datatype type() const { return type_; }
+
+ private:
+  MPI_Datatype type_ = MPI_DATATYPE_NULL;
+};
+
+// The most reduce_chunks receives per round, over all ranks.
+constexpr size_t kScratchBytes = size_t{32} << 20;
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
@@ -137,7 +166,7 @@ struct MpiCommunicator::Impl {
   int size = 1;
   int world_rank = 0;
   MpiOptions opts;
-  MPI_Op bf16_ops[3] = {MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL};  // sum, max, min
+  MPI_Op bf16_ops[3] = {MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL};  // by ReduceOp: -, max, min
   std::string broken;              // why the communicator is unusable (after a timeout)
   std::vector<MPI_Request> stuck;  // requests a timeout left pending
   // Timeout diagnosis (see diagnose()): its own communicator, the wait counter, and every rank's
@@ -147,6 +176,7 @@ struct MpiCommunicator::Impl {
   std::vector<int> world_of;
   std::vector<int64_t> diag_out;                // this rank's note, kept alive for the sends
   std::vector<std::array<int64_t, 2>> diag_in;  // the peers' notes
+  std::vector<unsigned char> scratch;           // reduce_chunks' receive buffer (kScratchBytes)
 
   ~Impl() {
     if (!mpi_alive()) return;
@@ -169,7 +199,6 @@ struct MpiCommunicator::Impl {
     MOE_MPI_RETURN_IF_ERROR(MPI_Comm_rank(comm, &rank));
     MOE_MPI_RETURN_IF_ERROR(MPI_Comm_size(comm, &size));
     MOE_MPI_RETURN_IF_ERROR(MPI_Comm_rank(MPI_COMM_WORLD, &world_rank));
-    MOE_MPI_RETURN_IF_ERROR(MPI_Op_create(&bf16_sum, 1, &bf16_ops[0]));
     MOE_MPI_RETURN_IF_ERROR(MPI_Op_create(&bf16_max, 1, &bf16_ops[1]));
     MOE_MPI_RETURN_IF_ERROR(MPI_Op_create(&bf16_min, 1, &bf16_ops[2]));
     MOE_MPI_RETURN_IF_ERROR(MPI_Comm_dup(comm, &diag));
@@ -313,6 +342,67 @@ struct MpiCommunicator::Impl {
     return wait(reqs, what);
   }
 
+  // The host backends' reduction order (comm/host_reduce.h) over equal chunks: chunk r of `send`
+  // (size chunks of `count` elements of dtype, contiguous) from every rank is combined in rank
+  // order into `mine` (count elements) on rank r. Segment by segment, through `scratch` (kept
+  // between calls: a fresh receive buffer as large as the data costs more in page faults than
+  // the exchange itself). mine may alias send's chunk `rank`: a segment is written once every
+  // rank has received it.
+  Status reduce_chunks(const void* send, size_t count, DType dtype, ReduceOp op, void* mine,
+                       const char* what) {
+    const size_t esize = dtype_size(dtype);
+    const size_t per_rank = std::min<size_t>(kScratchBytes / static_cast<size_t>(size),
+                                             static_cast<size_t>(opts.max_count));
+    const size_t segment = std::max<size_t>(1, per_rank / esize);  // elements per rank and round
+    scratch.resize(std::min(segment, count) * esize * static_cast<size_t>(size));
+    std::vector<const void*> srcs(static_cast<size_t>(size));
+    for (size_t begin = 0; begin < count; begin += segment) {
+      const size_t len = std::min(segment, count - begin);
+      // One element per destination: the segment's bytes of its chunk, chunks `count` apart.
+      StridedBlock block;
+      MOE_RETURN_IF_ERROR(block.build(len * esize, count * esize));
+      MPI_Request req = MPI_REQUEST_NULL;
+      MOE_MPI_RETURN_IF_ERROR(MPI_Ialltoall(static_cast<const char*>(send) + begin * esize, 1,
+                                            block.type(), scratch.data(),
+                                            static_cast<int>(len * esize), MPI_BYTE, comm, &req));
+      MOE_RETURN_IF_ERROR(wait_one(req, what));
+      for (int r = 0; r < size; ++r) srcs[r] = scratch.data() + r * len * esize;
+      reduce_in_rank_order(srcs, dtype, len, op, static_cast<char*>(mine) + begin * esize);
+    }
+    return Status::OK();
+  }
+
+  // all_reduce's floating-point sum in rank order (communicator.h), as the Local backend sums:
+  // reduce_chunks over the first size x floor(n / size) elements into this rank's chunk of dst,
+  // an in-place all-gather of the chunks, and the last n mod size elements gathered whole and
+  // reduced on every rank. dst may alias src.
+  Status rank_order_sum(const void* src, void* dst, size_t n, DType dtype) {
+    const size_t esize = dtype_size(dtype);
+    const size_t k = n / static_cast<size_t>(size), whole = k * static_cast<size_t>(size);
+    char* out = static_cast<char*>(dst);
+    MPI_Request req = MPI_REQUEST_NULL;
+    if (k > 0) {
+      MOE_RETURN_IF_ERROR(
+          reduce_chunks(src, k, dtype, ReduceOp::kSum, out + rank * k * esize, "all_reduce(sum)"));
+      ByteType bt;
+      MOE_RETURN_IF_ERROR(bt.build(k * esize, opts.max_count));
+      MOE_MPI_RETURN_IF_ERROR(MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, out, bt.count(),
+                                             bt.type(), comm, &req));
+      MOE_RETURN_IF_ERROR(wait_one(req, "all_reduce(sum)"));
+    }
+    if (whole == n) return Status::OK();
+    const size_t tail = (n - whole) * esize;  // < size elements
+    std::vector<unsigned char> tails(tail * static_cast<size_t>(size));
+    MOE_MPI_RETURN_IF_ERROR(MPI_Iallgather(static_cast<const char*>(src) + whole * esize,
+                                           static_cast<int>(tail), MPI_BYTE, tails.data(),
+                                           static_cast<int>(tail), MPI_BYTE, comm, &req));
+    MOE_RETURN_IF_ERROR(wait_one(req, "all_reduce(sum)"));
+    std::vector<const void*> srcs;
+    for (int r = 0; r < size; ++r) srcs.push_back(tails.data() + r * tail);
+    reduce_in_rank_order(srcs, dtype, n - whole, ReduceOp::kSum, out + whole * esize);
+    return Status::OK();
+  }
+
   Status check_root(int root, const char* what) const {
     if (root < 0 || root >= size) {
       return invalid_argument_error(what, ": root ", root, " is not a rank of a world of ", size);
@@ -359,6 +449,15 @@ Status MpiCommunicator::all_reduce(const TensorView& in, const TensorView& out, 
   if (!in_place) {
     MOE_ASSIGN_OR_RETURN(src, HostStage::input(in, stream));
   }
+  const size_t esize = dtype_size(in.dtype());
+  const auto n = static_cast<size_t>(in.numel());
+  if (n == 0) return Status::OK();
+  // Floating-point sums in rank order; integer sums, max and min are exact in any order.
+  if (op == ReduceOp::kSum && dtype_is_floating(in.dtype())) {
+    MOE_RETURN_IF_ERROR(
+        impl_->rank_order_sum(in_place ? dst.data() : src.data(), dst.data(), n, in.dtype()));
+    return dst.finish();
+  }
   const MPI_Datatype type = mpi_type(in.dtype());
   MPI_Op mpi_op = MPI_SUM;
   if (in.dtype() == DType::kBF16) {
@@ -368,8 +467,6 @@ Status MpiCommunicator::all_reduce(const TensorView& in, const TensorView& out, 
   } else if (op == ReduceOp::kMin) {
     mpi_op = MPI_MIN;
   }
-  const size_t esize = dtype_size(in.dtype());
-  const auto n = static_cast<size_t>(in.numel());
   const auto chunk = static_cast<size_t>(impl_->opts.max_count);
   std::vector<MPI_Request> reqs;
   for (size_t begin = 0; begin < n; begin += chunk) {
@@ -392,17 +489,45 @@ Status MpiCommunicator::all_gather(const TensorView& in, const TensorView& out, 
     return invalid_argument_error("all_gather: out ", out.to_string(), " must hold world_size ",
                                   impl_->size, " x in ", in.to_string());
   }
-  if (overlaps(in.raw(), in.nbytes(), out.raw(), out.nbytes())) {
-    return invalid_argument_error("all_gather: in and out overlap");
+  const bool in_place = is_own_chunk(in.raw(), in.nbytes(), out.raw(), impl_->rank);
+  if (!in_place && overlaps(in.raw(), in.nbytes(), out.raw(), out.nbytes())) {
+    return invalid_argument_error(
+        "all_gather: in and out overlap without in being out's own chunk");
   }
-  MOE_ASSIGN_OR_RETURN(HostStage src, HostStage::input(in, stream));
+  HostStage src;
+  if (!in_place) {
+    MOE_ASSIGN_OR_RETURN(src, HostStage::input(in, stream));
+  }
   MOE_ASSIGN_OR_RETURN(HostStage dst, HostStage::output(out, stream));
   ByteType bt;
   MOE_RETURN_IF_ERROR(bt.build(in.nbytes(), impl_->opts.max_count));
   MPI_Request req = MPI_REQUEST_NULL;
-  MOE_MPI_RETURN_IF_ERROR(MPI_Iallgather(src.data(), bt.count(), bt.type(), dst.data(), bt.count(),
-                                         bt.type(), impl_->comm, &req));
+  MOE_MPI_RETURN_IF_ERROR(MPI_Iallgather(in_place ? MPI_IN_PLACE : src.data(), bt.count(),
+                                         bt.type(), dst.data(), bt.count(), bt.type(), impl_->comm,
+                                         &req));
   MOE_RETURN_IF_ERROR(impl_->wait_one(req, "all_gather"));
+  return dst.finish();
+}
+
+Status MpiCommunicator::reduce_scatter(const TensorView& in, const TensorView& out, ReduceOp op,
+                                       Stream stream) {
+  DeviceAccessScope device_side;  // the backend moves tensor memory
+  MOE_RETURN_IF_ERROR(impl_->usable("reduce_scatter"));
+  if (in.dtype() != out.dtype() || in.numel() != out.numel() * impl_->size || !in.defined() ||
+      !out.defined()) {
+    return invalid_argument_error("reduce_scatter: in ", in.to_string(), " must hold world_size ",
+                                  impl_->size, " x out ", out.to_string());
+  }
+  if (!is_own_chunk(out.raw(), out.nbytes(), in.raw(), impl_->rank) &&
+      overlaps(in.raw(), in.nbytes(), out.raw(), out.nbytes())) {
+    return invalid_argument_error(
+        "reduce_scatter: in and out overlap without out being in's own chunk");
+  }
+  MOE_ASSIGN_OR_RETURN(HostStage src, HostStage::input(in, stream));
+  MOE_ASSIGN_OR_RETURN(HostStage dst, HostStage::output(out, stream));
+  const std::string what = str_cat("reduce_scatter(", op_text(op), ")");
+  MOE_RETURN_IF_ERROR(impl_->reduce_chunks(src.data(), static_cast<size_t>(out.numel()), in.dtype(),
+                                           op, dst.data(), what.c_str()));
   return dst.finish();
 }
 

@@ -20,12 +20,17 @@
 // - Argument errors are local (kInvalidArgument on the rank that passed them); its peers then
 //   run into the timeout. Plans of all_to_all_v are not cross-checked (a mismatch gives an MPI
 //   truncation error or wrong data).
-// - Reductions: MPI_SUM's order is implementation-defined, so sums are deterministic only as far
-//   as the MPI library is (Open MPI's are for a fixed process count and layout). bf16 uses a
-//   user-defined operator that rounds to bf16 after every pairwise step.
+// - Reductions in rank order, as the Local backend's (communicator.h): a floating-point sum of
+//   all_reduce is a reduce-scatter (MPI_Ialltoall of equal chunks, segment by segment through a
+//   receive buffer of at most 32 MiB that the communicator keeps, each rank combining what it
+//   receives with comm/host_reduce.h) and an in-place MPI_Iallgather, never MPI_SUM, whose order
+//   MPI leaves to the library; the last world_size - 1 elements at most are gathered whole and
+//   summed on every rank. reduce_scatter is the first half. Integer sums, max and min (exact in
+//   any order) use MPI_Iallreduce, bf16 max/min through user-defined operators.
 // - Large messages: counts above MpiOptions::max_count (INT_MAX) travel as contiguous derived
-//   datatypes (whole buffers, rows of all_to_all_v, padded gather_bytes blocks) or in chunks
-//   (all_reduce). all_to_all_v row counts and row offsets must fit max_count (else
+//   datatypes (whole buffers, the chunks of reduce_scatter and of all_reduce's sums, rows of
+//   all_to_all_v, padded gather_bytes blocks) or in chunks (all_reduce's other reductions).
+//   all_to_all_v row counts and row offsets must fit max_count (else
 //   kInvalidArgument naming the count).
 // - abort() prints the reason to stderr and calls MPI_Abort(comm, 1), which ends the job.
 #pragma once
@@ -91,6 +96,8 @@ class MpiCommunicator final : public Communicator {
   Status all_reduce(const TensorView& in, const TensorView& out, ReduceOp op,
                     Stream stream = {}) override;
   Status all_gather(const TensorView& in, const TensorView& out, Stream stream = {}) override;
+  Status reduce_scatter(const TensorView& in, const TensorView& out, ReduceOp op,
+                        Stream stream = {}) override;
   Status broadcast(const TensorView& buf, int root, Stream stream = {}) override;
   Status all_to_all(const TensorView& in, const TensorView& out, Stream stream = {}) override;
   Status all_to_all_v(const TensorView& in, const AllToAllPlan& plan, const TensorView& out,

@@ -17,7 +17,8 @@
 //   caller must abort()). NCCL errors give kInternal ("nccl: ..."); asynchronous ones
 //   (including a lost peer, kUnavailable) are reported by poll_async_error(). NCCL waits are not
 //   bounded by a timeout: a watchdog should poll_async_error() and abort().
-// - Reductions: NCCL's order, deterministic for a fixed topology and size but not rank order.
+// - Reductions: NCCL's order, deterministic for a fixed topology and size but not rank order
+//   (communicator.h: all_reduce and reduce_scatter agree up to 2 ranks).
 // - abort(): ncclCommAbort, then abort() on the bootstrap (with MPI, that ends the job), so no
 //   peer keeps waiting. Later calls return kAborted.
 #pragma once
@@ -53,6 +54,8 @@ class NcclCommunicator final : public Communicator {
   Status all_reduce(const TensorView& in, const TensorView& out, ReduceOp op,
                     Stream stream = {}) override;
   Status all_gather(const TensorView& in, const TensorView& out, Stream stream = {}) override;
+  Status reduce_scatter(const TensorView& in, const TensorView& out, ReduceOp op,
+                        Stream stream = {}) override;
   Status broadcast(const TensorView& buf, int root, Stream stream = {}) override;
   Status all_to_all(const TensorView& in, const TensorView& out, Stream stream = {}) override;
   Status all_to_all_v(const TensorView& in, const AllToAllPlan& plan, const TensorView& out,

@@ -16,6 +16,13 @@ inline bool overlaps(const void* a, size_t na, const void* b, size_t nb) {
   return pa < pb + nb && pb < pa + na;
 }
 
+// True when `chunk` starts `index` chunks of `chunk_bytes` into `whole`: an in-place all_gather's
+// input, or an in-place reduce_scatter's output (communicator.h).
+inline bool is_own_chunk(const void* chunk, size_t chunk_bytes, const void* whole, int index) {
+  return reinterpret_cast<uintptr_t>(chunk) ==
+         reinterpret_cast<uintptr_t>(whole) + static_cast<uintptr_t>(index) * chunk_bytes;
+}
+
 // Bytes of one row (dimension 0) of a view with ndim >= 1.
 inline size_t row_bytes_of(const TensorView& v) {
   size_t bytes = dtype_size(v.dtype());

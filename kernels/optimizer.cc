@@ -68,4 +68,27 @@ Status sum_of_squares(Context& ctx, const std::vector<TensorView>& views, const 
   return Status::OK();
 }
 
+bool sum_of_squares_by_blocks(const Context& ctx) { return !ctx.device().is_cuda(); }
+
+Status sum_of_squares_blocks(Context& ctx, const TensorView& x, const TensorView& out) {
+  constexpr const char* kOp = "sum_of_squares_blocks";
+  MOE_KERNEL_ENTRY(ctx, kOp);
+  MOE_RETURN_IF_ERROR(check_act(ctx, kOp, "x", x));
+  const int64_t blocks = (x.numel() + kSquaresBlock - 1) / kSquaresBlock;
+  MOE_RETURN_IF_ERROR(check_tensor(ctx, kOp, "out", out, DType::kF64, Shape{blocks}));
+  return dispatch_float(kOp, x, [&](auto tag) {
+    using T = decltype(tag);
+    ref::sum_of_squares_blocks<T>(x.data<T>(), x.numel(), out.data<double>());
+  });
+}
+
+Status sum_in_order(Context& ctx, const TensorView& x, const TensorView& out) {
+  constexpr const char* kOp = "sum_in_order";
+  MOE_KERNEL_ENTRY(ctx, kOp);
+  MOE_RETURN_IF_ERROR(check_tensor(ctx, kOp, "x", x, DType::kF64, Shape{x.numel()}));
+  MOE_RETURN_IF_ERROR(check_tensor(ctx, kOp, "out", out, DType::kF64, Shape{1}));
+  ref::accumulate_in_order(x.data<double>(), x.numel(), out.data<double>());
+  return Status::OK();
+}
+
 }  // namespace moe::kernels

@@ -40,4 +40,20 @@ Status sgd_step(Context& ctx, const SgdArgs& args, const TensorView& param, cons
 // accumulated in double in view order. out: f64 [1].
 Status sum_of_squares(Context& ctx, const std::vector<TensorView>& views, const TensorView& out);
 
+// A gradient arena sharded over ranks (the distributed optimizer) has its norm from the shards:
+// on the CPU, sum_of_squares of a view sums blocks of kSquaresBlock elements from the view's
+// start and adds the blocks' sums in block order, so the blocks of consecutive shards (each but
+// the last a whole number of blocks) gathered in order give the same bits as the whole view.
+// A GPU's sum_of_squares is grid-strided over the whole view and cannot be cut: there the two
+// block kernels below return kUnimplemented, and sum_of_squares_by_blocks says so.
+constexpr int64_t kSquaresBlock = int64_t{1} << 16;
+bool sum_of_squares_by_blocks(const Context& ctx);
+// out[b] = the sum of squares of x's block b (elements [b, b + 1) * kSquaresBlock), as
+// sum_of_squares sums it. x: float [n] of any dtype; out: f64 [ceil(n / kSquaresBlock)],
+// overwritten. CPU only.
+Status sum_of_squares_blocks(Context& ctx, const TensorView& x, const TensorView& out);
+// out[0] += (((0 + x[0]) + x[1]) + ...) + x[n - 1], in index order: the blocks' sums as
+// sum_of_squares adds them. x: f64 [n]; out: f64 [1]. CPU only.
+Status sum_in_order(Context& ctx, const TensorView& x, const TensorView& out);
+
 }  // namespace moe::kernels

@@ -262,6 +262,7 @@ Status convert_train(const momoe::TrainConfig& t, TrainConfig* c) {
   if (t.has_collapse_threshold()) c->collapse_threshold = t.collapse_threshold();
   if (t.has_max_skipped_steps()) c->max_skipped_steps = t.max_skipped_steps();
   if (t.has_tensorboard()) c->tensorboard = t.tensorboard();
+  if (t.has_distributed_optimizer()) c->distributed_optimizer = t.distributed_optimizer();
   if (t.precision() == momoe::TrainConfig::BF16) c->precision = Precision::kBf16;
   if (t.device() == momoe::TrainConfig::CUDA) c->device = DeviceKind::kCuda;
   switch (t.final_eval()) {
@@ -375,6 +376,7 @@ void run_config_to_proto(const RunConfig& cfg, momoe::RunConfig* msg) {
                      : t.final_eval == FinalEval::kNone  ? momoe::TrainConfig::NONE
                                                          : momoe::TrainConfig::BOTH);
   tr->set_tensorboard(t.tensorboard);
+  tr->set_distributed_optimizer(t.distributed_optimizer);
   tr->set_precision(t.precision == Precision::kBf16 ? momoe::TrainConfig::BF16
                                                     : momoe::TrainConfig::FP32);
   tr->set_device(t.device == DeviceKind::kCuda ? momoe::TrainConfig::CUDA
@@ -667,9 +669,10 @@ StatusOr<std::vector<ConfigChange>> diff_configs(const std::string& before,
 
 bool changes_training(const ConfigChange& change) {
   // Fields that steer the run, not what it computes: the layout, how long it trains, what it
-  // logs, evaluates and keeps, and the precision and device (checkpoints hold fp32 masters, so
-  // a run may resume at the other precision or on the other device), and the activation
-  // recomputation (bit-identical at every setting).
+  // logs, evaluates and keeps, the precision and device (checkpoints hold fp32 masters, so a run
+  // may resume at the other precision or on the other device), the activation recomputation
+  // (bit-identical at every setting), and where the optimizer state lives (the distributed
+  // optimizer computes the same weights).
   static const char* const kRunControl[] = {"parallel.",
                                             "train.steps",
                                             "train.grad_accum",
@@ -690,6 +693,7 @@ bool changes_training(const ConfigChange& change) {
                                             "train.final_eval",
                                             "train.tensorboard",
                                             "train.recompute",
+                                            "train.distributed_optimizer",
                                             "data.valid",
                                             "data.test",
                                             "data.cache_dir"};

@@ -108,6 +108,9 @@ struct TrainConfig {
   FinalEval final_eval = FinalEval::kBoth;
   bool tensorboard = true;  // TensorBoard event files in the run directory
   Recompute recompute = Recompute::kNone;
+  // ZeRO stage 1: the optimizer state sharded over each parameter's data-parallel replicas
+  // (core/optim/state_sharding.h); the same weights, bit for bit, as the replicated optimizer.
+  bool distributed_optimizer = false;
 
   Status validate() const;
   // A step's batch_size sequences are grad_accum micro-batches, each cut into equal contiguous

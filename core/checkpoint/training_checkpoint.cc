@@ -24,19 +24,27 @@ int ep_rank_of(const comm::ProcessGroups* g) { return g == nullptr ? 0 : g->ep_r
 int ep_size_of(const comm::ProcessGroups* g) { return g == nullptr ? 1 : g->ep_size; }
 int dp_rank_of(const comm::ProcessGroups* g) { return g == nullptr ? 0 : g->dp_rank; }
 
-// Host copies of the masters and the optimizer state of one kind, laid out like the arena.
+// Host copies of the masters and the whole optimizer state of one kind, laid out like the arena
+// (without its padding).
 struct HostArenas {
   Tensor masters;
   std::vector<Tensor> state;  // per optimizer slot
 };
 
-StatusOr<HostArenas> read_back_arenas(const TrainingState& st, ParamKind kind) {
+// For the rank that writes them (`writer`); the others get empty arenas. Collective over the
+// kind's group when its optimizer state is sharded (every rank takes part in gathering it).
+StatusOr<HostArenas> read_back_arenas(const TrainingState& st, ParamKind kind, bool writer) {
   Context& ctx = st.model->context();
+  const ParameterSet& params = st.model->params();
   HostArenas h;
-  MOE_ASSIGN_OR_RETURN(h.masters, ctx.read_back(st.model->params().masters(kind)));
+  if (writer) {
+    MOE_ASSIGN_OR_RETURN(h.masters,
+                         ctx.read_back(params.masters(kind).view().rows(0, params.numel(kind))));
+  }
+  if (!writer && !st.optimizer->sharding().of(kind).sharded()) return h;
   for (int slot = 0; slot < st.optimizer->slots(); ++slot) {
-    MOE_ASSIGN_OR_RETURN(Tensor s, ctx.read_back(st.optimizer->state(slot, kind)));
-    h.state.push_back(std::move(s));
+    MOE_ASSIGN_OR_RETURN(Tensor s, st.optimizer->whole_state(slot, kind));
+    if (writer) h.state.push_back(std::move(s));
   }
   return h;
 }
@@ -45,8 +53,12 @@ Status write_files(const std::string& tmp, const TrainingState& st, const comm::
                    int rank) {
   const int ep_rank = ep_rank_of(g), ep_size = ep_size_of(g);
   std::vector<Optimizer::StateTensor> opt = st.optimizer->state_tensors();
+  // Every collective first (a sharded state's gathering), then the writes, which may fail alone.
+  MOE_ASSIGN_OR_RETURN(HostArenas dense_host, read_back_arenas(st, ParamKind::kDense, rank == 0));
+  MOE_ASSIGN_OR_RETURN(HostArenas expert_host,
+                       read_back_arenas(st, ParamKind::kExpert, dp_rank_of(g) == 0));
   if (rank == 0) {
-    MOE_ASSIGN_OR_RETURN(HostArenas host, read_back_arenas(st, ParamKind::kDense));
+    const HostArenas& host = dense_host;
     ckpt::SafetensorsWriter dense, opt_dense;
     for (const auto& p : st.model->params().all()) {
       if (p->kind == ParamKind::kDense) dense.add(p->name, p->slice_of(host.masters));
@@ -61,7 +73,7 @@ Status write_files(const std::string& tmp, const TrainingState& st, const comm::
   }
   if (dp_rank_of(g) == 0) {
     // One copy of the expert shards: the first DP group's (every DP replica is identical).
-    MOE_ASSIGN_OR_RETURN(HostArenas host, read_back_arenas(st, ParamKind::kExpert));
+    const HostArenas& host = expert_host;
     ckpt::SafetensorsWriter experts, opt_experts;
     int64_t first = 0, local = 0, global = 0;
     for (const auto& p : st.model->params().all()) {
@@ -125,7 +137,8 @@ Status read_expert_tensor(const std::vector<ckpt::SafetensorsFile>& shards, cons
 }
 
 // Reads every parameter (and, with an optimizer, its state) into host arenas laid out like the
-// device ones, then uploads them and refreshes the working copies.
+// device ones, then uploads them (a sharded optimizer state: this rank's chunk of it) and
+// refreshes the working copies.
 Status load_into(const std::string& dir, const CheckpointManifestInfo& m, TransformerLM* model,
                  Optimizer* optimizer) {
   MOE_ASSIGN_OR_RETURN(ckpt::SafetensorsFile dense,
@@ -141,11 +154,12 @@ Status load_into(const std::string& dir, const CheckpointManifestInfo& m, Transf
   }
   ParameterSet& params = model->params();
   Context& ctx = model->context();
-  auto host_like = [&](const Tensor& arena) {
-    return Tensor::try_empty(arena.shape(), arena.dtype());
+  // A kind's parameters as its arena lays them out, without the arena's padding.
+  auto host_arena = [&](ParamKind kind) {
+    return Tensor::try_empty({params.numel(kind)}, params.master_dtype());
   };
-  MOE_ASSIGN_OR_RETURN(Tensor dense_masters, host_like(params.masters(ParamKind::kDense)));
-  MOE_ASSIGN_OR_RETURN(Tensor expert_masters, host_like(params.masters(ParamKind::kExpert)));
+  MOE_ASSIGN_OR_RETURN(Tensor dense_masters, host_arena(ParamKind::kDense));
+  MOE_ASSIGN_OR_RETURN(Tensor expert_masters, host_arena(ParamKind::kExpert));
   const Tensor host_masters[2] = {dense_masters, expert_masters};
   auto arena = [](ParamKind kind) { return kind == ParamKind::kDense ? 0 : 1; };
   for (const auto& p : params.all()) {
@@ -157,7 +171,8 @@ Status load_into(const std::string& dir, const CheckpointManifestInfo& m, Transf
     }
   }
   for (ParamKind kind : {ParamKind::kDense, ParamKind::kExpert}) {
-    MOE_RETURN_IF_ERROR(ctx.copy(host_masters[arena(kind)], params.masters(kind)));
+    MOE_RETURN_IF_ERROR(ctx.copy(host_masters[arena(kind)],
+                                 params.masters(kind).view().rows(0, params.numel(kind))));
   }
   MOE_RETURN_IF_ERROR(params.refresh_working());
   if (optimizer == nullptr) return ctx.synchronize();  // the host arenas are freed on return
@@ -166,7 +181,7 @@ Status load_into(const std::string& dir, const CheckpointManifestInfo& m, Transf
   std::vector<Tensor> host_state;  // [slot * 2 + kind]
   for (int slot = 0; slot < optimizer->slots(); ++slot) {
     for (ParamKind kind : {ParamKind::kDense, ParamKind::kExpert}) {
-      MOE_ASSIGN_OR_RETURN(Tensor state, host_like(optimizer->state(slot, kind)));
+      MOE_ASSIGN_OR_RETURN(Tensor state, host_arena(kind));
       host_state.push_back(std::move(state));
     }
   }
@@ -180,8 +195,7 @@ Status load_into(const std::string& dir, const CheckpointManifestInfo& m, Transf
   }
   for (int slot = 0; slot < optimizer->slots(); ++slot) {
     for (ParamKind kind : {ParamKind::kDense, ParamKind::kExpert}) {
-      MOE_RETURN_IF_ERROR(
-          ctx.copy(host_state[slot * 2 + arena(kind)], optimizer->state(slot, kind)));
+      MOE_RETURN_IF_ERROR(optimizer->load_state(slot, kind, host_state[slot * 2 + arena(kind)]));
     }
   }
   return ctx.synchronize();

@@ -62,6 +62,27 @@ Status ParameterSet::allocate() {
   return Status::OK();
 }
 
+Status ParameterSet::pad_arenas(ParamKind kind, int64_t multiple) {
+  MOE_CHECK(allocated_, "pad_arenas() before allocate()");
+  MOE_CHECK(multiple >= 1, "pad_arenas: multiple ", multiple, " must be >= 1");
+  const int i = index(kind);
+  const int64_t n = numel(kind);
+  const int64_t padded = (n + multiple - 1) / multiple * multiple;
+  if (padded == masters_[i].numel()) return Status::OK();
+  MOE_ASSIGN_OR_RETURN(Tensor masters, ctx_->zeros({padded}, master_dtype()));
+  MOE_RETURN_IF_ERROR(ctx_->copy(masters_[i].view().rows(0, n), masters.view().rows(0, n)));
+  grads_[i] = Tensor();  // freed before its successor is allocated
+  MOE_ASSIGN_OR_RETURN(grads_[i], ctx_->zeros({padded}, master_dtype()));
+  masters_[i] = std::move(masters);
+  for (const auto& p : params_) {
+    if (p->kind != kind) continue;
+    p->master = p->slice_of(masters_[i]);
+    p->grad = p->slice_of(grads_[i]);
+    if (!has_working(*p)) p->value = p->master;
+  }
+  return Status::OK();
+}
+
 Parameter* ParameterSet::find(const std::string& name) {
   for (auto& p : params_)
     if (p->name == name) return p.get();

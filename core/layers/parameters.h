@@ -68,6 +68,12 @@ class ParameterSet {
                         int64_t first_expert, bool weight_decay = true, bool matmul = false);
   // Allocates the arenas (masters and gradients zeroed). Once, after every layer registered.
   Status allocate();
+  // Pads the masters and gradients arenas of `kind` with zeros up to a multiple of `multiple`
+  // elements (>= 1), for collectives that cut an arena into equal chunks (the distributed
+  // optimizer, core/optim/state_sharding.h). After allocate(), between steps: both arenas are
+  // allocated anew, the masters' values kept, the gradients zeroed, and every view re-pointed.
+  // Nothing reads or writes the padding but those collectives, so it stays zero.
+  Status pad_arenas(ParamKind kind, int64_t multiple);
   bool allocated() const { return allocated_; }
 
   // nullptr when absent.
@@ -80,7 +86,8 @@ class ParameterSet {
   int64_t numel() const;  // local element count
   int64_t numel(ParamKind kind) const;
 
-  // The contiguous masters or gradients of one kind (empty when the kind has none).
+  // The contiguous masters or gradients of one kind (empty when the kind has none): numel(kind)
+  // elements, then the zero padding pad_arenas() may have added.
   const Tensor& masters(ParamKind kind) const { return masters_[index(kind)]; }
   const Tensor& grads(ParamKind kind) const { return grads_[index(kind)]; }
   // Zeroes every gradient (one memset per arena).

@@ -1,5 +1,7 @@
 #include "core/optim/optimizer.h"
 
+#include <algorithm>
+
 #include "kernels/optimizer.h"
 
 namespace moe {
@@ -10,34 +12,49 @@ int Optimizer::slots() const {
 }
 
 StatusOr<std::unique_ptr<Optimizer>> Optimizer::create(const OptimizerConfig& cfg,
-                                                       ParameterSet* params) {
-  std::unique_ptr<Optimizer> opt(new Optimizer(cfg, params));
+                                                       ParameterSet* params,
+                                                       const StateSharding* sharding) {
+  std::unique_ptr<Optimizer> opt(
+      new Optimizer(cfg, params, sharding != nullptr ? *sharding : unsharded_state(*params)));
   Context& ctx = params->context();
   for (int slot = 0; slot < opt->slots(); ++slot) {
     for (ParamKind kind : {ParamKind::kDense, ParamKind::kExpert}) {
       MOE_ASSIGN_OR_RETURN(opt->state_[slot][kind == ParamKind::kDense ? 0 : 1],
-                           ctx.zeros({params->numel(kind)}, params->master_dtype()));
+                           ctx.zeros({opt->sharding_.of(kind).chunk}, params->master_dtype()));
     }
   }
   return opt;
 }
 
-Status Optimizer::step(double lr, int64_t step, double grad_scale) {
+Status Optimizer::update(const Parameter& p, double lr, int64_t step, double grad_scale) {
+  const ArenaShard& shard = sharding_.of(p.kind);
+  const int64_t lo = std::max(p.arena_offset, shard.begin());
+  const int64_t hi = std::min(p.arena_offset + p.numel(), shard.end());
+  if (lo >= hi) return Status::OK();
   Context& ctx = params_->context();
-  for (const auto& owned : params_->all()) {
-    const Parameter& p = *owned;
-    const double wd = p.weight_decay ? cfg_.weight_decay : 0.0;
-    if (cfg_.kind == OptimizerKind::kAdamW) {
-      kernels::AdamWArgs a{lr, cfg_.beta1, cfg_.beta2, cfg_.eps, wd, step + 1, grad_scale};
-      MOE_RETURN_IF_ERROR(kernels::adamw_step(ctx, a, p.master, p.grad,
-                                              p.slice_of(state(0, p.kind)),
-                                              p.slice_of(state(1, p.kind)))
-                              .with_context(p.name));
-    } else {
-      kernels::SgdArgs a{lr, cfg_.momentum, wd, step == 0, grad_scale};
-      const TensorView buf = slots() > 0 ? p.slice_of(state(0, p.kind)) : TensorView();
-      MOE_RETURN_IF_ERROR(kernels::sgd_step(ctx, a, p.master, p.grad, buf).with_context(p.name));
-    }
+  const TensorView master = params_->masters(p.kind).view().rows(lo, hi);
+  const TensorView grad = params_->grads(p.kind).view().rows(lo, hi);
+  auto state_of = [&](int slot) {
+    return state(slot, p.kind).view().rows(lo - shard.begin(), hi - shard.begin());
+  };
+  const double wd = p.weight_decay ? cfg_.weight_decay : 0.0;
+  if (cfg_.kind == OptimizerKind::kAdamW) {
+    kernels::AdamWArgs a{lr, cfg_.beta1, cfg_.beta2, cfg_.eps, wd, step + 1, grad_scale};
+    return kernels::adamw_step(ctx, a, master, grad, state_of(0), state_of(1)).with_context(p.name);
+  }
+  kernels::SgdArgs a{lr, cfg_.momentum, wd, step == 0, grad_scale};
+  const TensorView buf = slots() > 0 ? state_of(0) : TensorView();
+  return kernels::sgd_step(ctx, a, master, grad, buf).with_context(p.name);
+}
+
+Status Optimizer::step(double lr, int64_t step, double grad_scale) {
+  for (const auto& p : params_->all()) MOE_RETURN_IF_ERROR(update(*p, lr, step, grad_scale));
+  for (ParamKind kind : {ParamKind::kDense, ParamKind::kExpert}) {
+    const ArenaShard& shard = sharding_.of(kind);
+    if (!shard.sharded()) continue;
+    const TensorView masters = params_->masters(kind);
+    MOE_RETURN_IF_ERROR(shard.group->all_gather(masters.rows(shard.begin(), shard.end()), masters,
+                                                params_->context().stream()));
   }
   return params_->refresh_working();
 }
@@ -47,10 +64,35 @@ std::vector<Optimizer::StateTensor> Optimizer::state_tensors() const {
   const char* names[2] = {cfg_.kind == OptimizerKind::kAdamW ? ".adam_m" : ".momentum", ".adam_v"};
   for (const auto& p : params_->all()) {
     for (int slot = 0; slot < slots(); ++slot) {
-      out.push_back({p->name + names[slot], p.get(), slot, p->slice_of(state(slot, p->kind))});
+      const TensorView value =
+          sharding_.of(p->kind).sharded() ? TensorView() : p->slice_of(state(slot, p->kind));
+      out.push_back({p->name + names[slot], p.get(), slot, value});
     }
   }
   return out;
+}
+
+StatusOr<Tensor> Optimizer::whole_state(int slot, ParamKind kind) const {
+  const ArenaShard& shard = sharding_.of(kind);
+  MOE_ASSIGN_OR_RETURN(Tensor mine, params_->context().read_back(state(slot, kind)));
+  if (!shard.sharded()) return mine;
+  MOE_ASSIGN_OR_RETURN(Tensor whole, Tensor::try_empty({shard.ranks * shard.chunk}, mine.dtype()));
+  MOE_RETURN_IF_ERROR(shard.group->all_gather(mine, whole));
+  return whole.rows(0, shard.numel);
+}
+
+Status Optimizer::load_state(int slot, ParamKind kind, const TensorView& whole) {
+  const ArenaShard& shard = sharding_.of(kind);
+  if (whole.numel() < shard.numel || whole.dtype() != params_->master_dtype()) {
+    return invalid_argument_error("load_state: the optimizer state of the ",
+                                  kind == ParamKind::kDense ? "dense parameters" : "expert shards",
+                                  " holds ", shard.numel, " ", dtype_name(params_->master_dtype()),
+                                  " elements, not ", whole.to_string());
+  }
+  const int64_t n = shard.data_end() - shard.begin();
+  if (n == 0) return Status::OK();
+  return params_->context().copy(whole.rows(shard.begin(), shard.data_end()),
+                                 state(slot, kind).view().rows(0, n));
 }
 
 }  // namespace moe

@@ -30,10 +30,14 @@ int64_t fitting_grad_accum(const RunConfig& cfg, int world_size, int64_t availab
   return 0;
 }
 
-// The changes that keep the model and the batch: recomputation trains the same bits; BF16 changes
-// the arithmetic only.
-std::vector<Change> single_changes(const RunConfig& cfg) {
+// The changes that keep the model and the batch: recomputation and the distributed optimizer
+// (over several ranks) train the same bits; BF16 changes the arithmetic only.
+std::vector<Change> single_changes(const RunConfig& cfg, int world_size) {
   std::vector<Change> out;
+  if (!cfg.train.distributed_optimizer && world_size > 1) {
+    out.push_back({"train.distributed_optimizer=true",
+                   [](RunConfig* c) { c->train.distributed_optimizer = true; }});
+  }
   const Recompute r = cfg.train.recompute;
   if (r == Recompute::kNone) {
     out.push_back({"train.recompute=SELECTIVE",
@@ -61,7 +65,7 @@ std::vector<FittingSetting> settings_that_fit(
     set_grad_accum(&c, accum);
     out.push_back({str_cat("train.grad_accum=", accum), need(c)});
   }
-  const std::vector<Change> changes = single_changes(cfg);
+  const std::vector<Change> changes = single_changes(cfg, world_size);
   for (const Change& ch : changes) {
     RunConfig c = cfg;
     ch.apply(&c);

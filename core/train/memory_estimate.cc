@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "base/allocator.h"
+#include "core/optim/state_sharding.h"
 #include "core/train/model_size.h"
 
 namespace moe {
@@ -70,6 +71,7 @@ namespace {
 // (`matmul`: a working copy under BF16).
 struct ParameterCount {
   int64_t params = 0, matmul = 0;
+  int64_t experts = 0;  // of params, the expert shards' (ParamKind::kExpert)
 };
 
 ParameterCount count_parameters(const ModelConfig& m, int ep) {
@@ -78,6 +80,7 @@ ParameterCount count_parameters(const ModelConfig& m, int ep) {
   const int64_t positions = m.position == PositionKind::kLearned ? S * D : 0;  // none under RoPE
   const int64_t attention_biases = m.linear_bias ? 4 * D : 0;
   int64_t params = positions + V * D, matmul = V * D;  // positions, token embedding
+  int64_t experts = 0;
   if (!m.tie_embeddings) params += V * D, matmul += V * D;
   // Each norm's parameters: gamma, and LayerNorm's beta.
   const int64_t norm = m.norm == NormKind::kRmsNorm ? D : 2 * D;
@@ -99,6 +102,7 @@ ParameterCount count_parameters(const ModelConfig& m, int ep) {
     const FfnParams expert = ffn_params(D, c.d_expert, c.activation, c.linear_bias);
     params += local * expert.total();
     matmul += local * expert.matrices;
+    experts += local * expert.total();
     if (c.sparsemixer.enabled && c.sparsemixer.omega) params += D;
     if (c.shared_experts > 0) {
       const FfnParams shared = ffn_params(D, c.shared_width(), c.activation, c.linear_bias);
@@ -106,7 +110,21 @@ ParameterCount count_parameters(const ModelConfig& m, int ep) {
       matmul += shared.matrices;
     }
   }
-  return {params, matmul};
+  return {params, matmul, experts};
+}
+
+// The distributed optimizer (core/optim/state_sharding.h): the state of one chunk per kind, and
+// arenas padded to a whole number of chunks (the masters' and the gradients' alike).
+void shard_optimizer_bytes(const ParameterCount& count, int world_size, int ep, int slots,
+                           MemoryEstimate* e) {
+  const int dp = std::max(1, world_size / ep);
+  const int64_t dense = count.params - count.experts;
+  const int64_t dense_chunk = shard_chunk(dense, world_size);
+  const int64_t expert_chunk = shard_chunk(count.experts, dp);
+  const int64_t padding = (dense_chunk * world_size - dense) + (expert_chunk * dp - count.experts);
+  e->optimizer_bytes = 4 * slots * (dense_chunk + expert_chunk);
+  e->parameter_bytes += 4 * padding;
+  e->gradient_bytes += 4 * padding;
 }
 
 // Activation bytes per token of one block, by what each recompute setting keeps of it.
@@ -235,6 +253,9 @@ MemoryEstimate estimate_training_memory(const RunConfig& cfg, int world_size) {
   const int slots =
       t.optimizer.kind == OptimizerKind::kAdamW ? 2 : (t.optimizer.momentum > 0 ? 1 : 0);
   e.optimizer_bytes = 4 * params * slots;
+  if (t.distributed_optimizer && world_size > 1) {
+    shard_optimizer_bytes(count, world_size, std::max(1, cfg.parallel.ep), slots, &e);
+  }
 
   // Activations of one micro-batch.
   const int64_t micro = t.micro_batch_per_rank(world_size);

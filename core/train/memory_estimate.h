@@ -3,14 +3,15 @@
 // growing until the kernel kills it.
 //
 // The estimate counts the parameters (fp32 masters, gradients, optimizer state, bf16 working
-// copies of the GEMM weights under BF16) exactly, and one micro-batch's activations from the
-// tensors the layers keep for backward plus the largest transient of the step (the logits and
-// their gradient), per token, as train.recompute keeps them: NONE every block's saved tensors;
-// SELECTIVE those less the FFNs' and experts' hidden rows, but for the one block whose backward
-// recomputes them; FULL each block's input (and the MoE state entering it) and one block's saved
-// tensors, those of the block whose backward replays its forward.
-// tests/core/memory_estimate_test.cc holds it against the allocator's measured peak for every
-// config family and every setting.
+// copies of the GEMM weights under BF16; under train.distributed_optimizer the state of this
+// rank's chunks and the arenas' padding, core/optim/state_sharding.h) exactly, and one
+// micro-batch's activations from the tensors the layers keep for backward plus the largest
+// transient of the step (the logits and their gradient), per token, as train.recompute keeps
+// them: NONE every block's saved tensors; SELECTIVE those less the FFNs' and experts' hidden
+// rows, but for the one block whose backward recomputes them; FULL each block's input (and the
+// MoE state entering it) and one block's saved tensors, those of the block whose backward
+// replays its forward. tests/core/memory_estimate_test.cc holds it against the allocator's
+// measured peak for every config family and every setting.
 #pragma once
 
 #include <cstdint>

@@ -201,7 +201,13 @@ Status Trainer::build_model() {
                        TransformerLM::create(cfg_.model, ctx_.get(), activation_dtype(t.precision),
                                              has_groups_ ? groups_.ep.get() : nullptr));
   MOE_RETURN_IF_ERROR(model_->init_parameters(t.seed));
-  MOE_ASSIGN_OR_RETURN(optimizer_, Optimizer::create(t.optimizer, &model_->params()));
+  std::optional<StateSharding> sharding;  // train.distributed_optimizer: over the DP replicas
+  if (t.distributed_optimizer && has_groups_) {
+    MOE_ASSIGN_OR_RETURN(sharding,
+                         shard_optimizer_state(&model_->params(), world_, groups_.dp.get()));
+  }
+  MOE_ASSIGN_OR_RETURN(optimizer_, Optimizer::create(t.optimizer, &model_->params(),
+                                                     sharding ? &*sharding : nullptr));
   MOE_ASSIGN_OR_RETURN(data::BatchScheduler sched,
                        data::BatchScheduler::create(data_->train->size(), t.batch_size, t.seed));
   scheduler_.emplace(std::move(sched));
@@ -482,11 +488,12 @@ Status Trainer::accumulate_gradients(int64_t step, const StepBuffer& slots, cons
 
 Status Trainer::reduce_step_buffer(const StepBuffer& slots, const Tensor& buffer) {
   ScopedPhase phase(*ctx_, Phase::kGradSync);
-  MOE_RETURN_IF_ERROR(
-      all_reduce_gradients(&model_->params(), world_, has_groups_ ? groups_.dp.get() : nullptr));
+  MOE_RETURN_IF_ERROR(reduce_gradients(
+      &model_->params(), world_, has_groups_ ? groups_.dp.get() : nullptr, optimizer_->sharding()));
   const TensorView b = buffer.view();
   using S = StepBuffer;
-  MOE_RETURN_IF_ERROR(gradient_squares(&model_->params(), b.rows(S::kGradSq, S::kGradSq + 2)));
+  MOE_RETURN_IF_ERROR(gradient_squares(&model_->params(), optimizer_->sharding(),
+                                       b.rows(S::kGradSq, S::kGradSq + 2)));
   // Every rank must agree on skipping: the global loss and the global norm decide. Expert shards
   // count once per EP group; dense gradients are already identical everywhere.
   // A stop request rides on the same reduction: the sum counts the ranks that were asked.

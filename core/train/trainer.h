@@ -6,7 +6,8 @@
 //     placement), so the sequences a step trains on do not depend on the layout;
 //   - the objective is mean(token cross-entropy over the global batch) + mean over micro-batches
 //     of the MoE layers' aux losses; dense gradients are summed over the world and expert
-//     gradients over the DP group;
+//     gradients over the DP group (under train.distributed_optimizer reduce-scattered, each rank
+//     then updating its chunk with its share of the optimizer state: core/optim/state_sharding.h);
 //   - a non-finite loss or gradient norm skips the update (reported as an anomaly);
 //   - device-neutral: every rank owns one Context (train.device, train.precision); losses,
 //     gradient norms and router statistics accumulate in one device step buffer that is read
@@ -129,6 +130,7 @@ class Trainer {
 
   int64_t steps_done() const { return scheduler_->cursor().step; }
   TransformerLM& model() { return *model_; }
+  const Optimizer& optimizer() const { return *optimizer_; }
   Context& context() { return *ctx_; }
   const RunConfig& config() const { return cfg_; }
   const RunData& data() const { return *data_; }

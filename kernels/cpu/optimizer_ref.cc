@@ -47,30 +47,56 @@ void sgd_step(const SgdArgs& a, int64_t n, T* param, const T* grad, T* buf) {
   });
 }
 
-// Blocks of 2^16 elements, each summed in order (four lanes, so the loop vectorises), then added
-// in block order.
+// One block, summed in order in four lanes (so the loop vectorises).
+template <typename T>
+double block_sum_of_squares(const T* x, int64_t begin, int64_t end) {
+  double lane[4] = {0, 0, 0, 0};
+  int64_t i = begin;
+  for (; i + 4 <= end; i += 4) {
+    for (int l = 0; l < 4; ++l) {
+      const double v = static_cast<double>(x[i + l]);
+      lane[l] += v * v;
+    }
+  }
+  for (; i < end; ++i) lane[0] += static_cast<double>(x[i]) * static_cast<double>(x[i]);
+  return (lane[0] + lane[1]) + (lane[2] + lane[3]);
+}
+
+// Blocks of kSquaresBlock elements, then added in block order.
 template <typename T>
 void accumulate_sum_of_squares(const T* x, int64_t n, double* total) {
-  *total += blocked_sum<double>(n, int64_t{1} << 16, [&](int64_t begin, int64_t end) {
-    double lane[4] = {0, 0, 0, 0};
-    int64_t i = begin;
-    for (; i + 4 <= end; i += 4) {
-      for (int l = 0; l < 4; ++l) {
-        const double v = static_cast<double>(x[i + l]);
-        lane[l] += v * v;
-      }
-    }
-    for (; i < end; ++i) lane[0] += static_cast<double>(x[i]) * static_cast<double>(x[i]);
-    return (lane[0] + lane[1]) + (lane[2] + lane[3]);
+  *total += blocked_sum<double>(n, kSquaresBlock, [&](int64_t begin, int64_t end) {
+    return block_sum_of_squares(x, begin, end);
   });
 }
 
-template void accumulate_sum_of_squares<bf16>(const bf16*, int64_t, double*);
+template <typename T>
+void sum_of_squares_blocks(const T* x, int64_t n, double* out) {
+  const FixedBlocks blocks{n, kSquaresBlock};
+  parallel_for(blocks.count(), 1, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b)
+      out[b] = block_sum_of_squares(x, blocks.begin(b), blocks.end(b));
+  });
+}
+
+void accumulate_in_order(const double* x, int64_t n, double* total) {
+  double sum = 0;  // as blocked_sum adds its blocks
+  for (int64_t i = 0; i < n; ++i) sum += x[i];
+  *total += sum;
+}
+
+#define MOE_INSTANTIATE_SQUARES(T)                                        \
+  template double block_sum_of_squares<T>(const T*, int64_t, int64_t);    \
+  template void accumulate_sum_of_squares<T>(const T*, int64_t, double*); \
+  template void sum_of_squares_blocks<T>(const T*, int64_t, double*);
+MOE_INSTANTIATE_SQUARES(float)
+MOE_INSTANTIATE_SQUARES(double)
+MOE_INSTANTIATE_SQUARES(bf16)
+#undef MOE_INSTANTIATE_SQUARES
 
 #define MOE_INSTANTIATE_OPTIMIZER(T)                                            \
   template void adamw_step<T>(const AdamWArgs&, int64_t, T*, const T*, T*, T*); \
-  template void sgd_step<T>(const SgdArgs&, int64_t, T*, const T*, T*);         \
-  template void accumulate_sum_of_squares<T>(const T*, int64_t, double*);
+  template void sgd_step<T>(const SgdArgs&, int64_t, T*, const T*, T*);
 MOE_INSTANTIATE_OPTIMIZER(float)
 MOE_INSTANTIATE_OPTIMIZER(double)
 #undef MOE_INSTANTIATE_OPTIMIZER

@@ -1,6 +1,7 @@
 #include "tests/comm/collective_checks.h"
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 #include <string>
 #include <vector>
@@ -164,6 +165,91 @@ Status check_all_gather(Communicator& comm, Device device) {
     MOE_RETURN_IF_ERROR(expect_values("all_gather u8", me, out, [](int64_t i) {
       return static_cast<double>(((i / 21) * 17 + i % 21) % 256);
     }));
+  }
+  {
+    // In place: my chunk already sits at my place in out.
+    MOE_ASSIGN_OR_RETURN(Tensor out, make(device, DType::kF32, {n * 6}, [&](int64_t i) {
+                           return i / 6 == me ? me * 100 + i % 6 : -1;
+                         }));
+    MOE_RETURN_IF_ERROR(comm.all_gather(out.view().rows(me * 6, (me + 1) * 6), out));
+    MOE_RETURN_IF_ERROR(expect_values("all_gather in place", me, out, [](int64_t i) {
+      return static_cast<double>((i / 6) * 100 + i % 6);
+    }));
+  }
+  return Status::OK();
+}
+
+Status check_reduce_scatter(Communicator& comm, Device device) {
+  const int n = comm.world_size();
+  const int me = comm.rank();
+  const int64_t k = 13;
+  for (DType dtype : kAllDTypes) {
+    // Small integers, as check_all_reduce's: exact in every dtype.
+    auto value = [&](int r, int64_t i) {
+      return static_cast<double>((r * 5 + i * 3) % 11) - (is_signed(dtype) ? 5 : 0);
+    };
+    for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kMin}) {
+      for (bool in_place : {false, true}) {
+        MOE_ASSIGN_OR_RETURN(Tensor in,
+                             make(device, dtype, {n * k}, [&](int64_t i) { return value(me, i); }));
+        MOE_ASSIGN_OR_RETURN(Tensor out, make(device, dtype, {k}, [](int64_t) { return 99; }));
+        const TensorView target = in_place ? in.view().rows(me * k, (me + 1) * k) : out.view();
+        MOE_RETURN_IF_ERROR(comm.reduce_scatter(in, target, op));
+        auto expected = [&](int64_t i) {
+          double acc = value(0, me * k + i);
+          for (int r = 1; r < n; ++r) {
+            const double v = value(r, me * k + i);
+            acc = op == ReduceOp::kSum   ? acc + v
+                  : op == ReduceOp::kMax ? std::max(acc, v)
+                                         : std::min(acc, v);
+          }
+          return acc;
+        };
+        const std::string what = str_cat("reduce_scatter ", dtype_name(dtype), " op ",
+                                         static_cast<int>(op), in_place ? " in place" : "");
+        MOE_RETURN_IF_ERROR(expect_values(what, me, target, expected));
+        if (in_place) {  // the other chunks of in are left as they were
+          MOE_RETURN_IF_ERROR(expect_values(what + " (the rest of in)", me, in, [&](int64_t i) {
+            return i / k == me ? expected(i - me * k) : value(me, i);
+          }));
+        }
+      }
+    }
+  }
+  return Status::OK();
+}
+
+Status check_reduction_order(Communicator& comm, Device device) {
+  const int n = comm.world_size();
+  const int me = comm.rank();
+  const int64_t k = 9;
+  // Element i: 1 on rank i % n, 2^-24 (half an ulp of 1) or 3 * 2^-25 on the others, so that
+  // adding the small terms first or last gives another float.
+  auto value = [&](int r, int64_t i) {
+    if (r == i % n) return 1.0;
+    return std::ldexp((r + i) % 2 == 0 ? 1.0 : 1.5, -24);
+  };
+  MOE_ASSIGN_OR_RETURN(Tensor in,
+                       make(device, DType::kF32, {n * k}, [&](int64_t i) { return value(me, i); }));
+  MOE_ASSIGN_OR_RETURN(Tensor summed,
+                       make(device, DType::kF32, {n * k}, [](int64_t) { return 0; }));
+  MOE_ASSIGN_OR_RETURN(Tensor mine, make(device, DType::kF32, {k}, [](int64_t) { return 0; }));
+  MOE_RETURN_IF_ERROR(comm.all_reduce(in, summed, ReduceOp::kSum));
+  MOE_RETURN_IF_ERROR(comm.reduce_scatter(in, mine, ReduceOp::kSum));
+  if (comm.memory_space() == MemorySpace::kHost) {
+    auto rank_order = [&](int64_t i) {
+      float acc = static_cast<float>(value(0, i));
+      for (int r = 1; r < n; ++r) acc += static_cast<float>(value(r, i));
+      return static_cast<double>(acc);
+    };
+    MOE_RETURN_IF_ERROR(expect_values("all_reduce in rank order", me, summed, rank_order));
+    MOE_RETURN_IF_ERROR(expect_values("reduce_scatter in rank order", me, mine,
+                                      [&](int64_t i) { return rank_order(me * k + i); }));
+  }
+  if (comm.memory_space() == MemorySpace::kHost || n <= 2) {
+    const Tensor whole = host_copy(summed);
+    MOE_RETURN_IF_ERROR(expect_values("reduce_scatter against all_reduce", me, mine,
+                                      [&](int64_t i) { return load(whole, me * k + i); }));
   }
   return Status::OK();
 }
@@ -412,6 +498,9 @@ Status check_argument_errors(Communicator& comm, Device device) {
                                   StatusCode::kInvalidArgument));
   MOE_RETURN_IF_ERROR(expect_code("broadcast from a bad root", comm.broadcast(out, n),
                                   StatusCode::kInvalidArgument));
+  MOE_RETURN_IF_ERROR(expect_code("reduce_scatter into a chunk of the wrong size",
+                                  comm.reduce_scatter(out, out.view().rows(0, 1), ReduceOp::kSum),
+                                  StatusCode::kInvalidArgument));
   // The communicator still works afterwards.
   return comm.barrier();
 }
@@ -419,6 +508,8 @@ Status check_argument_errors(Communicator& comm, Device device) {
 Status check_all(Communicator& comm, Device device) {
   MOE_RETURN_IF_ERROR(check_all_reduce(comm, device));
   MOE_RETURN_IF_ERROR(check_all_gather(comm, device));
+  MOE_RETURN_IF_ERROR(check_reduce_scatter(comm, device));
+  MOE_RETURN_IF_ERROR(check_reduction_order(comm, device));
   MOE_RETURN_IF_ERROR(check_broadcast(comm, device));
   MOE_RETURN_IF_ERROR(check_all_to_all(comm, device));
   MOE_RETURN_IF_ERROR(check_all_to_all_v(comm, device));

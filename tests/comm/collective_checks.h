@@ -14,8 +14,15 @@ namespace moe::comm::testing {
 
 // all_reduce sum/max/min over every dtype, in place and out of place; exact integer-valued data.
 Status check_all_reduce(Communicator& comm, Device device);
-// all_gather of i64 and u8 views.
+// all_gather of i64 and u8 views, and in place (in is out's own chunk).
 Status check_all_gather(Communicator& comm, Device device);
+// reduce_scatter sum/max/min over every dtype, out of place and in place (out is in's own
+// chunk, the rest of in untouched); exact integer-valued data.
+Status check_reduce_scatter(Communicator& comm, Device device);
+// f32 sums whose value depends on the order (1 and halves of its ulp): on a host backend
+// all_reduce and reduce_scatter both give the rank-order sum bit for bit; on any backend up to 2
+// ranks (a + b = b + a) reduce_scatter gives all_reduce's chunk bit for bit (communicator.h).
+Status check_reduction_order(Communicator& comm, Device device);
 // broadcast from every root.
 Status check_broadcast(Communicator& comm, Device device);
 // Equal-chunk all_to_all with two rows per peer.

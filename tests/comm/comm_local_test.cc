@@ -44,6 +44,12 @@ TEST_P(LocalCollectiveTest, AllGather) {
   EXPECT_OK(run_local_ranks(
       GetParam(), [](Communicator& c) { return testing::check_all_gather(c, Device::host()); }));
 }
+TEST_P(LocalCollectiveTest, ReduceScatter) {
+  EXPECT_OK(run_local_ranks(GetParam(), [](Communicator& c) {
+    MOE_RETURN_IF_ERROR(testing::check_reduce_scatter(c, Device::host()));
+    return testing::check_reduction_order(c, Device::host());
+  }));
+}
 TEST_P(LocalCollectiveTest, Broadcast) {
   EXPECT_OK(run_local_ranks(
       GetParam(), [](Communicator& c) { return testing::check_broadcast(c, Device::host()); }));

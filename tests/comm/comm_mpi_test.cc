@@ -48,6 +48,12 @@ TEST(MpiCommunicatorTest, AllReduce) {
 TEST(MpiCommunicatorTest, AllGather) {
   EXPECT_OK(testing::check_all_gather(*world(), Device::host()));
 }
+TEST(MpiCommunicatorTest, ReduceScatter) {
+  EXPECT_OK(testing::check_reduce_scatter(*world(), Device::host()));
+}
+TEST(MpiCommunicatorTest, ReductionsInRankOrder) {
+  EXPECT_OK(testing::check_reduction_order(*world(), Device::host()));
+}
 TEST(MpiCommunicatorTest, Broadcast) {
   EXPECT_OK(testing::check_broadcast(*world(), Device::host()));
 }

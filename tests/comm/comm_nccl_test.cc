@@ -49,6 +49,8 @@ TEST(NcclCommunicatorTest, Collectives) {
   Status s = run_nccl_ranks([](Communicator& c, Device d) -> Status {
     MOE_RETURN_IF_ERROR(testing::check_all_reduce(c, d));
     MOE_RETURN_IF_ERROR(testing::check_all_gather(c, d));
+    MOE_RETURN_IF_ERROR(testing::check_reduce_scatter(c, d));
+    MOE_RETURN_IF_ERROR(testing::check_reduction_order(c, d));
     MOE_RETURN_IF_ERROR(testing::check_broadcast(c, d));
     MOE_RETURN_IF_ERROR(testing::check_all_to_all(c, d));
     MOE_RETURN_IF_ERROR(testing::check_all_to_all_v(c, d));

@@ -14,6 +14,7 @@
 #include "comm/local_communicator.h"
 #include "comm/placement.h"
 #include "comm/process_groups.h"
+#include "tests/comm/collective_checks.h"
 #include "tests/comm/hierarchical_checks.h"
 #include "tests/testing/status_expect.h"
 
@@ -218,7 +219,9 @@ TEST_P(HierarchicalAllToAllTest, EqualsTheFlatExchangeBitForBit) {
     MOE_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> copy, c.split(0, me));
     MOE_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> hier,
                          HierarchicalCommunicator::create(std::move(copy), host_of_rank));
-    return testing::check_hierarchical_matches_flat(c, *hier, Device::host(), 1234 + ranks, 4);
+    MOE_RETURN_IF_ERROR(
+        testing::check_hierarchical_matches_flat(c, *hier, Device::host(), 1234 + ranks, 4));
+    return testing::check_reduce_scatter(*hier, Device::host());  // the flat group's
   }));
 }
 

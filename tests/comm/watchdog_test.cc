@@ -28,6 +28,9 @@ class FakeDeviceComm final : public Communicator {
     return unused();
   }
   Status all_gather(const TensorView&, const TensorView&, Stream) override { return unused(); }
+  Status reduce_scatter(const TensorView&, const TensorView&, ReduceOp, Stream) override {
+    return unused();
+  }
   Status broadcast(const TensorView&, int, Stream) override { return unused(); }
   Status all_to_all(const TensorView&, const TensorView&, Stream) override { return unused(); }
   Status all_to_all_v(const TensorView&, const AllToAllPlan&, const TensorView&, Stream) override {

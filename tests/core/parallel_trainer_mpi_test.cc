@@ -1,6 +1,8 @@
 // The training loop under mpirun with the MPI backend: the job's EP layout (EP = world size, and
 // EP 2 x DP 2 at four ranks) trains like one process. Rank 0 reruns the same steps alone and
-// compares losses and dense parameters (tolerances as in parallel_trainer_test.cc).
+// compares losses and dense parameters (tolerances as in parallel_trainer_test.cc). The
+// distributed optimizer trains the replicated optimizer's weights bit for bit, and its
+// checkpoints resume with or without it, at another layout.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -67,6 +69,130 @@ void compare_with_single_process(int ep) {
       expect_parameters_close(parameter_values((*t)->model(), *a[p]),
                               parameter_values((*single)->model(), *b[p]), routing, scale, 10,
                               what + " " + a[p]->name);
+    }
+  }
+  ASSERT_TRUE(w->barrier().ok());
+}
+
+// A run on every rank of the job: `steps` steps at EP `ep` in run_dir (resumed when it holds a
+// checkpoint), saved at the end when asked. Each rank's own record and parameters.
+struct MpiRun {
+  TrainingRecord record;                    // rank 0's aggregated, the others' own
+  std::vector<std::vector<double>> params;  // this rank's, in registration order
+  int64_t vocab = 0;
+};
+
+MpiRun train_on_every_rank(comm::Communicator& w, const std::string& corpus,
+                           const std::string& run_dir, int ep, int steps,
+                           const std::vector<std::string>& set, bool save = false) {
+  MpiRun run;
+  StatusOr<RunConfig> cfg = tiny_config(corpus, "", set, ep);
+  EXPECT_TRUE(cfg.ok()) << cfg.status().to_string();
+  if (!cfg.ok()) return run;
+  StatusOr<std::unique_ptr<Trainer>> t = Trainer::create(*cfg, quiet_options(run_dir), &w);
+  EXPECT_TRUE(t.ok()) << t.status().to_string();
+  if (!t.ok()) return run;
+  for (int i = 0; i < steps; ++i) {
+    StatusOr<StepStatsInfo> s = (*t)->step();
+    EXPECT_TRUE(s.ok()) << s.status().to_string();
+    if (!s.ok()) return run;
+    run.record.add(*s);
+  }
+  if (save) {
+    EXPECT_TRUE((*t)->save().ok());
+  }
+  run.vocab = (*t)->model().config().vocab_size;
+  for (const auto& p : (*t)->model().params().all()) {
+    run.params.push_back(parameter_values((*t)->model(), *p));
+  }
+  return run;
+}
+
+void expect_identical(const MpiRun& a, const MpiRun& b, int rank, const std::string& what) {
+  EXPECT_EQ(a.record.losses, b.record.losses) << what << " (rank " << rank << ")";
+  EXPECT_EQ(a.record.grad_norms, b.record.grad_norms) << what << " (rank " << rank << ")";
+  EXPECT_TRUE(a.params == b.params) << what << ": rank " << rank << "'s weights differ";
+}
+
+// The distributed optimizer on MPI, whose reduce-scatter sums in its all-reduce's rank order
+// (comm/communicator.h): at EP = world (the dense state sharded), DP = world and, at four
+// ranks, EP 2 x DP 2, every rank's weights, the losses and the gradient norms are the replicated
+// optimizer's bit for bit with clipping active at every step, for AdamW in FP32 and SGD with
+// momentum in BF16.
+TEST(ParallelTrainerMpiTest, DistributedOptimizerTrainsTheReplicatedWeightsBitForBit) {
+  auto w = world();
+  const std::string corpus = shared_dir(*w, "mpi_zero_corpus");
+  if (w->rank() == 0) {
+    ASSERT_FALSE(write_small_corpus(corpus).empty());
+  }
+  ASSERT_TRUE(w->barrier().ok());
+  std::vector<std::pair<int, std::vector<std::string>>> cases = {
+      {w->world_size(), {}},
+      {1,
+       {"train.optimizer.kind=SGD", "train.optimizer.lr=0.1", "train.optimizer.momentum=0.9",
+        "train.precision=BF16"}}};
+  if (w->world_size() == 4) cases.push_back({2, {}});
+  for (auto& [ep, extra] : cases) {
+    std::vector<std::string> set = kEquivalent;
+    set.push_back("train.grad_clip=0.05");  // the tiny model's norms are above 0.3
+    set.insert(set.end(), extra.begin(), extra.end());
+    const std::string what =
+        str_cat("ep ", ep, " of ", w->world_size(), extra.empty() ? "" : " SGD bf16");
+    const MpiRun replicated =
+        train_on_every_rank(*w, corpus, shared_dir(*w, "mpi_zero_off"), ep, 4, set);
+    set.push_back("train.distributed_optimizer=true");
+    const MpiRun sharded =
+        train_on_every_rank(*w, corpus, shared_dir(*w, "mpi_zero_on"), ep, 4, set);
+    ASSERT_EQ(replicated.record.grad_norms.size(), 4u) << what;
+    for (double norm : replicated.record.grad_norms) {
+      EXPECT_GT(norm, 0.05) << what;
+    }
+    expect_identical(replicated, sharded, w->rank(), what);
+  }
+  ASSERT_TRUE(w->barrier().ok());
+}
+
+// Its checkpoints on MPI: saved with the option, resumed without it on the same layout, the run
+// is the straight one bit for bit (and off -> on too); saved at DP = world, resumed at EP = world
+// (DP 1) with it, the same training within the cross-path bounds.
+TEST(ParallelTrainerMpiTest, DistributedOptimizerCheckpointsResumeWithOrWithoutIt) {
+  auto w = world();
+  const int n = w->world_size();
+  const std::string corpus = shared_dir(*w, "mpi_zero_ckpt_corpus");
+  if (w->rank() == 0) {
+    ASSERT_FALSE(write_small_corpus(corpus).empty());
+  }
+  ASSERT_TRUE(w->barrier().ok());
+  std::vector<std::string> on = kEquivalent;
+  on.push_back("train.distributed_optimizer=true");
+  const std::vector<std::string>& off = kEquivalent;
+  const MpiRun straight =
+      train_on_every_rank(*w, corpus, shared_dir(*w, "mpi_zero_straight"), n, 6, off);
+  auto resumed = [&](const std::string& name, int ep_a, const std::vector<std::string>& set_a,
+                     const std::vector<std::string>& set_b) {
+    const std::string dir = shared_dir(*w, name);
+    MpiRun first = train_on_every_rank(*w, corpus, dir, ep_a, 3, set_a, /*save=*/true);
+    MpiRun second = train_on_every_rank(*w, corpus, dir, n, 3, set_b);
+    first.record.append(second.record);
+    second.record = first.record;
+    return second;
+  };
+  expect_identical(straight, resumed("mpi_zero_on_off", n, on, off), w->rank(),
+                   "distributed optimizer on -> off");
+  expect_identical(straight, resumed("mpi_zero_off_on", n, off, on), w->rank(),
+                   "distributed optimizer off -> on");
+  const MpiRun resharded = resumed("mpi_zero_dp", 1, on, on);
+  if (w->rank() == 0) {
+    StatusOr<RunConfig> cfg = tiny_config(corpus, "", kEquivalent, n);
+    ASSERT_TRUE(cfg.ok());
+    const TrainingScale scale = training_scale(*cfg, straight.vocab);
+    const std::string what =
+        "distributed optimizer at DP " + std::to_string(n) + " resumed at EP " + std::to_string(n);
+    expect_same_training(straight.record, resharded.record, scale, what);
+    const RoutingDifference routing = routing_difference(straight.record, resharded.record);
+    for (size_t p = 0; p < straight.params.size(); ++p) {
+      expect_parameters_close(straight.params[p], resharded.params[p], routing, scale, 6,
+                              what + " parameter " + std::to_string(p));
     }
   }
   ASSERT_TRUE(w->barrier().ok());

@@ -4,7 +4,8 @@
 // sequence-wise loss, with loss-free balancing, and with the block and routing of current models
 // under MomentumSMoE and Robust dynamics); a checkpoint saved at one EP size resumes at another
 // (also with the loss-free bias in it); statistics
-// aggregate to the single-process values; a failing rank ends every rank with an error.
+// aggregate to the single-process values; a failing rank ends every rank with an error; the
+// distributed optimizer's checkpoints resume with or without it, at any layout.
 //
 // Tolerance: the layouts compute the same sums in different orders (GEMM shapes, gradient
 // all-reduce order), so f32 results agree to rounding, not bit for bit: losses to 2e-5 relative,
@@ -358,6 +359,43 @@ TEST_F(ParallelTrainerTest, CheckpointSavedAtOneEpSizeResumesAtAnother) {
   joined2.record = a.record;
   joined2.record.append(b.record);
   expect_close(straight, joined2, "EP 2 x DP 2 checkpoint resumed on one process");
+}
+
+// The distributed optimizer's checkpoints hold the whole state (gathered from the chunks, by
+// name), so a run resumes with or without the option and at another layout. On one layout the
+// resumed run is the straight one bit for bit (the sharded optimizer computes the replicated
+// one's weights, and resuming is exact): on -> off and off -> on. Across layouts (DP 2 -> DP 1,
+// EP 1 -> EP 4) the cross-path bounds apply, as for any resharding.
+TEST_F(ParallelTrainerTest, DistributedOptimizerStateResumesWithOrWithoutItAtAnyLayout) {
+  std::vector<std::string> on = kEquivalent;
+  on.push_back("train.distributed_optimizer=true");
+  const std::vector<std::string>& off = kEquivalent;
+  LayoutResult straight = train(4, 2, 8, fresh_dir("par_zero_straight"), off);
+  // 4 steps at (world, ep) `a` with `set_a`, saved, then 4 more resumed at `b` with `set_b`.
+  auto resumed = [&](const std::string& name, std::pair<int, int> a,
+                     const std::vector<std::string>& set_a, std::pair<int, int> b,
+                     const std::vector<std::string>& set_b) {
+    const std::string dir = fresh_dir(name);
+    LayoutResult first = train(a.first, a.second, 4, dir, set_a, /*save_at_end=*/true);
+    LayoutResult second = train(b.first, b.second, 4, dir, set_b);
+    LayoutResult joined = second;
+    joined.record = first.record;
+    joined.record.append(second.record);
+    return joined;
+  };
+  const LayoutResult on_off = resumed("par_zero_on_off", {4, 2}, on, {4, 2}, off);
+  const LayoutResult off_on = resumed("par_zero_off_on", {4, 2}, off, {4, 2}, on);
+  for (const auto* r : {&on_off, &off_on}) {
+    const std::string what = r == &on_off ? "distributed optimizer on -> off at EP 2 x DP 2"
+                                          : "distributed optimizer off -> on at EP 2 x DP 2";
+    EXPECT_EQ(r->record.losses, straight.record.losses) << what;
+    EXPECT_EQ(r->record.grad_norms, straight.record.grad_norms) << what;
+    EXPECT_TRUE(r->params == straight.params) << what << ": the weights differ";
+  }
+  expect_close(straight, resumed("par_zero_dp", {4, 2}, on, {2, 2}, on),
+               "distributed optimizer at EP 2 x DP 2 resumed at EP 2 x DP 1");
+  expect_close(straight, resumed("par_zero_ep", {2, 1}, on, {4, 4}, off),
+               "distributed optimizer at DP 2 resumed at EP 4 without it");
 }
 
 TEST_F(ParallelTrainerTest, MismatchedConfigsAndIndivisibleLayoutsAreErrors) {

@@ -1,10 +1,12 @@
 // Optimiser steps (kernels/optimizer.h) against hand-computed values: AdamW over one and two
 // steps (bias correction, decoupled weight decay) in f64 and f32, SGD with and without momentum
-// and weight decay, the global gradient norm, and argument errors.
+// and weight decay, the global gradient norm (whole, and from the blocks of shards), and argument
+// errors.
 #include "kernels/optimizer.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -120,6 +122,50 @@ TEST(GradNormTest, SumOfSquaresOverMixedViewsAccumulates) {
   EXPECT_DOUBLE_EQ(out.data<double>()[0], 169.0);  // accumulated: unchanged by nothing
   expect_invalid(sum_of_squares(ctx(), {a, Tensor::zeros({2}, DType::kI32)}, out), "views");
   expect_invalid(sum_of_squares(ctx(), {a}, Tensor::zeros({1}, DType::kF32)), "out");
+}
+
+// The distributed optimizer's norm (kernels/optimizer.h): the blocks of consecutive shards,
+// each a whole number of blocks but the last, added in order give sum_of_squares of the whole
+// view bit for bit (the same operations on the same operands), for f32, bf16 and f64, at sizes
+// that end inside a block and inside a group of four lanes. Values with many significant bits
+// (an order-dependent sum), a block partial checked by hand, and the arguments.
+TEST(GradNormTest, BlocksOfShardsAddUpToTheWholeSumBitForBit) {
+  constexpr int64_t B = kSquaresBlock;
+  EXPECT_TRUE(sum_of_squares_by_blocks(ctx()));
+  for (DType dtype : {DType::kF32, DType::kBF16, DType::kF64}) {
+    for (const int64_t n : {int64_t{1}, int64_t{4} * B + 7, int64_t{3} * B + 2, int64_t{3} * B}) {
+      Tensor x = Tensor::empty({n}, dtype);
+      testing::fill_uniform(x, 7, -3.0, 3.0);
+      Tensor whole = Tensor::zeros({1}, DType::kF64);
+      ASSERT_TRUE(sum_of_squares(ctx(), {x}, whole).ok());
+      for (const int64_t chunk : {B, 2 * B, 4 * B}) {  // shards of chunk elements, the last short
+        const int64_t shards = (n + chunk - 1) / chunk, per_shard = chunk / B;
+        Tensor blocks = Tensor::zeros({shards * per_shard}, DType::kF64);
+        for (int64_t r = 0; r < shards; ++r) {
+          const int64_t lo = r * chunk, hi = std::min(n, lo + chunk);
+          const int64_t used = (hi - lo + B - 1) / B;
+          ASSERT_TRUE(sum_of_squares_blocks(ctx(), x.view().rows(lo, hi),
+                                            blocks.view().rows(r * per_shard, r * per_shard + used))
+                          .ok());
+        }
+        Tensor sharded = Tensor::zeros({1}, DType::kF64);
+        ASSERT_TRUE(sum_in_order(ctx(), blocks, sharded).ok());
+        EXPECT_EQ(sharded.data<double>()[0], whole.data<double>()[0])
+            << dtype_name(dtype) << " n " << n << " chunk " << chunk;
+      }
+    }
+  }
+  // One block of five: lanes (9 + 4) and 16, 0, 0, then (13 + 16) + (0 + 0).
+  Tensor five = Tensor::from_vector<double>({5}, {3.0, 4.0, 0.0, 0.0, 2.0});
+  Tensor one = Tensor::zeros({1}, DType::kF64);
+  ASSERT_TRUE(sum_of_squares_blocks(ctx(), five, one).ok());
+  EXPECT_EQ(one.data<double>()[0], 29.0);
+  Tensor out = Tensor::from_vector<double>({1}, {1.0});
+  ASSERT_TRUE(sum_in_order(ctx(), Tensor::from_vector<double>({3}, {2.0, 3.0, 4.0}), out).ok());
+  EXPECT_EQ(out.data<double>()[0], 10.0);  // accumulated
+  expect_invalid(sum_of_squares_blocks(ctx(), five, Tensor::zeros({2}, DType::kF64)), "out");
+  expect_invalid(sum_of_squares_blocks(ctx(), Tensor::zeros({2}, DType::kI32), one), "x");
+  expect_invalid(sum_in_order(ctx(), Tensor::zeros({2}, DType::kF32), one), "x");
 }
 
 // grad_scale (clipping folded into the update) equals scaling the gradient first.

@@ -287,10 +287,12 @@ TEST(RunConfigTest, DiffListsEveryChangedFieldAndWhichChangeTraining) {
   StatusOr<RunConfig> b =
       parse_run_config(kConfig, "b",
                        {"train.steps=20", "model.moe.top_k=3", "parallel.timeout_seconds=5",
-                        "train.tensorboard=false"});
+                        "train.tensorboard=false", "train.distributed_optimizer=true"});
   ASSERT_TRUE(a.ok() && b.ok());
   EXPECT_TRUE(a->train.tensorboard);  // on by default
   EXPECT_FALSE(b->train.tensorboard);
+  EXPECT_FALSE(a->train.distributed_optimizer);  // off by default
+  EXPECT_TRUE(b->train.distributed_optimizer);
   StatusOr<std::vector<ConfigChange>> d = diff_configs(a->text, b->text);
   ASSERT_TRUE(d.ok()) << d.status().to_string();
   std::map<std::string, ConfigChange> by_path;
@@ -302,13 +304,16 @@ TEST(RunConfigTest, DiffListsEveryChangedFieldAndWhichChangeTraining) {
   EXPECT_FALSE(changes_training(by_path["parallel.timeout_seconds"]));
   ASSERT_TRUE(by_path.count("train.tensorboard"));
   EXPECT_FALSE(changes_training(by_path["train.tensorboard"]));
+  // The distributed optimizer computes the same weights: a run may resume with or without it.
+  ASSERT_TRUE(by_path.count("train.distributed_optimizer"));
+  EXPECT_FALSE(changes_training(by_path["train.distributed_optimizer"]));
   // top_k of every MoE block (blocks 0, 1 and 3) and of the model-wide MoE defaults.
   for (const char* p :
        {"model.blocks[0].moe.top_k", "model.blocks[1].moe.top_k", "model.blocks[3].moe.top_k"}) {
     ASSERT_TRUE(by_path.count(p)) << p;
     EXPECT_TRUE(changes_training(by_path[p]));
   }
-  EXPECT_EQ(d->size(), 7u);
+  EXPECT_EQ(d->size(), 8u);
   StatusOr<RunConfig> c = parse_run_config(kConfig, "c", {"model.arch=sgsm"});
   ASSERT_TRUE(c.ok());
   d = diff_configs(a->text, c->text);
