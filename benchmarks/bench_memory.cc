@@ -3,17 +3,23 @@
 // recompute settings, under `mpirun -np R` for the distributed optimizer at DP R as well:
 //
 //   momoe-bench memory [--preset smoe-medium|quickstart] [--steps 3] [--warmup 1] [--threads 0]
-//                      [--settings none,selective,full[,zero1]]
+//                      [--settings none,selective,full[,zero1]] [--precision FP32|BF16]
+//
+// --precision sets train.precision for every setting (the presets' default: FP32); under BF16
+// zero1 shards the fp32 masters too, which persistent_bytes and estimate_parameter_bytes show.
 //
 // Per setting (one JSON line each, rank 0's figures; the ranks are symmetric under DP):
 //   persistent_bytes   tensors held between steps (parameters, gradients, optimizer state)
 //   peak_tensor_bytes  the step's allocator peak (the largest over the timed steps)
 //   activation_bytes   peak - persistent: what one step adds (activations and scratch)
 //   peak_rss_bytes     the process's resident peak in the step (-1 where the kernel cannot say)
-//   estimate_*         the start-up estimate (core/train/memory_estimate.h) for the same setting
+//   estimate_*         the start-up estimate (core/train/memory_estimate.h) for the same setting:
+//                      in all, the activations, the optimizer state, the parameters (masters,
+//                      working copies)
 //   activation_saved   1 - activation_bytes / the baseline's; step_time_overhead: step_ms over
 //                      the baseline's - 1; optimizer_saved: the persistent bytes saved over the
-//                      baseline's estimated optimizer state
+//                      baseline's estimated optimizer state (under BF16 zero1 saves 3/4 of the
+//                      fp32 masters at DP 4 as well, so it may pass 1)
 #include <algorithm>
 #include <cstdio>
 #include <memory>
@@ -102,6 +108,7 @@ void print_line(const TrainPreset& p, const Setting& s, const Measured& m, const
       .num("estimate_bytes", static_cast<double>(m.estimate.total()))
       .num("estimate_activation_bytes", static_cast<double>(m.estimate.activation_bytes))
       .num("estimate_optimizer_bytes", static_cast<double>(m.estimate.optimizer_bytes))
+      .num("estimate_parameter_bytes", static_cast<double>(m.estimate.parameter_bytes))
       .num("estimate_over_peak",
            static_cast<double>(m.estimate.total()) / static_cast<double>(m.peak))
       .num("activation_saved",
@@ -117,7 +124,8 @@ void print_line(const TrainPreset& p, const Setting& s, const Measured& m, const
 
 Status bench_memory(int argc, char** argv, comm::World* world) {
   MOE_ASSIGN_OR_RETURN(
-      Args a, Args::parse(argc, argv, {"preset", "steps", "warmup", "threads", "settings"}));
+      Args a,
+      Args::parse(argc, argv, {"preset", "steps", "warmup", "threads", "settings", "precision"}));
   const std::vector<TrainPreset> ps = train_presets(a.get_str("preset", "smoe-medium"));
   if (ps.size() != 1) return invalid_argument_error("--preset must be quickstart or smoe-medium");
   const std::string fallback =
@@ -126,6 +134,7 @@ Status bench_memory(int argc, char** argv, comm::World* world) {
   std::stringstream list(a.get_str("settings", fallback));
   for (std::string name; std::getline(list, name, ',');) {
     MOE_ASSIGN_OR_RETURN(Setting s, setting_named(name, world->size()));
+    s.overrides.push_back("train.precision=" + a.get_str("precision", "FP32"));
     settings.push_back(s);
   }
   if (settings.empty()) return invalid_argument_error("--settings names no setting");

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <utility>
 
 #include "comm/agree.h"
 #include "core/checkpoint/checkpoint_io.h"
@@ -32,14 +33,13 @@ struct HostArenas {
 };
 
 // For the rank that writes them (`writer`); the others get empty arenas. Collective over the
-// kind's group when its optimizer state is sharded (every rank takes part in gathering it).
+// kind's group when its optimizer state is sharded (every rank takes part in gathering it, and
+// in gathering the masters when they are sharded too).
 StatusOr<HostArenas> read_back_arenas(const TrainingState& st, ParamKind kind, bool writer) {
-  Context& ctx = st.model->context();
-  const ParameterSet& params = st.model->params();
   HostArenas h;
-  if (writer) {
-    MOE_ASSIGN_OR_RETURN(h.masters,
-                         ctx.read_back(params.masters(kind).view().rows(0, params.numel(kind))));
+  if (writer || st.model->params().masters_sharded(kind)) {
+    MOE_ASSIGN_OR_RETURN(Tensor masters, st.optimizer->whole_masters(kind));
+    if (writer) h.masters = std::move(masters);
   }
   if (!writer && !st.optimizer->sharding().of(kind).sharded()) return h;
   for (int slot = 0; slot < st.optimizer->slots(); ++slot) {
@@ -137,8 +137,8 @@ Status read_expert_tensor(const std::vector<ckpt::SafetensorsFile>& shards, cons
 }
 
 // Reads every parameter (and, with an optimizer, its state) into host arenas laid out like the
-// device ones, then uploads them (a sharded optimizer state: this rank's chunk of it) and
-// refreshes the working copies.
+// device ones, then uploads them (a sharded optimizer state or sharded masters: this rank's chunk
+// of them) and refreshes the working copies.
 Status load_into(const std::string& dir, const CheckpointManifestInfo& m, TransformerLM* model,
                  Optimizer* optimizer) {
   MOE_ASSIGN_OR_RETURN(ckpt::SafetensorsFile dense,
@@ -171,6 +171,15 @@ Status load_into(const std::string& dir, const CheckpointManifestInfo& m, Transf
     }
   }
   for (ParamKind kind : {ParamKind::kDense, ParamKind::kExpert}) {
+    if (params.masters_sharded(kind)) {  // the optimizer knows the chunks' layout
+      if (optimizer == nullptr) {
+        return failed_precondition_error(
+            "the masters are sharded (train.distributed_optimizer): load a checkpoint into them "
+            "with their optimizer");
+      }
+      MOE_RETURN_IF_ERROR(optimizer->load_masters(kind, host_masters[arena(kind)]));
+      continue;
+    }
     MOE_RETURN_IF_ERROR(ctx.copy(host_masters[arena(kind)],
                                  params.masters(kind).view().rows(0, params.numel(kind))));
   }

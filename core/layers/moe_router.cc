@@ -19,7 +19,7 @@ TensorView slots(const TensorView& stats, int64_t first, int64_t n = 1) {
 }  // namespace
 
 MoeRouter::MoeRouter(const std::string& prefix, const MoeLayerConfig& cfg, ParameterSet* params)
-    : ctx_(params->context()), cfg_(cfg) {
+    : ctx_(params->context()), params_(params), cfg_(cfg) {
   w_ = &params->add(prefix + ".w_router", {cfg.d_model, cfg.num_experts});
   if (cfg.linear_bias) {
     b_ = &params->add(prefix + ".b_router", {cfg.num_experts}, ParamKind::kDense, false);
@@ -65,7 +65,8 @@ Status MoeRouter::update_score_bias(bool apply) {
   if (score_bias_ == nullptr || step_load_.numel() == 0) return Status::OK();
   if (apply) {
     MOE_RETURN_IF_ERROR(
-        kernels::score_bias_update(ctx_, step_load_, cfg_.bias_update_rate, score_bias_->master));
+        kernels::score_bias_update(ctx_, step_load_, cfg_.bias_update_rate, score_bias_->value));
+    MOE_RETURN_IF_ERROR(params_->store_value(*score_bias_));
   }
   return kernels::init_constant(ctx_, step_load_, 0.0);
 }

@@ -89,7 +89,9 @@ class MoeRouter {
   // adds it to the scores to choose experts. A training forward adds the micro-batch's global
   // loads (from the all-reduced aux sums, the same on every rank) into the step's load; after the
   // step's update, update_score_bias() moves the bias by rate * sign(mean - load) and restarts
-  // the step's load (also after a skipped step, with apply false). No-ops without a bias.
+  // the step's load (also after a skipped step, with apply false). It moves the bias's value
+  // (F: the master itself, or with sharded masters its whole copy, whose part in this rank's
+  // chunk goes on to the master: ParameterSet::store_value). No-ops without a bias.
   bool has_score_bias() const { return score_bias_ != nullptr; }
   Status accumulate_step_load(const RouterSaved& saved);
   Status update_score_bias(bool apply);
@@ -107,6 +109,7 @@ class MoeRouter {
   kernels::AuxLossWeights aux_weights(double scale) const;
 
   Context& ctx_;
+  ParameterSet* params_;  // borrowed: the model's
   MoeLayerConfig cfg_;
   Parameter* w_;                     // [D, E]
   Parameter* b_ = nullptr;           // [E], or null without linear_bias

@@ -1,5 +1,7 @@
 #include "core/layers/parameters.h"
 
+#include <algorithm>
+
 #include "kernels/elementwise.h"
 
 namespace moe {
@@ -64,6 +66,7 @@ Status ParameterSet::allocate() {
 
 Status ParameterSet::pad_arenas(ParamKind kind, int64_t multiple) {
   MOE_CHECK(allocated_, "pad_arenas() before allocate()");
+  MOE_CHECK(!masters_sharded(kind), "pad_arenas() after shard_masters()");
   MOE_CHECK(multiple >= 1, "pad_arenas: multiple ", multiple, " must be >= 1");
   const int i = index(kind);
   const int64_t n = numel(kind);
@@ -80,6 +83,33 @@ Status ParameterSet::pad_arenas(ParamKind kind, int64_t multiple) {
     p->grad = p->slice_of(grads_[i]);
     if (!has_working(*p)) p->value = p->master;
   }
+  return Status::OK();
+}
+
+Status ParameterSet::shard_masters(ParamKind kind, int64_t begin, int64_t chunk) {
+  MOE_CHECK(allocated_, "shard_masters() before allocate()");
+  MOE_CHECK(act_ != master_dtype(), "shard_masters(): every value is its master");
+  const int i = index(kind);
+  MOE_CHECK(
+      !masters_sharded(kind) && begin >= 0 && chunk >= 1 && begin + chunk <= masters_[i].numel(),
+      "shard_masters: chunk [", begin, ", ", begin + chunk, ") of ", masters_[i].numel());
+  int64_t own = 0;  // the F values' elements
+  for (const auto& p : params_) own += p->kind == kind && !has_working(*p) ? p->numel() : 0;
+  MOE_ASSIGN_OR_RETURN(values_[i], ctx_->empty({own}, master_dtype()));
+  MOE_ASSIGN_OR_RETURN(Tensor mine, ctx_->empty({chunk}, master_dtype()));
+  MOE_RETURN_IF_ERROR(ctx_->copy(masters_[i].view().rows(begin, begin + chunk), mine));
+  int64_t offset = 0;
+  for (const auto& p : params_) {
+    if (p->kind != kind) continue;
+    if (!has_working(*p)) {
+      p->value = values_[i].view().rows(offset, offset + p->numel()).reshape(p->shape);
+      offset += p->numel();
+      MOE_RETURN_IF_ERROR(ctx_->copy(p->master, p->value));
+    }
+    p->master = TensorView();
+  }
+  masters_[i] = std::move(mine);
+  masters_begin_[i] = begin;
   return Status::OK();
 }
 
@@ -116,9 +146,48 @@ Status ParameterSet::zero_grads() {
 Status ParameterSet::refresh_working() {
   MOE_CHECK(allocated_, "refresh_working() before allocate()");
   for (const auto& p : params_) {
-    if (has_working(*p)) MOE_RETURN_IF_ERROR(kernels::convert(*ctx_, p->master, p->value));
+    if (has_working(*p) && !masters_sharded(p->kind)) {
+      MOE_RETURN_IF_ERROR(kernels::convert(*ctx_, p->master, p->value));
+    }
   }
   return Status::OK();
+}
+
+Status ParameterSet::refresh_values(ParamKind kind, const TensorView& whole) {
+  MOE_CHECK(masters_sharded(kind), "refresh_values(): the masters are whole (refresh_working)");
+  MOE_CHECK(whole.numel() >= numel(kind) && whole.dtype() == master_dtype(),
+            "refresh_values: ", whole.to_string(), " for ", numel(kind), " parameters");
+  for (const auto& p : params_) {
+    if (p->kind != kind) continue;
+    const TensorView master = p->slice_of(whole);
+    if (has_working(*p)) {
+      MOE_RETURN_IF_ERROR(kernels::convert(*ctx_, master, p->value));
+    } else {
+      MOE_RETURN_IF_ERROR(ctx_->copy(master, p->value));
+    }
+  }
+  return Status::OK();
+}
+
+Status ParameterSet::store_value(const Parameter& p) {
+  if (!masters_sharded(p.kind)) return Status::OK();
+  MOE_CHECK(!has_working(p), "store_value: '", p.name, "' computes with a working copy");
+  const int i = index(p.kind);
+  const int64_t begin = masters_begin_[i], end = begin + masters_[i].numel();
+  const int64_t lo = std::max(p.arena_offset, begin);
+  const int64_t hi = std::min(p.arena_offset + p.numel(), end);
+  if (lo >= hi) return Status::OK();
+  const TensorView flat = p.value.reshape(Shape{p.numel()});
+  return ctx_->copy(flat.rows(lo - p.arena_offset, hi - p.arena_offset),
+                    masters_[i].view().rows(lo - begin, hi - begin));
+}
+
+int64_t ParameterSet::parameter_bytes() const {
+  int64_t bytes = static_cast<int64_t>(working_.nbytes());
+  for (int i = 0; i < 2; ++i) {
+    bytes += static_cast<int64_t>(masters_[i].nbytes() + values_[i].nbytes());
+  }
+  return bytes;
 }
 
 }  // namespace moe

@@ -14,8 +14,15 @@
 // all-reduce of each kind is one collective on one view, in place. Working copies share one more
 // arena. Expert parameters are sharded over the EP group: a rank holds experts
 // [first_expert, first_expert + local_experts) of `global_experts`, stacked along dimension 0.
+//
+// Sharded masters (the distributed optimizer under BF16, core/optim/state_sharding.h): a rank
+// may keep only its chunk of a kind's masters arena (shard_masters). The kind's parameters then
+// have no `master` view; the working copies stay whole, and the parameters that compute with
+// their master (not `matmul`: norms, biases, score_bias) get their own whole F copy as `value`.
+// The optimizer updates the chunk and puts the masters back together to refresh every value.
 #pragma once
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
@@ -37,8 +44,10 @@ struct Parameter {
   bool matmul = false;       // a GEMM operand: working copy in the activation dtype
   Shape shape;
   // Views into the set's arenas (valid after ParameterSet::allocate()).
-  TensorView master;  // F: updated by the optimizer, stored by checkpoints
-  TensorView value;   // what layers compute with: `master`, or its working copy
+  TensorView master;  // F: updated by the optimizer, stored by checkpoints; empty when its
+                      // kind's masters are sharded (ParameterSet::shard_masters)
+  TensorView value;   // what layers compute with: `master`, or its working copy (or, with
+                      // sharded masters and not `matmul`, a whole F copy of the master)
   TensorView grad;    // F: accumulated (+=) by backward, zeroed by zero_grads()
   // kExpert only: where this shard sits in the global [global_experts, ...] tensor.
   int64_t global_experts = 0;
@@ -74,6 +83,12 @@ class ParameterSet {
   // allocated anew, the masters' values kept, the gradients zeroed, and every view re-pointed.
   // Nothing reads or writes the padding but those collectives, so it stays zero.
   Status pad_arenas(ParamKind kind, int64_t multiple);
+  // Keeps only the elements [begin, begin + chunk) of `kind`'s masters arena on this rank (the
+  // distributed optimizer under BF16: this rank's chunk, after pad_arenas()). Only when some
+  // values are working copies (act != F); between steps, once. The parameters of `kind` that
+  // compute with their master get a whole F copy of it as `value` (one more arena), then every
+  // master view of `kind` is emptied and the arena shrinks to the chunk.
+  Status shard_masters(ParamKind kind, int64_t begin, int64_t chunk);
   bool allocated() const { return allocated_; }
 
   // nullptr when absent.
@@ -87,14 +102,31 @@ class ParameterSet {
   int64_t numel(ParamKind kind) const;
 
   // The contiguous masters or gradients of one kind (empty when the kind has none): numel(kind)
-  // elements, then the zero padding pad_arenas() may have added.
+  // elements, then the zero padding pad_arenas() may have added. Sharded masters: the chunk
+  // alone, elements [masters_begin(kind), + chunk) of that layout.
   const Tensor& masters(ParamKind kind) const { return masters_[index(kind)]; }
+  bool masters_sharded(ParamKind kind) const { return masters_begin_[index(kind)] >= 0; }
+  // The arena element at which masters(kind) starts: 0, or the chunk's first once sharded.
+  int64_t masters_begin(ParamKind kind) const {
+    return std::max<int64_t>(0, masters_begin_[index(kind)]);
+  }
+  // The bytes of the masters arenas, the sharded masters' F values and the working copies.
+  int64_t parameter_bytes() const;
   const Tensor& grads(ParamKind kind) const { return grads_[index(kind)]; }
   // Zeroes every gradient (one memset per arena).
   Status zero_grads();
   // Copies the masters into the working copies (after an optimizer step, an initialisation or a
-  // checkpoint load). No-op when every value is its master.
+  // checkpoint load). No-op when every value is its master. Skips a kind whose masters are
+  // sharded (refresh_values).
   Status refresh_working();
+  // Sets every value of `kind` from `whole` (on the device, F, laid out like the masters arena,
+  // at least numel(kind) elements): the working copies converted, the F values copied. Only for
+  // a kind whose masters are sharded, once they are put together (after an update or a load).
+  Status refresh_values(ParamKind kind, const TensorView& whole);
+  // After a write to the value of a parameter that computes with its master (not `matmul`, e.g.
+  // loss-free balancing's score_bias): copies the part of it in this rank's chunk into the
+  // master. No-op unless its kind's masters are sharded (the value is then the master itself).
+  Status store_value(const Parameter& p);
 
  private:
   static int index(ParamKind kind) { return kind == ParamKind::kDense ? 0 : 1; }
@@ -105,6 +137,8 @@ class ParameterSet {
   bool allocated_ = false;
   std::vector<std::unique_ptr<Parameter>> params_;
   Tensor masters_[2], grads_[2];
+  int64_t masters_begin_[2] = {-1, -1};  // -1: whole; else the chunk's first element
+  Tensor values_[2];                     // sharded masters: the F values (not `matmul`)
   Tensor working_;
 };
 

@@ -57,9 +57,16 @@ Status TransformerLM::init_parameters(uint64_t seed) {
   // node initialises at once: a few each.
   ContextOptions options;
   options.threads = ctx_.thread_pool() != nullptr ? ctx_.threads() : std::min(4, available_cores());
+  for (ParamKind kind : {ParamKind::kDense, ParamKind::kExpert}) {
+    if (params_->masters_sharded(kind)) {
+      return failed_precondition_error(
+          "init_parameters: the masters are sharded (core/optim/state_sharding.h): initialise "
+          "the parameters before sharding the optimizer state");
+    }
+  }
   const std::unique_ptr<Context> host = Context::host(options);
   for (const auto& p : params_->all()) {
-    MOE_ASSIGN_OR_RETURN(Tensor values, host->empty(p->shape, p->master.dtype()));
+    MOE_ASSIGN_OR_RETURN(Tensor values, host->empty(p->shape, params_->master_dtype()));
     const std::string& n = p->name;
     const std::string leaf = n.substr(n.rfind('.') + 1);
     if (leaf == "gamma" || leaf == "omega") {

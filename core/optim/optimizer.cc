@@ -32,7 +32,8 @@ Status Optimizer::update(const Parameter& p, double lr, int64_t step, double gra
   const int64_t hi = std::min(p.arena_offset + p.numel(), shard.end());
   if (lo >= hi) return Status::OK();
   Context& ctx = params_->context();
-  const TensorView master = params_->masters(p.kind).view().rows(lo, hi);
+  const int64_t first = params_->masters_begin(p.kind);  // 0 unless the masters are sharded
+  const TensorView master = params_->masters(p.kind).view().rows(lo - first, hi - first);
   const TensorView grad = params_->grads(p.kind).view().rows(lo, hi);
   auto state_of = [&](int slot) {
     return state(slot, p.kind).view().rows(lo - shard.begin(), hi - shard.begin());
@@ -49,14 +50,27 @@ Status Optimizer::update(const Parameter& p, double lr, int64_t step, double gra
 
 Status Optimizer::step(double lr, int64_t step, double grad_scale) {
   for (const auto& p : params_->all()) MOE_RETURN_IF_ERROR(update(*p, lr, step, grad_scale));
+  MOE_RETURN_IF_ERROR(gather_masters());
+  return params_->refresh_working();
+}
+
+Status Optimizer::gather_masters() {
+  const Stream stream = params_->context().stream();
   for (ParamKind kind : {ParamKind::kDense, ParamKind::kExpert}) {
     const ArenaShard& shard = sharding_.of(kind);
     if (!shard.sharded()) continue;
     const TensorView masters = params_->masters(kind);
-    MOE_RETURN_IF_ERROR(shard.group->all_gather(masters.rows(shard.begin(), shard.end()), masters,
-                                                params_->context().stream()));
+    if (!params_->masters_sharded(kind)) {
+      MOE_RETURN_IF_ERROR(
+          shard.group->all_gather(masters.rows(shard.begin(), shard.end()), masters, stream));
+      continue;
+    }
+    // The gradients are spent: their arena (R x chunk F elements) holds the whole masters.
+    const TensorView whole = params_->grads(kind);
+    MOE_RETURN_IF_ERROR(shard.group->all_gather(masters, whole, stream));
+    MOE_RETURN_IF_ERROR(params_->refresh_values(kind, whole.rows(0, shard.numel)));
   }
-  return params_->refresh_working();
+  return Status::OK();
 }
 
 std::vector<Optimizer::StateTensor> Optimizer::state_tensors() const {
@@ -72,13 +86,48 @@ std::vector<Optimizer::StateTensor> Optimizer::state_tensors() const {
   return out;
 }
 
-StatusOr<Tensor> Optimizer::whole_state(int slot, ParamKind kind) const {
+StatusOr<Tensor> Optimizer::gather_on_host(ParamKind kind, const Tensor& mine) const {
   const ArenaShard& shard = sharding_.of(kind);
-  MOE_ASSIGN_OR_RETURN(Tensor mine, params_->context().read_back(state(slot, kind)));
-  if (!shard.sharded()) return mine;
   MOE_ASSIGN_OR_RETURN(Tensor whole, Tensor::try_empty({shard.ranks * shard.chunk}, mine.dtype()));
   MOE_RETURN_IF_ERROR(shard.group->all_gather(mine, whole));
   return whole.rows(0, shard.numel);
+}
+
+StatusOr<Tensor> Optimizer::whole_state(int slot, ParamKind kind) const {
+  MOE_ASSIGN_OR_RETURN(Tensor mine, params_->context().read_back(state(slot, kind)));
+  if (!sharding_.of(kind).sharded()) return mine;
+  return gather_on_host(kind, mine);
+}
+
+StatusOr<Tensor> Optimizer::whole_masters(ParamKind kind) const {
+  const TensorView masters = params_->masters(kind);
+  if (!params_->masters_sharded(kind)) {
+    return params_->context().read_back(masters.rows(0, params_->numel(kind)));
+  }
+  MOE_ASSIGN_OR_RETURN(Tensor mine, params_->context().read_back(masters));
+  return gather_on_host(kind, mine);
+}
+
+Status Optimizer::load_masters(ParamKind kind, const TensorView& whole) {
+  Context& ctx = params_->context();
+  const int64_t numel = params_->numel(kind);
+  if (whole.numel() < numel || whole.dtype() != params_->master_dtype()) {
+    return invalid_argument_error("load_masters: the ",
+                                  kind == ParamKind::kDense ? "dense parameters" : "expert shards",
+                                  " hold ", numel, " ", dtype_name(params_->master_dtype()),
+                                  " elements, not ", whole.to_string());
+  }
+  const TensorView masters = params_->masters(kind);
+  if (!params_->masters_sharded(kind))
+    return ctx.copy(whole.rows(0, numel), masters.rows(0, numel));
+  const ArenaShard& shard = sharding_.of(kind);
+  const int64_t n = shard.data_end() - shard.begin();
+  if (n > 0)
+    MOE_RETURN_IF_ERROR(ctx.copy(whole.rows(shard.begin(), shard.data_end()), masters.rows(0, n)));
+  // The values from the whole masters, on the device in the gradients arena (dead between steps).
+  const TensorView staged = params_->grads(kind).view().rows(0, numel);
+  MOE_RETURN_IF_ERROR(ctx.copy(whole.rows(0, numel), staged));
+  return params_->refresh_values(kind, staged);
 }
 
 Status Optimizer::load_state(int slot, ParamKind kind, const TensorView& whole) {

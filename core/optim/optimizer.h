@@ -7,7 +7,10 @@
 // Under the distributed optimizer (core/optim/state_sharding.h) the state arena of a sharded kind
 // covers this rank's chunk of the masters arena only: step() updates that chunk (its gradients
 // reduced by core/train/grad_sync.h) and all-gathers the masters over the kind's group; the
-// checkpoint code reads and writes the state whole (whole_state, load_state).
+// checkpoint code reads and writes the state whole (whole_state, load_state). When the kind's
+// masters are sharded too (BF16, ParameterSet::shard_masters), step() gathers them into the
+// kind's gradients arena (dead after the update) and refreshes every value from there; the
+// checkpoint code reads and writes them whole as well (whole_masters, load_masters).
 #pragma once
 
 #include <string>
@@ -51,6 +54,15 @@ class Optimizer {
   // numel(kind) elements): this rank's chunk of it. Local; enqueued (keep `whole` alive until
   // the context synchronizes).
   Status load_state(int slot, ParamKind kind, const TensorView& whole);
+  // One kind's whole masters on the host, laid out like the masters arena (numel(kind)
+  // elements): gathered from the chunks when they are sharded (collective over the kind's group,
+  // whose every rank gets them), else read back. A sync point.
+  StatusOr<Tensor> whole_masters(ParamKind kind) const;
+  // Sets one kind's masters and values from `whole` (host, F, laid out like the masters arena,
+  // at least numel(kind) elements): this rank's chunk of them when sharded (the values are then
+  // refreshed through the kind's gradients arena, overwriting the gradients), else all of them
+  // (the working copies are left to ParameterSet::refresh_working). Local; enqueued.
+  Status load_masters(ParamKind kind, const TensorView& whole);
   int slots() const;
   const OptimizerConfig& config() const { return cfg_; }
   const StateSharding& sharding() const { return sharding_; }
@@ -60,6 +72,11 @@ class Optimizer {
       : cfg_(cfg), params_(params), sharding_(sharding) {}
   // Updates the part of `p` in this rank's chunk of its kind.
   Status update(const Parameter& p, double lr, int64_t step, double grad_scale);
+  // This rank's chunk of a sharded kind (on the host, `mine`) gathered into the whole arena's
+  // layout: numel(kind) elements. Collective over the kind's group.
+  StatusOr<Tensor> gather_on_host(ParamKind kind, const Tensor& mine) const;
+  // After the update: each sharded kind's masters all-gathered, the values refreshed.
+  Status gather_masters();
 
   OptimizerConfig cfg_;
   ParameterSet* params_;

@@ -39,6 +39,10 @@ StatusOr<StateSharding> shard_optimizer_state(ParameterSet* params, comm::Commun
     s.rank = group->rank();
     s.chunk = shard_chunk(s.numel, s.ranks);
     MOE_RETURN_IF_ERROR(params->pad_arenas(kind, s.ranks * s.chunk));
+    // Under BF16 the fp32 masters are optimizer state too: this rank keeps its chunk.
+    if (params->act_dtype() != params->master_dtype()) {
+      MOE_RETURN_IF_ERROR(params->shard_masters(kind, s.begin(), s.chunk));
+    }
   }
   return sharding;
 }

@@ -71,7 +71,8 @@ namespace {
 // (`matmul`: a working copy under BF16).
 struct ParameterCount {
   int64_t params = 0, matmul = 0;
-  int64_t experts = 0;  // of params, the expert shards' (ParamKind::kExpert)
+  int64_t experts = 0;        // of params, the expert shards' (ParamKind::kExpert)
+  int64_t expert_matmul = 0;  // of matmul, the expert shards'
 };
 
 ParameterCount count_parameters(const ModelConfig& m, int ep) {
@@ -80,7 +81,7 @@ ParameterCount count_parameters(const ModelConfig& m, int ep) {
   const int64_t positions = m.position == PositionKind::kLearned ? S * D : 0;  // none under RoPE
   const int64_t attention_biases = m.linear_bias ? 4 * D : 0;
   int64_t params = positions + V * D, matmul = V * D;  // positions, token embedding
-  int64_t experts = 0;
+  int64_t experts = 0, experts_matmul = 0;
   if (!m.tie_embeddings) params += V * D, matmul += V * D;
   // Each norm's parameters: gamma, and LayerNorm's beta.
   const int64_t norm = m.norm == NormKind::kRmsNorm ? D : 2 * D;
@@ -103,6 +104,7 @@ ParameterCount count_parameters(const ModelConfig& m, int ep) {
     params += local * expert.total();
     matmul += local * expert.matrices;
     experts += local * expert.total();
+    experts_matmul += local * expert.matrices;
     if (c.sparsemixer.enabled && c.sparsemixer.omega) params += D;
     if (c.shared_experts > 0) {
       const FfnParams shared = ffn_params(D, c.shared_width(), c.activation, c.linear_bias);
@@ -110,21 +112,34 @@ ParameterCount count_parameters(const ModelConfig& m, int ep) {
       matmul += shared.matrices;
     }
   }
-  return {params, matmul, experts};
+  return {params, matmul, experts, experts_matmul};
 }
 
 // The distributed optimizer (core/optim/state_sharding.h): the state of one chunk per kind, and
-// arenas padded to a whole number of chunks (the masters' and the gradients' alike).
+// arenas padded to a whole number of chunks (the masters' and the gradients' alike). With
+// `shard_masters` (BF16) a sharded kind keeps one chunk of masters instead of its padded arena,
+// and the F values of its parameters that are not GEMM operands.
 void shard_optimizer_bytes(const ParameterCount& count, int world_size, int ep, int slots,
-                           MemoryEstimate* e) {
-  const int dp = std::max(1, world_size / ep);
-  const int64_t dense = count.params - count.experts;
-  const int64_t dense_chunk = shard_chunk(dense, world_size);
-  const int64_t expert_chunk = shard_chunk(count.experts, dp);
-  const int64_t padding = (dense_chunk * world_size - dense) + (expert_chunk * dp - count.experts);
-  e->optimizer_bytes = 4 * slots * (dense_chunk + expert_chunk);
-  e->parameter_bytes += 4 * padding;
-  e->gradient_bytes += 4 * padding;
+                           bool shard_masters, MemoryEstimate* e) {
+  struct Kind {
+    int64_t numel, matmul;
+    int ranks;
+  };
+  const Kind kinds[] = {
+      {count.params - count.experts, count.matmul - count.expert_matmul, world_size},
+      {count.experts, count.expert_matmul, std::max(1, world_size / ep)}};
+  e->optimizer_bytes = 0;
+  for (const Kind& k : kinds) {
+    const int64_t chunk = shard_chunk(k.numel, k.ranks);
+    const int64_t padding = k.ranks * chunk - k.numel;
+    e->optimizer_bytes += 4 * slots * chunk;
+    e->gradient_bytes += 4 * padding;
+    if (shard_masters && k.ranks > 1 && k.numel > 0) {
+      e->parameter_bytes += 4 * (chunk - k.numel) + 4 * (k.numel - k.matmul);
+    } else {
+      e->parameter_bytes += 4 * padding;
+    }
+  }
 }
 
 // Activation bytes per token of one block, by what each recompute setting keeps of it.
@@ -254,7 +269,7 @@ MemoryEstimate estimate_training_memory(const RunConfig& cfg, int world_size) {
       t.optimizer.kind == OptimizerKind::kAdamW ? 2 : (t.optimizer.momentum > 0 ? 1 : 0);
   e.optimizer_bytes = 4 * params * slots;
   if (t.distributed_optimizer && world_size > 1) {
-    shard_optimizer_bytes(count, world_size, std::max(1, cfg.parallel.ep), slots, &e);
+    shard_optimizer_bytes(count, world_size, std::max(1, cfg.parallel.ep), slots, A == 2, &e);
   }
 
   // Activations of one micro-batch.

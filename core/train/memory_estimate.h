@@ -4,7 +4,8 @@
 //
 // The estimate counts the parameters (fp32 masters, gradients, optimizer state, bf16 working
 // copies of the GEMM weights under BF16; under train.distributed_optimizer the state of this
-// rank's chunks and the arenas' padding, core/optim/state_sharding.h) exactly, and one
+// rank's chunks and the arenas' padding, and under BF16 the masters of this rank's chunks and the
+// fp32 values of the other parameters, core/optim/state_sharding.h) exactly, and one
 // micro-batch's activations from the tensors the layers keep for backward plus the largest
 // transient of the step (the logits and their gradient), per token, as train.recompute keeps
 // them: NONE every block's saved tensors; SELECTIVE those less the FFNs' and experts' hidden

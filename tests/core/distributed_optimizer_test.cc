@@ -5,9 +5,11 @@
 // bit, with the same losses and gradient norms: every element's sum, norm and update is the same
 // arithmetic in the same order (the Local backend reduces in rank order whether it all-reduces
 // or reduce-scatters; the norm adds the same blocks in the same order), so no tolerance applies.
-// Each rank keeps only its chunk of the state.
+// Each rank keeps only its chunk of the state and, under BF16, of the fp32 masters; the values
+// the layers compute with (bf16 working copies, fp32 norms and biases) are the same bits too.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <map>
 #include <mutex>
@@ -27,6 +29,9 @@ struct Layout {
 struct TrainedRun {
   std::vector<double> losses, grad_norms;             // rank 0's, per step
   std::map<std::string, std::vector<double>> params;  // "<world rank>/<name>": every rank's own
+  std::map<std::string, std::vector<double>> values;  // the same parameters' values (bf16 widened)
+  int64_t masters_bytes = 0;                          // rank 0's masters arenas
+  int64_t parameter_bytes = 0;                        // rank 0's ParameterSet::parameter_bytes
 };
 
 class DistributedOptimizerTest : public ::testing::Test {
@@ -42,22 +47,36 @@ class DistributedOptimizerTest : public ::testing::Test {
 
   // The optimizer state of each kind holds this rank's chunk alone: `chunk` elements, R x chunk
   // covering the kind's parameters, and fewer than all of them once they span several blocks.
+  // Under BF16 so do the fp32 masters of a sharded kind (the chunk [begin, end) of the arena's
+  // layout; no parameter keeps a master view); under FP32 they stay whole.
   static Status check_state_is_sharded(Trainer& t, int world, int ep) {
     const Optimizer& opt = t.optimizer();
     const ParameterSet& params = t.model().params();
+    const bool bf16 = params.act_dtype() == DType::kBF16;
     const std::pair<ParamKind, int> kinds[] = {{ParamKind::kDense, world},
                                                {ParamKind::kExpert, world / ep}};
     for (const auto& [kind, ranks] : kinds) {
       const ArenaShard& shard = opt.sharding().of(kind);
       const int64_t numel = params.numel(kind);
       const bool sharded = ranks > 1 && numel > 0;
+      const bool masters_sharded = sharded && bf16;
+      const int64_t masters = masters_sharded ? shard.chunk : shard.ranks * shard.chunk;
       if (shard.sharded() != sharded || shard.ranks != (sharded ? ranks : 1) ||
           opt.state(0, kind).numel() != shard.chunk || shard.ranks * shard.chunk < numel ||
-          params.masters(kind).numel() != shard.ranks * shard.chunk ||
+          params.masters_sharded(kind) != masters_sharded ||
+          params.masters(kind).nbytes() != static_cast<size_t>(masters) * sizeof(float) ||
+          params.masters_begin(kind) != (masters_sharded ? shard.begin() : 0) ||
           (sharded && numel > ranks * kernels::kSquaresBlock && shard.chunk >= numel)) {
         return internal_error("kind ", static_cast<int>(kind), ": ", numel, " parameters, chunk ",
                               shard.chunk, " of ", shard.ranks, " ranks, state ",
-                              opt.state(0, kind).numel(), " elements");
+                              opt.state(0, kind).numel(), " elements, masters ",
+                              params.masters(kind).numel(), " elements from ",
+                              params.masters_begin(kind));
+      }
+      for (const auto& p : params.all()) {
+        if (p->kind == kind && (p->master.numel() == 0) != masters_sharded) {
+          return internal_error(p->name, ": master ", p->master.to_string());
+        }
       }
     }
     return Status::OK();
@@ -83,10 +102,19 @@ class DistributedOptimizerTest : public ::testing::Test {
         run.losses.push_back(stats.loss);
         run.grad_norms.push_back(stats.grad_norm);
       }
-      for (const auto& p : t->model().params().all()) {
-        std::vector<double> values = parameter_values(t->model(), *p);
-        std::lock_guard<std::mutex> lock(mu);
-        run.params[str_cat(c.rank(), "/", p->name)] = std::move(values);
+      const ParameterSet& params = t->model().params();
+      std::vector<std::vector<double>> masters = trainer_masters(*t);  // collective
+      std::lock_guard<std::mutex> lock(mu);
+      for (size_t i = 0; i < params.all().size(); ++i) {
+        const Parameter& p = *params.all()[i];
+        run.params[str_cat(c.rank(), "/", p.name)] = std::move(masters[i]);
+        run.values[str_cat(c.rank(), "/", p.name)] = parameter_working_values(t->model(), p);
+      }
+      if (c.rank() == 0) {
+        run.parameter_bytes = params.parameter_bytes();
+        for (ParamKind kind : {ParamKind::kDense, ParamKind::kExpert}) {
+          run.masters_bytes += static_cast<int64_t>(params.masters(kind).nbytes());
+        }
       }
       return Status::OK();
     });
@@ -107,13 +135,30 @@ class DistributedOptimizerTest : public ::testing::Test {
     }
     EXPECT_EQ(sharded.losses, replicated.losses) << what;
     EXPECT_EQ(sharded.grad_norms, replicated.grad_norms) << what;
-    ASSERT_EQ(sharded.params.size(), replicated.params.size()) << what;
-    for (const auto& [name, want] : replicated.params) {
-      const std::vector<double>& got = sharded.params.at(name);
-      ASSERT_EQ(got.size(), want.size()) << what << " " << name;
-      for (size_t i = 0; i < want.size(); ++i) {
-        ASSERT_EQ(got[i], want[i]) << what << ": " << name << "[" << i << "] differs";
+    using Values = std::map<std::string, std::vector<double>> TrainedRun::*;
+    for (Values field : {&TrainedRun::params, &TrainedRun::values}) {
+      const char* which = field == &TrainedRun::params ? "master" : "value";
+      ASSERT_EQ((sharded.*field).size(), (replicated.*field).size()) << what;
+      for (const auto& [name, want] : replicated.*field) {
+        const std::vector<double>& got = (sharded.*field).at(name);
+        ASSERT_EQ(got.size(), want.size()) << what << " " << name;
+        for (size_t i = 0; i < want.size(); ++i) {
+          ASSERT_EQ(got[i], want[i])
+              << what << ": " << which << " " << name << "[" << i << "] differs";
+        }
       }
+    }
+    std::printf("%s: masters %lld bytes on rank 0 (replicated: %lld), parameters %lld (%lld)\n",
+                what.c_str(), static_cast<long long>(sharded.masters_bytes),
+                static_cast<long long>(replicated.masters_bytes),
+                static_cast<long long>(sharded.parameter_bytes),
+                static_cast<long long>(replicated.parameter_bytes));
+    // Under BF16 the masters shrink to a chunk per kind (check_state_is_sharded: exactly), which
+    // saves memory once they span more than a block per rank (a chunk is at least one).
+    const int64_t blocks = int64_t{layout.world} * kernels::kSquaresBlock * 4;
+    if (what.find("bf16") != std::string::npos && replicated.masters_bytes > blocks) {
+      EXPECT_LT(sharded.masters_bytes, replicated.masters_bytes) << what;
+      EXPECT_LT(sharded.parameter_bytes, replicated.parameter_bytes) << what;
     }
   }
 
@@ -136,6 +181,15 @@ TEST_F(DistributedOptimizerTest, AdamWAtDpTwoAndEpTwoFp32) {
   expect_same_weights({2, 2}, kClipped, 0.05, "world 2 ep 2 (dp 1), AdamW fp32");
 }
 
+// Under BF16 the fp32 masters are sharded too; loss-free balancing's bias (an fp32 value moved
+// outside the optimizer, on every rank, and stored into the chunk that holds it) takes part.
+TEST_F(DistributedOptimizerTest, AdamWAtDpTwoAndEpTwoBf16WithLossFreeBalancing) {
+  const std::vector<std::string> set =
+      with(kClipped, {"train.precision=BF16", "model.moe.bias_update_rate=0.0078125"});
+  expect_same_weights({2, 1}, set, 0.05, "world 2 ep 1 (dp 2), AdamW bf16, score bias");
+  expect_same_weights({2, 2}, set, 0.05, "world 2 ep 2 (dp 1), AdamW bf16, score bias");
+}
+
 TEST_F(DistributedOptimizerTest, AdamWAtEpTwoByDpTwoBf16) {
   expect_same_weights({4, 2}, with(kClipped, {"train.precision=BF16"}), 0.05,
                       "world 4 ep 2 (dp 2), AdamW bf16");
@@ -154,9 +208,11 @@ TEST_F(DistributedOptimizerTest, SgdWithMomentumAtDpFourFp32AndBf16) {
 }
 
 TEST_F(DistributedOptimizerTest, AdamWWithWeightDecayAtDpFour) {
-  expect_same_weights(
-      {4, 1}, with(kClipped, {"train.optimizer.weight_decay=0.1", "data.vocab_max_size=5000"}),
-      0.05, "world 4 ep 1 (dp 4), AdamW fp32");
+  const std::vector<std::string> set =
+      with(kClipped, {"train.optimizer.weight_decay=0.1", "data.vocab_max_size=5000"});
+  expect_same_weights({4, 1}, set, 0.05, "world 4 ep 1 (dp 4), AdamW fp32");
+  expect_same_weights({4, 1}, with(set, {"train.precision=BF16"}), 0.05,
+                      "world 4 ep 1 (dp 4), AdamW bf16");
 }
 
 }  // namespace

@@ -6,7 +6,8 @@
 // and dropless routing's worst case beside the estimate; a run that cannot fit is refused before
 // anything is allocated, with the estimate in the message. Each activation recomputation setting
 // (train.recompute) is estimated from what it keeps, and brackets its own measured peak. Under
-// the distributed optimizer the estimate counts the rank's share of the state, exactly.
+// the distributed optimizer the estimate counts the rank's share of the state (and under BF16 of
+// the fp32 masters), exactly.
 #include "core/train/memory_estimate.h"
 
 #include <gtest/gtest.h>
@@ -14,6 +15,7 @@
 #include <filesystem>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 #include "base/allocator.h"
 #include "comm/local_communicator.h"
@@ -339,21 +341,28 @@ TEST_F(MemoryEstimateTest, ScratchAndTheDroplessWorstCase) {
 // estimated optimizer and gradient bytes are the built optimizer's state and gradient arenas,
 // exactly. The state is each kind's 1/R share plus at most one block (kSquaresBlock) of padding
 // per kind; for this model (3.2 M parameters) that is under 30% of the replicated optimizer's
-// at DP 4 (the target: a cut of 70% or more). A run that fits only with the option is
-// told so (memory_advice.h).
+// at DP 4 (the target: a cut of 70% or more). Under BF16 the parameter bytes (the
+// rank's chunks of the fp32 masters, the other parameters' fp32 values and the bf16 working
+// copies) are the built ParameterSet's, exactly. A run that fits only with the option is told so
+// (memory_advice.h).
 TEST_F(MemoryEstimateTest, DistributedOptimizerCountsTheRanksChunkExactly) {
   const std::vector<std::string> set = {
       "model.d_model=256",     "model.n_heads=4",         "model.seq_len=16",  "model.d_ff=256",
       "model.moe.d_expert=64", "model.moe.num_experts=4", "train.batch_size=8"};
-  for (auto [world, ep] : {std::pair{2, 1}, std::pair{4, 1}, std::pair{4, 2}}) {
+  const std::tuple<const char*, int, int> layouts[] = {{"FP32", 2, 1}, {"FP32", 4, 1},
+                                                       {"FP32", 4, 2}, {"BF16", 2, 1},
+                                                       {"BF16", 4, 1}, {"BF16", 4, 2}};
+  for (auto [precision, world, ep] : layouts) {
     std::vector<std::string> with = set;
     with.push_back("train.distributed_optimizer=true");
+    with.push_back(str_cat("train.precision=", precision));
     StatusOr<RunConfig> cfg = config("smoe", with);
     ASSERT_TRUE(cfg.ok()) << cfg.status().to_string();
     cfg->parallel.ep = ep;
-    const std::string run = fresh_dir(str_cat("memory_zero1_", world, "_", ep));
+    const std::string run = fresh_dir(str_cat("memory_zero1_", precision, "_", world, "_", ep));
     std::vector<MemoryEstimate> replicated(world), sharded(world);
     int64_t dense = 0, experts = 0;  // this layout's parameters per rank, by kind
+    int64_t masters = 0;             // rank 0's masters arenas
     Status s = comm::run_local_ranks(world, [&](comm::Communicator& c) -> Status {
       MOE_ASSIGN_OR_RETURN(std::unique_ptr<Trainer> t,
                            Trainer::create(*cfg, quiet_options(run, false), &c));
@@ -367,14 +376,19 @@ TEST_F(MemoryEstimateTest, DistributedOptimizerCountsTheRanksChunkExactly) {
         }
         grads += static_cast<int64_t>(t->model().params().grads(kind).nbytes());
       }
-      if (sharded[c.rank()].optimizer_bytes != state || sharded[c.rank()].gradient_bytes != grads) {
-        return internal_error("rank ", c.rank(), " estimates ", sharded[c.rank()].optimizer_bytes,
-                              " optimizer and ", sharded[c.rank()].gradient_bytes,
-                              " gradient bytes, holds ", state, " and ", grads);
+      const MemoryEstimate& e = sharded[c.rank()];
+      const int64_t params = t->model().params().parameter_bytes();
+      if (e.optimizer_bytes != state || e.gradient_bytes != grads || e.parameter_bytes != params) {
+        return internal_error("rank ", c.rank(), " estimates ", e.optimizer_bytes, " optimizer, ",
+                              e.gradient_bytes, " gradient and ", e.parameter_bytes,
+                              " parameter bytes, holds ", state, ", ", grads, " and ", params);
       }
       resolved.train.distributed_optimizer = false;
       replicated[c.rank()] = estimate_training_memory(resolved, world);
       if (c.rank() != 0) return Status::OK();
+      for (ParamKind kind : {ParamKind::kDense, ParamKind::kExpert}) {
+        masters += static_cast<int64_t>(t->model().params().masters(kind).nbytes());
+      }
       dense = t->model().params().numel(ParamKind::kDense);
       experts = t->model().params().numel(ParamKind::kExpert);
       // A memory that fits the sharded run but not the replicated one: the refusal names it.
@@ -387,12 +401,20 @@ TEST_F(MemoryEstimateTest, DistributedOptimizerCountsTheRanksChunkExactly) {
       return internal_error("the settings that fit ", sharded[0].total(),
                             " bytes do not name train.distributed_optimizer=true");
     });
-    ASSERT_TRUE(s.ok()) << "world " << world << " ep " << ep << ": " << s.to_string();
+    ASSERT_TRUE(s.ok()) << precision << " world " << world << " ep " << ep << ": " << s.to_string();
     const double share = static_cast<double>(sharded[0].optimizer_bytes) /
                          static_cast<double>(replicated[0].optimizer_bytes);
-    std::printf("world %d ep %d: optimizer %.2f MiB of %.2f MiB replicated (%.0f%%)\n", world, ep,
-                sharded[0].optimizer_bytes / 1048576.0, replicated[0].optimizer_bytes / 1048576.0,
-                100 * share);
+    std::printf(
+        "%s world %d ep %d: optimizer %.2f MiB of %.2f MiB replicated (%.0f%%), "
+        "parameters %.2f MiB of %.2f MiB (masters %.2f MiB of %.2f MiB)\n",
+        precision, world, ep, sharded[0].optimizer_bytes / 1048576.0,
+        replicated[0].optimizer_bytes / 1048576.0, 100 * share,
+        sharded[0].parameter_bytes / 1048576.0, replicated[0].parameter_bytes / 1048576.0,
+        masters / 1048576.0, 4.0 * static_cast<double>(dense + experts) / 1048576.0);
+    // Under BF16 the fp32 masters are cut as the state is (the working copies stay whole).
+    if (std::string(precision) == "BF16") {
+      EXPECT_LT(sharded[0].parameter_bytes, replicated[0].parameter_bytes) << world << " " << ep;
+    }
     const double block = static_cast<double>(kernels::kSquaresBlock);
     const double bound = (static_cast<double>(dense) / world + block +
                           static_cast<double>(experts) / (world / ep) + block) /

@@ -2,7 +2,8 @@
 // EP 2 x DP 2 at four ranks) trains like one process. Rank 0 reruns the same steps alone and
 // compares losses and dense parameters (tolerances as in parallel_trainer_test.cc). The
 // distributed optimizer trains the replicated optimizer's weights bit for bit, and its
-// checkpoints resume with or without it, at another layout.
+// checkpoints resume with or without it, at another layout (under BF16, with sharded masters,
+// too).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -102,9 +103,7 @@ MpiRun train_on_every_rank(comm::Communicator& w, const std::string& corpus,
     EXPECT_TRUE((*t)->save().ok());
   }
   run.vocab = (*t)->model().config().vocab_size;
-  for (const auto& p : (*t)->model().params().all()) {
-    run.params.push_back(parameter_values((*t)->model(), *p));
-  }
+  run.params = trainer_masters(**t);  // collective: sharded masters are gathered
   return run;
 }
 
@@ -194,6 +193,36 @@ TEST(ParallelTrainerMpiTest, DistributedOptimizerCheckpointsResumeWithOrWithoutI
       expect_parameters_close(straight.params[p], resharded.params[p], routing, scale, 6,
                               what + " parameter " + std::to_string(p));
     }
+  }
+  ASSERT_TRUE(w->barrier().ok());
+}
+
+// Under BF16 the option shards the fp32 masters too; the checkpoints hold them whole: on -> off
+// and off -> on at EP = world (the dense masters sharded over the world), bit for bit.
+TEST(ParallelTrainerMpiTest, DistributedOptimizerBf16MastersResumeWithOrWithoutIt) {
+  auto w = world();
+  const int n = w->world_size();
+  const std::string corpus = shared_dir(*w, "mpi_zero_bf16_corpus");
+  if (w->rank() == 0) {
+    ASSERT_FALSE(write_small_corpus(corpus).empty());
+  }
+  ASSERT_TRUE(w->barrier().ok());
+  std::vector<std::string> off = kEquivalent;
+  off.push_back("train.precision=BF16");
+  std::vector<std::string> on = off;
+  on.push_back("train.distributed_optimizer=true");
+  const MpiRun straight =
+      train_on_every_rank(*w, corpus, shared_dir(*w, "mpi_zero_bf16_straight"), n, 6, off);
+  for (bool first_on : {true, false}) {
+    const std::string dir =
+        shared_dir(*w, first_on ? "mpi_zero_bf16_on_off" : "mpi_zero_bf16_off_on");
+    MpiRun first = train_on_every_rank(*w, corpus, dir, n, 3, first_on ? on : off, /*save=*/true);
+    MpiRun second = train_on_every_rank(*w, corpus, dir, n, 3, first_on ? off : on);
+    first.record.append(second.record);
+    second.record = first.record;
+    expect_identical(
+        straight, second, w->rank(),
+        first_on ? "BF16 distributed optimizer on -> off" : "BF16 distributed optimizer off -> on");
   }
   ASSERT_TRUE(w->barrier().ok());
 }

@@ -78,10 +78,7 @@ class ParallelTrainerTest : public ::testing::Test {
       }
       if (save_at_end) MOE_RETURN_IF_ERROR(t->save().status());
       if (rank == 0) result.scale = training_scale(cfg, t->model().config().vocab_size);
-      std::vector<std::vector<double>> values;
-      for (const auto& p : t->model().params().all()) {
-        values.push_back(parameter_values(t->model(), *p));
-      }
+      const std::vector<std::vector<double>> values = trainer_masters(*t);  // collective
       std::lock_guard<std::mutex> lock(mu);
       size_t i = 0;
       for (const auto& p : t->model().params().all()) {
@@ -396,6 +393,40 @@ TEST_F(ParallelTrainerTest, DistributedOptimizerStateResumesWithOrWithoutItAtAny
                "distributed optimizer at EP 2 x DP 2 resumed at EP 2 x DP 1");
   expect_close(straight, resumed("par_zero_ep", {2, 1}, on, {4, 4}, off),
                "distributed optimizer at DP 2 resumed at EP 4 without it");
+}
+
+// Under BF16 the option shards the fp32 masters too; the checkpoints still hold them whole, so
+// the same holds: on -> off and off -> on at EP 2 x DP 2 bit for bit, and DP 4 -> EP 2 x DP 1
+// (sharded masters gathered at one size, cut at another) within the cross-path bounds.
+TEST_F(ParallelTrainerTest, DistributedOptimizerBf16MastersResumeWithOrWithoutItAtAnyLayout) {
+  std::vector<std::string> off = kEquivalent;
+  off.push_back("train.precision=BF16");
+  off.push_back("data.vocab_max_size=5000");  // dense parameters in every rank's chunk
+  std::vector<std::string> on = off;
+  on.push_back("train.distributed_optimizer=true");
+  LayoutResult straight = train(4, 2, 8, fresh_dir("par_zero_bf16_straight"), off);
+  auto resumed = [&](const std::string& name, std::pair<int, int> a,
+                     const std::vector<std::string>& set_a, std::pair<int, int> b,
+                     const std::vector<std::string>& set_b) {
+    const std::string dir = fresh_dir(name);
+    LayoutResult first = train(a.first, a.second, 4, dir, set_a, /*save_at_end=*/true);
+    LayoutResult second = train(b.first, b.second, 4, dir, set_b);
+    LayoutResult joined = second;
+    joined.record = first.record;
+    joined.record.append(second.record);
+    return joined;
+  };
+  const LayoutResult on_off = resumed("par_zero_bf16_on_off", {4, 2}, on, {4, 2}, off);
+  const LayoutResult off_on = resumed("par_zero_bf16_off_on", {4, 2}, off, {4, 2}, on);
+  for (const auto* r : {&on_off, &off_on}) {
+    const std::string what = r == &on_off ? "BF16 distributed optimizer on -> off at EP 2 x DP 2"
+                                          : "BF16 distributed optimizer off -> on at EP 2 x DP 2";
+    EXPECT_EQ(r->record.losses, straight.record.losses) << what;
+    EXPECT_EQ(r->record.grad_norms, straight.record.grad_norms) << what;
+    EXPECT_TRUE(r->params == straight.params) << what << ": the weights differ";
+  }
+  expect_close(straight, resumed("par_zero_bf16_dp", {4, 1}, on, {2, 2}, on),
+               "BF16 distributed optimizer at DP 4 resumed at EP 2 x DP 1");
 }
 
 TEST_F(ParallelTrainerTest, MismatchedConfigsAndIndivisibleLayoutsAreErrors) {

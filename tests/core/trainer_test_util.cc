@@ -153,10 +153,47 @@ double step_loss(Trainer& t) {
 }
 
 std::vector<double> parameter_values(TransformerLM& model, const Parameter& p) {
+  if (p.master.numel() != p.numel()) {
+    ADD_FAILURE() << p.name << ": its master is sharded (read it with trainer_masters)";
+    return std::vector<double>(p.numel(), std::nan(""));
+  }
   StatusOr<Tensor> host = model.context().read_back(p.master);
   EXPECT_TRUE(host.ok()) << host.status().to_string();
   const float* v = host->data<float>();
   return std::vector<double>(v, v + p.numel());
+}
+
+std::vector<std::vector<double>> trainer_masters(Trainer& t) {
+  const ParameterSet& params = t.model().params();
+  std::vector<std::vector<double>> out;
+  Tensor whole[2];
+  for (ParamKind kind : {ParamKind::kDense, ParamKind::kExpert}) {
+    StatusOr<Tensor> m = t.optimizer().whole_masters(kind);
+    EXPECT_TRUE(m.ok()) << m.status().to_string();
+    if (m.ok()) whole[kind == ParamKind::kDense ? 0 : 1] = std::move(*m);
+  }
+  for (const auto& p : params.all()) {
+    const Tensor& arena = whole[p->kind == ParamKind::kDense ? 0 : 1];
+    if (arena.numel() < p->arena_offset + p->numel()) {
+      out.emplace_back(p->numel(), std::nan(""));
+      continue;
+    }
+    const float* v = arena.data<float>() + p->arena_offset;
+    out.emplace_back(v, v + p->numel());
+  }
+  return out;
+}
+
+std::vector<double> parameter_working_values(TransformerLM& model, const Parameter& p) {
+  StatusOr<Tensor> host = model.context().read_back(p.value);
+  EXPECT_TRUE(host.ok()) << host.status().to_string();
+  if (!host.ok()) return {};
+  std::vector<double> out(p.numel());
+  for (int64_t i = 0; i < p.numel(); ++i) {
+    out[i] = host->dtype() == DType::kBF16 ? static_cast<float>(host->data<bf16>()[i])
+                                           : host->data<float>()[i];
+  }
+  return out;
 }
 
 std::vector<double> flat_parameters(TransformerLM& model) {

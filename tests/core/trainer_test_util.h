@@ -46,8 +46,15 @@ TrainerOptions quiet_options(const std::string& run_dir, bool resume = true);
 std::vector<double> flat_parameters(TransformerLM& model);
 // One training step's loss; a failed step fails the test and gives NaN.
 double step_loss(Trainer& t);
-// One parameter's master values, read back.
+// One parameter's master values, read back (a sharded master fails the test: trainer_masters).
 std::vector<double> parameter_values(TransformerLM& model, const Parameter& p);
+// Every parameter's master values of a trainer's model, in registration order: gathered from the
+// chunks where the distributed optimizer shards them (Optimizer::whole_masters; collective over
+// each sharded kind's group, so every rank calls it).
+std::vector<std::vector<double>> trainer_masters(Trainer& t);
+// One parameter's value (what the layers compute with: a bf16 working copy, widened, or f32),
+// read back.
+std::vector<double> parameter_working_values(TransformerLM& model, const Parameter& p);
 // Sets element `index` of a parameter's master (and refreshes the working copies).
 void set_parameter(TransformerLM& model, const std::string& name, int64_t index, float value);
 
