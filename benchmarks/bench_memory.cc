@@ -4,10 +4,11 @@
 //
 //   momoe-bench memory [--preset smoe-medium|quickstart] [--steps 3] [--warmup 1] [--threads 0]
 //                      [--settings none,selective,full[,zero1]] [--precision FP32|BF16]
+//                      [--loss-chunk 0]
 //
 // --precision sets train.precision for every setting (the presets' default: FP32); under BF16
 // zero1 shards the fp32 masters too, which persistent_bytes and estimate_parameter_bytes show.
-//
+// --loss-chunk N sets train.loss_chunk_tokens for every setting (the loss in chunks of N tokens).
 // Per setting (one JSON line each, rank 0's figures; the ranks are symmetric under DP):
 //   persistent_bytes   tensors held between steps (parameters, gradients, optimizer state)
 //   peak_tensor_bytes  the step's allocator peak (the largest over the timed steps)
@@ -57,6 +58,7 @@ StatusOr<Setting> setting_named(const std::string& name, int world_size) {
 struct Measured {
   int64_t persistent = 0, peak = 0, rss = -1;
   double step_ms = 0;
+  int64_t loss_chunk_tokens = 0;
   MemoryEstimate estimate;
   int64_t activation() const { return peak - persistent; }
 };
@@ -70,10 +72,11 @@ StatusOr<Measured> measure(const TrainPreset& p, const Setting& s, int steps, in
       RunConfig cfg,
       load_run_config(std::string(MOE_SOURCE_DIR) + "/configs/quickstart.pbtxt", overrides, 0));
   TrainerOptions opts;
+  Measured m;
+  m.loss_chunk_tokens = cfg.train.loss_chunk_tokens;
   MOE_ASSIGN_OR_RETURN(opts.run_dir, make_job_dir(p.name + "_memory", world));
   opts.resume = false;
   opts.progress = nullptr;
-  Measured m;
   {
     MOE_ASSIGN_OR_RETURN(std::unique_ptr<Trainer> t, Trainer::create(cfg, opts, world->comm.get()));
     for (int i = 0; i < warmup; ++i) MOE_RETURN_IF_ERROR(t->step().status());
@@ -99,6 +102,7 @@ void print_line(const TrainPreset& p, const Setting& s, const Measured& m, const
   JsonLine j("memory");
   j.str("preset", p.name)
       .str("setting", s.name)
+      .num("loss_chunk_tokens", static_cast<double>(m.loss_chunk_tokens))
       .num("world_size", world_size)
       .num("persistent_bytes", static_cast<double>(m.persistent))
       .num("peak_tensor_bytes", static_cast<double>(m.peak))
@@ -123,11 +127,13 @@ void print_line(const TrainPreset& p, const Setting& s, const Measured& m, const
 }  // namespace
 
 Status bench_memory(int argc, char** argv, comm::World* world) {
-  MOE_ASSIGN_OR_RETURN(
-      Args a,
-      Args::parse(argc, argv, {"preset", "steps", "warmup", "threads", "settings", "precision"}));
-  const std::vector<TrainPreset> ps = train_presets(a.get_str("preset", "smoe-medium"));
+  MOE_ASSIGN_OR_RETURN(Args a, Args::parse(argc, argv,
+                                           {"preset", "steps", "warmup", "threads", "settings",
+                                            "precision", "loss-chunk"}));
+  std::vector<TrainPreset> ps = train_presets(a.get_str("preset", "smoe-medium"));
   if (ps.size() != 1) return invalid_argument_error("--preset must be quickstart or smoe-medium");
+  const int64_t loss_chunk = a.get("loss-chunk", 0);
+  ps[0].overrides.push_back("train.loss_chunk_tokens=" + std::to_string(loss_chunk));
   const std::string fallback =
       world->size() > 1 ? "none,selective,full,zero1" : "none,selective,full";
   std::vector<Setting> settings;

@@ -100,7 +100,8 @@ const char* usage_of(const std::string& cmd) {
            "allocator and resident peaks, the start-up estimate) and step time against the\n"
            "first setting's; under mpirun -np R the distributed optimizer at DP R as well\n"
            "  --preset smoe-medium|quickstart (smoe-medium)  --steps 3  --warmup 1  --threads 0\n"
-           "  --settings none,selective,full (alone; under mpirun also zero1)\n";
+           "  --settings none,selective,full (alone; under mpirun also zero1)\n"
+           "  --loss-chunk 0 (train.loss_chunk_tokens for every setting; 0: the whole batch)\n";
   }
   if (cmd == "env") return "momoe-bench env: the environment line alone (CPU, BLAS, build)\n";
   return nullptr;

@@ -263,6 +263,7 @@ Status convert_train(const momoe::TrainConfig& t, TrainConfig* c) {
   if (t.has_max_skipped_steps()) c->max_skipped_steps = t.max_skipped_steps();
   if (t.has_tensorboard()) c->tensorboard = t.tensorboard();
   if (t.has_distributed_optimizer()) c->distributed_optimizer = t.distributed_optimizer();
+  if (t.has_loss_chunk_tokens()) c->loss_chunk_tokens = t.loss_chunk_tokens();
   if (t.precision() == momoe::TrainConfig::BF16) c->precision = Precision::kBf16;
   if (t.device() == momoe::TrainConfig::CUDA) c->device = DeviceKind::kCuda;
   switch (t.final_eval()) {
@@ -377,6 +378,7 @@ void run_config_to_proto(const RunConfig& cfg, momoe::RunConfig* msg) {
                                                          : momoe::TrainConfig::BOTH);
   tr->set_tensorboard(t.tensorboard);
   tr->set_distributed_optimizer(t.distributed_optimizer);
+  tr->set_loss_chunk_tokens(t.loss_chunk_tokens);
   tr->set_precision(t.precision == Precision::kBf16 ? momoe::TrainConfig::BF16
                                                     : momoe::TrainConfig::FP32);
   tr->set_device(t.device == DeviceKind::kCuda ? momoe::TrainConfig::CUDA
@@ -671,8 +673,9 @@ bool changes_training(const ConfigChange& change) {
   // Fields that steer the run, not what it computes: the layout, how long it trains, what it
   // logs, evaluates and keeps, the precision and device (checkpoints hold fp32 masters, so a run
   // may resume at the other precision or on the other device), the activation recomputation
-  // (bit-identical at every setting), and where the optimizer state lives (the distributed
-  // optimizer computes the same weights).
+  // (bit-identical at every setting), where the optimizer state lives (the distributed
+  // optimizer computes the same weights), and the loss's chunk (a memory setting that moves only
+  // the rounding of the head's gradient).
   static const char* const kRunControl[] = {"parallel.",
                                             "train.steps",
                                             "train.grad_accum",
@@ -694,6 +697,7 @@ bool changes_training(const ConfigChange& change) {
                                             "train.tensorboard",
                                             "train.recompute",
                                             "train.distributed_optimizer",
+                                            "train.loss_chunk_tokens",
                                             "data.valid",
                                             "data.test",
                                             "data.cache_dir"};

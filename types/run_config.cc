@@ -40,6 +40,9 @@ Status TrainConfig::validate() const {
   if (steps < 0) return range("steps", static_cast<double>(steps), "[0, inf)");
   if (batch_size < 1) return range("batch_size", static_cast<double>(batch_size), "[1, inf)");
   if (grad_accum < 1) return range("grad_accum", static_cast<double>(grad_accum), "[1, inf)");
+  if (loss_chunk_tokens < 0) {
+    return range("loss_chunk_tokens", static_cast<double>(loss_chunk_tokens), "[0, inf)");
+  }
   if (!(optimizer.lr >= 0 && std::isfinite(optimizer.lr)))
     return range("optimizer.lr", optimizer.lr, "[0, inf)");
   if (!(optimizer.beta1 >= 0 && optimizer.beta1 < 1))

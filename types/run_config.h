@@ -111,6 +111,8 @@ struct TrainConfig {
   // ZeRO stage 1: the optimizer state sharded over each parameter's data-parallel replicas
   // (core/optim/state_sharding.h); the same weights, bit for bit, as the replicated optimizer.
   bool distributed_optimizer = false;
+  // The loss's rows per chunk (0: the whole micro-batch at once; core/model/transformer.h).
+  int64_t loss_chunk_tokens = 0;
 
   Status validate() const;
   // A step's batch_size sequences are grad_accum micro-batches, each cut into equal contiguous

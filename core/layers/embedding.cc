@@ -77,18 +77,25 @@ StatusOr<Tensor> OutputHead::forward(const TensorView& h) const {
 }
 
 StatusOr<Tensor> OutputHead::backward(const TensorView& h, const TensorView& d_logits) const {
+  MOE_RETURN_IF_ERROR(check("h", h, weight_->shape[1]));
+  MOE_ASSIGN_OR_RETURN(Tensor dh, ctx_.empty({h.dim(0), weight_->shape[1]}, act_));
+  MOE_RETURN_IF_ERROR(backward_into(h, d_logits, dh));
+  return dh;
+}
+
+Status OutputHead::backward_into(const TensorView& h, const TensorView& d_logits,
+                                 const TensorView& dh) const {
   const int64_t vocab = weight_->shape[0], d = weight_->shape[1];
   MOE_RETURN_IF_ERROR(check("h", h, d));
   MOE_RETURN_IF_ERROR(check("d_logits", d_logits, vocab));
-  if (d_logits.dim(0) != h.dim(0)) {
-    return invalid_argument_error(prefix_, ": d_logits ", d_logits.to_string(), " has ",
-                                  d_logits.dim(0), " rows, h ", h.dim(0));
+  MOE_RETURN_IF_ERROR(check("dh", dh, d));
+  if (d_logits.dim(0) != h.dim(0) || dh.dim(0) != h.dim(0)) {
+    return invalid_argument_error(prefix_, ": d_logits ", d_logits.to_string(), " and dh ",
+                                  dh.to_string(), " do not have the ", h.dim(0), " rows of h");
   }
   // dW [V, D] += d_logits^T h; dh = d_logits W.
   MOE_RETURN_IF_ERROR(kernels::gemm(ctx_, d_logits, true, h, false, weight_->grad, 1.0, 1.0));
-  MOE_ASSIGN_OR_RETURN(Tensor dh, ctx_.empty({h.dim(0), d}, act_));
-  MOE_RETURN_IF_ERROR(kernels::gemm(ctx_, d_logits, false, weight_->value, false, dh));
-  return dh;
+  return kernels::gemm(ctx_, d_logits, false, weight_->value, false, dh);
 }
 
 }  // namespace moe

@@ -53,6 +53,8 @@ class OutputHead {
   // [in] the forward's h [N, D]; [in] d_logits [N, V] act; returns dh [N, D] act.
   // Accumulates into the weight's gradient (the token table's when tied).
   StatusOr<Tensor> backward(const TensorView& h, const TensorView& d_logits) const;
+  // backward() into [out] dh [N, D] act (overwritten), e.g. a chunk's rows of a larger one.
+  Status backward_into(const TensorView& h, const TensorView& d_logits, const TensorView& dh) const;
   bool tied() const { return tied_; }
 
  private:

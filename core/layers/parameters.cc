@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "base/allocator.h"
 #include "kernels/elementwise.h"
 
 namespace moe {
@@ -182,11 +183,14 @@ Status ParameterSet::store_value(const Parameter& p) {
                     masters_[i].view().rows(lo - begin, hi - begin));
 }
 
+int64_t held_bytes(const Tensor& t) {
+  if (t.nbytes() == 0 || !t.view().is_host()) return static_cast<int64_t>(t.nbytes());
+  return static_cast<int64_t>(allocator_bucket_size(t.nbytes()));
+}
+
 int64_t ParameterSet::parameter_bytes() const {
-  int64_t bytes = static_cast<int64_t>(working_.nbytes());
-  for (int i = 0; i < 2; ++i) {
-    bytes += static_cast<int64_t>(masters_[i].nbytes() + values_[i].nbytes());
-  }
+  int64_t bytes = held_bytes(working_);
+  for (int i = 0; i < 2; ++i) bytes += held_bytes(masters_[i]) + held_bytes(values_[i]);
   return bytes;
 }
 

@@ -62,6 +62,10 @@ struct Parameter {
   }
 };
 
+// The bytes the allocator holds for `t`: its bytes rounded up to the host allocator's bucket
+// (base/allocator.h) on the host; its bytes on a device.
+int64_t held_bytes(const Tensor& t);
+
 class ParameterSet {
  public:
   // act: f32, f64 or bf16 (see above). ctx: where the arenas live (borrowed).
@@ -110,7 +114,8 @@ class ParameterSet {
   int64_t masters_begin(ParamKind kind) const {
     return std::max<int64_t>(0, masters_begin_[index(kind)]);
   }
-  // The bytes of the masters arenas, the sharded masters' F values and the working copies.
+  // The bytes of the masters arenas, the sharded masters' F values and the working copies, as the
+  // allocator holds them (held_bytes).
   int64_t parameter_bytes() const;
   const Tensor& grads(ParamKind kind) const { return grads_[index(kind)]; }
   // Zeroes every gradient (one memset per arena).

@@ -50,6 +50,8 @@ struct StepContext {
   // FULL recomputation's re-run of a block's forward in backward, rebuilding its Saved: the same
   // decisions and values, and nothing counted twice (MoeLayerInputs::replay).
   bool replay = false;
+  // train.loss_chunk_tokens: the loss's rows per chunk (0: all at once; TransformerLM).
+  int64_t loss_chunk_tokens = 0;
   int64_t token_offset() const { return sequence_offset * seq_len; }
   // SELECTIVE in training: the FFNs' and experts' hidden rows are recomputed in backward.
   bool recompute_hidden() const { return training && recompute == Recompute::kSelective; }

@@ -120,7 +120,6 @@ Status TransformerLM::forward_impl(const TensorView& inputs, const TensorView& t
     return invalid_argument_error("model: statistics ", stats.to_string(), " are not f64[",
                                   stats_size(), "]");
   }
-  const int64_t n = inputs.dim(0) * cfg_.seq_len;
   acts->ctx = ctx;
   MOE_ASSIGN_OR_RETURN(acts->inputs, ctx_.upload(inputs));
   MOE_ASSIGN_OR_RETURN(acts->targets, ctx_.upload(targets));
@@ -157,13 +156,63 @@ Status TransformerLM::forward_impl(const TensorView& inputs, const TensorView& t
   }
   acts->h_final = h;
   if (top1s != nullptr) return Status::OK();
-  MOE_ASSIGN_OR_RETURN(acts->logits, head_->forward(acts->h_final));
-  MOE_ASSIGN_OR_RETURN(acts->lse, ctx_.empty({n}, acts->logits.dtype()));
   MOE_ASSIGN_OR_RETURN(Tensor scratch, ctx_.zeros({2}, DType::kF64));
-  const TensorView ce_sums =
-      sums.numel() > 0 ? sums.rows(kLossSum, kLossTokens + 1) : scratch.view();
-  return kernels::cross_entropy_forward(ctx_, acts->logits, acts->targets.view().reshape({n}),
-                                        acts->lse, ce_sums);
+  return loss_forward(acts,
+                      sums.numel() > 0 ? sums.rows(kLossSum, kLossTokens + 1) : scratch.view());
+}
+
+namespace {
+
+// Rows per loss chunk of a micro-batch of n rows.
+int64_t loss_chunk_rows(const StepContext& ctx, int64_t n) {
+  return ctx.loss_chunk_tokens > 0 ? std::min(n, ctx.loss_chunk_tokens) : n;
+}
+
+}  // namespace
+
+Status TransformerLM::loss_forward(Activations* acts, const TensorView& ce_sums) {
+  const StepContext& ctx = acts->ctx;
+  const int64_t n = acts->h_final.dim(0), chunk = loss_chunk_rows(ctx, n);
+  const bool keep = ctx.training && (ctx.recompute == Recompute::kNone || chunk == n);
+  MOE_ASSIGN_OR_RETURN(acts->lse, ctx_.empty({n}, compute_dtype(params_->act_dtype())));
+  const TensorView targets = acts->targets.view().reshape({n});
+  acts->logits.clear();
+  for (int64_t r0 = 0; r0 < n; r0 += chunk) {
+    const int64_t r1 = std::min(n, r0 + chunk);
+    MOE_ASSIGN_OR_RETURN(Tensor logits, head_->forward(acts->h_final.view().rows(r0, r1)));
+    MOE_RETURN_IF_ERROR(kernels::cross_entropy_forward(ctx_, logits, targets.rows(r0, r1),
+                                                       acts->lse.view().rows(r0, r1), ce_sums));
+    if (keep) acts->logits.push_back(std::move(logits));
+  }
+  return Status::OK();
+}
+
+StatusOr<Tensor> TransformerLM::loss_backward(Activations* acts, double ce_scale) {
+  const int64_t n = acts->h_final.dim(0), chunk = loss_chunk_rows(acts->ctx, n);
+  const DType act = params_->act_dtype();
+  const bool in_place = compute_dtype(act) == act;  // the gradient over the logits
+  const TensorView targets = acts->targets.view().reshape({n});
+  MOE_ASSIGN_OR_RETURN(Tensor dh, ctx_.empty({n, cfg_.d_model}, act));
+  const bool kept = !acts->logits.empty();
+  for (int64_t r0 = 0, c = 0; r0 < n; r0 += chunk, ++c) {
+    const int64_t r1 = std::min(n, r0 + chunk);
+    const TensorView h = acts->h_final.view().rows(r0, r1);
+    Tensor logits, d_logits;
+    if (kept) {
+      logits = std::move(acts->logits[c]);  // freed with this chunk
+    } else {
+      MOE_ASSIGN_OR_RETURN(logits, head_->forward(h));
+    }
+    if (!in_place) {
+      MOE_ASSIGN_OR_RETURN(d_logits, ctx_.empty(logits.shape(), act));
+    }
+    const TensorView dl = in_place ? logits.view() : d_logits.view();
+    MOE_RETURN_IF_ERROR(kernels::cross_entropy_backward(
+        ctx_, logits, targets.rows(r0, r1), acts->lse.view().rows(r0, r1), ce_scale, dl));
+    MOE_RETURN_IF_ERROR(head_->backward_into(h, dl, dh.view().rows(r0, r1)));
+  }
+  acts->logits.clear();
+  return dh;
 }
 
 Status TransformerLM::forward(const TensorView& inputs, const TensorView& targets,
@@ -172,25 +221,28 @@ Status TransformerLM::forward(const TensorView& inputs, const TensorView& target
   return forward_impl(inputs, targets, ctx, acts, sums, stats, nullptr);
 }
 
-Status TransformerLM::backward(const Activations& acts, double ce_scale, double aux_scale) {
-  const int64_t n = acts.h_final.dim(0);
-  MOE_ASSIGN_OR_RETURN(Tensor d_logits, ctx_.empty(acts.logits.shape(), params_->act_dtype()));
-  MOE_RETURN_IF_ERROR(kernels::cross_entropy_backward(
-      ctx_, acts.logits, acts.targets.view().reshape({n}), acts.lse, ce_scale, d_logits));
-  MOE_ASSIGN_OR_RETURN(Tensor dh, head_->backward(acts.h_final, d_logits));
+Status TransformerLM::backward(Activations* acts, double ce_scale, double aux_scale) {
+  MOE_ASSIGN_OR_RETURN(Tensor dh, loss_backward(acts, ce_scale));
+  acts->h_final = Tensor();
   if (final_ln_ != nullptr) {
-    MOE_ASSIGN_OR_RETURN(dh, final_ln_->backward(dh, acts.final_ln));
+    MOE_ASSIGN_OR_RETURN(dh, final_ln_->backward(dh, acts->final_ln));
+    acts->final_ln = LayerNorm::Saved();
   }
   MoeStateGrad state_grad;
+  const bool full = !acts->block_inputs.empty();
   for (size_t b = blocks_.size(); b-- > 0;) {
     TransformerBlock::Saved replayed;  // FULL: this block's only, freed before the next
-    const bool full = !acts.block_inputs.empty();
-    if (full) MOE_RETURN_IF_ERROR(replay_block(acts, b, &replayed));
-    MOE_ASSIGN_OR_RETURN(dh, blocks_[b]->backward(acts.ctx, full ? replayed : acts.blocks[b],
+    if (full) MOE_RETURN_IF_ERROR(replay_block(*acts, b, &replayed));
+    MOE_ASSIGN_OR_RETURN(dh, blocks_[b]->backward(acts->ctx, full ? replayed : acts->blocks[b],
                                                   aux_scale, dh, &state_grad));
+    if (full) {
+      acts->block_inputs[b] = BlockInput();
+    } else {
+      acts->blocks[b] = TransformerBlock::Saved();
+    }
   }
-  MOE_ASSIGN_OR_RETURN(dh, embedding_dropout(acts.ctx, dh, true));
-  return embed_->backward(acts.inputs, dh);
+  MOE_ASSIGN_OR_RETURN(dh, embedding_dropout(acts->ctx, dh, true));
+  return embed_->backward(acts->inputs, dh);
 }
 
 Status TransformerLM::replay_block(const Activations& acts, size_t b,

@@ -23,6 +23,14 @@
 // statistics) on every rank in the same block order, and accumulates nothing: no statistics
 // block, no aux losses into the sums, no loss-free balancing load. With dropless routing each
 // replayed MoE layer reads its exchanged counts again (one more sync per layer in backward).
+//
+// The loss in chunks (StepContext::loss_chunk_tokens, train.loss_chunk_tokens): the head, the
+// cross-entropy and the head's backward run over chunks of that many rows in row order, so
+// backward holds one chunk's logit gradient (computed in place over the logits when they are
+// f32, the FP32 model's case); the head's weight gradient is summed chunk by chunk. A training
+// forward keeps every chunk's logits under NONE; under SELECTIVE and FULL, when there is more
+// than one chunk, it keeps only their lse and backward recomputes each chunk's logits from the
+// head input by the same GEMM (the same bits), so one chunk's logits are alive at a time.
 #pragma once
 
 #include <memory>
@@ -63,8 +71,10 @@ class TransformerLM {
     std::vector<BlockInput> block_inputs;  // FULL recomputation: one per block
     LayerNorm::Saved final_ln;
     Tensor h_final;  // [N, D] head input
-    Tensor logits;   // [N, V] F
-    Tensor lse;      // [N] F: logsumexp of each row of logits
+    // Each loss chunk's logits [rows, V] F, in row order; empty when backward recomputes them
+    // (see "The loss in chunks" above). Backward overwrites them with their gradient under FP32.
+    std::vector<Tensor> logits;
+    Tensor lse;  // [N] F: logsumexp of each row of logits
   };
 
   // act: the activation dtype (f32, bf16, or f64 for gradient checks). ep_comm: nullable.
@@ -82,7 +92,10 @@ class TransformerLM {
   // (stats may be empty).
   Status forward(const TensorView& inputs, const TensorView& targets, const StepContext& ctx,
                  Activations* acts, const TensorView& sums, const TensorView& stats);
-  Status backward(const Activations& acts, double ce_scale, double aux_scale);
+  // Consumes *acts: each part is freed once its backward has run (the logits after the head's,
+  // each block's saved tensors, or its kept input under FULL, after that block's), so memory
+  // falls as backward proceeds.
+  Status backward(Activations* acts, double ce_scale, double aux_scale);
   // After a step: every MoE layer with loss-free balancing moves its selection bias by the step's
   // global loads (apply), or only forgets them (a skipped step). Enqueued; no wait.
   Status update_score_biases(bool apply);
@@ -119,6 +132,10 @@ class TransformerLM {
                       Activations* acts, const TensorView& sums, const TensorView& stats,
                       std::vector<Tensor>* top1s);
   StatusOr<Tensor> embedding_dropout(const StepContext& ctx, const Tensor& h, bool backward);
+  // The head and the loss over acts->h_final, chunk by chunk: lse, the sums (f64 [2] += loss,
+  // counted rows) and the kept logits. The head's backward into a new dh [N, D] act.
+  Status loss_forward(Activations* acts, const TensorView& ce_sums);
+  StatusOr<Tensor> loss_backward(Activations* acts, double ce_scale);
   // FULL recomputation: block b's Saved rebuilt by replaying its forward from its kept input.
   Status replay_block(const Activations& acts, size_t b, TransformerBlock::Saved* saved);
 

@@ -42,14 +42,18 @@ std::string MemoryEstimate::to_string() const {
 }
 
 std::string MemoryEstimate::scratch_to_string() const {
+  const int64_t scratch = std::max(logits_scratch_bytes, backward_scratch_bytes);
   std::string out =
-      str_cat("the activations include ", gib_text(logits_scratch_bytes + device_scratch_bytes),
-              " GiB of scratch: the step's largest transient, the head's f32 logits "
-              "and their gradient");
+      str_cat("the activations include ", gib_text(scratch + device_scratch_bytes),
+              " GiB of scratch: the step's largest transient, ",
+              logits_scratch_bytes >= backward_scratch_bytes
+                  ? "the head's f32 logits and their gradient (fewer with train.loss_chunk_tokens)"
+                  : "a block's backward (its gradients and recomputed rows; the head's logits need "
+                    "less)");
   if (device_scratch_bytes > 0) {
-    out += str_cat(" (", gib_text(logits_scratch_bytes),
-                   "), and the GPU's attention scores and cuBLAS workspace (",
-                   gib_text(device_scratch_bytes), ")");
+    out +=
+        str_cat(" (", gib_text(scratch), "), and the GPU's attention scores and cuBLAS workspace (",
+                gib_text(device_scratch_bytes), ")");
   }
   if (dropless_worst_rows == 0) return out;
   if (dropless_worst_rows == dropless_balanced_rows) {
@@ -115,12 +119,23 @@ ParameterCount count_parameters(const ModelConfig& m, int ep) {
   return {params, matmul, experts, experts_matmul};
 }
 
-// The distributed optimizer (core/optim/state_sharding.h): the state of one chunk per kind, and
-// arenas padded to a whole number of chunks (the masters' and the gradients' alike). With
-// `shard_masters` (BF16) a sharded kind keeps one chunk of masters instead of its padded arena,
-// and the F values of its parameters that are not GEMM operands.
-void shard_optimizer_bytes(const ParameterCount& count, int world_size, int ep, int slots,
-                           bool shard_masters, MemoryEstimate* e) {
+// The persistent arenas, one per kind (dense, expert) and role, as the allocator holds them
+// (whole buckets on the CPU): the masters, the gradients, each optimizer slot's state, and under
+// BF16 one arena of working copies. Under the distributed optimizer (core/optim/state_sharding.h)
+// a kind cut over R ranks keeps the state of one chunk per slot, its masters and gradients padded
+// to R chunks; under BF16 its masters are this rank's chunk, and the parameters that compute in
+// fp32 (norms, biases) keep whole values in an arena of their own.
+void add_parameter_bytes(const ParameterCount& count, const TrainConfig& t, int world_size, int ep,
+                         MemoryEstimate* e) {
+  const bool bf16 = t.precision == Precision::kBf16;
+  const bool sharded = t.distributed_optimizer && world_size > 1;
+  const int slots =
+      t.optimizer.kind == OptimizerKind::kAdamW ? 2 : (t.optimizer.momentum > 0 ? 1 : 0);
+  auto held = [&](int64_t bytes) {
+    return t.device == DeviceKind::kCpu && bytes > 0
+               ? static_cast<int64_t>(allocator_bucket_size(static_cast<size_t>(bytes)))
+               : bytes;
+  };
   struct Kind {
     int64_t numel, matmul;
     int ranks;
@@ -128,21 +143,36 @@ void shard_optimizer_bytes(const ParameterCount& count, int world_size, int ep, 
   const Kind kinds[] = {
       {count.params - count.experts, count.matmul - count.expert_matmul, world_size},
       {count.experts, count.expert_matmul, std::max(1, world_size / ep)}};
-  e->optimizer_bytes = 0;
+  e->parameter_bytes = bf16 ? held(2 * count.matmul) : 0;  // the working copies
   for (const Kind& k : kinds) {
-    const int64_t chunk = shard_chunk(k.numel, k.ranks);
-    const int64_t padding = k.ranks * chunk - k.numel;
-    e->optimizer_bytes += 4 * slots * chunk;
-    e->gradient_bytes += 4 * padding;
-    if (shard_masters && k.ranks > 1 && k.numel > 0) {
-      e->parameter_bytes += 4 * (chunk - k.numel) + 4 * (k.numel - k.matmul);
+    const int ranks = sharded ? k.ranks : 1;
+    const int64_t chunk = shard_chunk(k.numel, ranks);
+    const int64_t arena = ranks * chunk;  // padded under the distributed optimizer
+    e->optimizer_bytes += slots * held(4 * chunk);
+    e->gradient_bytes += held(4 * arena);
+    if (bf16 && ranks > 1 && k.numel > 0) {
+      e->parameter_bytes += held(4 * chunk) + held(4 * (k.numel - k.matmul));
     } else {
-      e->parameter_bytes += 4 * padding;
+      e->parameter_bytes += held(4 * arena);
     }
   }
 }
 
-// Activation bytes per token of one block, by what each recompute setting keeps of it.
+// One micro-batch's tensors as the allocator holds them: `rows` rows per token of the
+// micro-batch's `tokens`, each `width` elements of `elem` bytes, rounded up to the host
+// allocator's bucket on the CPU (base/allocator.h: up to 1/8 more).
+struct TensorSizer {
+  int64_t tokens = 0;
+  bool buckets = false;
+  double operator()(double rows, double width, double elem) const {
+    const auto bytes =
+        static_cast<int64_t>(std::ceil(rows * static_cast<double>(tokens)) * width * elem);
+    if (!buckets || bytes <= 0) return static_cast<double>(bytes);
+    return static_cast<double>(allocator_bucket_size(static_cast<size_t>(bytes)));
+  }
+};
+
+// Bytes of one block of one micro-batch, by what each recompute setting keeps of it.
 struct BlockBytes {
   double saved = 0;   // what the block keeps for backward (NONE), its hidden rows included
   double hidden = 0;  // of `saved`: the FFN's or experts' hidden rows (SELECTIVE recomputes them)
@@ -153,74 +183,96 @@ struct BlockBytes {
   double backward = 0;
 };
 
-// One block's bytes per token (inputs a layer reuses are shared, not copied). A: bytes per
+// The attention and norms of one block: its input, qkv [3D] and context, the norms' inputs
+// (three: post-LN's ln_in, ln1, ln2) and statistics, the attention rows' logsumexp [H].
+double attention_bytes(const ModelConfig& m, int64_t A, const TensorSizer& t) {
+  const int64_t D = m.d_model;
+  return t(1, 3 * D, A) + 5 * t(1, D, A) + 6 * t(1, 1, 4) + t(1, m.n_heads, 4);
+}
+
+// A MoE layer's kept tensors besides the attention's. Rows an expert block holds per token: K
+// assignments, padded to the capacity in capacity mode (C = capacity_factor * T * K / E per
+// expert) or by one row per block in dropless; each kept as received (x) and as returned
+// (y_send), with the hidden rows h_pre ([F], or [2F] when gated) and h; the router's input (F),
+// logits and probabilities [E], its choices, the plan's indices and keys, the layer's output u.
+void add_moe_bytes(const MoeLayerConfig& c, int64_t D, int64_t A, const TensorSizer& t,
+                   BlockBytes* out) {
+  const double rows = c.top_k * (c.dropless ? 1.0 : std::max(1.0, c.capacity_factor));
+  const double hidden =
+      t(rows, first_matrix_cols(c.activation, c.d_expert), A) + t(rows, c.d_expert, A);
+  out->hidden = hidden;
+  out->saved += 2 * t(rows, D, A) + hidden;
+  out->backward = 2 * t(rows, D, A) + hidden;
+  out->saved += t(1, D, 4) + 2 * t(1, c.num_experts, 4) + 6 * t(1, c.top_k, 4) + 2 * t(1, 1, 4);
+  out->saved += t(rows, 12, 1) + t(1, D, A);  // send rows' tokens and keys; u
+  if (c.shared_experts > 0) {                 // the shared experts' h_pre, h and output
+    const double shared =
+        t(1, first_matrix_cols(c.activation, c.shared_width()), A) + t(1, c.shared_width(), A);
+    out->hidden += shared;
+    out->saved += shared + t(1, D, A);
+  }
+  if (c.residual == ResidualKind::kAdam) out->saved += 2 * t(1, D, 4);  // the moments out (F)
+}
+
+// One block's bytes (inputs a layer reuses are shared, not counted twice). A: bytes per
 // activation. state_in: the block is entered by a MoE layer's state (FULL keeps it).
-BlockBytes block_bytes(const ModelConfig& m, const BlockPlan& b, int64_t A, bool state_in) {
-  const int64_t D = m.d_model, H = m.n_heads;
+BlockBytes block_bytes(const ModelConfig& m, const BlockPlan& b, int64_t A, bool state_in,
+                       const TensorSizer& t) {
+  const int64_t D = m.d_model;
   BlockBytes out;
-  out.input = D * A + (state_in ? 4.0 * D + 4 : 0.0);  // h; the state p (F) and top1 (i32)
-  out.saved = 8.0 * D * A + 4.0 * H + 16;  // qkv, context, output, dropout, sum, LN; lse, stats
+  out.input = t(1, D, A) + (state_in ? t(1, D, 4) + t(1, 1, 4) : 0.0);  // h; state p, top1
+  out.saved = attention_bytes(m, A, t);
   if (!b.moe) {
-    // h_pre ([F], or [2F] when gated) and h.
-    out.hidden = (first_matrix_cols(m.activation, m.d_ff) + m.d_ff) * A;
-    out.saved += out.hidden + 4.0 * D * A + 8;
+    // h_pre ([F], or [2F] when gated) and h; the FFN's input and output.
+    out.hidden = t(1, first_matrix_cols(m.activation, m.d_ff), A) + t(1, m.d_ff, A);
+    out.saved += out.hidden + 4 * t(1, D, A);
     out.backward = out.hidden;
     return out;
   }
-  const MoeLayerConfig& c = b.moe_cfg;
-  // Rows an expert block holds per token: K assignments, padded to the capacity in capacity
-  // mode (C = capacity_factor * T * K / E per expert) or by one row per block in dropless.
-  const double rows = c.top_k * (c.dropless ? 1.0 : std::max(1.0, c.capacity_factor));
-  // x and y in and out of the experts; h_pre ([F], or [2F] when gated) and h
-  out.hidden = rows * (first_matrix_cols(c.activation, c.d_expert) + c.d_expert) * A;
-  out.saved += rows * 4.0 * D * A + out.hidden;
-  out.backward = rows * 2.0 * D * A + out.hidden;
-  out.saved += 4.0 * D + 3.0 * c.num_experts * 4 + 12.0 * c.top_k;  // router in, logits, probs, idx
-  out.saved += 6.0 * D * A + 4.0 * D * 4;  // u, out, LNs, sums; state p (F)
-  if (c.shared_experts > 0) {              // the shared experts' h_pre, h and output
-    const double shared =
-        (first_matrix_cols(c.activation, c.shared_width()) + c.shared_width()) * A;
-    out.hidden += shared;
-    out.saved += shared + D * A;
-  }
-  if (c.residual == ResidualKind::kAdam) out.saved += 4.0 * D * 4;
+  add_moe_bytes(b.moe_cfg, D, A, t, &out);
   return out;
 }
 
-// Activation bytes per token of one micro-batch: what the blocks keep for backward under
-// `recompute`, the embedding's output and the head's input; not the head's logits and their
-// gradient (counted whole: estimate_training_memory).
-double activation_bytes_per_token(const ModelConfig& m, int64_t A, Recompute recompute) {
+// The activation bytes of one micro-batch beside the head's logits (head_scratch_bytes): what
+// stays from forward to backward under `recompute` (the blocks' kept tensors, the embedding's
+// output, the head's input), and the largest transient of a block's backward. Backward frees
+// the logits before the blocks' backward and each block's tensors after its own
+// (TransformerLM::backward), so the two transients never coexist, and the first block to run
+// backward (the last) finds every other block's tensors still kept: its own transient comes on
+// top (a few [T, D] gradients, its expert rows' and hidden rows' gradients, and the hidden rows
+// SELECTIVE recomputes or the whole block FULL replays).
+struct ActivationBytes {
+  double kept = 0, transient = 0;
+};
+
+ActivationBytes activation_bytes(const ModelConfig& m, int64_t A, Recompute recompute,
+                                 const TensorSizer& t) {
   const int64_t D = m.d_model;
-  double per_token = 2.0 * D * A + 8;  // embedding output and its dropout
-  double kept = 0, largest_hidden = 0, largest_replay = 0;
+  ActivationBytes out;
+  out.kept = 2 * t(1, D, A);  // the embedding's output and its dropout
+  double largest = 0;
   bool state_in = false;
   for (const BlockPlan& b : m.blocks) {
-    const BlockBytes bytes = block_bytes(m, b, A, state_in);
+    const BlockBytes block = block_bytes(m, b, A, state_in, t);
     state_in = state_in || b.moe;
-    largest_hidden = std::max(largest_hidden, bytes.hidden);
-    largest_replay = std::max(largest_replay, bytes.saved + bytes.backward);
     switch (recompute) {
       case Recompute::kNone:
-        kept += bytes.saved;
+        out.kept += block.saved;
+        largest = std::max(largest, block.backward);
         break;
       case Recompute::kSelective:
-        kept += bytes.saved - bytes.hidden;
+        out.kept += block.saved - block.hidden;
+        largest = std::max(largest, block.hidden + block.backward);
         break;
       case Recompute::kFull:
-        kept += bytes.input;
+        out.kept += block.input;
+        largest = std::max(largest, block.saved + block.backward);
         break;
     }
   }
-  // The block whose backward runs: its hidden rows recomputed, or its whole forward replayed
-  // (with its backward's gradients).
-  if (recompute == Recompute::kSelective) kept += largest_hidden;
-  if (recompute == Recompute::kFull) kept += largest_replay;
-  per_token += kept;
-  per_token += 2.0 * D * A + 8;  // final hidden, lse (the logits and d_logits: the caller)
-  // Backward holds a few [T, D] gradients at once on top of the saved activations.
-  per_token += 6.0 * D * 4;
-  return per_token;
+  out.kept += 2 * t(1, D, A) + t(1, 1, 4);   // final hidden, lse
+  out.transient = largest + 6 * t(1, D, 4);  // with a few [T, D] gradients
+  return out;
 }
 
 // Dropless routing's worst case per MoE layer (memory_estimate.h): fills the rows and the extra
@@ -253,6 +305,28 @@ void add_dropless_worst_case(const ModelConfig& m, int64_t A, int ep, int64_t to
   if (e->recompute == Recompute::kFull) e->dropless_worst_extra_bytes = largest_rows;
 }
 
+// The head's f32 logits and the gradient of one chunk of them (train.loss_chunk_tokens; the
+// whole micro-batch by default), the step's largest transient from the end of forward on: every
+// chunk's logits under NONE (and with one chunk), one chunk's when SELECTIVE or FULL recomputes
+// them; the gradient is written over them under FP32, a chunk's act-dtype tensor beside them
+// under BF16. On the CPU each tensor is a whole bucket of the host allocator (base/allocator.h:
+// up to 1/8 more), which at a large vocabulary is no rounding error.
+int64_t head_scratch_bytes(int64_t vocab, const TrainConfig& t, int64_t tokens, int64_t A) {
+  if (tokens <= 0) return 0;
+  const int64_t chunk = t.loss_chunk_tokens > 0 ? std::min(tokens, t.loss_chunk_tokens) : tokens;
+  auto bucket = [&](int64_t bytes) {
+    return t.device == DeviceKind::kCpu && bytes > 0
+               ? static_cast<int64_t>(allocator_bucket_size(static_cast<size_t>(bytes)))
+               : bytes;
+  };
+  const int64_t row = vocab * 4;
+  int64_t bytes = bucket(chunk * row);  // one chunk's logits
+  if (t.recompute == Recompute::kNone || chunk == tokens) {
+    bytes = (tokens / chunk) * bytes + bucket((tokens % chunk) * row);
+  }
+  return A == 4 ? bytes : bytes + bucket(chunk * vocab * A);
+}
+
 }  // namespace
 
 MemoryEstimate estimate_training_memory(const RunConfig& cfg, int world_size) {
@@ -260,34 +334,22 @@ MemoryEstimate estimate_training_memory(const RunConfig& cfg, int world_size) {
   const TrainConfig& t = cfg.train;
   const int64_t A = t.precision == Precision::kBf16 ? 2 : 4;  // activation bytes
   const ParameterCount count = count_parameters(m, std::max(1, cfg.parallel.ep));
-  const int64_t params = count.params, matmul = count.matmul;
+  const int64_t params = count.params;
   MemoryEstimate e;
   e.parameters = params;
-  e.parameter_bytes = 4 * params + (A == 2 ? 2 * matmul : 0);
-  e.gradient_bytes = 4 * params;
-  const int slots =
-      t.optimizer.kind == OptimizerKind::kAdamW ? 2 : (t.optimizer.momentum > 0 ? 1 : 0);
-  e.optimizer_bytes = 4 * params * slots;
-  if (t.distributed_optimizer && world_size > 1) {
-    shard_optimizer_bytes(count, world_size, std::max(1, cfg.parallel.ep), slots, A == 2, &e);
-  }
+  add_parameter_bytes(count, t, world_size, std::max(1, cfg.parallel.ep), &e);
 
   // Activations of one micro-batch.
   const int64_t micro = t.micro_batch_per_rank(world_size);
   const int64_t tokens = micro * m.seq_len;
   e.recompute = t.recompute;
-  const double per_token = activation_bytes_per_token(m, A, t.recompute);
+  const TensorSizer sizer{tokens, t.device == DeviceKind::kCpu};
   e.micro_batch_tokens = tokens;
-  // The head's f32 logits and their gradient ([tokens, V] each) coexist from the start of
-  // backward on, the step's largest transient; the host allocator hands each out as a whole
-  // bucket (base/allocator.h: up to 1/8 more), which at a large vocabulary is no rounding error.
-  const int64_t logits = m.vocab_size * 4 * tokens;
-  e.logits_scratch_bytes =
-      2 * (t.device == DeviceKind::kCpu
-               ? static_cast<int64_t>(allocator_bucket_size(static_cast<size_t>(logits)))
-               : logits);
-  e.activation_bytes = static_cast<int64_t>(std::ceil(per_token * static_cast<double>(tokens))) +
-                       e.logits_scratch_bytes;
+  e.logits_scratch_bytes = head_scratch_bytes(m.vocab_size, t, tokens, A);
+  const ActivationBytes act = activation_bytes(m, A, t.recompute, sizer);
+  e.backward_scratch_bytes = static_cast<int64_t>(std::ceil(act.transient));
+  e.activation_bytes = static_cast<int64_t>(std::ceil(act.kept)) +
+                       std::max(e.logits_scratch_bytes, e.backward_scratch_bytes);
   add_dropless_worst_case(m, A, std::max(1, cfg.parallel.ep), tokens, &e);
   return e;
 }

@@ -5,14 +5,17 @@
 // The estimate counts the parameters (fp32 masters, gradients, optimizer state, bf16 working
 // copies of the GEMM weights under BF16; under train.distributed_optimizer the state of this
 // rank's chunks and the arenas' padding, and under BF16 the masters of this rank's chunks and the
-// fp32 values of the other parameters, core/optim/state_sharding.h) exactly, and one
-// micro-batch's activations from the tensors the layers keep for backward plus the largest
-// transient of the step (the logits and their gradient), per token, as train.recompute keeps
-// them: NONE every block's saved tensors; SELECTIVE those less the FFNs' and experts' hidden
-// rows, but for the one block whose backward recomputes them; FULL each block's input (and the
-// MoE state entering it) and one block's saved tensors, those of the block whose backward
-// replays its forward. tests/core/memory_estimate_test.cc holds it against the allocator's
-// measured peak for every config family and every setting.
+// fp32 values of the other parameters, core/optim/state_sharding.h), and one micro-batch's
+// activations: the tensors the layers keep for backward as train.recompute keeps them (NONE every
+// block's saved tensors; SELECTIVE those less the FFNs' and experts' hidden rows; FULL each
+// block's input and the MoE state entering it), plus the larger of the step's two transients,
+// which never coexist: the head's logits and their gradient (as train.loss_chunk_tokens cuts
+// them) and the backward of the first block to run it (its gradients, and the hidden rows
+// SELECTIVE recomputes or the block FULL replays). Each tensor counts as the allocator holds it
+// (on the CPU a whole bucket of the host allocator, base/allocator.h), so the estimate is the
+// parameters' allocation exactly and, on the quick start and smoe-medium, within a few percent
+// above the activations' peak: tests/core/memory_estimate_test.cc holds it against the
+// allocator's measured peak for every config family and every setting.
 #pragma once
 
 #include <cstdint>
@@ -41,10 +44,13 @@ struct MemoryEstimate {
   std::string to_string() const;
   int64_t micro_batch_tokens = 0;
 
-  // Of activation_bytes: the step's largest transient, the head's f32 logits and their gradient
-  // ([tokens, V] each; they coexist from the start of backward on), on the CPU as the host
-  // allocator's buckets hold them.
+  // Of activation_bytes: the step's largest transient, the head's f32 logits ([tokens, V]; one
+  // loss chunk's rows when recomputed) and one chunk's gradient (written over the logits under
+  // FP32; train.loss_chunk_tokens), on the CPU as the host allocator's buckets hold them.
   int64_t logits_scratch_bytes = 0;
+  // Beside it, never at once (backward frees the logits first): the largest transient of a
+  // block's backward. activation_bytes holds the larger of the two.
+  int64_t backward_scratch_bytes = 0;
   // Of activation_bytes, on a GPU: the device's own scratch (attention scores, the cuBLAS
   // workspace: run_device.h device_scratch_bytes), added by the trainer; 0 on the CPU.
   int64_t device_scratch_bytes = 0;

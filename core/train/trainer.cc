@@ -473,6 +473,7 @@ Status Trainer::accumulate_gradients(int64_t step, const StepBuffer& slots, cons
     ctx.training = true;
     ctx.stats_comm = world_;
     ctx.recompute = t.recompute;
+    ctx.loss_chunk_tokens = t.loss_chunk_tokens;
     TransformerLM::Activations acts;
     {
       ScopedPhase phase(*ctx_, Phase::kForward);
@@ -481,7 +482,7 @@ Status Trainer::accumulate_gradients(int64_t step, const StepBuffer& slots, cons
     }
     ScopedPhase phase(*ctx_, Phase::kBackward);
     MOE_RETURN_IF_ERROR(
-        model_->backward(acts, counted > 0 ? scale / static_cast<double>(counted) : 0.0, scale));
+        model_->backward(&acts, counted > 0 ? scale / static_cast<double>(counted) : 0.0, scale));
   }
   return Status::OK();
 }

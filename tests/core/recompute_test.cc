@@ -142,12 +142,17 @@ class RecomputeTest : public ::testing::Test {
           const std::string what = str_cat(family, " ", precision, " ",
                                            setting == 1 ? "SELECTIVE" : "FULL", " rank ", rank);
           expect_same_run(none[rank], runs[setting][rank], what);
-          // The kept activations shrink: each setting's peak below the last's.
+          // The kept activations shrink: each setting's peak below the last's (the first step's
+          // may be set by the optimizer state's first allocation instead: not above).
           const std::vector<int64_t>& less = runs[setting][rank].peaks;
           const std::vector<int64_t>& more = runs[setting - 1][rank].peaks;
           ASSERT_EQ(less.size(), more.size()) << what;
           for (size_t i = 0; i < less.size(); ++i) {
-            EXPECT_LT(less[i], more[i]) << what << " step " << i + 1 << ": peak tensor bytes";
+            if (i == 0) {
+              EXPECT_LE(less[i], more[i]) << what << " step 1: peak tensor bytes";
+            } else {
+              EXPECT_LT(less[i], more[i]) << what << " step " << i + 1 << ": peak tensor bytes";
+            }
           }
         }
       }
@@ -197,6 +202,13 @@ TEST_F(RecomputeTest, CapacityAndDroplessRoutingTrainTheSameBits) {
   }
 }
 
+// The loss in chunks of 7 rows (train.loss_chunk_tokens; the last chunk short): NONE keeps every
+// chunk's logits, SELECTIVE and FULL recompute them chunk by chunk in backward.
+TEST_F(RecomputeTest, TheLossInChunksTrainsTheSameBits) {
+  expect_same_training("quickstart", {"train.loss_chunk_tokens=7"}, 1);
+  expect_same_training("modern/deepseek-v3", {"train.loss_chunk_tokens=7", "parallel.ep=2"}, 2);
+}
+
 // Two expert-parallel ranks: a replay repeats the layer's exchanges (and the global aux sums and
 // AC statistics) on both ranks in the same order; each rank's losses, gradients (its experts')
 // and weights equal its NONE run's.
@@ -215,7 +227,7 @@ TEST_F(RecomputeTest, ExpertParallelRanksTrainTheSameBits) {
 // What a training forward keeps follows the setting: NONE every block's Saved with the hidden
 // rows; SELECTIVE the same Saved without the experts', shared experts' and dense FFNs' hidden
 // rows (their input rows kept); FULL no Saved at all, but each block's input and entering state.
-// Evaluation keeps every Saved whatever the setting.
+// Evaluation keeps every Saved whatever the setting. Backward frees each part once used.
 TEST_F(RecomputeTest, TheKeptTensorsFollowTheSetting) {
   StatusOr<RunConfig> cfg = config("modern/deepseek-v3", "NONE", {"model.arch=sgsfsg"});
   ASSERT_TRUE(cfg.ok()) << cfg.status().to_string();
@@ -260,8 +272,17 @@ TEST_F(RecomputeTest, TheKeptTensorsFollowTheSetting) {
         // The state enters every block after the first MoE layer (block 0 here).
         EXPECT_EQ(acts.block_inputs[b].state.p.numel() > 0, b > 0) << "block " << b;
       }
-      if (training) {
-        ASSERT_TRUE((*model)->backward(acts, 1.0, 1.0).ok());
+      if (!training) continue;
+      ASSERT_TRUE((*model)->backward(&acts, 1.0, 1.0).ok());
+      // Backward frees what it has used: the logits, each block's tensors or kept input.
+      EXPECT_TRUE(acts.logits.empty());
+      for (size_t b = 0; b < acts.blocks.size(); ++b) {
+        EXPECT_EQ(acts.blocks[b].attn.qkv.numel(), 0) << "block " << b;
+        EXPECT_EQ(acts.blocks[b].moe.experts.x.numel() + acts.blocks[b].ffn.x.numel(), 0)
+            << "block " << b;
+      }
+      for (size_t b = 0; b < acts.block_inputs.size(); ++b) {
+        EXPECT_EQ(acts.block_inputs[b].h.numel(), 0) << "block " << b;
       }
     }
   }

@@ -1,8 +1,9 @@
 // The whole language model in f64: every parameter's gradient against finite differences, for
 // post-LN (the reference code's double residual) and pre-LN blocks, LayerNorm and RMSNorm,
 // momentum, Adam and robust MoE layers, dense blocks, dropout everywhere, tied and untied heads,
-// RoPE and bias-free attention; plus determinism and the mu = 0 / gamma = 1 identity at model
-// level, and the parameters an RMSNorm model registers.
+// RoPE and bias-free attention, the loss in chunks (logits kept or recomputed); plus determinism
+// and the mu = 0 / gamma = 1 identity at model level, and the parameters an RMSNorm model
+// registers.
 #include "core/model/transformer.h"
 
 #include <gtest/gtest.h>
@@ -24,6 +25,8 @@ struct ModelCase {
   PositionKind position = PositionKind::kLearned;
   bool linear_bias = true;
   NormKind norm = NormKind::kLayerNorm;
+  int64_t loss_chunk = 0;  // StepContext::loss_chunk_tokens
+  Recompute recompute = Recompute::kNone;
 };
 
 void PrintTo(const ModelCase& c, std::ostream* os) { *os << c.name; }
@@ -115,7 +118,9 @@ TEST_P(TransformerGradTest, EveryParameterMatchesFiniteDifferences) {
   // for every case (seeds 1-8 pass except 5 for pre_ln_adam_robust, at 2.5e-5 relative).
   ASSERT_TRUE(model.init_parameters(6).ok());
   Batch batch(2, cfg.seq_len, cfg.vocab_size, 3);
-  const StepContext ctx = context(2, cfg.seq_len);
+  StepContext ctx = context(2, cfg.seq_len);
+  ctx.loss_chunk_tokens = c.loss_chunk;
+  ctx.recompute = c.recompute;
   const double ce_scale = 1.3, aux_scale = 0.7;
   const double counted = static_cast<double>(2 * cfg.seq_len - 1);
   // The mean token cross-entropy and the sum of the aux losses.
@@ -130,7 +135,7 @@ TEST_P(TransformerGradTest, EveryParameterMatchesFiniteDifferences) {
     Sums r;
     ASSERT_TRUE(model.forward(batch.inputs, batch.targets, ctx, &acts, r.t, {}).ok());
     ASSERT_TRUE(model.params().zero_grads().ok());
-    ASSERT_TRUE(model.backward(acts, ce_scale / counted, aux_scale).ok());
+    ASSERT_TRUE(model.backward(&acts, ce_scale / counted, aux_scale).ok());
     EXPECT_EQ(r.tokens(), counted);
   }
   std::vector<GradTarget> targets;
@@ -165,6 +170,22 @@ INSTANTIATE_TEST_SUITE_P(
                                 PositionKind::kLearned, false}),
     [](const ::testing::TestParamInfo<ModelCase>& info) { return info.param.name; });
 
+// The loss in chunks of 3 of the 10 rows (the last chunk short): the head's weight gradient summed
+// chunk by chunk, the tied table's too, with the logits kept (NONE) or recomputed per chunk
+// (SELECTIVE, FULL).
+INSTANTIATE_TEST_SUITE_P(
+    LossInChunks, TransformerGradTest,
+    ::testing::Values(ModelCase{"pre_ln_tied_chunked_loss", "smsf", BlockStyle::kPreLn, true, 0.1,
+                                PositionKind::kLearned, true, NormKind::kLayerNorm, 3},
+                      ModelCase{"post_ln_chunked_loss_selective", "sgsm",
+                                BlockStyle::kPostLnDoubleResidual, false, 0.1,
+                                PositionKind::kLearned, true, NormKind::kLayerNorm, 3,
+                                Recompute::kSelective},
+                      ModelCase{"pre_ln_tied_rms_chunked_loss_full", "sasf", BlockStyle::kPreLn,
+                                true, 0.1, PositionKind::kRope, false, NormKind::kRmsNorm, 3,
+                                Recompute::kFull}),
+    [](const ::testing::TestParamInfo<ModelCase>& info) { return info.param.name; });
+
 // A RoPE model has no learned positions, a bias-free one no attention biases; every combination
 // runs deterministically.
 // Two forward passes of `model` (initialised here) on one batch give the same bits: nothing a
@@ -178,7 +199,7 @@ void expect_two_forwards_equal(TransformerLM& model, const ModelConfig& cfg) {
   ASSERT_TRUE(model.forward(batch.inputs, batch.targets, ctx, &a1, r1.t, {}).ok());
   ASSERT_TRUE(model.forward(batch.inputs, batch.targets, ctx, &a2, r2.t, {}).ok());
   EXPECT_EQ(r1.loss_sum(), r2.loss_sum());
-  EXPECT_TRUE(bitwise_equal(a1.logits, a2.logits));
+  EXPECT_TRUE(bitwise_equal(a1.logits.at(0), a2.logits.at(0)));
 }
 
 TEST(TransformerTest, RopeAndBiasFreeModelsRegisterTheirParameters) {
@@ -226,12 +247,12 @@ TEST(TransformerTest, DeterministicAndZeroMomentumIsPlain) {
     ASSERT_TRUE(plain.forward(batch.inputs, batch.targets, ctx, &a2, r2.t, {}).ok());
     ASSERT_TRUE(hb.forward(batch.inputs, batch.targets, ctx, &a3, r3.t, {}).ok());
     EXPECT_EQ(r1.loss_sum(), r2.loss_sum());
-    EXPECT_TRUE(bitwise_equal(a1.logits, a2.logits));
-    EXPECT_TRUE(bitwise_equal(a1.logits, a3.logits));
+    EXPECT_TRUE(bitwise_equal(a1.logits.at(0), a2.logits.at(0)));
+    EXPECT_TRUE(bitwise_equal(a1.logits.at(0), a3.logits.at(0)));
     ASSERT_TRUE(plain.params().zero_grads().ok());
     ASSERT_TRUE(hb.params().zero_grads().ok());
-    ASSERT_TRUE(plain.backward(a1, 1.0, 1.0).ok());
-    ASSERT_TRUE(hb.backward(a3, 1.0, 1.0).ok());
+    ASSERT_TRUE(plain.backward(&a1, 1.0, 1.0).ok());
+    ASSERT_TRUE(hb.backward(&a3, 1.0, 1.0).ok());
     for (size_t i = 0; i < plain.params().all().size(); ++i) {
       EXPECT_TRUE(bitwise_equal(plain.params().all()[i]->grad, hb.params().all()[i]->grad))
           << plain.params().all()[i]->name;
@@ -329,12 +350,12 @@ TEST(TransformerTest, Bf16CloseToFp32FromTheSameMasters) {
       Sums r32, r16;
       ASSERT_TRUE(f32->forward(batch.inputs, batch.targets, ctx, &a32, r32.t, {}).ok());
       ASSERT_TRUE(b16->forward(batch.inputs, batch.targets, ctx, &a16, r16.t, {}).ok());
-      EXPECT_EQ(a16.logits.dtype(), DType::kF32);  // the loss is fp32 always
+      EXPECT_EQ(a16.logits.at(0).dtype(), DType::kF32);  // the loss is fp32 always
       EXPECT_NEAR(r16.loss_sum() / r16.tokens(), r32.loss_sum() / r32.tokens(), 0.02);
       ASSERT_TRUE(f32->params().zero_grads().ok());
       ASSERT_TRUE(b16->params().zero_grads().ok());
-      ASSERT_TRUE(f32->backward(a32, 1.0 / r32.tokens(), 1.0).ok());
-      ASSERT_TRUE(b16->backward(a16, 1.0 / r16.tokens(), 1.0).ok());
+      ASSERT_TRUE(f32->backward(&a32, 1.0 / r32.tokens(), 1.0).ok());
+      ASSERT_TRUE(b16->backward(&a16, 1.0 / r16.tokens(), 1.0).ok());
       for (ParamKind kind : {ParamKind::kDense, ParamKind::kExpert}) {
         const TensorView g32 = f32->params().grads(kind), g16 = b16->params().grads(kind);
         ASSERT_EQ(g16.dtype(), DType::kF32);

@@ -1,7 +1,7 @@
 // Softmax cross-entropy (kernels/cross_entropy.h): known values (uniform logits give log V, a
 // hand-computed V = 3 row), stability for huge logits, ignored targets, the saved lse and per-row
-// losses, the backward against the closed form and central finite differences in f64, and
-// argument errors.
+// losses, the backward against the closed form and central finite differences in f64 (in place
+// too, f32 included), and argument errors.
 #include "kernels/cross_entropy.h"
 
 #include <gtest/gtest.h>
@@ -156,6 +156,25 @@ TEST(CrossEntropyTest, BackwardMatchesFiniteDifferences) {
     // d_logits may alias logits.
     Tensor in_place = Tensor::copy_of(logits);
     ASSERT_TRUE(cross_entropy_backward(ctx(), in_place, targets, lse, scale, in_place).ok());
+    EXPECT_TRUE(moe::testing::bitwise_equal(in_place, d));
+  }
+}
+
+// The f32 gradient in place over its logits (the model's chunked loss computes it so) is the
+// out-of-place gradient bit for bit, at widths where the row loop is vectorised and where it is
+// not.
+TEST(CrossEntropyTest, F32GradientInPlaceIsTheSameBits) {
+  for (const int64_t v : {7, 64, 1003}) {
+    SCOPED_TRACE(str_cat("V ", v));
+    Tensor logits = Tensor::empty({6, v}, DType::kF32);
+    fill_uniform(logits, 11, -8, 8);
+    Tensor targets = Tensor::from_vector<int32_t>({6}, {0, -1, 3, 6, 2, 5});
+    Tensor lse = Tensor::empty({6}, DType::kF32);
+    ASSERT_TRUE(ce_forward(logits, targets, lse).ok());
+    Tensor d = Tensor::empty({6, v}, DType::kF32);
+    ASSERT_TRUE(cross_entropy_backward(ctx(), logits, targets, lse, 0.25, d).ok());
+    Tensor in_place = Tensor::copy_of(logits);
+    ASSERT_TRUE(cross_entropy_backward(ctx(), in_place, targets, lse, 0.25, in_place).ok());
     EXPECT_TRUE(moe::testing::bitwise_equal(in_place, d));
   }
 }
