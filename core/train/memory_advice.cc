@@ -1,6 +1,7 @@
 #include "core/train/memory_advice.h"
 
 #include <cstdio>
+#include <utility>
 
 #include "core/train/memory_estimate.h"
 
@@ -8,12 +9,19 @@ namespace moe {
 namespace {
 
 // One candidate change: its --set text and what it does to a config. combine: whether it joins
-// the combination tried when nothing fits alone (SELECTIVE does not: FULL keeps less).
+// the combination tried when nothing fits alone (SELECTIVE does not: FULL keeps less), with
+// `combined` as its text there when that differs.
 struct Change {
+  Change(std::string o, std::function<void(RunConfig*)> f, bool c = true, std::string text = "")
+      : overrides(std::move(o)), apply(std::move(f)), combine(c), combined(std::move(text)) {}
   std::string overrides;
   std::function<void(RunConfig*)> apply;
   bool combine = true;
+  std::string combined;
 };
+
+// The chunk the advice offers for the loss (train.loss_chunk_tokens).
+constexpr int64_t kAdvisedLossChunk = 1024;
 
 void set_grad_accum(RunConfig* c, int64_t accum) { c->train.grad_accum = accum; }
 
@@ -51,6 +59,20 @@ std::vector<Change> single_changes(const RunConfig& cfg, int world_size) {
     out.push_back(
         {"train.precision=BF16", [](RunConfig* c) { c->train.precision = Precision::kBf16; }});
   }
+  // The loss in chunks; with recomputation (SELECTIVE unless a setting is chosen) the head's
+  // logits are then not kept either.
+  const int64_t tokens = cfg.train.micro_batch_per_rank(world_size) * cfg.model.seq_len;
+  if (cfg.train.loss_chunk_tokens == 0 && tokens > kAdvisedLossChunk) {
+    const std::string chunk = str_cat("train.loss_chunk_tokens=", kAdvisedLossChunk);
+    out.push_back({(r == Recompute::kNone ? "train.recompute=SELECTIVE " : "") + chunk,
+                   [](RunConfig* c) {
+                     c->train.loss_chunk_tokens = kAdvisedLossChunk;
+                     if (c->train.recompute == Recompute::kNone) {
+                       c->train.recompute = Recompute::kSelective;
+                     }
+                   },
+                   true, chunk});
+  }
   return out;
 }
 
@@ -78,7 +100,8 @@ std::vector<FittingSetting> settings_that_fit(
   for (const Change& ch : changes) {
     if (!ch.combine) continue;
     ch.apply(&all);
-    overrides += (overrides.empty() ? "" : " ") + ch.overrides;
+    overrides +=
+        (overrides.empty() ? "" : " ") + (ch.combined.empty() ? ch.overrides : ch.combined);
   }
   if (const int64_t accum = fitting_grad_accum(all, world_size, available, need); accum > 0) {
     set_grad_accum(&all, accum);

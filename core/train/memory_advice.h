@@ -1,8 +1,8 @@
 // What would make a run fit its memory: when the estimate (memory_estimate.h) exceeds what a
 // host or GPU has, the refusal names the settings that fit, each one change of the config
 // (gradient accumulation for a smaller micro-batch, activation recomputation, the distributed
-// optimizer over several ranks, BF16), or, when no single change fits, them all together, with
-// the bytes each would need.
+// optimizer over several ranks, BF16, the loss in chunks of 1024 tokens with recomputation), or,
+// when no single change fits, them all together, with the bytes each would need.
 #pragma once
 
 #include <cstdint>

@@ -599,12 +599,28 @@ TEST_F(MemoryEstimateTest, ARefusalNamesTheSettingsThatFit) {
                 .rfind("; it fits with --set ", 0),
             0u);
 
+  // 4096 tokens a micro-batch: the loss in chunks with SELECTIVE (no logits kept) is named where
+  // it fits and SELECTIVE alone does not.
+  const std::vector<std::string> wide = {"model.vocab_size=20000", "model.seq_len=256"};
+  const std::string chunked = "train.recompute=SELECTIVE train.loss_chunk_tokens=1024";
+  const int64_t between = need(load(wide, chunked));
+  ASSERT_LT(between, need(load(wide, "train.recompute=SELECTIVE")));
+  bool named_chunked = false;
+  for (const FittingSetting& f : settings_that_fit(load(wide, ""), 1, between, need)) {
+    named_chunked = named_chunked || (f.overrides == chunked && f.bytes == between);
+  }
+  EXPECT_TRUE(named_chunked);
+
   // Long sequences, a batch of 2: no single change fits a memory that all of them together fit.
   const std::vector<std::string> longer = {"model.vocab_size=1500", "model.seq_len=4096",
                                            "train.batch_size=2"};
-  const std::string all = "train.recompute=FULL train.precision=BF16 train.grad_accum=2";
+  const std::string all =
+      "train.recompute=FULL train.precision=BF16 train.loss_chunk_tokens=1024 train.grad_accum=2";
   const int64_t available = need(load(longer, all));
   for (const std::string& one : singles) ASSERT_GT(need(load(longer, one)), available) << one;
+  // 8192 tokens a micro-batch: the loss in chunks is offered too (with recomputation).
+  ASSERT_GT(need(load(longer, "train.recompute=SELECTIVE train.loss_chunk_tokens=1024")),
+            available);
   ASSERT_GT(need(load(longer, "train.grad_accum=2")), available);
   const std::vector<FittingSetting> fit = settings_that_fit(load(longer, ""), 1, available, need);
   ASSERT_EQ(fit.size(), 1u);
