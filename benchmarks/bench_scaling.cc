@@ -14,6 +14,7 @@
 
 #include "benchmarks/bench_util.h"
 #include "benchmarks/layer_fixture.h"
+#include "benchmarks/train_presets.h"
 #include "comm/world.h"
 #include "core/train/trainer.h"
 #include "proto/run_convert.h"
@@ -44,7 +45,9 @@ Status layer_point(const Args& a, comm::World* world, bool weak, JsonLine* j) {
   return Status::OK();
 }
 
-Status train_point(const Args& a, comm::World* world, bool weak, JsonLine* j) {
+// One training point in the job directory `dir` (every rank's).
+Status train_point(const Args& a, comm::World* world, bool weak, const std::string& dir,
+                   JsonLine* j) {
   const int ranks = world->size();
   const int64_t per_rank = a.get("sequences", 4);
   const int64_t batch = weak ? per_rank * ranks : per_rank * 4;  // strong: 4 ranks' worth, split
@@ -59,7 +62,7 @@ Status train_point(const Args& a, comm::World* world, bool weak, JsonLine* j) {
                        "model.moe.num_experts=16"},
                       ranks));
   TrainerOptions opts;
-  opts.run_dir = (std::filesystem::temp_directory_path() / "momoe_bench_scaling").string();
+  opts.run_dir = dir;
   opts.resume = false;
   opts.progress = nullptr;
   MOE_ASSIGN_OR_RETURN(std::unique_ptr<Trainer> t, Trainer::create(cfg, opts, world->comm.get()));
@@ -119,7 +122,16 @@ Status bench_scaling(int argc, char** argv, comm::World* world) {
   if (what == "layer") {
     MOE_RETURN_IF_ERROR(layer_point(a, world, mode == "weak", &j));
   } else if (what == "train") {
-    MOE_RETURN_IF_ERROR(train_point(a, world, mode == "weak", &j));
+    // A private directory for the run, removed afterwards (by rank 0 alone after a failure,
+    // when the other ranks may not reach a barrier).
+    MOE_ASSIGN_OR_RETURN(const std::string dir, make_job_dir("scaling", world));
+    const Status s = train_point(a, world, mode == "weak", dir, &j);
+    if (!s.ok()) {
+      std::error_code ec;
+      if (world->rank() == 0) std::filesystem::remove_all(dir, ec);
+      return s;
+    }
+    MOE_RETURN_IF_ERROR(remove_job_dir(dir, world));
   } else {
     return invalid_argument_error("--what must be layer or train");
   }
