@@ -45,6 +45,9 @@ class Communicator {
   virtual const char* backend_name() const = 0;
   // Whether the ranks are threads of this process (they then share its cores).
   virtual bool ranks_are_threads() const { return false; }
+  // Whether reduce_scatter sums each element as all_reduce does, bit for bit (see Reductions
+  // above): the host backends always, NCCL up to 2 ranks.
+  virtual bool reduce_scatter_matches_all_reduce() const { return true; }
 
   // out = op over ranks of in (elementwise). Same shape/dtype; out may alias in.
   virtual Status all_reduce(const TensorView& in, const TensorView& out, ReduceOp op,

@@ -87,6 +87,9 @@ class HierarchicalCommunicator final : public Communicator {
   MemorySpace memory_space() const override { return flat_->memory_space(); }
   const char* backend_name() const override { return flat_->backend_name(); }
   bool ranks_are_threads() const override { return flat_->ranks_are_threads(); }
+  bool reduce_scatter_matches_all_reduce() const override {
+    return flat_->reduce_scatter_matches_all_reduce();
+  }
 
   Status all_reduce(const TensorView& in, const TensorView& out, ReduceOp op,
                     Stream stream = {}) override {

@@ -50,6 +50,7 @@ class NcclCommunicator final : public Communicator {
   int world_size() const override;
   MemorySpace memory_space() const override { return MemorySpace::kDevice; }
   const char* backend_name() const override { return "nccl"; }
+  bool reduce_scatter_matches_all_reduce() const override { return world_size() <= 2; }
 
   Status all_reduce(const TensorView& in, const TensorView& out, ReduceOp op,
                     Stream stream = {}) override;

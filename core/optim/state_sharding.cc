@@ -38,6 +38,7 @@ StatusOr<StateSharding> shard_optimizer_state(ParameterSet* params, comm::Commun
     s.ranks = group->world_size();
     s.rank = group->rank();
     s.chunk = shard_chunk(s.numel, s.ranks);
+    s.exact_reduce_scatter = group->reduce_scatter_matches_all_reduce();
     MOE_RETURN_IF_ERROR(params->pad_arenas(kind, s.ranks * s.chunk));
     // Under BF16 the fp32 masters are optimizer state too: this rank keeps its chunk.
     if (params->act_dtype() != params->master_dtype()) {

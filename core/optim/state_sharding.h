@@ -40,6 +40,10 @@ struct ArenaShard {
   int rank = 0;                         // this rank's place in it
   int64_t numel = 0;                    // the kind's parameters (ParameterSet::numel)
   int64_t chunk = 0;                    // elements per rank
+  // The group's reduce_scatter sums as its all_reduce does (Communicator::
+  // reduce_scatter_matches_all_reduce); else the gradients are all-reduced whole, so that the
+  // chunk holds the replicated optimizer's sums bit for bit (NCCL beyond 2 ranks).
+  bool exact_reduce_scatter = true;
 
   bool sharded() const { return ranks > 1; }
   int64_t begin() const { return rank * chunk; }

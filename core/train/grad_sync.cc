@@ -42,13 +42,16 @@ Status reduce_gradients(ParameterSet* params, comm::Communicator* world, comm::C
   for (const auto& [kind, comm] : groups) {
     const Tensor& grads = params->grads(kind);
     const ArenaShard& shard = sharding.of(kind);
-    if (shard.sharded()) {
+    if (shard.sharded() && shard.exact_reduce_scatter) {
       const TensorView chunk = grads.view().rows(shard.begin(), shard.end());
       MOE_RETURN_IF_ERROR(shard.group->reduce_scatter(grads, chunk, comm::ReduceOp::kSum, stream));
       continue;
     }
-    if (comm == nullptr || comm->world_size() == 1 || grads.numel() == 0) continue;
-    MOE_RETURN_IF_ERROR(comm->all_reduce(grads, grads, comm::ReduceOp::kSum, stream));
+    // A sharded kind whose group's reduce_scatter sums in another order than its all_reduce: the
+    // whole arena, as the replicated optimizer reduces it.
+    comm::Communicator* group = shard.sharded() ? shard.group : comm;
+    if (group == nullptr || group->world_size() == 1 || grads.numel() == 0) continue;
+    MOE_RETURN_IF_ERROR(group->all_reduce(grads, grads, comm::ReduceOp::kSum, stream));
   }
   return Status::OK();
 }

@@ -15,8 +15,10 @@ namespace moe {
 // Sums each kind's gradients over its group (world and dp may be null: one rank / no DP
 // replicas). A kind that `sharding` shards is reduce-scattered over its shard's group:
 // afterwards its chunk [begin, end) holds the sum and the rest of the arena this rank's own
-// gradients (stale: nothing reads them). The others are all-reduced. Stream-ordered on the
-// params' context.
+// gradients (stale: nothing reads them); all-reduced whole instead where the group's
+// reduce_scatter would sum in another order (ArenaShard::exact_reduce_scatter: NCCL beyond 2
+// ranks), so the chunk's sums are the replicated optimizer's. The others are all-reduced.
+// Stream-ordered on the params' context.
 Status reduce_gradients(ParameterSet* params, comm::Communicator* world, comm::Communicator* dp,
                         const StateSharding& sharding);
 // out f64 [2] (accumulated), after reduce_gradients: out[0] += the sum of squares of the dense

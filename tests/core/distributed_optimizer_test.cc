@@ -7,6 +7,8 @@
 // or reduce-scatters; the norm adds the same blocks in the same order), so no tolerance applies.
 // Each rank keeps only its chunk of the state and, under BF16, of the fp32 masters; the values
 // the layers compute with (bf16 working copies, fp32 norms and biases) are the same bits too.
+// Where a backend's reduce-scatter would sum in another order (NCCL beyond 2 ranks), the
+// gradients are all-reduced whole instead.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -15,6 +17,8 @@
 #include <mutex>
 
 #include "comm/local_communicator.h"
+#include "core/optim/state_sharding.h"
+#include "core/train/grad_sync.h"
 #include "kernels/optimizer.h"
 #include "tests/core/trainer_test_util.h"
 
@@ -213,6 +217,44 @@ TEST_F(DistributedOptimizerTest, AdamWWithWeightDecayAtDpFour) {
   expect_same_weights({4, 1}, set, 0.05, "world 4 ep 1 (dp 4), AdamW fp32");
   expect_same_weights({4, 1}, with(set, {"train.precision=BF16"}), 0.05,
                       "world 4 ep 1 (dp 4), AdamW bf16");
+}
+
+// Where a group's reduce_scatter would sum in another order than its all_reduce (NCCL beyond 2
+// ranks; ArenaShard::exact_reduce_scatter false), reduce_gradients all-reduces the whole arena:
+// the chunk holds the same sums, and so does the rest of the arena (a reduce-scatter leaves this
+// rank's own gradients there). Four Local ranks, one dense arena of 5 blocks per rank, each rank
+// with its own gradients.
+TEST(GradientReductionTest, AnInexactReduceScatterIsReplacedByTheAllReduce) {
+  const int64_t n = 4 * 5 * kernels::kSquaresBlock - 7;  // padded to 4 chunks of 5 blocks
+  const Status s = comm::run_local_ranks(4, [&](comm::Communicator& c) -> Status {
+    std::unique_ptr<Context> ctx = Context::host();
+    std::vector<std::vector<float>> reduced;  // per setting: the whole arena after the reduction
+    for (const bool exact : {true, false}) {
+      ParameterSet params(ctx.get(), DType::kF32);
+      params.add("w", {n});
+      MOE_RETURN_IF_ERROR(params.allocate());
+      MOE_ASSIGN_OR_RETURN(StateSharding sharding, shard_optimizer_state(&params, &c, nullptr));
+      sharding.dense.exact_reduce_scatter = exact;
+      float* g = params.grads(ParamKind::kDense).data<float>();
+      for (int64_t i = 0; i < n; ++i) g[i] = 1.0f / static_cast<float>(1 + (i * 7 + c.rank()) % 13);
+      MOE_RETURN_IF_ERROR(reduce_gradients(&params, &c, nullptr, sharding));
+      reduced.emplace_back(g, g + n);
+      const ArenaShard& shard = sharding.dense;
+      for (int64_t i = 0; i < n; ++i) {
+        const bool mine = i >= shard.begin() && i < shard.end();
+        float sum = 0;
+        for (int r = 0; r < 4; ++r) sum += 1.0f / static_cast<float>(1 + (i * 7 + r) % 13);
+        const float own = 1.0f / static_cast<float>(1 + (i * 7 + c.rank()) % 13);
+        const float want = mine || !exact ? sum : own;
+        if (g[i] != want) {
+          return internal_error("rank ", c.rank(), exact ? " exact" : " inexact", ": element ", i,
+                                " is ", g[i], ", expected ", want);
+        }
+      }
+    }
+    return Status::OK();
+  });
+  EXPECT_TRUE(s.ok()) << s.to_string();
 }
 
 }  // namespace
