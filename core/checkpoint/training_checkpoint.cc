@@ -49,55 +49,66 @@ StatusOr<HostArenas> read_back_arenas(const TrainingState& st, ParamKind kind, b
   return h;
 }
 
+// The dense files: rank 0's (the masters, the optimizer state, the tokenizer).
+Status write_dense(const std::string& tmp, const TrainingState& st, const HostArenas& host,
+                   const std::vector<Optimizer::StateTensor>& opt) {
+  ckpt::SafetensorsWriter dense, opt_dense;
+  for (const auto& p : st.model->params().all()) {
+    if (p->kind == ParamKind::kDense) dense.add(p->name, p->slice_of(host.masters));
+  }
+  for (const auto& s : opt) {
+    if (s.param->kind == ParamKind::kDense)
+      opt_dense.add(s.name, s.param->slice_of(host.state[s.slot]));
+  }
+  MOE_RETURN_IF_ERROR(dense.write(tmp + "/" + kDenseFile));
+  MOE_RETURN_IF_ERROR(opt_dense.write(tmp + "/" + kOptDenseFile));
+  return st.tokenizer->save(tmp);
+}
+
+// One copy of the expert shards: the first DP group's (every DP replica is identical).
+Status write_experts(const std::string& tmp, const TrainingState& st, const HostArenas& host,
+                     const std::vector<Optimizer::StateTensor>& opt, int ep_rank, int ep_size) {
+  ckpt::SafetensorsWriter experts, opt_experts;
+  int64_t first = 0, local = 0, global = 0;
+  for (const auto& p : st.model->params().all()) {
+    if (p->kind != ParamKind::kExpert) continue;
+    experts.add(p->name, p->slice_of(host.masters));
+    first = p->first_expert;
+    local = p->shape[0];
+    global = p->global_experts;
+  }
+  for (const auto& s : opt) {
+    if (s.param->kind == ParamKind::kExpert) {
+      opt_experts.add(s.name, s.param->slice_of(host.state[s.slot]));
+    }
+  }
+  for (auto* w : {&experts, &opt_experts}) {
+    w->set_metadata("first_expert", std::to_string(first));
+    w->set_metadata("local_experts", std::to_string(local));
+    w->set_metadata("global_experts", std::to_string(global));
+  }
+  MOE_RETURN_IF_ERROR(experts.write(tmp + "/" + expert_file("experts", ep_rank, ep_size)));
+  return opt_experts.write(tmp + "/" + expert_file("optimizer-experts", ep_rank, ep_size));
+}
+
+// One kind at a time, so that the writers hold one kind's host arenas at once: its collectives
+// (a sharded kind's gathering) on every rank in the same order, then its writes. A failed write
+// is kept, not returned, until the other kind's collectives have run too (every rank reaches
+// them), so that no rank waits for a peer that left.
 Status write_files(const std::string& tmp, const TrainingState& st, const comm::ProcessGroups* g,
                    int rank) {
-  const int ep_rank = ep_rank_of(g), ep_size = ep_size_of(g);
-  std::vector<Optimizer::StateTensor> opt = st.optimizer->state_tensors();
-  // Every collective first (a sharded state's gathering), then the writes, which may fail alone.
-  MOE_ASSIGN_OR_RETURN(HostArenas dense_host, read_back_arenas(st, ParamKind::kDense, rank == 0));
-  MOE_ASSIGN_OR_RETURN(HostArenas expert_host,
-                       read_back_arenas(st, ParamKind::kExpert, dp_rank_of(g) == 0));
-  if (rank == 0) {
-    const HostArenas& host = dense_host;
-    ckpt::SafetensorsWriter dense, opt_dense;
-    for (const auto& p : st.model->params().all()) {
-      if (p->kind == ParamKind::kDense) dense.add(p->name, p->slice_of(host.masters));
-    }
-    for (const auto& s : opt) {
-      if (s.param->kind == ParamKind::kDense)
-        opt_dense.add(s.name, s.param->slice_of(host.state[s.slot]));
-    }
-    MOE_RETURN_IF_ERROR(dense.write(tmp + "/" + kDenseFile));
-    MOE_RETURN_IF_ERROR(opt_dense.write(tmp + "/" + kOptDenseFile));
-    MOE_RETURN_IF_ERROR(st.tokenizer->save(tmp));
+  const std::vector<Optimizer::StateTensor> opt = st.optimizer->state_tensors();
+  Status written;
+  {
+    MOE_ASSIGN_OR_RETURN(HostArenas host, read_back_arenas(st, ParamKind::kDense, rank == 0));
+    if (rank == 0) written = write_dense(tmp, st, host, opt);
   }
-  if (dp_rank_of(g) == 0) {
-    // One copy of the expert shards: the first DP group's (every DP replica is identical).
-    const HostArenas& host = expert_host;
-    ckpt::SafetensorsWriter experts, opt_experts;
-    int64_t first = 0, local = 0, global = 0;
-    for (const auto& p : st.model->params().all()) {
-      if (p->kind != ParamKind::kExpert) continue;
-      experts.add(p->name, p->slice_of(host.masters));
-      first = p->first_expert;
-      local = p->shape[0];
-      global = p->global_experts;
-    }
-    for (const auto& s : opt) {
-      if (s.param->kind == ParamKind::kExpert) {
-        opt_experts.add(s.name, s.param->slice_of(host.state[s.slot]));
-      }
-    }
-    for (auto* w : {&experts, &opt_experts}) {
-      w->set_metadata("first_expert", std::to_string(first));
-      w->set_metadata("local_experts", std::to_string(local));
-      w->set_metadata("global_experts", std::to_string(global));
-    }
-    MOE_RETURN_IF_ERROR(experts.write(tmp + "/" + expert_file("experts", ep_rank, ep_size)));
-    MOE_RETURN_IF_ERROR(
-        opt_experts.write(tmp + "/" + expert_file("optimizer-experts", ep_rank, ep_size)));
+  const bool expert_writer = dp_rank_of(g) == 0;
+  MOE_ASSIGN_OR_RETURN(HostArenas host, read_back_arenas(st, ParamKind::kExpert, expert_writer));
+  if (expert_writer && written.ok()) {
+    written = write_experts(tmp, st, host, opt, ep_rank_of(g), ep_size_of(g));
   }
-  return Status::OK();
+  return written;
 }
 
 // Copies this rank's experts [first, first + local) of `dst` (tensor `name`) out of every shard

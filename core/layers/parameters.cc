@@ -73,9 +73,12 @@ Status ParameterSet::pad_arenas(ParamKind kind, int64_t multiple) {
   const int64_t n = numel(kind);
   const int64_t padded = (n + multiple - 1) / multiple * multiple;
   if (padded == masters_[i].numel()) return Status::OK();
+  // The gradients (zeros: nothing to keep) are freed first, so that the old and new masters and
+  // the old gradients never coexist (a set-up peak above the steady state).
+  grads_[i] = Tensor();
   MOE_ASSIGN_OR_RETURN(Tensor masters, ctx_->zeros({padded}, master_dtype()));
   MOE_RETURN_IF_ERROR(ctx_->copy(masters_[i].view().rows(0, n), masters.view().rows(0, n)));
-  grads_[i] = Tensor();  // freed before its successor is allocated
+  masters_[i] = Tensor();
   MOE_ASSIGN_OR_RETURN(grads_[i], ctx_->zeros({padded}, master_dtype()));
   masters_[i] = std::move(masters);
   for (const auto& p : params_) {

@@ -118,12 +118,14 @@ Status Optimizer::load_masters(ParamKind kind, const TensorView& whole) {
                                   " elements, not ", whole.to_string());
   }
   const TensorView masters = params_->masters(kind);
-  if (!params_->masters_sharded(kind))
+  if (!params_->masters_sharded(kind)) {
     return ctx.copy(whole.rows(0, numel), masters.rows(0, numel));
+  }
   const ArenaShard& shard = sharding_.of(kind);
   const int64_t n = shard.data_end() - shard.begin();
-  if (n > 0)
+  if (n > 0) {
     MOE_RETURN_IF_ERROR(ctx.copy(whole.rows(shard.begin(), shard.data_end()), masters.rows(0, n)));
+  }
   // The values from the whole masters, on the device in the gradients arena (dead between steps).
   const TensorView staged = params_->grads(kind).view().rows(0, numel);
   MOE_RETURN_IF_ERROR(ctx.copy(whole.rows(0, numel), staged));

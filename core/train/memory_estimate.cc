@@ -195,14 +195,17 @@ double attention_bytes(const ModelConfig& m, int64_t A, const TensorSizer& t) {
 // expert) or by one row per block in dropless; each kept as received (x) and as returned
 // (y_send), with the hidden rows h_pre ([F], or [2F] when gated) and h; the router's input (F),
 // logits and probabilities [E], its choices, the plan's indices and keys, the layer's output u.
-void add_moe_bytes(const MoeLayerConfig& c, int64_t D, int64_t A, const TensorSizer& t,
+// Its backward holds the rows' gradients (dy, dx) and the hidden rows' (dh, dh_pre); over more
+// than one EP rank each exchange copies the rows it moves, so dy and dx are held twice (as sent
+// and as received).
+void add_moe_bytes(const MoeLayerConfig& c, int64_t D, int64_t A, int ep, const TensorSizer& t,
                    BlockBytes* out) {
   const double rows = c.top_k * (c.dropless ? 1.0 : std::max(1.0, c.capacity_factor));
   const double hidden =
       t(rows, first_matrix_cols(c.activation, c.d_expert), A) + t(rows, c.d_expert, A);
   out->hidden = hidden;
   out->saved += 2 * t(rows, D, A) + hidden;
-  out->backward = 2 * t(rows, D, A) + hidden;
+  out->backward = (ep > 1 ? 4 : 2) * t(rows, D, A) + hidden;
   out->saved += t(1, D, 4) + 2 * t(1, c.num_experts, 4) + 6 * t(1, c.top_k, 4) + 2 * t(1, 1, 4);
   out->saved += t(rows, 12, 1) + t(1, D, A);  // send rows' tokens and keys; u
   if (c.shared_experts > 0) {                 // the shared experts' h_pre, h and output
@@ -216,7 +219,7 @@ void add_moe_bytes(const MoeLayerConfig& c, int64_t D, int64_t A, const TensorSi
 
 // One block's bytes (inputs a layer reuses are shared, not counted twice). A: bytes per
 // activation. state_in: the block is entered by a MoE layer's state (FULL keeps it).
-BlockBytes block_bytes(const ModelConfig& m, const BlockPlan& b, int64_t A, bool state_in,
+BlockBytes block_bytes(const ModelConfig& m, const BlockPlan& b, int64_t A, int ep, bool state_in,
                        const TensorSizer& t) {
   const int64_t D = m.d_model;
   BlockBytes out;
@@ -229,7 +232,7 @@ BlockBytes block_bytes(const ModelConfig& m, const BlockPlan& b, int64_t A, bool
     out.backward = out.hidden;
     return out;
   }
-  add_moe_bytes(b.moe_cfg, D, A, t, &out);
+  add_moe_bytes(b.moe_cfg, D, A, ep, t, &out);
   return out;
 }
 
@@ -245,7 +248,7 @@ struct ActivationBytes {
   double kept = 0, transient = 0;
 };
 
-ActivationBytes activation_bytes(const ModelConfig& m, int64_t A, Recompute recompute,
+ActivationBytes activation_bytes(const ModelConfig& m, int64_t A, int ep, Recompute recompute,
                                  const TensorSizer& t) {
   const int64_t D = m.d_model;
   ActivationBytes out;
@@ -253,7 +256,7 @@ ActivationBytes activation_bytes(const ModelConfig& m, int64_t A, Recompute reco
   double largest = 0;
   bool state_in = false;
   for (const BlockPlan& b : m.blocks) {
-    const BlockBytes block = block_bytes(m, b, A, state_in, t);
+    const BlockBytes block = block_bytes(m, b, A, ep, state_in, t);
     state_in = state_in || b.moe;
     switch (recompute) {
       case Recompute::kNone:
@@ -309,9 +312,12 @@ void add_dropless_worst_case(const ModelConfig& m, int64_t A, int ep, int64_t to
 // whole micro-batch by default), the step's largest transient from the end of forward on: every
 // chunk's logits under NONE (and with one chunk), one chunk's when SELECTIVE or FULL recomputes
 // them; the gradient is written over them under FP32, a chunk's act-dtype tensor beside them
-// under BF16. On the CPU each tensor is a whole bucket of the host allocator (base/allocator.h:
-// up to 1/8 more), which at a large vocabulary is no rounding error.
-int64_t head_scratch_bytes(int64_t vocab, const TrainConfig& t, int64_t tokens, int64_t A) {
+// under BF16; beside them the head input's gradient [tokens, D]. On the CPU each tensor is a
+// whole bucket of the host allocator (base/allocator.h: up to 1/8 more), which at a large
+// vocabulary is no rounding error, and a bf16 product widens its operands to f32 outside it
+// (kernels/cpu/blas_ref.cc): the head's weight [V, D] and a chunk's gradient.
+int64_t head_scratch_bytes(int64_t vocab, int64_t d_model, const TrainConfig& t, int64_t tokens,
+                           int64_t A) {
   if (tokens <= 0) return 0;
   const int64_t chunk = t.loss_chunk_tokens > 0 ? std::min(tokens, t.loss_chunk_tokens) : tokens;
   auto bucket = [&](int64_t bytes) {
@@ -324,7 +330,11 @@ int64_t head_scratch_bytes(int64_t vocab, const TrainConfig& t, int64_t tokens, 
   if (t.recompute == Recompute::kNone || chunk == tokens) {
     bytes = (tokens / chunk) * bytes + bucket((tokens % chunk) * row);
   }
-  return A == 4 ? bytes : bytes + bucket(chunk * vocab * A);
+  bytes += bucket(tokens * d_model * A);  // dh
+  if (A == 4) return bytes;
+  bytes += bucket(chunk * vocab * A);  // the chunk's bf16 gradient
+  if (t.device == DeviceKind::kCpu) bytes += 4 * (vocab * d_model + chunk * vocab);
+  return bytes;
 }
 
 }  // namespace
@@ -345,8 +355,9 @@ MemoryEstimate estimate_training_memory(const RunConfig& cfg, int world_size) {
   e.recompute = t.recompute;
   const TensorSizer sizer{tokens, t.device == DeviceKind::kCpu};
   e.micro_batch_tokens = tokens;
-  e.logits_scratch_bytes = head_scratch_bytes(m.vocab_size, t, tokens, A);
-  const ActivationBytes act = activation_bytes(m, A, t.recompute, sizer);
+  e.logits_scratch_bytes = head_scratch_bytes(m.vocab_size, m.d_model, t, tokens, A);
+  const ActivationBytes act =
+      activation_bytes(m, A, std::max(1, cfg.parallel.ep), t.recompute, sizer);
   e.backward_scratch_bytes = static_cast<int64_t>(std::ceil(act.transient));
   e.activation_bytes = static_cast<int64_t>(std::ceil(act.kept)) +
                        std::max(e.logits_scratch_bytes, e.backward_scratch_bytes);

@@ -116,6 +116,37 @@ class ParallelTrainerTest : public ::testing::Test {
     }
   }
 
+  // 4 steps at layout `a` (world, ep) with `set_a`, saved, then 4 more resumed in the same run
+  // directory at `b` with `set_b`: the joined record and the final weights.
+  static LayoutResult resumed(const std::string& name, std::pair<int, int> a,
+                              const std::vector<std::string>& set_a, std::pair<int, int> b,
+                              const std::vector<std::string>& set_b) {
+    const std::string dir = fresh_dir(name);
+    LayoutResult first = train(a.first, a.second, 4, dir, set_a, /*save_at_end=*/true);
+    LayoutResult second = train(b.first, b.second, 4, dir, set_b);
+    LayoutResult joined = second;
+    joined.record = first.record;
+    joined.record.append(second.record);
+    return joined;
+  }
+
+  // The distributed optimizer switched on -> off and off -> on at a resume, at EP 2 x DP 2:
+  // the straight 8-step run's losses, gradient norms and weights, bit for bit.
+  static void expect_switching_is_exact(const LayoutResult& straight,
+                                        const std::vector<std::string>& on,
+                                        const std::vector<std::string>& off,
+                                        const std::string& name) {
+    const LayoutResult on_off = resumed(name + "_on_off", {4, 2}, on, {4, 2}, off);
+    const LayoutResult off_on = resumed(name + "_off_on", {4, 2}, off, {4, 2}, on);
+    for (const auto* r : {&on_off, &off_on}) {
+      const std::string what =
+          str_cat(name, r == &on_off ? ": on -> off" : ": off -> on", " at EP 2 x DP 2");
+      EXPECT_EQ(r->record.losses, straight.record.losses) << what;
+      EXPECT_EQ(r->record.grad_norms, straight.record.grad_norms) << what;
+      EXPECT_TRUE(r->params == straight.params) << what << ": the weights differ";
+    }
+  }
+
   static std::string* corpus_;
 };
 std::string* ParallelTrainerTest::corpus_ = nullptr;
@@ -368,27 +399,7 @@ TEST_F(ParallelTrainerTest, DistributedOptimizerStateResumesWithOrWithoutItAtAny
   on.push_back("train.distributed_optimizer=true");
   const std::vector<std::string>& off = kEquivalent;
   LayoutResult straight = train(4, 2, 8, fresh_dir("par_zero_straight"), off);
-  // 4 steps at (world, ep) `a` with `set_a`, saved, then 4 more resumed at `b` with `set_b`.
-  auto resumed = [&](const std::string& name, std::pair<int, int> a,
-                     const std::vector<std::string>& set_a, std::pair<int, int> b,
-                     const std::vector<std::string>& set_b) {
-    const std::string dir = fresh_dir(name);
-    LayoutResult first = train(a.first, a.second, 4, dir, set_a, /*save_at_end=*/true);
-    LayoutResult second = train(b.first, b.second, 4, dir, set_b);
-    LayoutResult joined = second;
-    joined.record = first.record;
-    joined.record.append(second.record);
-    return joined;
-  };
-  const LayoutResult on_off = resumed("par_zero_on_off", {4, 2}, on, {4, 2}, off);
-  const LayoutResult off_on = resumed("par_zero_off_on", {4, 2}, off, {4, 2}, on);
-  for (const auto* r : {&on_off, &off_on}) {
-    const std::string what = r == &on_off ? "distributed optimizer on -> off at EP 2 x DP 2"
-                                          : "distributed optimizer off -> on at EP 2 x DP 2";
-    EXPECT_EQ(r->record.losses, straight.record.losses) << what;
-    EXPECT_EQ(r->record.grad_norms, straight.record.grad_norms) << what;
-    EXPECT_TRUE(r->params == straight.params) << what << ": the weights differ";
-  }
+  expect_switching_is_exact(straight, on, off, "par_zero");
   expect_close(straight, resumed("par_zero_dp", {4, 2}, on, {2, 2}, on),
                "distributed optimizer at EP 2 x DP 2 resumed at EP 2 x DP 1");
   expect_close(straight, resumed("par_zero_ep", {2, 1}, on, {4, 4}, off),
@@ -405,26 +416,7 @@ TEST_F(ParallelTrainerTest, DistributedOptimizerBf16MastersResumeWithOrWithoutIt
   std::vector<std::string> on = off;
   on.push_back("train.distributed_optimizer=true");
   LayoutResult straight = train(4, 2, 8, fresh_dir("par_zero_bf16_straight"), off);
-  auto resumed = [&](const std::string& name, std::pair<int, int> a,
-                     const std::vector<std::string>& set_a, std::pair<int, int> b,
-                     const std::vector<std::string>& set_b) {
-    const std::string dir = fresh_dir(name);
-    LayoutResult first = train(a.first, a.second, 4, dir, set_a, /*save_at_end=*/true);
-    LayoutResult second = train(b.first, b.second, 4, dir, set_b);
-    LayoutResult joined = second;
-    joined.record = first.record;
-    joined.record.append(second.record);
-    return joined;
-  };
-  const LayoutResult on_off = resumed("par_zero_bf16_on_off", {4, 2}, on, {4, 2}, off);
-  const LayoutResult off_on = resumed("par_zero_bf16_off_on", {4, 2}, off, {4, 2}, on);
-  for (const auto* r : {&on_off, &off_on}) {
-    const std::string what = r == &on_off ? "BF16 distributed optimizer on -> off at EP 2 x DP 2"
-                                          : "BF16 distributed optimizer off -> on at EP 2 x DP 2";
-    EXPECT_EQ(r->record.losses, straight.record.losses) << what;
-    EXPECT_EQ(r->record.grad_norms, straight.record.grad_norms) << what;
-    EXPECT_TRUE(r->params == straight.params) << what << ": the weights differ";
-  }
+  expect_switching_is_exact(straight, on, off, "par_zero_bf16");
   expect_close(straight, resumed("par_zero_bf16_dp", {4, 1}, on, {2, 2}, on),
                "BF16 distributed optimizer at DP 4 resumed at EP 2 x DP 1");
 }
