@@ -192,15 +192,8 @@ Status LocalCommunicator::all_gather(const TensorView& in, const TensorView& out
   post.dtype = in.dtype();
   post.arg_error = host_view_error("in", in);
   if (post.arg_error.empty()) post.arg_error = host_view_error("out", out);
-  if (post.arg_error.empty() &&
-      (in.dtype() != out.dtype() || out.numel() != in.numel() * world_size())) {
-    post.arg_error = str_cat("out ", out.to_string(), " must hold world_size ", world_size(),
-                             " x in ", in.to_string());
-  }
-  const bool in_place = is_own_chunk(in.raw(), in.nbytes(), out.raw(), rank_);
-  if (post.arg_error.empty() && !in_place &&
-      overlaps(in.raw(), in.nbytes(), out.raw(), out.nbytes())) {
-    post.arg_error = "in and out overlap without in being out's own chunk";
+  if (post.arg_error.empty()) {
+    post.arg_error = chunked_args_error(in, "in", out, "out", world_size(), rank_);
   }
   auto body = [&](const std::vector<LocalPost>& posts) -> Status {
     for (int q = 0; q < world_size(); ++q) {
@@ -230,15 +223,8 @@ Status LocalCommunicator::reduce_scatter(const TensorView& in, const TensorView&
   post.reduce = op;
   post.arg_error = host_view_error("in", in);
   if (post.arg_error.empty()) post.arg_error = host_view_error("out", out);
-  if (post.arg_error.empty() &&
-      (in.dtype() != out.dtype() || in.numel() != out.numel() * world_size())) {
-    post.arg_error = str_cat("in ", in.to_string(), " must hold world_size ", world_size(),
-                             " x out ", out.to_string());
-  }
-  const bool in_place = is_own_chunk(out.raw(), out.nbytes(), in.raw(), rank_);
-  if (post.arg_error.empty() && !in_place &&
-      overlaps(in.raw(), in.nbytes(), out.raw(), out.nbytes())) {
-    post.arg_error = "in and out overlap without out being in's own chunk";
+  if (post.arg_error.empty()) {
+    post.arg_error = chunked_args_error(out, "out", in, "in", world_size(), rank_);
   }
   std::vector<unsigned char> result;  // this rank's reduced chunk, copied to out at the end
   auto body = [&](const std::vector<LocalPost>& posts) -> Status {

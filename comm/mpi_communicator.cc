@@ -484,16 +484,9 @@ Status MpiCommunicator::all_reduce(const TensorView& in, const TensorView& out, 
 Status MpiCommunicator::all_gather(const TensorView& in, const TensorView& out, Stream stream) {
   DeviceAccessScope device_side;  // the backend moves tensor memory
   MOE_RETURN_IF_ERROR(impl_->usable("all_gather"));
-  if (in.dtype() != out.dtype() || out.numel() != in.numel() * impl_->size || !in.defined() ||
-      !out.defined()) {
-    return invalid_argument_error("all_gather: out ", out.to_string(), " must hold world_size ",
-                                  impl_->size, " x in ", in.to_string());
-  }
+  const std::string bad = chunked_args_error(in, "in", out, "out", impl_->size, impl_->rank);
+  if (!bad.empty()) return invalid_argument_error("all_gather: ", bad);
   const bool in_place = is_own_chunk(in.raw(), in.nbytes(), out.raw(), impl_->rank);
-  if (!in_place && overlaps(in.raw(), in.nbytes(), out.raw(), out.nbytes())) {
-    return invalid_argument_error(
-        "all_gather: in and out overlap without in being out's own chunk");
-  }
   HostStage src;
   if (!in_place) {
     MOE_ASSIGN_OR_RETURN(src, HostStage::input(in, stream));
@@ -513,16 +506,8 @@ Status MpiCommunicator::reduce_scatter(const TensorView& in, const TensorView& o
                                        Stream stream) {
   DeviceAccessScope device_side;  // the backend moves tensor memory
   MOE_RETURN_IF_ERROR(impl_->usable("reduce_scatter"));
-  if (in.dtype() != out.dtype() || in.numel() != out.numel() * impl_->size || !in.defined() ||
-      !out.defined()) {
-    return invalid_argument_error("reduce_scatter: in ", in.to_string(), " must hold world_size ",
-                                  impl_->size, " x out ", out.to_string());
-  }
-  if (!is_own_chunk(out.raw(), out.nbytes(), in.raw(), impl_->rank) &&
-      overlaps(in.raw(), in.nbytes(), out.raw(), out.nbytes())) {
-    return invalid_argument_error(
-        "reduce_scatter: in and out overlap without out being in's own chunk");
-  }
+  const std::string bad = chunked_args_error(out, "out", in, "in", impl_->size, impl_->rank);
+  if (!bad.empty()) return invalid_argument_error("reduce_scatter: ", bad);
   MOE_ASSIGN_OR_RETURN(HostStage src, HostStage::input(in, stream));
   MOE_ASSIGN_OR_RETURN(HostStage dst, HostStage::output(out, stream));
   const std::string what = str_cat("reduce_scatter(", op_text(op), ")");

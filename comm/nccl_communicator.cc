@@ -210,16 +210,9 @@ Status NcclCommunicator::all_gather(const TensorView& in, const TensorView& out,
   if (all_host({&in, &out})) return impl_->bootstrap->all_gather(in, out);
   MOE_RETURN_IF_ERROR(check_device_view("all_gather", "in", in));
   MOE_RETURN_IF_ERROR(check_device_view("all_gather", "out", out));
-  if (in.dtype() != out.dtype() || out.numel() != in.numel() * impl_->size) {
-    return invalid_argument_error("all_gather: out ", out.to_string(), " must hold world_size ",
-                                  impl_->size, " x in ", in.to_string());
-  }
   // NCCL's in-place all-gather is exactly communicator.h's: in is out's own chunk.
-  if (!is_own_chunk(in.raw(), in.nbytes(), out.raw(), impl_->rank) &&
-      overlaps(in.raw(), in.nbytes(), out.raw(), out.nbytes())) {
-    return invalid_argument_error(
-        "all_gather: in and out overlap without in being out's own chunk");
-  }
+  const std::string bad = chunked_args_error(in, "in", out, "out", impl_->size, impl_->rank);
+  if (!bad.empty()) return invalid_argument_error("all_gather: ", bad);
   return MOE_NCCL_STATUS(
       ncclAllGather(in.raw(), out.raw(), in.nbytes(), ncclUint8, comm, cuda_stream(stream)));
 }
@@ -231,16 +224,9 @@ Status NcclCommunicator::reduce_scatter(const TensorView& in, const TensorView& 
   if (all_host({&in, &out})) return impl_->bootstrap->reduce_scatter(in, out, op);
   MOE_RETURN_IF_ERROR(check_device_view("reduce_scatter", "in", in));
   MOE_RETURN_IF_ERROR(check_device_view("reduce_scatter", "out", out));
-  if (in.dtype() != out.dtype() || in.numel() != out.numel() * impl_->size) {
-    return invalid_argument_error("reduce_scatter: in ", in.to_string(), " must hold world_size ",
-                                  impl_->size, " x out ", out.to_string());
-  }
   // NCCL's in-place reduce-scatter is exactly communicator.h's: out is in's own chunk.
-  if (!is_own_chunk(out.raw(), out.nbytes(), in.raw(), impl_->rank) &&
-      overlaps(in.raw(), in.nbytes(), out.raw(), out.nbytes())) {
-    return invalid_argument_error(
-        "reduce_scatter: in and out overlap without out being in's own chunk");
-  }
+  const std::string bad = chunked_args_error(out, "out", in, "in", impl_->size, impl_->rank);
+  if (!bad.empty()) return invalid_argument_error("reduce_scatter: ", bad);
   return MOE_NCCL_STATUS(ncclReduceScatter(in.raw(), out.raw(), static_cast<size_t>(out.numel()),
                                            nccl_type(in.dtype()), nccl_op(op), comm,
                                            cuda_stream(stream)));
