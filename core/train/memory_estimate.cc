@@ -71,6 +71,13 @@ std::string MemoryEstimate::scratch_to_string() const {
 
 namespace {
 
+// `bytes` as an allocator holds them: a whole bucket of the host allocator on the CPU
+// (base/allocator.h: up to 1/8 more), the bytes themselves on a GPU.
+int64_t held(int64_t bytes, DeviceKind device) {
+  if (device != DeviceKind::kCpu || bytes <= 0) return bytes;
+  return static_cast<int64_t>(allocator_bucket_size(static_cast<size_t>(bytes)));
+}
+
 // The parameters a rank holds, as the layers register them, and those that are GEMM operands
 // (`matmul`: a working copy under BF16).
 struct ParameterCount {
@@ -131,11 +138,6 @@ void add_parameter_bytes(const ParameterCount& count, const TrainConfig& t, int 
   const bool sharded = t.distributed_optimizer && world_size > 1;
   const int slots =
       t.optimizer.kind == OptimizerKind::kAdamW ? 2 : (t.optimizer.momentum > 0 ? 1 : 0);
-  auto held = [&](int64_t bytes) {
-    return t.device == DeviceKind::kCpu && bytes > 0
-               ? static_cast<int64_t>(allocator_bucket_size(static_cast<size_t>(bytes)))
-               : bytes;
-  };
   struct Kind {
     int64_t numel, matmul;
     int ranks;
@@ -143,17 +145,17 @@ void add_parameter_bytes(const ParameterCount& count, const TrainConfig& t, int 
   const Kind kinds[] = {
       {count.params - count.experts, count.matmul - count.expert_matmul, world_size},
       {count.experts, count.expert_matmul, std::max(1, world_size / ep)}};
-  e->parameter_bytes = bf16 ? held(2 * count.matmul) : 0;  // the working copies
+  e->parameter_bytes = bf16 ? held(2 * count.matmul, t.device) : 0;  // the working copies
   for (const Kind& k : kinds) {
     const int ranks = sharded ? k.ranks : 1;
     const int64_t chunk = shard_chunk(k.numel, ranks);
     const int64_t arena = ranks * chunk;  // padded under the distributed optimizer
-    e->optimizer_bytes += slots * held(4 * chunk);
-    e->gradient_bytes += held(4 * arena);
+    e->optimizer_bytes += slots * held(4 * chunk, t.device);
+    e->gradient_bytes += held(4 * arena, t.device);
     if (bf16 && ranks > 1 && k.numel > 0) {
-      e->parameter_bytes += held(4 * chunk) + held(4 * (k.numel - k.matmul));
+      e->parameter_bytes += held(4 * chunk, t.device) + held(4 * (k.numel - k.matmul), t.device);
     } else {
-      e->parameter_bytes += held(4 * arena);
+      e->parameter_bytes += held(4 * arena, t.device);
     }
   }
 }
@@ -163,12 +165,11 @@ void add_parameter_bytes(const ParameterCount& count, const TrainConfig& t, int 
 // allocator's bucket on the CPU (base/allocator.h: up to 1/8 more).
 struct TensorSizer {
   int64_t tokens = 0;
-  bool buckets = false;
+  DeviceKind device = DeviceKind::kCpu;
   double operator()(double rows, double width, double elem) const {
     const auto bytes =
         static_cast<int64_t>(std::ceil(rows * static_cast<double>(tokens)) * width * elem);
-    if (!buckets || bytes <= 0) return static_cast<double>(bytes);
-    return static_cast<double>(allocator_bucket_size(static_cast<size_t>(bytes)));
+    return static_cast<double>(held(bytes, device));
   }
 };
 
@@ -320,11 +321,7 @@ int64_t head_scratch_bytes(int64_t vocab, int64_t d_model, const TrainConfig& t,
                            int64_t A) {
   if (tokens <= 0) return 0;
   const int64_t chunk = t.loss_chunk_tokens > 0 ? std::min(tokens, t.loss_chunk_tokens) : tokens;
-  auto bucket = [&](int64_t bytes) {
-    return t.device == DeviceKind::kCpu && bytes > 0
-               ? static_cast<int64_t>(allocator_bucket_size(static_cast<size_t>(bytes)))
-               : bytes;
-  };
+  auto bucket = [&](int64_t bytes) { return held(bytes, t.device); };
   const int64_t row = vocab * 4;
   int64_t bytes = bucket(chunk * row);  // one chunk's logits
   if (t.recompute == Recompute::kNone || chunk == tokens) {
@@ -353,7 +350,7 @@ MemoryEstimate estimate_training_memory(const RunConfig& cfg, int world_size) {
   const int64_t micro = t.micro_batch_per_rank(world_size);
   const int64_t tokens = micro * m.seq_len;
   e.recompute = t.recompute;
-  const TensorSizer sizer{tokens, t.device == DeviceKind::kCpu};
+  const TensorSizer sizer{tokens, t.device};
   e.micro_batch_tokens = tokens;
   e.logits_scratch_bytes = head_scratch_bytes(m.vocab_size, m.d_model, t, tokens, A);
   const ActivationBytes act =

@@ -113,6 +113,19 @@ void expect_identical(const MpiRun& a, const MpiRun& b, int rank, const std::str
   EXPECT_TRUE(a.params == b.params) << what << ": rank " << rank << "'s weights differ";
 }
 
+// 3 steps at EP `ep_a` with `set_a`, saved, then 3 more resumed in the same run directory at
+// EP = world with `set_b`: the joined record and the final weights.
+MpiRun resumed_run(comm::Communicator& w, const std::string& corpus, const std::string& name,
+                   int ep_a, const std::vector<std::string>& set_a,
+                   const std::vector<std::string>& set_b) {
+  const std::string dir = shared_dir(w, name);
+  MpiRun first = train_on_every_rank(w, corpus, dir, ep_a, 3, set_a, /*save=*/true);
+  MpiRun second = train_on_every_rank(w, corpus, dir, w.world_size(), 3, set_b);
+  first.record.append(second.record);
+  second.record = first.record;
+  return second;
+}
+
 // The distributed optimizer on MPI, whose reduce-scatter sums in its all-reduce's rank order
 // (comm/communicator.h): at EP = world (the dense state sharded), DP = world and, at four
 // ranks, EP 2 x DP 2, every rank's weights, the losses and the gradient norms are the replicated
@@ -167,20 +180,11 @@ TEST(ParallelTrainerMpiTest, DistributedOptimizerCheckpointsResumeWithOrWithoutI
   const std::vector<std::string>& off = kEquivalent;
   const MpiRun straight =
       train_on_every_rank(*w, corpus, shared_dir(*w, "mpi_zero_straight"), n, 6, off);
-  auto resumed = [&](const std::string& name, int ep_a, const std::vector<std::string>& set_a,
-                     const std::vector<std::string>& set_b) {
-    const std::string dir = shared_dir(*w, name);
-    MpiRun first = train_on_every_rank(*w, corpus, dir, ep_a, 3, set_a, /*save=*/true);
-    MpiRun second = train_on_every_rank(*w, corpus, dir, n, 3, set_b);
-    first.record.append(second.record);
-    second.record = first.record;
-    return second;
-  };
-  expect_identical(straight, resumed("mpi_zero_on_off", n, on, off), w->rank(),
+  expect_identical(straight, resumed_run(*w, corpus, "mpi_zero_on_off", n, on, off), w->rank(),
                    "distributed optimizer on -> off");
-  expect_identical(straight, resumed("mpi_zero_off_on", n, off, on), w->rank(),
+  expect_identical(straight, resumed_run(*w, corpus, "mpi_zero_off_on", n, off, on), w->rank(),
                    "distributed optimizer off -> on");
-  const MpiRun resharded = resumed("mpi_zero_dp", 1, on, on);
+  const MpiRun resharded = resumed_run(*w, corpus, "mpi_zero_dp", 1, on, on);
   if (w->rank() == 0) {
     StatusOr<RunConfig> cfg = tiny_config(corpus, "", kEquivalent, n);
     ASSERT_TRUE(cfg.ok());
@@ -213,17 +217,10 @@ TEST(ParallelTrainerMpiTest, DistributedOptimizerBf16MastersResumeWithOrWithoutI
   on.push_back("train.distributed_optimizer=true");
   const MpiRun straight =
       train_on_every_rank(*w, corpus, shared_dir(*w, "mpi_zero_bf16_straight"), n, 6, off);
-  for (bool first_on : {true, false}) {
-    const std::string dir =
-        shared_dir(*w, first_on ? "mpi_zero_bf16_on_off" : "mpi_zero_bf16_off_on");
-    MpiRun first = train_on_every_rank(*w, corpus, dir, n, 3, first_on ? on : off, /*save=*/true);
-    MpiRun second = train_on_every_rank(*w, corpus, dir, n, 3, first_on ? off : on);
-    first.record.append(second.record);
-    second.record = first.record;
-    expect_identical(
-        straight, second, w->rank(),
-        first_on ? "BF16 distributed optimizer on -> off" : "BF16 distributed optimizer off -> on");
-  }
+  expect_identical(straight, resumed_run(*w, corpus, "mpi_zero_bf16_on_off", n, on, off), w->rank(),
+                   "BF16 distributed optimizer on -> off");
+  expect_identical(straight, resumed_run(*w, corpus, "mpi_zero_bf16_off_on", n, off, on), w->rank(),
+                   "BF16 distributed optimizer off -> on");
   ASSERT_TRUE(w->barrier().ok());
 }
 
