@@ -404,82 +404,36 @@ MOE_HOST_DEVICE inline void aux_losses_backward_token(const T* logits, const T* 
   }
 }
 
-// The AC router's metric weights w [E, D] (f64) from the clusters' absolute deviations dev [E, D]
-// and sizes n [E] (spec/sparsemixer-acmoe.md B.3, B.9): w_kq = 1 / (MAD_kq + eps) for clusters of
-// at least min_cluster_size tokens (the identity otherwise), normalised per cluster (paper) or
-// clipped and normalised per feature (reference code). summary [5] = (tiny clusters, clipped
-// fraction, min, max, mean of w).
-MOE_HOST_DEVICE inline void ac_metric(const AcRouterParams& params, const double* dev,
-                                      const int64_t* n, int64_t experts, int64_t d, double* w,
-                                      double* summary) {
-  auto active = [&](int64_t k) { return n[k] >= params.min_cluster_size; };
-  for (int64_t i = 0; i < experts * d; ++i) w[i] = 1.0;
-  for (int64_t i = 0; i < 5; ++i) summary[i] = 0.0;
-  double& tiny = summary[0];
-  double& clipped_fraction = summary[1];
+// The AC router's metric (spec/sparsemixer-acmoe.md B.3, B.9), the per-element steps that the CPU
+// (router_ref.cc ac_metric) and the GPU (kernels/cuda/ac_router.cu) both run; the long sums
+// between them follow ref::chunked_sum's order on both (chunked_sum.h).
+
+// Whether cluster k (n_k tokens) is large enough to be weighted (the identity otherwise).
+MOE_HOST_DEVICE inline bool ac_active(const AcRouterParams& params, int64_t n_k) {
+  return n_k >= params.min_cluster_size;
+}
+
+// w_kq = 1 / (MAD_kq + eps) with MAD = dev / n for an active cluster, 1 for the others.
+MOE_HOST_DEVICE inline double ac_raw_weight(const AcRouterParams& params, double dev_kq,
+                                            int64_t n_k) {
+  if (!ac_active(params, n_k)) return 1.0;
+  const double mad = n_k > 0 ? dev_kq / static_cast<double>(n_k) : 0.0;
+  return 1.0 / (mad + params.eps);
+}
+
+// Reference code, feature q: each active cluster's weight over the mean of the active clusters'
+// (k in order), so that each feature has mean 1 over them.
+MOE_HOST_DEVICE inline void ac_normalize_feature(const AcRouterParams& params, const int64_t* n,
+                                                 int64_t experts, int64_t d, int64_t active_count,
+                                                 int64_t q, double* w) {
+  double col = 0;
   for (int64_t k = 0; k < experts; ++k) {
-    if (!active(k)) {
-      tiny += 1;
-      continue;
-    }
-    for (int64_t q = 0; q < d; ++q) {
-      const double mad = n[k] > 0 ? dev[k * d + q] / static_cast<double>(n[k]) : 0.0;
-      w[k * d + q] = 1.0 / (mad + params.eps);
-    }
+    if (ac_active(params, n[k])) col += w[k * d + q];
   }
-  if (params.normalization == AcNormalization::kPaper) {
-    // Lemma 1 (Eq. 21): each active cluster's weights have mean 1 over the D features.
-    for (int64_t k = 0; k < experts; ++k) {
-      if (!active(k)) continue;
-      double sum = 0;
-      for (int64_t q = 0; q < d; ++q) sum += w[k * d + q];
-      for (int64_t q = 0; q < d; ++q) w[k * d + q] *= static_cast<double>(d) / sum;
-    }
-  } else {
-    // Reference code: clip at clip_mult x the global mean, then each feature has mean 1 over the
-    // active clusters.
-    double mean = 0;
-    int64_t active_count = 0;
-    for (int64_t k = 0; k < experts; ++k) {
-      if (!active(k)) continue;
-      ++active_count;
-      for (int64_t q = 0; q < d; ++q) mean += w[k * d + q];
-    }
-    if (active_count > 0) {
-      mean /= static_cast<double>(active_count * d);
-      const double cap = params.clip_mult * mean;
-      int64_t clipped = 0;
-      for (int64_t k = 0; k < experts; ++k) {
-        if (!active(k)) continue;
-        for (int64_t q = 0; q < d; ++q) {
-          if (w[k * d + q] > cap) {
-            w[k * d + q] = cap;
-            ++clipped;
-          }
-        }
-      }
-      clipped_fraction = static_cast<double>(clipped) / static_cast<double>(active_count * d);
-      for (int64_t q = 0; q < d; ++q) {
-        double col = 0;
-        for (int64_t k = 0; k < experts; ++k) {
-          if (active(k)) col += w[k * d + q];
-        }
-        col /= static_cast<double>(active_count);
-        for (int64_t k = 0; k < experts; ++k) {
-          if (active(k)) w[k * d + q] /= col;
-        }
-      }
-    }
+  col /= static_cast<double>(active_count);
+  for (int64_t k = 0; k < experts; ++k) {
+    if (ac_active(params, n[k])) w[k * d + q] /= col;
   }
-  double mn = INFINITY, mx = -INFINITY, mean = 0;
-  for (int64_t i = 0; i < experts * d; ++i) {
-    mn = fmin(mn, w[i]);
-    mx = fmax(mx, w[i]);
-    mean += w[i];
-  }
-  summary[2] = mn;
-  summary[3] = mx;
-  summary[4] = mean / static_cast<double>(experts * d > 0 ? experts * d : 1);
 }
 
 }  // namespace moe::kernels::ref

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "base/dtype.h"
+#include "kernels/cpu/chunked_sum.h"
 #include "kernels/cpu/router_math.h"
 #include "kernels/router.h"  // aux_packed_size
 
@@ -253,6 +254,59 @@ void ac_cluster_abs_dev(const A* x, const int32_t* labels, int64_t tokens, int64
     }
   }
 }
+
+namespace {
+
+// The AC router's metric weights w [E, D] (f64) from the clusters' absolute deviations dev [E, D]
+// and sizes n [E]: ac_raw_weight, then normalised per cluster to mean 1 over the features (paper)
+// or clipped at clip_mult x the active weights' mean and normalised per feature (reference code).
+// summary [5] = (tiny clusters, clipped fraction, min, max, mean of w). The long sums (a cluster's
+// D weights, all E x D) in chunked_sum's order, as the GPU adds them.
+void ac_metric(const AcRouterParams& params, const double* dev, const int64_t* n, int64_t experts,
+               int64_t d, double* w, double* summary) {
+  const int64_t size = experts * d;
+  std::vector<double> scratch(static_cast<size_t>(sum_runs(size)) + 1), terms(size);
+  int64_t active_count = 0;
+  for (int64_t i = 0; i < 5; ++i) summary[i] = 0.0;
+  for (int64_t k = 0; k < experts; ++k) {
+    if (ac_active(params, n[k])) {
+      ++active_count;
+    } else {
+      summary[0] += 1;  // tiny clusters
+    }
+    for (int64_t q = 0; q < d; ++q) w[k * d + q] = ac_raw_weight(params, dev[k * d + q], n[k]);
+  }
+  if (params.normalization == AcNormalization::kPaper) {
+    // Lemma 1 (Eq. 21): each active cluster's weights have mean 1 over the D features.
+    for (int64_t k = 0; k < experts; ++k) {
+      if (!ac_active(params, n[k])) continue;
+      const double sum = chunked_sum(w + k * d, d, scratch.data());
+      for (int64_t q = 0; q < d; ++q) w[k * d + q] *= static_cast<double>(d) / sum;
+    }
+  } else if (active_count > 0) {
+    // Reference code: clip at clip_mult x the active weights' mean (inactive clusters add 0).
+    for (int64_t i = 0; i < size; ++i) terms[i] = ac_active(params, n[i / d]) ? w[i] : 0.0;
+    const double denom = static_cast<double>(active_count * d);
+    const double cap = params.clip_mult * (chunked_sum(terms.data(), size, scratch.data()) / denom);
+    for (int64_t i = 0; i < size; ++i) {
+      const bool clip = ac_active(params, n[i / d]) && w[i] > cap;
+      terms[i] = clip ? 1.0 : 0.0;
+      if (clip) w[i] = cap;
+    }
+    summary[1] = chunked_sum(terms.data(), size, scratch.data()) / denom;  // clipped fraction
+    for (int64_t q = 0; q < d; ++q) ac_normalize_feature(params, n, experts, d, active_count, q, w);
+  }
+  double mn = INFINITY, mx = -INFINITY;
+  for (int64_t i = 0; i < size; ++i) {
+    mn = std::fmin(mn, w[i]);
+    mx = std::fmax(mx, w[i]);
+  }
+  summary[2] = mn;
+  summary[3] = mx;
+  summary[4] = chunked_sum(w, size, scratch.data()) / static_cast<double>(size > 0 ? size : 1);
+}
+
+}  // namespace
 
 template <typename F>
 void ac_metric_typed(const AcRouterParams& params, const double* abs_dev, const int64_t* counts,

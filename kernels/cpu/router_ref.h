@@ -105,8 +105,8 @@ void ac_apply_metric(const A* x, const int32_t* labels, const F* metric, int64_t
 template <typename A, typename F>
 void ac_apply_metric_backward(const F* d_out, const int32_t* labels, const F* metric,
                               int64_t tokens, int64_t d, A* dx);
-// The AC metric itself is ref::ac_metric in router_math.h (shared with the CUDA kernel);
-// ac_metric_typed runs it into an f64 scratch and writes metric [E, D] = w as F.
+// The AC metric [E, D] as F (kernels/router.h ac_metric), computed in f64 from the per-element
+// steps of router_math.h with chunked_sum.h's order for its long sums (the CUDA kernels' order).
 template <typename F>
 void ac_metric_typed(const AcRouterParams& params, const double* abs_dev, const int64_t* counts,
                      int64_t experts, int64_t d, F* metric, double* summary);

@@ -1,61 +1,160 @@
 // The Adaptive Clustering router's statistics and metric on the GPU, and the per-row argmax.
-// Cluster sums walk the tokens in order with one thread per feature (each owns its column of
-// every cluster: no atomics, the CPU's order, the CPU's bits under the backend's no-FMA policy
-// in cuda_util.cuh). The metric is a small [E, D] pass
-// run by one thread: ref::ac_metric itself (kernels/cpu/router_math.h). Labels outside [0, E)
-// are skipped (no sync to report them; the router never produces them).
+// Cluster statistics group the tokens by label (a stable sort, key_runs.h) and give each
+// (cluster, feature) element one thread that walks its cluster's tokens in token order: no
+// atomics, the CPU's order, the CPU's bits under the backend's no-FMA policy in cuda_util.cuh.
+// The metric runs the reference's steps (router_math.h) one element per thread, its long sums in
+// the chunked order both backends share (kernels/cpu/chunked_sum.h): the CPU's bits as well.
+// Labels outside [0, E) are skipped (no sync to report them; the router never produces them).
 #include <cmath>
 
 #include "kernels/common.h"
 #include "kernels/cpu/router_math.h"
 #include "kernels/cuda/ac_router.h"
 #include "kernels/cuda/cuda_util.cuh"
+#include "kernels/cuda/key_runs.h"
 
 namespace moe::kernels::cuda {
 namespace {
 
-template <typename A>
-__global__ void ac_cluster_sums_kernel(const A* x, const int32_t* labels, int64_t tokens, int64_t d,
-                                       int64_t experts, double* sums, int64_t* counts) {
-  const int64_t q = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
-  if (q == 0) {
-    for (int64_t k = 0; k < experts; ++k) counts[k] = 0;
-    for (int64_t t = 0; t < tokens; ++t) {
-      const int32_t k = labels[t];
-      if (k >= 0 && k < experts) counts[k] += 1;
+// The first sorted position whose key is >= k (keys ascending).
+__device__ __forceinline__ int64_t first_at_least(const int32_t* keys, int64_t n, int64_t k) {
+  int64_t lo = 0, hi = n;
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    if (keys[mid] < k) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
     }
   }
-  if (q >= d) return;
-  for (int64_t k = 0; k < experts; ++k) sums[k * d + q] = 0;
-  for (int64_t t = 0; t < tokens; ++t) {
-    const int32_t k = labels[t];
-    if (k < 0 || k >= experts) continue;
-    sums[k * d + q] += static_cast<double>(load(x, t * d + q));
+  return lo;
+}
+
+// The tokens grouped by label (key_runs.h) as the kernels read them.
+struct LabelRuns {
+  const int32_t* keys;  // sorted labels
+  const int32_t* rows;  // their tokens
+  int64_t tokens;
+};
+
+// counts[k]: the length of cluster k's run (labels outside [0, E) belong to no cluster).
+__global__ void ac_cluster_counts_kernel(const int32_t* keys, int64_t tokens, int64_t experts,
+                                         int64_t* counts) {
+  MOE_GRID_LOOP(k, experts) {
+    counts[k] = first_at_least(keys, tokens, k + 1) - first_at_least(keys, tokens, k);
+  }
+}
+
+// Thread (k, q): sums[k, q] over cluster k's tokens in token order (its run in the stable sort):
+// the reference's order for this element. Threads of a warp share k and read one row's columns.
+template <typename A>
+__global__ void ac_cluster_sums_kernel(const A* x, LabelRuns runs, int64_t d, int64_t experts,
+                                       double* sums) {
+  MOE_GRID_LOOP(i, experts * d) {
+    const int64_t k = i / d, q = i % d;
+    const int64_t end = first_at_least(runs.keys, runs.tokens, k + 1);
+    double acc = 0;
+#pragma unroll 4
+    for (int64_t r = first_at_least(runs.keys, runs.tokens, k); r < end; ++r) {
+      acc += static_cast<double>(load(x, static_cast<int64_t>(runs.rows[r]) * d + q));
+    }
+    sums[i] = acc;
   }
 }
 
 template <typename A>
-__global__ void ac_cluster_abs_dev_kernel(const A* x, const int32_t* labels, int64_t tokens,
-                                          int64_t d, int64_t experts, const double* sums,
-                                          const int64_t* counts, double* abs_dev) {
-  const int64_t q = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
-  if (q >= d) return;
-  for (int64_t k = 0; k < experts; ++k) abs_dev[k * d + q] = 0;
-  for (int64_t t = 0; t < tokens; ++t) {
-    const int32_t k = labels[t];
-    if (k < 0 || k >= experts) continue;
+__global__ void ac_cluster_abs_dev_kernel(const A* x, LabelRuns runs, int64_t d, int64_t experts,
+                                          const double* sums, const int64_t* counts,
+                                          double* abs_dev) {
+  MOE_GRID_LOOP(i, experts * d) {
+    const int64_t k = i / d, q = i % d;
+    const int64_t end = first_at_least(runs.keys, runs.tokens, k + 1);
     const double inv = 1.0 / static_cast<double>(counts[k]);
-    abs_dev[k * d + q] += fabs(static_cast<double>(load(x, t * d + q)) - sums[k * d + q] * inv);
+    const double mean = sums[i] * inv;
+    double acc = 0;
+#pragma unroll 4
+    for (int64_t r = first_at_least(runs.keys, runs.tokens, k); r < end; ++r) {
+      acc += fabs(static_cast<double>(load(x, static_cast<int64_t>(runs.rows[r]) * d + q)) - mean);
+    }
+    abs_dev[i] = acc;
   }
 }
 
-// ref::ac_metric into the f64 scratch w, then metric = w in T. One thread: a small [E, D] pass.
+// summary[0] = the tiny clusters, *active = the others.
+__global__ void ac_cluster_census_kernel(AcRouterParams params, const int64_t* n, int64_t experts,
+                                         double* summary, int64_t* active) {
+  int64_t count = 0;
+  for (int64_t k = 0; k < experts; ++k) count += ref::ac_active(params, n[k]) ? 1 : 0;
+  *active = count;
+  for (int i = 0; i < 5; ++i) summary[i] = 0.0;
+  summary[0] = static_cast<double>(experts - count);
+}
+
+// w = ref::ac_raw_weight; terms = w for active clusters, 0 for the others (the reference code's
+// mean over the active weights).
+__global__ void ac_raw_weights_kernel(AcRouterParams params, const double* dev, const int64_t* n,
+                                      int64_t experts, int64_t d, double* w, double* terms) {
+  MOE_GRID_LOOP(i, experts * d) {
+    const int64_t k = i / d;
+    w[i] = ref::ac_raw_weight(params, dev[i], n[k]);
+    terms[i] = ref::ac_active(params, n[k]) ? w[i] : 0.0;
+  }
+}
+
+// Paper: an active cluster's weights times d over their (chunked) sum.
+__global__ void ac_scale_clusters_kernel(AcRouterParams params, const int64_t* n,
+                                         const double* row_sums, int64_t experts, int64_t d,
+                                         double* w) {
+  MOE_GRID_LOOP(i, experts * d) {
+    const int64_t k = i / d;
+    if (ref::ac_active(params, n[k])) w[i] *= static_cast<double>(d) / row_sums[k];
+  }
+}
+
+// Reference code: clip the active weights at clip_mult x their mean (total / (active x d));
+// terms becomes 1 where a weight was clipped.
+__global__ void ac_clip_kernel(AcRouterParams params, const int64_t* n, const double* total,
+                               const int64_t* active, int64_t experts, int64_t d, double* w,
+                               double* terms) {
+  if (*active == 0) return;
+  const double denom = static_cast<double>(*active * d);
+  const double cap = params.clip_mult * (*total / denom);
+  MOE_GRID_LOOP(i, experts * d) {
+    const bool clip = ref::ac_active(params, n[i / d]) && w[i] > cap;
+    terms[i] = clip ? 1.0 : 0.0;
+    if (clip) w[i] = cap;
+  }
+}
+
+__global__ void ac_normalize_features_kernel(AcRouterParams params, const int64_t* n,
+                                             const int64_t* active, double* clipped,
+                                             double* summary, int64_t experts, int64_t d,
+                                             double* w) {
+  if (*active == 0) return;
+  MOE_GRID_LOOP(q, d) { ref::ac_normalize_feature(params, n, experts, d, *active, q, w); }
+  if (blockIdx.x == 0 && threadIdx.x == 0) {
+    summary[1] = *clipped / static_cast<double>(*active * d);
+  }
+}
+
+// summary[2..4] = min, max (order-free: one block, strided) and the chunked mean; metric = w.
 template <typename T>
-__global__ void ac_metric_kernel(AcRouterParams params, const double* dev, const int64_t* n,
-                                 int64_t experts, int64_t d, double* w, T* metric,
-                                 double* summary) {
-  ref::ac_metric(params, dev, n, experts, d, w, summary);
-  for (int64_t i = 0; i < experts * d; ++i) metric[i] = static_cast<T>(w[i]);
+__global__ void ac_summary_kernel(const double* w, const double* total, int64_t size,
+                                  double* summary, T* metric) {
+  __shared__ double scratch[32];
+  double mn = INFINITY, mx = -INFINITY;
+  for (int64_t i = threadIdx.x; i < size; i += blockDim.x) {
+    mn = fmin(mn, w[i]);
+    mx = fmax(mx, w[i]);
+    metric[i] = static_cast<T>(w[i]);
+  }
+  mx = block_max(mx, scratch);
+  mn = -block_max(-mn, scratch);
+  if (threadIdx.x == 0) {
+    summary[2] = mn;
+    summary[3] = mx;
+    summary[4] = *total / static_cast<double>(size > 0 ? size : 1);
+  }
 }
 
 template <typename A, typename F>
@@ -107,12 +206,18 @@ __global__ void argmax_rows_kernel(const T* p, int64_t tokens, int64_t experts, 
 
 Status ac_cluster_sums(Context& ctx, const TensorView& x, const TensorView& labels,
                        const TensorView& sums, const TensorView& counts) {
-  const int64_t d = x.dim(1);
+  const int64_t tokens = x.dim(0), d = x.dim(1), experts = sums.dim(0);
+  if (experts == 0) return Status::OK();
+  MOE_ASSIGN_OR_RETURN(KeyRuns runs, sort_rows_by_key(ctx, labels));
+  ac_cluster_counts_kernel<<<grid_for(experts), kThreads, 0, stream_of(ctx)>>>(
+      runs.keys.data<int32_t>(), tokens, experts, counts.data<int64_t>());
+  MOE_RETURN_IF_ERROR(launch_status("ac_cluster_sums"));
+  if (d == 0) return Status::OK();
   MOE_RETURN_IF_ERROR(dispatch_float("ac_cluster_sums", x, [&](auto tag) {
     using A = decltype(tag);
-    ac_cluster_sums_kernel<A><<<grid_for(std::max<int64_t>(d, 1)), kThreads, 0, stream_of(ctx)>>>(
-        x.data<A>(), labels.data<int32_t>(), x.dim(0), d, sums.dim(0), sums.data<double>(),
-        counts.data<int64_t>());
+    ac_cluster_sums_kernel<A><<<grid_for(experts * d), kThreads, 0, stream_of(ctx)>>>(
+        x.data<A>(), LabelRuns{runs.keys.data<int32_t>(), runs.rows.data<int32_t>(), tokens}, d,
+        experts, sums.data<double>());
   }));
   return launch_status("ac_cluster_sums");
 }
@@ -120,25 +225,54 @@ Status ac_cluster_sums(Context& ctx, const TensorView& x, const TensorView& labe
 Status ac_cluster_abs_dev(Context& ctx, const TensorView& x, const TensorView& labels,
                           const TensorView& sums, const TensorView& counts,
                           const TensorView& abs_dev) {
-  const int64_t d = x.dim(1);
-  if (d == 0) return Status::OK();
+  const int64_t tokens = x.dim(0), d = x.dim(1), experts = sums.dim(0);
+  if (d == 0 || experts == 0) return Status::OK();
+  MOE_ASSIGN_OR_RETURN(KeyRuns runs, sort_rows_by_key(ctx, labels));
   MOE_RETURN_IF_ERROR(dispatch_float("ac_cluster_abs_dev", x, [&](auto tag) {
     using A = decltype(tag);
-    ac_cluster_abs_dev_kernel<A><<<grid_for(d), kThreads, 0, stream_of(ctx)>>>(
-        x.data<A>(), labels.data<int32_t>(), x.dim(0), d, sums.dim(0), sums.data<double>(),
-        counts.data<int64_t>(), abs_dev.data<double>());
+    ac_cluster_abs_dev_kernel<A><<<grid_for(experts * d), kThreads, 0, stream_of(ctx)>>>(
+        x.data<A>(), LabelRuns{runs.keys.data<int32_t>(), runs.rows.data<int32_t>(), tokens}, d,
+        experts, sums.data<double>(), counts.data<int64_t>(), abs_dev.data<double>());
   }));
   return launch_status("ac_cluster_abs_dev");
 }
 
+// The steps of router_ref.cc's ac_metric in its order, each element on its own thread and the
+// long sums through chunked_row_sums (kernels/cpu/chunked_sum.h's order): the CPU's bits.
 Status ac_metric(Context& ctx, const AcRouterParams& params, const TensorView& abs_dev,
                  const TensorView& counts, const TensorView& metric, const TensorView& summary) {
-  MOE_ASSIGN_OR_RETURN(Tensor w, ctx.empty({std::max<int64_t>(1, abs_dev.numel())}, DType::kF64));
+  const int64_t experts = abs_dev.dim(0), d = abs_dev.dim(1), size = experts * d;
+  cudaStream_t s = stream_of(ctx);
+  MOE_ASSIGN_OR_RETURN(Tensor w, ctx.empty({std::max<int64_t>(1, size)}, DType::kF64));
+  MOE_ASSIGN_OR_RETURN(Tensor terms, ctx.empty({std::max<int64_t>(1, size)}, DType::kF64));
+  MOE_ASSIGN_OR_RETURN(Tensor sums, ctx.empty({std::max<int64_t>(2, experts)}, DType::kF64));
+  MOE_ASSIGN_OR_RETURN(Tensor active, ctx.empty({1}, DType::kI64));
+  const int64_t* n = counts.data<int64_t>();
+  double* sum = sums.data<double>();
+  ac_cluster_census_kernel<<<1, 1, 0, s>>>(params, n, experts, summary.data<double>(),
+                                           active.data<int64_t>());
+  ac_raw_weights_kernel<<<grid_for(size), kThreads, 0, s>>>(
+      params, abs_dev.data<double>(), n, experts, d, w.data<double>(), terms.data<double>());
+  MOE_RETURN_IF_ERROR(launch_status("ac_metric"));
+  if (params.normalization == AcNormalization::kPaper) {
+    MOE_RETURN_IF_ERROR(chunked_row_sums(ctx, w.data<double>(), experts, d, sum));
+    ac_scale_clusters_kernel<<<grid_for(size), kThreads, 0, s>>>(params, n, sum, experts, d,
+                                                                 w.data<double>());
+  } else {
+    MOE_RETURN_IF_ERROR(chunked_row_sums(ctx, terms.data<double>(), 1, size, sum));
+    ac_clip_kernel<<<grid_for(size), kThreads, 0, s>>>(
+        params, n, sum, active.data<int64_t>(), experts, d, w.data<double>(), terms.data<double>());
+    MOE_RETURN_IF_ERROR(chunked_row_sums(ctx, terms.data<double>(), 1, size, sum + 1));
+    ac_normalize_features_kernel<<<grid_for(d), kThreads, 0, s>>>(params, n, active.data<int64_t>(),
+                                                                  sum + 1, summary.data<double>(),
+                                                                  experts, d, w.data<double>());
+  }
+  MOE_RETURN_IF_ERROR(launch_status("ac_metric"));
+  MOE_RETURN_IF_ERROR(chunked_row_sums(ctx, w.data<double>(), 1, size, sum));
   MOE_RETURN_IF_ERROR(dispatch_full("ac_metric", metric, [&](auto tag) {
     using T = decltype(tag);
-    ac_metric_kernel<T><<<1, 1, 0, stream_of(ctx)>>>(
-        params, abs_dev.data<double>(), counts.data<int64_t>(), abs_dev.dim(0), abs_dev.dim(1),
-        w.data<double>(), metric.data<T>(), summary.data<double>());
+    ac_summary_kernel<T><<<1, kThreads, 0, s>>>(w.data<double>(), sum, size, summary.data<double>(),
+                                                metric.data<T>());
   }));
   return launch_status("ac_metric");
 }

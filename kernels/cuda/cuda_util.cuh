@@ -152,4 +152,9 @@ Status reduce_sum(Context& ctx, const char* op, int64_t n, Fn f, double* out) {
   return launch_status(op);
 }
 
+// out[r] = ref::chunked_sum of row r of x [rows, n] (doubles, device): one kernel per level, one
+// thread per run of kernels/cpu/chunked_sum.h's kSumChunk terms, so the bits equal the CPU's.
+// Scratch comes from ctx; enqueued on its stream.
+Status chunked_row_sums(Context& ctx, const double* x, int64_t rows, int64_t n, double* out);
+
 }  // namespace moe::kernels::cuda

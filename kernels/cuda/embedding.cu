@@ -1,9 +1,12 @@
-// Embedding lookup and its deterministic backward on the GPU. The backward adds rows in token
-// order (one thread per column walks the tokens), the reference's order, so the gradients match
-// the CPU bit for bit in f32 and f64.
+// Embedding lookup and its deterministic backward on the GPU. The backward adds each element's
+// rows in token order, the reference's order, so the gradients match the CPU bit for bit in f32
+// and f64: the table's rows through the tokens grouped by id (a stable sort, key_runs.h), one
+// thread per (id, column) walking that id's tokens; the positions' rows one thread per
+// (position, column) walking the sequences.
 #include "kernels/common.h"
 #include "kernels/cuda/cuda_util.cuh"
 #include "kernels/cuda/embedding.h"
+#include "kernels/cuda/key_runs.h"
 
 namespace moe::kernels::cuda {
 namespace {
@@ -25,17 +28,36 @@ __global__ void embedding_forward_kernel(const int32_t* ids, int64_t n, const W*
   }
 }
 
+// Thread (i, q) for sorted position i that starts a run of equal ids: that id's rows of column q,
+// in token order (runs keep it), added to its table row. Other threads have nothing to do.
 template <typename A, typename F>
-__global__ void embedding_backward_kernel(const int32_t* ids, int64_t n, int64_t v, const A* d_out,
-                                          int64_t s, int64_t d, F* d_table, F* d_pos) {
-  const int64_t j = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
-  if (j >= d) return;
-  for (int64_t r = 0; r < n; ++r) {
-    const int32_t id = ids[r];
-    if (id < 0 || id >= v) continue;
-    const F g = static_cast<F>(load(d_out, r * d + j));
-    d_table[static_cast<int64_t>(id) * d + j] += g;
-    if (d_pos != nullptr) d_pos[(r % s) * d + j] += g;
+__global__ void embedding_table_grad_kernel(const int32_t* key, const int32_t* row, int64_t n,
+                                            int64_t v, const A* d_out, int64_t d, F* d_table) {
+  MOE_GRID_LOOP(i, n * d) {
+    const int64_t first = i / d, q = i % d;
+    const int32_t id = key[first];
+    if ((first > 0 && key[first - 1] == id) || id < 0 || id >= v) continue;
+    F* dst = d_table + static_cast<int64_t>(id) * d + q;
+    F acc = *dst;
+    for (int64_t r = first; r < n && key[r] == id; ++r) {
+      acc += static_cast<F>(load(d_out, static_cast<int64_t>(row[r]) * d + q));
+    }
+    *dst = acc;
+  }
+}
+
+// Thread (p, q): rows p, p + s, p + 2s, ... (every sequence's position p) of column q, in order.
+template <typename A, typename F>
+__global__ void embedding_position_grad_kernel(const int32_t* ids, int64_t n, int64_t v,
+                                               const A* d_out, int64_t s, int64_t d, F* d_pos) {
+  MOE_GRID_LOOP(i, s * d) {
+    const int64_t p = i / d, q = i % d;
+    F acc = d_pos[i];
+    for (int64_t r = p; r < n; r += s) {
+      if (ids[r] < 0 || ids[r] >= v) continue;
+      acc += static_cast<F>(load(d_out, r * d + q));
+    }
+    d_pos[i] = acc;
   }
 }
 
@@ -64,13 +86,17 @@ Status embedding_backward(Context& ctx, const TensorView& ids, const TensorView&
                           int64_t seq_len) {
   const int64_t n = ids.dim(0), v = d_table.dim(0), d = d_table.dim(1);
   if (n * d == 0) return Status::OK();
+  MOE_ASSIGN_OR_RETURN(KeyRuns runs, sort_rows_by_key(ctx, ids));
   MOE_RETURN_IF_ERROR(dispatch_act("embedding_backward", d_out, [&](auto at, auto ft) {
     using A = decltype(at);
     using F = decltype(ft);
-    F* dpos = data_or_null<F>(d_positions);
-    embedding_backward_kernel<A, F>
-        <<<static_cast<unsigned>((d + kThreads - 1) / kThreads), kThreads, 0, stream_of(ctx)>>>(
-            ids.data<int32_t>(), n, v, d_out.data<A>(), seq_len, d, d_table.data<F>(), dpos);
+    embedding_table_grad_kernel<A, F><<<grid_for(n * d), kThreads, 0, stream_of(ctx)>>>(
+        runs.keys.data<int32_t>(), runs.rows.data<int32_t>(), n, v, d_out.data<A>(), d,
+        d_table.data<F>());
+    if (d_positions.numel() > 0) {
+      embedding_position_grad_kernel<A, F><<<grid_for(seq_len * d), kThreads, 0, stream_of(ctx)>>>(
+          ids.data<int32_t>(), n, v, d_out.data<A>(), seq_len, d, d_positions.data<F>());
+    }
   }));
   return launch_status("embedding_backward");
 }

@@ -312,6 +312,10 @@ __global__ void combine_dgate_kernel(const A* du, const A* y, const int32_t* row
 }
 
 // d_omega[q] += sum over (t, j) in order of gate * y[row] * du (the reference's order and F sums).
+// Each column is one serial chain over all T*K slots, so the launch spreads the D columns over
+// as many SMs as it can (kOmegaThreads per block) rather than filling a few.
+constexpr int kOmegaThreads = 32;
+
 template <typename A, typename F>
 __global__ void combine_domega_kernel(const A* du, const A* y, const int32_t* row, const F* gate,
                                       ref::CombineShape shape, F* d_omega) {
@@ -319,6 +323,7 @@ __global__ void combine_domega_kernel(const A* du, const A* y, const int32_t* ro
   const int64_t tokens = shape.tokens, k = shape.k, d = shape.d, y_rows = shape.y_rows;
   MOE_GRID_LOOP(q, d) {
     F acc = d_omega[q];
+#pragma unroll 4
     for (int64_t tj = 0; tj < tokens * k; ++tj) {
       const int32_t rr = row[tj];
       if (rr < 0 || rr >= y_rows) continue;
@@ -504,7 +509,7 @@ Status combine_backward(Context& ctx, const TensorView& du, const TensorView& y,
     combine_dgate_kernel<A, F><<<grid_for(tokens * k * 32), kThreads, 0, s>>>(
         du.data<A>(), y.data<A>(), row.data<int32_t>(), w, shape, d_gate.data<F>());
     if (with_omega && d > 0) {
-      combine_domega_kernel<A, F><<<grid_for(d), kThreads, 0, s>>>(
+      combine_domega_kernel<A, F><<<grid_for(d, kOmegaThreads), kOmegaThreads, 0, s>>>(
           du.data<A>(), y.data<A>(), row.data<int32_t>(), gate.data<F>(), shape, d_omega.data<F>());
     }
   }));

@@ -143,6 +143,32 @@ class CudaKernelTest : public ::testing::Test {
     EXPECT_LE(err, bound) << key;
   }
 
+  // ac_metric on the GPU equals the CPU's bit for bit (the same steps; the long sums in the chunked
+  // order both run), under both normalisations, with tiny clusters and clipping.
+  void expect_ac_metric_matches(const Tensor& dev, const Tensor& counts) {
+    const int64_t experts = dev.dim(0), d = dev.dim(1);
+    for (auto norm : {AcNormalization::kPaper, AcNormalization::kReferenceCode}) {
+      AcRouterParams params;
+      params.normalization = norm;
+      params.min_cluster_size = 2;
+      params.clip_mult = 1.5;  // some weights clip
+      for (DType f : {DType::kF32, DType::kF64}) {
+        SCOPED_TRACE(std::string(norm == AcNormalization::kPaper ? "paper " : "reference code ") +
+                     dtype_name(f));
+        Tensor metric = Tensor::empty({experts, d}, f);
+        Tensor summary = Tensor::empty({kAcSummarySize}, DType::kF64);
+        const Status on_cpu = ac_metric(cpu(), params, dev, counts, metric, summary);
+        ASSERT_TRUE(on_cpu.ok()) << on_cpu.to_string();
+        Tensor gmetric = poisoned({experts, d}, f);
+        Tensor gsummary = poisoned({kAcSummarySize}, DType::kF64);
+        const Status on_gpu = ac_metric(gpu(), params, up(dev), up(counts), gmetric, gsummary);
+        ASSERT_TRUE(on_gpu.ok()) << on_gpu.to_string();
+        EXPECT_TRUE(testing::bitwise_equal(metric, down(gmetric)));
+        EXPECT_TRUE(testing::bitwise_equal(summary, down(gsummary)));
+      }
+    }
+  }
+
   std::unique_ptr<Context> gpu_;
   uint64_t seed_ = 100;
 };
@@ -535,6 +561,28 @@ TEST_F(CudaKernelTest, Embedding) {
     OK(embedding_backward(gpu(), gid, up(dout), gdtable, gdpos, s));
     expect_close("embedding_backward", dtable, gdtable, 0);
     expect_close("embedding_backward(positions)", dpos, gdpos, 0);
+  }
+}
+
+// Many tokens with a skewed id distribution: the grouping sort takes its multi-tile path (the
+// small test above fits one tile), one id repeats thousands of times, ids cross block
+// boundaries; every element still adds its rows in token order, so the bits equal the CPU's.
+TEST_F(CudaKernelTest, EmbeddingBackwardOverManyTokens) {
+  const int64_t v = 700, d = 33, s = 64, n = 320 * s;
+  std::vector<int32_t> ids(n);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t h = (i * 2654435761) % 1000;
+    ids[i] = static_cast<int32_t>(h < 300 ? 3 : h % v);  // id 3: about 30% of the tokens
+  }
+  Tensor hid = Tensor::from_vector<int32_t>(Shape{n}, ids);
+  for (DType dt : kActs) {
+    const DType f = compute_dtype(dt);
+    Tensor dout = rand({n, d}, dt), dtable = rand({v, d}, f), dpos = rand({s + 3, d}, f);
+    Tensor gdtable = up(dtable), gdpos = up(dpos);
+    OK(embedding_backward(cpu(), hid, dout, dtable, dpos, s));
+    OK(embedding_backward(gpu(), up(hid), up(dout), gdtable, gdpos, s));
+    expect_close("embedding_backward (20480 tokens)", dtable, gdtable, 0);
+    expect_close("embedding_backward(positions, 20480 tokens)", dpos, gdpos, 0);
   }
 }
 
@@ -1218,6 +1266,40 @@ TEST_F(CudaKernelTest, AdaptiveClusteringArgmaxAndInit) {
     OK(init_constant(gpu(), gw, 0.75));
     expect_close("init_constant", w, gw, 0);
   }
+}
+
+// Many tokens (the grouping sort's multi-tile path), clusters of very different sizes and one
+// empty: sums, counts and absolute deviations equal the CPU's bit for bit (same order).
+TEST_F(CudaKernelTest, AdaptiveClusteringStatisticsOverManyTokens) {
+  const int64_t tokens = 20000, d = 70, experts = 9;
+  std::vector<int32_t> lab(tokens);
+  for (int64_t t = 0; t < tokens; ++t) {
+    const int64_t h = (t * 40503) % 997;
+    lab[t] = static_cast<int32_t>(h < 600 ? 0 : h % 8);  // cluster 0 large, cluster 8 empty
+  }
+  Tensor labels = Tensor::from_vector<int32_t>(Shape{tokens}, lab);
+  for (DType dt : kActs) {
+    Tensor x = rand({tokens, d}, dt, -2, 2);
+    Tensor sums = Tensor::empty({experts, d}, DType::kF64),
+           counts = Tensor::empty({experts}, DType::kI64);
+    Tensor gsums = poisoned({experts, d}, DType::kF64), gcounts = poisoned({experts}, DType::kI64);
+    Tensor gx = up(x), glabels = up(labels);
+    OK(ac_cluster_sums(cpu(), x, labels, sums, counts));
+    OK(ac_cluster_sums(gpu(), gx, glabels, gsums, gcounts));
+    EXPECT_TRUE(testing::bitwise_equal(sums, down(gsums))) << "cluster sums, 20000 tokens";
+    EXPECT_TRUE(testing::bitwise_equal(counts, down(gcounts)));
+    Tensor dev = Tensor::empty({experts, d}, DType::kF64),
+           gdev = poisoned({experts, d}, DType::kF64);
+    OK(ac_cluster_abs_dev(cpu(), x, labels, sums, counts, dev));
+    OK(ac_cluster_abs_dev(gpu(), gx, glabels, gsums, gcounts, gdev));
+    EXPECT_TRUE(testing::bitwise_equal(dev, down(gdev))) << "abs dev, 20000 tokens";
+    expect_ac_metric_matches(dev, counts);
+  }
+  // A wider metric: 12 x 500 weights take three levels of the chunked sums.
+  Tensor dev = rand({12, 500}, DType::kF64, 0, 50);
+  Tensor counts =
+      Tensor::from_vector<int64_t>(Shape{12}, {40, 1, 0, 7, 300, 2, 2, 9, 1000, 3, 5, 6});
+  expect_ac_metric_matches(dev, counts);
 }
 
 // Float -> bf16 rounds to nearest, ties to even, exactly as the CPU does: values exactly halfway

@@ -6,9 +6,12 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
+#include <vector>
 
+#include "kernels/cpu/chunked_sum.h"
 #include "tests/testing/gradient_check.h"
 
 namespace moe::kernels {
@@ -668,6 +671,32 @@ TEST(SequenceLossTest, ArgumentErrors) {
   Tensor old_pack = Tensor::zeros({8}, DType::kF64);  // [2E + 2] of E = 3: the old layout
   Tensor losses = Tensor::zeros({kAuxLossesSize}, DType::kF64);
   EXPECT_EQ(aux_losses(ctx(), old_pack, {1}, losses).code(), StatusCode::kInvalidArgument);
+}
+
+// The AC metric's long sums follow chunked_sum's order on both backends (a GPU runs one thread
+// per run). One large term then ones: left to right every 1 is lost against 1e16 (its ulp is 2),
+// while runs of 64 ones sum exactly first. The expected value spells out the three levels.
+TEST(ChunkedSumTest, RunsOfSixtyFourThenTheirSums) {
+  constexpr int64_t n = 64 * 64 + 5;
+  std::vector<double> x(n, 1.0);
+  x[0] = 1e16;
+  double level1[65];
+  for (int64_t j = 0; j < 65; ++j) {
+    level1[j] = 0;
+    for (int64_t i = j * 64; i < std::min<int64_t>(n, (j + 1) * 64); ++i) level1[j] += x[i];
+  }
+  double level2[2] = {0, 0};
+  for (int64_t j = 0; j < 64; ++j) level2[0] += level1[j];
+  level2[1] += level1[64];
+  const double want = level2[0] + level2[1];
+  std::vector<double> scratch(ref::sum_runs(n));
+  const double got = ref::chunked_sum(x.data(), n, scratch.data());
+  EXPECT_EQ(got, want);
+  double left_to_right = 0;
+  for (double v : x) left_to_right += v;
+  EXPECT_NE(got, left_to_right);  // the order is visible at this input
+  EXPECT_EQ(ref::chunked_sum(x.data(), 64, scratch.data()), ref::run_sum(x.data(), 64));
+  EXPECT_EQ(ref::chunked_sum(x.data(), 0, scratch.data()), 0.0);
 }
 
 TEST(AcMetricTest, MadAndBothNormalisations) {
