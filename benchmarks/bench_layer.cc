@@ -305,6 +305,11 @@ double active_flops(const LayerOptions& o) {
          (static_cast<double>(c.top_k) * expert + shared + 2.0 * d * c.num_experts);
 }
 
+std::string expert_gemm_mode() {
+  const char* mode = std::getenv("MOMOE_EXPERT_GEMM");
+  return mode != nullptr && std::string(mode) == "loop" ? "loop" : "grouped";
+}
+
 // The result line: the layer's rate against the performance model and the measured floors.
 JsonLine layer_line(const LayerOptions& o, Context& ctx, const LayerTiming& layer,
                     const Floors& fl) {
@@ -323,6 +328,9 @@ JsonLine layer_line(const LayerOptions& o, Context& ctx, const LayerTiming& laye
       .num("bias_rate", cfg.bias_update_rate)
       .num("groups", cfg.expert_groups)
       .num("dropless", cfg.dropless ? 1 : 0)
+      // A GPU's dropless expert products: one grouped cuBLAS call, or one call per block when
+      // MOMOE_EXPERT_GEMM=loop (kernels/cuda/cublas_gemm.cuh).
+      .str("expert_gemm", expert_gemm_mode())
       .num("tokens", tokens)
       .num("d", d)
       .num("f", f)

@@ -56,7 +56,8 @@
 #   only when named:
 #   build     420  without a bundle: configure and build BUILD_DIR (default build-gpu)
 #   layer     450  momoe's MoE layer against PyTorch's grouped-GEMM layer (momoe-bench layer
-#                  --device cuda --shape 1..4 --torch 1) -> layer.jsonl
+#                  --device cuda --shape 1..4 --torch 1), then shape 2 with one cuBLAS call per
+#                  expert block (MOMOE_EXPERT_GEMM=loop) -> layer.jsonl
 #
 # Results: OUT holds three files, rewritten after every stage (a call killed at its limit still
 # returns what finished): summary.txt (one line per stage: verdict, seconds, key numbers),
@@ -393,6 +394,10 @@ assert hasattr(torch, "_grouped_mm"), "torch %s has no _grouped_mm" % torch.__ve
     "$BIN/momoe-bench" layer --device cuda --shape "$shape" --torch 1 | tee -a "$RESULTS/layer.jsonl" ||
       rc=1
   done
+  # The fine-grained shape again with one cuBLAS call per expert block: what the grouped call
+  # gains (its line says "expert_gemm": "loop").
+  MOMOE_EXPERT_GEMM=loop "$BIN/momoe-bench" layer --device cuda --shape 2 |
+    tee -a "$RESULTS/layer.jsonl" || rc=1
   return $rc
 }
 

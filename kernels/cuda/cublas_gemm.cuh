@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "base/context.h"
 #include "base/dtype.h"
@@ -29,5 +30,22 @@ struct GemmCall {
 // of A and B, `out` of C (f32, f64, bf16; bf16 inputs may write f32). f32 computes in f32 (no
 // TF32), f64 in f64, bf16 in f32. Enqueued on ctx's stream; cuBLAS errors name `op` and the shape.
 Status run_gemm(Context& ctx, const char* op, DType in, DType out, const GemmCall& g);
+
+// Products that write distinct C's (no order among them), each unbatched, as one grouped cuBLAS
+// call (cublasGemmGroupedBatchedEx, one problem per group): the dropless expert blocks, whose
+// row counts differ, in one launch instead of one per block. Runs them one by one instead (same
+// products, possibly other cuBLAS kernels) when there is one, when the library has no grouped
+// kernel for the dtypes (it answers NOT_SUPPORTED), or when MOMOE_EXPERT_GEMM=loop is set (A/B
+// timing). The device array of operand pointers is uploaded on ctx's stream (no wait).
+Status run_gemm_group(Context& ctx, const char* op, DType in, DType out,
+                      const std::vector<GemmCall>& calls);
+
+// How run_gemm_group has run its groups in this process (of two or more products): as one
+// grouped call, or one by one because the library refused the dtypes or MOMOE_EXPERT_GEMM=loop.
+// The GPU tests print them, so that a window learns which path its cuBLAS took.
+struct GemmGroupCounts {
+  int64_t grouped = 0, refused = 0, looped = 0;
+};
+GemmGroupCounts gemm_group_counts();
 
 }  // namespace moe::kernels::cuda

@@ -1,8 +1,13 @@
-// Matrix products with cuBLAS (cublasGemmEx / cublasGemmStridedBatchedEx). Row-major operands are
+// Matrix products with cuBLAS (cublasGemmEx / cublasGemmStridedBatchedEx /
+// cublasGemmGroupedBatchedEx). Row-major operands are
 // passed as their column-major transposes: C = op(A) op(B) (row-major) is C^T = op(B)^T op(A)^T.
 // f32 computes in f32 (CUBLAS_COMPUTE_32F: no TF32, so FP32 runs track the CPU), f64 in f64, bf16
 // inputs in f32 with a bf16 or f32 output.
 #include <cublas_v2.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
 
 #include "kernels/common.h"
 #include "kernels/cuda/cublas_gemm.cuh"
@@ -67,6 +72,101 @@ Status run_gemm(Context& ctx, const char* op, DType in, DType out, const GemmCal
   return Status::OK();
 }
 
+namespace {
+
+// Read at every call (a getenv), so that one process can time both paths.
+bool grouped_gemm_allowed() {
+  const char* mode = std::getenv("MOMOE_EXPERT_GEMM");
+  return mode == nullptr || std::strcmp(mode, "loop") != 0;
+}
+
+std::atomic<int64_t> groups_grouped{0}, groups_refused{0}, groups_looped{0};
+
+// The per-problem arguments of cublasGemmGroupedBatchedEx in the column-major form run_gemm uses
+// (C^T = op(B)^T op(A)^T): cuBLAS's A is our B. Scalars are per group, on the host.
+struct GroupArgs {
+  std::vector<cublasOperation_t> op_first, op_second;
+  std::vector<int> m, n, k, ld_first, ld_second, ldc, group_size;
+  std::vector<float> alpha_f, beta_f;
+  std::vector<double> alpha_d, beta_d;
+  std::vector<int64_t> pointers;  // first operands, then second operands, then outputs
+
+  explicit GroupArgs(const std::vector<GemmCall>& calls) {
+    const size_t count = calls.size();
+    pointers.resize(3 * count);
+    for (size_t i = 0; i < count; ++i) {
+      const GemmCall& g = calls[i];
+      op_first.push_back(g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N);
+      op_second.push_back(g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N);
+      m.push_back(static_cast<int>(g.n));
+      n.push_back(static_cast<int>(g.m));
+      k.push_back(static_cast<int>(g.k));
+      ld_first.push_back(static_cast<int>(g.ldb));
+      ld_second.push_back(static_cast<int>(g.lda));
+      ldc.push_back(static_cast<int>(g.ldc));
+      group_size.push_back(1);
+      alpha_f.push_back(static_cast<float>(g.alpha));
+      beta_f.push_back(static_cast<float>(g.beta));
+      alpha_d.push_back(g.alpha);
+      beta_d.push_back(g.beta);
+      pointers[i] = reinterpret_cast<int64_t>(g.b);
+      pointers[count + i] = reinterpret_cast<int64_t>(g.a);
+      pointers[2 * count + i] = reinterpret_cast<int64_t>(g.c);
+    }
+  }
+};
+
+Status run_each(Context& ctx, const char* op, DType in, DType out,
+                const std::vector<GemmCall>& calls) {
+  for (const GemmCall& g : calls) MOE_RETURN_IF_ERROR(run_gemm(ctx, op, in, out, g));
+  return Status::OK();
+}
+
+}  // namespace
+
+Status run_gemm_group(Context& ctx, const char* op, DType in, DType out,
+                      const std::vector<GemmCall>& calls) {
+  if (calls.size() < 2) return run_each(ctx, op, in, out, calls);
+  if (!grouped_gemm_allowed()) {
+    ++groups_looped;
+    return run_each(ctx, op, in, out, calls);
+  }
+  const GroupArgs args(calls);
+  const int count = static_cast<int>(calls.size());
+  MOE_ASSIGN_OR_RETURN(Tensor pointers, ctx.upload(Tensor::from_vector<int64_t>(
+                                            Shape{3 * int64_t{count}}, args.pointers)));
+  auto* ptr = reinterpret_cast<void**>(pointers.raw());
+  const bool f64 = in == DType::kF64;
+  const void* alpha = f64 ? static_cast<const void*>(args.alpha_d.data()) : args.alpha_f.data();
+  const void* beta = f64 ? static_cast<const void*>(args.beta_d.data()) : args.beta_f.data();
+  const cublasStatus_t st = cublasGemmGroupedBatchedEx(
+      static_cast<cublasHandle_t>(ctx.blas_handle()), args.op_first.data(), args.op_second.data(),
+      args.m.data(), args.n.data(), args.k.data(), alpha, ptr, cuda_type(in), args.ld_first.data(),
+      ptr + count, cuda_type(in), args.ld_second.data(), beta, ptr + 2 * count, cuda_type(out),
+      args.ldc.data(), count, args.group_size.data(),
+      f64 ? CUBLAS_COMPUTE_64F : CUBLAS_COMPUTE_32F);
+  // NOT_SUPPORTED: no grouped kernel for these dtypes; INVALID_VALUE: arguments the grouped
+  // entry point refuses but one product at a time may take (run_gemm names any real error).
+  if (st == CUBLAS_STATUS_NOT_SUPPORTED || st == CUBLAS_STATUS_INVALID_VALUE) {
+    ++groups_refused;
+    return run_each(ctx, op, in, out, calls);
+  }
+  if (st != CUBLAS_STATUS_SUCCESS) {
+    return internal_error("cublas: ", op, " (grouped, ", count,
+                          " products): ", cublasGetStatusString(st));
+  }
+  ++groups_grouped;
+  return Status::OK();
+}
+
+GemmGroupCounts gemm_group_counts() {
+  GemmGroupCounts c;
+  c.grouped = groups_grouped.load();
+  c.refused = groups_refused.load();
+  c.looped = groups_looped.load();
+  return c;
+}
+
 Status gemm(Context& ctx, const TensorView& a, bool trans_a, const TensorView& b, bool trans_b,
             const TensorView& c, double alpha, double beta) {
   GemmCall g;
@@ -93,7 +193,7 @@ Status gemm(Context& ctx, const TensorView& a, bool trans_a, const TensorView& b
 // Capacity mode: block b = r * E_l + l holds C rows for expert l, so the blocks of one source
 // rank r form a strided batch over the experts (x and y stride C rows, w strides one expert).
 // Padding rows are computed (their input rows are zero). Dropless: one product per non-empty
-// block.
+// block, all of them in one grouped call (run_gemm_group).
 Status expert_gemm(Context& ctx, const TensorView& x, const TensorView& w, bool trans_w,
                    const TensorView& y, const ExpertBlocks& blocks) {
   const int64_t k = x.dim(1), n = y.dim(1), el = blocks.local_experts;
@@ -120,6 +220,7 @@ Status expert_gemm(Context& ctx, const TensorView& x, const TensorView& w, bool 
     }
     return Status::OK();
   }
+  std::vector<GemmCall> calls;
   for (int64_t b = 0; b < blocks.blocks(); ++b) {
     const auto [begin, end] = blocks.block_rows(b);
     if (end == begin) continue;
@@ -127,14 +228,14 @@ Status expert_gemm(Context& ctx, const TensorView& x, const TensorView& w, bool 
     g.a = bytes(x, begin * k);
     g.b = bytes(w, blocks.expert_of(b) * w.dim(1) * w.dim(2));
     g.c = bytes_mut(y, begin * n);
-    MOE_RETURN_IF_ERROR(run_gemm(ctx, "expert_gemm", x.dtype(), y.dtype(), g));
+    calls.push_back(g);
   }
-  return Status::OK();
+  return run_gemm_group(ctx, "expert_gemm", x.dtype(), y.dtype(), calls);
 }
 
 // dw[l] += x_b^T dy_b over l's blocks in rank order (a fixed order: deterministic). Capacity
 // mode: one strided batch over the experts per source rank; padding rows add zero (their output
-// gradient is zero).
+// gradient is zero). Dropless: one grouped call per source rank.
 Status expert_gemm_wgrad(Context& ctx, const TensorView& x, const TensorView& dy,
                          const TensorView& dw, const ExpertBlocks& blocks) {
   const int64_t k = x.dim(1), n = dy.dim(1), el = blocks.local_experts;
@@ -162,14 +263,19 @@ Status expert_gemm_wgrad(Context& ctx, const TensorView& x, const TensorView& dy
     }
     return Status::OK();
   }
-  for (int64_t b = 0; b < blocks.blocks(); ++b) {
-    const auto [begin, end] = blocks.block_rows(b);
-    if (end == begin) continue;
-    g.k = end - begin;
-    g.a = bytes(x, begin * k);
-    g.b = bytes(dy, begin * n);
-    g.c = bytes_mut(dw, blocks.expert_of(b) * k * n);
-    MOE_RETURN_IF_ERROR(run_gemm(ctx, "expert_gemm_wgrad", x.dtype(), dw.dtype(), g));
+  // Rank by rank (the fixed order of each expert's sum); one rank's blocks are distinct experts.
+  for (int64_t r = 0; r < blocks.ranks; ++r) {
+    std::vector<GemmCall> calls;
+    for (int64_t b = r * el; b < (r + 1) * el; ++b) {
+      const auto [begin, end] = blocks.block_rows(b);
+      if (end == begin) continue;
+      g.k = end - begin;
+      g.a = bytes(x, begin * k);
+      g.b = bytes(dy, begin * n);
+      g.c = bytes_mut(dw, blocks.expert_of(b) * k * n);
+      calls.push_back(g);
+    }
+    MOE_RETURN_IF_ERROR(run_gemm_group(ctx, "expert_gemm_wgrad", x.dtype(), dw.dtype(), calls));
   }
   return Status::OK();
 }

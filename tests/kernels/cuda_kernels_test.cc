@@ -20,6 +20,7 @@
 #include "kernels/activation.h"
 #include "kernels/attention.h"
 #include "kernels/cross_entropy.h"
+#include "kernels/cuda/cublas_gemm.cuh"
 #include "kernels/elementwise.h"
 #include "kernels/embedding.h"
 #include "kernels/gemm.h"
@@ -396,6 +397,46 @@ TEST_F(CudaKernelTest, ExpertGemmsAndBlockBiases) {
       OK(bias_grad_blocks(cpu(), g2, db, blocks));
       OK(bias_grad_blocks(gpu(), up(g2), gdb, gblocks));
       expect_close("bias_grad_blocks", db, gdb, 0);  // the same double sums in the same order
+    }
+  }
+}
+
+// Dropless products in one grouped cuBLAS call against one call per block
+// (MOMOE_EXPERT_GEMM=loop), at a shape with uneven blocks (one empty): both within the GEMM
+// bound of the CPU reference. Prints which path cuBLAS took for each dtype.
+TEST_F(CudaKernelTest, DroplessExpertGemmsGroupedAndOneByOne) {
+  ExpertBlocks blocks;
+  blocks.ranks = 2;
+  blocks.local_experts = 4;
+  blocks.offsets = {0, 40, 40, 157, 190, 260, 261, 333, 400};
+  const int64_t rows = blocks.rows(), k = 64, n = 96;
+  for (DType dt : kActs) {
+    const DType f = compute_dtype(dt);
+    const double tol = dt == DType::kF32 ? 1e-5 : -1;
+    Tensor x = rand({rows, k}, dt), w = rand({4, k, n}, dt), dy = rand({rows, n}, dt);
+    Tensor y = Tensor::empty({rows, n}, dt), dw = rand({4, k, n}, f);
+    Tensor dw0 = Tensor::empty(dw.shape(), f);
+    ASSERT_TRUE(convert_into(dw, dw0).ok());
+    OK(expert_gemm(cpu(), x, w, false, y, blocks));
+    OK(expert_gemm_wgrad(cpu(), x, dy, dw, blocks));
+    for (const char* mode : {"grouped", "loop"}) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + " " + mode);
+      const cuda::GemmGroupCounts before = cuda::gemm_group_counts();
+      ASSERT_EQ(::setenv("MOMOE_EXPERT_GEMM", mode, 1), 0);
+      Tensor gy = poisoned({rows, n}, dt), gdw = up(dw0);
+      const Status fwd = expert_gemm(gpu(), up(x), up(w), false, gy, blocks);
+      const Status wgrad = expert_gemm_wgrad(gpu(), up(x), up(dy), gdw, blocks);
+      ::unsetenv("MOMOE_EXPERT_GEMM");
+      OK(fwd);
+      OK(wgrad);
+      expect_close("expert_gemm (dropless)", y, gy, tol);
+      expect_close("expert_gemm_wgrad (dropless)", dw, gdw, tol);
+      const cuda::GemmGroupCounts after = cuda::gemm_group_counts();
+      std::printf("dropless expert GEMMs, %s, %s: %lld grouped, %lld refused, %lld one by one\n",
+                  dtype_name(dt), mode, static_cast<long long>(after.grouped - before.grouped),
+                  static_cast<long long>(after.refused - before.refused),
+                  static_cast<long long>(after.looped - before.looped));
+      EXPECT_EQ(after.looped - before.looped, std::string(mode) == "loop" ? 3 : 0);
     }
   }
 }
