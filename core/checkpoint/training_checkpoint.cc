@@ -33,17 +33,24 @@ struct HostArenas {
 };
 
 // For the rank that writes them (`writer`); the others get empty arenas. Collective over the
-// kind's group when its optimizer state is sharded (every rank takes part in gathering it, and
-// in gathering the masters when they are sharded too).
+// kind's group when its optimizer state is sharded (every rank sends its chunk to the writer,
+// the group's first rank, and its chunk of the masters when they are sharded too): no other
+// rank ever holds a whole arena.
 StatusOr<HostArenas> read_back_arenas(const TrainingState& st, ParamKind kind, bool writer) {
+  using GatherTo = Optimizer::GatherTo;
+  const ArenaShard& shard = st.optimizer->sharding().of(kind);
+  if (shard.sharded() && writer != (shard.rank == 0)) {
+    return internal_error("checkpoint: a sharded kind's writer must be its group's first rank ",
+                          "(group rank ", shard.rank, ", writer ", writer ? "yes" : "no", ")");
+  }
   HostArenas h;
   if (writer || st.model->params().masters_sharded(kind)) {
-    MOE_ASSIGN_OR_RETURN(Tensor masters, st.optimizer->whole_masters(kind));
+    MOE_ASSIGN_OR_RETURN(Tensor masters, st.optimizer->whole_masters(kind, GatherTo::kFirstRank));
     if (writer) h.masters = std::move(masters);
   }
-  if (!writer && !st.optimizer->sharding().of(kind).sharded()) return h;
+  if (!writer && !shard.sharded()) return h;
   for (int slot = 0; slot < st.optimizer->slots(); ++slot) {
-    MOE_ASSIGN_OR_RETURN(Tensor s, st.optimizer->whole_state(slot, kind));
+    MOE_ASSIGN_OR_RETURN(Tensor s, st.optimizer->whole_state(slot, kind, GatherTo::kFirstRank));
     if (writer) h.state.push_back(std::move(s));
   }
   return h;

@@ -1,6 +1,8 @@
 #include "core/optim/optimizer.h"
 
 #include <algorithm>
+#include <utility>
+#include <vector>
 
 #include "kernels/optimizer.h"
 
@@ -86,26 +88,37 @@ std::vector<Optimizer::StateTensor> Optimizer::state_tensors() const {
   return out;
 }
 
-StatusOr<Tensor> Optimizer::gather_on_host(ParamKind kind, const Tensor& mine) const {
+StatusOr<Tensor> Optimizer::gather_on_host(ParamKind kind, const Tensor& mine, GatherTo to) const {
   const ArenaShard& shard = sharding_.of(kind);
-  MOE_ASSIGN_OR_RETURN(Tensor whole, Tensor::try_empty({shard.ranks * shard.chunk}, mine.dtype()));
-  MOE_RETURN_IF_ERROR(shard.group->all_gather(mine, whole));
-  return whole.rows(0, shard.numel);
+  if (to == GatherTo::kEveryRank) {
+    MOE_ASSIGN_OR_RETURN(Tensor whole,
+                         Tensor::try_empty({shard.ranks * shard.chunk}, mine.dtype()));
+    MOE_RETURN_IF_ERROR(shard.group->all_gather(mine, whole));
+    return whole.rows(0, shard.numel);
+  }
+  // To the first rank alone: an all-to-all-v in which every rank sends its chunk to rank 0 only.
+  std::vector<int64_t> send(shard.ranks, 0), recv(shard.ranks, shard.rank == 0 ? shard.chunk : 0);
+  send[0] = shard.chunk;
+  MOE_ASSIGN_OR_RETURN(comm::AllToAllPlan plan,
+                       comm::AllToAllPlan::from_counts(std::move(send), std::move(recv)));
+  MOE_ASSIGN_OR_RETURN(Tensor whole, Tensor::try_empty({plan.recv_total}, mine.dtype()));
+  MOE_RETURN_IF_ERROR(shard.group->all_to_all_v(mine, plan, whole));
+  return shard.rank == 0 ? whole.rows(0, shard.numel) : whole;
 }
 
-StatusOr<Tensor> Optimizer::whole_state(int slot, ParamKind kind) const {
+StatusOr<Tensor> Optimizer::whole_state(int slot, ParamKind kind, GatherTo to) const {
   MOE_ASSIGN_OR_RETURN(Tensor mine, params_->context().read_back(state(slot, kind)));
   if (!sharding_.of(kind).sharded()) return mine;
-  return gather_on_host(kind, mine);
+  return gather_on_host(kind, mine, to);
 }
 
-StatusOr<Tensor> Optimizer::whole_masters(ParamKind kind) const {
+StatusOr<Tensor> Optimizer::whole_masters(ParamKind kind, GatherTo to) const {
   const TensorView masters = params_->masters(kind);
   if (!params_->masters_sharded(kind)) {
     return params_->context().read_back(masters.rows(0, params_->numel(kind)));
   }
   MOE_ASSIGN_OR_RETURN(Tensor mine, params_->context().read_back(masters));
-  return gather_on_host(kind, mine);
+  return gather_on_host(kind, mine, to);
 }
 
 Status Optimizer::load_masters(ParamKind kind, const TensorView& whole) {

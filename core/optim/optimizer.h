@@ -46,18 +46,22 @@ class Optimizer {
   const Tensor& state(int slot, ParamKind kind) const {
     return state_[slot][kind == ParamKind::kDense ? 0 : 1];
   }
+  // Where a sharded kind's gathered arena lands: on every rank of its group, or on the group's
+  // first rank alone (the checkpoint's writer of that kind; the others then get an empty tensor
+  // and never hold a whole arena).
+  enum class GatherTo { kEveryRank, kFirstRank };
   // One slot and kind's whole state on the host, laid out like the masters arena (numel(kind)
   // elements, no padding): gathered from the chunks when the kind is sharded (collective over
-  // its group, whose every rank gets it), else read back. A sync point.
-  StatusOr<Tensor> whole_state(int slot, ParamKind kind) const;
+  // its group; `to` says which ranks get it), else read back. A sync point.
+  StatusOr<Tensor> whole_state(int slot, ParamKind kind, GatherTo to = GatherTo::kEveryRank) const;
   // Sets one slot and kind's state from `whole` (host, laid out like the masters arena, at least
   // numel(kind) elements): this rank's chunk of it. Local; enqueued (keep `whole` alive until
   // the context synchronizes).
   Status load_state(int slot, ParamKind kind, const TensorView& whole);
   // One kind's whole masters on the host, laid out like the masters arena (numel(kind)
-  // elements): gathered from the chunks when they are sharded (collective over the kind's group,
-  // whose every rank gets them), else read back. A sync point.
-  StatusOr<Tensor> whole_masters(ParamKind kind) const;
+  // elements): gathered from the chunks when they are sharded (collective over the kind's group;
+  // `to` says which ranks get them), else read back. A sync point.
+  StatusOr<Tensor> whole_masters(ParamKind kind, GatherTo to = GatherTo::kEveryRank) const;
   // Sets one kind's masters and values from `whole` (host, F, laid out like the masters arena,
   // at least numel(kind) elements): this rank's chunk of them when sharded (the values are then
   // refreshed through the kind's gradients arena, overwriting the gradients), else all of them
@@ -73,8 +77,9 @@ class Optimizer {
   // Updates the part of `p` in this rank's chunk of its kind.
   Status update(const Parameter& p, double lr, int64_t step, double grad_scale);
   // This rank's chunk of a sharded kind (on the host, `mine`) gathered into the whole arena's
-  // layout: numel(kind) elements. Collective over the kind's group.
-  StatusOr<Tensor> gather_on_host(ParamKind kind, const Tensor& mine) const;
+  // layout: numel(kind) elements (an empty tensor where `to` leaves this rank out). Collective
+  // over the kind's group.
+  StatusOr<Tensor> gather_on_host(ParamKind kind, const Tensor& mine, GatherTo to) const;
   // After the update: each sharded kind's masters all-gathered, the values refreshed.
   Status gather_masters();
 

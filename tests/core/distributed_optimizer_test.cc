@@ -21,6 +21,7 @@
 #include "core/train/grad_sync.h"
 #include "kernels/optimizer.h"
 #include "tests/core/trainer_test_util.h"
+#include "tests/testing/gradient_check.h"
 
 namespace moe::testing {
 namespace {
@@ -86,6 +87,36 @@ class DistributedOptimizerTest : public ::testing::Test {
     return Status::OK();
   }
 
+  // What a checkpoint gathers (Optimizer::GatherTo::kFirstRank): a sharded kind's state and
+  // sharded masters land on its group's first rank equal to what every rank gathers, and on no
+  // other rank (an empty tensor: no whole arena held there). Collective.
+  static Status check_gather_to_first_rank(Trainer& t) {
+    using GatherTo = Optimizer::GatherTo;
+    const Optimizer& opt = t.optimizer();
+    auto same = [](const ArenaShard& shard, const Tensor& every, const Tensor& first,
+                   const char* what) -> Status {
+      const bool ok = shard.rank == 0 ? bitwise_equal(every, first) : first.numel() == 0;
+      if (ok) return Status::OK();
+      return internal_error(what, " gathered to the first rank: ", first.view().to_string(),
+                            " on group rank ", shard.rank, ", every rank's ",
+                            every.view().to_string());
+    };
+    for (ParamKind kind : {ParamKind::kDense, ParamKind::kExpert}) {
+      const ArenaShard& shard = opt.sharding().of(kind);
+      if (!shard.sharded()) continue;
+      for (int slot = 0; slot < opt.slots(); ++slot) {
+        MOE_ASSIGN_OR_RETURN(Tensor every, opt.whole_state(slot, kind));
+        MOE_ASSIGN_OR_RETURN(Tensor first, opt.whole_state(slot, kind, GatherTo::kFirstRank));
+        MOE_RETURN_IF_ERROR(same(shard, every, first, "optimizer state"));
+      }
+      if (!t.model().params().masters_sharded(kind)) continue;
+      MOE_ASSIGN_OR_RETURN(Tensor every, opt.whole_masters(kind));
+      MOE_ASSIGN_OR_RETURN(Tensor first, opt.whole_masters(kind, GatherTo::kFirstRank));
+      MOE_RETURN_IF_ERROR(same(shard, every, first, "masters"));
+    }
+    return Status::OK();
+  }
+
   // `steps` steps on a fresh run directory; every rank's own parameters, rank 0's statistics.
   static TrainedRun train(Layout layout, int steps, std::vector<std::string> set,
                           bool distributed) {
@@ -106,6 +137,7 @@ class DistributedOptimizerTest : public ::testing::Test {
         run.losses.push_back(stats.loss);
         run.grad_norms.push_back(stats.grad_norm);
       }
+      if (distributed) MOE_RETURN_IF_ERROR(check_gather_to_first_rank(*t));
       const ParameterSet& params = t->model().params();
       std::vector<std::vector<double>> masters = trainer_masters(*t);  // collective
       std::lock_guard<std::mutex> lock(mu);
