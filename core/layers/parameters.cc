@@ -39,7 +39,7 @@ Status ParameterSet::allocate() {
   MOE_CHECK(!allocated_, "ParameterSet::allocate() called twice");
   const DType f = master_dtype();
   int64_t working = 0;
-  for (const auto& p : params_) working += has_working(*p) ? p->numel() : 0;
+  for (const auto& p : params_) working += has_working(*p) ? working_span(p->numel()) : 0;
   for (ParamKind kind : {ParamKind::kDense, ParamKind::kExpert}) {
     const int64_t n = numel(kind);
     MOE_ASSIGN_OR_RETURN(masters_[index(kind)], ctx_->zeros({n}, f));
@@ -56,7 +56,7 @@ Status ParameterSet::allocate() {
     offset[i] += n;
     if (has_working(*p)) {
       p->value = working_.view().rows(working_offset, working_offset + n).reshape(p->shape);
-      working_offset += n;
+      working_offset += working_span(n);
     } else {
       p->value = p->master;
     }

@@ -12,8 +12,10 @@
 // Memory: after every layer registered, allocate() lays the masters and the gradients out in
 // contiguous arenas per kind, dense parameters first and expert shards after, so the gradient
 // all-reduce of each kind is one collective on one view, in place. Working copies share one more
-// arena. Expert parameters are sharded over the EP group: a rank holds experts
-// [first_expert, first_expert + local_experts) of `global_experts`, stacked along dimension 0.
+// arena, each starting on a kWorkingAlign-element boundary (the GEMM operands of a GPU then sit
+// on 256-byte boundaries, which cuBLAS's fastest bf16 kernels want, whatever the shapes). Expert
+// parameters are sharded over the EP group: a rank holds experts [first_expert, first_expert +
+// local_experts) of `global_experts`, stacked along dimension 0.
 //
 // Sharded masters (the distributed optimizer under BF16, core/optim/state_sharding.h): a rank
 // may keep only its chunk of a kind's masters arena (shard_masters). The kind's parameters then
@@ -31,6 +33,13 @@
 #include "base/tensor.h"
 
 namespace moe {
+
+// Working copies start every this many elements into their arena (256 bytes of bf16).
+constexpr int64_t kWorkingAlign = 128;
+// The elements a working copy of n elements spans in its arena, up to the next one.
+inline int64_t working_span(int64_t n) {
+  return (n + kWorkingAlign - 1) / kWorkingAlign * kWorkingAlign;
+}
 
 enum class ParamKind {
   kDense,   // replicated on every rank; gradients all-reduced over the world

@@ -318,6 +318,29 @@ TEST(TransformerTest, RejectsBadInputs) {
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
 }
 
+// Working copies start on kWorkingAlign-element boundaries of their arena whatever the shapes
+// (odd ones included), so a GPU's bf16 GEMM operands are 256-byte aligned; the masters stay
+// packed (their layout fixes the gradient norm's summation order).
+TEST(TransformerTest, WorkingCopiesStartOnAlignedBoundaries) {
+  ParameterSet params(&host_context(), DType::kBF16);
+  const Parameter& a = params.add("a", {3, 5}, ParamKind::kDense, true, true);
+  const Parameter& b = params.add("b", {7}, ParamKind::kDense, false, false);
+  const Parameter& c = params.add("c", {129, 3}, ParamKind::kDense, true, true);
+  const Parameter& d = params.add_expert("d", {2, 3, 3}, 4, 0, true, true);
+  const Parameter& e = params.add("e", {11, 2}, ParamKind::kDense, true, true);
+  ASSERT_TRUE(params.allocate().ok());
+  DeviceAccessScope host_side;
+  auto at = [](const Parameter& p) { return reinterpret_cast<uintptr_t>(p.value.raw()); };
+  const uintptr_t base = at(a);
+  for (const Parameter* p : {&c, &d, &e}) {
+    EXPECT_EQ((at(*p) - base) % (kWorkingAlign * sizeof(bf16)), 0u) << p->name;
+  }
+  EXPECT_EQ(at(c) - base, kWorkingAlign * sizeof(bf16));      // a's 15 elements, padded
+  EXPECT_EQ(at(d) - base, 5 * kWorkingAlign * sizeof(bf16));  // c's 387, padded to 512
+  EXPECT_EQ(c.arena_offset - b.arena_offset, 7);              // masters packed: b's 7
+  EXPECT_EQ(e.value.dtype(), DType::kBF16);
+}
+
 // BF16 precision: bf16 working weights, activations and GEMM inputs, fp32 masters, gradients and
 // losses. One forward and backward stay close to FP32 from the same masters, and the gradients
 // land in the fp32 arena. bf16 keeps 8 significant bits, so on this tiny model (60 tokens, three
