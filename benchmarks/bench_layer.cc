@@ -318,6 +318,7 @@ JsonLine layer_line(const LayerOptions& o, Context& ctx, const LayerTiming& laye
   const Timing& t = layer.t;
   const double gemm_flops = 2.0 * tokens * cfg.top_k * d * f;
   const double layer_flops = active_flops(o);
+  const kernels::ExpertGemmPaths paths = kernels::expert_gemm_paths();
   JsonLine j("layer");
   j.str("device", ctx.device().to_string())
       .str("variant", variant_name(o.variant))
@@ -329,8 +330,12 @@ JsonLine layer_line(const LayerOptions& o, Context& ctx, const LayerTiming& laye
       .num("groups", cfg.expert_groups)
       .num("dropless", cfg.dropless ? 1 : 0)
       // A GPU's dropless expert products: one grouped cuBLAS call, or one call per block when
-      // MOMOE_EXPERT_GEMM=loop (kernels/cuda/cublas_gemm.cuh).
-      .str("expert_gemm", expert_gemm_mode())
+      // MOMOE_EXPERT_GEMM=loop (kernels/cuda/cublas_gemm.cuh); then how this process's groups
+      // really ran (cuBLAS may refuse a dtype pair, unaligned blocks run one by one).
+      .str("expert_gemm", ctx.device().is_host() ? "cpu" : expert_gemm_mode())
+      .num("expert_gemm_groups_grouped", paths.grouped)
+      .num("expert_gemm_groups_refused", paths.refused)
+      .num("expert_gemm_groups_unaligned", paths.unaligned)
       .num("tokens", tokens)
       .num("d", d)
       .num("f", f)

@@ -146,4 +146,12 @@ Status expert_gemm_wgrad(Context& ctx, const TensorView& x, const TensorView& dy
   });
 }
 
+ExpertGemmPaths expert_gemm_paths() {
+#if defined(MOE_WITH_CUDA)
+  return cuda::expert_gemm_paths();
+#else
+  return ExpertGemmPaths();
+#endif
+}
+
 }  // namespace moe::kernels

@@ -29,4 +29,13 @@ Status expert_gemm(Context& ctx, const TensorView& x, const TensorView& w, bool 
 Status expert_gemm_wgrad(Context& ctx, const TensorView& x, const TensorView& dy,
                          const TensorView& dw, const ExpertBlocks& blocks);
 
+// How a GPU has run its dropless expert products in this process, per group of two or more
+// (kernels/cuda/cublas_gemm.cuh run_gemm_group): as one grouped cuBLAS call; one by one because
+// cuBLAS refused them, because an operand was not 16-byte aligned, or because
+// MOMOE_EXPERT_GEMM=loop asked for it. All zero without CUDA.
+struct ExpertGemmPaths {
+  int64_t grouped = 0, refused = 0, unaligned = 0, looped = 0;
+};
+ExpertGemmPaths expert_gemm_paths();
+
 }  // namespace moe::kernels

@@ -34,18 +34,12 @@ Status run_gemm(Context& ctx, const char* op, DType in, DType out, const GemmCal
 // Products that write distinct C's (no order among them), each unbatched, as one grouped cuBLAS
 // call (cublasGemmGroupedBatchedEx, one problem per group): the dropless expert blocks, whose
 // row counts differ, in one launch instead of one per block. Runs them one by one instead (same
-// products, possibly other cuBLAS kernels) when there is one, when the library has no grouped
-// kernel for the dtypes (it answers NOT_SUPPORTED), or when MOMOE_EXPERT_GEMM=loop is set (A/B
-// timing). The device array of operand pointers is uploaded on ctx's stream (no wait).
+// products, possibly other cuBLAS kernels) when there is one; when MOMOE_EXPERT_GEMM=loop is set
+// (A/B timing); when an operand or row stride is off a 16-byte boundary (the grouped kernels'
+// wide loads); or when cuBLAS refuses the dtype pair (NOT_SUPPORTED: not offered again) or the
+// arguments (INVALID_VALUE). kernels/gemm.h's expert_gemm_paths counts each outcome. The device
+// array of operand pointers is uploaded on ctx's stream (no wait).
 Status run_gemm_group(Context& ctx, const char* op, DType in, DType out,
                       const std::vector<GemmCall>& calls);
-
-// How run_gemm_group has run its groups in this process (of two or more products): as one
-// grouped call, or one by one because the library refused the dtypes or MOMOE_EXPERT_GEMM=loop.
-// The GPU tests print them, so that a window learns which path its cuBLAS took.
-struct GemmGroupCounts {
-  int64_t grouped = 0, refused = 0, looped = 0;
-};
-GemmGroupCounts gemm_group_counts();
 
 }  // namespace moe::kernels::cuda

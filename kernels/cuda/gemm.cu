@@ -6,6 +6,7 @@
 #include <cublas_v2.h>
 
 #include <atomic>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 
@@ -80,7 +81,31 @@ bool grouped_gemm_allowed() {
   return mode == nullptr || std::strcmp(mode, "loop") != 0;
 }
 
-std::atomic<int64_t> groups_grouped{0}, groups_refused{0}, groups_looped{0};
+std::atomic<int64_t> groups_grouped{0}, groups_refused{0}, groups_unaligned{0}, groups_looped{0};
+// Bit (in * 8 + out) set: cuBLAS refused grouped products of that dtype pair (NOT_SUPPORTED), so
+// they are not offered again in this process (each offer costs an upload of the pointers).
+std::atomic<uint64_t> refused_pairs{0};
+
+uint64_t pair_bit(DType in, DType out) {
+  return uint64_t{1} << (static_cast<int>(in) * 8 + static_cast<int>(out));
+}
+
+// cuBLAS's grouped kernels read operands with wide loads: for bf16 inputs its documentation asks
+// for 16-byte aligned matrices, which it cannot check itself (the pointers live on the device).
+// Every pointer and every row stride on a 16-byte boundary, whatever the dtype (a dropless
+// block of odd row count and width starts anywhere).
+bool aligned_for_grouping(const std::vector<GemmCall>& calls, DType in, DType out) {
+  const auto on_16 = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  const int64_t si = static_cast<int64_t>(dtype_size(in)),
+                so = static_cast<int64_t>(dtype_size(out));
+  for (const GemmCall& g : calls) {
+    if (!on_16(g.a) || !on_16(g.b) || !on_16(g.c) || (g.lda * si) % 16 != 0 ||
+        (g.ldb * si) % 16 != 0 || (g.ldc * so) % 16 != 0) {
+      return false;
+    }
+  }
+  return true;
+}
 
 // The per-problem arguments of cublasGemmGroupedBatchedEx in the column-major form run_gemm uses
 // (C^T = op(B)^T op(A)^T): cuBLAS's A is our B. Scalars are per group, on the host.
@@ -122,15 +147,10 @@ Status run_each(Context& ctx, const char* op, DType in, DType out,
   return Status::OK();
 }
 
-}  // namespace
-
-Status run_gemm_group(Context& ctx, const char* op, DType in, DType out,
-                      const std::vector<GemmCall>& calls) {
-  if (calls.size() < 2) return run_each(ctx, op, in, out, calls);
-  if (!grouped_gemm_allowed()) {
-    ++groups_looped;
-    return run_each(ctx, op, in, out, calls);
-  }
+// Offers the products to cublasGemmGroupedBatchedEx; *grouped says whether it took them.
+Status try_grouped(Context& ctx, const char* op, DType in, DType out,
+                   const std::vector<GemmCall>& calls, bool* grouped) {
+  *grouped = false;
   const GroupArgs args(calls);
   const int count = static_cast<int>(calls.size());
   MOE_ASSIGN_OR_RETURN(Tensor pointers, ctx.upload(Tensor::from_vector<int64_t>(
@@ -145,24 +165,50 @@ Status run_gemm_group(Context& ctx, const char* op, DType in, DType out,
       ptr + count, cuda_type(in), args.ld_second.data(), beta, ptr + 2 * count, cuda_type(out),
       args.ldc.data(), count, args.group_size.data(),
       f64 ? CUBLAS_COMPUTE_64F : CUBLAS_COMPUTE_32F);
-  // NOT_SUPPORTED: no grouped kernel for these dtypes; INVALID_VALUE: arguments the grouped
-  // entry point refuses but one product at a time may take (run_gemm names any real error).
+  // NOT_SUPPORTED: no grouped kernel for this dtype pair (remembered); INVALID_VALUE: arguments
+  // the grouped entry point refuses that one product at a time may take (run_gemm names any
+  // real error). Either way the products run one by one.
+  if (st == CUBLAS_STATUS_NOT_SUPPORTED) refused_pairs |= pair_bit(in, out);
   if (st == CUBLAS_STATUS_NOT_SUPPORTED || st == CUBLAS_STATUS_INVALID_VALUE) {
     ++groups_refused;
-    return run_each(ctx, op, in, out, calls);
+    return Status::OK();
   }
   if (st != CUBLAS_STATUS_SUCCESS) {
     return internal_error("cublas: ", op, " (grouped, ", count,
                           " products): ", cublasGetStatusString(st));
   }
   ++groups_grouped;
+  *grouped = true;
   return Status::OK();
 }
 
-GemmGroupCounts gemm_group_counts() {
-  GemmGroupCounts c;
+}  // namespace
+
+Status run_gemm_group(Context& ctx, const char* op, DType in, DType out,
+                      const std::vector<GemmCall>& calls) {
+  if (calls.size() < 2) return run_each(ctx, op, in, out, calls);
+  if (!grouped_gemm_allowed()) {
+    ++groups_looped;
+    return run_each(ctx, op, in, out, calls);
+  }
+  if ((refused_pairs.load() & pair_bit(in, out)) != 0) {
+    ++groups_refused;
+    return run_each(ctx, op, in, out, calls);
+  }
+  if (!aligned_for_grouping(calls, in, out)) {
+    ++groups_unaligned;
+    return run_each(ctx, op, in, out, calls);
+  }
+  bool grouped = false;
+  MOE_RETURN_IF_ERROR(try_grouped(ctx, op, in, out, calls, &grouped));
+  return grouped ? Status::OK() : run_each(ctx, op, in, out, calls);
+}
+
+ExpertGemmPaths expert_gemm_paths() {
+  ExpertGemmPaths c;
   c.grouped = groups_grouped.load();
   c.refused = groups_refused.load();
+  c.unaligned = groups_unaligned.load();
   c.looped = groups_looped.load();
   return c;
 }

@@ -16,5 +16,6 @@ Status expert_gemm(Context& ctx, const TensorView& x, const TensorView& w, bool 
                    const TensorView& y, const ExpertBlocks& blocks);
 Status expert_gemm_wgrad(Context& ctx, const TensorView& x, const TensorView& dy,
                          const TensorView& dw, const ExpertBlocks& blocks);
+ExpertGemmPaths expert_gemm_paths();
 
 }  // namespace moe::kernels::cuda
