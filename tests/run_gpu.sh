@@ -57,7 +57,8 @@
 #   build     420  without a bundle: configure and build BUILD_DIR (default build-gpu)
 #   layer     450  momoe's MoE layer against PyTorch's grouped-GEMM layer (momoe-bench layer
 #                  --device cuda --shape 1..4 --torch 1), then shape 2 with one cuBLAS call per
-#                  expert block (MOMOE_EXPERT_GEMM=loop) -> layer.jsonl
+#                  expert block (MOMOE_EXPERT_GEMM=loop) -> layer.jsonl, and shape 2's time per
+#                  kernel under ncu -> layer_profile.csv (both in results.tgz)
 #
 # Results: OUT holds three files, rewritten after every stage (a call killed at its limit still
 # returns what finished): summary.txt (one line per stage: verdict, seconds, key numbers),
@@ -398,6 +399,17 @@ assert hasattr(torch, "_grouped_mm"), "torch %s has no _grouped_mm" % torch.__ve
   # gains (its line says "expert_gemm": "loop").
   MOMOE_EXPERT_GEMM=loop "$BIN/momoe-bench" layer --device cuda --shape 2 |
     tee -a "$RESULTS/layer.jsonl" || rc=1
+  # Where shape 2's time goes, kernel by kernel (one forward + backward, no warm-up, plus the
+  # floors' own GEMM and copy): Nsight Compute's duration per kernel. A profile that cannot run
+  # (no ncu, no counter permission) is reported, not failed.
+  if command -v ncu > /dev/null; then
+    timeout 150 ncu --metrics gpu__time_duration.sum --print-summary per-kernel --csv \
+      "$BIN/momoe-bench" layer --device cuda --shape 2 --iterations 1 --warmup 0 \
+      > "$RESULTS/layer_profile.csv" 2> "$RESULTS/layer_profile.log" ||
+      echo "layer: the ncu profile failed (see layer_profile.log in results.tgz)"
+  else
+    echo "layer: no ncu on this machine: no per-kernel profile"
+  fi
   return $rc
 }
 
