@@ -100,7 +100,9 @@ struct CombineGrads {
 // Backward of combine:
 //   dy[row[t, k], :] = gate[t, k] * omega ⊙ du[t, :]   (act; overwritten, unreferenced rows 0)
 //   d_gate[t, k] = <du[t, :], omega ⊙ y[row[t, k], :]>   (F; overwritten, 0 for dropped slots)
-//   d_omega += sum_{t, k} gate[t, k] * y[row[t, k], :] ⊙ du[t, :]   (F; accumulated, if given)
+//   d_omega += sum_{t, k} gate[t, k] * y[row[t, k], :] ⊙ du[t, :]   (F; accumulated, if given;
+//              each term rounded to F, summed in double in kernels/cpu/chunked_sum.h's order
+//              over the slots, so both backends give the same bits)
 Status combine_backward(Context& ctx, const TensorView& du, const TensorView& y,
                         const TensorView& row, const TensorView& gate, const TensorView& omega,
                         const CombineGrads& grads);

@@ -7,6 +7,7 @@
 
 #include "base/dtype.h"
 #include "base/thread_pool.h"
+#include "kernels/cpu/chunked_sum.h"
 #include "kernels/cpu/row_copy.h"
 
 namespace moe::kernels::ref {
@@ -219,20 +220,34 @@ void combine_backward(const A* du, const A* y, const int32_t* row, const F* gate
     }
   });
   if (d_omega == nullptr) return;
-  // d_omega[q] sums over (t, j) in token order: columns in parallel, each column on one thread.
+  // d_omega[q] += the sum over the slots (t, j), in token order, of gate * y[row] * du (each term
+  // rounded to F), added in chunked_sum.h's order: runs of kSumChunk slots, then the runs' sums
+  // (a GPU sums the runs in parallel). Dropped slots add nothing. Columns in parallel.
+  const int64_t slots = tokens * k, runs = sum_runs(slots);
   constexpr int64_t kCols = 32;
   parallel_for((d + kCols - 1) / kCols, 1, [&](int64_t c0, int64_t c1) {
-    const int64_t q0 = c0 * kCols, q1 = std::min(d, c1 * kCols);
-    for (int64_t t = 0; t < tokens; ++t) {
-      const A* dut = du + t * d;
-      for (int64_t j = 0; j < k; ++j) {
-        const int32_t rr = row[t * k + j];
-        if (rr < 0) continue;
-        const C gj = static_cast<C>(gate[t * k + j]);
-        const A* src = y + static_cast<int64_t>(rr) * d;
-        for (int64_t q = q0; q < q1; ++q) {
-          d_omega[q] += static_cast<F>(gj * static_cast<C>(src[q]) * static_cast<C>(dut[q]));
+    std::vector<double> level(static_cast<size_t>(kCols * runs)), run(kCols);
+    std::vector<double> scratch(static_cast<size_t>(sum_runs(runs)) + 1);
+    for (int64_t c = c0; c < c1; ++c) {
+      const int64_t q0 = c * kCols, q1 = std::min(d, q0 + kCols);
+      for (int64_t r = 0; r < runs; ++r) {
+        std::fill(run.begin(), run.end(), 0.0);
+        for (int64_t tj = r * kSumChunk; tj < std::min(slots, (r + 1) * kSumChunk); ++tj) {
+          const int32_t rr = row[tj];
+          if (rr < 0) continue;
+          const C gj = static_cast<C>(gate[tj]);
+          const A* src = y + static_cast<int64_t>(rr) * d;
+          const A* dut = du + (tj / k) * d;
+          for (int64_t q = q0; q < q1; ++q) {
+            run[q - q0] += static_cast<double>(
+                static_cast<F>(gj * static_cast<C>(src[q]) * static_cast<C>(dut[q])));
+          }
         }
+        for (int64_t q = q0; q < q1; ++q) level[(q - q0) * runs + r] = run[q - q0];
+      }
+      for (int64_t q = q0; q < q1; ++q) {
+        const double sum = chunked_sum(level.data() + (q - q0) * runs, runs, scratch.data());
+        d_omega[q] = static_cast<F>(static_cast<double>(d_omega[q]) + sum);
       }
     }
   });

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "kernels/common.h"
+#include "kernels/cpu/chunked_sum.h"
 #include "kernels/cpu/moe_dispatch_ref.h"  // CombineShape, LayoutBuffers
 #include "kernels/cuda/cuda_util.cuh"
 #include "kernels/cuda/moe_dispatch.h"
@@ -311,28 +312,34 @@ __global__ void combine_dgate_kernel(const A* du, const A* y, const int32_t* row
   }
 }
 
-// d_omega[q] += sum over (t, j) in order of gate * y[row] * du (the reference's order and F sums).
-// Each column is one serial chain over all T*K slots, so the launch spreads the D columns over
-// as many SMs as it can (kOmegaThreads per block) rather than filling a few.
-constexpr int kOmegaThreads = 32;
-
+// Level 1 of d_omega's chunked sum (kernels/cpu/chunked_sum.h): thread (r, q) adds run r's
+// kSumChunk slots of column q, in order, each term gate * y[row] * du rounded to F;
+// partial[q * runs + r] (rows of runs per column, for chunked_row_sums).
 template <typename A, typename F>
-__global__ void combine_domega_kernel(const A* du, const A* y, const int32_t* row, const F* gate,
-                                      ref::CombineShape shape, F* d_omega) {
+__global__ void combine_domega_runs_kernel(const A* du, const A* y, const int32_t* row,
+                                           const F* gate, ref::CombineShape shape, int64_t runs,
+                                           double* partial) {
   using C = accum_t<A>;
-  const int64_t tokens = shape.tokens, k = shape.k, d = shape.d, y_rows = shape.y_rows;
-  MOE_GRID_LOOP(q, d) {
-    F acc = d_omega[q];
-#pragma unroll 4
-    for (int64_t tj = 0; tj < tokens * k; ++tj) {
+  const int64_t slots = shape.tokens * shape.k, d = shape.d;
+  MOE_GRID_LOOP(i, runs * d) {
+    const int64_t r = i / d, q = i % d;
+    const int64_t begin = r * ref::kSumChunk;
+    const int64_t end = slots - begin < ref::kSumChunk ? slots : begin + ref::kSumChunk;
+    double s = 0;
+    for (int64_t tj = begin; tj < end; ++tj) {
       const int32_t rr = row[tj];
-      if (rr < 0 || rr >= y_rows) continue;
+      if (rr < 0 || rr >= shape.y_rows) continue;
       const C gj = static_cast<C>(gate[tj]);
-      acc += static_cast<F>(gj * load(y, static_cast<int64_t>(rr) * d + q) *
-                            load(du, (tj / k) * d + q));
+      s += static_cast<double>(static_cast<F>(gj * load(y, static_cast<int64_t>(rr) * d + q) *
+                                              load(du, (tj / shape.k) * d + q)));
     }
-    d_omega[q] = acc;
+    partial[q * runs + r] = s;
   }
+}
+
+template <typename F>
+__global__ void add_totals_kernel(const double* totals, int64_t d, F* d_omega) {
+  MOE_GRID_LOOP(q, d) { d_omega[q] = static_cast<F>(static_cast<double>(d_omega[q]) + totals[q]); }
 }
 
 }  // namespace
@@ -484,6 +491,30 @@ Status combine(Context& ctx, const TensorView& y, const TensorView& row, const T
   return launch_status("combine");
 }
 
+namespace {
+
+// d_omega += the chunked sum of each column's slot terms: runs in parallel, then the levels.
+template <typename A, typename F>
+Status combine_domega(Context& ctx, const TensorView& du, const TensorView& y,
+                      const TensorView& row, const TensorView& gate, const ref::CombineShape& shape,
+                      const TensorView& d_omega) {
+  const int64_t d = shape.d, runs = ref::sum_runs(shape.tokens * shape.k);
+  MOE_ASSIGN_OR_RETURN(Tensor partial, ctx.empty({runs * d}, DType::kF64));
+  MOE_ASSIGN_OR_RETURN(Tensor totals, ctx.empty({d}, DType::kF64));
+  cudaStream_t s = stream_of(ctx);
+  combine_domega_runs_kernel<A, F>
+      <<<grid_for(runs * d), kThreads, 0, s>>>(du.data<A>(), y.data<A>(), row.data<int32_t>(),
+                                               gate.data<F>(), shape, runs, partial.data<double>());
+  MOE_RETURN_IF_ERROR(launch_status("combine_backward (d_omega)"));
+  MOE_RETURN_IF_ERROR(
+      chunked_row_sums(ctx, partial.data<double>(), d, runs, totals.data<double>()));
+  add_totals_kernel<F>
+      <<<grid_for(d), kThreads, 0, s>>>(totals.data<double>(), d, d_omega.data<F>());
+  return launch_status("combine_backward (d_omega)");
+}
+
+}  // namespace
+
 Status combine_backward(Context& ctx, const TensorView& du, const TensorView& y,
                         const TensorView& row, const TensorView& gate, const TensorView& omega,
                         const CombineGrads& grads) {
@@ -498,6 +529,7 @@ Status combine_backward(Context& ctx, const TensorView& du, const TensorView& y,
   shape.d = d;
   shape.y_rows = y_rows;
   cudaStream_t s = stream_of(ctx);
+  Status launched = Status::OK();
   MOE_RETURN_IF_ERROR(dispatch_act("combine_backward", y, [&](auto at, auto ft) {
     using A = decltype(at);
     using F = decltype(ft);
@@ -508,11 +540,9 @@ Status combine_backward(Context& ctx, const TensorView& du, const TensorView& y,
     }
     combine_dgate_kernel<A, F><<<grid_for(tokens * k * 32), kThreads, 0, s>>>(
         du.data<A>(), y.data<A>(), row.data<int32_t>(), w, shape, d_gate.data<F>());
-    if (with_omega && d > 0) {
-      combine_domega_kernel<A, F><<<grid_for(d, kOmegaThreads), kOmegaThreads, 0, s>>>(
-          du.data<A>(), y.data<A>(), row.data<int32_t>(), gate.data<F>(), shape, d_omega.data<F>());
-    }
+    if (with_omega && d > 0) launched = combine_domega<A, F>(ctx, du, y, row, gate, shape, d_omega);
   }));
+  MOE_RETURN_IF_ERROR(launched);
   return launch_status("combine_backward");
 }
 
