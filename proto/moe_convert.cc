@@ -386,6 +386,41 @@ void moe_config_to_proto(const MoeLayerConfig& c, momoe::MoeConfig* m) {
   s->set_omega(c.sparsemixer.omega);
 }
 
+namespace {
+
+// One singular field's value as protobuf text (exact for doubles: TextFormat round-trips them).
+std::string field_text(const google::protobuf::Message& m,
+                       const google::protobuf::FieldDescriptor* f) {
+  std::string out;
+  google::protobuf::TextFormat::PrintFieldValueToString(m, f, -1, &out);
+  return out;
+}
+
+}  // namespace
+
+void strip_inherited(const google::protobuf::Message& base, google::protobuf::Message* block) {
+  using google::protobuf::FieldDescriptor;
+  const google::protobuf::Reflection* rb = base.GetReflection();
+  const google::protobuf::Reflection* r = block->GetReflection();
+  const google::protobuf::Descriptor* d = block->GetDescriptor();
+  for (int i = 0; i < d->field_count(); ++i) {
+    const FieldDescriptor* f = d->field(i);
+    MOE_CHECK(!f->is_repeated(), "strip_inherited: repeated field ", f->full_name());
+    if (!r->HasField(*block, f)) continue;  // absent (or an implicit-presence default)
+    if (f->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) {
+      if (!rb->HasField(base, f)) continue;
+      google::protobuf::Message* sub = r->MutableMessage(block, f);
+      strip_inherited(rb->GetMessage(base, f), sub);
+      if (sub->ByteSizeLong() == 0) r->ClearField(block, f);
+      continue;
+    }
+    // Equal values: the block inherits it (an implicit-presence enum cleared is UNSPECIFIED,
+    // which inherits too).
+    const bool base_has = rb->HasField(base, f) || !f->has_presence();
+    if (base_has && field_text(*block, f) == field_text(base, f)) r->ClearField(block, f);
+  }
+}
+
 }  // namespace proto_internal
 
 StatusOr<MoeLayerConfig> parse_moe_config_text(const std::string& text, const std::string& where,

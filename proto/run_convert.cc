@@ -6,6 +6,7 @@
 
 #include <cctype>
 #include <cmath>
+#include <optional>
 #include <regex>
 #include <utility>
 
@@ -299,8 +300,8 @@ momoe::Activation activation_to_proto(ExpertActivation a) {
 }
 
 // Every field of the struct, explicitly (see resolved_config_text). The plan is written as
-// explicit blocks, each MoE block with its full config; `arch` is left out (it is shorthand for
-// the blocks) and `model.moe` holds the first MoE block's config.
+// explicit blocks; `arch` is left out (it is shorthand for the blocks), `model.moe` holds the
+// first MoE block's full config and every MoE block only its fields that differ from it.
 // function-length: table (one line per field)
 void run_config_to_proto(const RunConfig& cfg, momoe::RunConfig* msg) {
   const ModelConfig& c = cfg.model;
@@ -338,6 +339,13 @@ void run_config_to_proto(const RunConfig& cfg, momoe::RunConfig* msg) {
   moe_default.d_model = c.d_model;
   proto_internal::moe_config_to_proto(first_moe != nullptr ? first_moe->moe_cfg : moe_default,
                                       m->mutable_moe());
+  // Each block keeps only what differs from model.moe, so that `--set model.moe.x=...` on a
+  // printed config reaches every block, as it does on the config it was printed from.
+  for (momoe::BlockConfig& blk : *m->mutable_blocks()) {
+    if (!blk.has_moe()) continue;
+    proto_internal::strip_inherited(m->moe(), blk.mutable_moe());
+    if (blk.moe().ByteSizeLong() == 0) blk.clear_moe();
+  }
 
   const TrainConfig& t = cfg.train;
   momoe::TrainConfig* tr = msg->mutable_train();
@@ -628,6 +636,52 @@ Status blame_source(const Status& error, const std::string& source,
   return error.with_context(source);
 }
 
+// The field `rel` ("top_k", "heavy_ball.mu") of a MoeConfig as protobuf text when `m` sets it
+// (every enclosing message present too), else nullopt.
+std::optional<std::string> set_field_text(const Message& m, const std::string& rel) {
+  const Message* msg = &m;
+  size_t start = 0;
+  while (true) {
+    const size_t dot = rel.find('.', start);
+    const FieldDescriptor* f = msg->GetDescriptor()->FindFieldByName(
+        rel.substr(start, dot == std::string::npos ? std::string::npos : dot - start));
+    if (f == nullptr || f->is_repeated() || !msg->GetReflection()->HasField(*msg, f)) {
+      return std::nullopt;
+    }
+    if (dot == std::string::npos) {
+      std::string out;
+      google::protobuf::TextFormat::PrintFieldValueToString(*msg, f, -1, &out);
+      return out;
+    }
+    if (f->cpp_type() != FieldDescriptor::CPPTYPE_MESSAGE) return std::nullopt;
+    msg = &msg->GetReflection()->GetMessage(*msg, f);
+    start = dot + 1;
+  }
+}
+
+// A `--set model.moe.x=v` that a block's own `moe.x` (another value, from the config file)
+// keeps from that block would change less than it says: refused, naming the block.
+Status check_moe_overrides_reach_blocks(const momoe::RunConfig& msg,
+                                        const std::vector<std::string>& overrides) {
+  static const std::string kPrefix = "model.moe.";
+  for (const std::string& o : overrides) {
+    const std::string path = o.substr(0, o.find('='));
+    if (path.compare(0, kPrefix.size(), kPrefix) != 0) continue;
+    const std::string rel = path.substr(kPrefix.size());
+    const std::optional<std::string> wanted = set_field_text(msg.model().moe(), rel);
+    for (int b = 0; b < msg.model().blocks_size(); ++b) {
+      const std::optional<std::string> own = set_field_text(msg.model().blocks(b).moe(), rel);
+      if (!own.has_value() || own == wanted) continue;
+      return invalid_argument_error(
+          "--set '", o, "' does not reach model.blocks[", b, "]: the config sets model.blocks[", b,
+          "].moe.", rel, " = ", *own,
+          " for that block, which overrides model.moe. Change it in the config file (blocks are "
+          "a repeated field, which --set cannot reach), or remove it there to inherit model.moe");
+    }
+  }
+  return Status::OK();
+}
+
 }  // namespace
 
 StatusOr<RunConfig> parse_run_config(const std::string& text, const std::string& source,
@@ -635,6 +689,7 @@ StatusOr<RunConfig> parse_run_config(const std::string& text, const std::string&
   momoe::RunConfig msg;
   MOE_RETURN_IF_ERROR(proto_internal::parse_text_proto(text, source, &msg));
   for (const std::string& o : overrides) MOE_RETURN_IF_ERROR(apply_override(o, &msg));
+  MOE_RETURN_IF_ERROR(check_moe_overrides_reach_blocks(msg, overrides));
   if (ep_size > 0) msg.mutable_parallel()->set_ep(ep_size);
   StatusOr<RunConfig> cfg = convert_run_config(msg);
   if (!cfg.ok()) return blame_source(cfg.status(), source, overrides, ep_size);

@@ -461,7 +461,7 @@ config_change)
   rc=$?
   [ "$rc" -eq 2 ] || { cat "$dir.log"; fail "a changed top_k: exit $rc, expected 2"; }
   # Every changed field is named, and the flag that allows the change.
-  for key in "model.blocks[0].moe.top_k" "train.optimizer.lr" "--allow-config-change"; do
+  for key in "model.moe.top_k: 2 -> 1" "train.optimizer.lr" "--allow-config-change"; do
     expect_in "$dir.log" "$key"
   done
   expect_no_file "$dir/ckpt-00000003" "the refused resume trained"

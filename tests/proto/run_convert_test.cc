@@ -214,13 +214,12 @@ void expect_every_field_set(const google::protobuf::Message& msg, const std::str
   using google::protobuf::FieldDescriptor;
   const google::protobuf::Descriptor* d = msg.GetDescriptor();
   const google::protobuf::Reflection* r = msg.GetReflection();
-  const bool dense_block =
-      d->full_name() == "momoe.BlockConfig" &&
-      static_cast<const momoe::BlockConfig&>(msg).kind() == momoe::BlockConfig::DENSE;
+  // A block's moe holds only its overrides of model.moe (which is complete).
+  const bool block = d->full_name() == "momoe.BlockConfig";
   for (int i = 0; i < d->field_count(); ++i) {
     const FieldDescriptor* f = d->field(i);
     const std::string at = path + f->name();
-    if (at == "model.arch" || (dense_block && f->name() == "moe")) continue;
+    if (at == "model.arch" || (block && f->name() == "moe")) continue;
     if (f->is_repeated()) {
       for (int k = 0; k < r->FieldSize(msg, f); ++k) {
         if (f->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) {
@@ -282,6 +281,41 @@ TEST(RunConfigTest, ResolvedConfigIsCompleteAndRoundTrips) {
   }
 }
 
+// A printed config (every field explicit, the model as blocks) takes `--set model.moe.x` into
+// every block as the config it was printed from does: the blocks keep only what differs from
+// model.moe. An override that a block's own setting would keep from that block is refused.
+TEST(RunConfigTest, PrintedConfigTakesModelMoeOverridesInEveryBlock) {
+  StatusOr<RunConfig> original = parse_run_config(kConfig, "kConfig");
+  ASSERT_TRUE(original.ok()) << original.status().to_string();
+  const std::vector<std::string> set = {"model.moe.num_experts=8", "model.moe.top_k=1",
+                                        "model.moe.heavy_ball.mu=0.5"};
+  StatusOr<RunConfig> from_file = parse_run_config(kConfig, "kConfig", set);
+  StatusOr<RunConfig> from_printed = parse_run_config(original->text, "printed", set);
+  ASSERT_TRUE(from_file.ok()) << from_file.status().to_string();
+  ASSERT_TRUE(from_printed.ok()) << from_printed.status().to_string();
+  EXPECT_EQ(from_printed->text, from_file->text);
+  for (const BlockPlan& b : from_printed->model.blocks) {
+    if (!b.moe) continue;
+    EXPECT_EQ(b.moe_cfg.num_experts, 8);
+    EXPECT_EQ(b.moe_cfg.top_k, 1);
+    EXPECT_EQ(b.moe_cfg.heavy_ball.mu, 0.5);
+  }
+  // A block that sets top_k itself keeps it: the override is refused, naming the block.
+  const std::string own =
+      "model { d_model: 32 n_heads: 4 seq_len: 16 moe { num_experts: 4 }"
+      " blocks { kind: MOE } blocks { kind: MOE moe { top_k: 1 } } }";
+  StatusOr<RunConfig> shadowed = parse_run_config(own, "own", {"model.moe.top_k=3"});
+  ASSERT_FALSE(shadowed.ok());
+  EXPECT_EQ(shadowed.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(shadowed.status().message().find("does not reach model.blocks[1]"), std::string::npos)
+      << shadowed.status().to_string();
+  EXPECT_NE(shadowed.status().message().find("model.blocks[1].moe.top_k = 1"), std::string::npos)
+      << shadowed.status().to_string();
+  // The same value, or a field the block leaves alone, passes.
+  EXPECT_TRUE(parse_run_config(own, "own", {"model.moe.top_k=1"}).ok());
+  EXPECT_TRUE(parse_run_config(own, "own", {"model.moe.num_experts=8"}).ok());
+}
+
 TEST(RunConfigTest, DiffListsEveryChangedFieldAndWhichChangeTraining) {
   StatusOr<RunConfig> a = parse_run_config(kConfig, "a");
   StatusOr<RunConfig> b =
@@ -307,13 +341,10 @@ TEST(RunConfigTest, DiffListsEveryChangedFieldAndWhichChangeTraining) {
   // The distributed optimizer computes the same weights: a run may resume with or without it.
   ASSERT_TRUE(by_path.count("train.distributed_optimizer"));
   EXPECT_FALSE(changes_training(by_path["train.distributed_optimizer"]));
-  // top_k of every MoE block (blocks 0, 1 and 3) and of the model-wide MoE defaults.
-  for (const char* p :
-       {"model.blocks[0].moe.top_k", "model.blocks[1].moe.top_k", "model.blocks[3].moe.top_k"}) {
-    ASSERT_TRUE(by_path.count(p)) << p;
-    EXPECT_TRUE(changes_training(by_path[p]));
-  }
-  EXPECT_EQ(d->size(), 8u);
+  // top_k of the model-wide MoE config, which every MoE block inherits (no block sets its own).
+  ASSERT_TRUE(by_path.count("model.moe.top_k"));
+  EXPECT_TRUE(changes_training(by_path["model.moe.top_k"]));
+  EXPECT_EQ(d->size(), 5u);
   StatusOr<RunConfig> c = parse_run_config(kConfig, "c", {"model.arch=sgsm"});
   ASSERT_TRUE(c.ok());
   d = diff_configs(a->text, c->text);
