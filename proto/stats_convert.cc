@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <iterator>
 
 #include "base/check.h"
 #include "io/file_util.h"
@@ -351,15 +352,33 @@ StatsFileContents read_format2(const std::string& buf, size_t pos) {
 
 StatsFileWriter::~StatsFileWriter() { close(); }
 
+void StatsFileWriter::note_evaluation(const StepStatsInfo& s) {
+  if (s.rollback_to) {  // a marker: the evaluations after its step are superseded
+    for (auto it = evaluations_.begin(); it != evaluations_.end();) {
+      it = it->first > *s.rollback_to ? evaluations_.erase(it) : std::next(it);
+    }
+  } else if (!is_training_step(s) && s.eval_sequences.has_value()) {
+    evaluations_.insert({s.step, *s.eval_sequences});
+  }
+}
+
+bool StatsFileWriter::has_evaluation(int64_t step, int64_t eval_sequences) const {
+  return evaluations_.count({step, eval_sequences}) > 0;
+}
+
 Status StatsFileWriter::open(const std::string& path, std::string* note) {
   close();
   note->clear();
   path_ = path;
   last_step_ = -1;
+  evaluations_.clear();
   std::error_code ec;
   if (std::filesystem::exists(path, ec)) {
     MOE_ASSIGN_OR_RETURN(StatsFileContents c, read_stats_file(path));
-    for (const StepStatsInfo& s : live_records(c.steps)) last_step_ = std::max(last_step_, s.step);
+    for (const StepStatsInfo& s : live_records(c.steps)) {
+      last_step_ = std::max(last_step_, s.step);
+      note_evaluation(s);
+    }
     if (c.format == 1) {
       // An older run's file: its whole records are rewritten in the checksummed format; the
       // original is kept beside it.
@@ -419,6 +438,7 @@ Status StatsFileWriter::append(const StepStatsInfo& stats) {
     done += static_cast<size_t>(w);
   }
   size_ += static_cast<int64_t>(record.size());
+  note_evaluation(stats);
   return Status::OK();
 }
 

@@ -7,6 +7,7 @@
 // them when it opens one.
 #pragma once
 
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -44,11 +45,17 @@ class StatsFileWriter {
   void close();
   // The newest step the file's live records reach when open() read it (-1: none).
   int64_t last_step() const { return last_step_; }
+  // Whether the file's live records held, when open() read it or since, an evaluation at `step`
+  // over `eval_sequences` sequences per split (0: the whole splits).
+  bool has_evaluation(int64_t step, int64_t eval_sequences) const;
 
  private:
+  void note_evaluation(const StepStatsInfo& s);
+
   int fd_ = -1;
   int64_t size_ = 0;  // bytes of whole records
   int64_t last_step_ = -1;
+  std::set<std::pair<int64_t, int64_t>> evaluations_;  // (step, eval_sequences)
   std::string path_;
 };
 

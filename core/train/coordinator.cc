@@ -219,6 +219,14 @@ void Coordinator::write_marker(int64_t step, bool interrupted) {
   if (!s.ok()) log_error("stats.pb: ", s.to_string());
 }
 
+StatusOr<bool> Coordinator::has_evaluation(int64_t step, int64_t eval_sequences) const {
+  bool held = false;
+  if (is_root()) held = writer_ != nullptr && writer_->has_evaluation(step, eval_sequences);
+  if (world_ == nullptr || world_->world_size() == 1) return held;
+  MOE_ASSIGN_OR_RETURN(std::string answer, world_->broadcast_bytes(held ? "1" : "0", 0));
+  return answer == "1";
+}
+
 void Coordinator::flush() {
   if (writer_ == nullptr) return;
   Status s = writer_->sync();

@@ -57,6 +57,9 @@ class Coordinator {
   // holds records of later steps (a run killed after its last checkpoint), appends an
   // `interrupted` marker so that readers of stats.pb and metrics.jsonl drop them, and says so.
   void report_resume(int64_t step);
+  // Collective: whether stats.pb holds an evaluation at `step` over `eval_sequences` sequences
+  // per split (0: whole splits) in its live records (rank 0 reads, every rank gets the answer).
+  StatusOr<bool> has_evaluation(int64_t step, int64_t eval_sequences) const;
   // Rank 0: makes every record written so far durable (fsync).
   void flush();
 

@@ -809,6 +809,19 @@ Status Trainer::final_evaluations() {
       break;
   }
   for (bool whole : passes) {
+    // A rerun (of a finished run, or of one stopped during its final evaluation) does not
+    // repeat an evaluation stats.pb holds already: metrics.jsonl would get it twice.
+    const int64_t sequences = whole ? 0 : t.eval_sequences;
+    MOE_ASSIGN_OR_RETURN(const bool recorded,
+                         coordinator_->has_evaluation(steps_done(), sequences));
+    if (recorded) {
+      coordinator_->print(str_cat(
+          "momoe: the final evaluation at step ", steps_done(),
+          whole ? " over the whole splits" : str_cat(" over the first ", sequences, " sequences"),
+          " is recorded in stats.pb already: not repeated (momoe-stats shows it; momoe-eval "
+          "evaluates the checkpoint again)"));
+      continue;
+    }
     MOE_ASSIGN_OR_RETURN(EvalReport r, evaluate(whole));
     if (!r.stopped && !r.finite()) {
       return aborted_error("the final evaluation at step ", steps_done(),

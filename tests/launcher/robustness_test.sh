@@ -155,6 +155,14 @@ signal)
   expect_file "$dir/ckpt-00000002/manifest.pb" "the checkpoint of step 2, kept"
   [ -z "$(records "$dir/metrics.jsonl" eval)" ] ||
     { cat "$dir.log"; fail "the final evaluation finished after SIGTERM"; }
+  # Rerunning the finished run repeats no evaluation that stats.pb holds already (metrics.jsonl
+  # would get it twice): it says so, and the one record stays one.
+  dir=$run/final_eval_whole
+  "$bin/momoe-train" "${final[@]}" --run-dir "$dir" > "$dir.rerun.log" 2>&1 ||
+    { cat "$dir.rerun.log"; fail "the rerun of a finished run failed"; }
+  expect_in "$dir.rerun.log" "is recorded in stats.pb already: not repeated"
+  [ "$(records "$dir/metrics.jsonl" eval)" = 2 ] ||
+    { cat "$dir.rerun.log"; fail "the rerun of a finished run repeated its final evaluation"; }
   # A second signal stops at once, without a checkpoint.
   dir=$run/twice
   start "$dir" "${long[@]}"
