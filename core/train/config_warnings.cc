@@ -51,10 +51,12 @@ std::vector<std::string> config_warnings(const RunConfig& cfg) {
   }
   const TrainConfig& t = cfg.train;
   if (t.warmup_steps > 0 && t.steps <= t.warmup_steps) {
-    out.push_back(str_cat("train.steps = ", t.steps, " does not exceed schedule.warmup_steps = ",
-                          t.warmup_steps, ": the whole run is warm-up, and the learning rate ",
-                          "never reaches train.optimizer.lr = ", t.optimizer.lr,
-                          "; train longer or lower the warm-up"));
+    // Step i (0-based) of the warm-up runs at lr (i + 1) / warmup_steps: the last one at lr.
+    out.push_back(str_cat(
+        "train.steps = ", t.steps, " does not exceed schedule.warmup_steps = ", t.warmup_steps,
+        ": the whole run is warm-up, and the learning rate ",
+        t.steps < t.warmup_steps ? "never reaches" : "reaches only at its last step",
+        " train.optimizer.lr = ", t.optimizer.lr, "; train longer or lower the warm-up"));
   }
   return out;
 }

@@ -65,6 +65,12 @@ TEST(ConfigWarningsTest, ARunThatIsAllWarmUp) {
   const std::vector<std::string> w = config_warnings(tiny(10, warm));
   ASSERT_EQ(w.size(), 1u);
   EXPECT_TRUE(mentions(w, "the whole run is warm-up")) << w[0];
+  // Its last step runs at the full rate (step i of the warm-up at (i + 1) / 30 of it).
+  EXPECT_TRUE(mentions(w, "reaches only at its last step")) << w[0];
+  const std::vector<std::string> shorter =
+      config_warnings(tiny(10, "train { steps: 20 schedule { warmup_steps: 30 } }"));
+  ASSERT_EQ(shorter.size(), 1u);
+  EXPECT_TRUE(mentions(shorter, "never reaches")) << shorter[0];
   EXPECT_TRUE(
       config_warnings(tiny(10, "train { steps: 31 schedule { warmup_steps: 30 } }")).empty());
 }
