@@ -106,13 +106,8 @@ StatusOr<StepStatsInfo> Coordinator::report_step(const StepStatsInfo& local,
     agg.anomalies.push_back(
         str_cat("step ", agg.step, ": non-finite loss; the update was skipped"));
   }
-  for (const RouterStatsInfo& l : agg.layers) {
-    if (l.max_load > cfg_.train.collapse_threshold) {
-      agg.anomalies.push_back(str_cat(
-          "step ", agg.step, ": block ", l.block, " routing collapsed: the busiest expert gets ",
-          l.max_load, "x the mean load (threshold ", cfg_.train.collapse_threshold, ")"));
-    }
-  }
+  std::vector<std::string> announce = agg.anomalies;  // printed now (non-finite: every time)
+  note_collapses(&agg, &announce);
   if (writer_ != nullptr) {
     Status s = writer_->append(agg);
     if (!s.ok()) log_error("stats.pb: ", s.to_string());
@@ -122,12 +117,48 @@ StatusOr<StepStatsInfo> Coordinator::report_step(const StepStatsInfo& local,
     start_ = std::chrono::steady_clock::now() -
              std::chrono::microseconds(static_cast<int64_t>(agg.step_seconds * 1e6));
   }
-  if (agg.step % cfg_.train.log_every == 0 || agg.step == total_steps || !agg.anomalies.empty()) {
+  if (agg.step % cfg_.train.log_every == 0 || agg.step == total_steps || !announce.empty()) {
     print(progress_line(agg, total_steps));
     write_metrics(agg);
-    for (const std::string& a : agg.anomalies) log_warning(a);
+    for (const std::string& a : announce) log_warning(a);
   }
   return agg;
+}
+
+void Coordinator::note_collapses(StepStatsInfo* agg, std::vector<std::string>* announce) {
+  const double threshold = cfg_.train.collapse_threshold;
+  for (const RouterStatsInfo& l : agg->layers) {
+    const size_t b = static_cast<size_t>(l.block);
+    if (collapsed_since_.size() <= b) collapsed_since_.resize(b + 1, -1);
+    int64_t& since = collapsed_since_[b];
+    if (l.max_load <= threshold) {
+      if (since >= 0) {
+        announce->push_back(str_cat("step ", agg->step, ": block ", l.block,
+                                    " routing recovered: the busiest expert gets ", l.max_load,
+                                    "x the mean load (collapsed since step ", since, ")"));
+      }
+      since = -1;
+      continue;
+    }
+    // Every collapsed step is an anomaly of its record; the console hears of the first.
+    const std::string what =
+        str_cat("step ", agg->step, ": block ", l.block, " routing collapsed: the busiest expert ",
+                "gets ", l.max_load, "x the mean load (threshold ", threshold, ")");
+    agg->anomalies.push_back(what);
+    if (since >= 0) continue;
+    since = agg->step;
+    std::string more =
+        "; the steps it stays so are recorded in stats.pb, not repeated here until it recovers";
+    if (b < cfg_.model.blocks.size() && cfg_.model.blocks[b].moe) {
+      const MoeLayerConfig& m = cfg_.model.blocks[b].moe_cfg;
+      const double most = static_cast<double>(m.num_experts) / static_cast<double>(m.top_k);
+      more +=
+          str_cat(". With top-", m.top_k, " of ", m.num_experts, " experts the load is at most ",
+                  most, "x the mean; if such loads are expected (early training, a small ",
+                  "batch), raise train.collapse_threshold");
+    }
+    announce->push_back(what + more);
+  }
 }
 
 std::string Coordinator::progress_line(const StepStatsInfo& s, int64_t total_steps) const {

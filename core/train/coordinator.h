@@ -85,6 +85,10 @@ class Coordinator {
 
  private:
   std::string progress_line(const StepStatsInfo& s, int64_t total_steps) const;
+  // Records a collapsed layer (max_load over train.collapse_threshold) as an anomaly of every
+  // step it stays so, and adds to `announce` only the step it collapses (with what to do) and
+  // the step it recovers.
+  void note_collapses(StepStatsInfo* agg, std::vector<std::string>* announce);
   // metrics.jsonl's line and the event file's scalars of one record.
   void write_metrics(const StepStatsInfo& record);
   void write_marker(int64_t step, bool interrupted);  // stats.pb and metrics.jsonl
@@ -97,7 +101,8 @@ class Coordinator {
   std::unique_ptr<EventFileWriter> events_;
   std::chrono::steady_clock::time_point start_;
   int64_t first_step_ = -1;
-  bool rolled_back_ = false;  // report_rollback wrote a marker for this resume
+  bool rolled_back_ = false;              // report_rollback wrote a marker for this resume
+  std::vector<int64_t> collapsed_since_;  // per block: the step its routing collapsed, or -1
   double eval_seconds_ = 0, eval_eta_ = 0;
   double flops_per_token_ = 0, peak_flops_ = 0;  // set_compute
 };

@@ -70,6 +70,42 @@ TEST(CoordinatorTest, FlagsCollapseAndNonFiniteLossAndWritesStats) {
   std::filesystem::remove_all(dir);
 }
 
+// A layer that stays collapsed is an anomaly of every step's record, but the console and
+// metrics.jsonl hear of it when it collapses and when it recovers, not at every step between
+// (a stock preset's early training would otherwise print hundreds of warnings).
+TEST(CoordinatorTest, ACollapseIsAnnouncedOnceUntilItRecovers) {
+  const std::string dir = fresh_dir("coordinator_collapse");
+  RunConfig cfg;
+  cfg.train.collapse_threshold = 3.0;
+  cfg.train.log_every = 50;
+  std::FILE* progress = std::tmpfile();
+  Coordinator c(cfg, nullptr, dir + "/stats.pb", progress);
+  for (int64_t step = 1; step <= 6; ++step) {
+    StepStatsInfo s;
+    s.step = step;
+    s.loss = 2.0;
+    s.tokens = 40;
+    const bool collapsed = step >= 2 && step <= 4;
+    s.layers.push_back(collapsed ? layer({37, 1, 1, 1}) : layer({10, 10, 10, 10}));
+    StatusOr<StepStatsInfo> r = c.report_step(s, {}, 100);
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(r->anomalies.size(), collapsed ? 1u : 0u) << "step " << step;
+  }
+  std::rewind(progress);
+  std::vector<std::string> printed;
+  char line[512] = {0};
+  while (std::fgets(line, sizeof(line), progress) != nullptr) printed.push_back(line);
+  std::fclose(progress);
+  ASSERT_EQ(printed.size(), 2u);  // step 2 (collapsed) and step 5 (recovered)
+  EXPECT_EQ(printed[0].rfind("step 2/100", 0), 0u) << printed[0];
+  EXPECT_EQ(printed[1].rfind("step 5/100", 0), 0u) << printed[1];
+  StatusOr<StatsFileContents> stats = read_stats_file(dir + "/stats.pb");
+  ASSERT_TRUE(stats.ok());
+  ASSERT_EQ(stats->steps.size(), 6u);
+  for (int i = 1; i <= 3; ++i) EXPECT_EQ(stats->steps[i].anomalies.size(), 1u) << i;
+  std::filesystem::remove_all(dir);
+}
+
 // The event file gets what metrics.jsonl gets, at the same moments: a START at the step the run
 // starts from, one event per logged step (at steps done) and per evaluation; a rollback marker
 // has no scalars. train.tensorboard = false writes no event file.
