@@ -32,18 +32,25 @@ Coordinator::Coordinator(const RunConfig& cfg, comm::Communicator* world, std::s
     } else if (!note.empty()) {
       print("momoe: " + note);
     }
-    // Live metrics: one JSON line per logged step and per evaluation, appended as they happen.
-    const std::filesystem::path dir = std::filesystem::path(stats_path).parent_path();
-    const std::string metrics = (dir / kMetricsFile).string();
-    metrics_ = std::fopen(metrics.c_str(), "a");
-    if (metrics_ == nullptr) log_error("cannot append to ", metrics, ": ", std::strerror(errno));
-    if (cfg_.train.tensorboard) {
-      StatusOr<std::unique_ptr<EventFileWriter>> events = EventFileWriter::create(dir.string());
-      if (events.ok()) {
-        events_ = std::move(*events);
-      } else {
-        log_error("TensorBoard events will not be written: ", events.status().to_string());
-      }
+    // Live metrics (one JSON line per logged step and per evaluation, appended as they happen)
+    // and the TensorBoard event file: opened at their first record, so that a start refused
+    // before any record leaves an earlier run's directory as it was.
+    run_dir_ = std::filesystem::path(stats_path).parent_path().string();
+  }
+}
+
+void Coordinator::open_live_files() {
+  if (run_dir_.empty() || live_files_opened_) return;
+  live_files_opened_ = true;
+  const std::string metrics = (std::filesystem::path(run_dir_) / kMetricsFile).string();
+  metrics_ = std::fopen(metrics.c_str(), "a");
+  if (metrics_ == nullptr) log_error("cannot append to ", metrics, ": ", std::strerror(errno));
+  if (cfg_.train.tensorboard) {
+    StatusOr<std::unique_ptr<EventFileWriter>> events = EventFileWriter::create(run_dir_);
+    if (events.ok()) {
+      events_ = std::move(*events);
+    } else {
+      log_error("TensorBoard events will not be written: ", events.status().to_string());
     }
   }
 }
@@ -53,6 +60,7 @@ Coordinator::~Coordinator() {
 }
 
 void Coordinator::write_metrics(const StepStatsInfo& record) {
+  open_live_files();
   if (metrics_ != nullptr) {
     std::fprintf(metrics_, "%s\n", step_stats_json(record).c_str());
     std::fflush(metrics_);
@@ -219,7 +227,9 @@ void Coordinator::report_eval(const StepStatsInfo& eval) {
 }
 
 void Coordinator::report_start(int64_t steps_done) {
-  if (!is_root() || events_ == nullptr) return;
+  if (!is_root()) return;
+  open_live_files();
+  if (events_ == nullptr) return;
   Status s = events_->write_start(steps_done + 1);  // the next training record's step
   if (!s.ok()) log_error("TensorBoard events: ", s.to_string());
 }

@@ -97,6 +97,11 @@ class Coordinator {
   comm::Communicator* world_;
   std::unique_ptr<StatsFileWriter> writer_;
   std::FILE* progress_;
+  // Rank 0, at the first record: metrics.jsonl and the event file in run_dir_ (empty: none).
+  void open_live_files();
+
+  std::string run_dir_;
+  bool live_files_opened_ = false;
   std::FILE* metrics_ = nullptr;
   std::unique_ptr<EventFileWriter> events_;
   std::chrono::steady_clock::time_point start_;

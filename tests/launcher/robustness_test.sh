@@ -465,9 +465,13 @@ config_change)
   # allowed; a longer run is fine.
   dir=$run/changed
   train "$dir" --set train.steps=2 || fail "run"
+  before=$(ls "$dir")
   train "$dir" --set train.steps=3 --set model.moe.top_k=1 --set train.optimizer.lr=0.01
   rc=$?
   [ "$rc" -eq 2 ] || { cat "$dir.log"; fail "a changed top_k: exit $rc, expected 2"; }
+  # The refused start leaves the run directory as it was (no new event file, nothing else).
+  [ "$(ls "$dir")" = "$before" ] ||
+    fail "the refused start changed the run directory: $(diff <(echo "$before") <(ls "$dir"))"
   # Every changed field is named, and the flag that allows the change.
   for key in "model.moe.top_k: 2 -> 1" "train.optimizer.lr" "--allow-config-change"; do
     expect_in "$dir.log" "$key"
