@@ -38,6 +38,20 @@ int launcher_rank() {
   return 0;
 }
 
+int launcher_world_size() {
+  if (!launched_by_mpi()) return 1;
+  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"}) {
+    const char* v = std::getenv(var);
+    if (v == nullptr || *v == '\0') continue;
+    char* end = nullptr;
+    const long size = std::strtol(v, &end, 10);
+    if (*end == '\0' && size >= 1 && size <= std::numeric_limits<int>::max()) {
+      return static_cast<int>(size);
+    }
+  }
+  return 0;
+}
+
 namespace {
 
 #if defined(MOE_WITH_NCCL)

@@ -30,6 +30,9 @@ bool launched_by_mpi();
 // PMI_RANK, PMIX_RANK, SLURM_PROCID, the first that holds a number), 0 when none does: for
 // messages before the world exists (make_world's rank is the one that counts).
 int launcher_rank();
+// The job's size as the launcher's environment gives it (OMPI_COMM_WORLD_SIZE, PMI_SIZE), 1 when
+// no launcher started this process, 0 when one did but the size is not in its environment.
+int launcher_world_size();
 StatusOr<World> make_world(int* argc, char*** argv, CommBackend backend, double timeout_seconds,
                            DeviceKind device = DeviceKind::kCpu);
 // True when this build has the NCCL backend.

@@ -100,6 +100,15 @@ StatusOr<RunConfig> load_config_from_flags(const FlagParser& flags) {
   }
   MOE_ASSIGN_OR_RETURN(const int64_t ep, flags.get_int("ep", 0));
   if (flags.has("ep") && ep < 1) return invalid_argument_error("--ep ", ep, " must be >= 1");
+  // The layout first (every rank sees the same launcher environment): a config that does not
+  // divide over --ep is a later question.
+  if (const int n = comm::launcher_world_size(); n > 0 && ep > n) {
+    return invalid_argument_error(
+        "--ep ", ep,
+        n == 1 ? str_cat(" needs ", ep, " ranks, but this is a single process")
+               : str_cat(" is larger than the world size ", n),
+        ": launch with mpirun -np ", ep, " (or a multiple of it), or lower --ep");
+  }
   for (auto param : {env::crash_at, env::crash_trace}) {
     if (!param().ok()) return param().status();
   }

@@ -118,6 +118,10 @@ expect_error "unknown flag --bogus" "$bin/momoe-train" --config "$config" --bogu
 expect_error "has no field 'stepz'" "$bin/momoe-train" --config "$config" --set train.stepz=3
 expect_error "train.batch_size = 0" "$bin/momoe-train" --config "$config" --set train.batch_size=0 --run-dir "$run/x"
 expect_error "needs 2 ranks" "$bin/momoe-train" --config "$config" --ep 2 --run-dir "$run/y"
+# The layout is checked before the config's divisibility by it: --ep 3 on one process is about
+# the ranks (8 experts do not divide over 3 either, a later question).
+expect_error "needs 3 ranks, but this is a single process" "$bin/momoe-train" --config "$config" \
+  --ep 3 --run-dir "$run/y"
 expect_error "needs train.device = CUDA" "$bin/momoe-train" --config "$config" --set parallel.backend=NCCL --run-dir "$run/z"
 if ! nvidia-smi -L 2> /dev/null | grep -q '^GPU '; then
   # Without a GPU, asking for one names why CUDA is unusable (here: no driver).
