@@ -181,6 +181,13 @@ Status RunSession::check_config_change(const std::string& checkpoint, const RunC
     if (was != m.extra.end() && was->second != value) changes.push_back({key, was->second, value});
   }
   if (changes.empty()) return Status::OK();
+  // The same training tokens (their fingerprint recorded and equal): where they come from (a
+  // text corpus or its prepared dataset, another path or tokenizer file) changes nothing
+  // training computes (docs/data_format.md).
+  const auto recorded = m.extra.find(kTrainContents);
+  const auto now = fingerprints.find(kTrainContents);
+  const bool same_tokens =
+      recorded != m.extra.end() && now != fingerprints.end() && recorded->second == now->second;
   std::string refused;
   say(str_cat("the config differs from ", checkpoint, "'s in ", changes.size(), " field(s):"));
   for (const ConfigChange& c : changes) {
@@ -190,12 +197,17 @@ Status RunSession::check_config_change(const std::string& checkpoint, const RunC
         c.path == "train.steps" && cfg.train.schedule == LrScheduleKind::kCosine;
     // A split's contents: only the training split's change training.
     const bool contents = fingerprints.count(c.path) > 0;
-    const bool training = contents ? c.path == kTrainContents : changes_training(c) || reschedules;
+    const bool data_source =
+        same_tokens && c.path.compare(0, 5, "data.") == 0 && changes_training(c);
+    const bool training = contents      ? c.path == kTrainContents
+                          : data_source ? false
+                                        : changes_training(c) || reschedules;
     say(str_cat("  ", c.path, ": ", c.before, " -> ", c.after,
-                reschedules ? "  (changes the COSINE learning-rate schedule of the steps already "
-                              "planned: it decays over train.steps)"
-                : training  ? "  (changes what training computes)"
-                            : ""));
+                reschedules   ? "  (changes the COSINE learning-rate schedule of the steps already "
+                                "planned: it decays over train.steps)"
+                : training    ? "  (changes what training computes)"
+                : data_source ? "  (the same training tokens: their fingerprint is unchanged)"
+                              : ""));
     if (training)
       refused += str_cat(refused.empty() ? "" : ", ", c.path, ": ", c.before, " -> ", c.after);
   }

@@ -521,6 +521,18 @@ config_change)
   expect_in "$dir.log" "data.train"
   expect_no_file "$dir/ckpt-00000004" "the refused resume trained"
   train "$dir" "${files[@]}" --set train.steps=4 --allow-config-change || { cat "$dir.log"; fail "allowed contents"; }
+  # The same training tokens from the corpus's prepared dataset: the paths' change is listed,
+  # not refused (the training split's fingerprint is unchanged; docs/data_format.md).
+  dir=$run/to_dataset
+  train "$dir" "${files[@]}" --set train.steps=2 || { cat "$dir.log"; fail "the run before the dataset"; }
+  "$bin/momoe-data" prepare --out "$run/dataset" --train "$corp/train.txt" --valid "$corp/valid.txt" \
+    --test "$corp/test.txt" --vocab-max-size 2000 > "$run/dataset.log" 2>&1 ||
+    { cat "$run/dataset.log"; fail "momoe-data prepare"; }
+  from=$(next_line "$dir")
+  train "$dir" --set data.dataset="$run/dataset" --set train.steps=3 ||
+    { cat "$dir.log"; fail "resuming on the same tokens from their dataset was refused"; }
+  expect_resumed "$dir" 2 "$from"
+  expect_in "$dir.log" "the same training tokens"
   ;;
 torn_stats)
   # A torn last record of stats.pb (a kill mid-write) is cut away before appending; the reader
