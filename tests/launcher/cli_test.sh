@@ -131,9 +131,23 @@ expect_error "no checkpoint in" "$bin/momoe-eval" --checkpoint "$run/empty" --te
 if [ -x "$bin/../benchmarks/momoe-bench" ]; then
   "$bin/../benchmarks/momoe-bench" layer --help > "$run/help" 2>&1 && grep -q -- "--tokens 2048" "$run/help" ||
     { cat "$run/help"; fail "momoe-bench layer --help"; }
-  # An empty thread list, or a negative count, is refused before anything is measured.
-  expect_error "--threads is empty" "$bin/../benchmarks/momoe-bench" data --threads ""
-  expect_error "--threads -1" "$bin/../benchmarks/momoe-bench" data --threads 1,-1
+  # Bad input exits 2 with its error alone: nothing on stdout (not even the environment line),
+  # a near miss named. An empty thread list, or a negative count, is refused before anything is
+  # measured.
+  bench_refuses() {  # bench_refuses NEEDLE ARGS...
+    local needle=$1; shift
+    EXPECT_DIR=$run expect_code 2 "$needle" "$bin/../benchmarks/momoe-bench" "$@"
+    [ -s "$run/out" ] && { cat "$run/out"; fail "momoe-bench $* printed on stdout before refusing"; }
+    return 0
+  }
+  bench_refuses "--threads is empty" data --threads ""
+  bench_refuses "--threads -1" data --threads 1,-1
+  bench_refuses "unknown option --stepz (did you mean --steps?)" train --stepz 3
+  bench_refuses "unknown benchmark 'bogus'" bogus
+  bench_refuses "unknown benchmark 'trian' (did you mean train?)" trian
+  bench_refuses "--preset nonexist is not one of quickstart, smoe-medium, all" train --preset nonexist
+  bench_refuses "(did you mean quickstart?)" memory --preset quickstrat
+  bench_refuses "FP99" train --precision FP99
 fi
 expect_error "stats file" "$bin/momoe-stats" "$run/nothing"
 expect_error "--threads -1 must be in" "$bin/momoe-eval" --checkpoint "$run/ckpt-00000004" --text "$config" --threads -1
