@@ -226,6 +226,8 @@ Status add_attack_result(const CheckpointModel& c, const data::TokenSplit& split
 
 // Evaluates the checkpoint on the text, clean and attacked: the result as one JSON line.
 StatusOr<std::string> evaluate(const FlagParser& flags) {
+  // The routing file is written at the end: where it goes is checked before the evaluation.
+  MOE_RETURN_IF_ERROR(flags.check_output_file("routing-out"));
   const std::string dir = flags.get("checkpoint");
   MOE_ASSIGN_OR_RETURN(CheckpointModel c, open_checkpoint(dir));
   MOE_RETURN_IF_ERROR(open_device_from_flags(&c, flags));
@@ -268,7 +270,7 @@ int run(int argc, char** argv) {
   flags.value("routing-out",
               "also write the clean evaluation's routing decisions (every MoE layer's experts, "
               "capacity slots and SparseMixer masks) to this safetensors file "
-              "(core/train/routing_file.h)");
+              "(core/train/routing_file.h), in a folder that exists (checked first)");
   declare_device_flags(&flags);
   if (std::optional<int> code = flags.parse_or_exit_code(argc, argv)) return *code;
   if (!flags.has("checkpoint") || !flags.has("text")) {

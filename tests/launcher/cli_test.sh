@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The executables as a user runs them: momoe-train on the bundled corpus (tiny model), then
 # momoe-stats (table, CSV, JSON, --follow, PNG plot) and momoe-eval on a text file; and the errors
-# a user can make (missing config, unknown flag, bad --set) exit non-zero naming the problem.
+# a user can make (missing config, unknown flag, bad --set, an output folder that does not exist,
+# a mistyped benchmark) exit non-zero naming the problem (bad input: exit 2).
 # Usage: cli_test.sh BIN_DIR CONFIG
 set -u
 bin=$1
@@ -151,6 +152,13 @@ if [ -x "$bin/../benchmarks/momoe-bench" ]; then
 fi
 expect_error "stats file" "$bin/momoe-stats" "$run/nothing"
 expect_error "--threads -1 must be in" "$bin/momoe-eval" --checkpoint "$run/ckpt-00000004" --text "$config" --threads -1
+# Where --routing-out writes is checked before the evaluation (it is written at the end): a
+# missing folder exits 2 at once, naming the path and what to do.
+MOMOE_PROGRESS_SECONDS=0 EXPECT_DIR=$run expect_code 2 \
+  "--routing-out $run/missing/r.safetensors: the folder $run/missing does not exist: create it first" \
+  "$bin/momoe-eval" --checkpoint "$run/ckpt-00000004" --text "$(dirname "$config")/../../data/brown/test.txt.gz" \
+  --max-sequences 16 --routing-out "$run/missing/r.safetensors"
+grep -q "sequences" "$run/err" && { cat "$run/err"; fail "momoe-eval evaluated before refusing --routing-out"; }
 # train.final_eval: one pass, or none.
 "$bin/momoe-train" --config "$config" --run-dir "$run/fe1" --set train.steps=2 --set train.eval_sequences=8 \
   --set train.final_eval=SUBSET > "$run/fe1.log" 2>&1 || { cat "$run/fe1.log"; fail "final_eval SUBSET"; }
