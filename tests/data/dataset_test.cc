@@ -292,6 +292,14 @@ TEST_F(PrepareTest, SequencesDoNotDependOnTheShardCount) {
   TokenSplit in_memory = a->train;
   in_memory.shards = nullptr;
   in_memory.ids = *materialize(a->train);
+  // The tokens of the first sequences, read across shard boundaries.
+  {
+    StatusOr<SequenceSet> sb = SequenceSet::create(b->train, 64);
+    ASSERT_TRUE(sb.ok());
+    StatusOr<std::vector<int32_t>> first = sb->leading_tokens(3);
+    ASSERT_TRUE(first.ok()) << first.status().to_string();
+    EXPECT_EQ(*first, std::vector<int32_t>(in_memory.ids.begin(), in_memory.ids.begin() + 193));
+  }
   for (int64_t seq_len : {1, 5, 64}) {
     StatusOr<SequenceSet> sa = SequenceSet::create(a->train, seq_len);
     StatusOr<SequenceSet> sb = SequenceSet::create(b->train, seq_len);

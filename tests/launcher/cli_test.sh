@@ -23,6 +23,9 @@ grep -qE "^eval at step 4: [0-9]+/[0-9]+ sequences \(.*\), [0-9]+ tok/s, ETA " "
 grep -q "step 4/4 | loss" "$run/train.log" || { cat "$run/train.log"; fail "no progress line"; }
 grep -qF "eval at step 4 (first 8 sequences of each split): valid ppl" "$run/train.log" ||
   { cat "$run/train.log"; fail "no evaluation line"; }
+# A subset's measures per word and per byte are estimates at the whole split's ratios, and say so.
+grep -E "eval at step 4 \(first 8 sequences of each split\).* valid [0-9.]+ per word, [0-9.]+ bits/byte \(estimates at the whole split's tokens per word and per byte; [0-9]+\.[0-9]{2}% <unk>\)$" "$run/train.log" > /dev/null ||
+  { cat "$run/train.log"; fail "the subset's per-word measures are not labelled estimates"; }
 grep -qF "eval at step 4 (whole splits): valid ppl" "$run/train.log" ||
   { cat "$run/train.log"; fail "no whole-split evaluation line"; }
 # Per-word measures carry the evaluated text's <unk> share beside them (they compare across
@@ -97,6 +100,12 @@ grep -qE "^momoe-eval: clean: [0-9]+/32 sequences, [0-9]+ tok/s, ETA" "$run/eval
 cat "$run/eval"
 grep -q '"ppl"' "$run/eval" && grep -q '"attacked_ppl"' "$run/eval" && grep -q '"unknown_fraction"' "$run/eval" ||
   fail "momoe-eval output"
+# The first 16 sequences, not the whole text: the whole text's words and bytes are named so, and
+# the measures per word and per byte (at the whole text's ratios) are named estimates.
+for key in '"sequences":16,' '"text_words":' '"text_bytes":' '"word_ppl_estimate":' '"bits_per_byte_estimate":'; do
+  grep -qF "$key" "$run/eval" || fail "momoe-eval --max-sequences: no $key"
+done
+grep -qE '"(words|bytes|word_ppl|bits_per_byte)":' "$run/eval" && fail "momoe-eval --max-sequences gives whole-text figures as the subset's"
 
 # Resume after a checkpoint at step 2 of a 4-step run: steps 3 and 4 are recorded twice in
 # stats.pb, and momoe-stats keeps the last record of each.
@@ -164,6 +173,10 @@ grep -q "sequences" "$run/err" && { cat "$run/err"; fail "momoe-eval evaluated b
   --set train.final_eval=SUBSET > "$run/fe1.log" 2>&1 || { cat "$run/fe1.log"; fail "final_eval SUBSET"; }
 [ "$(grep -c "^eval at step 2 (" "$run/fe1.log")" -eq 1 ] && grep -q "first 8 sequences" "$run/fe1.log" ||
   { cat "$run/fe1.log"; fail "final_eval SUBSET ran another pass"; }
+"$bin/momoe-stats" "$run/fe1" > "$run/fe1.table" || fail "momoe-stats after final_eval SUBSET"
+grep -qF "last evaluation (step 2, first 8 sequences of each split)" "$run/fe1.table" &&
+  grep -qF "(estimates at the whole split's tokens per word and per byte;" "$run/fe1.table" ||
+  { cat "$run/fe1.table"; fail "momoe-stats does not label a subset's per-word measures"; }
 "$bin/momoe-train" --config "$config" --run-dir "$run/fe2" --set train.steps=2 --set train.final_eval=NONE \
   > "$run/fe2.log" 2>&1 || { cat "$run/fe2.log"; fail "final_eval NONE"; }
 grep -q "^eval at step" "$run/fe2.log" && fail "final_eval NONE evaluated"
