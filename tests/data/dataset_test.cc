@@ -523,6 +523,26 @@ TEST_F(PrepareTest, AFailureBeforeAnyWorkLeavesNothingInTheWayOfTheFixedRetry) {
   EXPECT_TRUE(fs::exists(spec_.out_dir + "/prepare.json"));
 }
 
+TEST_F(PrepareTest, ATextFileOrAMissingFolderIsNotADatasetAndTheHintFitsIt) {
+  // A text file: prepare a new folder from it (never --out the file itself).
+  const std::string text = dir_.file("valid.txt");
+  Status s = read_dataset_index(text).status();
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(contains(s.message(), text + " is a file, not a prepared dataset folder"))
+      << s.message();
+  EXPECT_TRUE(contains(s.message(), "momoe-data prepare --out NEW_FOLDER --train " + text))
+      << s.message();
+  EXPECT_FALSE(contains(s.message(), "--out " + text)) << s.message();
+  EXPECT_EQ(open_dataset(text, false).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(verify_dataset(text).status().code(), StatusCode::kInvalidArgument);
+  // A folder that does not exist yet: it may be made there.
+  s = read_dataset_index(dir_.file("nowhere")).status();
+  EXPECT_EQ(s.code(), StatusCode::kNotFound);
+  EXPECT_TRUE(
+      contains(s.message(), "momoe-data prepare --out " + dir_.file("nowhere") + " --train"))
+      << s.message();
+}
+
 class DamagedDatasetTest : public PrepareTest {
  protected:
   void SetUp() override {

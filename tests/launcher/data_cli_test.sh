@@ -93,6 +93,15 @@ expect_code 2 "input not found: $run/missing.txt" "$bin/momoe-data" prepare --ou
 expect_code 2 "other inputs or options" "$bin/momoe-data" prepare --out "$run/ds" --train "$brown/train.txt.gz"
 expect_code 2 "--train) is required" "$bin/momoe-data" prepare --out "$run/o3"
 expect_code 2 "not a prepared dataset" "$bin/momoe-data" verify "$run/wt"
+# A text file is not a dataset: the hint prepares a new folder from it, never --out the file.
+for cmd in verify info; do
+  expect_code 2 "$run/wt/wiki.valid.tokens is a file, not a prepared dataset folder" "$bin/momoe-data" "$cmd" "$run/wt/wiki.valid.tokens"
+  expect_in "$run/err" "momoe-data prepare --out NEW_FOLDER --train $run/wt/wiki.valid.tokens"
+  grep -qF -- "--out $run/wt/wiki.valid.tokens" "$run/err" && fail "momoe-data $cmd suggests preparing over the text file"
+done
+expect_code 2 "momoe-data prepare --train $run/wt/wiki.valid.tokens --out NEW_DIR" "$bin/momoe-train" --config "$config" \
+  --run-dir "$run/x" --set data.dataset="$run/wt/wiki.valid.tokens"
+grep -qF -- "--out $run/wt/wiki.valid.tokens" "$run/err" && fail "momoe-train suggests preparing over the text file"
 expect_code 2 "unknown command 'frobnicate'" "$bin/momoe-data" frobnicate
 expect_code 2 "data.dataset ($run/ds) and data.train" "$bin/momoe-train" --config "$config" --run-dir "$run/x" \
   --set data.dataset="$run/ds" --set data.train="$brown/train.txt.gz"
