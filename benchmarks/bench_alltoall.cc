@@ -268,18 +268,19 @@ Status bench_tokens(const AlltoallOptions& o, int64_t tokens, comm::World* world
 
 }  // namespace
 
-Status bench_alltoall(int argc, char** argv, comm::World* world) {
+StatusOr<BenchRun> bench_alltoall(int argc, char** argv, comm::World* world) {
   MOE_ASSIGN_OR_RETURN(const AlltoallOptions o, parse_alltoall_options(argc, argv));
-  comm::Communicator* comm = world->comm.get();
   const int ranks = world->size();
-  std::unique_ptr<Context> ctx = Context::host();
   if (o.experts % ranks != 0) {
     return invalid_argument_error("--experts ", o.experts, " is not divisible by ", ranks,
                                   " ranks");
   }
-  print_env_line(*world, comm);
-  for (int64_t tokens : o.tokens) MOE_RETURN_IF_ERROR(bench_tokens(o, tokens, world, *ctx));
-  return Status::OK();
+  return BenchRun([o, world]() -> Status {
+    std::unique_ptr<Context> ctx = Context::host();
+    print_env_line(*world, world->comm.get());
+    for (int64_t tokens : o.tokens) MOE_RETURN_IF_ERROR(bench_tokens(o, tokens, world, *ctx));
+    return Status::OK();
+  });
 }
 
 }  // namespace moe::bench

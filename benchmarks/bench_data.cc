@@ -315,10 +315,8 @@ Status measure_peak_rss(const DataOptions& o, const std::string& tmp, const std:
   return Status::OK();
 }
 
-}  // namespace
-
-Status bench_data(int argc, char** argv, comm::World* world) {
-  MOE_ASSIGN_OR_RETURN(const DataOptions o, parse_data_options(argc, argv, *world));
+// The three measurements in turn.
+Status run_data(const DataOptions& o, comm::World* world) {
   MOE_ASSIGN_OR_RETURN(const io::TempDir tmp, io::TempDir::create("momoe_bench_data"));
   // 1. Tokenization.
   MOE_ASSIGN_OR_RETURN(const std::string brown, data::read_text_file(std::string(MOE_SOURCE_DIR) +
@@ -342,6 +340,13 @@ Status bench_data(int argc, char** argv, comm::World* world) {
   // 3. Peak resident memory training from a large dataset.
   if (o.corpus_gb > 0) MOE_RETURN_IF_ERROR(measure_peak_rss(o, tmp.path(), prepared, text_bytes));
   return Status::OK();
+}
+
+}  // namespace
+
+StatusOr<BenchRun> bench_data(int argc, char** argv, comm::World* world) {
+  MOE_ASSIGN_OR_RETURN(const DataOptions o, parse_data_options(argc, argv, *world));
+  return BenchRun([o, world] { return run_data(o, world); });
 }
 
 }  // namespace moe::bench

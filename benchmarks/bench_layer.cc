@@ -524,15 +524,17 @@ Status compare_options(const LayerOptions& o, int cuda_device) {
 
 }  // namespace
 
-Status bench_layer(int argc, char** argv, comm::World* world) {
+StatusOr<BenchRun> bench_layer(int argc, char** argv, comm::World* world) {
   MOE_ASSIGN_OR_RETURN(const LayerOptions o, parse_layer_options(argc, argv, *world));
   int cuda_device = -1;
   if (o.device == "cuda") {
     MOE_ASSIGN_OR_RETURN(cuda_device, choose_cuda_device(0));
   }
-  if (o.compare == "fine-grained") return compare_fine_grained(o, cuda_device);
-  if (o.compare == "options") return compare_options(o, cuda_device);
-  return run_layer(o, cuda_device).status();
+  return BenchRun([o, cuda_device]() -> Status {
+    if (o.compare == "fine-grained") return compare_fine_grained(o, cuda_device);
+    if (o.compare == "options") return compare_options(o, cuda_device);
+    return run_layer(o, cuda_device).status();
+  });
 }
 
 }  // namespace moe::bench

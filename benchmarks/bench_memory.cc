@@ -63,14 +63,16 @@ struct Measured {
   int64_t activation() const { return peak - persistent; }
 };
 
-StatusOr<Measured> measure(const TrainPreset& p, const Setting& s, int steps, int warmup,
-                           int threads, comm::World* world) {
+// The config of preset `p` under setting `s`.
+StatusOr<RunConfig> setting_config(const TrainPreset& p, const Setting& s, int threads) {
   std::vector<std::string> overrides = p.overrides;
   overrides.insert(overrides.end(), s.overrides.begin(), s.overrides.end());
   overrides.push_back("parallel.threads=" + std::to_string(threads));
-  MOE_ASSIGN_OR_RETURN(
-      RunConfig cfg,
-      load_run_config(std::string(MOE_SOURCE_DIR) + "/configs/quickstart.pbtxt", overrides, 0));
+  return load_run_config(std::string(MOE_SOURCE_DIR) + "/configs/quickstart.pbtxt", overrides, 0);
+}
+
+StatusOr<Measured> measure(const TrainPreset& p, const RunConfig& cfg, int steps, int warmup,
+                           comm::World* world) {
   TrainerOptions opts;
   Measured m;
   m.loss_chunk_tokens = cfg.train.loss_chunk_tokens;
@@ -124,36 +126,50 @@ void print_line(const TrainPreset& p, const Setting& s, const Measured& m, const
   std::fflush(stdout);
 }
 
+// Measures each setting in turn (with its config), the first as the baseline.
+Status measure_settings(const TrainPreset& p, const std::vector<Setting>& settings,
+                        const std::vector<RunConfig>& cfgs, int steps, int warmup,
+                        comm::World* world) {
+  Measured base;
+  for (size_t i = 0; i < settings.size(); ++i) {
+    MOE_ASSIGN_OR_RETURN(Measured m, measure(p, cfgs[i], steps, warmup, world));
+    if (i == 0) base = m;  // the first setting is the baseline
+    if (world->rank() == 0) print_line(p, settings[i], m, base, world->size());
+  }
+  return Status::OK();
+}
+
 }  // namespace
 
-Status bench_memory(int argc, char** argv, comm::World* world) {
+StatusOr<BenchRun> bench_memory(int argc, char** argv, comm::World* world) {
   MOE_ASSIGN_OR_RETURN(Args a, Args::parse(argc, argv,
                                            {"preset", "steps", "warmup", "threads", "settings",
                                             "precision", "loss-chunk"}));
-  std::vector<TrainPreset> ps = train_presets(a.get_str("preset", "smoe-medium"));
-  if (ps.size() != 1) return invalid_argument_error("--preset must be quickstart or smoe-medium");
+  const std::string preset = a.get_str("preset", "smoe-medium");
+  MOE_RETURN_IF_ERROR(check_one_of("preset", preset, {"quickstart", "smoe-medium"}));
+  std::vector<TrainPreset> ps = train_presets(preset);
   const int64_t loss_chunk = a.get("loss-chunk", 0);
   ps[0].overrides.push_back("train.loss_chunk_tokens=" + std::to_string(loss_chunk));
   const std::string fallback =
       world->size() > 1 ? "none,selective,full,zero1" : "none,selective,full";
+  const int threads = static_cast<int>(a.get("threads", 0));
+  // Every setting's config, loaded now: a bad --precision is refused before anything runs.
   std::vector<Setting> settings;
+  std::vector<RunConfig> cfgs;
   std::stringstream list(a.get_str("settings", fallback));
   for (std::string name; std::getline(list, name, ',');) {
     MOE_ASSIGN_OR_RETURN(Setting s, setting_named(name, world->size()));
     s.overrides.push_back("train.precision=" + a.get_str("precision", "FP32"));
+    MOE_ASSIGN_OR_RETURN(RunConfig cfg, setting_config(ps[0], s, threads));
     settings.push_back(s);
+    cfgs.push_back(std::move(cfg));
   }
   if (settings.empty()) return invalid_argument_error("--settings names no setting");
   const int steps = static_cast<int>(std::max<int64_t>(1, a.get("steps", 3)));
   const int warmup = static_cast<int>(a.get("warmup", 1));
-  const int threads = static_cast<int>(a.get("threads", 0));
-  Measured base;
-  for (size_t i = 0; i < settings.size(); ++i) {
-    MOE_ASSIGN_OR_RETURN(Measured m, measure(ps[0], settings[i], steps, warmup, threads, world));
-    if (i == 0) base = m;  // the first setting is the baseline
-    if (world->rank() == 0) print_line(ps[0], settings[i], m, base, world->size());
-  }
-  return Status::OK();
+  return BenchRun([p = ps[0], settings, cfgs, steps, warmup, world] {
+    return measure_settings(p, settings, cfgs, steps, warmup, world);
+  });
 }
 
 }  // namespace moe::bench

@@ -108,20 +108,14 @@ Status train_point(const Args& a, comm::World* world, bool weak, const std::stri
   return Status::OK();
 }
 
-}  // namespace
-
-Status bench_scaling(int argc, char** argv, comm::World* world) {
-  MOE_ASSIGN_OR_RETURN(Args a, Args::parse(argc, argv,
-                                           {"what", "mode", "tokens", "sequences", "d", "f",
-                                            "experts", "top-k", "iterations", "warmup"}));
-  const std::string what = a.get_str("what", "layer"), mode = a.get_str("mode", "weak");
-  if (mode != "weak" && mode != "strong")
-    return invalid_argument_error("--mode must be weak or strong");
+// One point of the curve: its JSON line (rank 0).
+Status run_point(const Args& a, const std::string& what, const std::string& mode,
+                 comm::World* world) {
   JsonLine j("scaling");
   j.str("mode", mode).num("world_size", world->size());
   if (what == "layer") {
     MOE_RETURN_IF_ERROR(layer_point(a, world, mode == "weak", &j));
-  } else if (what == "train") {
+  } else {
     // A private directory for the run, removed afterwards (by rank 0 alone after a failure,
     // when the other ranks may not reach a barrier).
     MOE_ASSIGN_OR_RETURN(const std::string dir, make_job_dir("scaling", world));
@@ -132,14 +126,24 @@ Status bench_scaling(int argc, char** argv, comm::World* world) {
       return s;
     }
     MOE_RETURN_IF_ERROR(remove_job_dir(dir, world));
-  } else {
-    return invalid_argument_error("--what must be layer or train");
   }
   if (world->rank() == 0) {
     std::printf("%s\n", j.dump().c_str());
     std::fflush(stdout);
   }
   return Status::OK();
+}
+
+}  // namespace
+
+StatusOr<BenchRun> bench_scaling(int argc, char** argv, comm::World* world) {
+  MOE_ASSIGN_OR_RETURN(Args a, Args::parse(argc, argv,
+                                           {"what", "mode", "tokens", "sequences", "d", "f",
+                                            "experts", "top-k", "iterations", "warmup"}));
+  const std::string what = a.get_str("what", "layer"), mode = a.get_str("mode", "weak");
+  MOE_RETURN_IF_ERROR(check_one_of("mode", mode, {"weak", "strong"}));
+  MOE_RETURN_IF_ERROR(check_one_of("what", what, {"layer", "train"}));
+  return BenchRun([a, what, mode, world] { return run_point(a, what, mode, world); });
 }
 
 }  // namespace moe::bench

@@ -12,14 +12,11 @@
 
 namespace moe::bench {
 
-Status bench_sgemm(int argc, char** argv, comm::World* world) {
-  MOE_ASSIGN_OR_RETURN(Args args, Args::parse(argc, argv, {"rows", "seconds-ms"}));
-  const int64_t rows = args.get("rows", 256);
-  const int64_t ms = args.get("seconds-ms", 200);
-  if (rows < 1 || ms < 0) {
-    return invalid_argument_error("--rows must be >= 1 and --seconds-ms >= 0");
-  }
-  if (world->rank() != 0) return Status::OK();
+namespace {
+
+// Each of momoe's GEMM shapes: the error against the bound, and the rate; an error when one
+// exceeds its bound.
+Status measure_shapes(int64_t rows, int64_t ms) {
   const kernels::ref::BlasInfo& blas = kernels::ref::blas_info();
   bool all_ok = true;
   uint64_t seed = 1;
@@ -46,6 +43,19 @@ Status bench_sgemm(int argc, char** argv, comm::World* world) {
                           "use this kernel (unset OPENBLAS_CORETYPE or choose another)");
   }
   return Status::OK();
+}
+
+}  // namespace
+
+StatusOr<BenchRun> bench_sgemm(int argc, char** argv, comm::World* world) {
+  MOE_ASSIGN_OR_RETURN(Args args, Args::parse(argc, argv, {"rows", "seconds-ms"}));
+  const int64_t rows = args.get("rows", 256);
+  const int64_t ms = args.get("seconds-ms", 200);
+  if (rows < 1 || ms < 0) {
+    return invalid_argument_error("--rows must be >= 1 and --seconds-ms >= 0");
+  }
+  if (world->rank() != 0) return BenchRun([] { return Status::OK(); });
+  return BenchRun([rows, ms] { return measure_shapes(rows, ms); });
 }
 
 }  // namespace moe::bench

@@ -62,14 +62,18 @@ Status remove_job_dir(const std::string& dir, comm::World* world) {
 
 namespace {
 
-Status run_preset(const TrainPreset& p, const std::string& config, int steps, int warmup,
-                  int threads, const std::string& device, const std::string& precision,
-                  comm::World* world) {
+// The config of preset `p`: `config` with the preset's overrides and the flags'.
+StatusOr<RunConfig> preset_config(const TrainPreset& p, const std::string& config, int threads,
+                                  const std::string& device, const std::string& precision) {
   std::vector<std::string> overrides = p.overrides;
   overrides.push_back("parallel.threads=" + std::to_string(threads));
   overrides.push_back(device == "cuda" ? "train.device=CUDA" : "train.device=CPU");
   if (!precision.empty()) overrides.push_back("train.precision=" + precision);
-  MOE_ASSIGN_OR_RETURN(RunConfig cfg, load_run_config(config, overrides, 0));
+  return load_run_config(config, overrides, 0);
+}
+
+Status run_preset(const TrainPreset& p, const RunConfig& cfg, int steps, int warmup,
+                  comm::World* world) {
   TrainerOptions opts;
   MOE_ASSIGN_OR_RETURN(opts.run_dir, make_job_dir(p.name, world));
   opts.resume = false;
@@ -145,24 +149,34 @@ StatusOr<double> train_tokens_per_second(const std::string& preset, int steps, c
   return static_cast<double>(tokens) / seconds;
 }
 
-Status bench_train(int argc, char** argv, comm::World* world) {
+StatusOr<BenchRun> bench_train(int argc, char** argv, comm::World* world) {
   MOE_ASSIGN_OR_RETURN(Args a, Args::parse(argc, argv,
                                            {"preset", "config", "steps", "warmup", "threads",
                                             "device", "precision"}));
   const std::string device = a.get_str("device", "cpu");
-  if (device != "cpu" && device != "cuda") {
-    return invalid_argument_error("--device ", device, " is not one of cpu, cuda");
-  }
-  const std::vector<TrainPreset> ps = train_presets(a.get_str("preset", "all"));
-  if (ps.empty()) return invalid_argument_error("--preset must be quickstart, smoe-medium or all");
+  MOE_RETURN_IF_ERROR(check_one_of("device", device, {"cpu", "cuda"}));
+  const std::string preset = a.get_str("preset", "all");
+  MOE_RETURN_IF_ERROR(check_one_of("preset", preset, {"quickstart", "smoe-medium", "all"}));
+  const std::vector<TrainPreset> ps = train_presets(preset);
   const std::string config =
       a.get_str("config", std::string(MOE_SOURCE_DIR) + "/configs/quickstart.pbtxt");
+  // Every preset's config, loaded now: a bad --config or --precision is refused before anything
+  // runs.
+  std::vector<RunConfig> cfgs;
   for (const TrainPreset& p : ps) {
-    MOE_RETURN_IF_ERROR(run_preset(
-        p, config, static_cast<int>(a.get("steps", 5)), static_cast<int>(a.get("warmup", 1)),
-        static_cast<int>(a.get("threads", 0)), device, a.get_str("precision", ""), world));
+    MOE_ASSIGN_OR_RETURN(RunConfig cfg,
+                         preset_config(p, config, static_cast<int>(a.get("threads", 0)), device,
+                                       a.get_str("precision", "")));
+    cfgs.push_back(std::move(cfg));
   }
-  return Status::OK();
+  const int steps = static_cast<int>(a.get("steps", 5)),
+            warmup = static_cast<int>(a.get("warmup", 1));
+  return BenchRun([ps, cfgs, steps, warmup, world]() -> Status {
+    for (size_t i = 0; i < ps.size(); ++i) {
+      MOE_RETURN_IF_ERROR(run_preset(ps[i], cfgs[i], steps, warmup, world));
+    }
+    return Status::OK();
+  });
 }
 
 }  // namespace moe::bench

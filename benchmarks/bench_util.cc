@@ -13,6 +13,7 @@
 #include "base/check.h"
 #include "base/cpu_info.h"
 #include "base/device.h"
+#include "base/did_you_mean.h"
 #include "kernels/cpu/blas_library.h"
 
 namespace moe::bench {
@@ -93,6 +94,15 @@ std::string environment_line(int world_size) {
   return j.dump();
 }
 
+Status check_one_of(const std::string& flag, const std::string& value,
+                    const std::vector<std::string>& allowed) {
+  if (std::find(allowed.begin(), allowed.end(), value) != allowed.end()) return Status::OK();
+  std::string list;
+  for (const std::string& a : allowed) list += (list.empty() ? "" : ", ") + a;
+  return invalid_argument_error("--", flag, " ", value, " is not one of ", list,
+                                did_you_mean(value, allowed));
+}
+
 StatusOr<Args> Args::parse(int argc, char** argv, const std::vector<std::string>& known) {
   Args a;
   for (int i = 0; i < argc; ++i) {
@@ -103,7 +113,8 @@ StatusOr<Args> Args::parse(int argc, char** argv, const std::vector<std::string>
     if (std::find(known.begin(), known.end(), key) == known.end()) {
       std::string list;
       for (const std::string& k : known) list += " --" + k;
-      return invalid_argument_error("unknown option --", key, " (known:", list, ")");
+      return invalid_argument_error("unknown option --", key, did_you_mean(key, known, "--"),
+                                    "; the options:", list, " (--help: each with its default)");
     }
     if (i + 1 >= argc) return invalid_argument_error("--", key, " needs a value");
     a.values_[key] = argv[++i];

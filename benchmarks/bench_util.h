@@ -38,7 +38,19 @@ class JsonLine {
 // warning when the build is not optimised)}. Loads the BLAS (blas_library.h) if it is not yet.
 std::string environment_line(int world_size);
 
-// "--key value" pairs after the subcommand; unknown keys are an error naming them.
+// A benchmark checked and ready to run. Each subcommand's entry point (momoe_bench.cc) checks
+// every flag and value before it measures or prints anything (bad input: kInvalidArgument, which
+// momoe-bench prints alone and exits 2 on) and returns its run; momoe-bench then prints the
+// environment line and runs it.
+using BenchRun = std::function<Status()>;
+
+// kInvalidArgument unless `value` of --`flag` is one of `allowed` ("--preset quickstrat is not one
+// of quickstart, smoe-medium, all (did you mean quickstart?)").
+Status check_one_of(const std::string& flag, const std::string& value,
+                    const std::vector<std::string>& allowed);
+
+// "--key value" pairs after the subcommand; an unknown key is an error naming it, the closest
+// known keys and every known key.
 class Args {
  public:
   static StatusOr<Args> parse(int argc, char** argv, const std::vector<std::string>& known);

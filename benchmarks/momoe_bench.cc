@@ -1,4 +1,7 @@
-// momoe-bench: benchmarks that print JSON lines (the first line describes the environment).
+// momoe-bench: benchmarks that print JSON lines (the first line describes the environment). A
+// benchmark checks its flags before it prints anything: an unknown benchmark or flag (with the
+// closest names), or a bad value, is its only output, with exit 2; a failed run exits 1
+// (launcher/exit_status.h).
 //   momoe-bench layer     [--tokens T --d D --f F --experts E --top-k K --variant V]
 //                         the MoE layer forward + backward against a dense GEMM floor (CPU)
 //   momoe-bench train     [--preset quickstart|smoe-medium|all] ...    CPU training throughput
@@ -16,25 +19,68 @@
 #include <cstring>
 #include <exception>
 #include <string>
+#include <vector>
 
 #include "base/device.h"
+#include "base/did_you_mean.h"
 #include "base/logging.h"
 #include "benchmarks/bench_util.h"
 #include "comm/world.h"
 #include "kernels/cpu/blas_library.h"
+#include "launcher/exit_status.h"
 #include "launcher/momoe_data_process.h"
 
+// Each checks its flags and returns its run (bench_util.h BenchRun).
 namespace moe::bench {
-Status bench_layer(int argc, char** argv, comm::World* world);
-Status bench_train(int argc, char** argv, comm::World* world);
-Status bench_alltoall(int argc, char** argv, comm::World* world);
-Status bench_scaling(int argc, char** argv, comm::World* world);
-Status bench_data(int argc, char** argv, comm::World* world);
-Status bench_sgemm(int argc, char** argv, comm::World* world);
-Status bench_memory(int argc, char** argv, comm::World* world);
+StatusOr<BenchRun> bench_layer(int argc, char** argv, comm::World* world);
+StatusOr<BenchRun> bench_train(int argc, char** argv, comm::World* world);
+StatusOr<BenchRun> bench_alltoall(int argc, char** argv, comm::World* world);
+StatusOr<BenchRun> bench_scaling(int argc, char** argv, comm::World* world);
+StatusOr<BenchRun> bench_data(int argc, char** argv, comm::World* world);
+StatusOr<BenchRun> bench_sgemm(int argc, char** argv, comm::World* world);
+StatusOr<BenchRun> bench_memory(int argc, char** argv, comm::World* world);
 }  // namespace moe::bench
 
 namespace {
+
+using CheckBench = moe::StatusOr<moe::bench::BenchRun> (*)(int, char**, moe::comm::World*);
+
+#if !defined(MOE_BENCH_WITH_MPI)
+moe::StatusOr<moe::bench::BenchRun> alltoall_without_mpi(int, char**, moe::comm::World*) {
+  return moe::unimplemented_error("momoe-bench alltoall needs the MPI backend (built without MPI)");
+}
+#endif
+
+// The subcommands that measure (env aside), in the usage's order.
+struct Subcommand {
+  const char* name;
+  CheckBench check;
+};
+const Subcommand kSubcommands[] = {
+    {"layer", moe::bench::bench_layer},       {"train", moe::bench::bench_train},
+    {"memory", moe::bench::bench_memory},
+#if defined(MOE_BENCH_WITH_MPI)
+    {"alltoall", moe::bench::bench_alltoall},
+#else
+    {"alltoall", alltoall_without_mpi},
+#endif
+    {"scaling", moe::bench::bench_scaling},   {"data", moe::bench::bench_data},
+    {"sgemm", moe::bench::bench_sgemm}};
+
+// The subcommand named `cmd` ("env" included: a null check), or an error naming the closest.
+moe::StatusOr<CheckBench> find_subcommand(const std::string& cmd) {
+  std::vector<std::string> names;
+  for (const Subcommand& s : kSubcommands) {
+    if (cmd == s.name) return s.check;
+    names.push_back(s.name);
+  }
+  if (cmd == "env") return CheckBench{nullptr};
+  names.push_back("env");
+  std::string list;
+  for (const std::string& n : names) list += (list.empty() ? "" : ", ") + n;
+  return moe::invalid_argument_error("unknown benchmark '", cmd, "'", moe::did_you_mean(cmd, names),
+                                     ": momoe-bench runs ", list, " (momoe-bench --help)");
+}
 
 // One example command line per subcommand (its --help ends with it).
 const char* example_of(const std::string& cmd) {
@@ -127,13 +173,17 @@ int run(int argc, char** argv) {
         "example: momoe-bench train --preset quickstart --steps 5\n");
     return argc < 2 ? 2 : 0;
   }
+  // A mistyped benchmark is refused before anything loads or prints.
+  const std::string cmd = argv[1];
+  StatusOr<CheckBench> check = find_subcommand(cmd);
+  if (!check.ok()) return exit_with(check.status());
   // The BLAS first, before MPI starts threads (it is loaded with its kernel chosen: see
   // blas_library.h); a kernel this CPU cannot run is refused here, by name.
   if (Status blas = kernels::ref::load_blas(); !blas.ok()) {
     log_error(blas.to_string());
     return 2;
   }
-  if (std::strcmp(argv[1], "env") == 0) {
+  if (*check == nullptr) {  // env
     std::printf("%s\n", bench::environment_line(1).c_str());
     kernels::ref::print_blas_warning(0);
     return 0;
@@ -146,42 +196,19 @@ int run(int argc, char** argv) {
     }
   }
   StatusOr<comm::World> world = comm::make_world(&argc, &argv, CommBackend::kAuto, 600, device);
-  if (!world.ok()) {
-    log_error(world.status().to_string());
-    return 1;
-  }
+  if (!world.ok()) return exit_with(world.status());
   set_log_rank(world->rank());
+  // Its flags checked before anything is printed: bad input is the only line (every rank finds
+  // it alike; rank 0 prints it).
+  StatusOr<bench::BenchRun> checked = (*check)(argc - 2, argv + 2, &*world);
+  if (!checked.ok()) {
+    const Status s = checked.status().with_context("momoe-bench " + cmd);
+    return exit_code_of(s) == kExitUserError ? exit_with_job_wide(s)
+                                             : exit_with(s, world->comm.get());
+  }
   if (world->rank() == 0) std::printf("%s\n", bench::environment_line(world->size()).c_str());
   kernels::ref::print_blas_warning(world->rank());
-  const std::string cmd = argv[1];
-  Status s;
-  if (cmd == "layer") {
-    s = bench::bench_layer(argc - 2, argv + 2, &*world);
-  } else if (cmd == "train") {
-    s = bench::bench_train(argc - 2, argv + 2, &*world);
-  } else if (cmd == "alltoall") {
-#if defined(MOE_BENCH_WITH_MPI)
-    s = bench::bench_alltoall(argc - 2, argv + 2, &*world);
-#else
-    s = unimplemented_error("momoe-bench alltoall needs the MPI backend (built without MPI)");
-#endif
-  } else if (cmd == "memory") {
-    s = bench::bench_memory(argc - 2, argv + 2, &*world);
-  } else if (cmd == "sgemm") {
-    s = bench::bench_sgemm(argc - 2, argv + 2, &*world);
-  } else if (cmd == "scaling") {
-    s = bench::bench_scaling(argc - 2, argv + 2, &*world);
-  } else if (cmd == "data") {
-    s = bench::bench_data(argc - 2, argv + 2, &*world);
-  } else {
-    s = invalid_argument_error("unknown benchmark '", cmd,
-                               "' (layer, train, memory, alltoall, scaling, data, sgemm, env)");
-  }
-  if (!s.ok()) {
-    log_error(s.to_string());
-    if (world->comm != nullptr && world->size() > 1) world->comm->abort(s.message()).ignore_error();
-    return 1;
-  }
+  if (Status s = (*checked)(); !s.ok()) return exit_with(s, world->comm.get());
   return 0;
 }
 

@@ -205,8 +205,13 @@ void define_prepare_flags(FlagParser* flags) {
   flags->value("vocab-min-count", "word: words seen fewer times in train become <unk> (default 1)");
   flags->value("vocab", "word: use this saved vocabulary (a vocab.txt) instead of building one");
   flags->value("threads", "tokenizing threads (default: every core)");
-  flags->value("shard-tokens", "tokens per shard (default 67108864 = 256 MB)");
-  flags->value("chunk-mb", "MB of text per tokenizing chunk (default 16)");
+  flags->value("shard-tokens",
+               "a shard closes once it holds this many tokens, at the end of the chunk that "
+               "reaches them (so every shard but a split's last holds at least that many, and a "
+               "split of less text than one --chunk-mb chunk is one shard; default 67108864 = "
+               "256 MB)");
+  flags->value("chunk-mb",
+               "MB of text per tokenizing chunk, the step at which shards close (default 16)");
   flags->switch_flag("quiet", "no progress bar and summary (errors still show)");
 }
 

@@ -161,9 +161,10 @@ StatusOr<EvalResult> evaluate_clean(const CheckpointModel& c, const data::Sequen
   }
   MOE_ASSIGN_OR_RETURN(
       EvalResult clean,
-      evaluate_perplexity(model, set,
-                          {o.batch, o.max_sequences, c.cfg.train.seed, nullptr, nullptr,
-                           progress->pass("clean"), routing_out.empty() ? nullptr : routing}));
+      evaluate_perplexity(
+          model, set,
+          {o.batch, o.max_sequences, c.cfg.train.seed, nullptr, nullptr, progress->pass("clean"),
+           routing_out.empty() ? nullptr : routing, c.tokenizer->unk_id()}));
   if (!routing_out.empty()) {
     MOE_RETURN_IF_ERROR(write_routing_file(routing_out, model->context(), model->num_moe_layers(),
                                            o.batch, c.cfg.model.seq_len, *routing));
@@ -171,10 +172,12 @@ StatusOr<EvalResult> evaluate_clean(const CheckpointModel& c, const data::Sequen
   return clean;
 }
 
-// The result line's clean part: the checkpoint, the text and the clean perplexity.
+// The result line's clean part: the checkpoint, the text and the clean perplexity. `sequences`
+// were evaluated of the set's `text_sequences`.
 nlohmann::ordered_json clean_result(const CheckpointModel& c, const std::string& dir,
                                     const std::string& text, const data::TokenSplit& split,
-                                    const EvalResult& clean, int64_t batch) {
+                                    const EvalResult& clean, int64_t batch, int64_t sequences,
+                                    int64_t text_sequences) {
   // One JSON object (nlohmann escapes the paths: quotes, backslashes, control characters; bytes
   // that are not UTF-8 become U+FFFD).
   nlohmann::ordered_json line;
@@ -183,6 +186,20 @@ nlohmann::ordered_json clean_result(const CheckpointModel& c, const std::string&
   line["text"] = text;
   line["tokens"] = clean.tokens;
   line["batch"] = batch;
+  if (clean.subset) {
+    // The first sequences only: the figures of the evaluated tokens are theirs; words and bytes
+    // are the whole text's (the ids do not say how much text they came from), so the measures
+    // per word and per byte are estimates at the whole text's ratios, and named so.
+    line["sequences"] = sequences;
+    line["text_sequences"] = text_sequences;
+    line["unknown_fraction"] = clean.unknown_fraction;
+    line["text_words"] = split.stats.words;
+    line["text_bytes"] = split.stats.bytes;
+    line["ppl"] = clean.perplexity();
+    if (const auto w = clean.word_perplexity()) line["word_ppl_estimate"] = *w;
+    if (const auto b = clean.bits_per_byte()) line["bits_per_byte_estimate"] = *b;
+    return line;
+  }
   // How much of the text the checkpoint's vocabulary does not cover (each such word is <unk>).
   line["unknown_fraction"] = split.size() == 0 ? 0.0
                                                : static_cast<double>(split.stats.unknown) /
@@ -197,9 +214,11 @@ nlohmann::ordered_json clean_result(const CheckpointModel& c, const std::string&
 }
 
 // With --attack-rate > 0, adds the word-swap attack's perplexity to `line` (or why it was not
-// run: the checkpoint's tokenizer is not the word one).
+// run: the checkpoint's tokenizer is not the word one), and its realised swap fraction over the
+// evaluated tokens (`set`'s first `sequences`).
 Status add_attack_result(const CheckpointModel& c, const data::TokenSplit& split,
-                         const EvalFlags& o, EvalProgress* progress, nlohmann::ordered_json* line) {
+                         const data::SequenceSet& set, int64_t sequences, const EvalFlags& o,
+                         EvalProgress* progress, nlohmann::ordered_json* line) {
   const RunConfig& cfg = c.cfg;
   if (o.rate > 0 && c.tokenizer->kind() != data::Tokenizer::Kind::kWord) {
     (*line)["attack"] =
@@ -217,8 +236,16 @@ Status add_attack_result(const CheckpointModel& c, const data::TokenSplit& split
                          evaluate_perplexity(c.model.get(), aset,
                                              {o.batch, o.max_sequences, cfg.train.seed, nullptr,
                                               nullptr, progress->pass("attacked"), nullptr}));
+    double swap_fraction = a.swap_fraction;
+    if (att.subset) {  // the attack is positional: the first tokens alone swap the same
+      MOE_ASSIGN_OR_RETURN(const std::vector<int32_t> first, set.leading_tokens(sequences));
+      MOE_ASSIGN_OR_RETURN(
+          const data::AttackResult part,
+          data::attack_tokens(first, o.rate, cfg.train.attack_seed, c.tokenizer->vocabulary()));
+      swap_fraction = part.swap_fraction;
+    }
     (*line)["attack_rate"] = o.rate;
-    (*line)["realised_swap_fraction"] = a.swap_fraction;
+    (*line)["realised_swap_fraction"] = swap_fraction;
     (*line)["attacked_ppl"] = att.perplexity();
   }
   return Status::OK();
@@ -226,6 +253,8 @@ Status add_attack_result(const CheckpointModel& c, const data::TokenSplit& split
 
 // Evaluates the checkpoint on the text, clean and attacked: the result as one JSON line.
 StatusOr<std::string> evaluate(const FlagParser& flags) {
+  // The routing file is written at the end: where it goes is checked before the evaluation.
+  MOE_RETURN_IF_ERROR(flags.check_output_file("routing-out"));
   const std::string dir = flags.get("checkpoint");
   MOE_ASSIGN_OR_RETURN(CheckpointModel c, open_checkpoint(dir));
   MOE_RETURN_IF_ERROR(open_device_from_flags(&c, flags));
@@ -247,8 +276,9 @@ StatusOr<std::string> evaluate(const FlagParser& flags) {
   MOE_ASSIGN_OR_RETURN(EvalResult clean,
                        evaluate_clean(c, set, o, flags.get("routing-out"), &progress, &routing));
   progress.set_done_before(sequences);
-  nlohmann::ordered_json line = clean_result(c, dir, text, split, clean, o.batch);
-  MOE_RETURN_IF_ERROR(add_attack_result(c, split, o, &progress, &line));
+  nlohmann::ordered_json line =
+      clean_result(c, dir, text, split, clean, o.batch, sequences, set.size());
+  MOE_RETURN_IF_ERROR(add_attack_result(c, split, set, sequences, o, &progress, &line));
   return line.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }
 
@@ -264,11 +294,15 @@ int run(int argc, char** argv) {
   flags.value("batch",
               "sequences per evaluation batch (default: the trainer's, batch_size / grad_accum; "
               "a model with an AC router or an evaluation capacity takes only that)");
-  flags.value("max-sequences", "evaluate only the first N sequences (default: all)");
+  flags.value("max-sequences",
+              "evaluate only the first N sequences (default: all); the JSON then gives their "
+              "unknown_fraction and realised_swap_fraction, the whole text's text_words and "
+              "text_bytes, and word_ppl_estimate and bits_per_byte_estimate at the whole text's "
+              "tokens per word and per byte");
   flags.value("routing-out",
               "also write the clean evaluation's routing decisions (every MoE layer's experts, "
               "capacity slots and SparseMixer masks) to this safetensors file "
-              "(core/train/routing_file.h)");
+              "(core/train/routing_file.h), in a folder that exists (checked first)");
   declare_device_flags(&flags);
   if (std::optional<int> code = flags.parse_or_exit_code(argc, argv)) return *code;
   if (!flags.has("checkpoint") || !flags.has("text")) {

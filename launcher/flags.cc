@@ -1,9 +1,13 @@
 #include "launcher/flags.h"
 
+#include <unistd.h>
+
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <sstream>
 #include <utility>
 
@@ -109,6 +113,33 @@ StatusOr<double> FlagParser::get_double(const std::string& name, double fallback
     return invalid_argument_error("--", name, " = '", v, "' is not a finite number");
   }
   return x;
+}
+
+Status FlagParser::check_output_file(const std::string& name) const {
+  if (!has(name)) return Status::OK();
+  const std::string path = get(name);
+  if (path.empty()) return invalid_argument_error("--", name, " needs a file path");
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) {
+    return invalid_argument_error("--", name, " ", path, " is a folder: give a file path in it");
+  }
+  const fs::path parent = fs::path(path).parent_path();
+  const std::string dir = parent.empty() ? "." : parent.string();
+  if (!fs::exists(dir, ec)) {
+    return invalid_argument_error("--", name, " ", path, ": the folder ", dir,
+                                  " does not exist: create it first, or give a path in an "
+                                  "existing folder");
+  }
+  if (!fs::is_directory(dir, ec)) {
+    return invalid_argument_error("--", name, " ", path, ": ", dir,
+                                  " is not a folder: give a path in an existing folder");
+  }
+  if (::access(dir.c_str(), W_OK | X_OK) != 0) {
+    return invalid_argument_error("--", name, " ", path, ": cannot create files in ", dir, " (",
+                                  std::strerror(errno), "): give a path in a folder you can write");
+  }
+  return Status::OK();
 }
 
 std::string FlagParser::usage() const {

@@ -39,6 +39,10 @@ class FlagParser {
   std::vector<std::string> get_all(const std::string& name) const;
   StatusOr<int64_t> get_int(const std::string& name, int64_t fallback) const;
   StatusOr<double> get_double(const std::string& name, double fallback) const;
+  // For a flag naming a file the command writes at its end: when given, a file can be created
+  // there (a path that is not a folder, in a folder that exists and this user may write into),
+  // checked before the work. kInvalidArgument naming the flag, the path and what to do.
+  Status check_output_file(const std::string& name) const;
   const std::vector<std::string>& positional() const { return positional_; }
   // The synopsis, every flag with its help (-h/--help last), and the notes.
   std::string usage() const;

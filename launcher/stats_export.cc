@@ -79,9 +79,14 @@ void write_mean_loss(std::ostream& os, const TrainSteps& train, size_t from) {
      << std::setprecision(4) << loss << " (ppl " << std::setprecision(2) << std::exp(loss) << ")\n";
 }
 
-// Writes the perplexities of the evaluation `e`.
+// Writes the perplexities of the evaluation `e`. A subset's (eval_sequences > 0) measures per
+// word and per byte are estimates at the whole split's tokens per word and per byte, and say so;
+// its <unk> share and realised swap fraction are the subset's own.
 void write_last_evaluation(std::ostream& os, const StepStatsInfo& e) {
-  os << std::setprecision(2) << "last evaluation (step " << e.step << "):";
+  const bool subset = e.eval_sequences.value_or(0) > 0;
+  os << std::setprecision(2) << "last evaluation (step " << e.step;
+  if (subset) os << ", first " << *e.eval_sequences << " sequences of each split";
+  os << "):";
   if (e.valid_ppl) os << " valid ppl " << *e.valid_ppl;
   if (e.test_ppl) os << ", test ppl " << *e.test_ppl;
   if (e.attacked_valid_ppl) os << ", attacked valid ppl " << *e.attacked_valid_ppl;
@@ -92,7 +97,13 @@ void write_last_evaluation(std::ostream& os, const StepStatsInfo& e) {
        << std::setprecision(2);
   }
   // Per-word measures compare across tokenizers only at equal <unk> shares.
-  if ((e.valid_word_ppl || e.valid_bits_per_byte) && e.valid_unknown_fraction) {
+  if (subset && (e.valid_word_ppl || e.valid_bits_per_byte)) {
+    os << " (estimates at the whole split's tokens per word and per byte";
+    if (e.valid_unknown_fraction) {
+      os << "; " << format_percent(*e.valid_unknown_fraction) << " of those sequences <unk>";
+    }
+    os << ")";
+  } else if ((e.valid_word_ppl || e.valid_bits_per_byte) && e.valid_unknown_fraction) {
     os << " (" << format_percent(*e.valid_unknown_fraction) << " of the valid text <unk>)";
   }
   // The attack's realised swap fraction (0.0250 for attack_rate 0.025), not rounded away.

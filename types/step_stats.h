@@ -28,9 +28,11 @@ struct StepStatsInfo {
   std::vector<RouterStatsInfo> layers;
   std::vector<std::string> anomalies;
   std::optional<double> valid_ppl, test_ppl, attacked_valid_ppl, attacked_test_ppl, attack_rate;
+  // Per word and per byte; of a subset (eval_sequences > 0), estimates at the whole split's
+  // tokens per word and per byte (core/train/evaluator.h).
   std::optional<double> valid_word_ppl, test_word_ppl, valid_bits_per_byte, test_bits_per_byte;
-  // The evaluated text's <unk> share beside them: per-word measures compare across tokenizers
-  // only at equal shares.
+  // The evaluated text's <unk> share beside them (a subset's own): per-word measures compare
+  // across tokenizers only at equal shares.
   std::optional<double> valid_unknown_fraction, test_unknown_fraction;
   std::optional<int64_t> eval_sequences;  // an evaluation's sequences per split (0 = whole splits)
   // Seconds per phase of the step (base/phase_timer.h, indexed by Phase); the slowest rank's

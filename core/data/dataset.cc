@@ -12,6 +12,7 @@
 
 #include "base/check.h"
 #include "base/hash.h"
+#include "core/data/text_stream.h"
 #include "core/data/token_cache.h"
 #include "io/file_util.h"
 
@@ -23,6 +24,46 @@ using json = nlohmann::ordered_json;
 
 std::string index_path(const std::string& dir) {
   return (fs::path(dir) / kDatasetIndexFile).string();
+}
+
+// A path as a shell word: quoted when it holds anything but [A-Za-z0-9_./+-].
+std::string shell_word(const std::string& s) {
+  if (!s.empty() && s.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                                        "0123456789_./+-=") == std::string::npos) {
+    return s;
+  }
+  std::string out = "'";
+  for (const char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+// Why `dir` has no index, and what to do: it is a file (a text, say: prepare a new folder from
+// it), it does not exist, or it is a folder that was never prepared or not to the end.
+Status no_index_error(const std::string& dir) {
+  const std::string what = describe_non_regular(dir);
+  if (what.empty()) {
+    return invalid_argument_error(
+        dir,
+        " is a file, not a prepared dataset folder: prepare one from it with `momoe-data "
+        "prepare --out NEW_FOLDER --train ",
+        shell_word(dir),
+        " ...` (NEW_FOLDER a folder that does not exist yet; --valid and --test add the "
+        "evaluation texts)");
+  }
+  if (what == "missing") {
+    return not_found_error("dataset folder ", dir, " not found (make one with `momoe-data prepare ",
+                           "--out ", shell_word(dir), " --train TEXT ...`)");
+  }
+  if (what != "a directory") {
+    return invalid_argument_error(dir, " is ", what,
+                                  ", not a prepared dataset folder (one that `momoe-data prepare "
+                                  "--out FOLDER --train TEXT ...` made)");
+  }
+  return not_found_error(
+      "no ", kDatasetIndexFile, " in ", dir,
+      ": not a prepared dataset (make one with `momoe-data prepare --out ", shell_word(dir),
+      " --train TEXT ...`), or its preparation did not finish (run the same command again to "
+      "resume it)");
 }
 
 // Reads exactly n bytes at `offset`; false on a short read (errno set on an error).
@@ -94,12 +135,8 @@ Status write_dataset_index(const std::string& dir, const DatasetIndex& index) {
 
 StatusOr<DatasetIndex> read_dataset_index(const std::string& dir) {
   const std::string path = index_path(dir);
-  if (!fs::exists(path)) {
-    return not_found_error(
-        "no ", kDatasetIndexFile, " in ", dir,
-        ": not a prepared dataset (make one with `momoe-data prepare --out ", dir,
-        " ...`), or its preparation did not finish (run the same command again to resume it)");
-  }
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec) || !fs::exists(path, ec)) return no_index_error(dir);
   MOE_ASSIGN_OR_RETURN(const std::string text, io::read_file(path));
   json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) {
@@ -278,17 +315,6 @@ Status ShardedTokens::read(int64_t begin, int64_t count, int32_t* out) const {
 }
 
 namespace {
-
-// A path as a shell word: quoted when it holds anything but [A-Za-z0-9_./+-].
-std::string shell_word(const std::string& s) {
-  if (!s.empty() && s.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
-                                        "0123456789_./+-=") == std::string::npos) {
-    return s;
-  }
-  std::string out = "'";
-  for (const char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
 
 // The `momoe-data prepare` command that made DIR, from the plan its prepare.json records
 // (prepare.h); "" when it has none that can be read.

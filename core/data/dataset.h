@@ -56,9 +56,10 @@ std::string shard_file_name(const std::string& name, int64_t index);
 
 // Writes DIR/index.json atomically.
 Status write_dataset_index(const std::string& dir, const DatasetIndex& index);
-// Reads and checks DIR/index.json. Errors name the file: kNotFound (no index: not a prepared
-// dataset, or its preparation did not finish), kDataLoss (not JSON, checksum mismatch, fields
-// missing or of the wrong type), kFailedPrecondition (another format or version).
+// Reads and checks DIR/index.json. Errors name the file and what to do: kInvalidArgument (DIR is
+// a file, say a text: prepare a new folder from it), kNotFound (DIR missing, or no index: not a
+// prepared dataset, or its preparation did not finish), kDataLoss (not JSON, checksum mismatch,
+// fields missing or of the wrong type), kFailedPrecondition (another format or version).
 StatusOr<DatasetIndex> read_dataset_index(const std::string& dir);
 
 // One split's shards as one token stream.
@@ -97,12 +98,12 @@ class ShardedTokens {
 // The corpus of a prepared dataset: its tokenizer (and for the word tokenizer its vocabulary),
 // and every split it holds backed by its shards (TokenSplit::shards; ids stay empty).
 // verify_payload: as ShardedTokens::open. A SentencePiece dataset opens in any executable or
-// build: its facts come from tokenizer.json (tokenizer.h). Errors: kNotFound (no index: not a
-// prepared dataset), kFailedPrecondition for a dataset of another format or an unknown tokenizer,
-// and for a damaged one (a damaged index, tokenizer or shard; a missing shard; a shard or
-// tokenizer of another preparation): the input must change, so the message names the file,
-// `momoe-data verify DIR` (every damaged file), and the command that prepares it again (from
-// DIR/prepare.json); kInternal for an I/O failure.
+// build: its facts come from tokenizer.json (tokenizer.h). Errors: kInvalidArgument and
+// kNotFound (not a prepared dataset, as read_dataset_index), kFailedPrecondition for a dataset of
+// another format or an unknown tokenizer, and for a damaged one (a damaged index, tokenizer or
+// shard; a missing shard; a shard or tokenizer of another preparation): the input must change, so
+// the message names the file, `momoe-data verify DIR` (every damaged file), and the command that
+// prepares it again (from DIR/prepare.json); kInternal for an I/O failure.
 StatusOr<TokenizedCorpus> open_dataset(const std::string& dir, bool verify_payload);
 
 // Checks every shard's payload (crc32, ids) of DIR and the contents fingerprints; returns a

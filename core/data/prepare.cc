@@ -253,6 +253,11 @@ class Preparer {
   }
 
   StatusOr<DatasetIndex> run();
+  // After run() failed: unless it was a stop, a preparation that had written nothing worth
+  // resuming removes its files and the folders it made (its plan records the inputs' sizes and
+  // times, so a fixed input would be another plan, refused in the folder); one that had says what
+  // it keeps. Returns the error, saying what became of the folder.
+  Status after_failure(const Status& error);
 
  private:
   Status check_spec();
@@ -280,6 +285,12 @@ class Preparer {
   std::string stopped_message(int which) const;
   bool report(const std::string& phase, int64_t done, int64_t total, int64_t tokens,
               Clock::time_point t0, int64_t at_start);
+  // Whether the folder holds work a rerun would resume: tokens written, or a vocabulary (or
+  // SentencePiece model) built from the training text.
+  bool holds_work() const;
+  // Removes this preparation's files and the folders it made (while empty); true when out_dir
+  // itself is gone.
+  bool remove_own_files();
 
   const PrepareSpec& spec_;
   const std::function<bool(const PrepareProgress&)>& progress_;
@@ -289,7 +300,9 @@ class Preparer {
   json state_;
   SplitState splits_[3];
   std::shared_ptr<const Tokenizer> tokenizer_;
-  int lock_fd_ = -1;  // prepare.lock, held (flock) while preparing
+  int lock_fd_ = -1;                  // prepare.lock, held (flock) while preparing
+  bool opened_ = false;               // out_dir is this preparation's (open_state succeeded)
+  std::vector<std::string> created_;  // the folders open_state made, out_dir first
   // Tokenizing progress over every split, in input bytes on disk.
   int64_t tok_total_ = 0;
   int64_t tok_before_[3] = {0, 0, 0};  // the input of the splits before each
@@ -402,6 +415,19 @@ Status remove_temporaries(const std::string& dir, const std::vector<std::string>
   return Status::OK();
 }
 
+// The folders creating `dir` would make: itself and its missing parents, deepest first.
+std::vector<std::string> missing_folders(const std::string& dir) {
+  std::vector<std::string> missing;
+  std::error_code ec;
+  fs::path p = fs::path(dir).lexically_normal();
+  if (p.filename().empty()) p = p.parent_path();  // "D/"
+  for (; !p.empty() && !fs::exists(p, ec); p = p.parent_path()) {
+    missing.push_back(p.string());
+    if (p == p.parent_path()) break;
+  }
+  return missing;
+}
+
 Status Preparer::open_state(const json& plan, bool* already_done) {
   *already_done = false;
   const std::string dir = spec_.out_dir;
@@ -420,6 +446,7 @@ Status Preparer::open_state(const json& plan, bool* already_done) {
       }
     }
   }
+  created_ = missing_folders(dir);
   fs::create_directories(dir, ec);
   if (ec) return internal_error("cannot create ", dir, ": ", ec.message());
   // One preparation of a folder at a time (runs sharing a cache, a second command).
@@ -470,11 +497,13 @@ Status Preparer::open_state(const json& plan, bool* already_done) {
           io::kTmpSuffix);
     }
     if (!*already_done) MOE_RETURN_IF_ERROR(remove_temporaries(dir, open_shards));
+    opened_ = true;
     return Status::OK();
   }
   MOE_RETURN_IF_ERROR(remove_temporaries(dir));
   state_ = json{{"format", kStateFormat}, {"version", 1},        {"plan", plan},
                 {"complete", false},      {"vocab_done", false}, {"splits", json::object()}};
+  opened_ = true;
   return save_state();
 }
 
@@ -833,6 +862,57 @@ StatusOr<DatasetIndex> Preparer::run() {
   return index;
 }
 
+bool Preparer::holds_work() const {
+  for (const SplitState& st : splits_) {
+    if (st.tokens > 0 || st.open_tokens > 0 || !st.shards.empty()) return true;
+  }
+  const bool given =
+      spec_.tokenizer == "word" ? !spec_.vocab_path.empty() : !spec_.sp_model_path.empty();
+  return !given && state_.is_object() && state_.value("vocab_done", false);
+}
+
+bool Preparer::remove_own_files() {
+  const std::string& dir = spec_.out_dir;
+  std::error_code ec;
+  for (const char* name : {kStateFile, kDatasetVocabFile, kSentencePieceModelFile,
+                           kSentencePieceInfoFile, kLockFile}) {
+    fs::remove(join(dir, name), ec);
+  }
+  remove_temporaries(dir).ignore_error();
+  if (lock_fd_ >= 0) ::close(lock_fd_);  // released once its file is gone
+  lock_fd_ = -1;
+  // The folders it made, deepest first, only while empty.
+  for (const std::string& made : created_) {
+    if (!fs::remove(made, ec)) break;
+  }
+  return !fs::exists(dir, ec);
+}
+
+Status Preparer::after_failure(const Status& error) {
+  const StatusCode code = error.code();
+  // A stop resumes; a refused or damaged folder is not this preparation's to change.
+  if (!opened_ || code == StatusCode::kAborted || code == StatusCode::kFailedPrecondition) {
+    return error;
+  }
+  const std::string& dir = spec_.out_dir;
+  // The text's fault (bad UTF-8, no tokens, a damaged .gz, a file gone), not this machine's.
+  const bool bad_input = code == StatusCode::kInvalidArgument || code == StatusCode::kNotFound ||
+                         code == StatusCode::kDataLoss;
+  if (holds_work()) {
+    if (!bad_input) return error;
+    return Status(code, str_cat(error.message(), "; ", dir,
+                                " keeps what was prepared before this, for these inputs as "
+                                "they are now: once the input is fixed, remove ",
+                                dir, " (or choose another --out) and prepare again"));
+  }
+  const bool gone = remove_own_files();
+  return Status(code, str_cat(error.message(), "; nothing was prepared yet, so ",
+                              gone ? str_cat(dir, " is removed")
+                                   : str_cat("this preparation's files are removed from ", dir),
+                              ": the same command starts afresh",
+                              bad_input ? " once the input is fixed" : ""));
+}
+
 }  // namespace
 
 StatusOr<std::vector<std::string>> expand_inputs(const std::vector<std::string>& paths) {
@@ -874,7 +954,9 @@ StatusOr<std::vector<std::string>> expand_inputs(const std::vector<std::string>&
 StatusOr<DatasetIndex> prepare_dataset(
     const PrepareSpec& spec, const std::function<bool(const PrepareProgress&)>& progress) {
   Preparer p(spec, progress);
-  return p.run();
+  StatusOr<DatasetIndex> index = p.run();
+  if (index.ok()) return index;
+  return p.after_failure(index.status());
 }
 
 namespace {

@@ -15,6 +15,12 @@
 // changed file, other options) is refused by name. The result is the same as an uninterrupted
 // preparation, file for file. A stop (stop_requested, or the progress callback) is seen between
 // pieces of about 1 MiB of text, so within a fraction of a second.
+//
+// A preparation that fails otherwise (bad text: invalid UTF-8, an input with no tokens) before it
+// has written anything worth resuming (a shard's tokens, or a vocabulary or SentencePiece model
+// built from the training text) removes its files and the folders it made, so the same command
+// starts afresh once the input is fixed (a fixed file is another plan, which the folder would
+// refuse); one that had keeps it and its error says so. The error says which.
 #pragma once
 
 #include <cstdint>
@@ -76,8 +82,8 @@ StatusOr<std::vector<std::string>> expand_inputs(const std::vector<std::string>&
 // 100 ms while a SentencePiece model trains); returning false interrupts the preparation
 // (kAborted, "stopped: ... written and kept; rerun the same command to continue ..."), as a signal
 // does in momoe-data. Errors: those of the text reader and the vocabulary (naming the
-// file), kInvalidArgument for a bad spec, kFailedPrecondition when out_dir holds another
-// preparation or other files.
+// file, and saying what became of out_dir: see above), kInvalidArgument for a bad spec,
+// kFailedPrecondition when out_dir holds another preparation or other files.
 StatusOr<DatasetIndex> prepare_dataset(
     const PrepareSpec& spec, const std::function<bool(const PrepareProgress&)>& progress = nullptr);
 

@@ -46,6 +46,18 @@ StatusOr<SequenceSet> SequenceSet::create(const TokenSplit& split, int64_t seq_l
   return set;
 }
 
+StatusOr<std::vector<int32_t>> SequenceSet::leading_tokens(int64_t sequences) const {
+  if (sequences < 1 || sequences > num_sequences_) {
+    return invalid_argument_error("SequenceSet::leading_tokens: ", sequences,
+                                  " sequences, outside [1, ", num_sequences_, "] for ", source_);
+  }
+  const int64_t n = sequences * seq_len_ + 1;
+  if (shards_ == nullptr) return std::vector<int32_t>(tokens_, tokens_ + n);
+  std::vector<int32_t> out(static_cast<size_t>(n));
+  MOE_RETURN_IF_ERROR(shards_->read(0, n, out.data()));
+  return out;
+}
+
 Status SequenceSet::fill(const std::vector<int64_t>& ids, const TensorView& inputs,
                          const TensorView& targets) const {
   const int64_t b = static_cast<int64_t>(ids.size());

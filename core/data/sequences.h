@@ -41,6 +41,12 @@ class SequenceSet {
   // predicted as one easy token.
   double unknown_fraction() const { return unknown_fraction_; }
 
+  // The tokens of the first `sequences` sequences, their inputs and targets: tokens
+  // [0, sequences x S] (sequences x S + 1 of them), for the figures of an evaluated subset (its
+  // <unk> share, the attack's swaps there). Errors (kInvalidArgument): `sequences` outside
+  // [1, size()]; those of ShardedTokens::read for a split in shards.
+  StatusOr<std::vector<int32_t>> leading_tokens(int64_t sequences) const;
+
   // Fills inputs and targets (i32 [B, S], host, B = ids.size()) for sequences `ids`.
   // Errors (kInvalidArgument): wrong dtype, shape or device; an id outside [0, size()); those of
   // ShardedTokens::read for a split in shards.

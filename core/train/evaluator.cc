@@ -19,6 +19,19 @@ std::optional<double> EvalResult::bits_per_byte() const {
   return mean_loss() * tokens_per_byte / std::log(2.0);
 }
 
+namespace {
+
+// The <unk> share of the first `sequences` sequences' tokens (-1 without an <unk> id).
+StatusOr<double> subset_unknown_fraction(const data::SequenceSet& set, int64_t sequences,
+                                         const EvalOptions& options) {
+  if (options.unk_id < 0 || sequences < 1) return -1.0;
+  MOE_ASSIGN_OR_RETURN(const std::vector<int32_t> tokens, set.leading_tokens(sequences));
+  const auto unknown = std::count(tokens.begin(), tokens.end(), options.unk_id);
+  return static_cast<double>(unknown) / static_cast<double>(tokens.size());
+}
+
+}  // namespace
+
 StatusOr<EvalResult> evaluate_perplexity(TransformerLM* model, const data::SequenceSet& set,
                                          const EvalOptions& options) {
   const int64_t batch = options.batch, max_sequences = options.max_sequences;
@@ -77,6 +90,10 @@ StatusOr<EvalResult> evaluate_perplexity(TransformerLM* model, const data::Seque
   result.tokens_per_word = set.tokens_per_word();
   result.unknown_fraction = set.unknown_fraction();
   result.tokens_per_byte = set.tokens_per_byte();
+  result.subset = total < set.size();
+  if (result.subset) {
+    MOE_ASSIGN_OR_RETURN(result.unknown_fraction, subset_unknown_fraction(set, total, options));
+  }
   return result;
 }
 

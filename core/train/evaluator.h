@@ -9,6 +9,12 @@
 // i.e. the total NLL over the split's words (bytes) when the whole split is evaluated (all but its
 // first token and a tail shorter than one sequence). Words are WikiText's word-level tokens
 // (text_reader.h TextStats), so with the word tokenizer word PPL equals PPL exactly.
+//
+// A subset (the first max_sequences of a larger set) has no word or byte counts of its own (the
+// ids do not say how many words or bytes of text they came from), so its word PPL and bits/byte
+// are estimates: the subset's mean NLL at the whole split's tokens per word and per byte
+// (EvalResult::subset says so; callers label them). Its tokens, perplexity and <unk> share are
+// its own.
 #pragma once
 
 #include <functional>
@@ -24,8 +30,13 @@ struct EvalResult {
   double loss_sum = 0;
   int64_t tokens = 0;
   bool stopped = false;                             // ended early on a stop request
-  double tokens_per_word = 0, tokens_per_byte = 0;  // the set's (0: unknown)
-  double unknown_fraction = -1;  // the set's <unk> share (-1: unknown; see SequenceSet)
+  double tokens_per_word = 0, tokens_per_byte = 0;  // the whole set's (0: unknown)
+  // The evaluated tokens' <unk> share (-1: unknown): the whole set's (SequenceSet), or a subset's
+  // own, counted over its tokens (EvalOptions::unk_id; -1 without one).
+  double unknown_fraction = -1;
+  // The first max_sequences of a larger set: word_perplexity() and bits_per_byte() are estimates
+  // at the whole set's tokens per word and per byte.
+  bool subset = false;
   double mean_loss() const { return tokens > 0 ? loss_sum / static_cast<double>(tokens) : 0; }
   double perplexity() const;
   std::optional<double> word_perplexity() const;  // nullopt when the text counts are unknown
@@ -33,7 +44,8 @@ struct EvalResult {
 };
 
 // How evaluate_perplexity runs: the per-rank batch; max_sequences 0 = every sequence of the set,
-// else the first max_sequences; the seed of its random streams; and the optional parts below.
+// else the first max_sequences; the seed of its random streams; the optional parts below; and the
+// tokenizer's <unk> id, to count a subset's <unk> share (-1: none, the share is unknown).
 struct EvalOptions {
   int64_t batch = 1;
   int64_t max_sequences = 0;
@@ -42,6 +54,7 @@ struct EvalOptions {
   std::function<bool()> stop;
   std::function<void(int64_t, int64_t)> progress;
   std::vector<RoutingDecisions>* routing = nullptr;
+  int32_t unk_id = -1;
 };
 
 // Collective over `world` (nullable) and the model's EP group. `stop` (optional) is asked before

@@ -12,6 +12,7 @@
 #include "base/progress.h"
 #include "comm/agree.h"
 #include "core/checkpoint/checkpoint_io.h"
+#include "core/data/attack.h"
 #include "core/train/config_warnings.h"
 #include "core/train/gemm_rate.h"
 #include "core/train/grad_sync.h"
@@ -33,14 +34,30 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 // " | valid 181.2 per word, 1.93 bits/byte (21.27% <unk>)": the measures that compare across
 // tokenizers, with the text's <unk> share beside them (they compare only at equal shares); ""
-// when the text counts are unknown or the numbers are not finite.
+// when the text counts are unknown or the numbers are not finite. A subset's are estimates at the
+// whole split's tokens per word and per byte, and say so.
 std::string per_word_text(const EvalResult& e) {
   const std::optional<double> word = e.word_perplexity(), bits = e.bits_per_byte();
   if (!word || !bits || !std::isfinite(*bits)) return "";
+  const std::string unknown =
+      e.unknown_fraction >= 0 ? str_cat(format_percent(e.unknown_fraction), " <unk>") : "";
+  const std::string note =
+      e.subset ? str_cat("estimates at the whole split's tokens per word and per byte",
+                         unknown.empty() ? "" : "; ", unknown)
+               : unknown;
   return str_cat(" | valid ", *word, " per word, ", *bits, " bits/byte",
-                 e.unknown_fraction >= 0
-                     ? str_cat(" (", format_percent(e.unknown_fraction), " <unk>)")
-                     : std::string());
+                 note.empty() ? std::string() : str_cat(" (", note, ")"));
+}
+
+// The attack's realised swap fraction over the first `sequences` sequences of `set` (the attack is
+// a function of each token's position, so attacking them alone swaps what attacking the whole
+// split swapped there).
+StatusOr<double> subset_swap_fraction(const data::SequenceSet& set, int64_t sequences,
+                                      const TrainConfig& t, const data::Vocabulary& vocab) {
+  MOE_ASSIGN_OR_RETURN(const std::vector<int32_t> tokens, set.leading_tokens(sequences));
+  MOE_ASSIGN_OR_RETURN(const data::AttackResult a,
+                       data::attack_tokens(tokens, t.attack_rate, t.attack_seed, vocab));
+  return a.swap_fraction;
 }
 
 }  // namespace
@@ -652,9 +669,10 @@ StatusOr<EvalReport> Trainer::evaluate_impl(bool whole_splits) {
         return stop_local_ != 0;
       };
     }
-    MOE_ASSIGN_OR_RETURN(EvalResult e, evaluate_perplexity(model_.get(), *set,
-                                                           {batch, max_sequences, t.seed, world_,
-                                                            stop, progress, nullptr}));
+    MOE_ASSIGN_OR_RETURN(EvalResult e,
+                         evaluate_perplexity(model_.get(), *set,
+                                             {batch, max_sequences, t.seed, world_, stop, progress,
+                                              nullptr, data_->corpus.tokenizer->unk_id()}));
     done_before += max_sequences > 0 ? std::min(max_sequences, set->size()) : set->size();
     if (e.stopped) {
       r.stopped = true;
@@ -670,6 +688,11 @@ StatusOr<EvalReport> Trainer::evaluate_impl(bool whole_splits) {
     if (r.stopped) return r;
   }
   r.attack_rate = data_->attacked_valid_rate;
+  if (r.attacked_valid && r.attacked_valid->subset) {
+    MOE_ASSIGN_OR_RETURN(r.attack_rate,
+                         subset_swap_fraction(*data_->valid, max_sequences, t,
+                                              data_->corpus.tokenizer->vocabulary()));
+  }
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (total > 0) eval_seconds_per_sequence_ = seconds / static_cast<double>(total);

@@ -85,6 +85,7 @@ struct TrainerOptions {
 
 struct EvalReport {
   std::optional<EvalResult> valid, test, attacked_valid, attacked_test;
+  // The attack's realised swap fraction over the valid split, or over the subset evaluated.
   double attack_rate = 0;
   bool stopped = false;  // a stop request ended it early: no numbers, nothing recorded
   // Every perplexity it has is finite (a diverged model's are not).

@@ -173,5 +173,46 @@ TEST(EvaluatorTest, WordPerplexityAndBitsPerByte) {
   }
 }
 
+// A subset (the first sequences of a larger set) says so: its perplexity is over its tokens, its
+// <unk> share is counted over them (with the tokenizer's <unk> id; unknown without one), and its
+// measures per word and per byte are estimates at the whole set's ratios. The whole set's figures
+// stay the set's.
+TEST(EvaluatorTest, ASubsetsFiguresAreItsOwnOrMarkedEstimates) {
+  const ModelConfig cfg = model_config(0.0);
+  auto model = TransformerLM::create(cfg, &host_context(), DType::kF64, nullptr).value();
+  ASSERT_TRUE(model->init_parameters(3).ok());
+  data::TokenSplit split;
+  (void)sequences(cfg.vocab_size, cfg.seq_len, 10, split);
+  const int32_t unk = 0;
+  // <unk> at 4 of the 13 tokens the first 2 sequences cover ([0, 12], S = 6) and 3 after them.
+  for (int32_t& id : split.ids) id = id == unk ? 1 : id;
+  for (size_t i : {0, 5, 6, 12, 20, 30, 60}) split.ids[i] = unk;
+  split.stats.words = split.size();
+  split.stats.bytes = 4 * split.size();
+  split.stats.unknown = 7;
+  const data::SequenceSet set = data::SequenceSet::create(split, cfg.seq_len).value();
+  const EvalResult whole =
+      evaluate_perplexity(model.get(), set, {4, 0, 1, nullptr, nullptr, nullptr, nullptr, unk})
+          .value();
+  EXPECT_FALSE(whole.subset);
+  EXPECT_EQ(whole.unknown_fraction, set.unknown_fraction());
+  const EvalResult first =
+      evaluate_perplexity(model.get(), set, {4, 2, 1, nullptr, nullptr, nullptr, nullptr, unk})
+          .value();
+  EXPECT_TRUE(first.subset);
+  EXPECT_EQ(first.tokens, 2 * cfg.seq_len);
+  EXPECT_EQ(first.unknown_fraction, 4.0 / static_cast<double>(2 * cfg.seq_len + 1));
+  EXPECT_EQ(first.tokens_per_word, set.tokens_per_word());  // the estimate's ratio, not its own
+  const EvalResult blind =
+      evaluate_perplexity(model.get(), set, {4, 2, 1, nullptr, nullptr, nullptr, nullptr}).value();
+  EXPECT_EQ(blind.unknown_fraction, -1.0);
+  // As many sequences as the set has, or more: the whole set.
+  const EvalResult all =
+      evaluate_perplexity(model.get(), set, {4, 10, 1, nullptr, nullptr, nullptr, nullptr, unk})
+          .value();
+  EXPECT_FALSE(all.subset);
+  EXPECT_EQ(all.unknown_fraction, whole.unknown_fraction);
+}
+
 }  // namespace
 }  // namespace moe::testing

@@ -292,6 +292,14 @@ TEST_F(PrepareTest, SequencesDoNotDependOnTheShardCount) {
   TokenSplit in_memory = a->train;
   in_memory.shards = nullptr;
   in_memory.ids = *materialize(a->train);
+  // The tokens of the first sequences, read across shard boundaries.
+  {
+    StatusOr<SequenceSet> sb = SequenceSet::create(b->train, 64);
+    ASSERT_TRUE(sb.ok());
+    StatusOr<std::vector<int32_t>> first = sb->leading_tokens(3);
+    ASSERT_TRUE(first.ok()) << first.status().to_string();
+    EXPECT_EQ(*first, std::vector<int32_t>(in_memory.ids.begin(), in_memory.ids.begin() + 193));
+  }
   for (int64_t seq_len : {1, 5, 64}) {
     StatusOr<SequenceSet> sa = SequenceSet::create(a->train, seq_len);
     StatusOr<SequenceSet> sb = SequenceSet::create(b->train, seq_len);
@@ -441,7 +449,8 @@ TEST_F(PrepareTest, BadInputsAreRefusedByName) {
   bad.train = {dir_.file("bad.txt")};
   StatusOr<DatasetIndex> r = prepare_dataset(bad);
   EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(r.status().message(), read_text_file(dir_.file("bad.txt")).status().message());
+  const std::string read = read_text_file(dir_.file("bad.txt")).status().message();
+  EXPECT_EQ(r.status().message().substr(0, read.size()), read) << r.status().message();
 
   testing::write_file(dir_.file("empty.txt"), "");
   bad.out_dir = dir_.file("o2");
@@ -468,6 +477,70 @@ TEST_F(PrepareTest, BadInputsAreRefusedByName) {
   fs::create_directories(dir_.file("nothing"));
   bad.train = {dir_.file("nothing")};
   EXPECT_TRUE(contains(prepare_dataset(bad).status().message(), "holds no regular files"));
+}
+
+TEST_F(PrepareTest, AFailureBeforeAnyWorkLeavesNothingInTheWayOfTheFixedRetry) {
+  // Invalid UTF-8 in the training text fails the vocabulary's pass, before anything is written
+  // worth resuming: the folder it made goes (its parents too), and the retry with the file fixed
+  // (another size and time, so another plan) prepares it.
+  const std::string text = sample_text(120, 21);
+  std::string broken = text;
+  broken.insert(text.size() / 2, "\xFF\xFE");
+  testing::write_file(dir_.file("bad.txt"), broken);
+  PrepareSpec bad = spec_;
+  bad.out_dir = dir_.file("new/parent/ds");
+  bad.train = {dir_.file("bad.txt")};
+  Status s = prepare_dataset(bad).status();
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(contains(s.message(), "invalid UTF-8")) << s.message();
+  EXPECT_TRUE(contains(s.message(), "nothing was prepared yet, so " + bad.out_dir + " is removed"))
+      << s.message();
+  EXPECT_FALSE(fs::exists(dir_.file("new"))) << "the folders it made stay";
+  testing::write_file(dir_.file("bad.txt"), text);
+  StatusOr<DatasetIndex> fixed = prepare_dataset(bad);
+  EXPECT_TRUE(fixed.ok()) << fixed.status().to_string();
+
+  // A folder that existed before (empty) stays, emptied of this preparation's files.
+  testing::write_file(dir_.file("bad.txt"), broken);
+  fs::create_directories(dir_.file("mine"));
+  bad.out_dir = dir_.file("mine");
+  s = prepare_dataset(bad).status();
+  EXPECT_TRUE(contains(s.message(), "this preparation's files are removed from " + bad.out_dir))
+      << s.message();
+  EXPECT_TRUE(fs::exists(bad.out_dir) && fs::is_empty(bad.out_dir));
+
+  // Invalid UTF-8 in the validation text, after the training split's shards: they are kept, and
+  // the message says what to do once the file is fixed.
+  testing::write_file(dir_.file("bad-valid.txt"), broken);
+  bad = spec_;
+  bad.valid = {dir_.file("bad-valid.txt")};
+  s = prepare_dataset(bad).status();
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(contains(s.message(), spec_.out_dir + " keeps what was prepared before this"))
+      << s.message();
+  EXPECT_TRUE(contains(s.message(), "remove " + spec_.out_dir)) << s.message();
+  EXPECT_TRUE(fs::exists(spec_.out_dir + "/train-00000.tok"));
+  EXPECT_TRUE(fs::exists(spec_.out_dir + "/prepare.json"));
+}
+
+TEST_F(PrepareTest, ATextFileOrAMissingFolderIsNotADatasetAndTheHintFitsIt) {
+  // A text file: prepare a new folder from it (never --out the file itself).
+  const std::string text = dir_.file("valid.txt");
+  Status s = read_dataset_index(text).status();
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(contains(s.message(), text + " is a file, not a prepared dataset folder"))
+      << s.message();
+  EXPECT_TRUE(contains(s.message(), "momoe-data prepare --out NEW_FOLDER --train " + text))
+      << s.message();
+  EXPECT_FALSE(contains(s.message(), "--out " + text)) << s.message();
+  EXPECT_EQ(open_dataset(text, false).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(verify_dataset(text).status().code(), StatusCode::kInvalidArgument);
+  // A folder that does not exist yet: it may be made there.
+  s = read_dataset_index(dir_.file("nowhere")).status();
+  EXPECT_EQ(s.code(), StatusCode::kNotFound);
+  EXPECT_TRUE(
+      contains(s.message(), "momoe-data prepare --out " + dir_.file("nowhere") + " --train"))
+      << s.message();
 }
 
 class DamagedDatasetTest : public PrepareTest {

@@ -70,6 +70,20 @@ TEST(SequencesTest, BoundaryTokenIsShared) {
   EXPECT_EQ(out, want_out);
 }
 
+TEST(SequencesTest, LeadingTokensAreThoseTheFirstSequencesCover) {
+  const TokenSplit split = make_split(23);  // S = 5: 4 sequences, tokens 21 and 22 the tail
+  StatusOr<SequenceSet> set = SequenceSet::create(split, 5);
+  ASSERT_TRUE(set.ok());
+  StatusOr<std::vector<int32_t>> two = set->leading_tokens(2);
+  ASSERT_TRUE(two.ok()) << two.status().to_string();
+  EXPECT_EQ(*two, std::vector<int32_t>(split.ids.begin(), split.ids.begin() + 11));  // [0, 10]
+  EXPECT_EQ(set->leading_tokens(4)->size(), 21u);
+  EXPECT_EQ(set->leading_tokens(0).status().code(), StatusCode::kInvalidArgument);
+  const Status past = set->leading_tokens(5).status();
+  EXPECT_EQ(past.code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(contains(past.message(), "/data/train.txt")) << past.message();
+}
+
 TEST(SequencesTest, Errors) {
   const TokenSplit tiny = make_split(5);
   const Status s = SequenceSet::create(tiny, 5).status();

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The executables as a user runs them: momoe-train on the bundled corpus (tiny model), then
 # momoe-stats (table, CSV, JSON, --follow, PNG plot) and momoe-eval on a text file; and the errors
-# a user can make (missing config, unknown flag, bad --set) exit non-zero naming the problem.
+# a user can make (missing config, unknown flag, bad --set, an output folder that does not exist,
+# a mistyped benchmark) exit non-zero naming the problem (bad input: exit 2).
 # Usage: cli_test.sh BIN_DIR CONFIG
 set -u
 bin=$1
@@ -22,6 +23,9 @@ grep -qE "^eval at step 4: [0-9]+/[0-9]+ sequences \(.*\), [0-9]+ tok/s, ETA " "
 grep -q "step 4/4 | loss" "$run/train.log" || { cat "$run/train.log"; fail "no progress line"; }
 grep -qF "eval at step 4 (first 8 sequences of each split): valid ppl" "$run/train.log" ||
   { cat "$run/train.log"; fail "no evaluation line"; }
+# A subset's measures per word and per byte are estimates at the whole split's ratios, and say so.
+grep -E "eval at step 4 \(first 8 sequences of each split\).* valid [0-9.]+ per word, [0-9.]+ bits/byte \(estimates at the whole split's tokens per word and per byte; [0-9]+\.[0-9]{2}% <unk>\)$" "$run/train.log" > /dev/null ||
+  { cat "$run/train.log"; fail "the subset's per-word measures are not labelled estimates"; }
 grep -qF "eval at step 4 (whole splits): valid ppl" "$run/train.log" ||
   { cat "$run/train.log"; fail "no whole-split evaluation line"; }
 # Per-word measures carry the evaluated text's <unk> share beside them (they compare across
@@ -96,6 +100,12 @@ grep -qE "^momoe-eval: clean: [0-9]+/32 sequences, [0-9]+ tok/s, ETA" "$run/eval
 cat "$run/eval"
 grep -q '"ppl"' "$run/eval" && grep -q '"attacked_ppl"' "$run/eval" && grep -q '"unknown_fraction"' "$run/eval" ||
   fail "momoe-eval output"
+# The first 16 sequences, not the whole text: the whole text's words and bytes are named so, and
+# the measures per word and per byte (at the whole text's ratios) are named estimates.
+for key in '"sequences":16,' '"text_words":' '"text_bytes":' '"word_ppl_estimate":' '"bits_per_byte_estimate":'; do
+  grep -qF "$key" "$run/eval" || fail "momoe-eval --max-sequences: no $key"
+done
+grep -qE '"(words|bytes|word_ppl|bits_per_byte)":' "$run/eval" && fail "momoe-eval --max-sequences gives whole-text figures as the subset's"
 
 # Resume after a checkpoint at step 2 of a 4-step run: steps 3 and 4 are recorded twice in
 # stats.pb, and momoe-stats keeps the last record of each.
@@ -135,17 +145,42 @@ expect_error "no checkpoint in" "$bin/momoe-eval" --checkpoint "$run/empty" --te
 if [ -x "$bin/../benchmarks/momoe-bench" ]; then
   "$bin/../benchmarks/momoe-bench" layer --help > "$run/help" 2>&1 && grep -q -- "--tokens 2048" "$run/help" ||
     { cat "$run/help"; fail "momoe-bench layer --help"; }
-  # An empty thread list, or a negative count, is refused before anything is measured.
-  expect_error "--threads is empty" "$bin/../benchmarks/momoe-bench" data --threads ""
-  expect_error "--threads -1" "$bin/../benchmarks/momoe-bench" data --threads 1,-1
+  # Bad input exits 2 with its error alone: nothing on stdout (not even the environment line),
+  # a near miss named. An empty thread list, or a negative count, is refused before anything is
+  # measured.
+  bench_refuses() {  # bench_refuses NEEDLE ARGS...
+    local needle=$1; shift
+    EXPECT_DIR=$run expect_code 2 "$needle" "$bin/../benchmarks/momoe-bench" "$@"
+    [ -s "$run/out" ] && { cat "$run/out"; fail "momoe-bench $* printed on stdout before refusing"; }
+    return 0
+  }
+  bench_refuses "--threads is empty" data --threads ""
+  bench_refuses "--threads -1" data --threads 1,-1
+  bench_refuses "unknown option --stepz (did you mean --steps?)" train --stepz 3
+  bench_refuses "unknown benchmark 'bogus'" bogus
+  bench_refuses "unknown benchmark 'trian' (did you mean train?)" trian
+  bench_refuses "--preset nonexist is not one of quickstart, smoe-medium, all" train --preset nonexist
+  bench_refuses "(did you mean quickstart?)" memory --preset quickstrat
+  bench_refuses "FP99" train --precision FP99
 fi
 expect_error "stats file" "$bin/momoe-stats" "$run/nothing"
 expect_error "--threads -1 must be in" "$bin/momoe-eval" --checkpoint "$run/ckpt-00000004" --text "$config" --threads -1
+# Where --routing-out writes is checked before the evaluation (it is written at the end): a
+# missing folder exits 2 at once, naming the path and what to do.
+MOMOE_PROGRESS_SECONDS=0 EXPECT_DIR=$run expect_code 2 \
+  "--routing-out $run/missing/r.safetensors: the folder $run/missing does not exist: create it first" \
+  "$bin/momoe-eval" --checkpoint "$run/ckpt-00000004" --text "$(dirname "$config")/../../data/brown/test.txt.gz" \
+  --max-sequences 16 --routing-out "$run/missing/r.safetensors"
+grep -q "sequences" "$run/err" && { cat "$run/err"; fail "momoe-eval evaluated before refusing --routing-out"; }
 # train.final_eval: one pass, or none.
 "$bin/momoe-train" --config "$config" --run-dir "$run/fe1" --set train.steps=2 --set train.eval_sequences=8 \
   --set train.final_eval=SUBSET > "$run/fe1.log" 2>&1 || { cat "$run/fe1.log"; fail "final_eval SUBSET"; }
 [ "$(grep -c "^eval at step 2 (" "$run/fe1.log")" -eq 1 ] && grep -q "first 8 sequences" "$run/fe1.log" ||
   { cat "$run/fe1.log"; fail "final_eval SUBSET ran another pass"; }
+"$bin/momoe-stats" "$run/fe1" > "$run/fe1.table" || fail "momoe-stats after final_eval SUBSET"
+grep -qF "last evaluation (step 2, first 8 sequences of each split)" "$run/fe1.table" &&
+  grep -qF "(estimates at the whole split's tokens per word and per byte;" "$run/fe1.table" ||
+  { cat "$run/fe1.table"; fail "momoe-stats does not label a subset's per-word measures"; }
 "$bin/momoe-train" --config "$config" --run-dir "$run/fe2" --set train.steps=2 --set train.final_eval=NONE \
   > "$run/fe2.log" 2>&1 || { cat "$run/fe2.log"; fail "final_eval NONE"; }
 grep -q "^eval at step" "$run/fe2.log" && fail "final_eval NONE evaluated"

@@ -73,10 +73,10 @@ grep -q '"valid_bits_per_byte"' "$run/s.jsonl" && grep -q '"valid_word_ppl"' "$r
 grep -ao "data.train contents[^\"]*tokens, fingerprint [0-9a-f]*" "$run/text/ckpt-00000004/manifest.pb" > "$run/fp.text" || true
 grep -ao "data.train contents[^\"]*tokens, fingerprint [0-9a-f]*" "$run/shards/ckpt-00000004/manifest.pb" > "$run/fp.shards" || true
 [ -s "$run/fp.text" ] && cmp -s "$run/fp.text" "$run/fp.shards" || fail "contents fingerprints differ: $(cat "$run/fp.text") vs $(cat "$run/fp.shards")"
-# momoe-eval reports the comparable figures too.
+# momoe-eval reports the comparable figures too (of 8 sequences: estimates at the whole text's ratios).
 "$bin/momoe-eval" --checkpoint "$run/shards/ckpt-00000004" --text "$brown/test.txt.gz" --max-sequences 8 \
   --attack-rate 0 > "$run/eval" || fail "momoe-eval"
-grep -q '"word_ppl"' "$run/eval" && grep -q '"bits_per_byte"' "$run/eval" || { cat "$run/eval"; fail "momoe-eval output"; }
+grep -q '"word_ppl_estimate"' "$run/eval" && grep -q '"bits_per_byte_estimate"' "$run/eval" || { cat "$run/eval"; fail "momoe-eval output"; }
 
 # The WikiText layout, as published (wiki.*.tokens; <unk> is a word of the text).
 mkdir -p "$run/wt"
@@ -93,6 +93,15 @@ expect_code 2 "input not found: $run/missing.txt" "$bin/momoe-data" prepare --ou
 expect_code 2 "other inputs or options" "$bin/momoe-data" prepare --out "$run/ds" --train "$brown/train.txt.gz"
 expect_code 2 "--train) is required" "$bin/momoe-data" prepare --out "$run/o3"
 expect_code 2 "not a prepared dataset" "$bin/momoe-data" verify "$run/wt"
+# A text file is not a dataset: the hint prepares a new folder from it, never --out the file.
+for cmd in verify info; do
+  expect_code 2 "$run/wt/wiki.valid.tokens is a file, not a prepared dataset folder" "$bin/momoe-data" "$cmd" "$run/wt/wiki.valid.tokens"
+  expect_in "$run/err" "momoe-data prepare --out NEW_FOLDER --train $run/wt/wiki.valid.tokens"
+  grep -qF -- "--out $run/wt/wiki.valid.tokens" "$run/err" && fail "momoe-data $cmd suggests preparing over the text file"
+done
+expect_code 2 "momoe-data prepare --train $run/wt/wiki.valid.tokens --out NEW_DIR" "$bin/momoe-train" --config "$config" \
+  --run-dir "$run/x" --set data.dataset="$run/wt/wiki.valid.tokens"
+grep -qF -- "--out $run/wt/wiki.valid.tokens" "$run/err" && fail "momoe-train suggests preparing over the text file"
 expect_code 2 "unknown command 'frobnicate'" "$bin/momoe-data" frobnicate
 expect_code 2 "data.dataset ($run/ds) and data.train" "$bin/momoe-train" --config "$config" --run-dir "$run/x" \
   --set data.dataset="$run/ds" --set data.train="$brown/train.txt.gz"
@@ -152,7 +161,7 @@ if [ "$sp" = 1 ]; then
   ls "$run/sp1/ckpt-00000004/tokenizer.model" "$run/sp1/ckpt-00000004/tokenizer.json" > /dev/null || fail "checkpoint lacks the model"
   "$bin/momoe-eval" --checkpoint "$run/sp1/ckpt-00000004" --text "$brown/test.txt.gz" --max-sequences 8 > "$run/speval" ||
     fail "momoe-eval on a SentencePiece checkpoint"
-  grep -q '"word_ppl"' "$run/speval" && grep -q '"attack":"not run' "$run/speval" || { cat "$run/speval"; fail "momoe-eval output"; }
+  grep -q '"word_ppl_estimate"' "$run/speval" && grep -q '"attack":"not run' "$run/speval" || { cat "$run/speval"; fail "momoe-eval output"; }
   # Its ppl equals the trainer's evaluation on the same text (the test split, first 8 sequences).
   want=$(grep -oE "first 8 sequences of each split\): valid ppl [0-9.]+ \| test ppl [0-9.]+" "$run/sp1.log" | grep -oE "[0-9.]+$")
   got=$(grep -oE '"ppl":[0-9.]+' "$run/speval" | cut -d: -f2)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # momoe-data prepare as a user meets it on a small corpus, in seconds: `info` names every file a
-# dataset (and its vocabulary) came from; a damaged dataset (a corrupted or truncated shard, a
+# dataset (and its vocabulary) came from; bad text found before anything worth resuming was
+# written leaves no folder to refuse the fixed retry; a damaged dataset (a corrupted or truncated shard, a
 # swapped vocabulary) exits 2 from verify (listing every damaged shard) and from momoe-train,
 # saying how to repair it. With SentencePiece: progress lines while a model trains, and SIGINT
 # there stops momoe-data within a second (exit 3), leaving no trainer process behind; so does
@@ -41,6 +42,17 @@ prep=(prepare --train "${parts[0]}" --train "${parts[1]}" --train "${parts[2]}" 
 "$bin/momoe-data" info "$run/ds" > "$run/info" || fail "info"
 expect_in "$run/info" "built from the train split's 3 file(s)"
 for f in "${parts[@]}" "$run/valid.txt"; do expect_in "$run/info" "$f"; done
+
+# Bad input found before anything worth resuming was written (invalid UTF-8 in the training text,
+# met by the vocabulary's pass): exit 2, and no folder left to refuse the fixed retry.
+printf 'ok\n\xff\xfe bad\n' > "$run/bad.txt"
+expect_code 2 "nothing was prepared yet, so $run/badds is removed" \
+  "$bin/momoe-data" prepare --out "$run/badds" --train "$run/bad.txt" --valid "$run/valid.txt" --quiet
+expect_in "$run/err" "invalid UTF-8 in $run/bad.txt at line 2"
+expect_no_file "$run/badds" "a preparation that wrote nothing worth resuming"
+printf 'ok\nnow good\n' > "$run/bad.txt"
+"$bin/momoe-data" prepare --out "$run/badds" --train "$run/bad.txt" --valid "$run/valid.txt" --quiet ||
+  fail "the same command with the text fixed"
 
 # Damage: one shard corrupted, another truncated. verify lists both, exits 2, says how to repair.
 cp -r "$run/ds" "$run/bad"

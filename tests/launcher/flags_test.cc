@@ -1,8 +1,11 @@
-// launcher/flags.h: values, switches, repeats, and the errors of a bad command line.
+// launcher/flags.h: values, switches, repeats, the errors of a bad command line, and an output
+// file's folder checked before the work.
 #include "launcher/flags.h"
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -58,6 +61,38 @@ TEST(FlagParser, MissingValueAndRepeatedFlag) {
   FlagParser twice("usage: prog\n");
   EXPECT_NE(parse(&twice, {"--config", "a", "--config", "b"}).message().find("more than once"),
             std::string::npos);
+}
+
+TEST(FlagParser, AnOutputFileIsCheckedBeforeTheWork) {
+  const std::string dir = ::testing::TempDir() + "flags_test_output";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const auto check = [](const std::string& path) {
+    FlagParser flags("usage: prog\n");
+    flags.value("out", "a file written at the end");
+    std::vector<std::string> args = {"prog"};
+    if (path != "-") args.insert(args.end(), {"--out", path});
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    EXPECT_TRUE(flags.parse(static_cast<int>(argv.size()), argv.data()).ok());
+    return flags.check_output_file("out");
+  };
+  EXPECT_TRUE(check("-").ok());  // not given
+  EXPECT_TRUE(check(dir + "/r.safetensors").ok());
+  const Status missing = check(dir + "/missing/r.safetensors");
+  EXPECT_EQ(missing.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(missing.message().find("--out " + dir + "/missing/r.safetensors: the folder " + dir +
+                                   "/missing does not exist: create it first"),
+            std::string::npos)
+      << missing.message();
+  const Status folder = check(dir);
+  EXPECT_NE(folder.message().find("is a folder"), std::string::npos) << folder.message();
+  { std::ofstream(dir + "/file") << "x"; }
+  const Status file = check(dir + "/file/r.safetensors");
+  EXPECT_NE(file.message().find(dir + "/file is not a folder"), std::string::npos)
+      << file.message();
+  EXPECT_NE(check("").message().find("--out needs a file path"), std::string::npos);
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -44,6 +44,9 @@ done
 expect_code 0 "usage: momoe-train" "$bin/momoe-train" --config missing.pbtxt -h --bogus
 # The flags' list ends with -h, --help.
 expect_code 0 "-h, --help" "$bin/momoe-eval" --help
+# A flag's help says what it does: shards close only at the end of a tokenizing chunk.
+expect_code 0 "at the end of the chunk that reaches them" "$bin/momoe-data" prepare --help
+expect_in "$EXPECT_DIR/out" "the step at which shards close"
 
 [ -z "$(ls -A)" ] || { ls -la; fail "a --help wrote into the working directory"; }
 

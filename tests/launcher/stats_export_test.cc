@@ -1,6 +1,7 @@
 // launcher/stats_export.h: momoe-stats's summary of where a step's time goes, from records whose
 // phases are each the slowest rank's (a resume from EP 2 to EP 1 in the middle); the dispatch's
-// exchange counters and the step's memory peaks in the table, the CSV and the JSON lines.
+// exchange counters and the step's memory peaks in the table, the CSV and the JSON lines; a subset
+// evaluation's measures per word and per byte labelled as estimates.
 #include "launcher/stats_export.h"
 
 #include <gtest/gtest.h>
@@ -56,6 +57,30 @@ TEST(StatsExport, OtherTimeIsNeverNegative) {
       << table;
 }
 
+TEST(StatsExport, ASubsetEvaluationsPerWordMeasuresAreLabelledEstimates) {
+  StepStatsInfo evaluation;
+  evaluation.step = 1;
+  evaluation.valid_ppl = 12.5;
+  evaluation.valid_word_ppl = 12.5;
+  evaluation.valid_bits_per_byte = 1.25;
+  evaluation.valid_unknown_fraction = 0.25;
+  for (int64_t sequences : {0, 8}) {
+    evaluation.eval_sequences = sequences;
+    const std::string table =
+        summary_table({aggregate_step_stats({rank_record(1, 0, 0.1, 0.04, 0.05)}), evaluation}, 10);
+    const bool subset = sequences > 0;
+    EXPECT_EQ(table.find("last evaluation (step 1, first 8 sequences of each split):") !=
+                  std::string::npos,
+              subset)
+        << table;
+    EXPECT_EQ(table.find("(estimates at the whole split's tokens per word and per byte; 25.00% "
+                         "of those sequences <unk>)") != std::string::npos,
+              subset)
+        << table;
+    EXPECT_EQ(table.find("(25.00% of the valid text <unk>)") != std::string::npos, !subset)
+        << table;
+  }
+}
 TEST(StatsExport, PhasesWithinTheStepGetNoNote) {
   std::vector<StepStatsInfo> steps = {aggregate_step_stats({rank_record(1, 0, 0.1, 0.04, 0.05)}),
                                       aggregate_step_stats({rank_record(2, 0, 0.1, 0.04, 0.04)})};
