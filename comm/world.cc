@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <initializer_list>
 #include <limits>
 #include <string>
 #include <vector>
@@ -25,31 +26,32 @@ bool launched_by_mpi() {
   return false;
 }
 
-int launcher_rank() {
-  for (const char* var : {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"}) {
+namespace {
+
+// The first of `vars` that holds a whole number >= `least` (and fits an int), or -1.
+int first_env_int(std::initializer_list<const char*> vars, long least) {
+  for (const char* var : vars) {
     const char* v = std::getenv(var);
     if (v == nullptr || *v == '\0') continue;
     char* end = nullptr;
-    const long rank = std::strtol(v, &end, 10);
-    if (*end == '\0' && rank >= 0 && rank <= std::numeric_limits<int>::max()) {
-      return static_cast<int>(rank);
+    const long n = std::strtol(v, &end, 10);
+    if (*end == '\0' && n >= least && n <= std::numeric_limits<int>::max()) {
+      return static_cast<int>(n);
     }
   }
-  return 0;
+  return -1;
+}
+
+}  // namespace
+
+int launcher_rank() {
+  return std::max(
+      0, first_env_int({"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"}, 0));
 }
 
 int launcher_world_size() {
   if (!launched_by_mpi()) return 1;
-  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"}) {
-    const char* v = std::getenv(var);
-    if (v == nullptr || *v == '\0') continue;
-    char* end = nullptr;
-    const long size = std::strtol(v, &end, 10);
-    if (*end == '\0' && size >= 1 && size <= std::numeric_limits<int>::max()) {
-      return static_cast<int>(size);
-    }
-  }
-  return 0;
+  return std::max(0, first_env_int({"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"}, 1));
 }
 
 namespace {
