@@ -219,7 +219,7 @@ void combine_backward(const A* du, const A* y, const int32_t* row, const F* gate
       }
     }
   });
-  if (d_omega == nullptr) return;
+  if (d_omega == nullptr || tokens * k == 0) return;  // no slots: d_omega as it was (the GPU too)
   // d_omega[q] += the sum over the slots (t, j), in token order, of gate * y[row] * du (each term
   // rounded to F), added in chunked_sum.h's order: runs of kSumChunk slots, then the runs' sums
   // (a GPU sums the runs in parallel). Dropped slots add nothing. Columns in parallel.
