@@ -35,7 +35,15 @@ std::string Status::to_string() const {
 
 Status Status::with_context(const std::string& context) const {
   if (ok()) return *this;
-  return Status(code_, context + ": " + message_);
+  Status s(code_, context + ": " + message_);
+  s.job_wide_ = job_wide_;
+  return s;
+}
+
+Status Status::as_job_wide() const {
+  Status s = *this;
+  s.job_wide_ = !ok();
+  return s;
 }
 
 }  // namespace moe

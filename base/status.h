@@ -37,14 +37,19 @@ class [[nodiscard]] Status {
   const std::string& message() const { return message_; }
   // "INVALID_ARGUMENT: moe.top_k = 5 must be in [1, num_experts = 4]".
   std::string to_string() const;
-  // Returns a copy whose message is prefixed with `context + ": "`.
+  // Returns a copy whose message is prefixed with `context + ": "` (job-wide if this is).
   Status with_context(const std::string& context) const;
+  // A status that every rank of the job holds alike (comm/agree.h gives such): one rank's report
+  // of it is the job's, so the executables print it once (launcher/exit_status.h).
+  bool job_wide() const { return job_wide_; }
+  Status as_job_wide() const;
   // Marks a deliberately ignored status.
   void ignore_error() const {}
 
  private:
   StatusCode code_ = StatusCode::kOk;
   std::string message_;
+  bool job_wide_ = false;
 };
 
 // Concatenates anything streamable into a string: str_cat("top_k = ", k, " > ", e).

@@ -38,17 +38,24 @@ bool well_formed(const ProcessGroups& g) {
 StatusOr<ProcessGroups> make_process_groups(Communicator* world, const ProcessGroupOptions& opts) {
   if (world == nullptr) return invalid_argument_error("make_process_groups: no world communicator");
   const int n = world->world_size(), me = world->rank();
-  // The size checks, before any communication.
-  MOE_RETURN_IF_ERROR(place_ranks(n, opts.ep_size, Placement::kRankOrder, {}).status());
+  // The size checks, before any communication: the same verdict on every rank (job-wide, so
+  // that it is printed once).
+  if (Status s = place_ranks(n, opts.ep_size, Placement::kRankOrder, {}).status(); !s.ok()) {
+    return s.as_job_wide();
+  }
   std::vector<std::string> hosts;
   if (opts.placement == Placement::kHosts || opts.hierarchical_all_to_all) {
     MOE_ASSIGN_OR_RETURN(hosts, gather_hosts(*world, opts.host.empty() ? host_name() : opts.host));
   }
   // Every rank holds the same host names from here on, so every verdict is the same everywhere.
-  MOE_ASSIGN_OR_RETURN(RankLayout layout, place_ranks(n, opts.ep_size, opts.placement, hosts));
+  StatusOr<RankLayout> placed = place_ranks(n, opts.ep_size, opts.placement, hosts);
+  if (!placed.ok()) return placed.status().as_job_wide();
+  const RankLayout layout = std::move(*placed);
   std::vector<int> ep_hosts;
   if (opts.hierarchical_all_to_all) {
-    MOE_ASSIGN_OR_RETURN(ep_hosts, hierarchical_hosts(layout, hosts, layout.dp_rank[me]));
+    StatusOr<std::vector<int>> by_host = hierarchical_hosts(layout, hosts, layout.dp_rank[me]);
+    if (!by_host.ok()) return by_host.status().as_job_wide();
+    ep_hosts = std::move(*by_host);
   }
   ProcessGroups groups;
   groups.world = world;

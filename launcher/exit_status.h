@@ -34,9 +34,15 @@ inline int exit_code_of(const Status& s) {
 
 // Bad input (exit 2) is found by every rank alike (the trainer agrees on its set-up errors
 // collectively), so no peer is left waiting and the job is not aborted: MPI_Abort would turn the
-// exit code into 1. Any other error aborts a multi-rank job's communicator.
+// exit code into 1. Any other error aborts a multi-rank job's communicator. A job-wide status
+// (comm/agree.h: every rank holds the same one) is printed by rank 0 only, the other ranks
+// logging it at debug level.
 inline int exit_with(const Status& s, comm::Communicator* comm = nullptr) {
-  log_error(s.to_string());
+  if (s.job_wide() && comm != nullptr && comm->rank() != 0) {
+    log_debug(s.to_string());
+  } else {
+    log_error(s.to_string());
+  }
   const int code = exit_code_of(s);
   if (comm != nullptr && comm->world_size() > 1 && code != kExitUserError) {
     comm->abort(s.message()).ignore_error();

@@ -84,9 +84,10 @@ Status Coordinator::verify_same_config(const std::string& config_text) const {
   }
   MOE_ASSIGN_OR_RETURN(verdict, world_->broadcast_bytes(verdict, 0));
   if (!verdict.empty()) {
-    return invalid_argument_error(
-        "rank(s) ", verdict, " run a different configuration than rank 0 ",
-        "(the resolved configs' hashes differ; check --config and --set)");
+    return invalid_argument_error("rank(s) ", verdict,
+                                  " run a different configuration than rank 0 ",
+                                  "(the resolved configs' hashes differ; check --config and --set)")
+        .as_job_wide();  // rank 0's verdict, broadcast
   }
   return Status::OK();
 }

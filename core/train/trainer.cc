@@ -118,7 +118,8 @@ Status Trainer::setup() {
     return invalid_argument_error("--ep ", cfg_.parallel.ep, " needs ", cfg_.parallel.ep,
                                   " ranks, but this is a single process (launch with mpirun)");
   }
-  MOE_RETURN_IF_ERROR(cfg_.train.check_batch_split(ranks));
+  // Config checks against the world size: every rank computes the same verdict (printed once).
+  MOE_RETURN_IF_ERROR(cfg_.train.check_batch_split(ranks).as_job_wide());
   micro_batch_per_rank_ = cfg_.train.micro_batch_per_rank(ranks);
   MOE_RETURN_IF_ERROR(load_data());
   MOE_RETURN_IF_ERROR(open_device());
@@ -166,9 +167,10 @@ Status Trainer::load_data() {
   } else if (cfg_.model.vocab_size != vocab) {
     return invalid_argument_error("model.vocab_size = ", cfg_.model.vocab_size,
                                   " does not match the ", data_->corpus.tokenizer->describe(),
-                                  " of ", data_->corpus.vocab_source);
+                                  " of ", data_->corpus.vocab_source)
+        .as_job_wide();  // every rank reads the same data
   }
-  MOE_RETURN_IF_ERROR(cfg_.model.validate(cfg_.parallel.ep));
+  MOE_RETURN_IF_ERROR(cfg_.model.validate(cfg_.parallel.ep).as_job_wide());
   if (!data_->train) return invalid_argument_error("no training split");
   fingerprints_ = corpus_fingerprints(data_->corpus);  // the corpus does not change during a run
   return Status::OK();

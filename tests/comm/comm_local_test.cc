@@ -10,6 +10,7 @@
 #include <mutex>
 #include <thread>
 
+#include "comm/agree.h"
 #include "comm/bootstrap.h"
 #include "comm/local_communicator.h"
 #include "comm/process_groups.h"
@@ -238,6 +239,48 @@ TEST(LocalCommunicatorTest, DisagreeingPlansAreReportedOnEveryRank) {
     return expect_status(c.all_to_all_v(in, plan, out), StatusCode::kInvalidArgument,
                          "rank 0 sends 2 rows to rank 1, which expects 3");
   }));
+}
+
+// agree(): every rank gets one verdict, the same bytes and code everywhere, the first failed
+// rank's code, each distinct message once with the ranks that reported it; marked job-wide.
+TEST(AgreeTest, EveryRankGetsTheSameVerdictOncePerMessage) {
+  EXPECT_OK(run_local_ranks(6, [](Communicator& c) -> Status {
+    Status mine;
+    if (c.rank() == 1 || c.rank() == 2 || c.rank() == 3 || c.rank() == 5) {
+      mine = invalid_argument_error("train.batch_size 8 does not divide");
+    }
+    if (c.rank() == 4) mine = not_found_error("no file x on this host");
+    const Status v = agree(&c, mine);
+    const std::string want =
+        "ranks 1-3, 5: INVALID_ARGUMENT: train.batch_size 8 does not divide; "
+        "rank 4: NOT_FOUND: no file x on this host";
+    if (v.code() != StatusCode::kInvalidArgument || v.message() != want || !v.job_wide()) {
+      return internal_error("rank ", c.rank(), " got ", v.to_string(), " (job-wide ", v.job_wide(),
+                            ")");
+    }
+    return Status::OK();
+  }));
+}
+
+TEST(AgreeTest, OneMessageFromEveryRankIsNamedOnceAndOkStaysOk) {
+  EXPECT_OK(run_local_ranks(3, [](Communicator& c) -> Status {
+    MOE_RETURN_IF_ERROR(agree(&c, Status::OK()));
+    const Status v = agree(&c, failed_precondition_error("refused"));
+    if (v.message() != "every rank: FAILED_PRECONDITION: refused" ||
+        v.code() != StatusCode::kFailedPrecondition || !v.job_wide()) {
+      return internal_error("rank ", c.rank(), " got ", v.to_string());
+    }
+    const Status pair = agree(&c, c.rank() == 1 ? Status::OK() : data_loss_error("torn"));
+    if (pair.message() != "ranks 0, 2: DATA_LOSS: torn") {
+      return internal_error("rank ", c.rank(), " got ", pair.to_string());
+    }
+    return Status::OK();
+  }));
+  const Status alone = agree(nullptr, invalid_argument_error("x"));
+  EXPECT_TRUE(alone.job_wide());
+  EXPECT_EQ(alone.to_string(), "INVALID_ARGUMENT: x");
+  EXPECT_FALSE(invalid_argument_error("x").job_wide());
+  EXPECT_TRUE(alone.with_context("ctx").job_wide());
 }
 
 TEST(LocalCommunicatorTest, DeviceViewsAreRejected) {

@@ -229,6 +229,12 @@ inputs_mpi)
   expect_mpi 2 "[momoe r1 D" --set train.step=1 --log-level debug
   expect_in "$run/err" "[momoe r0 E"
   expect_mpi 3 "train.batch_size"  # 8 is not divisible by 3 ranks
+  # Found alike by every rank after the world exists (a config check against the world size, a
+  # layout check): printed once, by rank 0.
+  [ "$(grep -c "train.batch_size" "$run/err")" -eq 1 ] || { cat "$run/err"; fail "a job-wide error printed by more than one rank"; }
+  expect_mpi 3 "world size 3 is not divisible by --ep 2" --ep 2
+  [ "$(grep -c "is not divisible by --ep" "$run/err")" -eq 1 ] || { cat "$run/err"; fail "a layout error printed by more than one rank"; }
+  expect_in "$run/err" "[momoe r0 E"
   expect_no_file "$run/mpi_in" "the run directory created by a refused run"
   expect_mpi 2 "--ep 4" --ep 4  # larger than the world size
   # Ranks started with different configs (mpirun's MPMD form).
@@ -237,6 +243,7 @@ inputs_mpi)
     > "$run/err" 2>&1
   rc=$?
   [ "$rc" -eq 2 ] || { cat "$run/err"; fail "configs that differ between ranks: exit $rc, expected 2"; }
+  [ "$(grep -c "run a different configuration" "$run/err")" -eq 1 ] || { cat "$run/err"; fail "the configs' verdict printed by more than one rank"; }
   ;;
 stuck_rank_mpi)
   # A rank that stops responding (not dead) is detected within the training timeout, and the
