@@ -50,8 +50,9 @@ namespace moe::detail {
   }()
 
 #define MOE_CUDA_STATUS(expr) MOE_NATIVE_STATUS_GEN("cuda", expr, cudaSuccess, cudaGetErrorString)
+// cuBLAS is loaded at run time (base/cublas_library.h, which the caller includes).
 #define MOE_CUBLAS_STATUS(expr) \
-  MOE_NATIVE_STATUS_GEN("cublas", expr, CUBLAS_STATUS_SUCCESS, cublasGetStatusString)
+  MOE_NATIVE_STATUS_GEN("cublas", expr, CUBLAS_STATUS_SUCCESS, ::moe::cublas_status_string)
 #define MOE_NCCL_STATUS(expr) MOE_NATIVE_STATUS_GEN("nccl", expr, ncclSuccess, ncclGetErrorString)
 #define MOE_MPI_STATUS(expr) \
   MOE_NATIVE_STATUS_GEN("mpi", expr, MPI_SUCCESS, ::moe::detail::mpi_error_string)

@@ -3,8 +3,9 @@
 #include "base/check.h"
 
 #if defined(MOE_WITH_CUDA)
-#include <cublas_v2.h>
 #include <cuda_runtime_api.h>
+
+#include "base/cublas_library.h"
 #endif
 
 namespace moe {
@@ -38,11 +39,12 @@ StatusOr<std::unique_ptr<Context>> Context::cuda(int device, const ContextOption
     destroy_stream(stream);
   });
   MOE_ASSIGN_OR_RETURN(ctx->allocator_, make_cuda_pool_allocator(device));
+  MOE_ASSIGN_OR_RETURN(const CublasApi* blas, load_cublas());
   cublasHandle_t handle = nullptr;
-  MOE_CUBLAS_RETURN_IF_ERROR(cublasCreate(&handle));
+  MOE_CUBLAS_RETURN_IF_ERROR(blas->create(&handle));
   ctx->blas_handle_ = handle;
   MOE_CUBLAS_RETURN_IF_ERROR(
-      cublasSetStream(handle, static_cast<cudaStream_t>(ctx->stream_.handle)));
+      blas->set_stream(handle, static_cast<cudaStream_t>(ctx->stream_.handle)));
   ctx->guarded_ = true;  // device memory: host access is never allowed
   return ctx;
 #else
@@ -55,7 +57,7 @@ Context::~Context() {
   if (device_.is_cuda()) {
     CudaDeviceGuard on_device(device_);
     cudaStreamSynchronize(static_cast<cudaStream_t>(stream_.handle));
-    if (blas_handle_ != nullptr) cublasDestroy(static_cast<cublasHandle_t>(blas_handle_));
+    if (blas_handle_ != nullptr) cublas().destroy(static_cast<cublasHandle_t>(blas_handle_));
   }
 #endif
   // stream_owner_ destroys the stream once tensors still holding it have been freed.

@@ -12,6 +12,7 @@
 
 #include "base/check.h"
 #include "base/cpu_info.h"
+#include "base/cublas_library.h"
 #include "base/device.h"
 #include "base/did_you_mean.h"
 #include "kernels/cpu/blas_library.h"
@@ -84,12 +85,16 @@ std::string environment_line(int world_size) {
       .str("blas_kernel", blas.kernel)
       .str("blas_kernel_chosen_by", blas.chosen_by);
   if (!blas.warning.empty()) j.str("blas_warning", blas.warning);
-  j.num("world_size", world_size)
-      .num("cuda_devices", cuda_device_count())
+  j.num("world_size", world_size).num("cuda_devices", cuda_device_count());
+#if defined(MOE_WITH_CUDA)
+  // The cuBLAS a GPU run would load (base/cublas_library.h), or why it cannot.
+  StatusOr<const CublasApi*> cublas = load_cublas();
+  j.str("cublas", cublas.ok() ? (*cublas)->path : cublas.status().message());
+#endif
 #ifdef NDEBUG
-      .str("build", "optimised");
+  j.str("build", "optimised");
 #else
-      .str("build", "NOT OPTIMISED: timings are meaningless");
+  j.str("build", "NOT OPTIMISED: timings are meaningless");
 #endif
   return j.dump();
 }

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "base/cublas_library.h"
 #include "kernels/common.h"
 #include "kernels/cuda/cublas_gemm.cuh"
 #include "kernels/cuda/cuda_util.cuh"
@@ -55,19 +56,19 @@ Status run_gemm(Context& ctx, const char* op, DType in, DType out, const GemmCal
   if (g.k == 0 && g.beta == 1.0) return Status::OK();
   cublasStatus_t st;
   if (g.batch == 1) {
-    st = cublasGemmEx(handle, op_b, op_a, static_cast<int>(g.n), static_cast<int>(g.m),
-                      static_cast<int>(g.k), alpha, g.b, ti, static_cast<int>(g.ldb), g.a, ti,
-                      static_cast<int>(g.lda), beta, g.c, to, static_cast<int>(g.ldc), compute,
-                      CUBLAS_GEMM_DEFAULT);
+    st = cublas().gemm_ex(handle, op_b, op_a, static_cast<int>(g.n), static_cast<int>(g.m),
+                          static_cast<int>(g.k), alpha, g.b, ti, static_cast<int>(g.ldb), g.a, ti,
+                          static_cast<int>(g.lda), beta, g.c, to, static_cast<int>(g.ldc), compute,
+                          CUBLAS_GEMM_DEFAULT);
   } else {
-    st = cublasGemmStridedBatchedEx(
+    st = cublas().gemm_strided_batched_ex(
         handle, op_b, op_a, static_cast<int>(g.n), static_cast<int>(g.m), static_cast<int>(g.k),
         alpha, g.b, ti, static_cast<int>(g.ldb), g.stride_b, g.a, ti, static_cast<int>(g.lda),
         g.stride_a, beta, g.c, to, static_cast<int>(g.ldc), g.stride_c, static_cast<int>(g.batch),
         compute, CUBLAS_GEMM_DEFAULT);
   }
   if (st != CUBLAS_STATUS_SUCCESS) {
-    return internal_error("cublas: ", op, ": ", cublasGetStatusString(st), " (m ", g.m, ", n ", g.n,
+    return internal_error("cublas: ", op, ": ", cublas_status_string(st), " (m ", g.m, ", n ", g.n,
                           ", k ", g.k, ", batch ", g.batch, ")");
   }
   return Status::OK();
@@ -159,7 +160,7 @@ Status try_grouped(Context& ctx, const char* op, DType in, DType out,
   const bool f64 = in == DType::kF64;
   const void* alpha = f64 ? static_cast<const void*>(args.alpha_d.data()) : args.alpha_f.data();
   const void* beta = f64 ? static_cast<const void*>(args.beta_d.data()) : args.beta_f.data();
-  const cublasStatus_t st = cublasGemmGroupedBatchedEx(
+  const cublasStatus_t st = cublas().gemm_grouped_batched_ex(
       static_cast<cublasHandle_t>(ctx.blas_handle()), args.op_first.data(), args.op_second.data(),
       args.m.data(), args.n.data(), args.k.data(), alpha, ptr, cuda_type(in), args.ld_first.data(),
       ptr + count, cuda_type(in), args.ld_second.data(), beta, ptr + 2 * count, cuda_type(out),
@@ -175,7 +176,7 @@ Status try_grouped(Context& ctx, const char* op, DType in, DType out,
   }
   if (st != CUBLAS_STATUS_SUCCESS) {
     return internal_error("cublas: ", op, " (grouped, ", count,
-                          " products): ", cublasGetStatusString(st));
+                          " products): ", cublas_status_string(st));
   }
   ++groups_grouped;
   *grouped = true;
