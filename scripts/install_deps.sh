@@ -7,8 +7,9 @@ set -euo pipefail
 # The BLAS is loaded at run time (kernels/cpu/blas_library.h): OpenBLAS's runtime library,
 # and BLIS for the tests that run the products through it. python3-venv: tensorboard_test installs
 # its pinned TensorBoard from PyPI into a virtual environment under the build tree. iproute2:
-# multihost_test makes two hosts of network namespaces (ip netns, a veth pair).
-packages=(cmake g++ make libopenblas0-pthread libblis4-serial libprotobuf-dev protobuf-compiler
+# multihost_test makes two hosts of network namespaces (ip netns, a veth pair). ninja-build: the
+# generator scripts/build.sh prefers.
+packages=(cmake g++ make ninja-build libopenblas0-pthread libblis4-serial libprotobuf-dev protobuf-compiler
           libopenmpi-dev openmpi-bin libgtest-dev libbenchmark-dev nlohmann-json3-dev zstd libzstd-dev libsentencepiece-dev
           python3-matplotlib python3-protobuf python3-numpy python3-torch python3-pytest python3-venv shellcheck clang-format iproute2)
 missing=()

@@ -115,10 +115,12 @@ pack() {
   local cache=$build/CMakeCache.txt
   [ -f "$cache" ] || die "pack: $build is not a build directory (run scripts/build.sh first)"
   grep -q '^MOE_WITH_CUDA:BOOL=ON' "$cache" || die "pack: $build was configured without CUDA"
-  # The device code the kernels were compiled for (nvcc's flags; this machine has no cuobjdump).
-  local arch
-  arch=$(grep -o 'generate-code=arch=[^ ]*' "$build/kernels/cuda/CMakeFiles/moe_kernels_cuda.dir/flags.make" |
-         sed 's/.*code=\[*//; s/\]//' | sort -u | tr '\n' ' ')
+  # The device code the kernels were compiled for (nvcc's flags, from the makefiles or Ninja's
+  # build file; this machine has no cuobjdump).
+  local arch flags=$build/kernels/cuda/CMakeFiles/moe_kernels_cuda.dir/flags.make
+  [ -f "$flags" ] || flags=$build/build.ninja
+  arch=$(grep -o 'generate-code=arch=[^ ]*' "$flags" | sed 's/.*code=\[*//; s/\]//' | sort -u |
+         tr '\n' ' ')
   [[ "$arch" == *sm_90* ]] ||
     die "pack: $build builds CUDA code for '$arch', not sm_90 (reconfigure with -DCMAKE_CUDA_ARCHITECTURES=90)"
   local tmp

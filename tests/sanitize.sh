@@ -19,6 +19,10 @@ tests=(base_test child_process_test tfrecord_test comm_local_test data_test
        gemm_test blas_library_test activation_test router_test embedding_test layernorm_test
        attention_test cross_entropy_test optimizer_test elementwise_test moe_dispatch_test
        residual_test moe_stats_test init_test moe_layer_test moe_layer_grad_test)
+# Ninja where installed (as scripts/build.sh): a new folder only; an existing one keeps its own.
+if [ -z "${CMAKE_GENERATOR:-}" ] && command -v ninja > /dev/null; then
+  export CMAKE_GENERATOR=Ninja
+fi
 flags="-O0 -g1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all"
 cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Sanitize -DMOE_WITH_CUDA=OFF -DMOE_WITH_MPI=OFF \
   -DMOE_WITH_NCCL=OFF -DMOE_BUILD_BENCHMARKS=OFF -DCMAKE_CXX_FLAGS="$flags" \

@@ -262,6 +262,10 @@ def main():
     # Unoptimised (-O0): it compiles in under half the time, the checks are small, and the
     # results are the same bits (no -ffast-math, no fused multiply-add without -march).
     # Configured every time (incremental: seconds), so a failed or older configuration heals.
+    # A new copy builds with Ninja where installed (as scripts/build.sh); an existing one keeps
+    # the generator it was made with.
+    if not os.environ.get("CMAKE_GENERATOR") and shutil.which("ninja"):
+        os.environ["CMAKE_GENERATOR"] = "Ninja"
     rc, _ = run_logged(f"cmake -S {shlex.quote(src)} -B {shlex.quote(build_dir)} "
                        "-DCMAKE_BUILD_TYPE=None -DCMAKE_CXX_FLAGS=-O0 -DMOE_WITH_CUDA=OFF "
                        "-DMOE_BUILD_BENCHMARKS=OFF -DMOE_WERROR=OFF", ROOT, setup_log)
