@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The test command: installs missing Debian packages, configures, builds (warnings are errors),
+# The test command: installs missing Debian packages (those only the tests need while the build
+# compiles), configures, builds (warnings are errors),
 # and runs every CPU test, the single-process ones and those under mpirun (-np 2 and -np 4), with
 # the BLAS kernel momoe picks for this CPU. Then it runs the BLAS-sensitive tests (label blas:
 # every test that compares two computation paths or results across shapes, ranks, thread counts
@@ -23,7 +24,26 @@ case "$mutants" in
   *[!0-9]* | "") echo "MOMOE_MUTANTS must be a count, all or none, not '$mutants'" >&2; exit 2 ;;
 esac
 export CMAKE_ARGS="${CMAKE_ARGS:-} -DMOE_WERROR=ON"
-scripts/build.sh
+# The packages the build needs first; those only the tests run (PyTorch the largest) install
+# while it compiles.
+scripts/install_deps.sh build
+install_log=$(mktemp)
+scripts/install_deps.sh test > "$install_log" 2>&1 &
+installing=$!
+set +e
+MOE_SKIP_INSTALL=1 scripts/build.sh
+built=$?
+wait "$installing"
+installed=$?
+set -e
+if [ "$installed" -ne 0 ]; then
+  cat "$install_log"
+  echo "installing the test packages failed (exit $installed): scripts/install_deps.sh test" >&2
+fi
+head -1 "$install_log"
+rm -f "$install_log"
+[ "$built" -eq 0 ] || exit "$built"
+[ "$installed" -eq 0 ] || exit 1
 root=$PWD
 cd "${BUILD_DIR:-build}"
 jobs=${JOBS:-$(nproc)}
