@@ -87,9 +87,13 @@ std::string environment_line(int world_size) {
   if (!blas.warning.empty()) j.str("blas_warning", blas.warning);
   j.num("world_size", world_size).num("cuda_devices", cuda_device_count());
 #if defined(MOE_WITH_CUDA)
-  // The cuBLAS a GPU run would load (base/cublas_library.h), or why it cannot.
+  // The cuBLAS a GPU run would load (base/cublas_library.h), or why it cannot (cublas_error).
   StatusOr<const CublasApi*> cublas = load_cublas();
-  j.str("cublas", cublas.ok() ? (*cublas)->path : cublas.status().message());
+  if (cublas.ok()) {
+    j.str("cublas", (*cublas)->path);
+  } else {
+    j.str("cublas_error", cublas.status().message());
+  }
 #endif
 #ifdef NDEBUG
   j.str("build", "optimised");

@@ -9,7 +9,8 @@ namespace moe {
 
 // world nullable (one process). Collective. Every rank gets the same status: the first failed
 // rank's code, the message "rank 1: ..." ("ranks 0-2, 5: ...", "every rank: ..." for the same
-// text from several), marked job_wide() so that it is printed once for the job.
+// report from several; another rank's code is named before its message), marked job_wide() so
+// that it is printed once for the job.
 Status agree(comm::Communicator* world, const Status& local);
 
 }  // namespace moe

@@ -160,6 +160,15 @@ Status Trainer::load_data() {
   std::function<bool()> stop;
   if (opts_.stop_requested) stop = [this] { return opts_.stop_requested() != 0; };
   MOE_ASSIGN_OR_RETURN(const std::string data_dir, data_directory());
+  // Ranks other than 0 read their own host's copy of the data: one verdict for every rank
+  // (comm/agree.h), so that a rank whose copy does not fit leaves no peer waiting and the error
+  // is printed once.
+  MOE_RETURN_IF_ERROR(agree(world_, read_data(data_dir, stop)));
+  fingerprints_ = corpus_fingerprints(data_->corpus);  // the corpus does not change during a run
+  return Status::OK();
+}
+
+Status Trainer::read_data(const std::string& data_dir, const std::function<bool()>& stop) {
   MOE_ASSIGN_OR_RETURN(data_, load_run_data(cfg_, data_dir, world_, stop));
   const int64_t vocab = data_->corpus.tokenizer->size();
   if (cfg_.model.vocab_size == 0) {
@@ -167,12 +176,10 @@ Status Trainer::load_data() {
   } else if (cfg_.model.vocab_size != vocab) {
     return invalid_argument_error("model.vocab_size = ", cfg_.model.vocab_size,
                                   " does not match the ", data_->corpus.tokenizer->describe(),
-                                  " of ", data_->corpus.vocab_source)
-        .as_job_wide();  // every rank reads the same data
+                                  " of ", data_->corpus.vocab_source);
   }
-  MOE_RETURN_IF_ERROR(cfg_.model.validate(cfg_.parallel.ep).as_job_wide());
+  MOE_RETURN_IF_ERROR(cfg_.model.validate(cfg_.parallel.ep));
   if (!data_->train) return invalid_argument_error("no training split");
-  fingerprints_ = corpus_fingerprints(data_->corpus);  // the corpus does not change during a run
   return Status::OK();
 }
 

@@ -166,6 +166,8 @@ class Trainer {
   // device, the memory check, the model and optimizer, then a resume or a new run's lineage.
   Status setup();
   Status load_data();
+  // load_data's part on this rank: the data, the vocabulary size, the model's checks against it.
+  Status read_data(const std::string& data_dir, const std::function<bool()>& stop);
   // Where load_data's token cache goes (its cache is DIR/cache): the run directory, or a
   // temporary one for a dry run without a cache (TrainerOptions::dry_run).
   StatusOr<std::string> data_directory();

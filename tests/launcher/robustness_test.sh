@@ -236,6 +236,10 @@ inputs_mpi)
   [ "$(grep -c "is not divisible by --ep" "$run/err")" -eq 1 ] || { cat "$run/err"; fail "a layout error printed by more than one rank"; }
   expect_in "$run/err" "[momoe r0 E"
   expect_no_file "$run/mpi_in" "the run directory created by a refused run"
+  # Each rank checks its own copy of the data; the ranks agree on one verdict (comm/agree.h).
+  expect_mpi 2 "every rank: model.vocab_size = 7 does not match" --set model.vocab_size=7
+  [ "$(grep -c "does not match" "$run/err")" -eq 1 ] || { cat "$run/err"; fail "an agreed data error printed by more than one rank"; }
+  expect_no_file "$run/mpi_in" "the run directory of a run refused after reading its data"
   expect_mpi 2 "--ep 4" --ep 4  # larger than the world size
   # Ranks started with different configs (mpirun's MPMD form).
   one=("$bin/momoe-train" --config "$config" --run-dir "$run/mpi_in" --set data.cache_dir="$cache")
