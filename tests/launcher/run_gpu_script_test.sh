@@ -100,7 +100,7 @@ cat > "$out/alone.sh" <<'EOF'
 # Inside a private mount namespace: hide what a bare GPU machine lacks, then run $@.
 set -e
 mount --make-rprivate /
-empty=$(mktemp)
+empty=$(mktemp "$ALONE_TMP/empty.XXXXXX")  # under the test's folder: removed with it
 chmod 0644 "$empty"
 for f in /usr/lib/x86_64-linux-gnu/libmpi*.so.* /usr/lib/x86_64-linux-gnu/libopen-*.so.* \
          /usr/lib/x86_64-linux-gnu/libpmix*.so.* /usr/lib/x86_64-linux-gnu/libprotobuf*.so.* \
@@ -111,7 +111,7 @@ for d in /usr/lib/x86_64-linux-gnu/openmpi "$HIDE_BUILD"; do [ -d "$d" ] && moun
 "$@"
 EOF
 alone() {
-  HIDE_BUILD=$build unshare -m bash "$out/alone.sh" env BUNDLE="$out/bundle.tar.xz" \
+  HIDE_BUILD=$build ALONE_TMP=$out unshare -m bash "$out/alone.sh" env BUNDLE="$out/bundle.tar.xz" \
     MOMOE_GPU_WORK="$out/bwork" "$root/tests/run_gpu.sh" "$@"
 }
 alone --out "$out/h" env > "$out/h.txt" 2>&1 || { cat "$out/h.txt"; fail "the bundle's env stage: exit $?"; }
