@@ -35,10 +35,11 @@ inline int exit_code_of(const Status& s) {
 // Bad input (exit 2) is found by every rank alike (the trainer agrees on its set-up errors
 // collectively), so no peer is left waiting and the job is not aborted: MPI_Abort would turn the
 // exit code into 1. Any other error aborts a multi-rank job's communicator. A job-wide status
-// (comm/agree.h: every rank holds the same one) is printed by rank 0 only, the other ranks
-// logging it at debug level.
+// (comm/agree.h: every rank holds the same one) is printed by rank 0 only (log_rank(): the
+// world's rank, or the launcher's before the world exists), the other ranks logging it at
+// debug level.
 inline int exit_with(const Status& s, comm::Communicator* comm = nullptr) {
-  if (s.job_wide() && comm != nullptr && comm->rank() != 0) {
+  if (s.job_wide() && log_rank() != 0) {
     log_debug(s.to_string());
   } else {
     log_error(s.to_string());
@@ -54,13 +55,6 @@ inline int exit_with(const Status& s, comm::Communicator* comm = nullptr) {
 // config: each rank reads the same ones): printed once, by rank 0 (log_rank(), the launcher's
 // rank until the world exists), the other ranks logging it at debug level only (--log-level
 // debug shows theirs, e.g. for a config file missing on one host only). Exits as exit_with.
-inline int exit_with_job_wide(const Status& s) {
-  if (log_rank() == 0) {
-    log_error(s.to_string());
-  } else {
-    log_debug(s.to_string());
-  }
-  return exit_code_of(s);
-}
+inline int exit_with_job_wide(const Status& s) { return exit_with(s.as_job_wide()); }
 
 }  // namespace moe
