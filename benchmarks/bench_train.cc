@@ -8,6 +8,8 @@
 //   1]
 //                     [--threads 0]   (parallel.threads: CPU threads per rank, 0 = its share)
 //                     [--device cpu|cuda] [--precision FP32|BF16 (default: the config's)]
+// Each line names the attention path that ran ("attention": cpu, gemm or fused: on a GPU, bf16
+// runs take the fused kernels with MOMOE_ATTENTION=fused).
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -17,6 +19,7 @@
 #include "benchmarks/train_presets.h"
 #include "comm/world.h"
 #include "core/train/trainer.h"
+#include "kernels/attention.h"
 #include "kernels/cpu/blas_ref.h"
 #include "proto/run_convert.h"
 
@@ -105,6 +108,9 @@ Status run_preset(const TrainPreset& p, const RunConfig& cfg, int steps, int war
         .num("tokens_per_step", static_cast<double>(tokens) / steps)
         .num("step_seconds", seconds / steps)
         .num("tokens_per_second", static_cast<double>(tokens) / seconds)
+        // Which attention ran: cpu, gemm or fused (kernels/attention.h).
+        .str("attention", kernels::attention_path(t->context(), t->model().params().act_dtype(),
+                                                  cfg.model.d_model / cfg.model.n_heads))
         // Rank 0's GEMM time over its step time (BLAS calls are timed on this rank only; a
         // GPU's GEMMs are not timed one by one: -1).
         .num("gemm_share", cpu ? g.seconds / seconds : -1.0)

@@ -3,6 +3,7 @@
 #include "kernels/common.h"
 #include "kernels/cpu/attention_ref.h"
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/flash_attention.h"
 
 namespace moe::kernels {
 namespace {
@@ -35,6 +36,17 @@ Status check_act_shape(const char* op, const TensorView& qkv, const char* name, 
 }
 
 }  // namespace
+
+const char* attention_path(const Context& ctx, DType act, int64_t head_dim) {
+  if (ctx.device().is_host()) return "cpu";
+#if defined(MOE_WITH_CUDA)
+  if (cuda::use_fused_attention(act, head_dim)) return "fused";
+#else
+  static_cast<void>(act);
+  static_cast<void>(head_dim);
+#endif
+  return "gemm";
+}
 
 Status attention_forward(Context& ctx, const AttentionArgs& a, const TensorView& qkv,
                          const TensorView& out, const TensorView& lse) {

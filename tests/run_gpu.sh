@@ -57,8 +57,9 @@
 #   build     420  without a bundle: configure and build BUILD_DIR (default build-gpu)
 #   layer     450  momoe's MoE layer against PyTorch's grouped-GEMM layer (momoe-bench layer
 #                  --device cuda --shape 1..4 --torch 1), then shape 2 with one cuBLAS call per
-#                  expert block (MOMOE_EXPERT_GEMM=loop) -> layer.jsonl, and shape 2's time per
-#                  kernel under ncu -> layer_profile.csv (both in results.tgz)
+#                  expert block (MOMOE_EXPERT_GEMM=loop), BF16 training tokens/s with the GEMM
+#                  attention and the fused one (MOMOE_ATTENTION=fused) -> layer.jsonl, and shape
+#                  2's time per kernel under ncu -> layer_profile.csv (both in results.tgz)
 #
 # Results: OUT holds three files, rewritten after every stage (a call killed at its limit still
 # returns what finished): summary.txt (one line per stage: verdict, seconds, key numbers),
@@ -409,6 +410,15 @@ assert hasattr(torch, "_grouped_mm"), "torch %s has no _grouped_mm" % torch.__ve
   # gains (its line says "expert_gemm": "loop").
   MOMOE_EXPERT_GEMM=loop "$BIN/momoe-bench" layer --device cuda --shape 2 |
     tee -a "$RESULTS/layer.jsonl" || rc=1
+  # Attention in whole BF16 training steps, the GEMM path and then the fused kernels
+  # (MOMOE_ATTENTION=fused; each line's "attention" says which ran): the quick start (heads of
+  # 32, one tile of 64 positions) and smoe-medium (heads of 44, padded to 64; 512 positions).
+  local attention
+  for attention in gemm fused; do
+    MOMOE_ATTENTION=$attention "$BIN/momoe-bench" train --device cuda --precision BF16 \
+      --preset all --steps 5 --warmup 2 --config "$ROOT/configs/quickstart.pbtxt" |
+      tee -a "$RESULTS/layer.jsonl" || rc=1
+  done
   # Where shape 2's time goes, kernel by kernel (one forward + backward, no warm-up, plus the
   # floors' own GEMM and copy): Nsight Compute's duration per kernel. A profile that cannot run
   # (no ncu, no counter permission) is reported, not failed.

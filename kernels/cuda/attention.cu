@@ -4,8 +4,8 @@
 // in double, the saved logsumexp) and its backward. P is recomputed in the backward from the
 // scores and the logsumexp, and the dropout mask is redrawn from the same Philox counters
 // (ref::attention_keep's key). bf16 activations are widened to f32 once, computed in f32 (as the
-// CPU does) and rounded once on output. Scores take B*H*S*S floats of scratch: a fused
-// (flash-style) kernel is the performance work of the next issue.
+// CPU does) and rounded once on output. Scores take B*H*S*S floats of scratch. bf16 heads of up
+// to 128 columns go to the fused kernels of flash_attention.cu instead when MOMOE_ATTENTION=fused.
 #include <cmath>
 
 #include "kernels/common.h"
@@ -14,6 +14,7 @@
 #include "kernels/cuda/cublas_gemm.cuh"
 #include "kernels/cuda/cuda_util.cuh"
 #include "kernels/cuda/elementwise.h"
+#include "kernels/cuda/flash_attention.h"
 
 namespace moe::kernels::cuda {
 namespace {
@@ -250,6 +251,9 @@ Status backward_impl(Context& ctx, const AttentionArgs& a, const TensorView& d_o
 
 Status attention_forward(Context& ctx, const AttentionArgs& args, const TensorView& qkv,
                          const TensorView& out, const TensorView& lse) {
+  if (use_fused_attention(qkv.dtype(), qkv.dim(1) / 3 / args.heads)) {
+    return fused_attention_forward(ctx, args, qkv, out, lse);
+  }
   Status done = Status::OK();
   MOE_RETURN_IF_ERROR(dispatch_act("attention_forward", qkv, [&](auto, auto ft) {
     using F = decltype(ft);
@@ -260,6 +264,9 @@ Status attention_forward(Context& ctx, const AttentionArgs& args, const TensorVi
 
 Status attention_backward(Context& ctx, const AttentionArgs& args, const TensorView& d_out,
                           const TensorView& qkv, const TensorView& lse, const TensorView& d_qkv) {
+  if (use_fused_attention(qkv.dtype(), qkv.dim(1) / 3 / args.heads)) {
+    return fused_attention_backward(ctx, args, d_out, qkv, lse, d_qkv);
+  }
   Status done = Status::OK();
   MOE_RETURN_IF_ERROR(dispatch_act("attention_backward", qkv, [&](auto, auto ft) {
     using F = decltype(ft);

@@ -32,6 +32,7 @@
 #include "kernels/residual.h"
 #include "kernels/rope.h"
 #include "kernels/router.h"
+#include "tests/testing/attention_bound.h"
 #include "tests/testing/cross_path.h"
 #include "tests/testing/cuda_device.h"
 #include "tests/testing/gradient_check.h"
@@ -133,10 +134,13 @@ class CudaKernelTest : public ::testing::Test {
       }
     }
     const double err = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
-    const std::string key = op + " " + dtype_name(gpu_t.dtype());
+    record(op + " " + dtype_name(gpu_t.dtype()), err, tol >= 0 ? tol : tolerance(gpu_t.dtype()));
+  }
+
+  // One op's error against its bound: kept for the report, printed as recorded
+  // (tests/run_gpu.sh collects the lines; a crash keeps those before it), and checked.
+  void record(const std::string& key, double err, double bound) {
     worst()[key] = std::max(worst()[key], err);
-    const double bound = tol >= 0 ? tol : tolerance(gpu_t.dtype());
-    // Printed as recorded (tests/run_gpu.sh collects the lines; a crash keeps those before it).
     std::printf("[ op ] %-40s %.3e (bound %.3e)%s\n", key.c_str(), err, bound,
                 err <= bound ? "" : " OVER");
     std::fflush(stdout);
@@ -1176,7 +1180,38 @@ TEST_F(CudaKernelTest, RouterAndLayerStatistics) {
   }
 }
 
+// Sets (value) or unsets (nullptr) an environment variable for a scope, then restores it.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    const char* old = std::getenv(name);
+    had_ = old != nullptr;
+    if (had_) old_ = old;
+    if (value != nullptr) {
+      ::setenv(name, value, 1);
+    } else {
+      ::unsetenv(name);
+    }
+  }
+  ~ScopedEnv() {
+    if (had_) {
+      ::setenv(name_, old_.c_str(), 1);
+    } else {
+      ::unsetenv(name_);
+    }
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+  bool had_ = false;
+  std::string old_;
+};
+
+// The GEMM path (MOMOE_ATTENTION unset), every dtype, against the CPU reference.
 TEST_F(CudaKernelTest, CausalAttention) {
+  const ScopedEnv gemm_path("MOMOE_ATTENTION", nullptr);
   struct Case {
     int64_t batch, seq, heads, head_dim;
     float dropout;
@@ -1209,6 +1244,65 @@ TEST_F(CudaKernelTest, CausalAttention) {
       OK(attention_backward(gpu(), a, up(dout), gqkv, glse, gdqkv));
       expect_close("attention_backward", dqkv, gdqkv, tol);
     }
+  }
+}
+
+// The fused bf16 kernels (MOMOE_ATTENTION=fused; kernels/cuda/flash_attention.cu) against the
+// exact values of the same inputs, entry by entry within the bound derived from their roundings
+// (tests/testing/attention_bound.h; attention_bound_test shows on the host that an emulation of
+// this arithmetic lies inside it). Shapes: one position; partial tiles; every padded head width
+// (5 -> 32, 33 -> 64, 128); several query tiles (S 200: the diagonal and the tiles below it);
+// dropout. Every entry is checked, so a head that wrote into its padding would show in its
+// neighbour's columns. Then bitwise: the same calls twice give the same bits (no atomics).
+TEST_F(CudaKernelTest, FusedAttentionWithinDerivedBound) {
+  const ScopedEnv fused_path("MOMOE_ATTENTION", "fused");
+  struct Case {
+    int64_t batch, seq, heads, head_dim;
+    float dropout;
+  };
+  for (Case c : {Case{1, 1, 1, 4, 0.f}, Case{2, 37, 3, 8, 0.f}, Case{3, 64, 4, 16, 0.1f},
+                 Case{1, 130, 2, 5, 0.25f}, Case{2, 200, 2, 64, 0.f}, Case{1, 129, 2, 128, 0.1f},
+                 Case{1, 70, 3, 33, 0.f}, Case{1, 65, 1, 32, 0.f}}) {
+    SCOPED_TRACE(
+        str_cat("B", c.batch, " S", c.seq, " H", c.heads, " Dh", c.head_dim, " p", c.dropout));
+    ASSERT_STREQ(attention_path(gpu(), DType::kBF16, c.head_dim), "fused");
+    AttentionArgs a;
+    a.batch = c.batch;
+    a.seq_len = c.seq;
+    a.heads = c.heads;
+    a.dropout = c.dropout;
+    a.rng = CounterRng{9, make_stream(RngTag::kDropout, 3, 2)};
+    a.sequence_offset = 5;
+    const int64_t rows = c.batch * c.seq, d = c.heads * c.head_dim;
+    Tensor qkv = rand({rows, 3 * d}, DType::kBF16, -1.5, 1.5);
+    Tensor dout = rand({rows, d}, DType::kBF16);
+    const testing::AttentionWithBound exact = testing::exact_attention(a, qkv, dout);
+    Tensor gqkv = up(qkv), gdout = up(dout);
+    Tensor gout = poisoned({rows, d}, DType::kBF16);
+    Tensor glse = poisoned({c.batch, c.heads, c.seq}, DType::kF32);
+    Tensor gdqkv = poisoned({rows, 3 * d}, DType::kBF16);
+    OK(attention_forward(gpu(), a, gqkv, gout, glse));
+    OK(attention_backward(gpu(), a, gdout, gqkv, glse, gdqkv));
+    const Tensor out = down(gout), lse = down(glse), dqkv = down(gdqkv);
+    EXPECT_TRUE(testing::within_bound("fused attention_forward", out, exact.out, exact.out_bound));
+    EXPECT_TRUE(
+        testing::within_bound("fused attention_forward(lse)", lse, exact.lse, exact.lse_bound));
+    EXPECT_TRUE(
+        testing::within_bound("fused attention_backward", dqkv, exact.d_qkv, exact.d_qkv_bound));
+    // The margin, in the report: the worst entry's error over its bound (at most 1 passes).
+    record("fused attention_forward bf16 (err/bound)",
+           testing::worst_error_over_bound(out, exact.out, exact.out_bound), 1.0);
+    record("fused attention_backward bf16 (err/bound)",
+           testing::worst_error_over_bound(dqkv, exact.d_qkv, exact.d_qkv_bound), 1.0);
+    // Repeat: the same bits.
+    Tensor gout2 = poisoned({rows, d}, DType::kBF16);
+    Tensor glse2 = poisoned({c.batch, c.heads, c.seq}, DType::kF32);
+    Tensor gdqkv2 = poisoned({rows, 3 * d}, DType::kBF16);
+    OK(attention_forward(gpu(), a, gqkv, gout2, glse2));
+    OK(attention_backward(gpu(), a, gdout, gqkv, glse2, gdqkv2));
+    EXPECT_TRUE(testing::bitwise_equal(out, down(gout2)));
+    EXPECT_TRUE(testing::bitwise_equal(lse, down(glse2)));
+    EXPECT_TRUE(testing::bitwise_equal(dqkv, down(gdqkv2)));
   }
 }
 

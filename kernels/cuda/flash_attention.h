@@ -1,0 +1,39 @@
+// Fused (flash-style) causal attention for bf16 activations on tensor cores: the scores, the
+// probabilities and their gradients live in shared memory, a tile at a time, and never in global
+// memory (the GEMM path of attention.cu materialises B x H x S x S floats twice per step).
+// Host-only declarations (no CUDA types), so the CPU build includes this file too.
+//
+// The contract is kernels/attention.h's: the same inputs, outputs, saved logsumexp, dropout
+// mask keys and causal rule. The arithmetic differs from the CPU reference in the places listed
+// in flash_attention.cu (products on bf16 tensor cores with f32 accumulation, the probabilities
+// and the score gradients rounded to bf16 before their products), so it is compared with an
+// exact (f64) computation under an error bound derived from those roundings
+// (tests/testing/attention_bound.h), not with the reference's tolerance. Deterministic: every
+// output element is summed by one warp in a fixed order, no atomics.
+#pragma once
+
+#include <cstdint>
+
+#include "base/context.h"
+#include "kernels/attention.h"
+
+namespace moe::kernels::cuda {
+
+// The largest head dimension the fused kernels take (heads are padded to 32, 64 or 128).
+inline constexpr int64_t kFusedAttentionMaxHeadDim = 128;
+
+// Whether attention of activations `act` with heads of `head_dim` runs fused: bf16, head_dim <=
+// kFusedAttentionMaxHeadDim, and MOMOE_ATTENTION=fused in the environment (read at every call, so
+// one process can time both paths). The GEMM path stays the default until a GPU window has
+// compared the two (benchmarks/gpu_notes.md).
+bool use_fused_attention(DType act, int64_t head_dim);
+
+// bf16 qkv [B*S, 3D] -> out [B*S, D] (bf16), lse [B, H, S] (f32). Views validated by the caller.
+Status fused_attention_forward(Context& ctx, const AttentionArgs& args, const TensorView& qkv,
+                               const TensorView& out, const TensorView& lse);
+// bf16 d_out [B*S, D], qkv [B*S, 3D], f32 lse [B, H, S] -> d_qkv [B*S, 3D] (bf16).
+Status fused_attention_backward(Context& ctx, const AttentionArgs& args, const TensorView& d_out,
+                                const TensorView& qkv, const TensorView& lse,
+                                const TensorView& d_qkv);
+
+}  // namespace moe::kernels::cuda
