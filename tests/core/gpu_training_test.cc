@@ -9,6 +9,8 @@
 //   are bit-identical (the same path); a capacity-mode step synchronises with the host once.
 // - BF16: 100 steps on the GPU track 100 BF16 steps on the CPU (kGpuBf16LossTolerance), and
 //   repeat bit for bit.
+// - BF16 with the fused attention kernels (MOMOE_ATTENTION=fused) on the GPU side: the same
+//   1% per step, and repeats bit for bit.
 // - Checkpoints: a GPU run's checkpoint resumes on the CPU and a CPU run's on the GPU, with the
 //   same masters bit for bit; the tensor files a GPU run writes equal those the CPU writes for
 //   the same weights.
@@ -26,6 +28,7 @@
 #include "proto/run_convert.h"
 #include "tests/core/trainer_test_util.h"
 #include "tests/testing/cuda_device.h"
+#include "tests/testing/scoped_env.h"
 
 namespace moe::testing {
 namespace {
@@ -160,6 +163,26 @@ TEST_P(GpuTrainingTest, Bf16TracksTheCpuAndRepeatsBitForBit) {
   EXPECT_LT(gpu.record.losses.back(), gpu.record.losses.front() - 1.0)
       << "BF16 training on the GPU does not learn";
   fs::remove_all(dir);
+}
+
+// The same with the fused attention kernels (MOMOE_ATTENTION=fused; kernels/cuda/
+// flash_attention.h) on the GPU side: the quick start's family (heads padded to 32) and the
+// modern block (RoPE before the fused kernels).
+TEST_F(GpuTrainingTest, Bf16WithFusedAttentionTracksTheCpu) {
+  for (const std::string family : {"quickstart", "modern/mixtral"}) {
+    std::string name = family;
+    std::replace(name.begin(), name.end(), '/', '_');
+    const std::string dir = fresh_dir("gpu_bf16_fused_" + name);
+    const TrainedRun cpu = train(family, "BF16", "CPU", dir + "/cpu", 100);
+    const ScopedEnv fused("MOMOE_ATTENTION", "fused");
+    const TrainedRun gpu = train(family, "BF16", "CUDA", dir + "/gpu", 100);
+    const TrainedRun again = train(family, "BF16", "CUDA", dir + "/gpu_again", 100);
+    ASSERT_EQ(gpu.record.losses.size(), 100u);
+    compare_losses(cpu, gpu, /*bf16=*/true, family + " BF16, fused attention");
+    EXPECT_EQ(gpu.record.losses, again.record.losses) << "two fused BF16 GPU runs differ";
+    EXPECT_LT(gpu.record.losses.back(), gpu.record.losses.front() - 1.0) << family;
+    fs::remove_all(dir);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Configs, GpuTrainingTest, ::testing::ValuesIn(config_families()),

@@ -36,6 +36,7 @@
 #include "tests/testing/cross_path.h"
 #include "tests/testing/cuda_device.h"
 #include "tests/testing/gradient_check.h"
+#include "tests/testing/scoped_env.h"
 
 namespace moe::kernels {
 namespace {
@@ -428,11 +429,13 @@ TEST_F(CudaKernelTest, DroplessExpertGemmsGroupedAndOneByOne) {
     for (const char* mode : {"grouped", "loop"}) {
       SCOPED_TRACE(std::string(dtype_name(dt)) + " " + mode);
       const ExpertGemmPaths before = expert_gemm_paths();
-      ASSERT_EQ(::setenv("MOMOE_EXPERT_GEMM", mode, 1), 0);
       Tensor gy = poisoned({rows, n}, dt), gdw = up(dw0);
-      const Status fwd = expert_gemm(gpu(), up(x), up(w), false, gy, blocks);
-      const Status wgrad = expert_gemm_wgrad(gpu(), up(x), up(dy), gdw, blocks);
-      ::unsetenv("MOMOE_EXPERT_GEMM");
+      Status fwd, wgrad;
+      {
+        const testing::ScopedEnv path("MOMOE_EXPERT_GEMM", mode);
+        fwd = expert_gemm(gpu(), up(x), up(w), false, gy, blocks);
+        wgrad = expert_gemm_wgrad(gpu(), up(x), up(dy), gdw, blocks);
+      }
       OK(fwd);
       OK(wgrad);
       expect_close("expert_gemm (dropless)", y, gy, tol);
@@ -1180,38 +1183,9 @@ TEST_F(CudaKernelTest, RouterAndLayerStatistics) {
   }
 }
 
-// Sets (value) or unsets (nullptr) an environment variable for a scope, then restores it.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    const char* old = std::getenv(name);
-    had_ = old != nullptr;
-    if (had_) old_ = old;
-    if (value != nullptr) {
-      ::setenv(name, value, 1);
-    } else {
-      ::unsetenv(name);
-    }
-  }
-  ~ScopedEnv() {
-    if (had_) {
-      ::setenv(name_, old_.c_str(), 1);
-    } else {
-      ::unsetenv(name_);
-    }
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  const char* name_;
-  bool had_ = false;
-  std::string old_;
-};
-
 // The GEMM path (MOMOE_ATTENTION unset), every dtype, against the CPU reference.
 TEST_F(CudaKernelTest, CausalAttention) {
-  const ScopedEnv gemm_path("MOMOE_ATTENTION", nullptr);
+  const testing::ScopedEnv gemm_path("MOMOE_ATTENTION", nullptr);
   struct Case {
     int64_t batch, seq, heads, head_dim;
     float dropout;
@@ -1255,7 +1229,7 @@ TEST_F(CudaKernelTest, CausalAttention) {
 // dropout. Every entry is checked, so a head that wrote into its padding would show in its
 // neighbour's columns. Then bitwise: the same calls twice give the same bits (no atomics).
 TEST_F(CudaKernelTest, FusedAttentionWithinDerivedBound) {
-  const ScopedEnv fused_path("MOMOE_ATTENTION", "fused");
+  const testing::ScopedEnv fused_path("MOMOE_ATTENTION", "fused");
   struct Case {
     int64_t batch, seq, heads, head_dim;
     float dropout;
