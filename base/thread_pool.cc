@@ -44,6 +44,21 @@ ThreadPool::~ThreadPool() {
   for (std::thread& t : workers_) t.join();
 }
 
+namespace {
+
+// Waits for done() by polling; every 64 polls gives the core away, so that a worker holding the
+// last chunk gets to run when the process has more threads than it has cores (ranks sharing a
+// machine, other jobs): a bare pause loop would burn the caller's whole time slice instead.
+template <typename Done>
+void poll_until(Done done) {
+  for (int polls = 1; !done(); ++polls) {
+    MOE_CPU_RELAX();
+    if (polls % 64 == 0) sched_yield();
+  }
+}
+
+}  // namespace
+
 void ThreadPool::work_on(const Job& job) {
   ParallelRegion region;
   for (;;) {
@@ -106,10 +121,10 @@ void ThreadPool::run(int64_t n, int64_t grain, RangeFn fn) {
   }
   wake_.notify_all();
   work_on(job);
-  while (done_chunks_.load() < job.chunks) MOE_CPU_RELAX();
+  poll_until([&] { return done_chunks_.load() >= job.chunks; });
   // Workers that woke for this job may still hold a pointer to it: wait until they have left.
   job_.store(nullptr);
-  while (active_.load() != 0) MOE_CPU_RELAX();
+  poll_until([&] { return active_.load() == 0; });
 }
 
 int available_cores() {
