@@ -1,11 +1,13 @@
-// momoe-bench train: training throughput (tokens/s) on the CPU or a GPU (--device cuda), and on
-// the CPU the share of the step spent in GEMMs (every BLAS call is timed through
-// kernels/cpu/blas_ref.h), for the quick-start config and
-// an SMoE-medium-shaped config (spec/momentum-smoe.md 6.2: D = F = 352, 6 MoE layers of 16
-// experts, top-2, sequences of 512; vocabulary capped at 20000 for the bundled corpus).
+// momoe-bench train: training throughput (tokens/s) on the CPU or a GPU (--device cuda), the
+// model FLOP/s it makes (and on a GPU the MFU against the GPU's measured GEMM rate), and on the
+// CPU the share of the step spent in GEMMs (every BLAS call is timed through
+// kernels/cpu/blas_ref.h), for the quick-start config, an SMoE-medium-shaped config
+// (spec/momentum-smoe.md 6.2: D = F = 352, 6 MoE layers of 16 experts, top-2, sequences of 512;
+// vocabulary capped at 20000 for the bundled corpus) and, named alone, gpu-large (a model that
+// fills one GPU: 12 MoE blocks of width 1024, sequences of 1024; the H100 issue's MFU shape).
 //
-//   momoe-bench train [--preset quickstart|smoe-medium|all] [--config FILE] [--steps 5] [--warmup
-//   1]
+//   momoe-bench train [--preset quickstart|smoe-medium|gpu-large|all] [--config FILE] [--steps 5]
+//                     [--warmup 1]
 //                     [--threads 0]   (parallel.threads: CPU threads per rank, 0 = its share)
 //                     [--device cpu|cuda] [--precision FP32|BF16 (default: the config's)]
 // Each line names the attention path that ran ("attention": cpu, gemm or fused: on a GPU, bf16
@@ -18,6 +20,8 @@
 #include "benchmarks/bench_util.h"
 #include "benchmarks/train_presets.h"
 #include "comm/world.h"
+#include "core/train/gemm_rate.h"
+#include "core/train/model_size.h"
 #include "core/train/trainer.h"
 #include "kernels/attention.h"
 #include "kernels/cpu/blas_ref.h"
@@ -32,7 +36,17 @@ std::vector<TrainPreset> train_presets(const std::string& which) {
        {"model.d_model=352", "model.n_heads=8", "model.seq_len=512", "model.arch=sgsgsgsgsgsg",
         "model.moe.num_experts=16", "model.moe.d_expert=352", "train.batch_size=4",
         "data.vocab_max_size=20000", "train.probe_every=0"}}};
+  // A model that fills one GPU (the H100 issue's MFU shape): 12 MoE blocks of width 1024, 16
+  // heads of 64, sequences of 1024, 16 experts of width 2048, top 2; 16 sequences a step. Not in
+  // "all": about 0.9 G parameters, a GPU's work.
+  const TrainPreset gpu_large = {
+      "gpu-large",
+      {"model.d_model=1024", "model.n_heads=16", "model.seq_len=1024",
+       "model.arch=sgsgsgsgsgsgsgsgsgsgsgsg", "model.moe.num_experts=16", "model.moe.top_k=2",
+       "model.moe.d_expert=2048", "train.batch_size=16", "data.vocab_max_size=20000",
+       "train.probe_every=0"}};
   if (which == "all") return all;
+  all.push_back(gpu_large);
   for (const TrainPreset& p : all)
     if (p.name == which) return {p};
   return {};
@@ -94,11 +108,21 @@ Status run_preset(const TrainPreset& p, const RunConfig& cfg, int steps, int war
   }
   kernels::ref::set_gemm_timing(false);
   const kernels::ref::GemmCounters g = kernels::ref::gemm_counters();
+  // MFU's denominator on a GPU: the rate its GEMM reaches in the run's dtype (gemm_rate.h),
+  // measured after the timed steps; -1 on the CPU (no MFU).
+  double gemm_rate = -1;
+  if (world->rank() == 0 && t->context().device().is_cuda()) {
+    MOE_ASSIGN_OR_RETURN(gemm_rate,
+                         measure_gemm_rate(t->context(), t->model().params().act_dtype()));
+  }
   if (world->rank() == 0) {
     int64_t params = 0;
     for (const auto& prm : t->model().params().all()) params += prm->numel();
     JsonLine j("train");
     const bool cpu = t->context().device().is_host();
+    // The model as resolved (its vocabulary is the data's).
+    const double flops_per_token = model_size(t->model().config()).train_flops_per_token;
+    const double model_flops = flops_per_token * static_cast<double>(tokens) / seconds;
     j.str("preset", p.name)
         .str("device", t->context().device().to_string())
         .str("precision", precision_name(cfg.train.precision))
@@ -108,6 +132,12 @@ Status run_preset(const TrainPreset& p, const RunConfig& cfg, int steps, int war
         .num("tokens_per_step", static_cast<double>(tokens) / steps)
         .num("step_seconds", seconds / steps)
         .num("tokens_per_second", static_cast<double>(tokens) / seconds)
+        // Model FLOPs (model_size.h's convention) per token and per second over all ranks, and
+        // on a GPU their share of the ranks' measured GEMM rate (the MFU).
+        .num("train_flops_per_token", flops_per_token)
+        .num("model_tflops_per_second", model_flops / 1e12)
+        .num("gemm_tflops_per_second", gemm_rate > 0 ? gemm_rate / 1e12 : -1.0)
+        .num("mfu", gemm_rate > 0 ? model_flops / (gemm_rate * world->size()) : -1.0)
         // Which attention ran: cpu, gemm or fused (kernels/attention.h).
         .str("attention", kernels::attention_path(t->context(), t->model().params().act_dtype(),
                                                   cfg.model.d_model / cfg.model.n_heads))
@@ -162,7 +192,8 @@ StatusOr<BenchRun> bench_train(int argc, char** argv, comm::World* world) {
   const std::string device = a.get_str("device", "cpu");
   MOE_RETURN_IF_ERROR(check_one_of("device", device, {"cpu", "cuda"}));
   const std::string preset = a.get_str("preset", "all");
-  MOE_RETURN_IF_ERROR(check_one_of("preset", preset, {"quickstart", "smoe-medium", "all"}));
+  MOE_RETURN_IF_ERROR(
+      check_one_of("preset", preset, {"quickstart", "smoe-medium", "gpu-large", "all"}));
   const std::vector<TrainPreset> ps = train_presets(preset);
   const std::string config =
       a.get_str("config", std::string(MOE_SOURCE_DIR) + "/configs/quickstart.pbtxt");

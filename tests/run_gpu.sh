@@ -57,9 +57,10 @@
 #   build     420  without a bundle: configure and build BUILD_DIR (default build-gpu)
 #   layer     450  momoe's MoE layer against PyTorch's grouped-GEMM layer (momoe-bench layer
 #                  --device cuda --shape 1..4 --torch 1), then shape 2 with one cuBLAS call per
-#                  expert block (MOMOE_EXPERT_GEMM=loop), BF16 training tokens/s with the GEMM
-#                  attention and the fused one (MOMOE_ATTENTION=fused) -> layer.jsonl, and shape
-#                  2's time per kernel under ncu -> layer_profile.csv (both in results.tgz)
+#                  expert block (MOMOE_EXPERT_GEMM=loop), BF16 training tokens/s and MFU with
+#                  the GEMM attention and the fused one (MOMOE_ATTENTION=fused) on the presets
+#                  and gpu-large -> layer.jsonl, and shape 2's time per kernel under ncu ->
+#                  layer_profile.csv (both in results.tgz)
 #
 # Results: OUT holds three files, rewritten after every stage (a call killed at its limit still
 # returns what finished): summary.txt (one line per stage: verdict, seconds, key numbers),
@@ -413,12 +414,25 @@ assert hasattr(torch, "_grouped_mm"), "torch %s has no _grouped_mm" % torch.__ve
   # Attention in whole BF16 training steps, the GEMM path and then the fused kernels
   # (MOMOE_ATTENTION=fused; each line's "attention" says which ran): the quick start (heads of
   # 32, one tile of 64 positions) and smoe-medium (heads of 44, padded to 64; 512 positions).
-  local attention
-  for attention in gemm fused; do
-    MOMOE_ATTENTION=$attention "$BIN/momoe-bench" train --device cuda --precision BF16 \
-      --preset all --steps 5 --warmup 2 --config "$ROOT/configs/quickstart.pbtxt" |
-      tee -a "$RESULTS/layer.jsonl" || rc=1
+  # Then the model that fills the GPU (gpu-large: 12 MoE blocks of width 1024, sequences of
+  # 1024, 0.86 G parameters): its MFU against the measured GEMM rate ("mfu"), the issue's 40%.
+  local attention preset
+  for preset in all gpu-large; do
+    for attention in gemm fused; do
+      MOMOE_ATTENTION=$attention "$BIN/momoe-bench" train --device cuda --precision BF16 \
+        --preset "$preset" --steps 4 --warmup 2 --config "$ROOT/configs/quickstart.pbtxt" |
+        tee -a "$RESULTS/layer.jsonl" || rc=1
+    done
   done
+  key "BF16 training: $(py - "$RESULTS/layer.jsonl" 2>/dev/null <<'EOF'
+import json, sys
+for line in open(sys.argv[1]):
+    j = json.loads(line)
+    if j.get("bench") == "train":
+        print("%s %s %.0f tok/s MFU %.1f%%;" % (j["preset"], j["attention"],
+              j["tokens_per_second"], 100 * j["mfu"]), end=" ")
+EOF
+)"
   # Where shape 2's time goes, kernel by kernel (one forward + backward, no warm-up, plus the
   # floors' own GEMM and copy): Nsight Compute's duration per kernel. A profile that cannot run
   # (no ncu, no counter permission) is reported, not failed.
