@@ -37,15 +37,19 @@ Status check_act_shape(const char* op, const TensorView& qkv, const char* name, 
 
 }  // namespace
 
-const char* attention_path(const Context& ctx, DType act, int64_t head_dim) {
-  if (ctx.device().is_host()) return "cpu";
+bool fused_attention_on_cuda(DType act, int64_t head_dim) {
 #if defined(MOE_WITH_CUDA)
-  if (cuda::use_fused_attention(act, head_dim)) return "fused";
+  return cuda::use_fused_attention(act, head_dim);
 #else
   static_cast<void>(act);
   static_cast<void>(head_dim);
+  return false;
 #endif
-  return "gemm";
+}
+
+const char* attention_path(const Context& ctx, DType act, int64_t head_dim) {
+  if (ctx.device().is_host()) return "cpu";
+  return fused_attention_on_cuda(act, head_dim) ? "fused" : "gemm";
 }
 
 Status attention_forward(Context& ctx, const AttentionArgs& a, const TensorView& qkv,

@@ -35,10 +35,13 @@ struct AttentionArgs {
 // logsumexp of each row of scaled, masked scores (before dropout), overwritten.
 Status attention_forward(Context& ctx, const AttentionArgs& args, const TensorView& qkv,
                          const TensorView& out, const TensorView& lse);
-// Which implementation attention of `act` activations with heads of `head_dim` columns takes
-// on ctx: "cpu" (the reference), "gemm" (CUDA: cuBLAS products and a softmax kernel; the
-// default) or "fused" (CUDA, bf16, heads of at most 128 columns, MOMOE_ATTENTION=fused:
-// kernels/cuda/flash_attention.h). For reports.
+// Whether a CUDA context runs attention of `act` activations with heads of `head_dim` columns
+// fused (kernels/cuda/flash_attention.h: bf16, heads of at most 128 columns,
+// MOMOE_ATTENTION=fused; no S x S scratch) rather than through cuBLAS products and a softmax
+// kernel (the default; B x H x S x S f32 scratch). False in a build without CUDA.
+bool fused_attention_on_cuda(DType act, int64_t head_dim);
+// Which implementation attention takes on ctx: "cpu" (the reference), "gemm" or "fused" (as
+// above). For reports.
 const char* attention_path(const Context& ctx, DType act, int64_t head_dim);
 
 // [in] d_out [B*S, D] act; the saved qkv [B*S, 3D] and lse [B, H, S]; args as in forward (the

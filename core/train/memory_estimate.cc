@@ -51,9 +51,9 @@ std::string MemoryEstimate::scratch_to_string() const {
                   : "a block's backward (its gradients and recomputed rows; the head's logits need "
                     "less)");
   if (device_scratch_bytes > 0) {
-    out +=
-        str_cat(" (", gib_text(scratch), "), and the GPU's attention scores and cuBLAS workspace (",
-                gib_text(device_scratch_bytes), ")");
+    out += str_cat(" (", gib_text(scratch),
+                   "), and the GPU's attention scratch and cuBLAS workspace (",
+                   gib_text(device_scratch_bytes), ")");
   }
   if (dropless_worst_rows == 0) return out;
   if (dropless_worst_rows == dropless_balanced_rows) {

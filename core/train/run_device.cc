@@ -4,6 +4,7 @@
 
 #include "base/cpu_info.h"
 #include "core/train/memory_estimate.h"
+#include "kernels/attention.h"
 #include "kernels/cpu/blas_library.h"
 
 namespace moe {
@@ -35,7 +36,10 @@ int64_t device_scratch_bytes(const RunConfig& cfg, int world_size) {
   const TrainConfig& t = cfg.train;
   const int64_t micro = t.micro_batch_per_rank(world_size);
   const int64_t S = cfg.model.seq_len, H = cfg.model.n_heads;
-  const int64_t scores = 3 * micro * H * S * S * 4;  // f32 compute dtype for f32 and bf16
+  // The GEMM path's scores (f32 compute dtype for f32 and bf16); the fused kernels' row sums.
+  const bool fused =
+      kernels::fused_attention_on_cuda(activation_dtype(t.precision), cfg.model.d_model / H);
+  const int64_t scores = fused ? micro * H * S * 4 : 3 * micro * H * S * S * 4;
   const int64_t cublas_workspace = int64_t{64} << 20;
   return scores + cublas_workspace;
 }

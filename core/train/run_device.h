@@ -32,7 +32,8 @@ StatusOr<RunDevice> make_run_device(DeviceKind kind, const ContextOptions& host_
 
 // Device memory a step needs beyond estimate_training_memory (which counts what the CPU holds):
 // the CUDA attention's score scratch (forward probabilities, backward probabilities and their
-// gradient: B*H*S*S floats each) and the cuBLAS workspace. 0 on the CPU.
+// gradient: B*H*S*S floats each; the fused kernels' B*H*S row sums instead) and the cuBLAS
+// workspace. 0 on the CPU.
 int64_t device_scratch_bytes(const RunConfig& cfg, int world_size);
 
 }  // namespace moe
