@@ -4,7 +4,11 @@
 // (launcher/exit_status.h).
 //   momoe-bench layer     [--tokens T --d D --f F --experts E --top-k K --variant V]
 //                         the MoE layer forward + backward against a dense GEMM floor (CPU)
-//   momoe-bench train     [--preset quickstart|smoe-medium|all] ...    CPU training throughput
+//   momoe-bench attention [--batch B --heads H --seq S --head-dim Dh --dtype bf16|f32]
+//                         the causal attention core forward and backward by the path the device
+//                         takes (CPU, or a GPU's GEMM or fused kernels), against its GEMM rate
+//   momoe-bench train     [--preset quickstart|smoe-medium|gpu-large|all] ...    training
+//                         throughput, model FLOP/s, MFU on a GPU
 //   momoe-bench memory    [--preset smoe-medium] ...   memory and step time per recompute setting
 //                         (and the distributed optimizer under mpirun) against the baseline
 //   momoe-bench alltoall  ...    (under mpirun)  MoE exchange vs a plain MPI_Alltoall, same bytes
@@ -33,6 +37,7 @@
 // Each checks its flags and returns its run (bench_util.h BenchRun).
 namespace moe::bench {
 StatusOr<BenchRun> bench_layer(int argc, char** argv, comm::World* world);
+StatusOr<BenchRun> bench_attention(int argc, char** argv, comm::World* world);
 StatusOr<BenchRun> bench_train(int argc, char** argv, comm::World* world);
 StatusOr<BenchRun> bench_alltoall(int argc, char** argv, comm::World* world);
 StatusOr<BenchRun> bench_scaling(int argc, char** argv, comm::World* world);
@@ -57,8 +62,8 @@ struct Subcommand {
   CheckBench check;
 };
 const Subcommand kSubcommands[] = {
-    {"layer", moe::bench::bench_layer},       {"train", moe::bench::bench_train},
-    {"memory", moe::bench::bench_memory},
+    {"layer", moe::bench::bench_layer},       {"attention", moe::bench::bench_attention},
+    {"train", moe::bench::bench_train},       {"memory", moe::bench::bench_memory},
 #if defined(MOE_BENCH_WITH_MPI)
     {"alltoall", moe::bench::bench_alltoall},
 #else

@@ -57,10 +57,11 @@
 #   build     420  without a bundle: configure and build BUILD_DIR (default build-gpu)
 #   layer     450  momoe's MoE layer against PyTorch's grouped-GEMM layer (momoe-bench layer
 #                  --device cuda --shape 1..4 --torch 1), then shape 2 with one cuBLAS call per
-#                  expert block (MOMOE_EXPERT_GEMM=loop), BF16 training tokens/s and MFU with
-#                  the GEMM attention and the fused one (MOMOE_ATTENTION=fused) on the presets
-#                  and gpu-large -> layer.jsonl, and shape 2's time per kernel under ncu ->
-#                  layer_profile.csv (both in results.tgz)
+#                  expert block (MOMOE_EXPERT_GEMM=loop), the attention core (momoe-bench
+#                  attention) and BF16 training tokens/s and MFU (the presets and gpu-large),
+#                  each with the GEMM attention and the fused one (MOMOE_ATTENTION=fused) ->
+#                  layer.jsonl, and shape 2's time per kernel under ncu -> layer_profile.csv
+#                  (both in results.tgz)
 #
 # Results: OUT holds three files, rewritten after every stage (a call killed at its limit still
 # returns what finished): summary.txt (one line per stage: verdict, seconds, key numbers),
@@ -411,12 +412,22 @@ assert hasattr(torch, "_grouped_mm"), "torch %s has no _grouped_mm" % torch.__ve
   # gains (its line says "expert_gemm": "loop").
   MOMOE_EXPERT_GEMM=loop "$BIN/momoe-bench" layer --device cuda --shape 2 |
     tee -a "$RESULTS/layer.jsonl" || rc=1
-  # Attention in whole BF16 training steps, the GEMM path and then the fused kernels
-  # (MOMOE_ATTENTION=fused; each line's "attention" says which ran): the quick start (heads of
-  # 32, one tile of 64 positions) and smoe-medium (heads of 44, padded to 64; 512 positions).
-  # Then the model that fills the GPU (gpu-large: 12 MoE blocks of width 1024, sequences of
-  # 1024, 0.86 G parameters): its MFU against the measured GEMM rate ("mfu"), the issue's 40%.
-  local attention preset
+  # The attention core alone, the GEMM path and the fused kernels (MOMOE_ATTENTION=fused; each
+  # line's "attention" says which ran), at gpu-large's shape (16 sequences of 1024, 16 heads of
+  # 64) and at heads of 128 over 2048 positions: times, causal TFLOP/s and the GEMM rate beside.
+  local attention shape preset
+  for shape in "--batch 16 --heads 16 --seq 1024 --head-dim 64" \
+               "--batch 4 --heads 16 --seq 2048 --head-dim 128"; do
+    for attention in gemm fused; do
+      # shellcheck disable=SC2086  # the shape is several flags
+      MOMOE_ATTENTION=$attention "$BIN/momoe-bench" attention --device cuda $shape \
+        --iterations 10 --warmup 2 | tee -a "$RESULTS/layer.jsonl" || rc=1
+    done
+  done
+  # Whole BF16 training steps with each attention: the quick start (heads of 32, one tile of 64
+  # positions), smoe-medium (heads of 44, padded to 64; 512 positions), then the model that fills
+  # the GPU (gpu-large: 12 MoE blocks of width 1024, sequences of 1024, 0.86 G parameters): the
+  # MFU against the measured GEMM rate ("mfu"; the issue's 40%).
   for preset in all gpu-large; do
     for attention in gemm fused; do
       MOMOE_ATTENTION=$attention "$BIN/momoe-bench" train --device cuda --precision BF16 \
