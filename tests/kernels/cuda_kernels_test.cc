@@ -1184,23 +1184,24 @@ TEST_F(CudaKernelTest, RouterAndLayerStatistics) {
 }
 
 // The GEMM path (MOMOE_ATTENTION unset), every dtype, against the CPU reference.
+// One attention case of the GPU tests: its shape, dropout and the arguments (a fixed stream).
+struct AttentionCase {
+  int64_t batch, seq, heads, head_dim;
+  float dropout;
+  AttentionArgs args() const {
+    return AttentionArgs{
+        batch, seq, heads, dropout, CounterRng{9, make_stream(RngTag::kDropout, 3, 2)}, 5};
+  }
+};
+
 TEST_F(CudaKernelTest, CausalAttention) {
   const testing::ScopedEnv gemm_path("MOMOE_ATTENTION", nullptr);
-  struct Case {
-    int64_t batch, seq, heads, head_dim;
-    float dropout;
-  };
+  using Case = AttentionCase;
   for (DType dt : kActs) {
     const DType f = compute_dtype(dt);
     for (Case c : {Case{1, 1, 1, 4, 0.f}, Case{2, 37, 3, 8, 0.f}, Case{3, 64, 4, 16, 0.1f},
                    Case{1, 130, 2, 5, 0.25f}}) {
-      AttentionArgs a;
-      a.batch = c.batch;
-      a.seq_len = c.seq;
-      a.heads = c.heads;
-      a.dropout = c.dropout;
-      a.rng = CounterRng{9, make_stream(RngTag::kDropout, 3, 2)};
-      a.sequence_offset = 5;
+      const AttentionArgs a = c.args();
       const int64_t rows = c.batch * c.seq, d = c.heads * c.head_dim;
       Tensor qkv = rand({rows, 3 * d}, dt, -1.5, 1.5);
       Tensor out = Tensor::empty({rows, d}, dt), gout = poisoned({rows, d}, dt);
@@ -1230,23 +1231,14 @@ TEST_F(CudaKernelTest, CausalAttention) {
 // neighbour's columns. Then bitwise: the same calls twice give the same bits (no atomics).
 TEST_F(CudaKernelTest, FusedAttentionWithinDerivedBound) {
   const testing::ScopedEnv fused_path("MOMOE_ATTENTION", "fused");
-  struct Case {
-    int64_t batch, seq, heads, head_dim;
-    float dropout;
-  };
+  using Case = AttentionCase;
   for (Case c : {Case{1, 1, 1, 4, 0.f}, Case{2, 37, 3, 8, 0.f}, Case{3, 64, 4, 16, 0.1f},
                  Case{1, 130, 2, 5, 0.25f}, Case{2, 200, 2, 64, 0.f}, Case{1, 129, 2, 128, 0.1f},
                  Case{1, 70, 3, 33, 0.f}, Case{1, 65, 1, 32, 0.f}}) {
     SCOPED_TRACE(
         str_cat("B", c.batch, " S", c.seq, " H", c.heads, " Dh", c.head_dim, " p", c.dropout));
     ASSERT_STREQ(attention_path(gpu(), DType::kBF16, c.head_dim), "fused");
-    AttentionArgs a;
-    a.batch = c.batch;
-    a.seq_len = c.seq;
-    a.heads = c.heads;
-    a.dropout = c.dropout;
-    a.rng = CounterRng{9, make_stream(RngTag::kDropout, 3, 2)};
-    a.sequence_offset = 5;
+    const AttentionArgs a = c.args();
     const int64_t rows = c.batch * c.seq, d = c.heads * c.head_dim;
     Tensor qkv = rand({rows, 3 * d}, DType::kBF16, -1.5, 1.5);
     Tensor dout = rand({rows, d}, DType::kBF16);
