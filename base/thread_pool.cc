@@ -51,7 +51,7 @@ namespace {
 // machine, other jobs): a bare pause loop would burn the caller's whole time slice instead.
 template <typename Done>
 void poll_until(Done done) {
-  for (int polls = 1; !done(); ++polls) {
+  for (uint32_t polls = 1; !done(); ++polls) {
     MOE_CPU_RELAX();
     if (polls % 64 == 0) sched_yield();
   }

@@ -7,10 +7,11 @@
 // the fused forward its scores twice). Beside it, the GEMM rate measured in the same run on a
 // square product of the dtype: the floor the attention is held to.
 //
-// Checked before timing: the first sequence against the CPU reference (f32 and bf16 rounding
-// of the same inputs): relative Frobenius difference of the outputs within 2^-6 for bf16 (the
-// fused path rounds P and dS to bf16) and 1e-4 for f32; the tests hold the paths to derived
-// bounds (tests/kernels/cuda_kernels_test.cc), this only guards the timing of a wrong result.
+// Checked before timing: the timed batch's first sequence against the CPU reference on the same
+// rows (f32 and bf16 rounding of the same inputs): relative Frobenius difference of the outputs
+// within 2^-6 for bf16 (the fused path rounds P and dS to bf16) and 1e-4 for f32; the tests hold
+// the paths to derived bounds (tests/kernels/cuda_kernels_test.cc), this only guards the timing of
+// a wrong result.
 //   momoe-bench attention [--batch 4 --heads 8 --seq 512 --head-dim 64] [--dtype bf16|f32]
 //                         [--device cpu|cuda] [--iterations 10 --warmup 2] [--threads 0]
 #include <cmath>
@@ -53,8 +54,8 @@ double relative_difference(const TensorView& a, const TensorView& b) {
 struct AttentionTensors {
   Tensor qkv, out, lse, d_out, d_qkv;
 };
-StatusOr<AttentionTensors> make_tensors(Context& ctx, const AttentionOptions& o, int64_t batch) {
-  const int64_t rows = batch * o.args.seq_len, d = o.args.heads * o.head_dim;
+StatusOr<AttentionTensors> make_tensors(Context& ctx, const AttentionOptions& o) {
+  const int64_t batch = o.args.batch, rows = batch * o.args.seq_len, d = o.args.heads * o.head_dim;
   AttentionTensors t;
   MOE_ASSIGN_OR_RETURN(t.qkv, ctx.empty({rows, 3 * d}, o.dtype));
   MOE_ASSIGN_OR_RETURN(t.d_out, ctx.empty({rows, d}, o.dtype));
@@ -73,33 +74,34 @@ Status run_both(Context& ctx, const kernels::AttentionArgs& a, AttentionTensors&
   return kernels::attention_backward(ctx, a, t.d_out, t.qkv, t.lse, t.d_qkv);
 }
 
-// The first sequence on `ctx` against the CPU reference; the larger relative difference of the
-// output and the input gradient.
-StatusOr<double> check_first_sequence(Context& ctx, const AttentionOptions& o) {
+// One run of the timed batch on `ctx`, its first sequence against the CPU reference on the same
+// rows: the larger relative difference of the output and the input gradient.
+StatusOr<double> check_first_sequence(Context& ctx, const AttentionOptions& o,
+                                      AttentionTensors& dev) {
+  MOE_RETURN_IF_ERROR(run_both(ctx, o.args, dev));
+  const int64_t S = o.args.seq_len;
+  AttentionTensors ref, got;
+  MOE_ASSIGN_OR_RETURN(ref.qkv, ctx.read_back(dev.qkv.view().rows(0, S)));
+  MOE_ASSIGN_OR_RETURN(ref.d_out, ctx.read_back(dev.d_out.view().rows(0, S)));
+  MOE_ASSIGN_OR_RETURN(got.out, ctx.read_back(dev.out.view().rows(0, S)));
+  MOE_ASSIGN_OR_RETURN(got.d_qkv, ctx.read_back(dev.d_qkv.view().rows(0, S)));
+  ref.out = Tensor::empty(got.out.shape(), o.dtype);
+  ref.d_qkv = Tensor::empty(got.d_qkv.shape(), o.dtype);
+  ref.lse = Tensor::empty({1, o.args.heads, S}, compute_dtype(o.dtype));
   kernels::AttentionArgs one = o.args;
-  one.batch = 1;
-  MOE_ASSIGN_OR_RETURN(AttentionTensors dev, make_tensors(ctx, o, 1));
-  MOE_RETURN_IF_ERROR(run_both(ctx, one, dev));
+  one.batch = 1;  // sequence 0 keys its dropout as in the batch (sequence_offset unchanged)
   std::unique_ptr<Context> host = Context::host();
-  AttentionTensors ref;
-  MOE_ASSIGN_OR_RETURN(ref.qkv, ctx.read_back(dev.qkv));
-  MOE_ASSIGN_OR_RETURN(ref.d_out, ctx.read_back(dev.d_out));
-  ref.out = Tensor::empty(ref.d_out.shape(), o.dtype);
-  ref.d_qkv = Tensor::empty(ref.qkv.shape(), o.dtype);
-  ref.lse = Tensor::empty({1, o.args.heads, o.args.seq_len}, compute_dtype(o.dtype));
   MOE_RETURN_IF_ERROR(run_both(*host, one, ref));
-  MOE_ASSIGN_OR_RETURN(Tensor out, ctx.read_back(dev.out));
-  MOE_ASSIGN_OR_RETURN(Tensor d_qkv, ctx.read_back(dev.d_qkv));
-  return std::max(relative_difference(ref.out, out), relative_difference(ref.d_qkv, d_qkv));
+  return std::max(relative_difference(ref.out, got.out), relative_difference(ref.d_qkv, got.d_qkv));
 }
 
 Status measure(const AttentionOptions& o) {
   std::unique_ptr<Context> ctx = make_bench_context(o.threads, o.cuda_device);
   const bool cuda = o.cuda_device >= 0;
   const kernels::AttentionArgs& a = o.args;
-  MOE_ASSIGN_OR_RETURN(const double diff, check_first_sequence(*ctx, o));
+  MOE_ASSIGN_OR_RETURN(AttentionTensors t, make_tensors(*ctx, o));
+  MOE_ASSIGN_OR_RETURN(const double diff, check_first_sequence(*ctx, o, t));
   const double allowed = o.dtype == DType::kBF16 ? 0x1p-6 : 1e-4;
-  MOE_ASSIGN_OR_RETURN(AttentionTensors t, make_tensors(*ctx, o, a.batch));
   MOE_ASSIGN_OR_RETURN(
       const Timing fwd, time_it(o.warm, o.iters, [&]() -> Status {
         MOE_RETURN_IF_ERROR(kernels::attention_forward(*ctx, a, t.qkv, t.out, t.lse));

@@ -17,6 +17,7 @@
 #include <filesystem>
 #include <system_error>
 
+#include "base/logging.h"
 #include "benchmarks/bench_util.h"
 #include "benchmarks/train_presets.h"
 #include "comm/world.h"
@@ -38,7 +39,7 @@ std::vector<TrainPreset> train_presets(const std::string& which) {
         "data.vocab_max_size=20000", "train.probe_every=0"}}};
   // A model that fills one GPU (the H100 issue's MFU shape): 12 MoE blocks of width 1024, 16
   // heads of 64, sequences of 1024, 16 experts of width 2048, top 2; 16 sequences a step. Not in
-  // "all": about 0.9 G parameters, a GPU's work.
+  // "all": about 0.9 G parameters with the corpus's 20,000 words, a GPU's work.
   const TrainPreset gpu_large = {
       "gpu-large",
       {"model.d_model=1024", "model.n_heads=16", "model.seq_len=1024",
@@ -89,6 +90,64 @@ StatusOr<RunConfig> preset_config(const TrainPreset& p, const std::string& confi
   return load_run_config(config, overrides, 0);
 }
 
+// What a preset's timed steps measured (rank 0's view: tokens and time are the job's).
+struct TrainMeasurement {
+  int steps = 0;
+  double seconds = 0;
+  int64_t tokens = 0;
+  kernels::ref::GemmCounters gemm;  // rank 0's BLAS calls (the CPU)
+  double gemm_rate = -1;            // a GPU's measured GEMM FLOP/s; -1: none
+};
+
+// MFU's denominator on a GPU: the rate its GEMM reaches in the run's dtype (gemm_rate.h), or -1
+// on the CPU and where it cannot be measured (said once: the line has no MFU then).
+double gpu_gemm_rate(Trainer& t) {
+  if (!t.context().device().is_cuda()) return -1;
+  StatusOr<double> rate = measure_gemm_rate(t.context(), t.model().params().act_dtype());
+  if (rate.ok()) return *rate;
+  log_warning(rate.status().to_string(), " (the line's mfu is -1)");
+  return -1;
+}
+
+// The train line: throughput, model FLOP/s (model_size.h's convention, of the model as resolved:
+// its vocabulary is the data's) and on a GPU the MFU against the ranks' GEMM rate (one GPU per
+// rank, as the trainer's progress lines count it), the attention path, the CPU's GEMM share.
+void print_train_line(const TrainPreset& p, const RunConfig& cfg, Trainer& t, int world_size,
+                      const TrainMeasurement& m) {
+  int64_t params = 0;
+  for (const auto& prm : t.model().params().all()) params += prm->numel();
+  const bool cpu = t.context().device().is_host();
+  const double tokens = static_cast<double>(m.tokens);
+  const double flops_per_token = model_size(t.model().config()).train_flops_per_token;
+  const double model_flops = flops_per_token * tokens / m.seconds;
+  const kernels::ref::GemmCounters& g = m.gemm;
+  JsonLine j("train");
+  j.str("preset", p.name)
+      .str("device", t.context().device().to_string())
+      .str("precision", precision_name(cfg.train.precision))
+      .num("world_size", world_size)
+      .num("threads_per_rank", t.context().threads())
+      .num("params_on_rank0", static_cast<double>(params))
+      .num("tokens_per_step", tokens / m.steps)
+      .num("step_seconds", m.seconds / m.steps)
+      .num("tokens_per_second", tokens / m.seconds)
+      .num("train_flops_per_token", flops_per_token)
+      .num("model_tflops_per_second", model_flops / 1e12)
+      .num("gemm_tflops_per_second", m.gemm_rate > 0 ? m.gemm_rate / 1e12 : -1.0)
+      .num("mfu", m.gemm_rate > 0 ? model_flops / (m.gemm_rate * world_size) : -1.0)
+      // Which attention ran: cpu, gemm or fused (kernels/attention.h).
+      .str("attention", kernels::attention_path(t.context(), t.model().params().act_dtype(),
+                                                cfg.model.d_model / cfg.model.n_heads))
+      // Rank 0's GEMM time over its step time (BLAS calls are timed on this rank only; a GPU's
+      // GEMMs are not timed one by one: -1).
+      .num("gemm_share", cpu ? g.seconds / m.seconds : -1.0)
+      .num("gemm_gflops_per_second", cpu ? g.flops / std::max(g.seconds, 1e-9) / 1e9 : -1.0)
+      .num("gemm_gflop_per_token", cpu ? g.flops / 1e9 / (tokens / world_size) : -1.0)
+      .num("gemm_calls_per_step", cpu ? static_cast<double>(g.calls) / m.steps : -1.0);
+  std::printf("%s\n", j.dump().c_str());
+  std::fflush(stdout);
+}
+
 Status run_preset(const TrainPreset& p, const RunConfig& cfg, int steps, int warmup,
                   comm::World* world) {
   TrainerOptions opts;
@@ -99,57 +158,18 @@ Status run_preset(const TrainPreset& p, const RunConfig& cfg, int steps, int war
   for (int i = 0; i < warmup; ++i) MOE_RETURN_IF_ERROR(t->step().status());
   kernels::ref::reset_gemm_counters();
   kernels::ref::set_gemm_timing(true);
-  double seconds = 0;
-  int64_t tokens = 0;
+  TrainMeasurement m;
+  m.steps = steps;
   for (int i = 0; i < steps; ++i) {
     MOE_ASSIGN_OR_RETURN(StepStatsInfo s, t->step());
-    seconds += s.step_seconds;
-    tokens += s.tokens;
+    m.seconds += s.step_seconds;
+    m.tokens += s.tokens;
   }
   kernels::ref::set_gemm_timing(false);
-  const kernels::ref::GemmCounters g = kernels::ref::gemm_counters();
-  // MFU's denominator on a GPU: the rate its GEMM reaches in the run's dtype (gemm_rate.h),
-  // measured after the timed steps; -1 on the CPU (no MFU).
-  double gemm_rate = -1;
-  if (world->rank() == 0 && t->context().device().is_cuda()) {
-    MOE_ASSIGN_OR_RETURN(gemm_rate,
-                         measure_gemm_rate(t->context(), t->model().params().act_dtype()));
-  }
+  m.gemm = kernels::ref::gemm_counters();
   if (world->rank() == 0) {
-    int64_t params = 0;
-    for (const auto& prm : t->model().params().all()) params += prm->numel();
-    JsonLine j("train");
-    const bool cpu = t->context().device().is_host();
-    // The model as resolved (its vocabulary is the data's).
-    const double flops_per_token = model_size(t->model().config()).train_flops_per_token;
-    const double model_flops = flops_per_token * static_cast<double>(tokens) / seconds;
-    j.str("preset", p.name)
-        .str("device", t->context().device().to_string())
-        .str("precision", precision_name(cfg.train.precision))
-        .num("world_size", world->size())
-        .num("threads_per_rank", t->context().threads())
-        .num("params_on_rank0", static_cast<double>(params))
-        .num("tokens_per_step", static_cast<double>(tokens) / steps)
-        .num("step_seconds", seconds / steps)
-        .num("tokens_per_second", static_cast<double>(tokens) / seconds)
-        // Model FLOPs (model_size.h's convention) per token and per second over all ranks, and
-        // on a GPU their share of the ranks' measured GEMM rate (the MFU).
-        .num("train_flops_per_token", flops_per_token)
-        .num("model_tflops_per_second", model_flops / 1e12)
-        .num("gemm_tflops_per_second", gemm_rate > 0 ? gemm_rate / 1e12 : -1.0)
-        .num("mfu", gemm_rate > 0 ? model_flops / (gemm_rate * world->size()) : -1.0)
-        // Which attention ran: cpu, gemm or fused (kernels/attention.h).
-        .str("attention", kernels::attention_path(t->context(), t->model().params().act_dtype(),
-                                                  cfg.model.d_model / cfg.model.n_heads))
-        // Rank 0's GEMM time over its step time (BLAS calls are timed on this rank only; a
-        // GPU's GEMMs are not timed one by one: -1).
-        .num("gemm_share", cpu ? g.seconds / seconds : -1.0)
-        .num("gemm_gflops_per_second", cpu ? g.flops / std::max(g.seconds, 1e-9) / 1e9 : -1.0)
-        .num("gemm_gflop_per_token",
-             cpu ? g.flops / 1e9 / (static_cast<double>(tokens) / world->size()) : -1.0)
-        .num("gemm_calls_per_step", cpu ? static_cast<double>(g.calls) / steps : -1.0);
-    std::printf("%s\n", j.dump().c_str());
-    std::fflush(stdout);
+    m.gemm_rate = gpu_gemm_rate(*t);
+    print_train_line(p, cfg, *t, world->size(), m);
   }
   t.reset();
   return remove_job_dir(opts.run_dir, world);

@@ -45,7 +45,7 @@ std::string environment_line(int world_size);
 using BenchRun = std::function<Status()>;
 
 // kInvalidArgument unless `value` of --`flag` is one of `allowed` ("--preset quickstrat is not one
-// of quickstart, smoe-medium, all (did you mean quickstart?)").
+// of quickstart, smoe-medium, gpu-large, all (did you mean quickstart?)").
 Status check_one_of(const std::string& flag, const std::string& value,
                     const std::vector<std::string>& allowed);
 

@@ -91,6 +91,9 @@ moe::StatusOr<CheckBench> find_subcommand(const std::string& cmd) {
 const char* example_of(const std::string& cmd) {
   if (cmd == "layer") return "momoe-bench layer --tokens 4096 --experts 16 --variant momentum";
   if (cmd == "train") return "momoe-bench train --preset smoe-medium --steps 3";
+  if (cmd == "attention") {
+    return "MOMOE_ATTENTION=fused momoe-bench attention --device cuda --batch 16 --seq 1024";
+  }
   if (cmd == "alltoall") return "mpirun -np 2 momoe-bench alltoall --tokens 4096,16384";
   if (cmd == "scaling") return "mpirun -np 4 momoe-bench scaling --what train --mode strong";
   if (cmd == "data") return "momoe-bench data --mb 64 --corpus-gb 4";
@@ -112,11 +115,20 @@ const char* usage_of(const std::string& cmd) {
            "  the coarse one; loss-free balancing and shared experts against the layer alone)\n";
   }
   if (cmd == "train") {
-    return "momoe-bench train: training throughput (tokens/s) of the quick-start and an\n"
-           "SMoE-medium-shaped model\n"
-           "  --preset quickstart|smoe-medium|all (all)  --config FILE (configs/quickstart.pbtxt)\n"
+    return "momoe-bench train: training throughput (tokens/s) and model FLOP/s (on a GPU the MFU\n"
+           "against its measured GEMM rate) of the quick-start and an SMoE-medium-shaped model,\n"
+           "or of gpu-large (a model that fills one GPU; named alone)\n"
+           "  --preset quickstart|smoe-medium|gpu-large|all (all)\n"
+           "  --config FILE (configs/quickstart.pbtxt)\n"
            "  --steps 5  --warmup 1  --threads 0 (per rank; 0 = its share of the cores)\n"
            "  --device cpu|cuda (cpu)  --precision FP32|BF16 (the config's)\n";
+  }
+  if (cmd == "attention") {
+    return "momoe-bench attention: the causal attention core forward and backward by the path\n"
+           "the device takes (a GPU's cuBLAS path, or its fused kernels with\n"
+           "MOMOE_ATTENTION=fused), in causal TFLOP/s beside the GEMM rate of the same run\n"
+           "  --batch 4  --heads 8  --seq 512  --head-dim 64  --dtype bf16|f32 (bf16)\n"
+           "  --device cpu|cuda (cpu)  --iterations 10  --warmup 2  --threads 0\n";
   }
   if (cmd == "alltoall") {
     return "momoe-bench alltoall (under mpirun): the MoE exchange against a plain all-to-all of\n"
@@ -171,11 +183,11 @@ int run(int argc, char** argv) {
   const bool help =
       argc >= 2 && (std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0);
   if (argc < 2 || help) {
-    std::fprintf(
-        argc < 2 ? stderr : stdout,
-        "usage: momoe-bench layer|train|memory|alltoall|scaling|data|sgemm|env [--key value ...]\n"
-        "  (momoe-bench SUBCOMMAND --help: its options and defaults)\n"
-        "example: momoe-bench train --preset quickstart --steps 5\n");
+    std::fprintf(argc < 2 ? stderr : stdout,
+                 "usage: momoe-bench layer|attention|train|memory|alltoall|scaling|data|sgemm|env "
+                 "[--key value ...]\n"
+                 "  (momoe-bench SUBCOMMAND --help: its options and defaults)\n"
+                 "example: momoe-bench train --preset quickstart --steps 5\n");
     return argc < 2 ? 2 : 0;
   }
   // A mistyped benchmark is refused before anything loads or prints.

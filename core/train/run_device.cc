@@ -39,9 +39,9 @@ int64_t device_scratch_bytes(const RunConfig& cfg, int world_size) {
   // The GEMM path's scores (f32 compute dtype for f32 and bf16); the fused kernels' row sums.
   const bool fused =
       kernels::fused_attention_on_cuda(activation_dtype(t.precision), cfg.model.d_model / H);
-  const int64_t scores = fused ? micro * H * S * 4 : 3 * micro * H * S * S * 4;
+  const int64_t attention_scratch = fused ? micro * H * S * 4 : 3 * micro * H * S * S * 4;
   const int64_t cublas_workspace = int64_t{64} << 20;
-  return scores + cublas_workspace;
+  return attention_scratch + cublas_workspace;
 }
 
 }  // namespace moe

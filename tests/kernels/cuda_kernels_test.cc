@@ -1183,7 +1183,6 @@ TEST_F(CudaKernelTest, RouterAndLayerStatistics) {
   }
 }
 
-// The GEMM path (MOMOE_ATTENTION unset), every dtype, against the CPU reference.
 // One attention case of the GPU tests: its shape, dropout and the arguments (a fixed stream).
 struct AttentionCase {
   int64_t batch, seq, heads, head_dim;
@@ -1194,6 +1193,7 @@ struct AttentionCase {
   }
 };
 
+// The GEMM path (MOMOE_ATTENTION unset), every dtype, against the CPU reference.
 TEST_F(CudaKernelTest, CausalAttention) {
   const testing::ScopedEnv gemm_path("MOMOE_ATTENTION", nullptr);
   using Case = AttentionCase;

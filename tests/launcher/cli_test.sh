@@ -159,9 +159,11 @@ if [ -x "$bin/../benchmarks/momoe-bench" ]; then
   bench_refuses "unknown option --stepz (did you mean --steps?)" train --stepz 3
   bench_refuses "unknown benchmark 'bogus'" bogus
   bench_refuses "unknown benchmark 'trian' (did you mean train?)" trian
-  bench_refuses "--preset nonexist is not one of quickstart, smoe-medium, all" train --preset nonexist
+  bench_refuses "--preset nonexist is not one of quickstart, smoe-medium, gpu-large, all" train --preset nonexist
   bench_refuses "(did you mean quickstart?)" memory --preset quickstrat
   bench_refuses "FP99" train --precision FP99
+  bench_refuses "--dtype f16 is not one of bf16, f32" attention --dtype f16
+  bench_refuses "--batch, --heads, --seq, --head-dim and --iterations must be >= 1" attention --seq 0
 fi
 expect_error "stats file" "$bin/momoe-stats" "$run/nothing"
 expect_error "--threads -1 must be in" "$bin/momoe-eval" --checkpoint "$run/ckpt-00000004" --text "$config" --threads -1

@@ -23,7 +23,7 @@ paths=()
 for cmd in "${commands[@]}"; do paths+=("$bin/$cmd"); done
 if [ "$bench_built" = 1 ]; then
   [ -x "$bin/../benchmarks/momoe-bench" ] || fail "momoe-bench is not built in $bin/../benchmarks"
-  for sub in "" layer train alltoall scaling data sgemm env; do
+  for sub in "" layer attention train memory alltoall scaling data sgemm env; do
     paths+=("$bin/../benchmarks/momoe-bench${sub:+ $sub}")
   done
 fi
