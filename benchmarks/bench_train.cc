@@ -100,7 +100,7 @@ struct TrainMeasurement {
 };
 
 // MFU's denominator on a GPU: the rate its GEMM reaches in the run's dtype (gemm_rate.h), or -1
-// on the CPU and where it cannot be measured (said once: the line has no MFU then).
+// on the CPU and where it cannot be measured (a warning says why; the line has no MFU then).
 double gpu_gemm_rate(Trainer& t) {
   if (!t.context().device().is_cuda()) return -1;
   StatusOr<double> rate = measure_gemm_rate(t.context(), t.model().params().act_dtype());
