@@ -43,6 +43,15 @@ Status check_gated(const Context& ctx, const char* op, const TensorView& x, int6
   return Status::OK();
 }
 
+// x [M, N] act and one gate logit per row, logit [M, 1] of x's compute dtype.
+Status check_row_gate(const Context& ctx, const char* op, const TensorView& x,
+                      const TensorView& logit) {
+  MOE_RETURN_IF_ERROR(check_act(ctx, op, "x", x));
+  if (x.ndim() != 2) return invalid_argument_error(op, ": x ", x.to_string(), " must be [M, N]");
+  MOE_RETURN_IF_ERROR(check_device(ctx, op, "logit", logit));
+  return check_compute(op, "logit", logit, x.dtype(), Shape{x.dim(0), 1});
+}
+
 // `out` must not start where `in` does (an in-place call; the halves would overwrite its input).
 Status check_not_in_place(const char* op, const TensorView& in, const char* in_name,
                           const TensorView& out, const char* out_name) {
@@ -129,6 +138,38 @@ Status swiglu_backward(Context& ctx, const TensorView& x, const TensorView& dy,
   return dispatch_float(kOp, x, [&](auto tag) {
     using T = decltype(tag);
     ref::swiglu_backward<T>(x.data<T>(), dy.data<T>(), x.dim(0), f, dx.data<T>());
+  });
+}
+
+Status sigmoid_gate_forward(Context& ctx, const TensorView& x, const TensorView& logit,
+                            const TensorView& y) {
+  constexpr const char* kOp = "sigmoid_gate_forward";
+  MOE_KERNEL_ENTRY_CUDA(ctx, kOp);
+  MOE_RETURN_IF_ERROR(check_row_gate(ctx, kOp, x, logit));
+  MOE_RETURN_IF_ERROR(check_like(kOp, x, "y", y));
+  MOE_ON_CUDA(ctx, cuda::sigmoid_gate_forward(ctx, x, logit, y));
+  return dispatch_act(kOp, x, [&](auto at, auto ft) {
+    using A = decltype(at);
+    using F = decltype(ft);
+    ref::sigmoid_gate_forward<A, F>(x.data<A>(), logit.data<F>(), x.dim(0), x.dim(1), y.data<A>());
+  });
+}
+
+Status sigmoid_gate_backward(Context& ctx, const TensorView& x, const TensorView& logit,
+                             const TensorView& dy, const TensorView& dx, const TensorView& dlogit) {
+  constexpr const char* kOp = "sigmoid_gate_backward";
+  MOE_KERNEL_ENTRY_CUDA(ctx, kOp);
+  MOE_RETURN_IF_ERROR(check_row_gate(ctx, kOp, x, logit));
+  MOE_RETURN_IF_ERROR(check_like(kOp, x, "dy", dy));
+  MOE_RETURN_IF_ERROR(check_like(kOp, x, "dx", dx));
+  MOE_RETURN_IF_ERROR(check_tensor(ctx, kOp, "dlogit", dlogit, x.dtype(), Shape{x.dim(0), 1}));
+  MOE_RETURN_IF_ERROR(check_not_in_place(kOp, x, "x", dx, "dx"));
+  MOE_ON_CUDA(ctx, cuda::sigmoid_gate_backward(ctx, x, logit, dy, dx, dlogit));
+  return dispatch_act(kOp, x, [&](auto at, auto ft) {
+    using A = decltype(at);
+    using F = decltype(ft);
+    ref::sigmoid_gate_backward<A, F>(x.data<A>(), logit.data<F>(), dy.data<A>(), x.dim(0), x.dim(1),
+                                     dx.data<A>(), dlogit.data<A>());
   });
 }
 

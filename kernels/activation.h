@@ -1,6 +1,7 @@
-// Elementwise activations, the gated SwiGLU, bias addition and its gradient (dense rows, or one
-// bias per local expert over ExpertBlocks), and counter-based dropout. Activations are "act" (f32,
-// f64, bf16); biases and bias gradients are full precision (F = compute_dtype(act)).
+// Elementwise activations, the gated SwiGLU, the sigmoid row gate, bias addition and its gradient
+// (dense rows, or one bias per local expert over ExpertBlocks), and counter-based dropout.
+// Activations are "act" (f32, f64, bf16); biases and bias gradients are full precision (F =
+// compute_dtype(act)).
 #pragma once
 
 #include "base/context.h"
@@ -34,6 +35,16 @@ Status swiglu_forward(Context& ctx, const TensorView& x, const TensorView& y);
 // refused).
 Status swiglu_backward(Context& ctx, const TensorView& x, const TensorView& dy,
                        const TensorView& dx);
+
+// Qwen2-MoE's gated shared expert, one gate per row: y[r, :] = sigmoid(logit[r]) * x[r, :],
+// computed in double and rounded once. x, y [M, N] one act dtype (y may alias x); logit [M, 1] F.
+Status sigmoid_gate_forward(Context& ctx, const TensorView& x, const TensorView& logit,
+                            const TensorView& y);
+// Its gradients, s = sigmoid(logit[r]): dx[r, :] = s * dy[r, :] (dx may alias dy) and
+// dlogit[r] = s (1 - s) sum_j dy[r, j] x[r, j] (act [M, 1], overwritten), the sum in double (the
+// host in column order, the GPU by a fixed tree: each the same bits on every run).
+Status sigmoid_gate_backward(Context& ctx, const TensorView& x, const TensorView& logit,
+                             const TensorView& dy, const TensorView& dx, const TensorView& dlogit);
 
 // x[r, :] += bias[:] for every row. x [M, N] act; bias [N] F. In place.
 Status add_bias(Context& ctx, const TensorView& x, const TensorView& bias);

@@ -123,6 +123,39 @@ void add_bias(A* x, int64_t m, int64_t n, const F* bias) {
 }
 
 template <typename A, typename F>
+void sigmoid_gate_forward(const A* px, const F* logit, int64_t m, int64_t n, A* py) {
+  using C = accum_t<A>;
+  parallel_for(m, row_grain(n), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const double s = logistic(static_cast<double>(logit[r]));
+      for (int64_t j = 0; j < n; ++j) {
+        py[r * n + j] = static_cast<A>(static_cast<C>(s * static_cast<C>(px[r * n + j])));
+      }
+    }
+  });
+}
+
+template <typename A, typename F>
+void sigmoid_gate_backward(const A* px, const F* logit, const A* pdy, int64_t m, int64_t n, A* pdx,
+                           A* dlogit) {
+  using C = accum_t<A>;
+  parallel_for(m, row_grain(2 * n), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const double s = logistic(static_cast<double>(logit[r]));
+      double dot = 0;  // before dx is written: dx may alias dy
+      for (int64_t j = 0; j < n; ++j) {
+        dot += static_cast<double>(static_cast<C>(pdy[r * n + j])) *
+               static_cast<double>(static_cast<C>(px[r * n + j]));
+      }
+      dlogit[r] = static_cast<A>(static_cast<C>(s * (1.0 - s) * dot));
+      for (int64_t j = 0; j < n; ++j) {
+        pdx[r * n + j] = static_cast<A>(static_cast<C>(s * static_cast<C>(pdy[r * n + j])));
+      }
+    }
+  });
+}
+
+template <typename A, typename F>
 void bias_grad(const A* dy, int64_t m, int64_t n, F* db) {
   std::vector<double> acc(n, 0.0);
   bias_grad_rows<A>(dy, 0, m, n, acc.data());
@@ -230,10 +263,13 @@ MOE_INSTANTIATE_ACTIVATION(double)
 MOE_INSTANTIATE_ACTIVATION(bf16)
 #undef MOE_INSTANTIATE_ACTIVATION
 
-#define MOE_INSTANTIATE_BIAS(A, F)                                                 \
-  template void add_bias<A, F>(A*, int64_t, int64_t, const F*);                    \
-  template void bias_grad<A, F>(const A*, int64_t, int64_t, F*);                   \
-  template void add_bias_blocks<A, F>(const ExpertBlocks&, A*, int64_t, const F*); \
+#define MOE_INSTANTIATE_BIAS(A, F)                                                              \
+  template void sigmoid_gate_forward<A, F>(const A*, const F*, int64_t, int64_t, A*);           \
+  template void sigmoid_gate_backward<A, F>(const A*, const F*, const A*, int64_t, int64_t, A*, \
+                                            A*);                                                \
+  template void add_bias<A, F>(A*, int64_t, int64_t, const F*);                                 \
+  template void bias_grad<A, F>(const A*, int64_t, int64_t, F*);                                \
+  template void add_bias_blocks<A, F>(const ExpertBlocks&, A*, int64_t, const F*);              \
   template void bias_grad_blocks<A, F>(const ExpertBlocks&, const A*, int64_t, F*);
 MOE_INSTANTIATE_BIAS(float, float)
 MOE_INSTANTIATE_BIAS(double, double)

@@ -26,6 +26,15 @@ void swiglu_forward(const T* x, int64_t m, int64_t f, T* y);
 template <typename T>
 void swiglu_backward(const T* x, const T* dy, int64_t m, int64_t f, T* dx);
 
+// x, y [m, n] (y may alias x): y[r, :] = sigmoid(logit[r]) x[r, :].
+template <typename A, typename F>
+void sigmoid_gate_forward(const A* x, const F* logit, int64_t m, int64_t n, A* y);
+// dx[r, :] = s dy[r, :] (dx may alias dy); dlogit[r] = s (1 - s) sum_j dy[r, j] x[r, j] in
+// double, column order; s = sigmoid(logit[r]).
+template <typename A, typename F>
+void sigmoid_gate_backward(const A* x, const F* logit, const A* dy, int64_t m, int64_t n, A* dx,
+                           A* dlogit);
+
 // x [m, n]: x[r, :] += bias[:] for every row. In place.
 template <typename A, typename F>
 void add_bias(A* x, int64_t m, int64_t n, const F* bias);

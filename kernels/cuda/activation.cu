@@ -66,6 +66,37 @@ __global__ void swiglu_backward_kernel(const T* x, const T* dy, int64_t m, int64
 }
 
 template <typename A, typename F>
+__global__ void sigmoid_gate_forward_kernel(const A* x, const F* logit, int64_t m, int64_t n,
+                                            A* y) {
+  MOE_GRID_LOOP(i, m * n) {
+    const double s = ref::logistic(static_cast<double>(logit[i / n]));
+    store(y, i, static_cast<accum_t<A>>(s * static_cast<double>(load(x, i))));
+  }
+}
+
+// One block per row: the row's dot product of dy and x in double (block_sum's fixed tree), then
+// dx. block_sum's barriers order every read of dy before the first write of dx (they may alias).
+template <typename A, typename F>
+__global__ void sigmoid_gate_backward_kernel(const A* x, const F* logit, const A* dy, int64_t n,
+                                             A* dx, A* dlogit) {
+  __shared__ double scratch[32];
+  const int64_t r = blockIdx.x;
+  const A* xr = x + r * n;
+  const A* dyr = dy + r * n;
+  double dot = 0;
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+    dot += static_cast<double>(load(dyr, j)) * static_cast<double>(load(xr, j));
+  }
+  dot = block_sum(dot, scratch);
+  const double s = ref::logistic(static_cast<double>(logit[r]));
+  if (threadIdx.x == 0) store(dlogit, r, static_cast<accum_t<A>>(s * (1.0 - s) * dot));
+  A* dxr = dx + r * n;
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+    store(dxr, j, static_cast<accum_t<A>>(s * static_cast<double>(load(dyr, j))));
+  }
+}
+
+template <typename A, typename F>
 __global__ void add_bias_kernel(A* x, int64_t m, int64_t n, const F* bias) {
   MOE_GRID_LOOP(i, m * n) { store(x, i, static_cast<F>(load(x, i)) + bias[i % n]); }
 }
@@ -221,6 +252,35 @@ Status swiglu_backward(Context& ctx, const TensorView& x, const TensorView& dy,
         x.data<T>(), dy.data<T>(), m, f, dx.data<T>());
   }));
   return launch_status("swiglu_backward");
+}
+
+Status sigmoid_gate_forward(Context& ctx, const TensorView& x, const TensorView& logit,
+                            const TensorView& y) {
+  const int64_t m = x.dim(0), n = x.dim(1);
+  if (m * n == 0) return Status::OK();
+  MOE_RETURN_IF_ERROR(dispatch_act("sigmoid_gate_forward", x, [&](auto at, auto ft) {
+    using A = decltype(at);
+    using F = decltype(ft);
+    sigmoid_gate_forward_kernel<A, F><<<grid_for(m * n), kThreads, 0, stream_of(ctx)>>>(
+        x.data<A>(), logit.data<F>(), m, n, y.data<A>());
+  }));
+  return launch_status("sigmoid_gate_forward");
+}
+
+Status sigmoid_gate_backward(Context& ctx, const TensorView& x, const TensorView& logit,
+                             const TensorView& dy, const TensorView& dx, const TensorView& dlogit) {
+  const int64_t m = x.dim(0), n = x.dim(1);
+  if (m == 0) return Status::OK();
+  if (m > 0x7fffffff) {
+    return invalid_argument_error("sigmoid_gate_backward: ", m, " rows exceed one grid's blocks");
+  }
+  MOE_RETURN_IF_ERROR(dispatch_act("sigmoid_gate_backward", x, [&](auto at, auto ft) {
+    using A = decltype(at);
+    using F = decltype(ft);
+    sigmoid_gate_backward_kernel<A, F><<<static_cast<unsigned>(m), kThreads, 0, stream_of(ctx)>>>(
+        x.data<A>(), logit.data<F>(), dy.data<A>(), n, dx.data<A>(), dlogit.data<A>());
+  }));
+  return launch_status("sigmoid_gate_backward");
 }
 
 Status add_bias(Context& ctx, const TensorView& x, const TensorView& bias) {

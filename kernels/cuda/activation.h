@@ -1,7 +1,7 @@
-// The CUDA kernels of activation.cu: activations (elementwise and SwiGLU), biases (whole and per
-// expert block) and dropout. Called by the public entry points (kernels/*.cc) after they have
-// validated every view; each only enqueues on ctx.stream() and returns launch errors
-// (kernels/cuda/README.md). Host-only: no CUDA types, so the CPU build includes it too.
+// The CUDA kernels of activation.cu: activations (elementwise, SwiGLU, the sigmoid row gate),
+// biases (whole and per expert block) and dropout. Called by the public entry points (kernels/*.cc)
+// after they have validated every view; each only enqueues on ctx.stream() and returns launch
+// errors (kernels/cuda/README.md). Host-only: no CUDA types, so the CPU build includes it too.
 #pragma once
 
 #include "base/context.h"
@@ -17,6 +17,10 @@ Status activation_backward(Context& ctx, Activation act, const TensorView& x, co
 Status swiglu_forward(Context& ctx, const TensorView& x, const TensorView& y);
 Status swiglu_backward(Context& ctx, const TensorView& x, const TensorView& dy,
                        const TensorView& dx);
+Status sigmoid_gate_forward(Context& ctx, const TensorView& x, const TensorView& logit,
+                            const TensorView& y);
+Status sigmoid_gate_backward(Context& ctx, const TensorView& x, const TensorView& logit,
+                             const TensorView& dy, const TensorView& dx, const TensorView& dlogit);
 Status add_bias(Context& ctx, const TensorView& x, const TensorView& bias);
 Status bias_grad(Context& ctx, const TensorView& dy, const TensorView& dbias);
 Status add_bias_blocks(Context& ctx, const TensorView& x, const TensorView& bias,

@@ -1,6 +1,6 @@
-// Activations (elementwise and SwiGLU), biases and dropout (kernels/activation.h) on the CPU:
-// hand values, every backward against finite differences in f64, large inputs, bf16 rounding,
-// masks keyed by row, and argument errors.
+// Activations (elementwise and SwiGLU), the sigmoid row gate, biases and dropout
+// (kernels/activation.h) on the CPU: hand values, every backward against finite differences in f64,
+// large inputs, bf16 rounding, masks keyed by row, and argument errors.
 #include "kernels/activation.h"
 
 #include <gtest/gtest.h>
@@ -185,6 +185,104 @@ TEST(SwigluTest, BadArgumentsAreRefusedByName) {
   refused(swiglu_backward(ctx(), x, dy, Tensor::zeros({3, 4}, DType::kF64)), "dx");
   refused(swiglu_backward(ctx(), x, dy, x), "dx");  // in place
   refused(swiglu_backward(ctx(), Tensor::zeros({3, 3}, DType::kF32), dy, dx), "x");
+}
+
+// Qwen2-MoE's row gate by hand: logit 0 halves a row, ln 3 keeps three quarters of it; far-out
+// logits saturate to 1 and 0 without overflow. dlogit = s (1 - s) <dy, x>.
+TEST(SigmoidGateTest, HandValuesOfForwardAndBackward) {
+  Tensor x = Tensor::empty({4, 2}, DType::kF64), logit = Tensor::empty({4, 1}, DType::kF64);
+  const double xs[] = {2, -4, 1, 3, 5, 6, -7, 8}, ls[] = {0, std::log(3.0), 800, -800};
+  for (int i = 0; i < 8; ++i) x.data<double>()[i] = xs[i];
+  for (int i = 0; i < 4; ++i) logit.data<double>()[i] = ls[i];
+  Tensor y = Tensor::zeros({4, 2}, DType::kF64);
+  ASSERT_TRUE(sigmoid_gate_forward(ctx(), x, logit, y).ok());
+  const double want_y[] = {1, -2, 0.75, 2.25, 5, 6, 0, 0};
+  for (int i = 0; i < 8; ++i) EXPECT_NEAR(y.data<double>()[i], want_y[i], 1e-15) << i;
+  Tensor dy = Tensor::empty({4, 2}, DType::kF64);
+  for (int i = 0; i < 8; ++i) dy.data<double>()[i] = 1.0 + i;
+  Tensor dx = Tensor::zeros({4, 2}, DType::kF64), dl = Tensor::zeros({4, 1}, DType::kF64);
+  ASSERT_TRUE(sigmoid_gate_backward(ctx(), x, logit, dy, dx, dl).ok());
+  // Row 0: s = 1/2, <dy, x> = 1*2 + 2*(-4) = -6; row 1: s = 3/4, <dy, x> = 3 + 12 = 15.
+  EXPECT_NEAR(dl.data<double>()[0], 0.25 * -6, 1e-15);
+  EXPECT_NEAR(dl.data<double>()[1], 0.1875 * 15, 1e-15);
+  EXPECT_EQ(dl.data<double>()[2], 0.0);
+  EXPECT_EQ(dl.data<double>()[3], 0.0);
+  const double want_dx[] = {0.5, 1, 2.25, 3, 5, 6, 0, 0};
+  for (int i = 0; i < 8; ++i) EXPECT_NEAR(dx.data<double>()[i], want_dx[i], 1e-15) << i;
+  // dx may be dy itself: the row's sum is taken before dx is written.
+  ASSERT_TRUE(sigmoid_gate_backward(ctx(), x, logit, dy, dy, dl).ok());
+  EXPECT_TRUE(testing::bitwise_equal(dy, dx));
+  EXPECT_NEAR(dl.data<double>()[1], 0.1875 * 15, 1e-15);
+}
+
+// L = <w, sigmoid(logit) x> over random x [5, 7] and logits in [-3, 3]: both gradients against
+// central differences in f64.
+TEST(SigmoidGateTest, BackwardMatchesFiniteDifferences) {
+  Tensor x = Tensor::empty({5, 7}, DType::kF64), logit = Tensor::empty({5, 1}, DType::kF64);
+  Tensor w = Tensor::empty({5, 7}, DType::kF64);
+  testing::fill_uniform(x, 41, -2, 2);
+  testing::fill_uniform(logit, 42, -3, 3);
+  testing::fill_uniform(w, 43);
+  Tensor dx = Tensor::zeros({5, 7}, DType::kF64), dl = Tensor::zeros({5, 1}, DType::kF64);
+  ASSERT_TRUE(sigmoid_gate_backward(ctx(), x, logit, w, dx, dl).ok());
+  auto loss = [&]() {
+    Tensor y = Tensor::zeros({5, 7}, DType::kF64);
+    EXPECT_TRUE(sigmoid_gate_forward(ctx(), x, logit, y).ok());
+    return testing::dot(y, w);
+  };
+  for (const std::string& f :
+       testing::check_gradients(loss, {{"x", x, dx}, {"logit", logit, dl}}, {1e-6, 1e-9, 1e-7})) {
+    ADD_FAILURE() << f;
+  }
+}
+
+// bf16 rows with f32 logits: the f32 computation on the same values, rounded once more.
+TEST(SigmoidGateTest, Bf16MatchesFloatRounded) {
+  Tensor xf = Tensor::empty({3, 5}, DType::kF32), logit = Tensor::empty({3, 1}, DType::kF32);
+  testing::fill_uniform(xf, 44, -3, 3);
+  testing::fill_uniform(logit, 45, -2, 2);
+  Tensor xb = Tensor::empty({3, 5}, DType::kBF16), xr = Tensor::empty({3, 5}, DType::kF32);
+  ASSERT_TRUE(convert(ctx(), xf, xb).ok());
+  ASSERT_TRUE(convert(ctx(), xb, xr).ok());
+  Tensor yf = Tensor::empty({3, 5}, DType::kF32), yb = Tensor::empty({3, 5}, DType::kBF16);
+  ASSERT_TRUE(sigmoid_gate_forward(ctx(), xr, logit, yf).ok());
+  ASSERT_TRUE(sigmoid_gate_forward(ctx(), xb, logit, yb).ok());
+  Tensor dlf = Tensor::empty({3, 1}, DType::kF32), dlb = Tensor::empty({3, 1}, DType::kBF16);
+  Tensor dxf = Tensor::empty({3, 5}, DType::kF32), dxb = Tensor::empty({3, 5}, DType::kBF16);
+  ASSERT_TRUE(sigmoid_gate_backward(ctx(), xr, logit, xr, dxf, dlf).ok());
+  ASSERT_TRUE(sigmoid_gate_backward(ctx(), xb, logit, xb, dxb, dlb).ok());
+  for (int i = 0; i < 15; ++i) {
+    EXPECT_EQ(static_cast<float>(yb.data<bf16>()[i]), static_cast<float>(bf16(yf.data<float>()[i])))
+        << i;
+    EXPECT_EQ(static_cast<float>(dxb.data<bf16>()[i]),
+              static_cast<float>(bf16(dxf.data<float>()[i])))
+        << i;
+  }
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(static_cast<float>(dlb.data<bf16>()[r]),
+              static_cast<float>(bf16(dlf.data<float>()[r])))
+        << r;
+  }
+}
+
+TEST(SigmoidGateTest, BadArgumentsAreRefusedByName) {
+  Tensor x = Tensor::zeros({3, 4}, DType::kF32), logit = Tensor::zeros({3, 1}, DType::kF32);
+  Tensor y = Tensor::zeros({3, 4}, DType::kF32), dl = Tensor::zeros({3, 1}, DType::kF32);
+  ASSERT_TRUE(sigmoid_gate_forward(ctx(), x, logit, y).ok());
+  ASSERT_TRUE(sigmoid_gate_backward(ctx(), x, logit, y, y, dl).ok());
+  auto refused = [](const Status& s, const std::string& name) {
+    EXPECT_FALSE(s.ok()) << name;
+    EXPECT_EQ(s.message().rfind("sigmoid_gate_", 0), 0u) << s.message();
+    EXPECT_NE(s.message().find(name), std::string::npos) << s.message();
+  };
+  refused(sigmoid_gate_forward(ctx(), x, Tensor::zeros({3}, DType::kF32), y), "logit");
+  refused(sigmoid_gate_forward(ctx(), x, Tensor::zeros({2, 1}, DType::kF32), y), "logit");
+  refused(sigmoid_gate_forward(ctx(), x, Tensor::zeros({3, 1}, DType::kF64), y), "logit");
+  refused(sigmoid_gate_forward(ctx(), x, logit, Tensor::zeros({3, 3}, DType::kF32)), "y");
+  refused(sigmoid_gate_forward(ctx(), Tensor::zeros({12}, DType::kF32), logit, y), "x");
+  refused(sigmoid_gate_backward(ctx(), x, logit, Tensor::zeros({3, 4}, DType::kF64), y, dl), "dy");
+  refused(sigmoid_gate_backward(ctx(), x, logit, y, y, Tensor::zeros({3}, DType::kF32)), "dlogit");
+  refused(sigmoid_gate_backward(ctx(), x, logit, y, x, dl), "dx");  // over x
 }
 
 TEST(BiasTest, RowsAndDroplessBlocks) {

@@ -555,6 +555,32 @@ TEST_F(CudaKernelTest, Swiglu) {
   }
 }
 
+// Qwen2-MoE's row gate: the same double expressions on both sides, so each value is the host's
+// up to one rounding of the act dtype (a last-bit difference of exp, or of the row sum's order in
+// double, can move a rounding); a bound of one epsilon on the relative L2 error. The widest case
+// saturates many gates; dx is written over dy in one call (allowed: each row's sum comes first).
+TEST_F(CudaKernelTest, SigmoidGate) {
+  for (DType dt : kActs) {
+    const DType f = compute_dtype(dt);
+    const double bound = dt == DType::kF32 ? testing::kF32Eps : tolerance(dt);
+    for (auto [m, n] : {std::pair<int64_t, int64_t>{1, 1}, {300, 13}, {257, 1000}}) {
+      const double range = n == 1000 ? 40 : 3;
+      Tensor x = rand({m, n}, dt), logit = rand({m, 1}, f, -range, range), dy = rand({m, n}, dt);
+      Tensor gx = up(x), glogit = up(logit);
+      Tensor y = Tensor::empty({m, n}, dt), gy = poisoned({m, n}, dt);
+      OK(sigmoid_gate_forward(cpu(), x, logit, y));
+      OK(sigmoid_gate_forward(gpu(), gx, glogit, gy));
+      expect_close("sigmoid_gate_forward", y, gy, bound);
+      Tensor dx = Tensor::empty({m, n}, dt), dl = Tensor::empty({m, 1}, dt);
+      Tensor gdy = up(dy), gdl = poisoned({m, 1}, dt);
+      OK(sigmoid_gate_backward(cpu(), x, logit, dy, dx, dl));
+      OK(sigmoid_gate_backward(gpu(), gx, glogit, gdy, gdy, gdl));
+      expect_close("sigmoid_gate_backward(dx)", dx, gdy, bound);
+      expect_close("sigmoid_gate_backward(dlogit)", dl, gdl, bound);
+    }
+  }
+}
+
 TEST_F(CudaKernelTest, LayerNorm) {
   for (DType dt : kActs) {
     const DType f = compute_dtype(dt);
