@@ -116,6 +116,7 @@ Status apply_moe_proto(const momoe::MoeConfig& m, const std::string& where, MoeL
   if (m.has_bias_update_rate()) c->bias_update_rate = m.bias_update_rate();
   if (m.has_shared_experts()) c->shared_experts = m.shared_experts();
   if (m.has_d_shared()) c->d_shared = m.d_shared();
+  if (m.has_shared_expert_gate()) c->shared_expert_gate = m.shared_expert_gate();
   if (m.has_expert_groups()) c->expert_groups = m.expert_groups();
   if (m.has_topk_groups()) c->topk_groups = m.topk_groups();
   if (m.has_max_ep_ranks()) c->max_ep_ranks = m.max_ep_ranks();
@@ -314,6 +315,7 @@ void moe_config_to_proto(const MoeLayerConfig& c, momoe::MoeConfig* m) {
   m->set_bias_update_rate(c.bias_update_rate);
   m->set_shared_experts(c.shared_experts);
   m->set_d_shared(c.d_shared);
+  m->set_shared_expert_gate(c.shared_expert_gate);
   m->set_expert_groups(c.expert_groups);
   m->set_topk_groups(c.topk_groups);
   m->set_max_ep_ranks(c.max_ep_ranks);

@@ -174,6 +174,12 @@ Status check_modern_routing(const MoeLayerConfig& c, const std::string& where, i
   MOE_RETURN_IF_ERROR(
       require(c.shared_experts >= 0, where, "shared_experts", c.shared_experts, "[0, inf)"));
   MOE_RETURN_IF_ERROR(require(c.d_shared >= 0, where, "d_shared", c.d_shared, "[0, inf)"));
+  if (c.shared_expert_gate && c.shared_experts == 0) {
+    return invalid_argument_error(where, ".shared_expert_gate gates the shared experts, but ",
+                                  where,
+                                  ".shared_experts is 0: set shared_experts >= 1 or drop "
+                                  "shared_expert_gate");
+  }
   if (c.expert_groups < 1 || c.num_experts % c.expert_groups != 0) {
     return invalid_argument_error(where, ".expert_groups = ", c.expert_groups,
                                   " must be >= 1 and divide num_experts = ", c.num_experts);

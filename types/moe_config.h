@@ -160,6 +160,7 @@ struct MoeLayerConfig {
   double bias_update_rate = 0;       // loss-free balancing's rate (0 = off), >= 0
   int64_t shared_experts = 0;        // always-active experts, computed where the token is
   int64_t d_shared = 0;              // their hidden width (0 in the file: d_expert)
+  bool shared_expert_gate = false;   // Qwen2-MoE: shared output *= sigmoid(y . w_gate)
   int64_t expert_groups = 1;         // group-limited routing: E / expert_groups per group
   int64_t topk_groups = 0;           // groups each token keeps (0 in the file: expert_groups)
   // Node-limited routing (DeepSeek-V3): the expert_groups groups are the nodes; each token keeps

@@ -63,7 +63,8 @@ Json moe_layer_json(const MoeLayerConfig& m) {
   // each token's best topk_groups of expert_groups groups (a group's score: the sum of its
   // group_top best choice keys); gates = the chosen scores, divided by
   // their sum when renormalize, times routed_scaling; shared experts: one FFN of width
-  // shared_experts x d_shared added to the experts' output.
+  // shared_experts x d_shared added to the experts' output, times sigmoid(y . gate) when
+  // shared_expert_gate (Qwen2-MoE; moe.shared.gate.weight [1, D]).
   j["score_function"] = m.score_function == ScoreFunction::kSigmoid ? "sigmoid" : "softmax";
   j["renormalize"] = m.renormalize;
   j["routed_scaling"] = m.routed_scaling;
@@ -73,6 +74,7 @@ Json moe_layer_json(const MoeLayerConfig& m) {
   j["score_bias"] = m.bias_update_rate > 0;
   j["shared_experts"] = m.shared_experts;
   j["d_shared"] = m.d_shared > 0 ? m.d_shared : m.d_expert;  // shared_width() / shared_experts
+  j["shared_expert_gate"] = m.shared_expert_gate;
   // The residual dynamics as momoe computes them, per element (kernels/cpu/residual_math.h),
   // with momoe's own coefficients (residual_args_for, input_shift_for), kept for other readers:
   //   plain:    out = x + u,                      p_out = p_in
@@ -222,6 +224,7 @@ StatusOr<ExportedName> exported_name(const std::string& name) {
       {"moe.shared.b1", {"moe.shared.fc1.bias", false}},
       {"moe.shared.w2", {"moe.shared.fc2.weight", true}},
       {"moe.shared.b2", {"moe.shared.fc2.bias", false}},
+      {"moe.shared.w_gate", {"moe.shared.gate.weight", true}},
   };
   const auto [block, leaf] = split_block(name);
   const auto& table = block.empty() ? kTopLevel : kInBlock;

@@ -42,9 +42,7 @@ MoeLayer::MoeLayer(const std::string& prefix, const MoeLayerConfig& cfg, int blo
     omega_ = &params->add(prefix + ".omega", {cfg.d_model}, ParamKind::kDense, false);
   }
   if (cfg.shared_experts > 0) {
-    shared_ =
-        std::make_unique<DenseFfn>(prefix + ".shared", cfg.d_model, cfg.shared_width(),
-                                   cfg.activation, cfg.linear_bias, cfg.expert_dropout, params);
+    shared_ = std::make_unique<SharedExperts>(prefix + ".shared", cfg, params);
   }
 }
 
@@ -180,7 +178,7 @@ Status MoeLayer::run_experts_and_combine(const MoeLayerInputs& in, const Tensor&
   MOE_RETURN_IF_ERROR(
       kernels::combine(ctx_, saved->y_send, plan.row, saved->router.gate, omega, saved->u));
   if (shared_ != nullptr) {
-    // The shared experts on this rank's tokens, gate 1 (their hidden dropout keyed by token).
+    // The shared experts on this rank's tokens (their hidden dropout keyed by token).
     MOE_ASSIGN_OR_RETURN(
         Tensor s, shared_->forward(y, in.token_offset, in.training,
                                    site_rng(in.seed, RandomSite::kFfnHidden, block_, in.step),

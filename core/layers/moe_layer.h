@@ -22,11 +22,11 @@
 #include <string>
 
 #include "comm/communicator.h"
-#include "core/layers/dense_ffn.h"
 #include "core/layers/expert_ffn.h"
 #include "core/layers/moe_dispatcher.h"
 #include "core/layers/moe_router.h"
 #include "core/layers/parameters.h"
+#include "core/layers/shared_experts.h"
 #include "kernels/residual.h"
 #include "types/moe_config.h"
 #include "types/router_stats.h"
@@ -74,8 +74,8 @@ struct MoeLayerSaved {
   RouterSaved router;
   DispatchPlan plan;
   ExpertSaved experts;
-  DenseFfn::Saved shared;  // the shared experts (shared_experts > 0)
-  Tensor y_send;           // [S, D] expert outputs in send layout (combine backward)
+  SharedExperts::Saved shared;  // the shared experts (shared_experts > 0)
+  Tensor y_send;                // [S, D] expert outputs in send layout (combine backward)
   Tensor u;      // [T, D] SMoE output (routed + shared) after output dropout (residual input)
   Tensor m_out;  // [T, D] F Adam moments (Adam layers)
   Tensor v_out;
@@ -156,8 +156,8 @@ class MoeLayer {
   MoeRouter router_;
   MoeDispatcher dispatcher_;
   ExpertFfn experts_;
-  Parameter* omega_ = nullptr;        // [D] F
-  std::unique_ptr<DenseFfn> shared_;  // the shared experts as one FFN, or null
+  Parameter* omega_ = nullptr;             // [D] F
+  std::unique_ptr<SharedExperts> shared_;  // the shared experts, or null
 };
 
 }  // namespace moe

@@ -119,8 +119,8 @@ ParameterCount count_parameters(const ModelConfig& m, int ep) {
     if (c.sparsemixer.enabled && c.sparsemixer.omega) params += D;
     if (c.shared_experts > 0) {
       const FfnParams shared = ffn_params(D, c.shared_width(), c.activation, c.linear_bias);
-      params += shared.total();
-      matmul += shared.matrices;
+      params += shared.total() + (c.shared_expert_gate ? D : 0);  // w_gate [D, 1]
+      matmul += shared.matrices + (c.shared_expert_gate ? D : 0);
     }
   }
   return {params, matmul, experts, experts_matmul};
@@ -214,6 +214,8 @@ void add_moe_bytes(const MoeLayerConfig& c, int64_t D, int64_t A, int ep, const 
         t(1, first_matrix_cols(c.activation, c.shared_width()), A) + t(1, c.shared_width(), A);
     out->hidden += shared;
     out->saved += shared + t(1, D, A);
+    // Gated (Qwen2-MoE): the output before the gate, and the logit (F).
+    if (c.shared_expert_gate) out->saved += t(1, D, A) + t(1, 1, 4);
   }
   if (c.residual == ResidualKind::kAdam) out->saved += 2 * t(1, D, 4);  // the moments out (F)
 }

@@ -38,6 +38,7 @@ ModelSize model_size(const ModelConfig& m) {
     // Shared experts: dense, always active (one FFN of their summed width).
     if (c.shared_experts > 0) {
       dense += ffn_params(D, c.shared_width(), c.activation, c.linear_bias).total();
+      if (c.shared_expert_gate) dense += D;  // w_gate [D, 1]
     }
     const int64_t per_expert = ffn_params(D, c.d_expert, c.activation, c.linear_bias).total();
     z.expert_params += c.num_experts * per_expert;

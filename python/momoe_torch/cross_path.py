@@ -43,6 +43,7 @@ STAGES = {
     "rope": 1,               # the rotation of q and k (attention)
     "gated": 1,              # SwiGLU's product silu(gate) * up (dense FFN, experts)
     "shared": 1,             # adding the shared experts' output to the routed experts'
+    "shared_gate": 2,        # Qwen2-MoE's gate on it: the logit y . w, the product by its sigmoid
 }
 
 
@@ -58,6 +59,7 @@ def forward_depth(cfg):
             depth += STAGES["moe_to_router"] + STAGES["moe_after_router"]
             depth += STAGES["gated"] if block.get("activation") == "swiglu" else 0
             depth += STAGES["shared"] if int(block.get("shared_experts", 0)) > 0 else 0
+            depth += STAGES["shared_gate"] if block.get("shared_expert_gate", False) else 0
         else:
             depth += STAGES["dense"]
             depth += STAGES["gated"] if cfg.get("activation") == "swiglu" else 0

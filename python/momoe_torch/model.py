@@ -194,6 +194,9 @@ class MoeLayer(nn.Module):
         shared = int(cfg.get("shared_experts", 0))
         self.shared = (FeedForward(d_model, shared * int(cfg["d_shared"]), cfg["activation"], bias)
                        if shared > 0 else None)
+        if self.shared is not None and cfg.get("shared_expert_gate", False):
+            # Qwen2-MoE: the shared output times sigmoid(y . w), one logit per token.
+            self.shared.gate = nn.Linear(d_model, 1, bias=False)
         sm = cfg["sparsemixer"]
         if sm["enabled"] and sm["omega"]:
             self.omega = nn.Parameter(torch.ones(d_model))
@@ -358,7 +361,10 @@ class MoeLayer(nn.Module):
                 out = out * self.omega
             u.index_add_(0, tokens, gate[tokens, choice][:, None] * out)
         if self.shared is not None:
-            u = u + self.shared(y)
+            s = self.shared(y)
+            if hasattr(self.shared, "gate"):
+                s = torch.sigmoid(self.shared.gate(y)) * s
+            u = u + s
 
         # The residual dynamics, per element in float64 (kernels/cpu/residual_math.h).
         x, ud = x_base.double(), u.double()

@@ -201,11 +201,14 @@ INSTANTIATE_TEST_SUITE_P(Configs, GpuTrainingTest, ::testing::ValuesIn(config_fa
                          [](const ::testing::TestParamInfo<std::string>& info) {
                            return info.param;
                          });
-// The block of current models (RMSNorm, RoPE, SwiGLU, no biases, pre-norm) at the small size.
-INSTANTIATE_TEST_SUITE_P(Modern, GpuTrainingTest, ::testing::Values("modern/mixtral"),
+// The block of current models (RMSNorm, RoPE, SwiGLU, no biases, pre-norm) at the small size,
+// with Mixtral's routing and with Qwen2-MoE's (fine-grained experts, a gated shared expert).
+INSTANTIATE_TEST_SUITE_P(Modern, GpuTrainingTest,
+                         ::testing::Values("modern/mixtral", "modern/qwen2-moe"),
                          [](const ::testing::TestParamInfo<std::string>& info) {
                            std::string name = info.param;
                            std::replace(name.begin(), name.end(), '/', '_');
+                           std::replace(name.begin(), name.end(), '-', '_');
                            return name;
                          });
 

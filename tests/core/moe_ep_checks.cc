@@ -501,6 +501,7 @@ std::vector<std::string> single_rank_variants() {
           "swiglu_bias_free_dropout",
           "sigmoid_seq",
           "shared_swiglu_dropout",
+          "shared_gated_dropout",
           "node_limited",
           "node_limited_dropless"};
 }
@@ -543,6 +544,7 @@ MoeLayerConfig ep_variant(const std::string& name) {
     // Shared experts: computed where the token is, their dropout keyed by the global token.
     cfg.shared_experts = 2;
     cfg.d_shared = 3;
+    cfg.shared_expert_gate = name.find("gated") != std::string::npos;  // Qwen2-MoE's gate
   }
   if (name.find("sigmoid_seq") != std::string::npos) {
     // DeepSeek-V3's routing: sigmoid scores, scaled gates and the sequence-wise balance loss.

@@ -2,9 +2,9 @@
 // router weights through top-k and softmax or sigmoid gates (renormalised or not, scaled), the
 // balance, z and sequence-wise balance losses, a router without bias, capacity drops, dropout,
 // the momentum, Adam and robust state, the AC router's parameters, SparseMixer's experts and
-// omega, SwiGLU and bias-free experts, shared experts. Gradients w.r.t. the inputs are checked
-// wherever the layer's gradient is the true one (the AC metric and SparseMixer's estimator are
-// deliberately not; see their own tests).
+// omega, SwiGLU and bias-free experts, shared experts (also gated). Gradients w.r.t. the inputs are
+// checked wherever the layer's gradient is the true one (the AC metric and SparseMixer's estimator
+// are deliberately not; see their own tests).
 #include <gtest/gtest.h>
 
 #include <functional>
@@ -146,6 +146,18 @@ std::vector<Variant> variants() {
   v.push_back({"shared_relu_capacity_drops", [](MoeLayerConfig* c) {
                  c->shared_experts = 1;
                  c->capacity_factor = 0.6;
+               }});
+  // Qwen2-MoE: a SwiGLU shared expert scaled by sigmoid(y w_gate), softmax gates not
+  // renormalised, with hidden and output dropout (w_gate's gradient and the gate's share of dy).
+  v.push_back({"shared_gated_qwen2_dropout", [](MoeLayerConfig* c) {
+                 c->activation = ExpertActivation::kSwiglu;
+                 c->linear_bias = false;
+                 c->renormalize = false;
+                 c->shared_experts = 1;
+                 c->d_shared = 5;
+                 c->shared_expert_gate = true;
+                 c->expert_dropout = 0.25;
+                 c->output_dropout = 0.2;
                }});
   v.push_back({"bias_free_capacity_drops", [](MoeLayerConfig* c) {
                  c->linear_bias = false;

@@ -343,9 +343,9 @@ TEST_F(ParallelTrainerTest, LossFreeBiasMovesByTheGlobalLoadsInEveryLayout) {
 }
 
 // The block of current models (pre-norm RMSNorm, RoPE, SwiGLU, no biases) with DeepSeek-V3's
-// routing (sigmoid, scaled, node-limited to one of two groups, shared experts, the sequence loss,
-// loss-free balancing): one process, EP 2, DP 2 and EP 2 x DP 2 train alike, and an EP 2
-// checkpoint resumes at EP 4 (where a group spans two ranks).
+// routing (sigmoid, scaled, node-limited to one of two groups, the sequence loss, loss-free
+// balancing) and a shared expert under Qwen2-MoE's gate: one process, EP 2, DP 2 and EP 2 x DP 2
+// train alike, and an EP 2 checkpoint resumes at EP 4 (where a group spans two ranks).
 TEST_F(ParallelTrainerTest, TheBlockAndRoutingOfCurrentModelsAreLayoutIndependent) {
   std::vector<std::string> set = kEquivalent;
   for (const char* s :
@@ -353,7 +353,8 @@ TEST_F(ParallelTrainerTest, TheBlockAndRoutingOfCurrentModelsAreLayoutIndependen
         "model.activation=SWIGLU", "model.moe.activation=SWIGLU", "model.linear_bias=false",
         "model.moe.score_function=SIGMOID", "model.moe.routed_scaling=2.5",
         "model.moe.expert_groups=2", "model.moe.max_ep_ranks=1", "model.moe.shared_experts=1",
-        "model.moe.seq_balance_loss_coef=0.01", "model.moe.bias_update_rate=0.0078125"}) {
+        "model.moe.shared_expert_gate=true", "model.moe.seq_balance_loss_coef=0.01",
+        "model.moe.bias_update_rate=0.0078125"}) {
     set.push_back(s);
   }
   LayoutResult single = train(1, 1, 6, fresh_dir("par_modern1"), set);

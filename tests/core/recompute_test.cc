@@ -259,8 +259,8 @@ TEST_F(RecomputeTest, TheKeptTensorsFollowTheSetting) {
           EXPECT_GT(saved.moe.experts.x.numel(), 0) << "block " << b;
           EXPECT_EQ(saved.moe.experts.h.numel() > 0, hidden_kept) << "block " << b;
           EXPECT_EQ(saved.moe.experts.h_pre.numel() > 0, hidden_kept) << "block " << b;
-          EXPECT_EQ(saved.moe.shared.h.numel() > 0, hidden_kept) << "block " << b;
-          EXPECT_EQ(saved.moe.shared.recompute_hidden, !hidden_kept) << "block " << b;
+          EXPECT_EQ(saved.moe.shared.ffn.h.numel() > 0, hidden_kept) << "block " << b;
+          EXPECT_EQ(saved.moe.shared.ffn.recompute_hidden, !hidden_kept) << "block " << b;
         } else {
           EXPECT_GT(saved.ffn.x.numel(), 0) << "block " << b;
           EXPECT_EQ(saved.ffn.h.numel() > 0, hidden_kept) << "block " << b;

@@ -187,6 +187,10 @@ check mixtral
 train deepseek modern/deepseek-v3 --set model.moe.num_experts=32 --set model.moe.d_expert=32 \
   --set model.moe.topk_groups=0 --set model.moe.max_ep_ranks=2
 check deepseek
+# Qwen2-MoE's (configs/modern/qwen2-moe.pbtxt): gates the softmax's probabilities (not
+# renormalised), a shared expert scaled per token by sigmoid(y . w).
+train qwen2 modern/qwen2-moe
+check qwen2
 
 # The evaluation batch: without AC layers it does not matter (up to rounding); an AC model
 # (the paper's per-batch rule) is evaluated in its recorded batch and refuses another. At batch
@@ -239,6 +243,8 @@ perturb deepseek "sigmoid -> softmax scores" \
 perturb deepseek "groups scored by their 3 best scores -> 2 best" \
   'for b in c["blocks"]: b["group_top"] = 2'
 perturb modern_block "RMSNorm eps 1e-5 -> 1e-2" 'c["norm_eps"] = 1e-2'
+perturb qwen2 "gates renormalised over the chosen" \
+  'for b in c["blocks"]: b["renormalize"] = True'
 run_jobs "$src/python" "$tmp/results.json"
 
 # At batch 8 the decisions on the 40 sequences are batch 16's but at near-ties (checked against

@@ -105,6 +105,14 @@ TEST(MoeConfigTest, RoutingOfCurrentModels) {
   EXPECT_TRUE(
       parse("ac { enabled: true } score_function: SIGMOID seq_balance_loss_coef: 0.01").ok());
   expect_error("routed_scaling: 0", "routed_scaling = 0");
+  // Qwen2-MoE's gated shared expert: a round trip keeps it; without shared experts it is refused.
+  c = parse("shared_experts: 1 d_shared: 8 shared_expert_gate: true renormalize: false");
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_TRUE(c->shared_expert_gate);
+  back = parse_moe_config_text(moe_config_to_text(*c));
+  ASSERT_TRUE(back.ok()) << back.status().to_string();
+  EXPECT_TRUE(back->shared_expert_gate);
+  expect_error("shared_expert_gate: true", "shared_experts is 0: set shared_experts >= 1");
   expect_error("seq_balance_loss_coef: -1", "seq_balance_loss_coef = -1");
   const std::string sm = "top_k: 1 sparsemixer { enabled: true } ";
   expect_error(sm + "score_function: SIGMOID",
