@@ -61,19 +61,19 @@ StatusOr<std::string> run_export(const FlagParser& flags) {
   source.vocab_fingerprint = c.tokenizer->fingerprint();
   source.tokenizer_files = tokenizer_files(c.dir);
 
-  const std::string hf_why = mixtral_mismatch(c.model->config());
+  const TransformersLayout hf = transformers_layout(c.model->config());
   // Written under OUT.tmp and renamed when whole: a folder named OUT is always complete.
   MOE_ASSIGN_OR_RETURN(io::AtomicDirectory folder, io::AtomicDirectory::begin(out));
   const Status written = [&]() -> Status {
     MOE_RETURN_IF_ERROR(export_model(c.model.get(), source, folder.path()));
-    if (hf_why.empty()) {
-      // Mixtral's shape: transformers' own layout too, in a subfolder.
+    if (!hf.architecture.empty()) {
+      // A published architecture's shape: transformers' own layout too, in a subfolder.
       std::error_code ec;
       std::filesystem::create_directory(folder.path() + "/transformers", ec);
       if (ec) {
         return unavailable_error("cannot create ", folder.path(), "/transformers: ", ec.message());
       }
-      MOE_RETURN_IF_ERROR(export_mixtral(c.model.get(), folder.path() + "/transformers"));
+      MOE_RETURN_IF_ERROR(export_transformers(c.model.get(), folder.path() + "/transformers"));
     }
     for (const std::string& name : source.tokenizer_files) {
       MOE_ASSIGN_OR_RETURN(std::string bytes, io::read_file(c.dir + "/" + name));
@@ -93,8 +93,9 @@ StatusOr<std::string> run_export(const FlagParser& flags) {
       "momoe-export: ", out, ": ", tensors, " tensors (", c.model->params().numel(),
       " parameters) from ", c.dir, " (step ", c.manifest.step, ", EP ", c.manifest.ep_size,
       " layout), config.json, ", source.tokenizer_files.size(), " tokenizer file(s); ",
-      hf_why.empty() ? str_cat("transformers' MixtralForCausalLM layout in ", out, "/transformers")
-                     : str_cat("no transformers layout (not Mixtral's shape: ", hf_why, ")"));
+      hf.architecture.empty()
+          ? str_cat("no transformers layout (", hf.why_not, ")")
+          : str_cat("transformers' ", hf.architecture, " layout in ", out, "/transformers"));
 }
 
 int run(int argc, char** argv) {
@@ -102,7 +103,8 @@ int run(int argc, char** argv) {
       "usage: momoe-export --checkpoint DIR --out DIR\n"
       "Writes model.safetensors (torch.nn names and layout), config.json and the tokenizer\n"
       "files; python/momoe_torch loads the folder (docs/export_format.md). A model with\n"
-      "exactly Mixtral's shape also gets transformers' layout in OUT/transformers.\n",
+      "exactly Mixtral's or Qwen2-MoE's shape also gets transformers' layout in\n"
+      "OUT/transformers.\n",
       "example: momoe-export --checkpoint runs/quickstart/ckpt-00000300 --out "
       "exported/quickstart\n");
   flags.value("checkpoint", "a checkpoint directory (RUN_DIR/ckpt-<step>), any EP layout");

@@ -41,16 +41,17 @@
 #   call 2, after call 1's failed and unreached stages:
 #   mpi        90  2 and 4 MPI ranks sharing the GPU equal to one rank (parallel_trainer_mpi_test,
 #                  OpenMPI set as ctest sets it; `mpirun -np 2 true` first)
-#   transformers 90  the machine's own transformers (python3's; none is installed) loads momoe's
-#                  Mixtral export (transformers_export_test on the GPU: 12 training steps and
+#   transformers 120 the machine's own transformers (python3's; none is installed) loads momoe's
+#                  Mixtral and Qwen2-MoE exports (transformers_export_test on the GPU: 12 steps and
 #                  momoe-eval with --routing-out on the GPU, momoe-export, momoe-data), and
 #                  tests/launcher/transformers_check.py --device cuda compares it with momoe-eval
 #                  in float64 (a rope_theta of 5000 must fail that) and in bfloat16 (routed on
 #                  momoe-eval's decisions: decisions differing, |ln ratio| against
-#                  (eps_bf16 + eps32) x (depth + mean NLL)). Practised on a 2-core CPU with
-#                  transformers 5.17 and torch 2.11: 27 s (4 s of training and scoring, three
-#                  checks of 7 s: imports, load, one pass); CUDA's start in each of its five
-#                  processes may add as much: 90 s
+#                  (eps_bf16 + eps32) x (depth + mean NLL)). Practised with Mixtral alone on
+#                  a 2-core CPU with transformers 5.17 and torch 2.11: 27 s (4 s of training
+#                  and scoring, three checks of 7 s: imports, load, one pass); with Qwen2-MoE's
+#                  two checks about 45 s, and CUDA's start in each of its nine processes may add
+#                  as much: 120 s
 #   initcheck  60  compute-sanitizer initcheck on two training steps of a tiny model
 #   synccheck  70  compute-sanitizer synccheck on the kernel tests
 #   racecheck 100  compute-sanitizer racecheck on the kernel tests
@@ -82,7 +83,7 @@ CALL1_STAGES="env kernels nccl model memcheck smoke"
 CALL2_STAGES="mpi transformers initcheck synccheck racecheck"
 ORDER="env build kernels nccl model memcheck smoke mpi transformers initcheck synccheck racecheck layer"
 declare -A BOX=([env]=20 [build]=420 [kernels]=110 [nccl]=30 [model]=145 [memcheck]=70
-                [smoke]=60 [mpi]=90 [transformers]=90 [initcheck]=60 [synccheck]=70
+                [smoke]=60 [mpi]=90 [transformers]=120 [initcheck]=60 [synccheck]=70
                 [racecheck]=100 [layer]=500)
 BUNDLE=${BUNDLE:-$ROOT/gpu-bundle.tar.xz}
 KERNEL_FILTER='CudaKernelTest.*:-*RepeatedRuns*:*LargeShapes*'  # sanitizers: small cases
@@ -501,11 +502,11 @@ stage_mpi() {
 }
 
 # transformers_export_test on the GPU, with the machine's own transformers and torch (its python3:
-# there is no package registry here to install a pinned release from): momoe's Mixtral trained and
-# scored on the GPU, exported, then loaded by transformers in float64 (the CPU test's check; a
-# changed rope_theta must fail it, so this release is seen to read config.json) and in bfloat16
-# (transformers' own GPU arithmetic, routed on momoe-eval's decisions; its bound is too loose to
-# see rope_theta).
+# there is no package registry here to install a pinned release from): momoe's Mixtral and
+# Qwen2-MoE trained and scored on the GPU, exported, then loaded by transformers in float64 (the
+# CPU test's check; a changed rope_theta must fail Mixtral's, so this release is seen to read
+# config.json) and in bfloat16 (transformers' own GPU arithmetic, routed on momoe-eval's
+# decisions; its bound is too loose to see rope_theta).
 stage_transformers() {
   local versions
   versions=$(py -c 'import torch, transformers
@@ -514,63 +515,80 @@ print("transformers", transformers.__version__, "torch", torch.__version__, "CUD
         "package registry to install them from, so the transformers stage cannot run"
       key "transformers missing"; return 1; }
   echo "$versions"
-  local run=$WORK/transformers text=$ROOT/data/brown/valid.txt.gz
+  local run=$WORK/transformers text=$ROOT/data/brown/valid.txt.gz name
   rm -rf "$run" && mkdir -p "$run" || return 1
-  echo "== momoe-train configs/modern/mixtral.pbtxt on the GPU (transformers_export_test's 12 steps)"
-  "$BIN/momoe-train" --config "$ROOT/configs/modern/mixtral.pbtxt" --run-dir "$run/mixtral" \
-    --set train.device=CUDA --set train.steps=12 --set train.checkpoint_every=12 \
-    --set train.optimizer.lr=4e-3 --set train.schedule.warmup_steps=0 --set model.init_std=0.05 \
-    --set train.final_eval=NONE --set train.eval_every=0 --set data.cache_dir="$run/cache" || return 1
-  local ckpt=$run/mixtral/ckpt-00000012
-  echo "== momoe-eval on the GPU with its routing decisions; the export; its tokens"
-  "$BIN/momoe-eval" --checkpoint "$ckpt" --text "$text" --max-sequences 40 --attack-rate 0 \
-    --device cuda --routing-out "$run/mixtral.routing" > "$run/mixtral.eval" || return 1
-  cat "$run/mixtral.eval"
-  "$BIN/momoe-export" --checkpoint "$ckpt" --out "$run/export" &&
-    "$BIN/momoe-data" prepare --out "$run/tokens" --train "$text" --vocab "$run/export/vocab.txt" \
-      --quiet > /dev/null || return 1
-  cp -r "$run/export" "$run/perturbed" &&
+  for name in mixtral qwen2-moe; do transformers_model "$name" "$run" "$text" || return 1; done
+  "$BIN/momoe-data" prepare --out "$run/tokens" --train "$text" \
+    --vocab "$run/mixtral.export/vocab.txt" --quiet > /dev/null || return 1
+  cp -r "$run/mixtral.export" "$run/perturbed" &&
     py - "$run/perturbed/transformers/config.json" <<'PY' || return 1
 import json, sys
 c = json.load(open(sys.argv[1]))
 c["rope_theta"] = 5000.0
 json.dump(c, open(sys.argv[1], "w"))
 PY
-  local rc=0 check
-  for check in float64 perturbed bfloat16; do  # perturbed: float64 on the rope_theta 5000 copy
-    local dir=$run/export dtype=$check out=$RESULTS/transformers_$check.txt
-    [ "$check" = perturbed ] && dir=$run/perturbed dtype=float64
-    echo "== transformers_check.py --device cuda --dtype $dtype ($(basename "$dir"))"
-    py "$ROOT/tests/launcher/transformers_check.py" "$ROOT/python" "$dir" "$run/tokens" \
-      "$run/mixtral.routing" "$run/mixtral.eval" MixtralForCausalLM --device cuda \
-      --dtype "$dtype" > "$out" 2>&1
-    local code=$?
-    if [ "$check" = perturbed ]; then
-      # Must fail, and by the comparison's verdict (not a crash, a missing device or a timeout).
-      # Its expected FAIL line stays out of the stage log, where the digest would take it for
-      # the stage's failure; the whole output is in transformers_perturbed.txt.
-      local verdict=
-      verdict=$(grep -m1 -E "^FAIL: transformers( against momoe-eval|' routing differs)" "$out")
-      echo "rope_theta 5000: exit $code, verdict: ${verdict:-none}"
-      key "rope_theta 5000 $([ -n "$verdict" ] && echo caught || echo 'NOT caught')"
-      [ -n "$verdict" ] && continue
-      echo "rope_theta 10000 -> 5000 was not caught by the float64 comparison (exit $code): this" \
-           "transformers does not read rope_theta from config.json, the check cannot see it," \
-           "or the check did not run to its verdict" | tee -a "$out"
-    else
-      cat "$out"
-      key "$dtype $([ $code -eq 0 ] && echo passed || echo FAILED):" "$(sed -n \
-          -e 's/^transformers: decisions: .* tokens, \([0-9]*\) differ.*/\1 decisions differ,/p' \
-          -e 's/^transformers: \([0-9]*\) tokens routed differently.*/\1 decisions differ,/p' \
-          -e 's/.*: |ln ratio| \([^ ]*\) <= \([^ ]*\) .*/|ln ratio| \1 <= \2/p' "$out" | tail -2 | paste -sd' ')"
-      [ $code -eq 0 ] && continue
-    fi
-    rc=1
-    { echo "transformers_check.py --dtype $dtype on $(basename "$dir"):"; tail -12 "$out"; } \
-      >> "$RESULTS/transformers.digest"
+  local rc=0 job
+  # perturbed: float64 on the rope_theta 5000 copy of Mixtral's export.
+  for job in mixtral:float64 mixtral:perturbed mixtral:bfloat16 qwen2-moe:float64 \
+             qwen2-moe:bfloat16; do
+    transformers_job "$run" "${job%%:*}" "${job#*:}" || rc=1
   done
   key "$versions"
   return $rc
+}
+
+# transformers_model NAME RUN TEXT: configs/modern/NAME.pbtxt trained 12 steps and scored on the
+# GPU with its routing decisions (RUN/NAME.routing, RUN/NAME.eval), exported to RUN/NAME.export.
+transformers_model() {
+  local name=$1 run=$2 text=$3
+  echo "== momoe-train configs/modern/$name.pbtxt on the GPU (transformers_export_test's 12 steps)"
+  "$BIN/momoe-train" --config "$ROOT/configs/modern/$name.pbtxt" --run-dir "$run/$name" \
+    --set train.device=CUDA --set train.steps=12 --set train.checkpoint_every=12 \
+    --set train.optimizer.lr=4e-3 --set train.schedule.warmup_steps=0 --set model.init_std=0.05 \
+    --set train.final_eval=NONE --set train.eval_every=0 --set data.cache_dir="$run/cache" || return 1
+  local ckpt=$run/$name/ckpt-00000012
+  echo "== momoe-eval on the GPU with its routing decisions; the export"
+  "$BIN/momoe-eval" --checkpoint "$ckpt" --text "$text" --max-sequences 40 --attack-rate 0 \
+    --device cuda --routing-out "$run/$name.routing" > "$run/$name.eval" || return 1
+  cat "$run/$name.eval"
+  "$BIN/momoe-export" --checkpoint "$ckpt" --out "$run/$name.export"
+}
+
+# transformers_job RUN NAME CHECK: transformers_check.py on NAME's export (CHECK float64 or
+# bfloat16; perturbed: float64 on RUN/perturbed, which must fail by the comparison's verdict).
+transformers_job() {
+  local run=$1 name=$2 check=$3
+  local dir=$run/$name.export dtype=$check out=$RESULTS/transformers_${name}_$check.txt arch
+  [ "$check" = perturbed ] && dir=$run/perturbed dtype=float64
+  arch=$(py -c 'import json, sys; print(json.load(open(sys.argv[1]))["architectures"][0])' \
+    "$dir/transformers/config.json") || return 1
+  echo "== transformers_check.py --device cuda --dtype $dtype ($name, $(basename "$dir"))"
+  py "$ROOT/tests/launcher/transformers_check.py" "$ROOT/python" "$dir" "$run/tokens" \
+    "$run/$name.routing" "$run/$name.eval" "$arch" --device cuda --dtype "$dtype" > "$out" 2>&1
+  local code=$?
+  if [ "$check" = perturbed ]; then
+    # Must fail, and by the comparison's verdict (not a crash, a missing device or a timeout).
+    # Its expected FAIL line stays out of the stage log, where the digest would take it for the
+    # stage's failure; the whole output is in transformers_mixtral_perturbed.txt.
+    local verdict=
+    verdict=$(grep -m1 -E "^FAIL: transformers( against momoe-eval|' routing differs)" "$out")
+    echo "rope_theta 5000: exit $code, verdict: ${verdict:-none}"
+    key "rope_theta 5000 $([ -n "$verdict" ] && echo caught || echo 'NOT caught')"
+    [ -n "$verdict" ] && return 0
+    echo "rope_theta 10000 -> 5000 was not caught by the float64 comparison (exit $code): this" \
+         "transformers does not read rope_theta from config.json, the check cannot see it," \
+         "or the check did not run to its verdict" | tee -a "$out"
+  else
+    cat "$out"
+    key "$name $dtype $([ $code -eq 0 ] && echo passed || echo FAILED):" "$(sed -n \
+        -e 's/^transformers: decisions: .* tokens, \([0-9]*\) differ.*/\1 decisions differ,/p' \
+        -e 's/^transformers: \([0-9]*\) tokens routed differently.*/\1 decisions differ,/p' \
+        -e 's/.*: |ln ratio| \([^ ]*\) <= \([^ ]*\) .*/|ln ratio| \1 <= \2/p' "$out" | tail -2 | paste -sd' ')"
+    [ $code -eq 0 ] && return 0
+  fi
+  { echo "transformers_check.py --dtype $dtype on $name ($(basename "$dir")):"; tail -12 "$out"; } \
+    >> "$RESULTS/transformers.digest"
+  return 1
 }
 
 # ---------------------------------------------------------------------------------------------

@@ -35,37 +35,55 @@ import sys
 MAX_SEQUENCES = 40
 
 
-def force_top_k(output, chosen):
+def force_top_k(output, chosen, renormalize):
     """A router's `output` made to choose the experts `chosen` [N, K] (the routing file's, best
-    first). Mixtral's gates are the softmax over the chosen logits, renormalised: keeping those
-    logits and setting every other to -inf leaves them as they were and makes the chosen the only
-    finite entries, so top-k picks exactly them.
+    first). Renormalised gates (Mixtral; Qwen2-MoE with norm_topk_prob) are the softmax over the
+    chosen logits: keeping those logits and setting every other to -inf leaves them as they were
+    and makes the chosen the only finite entries, so top-k picks exactly them.
 
-    transformers 4.x (MixtralSparseMoeBlock.gate is an nn.Linear; the block computes softmax in
-    float32 over all E logits, its top-k, and divides by their sum): the forced logits [N, E].
-    transformers 5.x (a MixtralTopKRouter whose forward returns (logits, weights [N, K] float32,
-    indices [N, K]), the block using the last two): the same three values, computed from the
-    forced logits as that forward computes them after its F.linear (softmax in float32, top-k,
-    divided by their sum)."""
+    transformers 4.x (the block's gate is an nn.Linear; the block computes softmax in float32 over
+    all E logits, its top-k, and divides by their sum): the forced logits [N, E]. Gates that are
+    the softmax's probabilities themselves (Qwen2-MoE without norm_topk_prob) depend on every
+    logit, so no change of the logits alone can force them: refused.
+    transformers 5.x (a top-k router whose forward returns (logits, weights [N, K] float32,
+    indices [N, K]), the block using the last two): the forced logits, and the weights computed as
+    that forward computes them after its F.linear (softmax in float32 over the unforced logits,
+    the chosen ones, divided by their sum when renormalised)."""
     import torch
 
     logits = output if torch.is_tensor(output) else output[0]
     forced = torch.full_like(logits, float("-inf"))
     forced.scatter_(1, chosen, logits.gather(1, chosen))
     if torch.is_tensor(output):
+        if not renormalize:
+            sys.exit("FAIL: this transformers' router returns only its logits, which cannot "
+                     "force gates that are not renormalised")
         return forced
-    weights, indices = torch.topk(torch.softmax(forced.float(), dim=-1), chosen.shape[1], dim=-1)
-    return (forced, weights / weights.sum(dim=-1, keepdim=True), indices) + tuple(output[3:])
+    if renormalize:
+        weights = torch.softmax(forced.float(), dim=-1).gather(1, chosen)
+        weights = weights / weights.sum(dim=-1, keepdim=True)
+    else:
+        weights = torch.softmax(logits.float(), dim=-1).gather(1, chosen)
+    return (forced, weights.to(output[1].dtype), chosen) + tuple(output[3:])
+
+
+def router_options(config):
+    """(experts per MoE layer, top-k, gates renormalised) of a Mixtral or Qwen2-MoE config."""
+    experts = getattr(config, "num_local_experts", None) or config.num_experts
+    return int(experts), int(config.num_experts_per_tok), bool(
+        getattr(config, "norm_topk_prob", True))
 
 
 class RouterHooks:
     """The router input and logits of every MoE layer, per forward call; with `forced` set (one
     [N, K] tensor per MoE layer), the routers choose those experts (force_top_k)."""
 
-    def __init__(self, model, experts):
+    def __init__(self, model, experts, renormalize):
         self.calls = []
         self.forced = None
-        # 4.x: an nn.Linear [E, D]; 5.x: a MixtralTopKRouter holding a weight [E, D].
+        self.renormalize = renormalize
+        # 4.x: an nn.Linear [E, D]; 5.x: a top-k router holding a weight [E, D]. Qwen2-MoE's
+        # shared_expert_gate ([1, D], named "..._gate") is not one.
         self.gates = [m for n, m in model.named_modules()
                       if n.endswith(".gate") and getattr(m, "weight", None) is not None
                       and m.weight.dim() == 2 and m.weight.shape[0] == experts]
@@ -83,7 +101,9 @@ class RouterHooks:
             x = inputs[0].reshape(-1, inputs[0].shape[-1])
             self.calls.append((layer, x.detach(), logits.reshape(x.shape[0], -1).detach(),
                                module.weight.detach()))
-            return None if self.forced is None else force_top_k(output, self.forced[layer])
+            if self.forced is None:
+                return None
+            return force_top_k(output, self.forced[layer], self.renormalize)
         return record
 
 
@@ -98,7 +118,8 @@ class Decisions:
 
         self.hf, self.seq_len, self.top_k = hf, seq_len, top_k
         self.cfg = {"eval_batch_size": batch}
-        self.hooks = RouterHooks(hf, int(hf.config.num_local_experts))
+        experts, _, renormalize = router_options(hf.config)
+        self.hooks = RouterHooks(hf, experts, renormalize)
         self.replay_rows, self.routers = replay_rows, routers
         self.reports = [cp.LayerDecisions() for _ in routers]
         self.row = 0
@@ -248,7 +269,7 @@ def main():
     batch = int(meta["batch"])
     rows = [tensors[f"moe.{l}.experts"] for l in range(len(routers))]
     wrapped = Decisions(hf, int(cfg["seq_len"]), batch, rows, routers,
-                        int(hf_cfg["num_experts_per_tok"]), cp.BF16_EPS if bf16 else 0.0, bf16)
+                        router_options(hf.config)[1], cp.BF16_EPS if bf16 else 0.0, bf16)
     if len(wrapped.hooks.gates) != len(routers):
         sys.exit(f"FAIL: {len(wrapped.hooks.gates)} routers found in transformers' model, momoe "
                  f"has {len(routers)} MoE layers")
@@ -265,8 +286,8 @@ def main():
         ok, lines = cp.check_perplexity("transformers", momoe, result, cfg)
         print("\n".join(lines))
         sys.exit(0 if ok else "FAIL: transformers (bfloat16) against momoe-eval")
-    # Mixtral computes its routing softmax in float32 whatever the model dtype: one more
-    # rounding on the reference side (check_perplexity doubles the bound for it).
+    # Mixtral and Qwen2-MoE compute their routing softmax in float32 whatever the model dtype:
+    # one more rounding on the reference side (check_perplexity doubles the bound for it).
     result.update(replayed=flips == 0, dtype="float64, float32 gates", decisions=decisions)
     ok, lines = cp.check_perplexity("transformers", momoe, result, cfg)
     if flips == 0:

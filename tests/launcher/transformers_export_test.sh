@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # momoe-export's transformers layout, loaded by transformers itself: a model with Mixtral's exact
-# shape (configs/modern/mixtral.pbtxt) trained 12 steps at the quick start's size from a wide
-# initialisation (far from uniform), evaluated by momoe-eval on 40 sequences of Brown's
-# validation text with its routing decisions, exported; transformers_check.py loads
+# shape (configs/modern/mixtral.pbtxt) and one with Qwen2-MoE's (configs/modern/qwen2-moe.pbtxt:
+# a gated shared expert, gates not renormalised), each trained 12 steps at the quick start's size
+# from a wide initialisation (far from uniform), evaluated by momoe-eval on 40 sequences of
+# Brown's validation text with its routing decisions, exported; transformers_check.py loads
 # EXPORT/transformers with AutoModelForCausalLM (a pinned transformers, installed once into
 # VENV_DIR over the system's torch) and compares its routing and perplexity with momoe-eval's
 # under the cross-path rule. A model of another shape gets no transformers folder and says why;
-# a perturbed export (rope_theta) must fail the comparison.
+# perturbed exports (Mixtral's rope_theta, Qwen2-MoE's norm_topk_prob) must fail the comparison.
 # Usage: transformers_export_test.sh BIN_DIR SOURCE_DIR VENV_DIR
 set -euo pipefail
 bin=$1
@@ -38,42 +39,66 @@ train() {
     { cat "$tmp/$name.log"; fail "$name: training"; }
 }
 
-train mixtral modern/mixtral
-ckpt=$tmp/mixtral/ckpt-00000012
-"$bin/momoe-eval" --checkpoint "$ckpt" --text "$text" --max-sequences 40 --attack-rate 0 \
-  --routing-out "$tmp/mixtral.routing" > "$tmp/mixtral.eval" 2> "$tmp/eval.err" ||
-  { cat "$tmp/eval.err"; fail "momoe-eval"; }
-"$bin/momoe-export" --checkpoint "$ckpt" --out "$tmp/export" > "$tmp/export.log" 2>&1 ||
-  { cat "$tmp/export.log"; fail "momoe-export"; }
-expect_in "$tmp/export.log" "transformers' MixtralForCausalLM layout in $tmp/export/transformers"
-expect_file "$tmp/export/transformers/config.json"
-expect_file "$tmp/export/transformers/model.safetensors"
-"$bin/momoe-data" prepare --out "$tmp/tokens" --train "$text" --vocab "$tmp/export/vocab.txt" \
-  --quiet > /dev/null 2>&1 || fail "tokenizing with the export's vocabulary"
-check() {  # check EXPORT: transformers against momoe-eval
-  "$venv/bin/python" "$here/transformers_check.py" "$src/python" "$1" "$tmp/tokens" \
-    "$tmp/mixtral.routing" "$tmp/mixtral.eval" MixtralForCausalLM
+# export_and_check NAME CONFIG ARCHITECTURE [overrides...]: trained, evaluated with its routing
+# decisions, exported (with ARCHITECTURE's layout) and compared by transformers.
+export_and_check() {
+  local name=$1 config=$2 arch=$3
+  shift 3
+  train "$name" "$config" "$@"
+  "$bin/momoe-eval" --checkpoint "$tmp/$name/ckpt-00000012" --text "$text" --max-sequences 40 \
+    --attack-rate 0 --routing-out "$tmp/$name.routing" > "$tmp/$name.eval" 2> "$tmp/eval.err" ||
+    { cat "$tmp/eval.err"; fail "$name: momoe-eval"; }
+  "$bin/momoe-export" --checkpoint "$tmp/$name/ckpt-00000012" --out "$tmp/$name.export" \
+    > "$tmp/$name.export.log" 2>&1 || { cat "$tmp/$name.export.log"; fail "$name: momoe-export"; }
+  expect_in "$tmp/$name.export.log" "transformers' $arch layout in $tmp/$name.export/transformers"
+  expect_file "$tmp/$name.export/transformers/config.json"
+  expect_file "$tmp/$name.export/transformers/model.safetensors"
+  [ -d "$tmp/tokens" ] || "$bin/momoe-data" prepare --out "$tmp/tokens" --train "$text" \
+    --vocab "$tmp/$name.export/vocab.txt" --quiet > /dev/null 2>&1 ||
+    fail "tokenizing with the export's vocabulary"
+  check "$name" "$tmp/$name.export" "$arch" || fail "transformers' $arch and momoe-eval disagree"
 }
-check "$tmp/export" || fail "transformers' Mixtral and momoe-eval disagree"
 
-# The comparison can fail: the same weights with another rope_theta.
-cp -r "$tmp/export" "$tmp/perturbed"
-"$venv/bin/python" - "$tmp/perturbed/transformers/config.json" <<'PY' || fail "editing config.json"
+check() {  # check NAME EXPORT ARCHITECTURE: transformers against momoe-eval
+  "$venv/bin/python" "$here/transformers_check.py" "$src/python" "$2" "$tmp/tokens" \
+    "$tmp/$1.routing" "$tmp/$1.eval" "$3"
+}
+
+# perturb NAME ARCHITECTURE WHAT PYTHON: the export with config.json `c` edited by PYTHON must
+# fail the comparison (the check can see WHAT).
+perturb() {
+  local name=$1 arch=$2 what=$3 edit=$4
+  rm -rf "$tmp/perturbed" && cp -r "$tmp/$name.export" "$tmp/perturbed"
+  "$venv/bin/python" - "$tmp/perturbed/transformers/config.json" "$edit" <<'PY' ||
 import json, sys
 c = json.load(open(sys.argv[1]))
-c["rope_theta"] = 5000.0
+exec(sys.argv[2])
 json.dump(c, open(sys.argv[1], "w"))
 PY
-if check "$tmp/perturbed" > "$tmp/perturbed.log" 2>&1; then
-  cat "$tmp/perturbed.log"
-  fail "rope_theta 10000 -> 5000 passes the comparison: the check could not see it"
-fi
-echo "rope_theta 10000 -> 5000 is caught: $(grep -m1 FAIL "$tmp/perturbed.log")"
+    fail "editing config.json"
+  if check "$name" "$tmp/perturbed" "$arch" > "$tmp/perturbed.log" 2>&1; then
+    cat "$tmp/perturbed.log"
+    fail "$name: $what passes the comparison: the check could not see it"
+  fi
+  echo "$name: $what is caught: $(grep -m1 FAIL "$tmp/perturbed.log")"
+}
+
+export_and_check mixtral modern/mixtral MixtralForCausalLM
+perturb mixtral MixtralForCausalLM "rope_theta 10000 -> 5000" 'c["rope_theta"] = 5000.0'
+export_and_check qwen2 modern/qwen2-moe Qwen2MoeForCausalLM
+perturb qwen2 Qwen2MoeForCausalLM "gates renormalised (norm_topk_prob)" 'c["norm_topk_prob"] = True'
 
 # Another shape (learned positions, LayerNorm, biases): momoe's layout only, and why.
 train quickstart quickstart --set train.steps=2 --set train.checkpoint_every=2
 "$bin/momoe-export" --checkpoint "$tmp/quickstart/ckpt-00000002" --out "$tmp/qs" > "$tmp/qs.log" 2>&1 ||
   { cat "$tmp/qs.log"; fail "momoe-export of the quick start"; }
-expect_in "$tmp/qs.log" "no transformers layout (not Mixtral's shape: its blocks are not pre-norm)"
-expect_no_file "$tmp/qs/transformers" "the quick start is not Mixtral's shape"
-echo "PASS: transformers loads momoe's Mixtral export and agrees with momoe-eval"
+expect_in "$tmp/qs.log" "no transformers layout (not Mixtral's shape: its blocks are not pre-norm; not Qwen2-MoE's: its blocks are not pre-norm)"
+expect_no_file "$tmp/qs/transformers" "the quick start is not Mixtral's or Qwen2-MoE's shape"
+# Qwen2-MoE's routing with an ungated shared expert (DeepSeek-MoE's): neither shape.
+train ungated modern/qwen2-moe --set train.steps=2 --set train.checkpoint_every=2 \
+  --set model.moe.shared_expert_gate=false
+"$bin/momoe-export" --checkpoint "$tmp/ungated/ckpt-00000002" --out "$tmp/ug" > "$tmp/ug.log" 2>&1 ||
+  { cat "$tmp/ug.log"; fail "momoe-export of the ungated model"; }
+expect_in "$tmp/ug.log" "not Qwen2-MoE's: block 0: it has no gated shared expert)"
+expect_no_file "$tmp/ug/transformers" "an ungated shared expert is not Qwen2-MoE's shape"
+echo "PASS: transformers loads momoe's Mixtral and Qwen2-MoE exports and agrees with momoe-eval"
