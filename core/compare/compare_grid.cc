@@ -283,11 +283,12 @@ StatusOr<ComparePreset> compare_preset(const std::string& name) {
   if (name == "modern") {
     // Today's MoE recipes beside the seeds' routers, all on the block of current models (pre-norm
     // RMSNorm, RoPE, SwiGLU, no biases: configs/modern/mixtral.pbtxt) at the quick start's size
-    // and budget: Mixtral, Qwen3-MoE and DeepSeek-V3 as configs/modern/ has them, then
+    // and budget: Mixtral, Qwen2-MoE, Qwen3-MoE and DeepSeek-V3 as configs/modern/ has them, then
     // MomentumSMoE, AdamSMoE, ACMoE and SparseMixer with Mixtral's capacity and balance loss.
     p.base_config = "modern/mixtral.pbtxt";
     p.common = {"train.attack_rate=0.025", "train.log_every=100"};
     p.variants = {v("mixtral"),
+                  v("qwen2-moe config=modern/qwen2-moe.pbtxt"),
                   v("qwen3-moe config=modern/qwen3-moe.pbtxt"),
                   v("deepseek-v3 config=modern/deepseek-v3.pbtxt"),
                   v("momentum model.arch=sgsmsm"),

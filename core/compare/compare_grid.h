@@ -47,9 +47,10 @@ StatusOr<std::vector<uint64_t>> parse_seeds(const std::string& list);
 // gate of the reference code; about 30 minutes on 2 CPU cores), "papers-capacity" (the same
 // variants with capacity 1.25 and the balance loss at 0.01: what changes when experts have a
 // capacity), "gpu-medium" (the papers' 6-layer medium models, sized for one GPU; configs/papers
-// has each paper's own settings) and "modern" (Mixtral, Qwen3-MoE and DeepSeek-V3's recipes of
-// configs/modern beside MomentumSMoE, AdamSMoE, ACMoE and SparseMixer, all on the block of
-// current models at the quick start's size). kInvalidArgument naming the known presets otherwise.
+// has each paper's own settings) and "modern" (Mixtral, Qwen2-MoE, Qwen3-MoE and DeepSeek-V3's
+// recipes of configs/modern beside MomentumSMoE, AdamSMoE, ACMoE and SparseMixer, all on the block
+// of current models at the quick start's size). kInvalidArgument naming the known presets
+// otherwise.
 struct ComparePreset {
   std::string base_config;  // relative to the source tree's configs/
   std::vector<std::string> common;

@@ -182,7 +182,8 @@ TEST(CompareGridTest, PresetsResolveAndBudgetsMustMatch) {
     const CompareGrid grid = preset_grid(name);
     StatusOr<std::vector<RunConfig>> cfgs = resolve_grid(grid, 7);
     ASSERT_TRUE(cfgs.ok()) << name << ": " << cfgs.status().to_string();
-    EXPECT_EQ(cfgs->size(), std::string(name) == "papers-ablations" ? 11u : 7u);
+    const std::string preset = name;
+    EXPECT_EQ(cfgs->size(), preset == "papers-ablations" ? 11u : preset == "modern" ? 8u : 7u);
     EXPECT_EQ(cfgs->front().train.seed, 7u);
   }
   expect_invalid(compare_preset("nope").status(), {"unknown --preset 'nope'", "papers-capacity"});
