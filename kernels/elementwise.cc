@@ -86,6 +86,34 @@ Status convert(Context& ctx, const TensorView& src, const TensorView& dst) {
   });
 }
 
+Status copy_columns(Context& ctx, const TensorView& src, int64_t src_col, const TensorView& dst,
+                    int64_t dst_col, int64_t width) {
+  constexpr const char* kOp = "copy_columns";
+  MOE_KERNEL_ENTRY_CUDA(ctx, kOp);
+  MOE_RETURN_IF_ERROR(check_act(ctx, kOp, "src", src));
+  MOE_RETURN_IF_ERROR(check_act(ctx, kOp, "dst", dst));
+  if (src.ndim() != 2 || dst.ndim() != 2 || dst.dim(0) != src.dim(0) ||
+      dst.dtype() != src.dtype()) {
+    return invalid_argument_error(kOp, ": src ", src.to_string(), " and dst ", dst.to_string(),
+                                  " must be matrices of one dtype with the same rows");
+  }
+  if (width < 0 || src_col < 0 || dst_col < 0 || src_col + width > src.dim(1) ||
+      dst_col + width > dst.dim(1)) {
+    return invalid_argument_error(kOp, ": columns [", src_col, ", ", src_col + width, ") of src ",
+                                  src.to_string(), " to [", dst_col, ", ", dst_col + width,
+                                  ") of dst ", dst.to_string(), " are out of range");
+  }
+  if (src.numel() > 0 && dst.same_data(src)) {
+    return invalid_argument_error(kOp, ": dst must not be src");
+  }
+  MOE_ON_CUDA(ctx, cuda::copy_columns(ctx, src, src_col, dst, dst_col, width));
+  return dispatch_float(kOp, src, [&](auto tag) {
+    using T = decltype(tag);
+    ref::copy_columns<T>(src.data<T>(), src.dim(1), src_col, dst.data<T>(), dst.dim(1), dst_col,
+                         src.dim(0), width);
+  });
+}
+
 Status count_nonfinite(Context& ctx, const TensorView& x, const TensorView& out) {
   constexpr const char* kOp = "count_nonfinite";
   MOE_KERNEL_ENTRY_CUDA(ctx, kOp);

@@ -1,5 +1,6 @@
 #include "kernels/cpu/elementwise_ref.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "base/dtype.h"
@@ -40,6 +41,17 @@ void convert(const S* src, int64_t n, D* dst) {
 }
 
 template <typename T>
+void copy_columns(const T* src, int64_t src_cols, int64_t src_col, T* dst, int64_t dst_cols,
+                  int64_t dst_col, int64_t rows, int64_t width) {
+  parallel_for(rows, std::max<int64_t>(1, kElementGrain / std::max<int64_t>(1, width)),
+               [&](int64_t begin, int64_t end) {
+                 for (int64_t r = begin; r < end; ++r) {
+                   std::copy_n(src + r * src_cols + src_col, width, dst + r * dst_cols + dst_col);
+                 }
+               });
+}
+
+template <typename T>
 int64_t count_nonfinite(const T* x, int64_t n) {
   return blocked_sum<int64_t>(n, int64_t{1} << 16, [&](int64_t begin, int64_t end) {
     int64_t bad = 0;
@@ -48,10 +60,11 @@ int64_t count_nonfinite(const T* x, int64_t n) {
   });
 }
 
-#define MOE_INSTANTIATE_ELEMENTWISE(T)                   \
-  template void add<T>(const T*, const T*, int64_t, T*); \
-  template void scale<T>(double, int64_t, T*);           \
-  template int64_t count_nonfinite<T>(const T*, int64_t);
+#define MOE_INSTANTIATE_ELEMENTWISE(T)                    \
+  template void add<T>(const T*, const T*, int64_t, T*);  \
+  template void scale<T>(double, int64_t, T*);            \
+  template int64_t count_nonfinite<T>(const T*, int64_t); \
+  template void copy_columns<T>(const T*, int64_t, int64_t, T*, int64_t, int64_t, int64_t, int64_t);
 MOE_INSTANTIATE_ELEMENTWISE(float)
 MOE_INSTANTIATE_ELEMENTWISE(double)
 MOE_INSTANTIATE_ELEMENTWISE(bf16)

@@ -44,6 +44,16 @@ struct NonFinite {
   }
 };
 
+template <typename T>
+__global__ void copy_columns_kernel(const T* src, int64_t src_cols, int64_t src_col, T* dst,
+                                    int64_t dst_cols, int64_t dst_col, int64_t rows,
+                                    int64_t width) {
+  MOE_GRID_LOOP(i, rows * width) {
+    const int64_t r = i / width, j = i - r * width;
+    dst[r * dst_cols + dst_col + j] = src[r * src_cols + src_col + j];
+  }
+}
+
 template <typename Fn>
 Status pair(const char* op, const TensorView& x, const TensorView& y, Fn&& f) {
   Status inner = Status::OK();
@@ -98,6 +108,18 @@ Status convert(Context& ctx, const TensorView& src, const TensorView& dst) {
         <<<grid_for(n), kThreads, 0, stream_of(ctx)>>>(src.data<S>(), n, dst.data<D>());
   }));
   return launch_status("convert");
+}
+
+Status copy_columns(Context& ctx, const TensorView& src, int64_t src_col, const TensorView& dst,
+                    int64_t dst_col, int64_t width) {
+  const int64_t rows = src.dim(0);
+  if (rows * width == 0) return Status::OK();
+  MOE_RETURN_IF_ERROR(dispatch_float("copy_columns", src, [&](auto tag) {
+    using T = decltype(tag);
+    copy_columns_kernel<T><<<grid_for(rows * width), kThreads, 0, stream_of(ctx)>>>(
+        src.data<T>(), src.dim(1), src_col, dst.data<T>(), dst.dim(1), dst_col, rows, width);
+  }));
+  return launch_status("copy_columns");
 }
 
 Status count_nonfinite(Context& ctx, const TensorView& x, const TensorView& out) {

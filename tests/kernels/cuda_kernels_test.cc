@@ -189,6 +189,25 @@ const DType kActs[] = {DType::kF32, DType::kBF16, DType::kF64};
 // kernels/cuda/cuda_util.cuh's kThreads (that header is CUDA-only).
 constexpr int64_t kThreadsPerBlockForTest = 256;
 
+// Column blocks: copies, so bit for bit the host's (a gather, then a scatter into a poisoned
+// matrix's middle columns, whose other columns keep the poison on both sides).
+TEST_F(CudaKernelTest, CopyColumns) {
+  for (DType dt : kActs) {
+    for (auto [rows, width] : {std::pair<int64_t, int64_t>{1, 1}, {257, 96}, {1031, 384}}) {
+      Tensor packed = rand({rows, 3 * width}, dt), block = Tensor::empty({rows, width}, dt);
+      Tensor gblock = poisoned({rows, width}, dt);
+      OK(copy_columns(cpu(), packed, width, block, 0, width));
+      OK(copy_columns(gpu(), up(packed), width, gblock, 0, width));
+      EXPECT_TRUE(testing::bitwise_equal(block, down(gblock))) << dtype_name(dt) << " gather";
+      Tensor host_back = down(poisoned({rows, 3 * width}, dt));
+      Tensor gback = up(host_back);
+      OK(copy_columns(cpu(), block, 0, host_back, 2 * width, width));
+      OK(copy_columns(gpu(), gblock, 0, gback, 2 * width, width));
+      EXPECT_TRUE(testing::bitwise_equal(host_back, down(gback))) << dtype_name(dt) << " scatter";
+    }
+  }
+}
+
 TEST_F(CudaKernelTest, Elementwise) {
   for (DType dt : kActs) {
     for (int64_t n : {int64_t{1}, int64_t{1000}, int64_t{70001}}) {

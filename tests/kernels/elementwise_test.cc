@@ -77,6 +77,26 @@ TEST(ElementwiseTest, CountNonfiniteAndAddScalar) {
   EXPECT_EQ(out.data<double>()[0], 2.5);
 }
 
+// A column block between matrices: q [3, 2] gathered from a packed [3, 6] (columns 2..3), doubled
+// and scattered back to columns 4..5; the other columns stay.
+TEST(ElementwiseTest, CopyColumnsGathersAndScatters) {
+  Tensor packed = Tensor::empty({3, 6}, DType::kF64);
+  for (int i = 0; i < 18; ++i) packed.data<double>()[i] = i;
+  Tensor block = Tensor::zeros({3, 2}, DType::kF64);
+  ASSERT_TRUE(copy_columns(ctx(), packed, 2, block, 0, 2).ok());
+  const double want[] = {2, 3, 8, 9, 14, 15};
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(block.data<double>()[i], want[i]) << i;
+  ASSERT_TRUE(scale(ctx(), block, 2.0).ok());
+  ASSERT_TRUE(copy_columns(ctx(), block, 0, packed, 4, 2).ok());
+  for (int r = 0; r < 3; ++r) {
+    for (int c = 0; c < 6; ++c) {
+      const double v = packed.data<double>()[r * 6 + c];
+      EXPECT_EQ(v, c >= 4 ? 2.0 * (r * 6 + c - 2) : r * 6 + c) << r << ", " << c;
+    }
+  }
+  ASSERT_TRUE(copy_columns(ctx(), packed, 6, block, 0, 0).ok());  // an empty block
+}
+
 TEST(ElementwiseTest, BadArgumentsAreInvalidArgument) {
   Tensor a = Tensor::zeros({2, 3}, DType::kF32);
   expect_invalid(add(ctx(), a, Tensor::zeros({3, 2}, DType::kF32), a), "b");
@@ -90,6 +110,12 @@ TEST(ElementwiseTest, BadArgumentsAreInvalidArgument) {
       count_nonfinite(ctx(), Tensor::zeros({2}, DType::kI32), Tensor::zeros({1}, DType::kF64)),
       "x");
   expect_invalid(add_scalar(ctx(), Tensor::zeros({1}, DType::kF32), 1.0), "out");
+  Tensor wide = Tensor::zeros({2, 6}, DType::kF32);
+  expect_invalid(copy_columns(ctx(), wide, 4, a, 0, 3), "out of range");
+  expect_invalid(copy_columns(ctx(), wide, 0, a, 1, 3), "out of range");
+  expect_invalid(copy_columns(ctx(), wide, 0, Tensor::zeros({3, 3}, DType::kF32), 0, 3), "rows");
+  expect_invalid(copy_columns(ctx(), wide, 0, Tensor::zeros({2, 3}, DType::kF64), 0, 3), "dtype");
+  expect_invalid(copy_columns(ctx(), wide, 0, wide, 3, 3), "must not be src");
 }
 
 }  // namespace
