@@ -103,8 +103,8 @@ int run(int argc, char** argv) {
       "usage: momoe-export --checkpoint DIR --out DIR\n"
       "Writes model.safetensors (torch.nn names and layout), config.json and the tokenizer\n"
       "files; python/momoe_torch loads the folder (docs/export_format.md). A model with\n"
-      "exactly Mixtral's or Qwen2-MoE's shape also gets transformers' layout in\n"
-      "OUT/transformers.\n",
+      "exactly Mixtral's, Qwen2-MoE's or Qwen3-MoE's shape also gets transformers' layout\n"
+      "in OUT/transformers.\n",
       "example: momoe-export --checkpoint runs/quickstart/ckpt-00000300 --out "
       "exported/quickstart\n");
   flags.value("checkpoint", "a checkpoint directory (RUN_DIR/ckpt-<step>), any EP layout");

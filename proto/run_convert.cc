@@ -163,6 +163,7 @@ Status convert_model(const momoe::ModelConfig& m, ModelConfig* c) {
   if (m.position() == momoe::ModelConfig::ROPE) c->position = PositionKind::kRope;
   if (m.has_rope_base()) c->rope_base = m.rope_base();
   if (m.has_linear_bias()) c->linear_bias = m.linear_bias();
+  if (m.has_qk_norm()) c->qk_norm = m.qk_norm();
 
   // MoE defaults: width from the model, expert hidden width = d_model (the reference code's LM
   // experts), dropouts from the model's dropout.
@@ -326,6 +327,7 @@ void run_config_to_proto(const RunConfig& cfg, momoe::RunConfig* msg) {
                                                     : momoe::ModelConfig::LEARNED);
   m->set_rope_base(c.rope_base);
   m->set_linear_bias(c.linear_bias);
+  m->set_qk_norm(c.qk_norm);
   const BlockPlan* first_moe = nullptr;
   for (const BlockPlan& b : c.blocks) {
     momoe::BlockConfig* blk = m->add_blocks();

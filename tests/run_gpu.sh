@@ -41,17 +41,17 @@
 #   call 2, after call 1's failed and unreached stages:
 #   mpi        90  2 and 4 MPI ranks sharing the GPU equal to one rank (parallel_trainer_mpi_test,
 #                  OpenMPI set as ctest sets it; `mpirun -np 2 true` first)
-#   transformers 120 the machine's own transformers (python3's; none is installed) loads momoe's
-#                  Mixtral and Qwen2-MoE exports (transformers_export_test on the GPU: 12 steps and
-#                  momoe-eval with --routing-out on the GPU, momoe-export, momoe-data), and
+#   transformers 150 the machine's own transformers (python3's; none is installed) loads momoe's
+#                  Mixtral, Qwen2-MoE and Qwen3-MoE exports (transformers_export_test on the GPU:
+#                  12 steps and momoe-eval with --routing-out on the GPU, momoe-export), and
 #                  tests/launcher/transformers_check.py --device cuda compares it with momoe-eval
 #                  in float64 (a rope_theta of 5000 must fail that) and in bfloat16 (routed on
 #                  momoe-eval's decisions: decisions differing, |ln ratio| against
 #                  (eps_bf16 + eps32) x (depth + mean NLL)). Practised with Mixtral alone on
 #                  a 2-core CPU with transformers 5.17 and torch 2.11: 27 s (4 s of training
 #                  and scoring, three checks of 7 s: imports, load, one pass); with Qwen2-MoE's
-#                  two checks about 45 s, and CUDA's start in each of its nine processes may add
-#                  as much: 120 s
+#                  and Qwen3-MoE's two checks each about 60 s, and CUDA's start in each of its
+#                  thirteen processes may add as much: 150 s
 #   initcheck  60  compute-sanitizer initcheck on two training steps of a tiny model
 #   synccheck  70  compute-sanitizer synccheck on the kernel tests
 #   racecheck 100  compute-sanitizer racecheck on the kernel tests
@@ -83,7 +83,7 @@ CALL1_STAGES="env kernels nccl model memcheck smoke"
 CALL2_STAGES="mpi transformers initcheck synccheck racecheck"
 ORDER="env build kernels nccl model memcheck smoke mpi transformers initcheck synccheck racecheck layer"
 declare -A BOX=([env]=20 [build]=420 [kernels]=110 [nccl]=30 [model]=145 [memcheck]=70
-                [smoke]=60 [mpi]=90 [transformers]=120 [initcheck]=60 [synccheck]=70
+                [smoke]=60 [mpi]=90 [transformers]=150 [initcheck]=60 [synccheck]=70
                 [racecheck]=100 [layer]=500)
 BUNDLE=${BUNDLE:-$ROOT/gpu-bundle.tar.xz}
 KERNEL_FILTER='CudaKernelTest.*:-*RepeatedRuns*:*LargeShapes*'  # sanitizers: small cases
@@ -502,8 +502,9 @@ stage_mpi() {
 }
 
 # transformers_export_test on the GPU, with the machine's own transformers and torch (its python3:
-# there is no package registry here to install a pinned release from): momoe's Mixtral and
-# Qwen2-MoE trained and scored on the GPU, exported, then loaded by transformers in float64 (the
+# there is no package registry here to install a pinned release from): momoe's Mixtral, Qwen2-MoE
+# and Qwen3-MoE (the CPU's transformers 4.46 has no Qwen3-MoE: its only transformers check is
+# here) trained and scored on the GPU, exported, then loaded by transformers in float64 (the
 # CPU test's check; a changed rope_theta must fail Mixtral's, so this release is seen to read
 # config.json) and in bfloat16 (transformers' own GPU arithmetic, routed on momoe-eval's
 # decisions; its bound is too loose to see rope_theta).
@@ -517,7 +518,9 @@ print("transformers", transformers.__version__, "torch", torch.__version__, "CUD
   echo "$versions"
   local run=$WORK/transformers text=$ROOT/data/brown/valid.txt.gz name
   rm -rf "$run" && mkdir -p "$run" || return 1
-  for name in mixtral qwen2-moe; do transformers_model "$name" "$run" "$text" || return 1; done
+  for name in mixtral qwen2-moe qwen3-moe; do
+    transformers_model "$name" "$run" "$text" || return 1
+  done
   "$BIN/momoe-data" prepare --out "$run/tokens" --train "$text" \
     --vocab "$run/mixtral.export/vocab.txt" --quiet > /dev/null || return 1
   cp -r "$run/mixtral.export" "$run/perturbed" &&
@@ -530,7 +533,7 @@ PY
   local rc=0 job
   # perturbed: float64 on the rope_theta 5000 copy of Mixtral's export.
   for job in mixtral:float64 mixtral:perturbed mixtral:bfloat16 qwen2-moe:float64 \
-             qwen2-moe:bfloat16; do
+             qwen2-moe:bfloat16 qwen3-moe:float64 qwen3-moe:bfloat16; do
     transformers_job "$run" "${job%%:*}" "${job#*:}" || rc=1
   done
   key "$versions"

@@ -57,6 +57,7 @@ struct ModelConfig {
   PositionKind position = PositionKind::kLearned;
   double rope_base = 10000.0;  // RoPE's theta: pair i turns at base^(-2i/Dh) radians per position
   bool linear_bias = true;     // false: no bias in attention, dense FFN, experts, router
+  bool qk_norm = false;        // Qwen3-MoE: RMSNorm over each head's q and k before RoPE
   std::string arch;            // the arch string the plan came from (may be empty)
   std::vector<BlockPlan> blocks;
 

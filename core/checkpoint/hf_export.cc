@@ -1,5 +1,6 @@
 #include "core/checkpoint/hf_export.h"
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
 #include "core/checkpoint/safetensors.h"
@@ -10,7 +11,7 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 
-enum class Family { kMixtral, kQwen2Moe };
+enum class Family { kMixtral, kQwen2Moe, kQwen3Moe };
 
 // Why one MoE layer's routing is neither architecture's, or "".
 std::string routing_mismatch(const MoeLayerConfig& m) {
@@ -29,12 +30,16 @@ std::string moe_mismatch(const MoeLayerConfig& m, const MoeLayerConfig& first, F
   if (const std::string why = routing_mismatch(m); !why.empty()) return why;
   const bool softmax = m.score_function == ScoreFunction::kSoftmax && m.routed_scaling == 1.0;
   if (family == Family::kMixtral) {
-    if (!softmax || !m.renormalize)
+    if (!softmax || !m.renormalize) {
       return "its gates are not the softmax renormalised over the top k";
-    if (m.shared_experts > 0) return "it has shared experts";
-  } else {
-    if (!softmax) return "its gates are not the softmax's probabilities (unscaled)";
+    }
+  } else if (!softmax) {
+    return "its gates are not the softmax's probabilities (unscaled)";
+  }
+  if (family == Family::kQwen2Moe) {
     if (m.shared_experts == 0 || !m.shared_expert_gate) return "it has no gated shared expert";
+  } else if (m.shared_experts > 0) {
+    return "it has shared experts";
   }
   if (m.num_experts != first.num_experts || m.top_k != first.top_k ||
       m.d_expert != first.d_expert || m.renormalize != first.renormalize ||
@@ -50,6 +55,8 @@ std::string model_mismatch(const ModelConfig& m, Family family) {
   if (m.norm != NormKind::kRmsNorm) return "its norm is not RMSNorm";
   if (m.position != PositionKind::kRope) return "its positions are not rotary";
   if (m.linear_bias) return "its linear layers have biases";
+  if (family == Family::kQwen3Moe && !m.qk_norm) return "its heads' q and k are not normalised";
+  if (family != Family::kQwen3Moe && m.qk_norm) return "it normalises its heads' q and k";
   const BlockPlan* first = nullptr;
   for (const BlockPlan& b : m.blocks) first = first != nullptr || !b.moe ? first : &b;
   if (first == nullptr) return "it has no MoE layer";
@@ -114,7 +121,7 @@ void add_swiglu(const float* g, const float* w2, int64_t d, int64_t f, const std
 }
 
 // The attention and norms of block i (a [D, 3D] qkv weight split into q, k and v); Qwen2-MoE's
-// q/k/v biases, which momoe's block has not, as zeros.
+// q/k/v biases, which momoe's block has not, as zeros; Qwen3-MoE's per-head q and k norms.
 Status add_attention(TransformerLM* model, int i, Family family, Tensors* out) {
   const int64_t d = model->config().d_model;
   const std::string b = str_cat("blocks.", i, "."), hf = str_cat("model.layers.", i, ".");
@@ -133,6 +140,12 @@ Status add_attention(TransformerLM* model, int i, Family family, Tensors* out) {
     }
   }
   out->add(hf + "self_attn.o_proj.weight", columns_transposed(wo.data<float>(), d, d, 0, d));
+  if (family == Family::kQwen3Moe) {
+    MOE_ASSIGN_OR_RETURN(Tensor q_norm, master_of(model, b + "attn.q_norm.gamma"));
+    MOE_ASSIGN_OR_RETURN(Tensor k_norm, master_of(model, b + "attn.k_norm.gamma"));
+    out->add(hf + "self_attn.q_norm.weight", std::move(q_norm));
+    out->add(hf + "self_attn.k_norm.weight", std::move(k_norm));
+  }
   return Status::OK();
 }
 
@@ -158,8 +171,8 @@ Status add_experts(TransformerLM* model, int i, Family family, Tensors* out) {
   return Status::OK();
 }
 
-// Qwen2-MoE's shared expert and its gate (block i an MoE layer), or its dense MLP (a dense block).
-Status add_qwen2_ffn(TransformerLM* model, int i, bool moe, Tensors* out) {
+// Qwen2-MoE's shared expert and its gate (block i an MoE layer), or a Qwen MLP (a dense block).
+Status add_qwen_ffn(TransformerLM* model, int i, bool moe, Tensors* out) {
   static const char* const kNames[3] = {"gate_proj.weight", "up_proj.weight", "down_proj.weight"};
   const std::string b = str_cat("blocks.", i, moe ? ".moe.shared." : ".ffn.");
   const std::string hf = str_cat("model.layers.", i, moe ? ".mlp.shared_expert." : ".mlp.");
@@ -198,6 +211,35 @@ Json common_config(const ModelConfig& m, const char* architecture, const char* m
   return j;
 }
 
+// The fields Qwen2-MoE's and Qwen3-MoE's config.json share (no shared expert's yet).
+Json qwen_config(const ModelConfig& m, const char* architecture, const char* model_type) {
+  const MoeLayerConfig& moe = first_moe(m);
+  Json j = common_config(m, architecture, model_type);
+  Json dense = Json::array();
+  for (size_t b = 0; b < m.blocks.size(); ++b) {
+    if (!m.blocks[b].moe) dense.push_back(b);
+  }
+  // The dense blocks' MLP width (transformers needs one even when every block is an MoE layer).
+  j["intermediate_size"] =
+      dense.empty() ? std::max<int64_t>(moe.shared_width(), moe.d_expert) : m.d_ff;
+  j["moe_intermediate_size"] = moe.d_expert;
+  j["num_experts"] = moe.num_experts;
+  j["num_experts_per_tok"] = moe.top_k;
+  j["norm_topk_prob"] = moe.renormalize;
+  j["decoder_sparse_step"] = 1;
+  j["mlp_only_layers"] = dense;
+  j["use_sliding_window"] = false;
+  j["sliding_window"] = nullptr;
+  j["max_window_layers"] = m.blocks.size();
+  j["router_aux_loss_coef"] = moe.balance_loss_coef;
+  return j;
+}
+
+Family family_of(const std::string& architecture) {
+  if (architecture == "MixtralForCausalLM") return Family::kMixtral;
+  return architecture == "Qwen2MoeForCausalLM" ? Family::kQwen2Moe : Family::kQwen3Moe;
+}
+
 }  // namespace
 
 std::string mixtral_mismatch(const ModelConfig& m) { return model_mismatch(m, Family::kMixtral); }
@@ -206,12 +248,19 @@ std::string qwen2_moe_mismatch(const ModelConfig& m) {
   return model_mismatch(m, Family::kQwen2Moe);
 }
 
+std::string qwen3_moe_mismatch(const ModelConfig& m) {
+  return model_mismatch(m, Family::kQwen3Moe);
+}
+
 TransformersLayout transformers_layout(const ModelConfig& m) {
   const std::string mixtral = mixtral_mismatch(m);
   if (mixtral.empty()) return {"MixtralForCausalLM", ""};
   const std::string qwen2 = qwen2_moe_mismatch(m);
   if (qwen2.empty()) return {"Qwen2MoeForCausalLM", ""};
-  return {"", str_cat("not Mixtral's shape: ", mixtral, "; not Qwen2-MoE's: ", qwen2)};
+  const std::string qwen3 = qwen3_moe_mismatch(m);
+  if (qwen3.empty()) return {"Qwen3MoeForCausalLM", ""};
+  return {"", str_cat("not Mixtral's shape: ", mixtral, "; not Qwen2-MoE's: ", qwen2,
+                      "; not Qwen3-MoE's: ", qwen3)};
 }
 
 std::string mixtral_config_json(const ModelConfig& m) {
@@ -227,25 +276,14 @@ std::string mixtral_config_json(const ModelConfig& m) {
 }
 
 std::string qwen2_moe_config_json(const ModelConfig& m) {
-  const MoeLayerConfig& moe = first_moe(m);
-  Json j = common_config(m, "Qwen2MoeForCausalLM", "qwen2_moe");
-  Json dense = Json::array();
-  for (size_t b = 0; b < m.blocks.size(); ++b) {
-    if (!m.blocks[b].moe) dense.push_back(b);
-  }
-  // The dense blocks' MLP width (transformers needs one even when every block is an MoE layer).
-  j["intermediate_size"] = dense.empty() ? moe.shared_width() : m.d_ff;
-  j["moe_intermediate_size"] = moe.d_expert;
-  j["shared_expert_intermediate_size"] = moe.shared_width();
-  j["num_experts"] = moe.num_experts;
-  j["num_experts_per_tok"] = moe.top_k;
-  j["norm_topk_prob"] = moe.renormalize;
-  j["decoder_sparse_step"] = 1;
-  j["mlp_only_layers"] = dense;
-  j["use_sliding_window"] = false;
-  j["sliding_window"] = nullptr;
-  j["max_window_layers"] = m.blocks.size();
-  j["router_aux_loss_coef"] = moe.balance_loss_coef;
+  Json j = qwen_config(m, "Qwen2MoeForCausalLM", "qwen2_moe");
+  j["shared_expert_intermediate_size"] = first_moe(m).shared_width();
+  return j.dump(2) + "\n";
+}
+
+std::string qwen3_moe_config_json(const ModelConfig& m) {
+  Json j = qwen_config(m, "Qwen3MoeForCausalLM", "qwen3_moe");
+  j["attention_bias"] = false;
   return j.dump(2) + "\n";
 }
 
@@ -253,8 +291,7 @@ Status export_transformers(TransformerLM* model, const std::string& out_dir) {
   const ModelConfig& m = model->config();
   const TransformersLayout layout = transformers_layout(m);
   if (layout.architecture.empty()) return failed_precondition_error(layout.why_not);
-  const Family family =
-      layout.architecture == "MixtralForCausalLM" ? Family::kMixtral : Family::kQwen2Moe;
+  const Family family = family_of(layout.architecture);
   Tensors t;
   MOE_ASSIGN_OR_RETURN(Tensor embed, master_of(model, "embed.tokens"));
   t.add("model.embed_tokens.weight", std::move(embed));
@@ -262,7 +299,9 @@ Status export_transformers(TransformerLM* model, const std::string& out_dir) {
     MOE_RETURN_IF_ERROR(add_attention(model, i, family, &t));
     const bool moe = m.blocks[i].moe;
     if (moe) MOE_RETURN_IF_ERROR(add_experts(model, i, family, &t));
-    if (family == Family::kQwen2Moe) MOE_RETURN_IF_ERROR(add_qwen2_ffn(model, i, moe, &t));
+    // Qwen's shared expert (Qwen2-MoE) or dense MLP (either); Mixtral has neither.
+    const bool qwen_ffn = family == Family::kQwen2Moe || (family == Family::kQwen3Moe && !moe);
+    if (qwen_ffn) MOE_RETURN_IF_ERROR(add_qwen_ffn(model, i, moe, &t));
   }
   MOE_ASSIGN_OR_RETURN(Tensor norm, master_of(model, "final_ln.gamma"));
   t.add("model.norm.weight", std::move(norm));
@@ -272,8 +311,9 @@ Status export_transformers(TransformerLM* model, const std::string& out_dir) {
   }
   t.writer.set_metadata("format", "pt");
   MOE_RETURN_IF_ERROR(t.writer.write(out_dir + "/model.safetensors"));
-  const std::string json =
-      family == Family::kMixtral ? mixtral_config_json(m) : qwen2_moe_config_json(m);
+  const std::string json = family == Family::kMixtral    ? mixtral_config_json(m)
+                           : family == Family::kQwen2Moe ? qwen2_moe_config_json(m)
+                                                         : qwen3_moe_config_json(m);
   return io::write_file_atomic(out_dir + "/config.json", json);
 }
 

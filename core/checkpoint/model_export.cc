@@ -206,6 +206,8 @@ StatusOr<ExportedName> exported_name(const std::string& name) {
       {"attn.b_qkv", {"attn.qkv.bias", false}},
       {"attn.w_o", {"attn.out.weight", true}},
       {"attn.b_o", {"attn.out.bias", false}},
+      {"attn.q_norm.gamma", {"attn.q_norm.weight", false}},
+      {"attn.k_norm.gamma", {"attn.k_norm.weight", false}},
       {"ln1.gamma", {"ln1.weight", false}},
       {"ln1.beta", {"ln1.bias", false}},
       {"ln2.gamma", {"ln2.weight", false}},
@@ -255,6 +257,7 @@ std::string export_config_json(const ModelConfig& model, const ExportSource& sou
   j["position"] = model.position == PositionKind::kRope ? "rope" : "learned";
   j["rope_base"] = model.rope_base;
   j["linear_bias"] = model.linear_bias;
+  j["qk_norm"] = model.qk_norm;  // RMSNorm over each head's q and k before RoPE (norm_eps)
   j["dtype"] = "float32";
   Json blocks = Json::array();
   for (const BlockPlan& b : model.blocks) {

@@ -10,6 +10,8 @@ AttentionOptions attention_options(const ModelConfig& model) {
   AttentionOptions options;
   options.rope_base = model.position == PositionKind::kRope ? model.rope_base : 0.0;
   options.bias = model.linear_bias;
+  options.qk_norm = model.qk_norm;
+  options.norm_eps = model.norm_eps;
   return options;
 }
 

@@ -90,7 +90,9 @@ ParameterCount count_parameters(const ModelConfig& m, int ep) {
   const int64_t D = m.d_model, V = m.vocab_size, S = m.seq_len;
   const bool post = m.block_style == BlockStyle::kPostLnDoubleResidual;
   const int64_t positions = m.position == PositionKind::kLearned ? S * D : 0;  // none under RoPE
-  const int64_t attention_biases = m.linear_bias ? 4 * D : 0;
+  // Attention biases; qk_norm's weights ([Dh] each for q and k).
+  const int64_t attention_biases =
+      (m.linear_bias ? 4 * D : 0) + (m.qk_norm ? 2 * (D / m.n_heads) : 0);
   int64_t params = positions + V * D, matmul = V * D;  // positions, token embedding
   int64_t experts = 0, experts_matmul = 0;
   if (!m.tie_embeddings) params += V * D, matmul += V * D;
@@ -185,10 +187,12 @@ struct BlockBytes {
 };
 
 // The attention and norms of one block: its input, qkv [3D] and context, the norms' inputs
-// (three: post-LN's ln_in, ln1, ln2) and statistics, the attention rows' logsumexp [H].
+// (three: post-LN's ln_in, ln1, ln2) and statistics, the attention rows' logsumexp [H]; under
+// qk_norm the q and k before it [2D] and their heads' rstd [2H].
 double attention_bytes(const ModelConfig& m, int64_t A, const TensorSizer& t) {
   const int64_t D = m.d_model;
-  return t(1, 3 * D, A) + 5 * t(1, D, A) + 6 * t(1, 1, 4) + t(1, m.n_heads, 4);
+  const double qk_norm = m.qk_norm ? t(1, 2 * D, A) + t(1, 2 * m.n_heads, 4) : 0.0;
+  return t(1, 3 * D, A) + 5 * t(1, D, A) + 6 * t(1, 1, 4) + t(1, m.n_heads, 4) + qk_norm;
 }
 
 // A MoE layer's kept tensors besides the attention's. Rows an expert block holds per token: K

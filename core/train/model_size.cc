@@ -22,7 +22,9 @@ ModelSize model_size(const ModelConfig& m) {
   // Each norm's parameters: gamma, and LayerNorm's beta.
   const int64_t norm = m.norm == NormKind::kRmsNorm ? D : 2 * D;
   if (!post) dense += norm;  // the final norm
-  const int64_t attention_biases = m.linear_bias ? 4 * D : 0;
+  // Attention biases; qk_norm's weights ([Dh] each for q and k).
+  const int64_t attention_biases =
+      (m.linear_bias ? 4 * D : 0) + (m.qk_norm ? 2 * (D / m.n_heads) : 0);
   int64_t inactive = 0;
   for (const BlockPlan& b : m.blocks) {
     dense += 4 * D * D + attention_biases + 2 * norm;  // attention (qkv, o, biases), ln1, ln2

@@ -41,6 +41,7 @@ STAGES = {
     "head": 3,               # (pre-LN) final LayerNorm, head GEMM, log-softmax
     # Options of current models, each one more rounding stage where it applies:
     "rope": 1,               # the rotation of q and k (attention)
+    "qk_norm": 2,            # q and k's per-head RMSNorm: the rms, the scaling (attention)
     "gated": 1,              # SwiGLU's product silu(gate) * up (dense FFN, experts)
     "shared": 1,             # adding the shared experts' output to the routed experts'
     "shared_gate": 2,        # Qwen2-MoE's gate on it: the logit y . w, the product by its sigmoid
@@ -52,6 +53,7 @@ def forward_depth(cfg):
     depth = STAGES["embedding"]
     routers = []
     attention = STAGES["attention"] + (STAGES["rope"] if cfg.get("position") == "rope" else 0)
+    attention += STAGES["qk_norm"] if cfg.get("qk_norm", False) else 0
     for block in cfg["blocks"]:
         depth += attention
         if block["type"] == "moe":

@@ -84,14 +84,20 @@ def rope(t, base):
 
 class Attention(nn.Module):
     """Causal multi-head self-attention; qkv columns [q | k | v], head h owns columns h*Dh..;
-    rotary embeddings on q and k when `rope_base` is given."""
+    each head's q and k normalised by RMSNorm over its Dh columns when `qk_norm_eps` is given
+    (Qwen3-MoE), then rotary embeddings on q and k when `rope_base` is given."""
 
-    def __init__(self, d_model, n_heads, bias=True, rope_base=None):
+    def __init__(self, d_model, n_heads, bias=True, rope_base=None, qk_norm_eps=None):
         super().__init__()
         self.n_heads = n_heads
         self.rope_base = rope_base
         self.qkv = nn.Linear(d_model, 3 * d_model, bias=bias)
         self.out = nn.Linear(d_model, d_model, bias=bias)
+        if qk_norm_eps is not None:
+            self.q_norm = RMSNorm(d_model // n_heads, qk_norm_eps)
+            self.k_norm = RMSNorm(d_model // n_heads, qk_norm_eps)
+        else:
+            self.q_norm = self.k_norm = None
 
     def forward(self, x):
         b, s, d = x.shape
@@ -99,6 +105,8 @@ class Attention(nn.Module):
         dh = d // h
         q, k, v = self.qkv(x).split(d, dim=-1)
         q, k, v = (t.reshape(b, s, h, dh).transpose(1, 2) for t in (q, k, v))
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
         if self.rope_base is not None:
             q, k = rope(q, self.rope_base), rope(k, self.rope_base)
         scores = (q @ k.transpose(-1, -2)) * (1.0 / math.sqrt(dh))
@@ -398,7 +406,8 @@ class Block(nn.Module):
         bias = bool(cfg.get("linear_bias", True))
         rope_base = float(cfg["rope_base"]) if cfg.get("position") == "rope" else None
         self.post_ln = cfg["block_style"] == "post_ln_double_residual"
-        self.attn = Attention(d, int(cfg["n_heads"]), bias, rope_base)
+        qk_norm_eps = float(cfg.get("norm_eps", 1e-5)) if cfg.get("qk_norm", False) else None
+        self.attn = Attention(d, int(cfg["n_heads"]), bias, rope_base, qk_norm_eps)
         self.ln1 = _norm(cfg, d)
         self.ln2 = _norm(cfg, d)
         self.is_moe = block_cfg["type"] == "moe"

@@ -1,8 +1,8 @@
 // MultiHeadAttention layer (core/layers/attention.h): parameter registration, forward against
 // explicit loops (projections, causal softmax, the documented dropout key, RoPE) for awkward
 // shapes, gradients of x and of every parameter against central finite differences in f64 with
-// and without dropout, RoPE and biases, masks independent of batching, evaluation mode, and
-// argument errors.
+// and without dropout, RoPE, biases and the q/k norm, masks independent of batching, evaluation
+// mode, and argument errors.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -32,13 +32,33 @@ std::vector<double> get(const ParameterSet& params, const char* leaf) {
   return p != nullptr ? to_vector<double>(p->value) : std::vector<double>();
 }
 
-// qkv [B*S, 3D] = x W_qkv (+ b_qkv), then with RoPE each head's q and k pair (k, k + Dh/2) turned
-// by s / base^(2k/Dh) at position s, by explicit loops.
+// With qk_norm (weights q_norm.gamma, k_norm.gamma registered), each head's q and k [Dh] of qkv
+// [N, 3D] times gamma / sqrt(mean square + eps), by explicit loops.
+void naive_qk_norm(const ParameterSet& params, const Case& c, double eps,
+                   std::vector<double>* qkv) {
+  const std::vector<double> gq = get(params, "q_norm.gamma"), gk = get(params, "k_norm.gamma");
+  if (gq.empty()) return;
+  const int64_t Dh = c.head_dim, D = c.heads * Dh, N = c.batch * c.seq;
+  for (int64_t r = 0; r < N; ++r) {
+    for (int64_t head = 0; head < 2 * c.heads; ++head) {  // the heads of q, then of k
+      double* v = &(*qkv)[r * 3 * D + head * Dh];
+      double ss = 0;
+      for (int64_t k = 0; k < Dh; ++k) ss += v[k] * v[k];
+      const double rstd = 1.0 / std::sqrt(ss / static_cast<double>(Dh) + eps);
+      for (int64_t k = 0; k < Dh; ++k) v[k] *= rstd * (head < c.heads ? gq : gk)[k];
+    }
+  }
+}
+
+// qkv [B*S, 3D] = x W_qkv (+ b_qkv), with qk_norm normalised per head (naive_qk_norm), then with
+// RoPE each head's q and k pair (k, k + Dh/2) turned by s / base^(2k/Dh) at position s, by
+// explicit loops.
 std::vector<double> naive_qkv(const ParameterSet& params, const std::vector<double>& x,
-                              const Case& c, double rope_base) {
+                              const Case& c, double rope_base, double eps = 1e-5) {
   const int64_t S = c.seq, Dh = c.head_dim, D = c.heads * Dh, N = c.batch * S, half = Dh / 2;
   std::vector<double> qkv =
       naive_matmul(x, get(params, "w_qkv"), N, D, 3 * D, false, get(params, "b_qkv"));
+  naive_qk_norm(params, c, eps, &qkv);
   if (rope_base == 0) return qkv;
   for (int64_t r = 0; r < N; ++r) {
     for (int64_t head = 0; head < 2 * c.heads; ++head) {  // the heads of q, then of k
@@ -57,9 +77,9 @@ std::vector<double> naive_qkv(const ParameterSet& params, const std::vector<doub
 // y [B*S, D] by explicit loops. p: the dropout probability in effect (0 = none).
 std::vector<double> naive_mha(const ParameterSet& params, const std::vector<double>& x,
                               const Case& c, float p, CounterRng rng, int64_t seq_offset,
-                              double rope_base = 0) {
+                              double rope_base = 0, double eps = 1e-5) {
   const int64_t S = c.seq, H = c.heads, Dh = c.head_dim, D = H * Dh, N = c.batch * S;
-  const std::vector<double> qkv = naive_qkv(params, x, c, rope_base);
+  const std::vector<double> qkv = naive_qkv(params, x, c, rope_base, eps);
   std::vector<double> ctx(N * D, 0.0);
   for (int64_t b = 0; b < c.batch; ++b) {
     for (int64_t h = 0; h < H; ++h) {
@@ -163,15 +183,18 @@ TEST(AttentionLayerTest, WithoutBiasesRegistersTheMatricesOnly) {
   EXPECT_EQ(params.find("blocks.1.attn.b_o"), nullptr);
 }
 
-// RoPE and bias-free attention: the forward against the loops (the saved qkv is the rotated
-// one), and every gradient against finite differences, with and without dropout.
+// RoPE, bias-free attention and Qwen3's q/k norm: the forward against the loops (the saved qkv
+// is the normalised and rotated one), and every gradient (the norms' weights among them) against
+// finite differences, with and without dropout.
 struct OptionsCase {
   Case shape;
   double rope_base;  // 0: none
   bool bias;
+  bool qk_norm = false;
 };
 std::string name(const OptionsCase& c) {
-  return str_cat(name(c.shape), c.rope_base > 0 ? "_rope" : "", c.bias ? "" : "_no_bias");
+  return str_cat(name(c.shape), c.rope_base > 0 ? "_rope" : "", c.bias ? "" : "_no_bias",
+                 c.qk_norm ? "_qk_norm" : "");
 }
 void PrintTo(const OptionsCase& c, std::ostream* os) { *os << name(c); }
 
@@ -179,24 +202,26 @@ class AttentionLayerOptions : public ::testing::TestWithParam<OptionsCase> {};
 
 TEST_P(AttentionLayerOptions, ForwardMatchesLoopsAndGradientsMatchDifferences) {
   const Case c = GetParam().shape;
-  const AttentionOptions options{GetParam().rope_base, GetParam().bias};
+  const AttentionOptions options{GetParam().rope_base, GetParam().bias, GetParam().qk_norm, 0.01};
   const int64_t D = c.heads * c.head_dim, N = c.batch * c.seq;
   const CounterRng rng{6, make_stream(RngTag::kTest, 9, 2)};
   for (const bool training : {false, true}) {
     SCOPED_TRACE(training ? "training (dropout 0.3)" : "evaluation");
     ParameterSet params(&host_context(), DType::kF64);
     MultiHeadAttention attn("attn", D, c.heads, c.max_seq, 0.3, &params, options);
-    EXPECT_EQ(params.all().size(), options.bias ? 4u : 2u);
+    EXPECT_EQ(params.all().size(), (options.bias ? 4u : 2u) + (options.qk_norm ? 2u : 0u));
     randomize_parameters(&params, 70);
     Tensor x = Tensor::empty({N, D}, DType::kF64);
     fill_uniform(x, 71, -1, 1);
     MultiHeadAttention::Saved saved;
     StatusOr<Tensor> out = attn.forward(x, c.batch, 3, training, rng, &saved);
     ASSERT_TRUE(out.ok()) << out.status().to_string();
-    const std::vector<double> qkv = naive_qkv(params, to_vector<double>(x), c, options.rope_base);
+    const std::vector<double> qkv =
+        naive_qkv(params, to_vector<double>(x), c, options.rope_base, options.norm_eps);
     for (int64_t i = 0; i < N * 3 * D; ++i) EXPECT_NEAR(saved.qkv.data<double>()[i], qkv[i], 1e-14);
-    const std::vector<double> want = naive_mha(params, to_vector<double>(x), c,
-                                               training ? 0.3f : 0.f, rng, 3, options.rope_base);
+    const std::vector<double> want =
+        naive_mha(params, to_vector<double>(x), c, training ? 0.3f : 0.f, rng, 3, options.rope_base,
+                  options.norm_eps);
     for (int64_t i = 0; i < N * D; ++i) EXPECT_NEAR(out->data<double>()[i], want[i], 1e-13) << i;
 
     Tensor w = Tensor::empty(out->shape(), DType::kF64);
@@ -218,7 +243,9 @@ INSTANTIATE_TEST_SUITE_P(Options, AttentionLayerOptions,
                                            OptionsCase{{2, 3, 5, 2, 4}, 10000.0, true},
                                            OptionsCase{{1, 5, 5, 3, 2}, 10.0, false},
                                            OptionsCase{{3, 4, 4, 1, 6}, 100.0, true},
-                                           OptionsCase{{2, 3, 5, 2, 3}, 0.0, false}),
+                                           OptionsCase{{2, 3, 5, 2, 3}, 0.0, false},
+                                           OptionsCase{{2, 3, 5, 2, 4}, 10000.0, false, true},
+                                           OptionsCase{{1, 4, 4, 3, 3}, 0.0, true, true}),
                          [](const ::testing::TestParamInfo<OptionsCase>& info) {
                            return name(info.param);
                          });

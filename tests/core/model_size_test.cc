@@ -144,7 +144,8 @@ TEST(ModelSizeTest, EveryFamilyAgreesWithTheModelsTensors) {
       {{"model.norm=RMS_NORM"}, " (RMSNorm)"},
       {{"model.norm=RMS_NORM", "model.block_style=PRE_LN"}, " (RMSNorm, pre-LN)"},
       {{"model.moe.shared_experts=2", "model.moe.d_shared=24"}, " (shared experts)"},
-      {{"model.moe.shared_experts=1", "model.moe.shared_expert_gate=true"}, " (gated shared)"}};
+      {{"model.moe.shared_experts=1", "model.moe.shared_expert_gate=true"}, " (gated shared)"},
+      {{"model.qk_norm=true"}, " (q/k norm)"}};
   for (const std::string& family : config_families()) {
     for (const Variant& variant : variants) {
       StatusOr<RunConfig> cfg = small_family_config(family, "/nonexistent", 1, variant.set);

@@ -342,16 +342,16 @@ TEST_F(ParallelTrainerTest, LossFreeBiasMovesByTheGlobalLoadsInEveryLayout) {
   expect_close(single, joined, "loss-free bias saved at EP 2, resumed on one process");
 }
 
-// The block of current models (pre-norm RMSNorm, RoPE, SwiGLU, no biases) with DeepSeek-V3's
-// routing (sigmoid, scaled, node-limited to one of two groups, the sequence loss, loss-free
-// balancing) and a shared expert under Qwen2-MoE's gate: one process, EP 2, DP 2 and EP 2 x DP 2
-// train alike, and an EP 2 checkpoint resumes at EP 4 (where a group spans two ranks).
+// The block of current models (pre-norm RMSNorm, RoPE, SwiGLU, no biases, Qwen3's q/k norm) with
+// DeepSeek-V3's routing (sigmoid, scaled, node-limited to one of two groups, the sequence loss,
+// loss-free balancing) and a shared expert under Qwen2-MoE's gate: one process, EP 2, DP 2 and
+// EP 2 x DP 2 train alike, and an EP 2 checkpoint resumes at EP 4 (where a group spans two ranks).
 TEST_F(ParallelTrainerTest, TheBlockAndRoutingOfCurrentModelsAreLayoutIndependent) {
   std::vector<std::string> set = kEquivalent;
   for (const char* s :
        {"model.block_style=PRE_LN", "model.norm=RMS_NORM", "model.position=ROPE",
         "model.activation=SWIGLU", "model.moe.activation=SWIGLU", "model.linear_bias=false",
-        "model.moe.score_function=SIGMOID", "model.moe.routed_scaling=2.5",
+        "model.qk_norm=true", "model.moe.score_function=SIGMOID", "model.moe.routed_scaling=2.5",
         "model.moe.expert_groups=2", "model.moe.max_ep_ranks=1", "model.moe.shared_experts=1",
         "model.moe.shared_expert_gate=true", "model.moe.seq_balance_loss_coef=0.01",
         "model.moe.bias_update_rate=0.0078125"}) {

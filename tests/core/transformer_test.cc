@@ -27,6 +27,7 @@ struct ModelCase {
   NormKind norm = NormKind::kLayerNorm;
   int64_t loss_chunk = 0;  // StepContext::loss_chunk_tokens
   Recompute recompute = Recompute::kNone;
+  bool qk_norm = false;  // Qwen3's per-head q/k norm
 };
 
 void PrintTo(const ModelCase& c, std::ostream* os) { *os << c.name; }
@@ -47,6 +48,7 @@ ModelConfig make_config(const ModelCase& c) {
   m.init_std = 0.4;
   m.position = c.position;
   m.linear_bias = c.linear_bias;
+  m.qk_norm = c.qk_norm;
   MoeLayerConfig moe;
   moe.d_model = 8;
   moe.d_expert = 6;
@@ -158,16 +160,23 @@ INSTANTIATE_TEST_SUITE_P(
                                 PositionKind::kLearned, true, NormKind::kRmsNorm}),
     [](const ::testing::TestParamInfo<ModelCase>& info) { return info.param.name; });
 
-// The block of current models: RoPE instead of learned positions, attention without biases.
+// The block of current models: RoPE instead of learned positions, attention without biases, the
+// q/k norm.
 INSTANTIATE_TEST_SUITE_P(
     RopeAndBiasFree, TransformerGradTest,
-    ::testing::Values(ModelCase{"pre_ln_rope_momentum_dense", "smsf", BlockStyle::kPreLn, false,
-                                0.1, PositionKind::kRope},
-                      ModelCase{"post_ln_rope_tied_bias_free", "sgsfsm",
-                                BlockStyle::kPostLnDoubleResidual, true, 0.0, PositionKind::kRope,
-                                false},
-                      ModelCase{"pre_ln_adam_bias_free", "sasf", BlockStyle::kPreLn, false, 0.2,
-                                PositionKind::kLearned, false}),
+    ::testing::Values(
+        ModelCase{"pre_ln_rope_momentum_dense", "smsf", BlockStyle::kPreLn, false, 0.1,
+                  PositionKind::kRope},
+        ModelCase{"post_ln_rope_tied_bias_free", "sgsfsm", BlockStyle::kPostLnDoubleResidual, true,
+                  0.0, PositionKind::kRope, false},
+        ModelCase{"pre_ln_adam_bias_free", "sasf", BlockStyle::kPreLn, false, 0.2,
+                  PositionKind::kLearned, false},
+        // Qwen3's q/k norm, its inputs kept (SELECTIVE) or the blocks replayed
+        // (FULL).
+        ModelCase{"pre_ln_rope_rms_qk_norm_selective", "sgsf", BlockStyle::kPreLn, false, 0.1,
+                  PositionKind::kRope, false, NormKind::kRmsNorm, 0, Recompute::kSelective, true},
+        ModelCase{"post_ln_qk_norm_full", "smsf", BlockStyle::kPostLnDoubleResidual, true, 0.1,
+                  PositionKind::kRope, true, NormKind::kLayerNorm, 0, Recompute::kFull, true}),
     [](const ::testing::TestParamInfo<ModelCase>& info) { return info.param.name; });
 
 // The loss in chunks of 3 of the 10 rows (the last chunk short): the head's weight gradient summed

@@ -191,6 +191,9 @@ check deepseek
 # renormalised), a shared expert scaled per token by sigmoid(y . w).
 train qwen2 modern/qwen2-moe
 check qwen2
+# Qwen3-MoE's (configs/modern/qwen3-moe.pbtxt): each head's q and k normalised before RoPE.
+train qwen3 modern/qwen3-moe
+check qwen3
 
 # The evaluation batch: without AC layers it does not matter (up to rounding); an AC model
 # (the paper's per-batch rule) is evaluated in its recorded batch and refuses another. At batch

@@ -92,13 +92,45 @@ perturb qwen2 Qwen2MoeForCausalLM "gates renormalised (norm_topk_prob)" 'c["norm
 train quickstart quickstart --set train.steps=2 --set train.checkpoint_every=2
 "$bin/momoe-export" --checkpoint "$tmp/quickstart/ckpt-00000002" --out "$tmp/qs" > "$tmp/qs.log" 2>&1 ||
   { cat "$tmp/qs.log"; fail "momoe-export of the quick start"; }
-expect_in "$tmp/qs.log" "no transformers layout (not Mixtral's shape: its blocks are not pre-norm; not Qwen2-MoE's: its blocks are not pre-norm)"
-expect_no_file "$tmp/qs/transformers" "the quick start is not Mixtral's or Qwen2-MoE's shape"
+expect_in "$tmp/qs.log" "no transformers layout (not Mixtral's shape: its blocks are not pre-norm; not Qwen2-MoE's: its blocks are not pre-norm; not Qwen3-MoE's: its blocks are not pre-norm)"
+expect_no_file "$tmp/qs/transformers" "the quick start is no published architecture's shape"
 # Qwen2-MoE's routing with an ungated shared expert (DeepSeek-MoE's): neither shape.
 train ungated modern/qwen2-moe --set train.steps=2 --set train.checkpoint_every=2 \
   --set model.moe.shared_expert_gate=false
 "$bin/momoe-export" --checkpoint "$tmp/ungated/ckpt-00000002" --out "$tmp/ug" > "$tmp/ug.log" 2>&1 ||
   { cat "$tmp/ug.log"; fail "momoe-export of the ungated model"; }
-expect_in "$tmp/ug.log" "not Qwen2-MoE's: block 0: it has no gated shared expert)"
+expect_in "$tmp/ug.log" "not Qwen2-MoE's: block 0: it has no gated shared expert;"
 expect_no_file "$tmp/ug/transformers" "an ungated shared expert is not Qwen2-MoE's shape"
-echo "PASS: transformers loads momoe's Mixtral and Qwen2-MoE exports and agrees with momoe-eval"
+# Qwen3-MoE's shape (q/k norms): its layout is written (transformers 4.46 has no Qwen3-MoE; the
+# GPU script's transformers stage loads it with the machine's 5.x), with its tensors named.
+train qwen3 modern/qwen3-moe --set train.steps=2 --set train.checkpoint_every=2
+"$bin/momoe-export" --checkpoint "$tmp/qwen3/ckpt-00000002" --out "$tmp/q3" > "$tmp/q3.log" 2>&1 ||
+  { cat "$tmp/q3.log"; fail "momoe-export of Qwen3-MoE's shape"; }
+expect_in "$tmp/q3.log" "transformers' Qwen3MoeForCausalLM layout in $tmp/q3/transformers"
+"$venv/bin/python" - "$tmp/q3/transformers" "$src/python" <<'PY' || fail "Qwen3-MoE's layout"
+import json, sys
+sys.path.insert(0, sys.argv[2])
+from momoe_torch.safetensors_numpy import read_safetensors
+c = json.load(open(sys.argv[1] + "/config.json"))
+assert c["model_type"] == "qwen3_moe" and c["norm_topk_prob"] and not c["attention_bias"], c
+t, _ = read_safetensors(sys.argv[1] + "/model.safetensors")
+L, E, D, H = c["num_hidden_layers"], c["num_experts"], c["hidden_size"], c["num_attention_heads"]
+F = c["moe_intermediate_size"]
+want = {"model.embed_tokens.weight": (c["vocab_size"], D), "model.norm.weight": (D,),
+        "lm_head.weight": (c["vocab_size"], D)}
+for i in range(L):
+    p = f"model.layers.{i}."
+    want.update({p + "input_layernorm.weight": (D,), p + "post_attention_layernorm.weight": (D,),
+                 p + "self_attn.o_proj.weight": (D, D), p + "mlp.gate.weight": (E, D),
+                 p + "self_attn.q_norm.weight": (D // H,), p + "self_attn.k_norm.weight": (D // H,)})
+    for x in "qkv":
+        want[p + f"self_attn.{x}_proj.weight"] = (D, D)
+    for e in range(E):
+        for n, shape in (("gate_proj", (F, D)), ("up_proj", (F, D)), ("down_proj", (D, F))):
+            want[p + f"mlp.experts.{e}.{n}.weight"] = shape
+have = {k: tuple(v.shape) for k, v in t.items()}
+assert have == want, sorted(set(have.items()) ^ set(want.items()))[:6]
+print(f"Qwen3-MoE's layout: {len(have)} tensors named and shaped as Qwen3MoeForCausalLM's")
+PY
+echo "PASS: transformers loads momoe's Mixtral and Qwen2-MoE exports and agrees with momoe-eval;" \
+  "Qwen3-MoE's layout is written"
