@@ -37,7 +37,8 @@ Status swiglu_backward(Context& ctx, const TensorView& x, const TensorView& dy,
                        const TensorView& dx);
 
 // Qwen2-MoE's gated shared expert, one gate per row: y[r, :] = sigmoid(logit[r]) * x[r, :],
-// computed in double and rounded once. x, y [M, N] one act dtype (y may alias x); logit [M, 1] F.
+// computed in double and rounded to x's dtype (through f32 for bf16). x, y [M, N] one act dtype
+// (y may alias x); logit [M, 1] F.
 Status sigmoid_gate_forward(Context& ctx, const TensorView& x, const TensorView& logit,
                             const TensorView& y);
 // Its gradients, s = sigmoid(logit[r]): dx[r, :] = s * dy[r, :] (dx may alias dy) and

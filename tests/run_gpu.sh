@@ -49,9 +49,9 @@
 #                  momoe-eval's decisions: decisions differing, |ln ratio| against
 #                  (eps_bf16 + eps32) x (depth + mean NLL)). Practised with Mixtral alone on
 #                  a 2-core CPU with transformers 5.17 and torch 2.11: 27 s (4 s of training
-#                  and scoring, three checks of 7 s: imports, load, one pass); with Qwen2-MoE's
-#                  and Qwen3-MoE's two checks each about 60 s, and CUDA's start in each of its
-#                  thirteen processes may add as much: 150 s
+#                  and scoring, three checks of 7 s: imports, load, one pass), so with Qwen2-MoE
+#                  and Qwen3-MoE (training and scoring, two checks each) about 60 s in all;
+#                  CUDA's start in each of its thirteen processes may add as much: 150 s
 #   initcheck  60  compute-sanitizer initcheck on two training steps of a tiny model
 #   synccheck  70  compute-sanitizer synccheck on the kernel tests
 #   racecheck 100  compute-sanitizer racecheck on the kernel tests
@@ -518,8 +518,10 @@ print("transformers", transformers.__version__, "torch", torch.__version__, "CUD
   echo "$versions"
   local run=$WORK/transformers text=$ROOT/data/brown/valid.txt.gz name
   rm -rf "$run" && mkdir -p "$run" || return 1
-  for name in mixtral qwen2-moe qwen3-moe; do
-    transformers_model "$name" "$run" "$text" || return 1
+  local model
+  for model in mixtral:MixtralForCausalLM qwen2-moe:Qwen2MoeForCausalLM \
+               qwen3-moe:Qwen3MoeForCausalLM; do
+    transformers_model "${model%%:*}" "$run" "$text" "${model#*:}" || return 1
   done
   "$BIN/momoe-data" prepare --out "$run/tokens" --train "$text" \
     --vocab "$run/mixtral.export/vocab.txt" --quiet > /dev/null || return 1
@@ -530,20 +532,24 @@ c = json.load(open(sys.argv[1]))
 c["rope_theta"] = 5000.0
 json.dump(c, open(sys.argv[1], "w"))
 PY
-  local rc=0 job
+  local rc=0 job check arch
   # perturbed: float64 on the rope_theta 5000 copy of Mixtral's export.
-  for job in mixtral:float64 mixtral:perturbed mixtral:bfloat16 qwen2-moe:float64 \
-             qwen2-moe:bfloat16 qwen3-moe:float64 qwen3-moe:bfloat16; do
-    transformers_job "$run" "${job%%:*}" "${job#*:}" || rc=1
+  for job in mixtral:float64:MixtralForCausalLM mixtral:perturbed:MixtralForCausalLM \
+             mixtral:bfloat16:MixtralForCausalLM qwen2-moe:float64:Qwen2MoeForCausalLM \
+             qwen2-moe:bfloat16:Qwen2MoeForCausalLM qwen3-moe:float64:Qwen3MoeForCausalLM \
+             qwen3-moe:bfloat16:Qwen3MoeForCausalLM; do
+    IFS=: read -r name check arch <<< "$job"
+    transformers_job "$run" "$name" "$check" "$arch" || rc=1
   done
   key "$versions"
   return $rc
 }
 
-# transformers_model NAME RUN TEXT: configs/modern/NAME.pbtxt trained 12 steps and scored on the
-# GPU with its routing decisions (RUN/NAME.routing, RUN/NAME.eval), exported to RUN/NAME.export.
+# transformers_model NAME RUN TEXT ARCH: configs/modern/NAME.pbtxt trained 12 steps and scored on
+# the GPU with its routing decisions (RUN/NAME.routing, RUN/NAME.eval), exported to
+# RUN/NAME.export, which must hold transformers' ARCH layout.
 transformers_model() {
-  local name=$1 run=$2 text=$3
+  local name=$1 run=$2 text=$3 arch=$4
   echo "== momoe-train configs/modern/$name.pbtxt on the GPU (transformers_export_test's 12 steps)"
   "$BIN/momoe-train" --config "$ROOT/configs/modern/$name.pbtxt" --run-dir "$run/$name" \
     --set train.device=CUDA --set train.steps=12 --set train.checkpoint_every=12 \
@@ -554,17 +560,22 @@ transformers_model() {
   "$BIN/momoe-eval" --checkpoint "$ckpt" --text "$text" --max-sequences 40 --attack-rate 0 \
     --device cuda --routing-out "$run/$name.routing" > "$run/$name.eval" || return 1
   cat "$run/$name.eval"
-  "$BIN/momoe-export" --checkpoint "$ckpt" --out "$run/$name.export"
+  "$BIN/momoe-export" --checkpoint "$ckpt" --out "$run/$name.export" | tee "$run/$name.export.log" ||
+    return 1
+  grep -q "transformers' $arch layout" "$run/$name.export.log" && return 0
+  echo "momoe-export wrote no $arch layout for configs/modern/$name.pbtxt" |
+    tee -a "$RESULTS/transformers.digest"
+  key "$name: no $arch layout"
+  return 1
 }
 
-# transformers_job RUN NAME CHECK: transformers_check.py on NAME's export (CHECK float64 or
-# bfloat16; perturbed: float64 on RUN/perturbed, which must fail by the comparison's verdict).
+# transformers_job RUN NAME CHECK ARCH: transformers_check.py on NAME's export, which transformers
+# must build as ARCH (CHECK float64 or bfloat16; perturbed: float64 on RUN/perturbed, which must
+# fail by the comparison's verdict).
 transformers_job() {
-  local run=$1 name=$2 check=$3
-  local dir=$run/$name.export dtype=$check out=$RESULTS/transformers_${name}_$check.txt arch
+  local run=$1 name=$2 check=$3 arch=$4
+  local dir=$run/$name.export dtype=$check out=$RESULTS/transformers_${name}_$check.txt
   [ "$check" = perturbed ] && dir=$run/perturbed dtype=float64
-  arch=$(py -c 'import json, sys; print(json.load(open(sys.argv[1]))["architectures"][0])' \
-    "$dir/transformers/config.json") || return 1
   echo "== transformers_check.py --device cuda --dtype $dtype ($name, $(basename "$dir"))"
   py "$ROOT/tests/launcher/transformers_check.py" "$ROOT/python" "$dir" "$run/tokens" \
     "$run/$name.routing" "$run/$name.eval" "$arch" --device cuda --dtype "$dtype" > "$out" 2>&1
