@@ -172,6 +172,25 @@ TEST_F(MemoryEstimateTest, RmsNormParametersAreExactAndTheTotalBracketsTheMeasur
   }
 }
 
+// Qwen2-MoE's gated shared expert (its output before the gate and the logit kept) and Qwen3-MoE's
+// q/k norm (q and k before it and their rstd kept), at each recompute setting and precision: the
+// parameters are exact and the total brackets the measured peak.
+TEST_F(MemoryEstimateTest, GatedSharedExpertsAndTheQkNormAreCounted) {
+  for (const std::string family : {"modern/qwen2-moe", "modern/qwen3-moe"}) {
+    for (const char* recompute : {"NONE", "SELECTIVE", "FULL"}) {
+      for (const char* precision : {"FP32", "BF16"}) {
+        const std::vector<std::string> set = {"model.d_model=64",
+                                              "model.n_heads=2",
+                                              "model.seq_len=32",
+                                              "train.batch_size=8",
+                                              str_cat("train.recompute=", recompute),
+                                              str_cat("train.precision=", precision)};
+        expect_exact_and_bracketing(family, set, str_cat(recompute, " ", precision));
+      }
+    }
+  }
+}
+
 // Every step records what it used, measured: the tensor allocator's peak since the step's start
 // (parameters, gradients and optimizer state included), which the estimate brackets as it does
 // the allocator's peak above, for the quick start at its own size; on the CPU the process's
