@@ -18,16 +18,18 @@
 //                     [--threads 0]   (CPU threads; 0 = every core) [--device cpu|cuda]
 //                     [--dtype f32|bf16] [--dropless 0|1] [--shape 1|2|3|4] [--torch 0|1]
 //                     [--activation relu|gelu|swiglu] [--score softmax|sigmoid] [--shared N]
-//                     [--bias-rate R] [--groups G --topk-groups g] [--compare fine-grained|options]
-//                     [--rounds 5]
+//                     [--shared-gate 0|1] [--bias-rate R] [--groups G --topk-groups g]
+//                     [--compare fine-grained|options] [--rounds 5]
 //   momoe-bench layer --device cuda --shape 1 --torch 1 --iterations 20 --warmup 5
-// The routing of current models: --shared N adds N shared experts of width f, --bias-rate R
+// The routing of current models: --shared N adds N shared experts of width f (--shared-gate 1:
+// under Qwen2-MoE's sigmoid gate), --bias-rate R
 // loss-free balancing (its bias moves after every iteration, as after a step), --groups with
 // --topk-groups group-limited routing; FLOPs count SwiGLU's third matrix and the shared experts.
 // --compare fine-grained times the coarse layer (8 experts, top 1, width f) and the fine-grained
 // one (64 experts, top 8, width f / 8) and prints their time per active FLOP's ratio;
-// --compare options times the layer alone, with loss-free balancing (rate 1e-3) and with one
-// shared expert, and prints what each adds beyond its own GEMMs (the shared FFN timed alone).
+// --compare options times the layer alone, with loss-free balancing (rate 1e-3), with one shared
+// expert and with one gated shared expert, and prints what each adds beyond its own GEMMs (the
+// shared FFN timed alone).
 // gemm_share is the layer's time inside BLAS tiles over its whole time (the rest: routing,
 // dispatch, activation, combine; CPU only).
 #include <sys/wait.h>
@@ -152,6 +154,7 @@ Status apply_modern_options(const Args& a, LayerOptions* o) {
   o->cfg.score_function = score == "sigmoid" ? ScoreFunction::kSigmoid : ScoreFunction::kSoftmax;
   o->cfg.shared_experts = a.get("shared", 0);
   o->cfg.d_shared = o->cfg.d_expert;
+  o->cfg.shared_expert_gate = a.get("shared-gate", 0) != 0;
   const std::string rate = a.get_str("bias-rate", "0");
   char* end = nullptr;
   o->cfg.bias_update_rate = std::strtod(rate.c_str(), &end);
@@ -173,11 +176,12 @@ Status apply_modern_options(const Args& a, LayerOptions* o) {
 // one of issue 21's shapes in bf16, dropless); the benchmark runs on one rank.
 StatusOr<LayerOptions> parse_layer_options(int argc, char** argv, const comm::World& world) {
   MOE_ASSIGN_OR_RETURN(
-      Args a, Args::parse(argc, argv,
-                          {"tokens",     "d",           "f",       "experts", "top-k",  "variant",
-                           "iterations", "warmup",      "threads", "device",  "dtype",  "dropless",
-                           "activation", "shape",       "torch",   "score",   "shared", "bias-rate",
-                           "groups",     "topk-groups", "compare", "rounds"}));
+      Args a,
+      Args::parse(argc, argv,
+                  {"tokens",     "d",           "f",       "experts", "top-k",      "variant",
+                   "iterations", "warmup",      "threads", "device",  "dtype",      "dropless",
+                   "activation", "shape",       "torch",   "score",   "shared",     "bias-rate",
+                   "groups",     "topk-groups", "compare", "rounds",  "shared-gate"}));
   if (world.size() != 1) return invalid_argument_error("momoe-bench layer runs on one rank");
   LayerOptions o;
   MOE_ASSIGN_OR_RETURN(o.variant, parse_variant(a.get_str("variant", "plain")));
@@ -489,35 +493,42 @@ Status compare_fine_grained(const LayerOptions& o, int cuda_device) {
   return Status::OK();
 }
 
-// --compare options: the layer as given, with loss-free balancing (rate 1e-3), and with one
-// shared expert of width F, timed in --rounds interleaved rounds with the shared experts' own FFN
-// alone; per round, loss-free's overhead is its time over the layer's, and the shared experts'
-// what their time adds beyond their FFN's forward + backward (the targets: at most 3% each, the
-// medians over rounds).
+// --compare options: the layer as given, with loss-free balancing (rate 1e-3), with one shared
+// expert of width F, and with it under Qwen2-MoE's gate, timed in --rounds interleaved rounds
+// with the shared experts' own FFN alone; per round, loss-free's overhead is its time over the
+// layer's, and the shared experts' what their time adds beyond their FFN's forward + backward
+// (the gated one's includes the gate: its [D, 1] products, sigmoid and row sums; the targets: at
+// most 3% each, the medians over rounds).
 Status compare_options(const LayerOptions& o, int cuda_device) {
   LayerOptions base = o, loss_free = o, shared = o;
   base.cfg.bias_update_rate = shared.cfg.bias_update_rate = 0;
   base.cfg.shared_experts = loss_free.cfg.shared_experts = 0;
+  base.cfg.shared_expert_gate = loss_free.cfg.shared_expert_gate = false;
   loss_free.cfg.bias_update_rate = 1e-3;
   shared.cfg.shared_experts = 1;
-  for (const LayerOptions* l : {&base, &loss_free, &shared}) {
+  shared.cfg.shared_expert_gate = false;
+  LayerOptions gated = shared;
+  gated.cfg.shared_expert_gate = true;
+  for (const LayerOptions* l : {&base, &loss_free, &shared, &gated}) {
     MOE_RETURN_IF_ERROR(run_layer(*l, cuda_device).status());
   }
-  std::vector<double> lf, sh, tffn;
+  std::vector<double> lf, sh, gsh, tffn;
   for (int r = 0; r < o.rounds; ++r) {
     MOE_ASSIGN_OR_RETURN(const auto t,
-                         interleaved_rounds({base, loss_free, shared}, 1, cuda_device));
+                         interleaved_rounds({base, loss_free, shared, gated}, 1, cuda_device));
     MOE_ASSIGN_OR_RETURN(const double f, time_shared_ffn(shared, cuda_device));
     tffn.push_back(f);
     lf.push_back(t[1][0] / t[0][0] - 1);
     sh.push_back((t[2][0] - f) / t[0][0] - 1);
+    gsh.push_back((t[3][0] - f) / t[0][0] - 1);
   }
   JsonLine j("layer_compare");
   j.str("compare", "options")
       .num("rounds", o.rounds)
       .num("shared_ffn_alone_ms", median_of(tffn) * 1e3)
       .num("loss_free_overhead", median_of(lf))
-      .num("shared_overhead_beyond_its_gemms", median_of(sh));
+      .num("shared_overhead_beyond_its_gemms", median_of(sh))
+      .num("gated_shared_overhead_beyond_its_gemms", median_of(gsh));
   std::printf("%s\n", j.dump().c_str());
   return Status::OK();
 }

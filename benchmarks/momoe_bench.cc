@@ -110,9 +110,10 @@ const char* usage_of(const std::string& cmd) {
            "  --variant plain|momentum|ac|sparsemixer (plain)  --iterations 5  --warmup 1\n"
            "  --threads 0 (CPU threads; 0 = every core)  --device cpu|cuda (cpu)\n"
            "  --dtype f32|bf16  --dropless 0|1  --activation relu|gelu|swiglu (relu)\n"
-           "  --score softmax|sigmoid (softmax)  --shared 0  --bias-rate 0  --groups 1\n"
-           "  --topk-groups 0  --compare fine-grained|options (the fine-grained layer against\n"
-           "  the coarse one; loss-free balancing and shared experts against the layer alone)\n";
+           "  --score softmax|sigmoid (softmax)  --shared 0  --shared-gate 0|1 (0)\n"
+           "  --bias-rate 0  --groups 1  --topk-groups 0  --compare fine-grained|options (the\n"
+           "  fine-grained layer against the coarse one; loss-free balancing and shared experts,\n"
+           "  gated or not, against the layer alone)\n";
   }
   if (cmd == "train") {
     return "momoe-bench train: training throughput (tokens/s) and model FLOP/s (on a GPU the MFU\n"
