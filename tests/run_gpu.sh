@@ -29,7 +29,8 @@
 #                  printed as it is recorded; a failing test is rerun alone in its own process,
 #                  so a sticky CUDA error cannot hide which op broke), and phase_timer_gpu_test
 #   nccl       30  the NCCL backend at one rank (comm_nccl_test, NCCL_DEBUG=WARN)
-#   model     145  the whole model, every config family, GPU against CPU: FP32 20 steps (routing
+#   model     180  the whole model, every config family and Mixtral's, Qwen2-MoE's and Qwen3-MoE's
+#                  presets (145 s before the two Qwen ones), GPU against CPU: FP32 20 steps (routing
 #                  counted, flips and their first step stated), BF16 100 steps (and again with
 #                  the fused attention for two families), repeat runs, checkpoints across
 #                  devices, one sync per step (gpu_training_test)
@@ -82,7 +83,7 @@ SELF="$ROOT/tests/run_gpu.sh"
 CALL1_STAGES="env kernels nccl model memcheck smoke"
 CALL2_STAGES="mpi transformers initcheck synccheck racecheck"
 ORDER="env build kernels nccl model memcheck smoke mpi transformers initcheck synccheck racecheck layer"
-declare -A BOX=([env]=20 [build]=420 [kernels]=110 [nccl]=30 [model]=145 [memcheck]=70
+declare -A BOX=([env]=20 [build]=420 [kernels]=110 [nccl]=30 [model]=180 [memcheck]=70
                 [smoke]=60 [mpi]=90 [transformers]=150 [initcheck]=60 [synccheck]=70
                 [racecheck]=100 [layer]=500)
 BUNDLE=${BUNDLE:-$ROOT/gpu-bundle.tar.xz}

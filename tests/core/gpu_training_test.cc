@@ -202,9 +202,11 @@ INSTANTIATE_TEST_SUITE_P(Configs, GpuTrainingTest, ::testing::ValuesIn(config_fa
                            return info.param;
                          });
 // The block of current models (RMSNorm, RoPE, SwiGLU, no biases, pre-norm) at the small size,
-// with Mixtral's routing and with Qwen2-MoE's (fine-grained experts, a gated shared expert).
+// with Mixtral's routing, Qwen2-MoE's (fine-grained experts, a gated shared expert) and Qwen3-MoE's
+// (fine-grained experts, each head's q and k normalised).
 INSTANTIATE_TEST_SUITE_P(Modern, GpuTrainingTest,
-                         ::testing::Values("modern/mixtral", "modern/qwen2-moe"),
+                         ::testing::Values("modern/mixtral", "modern/qwen2-moe",
+                                           "modern/qwen3-moe"),
                          [](const ::testing::TestParamInfo<std::string>& info) {
                            std::string name = info.param;
                            std::replace(name.begin(), name.end(), '/', '_');
