@@ -120,6 +120,9 @@ std::shared_ptr<Allocator> make_host_caching_allocator(size_t cache_limit_bytes)
 StatusOr<std::shared_ptr<Allocator>> make_cuda_pool_allocator(int device) {
   return unimplemented_error("cuda:", device, " memory pool: built without CUDA");
 }
+StatusOr<std::shared_ptr<Allocator>> make_pinned_host_allocator() {
+  return unimplemented_error("page-locked host memory: built without CUDA");
+}
 #endif
 
 }  // namespace moe

@@ -61,6 +61,12 @@ std::shared_ptr<Allocator> make_host_caching_allocator(size_t cache_limit_bytes 
 // build with MOE_WITH_CUDA and a device; otherwise kUnimplemented / kFailedPrecondition.
 StatusOr<std::shared_ptr<Allocator>> make_cuda_pool_allocator(int device);
 
+// Page-locked host memory (cudaHostAlloc) for staging buffers a device copies from without
+// waiting (a copy from pageable memory is staged by the driver and cannot be captured in a CUDA
+// graph). No cache: staging buffers live as long as their owner. Freeing waits for the device
+// (cudaFreeHost), so it is meant for long-lived buffers. kUnimplemented without CUDA.
+StatusOr<std::shared_ptr<Allocator>> make_pinned_host_allocator();
+
 // The bucket a request of `bytes` is rounded up to (exposed for tests): multiples of 64 up to
 // 512 bytes, then the next of {8, 9, ..., 15} * 2^k.
 size_t allocator_bucket_size(size_t bytes);

@@ -114,7 +114,21 @@ StatusOr<Tensor> Context::upload(const TensorView& host) {
 
 StatusOr<Tensor> Context::clone(const TensorView& src) { return upload(src); }
 
+StatusOr<Tensor> Context::staging(Shape shape, DType dtype) {
+  if (device_.is_host()) return Tensor::try_empty(shape, dtype);
+  if (staging_allocator_ == nullptr) {
+    MOE_ASSIGN_OR_RETURN(staging_allocator_, make_pinned_host_allocator());
+  }
+  return Tensor::allocate(shape, dtype, staging_allocator_);
+}
+
 Status Context::synchronize() {
+  if (capturing_) {
+    return failed_precondition_error(
+        "a wait for ", device_.to_string(),
+        " while its stream is captured into a CUDA graph (captured work runs later, when the "
+        "graph is replayed: it cannot wait for itself)");
+  }
   ++sync_count_;
   CudaDeviceGuard on_device(device_);
   return stream_synchronize(device_, stream_);
@@ -122,7 +136,7 @@ Status Context::synchronize() {
 
 StatusOr<Tensor> Context::read_back(const TensorView& t) {
   MOE_RETURN_IF_ERROR(check_mine("read_back", t));
-  MOE_RETURN_IF_ERROR(synchronize());
+  MOE_RETURN_IF_ERROR(synchronize());  // refused while capturing
   MOE_ASSIGN_OR_RETURN(Tensor host, Tensor::try_empty(t.shape(), t.dtype()));
   DeviceAccessScope device_side;
   CudaDeviceGuard on_device(device_);

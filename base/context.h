@@ -69,12 +69,20 @@ class Context {
   // A new tensor on this device holding a host view's data, or a deep copy of a device view.
   StatusOr<Tensor> upload(const TensorView& host);
   StatusOr<Tensor> clone(const TensorView& src);
+  // Host memory this device copies from without waiting: page-locked on CUDA (a copy from it is
+  // asynchronous and can be recorded in a CUDA graph, which reads it when replayed), ordinary
+  // host memory on the host. Unguarded: the host writes it, and must not overwrite it before the
+  // copies that read it have run (after the step's sync point, for the trainer's batches).
+  StatusOr<Tensor> staging(Shape shape, DType dtype);
 
   // The waits. synchronize() returns when all enqueued work has finished; read_back() also
   // copies a tensor of this context into a new, unguarded host tensor. Each counts as one sync.
   Status synchronize();
   StatusOr<Tensor> read_back(const TensorView& t);
   int64_t sync_count() const { return sync_count_; }
+  // True while a StreamGraph records this context's stream (base/stream_graph.h): nothing runs
+  // then, so synchronize() and read_back() refuse with kFailedPrecondition.
+  bool capturing() const { return capturing_; }
 
   // The step's phase timer (base/phase_timer.h), borrowed; null when nothing is timed.
   // Deep code marks its phase with ScopedPhase(ctx, Phase::k...).
@@ -82,6 +90,7 @@ class Context {
   void set_phase_timer(PhaseTimer* timer) { phase_timer_ = timer; }
 
  private:
+  friend class StreamGraph;  // sets capturing_
   Context() = default;
   Status check_mine(const char* op, const TensorView& t) const;
 
@@ -93,7 +102,9 @@ class Context {
   bool guarded_ = false;
   void* blas_handle_ = nullptr;
   std::unique_ptr<ThreadPool> pool_;
+  std::shared_ptr<Allocator> staging_allocator_;  // page-locked, made on first use (CUDA)
   int64_t sync_count_ = 0;
+  bool capturing_ = false;
   PhaseTimer* phase_timer_ = nullptr;
 };
 

@@ -77,7 +77,54 @@ class CudaPoolAllocator final : public Allocator {
   std::atomic<size_t> peak_{0};
 };
 
+class PinnedHostAllocator final : public Allocator {
+ public:
+  Device device() const override { return Device::host(); }
+
+  StatusOr<void*> allocate(size_t bytes, Stream) override {
+    if (bytes == 0) return static_cast<void*>(nullptr);
+    void* ptr = nullptr;
+    const cudaError_t err = cudaHostAlloc(&ptr, bytes, cudaHostAllocDefault);
+    if (err != cudaSuccess) {
+      cudaGetLastError();
+      return resource_exhausted_error("page-locked host allocation of ", bytes, " bytes failed (",
+                                      cudaGetErrorString(err), ")");
+    }
+    allocations_.fetch_add(1, std::memory_order_relaxed);
+    const size_t now = in_use_.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+    size_t peak = peak_.load(std::memory_order_relaxed);
+    while (now > peak && !peak_.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+    }
+    return ptr;
+  }
+
+  void deallocate(void* ptr, size_t bytes, Stream) override {
+    if (ptr == nullptr) return;
+    if (cudaFreeHost(ptr) != cudaSuccess) cudaGetLastError();
+    in_use_.fetch_sub(bytes, std::memory_order_relaxed);
+  }
+
+  AllocatorStats stats() const override {
+    AllocatorStats s;
+    s.allocations = allocations_.load();
+    s.bytes_in_use = in_use_.load();
+    s.peak_bytes_in_use = peak_.load();
+    return s;
+  }
+  void reset_peak() override { peak_.store(in_use_.load()); }
+  void release_cached() override {}
+
+ private:
+  std::atomic<int64_t> allocations_{0};
+  std::atomic<size_t> in_use_{0};
+  std::atomic<size_t> peak_{0};
+};
+
 }  // namespace
+
+StatusOr<std::shared_ptr<Allocator>> make_pinned_host_allocator() {
+  return std::shared_ptr<Allocator>(std::make_shared<PinnedHostAllocator>());
+}
 
 StatusOr<std::shared_ptr<Allocator>> make_cuda_pool_allocator(int device) {
   if (device < 0 || device >= cuda_device_count()) {

@@ -1,0 +1,113 @@
+#include "base/stream_graph.h"
+
+#if defined(MOE_WITH_CUDA)
+#include <cuda_runtime_api.h>
+#endif
+
+#include "base/check.h"
+
+namespace moe {
+
+#if defined(MOE_WITH_CUDA)
+namespace {
+
+// Ends a capture that `record` or the CUDA runtime broke off, so the stream can run work again.
+void abandon_capture(cudaStream_t stream) {
+  cudaGraph_t partial = nullptr;
+  cudaStreamEndCapture(stream, &partial);
+  if (partial != nullptr) cudaGraphDestroy(partial);
+  cudaGetLastError();  // capture errors are not sticky; clear the last one for later checks
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<StreamGraph>> StreamGraph::capture(Context& ctx,
+                                                            const std::function<Status()>& record) {
+  if (!ctx.device().is_cuda()) {
+    return unimplemented_error("CUDA graphs on ", ctx.device().to_string(), " (a GPU only)");
+  }
+  if (ctx.capturing()) return failed_precondition_error("a CUDA graph capture inside another");
+  CudaDeviceGuard on_device(ctx.device());
+  const auto stream = static_cast<cudaStream_t>(ctx.stream().handle);
+  // Every allocation made while recording must be freed while recording: the graph owns it, and
+  // a replay frees and remakes it (one that outlived the recording would change under its
+  // holder); a tensor made before and freed inside would be freed again by every replay.
+  const size_t in_use = ctx.allocator().stats().bytes_in_use;
+  // Thread-local mode: this thread's calls that are illegal during a capture (a synchronize, a
+  // cudaMalloc) fail instead of silently leaving the graph; other threads are unaffected.
+  MOE_CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  ctx.capturing_ = true;
+  Status recorded = record();
+  ctx.capturing_ = false;
+  if (!recorded.ok()) {
+    abandon_capture(stream);
+    return recorded.with_context("while capturing a CUDA graph");
+  }
+  const size_t after = ctx.allocator().stats().bytes_in_use;
+  const std::string unbalanced =
+      after == in_use
+          ? std::string()
+          : str_cat("; the recorded work changed the memory in use from ", in_use, " to ", after,
+                    " bytes (a tensor made while recording outlives it, or one made "
+                    "before was freed in it)");
+  cudaGraph_t graph = nullptr;
+  if (const cudaError_t err = cudaStreamEndCapture(stream, &graph); err != cudaSuccess) {
+    abandon_capture(stream);
+    return failed_precondition_error(
+        "the CUDA graph capture failed: ", cudaGetErrorName(err), " (", cudaGetErrorString(err),
+        "): the captured work used a call a graph cannot hold (a wait, a pageable copy, "
+        "another stream)",
+        unbalanced);
+  }
+  if (!unbalanced.empty()) {
+    cudaGraphDestroy(graph);
+    return failed_precondition_error("not a replayable CUDA graph", unbalanced);
+  }
+  std::unique_ptr<StreamGraph> g(new StreamGraph());
+  g->graph_ = graph;
+  g->stream_ = ctx.stream();
+  g->device_ = ctx.device().index;
+  size_t nodes = 0;
+  MOE_CUDA_RETURN_IF_ERROR(cudaGraphGetNodes(graph, nullptr, &nodes));
+  g->nodes_ = static_cast<int64_t>(nodes);
+  cudaGraphExec_t exec = nullptr;
+  MOE_CUDA_RETURN_IF_ERROR(
+      cudaGraphInstantiateWithFlags(&exec, graph, cudaGraphInstantiateFlagAutoFreeOnLaunch));
+  g->exec_ = exec;
+  return g;
+}
+
+StreamGraph::~StreamGraph() {
+  CudaDeviceGuard on_device(Device::cuda(device_));
+  // The last replay ends before its graph goes; then the graph's own pool, which keeps its memory
+  // reserved for later graphs, gives it back.
+  cudaStreamSynchronize(static_cast<cudaStream_t>(stream_.handle));
+  if (exec_ != nullptr) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(exec_));
+  if (graph_ != nullptr) cudaGraphDestroy(static_cast<cudaGraph_t>(graph_));
+  cudaDeviceGraphMemTrim(device_);
+  cudaGetLastError();
+}
+
+Status StreamGraph::replay(Context& ctx) {
+  if (ctx.stream().handle != stream_.handle) {
+    return invalid_argument_error("a CUDA graph replayed on another context's stream");
+  }
+  CudaDeviceGuard on_device(ctx.device());
+  MOE_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(static_cast<cudaGraphExec_t>(exec_),
+                                           static_cast<cudaStream_t>(stream_.handle)));
+  return Status::OK();
+}
+
+#else  // !MOE_WITH_CUDA
+
+StatusOr<std::unique_ptr<StreamGraph>> StreamGraph::capture(Context& ctx,
+                                                            const std::function<Status()>&) {
+  return unimplemented_error("CUDA graphs on ", ctx.device().to_string(),
+                             ": this build has no CUDA support");
+}
+StreamGraph::~StreamGraph() = default;
+Status StreamGraph::replay(Context&) { return unimplemented_error("CUDA graphs: no CUDA"); }
+
+#endif
+
+}  // namespace moe
