@@ -10,6 +10,10 @@
 //                     [--warmup 1]
 //                     [--threads 0]   (parallel.threads: CPU threads per rank, 0 = its share)
 //                     [--device cpu|cuda] [--precision FP32|BF16 (default: the config's)]
+//                     [--no-dropout 0|1] [--cuda-graphs 0|1]
+// --no-dropout 1 sets every dropout to 0 (where train.cuda_graphs applies: run both sides of a
+// graphs A/B with it); --cuda-graphs 1 sets train.cuda_graphs and warms up at least until the
+// step is recorded, so every timed step is a replay ("graph_replays" counts them; -1: off).
 // Each line names the attention path that ran ("attention": cpu, gemm or fused: on a GPU, bf16
 // runs take the fused kernels with MOMOE_ATTENTION=fused).
 #include <cstdio>
@@ -80,13 +84,15 @@ Status remove_job_dir(const std::string& dir, comm::World* world) {
 
 namespace {
 
-// The config of preset `p`: `config` with the preset's overrides and the flags'.
+// The config of preset `p`: `config` with the preset's overrides and the flags' (`extra` last).
 StatusOr<RunConfig> preset_config(const TrainPreset& p, const std::string& config, int threads,
-                                  const std::string& device, const std::string& precision) {
+                                  const std::string& device, const std::string& precision,
+                                  const std::vector<std::string>& extra) {
   std::vector<std::string> overrides = p.overrides;
   overrides.push_back("parallel.threads=" + std::to_string(threads));
   overrides.push_back(device == "cuda" ? "train.device=CUDA" : "train.device=CPU");
   if (!precision.empty()) overrides.push_back("train.precision=" + precision);
+  overrides.insert(overrides.end(), extra.begin(), extra.end());
   return load_run_config(config, overrides, 0);
 }
 
@@ -97,6 +103,7 @@ struct TrainMeasurement {
   int64_t tokens = 0;
   kernels::ref::GemmCounters gemm;  // rank 0's BLAS calls (the CPU)
   double gemm_rate = -1;            // a GPU's measured GEMM FLOP/s; -1: none
+  int64_t graph_replays = -1;       // timed steps replayed from a CUDA graph; -1: graphs off
 };
 
 // MFU's denominator on a GPU: the rate its GEMM reaches in the run's dtype (gemm_rate.h), or -1
@@ -143,7 +150,8 @@ void print_train_line(const TrainPreset& p, const RunConfig& cfg, Trainer& t, in
       .num("gemm_share", cpu ? g.seconds / m.seconds : -1.0)
       .num("gemm_gflops_per_second", cpu ? g.flops / std::max(g.seconds, 1e-9) / 1e9 : -1.0)
       .num("gemm_gflop_per_token", cpu ? g.flops / 1e9 / (tokens / world_size) : -1.0)
-      .num("gemm_calls_per_step", cpu ? static_cast<double>(g.calls) / m.steps : -1.0);
+      .num("gemm_calls_per_step", cpu ? static_cast<double>(g.calls) / m.steps : -1.0)
+      .num("graph_replays", static_cast<double>(m.graph_replays));
   std::printf("%s\n", j.dump().c_str());
   std::fflush(stdout);
 }
@@ -155,7 +163,12 @@ Status run_preset(const TrainPreset& p, const RunConfig& cfg, int steps, int war
   opts.resume = false;
   opts.progress = nullptr;
   MOE_ASSIGN_OR_RETURN(std::unique_ptr<Trainer> t, Trainer::create(cfg, opts, world->comm.get()));
-  for (int i = 0; i < warmup; ++i) MOE_RETURN_IF_ERROR(t->step().status());
+  // Graphs: warm up through the eager steps and the recording, so the timed steps replay.
+  const int64_t graph_warmup = t->step_graph() ? StepGraph::kEagerSteps + 1 : 0;
+  for (int64_t i = 0; i < std::max<int64_t>(warmup, graph_warmup); ++i) {
+    MOE_RETURN_IF_ERROR(t->step().status());
+  }
+  const int64_t replays_before = t->step_graph() ? t->step_graph()->replays() : 0;
   kernels::ref::reset_gemm_counters();
   kernels::ref::set_gemm_timing(true);
   TrainMeasurement m;
@@ -167,6 +180,7 @@ Status run_preset(const TrainPreset& p, const RunConfig& cfg, int steps, int war
   }
   kernels::ref::set_gemm_timing(false);
   m.gemm = kernels::ref::gemm_counters();
+  if (t->step_graph()) m.graph_replays = t->step_graph()->replays() - replays_before;
   if (world->rank() == 0) {
     m.gemm_rate = gpu_gemm_rate(*t);
     print_train_line(p, cfg, *t, world->size(), m);
@@ -208,7 +222,7 @@ StatusOr<double> train_tokens_per_second(const std::string& preset, int steps, c
 StatusOr<BenchRun> bench_train(int argc, char** argv, comm::World* world) {
   MOE_ASSIGN_OR_RETURN(Args a, Args::parse(argc, argv,
                                            {"preset", "config", "steps", "warmup", "threads",
-                                            "device", "precision"}));
+                                            "device", "precision", "no-dropout", "cuda-graphs"}));
   const std::string device = a.get_str("device", "cpu");
   MOE_RETURN_IF_ERROR(check_one_of("device", device, {"cpu", "cuda"}));
   const std::string preset = a.get_str("preset", "all");
@@ -217,13 +231,19 @@ StatusOr<BenchRun> bench_train(int argc, char** argv, comm::World* world) {
   const std::vector<TrainPreset> ps = train_presets(preset);
   const std::string config =
       a.get_str("config", std::string(MOE_SOURCE_DIR) + "/configs/quickstart.pbtxt");
+  std::vector<std::string> extra;
+  if (a.get("no-dropout", 0) != 0) {
+    extra = {"model.dropout=0", "model.attention_dropout=0", "model.moe.expert_dropout=0",
+             "model.moe.output_dropout=0"};
+  }
+  if (a.get("cuda-graphs", 0) != 0) extra.push_back("train.cuda_graphs=true");
   // Every preset's config, loaded now: a bad --config or --precision is refused before anything
   // runs.
   std::vector<RunConfig> cfgs;
   for (const TrainPreset& p : ps) {
     MOE_ASSIGN_OR_RETURN(RunConfig cfg,
                          preset_config(p, config, static_cast<int>(a.get("threads", 0)), device,
-                                       a.get_str("precision", "")));
+                                       a.get_str("precision", ""), extra));
     cfgs.push_back(std::move(cfg));
   }
   const int steps = static_cast<int>(a.get("steps", 5)),

@@ -266,6 +266,7 @@ Status convert_train(const momoe::TrainConfig& t, TrainConfig* c) {
   if (t.has_tensorboard()) c->tensorboard = t.tensorboard();
   if (t.has_distributed_optimizer()) c->distributed_optimizer = t.distributed_optimizer();
   if (t.has_loss_chunk_tokens()) c->loss_chunk_tokens = t.loss_chunk_tokens();
+  if (t.has_cuda_graphs()) c->cuda_graphs = t.cuda_graphs();
   if (t.precision() == momoe::TrainConfig::BF16) c->precision = Precision::kBf16;
   if (t.device() == momoe::TrainConfig::CUDA) c->device = DeviceKind::kCuda;
   switch (t.final_eval()) {
@@ -389,6 +390,7 @@ void run_config_to_proto(const RunConfig& cfg, momoe::RunConfig* msg) {
   tr->set_tensorboard(t.tensorboard);
   tr->set_distributed_optimizer(t.distributed_optimizer);
   tr->set_loss_chunk_tokens(t.loss_chunk_tokens);
+  tr->set_cuda_graphs(t.cuda_graphs);
   tr->set_precision(t.precision == Precision::kBf16 ? momoe::TrainConfig::BF16
                                                     : momoe::TrainConfig::FP32);
   tr->set_device(t.device == DeviceKind::kCuda ? momoe::TrainConfig::CUDA
@@ -755,6 +757,7 @@ bool changes_training(const ConfigChange& change) {
                                             "train.recompute",
                                             "train.distributed_optimizer",
                                             "train.loss_chunk_tokens",
+                                            "train.cuda_graphs",
                                             "data.valid",
                                             "data.test",
                                             "data.cache_dir"};

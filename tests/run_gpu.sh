@@ -27,7 +27,8 @@
 #                  torch and nvcc; stops the call when a library a binary needs does not resolve
 #   kernels   110  every op against its CPU reference (cuda_kernels_test: each op's error is
 #                  printed as it is recorded; a failing test is rerun alone in its own process,
-#                  so a sticky CUDA error cannot hide which op broke), and phase_timer_gpu_test
+#                  so a sticky CUDA error cannot hide which op broke), phase_timer_gpu_test
+#                  and stream_graph_test (CUDA graphs of a stream)
 #   nccl       30  the NCCL backend at one rank (comm_nccl_test, NCCL_DEBUG=WARN)
 #   model     180  the whole model, every config family and Mixtral's, Qwen2-MoE's and Qwen3-MoE's
 #                  presets (145 s before the two Qwen ones), GPU against CPU: FP32 20 steps (routing
@@ -62,8 +63,9 @@
 #                  --device cuda --shape 1..4 --torch 1), then shape 2 with one cuBLAS call per
 #                  expert block (MOMOE_EXPERT_GEMM=loop), the attention core (momoe-bench
 #                  attention) and BF16 training tokens/s and MFU (the presets and gpu-large),
-#                  each with the GEMM attention and the fused one (MOMOE_ATTENTION=fused) ->
-#                  layer.jsonl, and shape 2's time per kernel under ncu -> layer_profile.csv
+#                  each with the GEMM attention and the fused one (MOMOE_ATTENTION=fused), and
+#                  without dropout eager and under train.cuda_graphs -> layer.jsonl, and shape
+#                  2's time per kernel under ncu -> layer_profile.csv
 #                  (both in results.tgz)
 #
 # Results: OUT holds three files, rewritten after every stage (a call killed at its limit still
@@ -88,7 +90,8 @@ declare -A BOX=([env]=20 [build]=420 [kernels]=110 [nccl]=30 [model]=180 [memche
                 [racecheck]=100 [layer]=500)
 BUNDLE=${BUNDLE:-$ROOT/gpu-bundle.tar.xz}
 KERNEL_FILTER='CudaKernelTest.*:-*RepeatedRuns*:*LargeShapes*'  # sanitizers: small cases
-BINARIES=(tests/kernels/cuda_kernels_test tests/base/phase_timer_gpu_test tests/comm/comm_nccl_test
+BINARIES=(tests/kernels/cuda_kernels_test tests/base/phase_timer_gpu_test
+          tests/base/stream_graph_test tests/comm/comm_nccl_test
           tests/core/gpu_training_test tests/core/parallel_trainer_mpi_test launcher/momoe-train
           launcher/momoe-eval launcher/momoe-export launcher/momoe-data benchmarks/momoe-bench)
 ORIG_LD_LIBRARY_PATH=${ORIG_LD_LIBRARY_PATH-${LD_LIBRARY_PATH:-}}  # python runs with this
@@ -302,6 +305,7 @@ stage_kernels() {
   fi
   key "ops past their bound: $over"
   gtest phase_timer_gpu_test || rc=1
+  gtest stream_graph_test || rc=1
   return $rc
 }
 
@@ -438,6 +442,14 @@ assert hasattr(torch, "_grouped_mm"), "torch %s has no _grouped_mm" % torch.__ve
         tee -a "$RESULTS/layer.jsonl" || rc=1
     done
   done
+  # CUDA graphs (train.cuda_graphs): the quick start and smoe-medium without dropout, eager and
+  # replayed (the timed steps are replays: "graph_replays").
+  local graphs
+  for graphs in 0 1; do
+    "$BIN/momoe-bench" train --device cuda --precision BF16 --preset all --steps 4 --warmup 2 \
+      --no-dropout 1 --cuda-graphs "$graphs" --config "$ROOT/configs/quickstart.pbtxt" |
+      tee -a "$RESULTS/layer.jsonl" || rc=1
+  done
   key "BF16 training: $(py - "$RESULTS/layer.jsonl" 2>/dev/null <<'EOF'
 import json, sys
 for line in open(sys.argv[1]):
@@ -446,7 +458,8 @@ for line in open(sys.argv[1]):
     except ValueError:
         continue  # a library's stray line among the results
     if j.get("bench") == "train":
-        print("%s %s %.0f tok/s MFU %.1f%%;" % (j.get("preset"), j.get("attention"),
+        graphs = " graphs" if j.get("graph_replays", -1) >= 0 else ""
+        print("%s %s%s %.0f tok/s MFU %.1f%%;" % (j.get("preset"), j.get("attention"), graphs,
               j.get("tokens_per_second", 0), 100 * j.get("mfu", -1)), end=" ")
 EOF
 )"

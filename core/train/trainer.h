@@ -46,6 +46,7 @@
 #include "core/train/run_data.h"
 #include "core/train/run_device.h"
 #include "core/train/run_session.h"
+#include "core/train/step_graph.h"
 #include "io/file_util.h"
 #include "types/run_config.h"
 
@@ -136,6 +137,8 @@ class Trainer {
   const RunConfig& config() const { return cfg_; }
   const RunData& data() const { return *data_; }
   Coordinator& coordinator() { return *coordinator_; }
+  // train.cuda_graphs's recorder where it applies (step_graph.h); null where it does not.
+  const StepGraph* step_graph() const { return step_graph_.get(); }
 
  private:
   // The step buffer (f64, on the device; read back once per step): loss sums | gradient squares
@@ -173,6 +176,9 @@ class Trainer {
   StatusOr<std::string> data_directory();
   Status open_device();
   Status build_model();
+  // The step's buffers (step_buffer_ and the staging tensors) and, under train.cuda_graphs where
+  // it applies, the StepGraph (a warning says why not where it does not).
+  Status make_step_buffers();
   Status resume_or_start();
   // Refuses (on every rank) a run whose estimated memory exceeds what a memory pool (a host's
   // RAM, a GPU) has available for the ranks that share it (memory_estimate.h), before the model
@@ -187,12 +193,27 @@ class Trainer {
   // rank 0 (x the ranks) for the MFU: a failed measurement only leaves the MFU out.
   void set_up_flops_report();
 
-  // One step, in stages: the micro-batches' forward and backward (gradients accumulated, losses
-  // and router statistics into the buffer); the gradients' and the buffer's reductions over the
-  // ranks; the one read back; the statistics; the update (skipped when non-finite).
+  // One step, in stages (trainer_step.cc): the device work (the micro-batches' forward and
+  // backward, each batch staged on the host first; gradients accumulated, losses and router
+  // statistics into the step buffer; the gradients' reduction over the ranks), replayed as a
+  // CUDA graph under train.cuda_graphs; the step buffer shared over the ranks; the one read back;
+  // the statistics; the update (skipped when non-finite).
   StatusOr<StepStatsInfo> step_impl();  // step() without the watchdog
-  Status accumulate_gradients(int64_t step, const StepBuffer& slots, const Tensor& buffer);
-  Status reduce_step_buffer(const StepBuffer& slots, const Tensor& buffer);
+  // Each micro-batch's share of the objective: 1 / (ranks x grad_accum).
+  double loss_share() const;
+  // Fills micro-batch a of scheduler_batch_ (this rank's slice) into batch_inputs_ and
+  // batch_targets_ (rows [a m, (a + 1) m), m = micro_batch_per_rank_); returns its loss scale.
+  StatusOr<double> stage_micro_batch(int64_t a);
+  // The step's device work, eagerly (each micro-batch staged right before its forward) or
+  // through step_graph_ (the whole batch staged first: its loss scales are the graph's key).
+  Status run_device_work(int64_t step, const StepBuffer& slots);
+  // Enqueues the step's device work and never waits; `stage(a)` stages micro-batch a (or has
+  // staged it) and gives its loss scale. Reads the host only through the staging tensors.
+  Status device_work(int64_t step, const StepBuffer& slots,
+                     const std::function<StatusOr<double>(int64_t)>& stage);
+  // The stop and save flags (decided now, after the step's compute is enqueued) and the loss,
+  // all-reduced over the world, and the expert gradients' squares over the EP group.
+  Status share_step_buffer(const StepBuffer& slots);
   StepStatsInfo read_step_stats(int64_t step, const StepBuffer& slots, const double* v,
                                 int64_t probe_tokens, std::vector<double>* flips);
   Status apply_update(const StepStatsInfo& stats);
@@ -253,6 +274,13 @@ class Trainer {
   int64_t updates_ = 0;                 // optimiser updates applied (skipped steps excluded)
   std::vector<Tensor> previous_probe_;  // per MoE layer, the probe batch's argmax experts (device)
   int64_t micro_batch_per_rank_ = 0;    // TrainConfig::micro_batch_per_rank of this world
+  // The step's buffers, made once (a CUDA graph of the step reads the same memory every time):
+  // the step buffer (StepBuffer, on the device); the batch's inputs and targets [grad_accum m,
+  // S] i32 and the stop and save flags f64 [2], in staging memory (Context::staging).
+  Tensor step_buffer_, batch_inputs_, batch_targets_, step_flags_;
+  std::vector<int64_t> scheduler_batch_;  // the step's global batch (sequence ids)
+  // train.cuda_graphs where it applies (step_graph.h); null otherwise.
+  std::unique_ptr<StepGraph> step_graph_;
   std::string resumed_from_;
   std::unique_ptr<RunSession>
       session_;  // the run directory, resume choice and lineage (no dry run)

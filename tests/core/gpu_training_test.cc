@@ -14,6 +14,8 @@
 // - Checkpoints: a GPU run's checkpoint resumes on the CPU and a CPU run's on the GPU, with the
 //   same masters bit for bit; the tensor files a GPU run writes equal those the CPU writes for
 //   the same weights.
+// - CUDA graphs (train.cuda_graphs, dropout 0): steps replayed from a recording are bit-identical
+//   to eager steps.
 // Each family prints one "[ gpu ]" line with its worst per-step difference (the report).
 #include <gtest/gtest.h>
 
@@ -44,6 +46,9 @@ struct TrainedRun {
   TrainingScale scale;
   std::vector<int64_t> syncs;  // host synchronisations per step
   std::vector<double> params;  // final masters
+  // train.cuda_graphs: steps replayed from the recording, and why recording failed ("" if not).
+  int64_t graph_replays = 0;
+  std::string graph_failure;
 };
 
 class GpuTrainingTest : public ::testing::TestWithParam<std::string> {
@@ -59,15 +64,18 @@ class GpuTrainingTest : public ::testing::TestWithParam<std::string> {
   void SetUp() override { MOE_REQUIRE_CUDA_DEVICE(); }
 
   static StatusOr<RunConfig> config(const std::string& family, const std::string& precision,
-                                    const std::string& device, int64_t steps) {
-    return small_family_config(family, *corpus_, steps,
-                               {"train.precision=" + precision, "train.device=" + device});
+                                    const std::string& device, int64_t steps,
+                                    const std::vector<std::string>& extra = {}) {
+    std::vector<std::string> overrides{"train.precision=" + precision, "train.device=" + device};
+    overrides.insert(overrides.end(), extra.begin(), extra.end());
+    return small_family_config(family, *corpus_, steps, overrides);
   }
 
   static TrainedRun train(const std::string& family, const std::string& precision,
-                          const std::string& device, const std::string& run_dir, int steps) {
+                          const std::string& device, const std::string& run_dir, int steps,
+                          const std::vector<std::string>& extra = {}) {
     TrainedRun r;
-    StatusOr<RunConfig> cfg = config(family, precision, device, steps);
+    StatusOr<RunConfig> cfg = config(family, precision, device, steps, extra);
     EXPECT_TRUE(cfg.ok()) << cfg.status().to_string();
     if (!cfg.ok()) return r;
     StatusOr<std::unique_ptr<Trainer>> t =
@@ -85,6 +93,10 @@ class GpuTrainingTest : public ::testing::TestWithParam<std::string> {
     }
     r.scale = training_scale(*cfg, (*t)->model().config().vocab_size);
     r.params = flat_parameters((*t)->model());
+    if (const StepGraph* g = (*t)->step_graph()) {
+      r.graph_replays = g->replays();
+      r.graph_failure = g->failure();
+    }
     return r;
   }
 
@@ -194,6 +206,49 @@ TEST_F(GpuTrainingTest, Bf16WithFusedAttentionTracksTheCpu) {
     compare_losses(cpu, gpu, /*bf16=*/true, family + " BF16, fused attention");
     EXPECT_EQ(gpu.record.losses, again.record.losses) << "two fused BF16 GPU runs differ";
     EXPECT_LT(gpu.record.losses.back(), gpu.record.losses.front() - 1.0) << family;
+  }
+}
+
+// train.cuda_graphs (core/train/step_graph.h), where it applies (every dropout 0): the steps
+// after the eager ones are recorded once and replayed, with the same losses and weights, bit for
+// bit, as eager steps (the same kernels on the same memory), and one sync per step. A replay that
+// did nothing or read a stale batch would change the losses.
+TEST_F(GpuTrainingTest, CudaGraphStepsAreBitIdenticalToEagerSteps) {
+  constexpr int kSteps = 8;
+  // The quick start; DeepSeek-V3's routing in capacity mode (loss-free balancing's loads
+  // accumulate inside the graph, its biases move outside) with two micro-batches a step; Mixtral.
+  const std::vector<std::pair<std::string, std::vector<std::string>>> runs = {
+      {"quickstart", {}},
+      {"modern/deepseek-v3",
+       {"model.moe.dropless=false", "model.moe.num_experts=8", "model.moe.top_k=4",
+        "train.grad_accum=2"}},
+      {"modern/mixtral", {}}};
+  for (const auto& [family, options] : runs) {
+    for (const std::string precision : {"FP32", "BF16"}) {
+      const std::string what = family + " " + precision;
+      std::string name = family + "_" + precision;
+      std::replace(name.begin(), name.end(), '/', '_');
+      const std::string dir = fresh_dir("gpu_graphs_" + name);
+      std::vector<std::string> extra = options;
+      extra.push_back("model.dropout=0");
+      const TrainedRun eager = train(family, precision, "CUDA", dir + "/eager", kSteps, extra);
+      extra.push_back("train.cuda_graphs=true");
+      const TrainedRun graphs = train(family, precision, "CUDA", dir + "/graphs", kSteps, extra);
+      fs::remove_all(dir);
+      EXPECT_EQ(graphs.graph_failure, "") << what;
+      EXPECT_EQ(graphs.graph_replays, kSteps - StepGraph::kEagerSteps) << what;
+      ASSERT_EQ(graphs.record.losses.size(), static_cast<size_t>(kSteps)) << what;
+      EXPECT_EQ(graphs.record.losses, eager.record.losses) << what << ": graphs change the losses";
+      EXPECT_EQ(graphs.params, eager.params) << what << ": graphs change the weights";
+      for (size_t i = 0; i < graphs.syncs.size(); ++i) {
+        EXPECT_EQ(graphs.syncs[i], 1) << what << ", step " << i;
+      }
+      std::printf("[ gpu ] %s: %lld of %d steps replayed from a CUDA graph, bit-identical: %s\n",
+                  what.c_str(), static_cast<long long>(graphs.graph_replays), kSteps,
+                  graphs.record.losses == eager.record.losses && graphs.params == eager.params
+                      ? "yes"
+                      : "NO");
+    }
   }
 }
 
