@@ -145,6 +145,7 @@ inline constexpr int64_t kAcSummarySize = 5;
 Status ac_metric(Context& ctx, const AcRouterParams& params, const TensorView& abs_dev,
                  const TensorView& counts, const TensorView& metric, const TensorView& summary);
 // out[t, :] = x[t, :] * metric[labels[t], :] (the router input). x act; out F. Overwrites out.
+// Every label must lie in [0, E) (the CUDA kernels read metric[labels[t]] unchecked).
 Status ac_apply_metric(Context& ctx, const TensorView& x, const TensorView& labels,
                        const TensorView& metric, const TensorView& out);
 // dx[t, :] += d_out[t, :] * metric[labels[t], :] (no gradient reaches the metric). d_out F; dx act.

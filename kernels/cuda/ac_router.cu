@@ -4,7 +4,9 @@
 // atomics, the CPU's order, the CPU's bits under the backend's no-FMA policy in cuda_util.cuh.
 // The metric runs the reference's steps (router_math.h) one element per thread, its long sums in
 // the chunked order both backends share (kernels/cpu/chunked_sum.h): the CPU's bits as well.
-// Labels outside [0, E) are skipped (no sync to report them; the router never produces them).
+// The statistics skip labels outside [0, E) (no sync to report them; the router never produces
+// them); ac_apply_metric and its backward read metric[labels[t]] unchecked, as router.h requires
+// labels in [0, E).
 #include <cmath>
 
 #include "kernels/common.h"
