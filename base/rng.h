@@ -63,10 +63,41 @@ MOE_HOST_DEVICE inline uint64_t make_stream(RngTag tag, uint64_t layer, uint64_t
          (step & 0xFFFFFFFFFFull);
 }
 
+// The step of draws recorded in a CUDA graph, kept in device memory so that each replay reads
+// the current one: keys[0] is the step, keys[1] the step's first global sequence (written before
+// each step). Null: the draws carry the host's step (eager launches).
+struct DeviceStep {
+  const int64_t* keys = nullptr;
+
+  // make_stream's step field (its low 40 bits) of the current step; 0 when null.
+  MOE_HOST_DEVICE uint64_t step_bits() const {
+    return keys != nullptr ? static_cast<uint64_t>(keys[0]) & 0xFFFFFFFFFFull : 0;
+  }
+  // The step's first global sequence; 0 when null.
+  MOE_HOST_DEVICE int64_t first_sequence() const { return keys != nullptr ? keys[1] : 0; }
+};
+
 // One random stream. Cheap to copy; safe to use from any thread.
 struct CounterRng {
+  MOE_HOST_DEVICE CounterRng() {}
+  MOE_HOST_DEVICE CounterRng(uint64_t seed_, uint64_t stream_) : seed(seed_), stream(stream_) {}
+
   uint64_t seed = 0;
   uint64_t stream = 0;
+  // A stream at a step in device memory: `stream` holds step 0 and the kernel that draws takes
+  // at_step(), whose stream has the step's bits; keys the kernel derives from a host offset move
+  // by key_shift() = the step's first sequence x keys_per_sequence (the site's keys per
+  // sequence: its tokens, or 1 for keys counted in sequences). The same draws as a stream made
+  // with the step on the host and offsets that include the shift.
+  DeviceStep device_step;
+  int64_t keys_per_sequence = 0;
+
+  MOE_HOST_DEVICE CounterRng at_step() const {
+    return CounterRng(seed, stream | device_step.step_bits());
+  }
+  MOE_HOST_DEVICE int64_t key_shift() const {
+    return device_step.first_sequence() * keys_per_sequence;
+  }
 
   // Four independent 32-bit words for `index`.
   MOE_HOST_DEVICE void block(uint64_t index, uint32_t out[4]) const {

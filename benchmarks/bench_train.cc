@@ -10,10 +10,9 @@
 //                     [--warmup 1]
 //                     [--threads 0]   (parallel.threads: CPU threads per rank, 0 = its share)
 //                     [--device cpu|cuda] [--precision FP32|BF16 (default: the config's)]
-//                     [--no-dropout 0|1] [--cuda-graphs 0|1]
-// --no-dropout 1 sets every dropout to 0 (where train.cuda_graphs applies: run both sides of a
-// graphs A/B with it); --cuda-graphs 1 sets train.cuda_graphs and warms up at least until the
-// step is recorded, so every timed step is a replay ("graph_replays" counts them; -1: off).
+//                     [--cuda-graphs 0|1]
+// --cuda-graphs 1 sets train.cuda_graphs and warms up at least until the step is recorded, so
+// every timed step is a replay ("graph_replays" counts them; -1: off).
 // Each line names the attention path that ran ("attention": cpu, gemm or fused: on a GPU, bf16
 // runs take the fused kernels with MOMOE_ATTENTION=fused).
 #include <cstdio>
@@ -222,7 +221,7 @@ StatusOr<double> train_tokens_per_second(const std::string& preset, int steps, c
 StatusOr<BenchRun> bench_train(int argc, char** argv, comm::World* world) {
   MOE_ASSIGN_OR_RETURN(Args a, Args::parse(argc, argv,
                                            {"preset", "config", "steps", "warmup", "threads",
-                                            "device", "precision", "no-dropout", "cuda-graphs"}));
+                                            "device", "precision", "cuda-graphs"}));
   const std::string device = a.get_str("device", "cpu");
   MOE_RETURN_IF_ERROR(check_one_of("device", device, {"cpu", "cuda"}));
   const std::string preset = a.get_str("preset", "all");
@@ -232,10 +231,6 @@ StatusOr<BenchRun> bench_train(int argc, char** argv, comm::World* world) {
   const std::string config =
       a.get_str("config", std::string(MOE_SOURCE_DIR) + "/configs/quickstart.pbtxt");
   std::vector<std::string> extra;
-  if (a.get("no-dropout", 0) != 0) {
-    extra = {"model.dropout=0", "model.attention_dropout=0", "model.moe.expert_dropout=0",
-             "model.moe.output_dropout=0"};
-  }
   if (a.get("cuda-graphs", 0) != 0) extra.push_back("train.cuda_graphs=true");
   // Every preset's config, loaded now: a bad --config or --precision is refused before anything
   // runs.

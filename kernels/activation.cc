@@ -77,8 +77,9 @@ Status dropout_apply(Context& ctx, const char* op, const TensorView& x, const Te
   MOE_ON_CUDA(ctx, cuda::dropout(ctx, x, row_keys, key_base, rng, p, y));
   return dispatch_float(op, x, [&](auto tag) {
     using T = decltype(tag);
+    // A step in device memory (rng.device_step) is host memory here: read now.
     ref::dropout<T>(x.data<T>(), x.dim(0), x.dim(1), keyed ? row_keys.data<int64_t>() : nullptr,
-                    key_base, rng, p, y.data<T>());
+                    key_base + rng.key_shift(), rng.at_step(), p, y.data<T>());
   });
 }
 

@@ -27,8 +27,18 @@ struct AttentionArgs {
   int64_t seq_len = 0;          // S
   int64_t heads = 0;            // H (D = 3D/3 must be divisible by H)
   float dropout = 0.f;          // on the probabilities, in [0, 1)
-  CounterRng rng;               // dropout mask stream
+  CounterRng rng;               // dropout mask stream (a device step's shift counts sequences)
   int64_t sequence_offset = 0;  // global index of sequence 0 (keys the mask)
+
+  // The same arguments with a step in device memory read (rng.device_step): the stream at the
+  // step, sequence_offset moved by its sequences. A kernel may call it once as it starts instead
+  // of reading the step per mask element (ref::attention_keep accepts either).
+  MOE_HOST_DEVICE AttentionArgs at_step() const {
+    AttentionArgs r = *this;
+    r.sequence_offset += rng.key_shift();
+    r.rng = rng.at_step();
+    return r;
+  }
 };
 
 // [in] qkv [B*S, 3D] act. [out] out [B*S, D] act, overwritten. [out] lse [B, H, S] F, the

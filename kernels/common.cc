@@ -93,4 +93,11 @@ Status unsupported_device(const char* op, const TensorView& t) {
                              " in this build (the CUDA kernels are not built)");
 }
 
+StatusOr<DeviceStep> device_step(const Context& ctx, const TensorView& step_keys) {
+  MOE_RETURN_IF_ERROR(
+      check_tensor(ctx, "device_step", "step_keys", step_keys, DType::kI64, Shape{2}));
+  DeviceAccessScope device_side;  // the address, for kernel arguments
+  return DeviceStep{step_keys.data<int64_t>()};
+}
+
 }  // namespace moe::kernels

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "base/context.h"
+#include "base/rng.h"
 #include "base/tensor.h"
 
 namespace moe::kernels {
@@ -62,6 +63,11 @@ Status check_compute(const char* op, const char* name, const TensorView& t, DTyp
 // t has `like`'s dtype and shape (and device).
 Status check_like(const char* op, const TensorView& like, const char* name, const TensorView& t);
 Status unsupported_device(const char* op, const TensorView& t);
+
+// step_keys (i64 [2] on ctx's device: a step and its first global sequence) as a DeviceStep for
+// the random streams of kernels recorded in a CUDA graph (base/rng.h): its address only; nothing
+// is read on the host.
+StatusOr<DeviceStep> device_step(const Context& ctx, const TensorView& step_keys);
 
 // An optional view's typed data: nullptr when the view is empty (an absent input or output).
 template <typename T>

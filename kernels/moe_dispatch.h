@@ -11,14 +11,27 @@
 #pragma once
 
 #include "base/context.h"
+#include "base/rng.h"
 #include "base/tensor.h"
 
 namespace moe::kernels {
 
 struct LayoutArgs {
+  MOE_HOST_DEVICE LayoutArgs() {}
+  MOE_HOST_DEVICE LayoutArgs(int64_t experts, int64_t capacity_, int64_t offset)
+      : num_experts(experts), capacity(capacity_), token_offset(offset) {}
+
   int64_t num_experts = 0;   // E
   int64_t capacity = -1;     // C per expert, or -1 (dropless)
   int64_t token_offset = 0;  // global id of token 0 (dropout keys)
+  // A step in device memory (a recorded launch, base/rng.h): token 0's id then moves by the
+  // step's first sequence x tokens_per_sequence, read when the kernel runs.
+  DeviceStep device_step;
+  int64_t tokens_per_sequence = 0;
+
+  MOE_HOST_DEVICE int64_t first_token() const {
+    return token_offset + device_step.first_sequence() * tokens_per_sequence;
+  }
 };
 
 // What moe_layout writes (the views below).

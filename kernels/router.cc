@@ -198,8 +198,10 @@ Status sparsemixer_route(Context& ctx, const SparseMixerRouteArgs& args, const T
     o.mask = mask.data<uint8_t>();
     o.scale = scale.data<T>();
     o.is_argmax = is_argmax.data<uint8_t>();
-    ref::sparsemixer_route<T>(args.params, args.training, args.rng, args.token_offset,
-                              logits.data<T>(), tokens, experts, o);
+    // A step in device memory (args.rng.device_step) is host memory here: read now.
+    ref::sparsemixer_route<T>(args.params, args.training, args.rng.at_step(),
+                              args.token_offset + args.rng.key_shift(), logits.data<T>(), tokens,
+                              experts, o);
   });
 }
 

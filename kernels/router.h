@@ -68,7 +68,7 @@ Status sequence_counts(Context& ctx, const TensorView& idx, const TensorView& co
 struct SparseMixerRouteArgs {
   SparseMixerParams params;
   bool training = true;      // false: D = argmax, c = 1
-  CounterRng rng;            // Gumbel sample and midpoint coin
+  CounterRng rng;            // Gumbel sample and midpoint coin (a device step shifts tokens)
   int64_t token_offset = 0;  // global id of token 0 (keys the draws, independent of layout)
 };
 // What sparsemixer_route writes (each described below).

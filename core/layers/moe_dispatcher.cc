@@ -49,7 +49,8 @@ Status MoeDispatcher::agree_tokens(int64_t tokens) {
 bool MoeDispatcher::deduplicates() const { return cfg_.max_ep_ranks > 0 && ep_size() > 1; }
 
 Status MoeDispatcher::plan(const Tensor& idx, int64_t token_offset,
-                           const DispatchCounters& counters, DispatchPlan* p, bool training) {
+                           const DispatchCounters& counters, DispatchPlan* p, bool training,
+                           DeviceStep device_step, int64_t tokens_per_sequence) {
   const int64_t tokens = idx.dim(0), k = cfg_.top_k, experts = cfg_.num_experts;
   p->tokens = tokens;
   p->capacity = capacity(tokens, training);
@@ -62,7 +63,12 @@ Status MoeDispatcher::plan(const Tensor& idx, int64_t token_offset,
   MOE_ASSIGN_OR_RETURN(p->kept, ctx_.empty({experts}, DType::kI64));
   MOE_ASSIGN_OR_RETURN(p->send_token, ctx_.empty({send_rows}, DType::kI32));
   MOE_ASSIGN_OR_RETURN(p->send_key, ctx_.empty({send_rows}, DType::kI64));
-  const kernels::LayoutArgs layout{experts, p->capacity, token_offset};
+  if (device_step.keys != nullptr && tokens_per_sequence <= 0) {
+    return internal_error("moe dispatch: a device step needs the tokens per sequence");
+  }
+  kernels::LayoutArgs layout(experts, p->capacity, token_offset);
+  layout.device_step = device_step;
+  layout.tokens_per_sequence = tokens_per_sequence;
   MOE_RETURN_IF_ERROR(kernels::moe_layout(
       ctx_, layout, idx,
       {p->slot, p->row, p->load, p->kept, p->send_token, p->send_key, counters.drops}));

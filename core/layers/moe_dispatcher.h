@@ -39,6 +39,7 @@
 #include <vector>
 
 #include "base/context.h"
+#include "base/rng.h"
 #include "base/tensor.h"
 #include "comm/communicator.h"
 #include "kernels/expert_blocks.h"
@@ -104,9 +105,11 @@ class MoeDispatcher {
   bool deduplicates() const;
 
   // Builds the plan for idx [T, K] i32 (collective over the EP group). `counters` accumulate the
-  // plan's statistics. `training` picks the capacity (capacity()).
+  // plan's statistics. `training` picks the capacity (capacity()). token_offset keys the rows'
+  // dropout (global token ids), moved by a step in device memory (kernels::LayoutArgs).
   Status plan(const Tensor& idx, int64_t token_offset, const DispatchCounters& counters,
-              DispatchPlan* plan, bool training = true);
+              DispatchPlan* plan, bool training = true, DeviceStep device_step = {},
+              int64_t tokens_per_sequence = 0);
   // x [T, D] -> the expert rows [M, D] (the receive buffer, in blocks).
   StatusOr<Tensor> dispatch(const Tensor& x, const DispatchPlan& plan) const;
   // Expert outputs [M, D] -> send-layout rows [S, D] back on the home ranks.

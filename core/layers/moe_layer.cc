@@ -89,7 +89,8 @@ StatusOr<MoeLayerOutputs> MoeLayer::forward(const MoeLayerInputs& in, MoeLayerSa
   MOE_RETURN_IF_ERROR(check_inputs(in));
   saved->training = in.training;
   saved->token_offset = in.token_offset;
-  saved->output_dropout_rng = site_rng(in.seed, RandomSite::kMoeOut, block_, in.step);
+  saved->output_dropout_rng =
+      site_rng(in.seed, RandomSite::kMoeOut, block_, in.step, in.device_step, in.seq_len);
   const TensorView& stats = in.stats;
   const int64_t tokens = in.x_in.dim(0);
   if (stats.numel() > 0) {
@@ -135,14 +136,15 @@ StatusOr<Tensor> MoeLayer::route_and_plan(const MoeLayerInputs& in, MoeLayerSave
     MOE_ASSIGN_OR_RETURN(y, ctx_.empty_like(x));
     MOE_RETURN_IF_ERROR(kernels::residual_shift_input(ctx_, x, in.p_in, input_shift_for(cfg_), y));
   }
-  RouterForwardArgs route{y,
-                          in.prev_top1,
-                          in.training,
-                          site_rng(in.seed, RandomSite::kSparseMixer, block_, in.step),
-                          in.token_offset,
-                          in.stats_comm,
-                          stats,
-                          in.seq_len};
+  RouterForwardArgs route{
+      y,
+      in.prev_top1,
+      in.training,
+      site_rng(in.seed, RandomSite::kSparseMixer, block_, in.step, in.device_step, in.seq_len),
+      in.token_offset,
+      in.stats_comm,
+      stats,
+      in.seq_len};
   MOE_RETURN_IF_ERROR(router_.forward(route, &saved->router));
   DispatchCounters counters;
   if (stats.numel() > 0) {
@@ -157,7 +159,7 @@ StatusOr<Tensor> MoeLayer::route_and_plan(const MoeLayerInputs& in, MoeLayerSave
   }
   MOE_RETURN_IF_ERROR(dispatcher_
                           .plan(saved->router.idx, in.token_offset, counters, &saved->plan,
-                                in.training || in.training_capacity)
+                                in.training || in.training_capacity, in.device_step, in.seq_len)
                           .with_context(str_cat("block ", block_)));
   return y;
 }
@@ -169,7 +171,8 @@ Status MoeLayer::run_experts_and_combine(const MoeLayerInputs& in, const Tensor&
   const float expert_p = in.training ? static_cast<float>(cfg_.expert_dropout) : 0.f;
   MOE_ASSIGN_OR_RETURN(
       Tensor y_rows, experts_.forward(rows, plan.blocks, plan.recv_key,
-                                      site_rng(in.seed, RandomSite::kExpertHidden, block_, in.step),
+                                      site_rng(in.seed, RandomSite::kExpertHidden, block_, in.step,
+                                               in.device_step, in.seq_len),
                                       expert_p, &saved->experts, in.recompute_hidden));
   MOE_ASSIGN_OR_RETURN(saved->y_send, dispatcher_.gather_back(y_rows, plan));
 
@@ -179,10 +182,11 @@ Status MoeLayer::run_experts_and_combine(const MoeLayerInputs& in, const Tensor&
       kernels::combine(ctx_, saved->y_send, plan.row, saved->router.gate, omega, saved->u));
   if (shared_ != nullptr) {
     // The shared experts on this rank's tokens (their hidden dropout keyed by token).
-    MOE_ASSIGN_OR_RETURN(
-        Tensor s, shared_->forward(y, in.token_offset, in.training,
-                                   site_rng(in.seed, RandomSite::kFfnHidden, block_, in.step),
-                                   &saved->shared, in.recompute_hidden));
+    MOE_ASSIGN_OR_RETURN(Tensor s,
+                         shared_->forward(y, in.token_offset, in.training,
+                                          site_rng(in.seed, RandomSite::kFfnHidden, block_, in.step,
+                                                   in.device_step, in.seq_len),
+                                          &saved->shared, in.recompute_hidden));
     MOE_RETURN_IF_ERROR(kernels::add(ctx_, saved->u, s, saved->u));
   }
   if (in.training && cfg_.output_dropout > 0) {

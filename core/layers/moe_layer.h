@@ -46,6 +46,7 @@ struct MoeLayerInputs {
   int64_t seq_len = 0;
   int64_t step = 0;
   uint64_t seed = 0;
+  DeviceStep device_step;  // a step in device memory (StepContext::device_step); keys use seq_len
   bool training = true;
   bool training_capacity = false;  // training off, capacity as in training (StepContext)
   // Every rank that holds tokens (the world): global AC statistics and the global-scope balance

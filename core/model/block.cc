@@ -45,7 +45,7 @@ StatusOr<Tensor> TransformerBlock::residual_dropout(const StepContext& ctx, Rand
                                                     const Tensor& x, bool backward) const {
   if (!ctx.training || dropout_ <= 0) return x;
   MOE_ASSIGN_OR_RETURN(Tensor y, ctx_.empty_like(x));
-  const CounterRng rng = site_rng(ctx.seed, site, index_, ctx.step);
+  const CounterRng rng = ctx.rng(site, index_);
   const float p = static_cast<float>(dropout_);
   MOE_RETURN_IF_ERROR(backward
                           ? kernels::dropout_backward(ctx_, x, {}, ctx.token_offset(), rng, p, y)
@@ -70,9 +70,9 @@ StatusOr<Tensor> TransformerBlock::forward(const StepContext& ctx, const Tensor&
     MOE_ASSIGN_OR_RETURN(attn_in, ln1_.forward(h_in, &s->ln1));
   }
   MOE_ASSIGN_OR_RETURN(
-      Tensor a,
-      attn_.forward(attn_in, ctx.batch, ctx.sequence_offset, ctx.training,
-                    site_rng(ctx.seed, RandomSite::kAttentionProbs, index_, ctx.step), &s->attn));
+      Tensor a, attn_.forward(attn_in, ctx.batch, ctx.sequence_offset, ctx.training,
+                              ctx.rng(RandomSite::kAttentionProbs, index_, /*sequence_keys=*/true),
+                              &s->attn));
   MOE_ASSIGN_OR_RETURN(a, residual_dropout(ctx, RandomSite::kAttentionOut, a, false));
   MOE_ASSIGN_OR_RETURN(Tensor h, sum(h_in, a));
   if (post) {
@@ -94,6 +94,7 @@ StatusOr<Tensor> TransformerBlock::forward(const StepContext& ctx, const Tensor&
     in.seq_len = ctx.seq_len;
     in.step = ctx.step;
     in.seed = ctx.seed;
+    in.device_step = ctx.device_step;
     in.training = ctx.training;
     in.training_capacity = ctx.training_capacity;
     in.stats_comm = ctx.stats_comm;
@@ -115,10 +116,9 @@ StatusOr<Tensor> TransformerBlock::forward(const StepContext& ctx, const Tensor&
   if (!post) {
     MOE_ASSIGN_OR_RETURN(ffn_in, ln2_.forward(h, &s->ln2));
   }
-  MOE_ASSIGN_OR_RETURN(
-      Tensor f, ffn_->forward(ffn_in, ctx.token_offset(), ctx.training,
-                              site_rng(ctx.seed, RandomSite::kFfnHidden, index_, ctx.step), &s->ffn,
-                              ctx.recompute_hidden()));
+  MOE_ASSIGN_OR_RETURN(Tensor f, ffn_->forward(ffn_in, ctx.token_offset(), ctx.training,
+                                               ctx.rng(RandomSite::kFfnHidden, index_), &s->ffn,
+                                               ctx.recompute_hidden()));
   MOE_ASSIGN_OR_RETURN(f, residual_dropout(ctx, RandomSite::kFfnOut, f, false));
   MOE_ASSIGN_OR_RETURN(h, sum(h, f));
   if (post) return ln2_.forward(h, &s->ln2);

@@ -39,6 +39,11 @@ struct StepContext {
   int64_t seq_len = 0;
   int64_t step = 0;
   uint64_t seed = 0;
+  // A step kept in device memory (a training step recorded in a CUDA graph: the trainer writes
+  // [step, its first global sequence] there before each step). Then `step` is 0 and
+  // sequence_offset counts from the step's first sequence; the draws are those of the host's
+  // step and full offset (rng_streams.h).
+  DeviceStep device_step;
   bool training = true;
   // With training off: drop at the training capacity anyway instead of the eval capacity (the
   // routing probe, which runs inside a training step and must not add a dropless sync to it).
@@ -53,6 +58,11 @@ struct StepContext {
   // train.loss_chunk_tokens: the loss's rows per chunk (0: all at once; TransformerLM).
   int64_t loss_chunk_tokens = 0;
   int64_t token_offset() const { return sequence_offset * seq_len; }
+  // The random stream of `site` in `block` at this step, keyed by tokens (or by sequences:
+  // attention's mask).
+  CounterRng rng(RandomSite site, int64_t block, bool sequence_keys = false) const {
+    return site_rng(seed, site, block, step, device_step, sequence_keys ? 1 : seq_len);
+  }
   // SELECTIVE in training: the FFNs' and experts' hidden rows are recomputed in backward.
   bool recompute_hidden() const { return training && recompute == Recompute::kSelective; }
   // FULL in training: each block keeps only its input; backward replays its forward.

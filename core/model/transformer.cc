@@ -92,7 +92,7 @@ StatusOr<Tensor> TransformerLM::embedding_dropout(const StepContext& ctx, const 
                                                   bool backward) {
   if (!ctx.training || cfg_.dropout <= 0) return h;
   MOE_ASSIGN_OR_RETURN(Tensor y, ctx_.empty_like(h));
-  const CounterRng rng = site_rng(ctx.seed, RandomSite::kEmbedding, 0, ctx.step);
+  const CounterRng rng = ctx.rng(RandomSite::kEmbedding, 0);
   const float p = static_cast<float>(cfg_.dropout);
   MOE_RETURN_IF_ERROR(backward
                           ? kernels::dropout_backward(ctx_, h, {}, ctx.token_offset(), rng, p, y)

@@ -14,19 +14,10 @@ std::string step_graph_refusal(const RunConfig& cfg, Device device, int world_si
     return "the job's communicator exchanges through host memory (MPI or Local backend; run one "
            "rank without mpirun)";
   }
-  const ModelConfig& m = cfg.model;
-  if (m.dropout > 0) return "model.dropout > 0 draws random masks keyed by the step";
-  if (m.attention_dropout > 0) {
-    return "model.attention_dropout > 0 draws random masks keyed by the step";
-  }
-  for (size_t b = 0; b < m.blocks.size(); ++b) {
-    if (!m.blocks[b].moe) continue;
-    const MoeLayerConfig& moe = m.blocks[b].moe_cfg;
-    const std::string block = str_cat("block ", b, ": ");
-    if (moe.dropless) return block + "a dropless MoE layer reads its loads on the host";
-    if (moe.sparsemixer.enabled) return block + "SparseMixer samples experts keyed by the step";
-    if (moe.expert_dropout > 0 || moe.output_dropout > 0) {
-      return block + "expert or output dropout draws random masks keyed by the step";
+  for (size_t b = 0; b < cfg.model.blocks.size(); ++b) {
+    const BlockPlan& plan = cfg.model.blocks[b];
+    if (plan.moe && plan.moe_cfg.dropless) {
+      return str_cat("block ", b, ": a dropless MoE layer reads its loads on the host");
     }
   }
   return "";

@@ -7,17 +7,16 @@
 // That holds only while nothing the recorded launches read from the host changes. What varies
 // from step to step:
 //   - the batch: copied from staging memory (Context::staging) that the graph reads when it runs;
-//   - the stop and save flags: the same;
+//   - the step and its first sequence, which key every random draw (dropout masks, SparseMixer's
+//     samples): copied from staging into device memory at the start of the work, where the
+//     kernels read them (StepContext::device_step, base/rng.h DeviceStep);
 //   - each micro-batch's loss scale, 1 / (its counted targets): the step's key. A step whose key
 //     differs from the recorded one runs eagerly (a corpus whose targets are all counted never
 //     does);
-//   - the random streams of dropout and SparseMixer, keyed by the step: runs with any random draw
-//     in training are refused by step_graph_refusal (they run eagerly);
 // and what is read on the host inside the step: a dropless layer's counts (refused), collectives
 // through host memory (the MPI and Local backends, refused; NCCL's could be recorded, but more
-// than one rank is refused for now). A value baked in that does not matter: the expert rows'
-// dropout keys (global token ids, from the step's sequence offset), read for their sign only
-// when expert dropout is 0.
+// than one rank is refused for now). The stop and save flags and the optimizer stay outside,
+// after the work.
 //
 // The first kEagerSteps steps run eagerly (lazily made buffers, cuBLAS's first choices), the next
 // is recorded and replayed, and every later step with the same key replays. A recording that
@@ -43,8 +42,8 @@ namespace moe {
 
 // Why the training steps of `cfg` on a context of `device` with `world_size` ranks cannot be
 // replayed as a CUDA graph ("" when they can): not a GPU, several ranks, a communicator that
-// exchanges through host memory (`host_collectives`: MPI or Local, even at one rank), a dropless
-// MoE layer, or a random draw in training (the reason names the field).
+// exchanges through host memory (`host_collectives`: MPI or Local, even at one rank), or a
+// dropless MoE layer (the reason names the block).
 std::string step_graph_refusal(const RunConfig& cfg, Device device, int world_size,
                                bool host_collectives);
 

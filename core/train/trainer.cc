@@ -20,6 +20,7 @@
 #include "core/train/model_size.h"
 #include "core/train/placement.h"
 #include "core/train/startup_banner.h"
+#include "kernels/common.h"
 #include "kernels/cpu/blas_library.h"
 #include "proto/run_convert.h"
 
@@ -245,7 +246,10 @@ Status Trainer::make_step_buffers() {
   MOE_ASSIGN_OR_RETURN(batch_inputs_, ctx_->staging(batch, DType::kI32));
   MOE_ASSIGN_OR_RETURN(batch_targets_, ctx_->staging(batch, DType::kI32));
   MOE_ASSIGN_OR_RETURN(step_flags_, ctx_->staging({2}, DType::kF64));
-  if (!t.cuda_graphs) return Status::OK();
+  MOE_ASSIGN_OR_RETURN(step_keys_, ctx_->zeros({2}, DType::kI64));
+  MOE_ASSIGN_OR_RETURN(step_keys_staged_, ctx_->staging({2}, DType::kI64));
+  MOE_ASSIGN_OR_RETURN(device_step_, kernels::device_step(*ctx_, step_keys_));
+  if (!t.cuda_graphs || opts_.host_step_keys) return Status::OK();
   const bool host_collectives =
       world_ != nullptr && world_->memory_space() != comm::MemorySpace::kDevice;
   const std::string refusal = step_graph_refusal(

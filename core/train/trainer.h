@@ -78,6 +78,11 @@ struct TrainerOptions {
   // else to run_dir/cache when that exists, else to a temporary directory removed with the
   // trainer.
   bool dry_run = false;
+  // Tests: key the step's random draws with the step on the host (StepContext::step and the
+  // whole sequence offset) instead of the step in device memory that every training step reads
+  // (StepContext::device_step, which a CUDA graph of the step needs). The same draws either way;
+  // train.cuda_graphs does not apply.
+  bool host_step_keys = false;
   // This rank's host name for parallel.placement = HOSTS and the hierarchical all-to-all (empty:
   // the machine's, which MOMOE_HOST_NAME overrides). Ranks that are threads of one process (the
   // Local backend's tests) pose as several hosts here.
@@ -278,6 +283,11 @@ class Trainer {
   // the step buffer (StepBuffer, on the device); the batch's inputs and targets [grad_accum m,
   // S] i32 and the stop and save flags f64 [2], in staging memory (Context::staging).
   Tensor step_buffer_, batch_inputs_, batch_targets_, step_flags_;
+  // The step's random keys in device memory (StepContext::device_step): [step, its first global
+  // sequence], written from staging at the start of the device work, so that a replayed graph
+  // draws the current step's dropout masks and SparseMixer samples.
+  Tensor step_keys_, step_keys_staged_;
+  DeviceStep device_step_;
   std::vector<int64_t> scheduler_batch_;  // the step's global batch (sequence ids)
   // train.cuda_graphs where it applies (step_graph.h); null otherwise.
   std::unique_ptr<StepGraph> step_graph_;

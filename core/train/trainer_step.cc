@@ -140,6 +140,9 @@ StatusOr<double> Trainer::stage_micro_batch(int64_t a) {
 }
 
 Status Trainer::run_device_work(int64_t step, const StepBuffer& slots) {
+  // The step's random keys (device_work copies them to the device first).
+  step_keys_staged_.data<int64_t>()[0] = step;
+  step_keys_staged_.data<int64_t>()[1] = step * cfg_.train.batch_size;
   if (step_graph_ == nullptr) {
     // Each micro-batch staged right before its forward: the host reads the next one while the
     // device computes this one.
@@ -165,15 +168,23 @@ Status Trainer::device_work(int64_t step, const StepBuffer& slots,
   const TrainConfig& t = cfg_.train;
   const int rank = world_ == nullptr ? 0 : world_->rank();
   const int64_t m = micro_batch_per_rank_;
+  MOE_RETURN_IF_ERROR(ctx_->copy(step_keys_staged_, step_keys_));
   MOE_RETURN_IF_ERROR(model_->params().zero_grads());
   for (int64_t a = 0; a < t.grad_accum; ++a) {
     MOE_ASSIGN_OR_RETURN(const double ce_scale, stage(a));
     StepContext ctx;
     ctx.batch = m;
     ctx.seq_len = cfg_.model.seq_len;
-    // The sequence's position in the global step order keys every random draw.
-    ctx.sequence_offset = step * t.batch_size + a * t.micro_batch() + rank * m;
-    ctx.step = step;
+    // The sequence's position in the global step order keys every random draw: the step's part
+    // (its first sequence, step x batch_size) and the step itself come from the device, so that
+    // a recorded step replays with the current ones (or from the host: host_step_keys).
+    ctx.sequence_offset = a * t.micro_batch() + rank * m;
+    if (opts_.host_step_keys) {
+      ctx.sequence_offset += step * t.batch_size;
+      ctx.step = step;
+    } else {
+      ctx.device_step = device_step_;
+    }
     ctx.seed = t.seed;
     ctx.training = true;
     ctx.stats_comm = world_;

@@ -11,14 +11,15 @@
 namespace moe::kernels::ref {
 
 // Whether dropout keeps probability (b, h, i, j); always true when args.dropout == 0. Keyed by
-// the global (sequence, head, row, column), so the CPU and the CUDA kernel draw the same mask.
+// the global (sequence, head, row, column), so the CPU and the CUDA kernel draw the same mask. A
+// step in device memory (a.rng.device_step: its key shift counts sequences) is read here.
 MOE_HOST_DEVICE inline bool attention_keep(const AttentionArgs& a, int64_t b, int64_t h, int64_t i,
                                            int64_t j) {
   if (a.dropout == 0.f) return true;
-  const uint64_t row =
-      static_cast<uint64_t>(((a.sequence_offset + b) * a.heads + h) * a.seq_len + i);
+  const int64_t sequence = a.sequence_offset + a.rng.key_shift() + b;
+  const uint64_t row = static_cast<uint64_t>((sequence * a.heads + h) * a.seq_len + i);
   const uint64_t key = row * static_cast<uint64_t>(a.seq_len) + static_cast<uint64_t>(j);
-  return a.rng.uniform(key) >= a.dropout;
+  return a.rng.at_step().uniform(key) >= a.dropout;
 }
 
 // qkv [B*S, 3D]; out [B*S, D]; lse [B, H, S]. D = H * head_dim.

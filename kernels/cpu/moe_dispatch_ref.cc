@@ -44,6 +44,7 @@ void moe_layout(const LayoutArgs& a, const int32_t* idx, int64_t tokens, int64_t
   std::fill_n(ptoken, send_rows, -1);
   std::fill_n(pkey, send_rows, -1);
   int64_t dropped = 0, fully_dropped = 0;
+  const int64_t first = a.first_token();  // a step in device memory is host memory here
   for (int64_t t = 0; t < tokens; ++t) {
     int64_t token_drops = 0;
     for (int64_t j = 0; j < k; ++j) {
@@ -56,7 +57,7 @@ void moe_layout(const LayoutArgs& a, const int32_t* idx, int64_t tokens, int64_t
       const int64_t r = block[idx[t * k + j]] + s;
       prow[t * k + j] = static_cast<int32_t>(r);
       ptoken[r] = static_cast<int32_t>(t);
-      pkey[r] = (a.token_offset + t) * k + j;
+      pkey[r] = (first + t) * k + j;
     }
     dropped += token_drops;
     fully_dropped += token_drops == k;

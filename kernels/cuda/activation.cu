@@ -176,15 +176,18 @@ __global__ void bias_grad_blocks_kernel(const A* dy, int64_t n, int64_t ranks, i
 }
 
 // One thread per Philox block: elements (r, 4q .. 4q + 3).
+// A step in device memory (rng.device_step, a recorded launch) is read here, as the kernel runs.
 template <typename T>
 __global__ void dropout_kernel(const T* x, const int64_t* keys, int64_t key_base, CounterRng rng,
                                float p, int64_t m, int64_t n, T* y) {
   using C = accum_t<T>;
   const int64_t per_row = (n + 3) / 4;
   const C scale = static_cast<C>(1.0 / (1.0 - static_cast<double>(p)));
+  const int64_t base = key_base + rng.key_shift();
+  rng = rng.at_step();
   MOE_GRID_LOOP(t, m * per_row) {
     const int64_t r = t / per_row, q = t % per_row;
-    const int64_t key = keys != nullptr ? keys[r] : key_base + r;
+    const int64_t key = keys != nullptr ? keys[r] : base + r;
     const int64_t j0 = q * 4;
     const int64_t j1 = j0 + 4 < n ? j0 + 4 : n;
     if (key < 0) {

@@ -28,6 +28,7 @@ __device__ __forceinline__ double dev_exp(double x) { return exp(x); }
 // times the dropout scale where kept; lse [B*H*S] saved.
 template <typename C, typename F>
 __global__ void softmax_rows_kernel(AttentionArgs a, C* p, F* lse) {
+  a = a.at_step();  // a step in device memory, read once
   __shared__ C cscratch[32];
   __shared__ double dscratch[32];
   const int64_t S = a.seq_len;
@@ -58,6 +59,7 @@ __global__ void softmax_rows_kernel(AttentionArgs a, C* p, F* lse) {
 // dS_ij = P_ij (dP_ij m_ij - sum_j P_ij dP_ij m_ij); p becomes P * m (for dV).
 template <typename C, typename F>
 __global__ void softmax_backward_rows_kernel(AttentionArgs a, C* p, C* dp, const F* lse) {
+  a = a.at_step();  // a step in device memory, read once
   __shared__ double dscratch[32];
   const int64_t S = a.seq_len;
   const int64_t bh = blockIdx.x / S, i = blockIdx.x % S;

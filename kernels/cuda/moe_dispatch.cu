@@ -103,7 +103,7 @@ __global__ void layout_rows_kernel(LayoutRowsIn in, int64_t tokens, int64_t k, L
       const int64_t r = in.block[e] + s;
       out.row[t * k + j] = static_cast<int32_t>(r);
       out.send_token[r] = static_cast<int32_t>(t);
-      out.send_key[r] = (args.token_offset + t) * k + j;
+      out.send_key[r] = (args.first_token() + t) * k + j;  // a device step is read here
     }
     drop_scratch[2 * t] = static_cast<double>(token_drops);
     drop_scratch[2 * t + 1] = token_drops == k ? 1.0 : 0.0;

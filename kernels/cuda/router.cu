@@ -97,13 +97,15 @@ __global__ void sparsemixer_route_kernel(SparseMixerRouteArgs args, const T* log
     out.lse[t] = static_cast<T>(log_sum_exp(row, experts, static_cast<const uint8_t*>(nullptr)));
     int64_t chosen = imax;
     double c = 1.0;
-    const uint64_t token = static_cast<uint64_t>(args.token_offset + t);
+    // A step in device memory (args.rng.device_step, a recorded launch) is read here.
+    const uint64_t token = static_cast<uint64_t>(args.token_offset + args.rng.key_shift() + t);
+    const CounterRng rng = args.rng.at_step();
     if (args.training) {
       double best = -INFINITY;
       for (int64_t e = 0; e < experts; ++e) {
         if (!mrow[e]) continue;
-        const double v = static_cast<double>(row[e]) +
-                         args.rng.gumbel(token * static_cast<uint64_t>(experts) + e, 0);
+        const double v =
+            static_cast<double>(row[e]) + rng.gumbel(token * static_cast<uint64_t>(experts) + e, 0);
         if (v > best) {
           best = v;
           chosen = e;
@@ -115,7 +117,7 @@ __global__ void sparsemixer_route_kernel(SparseMixerRouteArgs args, const T* log
             c = 0.5;
             break;
           case SparseMixerMidpoint::kReferenceCode:
-            c = args.rng.uniform(token * static_cast<uint64_t>(experts), 1) <= 0.5f ? 0.5 : 1.0;
+            c = rng.uniform(token * static_cast<uint64_t>(experts), 1) <= 0.5f ? 0.5 : 1.0;
             break;
           case SparseMixerMidpoint::kEulerOnly:
             c = 1.0;

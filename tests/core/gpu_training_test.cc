@@ -14,8 +14,8 @@
 // - Checkpoints: a GPU run's checkpoint resumes on the CPU and a CPU run's on the GPU, with the
 //   same masters bit for bit; the tensor files a GPU run writes equal those the CPU writes for
 //   the same weights.
-// - CUDA graphs (train.cuda_graphs, dropout 0): steps replayed from a recording are bit-identical
-//   to eager steps.
+// - CUDA graphs (train.cuda_graphs): steps replayed from a recording are bit-identical to eager
+//   steps, dropout and SparseMixer's sampling included.
 // Each family prints one "[ gpu ]" line with its worst per-step difference (the report).
 #include <gtest/gtest.h>
 
@@ -209,16 +209,19 @@ TEST_F(GpuTrainingTest, Bf16WithFusedAttentionTracksTheCpu) {
   }
 }
 
-// train.cuda_graphs (core/train/step_graph.h), where it applies (every dropout 0): the steps
-// after the eager ones are recorded once and replayed, with the same losses and weights, bit for
-// bit, as eager steps (the same kernels on the same memory), and one sync per step. A replay that
-// did nothing or read a stale batch would change the losses.
+// train.cuda_graphs (core/train/step_graph.h): the steps after the eager ones are recorded once
+// and replayed, with the same losses and weights, bit for bit, as eager steps (the same kernels
+// on the same memory; dropout masks and SparseMixer's samples keyed by the step the kernels read
+// from device memory), and one sync per step. A replay that did nothing, read a stale batch or
+// drew a stale step's masks would change the losses.
 TEST_F(GpuTrainingTest, CudaGraphStepsAreBitIdenticalToEagerSteps) {
   constexpr int kSteps = 8;
-  // The quick start; DeepSeek-V3's routing in capacity mode (loss-free balancing's loads
-  // accumulate inside the graph, its biases move outside) with two micro-batches a step; Mixtral.
+  // The quick start; SparseMixer (sampled routing); DeepSeek-V3's routing in capacity mode
+  // (loss-free balancing's loads accumulate inside the graph, its biases move outside) with two
+  // micro-batches a step; Mixtral. Every one with its dropout.
   const std::vector<std::pair<std::string, std::vector<std::string>>> runs = {
       {"quickstart", {}},
+      {"sparsemixer", {}},
       {"modern/deepseek-v3",
        {"model.moe.dropless=false", "model.moe.num_experts=8", "model.moe.top_k=4",
         "train.grad_accum=2"}},
@@ -230,7 +233,6 @@ TEST_F(GpuTrainingTest, CudaGraphStepsAreBitIdenticalToEagerSteps) {
       std::replace(name.begin(), name.end(), '/', '_');
       const std::string dir = fresh_dir("gpu_graphs_" + name);
       std::vector<std::string> extra = options;
-      extra.push_back("model.dropout=0");
       const TrainedRun eager = train(family, precision, "CUDA", dir + "/eager", kSteps, extra);
       extra.push_back("train.cuda_graphs=true");
       const TrainedRun graphs = train(family, precision, "CUDA", dir + "/graphs", kSteps, extra);

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <string>
 
+#include "kernels/common.h"
 #include "tests/testing/gradient_check.h"
 
 namespace moe::testing {
@@ -265,6 +266,84 @@ TEST(TransformerTest, DeterministicAndZeroMomentumIsPlain) {
     for (size_t i = 0; i < plain.params().all().size(); ++i) {
       EXPECT_TRUE(bitwise_equal(plain.params().all()[i]->grad, hb.params().all()[i]->grad))
           << plain.params().all()[i]->name;
+    }
+  }
+}
+
+// A training step whose step lives in device memory (StepContext::device_step, as the trainer
+// runs every step so that a CUDA graph of it replays with the current step) draws the same
+// dropout masks and SparseMixer samples as the host's step with the whole sequence offset:
+// the same loss, logits and gradients, bit for bit; other keys draw other masks. Every random
+// site: embedding, attention probabilities, residuals, dense FFN, expert rows (keyed through
+// the dispatch layout), the MoE output, shared experts' hidden rows, SparseMixer's sample; and
+// recomputation in backward redraws them alike.
+TEST(TransformerTest, AStepInDeviceMemoryDrawsTheHostStepsMasks) {
+  struct Variant {
+    const char* name;
+    bool sparsemixer, shared;
+    Recompute recompute;
+  };
+  for (const Variant v : {Variant{"top-2", false, false, Recompute::kNone},
+                          Variant{"SparseMixer", true, false, Recompute::kNone},
+                          Variant{"shared experts, SELECTIVE", false, true, Recompute::kSelective},
+                          Variant{"shared experts, FULL", false, true, Recompute::kFull}}) {
+    SCOPED_TRACE(v.name);
+    ModelConfig cfg =
+        make_config({"drop", "sgsfsg", BlockStyle::kPostLnDoubleResidual, false, 0.3});
+    for (BlockPlan& b : cfg.blocks) {
+      if (!b.moe) continue;
+      if (v.sparsemixer) {
+        b.moe_cfg.top_k = 1;
+        b.moe_cfg.sparsemixer.enabled = true;
+      }
+      if (v.shared) {
+        b.moe_cfg.shared_experts = 1;
+        b.moe_cfg.d_shared = 6;
+      }
+    }
+    ASSERT_TRUE(cfg.validate().ok()) << cfg.validate().to_string();
+    constexpr int64_t kStep = 5, kBatchSize = 6, kBatch = 3;
+    Batch batch(kBatch, cfg.seq_len, cfg.vocab_size, 4);
+    const auto run = [&](const std::vector<int64_t>& keys, Sums* sums,
+                         std::unique_ptr<TransformerLM>* out) {
+      std::unique_ptr<TransformerLM> model = make_model(cfg, DType::kF32);
+      ASSERT_TRUE(model->init_parameters(1).ok());
+      StepContext ctx = context(kBatch, cfg.seq_len);
+      ctx.recompute = v.recompute;
+      Tensor step_keys;
+      if (keys.empty()) {  // the host's step
+        ctx.step = kStep;
+        ctx.sequence_offset = kStep * kBatchSize + 1;
+      } else {
+        StatusOr<Tensor> t = host_context().upload(Tensor::from_vector<int64_t>({2}, keys));
+        ASSERT_TRUE(t.ok());
+        step_keys = *t;
+        StatusOr<DeviceStep> d = kernels::device_step(host_context(), step_keys);
+        ASSERT_TRUE(d.ok()) << d.status().to_string();
+        ctx.step = 0;
+        ctx.sequence_offset = 1;
+        ctx.device_step = *d;
+      }
+      TransformerLM::Activations acts;
+      ASSERT_TRUE(model->forward(batch.inputs, batch.targets, ctx, &acts, sums->t, {}).ok());
+      ASSERT_TRUE(model->params().zero_grads().ok());
+      ASSERT_TRUE(model->backward(&acts, 0.1, 1.0).ok());
+      *out = std::move(model);
+    };
+    Sums host, device, other;
+    std::unique_ptr<TransformerLM> m_host, m_device, m_other;
+    run({}, &host, &m_host);
+    run({kStep, kStep * kBatchSize}, &device, &m_device);
+    run({kStep + 1, (kStep + 1) * kBatchSize}, &other, &m_other);
+    ASSERT_TRUE(m_host && m_device && m_other);
+    EXPECT_EQ(host.loss_sum(), device.loss_sum());
+    EXPECT_EQ(host.aux(), device.aux());
+    EXPECT_NE(host.loss_sum(), other.loss_sum()) << "the device step is not read";
+    const auto& a = m_host->params().all();
+    const auto& b = m_device->params().all();
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i) {
+      EXPECT_TRUE(bitwise_equal(a[i]->grad, b[i]->grad)) << a[i]->name;
     }
   }
 }

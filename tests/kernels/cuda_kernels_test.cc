@@ -19,6 +19,7 @@
 #include "base/rng.h"
 #include "kernels/activation.h"
 #include "kernels/attention.h"
+#include "kernels/common.h"
 #include "kernels/cross_entropy.h"
 #include "kernels/elementwise.h"
 #include "kernels/embedding.h"
@@ -1074,6 +1075,58 @@ TEST_F(CudaKernelTest, LayoutGathersAndCombine) {
 // The deduplicated layout from every rank's point of view, on the CPU layout's rows: unique rows,
 // counts, send indices and counters equal the CPU's exactly (integers; the counters are sums of
 // integers in double). Several scan tiles (T > 256), one token, one rank, K > R.
+// A step kept in device memory (base/rng.h DeviceStep: what a CUDA graph of the training step
+// reads as it runs) draws on the GPU what the CPU draws with the step on the host and offsets
+// that include the step's sequences: dropout masks (token keys), attention's mask (sequence
+// keys) and the dispatch layout's keys, bit for bit.
+TEST_F(CudaKernelTest, DeviceStepDrawsLikeTheHostStep) {
+  constexpr int64_t kStep = 9, kFirstSequence = 4, kSeq = 37;
+  Tensor keys = up(Tensor::from_vector<int64_t>({2}, {kStep, kFirstSequence}));
+  StatusOr<DeviceStep> step = device_step(gpu(), keys);
+  ASSERT_TRUE(step.ok()) << step.status().to_string();
+  const CounterRng host{7, make_stream(RngTag::kDropout, 2, kStep)};
+  CounterRng device{7, make_stream(RngTag::kDropout, 2, 0)};
+  device.device_step = *step;
+  for (DType dt : kActs) {
+    // Dropout keyed by token: key_base 55 on the device, 55 + 4 x 37 on the host.
+    device.keys_per_sequence = kSeq;
+    Tensor x = rand({300, 13}, dt);
+    Tensor y = Tensor::empty(x.shape(), dt), gy = poisoned(x.shape(), dt);
+    OK(dropout_forward(cpu(), x, {}, 55 + kFirstSequence * kSeq, host, 0.3f, y));
+    OK(dropout_forward(gpu(), up(x), {}, 55, device, 0.3f, gy));
+    expect_close("dropout_forward(device step)", y, gy, 0);
+    // Attention's mask keyed by sequence (the GEMM path).
+    const testing::ScopedEnv gemm_path("MOMOE_ATTENTION", nullptr);
+    device.keys_per_sequence = 1;
+    const AttentionArgs ha{2, kSeq, 3, 0.25f, host, 5 + kFirstSequence};
+    const AttentionArgs da{2, kSeq, 3, 0.25f, device, 5};
+    const int64_t rows = 2 * kSeq, d = 3 * 8;
+    Tensor qkv = rand({rows, 3 * d}, dt, -1.5, 1.5);
+    Tensor out = Tensor::empty({rows, d}, dt), gout = poisoned({rows, d}, dt);
+    const DType f = compute_dtype(dt);
+    Tensor lse = Tensor::empty({2, 3, kSeq}, f), glse = poisoned({2, 3, kSeq}, f);
+    OK(attention_forward(cpu(), ha, qkv, out, lse));
+    OK(attention_forward(gpu(), da, up(qkv), gout, glse));
+    expect_close("attention_forward(device step)", out, gout,
+                 dt == DType::kBF16 ? -1 : (dt == DType::kF64 ? 1e-12 : 1e-5));
+  }
+  // The layout's keys: token 0 is 40 + 4 x 37 on the host, 40 moved by the device step.
+  Tensor idx = skewed_idx(300, 2, 8, 3);
+  LayoutArgs ha(8, 90, 40 + kFirstSequence * kSeq), da(8, 90, 40);
+  da.device_step = *step;
+  da.tokens_per_sequence = kSeq;
+  const int64_t send = 8 * 90;
+  Tensor slot = Tensor::empty({300, 2}, DType::kI32), row = Tensor::empty({300, 2}, DType::kI32),
+         load = Tensor::empty({8}, DType::kI64), kept = Tensor::empty({8}, DType::kI64),
+         st = Tensor::empty({send}, DType::kI32), sk = Tensor::empty({send}, DType::kI64);
+  Tensor gslot = poisoned({300, 2}, DType::kI32), grow = poisoned({300, 2}, DType::kI32),
+         gload = poisoned({8}, DType::kI64), gkept = poisoned({8}, DType::kI64),
+         gst = poisoned({send}, DType::kI32), gsk = poisoned({send}, DType::kI64);
+  OK(moe_layout(cpu(), ha, idx, {slot, row, load, kept, st, sk, {}}));
+  OK(moe_layout(gpu(), da, up(idx), {gslot, grow, gload, gkept, gst, gsk, {}}));
+  EXPECT_TRUE(testing::bitwise_equal(sk, down(gsk))) << "moe_layout send_key (device step)";
+}
+
 TEST_F(CudaKernelTest, DedupLayout) {
   struct Case {
     int64_t tokens, k, experts, capacity, ranks;
