@@ -10,6 +10,33 @@
 namespace moe {
 namespace {
 
+// Allocations, bytes handed out and their peak, counted on the host (thread-safe; no device
+// query, no wait).
+class UseCounters {
+ public:
+  void allocated(size_t bytes) {
+    allocations_.fetch_add(1, std::memory_order_relaxed);
+    const size_t now = in_use_.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+    size_t peak = peak_.load(std::memory_order_relaxed);
+    while (now > peak && !peak_.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+    }
+  }
+  void freed(size_t bytes) { in_use_.fetch_sub(bytes, std::memory_order_relaxed); }
+  AllocatorStats stats() const {
+    AllocatorStats s;
+    s.allocations = allocations_.load();
+    s.bytes_in_use = in_use_.load();
+    s.peak_bytes_in_use = peak_.load();
+    return s;
+  }
+  void reset_peak() { peak_.store(in_use_.load()); }
+
+ private:
+  std::atomic<int64_t> allocations_{0};
+  std::atomic<size_t> in_use_{0};
+  std::atomic<size_t> peak_{0};
+};
+
 class CudaPoolAllocator final : public Allocator {
  public:
   CudaPoolAllocator(int device, cudaMemPool_t pool) : device_(device), pool_(pool) {}
@@ -28,11 +55,7 @@ class CudaPoolAllocator final : public Allocator {
                                       stats().to_string(), ")");
     }
     MOE_CUDA_RETURN_IF_ERROR(err);
-    allocations_.fetch_add(1, std::memory_order_relaxed);
-    const size_t now = in_use_.fetch_add(bytes, std::memory_order_relaxed) + bytes;
-    size_t peak = peak_.load(std::memory_order_relaxed);
-    while (now > peak && !peak_.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
-    }
+    counters_.allocated(bytes);
     return ptr;
   }
 
@@ -43,14 +66,11 @@ class CudaPoolAllocator final : public Allocator {
     if (cudaFreeAsync(ptr, static_cast<cudaStream_t>(stream.handle)) != cudaSuccess) {
       cudaGetLastError();
     }
-    in_use_.fetch_sub(bytes, std::memory_order_relaxed);
+    counters_.freed(bytes);
   }
 
   AllocatorStats stats() const override {
-    AllocatorStats s;
-    s.allocations = allocations_.load();
-    s.bytes_in_use = in_use_.load();
-    s.peak_bytes_in_use = peak_.load();
+    AllocatorStats s = counters_.stats();
     uint64_t reserved = 0;
     if (cudaMemPoolGetAttribute(pool_, cudaMemPoolAttrReservedMemCurrent, &reserved) ==
         cudaSuccess) {
@@ -61,7 +81,7 @@ class CudaPoolAllocator final : public Allocator {
 
   // The host's count of bytes handed out (allocate() calls less deallocate() calls), not the
   // pool's device-side use: no query, no wait.
-  void reset_peak() override { peak_.store(in_use_.load()); }
+  void reset_peak() override { counters_.reset_peak(); }
 
   void release_cached() override {
     CudaDeviceGuard on_device(device());
@@ -72,9 +92,7 @@ class CudaPoolAllocator final : public Allocator {
  private:
   int device_;
   cudaMemPool_t pool_;
-  std::atomic<int64_t> allocations_{0};
-  std::atomic<size_t> in_use_{0};
-  std::atomic<size_t> peak_{0};
+  UseCounters counters_;
 };
 
 class PinnedHostAllocator final : public Allocator {
@@ -90,34 +108,22 @@ class PinnedHostAllocator final : public Allocator {
       return resource_exhausted_error("page-locked host allocation of ", bytes, " bytes failed (",
                                       cudaGetErrorString(err), ")");
     }
-    allocations_.fetch_add(1, std::memory_order_relaxed);
-    const size_t now = in_use_.fetch_add(bytes, std::memory_order_relaxed) + bytes;
-    size_t peak = peak_.load(std::memory_order_relaxed);
-    while (now > peak && !peak_.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
-    }
+    counters_.allocated(bytes);
     return ptr;
   }
 
   void deallocate(void* ptr, size_t bytes, Stream) override {
     if (ptr == nullptr) return;
     if (cudaFreeHost(ptr) != cudaSuccess) cudaGetLastError();
-    in_use_.fetch_sub(bytes, std::memory_order_relaxed);
+    counters_.freed(bytes);
   }
 
-  AllocatorStats stats() const override {
-    AllocatorStats s;
-    s.allocations = allocations_.load();
-    s.bytes_in_use = in_use_.load();
-    s.peak_bytes_in_use = peak_.load();
-    return s;
-  }
-  void reset_peak() override { peak_.store(in_use_.load()); }
+  AllocatorStats stats() const override { return counters_.stats(); }
+  void reset_peak() override { counters_.reset_peak(); }
   void release_cached() override {}
 
  private:
-  std::atomic<int64_t> allocations_{0};
-  std::atomic<size_t> in_use_{0};
-  std::atomic<size_t> peak_{0};
+  UseCounters counters_;
 };
 
 }  // namespace

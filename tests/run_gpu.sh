@@ -28,7 +28,7 @@
 #   kernels   110  every op against its CPU reference (cuda_kernels_test: each op's error is
 #                  printed as it is recorded; a failing test is rerun alone in its own process,
 #                  so a sticky CUDA error cannot hide which op broke), phase_timer_gpu_test
-#                  and stream_graph_test (CUDA graphs of a stream)
+#                  and stream_graph_gpu_test (CUDA graphs of a stream)
 #   nccl       30  the NCCL backend at one rank (comm_nccl_test, NCCL_DEBUG=WARN)
 #   model     180  the whole model, every config family and Mixtral's, Qwen2-MoE's and Qwen3-MoE's
 #                  presets (145 s before the two Qwen ones), GPU against CPU: FP32 20 steps (routing
@@ -91,7 +91,7 @@ declare -A BOX=([env]=20 [build]=420 [kernels]=110 [nccl]=30 [model]=180 [memche
 BUNDLE=${BUNDLE:-$ROOT/gpu-bundle.tar.xz}
 KERNEL_FILTER='CudaKernelTest.*:-*RepeatedRuns*:*LargeShapes*'  # sanitizers: small cases
 BINARIES=(tests/kernels/cuda_kernels_test tests/base/phase_timer_gpu_test
-          tests/base/stream_graph_test tests/comm/comm_nccl_test
+          tests/base/stream_graph_gpu_test tests/comm/comm_nccl_test
           tests/core/gpu_training_test tests/core/parallel_trainer_mpi_test launcher/momoe-train
           launcher/momoe-eval launcher/momoe-export launcher/momoe-data benchmarks/momoe-bench)
 ORIG_LD_LIBRARY_PATH=${ORIG_LD_LIBRARY_PATH-${LD_LIBRARY_PATH:-}}  # python runs with this
@@ -305,7 +305,7 @@ stage_kernels() {
   fi
   key "ops past their bound: $over"
   gtest phase_timer_gpu_test || rc=1
-  gtest stream_graph_test || rc=1
+  gtest stream_graph_gpu_test || rc=1
   return $rc
 }
 
