@@ -39,17 +39,8 @@ struct TrainedRun {
   int64_t parameter_bytes = 0;                        // rank 0's ParameterSet::parameter_bytes
 };
 
-class DistributedOptimizerTest : public ::testing::Test {
+class DistributedOptimizerTest : public SmallCorpusSuite<DistributedOptimizerTest> {
  protected:
-  static void SetUpTestSuite() {
-    corpus_ = new std::string(fresh_dir("zero1_corpus"));
-    ASSERT_FALSE(write_small_corpus(*corpus_).empty());
-  }
-  static void TearDownTestSuite() {
-    fs::remove_all(*corpus_);
-    delete corpus_;
-  }
-
   // The optimizer state of each kind holds this rank's chunk alone: `chunk` elements, R x chunk
   // covering the kind's parameters, and fewer than all of them once they span several blocks.
   // Under BF16 so do the fp32 masters of a sharded kind (the chunk [begin, end) of the arena's
@@ -197,10 +188,7 @@ class DistributedOptimizerTest : public ::testing::Test {
       EXPECT_LT(sharded.parameter_bytes, replicated.parameter_bytes) << what;
     }
   }
-
-  static std::string* corpus_;
 };
-std::string* DistributedOptimizerTest::corpus_ = nullptr;
 
 // Clipping at 0.05 acts at every step (the tiny model's norms are above 0.3), so the norm from
 // the shards decides every update.

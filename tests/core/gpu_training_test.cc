@@ -51,16 +51,9 @@ struct TrainedRun {
   std::string graph_failure;
 };
 
-class GpuTrainingTest : public ::testing::TestWithParam<std::string> {
+class GpuTrainingTest
+    : public SmallCorpusSuite<GpuTrainingTest, ::testing::TestWithParam<std::string>> {
  public:
-  static void SetUpTestSuite() {
-    corpus_ = new std::string(fresh_dir("gpu_training_corpus"));
-    ASSERT_FALSE(write_small_corpus(*corpus_).empty());
-  }
-  static void TearDownTestSuite() {
-    fs::remove_all(*corpus_);
-    delete corpus_;
-  }
   void SetUp() override { MOE_REQUIRE_CUDA_DEVICE(); }
 
   static StatusOr<RunConfig> config(const std::string& family, const std::string& precision,
@@ -108,10 +101,7 @@ class GpuTrainingTest : public ::testing::TestWithParam<std::string> {
     }
     return false;
   }
-
-  static std::string* corpus_;
 };
-std::string* GpuTrainingTest::corpus_ = nullptr;
 
 // FP32: cross-path equality (trainer_test_util.h): routing counters compared first, then the
 // losses within float32's derived bound (and each flip's bounded effect). BF16: decisions

@@ -40,16 +40,8 @@ std::vector<std::string> families() {
   return names;
 }
 
-class MemoryEstimateTest : public ::testing::Test {
+class MemoryEstimateTest : public SmallCorpusSuite<MemoryEstimateTest> {
  protected:
-  static void SetUpTestSuite() {
-    corpus_ = new std::string(fresh_dir("memory_corpus"));
-    ASSERT_FALSE(write_small_corpus(*corpus_).empty());
-  }
-  static void TearDownTestSuite() {
-    fs::remove_all(*corpus_);
-    delete corpus_;
-  }
   static StatusOr<RunConfig> config(const std::string& family,
                                     const std::vector<std::string>& extra) {
     std::vector<std::string> set = {"train.steps=1",
@@ -96,9 +88,7 @@ class MemoryEstimateTest : public ::testing::Test {
     EXPECT_GE(ratio, 1.0);
     EXPECT_LE(ratio, 1.6);
   }
-  static std::string* corpus_;
 };
-std::string* MemoryEstimateTest::corpus_ = nullptr;
 
 TEST_F(MemoryEstimateTest, ParametersAreExactAndTheTotalBracketsTheMeasuredPeak) {
   const std::vector<std::vector<std::string>> sizes = {

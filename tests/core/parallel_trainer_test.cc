@@ -40,17 +40,8 @@ struct LayoutResult {
   TrainingScale scale;
 };
 
-class ParallelTrainerTest : public ::testing::Test {
+class ParallelTrainerTest : public SmallCorpusSuite<ParallelTrainerTest> {
  protected:
-  static void SetUpTestSuite() {
-    corpus_ = new std::string(fresh_dir("parallel_corpus"));
-    ASSERT_FALSE(write_small_corpus(*corpus_).empty());
-  }
-  static void TearDownTestSuite() {
-    fs::remove_all(*corpus_);
-    delete corpus_;
-  }
-
   // Trains `steps` steps on `world` ranks with EP `ep` in run_dir (resuming when a checkpoint is
   // there), optionally saving at the end. host_of(rank), when given, names the host each rank
   // poses as (TrainerOptions::host_name).
@@ -146,10 +137,7 @@ class ParallelTrainerTest : public ::testing::Test {
       EXPECT_TRUE(r->params == straight.params) << what << ": the weights differ";
     }
   }
-
-  static std::string* corpus_;
 };
-std::string* ParallelTrainerTest::corpus_ = nullptr;
 
 // Dropless routing and the global-batch balance loss make the objective independent of the
 // layout (capacity is per source rank by design, so with drops the layouts legitimately differ).

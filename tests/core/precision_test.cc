@@ -25,17 +25,9 @@ namespace fs = std::filesystem;
 // bound is far below). The worst figure per family is in the test's log line.
 constexpr double kBf16LossTolerance = kBf16Eps;
 
-class PrecisionTest : public ::testing::TestWithParam<std::string> {
+class PrecisionTest
+    : public SmallCorpusSuite<PrecisionTest, ::testing::TestWithParam<std::string>> {
  protected:
-  static void SetUpTestSuite() {
-    corpus_ = new std::string(fresh_dir("precision_corpus"));
-    ASSERT_FALSE(write_small_corpus(*corpus_).empty());
-  }
-  static void TearDownTestSuite() {
-    fs::remove_all(*corpus_);
-    delete corpus_;
-  }
-
   // The family's config at test size: its arch, routing and residual settings, small widths.
   static StatusOr<RunConfig> config(const std::string& family, const std::string& precision,
                                     int64_t steps) {
@@ -58,10 +50,7 @@ class PrecisionTest : public ::testing::TestWithParam<std::string> {
     }
     return r;
   }
-
-  static std::string* corpus_;
 };
-std::string* PrecisionTest::corpus_ = nullptr;
 
 TEST_P(PrecisionTest, Bf16TracksFp32AndIsDeterministic) {
   const std::string family = GetParam();

@@ -64,17 +64,8 @@ std::string computed_record(StepStatsInfo s) {
   return step_stats_json(s);
 }
 
-class RecomputeTest : public ::testing::Test {
+class RecomputeTest : public SmallCorpusSuite<RecomputeTest> {
  protected:
-  static void SetUpTestSuite() {
-    corpus_ = new std::string(fresh_dir("recompute_corpus"));
-    ASSERT_FALSE(write_small_corpus(*corpus_).empty());
-  }
-  static void TearDownTestSuite() {
-    fs::remove_all(*corpus_);
-    delete corpus_;
-  }
-
   // `family` at test size with every dropout active and train.recompute = `recompute`.
   static StatusOr<RunConfig> config(const std::string& family, const std::string& recompute,
                                     const std::vector<std::string>& extra) {
@@ -171,10 +162,7 @@ class RecomputeTest : public ::testing::Test {
     ASSERT_FALSE(none.params.empty()) << what;
     EXPECT_TRUE(same_bits(r.params, none.params)) << what << ": weights differ";
   }
-
-  static std::string* corpus_;
 };
-std::string* RecomputeTest::corpus_ = nullptr;
 
 TEST_F(RecomputeTest, EveryFamilyTrainsTheSameBits) {
   for (const std::string& family : config_families()) {

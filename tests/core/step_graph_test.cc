@@ -16,24 +16,14 @@ namespace moe::testing {
 namespace {
 namespace fs = std::filesystem;
 
-class StepGraphTest : public ::testing::Test {
+class StepGraphTest : public SmallCorpusSuite<StepGraphTest> {
  public:
-  static void SetUpTestSuite() {
-    corpus_ = new std::string(fresh_dir("step_graph_corpus"));
-    ASSERT_FALSE(write_small_corpus(*corpus_).empty());
-  }
-  static void TearDownTestSuite() {
-    fs::remove_all(*corpus_);
-    delete corpus_;
-  }
   static RunConfig config(const std::string& family, const std::vector<std::string>& extra) {
     StatusOr<RunConfig> cfg = small_family_config(family, *corpus_, 4, extra);
     EXPECT_TRUE(cfg.ok()) << cfg.status().to_string();
     return cfg.ok() ? *cfg : RunConfig{};
   }
-  static std::string* corpus_;
 };
-std::string* StepGraphTest::corpus_ = nullptr;
 
 // DeepSeek-V3's routing at the test size in capacity mode, two micro-batches a step.
 const std::vector<std::string> kDeepSeekCapacity = {"model.moe.dropless=false",

@@ -25,17 +25,9 @@ struct RunResult {
   std::vector<double> params;  // every master (widened), in parameter order
 };
 
-class ThreadInvarianceTest : public ::testing::TestWithParam<std::string> {
+class ThreadInvarianceTest
+    : public SmallCorpusSuite<ThreadInvarianceTest, ::testing::TestWithParam<std::string>> {
  protected:
-  static void SetUpTestSuite() {
-    corpus_ = new std::string(fresh_dir("threads_corpus"));
-    ASSERT_FALSE(write_small_corpus(*corpus_).empty());
-  }
-  static void TearDownTestSuite() {
-    fs::remove_all(*corpus_);
-    delete corpus_;
-  }
-
   static StatusOr<RunConfig> config(const std::string& family, const std::string& precision,
                                     int threads, const std::vector<std::string>& extra = {}) {
     std::vector<std::string> o = {"model.d_model=32",
@@ -80,10 +72,7 @@ class ThreadInvarianceTest : public ::testing::TestWithParam<std::string> {
     r.params = flat_parameters((*t)->model());
     return r;
   }
-
-  static std::string* corpus_;
 };
-std::string* ThreadInvarianceTest::corpus_ = nullptr;
 
 // Bitwise, so -0.0 vs 0.0 or two NaN payloads would count as different too.
 bool same_bits(const std::vector<double>& a, const std::vector<double>& b) {

@@ -16,16 +16,8 @@ namespace moe::testing {
 namespace {
 namespace fs = std::filesystem;
 
-class TrainerTest : public ::testing::Test {
+class TrainerTest : public SmallCorpusSuite<TrainerTest> {
  protected:
-  static void SetUpTestSuite() {
-    corpus_ = new std::string(fresh_dir("trainer_corpus"));
-    ASSERT_FALSE(write_small_corpus(*corpus_).empty());
-  }
-  static void TearDownTestSuite() {
-    fs::remove_all(*corpus_);
-    delete corpus_;
-  }
   static std::unique_ptr<Trainer> make(const std::string& run_dir,
                                        const std::vector<std::string>& set = {},
                                        bool resume = true) {
@@ -36,9 +28,7 @@ class TrainerTest : public ::testing::Test {
     EXPECT_TRUE(t.ok()) << t.status().to_string();
     return t.ok() ? std::move(t).value() : nullptr;
   }
-  static std::string* corpus_;
 };
-std::string* TrainerTest::corpus_ = nullptr;
 
 // Stated bound: the tiny model (vocabulary 1500, initial loss ~ ln 1500 = 7.3) must reach a mean
 // token loss below 5.6 within 40 steps of 8 x 16 tokens (measured: 7.32 -> 5.07).

@@ -2,7 +2,11 @@
 // split) in a temporary directory, and a tiny run configuration over it.
 #pragma once
 
+#include <gtest/gtest.h>
+
+#include <filesystem>
 #include <string>
+#include <typeinfo>
 #include <vector>
 
 #include "core/train/trainer.h"
@@ -17,6 +21,28 @@ std::string fresh_dir(const std::string& name);
 // Writes train/valid/test text files cut from data/brown/valid.txt.gz into `dir` (train_lines,
 // then 200 lines each for valid and test). Returns the run-config `data { ... }` block.
 std::string write_small_corpus(const std::string& dir, int train_lines = 2500);
+
+// A test suite over the small corpus (write_small_corpus), written into a fresh directory
+// (*corpus_) before the suite's first test and removed after its last, also when tests fail.
+// Derived is the suite's class, so that each suite has its own; Base is its gtest base.
+template <typename Derived, typename Base = ::testing::Test>
+class SmallCorpusSuite : public Base {
+ public:
+  static void SetUpTestSuite() {
+    corpus_ = new std::string(fresh_dir(std::string("corpus_") + typeid(Derived).name()));
+    ASSERT_FALSE(write_small_corpus(*corpus_).empty());
+  }
+  static void TearDownTestSuite() {
+    std::filesystem::remove_all(*corpus_);
+    delete corpus_;
+    corpus_ = nullptr;
+  }
+
+ protected:
+  static std::string* corpus_;
+};
+template <typename Derived, typename Base>
+std::string* SmallCorpusSuite<Derived, Base>::corpus_ = nullptr;
 
 // The source tree: $MOMOE_SOURCE_DIR when set (test binaries carried to another machine, as by
 // tests/run_gpu.sh), else the tree they were built from.
