@@ -1,6 +1,7 @@
 #include "base/context.h"
 
 #include "base/check.h"
+#include "base/stream_graph.h"
 
 #if defined(MOE_WITH_CUDA)
 #include <cuda_runtime_api.h>
@@ -45,6 +46,12 @@ StatusOr<std::unique_ptr<Context>> Context::cuda(int device, const ContextOption
   ctx->blas_handle_ = handle;
   MOE_CUBLAS_RETURN_IF_ERROR(
       blas->set_stream(handle, static_cast<cudaStream_t>(ctx->stream_.handle)));
+  // cuBLAS's workspace, made here (after set_stream, which resets it): the one cuBLAS makes for
+  // itself when first needed is a cudaMalloc, which a stream captured into a CUDA graph cannot
+  // hold (cuBLAS's advice for graphs). 32 MiB, cuBLAS's size for Hopper.
+  MOE_CUDA_RETURN_IF_ERROR(cudaMalloc(&ctx->blas_workspace_, kCublasWorkspaceBytes));
+  MOE_CUBLAS_RETURN_IF_ERROR(
+      blas->set_workspace(handle, ctx->blas_workspace_, kCublasWorkspaceBytes));
   ctx->guarded_ = true;  // device memory: host access is never allowed
   return ctx;
 #else
@@ -58,6 +65,7 @@ Context::~Context() {
     CudaDeviceGuard on_device(device_);
     cudaStreamSynchronize(static_cast<cudaStream_t>(stream_.handle));
     if (blas_handle_ != nullptr) cublas().destroy(static_cast<cublasHandle_t>(blas_handle_));
+    if (blas_workspace_ != nullptr) cudaFree(blas_workspace_);
   }
 #endif
   // stream_owner_ destroys the stream once tensors still holding it have been freed.
@@ -96,14 +104,19 @@ Status Context::copy(const TensorView& src, const TensorView& dst) {
   if (!src.is_host()) MOE_RETURN_IF_ERROR(check_mine("copy", src));
   DeviceAccessScope device_side;
   CudaDeviceGuard on_device(device_);
-  return device_memcpy(dst.raw(), dst.device(), src.raw(), src.device(), src.nbytes(), stream_);
+  const Status s =
+      device_memcpy(dst.raw(), dst.device(), src.raw(), src.device(), src.nbytes(), stream_);
+  note_captured("copy");
+  return s;
 }
 
 Status Context::zero(const TensorView& t) {
   MOE_RETURN_IF_ERROR(check_mine("zero", t));
   DeviceAccessScope device_side;
   CudaDeviceGuard on_device(device_);
-  return device_memset_zero(t.raw(), t.device(), t.nbytes(), stream_);
+  const Status s = device_memset_zero(t.raw(), t.device(), t.nbytes(), stream_);
+  note_captured("zero");
+  return s;
 }
 
 StatusOr<Tensor> Context::upload(const TensorView& host) {

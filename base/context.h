@@ -50,8 +50,10 @@ class Context {
   Stream stream() const { return stream_; }
   Allocator& allocator() const { return *allocator_; }
   bool guarded() const { return guarded_; }
-  // cublasHandle_t bound to stream() on CUDA; nullptr on the host.
+  // cublasHandle_t bound to stream() on CUDA, with a workspace of kCublasWorkspaceBytes made
+  // with the context; nullptr on the host.
   void* blas_handle() const { return blas_handle_; }
+  static constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
   // The host's threads (kernels reach them through parallel_for); nullptr on CUDA.
   ThreadPool* thread_pool() const { return pool_.get(); }
   int threads() const { return pool_ ? pool_->threads() : 1; }
@@ -101,6 +103,7 @@ class Context {
   std::shared_ptr<Allocator> allocator_;
   bool guarded_ = false;
   void* blas_handle_ = nullptr;
+  void* blas_workspace_ = nullptr;  // cuBLAS's workspace (kCublasWorkspaceBytes), CUDA only
   std::unique_ptr<ThreadPool> pool_;
   std::shared_ptr<Allocator> staging_allocator_;  // page-locked, made on first use (CUDA)
   int64_t sync_count_ = 0;

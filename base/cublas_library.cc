@@ -50,6 +50,7 @@ Loaded load() {
       resolve(handle, "cublasCreate_v2", &a.create, &missing) &&
       resolve(handle, "cublasDestroy_v2", &a.destroy, &missing) &&
       resolve(handle, "cublasSetStream_v2", &a.set_stream, &missing) &&
+      resolve(handle, "cublasSetWorkspace_v2", &a.set_workspace, &missing) &&
       resolve(handle, "cublasGemmEx", &a.gemm_ex, &missing) &&
       resolve(handle, "cublasGemmStridedBatchedEx", &a.gemm_strided_batched_ex, &missing) &&
       resolve(handle, "cublasGemmGroupedBatchedEx", &a.gemm_grouped_batched_ex, &missing) &&

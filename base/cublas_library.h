@@ -32,6 +32,7 @@ struct CublasApi {
   decltype(&cublasCreate_v2) create = nullptr;
   decltype(&cublasDestroy_v2) destroy = nullptr;
   decltype(&cublasSetStream_v2) set_stream = nullptr;
+  decltype(&cublasSetWorkspace_v2) set_workspace = nullptr;
   CublasGemmExFn gemm_ex = nullptr;
   CublasGemmStridedBatchedExFn gemm_strided_batched_ex = nullptr;
   decltype(&cublasGemmGroupedBatchedEx) gemm_grouped_batched_ex = nullptr;

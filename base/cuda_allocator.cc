@@ -6,6 +6,7 @@
 
 #include "base/allocator.h"
 #include "base/check.h"
+#include "base/stream_graph.h"
 
 namespace moe {
 namespace {
@@ -54,6 +55,7 @@ class CudaPoolAllocator final : public Allocator {
       return resource_exhausted_error("cuda:", device_, " allocation of ", bytes, " bytes failed (",
                                       stats().to_string(), ")");
     }
+    note_captured("allocate");
     MOE_CUDA_RETURN_IF_ERROR(err);
     counters_.allocated(bytes);
     return ptr;
@@ -66,14 +68,18 @@ class CudaPoolAllocator final : public Allocator {
     if (cudaFreeAsync(ptr, static_cast<cudaStream_t>(stream.handle)) != cudaSuccess) {
       cudaGetLastError();
     }
+    note_captured("free");
     counters_.freed(bytes);
   }
 
   AllocatorStats stats() const override {
     AllocatorStats s = counters_.stats();
     uint64_t reserved = 0;
-    if (cudaMemPoolGetAttribute(pool_, cudaMemPoolAttrReservedMemCurrent, &reserved) ==
-        cudaSuccess) {
+    // A pool's attributes cannot be read while this thread records a CUDA graph (the call
+    // would break the recording): bytes_cached stays 0 then.
+    if (!recording_on_this_thread() &&
+        cudaMemPoolGetAttribute(pool_, cudaMemPoolAttrReservedMemCurrent, &reserved) ==
+            cudaSuccess) {
       s.bytes_cached = reserved > s.bytes_in_use ? reserved - s.bytes_in_use : 0;
     }
     return s;
@@ -115,6 +121,7 @@ class PinnedHostAllocator final : public Allocator {
   void deallocate(void* ptr, size_t bytes, Stream) override {
     if (ptr == nullptr) return;
     if (cudaFreeHost(ptr) != cudaSuccess) cudaGetLastError();
+    note_captured("free (page-locked host memory)");
     counters_.freed(bytes);
   }
 

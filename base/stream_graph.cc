@@ -4,12 +4,28 @@
 #include <cuda_runtime_api.h>
 #endif
 
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
 #include "base/check.h"
 
 namespace moe {
 
 #if defined(MOE_WITH_CUDA)
 namespace {
+
+// The recording on this thread, for note_captured.
+struct CaptureWatch {
+  cudaStream_t stream = nullptr;  // null: no recording
+  const char* last_intact = "the start of the recording";
+  std::string broken;  // the first noted operation that found the capture broken
+};
+
+CaptureWatch& capture_watch() {
+  thread_local CaptureWatch w;
+  return w;
+}
 
 // Ends a capture that `record` or the CUDA runtime broke off, so the stream can run work again.
 void abandon_capture(cudaStream_t stream) {
@@ -35,14 +51,30 @@ StatusOr<std::unique_ptr<StreamGraph>> StreamGraph::capture(Context& ctx,
   const size_t in_use = ctx.allocator().stats().bytes_in_use;
   // Thread-local mode: this thread's calls that are illegal during a capture (a synchronize, a
   // cudaMalloc) fail instead of silently leaving the graph; other threads are unaffected.
-  MOE_CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  // MOMOE_CUDA_GRAPH_CAPTURE=relaxed (a diagnosis, not for training) lets such calls run once,
+  // outside the graph.
+  const char* mode_name = std::getenv("MOMOE_CUDA_GRAPH_CAPTURE");
+  const cudaStreamCaptureMode mode = mode_name != nullptr && std::strcmp(mode_name, "relaxed") == 0
+                                         ? cudaStreamCaptureModeRelaxed
+                                         : cudaStreamCaptureModeThreadLocal;
+  MOE_CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(stream, mode));
   ctx.capturing_ = true;
+  capture_watch() = CaptureWatch();
+  capture_watch().stream = stream;
   Status recorded = record();
+  const std::string broken = capture_watch().broken.empty()
+                                 ? std::string()
+                                 : str_cat(" (first found broken by ", capture_watch().broken, ")");
+  capture_watch() = CaptureWatch();
   ctx.capturing_ = false;
   if (!recorded.ok()) {
     abandon_capture(stream);
     return recorded.with_context("while capturing a CUDA graph");
   }
+  cudaGraph_t graph = nullptr;
+  const cudaError_t ended = cudaStreamEndCapture(stream, &graph);
+  // Read after the capture ends: a memory pool's attributes cannot be read while this thread
+  // records (the call would break the recording; the allocator's stats() skips them then).
   const size_t after = ctx.allocator().stats().bytes_in_use;
   const std::string unbalanced =
       after == in_use
@@ -50,14 +82,13 @@ StatusOr<std::unique_ptr<StreamGraph>> StreamGraph::capture(Context& ctx,
           : str_cat("; the recorded work changed the memory in use from ", in_use, " to ", after,
                     " bytes (a tensor made while recording outlives it, or one made "
                     "before was freed in it)");
-  cudaGraph_t graph = nullptr;
-  if (const cudaError_t err = cudaStreamEndCapture(stream, &graph); err != cudaSuccess) {
+  if (ended != cudaSuccess) {
     abandon_capture(stream);
     return failed_precondition_error(
-        "the CUDA graph capture failed: ", cudaGetErrorName(err), " (", cudaGetErrorString(err),
+        "the CUDA graph capture failed: ", cudaGetErrorName(ended), " (", cudaGetErrorString(ended),
         "): the captured work used a call a graph cannot hold (a wait, a pageable copy, "
         "another stream)",
-        unbalanced);
+        broken, unbalanced);
   }
   if (!unbalanced.empty()) {
     cudaGraphDestroy(graph);
@@ -98,7 +129,24 @@ Status StreamGraph::replay(Context& ctx) {
   return Status::OK();
 }
 
+bool recording_on_this_thread() { return capture_watch().stream != nullptr; }
+
+void note_captured(const char* op) {
+  CaptureWatch& w = capture_watch();
+  if (w.stream == nullptr || !w.broken.empty()) return;
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(w.stream, &status) != cudaSuccess) cudaGetLastError();
+  if (status == cudaStreamCaptureStatusActive) {
+    w.last_intact = op;
+  } else {
+    w.broken = str_cat(op, "; last found intact by ", w.last_intact);
+  }
+}
+
 #else  // !MOE_WITH_CUDA
+
+bool recording_on_this_thread() { return false; }
+void note_captured(const char*) {}
 
 StatusOr<std::unique_ptr<StreamGraph>> StreamGraph::capture(Context& ctx,
                                                             const std::function<Status()>&) {

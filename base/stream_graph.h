@@ -49,4 +49,16 @@ class StreamGraph {
   int64_t nodes_ = 0;
 };
 
+// While StreamGraph::capture records on this thread: `op` was just enqueued. A call the CUDA
+// runtime refuses during a capture ends it, and where that call's error is not reported (inside
+// a library, or a cleanup that cannot report) the capture fails only at its end; the first
+// noted operation that finds the capture broken is named in capture()'s error, beside the last
+// that found it intact, so the culprit lies between the two. Without a recording on this
+// thread: one thread-local read.
+void note_captured(const char* op);
+
+// Whether StreamGraph::capture is recording on this thread: calls a recording cannot hold (a
+// memory pool's attributes, a wait) must be skipped then.
+bool recording_on_this_thread();
+
 }  // namespace moe

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "base/context.h"
 #include "base/cpu_info.h"
 #include "core/train/memory_estimate.h"
 #include "kernels/attention.h"
@@ -40,7 +41,7 @@ int64_t device_scratch_bytes(const RunConfig& cfg, int world_size) {
   const bool fused =
       kernels::fused_attention_on_cuda(activation_dtype(t.precision), cfg.model.d_model / H);
   const int64_t attention_scratch = fused ? micro * H * S * 4 : 3 * micro * H * S * S * 4;
-  const int64_t cublas_workspace = int64_t{64} << 20;
+  const int64_t cublas_workspace = static_cast<int64_t>(Context::kCublasWorkspaceBytes);
   return attention_scratch + cublas_workspace;
 }
 

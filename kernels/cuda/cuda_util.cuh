@@ -24,6 +24,7 @@
 #include "base/context.h"
 #include "base/dtype.h"
 #include "base/status.h"
+#include "base/stream_graph.h"
 
 namespace moe::kernels::cuda {
 
@@ -33,6 +34,7 @@ inline cudaStream_t stream_of(const Context& ctx) {
 
 // The status of the last launch on this thread (configuration errors; no wait).
 inline Status launch_status(const char* op) {
+  note_captured(op);  // a CUDA graph's recording: where a refused call broke it
   const cudaError_t err = cudaGetLastError();
   if (err == cudaSuccess) return Status::OK();
   return internal_error("cuda: ", op, ": kernel launch failed: ", cudaGetErrorString(err));

@@ -67,6 +67,7 @@ Status run_gemm(Context& ctx, const char* op, DType in, DType out, const GemmCal
         g.stride_a, beta, g.c, to, static_cast<int>(g.ldc), g.stride_c, static_cast<int>(g.batch),
         compute, CUBLAS_GEMM_DEFAULT);
   }
+  note_captured(op);
   if (st != CUBLAS_STATUS_SUCCESS) {
     return internal_error("cublas: ", op, ": ", cublas_status_string(st), " (m ", g.m, ", n ", g.n,
                           ", k ", g.k, ", batch ", g.batch, ")");

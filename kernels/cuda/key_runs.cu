@@ -40,6 +40,7 @@ StatusOr<KeyRuns> sort_rows_by_key(Context& ctx, const TensorView& keys) {
   err = cub::DeviceRadixSort::SortPairs(temp.raw(), temp_bytes, keys.data<int32_t>(),
                                         out.keys.data<int32_t>(), rows_in.data<int32_t>(),
                                         out.rows.data<int32_t>(), items, 0, 32, s);
+  note_captured("sort_rows_by_key (CUB)");
   if (err != cudaSuccess) {
     return internal_error("cuda: sort_rows_by_key: ", cudaGetErrorString(err));
   }
