@@ -146,7 +146,10 @@ TEST(ModelSizeTest, EveryFamilyAgreesWithTheModelsTensors) {
       {{"model.moe.shared_experts=2", "model.moe.d_shared=24"}, " (shared experts)"},
       {{"model.moe.shared_experts=1", "model.moe.shared_expert_gate=true"}, " (gated shared)"},
       {{"model.qk_norm=true"}, " (q/k norm)"}};
-  for (const std::string& family : config_families()) {
+  std::vector<std::string> families = config_families();
+  for (const std::string& modern : config_families("modern")) families.push_back(modern);
+  ASSERT_GE(families.size(), 12u);
+  for (const std::string& family : families) {
     for (const Variant& variant : variants) {
       StatusOr<RunConfig> cfg = small_family_config(family, "/nonexistent", 1, variant.set);
       ASSERT_TRUE(cfg.ok()) << family << ": " << cfg.status().to_string();

@@ -76,15 +76,6 @@ class RecomputeTest : public SmallCorpusSuite<RecomputeTest> {
                                     "data.cache_dir=" + *corpus_ + "/cache",
                                     "train.schedule.warmup_steps=2",
                                     "train.recompute=" + recompute};
-    // Routing that needs more experts than the test size's 4: top 6 of 16 in groups of 4
-    // (DeepSeek-V3), top 8 of 16 (Qwen3).
-    if (family == "modern/deepseek-v3") {
-      set.insert(set.end(),
-                 {"model.moe.num_experts=16", "model.moe.d_expert=16", "model.moe.d_shared=16"});
-    }
-    if (family == "modern/qwen3-moe") {
-      set.insert(set.end(), {"model.moe.num_experts=16", "model.moe.d_expert=16"});
-    }
     set.insert(set.end(), extra.begin(), extra.end());
     return small_family_config(family, *corpus_, kSteps, set);
   }

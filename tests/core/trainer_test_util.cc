@@ -22,10 +22,11 @@ std::string source_root() {
   return env != nullptr && *env != '\0' ? std::string(env) : std::string(MOE_SOURCE_DIR);
 }
 
-std::vector<std::string> config_families() {
+std::vector<std::string> config_families(const std::string& folder) {
   std::vector<std::string> names;
-  for (const auto& e : std::filesystem::directory_iterator(source_root() + "/configs")) {
-    if (e.path().extension() == ".pbtxt") names.push_back(e.path().stem().string());
+  const std::string prefix = folder.empty() ? "" : folder + "/";
+  for (const auto& e : std::filesystem::directory_iterator(source_root() + "/configs/" + folder)) {
+    if (e.path().extension() == ".pbtxt") names.push_back(prefix + e.path().stem().string());
   }
   std::sort(names.begin(), names.end());
   return names;
@@ -109,6 +110,15 @@ StatusOr<RunConfig> small_family_config(const std::string& family, const std::st
                                   "data.valid=" + corpus_dir + "/valid.txt",
                                   "data.test=" + corpus_dir + "/test.txt",
                                   "data.vocab_max_size=1500"};
+  // Routing that needs more experts than the small size's 4: top 6 of 16 in groups of 4
+  // (DeepSeek-V3), top 8 of 16 (Qwen3-MoE).
+  if (family == "modern/deepseek-v3") {
+    set.insert(set.end(),
+               {"model.moe.num_experts=16", "model.moe.d_expert=16", "model.moe.d_shared=16"});
+  }
+  if (family == "modern/qwen3-moe") {
+    set.insert(set.end(), {"model.moe.num_experts=16", "model.moe.d_expert=16"});
+  }
   set.insert(set.end(), extra.begin(), extra.end());
   return load_run_config(family_config_path(family), set, 0);
 }

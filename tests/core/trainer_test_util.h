@@ -47,13 +47,15 @@ std::string* SmallCorpusSuite<Derived, Base>::corpus_ = nullptr;
 // The source tree: $MOMOE_SOURCE_DIR when set (test binaries carried to another machine, as by
 // tests/run_gpu.sh), else the tree they were built from.
 std::string source_root();
-// The model families: the names (stems, sorted) of configs/*.pbtxt.
-std::vector<std::string> config_families();
+// The model families: the names (stems, sorted) of configs/*.pbtxt, or of configs/<folder>/*.pbtxt
+// as "<folder>/<stem>" (the recipes of current models: "modern").
+std::vector<std::string> config_families(const std::string& folder = "");
 // configs/<family>.pbtxt.
 std::string family_config_path(const std::string& family);
 
 // A model family (configs/<family>.pbtxt) shrunk to test size on the small corpus in corpus_dir:
-// its arch, routing and residual settings with small widths, `steps` steps, no evaluation or
+// its arch, routing and residual settings with small widths (4 experts; 16 narrower ones where
+// the family routes to more than 4: DeepSeek-V3, Qwen3-MoE), `steps` steps, no evaluation or
 // checkpoint along the way, a probe every 10 steps; `extra` overrides come last.
 StatusOr<RunConfig> small_family_config(const std::string& family, const std::string& corpus_dir,
                                         int64_t steps, const std::vector<std::string>& extra = {});
