@@ -8,57 +8,57 @@
 #     tests/run_gpu.sh pack                      # -> gpu-bundle.tar.xz (git-ignored: carry it)
 #   Device call 1 (the device tool's `run`, carry ["gpu-bundle.tar.xz"], timeout_s 480):
 #     tests/run_gpu.sh call1 --out "$OUT"
-#   Read summary.txt and digest.txt (stdout ends with the digest); fix on the CPU, repack; copy
-#   call 1's summary.txt to gpu-results/call1-summary.txt; then device call 2 (carry
-#   ["gpu-bundle.tar.xz", "gpu-results/call1-summary.txt"], timeout_s = what status allows):
+#   Read summary.txt and digest.txt (stdout ends with the digest) and copy call 1's summary.txt
+#   to gpu-results/call1-summary.txt. The machine stays warm only 30 s after a call: when
+#   nothing needs fixing first, start call 2 at once; otherwise give it back, fix on the CPU,
+#   repack, and call 2 with --cold (carry ["gpu-bundle.tar.xz",
+#   "gpu-results/call1-summary.txt"], timeout_s = what status allows):
 #     tests/run_gpu.sh call2 --out "$OUT" --gpu-seconds-left N [--cold] \
 #         --after gpu-results/call1-summary.txt
 #   N is status's budget_left_s; --cold when the machine was given back (a fresh start costs up
-#   to 3 minutes of N). Call 2 runs the stages call 1 failed or did not reach, then its own.
+#   to 3 minutes of N). Call 2 runs the stages call 1 failed or did not reach, then its own
+#   (transformers, then the performance benchmarks of the layer stage until its deadline).
 #
 #   tests/run_gpu.sh [--out DIR] [--deadline SECONDS] [STAGE ...]   any stages, in this order
 #   tests/run_gpu.sh pack [--fast] [FILE]                            the bundle (below)
 #   tests/run_gpu.sh --list
 #
-# Stages (time box in seconds):
-#   call 1, deadline 400 s:
-#   env        20  the GPU, driver, compute mode, the libcudart/libnccl each binary resolves
+# Stages (time box in seconds; what each took in the first window, an H200 on 2026-11-28):
+#   call 1, deadline 400 s (the first window's took 175 s):
+#   env        20  (8 s) the GPU, driver, compute mode, the libcudart/libnccl each binary resolves
 #                  (path and version), the libcublas momoe opens at run time (momoe-bench env),
 #                  torch and nvcc; stops the call when a library a binary needs does not resolve
-#   kernels   110  every op against its CPU reference (cuda_kernels_test: each op's error is
-#                  printed as it is recorded; a failing test is rerun alone in its own process,
-#                  so a sticky CUDA error cannot hide which op broke), phase_timer_gpu_test
-#                  and stream_graph_gpu_test (CUDA graphs of a stream)
-#   nccl       30  the NCCL backend at one rank (comm_nccl_test, NCCL_DEBUG=WARN)
-#   model     180  the whole model, every config family and Mixtral's, Qwen2-MoE's and Qwen3-MoE's
-#                  presets (145 s before the two Qwen ones), GPU against CPU: FP32 20 steps (routing
-#                  counted, flips and their first step stated), BF16 100 steps (and again with
-#                  the fused attention for two families), repeat runs, checkpoints across
-#                  devices, one sync per step (gpu_training_test)
-#   memcheck   70  compute-sanitizer memcheck on the kernel tests
-#   smoke      60  training tokens/s on the GPU (momoe-bench train, FP32 and BF16), a 40-step
-#                  momoe-train run whose checkpoint momoe-eval scores on the GPU and on the CPU
-#                  (each against the float64 PyTorch module on its own routing decisions, and the
-#                  two runs' decisions compared), and the cuBLAS bf16 GEMM rate (through PyTorch)
+#   kernels   110  (32 s) every op against its CPU reference (cuda_kernels_test: each op's error
+#                  is printed as it is recorded; a failing test is rerun alone in its own
+#                  process, so a sticky CUDA error cannot hide which op broke),
+#                  phase_timer_gpu_test and stream_graph_gpu_test (CUDA graphs of a stream)
+#   nccl       30  (3 s) the NCCL backend at one rank (comm_nccl_test, NCCL_DEBUG=WARN)
+#   model     180  (39 s) the whole model, every config family and Mixtral's, Qwen2-MoE's and
+#                  Qwen3-MoE's presets, GPU against CPU: FP32 20 steps (routing counted, flips
+#                  and their first step stated), BF16 100 steps (and again with the fused
+#                  attention for two families), repeat runs, checkpoints across devices, one
+#                  sync per step, CUDA graph steps against eager ones (gpu_training_test)
+#   memcheck   70  (7 s) compute-sanitizer memcheck on the kernel tests
+#   smoke      60  (19 s) training tokens/s on the GPU (momoe-bench train, FP32 and BF16), a
+#                  40-step momoe-train run whose checkpoint momoe-eval scores on the GPU and on
+#                  the CPU (each against the float64 PyTorch module on its own routing
+#                  decisions, and the two runs' decisions compared), and the cuBLAS bf16 GEMM
+#                  rate (through PyTorch)
+#   mpi        90  (11 s) 2 and 4 MPI ranks sharing the GPU equal to one rank
+#                  (parallel_trainer_mpi_test, OpenMPI set as ctest sets it; `mpirun -np 2
+#                  true` first)
+#   initcheck  60  (2 s) compute-sanitizer initcheck on two training steps of a tiny model
+#   synccheck  70  (5 s) compute-sanitizer synccheck on the kernel tests
+#   racecheck 100  (47 s) compute-sanitizer racecheck on the kernel tests
 #   call 2, after call 1's failed and unreached stages:
-#   mpi        90  2 and 4 MPI ranks sharing the GPU equal to one rank (parallel_trainer_mpi_test,
-#                  OpenMPI set as ctest sets it; `mpirun -np 2 true` first)
-#   transformers 150 the machine's own transformers (python3's; none is installed) loads momoe's
-#                  Mixtral, Qwen2-MoE and Qwen3-MoE exports (transformers_export_test on the GPU:
-#                  12 steps and momoe-eval with --routing-out on the GPU, momoe-export), and
-#                  tests/launcher/transformers_check.py --device cuda compares it with momoe-eval
-#                  in float64 (a rope_theta of 5000 must fail that) and in bfloat16 (routed on
+#   transformers 150 (113 s) the machine's own transformers (python3's; none is installed)
+#                  loads momoe's Mixtral, Qwen2-MoE and Qwen3-MoE exports
+#                  (transformers_export_test on the GPU: 12 steps and momoe-eval with
+#                  --routing-out on the GPU, momoe-export), and tests/launcher/
+#                  transformers_check.py --device cuda compares it with momoe-eval in float64
+#                  (a rope_theta of 5000 must fail that) and in bfloat16 (routed on
 #                  momoe-eval's decisions: decisions differing, |ln ratio| against
-#                  (eps_bf16 + eps32) x (depth + mean NLL)). Practised with Mixtral alone on
-#                  a 2-core CPU with transformers 5.17 and torch 2.11: 27 s (4 s of training
-#                  and scoring, three checks of 7 s: imports, load, one pass), so with Qwen2-MoE
-#                  and Qwen3-MoE (training and scoring, two checks each) about 60 s in all;
-#                  CUDA's start in each of its thirteen processes may add as much: 150 s
-#   initcheck  60  compute-sanitizer initcheck on two training steps of a tiny model
-#   synccheck  70  compute-sanitizer synccheck on the kernel tests
-#   racecheck 100  compute-sanitizer racecheck on the kernel tests
-#   only when named:
-#   build     420  without a bundle: configure and build BUILD_DIR (default build-gpu)
+#                  (eps_bf16 + eps32) x (depth + mean NLL))
 #   layer     500  first BF16 training tokens/s: the presets eagerly and under
 #                  train.cuda_graphs (no replay: once more with MOMOE_CUDA_GRAPH_CAPTURE=relaxed,
 #                  to tell a call a recording cannot hold), gpu-large's MFU, each with the GEMM
@@ -68,6 +68,8 @@
 #                  (MOMOE_EXPERT_GEMM=loop), the attention core (momoe-bench attention)
 #                  -> layer.jsonl, and shape 2's time per kernel under ncu -> layer_profile.csv
 #                  (both in results.tgz)
+#   only when named:
+#   build     420  without a bundle: configure and build BUILD_DIR (default build-gpu)
 #
 # Results: OUT holds three files, rewritten after every stage (a call killed at its limit still
 # returns what finished): summary.txt (one line per stage: verdict, seconds, key numbers),
@@ -83,9 +85,9 @@
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 SELF="$ROOT/tests/run_gpu.sh"
-CALL1_STAGES="env kernels nccl model memcheck smoke"
-CALL2_STAGES="mpi transformers initcheck synccheck racecheck"
-ORDER="env build kernels nccl model memcheck smoke mpi transformers initcheck synccheck racecheck layer"
+CALL1_STAGES="env kernels nccl model memcheck smoke mpi initcheck synccheck racecheck"
+CALL2_STAGES="transformers layer"
+ORDER="env build kernels nccl model memcheck smoke mpi initcheck synccheck racecheck transformers layer"
 declare -A BOX=([env]=20 [build]=420 [kernels]=110 [nccl]=30 [model]=180 [memcheck]=70
                 [smoke]=60 [mpi]=90 [transformers]=150 [initcheck]=60 [synccheck]=70
                 [racecheck]=100 [layer]=500)
@@ -729,7 +731,11 @@ case $MODE in
     again=""
     if [ -n "$AFTER" ]; then
       [ -f "$AFTER" ] || die "call2: --after $AFTER does not exist (copy call 1's summary.txt there)"
-      again=$(awk 'NR > 1 && $1 != "env" && $2 != "passed" {print $1}' "$AFTER" | tr '\n' ' ')
+      # Call 1's stages that did not pass, or that have no line (a call killed at its limit).
+      again=$(awk -v want="$CALL1_STAGES" 'BEGIN { n = split(want, w, " ") }
+        NR > 1 { seen[$1] = 1; if ($1 != "env" && $2 != "passed") print $1 }
+        END { for (i = 1; i <= n; i++) if (!(w[i] in seen) && w[i] != "env") print w[i] }' \
+        "$AFTER" | tr '\n' ' ')
       echo "call 2 after $AFTER: again: ${again:-nothing}"
     fi
     STAGES=(env)
