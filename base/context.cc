@@ -49,7 +49,14 @@ StatusOr<std::unique_ptr<Context>> Context::cuda(int device, const ContextOption
   // cuBLAS's workspace, made here (after set_stream, which resets it): the one cuBLAS makes for
   // itself when first needed is a cudaMalloc, which a stream captured into a CUDA graph cannot
   // hold (cuBLAS's advice for graphs). 32 MiB, cuBLAS's size for Hopper.
-  MOE_CUDA_RETURN_IF_ERROR(cudaMalloc(&ctx->blas_workspace_, kCublasWorkspaceBytes));
+  if (const cudaError_t err = cudaMalloc(&ctx->blas_workspace_, kCublasWorkspaceBytes);
+      err != cudaSuccess) {
+    cudaGetLastError();  // not the next launch's error
+    ctx->blas_workspace_ = nullptr;
+    return resource_exhausted_error("cuda:", device, ": cuBLAS's workspace (",
+                                    kCublasWorkspaceBytes >> 20,
+                                    " MiB) cannot be allocated: ", cudaGetErrorString(err));
+  }
   MOE_CUBLAS_RETURN_IF_ERROR(
       blas->set_workspace(handle, ctx->blas_workspace_, kCublasWorkspaceBytes));
   ctx->guarded_ = true;  // device memory: host access is never allowed

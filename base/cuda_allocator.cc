@@ -107,6 +107,11 @@ class PinnedHostAllocator final : public Allocator {
 
   StatusOr<void*> allocate(size_t bytes, Stream) override {
     if (bytes == 0) return static_cast<void*>(nullptr);
+    if (recording_on_this_thread()) {  // cudaHostAlloc would break the recording
+      return failed_precondition_error(
+          "page-locked host memory (", bytes,
+          " bytes) allocated while a CUDA graph records: make staging tensors before");
+    }
     void* ptr = nullptr;
     const cudaError_t err = cudaHostAlloc(&ptr, bytes, cudaHostAllocDefault);
     if (err != cudaSuccess) {

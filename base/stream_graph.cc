@@ -51,10 +51,7 @@ StatusOr<std::unique_ptr<StreamGraph>> StreamGraph::capture(Context& ctx,
   const size_t in_use = ctx.allocator().stats().bytes_in_use;
   // Thread-local mode: this thread's calls that are illegal during a capture (a synchronize, a
   // cudaMalloc) fail instead of silently leaving the graph; other threads are unaffected.
-  // MOMOE_CUDA_GRAPH_CAPTURE=relaxed (a diagnosis, not for training) lets such calls run once,
-  // outside the graph.
-  const char* mode_name = std::getenv("MOMOE_CUDA_GRAPH_CAPTURE");
-  const cudaStreamCaptureMode mode = mode_name != nullptr && std::strcmp(mode_name, "relaxed") == 0
+  const cudaStreamCaptureMode mode = std::strcmp(stream_graph_capture_mode(), "relaxed") == 0
                                          ? cudaStreamCaptureModeRelaxed
                                          : cudaStreamCaptureModeThreadLocal;
   MOE_CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(stream, mode));
@@ -68,8 +65,10 @@ StatusOr<std::unique_ptr<StreamGraph>> StreamGraph::capture(Context& ctx,
   capture_watch() = CaptureWatch();
   ctx.capturing_ = false;
   if (!recorded.ok()) {
+    // Once a capture breaks, the next launch or allocation on its stream fails too: `broken`
+    // names where it broke.
     abandon_capture(stream);
-    return recorded.with_context("while capturing a CUDA graph");
+    return recorded.with_context(str_cat("while capturing a CUDA graph", broken));
   }
   cudaGraph_t graph = nullptr;
   const cudaError_t ended = cudaStreamEndCapture(stream, &graph);
@@ -86,8 +85,8 @@ StatusOr<std::unique_ptr<StreamGraph>> StreamGraph::capture(Context& ctx,
     abandon_capture(stream);
     return failed_precondition_error(
         "the CUDA graph capture failed: ", cudaGetErrorName(ended), " (", cudaGetErrorString(ended),
-        "): the captured work used a call a graph cannot hold (a wait, a pageable copy, "
-        "another stream)",
+        "): the captured work used a call a recording refuses (a wait, a query of a memory "
+        "pool, an allocation outside the stream, work on another stream)",
         broken, unbalanced);
   }
   if (!unbalanced.empty()) {
@@ -131,11 +130,19 @@ Status StreamGraph::replay(Context& ctx) {
 
 bool recording_on_this_thread() { return capture_watch().stream != nullptr; }
 
+const char* stream_graph_capture_mode() {
+  const char* mode = std::getenv("MOMOE_CUDA_GRAPH_CAPTURE");
+  return mode != nullptr && std::strcmp(mode, "relaxed") == 0 ? "relaxed" : "thread-local";
+}
+
 void note_captured(const char* op) {
   CaptureWatch& w = capture_watch();
   if (w.stream == nullptr || !w.broken.empty()) return;
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  if (cudaStreamIsCapturing(w.stream, &status) != cudaSuccess) cudaGetLastError();
+  if (cudaStreamIsCapturing(w.stream, &status) != cudaSuccess) {
+    cudaGetLastError();  // no answer: nothing learnt
+    return;
+  }
   if (status == cudaStreamCaptureStatusActive) {
     w.last_intact = op;
   } else {
@@ -146,6 +153,7 @@ void note_captured(const char* op) {
 #else  // !MOE_WITH_CUDA
 
 bool recording_on_this_thread() { return false; }
+const char* stream_graph_capture_mode() { return "thread-local"; }
 void note_captured(const char*) {}
 
 StatusOr<std::unique_ptr<StreamGraph>> StreamGraph::capture(Context& ctx,

@@ -61,4 +61,9 @@ void note_captured(const char* op);
 // memory pool's attributes, a wait) must be skipped then.
 bool recording_on_this_thread();
 
+// How captures record: "thread-local" (this thread's calls a recording cannot hold fail), or
+// "relaxed" under MOMOE_CUDA_GRAPH_CAPTURE=relaxed, a diagnosis, not for training (such calls
+// run once, outside the graph, so a recording that then succeeds names the kind of culprit).
+const char* stream_graph_capture_mode();
+
 }  // namespace moe

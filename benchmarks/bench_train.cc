@@ -21,6 +21,7 @@
 #include <system_error>
 
 #include "base/logging.h"
+#include "base/stream_graph.h"
 #include "benchmarks/bench_util.h"
 #include "benchmarks/train_presets.h"
 #include "comm/world.h"
@@ -150,7 +151,8 @@ void print_train_line(const TrainPreset& p, const RunConfig& cfg, Trainer& t, in
       .num("gemm_gflops_per_second", cpu ? g.flops / std::max(g.seconds, 1e-9) / 1e9 : -1.0)
       .num("gemm_gflop_per_token", cpu ? g.flops / 1e9 / (tokens / world_size) : -1.0)
       .num("gemm_calls_per_step", cpu ? static_cast<double>(g.calls) / m.steps : -1.0)
-      .num("graph_replays", static_cast<double>(m.graph_replays));
+      .num("graph_replays", static_cast<double>(m.graph_replays))
+      .str("graph_capture", m.graph_replays < 0 ? "off" : stream_graph_capture_mode());
   std::printf("%s\n", j.dump().c_str());
   std::fflush(stdout);
 }

@@ -419,15 +419,17 @@ stage_layer() {
     read -r preset attention graphs <<< "$run"
     MOMOE_ATTENTION=$attention "$BIN/momoe-bench" train --device cuda --precision BF16 \
       --preset "$preset" --steps 4 --warmup 2 --cuda-graphs "$graphs" \
-      --config "$ROOT/configs/quickstart.pbtxt" | tee -a "$RESULTS/layer.jsonl" || rc=1
-    if [ "$run" = "all gemm 1" ] && ! grep -q '"graph_replays": [1-9]' "$RESULTS/layer.jsonl"; then
-      # No replay: whether a capture in relaxed mode (calls a graph cannot hold run once,
-      # outside it) records the step says whether such a call broke the recording.
+      --config "$ROOT/configs/quickstart.pbtxt" | tee "$RESULTS/train_run.jsonl" || rc=1
+    cat "$RESULTS/train_run.jsonl" >> "$RESULTS/layer.jsonl"
+    if [ "$graphs" = 1 ] && grep -q '"graph_replays": 0' "$RESULTS/train_run.jsonl"; then
+      # A preset without a replay: whether a capture in relaxed mode (calls a recording
+      # refuses run once, outside it) records the step says whether such a call broke it.
       MOMOE_CUDA_GRAPH_CAPTURE=relaxed "$BIN/momoe-bench" train --device cuda --precision BF16 \
-        --preset quickstart --steps 4 --warmup 2 --cuda-graphs 1 \
+        --preset "$preset" --steps 4 --warmup 2 --cuda-graphs 1 \
         --config "$ROOT/configs/quickstart.pbtxt" | tee -a "$RESULTS/layer.jsonl" || rc=1
     fi
   done
+  rm -f "$RESULTS/train_run.jsonl"
   key "BF16 training: $(py - "$RESULTS/layer.jsonl" 2>/dev/null <<'EOF'
 import json, sys
 for line in open(sys.argv[1]):
@@ -436,7 +438,9 @@ for line in open(sys.argv[1]):
     except ValueError:
         continue  # a library's stray line among the results
     if j.get("bench") == "train":
-        graphs = " graphs" if j.get("graph_replays", -1) >= 0 else ""
+        graphs = {"off": ""}.get(j.get("graph_capture", "off"), " graphs")
+        if j.get("graph_capture") == "relaxed":
+            graphs = " graphs (relaxed capture)"
         print("%s %s%s %.0f tok/s MFU %.1f%%;" % (j.get("preset"), j.get("attention"), graphs,
               j.get("tokens_per_second", 0), 100 * j.get("mfu", -1)), end=" ")
 EOF
@@ -649,7 +653,7 @@ write_digest() {
                sort -u | head -20)
       [ -n "$failed" ] && echo "failed tests:" && echo "$failed"
       local at
-      at=$(grep -n -m1 -E 'Failure$|^\[  FAILED  \]|ERROR SUMMARY: [1-9]|========= (Invalid|Race|Uninitialized|Barrier|Program hit)|MISSING|not available|cannot|FAIL' "$log" | cut -d: -f1)
+      at=$(grep -n -m1 -E 'Failure$|^\[  FAILED  \]|ERROR SUMMARY: [1-9]|========= (Invalid|Race|Error|Uninitialized|Barrier|Program hit)|MISSING|not available|cannot|FAIL' "$log" | cut -d: -f1)
       if [ -n "$at" ]; then
         sed -n "$((at > 3 ? at - 3 : 1)),$((at + 15))p" "$log"
       else

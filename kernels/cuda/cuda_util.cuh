@@ -34,8 +34,8 @@ inline cudaStream_t stream_of(const Context& ctx) {
 
 // The status of the last launch on this thread (configuration errors; no wait).
 inline Status launch_status(const char* op) {
-  note_captured(op);  // a CUDA graph's recording: where a refused call broke it
   const cudaError_t err = cudaGetLastError();
+  note_captured(op);  // a CUDA graph's recording: where a refused call broke it
   if (err == cudaSuccess) return Status::OK();
   return internal_error("cuda: ", op, ": kernel launch failed: ", cudaGetErrorString(err));
 }
