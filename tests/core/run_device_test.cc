@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "base/context.h"
 #include "base/device.h"
 #include "proto/run_convert.h"
 #include "tests/testing/scoped_env.h"
@@ -28,7 +29,10 @@ RunConfig config(const std::string& device, const std::string& precision) {
 }
 
 TEST(DeviceScratchTest, TheFusedAttentionNeedsRowSumsNotScores) {
-  const int64_t workspace = int64_t{64} << 20, B = 4, H = 8, S = 256;
+  // cuBLAS's workspace: the one each CUDA context makes (32 MiB).
+  const int64_t workspace = static_cast<int64_t>(Context::kCublasWorkspaceBytes);
+  ASSERT_EQ(workspace, int64_t{32} << 20);
+  const int64_t B = 4, H = 8, S = 256;
   const int64_t scores = 3 * B * H * S * S * 4, row_sums = B * H * S * 4;
   EXPECT_EQ(device_scratch_bytes(config("CPU", "BF16"), 1), 0);
   {
