@@ -48,10 +48,12 @@ expect_no_file() {
 install_pinned_venv() {
   local venv=$1 requirements=$2 log
   shift 2
-  log=$(mktemp "${TMPDIR:-/tmp}/momoe_venv.XXXXXX")
   exec 9> "$venv.lock"
   flock 9 || fail "cannot lock $venv.lock"
   if ! cmp -s "$requirements" "$venv/installed-requirements.txt"; then
+    # The install's log, made only when there is an install (a test killed while waiting for
+    # the lock, or finding the pins installed, leaves nothing behind).
+    log=$(mktemp "${TMPDIR:-/tmp}/momoe_venv.XXXXXX")
     rm -rf "$venv"
     if ! "${VENV_PYTHON:-python3}" -m venv "$@" "$venv" > "$log" 2>&1; then
       cat "$log"
@@ -65,7 +67,7 @@ install_pinned_venv() {
       fail "pip could not install $requirements into $venv"
     fi
     cp "$requirements" "$venv/installed-requirements.txt"
+    rm -f "$log"
   fi
-  rm -f "$log"
   exec 9>&-
 }
