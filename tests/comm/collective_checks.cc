@@ -393,7 +393,7 @@ Status check_broadcast_bytes(Communicator& comm) {
     const std::string expected = str_cat("from root ", root, ":") + payload(root + 1);
     const std::string mine = comm.rank() == root ? expected : std::string("ignored");
     MOE_ASSIGN_OR_RETURN(std::string got, comm.broadcast_bytes(mine, root));
-    if (got != expected) {
+    if (std::string_view(got) != std::string_view(expected)) {
       return internal_error("broadcast_bytes: rank ", comm.rank(), " got '", got, "' from root ",
                             root);
     }
