@@ -3,10 +3,15 @@
 // u sum|a||b| with its derived bound, and the single-threaded rate. Run it under each
 // OPENBLAS_CORETYPE to compare kernels on this CPU (docs/blas_kernels.md):
 //   OPENBLAS_CORETYPE=Haswell momoe-bench sgemm [--rows 256] [--seconds-ms 200]
+// momoe-bench blas-fingerprint: the loaded kernel's arithmetic as one number
+// (kernels/cpu/blas_fingerprint.h); tests/run.sh runs its BLAS-sensitive tests once per number.
+#include <chrono>
+#include <cinttypes>
 #include <cstdio>
 
 #include "benchmarks/bench_util.h"
 #include "comm/world.h"
+#include "kernels/cpu/blas_fingerprint.h"
 #include "kernels/cpu/blas_library.h"
 #include "kernels/cpu/sgemm_accuracy.h"
 
@@ -45,7 +50,33 @@ Status measure_shapes(int64_t rows, int64_t ms) {
   return Status::OK();
 }
 
+// The fingerprint of the loaded kernel, one JSON line.
+Status print_fingerprint() {
+  const auto start = std::chrono::steady_clock::now();
+  const kernels::ref::BlasFingerprint f =
+      kernels::ref::blas_fingerprint(kernels::ref::blas_functions());
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  char hex[17];
+  std::snprintf(hex, sizeof(hex), "%016" PRIx64, f.hash);
+  JsonLine j("blas-fingerprint");
+  j.str("kernel", kernels::ref::blas_info().kernel)
+      .str("fingerprint", hex)
+      .num("products", static_cast<double>(f.products))
+      .num("gflop", f.gflop)
+      .num("seconds", seconds);
+  std::printf("%s\n", j.dump().c_str());
+  return Status::OK();
+}
+
 }  // namespace
+
+StatusOr<BenchRun> bench_blas_fingerprint(int argc, char** argv, comm::World* world) {
+  MOE_ASSIGN_OR_RETURN(Args args, Args::parse(argc, argv, {}));
+  (void)args;
+  if (world->rank() != 0) return BenchRun([] { return Status::OK(); });
+  return BenchRun(print_fingerprint);
+}
 
 StatusOr<BenchRun> bench_sgemm(int argc, char** argv, comm::World* world) {
   MOE_ASSIGN_OR_RETURN(Args args, Args::parse(argc, argv, {"rows", "seconds-ms"}));

@@ -15,6 +15,8 @@
 //   momoe-bench scaling   ...    (under mpirun)  one weak/strong scaling point
 //   momoe-bench data      [--mb 64 --corpus-gb G]   tokenization, loader vs step, peak memory
 //   momoe-bench sgemm     [--rows 256]   the BLAS kernel's accuracy and rate on momoe's shapes
+//   momoe-bench blas-fingerprint   the BLAS kernel's arithmetic as one number (the bits of a
+//                         sweep of products): kernels with equal numbers compute alike
 //   momoe-bench env       the environment line alone (CPU, BLAS library and kernel); exit 2 when
 //                         the BLAS cannot be loaded as configured (tests/run.sh asks it which
 //                         OpenBLAS kernels this CPU runs)
@@ -43,6 +45,7 @@ StatusOr<BenchRun> bench_alltoall(int argc, char** argv, comm::World* world);
 StatusOr<BenchRun> bench_scaling(int argc, char** argv, comm::World* world);
 StatusOr<BenchRun> bench_data(int argc, char** argv, comm::World* world);
 StatusOr<BenchRun> bench_sgemm(int argc, char** argv, comm::World* world);
+StatusOr<BenchRun> bench_blas_fingerprint(int argc, char** argv, comm::World* world);
 StatusOr<BenchRun> bench_memory(int argc, char** argv, comm::World* world);
 }  // namespace moe::bench
 
@@ -61,16 +64,20 @@ struct Subcommand {
   const char* name;
   CheckBench check;
 };
-const Subcommand kSubcommands[] = {
-    {"layer", moe::bench::bench_layer},       {"attention", moe::bench::bench_attention},
-    {"train", moe::bench::bench_train},       {"memory", moe::bench::bench_memory},
 #if defined(MOE_BENCH_WITH_MPI)
-    {"alltoall", moe::bench::bench_alltoall},
+constexpr CheckBench kAlltoall = moe::bench::bench_alltoall;
 #else
-    {"alltoall", alltoall_without_mpi},
+constexpr CheckBench kAlltoall = alltoall_without_mpi;
 #endif
-    {"scaling", moe::bench::bench_scaling},   {"data", moe::bench::bench_data},
-    {"sgemm", moe::bench::bench_sgemm}};
+const Subcommand kSubcommands[] = {{"layer", moe::bench::bench_layer},
+                                   {"attention", moe::bench::bench_attention},
+                                   {"train", moe::bench::bench_train},
+                                   {"memory", moe::bench::bench_memory},
+                                   {"alltoall", kAlltoall},
+                                   {"scaling", moe::bench::bench_scaling},
+                                   {"data", moe::bench::bench_data},
+                                   {"sgemm", moe::bench::bench_sgemm},
+                                   {"blas-fingerprint", moe::bench::bench_blas_fingerprint}};
 
 // The subcommand named `cmd` ("env" included: a null check), or an error naming the closest.
 moe::StatusOr<CheckBench> find_subcommand(const std::string& cmd) {
@@ -99,6 +106,7 @@ const char* example_of(const std::string& cmd) {
   if (cmd == "data") return "momoe-bench data --mb 64 --corpus-gb 4";
   if (cmd == "sgemm") return "OPENBLAS_CORETYPE=Haswell momoe-bench sgemm --rows 256";
   if (cmd == "memory") return "mpirun -np 4 momoe-bench memory --preset smoe-medium --steps 3";
+  if (cmd == "blas-fingerprint") return "OPENBLAS_CORETYPE=Zen momoe-bench blas-fingerprint";
   return "momoe-bench env";
 }
 
@@ -168,6 +176,12 @@ const char* usage_of(const std::string& cmd) {
            "  --settings none,selective,full (alone; under mpirun also zero1)\n"
            "  --loss-chunk 0 (train.loss_chunk_tokens for every setting; 0: the whole batch)\n";
   }
+  if (cmd == "blas-fingerprint") {
+    return "momoe-bench blas-fingerprint: the loaded BLAS kernel's arithmetic as one number, a\n"
+           "hash of the bits of a fixed sweep of sgemm and dgemm products\n"
+           "(kernels/cpu/blas_fingerprint.h): two kernels with the same number computed every\n"
+           "product alike (no options)\n";
+  }
   if (cmd == "env") return "momoe-bench env: the environment line alone (CPU, BLAS, build)\n";
   return nullptr;
 }
@@ -186,7 +200,8 @@ int run(int argc, char** argv) {
       argc >= 2 && (std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0);
   if (argc < 2 || help) {
     std::fprintf(argc < 2 ? stderr : stdout,
-                 "usage: momoe-bench layer|attention|train|memory|alltoall|scaling|data|sgemm|env "
+                 "usage: momoe-bench layer|attention|train|memory|alltoall|scaling|data|sgemm|"
+                 "blas-fingerprint|env "
                  "[--key value ...]\n"
                  "  (momoe-bench SUBCOMMAND --help: its options and defaults)\n"
                  "example: momoe-bench train --preset quickstart --steps 5\n");

@@ -5,8 +5,10 @@
 # the BLAS kernel momoe picks for this CPU. Then it runs the BLAS-sensitive tests (label blas:
 # every test that compares two computation paths or results across shapes, ranks, thread counts
 # or layouts, export_test's PyTorch comparison included) again under each OpenBLAS kernel of
-# BLAS_KERNELS that this CPU can run, and names the ones it cannot. Each phase says which kernel
-# it ran and why.
+# BLAS_KERNELS that this CPU can run, and names the ones it cannot; a kernel whose arithmetic is
+# that of a kernel already run (the same bits on every product of momoe-bench blas-fingerprint's
+# sweep: OpenBLAS builds Zen from Haswell's code) is named with it and not run again. Each phase
+# says which kernel it ran and why.
 # Then the host sanitizer phase (tests/sanitize.sh): the unit tests of the ground floor, the CPU
 # kernels, the data pipeline and the MoE layer under ASan and UBSan.
 # Last, mutation testing (tests/mutation/run.py): a rotating subset of the formula mutants in
@@ -14,7 +16,9 @@
 # Usage: tests/run.sh [extra ctest args]. Environment: BUILD_DIR (default build), JOBS,
 # BLAS_KERNELS (default "Prescott Haswell SkylakeX Cooperlake Zen"; empty: none),
 # MOMOE_MUTANTS (default 3: that many mutants, chosen by the commit; "all"; "none" or 0),
-# MOMOE_SANITIZE (default 1; 0 skips the sanitizer phase, and the summary says so).
+# MOMOE_SANITIZE (default 1; 0 skips the sanitizer phase, and the summary says so),
+# BLAS_SAME_ARITHMETIC (default skip; run: a kernel's phase runs even when its fingerprint is
+# one already run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mutants=${MOMOE_MUTANTS:-3}
@@ -24,6 +28,12 @@ case "$mutants" in
   *[!0-9]* | "") echo "MOMOE_MUTANTS must be a count, all or none, not '$mutants'" >&2; exit 2 ;;
 esac
 export CMAKE_ARGS="${CMAKE_ARGS:-} -DMOE_WERROR=ON"
+# PyTorch's OpenMP threads (the Python references of export_test, transformers_export_test and
+# others) spin between parallel regions by default: with two tests on two cores, the spinning
+# takes the other test's CPU. Waiting passively changes no result (the same threads split the
+# same work) and cut export_reference.py's CPU time from 37 to 22 s on the 2-core Xeon. momoe
+# itself uses no OpenMP.
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
 # The packages the build needs first; those only the tests run (PyTorch the largest) install
 # while it compiles.
 scripts/install_deps.sh build
@@ -94,9 +104,20 @@ if [ -x "$bench" ]; then
   echo "$env_line"
   picked=$(echo "$env_line" | sed -n 's/.*"blas_kernel": "\([^"]*\)".*/\1/p')
 fi
+# fingerprint: the loaded kernel's arithmetic (kernels/cpu/blas_fingerprint.h), or "" when
+# momoe-bench cannot say (then the phase runs).
+fingerprint() {
+  "$bench" blas-fingerprint 2> /dev/null | sed -n 's/.*"fingerprint": "\([0-9a-f]*\)".*/\1/p'
+}
+# The kernel each fingerprint was tested under.
+declare -A tested_as=()
 why="momoe's pick from this CPU's features"
 echo "== every CPU test, OpenBLAS kernel ${picked:-unknown} ($why):"
 run_phase "default kernel${picked:+ ($picked)}" "$why" -L 'cpu|mpi' "$@"
+if [ -x "$bench" ]; then
+  fp=$(fingerprint)
+  [ -z "$fp" ] || tested_as[$fp]=${picked:-the default kernel}
+fi
 
 if [ ! -x "$bench" ]; then
   echo "== no momoe-bench (MOE_BUILD_BENCHMARKS=OFF): cannot ask which OpenBLAS kernels this CPU runs; the BLAS-kernel phases are not run"
@@ -121,11 +142,21 @@ else
       failed+=("$kernel (momoe-bench env)")
       continue
     fi
+    fp=$(OPENBLAS_CORETYPE=$kernel fingerprint)
+    if [ -n "$fp" ] && [ -n "${tested_as[$fp]:-}" ] && [ "${BLAS_SAME_ARITHMETIC:-skip}" != run ]; then
+      echo "== OPENBLAS_CORETYPE=$kernel: not run: on this CPU it computes every product of" \
+           "momoe-bench blas-fingerprint to the bits ${tested_as[$fp]} does (fingerprint $fp)," \
+           "and ${tested_as[$fp]}'s phase ran (BLAS_SAME_ARITHMETIC=run runs it anyway)"
+      summary+=("$kernel: not run (the arithmetic of ${tested_as[$fp]} on this CPU: fingerprint $fp)")
+      continue
+    fi
+    [ -z "$fp" ] || tested_as[$fp]=$kernel
     if [ "$(lower "$kernel")" = "$(lower "$preset")" ]; then
       why="set by this environment's OPENBLAS_CORETYPE, which momoe honours"
     else
       why="another kernel this CPU runs (a user's OPENBLAS_CORETYPE, or another machine's pick)"
     fi
+    why="$why; fingerprint ${fp:-unknown}"
     echo "== the BLAS-sensitive tests (label blas) under OPENBLAS_CORETYPE=$kernel ($why):"
     OPENBLAS_CORETYPE=$kernel run_phase "$kernel" "$why" -L blas "$@"
   done
