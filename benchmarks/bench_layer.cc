@@ -384,6 +384,7 @@ Status add_torch_comparison(const LayerOptions& o, int threads, const Timing& t,
       .str("torch_impl", json_string(line, "impl"))
       .num("torch_fwd_bwd_ms", torch_ms)
       .num("torch_check_logic_rel_error", json_number(line, "check_logic_rel_error").value_or(-1))
+      .num("torch_check_logic_bound", json_number(line, "check_logic_bound").value_or(-1))
       .num("torch_check_grouped_rel_error",
            json_number(line, "check_grouped_rel_error").value_or(-1))
       .num("speedup_vs_torch", torch_ms / (t.median * 1e3));

@@ -28,7 +28,9 @@ for dtype in f32 bf16; do
 import json, sys
 r = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
 assert r["impl"] == "loop" and r["check_tokens"] == 200, r
-assert 0 <= r["check_logic_rel_error"] <= 1e-5, r
+# The bound is float32's rounding bound for these widths (logic_bound), not a measured figure.
+assert r["check_logic_bound"] == 8 * 2.0 ** -24 * (32 + 48 + 200) ** 0.5, r
+assert 0 <= r["check_logic_rel_error"] <= r["check_logic_bound"], r
 assert r["fwd_bwd_ms"] > 0 and r["tflops_per_second"] > 0, r
 PY
   done
@@ -55,7 +57,8 @@ done
 import json, sys
 r = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
 assert r["dtype"] == "bf16" and r["dropless"] == 1, r
-assert r["torch_fwd_bwd_ms"] > 0 and 0 <= r["torch_check_logic_rel_error"] <= 1e-5, r
+assert r["torch_fwd_bwd_ms"] > 0 and r["torch_check_logic_bound"] > 0, r
+assert 0 <= r["torch_check_logic_rel_error"] <= r["torch_check_logic_bound"], r
 assert r["torch_check_grouped_rel_error"] == -1 and r["torch_impl"] == "loop", r  # no GPU here
 assert r["torch_version"], r
 assert abs(r["speedup_vs_torch"] - r["torch_fwd_bwd_ms"] / r["fwd_bwd_ms"]) < 1e-3 * r["speedup_vs_torch"], r
