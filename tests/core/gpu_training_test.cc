@@ -7,10 +7,13 @@
 //   within rounding of a tie may flip; kernels sum in other orders), then each step's loss within
 //   float32 epsilon x depth x steps x loss plus each moved token's bounded effect; two GPU runs
 //   are bit-identical (the same path); a capacity-mode step synchronises with the host once.
-// - BF16: 100 steps on the GPU track 100 BF16 steps on the CPU (kGpuBf16LossTolerance), and
-//   repeat bit for bit.
-// - BF16 with the fused attention kernels (MOMOE_ATTENTION=fused) on the GPU side: the same
-//   1% per step, and repeats bit for bit.
+// - BF16: 100 steps on the GPU repeat bit for bit and learn; their distance from 100 BF16 steps
+//   on the CPU is reported. Whole BF16 runs part at near-ties (two OpenBLAS kernels' CPU runs of
+//   Qwen3-MoE at this size differ by 1.1-1.5% within 100 steps, Mixtral's by up to 1.3%), so
+//   the GPU is checked one step at a time from the CPU run's states (shared_state_steps.h):
+//   decisions counted, the loss within kGpuBf16LossTolerance, the masters after the step
+//   within one step's reach.
+// - BF16 with the fused attention kernels (MOMOE_ATTENTION=fused) on the GPU side: the same.
 // - Checkpoints: a GPU run's checkpoint resumes on the CPU and a CPU run's on the GPU, with the
 //   same masters bit for bit; the tensor files a GPU run writes equal those the CPU writes for
 //   the same weights.
@@ -29,7 +32,9 @@
 #include "io/file_util.h"
 #include "kernels/attention.h"
 #include "proto/run_convert.h"
+#include "tests/core/shared_state_steps.h"
 #include "tests/core/trainer_test_util.h"
+#include "tests/testing/cross_path.h"
 #include "tests/testing/cuda_device.h"
 #include "tests/testing/scoped_env.h"
 
@@ -37,9 +42,13 @@ namespace moe::testing {
 namespace {
 namespace fs = std::filesystem;
 
-// BF16 GPU vs BF16 CPU over 100 steps: within 1% per step (the GPU step issue's requirement;
-// float32's bound does not apply to 8-bit significands, and bf16's epsilon x depth exceeds 1).
+// A BF16 GPU step against the CPU's from the same state: within 1% (the GPU step issue's
+// requirement; float32's bound does not apply to 8-bit significands, and bf16's epsilon x depth
+// exceeds 1). From shared states the CPU's own paths agree far closer (BF16 against FP32: at
+// most 1e-4 in precision_test's SharedStatePrecisionTest).
 constexpr double kGpuBf16LossTolerance = 0.01;
+// The CPU run's states the GPU steps from.
+const std::vector<int64_t> kSharedStates = {25, 50, 75};
 
 struct TrainedRun {
   TrainingRecord record;  // losses and routing counters per step
@@ -104,8 +113,9 @@ class GpuTrainingTest
 };
 
 // FP32: cross-path equality (trainer_test_util.h): routing counters compared first, then the
-// losses within float32's derived bound (and each flip's bounded effect). BF16: decisions
-// reported, losses within kGpuBf16LossTolerance relative. Returns the worst relative difference.
+// losses within float32's derived bound (and each flip's bounded effect). BF16: the whole runs'
+// distance and decisions reported (they part at near-ties; expect_bf16_steps_from_cpu_states
+// checks). Returns the worst relative difference.
 double compare_losses(const TrainedRun& a, const TrainedRun& b, bool bf16,
                       const std::string& what) {
   const RoutingDifference d = routing_difference(a.record, b.record);
@@ -118,7 +128,6 @@ double compare_losses(const TrainedRun& a, const TrainedRun& b, bool bf16,
       const double rel =
           std::fabs(a.record.losses[i] - b.record.losses[i]) / std::fabs(a.record.losses[i]);
       worst = std::max(worst, rel);
-      EXPECT_LE(rel, kGpuBf16LossTolerance) << what << ", step " << i;
     }
   }
   std::printf(
@@ -127,6 +136,36 @@ double compare_losses(const TrainedRun& a, const TrainedRun& b, bool bf16,
       what.c_str(), worst, a.record.losses.size(), static_cast<long long>(d.moved),
       static_cast<long long>(d.first));
   return worst;
+}
+
+// BF16 on the GPU one step at a time from the CPU's BF16 run's states (kSharedStates): the
+// CPU's step from a state is its run's own next step (the state was shared); the GPU's step
+// routes the same tokens but near-ties (counted, reported), its loss is within
+// kGpuBf16LossTolerance of the CPU's, and its masters after the step within one step's reach
+// of the CPU's (expect_parameters_close at bf16's epsilon).
+void expect_bf16_steps_from_cpu_states(const std::string& family, const std::string& dir,
+                                       const std::string& what) {
+  StatusOr<RunConfig> cpu = GpuTrainingTest::config(family, "BF16", "CPU", 100);
+  StatusOr<RunConfig> gpu = GpuTrainingTest::config(family, "BF16", "CUDA", 100);
+  ASSERT_TRUE(cpu.ok() && gpu.ok()) << cpu.status().to_string() << gpu.status().to_string();
+  const SharedStates states = steps_from_shared_states(*cpu, *cpu, *gpu, kSharedStates, dir);
+  ASSERT_EQ(states.steps.size(), kSharedStates.size()) << what;
+  TrainingScale scale = training_scale(*cpu, 0);
+  scale.eps = kBf16Eps;
+  for (const SharedStateStep& s : states.steps) {
+    ASSERT_EQ(s.a.losses.size(), 1u) << what;
+    ASSERT_EQ(s.b.losses.size(), 1u) << what;
+    ASSERT_GT(states.lead.losses.size(), static_cast<size_t>(s.state)) << what;
+    const std::string at = str_cat(what, ", step ", s.state + 1, " from the CPU's state");
+    EXPECT_EQ(s.a.losses[0], states.lead.losses[s.state]) << at << ": the state was not shared";
+    const double rel = std::fabs(s.b.losses[0] - s.a.losses[0]) / std::fabs(s.a.losses[0]);
+    EXPECT_LE(rel, kGpuBf16LossTolerance)
+        << at << ": cpu " << s.a.losses[0] << ", gpu " << s.b.losses[0];
+    const RoutingDifference d = routing_difference(s.a, s.b);
+    expect_parameters_close(s.a_params, s.b_params, d, scale, 1, at);
+    std::printf("[ gpu ] %s: |gpu - cpu| / cpu = %.3e; routing: %lld token(s) moved\n", at.c_str(),
+                rel, static_cast<long long>(d.moved));
+  }
 }
 
 // The same training on the CPU, on the GPU, and on the GPU again, in `dir`.
@@ -165,6 +204,7 @@ TEST_P(GpuTrainingTest, Bf16TracksTheCpuAndRepeatsBitForBit) {
   EXPECT_EQ(gpu.record.losses, again.record.losses) << "two BF16 GPU runs differ (bit equality)";
   EXPECT_LT(gpu.record.losses.back(), gpu.record.losses.front() - 1.0)
       << "BF16 training on the GPU does not learn";
+  expect_bf16_steps_from_cpu_states(family, dir + "/states", family + " BF16");
   fs::remove_all(dir);
 }
 
@@ -190,6 +230,7 @@ TEST_F(GpuTrainingTest, Bf16WithFusedAttentionTracksTheCpu) {
         << family;
     const TrainedRun gpu = train(family, "BF16", "CUDA", dir + "/gpu", 100);
     const TrainedRun again = train(family, "BF16", "CUDA", dir + "/gpu_again", 100);
+    expect_bf16_steps_from_cpu_states(family, dir + "/states", family + " BF16, fused attention");
     fs::remove_all(dir);
     EXPECT_EQ(gpu.record.losses.size(), 100u) << family;
     if (gpu.record.losses.size() != 100u) continue;  // the next family still runs

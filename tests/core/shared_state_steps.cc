@@ -1,0 +1,65 @@
+#include "tests/core/shared_state_steps.h"
+
+#include <gtest/gtest.h>
+
+#include <memory>
+
+#include "base/status.h"
+
+namespace moe::testing {
+namespace {
+
+// A trainer of `cfg` resumed in `run_dir` from the checkpoint `from`, one step: its record into
+// `r` and its masters after the step into `params`.
+void one_step_from(const RunConfig& cfg, const std::string& from, int64_t state,
+                   const std::string& run_dir, TrainingRecord& r, std::vector<double>& params) {
+  TrainerOptions o = quiet_options(run_dir, true);
+  o.resume_from = from;
+  StatusOr<std::unique_ptr<Trainer>> t = Trainer::create(cfg, o, nullptr);
+  EXPECT_TRUE(t.ok()) << t.status().to_string();
+  if (!t.ok()) return;
+  EXPECT_EQ((*t)->steps_done(), state) << run_dir << " did not resume from " << from;
+  StatusOr<StepStatsInfo> s = (*t)->step();
+  EXPECT_TRUE(s.ok()) << s.status().to_string();
+  if (!s.ok()) return;
+  r.add(*s);
+  params = flat_parameters((*t)->model());
+}
+
+}  // namespace
+
+// Steps the lead until it has done `steps`, recording each; false on a failure.
+bool step_lead_to(Trainer& t, int64_t steps, TrainingRecord& record) {
+  while (t.steps_done() < steps) {
+    StatusOr<StepStatsInfo> s = t.step();
+    EXPECT_TRUE(s.ok()) << s.status().to_string();
+    if (!s.ok()) return false;
+    record.add(*s);
+  }
+  return true;
+}
+
+SharedStates steps_from_shared_states(const RunConfig& lead, const RunConfig& a, const RunConfig& b,
+                                      const std::vector<int64_t>& at, const std::string& dir) {
+  SharedStates out;
+  StatusOr<std::unique_ptr<Trainer>> t =
+      Trainer::create(lead, quiet_options(dir + "/lead", false), nullptr);
+  EXPECT_TRUE(t.ok()) << t.status().to_string();
+  if (!t.ok()) return out;
+  for (const int64_t state : at) {
+    if (!step_lead_to(**t, state, out.lead)) return out;
+    // Each state is used before the lead moves on (it keeps only its newest checkpoints).
+    StatusOr<std::string> saved = (*t)->save();
+    EXPECT_TRUE(saved.ok()) << saved.status().to_string();
+    if (!saved.ok()) return out;
+    SharedStateStep pair;
+    pair.state = state;
+    one_step_from(a, *saved, state, str_cat(dir, "/a", state), pair.a, pair.a_params);
+    one_step_from(b, *saved, state, str_cat(dir, "/b", state), pair.b, pair.b_params);
+    out.steps.push_back(std::move(pair));
+  }
+  if (!at.empty()) step_lead_to(**t, at.back() + 1, out.lead);
+  return out;
+}
+
+}  // namespace moe::testing
