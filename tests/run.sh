@@ -115,7 +115,7 @@ why="momoe's pick from this CPU's features"
 echo "== every CPU test, OpenBLAS kernel ${picked:-unknown} ($why):"
 run_phase "default kernel${picked:+ ($picked)}" "$why" -L 'cpu|mpi' "$@"
 if [ -x "$bench" ]; then
-  fp=$(fingerprint)
+  fp=$(fingerprint) || fp=""
   [ -z "$fp" ] || tested_as[$fp]=${picked:-the default kernel}
 fi
 
@@ -142,7 +142,7 @@ else
       failed+=("$kernel (momoe-bench env)")
       continue
     fi
-    fp=$(OPENBLAS_CORETYPE=$kernel fingerprint)
+    fp=$(OPENBLAS_CORETYPE=$kernel fingerprint) || fp=""
     if [ -n "$fp" ] && [ -n "${tested_as[$fp]:-}" ] && [ "${BLAS_SAME_ARITHMETIC:-skip}" != run ]; then
       echo "== OPENBLAS_CORETYPE=$kernel: not run: on this CPU it computes every product of" \
            "momoe-bench blas-fingerprint to the bits ${tested_as[$fp]} does (fingerprint $fp)," \

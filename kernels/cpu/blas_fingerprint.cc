@@ -1,5 +1,6 @@
 #include "kernels/cpu/blas_fingerprint.h"
 
+#include <algorithm>
 #include <type_traits>
 #include <vector>
 
@@ -19,6 +20,10 @@ struct Product {
   bool trans_a, trans_b;
   int beta;  // 0 or 1
   int64_t pad;
+  float alpha = 1;  // attention's scores are scaled by 1 / sqrt(head width)
+  // A tile of a larger product (blas_ref.cc's tiling): the operands' and the output's leading
+  // dimensions are the whole matrix's (0: the tile's own plus pad).
+  int64_t lda = 0, ldb = 0, ldc = 0;
 };
 
 class Sweep {
@@ -29,17 +34,19 @@ class Sweep {
   void run(const Product& p) {
     const int64_t a_rows = p.trans_a ? p.k : p.m, a_cols = p.trans_a ? p.m : p.k;
     const int64_t b_rows = p.trans_b ? p.n : p.k, b_cols = p.trans_b ? p.k : p.n;
-    const int64_t lda = a_cols + p.pad, ldb = b_cols + p.pad, ldc = p.n + p.pad;
+    const int64_t lda = p.lda > 0 ? p.lda : a_cols + p.pad;
+    const int64_t ldb = p.ldb > 0 ? p.ldb : b_cols + p.pad;
+    const int64_t ldc = p.ldc > 0 ? p.ldc : p.n + p.pad;
     std::vector<T> a = operand<T>(a_rows, lda, p.pad);
     std::vector<T> b = operand<T>(b_rows, ldb, p.pad);
     std::vector<T> c = operand<T>(p.m, ldc, p.pad);
     const int ta = p.trans_a ? kTrans : kNoTrans, tb = p.trans_b ? kTrans : kNoTrans;
     const auto i = [](int64_t v) { return static_cast<int>(v); };
     if constexpr (std::is_same_v<T, float>) {
-      fns_.sgemm(kRowMajor, ta, tb, i(p.m), i(p.n), i(p.k), 1.0f, a.data() + p.pad, i(lda),
+      fns_.sgemm(kRowMajor, ta, tb, i(p.m), i(p.n), i(p.k), p.alpha, a.data() + p.pad, i(lda),
                  b.data() + p.pad, i(ldb), static_cast<float>(p.beta), c.data() + p.pad, i(ldc));
     } else {
-      fns_.dgemm(kRowMajor, ta, tb, i(p.m), i(p.n), i(p.k), 1.0, a.data() + p.pad, i(lda),
+      fns_.dgemm(kRowMajor, ta, tb, i(p.m), i(p.n), i(p.k), p.alpha, a.data() + p.pad, i(lda),
                  b.data() + p.pad, i(ldb), static_cast<double>(p.beta), c.data() + p.pad, i(ldc));
     }
     for (int64_t r = 0; r < p.m; ++r) {
@@ -113,15 +120,33 @@ void sweep_depth(Sweep& s) {
   each_transpose([&](bool ta, bool tb) { s.run<T>({520, 520, 300, ta, tb, 1, 1}); });
 }
 
+// momoe's training shapes whole, and as the tiles blas_ref.cc cuts them into (rows in blocks
+// of 32 or more, columns in multiples of 16, each call with the whole matrix's leading
+// dimensions and full K), at alpha 1 and at attention's 1 / sqrt(32).
+void sweep_momoe_shapes(Sweep& s) {
+  for (const GemmShape& g : momoe_gemm_shapes(256)) {
+    const int64_t lda = g.trans_a ? g.m : g.k, ldb = g.trans_b ? g.k : g.n;
+    for (const float alpha : {1.0f, 0.17677669f}) {
+      for (const int beta : {0, 1}) {
+        s.run<float>({g.m, g.n, g.k, g.trans_a, g.trans_b, beta, 0, alpha});
+      }
+      const int64_t tile_n = std::max<int64_t>(16, g.n / 4 / 16 * 16);
+      const Product tiles[] = {
+          {std::min<int64_t>(g.m, 32), g.n, g.k, g.trans_a, g.trans_b, 0, 0, alpha, lda, ldb, g.n},
+          {std::min<int64_t>(g.m, 64), std::min(g.n, tile_n), g.k, g.trans_a, g.trans_b, 0, 0,
+           alpha, lda, ldb, g.n}};
+      for (const Product& t : tiles) s.run<float>(t);
+    }
+  }
+}
+
 }  // namespace
 
 BlasFingerprint blas_fingerprint(const BlasFunctions& fns) {
   Sweep s(fns);
   sweep_edges<float>(s);
   sweep_depth<float>(s);
-  for (const GemmShape& g : momoe_gemm_shapes(64)) {
-    for (const int beta : {0, 1}) s.run<float>({g.m, g.n, g.k, g.trans_a, g.trans_b, beta, 0});
-  }
+  sweep_momoe_shapes(s);
   sweep_edges<double>(s);
   sweep_depth<double>(s);
   return s.result();

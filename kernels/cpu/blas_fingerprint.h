@@ -6,11 +6,13 @@
 // kernel name (OpenBLAS builds its Zen kernel from Haswell's code).
 //
 // The sweep: every transpose pair; beta 0 and 1; M and N across the micro-kernels' edges (1 to
-// 130) with tight and with padded, misaligned leading dimensions (momoe's tiles are views into
-// larger matrices); K from 1 to 4096 across the K-blocking sizes of OpenBLAS's x86-64 kernels
-// (where a product's partial sums are added in another order); and momoe's own training shapes
-// (sgemm_accuracy.h's momoe_gemm_shapes). Operands uniform in [-1, 1), so that any other
-// summation order or fused multiply-add shows in the low bits.
+// 64) with K up to 129, tight and with padded, misaligned leading dimensions; K from 200 to 4096
+// across the K-blocking sizes of OpenBLAS's x86-64 kernels (where a product's partial sums are
+// added in another order) at M and N of 7 and 130, and one 520 x 520 product past the M and N
+// blocks; and momoe's own training shapes (sgemm_accuracy.h's momoe_gemm_shapes) whole and as
+// the tiles blas_ref.cc cuts them into (the whole matrix's leading dimensions, full K), at
+// alpha 1 and at attention's 1 / sqrt(32). Operands uniform in [-1, 1), so that any other
+// summation order, scaling or fused multiply-add shows in the low bits.
 #pragma once
 
 #include <cstdint>
