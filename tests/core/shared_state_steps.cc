@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <memory>
 
 #include "base/status.h"
@@ -26,8 +27,6 @@ void one_step_from(const RunConfig& cfg, const std::string& from, int64_t state,
   params = flat_parameters((*t)->model());
 }
 
-}  // namespace
-
 // Steps the lead until it has done `steps`, recording each; false on a failure.
 bool step_lead_to(Trainer& t, int64_t steps, TrainingRecord& record) {
   while (t.steps_done() < steps) {
@@ -37,6 +36,20 @@ bool step_lead_to(Trainer& t, int64_t steps, TrainingRecord& record) {
     record.add(*s);
   }
   return true;
+}
+
+}  // namespace
+
+double update_distance(const SharedStateStep& s) {
+  const size_t n = s.state_params.size();
+  if (n == 0 || s.a_params.size() != n || s.b_params.size() != n) return std::nan("");
+  double diff = 0, size = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const double ua = s.a_params[i] - s.state_params[i], ub = s.b_params[i] - s.state_params[i];
+    diff += (ub - ua) * (ub - ua);
+    size += ua * ua;
+  }
+  return size > 0 ? std::sqrt(diff / size) : std::nan("");
 }
 
 SharedStates steps_from_shared_states(const RunConfig& lead, const RunConfig& a, const RunConfig& b,
@@ -54,11 +67,14 @@ SharedStates steps_from_shared_states(const RunConfig& lead, const RunConfig& a,
     if (!saved.ok()) return out;
     SharedStateStep pair;
     pair.state = state;
+    pair.state_params = flat_parameters((*t)->model());
     one_step_from(a, *saved, state, str_cat(dir, "/a", state), pair.a, pair.a_params);
     one_step_from(b, *saved, state, str_cat(dir, "/b", state), pair.b, pair.b_params);
+    // The lead's own next step and the masters after it (its optimizer state shows in them).
+    if (!step_lead_to(**t, state + 1, out.lead)) return out;
+    pair.lead_params = flat_parameters((*t)->model());
     out.steps.push_back(std::move(pair));
   }
-  if (!at.empty()) step_lead_to(**t, at.back() + 1, out.lead);
   return out;
 }
 

@@ -19,7 +19,9 @@ namespace moe::testing {
 struct SharedStateStep {
   int64_t state = 0;    // the steps done at the shared state (the step taken is the next)
   TrainingRecord a, b;  // one step each
-  std::vector<double> a_params, b_params;  // the masters after it (flat_parameters)
+  std::vector<double> state_params;        // the masters at the state (flat_parameters)
+  std::vector<double> a_params, b_params;  // the masters after each one's step
+  std::vector<double> lead_params;         // the lead's after its own next step
 };
 struct SharedStates {
   TrainingRecord lead;  // the lead's own steps, through the one after the last state
@@ -29,9 +31,16 @@ struct SharedStates {
 // `lead` trains in `dir`, saving a checkpoint after each of the steps `at` (ascending); from each,
 // a trainer of config `a` and one of `b` resume (the same masters, optimizer state and next
 // batch; each in a run directory of its own under `dir`) and take one step. `a` and `b` may
-// differ from `lead` in device and precision only; where one is `lead` itself, its step equals
-// the lead's own next step bit for bit (a resume is exact), which shows the state was shared.
-// Failures are test failures; what was taken is returned.
+// differ from `lead` in device and precision only; where one is `lead` itself, its step's loss,
+// gradient norm and masters after it equal the lead's own next step's bit for bit (a resume is
+// exact; the masters after the step carry the optimizer state), which shows the state was
+// shared. Failures are test failures; what was taken is returned.
+// How far b's step moved the masters from a's: ||(b - state) - (a - state)|| / ||a - state||
+// (L2 over every master; the update's own size is the scale, so a gradient or optimizer bug on
+// one path, which changes the update's direction or size, shows where a loss cannot: the loss
+// of a step is computed before its update). NaN when a's update is empty or zero.
+double update_distance(const SharedStateStep& s);
+
 SharedStates steps_from_shared_states(const RunConfig& lead, const RunConfig& a, const RunConfig& b,
                                       const std::vector<int64_t>& at, const std::string& dir);
 
