@@ -11,8 +11,10 @@
 //                     [--threads 0]   (parallel.threads: CPU threads per rank, 0 = its share)
 //                     [--device cpu|cuda] [--precision FP32|BF16 (default: the config's)]
 //                     [--cuda-graphs 0|1]
-// --cuda-graphs 1 sets train.cuda_graphs and warms up at least until the step is recorded, so
-// every timed step is a replay ("graph_replays" counts them; -1: off).
+// --cuda-graphs 0|1 sets train.cuda_graphs (without it the config's, on by default: GPU runs of
+// one rank in capacity mode replay); where graphs apply the warm-up lasts
+// at least until the step is recorded, so every timed step is a replay ("graph_replays" counts
+// them; -1: off).
 // Each line names the attention path that ran ("attention": cpu, gemm or fused: on a GPU, bf16
 // runs take the fused kernels with MOMOE_ATTENTION=fused).
 #include <cstdio>
@@ -233,7 +235,10 @@ StatusOr<BenchRun> bench_train(int argc, char** argv, comm::World* world) {
   const std::string config =
       a.get_str("config", std::string(MOE_SOURCE_DIR) + "/configs/quickstart.pbtxt");
   std::vector<std::string> extra;
-  if (a.get("cuda-graphs", 0) != 0) extra.push_back("train.cuda_graphs=true");
+  // --cuda-graphs 0 or 1 sets train.cuda_graphs; without it the config's (on by default).
+  const int64_t graphs = a.get("cuda-graphs", -1);
+  if (graphs >= 0)
+    extra.push_back(graphs != 0 ? "train.cuda_graphs=true" : "train.cuda_graphs=false");
   // Every preset's config, loaded now: a bad --config or --precision is refused before anything
   // runs.
   std::vector<RunConfig> cfgs;

@@ -131,7 +131,8 @@ const char* usage_of(const std::string& cmd) {
            "  --config FILE (configs/quickstart.pbtxt)\n"
            "  --steps 5  --warmup 1  --threads 0 (per rank; 0 = its share of the cores)\n"
            "  --device cpu|cuda (cpu)  --precision FP32|BF16 (the config's)\n"
-           "  --cuda-graphs 0|1 (train.cuda_graphs; the timed steps are replays: graph_replays)\n";
+           "  --cuda-graphs 0|1 (train.cuda_graphs; default: the config's, on by default;\n"
+           "  the timed steps are replays: graph_replays)\n";
   }
   if (cmd == "attention") {
     return "momoe-bench attention: the causal attention core forward and backward by the path\n"

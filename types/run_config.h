@@ -113,9 +113,10 @@ struct TrainConfig {
   bool distributed_optimizer = false;
   // The loss's rows per chunk (0: the whole micro-batch at once; core/model/transformer.h).
   int64_t loss_chunk_tokens = 0;
-  // On a GPU, the step's device work replayed as a CUDA graph where it applies
-  // (core/train/step_graph.h); the same bits as without.
-  bool cuda_graphs = false;
+  // On a GPU, the step's device work replayed as a CUDA graph where it applies (one rank on a
+  // CUDA device, capacity routing: core/train/step_graph.h); the same bits as without. On by
+  // default: the CPU says nothing of it; a GPU run it does not apply to says why in one line.
+  bool cuda_graphs = true;
 
   Status validate() const;
   // A step's batch_size sequences are grad_accum micro-batches, each cut into equal contiguous

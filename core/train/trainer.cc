@@ -256,8 +256,10 @@ Status Trainer::make_step_buffers() {
       cfg_, ctx_->device(), world_ == nullptr ? 1 : world_->world_size(), host_collectives);
   if (refusal.empty()) {
     step_graph_ = std::make_unique<StepGraph>();
-  } else if (world_ == nullptr || world_->rank() == 0) {
-    log_warning("train.cuda_graphs: not used (", refusal, "); every step runs eagerly");
+  } else if (ctx_->device().is_cuda() && (world_ == nullptr || world_->rank() == 0)) {
+    // On by default: a GPU run it does not apply to says why (train.cuda_graphs=false silences
+    // it); the CPU has no graphs and nothing to say.
+    log_info("train.cuda_graphs: not used (", refusal, "); every step runs eagerly");
   }
   return Status::OK();
 }
