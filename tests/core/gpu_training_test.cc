@@ -139,9 +139,10 @@ double compare_losses(const TrainedRun& a, const TrainedRun& b, bool bf16,
 
 // One BF16 step on the GPU (b) against the CPU's (a) from the CPU run's state `s`: the CPU's is
 // its run's own next step (the state was shared: masters, optimizer state, batch); near-ties
-// that route otherwise are counted and reported; the loss, the gradient norm and the masters'
-// step (update_distance: what the loss, computed before the update, cannot show) are within
-// kGpuBf16LossTolerance; no master parts by more than one step's reach (expect_parameters_close).
+// that route otherwise are counted and reported; the loss is within kGpuBf16LossTolerance, and
+// where no decision moved the gradient norm and the masters' step (update_distance: what the
+// loss, computed before the update, cannot show) too; no master parts by more than one step's
+// reach (expect_parameters_close).
 void expect_gpu_step_tracks_cpu(const SharedStates& states, const SharedStateStep& s,
                                 const TrainingScale& scale, const std::string& what) {
   ASSERT_EQ(s.a.losses.size(), 1u) << what;
@@ -155,9 +156,11 @@ void expect_gpu_step_tracks_cpu(const SharedStates& states, const SharedStateSte
       << at << ": cpu " << s.a.losses[0] << ", gpu " << s.b.losses[0];
   const double gn = std::fabs(s.b.grad_norms[0] - s.a.grad_norms[0]) / s.a.grad_norms[0];
   const double update = update_distance(s);
-  EXPECT_LE(gn, kGpuBf16LossTolerance) << at << ": gradient norm";
-  EXPECT_LE(update, kGpuBf16LossTolerance) << at << ": the masters' step";
   const RoutingDifference d = routing_difference(s.a, s.b);
+  if (d.moved == 0) {  // a moved token's gradient went elsewhere: not a rounding
+    EXPECT_LE(gn, kGpuBf16LossTolerance) << at << ": gradient norm";
+    EXPECT_LE(update, kGpuBf16LossTolerance) << at << ": the masters' step";
+  }
   expect_parameters_close(s.a_params, s.b_params, d, scale, 1, at);
   std::printf(
       "[ gpu ] %s: |gpu - cpu| / cpu = %.3e, gradient norm %.3e, masters' step %.3e; routing: "
