@@ -145,27 +145,13 @@ double compare_losses(const TrainedRun& a, const TrainedRun& b, bool bf16,
 // reach (expect_parameters_close).
 void expect_gpu_step_tracks_cpu(const SharedStates& states, const SharedStateStep& s,
                                 const TrainingScale& scale, const std::string& what) {
-  ASSERT_EQ(s.a.losses.size(), 1u) << what;
-  ASSERT_EQ(s.b.losses.size(), 1u) << what;
-  ASSERT_GT(states.lead.losses.size(), static_cast<size_t>(s.state)) << what;
   const std::string at = str_cat(what, ", step ", s.state + 1, " from the CPU's state");
-  EXPECT_EQ(s.a.losses[0], states.lead.losses[s.state]) << at << ": the state was not shared";
-  EXPECT_EQ(s.a_params, s.lead_params) << at << ": the optimizer state was not shared";
-  const double rel = std::fabs(s.b.losses[0] - s.a.losses[0]) / std::fabs(s.a.losses[0]);
-  EXPECT_LE(rel, kGpuBf16LossTolerance)
-      << at << ": cpu " << s.a.losses[0] << ", gpu " << s.b.losses[0];
-  const double gn = std::fabs(s.b.grad_norms[0] - s.a.grad_norms[0]) / s.a.grad_norms[0];
-  const double update = update_distance(s);
-  const RoutingDifference d = routing_difference(s.a, s.b);
-  if (d.moved == 0) {  // a moved token's gradient went elsewhere: not a rounding
-    EXPECT_LE(gn, kGpuBf16LossTolerance) << at << ": gradient norm";
-    EXPECT_LE(update, kGpuBf16LossTolerance) << at << ": the masters' step";
-  }
-  expect_parameters_close(s.a_params, s.b_params, d, scale, 1, at);
+  const StepDifference d = expect_step_from_shared_state(states, s, kGpuBf16LossTolerance,
+                                                         kGpuBf16LossTolerance, scale, at);
   std::printf(
       "[ gpu ] %s: |gpu - cpu| / cpu = %.3e, gradient norm %.3e, masters' step %.3e; routing: "
       "%lld token(s) moved\n",
-      at.c_str(), rel, gn, update, static_cast<long long>(d.moved));
+      at.c_str(), d.loss, d.grad_norm, d.update, static_cast<long long>(d.moved));
 }
 
 // BF16 on the GPU one step at a time from the CPU's BF16 run's states 25, 50 and 75

@@ -41,6 +41,21 @@ struct SharedStates {
 // of a step is computed before its update). NaN when a's update is empty or zero.
 double update_distance(const SharedStateStep& s);
 
+// The cross-path rule for one step from a shared state (`s` of `states`; `a` the lead's own
+// config): the state was shared (a's loss, gradient norm and masters after the step equal the
+// lead's own next step's, bit for bit); decisions counted; b's loss within `loss_tol` of a's,
+// relative; where no decision moved, the gradient norm and the masters' step (update_distance)
+// within `backward_tol` too (a moved token's gradient goes to other experts: not a rounding);
+// at every step no master past one step's reach (expect_parameters_close with `scale`).
+// Failures name `at`. Returns the differences, for the test's report.
+struct StepDifference {
+  double loss = 0, grad_norm = 0, update = 0;  // relative
+  int64_t moved = 0;                           // tokens routed otherwise
+};
+StepDifference expect_step_from_shared_state(const SharedStates& states, const SharedStateStep& s,
+                                             double loss_tol, double backward_tol,
+                                             const TrainingScale& scale, const std::string& at);
+
 SharedStates steps_from_shared_states(const RunConfig& lead, const RunConfig& a, const RunConfig& b,
                                       const std::vector<int64_t>& at, const std::string& dir);
 
