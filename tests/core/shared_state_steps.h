@@ -28,13 +28,6 @@ struct SharedStates {
   std::vector<SharedStateStep> steps;
 };
 
-// `lead` trains in `dir`, saving a checkpoint after each of the steps `at` (ascending); from each,
-// a trainer of config `a` and one of `b` resume (the same masters, optimizer state and next
-// batch; each in a run directory of its own under `dir`) and take one step. `a` and `b` may
-// differ from `lead` in device and precision only; where one is `lead` itself, its step's loss,
-// gradient norm and masters after it equal the lead's own next step's bit for bit (a resume is
-// exact; the masters after the step carry the optimizer state), which shows the state was
-// shared. Failures are test failures; what was taken is returned.
 // How far b's step moved the masters from a's: ||(b - state) - (a - state)|| / ||a - state||
 // (L2 over every master; the update's own size is the scale, so a gradient or optimizer bug on
 // one path, which changes the update's direction or size, shows where a loss cannot: the loss
@@ -56,6 +49,13 @@ StepDifference expect_step_from_shared_state(const SharedStates& states, const S
                                              double loss_tol, double backward_tol,
                                              const TrainingScale& scale, const std::string& at);
 
+// `lead` trains in `dir`, saving a checkpoint after each of the steps `at` (ascending); from each,
+// a trainer of config `a` and one of `b` resume (the same masters, optimizer state and next
+// batch; each in a run directory of its own under `dir`) and take one step. `a` and `b` may
+// differ from `lead` in device and precision only; where one is `lead` itself, its step's loss,
+// gradient norm and masters after it equal the lead's own next step's bit for bit (a resume is
+// exact; the masters after the step carry the optimizer state), which shows the state was
+// shared. Failures are test failures; what was taken is returned.
 SharedStates steps_from_shared_states(const RunConfig& lead, const RunConfig& a, const RunConfig& b,
                                       const std::vector<int64_t>& at, const std::string& dir);
 
