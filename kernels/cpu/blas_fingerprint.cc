@@ -50,18 +50,14 @@ class Sweep {
                  b.data() + p.pad, i(ldb), static_cast<double>(p.beta), c.data() + p.pad, i(ldc));
     }
     for (int64_t r = 0; r < p.m; ++r) {
-      hash_ = fnv1a64_update(hash_, c.data() + p.pad + r * ldc, sizeof(T) * p.n);
+      out_.hash = fnv1a64_update(out_.hash, c.data() + p.pad + r * ldc, sizeof(T) * p.n);
     }
     ++out_.products;
     out_.gflop +=
         2e-9 * static_cast<double>(p.m) * static_cast<double>(p.n) * static_cast<double>(p.k);
   }
 
-  BlasFingerprint result() const {
-    BlasFingerprint f = out_;
-    f.hash = hash_;
-    return f;
-  }
+  const BlasFingerprint& result() const { return out_; }
 
  private:
   // A [rows, ld] buffer (plus `pad` elements in front) uniform in [-1, 1) on a 2^-23 grid
@@ -80,9 +76,8 @@ class Sweep {
   }
 
   const BlasFunctions& fns_;
-  uint64_t hash_ = kFnv1a64Offset;
   uint64_t state_ = 0;
-  BlasFingerprint out_;
+  BlasFingerprint out_{kFnv1a64Offset, 0, 0};
 };
 
 // Calls body(trans_a, trans_b) for the four transpose pairs.
