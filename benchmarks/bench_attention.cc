@@ -1,17 +1,17 @@
 // momoe-bench attention: the causal attention core (kernels/attention.h), forward and backward,
-// at one shape on the CPU or a GPU, by the path the context takes ("attention": cpu, gemm, or
-// fused with MOMOE_ATTENTION=fused on a GPU in bf16). Prints the median times and the rate in
-// causal FLOPs: each product covers the S (S + 1) / 2 pairs at or below the diagonal, 2 Dh FLOPs
-// a pair; the forward does 2 products (scores, P V), the backward 5 (the recomputed scores, dP,
-// dV, dQ, dK), whatever a path computes besides (the GEMM path multiplies whole S x S squares,
-// the fused forward its scores twice). Beside it, the GEMM rate measured in the same run on a
-// square product of the dtype: the floor the attention is held to.
+// at one shape on the CPU or a GPU, by the path the context takes ("attention": cpu, gemm, or on
+// a GPU in bf16 gemm-bf16 or fused with MOMOE_ATTENTION=gemm-bf16 or =fused). Prints the median
+// times and the rate in causal FLOPs: each product covers the S (S + 1) / 2 pairs at or below the
+// diagonal, 2 Dh FLOPs a pair; the forward does 2 products (scores, P V), the backward 5 (the
+// recomputed scores, dP, dV, dQ, dK), whatever a path computes besides (the GEMM paths multiply
+// whole S x S squares, the fused forward its scores twice). Beside it, the GEMM rate measured in
+// the same run on a square product of the dtype: the floor the attention is held to.
 //
 // Checked before timing: the timed batch's first sequence against the CPU reference on the same
 // rows (f32 and bf16 rounding of the same inputs): relative Frobenius difference of the outputs
-// within 2^-6 for bf16 (the fused path rounds P and dS to bf16) and 1e-4 for f32; the tests hold
-// the paths to derived bounds (tests/kernels/cuda_kernels_test.cc), this only guards the timing of
-// a wrong result.
+// within 2^-6 for bf16 (the gemm-bf16 and fused paths round P and dS to bf16) and 1e-4 for f32;
+// the tests hold the paths to derived bounds (tests/kernels/cuda_kernels_test.cc), this only
+// guards the timing of a wrong result.
 //   momoe-bench attention [--batch 4 --heads 8 --seq 512 --head-dim 64] [--dtype bf16|f32]
 //                         [--device cpu|cuda] [--iterations 10 --warmup 2] [--threads 0]
 #include <cmath>

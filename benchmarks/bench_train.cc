@@ -15,8 +15,8 @@
 // one rank in capacity mode replay); where graphs apply the warm-up lasts
 // at least until the step is recorded, so every timed step is a replay ("graph_replays" counts
 // them; -1: off).
-// Each line names the attention path that ran ("attention": cpu, gemm or fused: on a GPU, bf16
-// runs take the fused kernels with MOMOE_ATTENTION=fused).
+// Each line names the attention path that ran ("attention": cpu, gemm, gemm-bf16 or fused: on a
+// GPU, bf16 runs take the others with MOMOE_ATTENTION=gemm-bf16 or =fused).
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>

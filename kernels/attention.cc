@@ -1,5 +1,10 @@
 #include "kernels/attention.h"
 
+#include <atomic>
+#include <cstdlib>
+#include <string>
+
+#include "base/logging.h"
 #include "kernels/common.h"
 #include "kernels/cpu/attention_ref.h"
 #include "kernels/cuda/attention.h"
@@ -37,19 +42,35 @@ Status check_act_shape(const char* op, const TensorView& qkv, const char* name, 
 
 }  // namespace
 
-bool fused_attention_on_cuda(DType act, int64_t head_dim) {
-#if defined(MOE_WITH_CUDA)
-  return cuda::use_fused_attention(act, head_dim);
-#else
-  static_cast<void>(act);
-  static_cast<void>(head_dim);
-  return false;
-#endif
+CudaAttention cuda_attention(DType act, int64_t head_dim) {
+  const char* mode = std::getenv("MOMOE_ATTENTION");
+  const std::string m = mode == nullptr ? "" : mode;
+  if (m == "fused" && act == DType::kBF16 && head_dim >= 1 &&
+      head_dim <= cuda::kFusedAttentionMaxHeadDim) {
+    return CudaAttention::kFused;
+  }
+  if (m == "gemm-bf16" && act == DType::kBF16) return CudaAttention::kGemmBf16;
+  if (!m.empty() && m != "gemm" && m != "gemm-bf16" && m != "fused") {
+    static std::atomic<bool> warned{false};
+    if (!warned.exchange(true)) {
+      log_warning("MOMOE_ATTENTION=", m, " is not one of gemm, gemm-bf16, fused: attention runs ",
+                  "on the GEMM path");
+    }
+  }
+  return CudaAttention::kGemm;
 }
 
 const char* attention_path(const Context& ctx, DType act, int64_t head_dim) {
   if (ctx.device().is_host()) return "cpu";
-  return fused_attention_on_cuda(act, head_dim) ? "fused" : "gemm";
+  switch (cuda_attention(act, head_dim)) {
+    case CudaAttention::kGemmBf16:
+      return "gemm-bf16";
+    case CudaAttention::kFused:
+      return "fused";
+    case CudaAttention::kGemm:
+      break;
+  }
+  return "gemm";
 }
 
 Status attention_forward(Context& ctx, const AttentionArgs& a, const TensorView& qkv,

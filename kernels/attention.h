@@ -45,13 +45,23 @@ struct AttentionArgs {
 // logsumexp of each row of scaled, masked scores (before dropout), overwritten.
 Status attention_forward(Context& ctx, const AttentionArgs& args, const TensorView& qkv,
                          const TensorView& out, const TensorView& lse);
-// Whether a CUDA context runs attention of `act` activations with heads of `head_dim` columns
-// fused (kernels/cuda/flash_attention.h: bf16, heads of at most 128 columns,
-// MOMOE_ATTENTION=fused; no S x S scratch) rather than through cuBLAS products and a softmax
-// kernel (the default; B x H x S x S f32 scratch). False in a build without CUDA.
-bool fused_attention_on_cuda(DType act, int64_t head_dim);
-// Which implementation attention takes on ctx: "cpu" (the reference), "gemm" or "fused" (as
-// above). For reports.
+// How a CUDA context computes attention of `act` activations with heads of `head_dim` columns,
+// chosen by MOMOE_ATTENTION (read at every call, so one process can time every path):
+//   kGemm (unset, empty or "gemm"; the default): cuBLAS products and a softmax kernel in the
+//     compute dtype (f32 for f32 and bf16: bf16 inputs are widened), as the CPU reference
+//     computes; B x H x S x S f32 scratch.
+//   kGemmBf16 ("gemm-bf16", bf16 only): the same products on bf16 operands (tensor cores, f32
+//     accumulation), the probabilities and score gradients rounded to bf16 before their
+//     products (kernels/cuda/attention_bf16.h); f32 scores plus bf16 probabilities as scratch.
+//   kFused ("fused", bf16 with heads of at most 128 columns): flash-style kernels
+//     (kernels/cuda/flash_attention.h) with the roundings of kGemmBf16; no S x S scratch.
+// A dtype or head width a path does not take falls back to kGemm; any other value is warned
+// about once and means kGemm. The choice is the same in a build without CUDA (it names what a
+// CUDA context would do).
+enum class CudaAttention { kGemm, kGemmBf16, kFused };
+CudaAttention cuda_attention(DType act, int64_t head_dim);
+// Which implementation attention takes on ctx: "cpu" (the reference), or on a GPU "gemm",
+// "gemm-bf16" or "fused" (as above). For reports.
 const char* attention_path(const Context& ctx, DType act, int64_t head_dim);
 
 // [in] d_out [B*S, D] act; the saved qkv [B*S, 3D] and lse [B, H, S]; args as in forward (the

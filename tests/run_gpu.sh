@@ -62,10 +62,12 @@
 #   layer     500  first BF16 training tokens/s: the presets eagerly and under
 #                  train.cuda_graphs (no replay: once more with MOMOE_CUDA_GRAPH_CAPTURE=relaxed,
 #                  to tell a call a recording cannot hold), gpu-large's MFU, each with the GEMM
-#                  attention and the fused one (MOMOE_ATTENTION=fused); then momoe's MoE layer
+#                  attention, on bf16 operands (MOMOE_ATTENTION=gemm-bf16) and the fused one
+#                  (MOMOE_ATTENTION=fused); then momoe's MoE layer
 #                  against PyTorch's grouped-GEMM layer (momoe-bench layer --device cuda
-#                  --shape 1..4 --torch 1), shape 2 with one cuBLAS call per expert block
-#                  (MOMOE_EXPERT_GEMM=loop), the attention core (momoe-bench attention)
+#                  --shape 1..4 --torch 1), shapes 1, 2, 4 with one cuBLAS call per expert
+#                  block (MOMOE_EXPERT_GEMM=loop), gpu-large's MoE layer and attention core
+#                  (momoe-bench attention)
 #                  -> layer.jsonl, and shape 2's time per kernel under ncu -> layer_profile.csv
 #                  (both in results.tgz)
 #   only when named:
@@ -411,11 +413,11 @@ stage_layer() {
   # of 64 positions; heads of 44, padded to 64, over 512), eagerly and then under
   # train.cuda_graphs (the timed steps are replays: "graph_replays"), then the model that fills
   # the GPU (gpu-large: 12 MoE blocks of width 1024, sequences of 1024, 0.90 G parameters): its
-  # MFU against the measured GEMM rate ("mfu"; the issue's 40%); each with the GEMM attention
-  # and the fused one (MOMOE_ATTENTION=fused).
+  # MFU against the measured GEMM rate ("mfu"; the issue's 40%); each with the GEMM attention,
+  # the GEMM attention on bf16 operands (MOMOE_ATTENTION=gemm-bf16) and the fused one (=fused).
   local run preset attention graphs
-  for run in "all gemm 0" "all gemm 1" "gpu-large gemm 0" "all fused 0" "gpu-large fused 0" \
-             "gpu-large gemm 1"; do
+  for run in "all gemm 0" "all gemm 1" "gpu-large gemm 0" "gpu-large gemm-bf16 0" \
+             "all gemm-bf16 1" "all fused 0" "gpu-large fused 0" "gpu-large gemm 1"; do
     read -r preset attention graphs <<< "$run"
     MOMOE_ATTENTION=$attention "$BIN/momoe-bench" train --device cuda --precision BF16 \
       --preset "$preset" --steps 4 --warmup 2 --cuda-graphs "$graphs" \
@@ -457,17 +459,25 @@ assert hasattr(torch, "_grouped_mm"), "torch %s has no _grouped_mm" % torch.__ve
     "$BIN/momoe-bench" layer --device cuda --shape "$shape" --torch 1 | tee -a "$RESULTS/layer.jsonl" ||
       rc=1
   done
-  # The fine-grained shape again with one cuBLAS call per expert block: what the grouped call
-  # gains (its line says "expert_gemm": "loop").
-  MOMOE_EXPERT_GEMM=loop "$BIN/momoe-bench" layer --device cuda --shape 2 |
-    tee -a "$RESULTS/layer.jsonl" || rc=1
-  # The attention core alone, the GEMM path and the fused kernels (MOMOE_ATTENTION=fused; each
-  # line's "attention" says which ran), at gpu-large's shape (16 sequences of 1024, 16 heads of
+  # Shapes 1, 2 and 4 again with one cuBLAS call per expert block: what the grouped call gains
+  # or loses (window 1: the loop was faster on shape 2; each line says "expert_gemm": "loop").
+  for shape in 1 2 4; do
+    MOMOE_EXPERT_GEMM=loop "$BIN/momoe-bench" layer --device cuda --shape "$shape" |
+      tee -a "$RESULTS/layer.jsonl" || rc=1
+  done
+  # gpu-large's MoE layer alone (16,384 tokens of width 1024, 16 experts of 2048, top 2, in
+  # capacity mode as that preset trains): its share of gpu-large's step, beside the attention
+  # core's below (12 of each a step).
+  "$BIN/momoe-bench" layer --device cuda --dtype bf16 --dropless 0 --tokens 16384 --d 1024 \
+    --f 2048 --experts 16 --top-k 2 --iterations 10 --warmup 2 | tee -a "$RESULTS/layer.jsonl" ||
+    rc=1
+  # The attention core alone, the GEMM path in f32 and on bf16 operands and the fused kernels
+  # (MOMOE_ATTENTION=gemm-bf16, =fused; each line's "attention" says which ran), at gpu-large's shape (16 sequences of 1024, 16 heads of
   # 64) and at heads of 128 over 2048 positions: times, causal TFLOP/s and the GEMM rate beside.
   local attention shape preset
   for shape in "--batch 16 --heads 16 --seq 1024 --head-dim 64" \
                "--batch 4 --heads 16 --seq 2048 --head-dim 128"; do
-    for attention in gemm fused; do
+    for attention in gemm gemm-bf16 fused; do
       # shellcheck disable=SC2086  # the shape is several flags
       MOMOE_ATTENTION=$attention "$BIN/momoe-bench" attention --device cuda $shape \
         --iterations 10 --warmup 2 | tee -a "$RESULTS/layer.jsonl" || rc=1

@@ -37,9 +37,12 @@ int64_t device_scratch_bytes(const RunConfig& cfg, int world_size) {
   const TrainConfig& t = cfg.train;
   const int64_t micro = t.micro_batch_per_rank(world_size);
   const int64_t S = cfg.model.seq_len, H = cfg.model.n_heads;
-  // The GEMM path's scores (f32 compute dtype for f32 and bf16); the fused kernels' row sums.
+  // Scratch per score, estimated at 12 bytes for either GEMM path (FP32 and BF16 runs): the
+  // bf16 path's backward holds s and dP in f32 beside P m and dS in bf16 (12 bytes), the f32
+  // path's p and dP in f32 (8 bytes: over-estimated); the fused kernels hold only row sums.
   const bool fused =
-      kernels::fused_attention_on_cuda(activation_dtype(t.precision), cfg.model.d_model / H);
+      kernels::cuda_attention(activation_dtype(t.precision), cfg.model.d_model / H) ==
+      kernels::CudaAttention::kFused;
   const int64_t attention_scratch = fused ? micro * H * S * 4 : 3 * micro * H * S * S * 4;
   const int64_t cublas_workspace = static_cast<int64_t>(Context::kCublasWorkspaceBytes);
   return attention_scratch + cublas_workspace;

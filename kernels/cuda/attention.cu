@@ -4,14 +4,16 @@
 // in double, the saved logsumexp) and its backward. P is recomputed in the backward from the
 // scores and the logsumexp, and the dropout mask is redrawn from the same Philox counters
 // (ref::attention_keep's key). bf16 activations are widened to f32 once, computed in f32 (as the
-// CPU does) and rounded once on output. Scores take B*H*S*S floats of scratch. bf16 heads of up
-// to 128 columns go to the fused kernels of flash_attention.cu instead when MOMOE_ATTENTION=fused.
+// CPU does) and rounded once on output. Scores take B*H*S*S floats of scratch. MOMOE_ATTENTION
+// sends bf16 attention to attention_bf16.cu (the same products on bf16 operands) or to the fused
+// kernels of flash_attention.cu instead (kernels/attention.h's cuda_attention).
 #include <cmath>
 
 #include "kernels/common.h"
 #include "kernels/cpu/attention_ref.h"
 #include "kernels/cuda/attention.h"
-#include "kernels/cuda/cublas_gemm.cuh"
+#include "kernels/cuda/attention_bf16.h"
+#include "kernels/cuda/attention_heads.cuh"
 #include "kernels/cuda/cuda_util.cuh"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/flash_attention.h"
@@ -89,65 +91,6 @@ __global__ void softmax_backward_rows_kernel(AttentionArgs a, C* p, C* dp, const
   }
 }
 
-// The head products of one sequence b, strided over the heads. Row-major views with leading
-// dimensions: q/k/v in qkv [S, 3D] (ld 3D, head stride Dh); P [H, S, S]; out/dO [S, D].
-struct Heads {
-  int64_t S, H, Dh, D;
-};
-
-// C[h] [S, S] = alpha A[h] B[h]^T with A, B head slices (ld_a; B in qkv, ld 3D; head stride
-// Dh): the scores Q K^T (scaled) and their gradient dO V^T.
-Status head_product_nt(Context& ctx, DType dt, const Heads& x, const void* a, int64_t ld_a,
-                       const void* b, double alpha, void* c) {
-  GemmCall g;
-  g.trans_b = true;
-  g.m = x.S;
-  g.n = x.S;
-  g.k = x.Dh;
-  g.a = a;
-  g.lda = ld_a;
-  g.stride_a = x.Dh;
-  g.b = b;
-  g.ldb = 3 * x.D;
-  g.stride_b = x.Dh;
-  g.c = c;
-  g.ldc = x.S;
-  g.stride_c = x.S * x.S;
-  g.batch = x.H;
-  g.alpha = alpha;
-  return run_gemm(ctx, "attention scores", dt, dt, g);
-}
-
-// The B and C of p_times: head slices (head stride Dh) and their leading dimensions.
-struct PTimesOperands {
-  const void* b;  // B[h] at b + h Dh, rows ld_b apart
-  int64_t ld_b;
-  void* c;  // C[h] at c + h Dh, rows ld_c apart (overwritten)
-  int64_t ld_c;
-};
-
-// C[h] = alpha op(P[h]) B[h] with B, C head slices (bc.ld_b, bc.ld_c; head stride Dh).
-Status p_times(Context& ctx, DType dt, const Heads& x, bool trans_p, const void* p, double alpha,
-               const PTimesOperands& bc) {
-  GemmCall g;
-  g.trans_a = trans_p;
-  g.m = x.S;
-  g.n = x.Dh;
-  g.k = x.S;
-  g.a = p;
-  g.lda = x.S;
-  g.stride_a = x.S * x.S;
-  g.b = bc.b;
-  g.ldb = bc.ld_b;
-  g.stride_b = x.Dh;
-  g.c = bc.c;
-  g.ldc = bc.ld_c;
-  g.stride_c = x.Dh;
-  g.batch = x.H;
-  g.alpha = alpha;
-  return run_gemm(ctx, "attention values", dt, dt, g);
-}
-
 template <typename T>
 const T* offset(const TensorView& t, int64_t elements) {
   return t.data<T>() + elements;
@@ -188,7 +131,7 @@ Status forward_impl(Context& ctx, const AttentionArgs& a, const TensorView& qkv_
   const double scale = 1.0 / std::sqrt(static_cast<double>(x.Dh));
   for (int64_t b = 0; b < a.batch; ++b) {
     const int64_t base = b * x.S * 3 * x.D;
-    MOE_RETURN_IF_ERROR(head_product_nt(ctx, cdt, x, offset<C>(qkv, base), 3 * x.D,
+    MOE_RETURN_IF_ERROR(head_product_nt(ctx, {cdt, cdt}, x, offset<C>(qkv, base), 3 * x.D,
                                         offset<C>(qkv, base + x.D), scale,
                                         offset_mut<C>(p.view(), b * x.H * x.S * x.S)));
   }
@@ -197,7 +140,8 @@ Status forward_impl(Context& ctx, const AttentionArgs& a, const TensorView& qkv_
           a, p.data<C>(), lse.data<F>());
   MOE_RETURN_IF_ERROR(launch_status("attention_forward"));
   for (int64_t b = 0; b < a.batch; ++b) {
-    MOE_RETURN_IF_ERROR(p_times(ctx, cdt, x, false, offset<C>(p.view(), b * x.H * x.S * x.S), 1.0,
+    MOE_RETURN_IF_ERROR(p_times(ctx, {cdt, cdt}, x, false, offset<C>(p.view(), b * x.H * x.S * x.S),
+                                1.0,
                                 {offset<C>(qkv, b * x.S * 3 * x.D + 2 * x.D), 3 * x.D,
                                  offset_mut<C>(o, b * x.S * x.D), x.D}));
   }
@@ -221,10 +165,10 @@ Status backward_impl(Context& ctx, const AttentionArgs& a, const TensorView& d_o
   const double scale = 1.0 / std::sqrt(static_cast<double>(x.Dh));
   for (int64_t b = 0; b < a.batch; ++b) {
     const int64_t base = b * x.S * 3 * x.D;
-    MOE_RETURN_IF_ERROR(head_product_nt(ctx, cdt, x, offset<C>(qkv, base), 3 * x.D,
+    MOE_RETURN_IF_ERROR(head_product_nt(ctx, {cdt, cdt}, x, offset<C>(qkv, base), 3 * x.D,
                                         offset<C>(qkv, base + x.D), scale,
                                         offset_mut<C>(p.view(), b * x.H * sq)));
-    MOE_RETURN_IF_ERROR(head_product_nt(ctx, cdt, x, offset<C>(dout, b * x.S * x.D), x.D,
+    MOE_RETURN_IF_ERROR(head_product_nt(ctx, {cdt, cdt}, x, offset<C>(dout, b * x.S * x.D), x.D,
                                         offset<C>(qkv, base + 2 * x.D), 1.0,
                                         offset_mut<C>(dp.view(), b * x.H * sq)));
   }
@@ -236,13 +180,13 @@ Status backward_impl(Context& ctx, const AttentionArgs& a, const TensorView& d_o
     const int64_t base = b * x.S * 3 * x.D;
     // dV = P'^T dO; dQ = scale dS K; dK = scale dS^T Q.
     MOE_RETURN_IF_ERROR(
-        p_times(ctx, cdt, x, true, offset<C>(p.view(), b * x.H * sq), 1.0,
+        p_times(ctx, {cdt, cdt}, x, true, offset<C>(p.view(), b * x.H * sq), 1.0,
                 {offset<C>(dout, b * x.S * x.D), x.D, offset_mut<C>(g, base + 2 * x.D), 3 * x.D}));
     MOE_RETURN_IF_ERROR(
-        p_times(ctx, cdt, x, false, offset<C>(dp.view(), b * x.H * sq), scale,
+        p_times(ctx, {cdt, cdt}, x, false, offset<C>(dp.view(), b * x.H * sq), scale,
                 {offset<C>(qkv, base + x.D), 3 * x.D, offset_mut<C>(g, base), 3 * x.D}));
     MOE_RETURN_IF_ERROR(
-        p_times(ctx, cdt, x, true, offset<C>(dp.view(), b * x.H * sq), scale,
+        p_times(ctx, {cdt, cdt}, x, true, offset<C>(dp.view(), b * x.H * sq), scale,
                 {offset<C>(qkv, base), 3 * x.D, offset_mut<C>(g, base + x.D), 3 * x.D}));
   }
   if (widened) MOE_RETURN_IF_ERROR(convert(ctx, g, d_qkv));
@@ -253,8 +197,13 @@ Status backward_impl(Context& ctx, const AttentionArgs& a, const TensorView& d_o
 
 Status attention_forward(Context& ctx, const AttentionArgs& args, const TensorView& qkv,
                          const TensorView& out, const TensorView& lse) {
-  if (use_fused_attention(qkv.dtype(), qkv.dim(1) / 3 / args.heads)) {
-    return fused_attention_forward(ctx, args, qkv, out, lse);
+  switch (cuda_attention(qkv.dtype(), qkv.dim(1) / 3 / args.heads)) {
+    case CudaAttention::kFused:
+      return fused_attention_forward(ctx, args, qkv, out, lse);
+    case CudaAttention::kGemmBf16:
+      return bf16_attention_forward(ctx, args, qkv, out, lse);
+    case CudaAttention::kGemm:
+      break;
   }
   Status done = Status::OK();
   MOE_RETURN_IF_ERROR(dispatch_act("attention_forward", qkv, [&](auto, auto ft) {
@@ -266,8 +215,13 @@ Status attention_forward(Context& ctx, const AttentionArgs& args, const TensorVi
 
 Status attention_backward(Context& ctx, const AttentionArgs& args, const TensorView& d_out,
                           const TensorView& qkv, const TensorView& lse, const TensorView& d_qkv) {
-  if (use_fused_attention(qkv.dtype(), qkv.dim(1) / 3 / args.heads)) {
-    return fused_attention_backward(ctx, args, d_out, qkv, lse, d_qkv);
+  switch (cuda_attention(qkv.dtype(), qkv.dim(1) / 3 / args.heads)) {
+    case CudaAttention::kFused:
+      return fused_attention_backward(ctx, args, d_out, qkv, lse, d_qkv);
+    case CudaAttention::kGemmBf16:
+      return bf16_attention_backward(ctx, args, d_out, qkv, lse, d_qkv);
+    case CudaAttention::kGemm:
+      break;
   }
   Status done = Status::OK();
   MOE_RETURN_IF_ERROR(dispatch_act("attention_backward", qkv, [&](auto, auto ft) {

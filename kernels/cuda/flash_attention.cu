@@ -22,13 +22,9 @@
 #include <cuda_bf16.h>
 #include <mma.h>
 
-#include <atomic>
 #include <cmath>
-#include <cstdlib>
-#include <cstring>
 #include <type_traits>
 
-#include "base/logging.h"
 #include "kernels/cpu/attention_ref.h"
 #include "kernels/cuda/cuda_util.cuh"
 #include "kernels/cuda/flash_attention.h"
@@ -491,19 +487,6 @@ FlashParams params_of(const AttentionArgs& a, int64_t dh) {
 }
 
 }  // namespace
-
-bool use_fused_attention(DType act, int64_t head_dim) {
-  const char* mode = std::getenv("MOMOE_ATTENTION");
-  const bool fused = mode != nullptr && std::strcmp(mode, "fused") == 0;
-  if (!fused && mode != nullptr && mode[0] != '\0' && std::strcmp(mode, "gemm") != 0) {
-    static std::atomic<bool> warned{false};
-    if (!warned.exchange(true)) {
-      log_warning("MOMOE_ATTENTION=", mode, " is not one of gemm, fused: attention runs on the ",
-                  "GEMM path");
-    }
-  }
-  return fused && act == DType::kBF16 && head_dim >= 1 && head_dim <= kFusedAttentionMaxHeadDim;
-}
 
 Status fused_attention_forward(Context& ctx, const AttentionArgs& a, const TensorView& qkv,
                                const TensorView& out, const TensorView& lse) {

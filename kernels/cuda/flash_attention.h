@@ -19,15 +19,9 @@
 
 namespace moe::kernels::cuda {
 
-// The largest head dimension the fused kernels take (heads are padded to 32, 64 or 128).
+// The largest head dimension the fused kernels take (heads are padded to 32, 64 or 128);
+// kernels/attention.h's cuda_attention sends wider heads to a GEMM path.
 inline constexpr int64_t kFusedAttentionMaxHeadDim = 128;
-
-// Whether attention of activations `act` with heads of `head_dim` runs fused: bf16, head_dim <=
-// kFusedAttentionMaxHeadDim, and MOMOE_ATTENTION=fused in the environment (read at every call, so
-// one process can time both paths; unset, empty or "gemm": the GEMM path; any other value is
-// warned about once and means the GEMM path). The GEMM path stays the default until a GPU window
-// has compared the two (benchmarks/gpu_notes.md).
-bool use_fused_attention(DType act, int64_t head_dim);
 
 // bf16 qkv [B*S, 3D] -> out [B*S, D] (bf16), lse [B, H, S] (f32). Views validated by the caller.
 Status fused_attention_forward(Context& ctx, const AttentionArgs& args, const TensorView& qkv,

@@ -14,7 +14,8 @@
 //   the GPU is checked one step at a time from the CPU run's states (shared_state_steps.h):
 //   decisions counted, the loss within kGpuBf16LossTolerance, the masters after the step
 //   within one step's reach.
-// - BF16 with the fused attention kernels (MOMOE_ATTENTION=fused) on the GPU side: the same.
+// - BF16 with the attention paths that round P and dS to bf16 (MOMOE_ATTENTION=fused and
+//   =gemm-bf16) on the GPU side: the same.
 // - Checkpoints: a GPU run's checkpoint resumes on the CPU and a CPU run's on the GPU, with the
 //   same masters bit for bit; the tensor files a GPU run writes equal those the CPU writes for
 //   the same weights.
@@ -211,35 +212,41 @@ TEST_P(GpuTrainingTest, Bf16TracksTheCpuAndRepeatsBitForBit) {
   fs::remove_all(dir);
 }
 
-// The same with the fused attention kernels (MOMOE_ATTENTION=fused; kernels/cuda/
-// flash_attention.h) on the GPU side: the quick start's family (heads padded to 32) and the
-// modern block (RoPE before the fused kernels).
-TEST_F(GpuTrainingTest, Bf16WithFusedAttentionTracksTheCpu) {
+// The same with the attention paths that round P and dS to bf16 on the GPU side
+// (kernels/attention.h's cuda_attention): the fused kernels (MOMOE_ATTENTION=fused;
+// kernels/cuda/flash_attention.h) and the GEMM path on bf16 operands (=gemm-bf16;
+// kernels/cuda/attention_bf16.h); the quick start's family (heads padded to 32 by the fused
+// kernels) and the modern block (RoPE before attention). One CPU run per family serves both.
+TEST_F(GpuTrainingTest, Bf16WithTensorCoreAttentionTracksTheCpu) {
+  const std::pair<const char*, kernels::CudaAttention> paths[] = {
+      {"fused", kernels::CudaAttention::kFused}, {"gemm-bf16", kernels::CudaAttention::kGemmBf16}};
   for (const std::string family : {"quickstart", "modern/mixtral"}) {
     std::string name = family;
     std::replace(name.begin(), name.end(), '/', '_');
-    const std::string dir = fresh_dir("gpu_bf16_fused_" + name);
+    const std::string dir = fresh_dir("gpu_bf16_tc_" + name);
     const TrainedRun cpu = train(family, "BF16", "CPU", dir + "/cpu", 100);
-    const ScopedEnv fused("MOMOE_ATTENTION", "fused");
-    // The GPU runs do take the fused kernels (a head too wide for them would test nothing).
     StatusOr<RunConfig> cfg = config(family, "BF16", "CUDA", 100);
-    if (!cfg.ok()) {
-      ADD_FAILURE() << cfg.status().to_string();
-      fs::remove_all(dir);
-      continue;
+    for (const auto& [path, kind] : paths) {
+      const std::string what = family + " BF16, " + path + " attention";
+      const ScopedEnv attention("MOMOE_ATTENTION", path);
+      if (!cfg.ok()) {
+        ADD_FAILURE() << cfg.status().to_string();
+        break;
+      }
+      // The GPU runs do take the path (a head too wide for it would test nothing).
+      EXPECT_EQ(kernels::cuda_attention(DType::kBF16, cfg->model.d_model / cfg->model.n_heads),
+                kind)
+          << what;
+      const TrainedRun gpu = train(family, "BF16", "CUDA", dir + "/gpu_" + path, 100);
+      const TrainedRun again = train(family, "BF16", "CUDA", dir + "/gpu_again_" + path, 100);
+      expect_bf16_steps_from_cpu_states(family, dir + "/states_" + path, what);
+      EXPECT_EQ(gpu.record.losses.size(), 100u) << what;
+      if (gpu.record.losses.size() != 100u) continue;  // the next path still runs
+      compare_losses(cpu, gpu, /*bf16=*/true, what);
+      EXPECT_EQ(gpu.record.losses, again.record.losses) << "two GPU runs differ: " << what;
+      EXPECT_LT(gpu.record.losses.back(), gpu.record.losses.front() - 1.0) << what;
     }
-    EXPECT_TRUE(
-        kernels::fused_attention_on_cuda(DType::kBF16, cfg->model.d_model / cfg->model.n_heads))
-        << family;
-    const TrainedRun gpu = train(family, "BF16", "CUDA", dir + "/gpu", 100);
-    const TrainedRun again = train(family, "BF16", "CUDA", dir + "/gpu_again", 100);
-    expect_bf16_steps_from_cpu_states(family, dir + "/states", family + " BF16, fused attention");
     fs::remove_all(dir);
-    EXPECT_EQ(gpu.record.losses.size(), 100u) << family;
-    if (gpu.record.losses.size() != 100u) continue;  // the next family still runs
-    compare_losses(cpu, gpu, /*bf16=*/true, family + " BF16, fused attention");
-    EXPECT_EQ(gpu.record.losses, again.record.losses) << "two fused BF16 GPU runs differ";
-    EXPECT_LT(gpu.record.losses.back(), gpu.record.losses.front() - 1.0) << family;
   }
 }
 

@@ -1,7 +1,8 @@
-// The device memory a GPU step needs beyond the CPU's estimate (run_device.h): the GEMM
-// attention's B x H x S x S f32 scores three times and cuBLAS's workspace, or with the fused
-// attention (bf16, heads of at most 128 columns, MOMOE_ATTENTION=fused) its B x H x S row sums
-// instead; nothing on the CPU. Plain arithmetic on the config: no GPU needed.
+// The device memory a GPU step needs beyond the CPU's estimate (run_device.h): the GEMM paths'
+// 12 bytes per score (B x H x S x S: the f32 path's p and dP, or the bf16 path's f32 s and dP
+// beside bf16 P m and dS) and cuBLAS's workspace, or with the fused attention (bf16, heads of at
+// most 128 columns, MOMOE_ATTENTION=fused) its B x H x S row sums instead; nothing on the CPU.
+// Plain arithmetic on the config: no GPU needed.
 #include "core/train/run_device.h"
 
 #include <gtest/gtest.h>
@@ -10,7 +11,6 @@
 #include <vector>
 
 #include "base/context.h"
-#include "base/device.h"
 #include "proto/run_convert.h"
 #include "tests/testing/scoped_env.h"
 
@@ -39,11 +39,15 @@ TEST(DeviceScratchTest, TheFusedAttentionNeedsRowSumsNotScores) {
     const testing::ScopedEnv gemm("MOMOE_ATTENTION", nullptr);
     EXPECT_EQ(device_scratch_bytes(config("CUDA", "BF16"), 1), scores + workspace);
   }
+  {
+    // The GEMM path on bf16 operands: the same 12 bytes per score.
+    const testing::ScopedEnv gemm_bf16("MOMOE_ATTENTION", "gemm-bf16");
+    EXPECT_EQ(device_scratch_bytes(config("CUDA", "BF16"), 1), scores + workspace);
+  }
   const testing::ScopedEnv fused("MOMOE_ATTENTION", "fused");
-  // FP32 keeps the GEMM path; BF16 takes the fused kernels where they are built.
+  // FP32 keeps the GEMM path; BF16 takes the fused kernels.
   EXPECT_EQ(device_scratch_bytes(config("CUDA", "FP32"), 1), scores + workspace);
-  EXPECT_EQ(device_scratch_bytes(config("CUDA", "BF16"), 1),
-            (built_with_cuda() ? row_sums : scores) + workspace);
+  EXPECT_EQ(device_scratch_bytes(config("CUDA", "BF16"), 1), row_sums + workspace);
   // Two ranks of data parallelism halve each rank's micro-batch.
   EXPECT_EQ(device_scratch_bytes(config("CUDA", "FP32"), 2), scores / 2 + workspace);
 }

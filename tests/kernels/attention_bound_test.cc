@@ -1,7 +1,9 @@
 // The error bound that the fused GPU attention is checked under (tests/testing/attention_bound.h),
 // checked on the host: (1) an emulation of the fused kernels' arithmetic (its bf16 roundings of
-// the probabilities and the score gradients, f32 elsewhere) lies inside it, so a GPU window that
-// fails the bound has found a kernel bug, not a bound that was too tight; (2) the CPU reference's
+// the probabilities and the score gradients, f32 elsewhere) lies inside it, and so does its
+// variant with the row sums and D_i in double (the GEMM path on bf16 operands,
+// kernels/cuda/attention_bf16.cu), so a GPU window that fails the bound has found a kernel bug,
+// not a bound that was too tight; (2) the CPU reference's
 // bf16 path lies inside it; (3) it is not loose: small against the values, and an error of twice
 // the bound at one entry fails it, so does the emulation with a planted bug (the diagonal key
 // left out), and the emulation's worst error reaches a quarter of it (the bound is made of
@@ -38,14 +40,18 @@ float round_bf16(float x) { return static_cast<float>(bf16(x)); }
 
 // The fused kernels' arithmetic (kernels/cuda/flash_attention.cu) in f32 on the host, sums in
 // index order: P = exp(s - lse) times the dropout scale, rounded to bf16, before O = P V; dS =
-// P (m dP - D) rounded to bf16 before dQ and dK; P m rounded to bf16 before dV.
+// P (m dP - D) rounded to bf16 before dQ and dK; P m rounded to bf16 before dV. With
+// sums_in_double, the softmax row sum and D_i add in double, as attention_bf16.cu's row kernels
+// do (its products are cuBLAS's: f32 accumulation in another order, which the bound's per-
+// operation model covers as it covers the tensor cores').
 struct FusedEmulation {
   const AttentionArgs& a;
   int64_t dh, D;
   const bf16* qkv;
   const bf16* dout;
   float scale, inv_keep;
-  bool planted_bug = false;  // drops the diagonal from O (a kernel's off-by-one at j == i)
+  bool planted_bug = false;     // drops the diagonal from O (a kernel's off-by-one at j == i)
+  bool sums_in_double = false;  // the row sum and D_i in double (attention_bf16.cu)
 
   float q(int64_t b, int64_t h, int64_t i, int64_t c, int part) const {
     return qkv[(b * a.seq_len + i) * 3 * D + part * D + h * dh + c];
@@ -64,8 +70,13 @@ struct FusedEmulation {
       mx = std::fmax(mx, (*s)[j]);
     }
     float l = 0.f;
-    for (int64_t j = 0; j <= i; ++j) l += std::exp((*s)[j] - mx);
-    const float lse = mx + std::log(l);
+    double l_double = 0;
+    for (int64_t j = 0; j <= i; ++j) {
+      l += std::exp((*s)[j] - mx);
+      l_double += std::exp((*s)[j] - mx);
+    }
+    const float lse =
+        sums_in_double ? static_cast<float>(mx + std::log(l_double)) : mx + std::log(l);
     for (int64_t j = 0; j <= i; ++j) (*p)[j] = std::exp((*s)[j] - lse);
     return lse;
   }
@@ -81,6 +92,7 @@ struct FusedEmulation {
         for (int64_t i = 0; i < S; ++i) {
           lse[(b * a.heads + h) * S + i] = row(b, h, i, &s, &p);
           float d_i = 0.f;
+          double d_double = 0;
           std::vector<float> g(i + 1);
           for (int64_t j = 0; j <= i; ++j) {
             float dp = 0.f;
@@ -89,8 +101,10 @@ struct FusedEmulation {
             }
             g[j] = dp * mask(b, h, i, j);
             d_i += p[j] * g[j];
+            d_double += static_cast<double>(p[j]) * g[j];
             pm[i * S + j] = round_bf16(p[j] * mask(b, h, i, j));
           }
+          if (sums_in_double) d_i = static_cast<float>(d_double);
           for (int64_t j = 0; j <= i; ++j) ds[i * S + j] = round_bf16(p[j] * (g[j] - d_i));
           for (int64_t c = 0; c < dh; ++c) {
             float o = 0.f;
@@ -119,9 +133,15 @@ struct FusedEmulation {
   }
 };
 
-// Fills out, lse and d_qkv from the emulation (with or without its planted bug).
+// Which emulation: the fused kernels' sums or attention_bf16.cu's, with or without the bug.
+struct Variant {
+  bool sums_in_double = false;
+  bool planted_bug = false;
+};
+
+// Fills out, lse and d_qkv from the emulation.
 void emulate(const AttentionArgs& a, const Case& c, const Tensor& qkv, const Tensor& dout,
-             bool planted_bug, Tensor* out, Tensor* lse, Tensor* d_qkv) {
+             Variant v, Tensor* out, Tensor* lse, Tensor* d_qkv) {
   const int64_t rows = c.batch * c.seq, d = c.heads * c.head_dim;
   *out = Tensor::empty({rows, d}, DType::kBF16);
   *lse = Tensor::empty({c.batch, c.heads, c.seq}, DType::kF32);
@@ -133,7 +153,8 @@ void emulate(const AttentionArgs& a, const Case& c, const Tensor& qkv, const Ten
                        dout.data<bf16>(),
                        static_cast<float>(1.0 / std::sqrt(double(c.head_dim))),
                        static_cast<float>(1.0 / (1.0 - double(c.dropout)))};
-  fused.planted_bug = planted_bug;
+  fused.planted_bug = v.planted_bug;
+  fused.sums_in_double = v.sums_in_double;
   fused.run(out->data<bf16>(), lse->data<float>(), d_qkv->data<bf16>());
 }
 
@@ -155,17 +176,20 @@ class AttentionBound : public ::testing::TestWithParam<Case> {
   AttentionWithBound exact_;
 };
 
-TEST_P(AttentionBound, FusedArithmeticAndReferenceAreInsideTheBound) {
+TEST_P(AttentionBound, Bf16RoundingArithmeticAndReferenceAreInsideTheBound) {
   const Case c = GetParam();
   Tensor out, lse, d_qkv;
-  emulate(a_, c, qkv_, dout_, false, &out, &lse, &d_qkv);
-  EXPECT_TRUE(within_bound("fused out", out, exact_.out, exact_.out_bound));
-  EXPECT_TRUE(within_bound("fused lse", lse, exact_.lse, exact_.lse_bound));
-  EXPECT_TRUE(within_bound("fused d_qkv", d_qkv, exact_.d_qkv, exact_.d_qkv_bound));
-  if (c.seq > 1) {  // one position: P = 1 and dS = 0, both exact
-    // Not loose: the bf16 roundings the bound is made of reach a quarter of it somewhere.
-    EXPECT_GT(testing::worst_error_over_bound(out, exact_.out, exact_.out_bound), 0.25);
-    EXPECT_GT(testing::worst_error_over_bound(d_qkv, exact_.d_qkv, exact_.d_qkv_bound), 0.1);
+  for (const bool sums_in_double : {false, true}) {
+    SCOPED_TRACE(sums_in_double ? "gemm-bf16 (sums in double)" : "fused");
+    emulate(a_, c, qkv_, dout_, Variant{sums_in_double, /*planted_bug=*/false}, &out, &lse, &d_qkv);
+    EXPECT_TRUE(within_bound("emulated out", out, exact_.out, exact_.out_bound));
+    EXPECT_TRUE(within_bound("emulated lse", lse, exact_.lse, exact_.lse_bound));
+    EXPECT_TRUE(within_bound("emulated d_qkv", d_qkv, exact_.d_qkv, exact_.d_qkv_bound));
+    if (c.seq > 1) {  // one position: P = 1 and dS = 0, both exact
+      // Not loose: the bf16 roundings the bound is made of reach a quarter of it somewhere.
+      EXPECT_GT(testing::worst_error_over_bound(out, exact_.out, exact_.out_bound), 0.25);
+      EXPECT_GT(testing::worst_error_over_bound(d_qkv, exact_.d_qkv, exact_.d_qkv_bound), 0.1);
+    }
   }
 
   Context& ctx = testing::host_context();
@@ -190,7 +214,8 @@ TEST_P(AttentionBound, IsTightEnoughToCatchAnError) {
   // A kernel that leaves out the diagonal key fails (past the first position).
   if (GetParam().seq > 1) {
     Tensor bad_out, bad_lse, bad_dqkv;
-    emulate(a_, GetParam(), qkv_, dout_, true, &bad_out, &bad_lse, &bad_dqkv);
+    emulate(a_, GetParam(), qkv_, dout_, Variant{/*sums_in_double=*/false, /*planted_bug=*/true},
+            &bad_out, &bad_lse, &bad_dqkv);
     EXPECT_FALSE(within_bound("planted bug", bad_out, exact_.out, exact_.out_bound));
   }
 }

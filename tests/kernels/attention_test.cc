@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "tests/testing/gradient_check.h"
+#include "tests/testing/scoped_env.h"
 #include "tests/testing/status_expect.h"
 
 namespace moe::kernels {
@@ -252,6 +253,32 @@ TEST(AttentionTest, BadArgumentsAreInvalidArgument) {
   Tensor d_qkv = Tensor::zeros({B * S, 3 * D}, DType::kF32);
   expect_invalid(attention_backward(ctx(), ok, out_bad, qkv, probs, d_qkv), "d_out");
   expect_invalid(attention_backward(ctx(), ok, out, qkv, probs_bad, d_qkv), "lse");
+}
+
+// MOMOE_ATTENTION picks the CUDA path (cuda_attention), whatever the build: bf16 alone leaves the
+// GEMM path in the compute dtype, and the fused kernels only for heads of at most 128 columns;
+// any other value is the default. The CPU always runs the reference.
+TEST(AttentionTest, MomoeAttentionPicksTheCudaPath) {
+  using K = CudaAttention;
+  const DType bf = DType::kBF16, f32 = DType::kF32;
+  struct Case {
+    const char* env;
+    DType act;
+    int64_t head_dim;
+    K want;
+  };
+  for (const Case& c :
+       {Case{nullptr, bf, 64, K::kGemm}, Case{"", bf, 64, K::kGemm}, Case{"gemm", bf, 64, K::kGemm},
+        Case{"gemm-bf16", bf, 64, K::kGemmBf16}, Case{"gemm-bf16", bf, 256, K::kGemmBf16},
+        Case{"gemm-bf16", f32, 64, K::kGemm}, Case{"fused", bf, 128, K::kFused},
+        Case{"fused", bf, 129, K::kGemm}, Case{"fused", f32, 64, K::kGemm},
+        Case{"flash", bf, 64, K::kGemm}}) {
+    const testing::ScopedEnv env("MOMOE_ATTENTION", c.env);
+    SCOPED_TRACE(
+        str_cat(c.env == nullptr ? "(unset)" : c.env, " ", dtype_name(c.act), " Dh ", c.head_dim));
+    EXPECT_EQ(cuda_attention(c.act, c.head_dim), c.want);
+    EXPECT_STREQ(attention_path(ctx(), c.act, c.head_dim), "cpu");
+  }
 }
 
 }  // namespace

@@ -76,6 +76,23 @@ double tolerance(DType d) {
   }
 }
 
+// Runs `expr` once (ops accumulate into their outputs: never twice for a message).
+#define OK(expr)                                            \
+  do {                                                      \
+    const ::moe::Status ok_status_ = (expr);                \
+    ASSERT_TRUE(ok_status_.ok()) << ok_status_.to_string(); \
+  } while (0)
+
+// One attention case of the GPU tests: its shape, dropout and the arguments (a fixed stream).
+struct AttentionCase {
+  int64_t batch, seq, heads, head_dim;
+  float dropout;
+  AttentionArgs args() const {
+    return AttentionArgs{
+        batch, seq, heads, dropout, CounterRng{9, make_stream(RngTag::kDropout, 3, 2)}, 5};
+  }
+};
+
 class CudaKernelTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -149,6 +166,69 @@ class CudaKernelTest : public ::testing::Test {
     EXPECT_LE(err, bound) << key;
   }
 
+  // One bf16 attention path (MOMOE_ATTENTION already set to `path`) within the derived bound.
+  void expect_attention_within_bound(const std::string& path) {
+    using Case = AttentionCase;
+    std::vector<Case> cases = {Case{1, 1, 1, 4, 0.f},    Case{2, 37, 3, 8, 0.f},
+                               Case{3, 64, 4, 16, 0.1f}, Case{1, 130, 2, 5, 0.25f},
+                               Case{2, 200, 2, 64, 0.f}, Case{1, 129, 2, 128, 0.1f},
+                               Case{1, 70, 3, 33, 0.f},  Case{1, 65, 1, 32, 0.f}};
+    if (path == "gemm-bf16") cases.push_back(Case{1, 40, 2, 160, 0.1f});
+    for (const Case& c : cases) {
+      SCOPED_TRACE(
+          str_cat("B", c.batch, " S", c.seq, " H", c.heads, " Dh", c.head_dim, " p", c.dropout));
+      ASSERT_EQ(std::string(attention_path(gpu(), DType::kBF16, c.head_dim)), path);
+      const AttentionArgs a = c.args();
+      const int64_t rows = c.batch * c.seq, d = c.heads * c.head_dim;
+      Tensor qkv = rand({rows, 3 * d}, DType::kBF16, -1.5, 1.5);
+      Tensor dout = rand({rows, d}, DType::kBF16);
+      const testing::AttentionWithBound exact = testing::exact_attention(a, qkv, dout);
+      Tensor gqkv = up(qkv), gdout = up(dout);
+      Tensor gout = poisoned({rows, d}, DType::kBF16);
+      Tensor glse = poisoned({c.batch, c.heads, c.seq}, DType::kF32);
+      Tensor gdqkv = poisoned({rows, 3 * d}, DType::kBF16);
+      OK(attention_forward(gpu(), a, gqkv, gout, glse));
+      OK(attention_backward(gpu(), a, gdout, gqkv, glse, gdqkv));
+      const Tensor out = down(gout), lse = down(glse), dqkv = down(gdqkv);
+      EXPECT_TRUE(
+          testing::within_bound(path + " attention_forward", out, exact.out, exact.out_bound));
+      EXPECT_TRUE(
+          testing::within_bound(path + " attention_forward(lse)", lse, exact.lse, exact.lse_bound));
+      EXPECT_TRUE(testing::within_bound(path + " attention_backward", dqkv, exact.d_qkv,
+                                        exact.d_qkv_bound));
+      // The margin, in the report: the worst entry's error over its bound (at most 1 passes).
+      record(path + " attention_forward bf16 (err/bound)",
+             testing::worst_error_over_bound(out, exact.out, exact.out_bound), 1.0);
+      record(path + " attention_backward bf16 (err/bound)",
+             testing::worst_error_over_bound(dqkv, exact.d_qkv, exact.d_qkv_bound), 1.0);
+      // Repeat: the same bits.
+      Tensor gout2 = poisoned({rows, d}, DType::kBF16);
+      Tensor glse2 = poisoned({c.batch, c.heads, c.seq}, DType::kF32);
+      Tensor gdqkv2 = poisoned({rows, 3 * d}, DType::kBF16);
+      OK(attention_forward(gpu(), a, gqkv, gout2, glse2));
+      OK(attention_backward(gpu(), a, gdout, gqkv, glse2, gdqkv2));
+      EXPECT_TRUE(testing::bitwise_equal(out, down(gout2)));
+      EXPECT_TRUE(testing::bitwise_equal(lse, down(glse2)));
+      EXPECT_TRUE(testing::bitwise_equal(dqkv, down(gdqkv2)));
+      if (c.seq > 1) expect_not_the_f32_path(a, gqkv, gdout, out, dqkv);
+    }
+  }
+
+  // The bound also admits the f32 GEMM path (P and dS kept in f32), so a dispatch that sent
+  // `path` there would pass it: past one position (P = 1 and dS = 0 are exact in bf16) its
+  // roundings of P and dS must show in the bits.
+  void expect_not_the_f32_path(const AttentionArgs& a, const Tensor& gqkv, const Tensor& gdout,
+                               const Tensor& out, const Tensor& dqkv) {
+    const testing::ScopedEnv f32_path("MOMOE_ATTENTION", nullptr);
+    Tensor gout = poisoned(out.shape(), DType::kBF16), gdqkv = poisoned(dqkv.shape(), DType::kBF16);
+    Tensor glse = poisoned({a.batch, a.heads, a.seq_len}, DType::kF32);
+    OK(attention_forward(gpu(), a, gqkv, gout, glse));
+    OK(attention_backward(gpu(), a, gdout, gqkv, glse, gdqkv));
+    EXPECT_FALSE(testing::bitwise_equal(out, down(gout)) &&
+                 testing::bitwise_equal(dqkv, down(gdqkv)))
+        << "the same bits as the f32 GEMM path: did the dispatch take it?";
+  }
+
   // ac_metric on the GPU equals the CPU's bit for bit (the same steps; the long sums in the chunked
   // order both run), under both normalisations, with tiny clusters and clipping.
   void expect_ac_metric_matches(const Tensor& dev, const Tensor& counts) {
@@ -178,13 +258,6 @@ class CudaKernelTest : public ::testing::Test {
   std::unique_ptr<Context> gpu_;
   uint64_t seed_ = 100;
 };
-
-// Runs `expr` once (ops accumulate into their outputs: never twice for a message).
-#define OK(expr)                                            \
-  do {                                                      \
-    const ::moe::Status ok_status_ = (expr);                \
-    ASSERT_TRUE(ok_status_.ok()) << ok_status_.to_string(); \
-  } while (0)
 
 const DType kActs[] = {DType::kF32, DType::kBF16, DType::kF64};
 // kernels/cuda/cuda_util.cuh's kThreads (that header is CUDA-only).
@@ -1284,16 +1357,6 @@ TEST_F(CudaKernelTest, RouterAndLayerStatistics) {
   }
 }
 
-// One attention case of the GPU tests: its shape, dropout and the arguments (a fixed stream).
-struct AttentionCase {
-  int64_t batch, seq, heads, head_dim;
-  float dropout;
-  AttentionArgs args() const {
-    return AttentionArgs{
-        batch, seq, heads, dropout, CounterRng{9, make_stream(RngTag::kDropout, 3, 2)}, 5};
-  }
-};
-
 // The GEMM path (MOMOE_ATTENTION unset), every dtype, against the CPU reference.
 TEST_F(CudaKernelTest, CausalAttention) {
   const testing::ScopedEnv gemm_path("MOMOE_ATTENTION", nullptr);
@@ -1323,53 +1386,21 @@ TEST_F(CudaKernelTest, CausalAttention) {
   }
 }
 
-// The fused bf16 kernels (MOMOE_ATTENTION=fused; kernels/cuda/flash_attention.cu) against the
-// exact values of the same inputs, entry by entry within the bound derived from their roundings
-// (tests/testing/attention_bound.h; attention_bound_test shows on the host that an emulation of
-// this arithmetic lies inside it). Shapes: one position; partial tiles; every padded head width
-// (5 -> 32, 33 -> 64, 128); several query tiles (S 200: the diagonal and the tiles below it);
-// dropout. Every entry is checked, so a head that wrote into its padding would show in its
-// neighbour's columns. Then bitwise: the same calls twice give the same bits (no atomics).
-TEST_F(CudaKernelTest, FusedAttentionWithinDerivedBound) {
-  const testing::ScopedEnv fused_path("MOMOE_ATTENTION", "fused");
-  using Case = AttentionCase;
-  for (Case c : {Case{1, 1, 1, 4, 0.f}, Case{2, 37, 3, 8, 0.f}, Case{3, 64, 4, 16, 0.1f},
-                 Case{1, 130, 2, 5, 0.25f}, Case{2, 200, 2, 64, 0.f}, Case{1, 129, 2, 128, 0.1f},
-                 Case{1, 70, 3, 33, 0.f}, Case{1, 65, 1, 32, 0.f}}) {
-    SCOPED_TRACE(
-        str_cat("B", c.batch, " S", c.seq, " H", c.heads, " Dh", c.head_dim, " p", c.dropout));
-    ASSERT_STREQ(attention_path(gpu(), DType::kBF16, c.head_dim), "fused");
-    const AttentionArgs a = c.args();
-    const int64_t rows = c.batch * c.seq, d = c.heads * c.head_dim;
-    Tensor qkv = rand({rows, 3 * d}, DType::kBF16, -1.5, 1.5);
-    Tensor dout = rand({rows, d}, DType::kBF16);
-    const testing::AttentionWithBound exact = testing::exact_attention(a, qkv, dout);
-    Tensor gqkv = up(qkv), gdout = up(dout);
-    Tensor gout = poisoned({rows, d}, DType::kBF16);
-    Tensor glse = poisoned({c.batch, c.heads, c.seq}, DType::kF32);
-    Tensor gdqkv = poisoned({rows, 3 * d}, DType::kBF16);
-    OK(attention_forward(gpu(), a, gqkv, gout, glse));
-    OK(attention_backward(gpu(), a, gdout, gqkv, glse, gdqkv));
-    const Tensor out = down(gout), lse = down(glse), dqkv = down(gdqkv);
-    EXPECT_TRUE(testing::within_bound("fused attention_forward", out, exact.out, exact.out_bound));
-    EXPECT_TRUE(
-        testing::within_bound("fused attention_forward(lse)", lse, exact.lse, exact.lse_bound));
-    EXPECT_TRUE(
-        testing::within_bound("fused attention_backward", dqkv, exact.d_qkv, exact.d_qkv_bound));
-    // The margin, in the report: the worst entry's error over its bound (at most 1 passes).
-    record("fused attention_forward bf16 (err/bound)",
-           testing::worst_error_over_bound(out, exact.out, exact.out_bound), 1.0);
-    record("fused attention_backward bf16 (err/bound)",
-           testing::worst_error_over_bound(dqkv, exact.d_qkv, exact.d_qkv_bound), 1.0);
-    // Repeat: the same bits.
-    Tensor gout2 = poisoned({rows, d}, DType::kBF16);
-    Tensor glse2 = poisoned({c.batch, c.heads, c.seq}, DType::kF32);
-    Tensor gdqkv2 = poisoned({rows, 3 * d}, DType::kBF16);
-    OK(attention_forward(gpu(), a, gqkv, gout2, glse2));
-    OK(attention_backward(gpu(), a, gdout, gqkv, glse2, gdqkv2));
-    EXPECT_TRUE(testing::bitwise_equal(out, down(gout2)));
-    EXPECT_TRUE(testing::bitwise_equal(lse, down(glse2)));
-    EXPECT_TRUE(testing::bitwise_equal(dqkv, down(gdqkv2)));
+// The bf16 paths that round P and dS to bf16 before their products (kernels/attention.h's
+// cuda_attention): the fused kernels (MOMOE_ATTENTION=fused; kernels/cuda/flash_attention.cu)
+// and the GEMM path on bf16 operands (=gemm-bf16; kernels/cuda/attention_bf16.cu), each against
+// the exact values of the same inputs, entry by entry within the bound derived from those
+// roundings (tests/testing/attention_bound.h; attention_bound_test shows on the host that an
+// emulation of this arithmetic lies inside it). Shapes: one position; partial tiles; every
+// padded head width of the fused kernels (5 -> 32, 33 -> 64, 128); several query tiles (S 200:
+// the diagonal and the tiles below it); dropout; and for the GEMM path a head wider than the
+// fused kernels take (160). Every entry is checked, so a head that wrote into its padding or
+// its neighbour's columns would show. Then bitwise: the same calls twice give the same bits.
+TEST_F(CudaKernelTest, Bf16RoundingAttentionWithinDerivedBound) {
+  for (const char* path : {"fused", "gemm-bf16"}) {
+    SCOPED_TRACE(path);
+    const testing::ScopedEnv attention("MOMOE_ATTENTION", path);
+    expect_attention_within_bound(path);
   }
 }
 
