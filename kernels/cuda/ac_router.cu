@@ -9,6 +9,7 @@
 // labels in [0, E).
 #include <cmath>
 
+#include "base/fast_divmod.h"
 #include "kernels/common.h"
 #include "kernels/cpu/router_math.h"
 #include "kernels/cuda/ac_router.h"
@@ -161,18 +162,22 @@ __global__ void ac_summary_kernel(const double* w, const double* total, int64_t 
 
 template <typename A, typename F>
 __global__ void ac_apply_kernel(const A* x, const int32_t* labels, const F* metric, int64_t tokens,
-                                int64_t d, F* out) {
+                                FastDivmod by_d, F* out) {
+  const int64_t d = by_d.divisor();
   MOE_GRID_LOOP(i, tokens * d) {
-    const int64_t t = i / d, q = i % d;
+    int64_t t, q;
+    by_d.divmod(i, &t, &q);
     out[i] = static_cast<F>(load(x, i)) * metric[static_cast<int64_t>(labels[t]) * d + q];
   }
 }
 
 template <typename A, typename F>
 __global__ void ac_apply_backward_kernel(const F* d_out, const int32_t* labels, const F* metric,
-                                         int64_t tokens, int64_t d, A* dx) {
+                                         int64_t tokens, FastDivmod by_d, A* dx) {
+  const int64_t d = by_d.divisor();
   MOE_GRID_LOOP(i, tokens * d) {
-    const int64_t t = i / d, q = i % d;
+    int64_t t, q;
+    by_d.divmod(i, &t, &q);
     store(dx, i,
           static_cast<F>(load(dx, i)) + d_out[i] * metric[static_cast<int64_t>(labels[t]) * d + q]);
   }
@@ -287,7 +292,8 @@ Status ac_apply_metric(Context& ctx, const TensorView& x, const TensorView& labe
     using A = decltype(at);
     using F = decltype(ft);
     ac_apply_kernel<A, F><<<grid_for(n), kThreads, 0, stream_of(ctx)>>>(
-        x.data<A>(), labels.data<int32_t>(), metric.data<F>(), x.dim(0), x.dim(1), out.data<F>());
+        x.data<A>(), labels.data<int32_t>(), metric.data<F>(), x.dim(0), FastDivmod(x.dim(1)),
+        out.data<F>());
   }));
   return launch_status("ac_apply_metric");
 }
@@ -300,7 +306,7 @@ Status ac_apply_metric_backward(Context& ctx, const TensorView& d_out, const Ten
     using A = decltype(at);
     using F = decltype(ft);
     ac_apply_backward_kernel<A, F><<<grid_for(n), kThreads, 0, stream_of(ctx)>>>(
-        d_out.data<F>(), labels.data<int32_t>(), metric.data<F>(), dx.dim(0), dx.dim(1),
+        d_out.data<F>(), labels.data<int32_t>(), metric.data<F>(), dx.dim(0), FastDivmod(dx.dim(1)),
         dx.data<A>());
   }));
   return launch_status("ac_apply_metric_backward");

@@ -4,6 +4,7 @@
 // dropout draws the same Philox blocks as the CPU, so masks match bit for bit.
 #include <cmath>
 
+#include "base/fast_divmod.h"
 #include "kernels/common.h"
 #include "kernels/cpu/activation_math.h"
 #include "kernels/cuda/activation.h"
@@ -43,20 +44,24 @@ __global__ void activation_backward_kernel(Activation act, const T* x, const T* 
 
 // One thread per (row, column) pair: reads x[r, j] (gate) and x[r, F + j] (up).
 template <typename T>
-__global__ void swiglu_forward_kernel(const T* x, int64_t m, int64_t f, T* y) {
+__global__ void swiglu_forward_kernel(const T* x, int64_t m, FastDivmod by_f, T* y) {
   using C = accum_t<T>;
+  const int64_t f = by_f.divisor();
   MOE_GRID_LOOP(i, m * f) {
-    const int64_t r = i / f, j = i - r * f;
+    int64_t r, j;
+    by_f.divmod(i, &r, &j);
     const T* row = x + r * 2 * f;
     store(y, i, static_cast<C>(ref::swiglu(load(row, j), load(row, f + j))));
   }
 }
 
 template <typename T>
-__global__ void swiglu_backward_kernel(const T* x, const T* dy, int64_t m, int64_t f, T* dx) {
+__global__ void swiglu_backward_kernel(const T* x, const T* dy, int64_t m, FastDivmod by_f, T* dx) {
   using C = accum_t<T>;
+  const int64_t f = by_f.divisor();
   MOE_GRID_LOOP(i, m * f) {
-    const int64_t r = i / f, j = i - r * f;
+    int64_t r, j;
+    by_f.divmod(i, &r, &j);
     const T* row = x + r * 2 * f;
     double d_gate = 0, d_up = 0;
     ref::swiglu_grad(load(row, j), load(row, f + j), load(dy, i), &d_gate, &d_up);
@@ -66,10 +71,10 @@ __global__ void swiglu_backward_kernel(const T* x, const T* dy, int64_t m, int64
 }
 
 template <typename A, typename F>
-__global__ void sigmoid_gate_forward_kernel(const A* x, const F* logit, int64_t m, int64_t n,
+__global__ void sigmoid_gate_forward_kernel(const A* x, const F* logit, int64_t m, FastDivmod by_n,
                                             A* y) {
-  MOE_GRID_LOOP(i, m * n) {
-    const double s = ref::logistic(static_cast<double>(logit[i / n]));
+  MOE_GRID_LOOP(i, m * by_n.divisor()) {
+    const double s = ref::logistic(static_cast<double>(logit[by_n.div(i)]));
     store(y, i, static_cast<accum_t<A>>(s * static_cast<double>(load(x, i))));
   }
 }
@@ -97,8 +102,12 @@ __global__ void sigmoid_gate_backward_kernel(const A* x, const F* logit, const A
 }
 
 template <typename A, typename F>
-__global__ void add_bias_kernel(A* x, int64_t m, int64_t n, const F* bias) {
-  MOE_GRID_LOOP(i, m * n) { store(x, i, static_cast<F>(load(x, i)) + bias[i % n]); }
+__global__ void add_bias_kernel(A* x, int64_t m, FastDivmod by_n, const F* bias) {
+  MOE_GRID_LOOP(i, m * by_n.divisor()) {
+    int64_t r, j;
+    by_n.divmod(i, &r, &j);
+    store(x, i, static_cast<F>(load(x, i)) + bias[j]);
+  }
 }
 
 // Partial column sums: block (cx, chunk) sums rows [chunk * rows_per, ...) of columns
@@ -133,13 +142,17 @@ __device__ __forceinline__ int64_t used_rows(const int32_t* filled, int64_t b, i
 
 // Capacity mode: row i of block b = i / C gets its expert's bias, or zero past the filled prefix.
 template <typename A, typename F>
-__global__ void add_bias_capacity_kernel(A* x, int64_t rows, int64_t n, const F* bias,
-                                         const int32_t* filled, int64_t cap, int64_t experts) {
+__global__ void add_bias_capacity_kernel(A* x, int64_t rows, FastDivmod by_n, const F* bias,
+                                         const int32_t* filled, FastDivmod by_cap,
+                                         FastDivmod by_experts) {
+  const int64_t n = by_n.divisor(), cap = by_cap.divisor();
   MOE_GRID_LOOP(i, rows * n) {
-    const int64_t row = i / n, j = i % n;
-    const int64_t b = row / cap;
-    if (row - b * cap < used_rows(filled, b, cap)) {
-      store(x, i, static_cast<F>(load(x, i)) + bias[(b % experts) * n + j]);
+    int64_t row, j, b, slot, expert, rank;
+    by_n.divmod(i, &row, &j);
+    by_cap.divmod(row, &b, &slot);
+    by_experts.divmod(b, &rank, &expert);
+    if (slot < used_rows(filled, b, cap)) {
+      store(x, i, static_cast<F>(load(x, i)) + bias[expert * n + j]);
     } else {
       store(x, i, F(0));
     }
@@ -151,10 +164,13 @@ __global__ void add_bias_capacity_kernel(A* x, int64_t rows, int64_t n, const F*
 // offsets[b + 1] (device offsets, blocks + 1 of them, ascending from 0 to rows): a binary search
 // over a few dozen cached entries.
 template <typename A, typename F>
-__global__ void add_bias_dropless_kernel(A* x, int64_t rows, int64_t n, const F* bias,
-                                         const int64_t* offsets, int64_t blocks, int64_t experts) {
+__global__ void add_bias_dropless_kernel(A* x, int64_t rows, FastDivmod by_n, const F* bias,
+                                         const int64_t* offsets, int64_t blocks,
+                                         FastDivmod by_experts) {
+  const int64_t n = by_n.divisor();
   MOE_GRID_LOOP(i, rows * n) {
-    const int64_t row = i / n;
+    int64_t row, j;
+    by_n.divmod(i, &row, &j);
     int64_t lo = 0, hi = blocks;  // offsets[lo] <= row < offsets[hi]
     while (hi - lo > 1) {
       const int64_t mid = (lo + hi) / 2;
@@ -164,7 +180,9 @@ __global__ void add_bias_dropless_kernel(A* x, int64_t rows, int64_t n, const F*
         hi = mid;
       }
     }
-    store(x, i, static_cast<F>(load(x, i)) + bias[(lo % experts) * n + i % n]);
+    int64_t rank, expert;
+    by_experts.divmod(lo, &rank, &expert);
+    store(x, i, static_cast<F>(load(x, i)) + bias[expert * n + j]);
   }
 }
 
@@ -188,18 +206,25 @@ __global__ void bias_grad_blocks_kernel(const A* dy, int64_t n, int64_t ranks, i
   dbias[l * n + j] = static_cast<F>(static_cast<double>(dbias[l * n + j]) + s);
 }
 
+// Rows of m x n; per_row = ceil(n / 4) Philox blocks to a row.
+struct DropoutShape {
+  int64_t m, n;
+  FastDivmod per_row;
+};
+
 // One thread per Philox block: elements (r, 4q .. 4q + 3).
 // A step in device memory (rng.device_step, a recorded launch) is read here, as the kernel runs.
 template <typename T>
 __global__ void dropout_kernel(const T* x, const int64_t* keys, int64_t key_base, CounterRng rng,
-                               float p, int64_t m, int64_t n, T* y) {
+                               float p, DropoutShape shape, T* y) {
   using C = accum_t<T>;
-  const int64_t per_row = (n + 3) / 4;
+  const int64_t m = shape.m, n = shape.n, per_row = shape.per_row.divisor();
   const C scale = static_cast<C>(1.0 / (1.0 - static_cast<double>(p)));
   const int64_t base = key_base + rng.key_shift();
   rng = rng.at_step();
   MOE_GRID_LOOP(t, m * per_row) {
-    const int64_t r = t / per_row, q = t % per_row;
+    int64_t r, q;
+    shape.per_row.divmod(t, &r, &q);
     const int64_t key = keys != nullptr ? keys[r] : base + r;
     const int64_t j0 = q * 4;
     const int64_t j1 = j0 + 4 < n ? j0 + 4 : n;
@@ -252,8 +277,8 @@ Status swiglu_forward(Context& ctx, const TensorView& x, const TensorView& y) {
   if (m * f == 0) return Status::OK();
   MOE_RETURN_IF_ERROR(dispatch_float("swiglu_forward", x, [&](auto tag) {
     using T = decltype(tag);
-    swiglu_forward_kernel<T>
-        <<<grid_for(m * f), kThreads, 0, stream_of(ctx)>>>(x.data<T>(), m, f, y.data<T>());
+    swiglu_forward_kernel<T><<<grid_for(m * f), kThreads, 0, stream_of(ctx)>>>(
+        x.data<T>(), m, FastDivmod(f), y.data<T>());
   }));
   return launch_status("swiglu_forward");
 }
@@ -265,7 +290,7 @@ Status swiglu_backward(Context& ctx, const TensorView& x, const TensorView& dy,
   MOE_RETURN_IF_ERROR(dispatch_float("swiglu_backward", x, [&](auto tag) {
     using T = decltype(tag);
     swiglu_backward_kernel<T><<<grid_for(m * f), kThreads, 0, stream_of(ctx)>>>(
-        x.data<T>(), dy.data<T>(), m, f, dx.data<T>());
+        x.data<T>(), dy.data<T>(), m, FastDivmod(f), dx.data<T>());
   }));
   return launch_status("swiglu_backward");
 }
@@ -278,7 +303,7 @@ Status sigmoid_gate_forward(Context& ctx, const TensorView& x, const TensorView&
     using A = decltype(at);
     using F = decltype(ft);
     sigmoid_gate_forward_kernel<A, F><<<grid_for(m * n), kThreads, 0, stream_of(ctx)>>>(
-        x.data<A>(), logit.data<F>(), m, n, y.data<A>());
+        x.data<A>(), logit.data<F>(), m, FastDivmod(n), y.data<A>());
   }));
   return launch_status("sigmoid_gate_forward");
 }
@@ -305,8 +330,8 @@ Status add_bias(Context& ctx, const TensorView& x, const TensorView& bias) {
   MOE_RETURN_IF_ERROR(dispatch_act("add_bias", x, [&](auto at, auto ft) {
     using A = decltype(at);
     using F = decltype(ft);
-    add_bias_kernel<A, F>
-        <<<grid_for(m * n), kThreads, 0, stream_of(ctx)>>>(x.data<A>(), m, n, bias.data<F>());
+    add_bias_kernel<A, F><<<grid_for(m * n), kThreads, 0, stream_of(ctx)>>>(
+        x.data<A>(), m, FastDivmod(n), bias.data<F>());
   }));
   return launch_status("add_bias");
 }
@@ -347,12 +372,13 @@ Status add_bias_blocks(Context& ctx, const TensorView& x, const TensorView& bias
     if (blocks.capacity >= 0) {
       const int32_t* filled = blocks.filled.numel() > 0 ? blocks.filled.data<int32_t>() : nullptr;
       add_bias_capacity_kernel<A, F><<<grid_for(rows * n), kThreads, 0, stream_of(ctx)>>>(
-          x.data<A>(), rows, n, bias.data<F>(), filled, blocks.capacity, blocks.local_experts);
+          x.data<A>(), rows, FastDivmod(n), bias.data<F>(), filled, FastDivmod(blocks.capacity),
+          FastDivmod(blocks.local_experts));
       return;
     }
     add_bias_dropless_kernel<A, F><<<grid_for(rows * n), kThreads, 0, stream_of(ctx)>>>(
-        x.data<A>(), rows, n, bias.data<F>(), offsets.data<int64_t>(), blocks.blocks(),
-        blocks.local_experts);
+        x.data<A>(), rows, FastDivmod(n), bias.data<F>(), offsets.data<int64_t>(), blocks.blocks(),
+        FastDivmod(blocks.local_experts));
   }));
   return launch_status("add_bias_blocks");
 }
@@ -393,7 +419,8 @@ Status dropout(Context& ctx, const TensorView& x, const TensorView& row_keys, in
     using T = decltype(tag);
     const int64_t* keys = data_or_null<int64_t>(row_keys);
     dropout_kernel<T><<<grid_for(m * ((n + 3) / 4)), kThreads, 0, stream_of(ctx)>>>(
-        x.data<T>(), keys, key_base, rng, p, m, n, y.data<T>());
+        x.data<T>(), keys, key_base, rng, p, DropoutShape{m, n, FastDivmod((n + 3) / 4)},
+        y.data<T>());
   }));
   return launch_status("dropout");
 }

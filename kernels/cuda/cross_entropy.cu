@@ -3,6 +3,7 @@
 // elementwise from the saved logsumexp.
 #include <cmath>
 
+#include "base/fast_divmod.h"
 #include "kernels/common.h"
 #include "kernels/cuda/cross_entropy.h"
 #include "kernels/cuda/cuda_util.cuh"
@@ -45,9 +46,11 @@ __global__ void cross_entropy_forward_kernel(const F* logits, const int32_t* tar
 
 template <typename F, typename D>
 __global__ void cross_entropy_backward_kernel(const F* logits, const int32_t* targets, const F* lse,
-                                              int64_t n, int64_t v, F scale, D* d_logits) {
+                                              int64_t n, FastDivmod by_v, F scale, D* d_logits) {
+  const int64_t v = by_v.divisor();
   MOE_GRID_LOOP(i, n * v) {
-    const int64_t r = i / v, j = i % v;
+    int64_t r, j;
+    by_v.divmod(i, &r, &j);
     const int32_t t = targets[r];
     if (t < 0 || t >= v) {
       store(d_logits, i, F(0));
@@ -86,10 +89,12 @@ Status cross_entropy_backward(Context& ctx, const TensorView& logits, const Tens
     const F s = static_cast<F>(scale);
     if (d_logits.dtype() == DType::kBF16) {
       cross_entropy_backward_kernel<F, bf16><<<grid_for(n * v), kThreads, 0, stream_of(ctx)>>>(
-          logits.data<F>(), targets.data<int32_t>(), lse.data<F>(), n, v, s, d_logits.data<bf16>());
+          logits.data<F>(), targets.data<int32_t>(), lse.data<F>(), n, FastDivmod(v), s,
+          d_logits.data<bf16>());
     } else {
       cross_entropy_backward_kernel<F, F><<<grid_for(n * v), kThreads, 0, stream_of(ctx)>>>(
-          logits.data<F>(), targets.data<int32_t>(), lse.data<F>(), n, v, s, d_logits.data<F>());
+          logits.data<F>(), targets.data<int32_t>(), lse.data<F>(), n, FastDivmod(v), s,
+          d_logits.data<F>());
     }
   }));
   return launch_status("cross_entropy_backward");

@@ -2,6 +2,7 @@
 // deterministic reductions for the non-finite count.
 #include <cmath>
 
+#include "base/fast_divmod.h"
 #include "kernels/common.h"
 #include "kernels/cuda/cuda_util.cuh"
 #include "kernels/cuda/elementwise.h"
@@ -47,9 +48,10 @@ struct NonFinite {
 template <typename T>
 __global__ void copy_columns_kernel(const T* src, int64_t src_cols, int64_t src_col, T* dst,
                                     int64_t dst_cols, int64_t dst_col, int64_t rows,
-                                    int64_t width) {
-  MOE_GRID_LOOP(i, rows * width) {
-    const int64_t r = i / width, j = i - r * width;
+                                    FastDivmod by_width) {
+  MOE_GRID_LOOP(i, rows * by_width.divisor()) {
+    int64_t r, j;
+    by_width.divmod(i, &r, &j);
     dst[r * dst_cols + dst_col + j] = src[r * src_cols + src_col + j];
   }
 }
@@ -117,7 +119,8 @@ Status copy_columns(Context& ctx, const TensorView& src, int64_t src_col, const 
   MOE_RETURN_IF_ERROR(dispatch_float("copy_columns", src, [&](auto tag) {
     using T = decltype(tag);
     copy_columns_kernel<T><<<grid_for(rows * width), kThreads, 0, stream_of(ctx)>>>(
-        src.data<T>(), src.dim(1), src_col, dst.data<T>(), dst.dim(1), dst_col, rows, width);
+        src.data<T>(), src.dim(1), src_col, dst.data<T>(), dst.dim(1), dst_col, rows,
+        FastDivmod(width));
   }));
   return launch_status("copy_columns");
 }

@@ -3,6 +3,7 @@
 // and f64: the table's rows through the tokens grouped by id (a stable sort, key_runs.h), one
 // thread per (id, column) walking that id's tokens; the positions' rows one thread per
 // (position, column) walking the sequences.
+#include "base/fast_divmod.h"
 #include "kernels/common.h"
 #include "kernels/cuda/cuda_util.cuh"
 #include "kernels/cuda/embedding.h"
@@ -13,9 +14,11 @@ namespace {
 
 template <typename W, typename A, typename F>
 __global__ void embedding_forward_kernel(const int32_t* ids, int64_t n, const W* table, int64_t v,
-                                         const F* pos, int64_t s, int64_t d, A* out) {
+                                         const F* pos, FastDivmod by_s, FastDivmod by_d, A* out) {
+  const int64_t d = by_d.divisor();
   MOE_GRID_LOOP(i, n * d) {
-    const int64_t r = i / d, j = i % d;
+    int64_t r, j;
+    by_d.divmod(i, &r, &j);
     const int32_t id = ids[r];
     if (id < 0 || id >= v) {
       store(out, i, F(0));
@@ -23,7 +26,8 @@ __global__ void embedding_forward_kernel(const int32_t* ids, int64_t n, const W*
       store(out, i, load(table, static_cast<int64_t>(id) * d + j));
     } else {
       store(out, i,
-            static_cast<F>(load(table, static_cast<int64_t>(id) * d + j)) + pos[(r % s) * d + j]);
+            static_cast<F>(load(table, static_cast<int64_t>(id) * d + j)) +
+                pos[(r - by_s.div(r) * by_s.divisor()) * d + j]);
     }
   }
 }
@@ -32,9 +36,12 @@ __global__ void embedding_forward_kernel(const int32_t* ids, int64_t n, const W*
 // in token order (runs keep it), added to its table row. Other threads have nothing to do.
 template <typename A, typename F>
 __global__ void embedding_table_grad_kernel(const int32_t* key, const int32_t* row, int64_t n,
-                                            int64_t v, const A* d_out, int64_t d, F* d_table) {
+                                            int64_t v, const A* d_out, FastDivmod by_d,
+                                            F* d_table) {
+  const int64_t d = by_d.divisor();
   MOE_GRID_LOOP(i, n * d) {
-    const int64_t first = i / d, q = i % d;
+    int64_t first, q;
+    by_d.divmod(i, &first, &q);
     const int32_t id = key[first];
     if ((first > 0 && key[first - 1] == id) || id < 0 || id >= v) continue;
     F* dst = d_table + static_cast<int64_t>(id) * d + q;
@@ -74,7 +81,8 @@ Status embedding_forward(Context& ctx, const TensorView& ids, const TensorView& 
     Status s = dispatch_float("embedding_forward", table, [&](auto wt) {
       using W = decltype(wt);
       embedding_forward_kernel<W, A, F><<<grid_for(n * d), kThreads, 0, stream_of(ctx)>>>(
-          ids.data<int32_t>(), n, table.data<W>(), v, pos, seq_len, d, out.data<A>());
+          ids.data<int32_t>(), n, table.data<W>(), v, pos, FastDivmod(seq_len), FastDivmod(d),
+          out.data<A>());
     });
     (void)s;  // the table's dtype was checked by the entry point
   }));
@@ -91,7 +99,7 @@ Status embedding_backward(Context& ctx, const TensorView& ids, const TensorView&
     using A = decltype(at);
     using F = decltype(ft);
     embedding_table_grad_kernel<A, F><<<grid_for(n * d), kThreads, 0, stream_of(ctx)>>>(
-        runs.keys.data<int32_t>(), runs.rows.data<int32_t>(), n, v, d_out.data<A>(), d,
+        runs.keys.data<int32_t>(), runs.rows.data<int32_t>(), n, v, d_out.data<A>(), FastDivmod(d),
         d_table.data<F>());
     if (d_positions.numel() > 0) {
       embedding_position_grad_kernel<A, F><<<grid_for(seq_len * d), kThreads, 0, stream_of(ctx)>>>(

@@ -8,6 +8,7 @@
 // assignment is dropped and such a row reads as zeros (the router never produces them).
 #include <cstdint>
 
+#include "base/fast_divmod.h"
 #include "kernels/common.h"
 #include "kernels/cpu/chunked_sum.h"
 #include "kernels/cpu/moe_dispatch_ref.h"  // CombineShape, LayoutBuffers
@@ -226,23 +227,27 @@ __global__ void block_fill_counts_kernel(const int64_t* keys, int64_t blocks, in
   }
 }
 
-// Row copies in 4-byte words when the row size allows it, else bytes.
+// Row copies in 16- or 4-byte words when the rows' size and alignment allow it, else bytes.
 template <typename W>
 __global__ void gather_rows_kernel(const W* src, int64_t n_src, const int32_t* index, int64_t m,
-                                   int64_t words, W* dst) {
-  MOE_GRID_LOOP(i, m * words) {
-    const int64_t r = i / words, w = i % words;
+                                   FastDivmod words, W* dst) {
+  const int64_t n = words.divisor();
+  MOE_GRID_LOOP(i, m * n) {
+    int64_t r, w;
+    words.divmod(i, &r, &w);
     const int32_t s = index[r];
-    dst[i] = (s < 0 || s >= n_src) ? W(0) : src[static_cast<int64_t>(s) * words + w];
+    dst[i] = (s < 0 || s >= n_src) ? W{} : src[static_cast<int64_t>(s) * n + w];
   }
 }
 
 template <typename A>
 __global__ void gather_sum_rows_kernel(const A* src, int64_t n_src, const int32_t* rows,
-                                       int64_t tokens, int64_t k, int64_t d, A* dst) {
+                                       int64_t tokens, int64_t k, FastDivmod by_d, A* dst) {
   using C = accum_t<A>;
+  const int64_t d = by_d.divisor();
   MOE_GRID_LOOP(i, tokens * d) {
-    const int64_t t = i / d, q = i % d;
+    int64_t t, q;
+    by_d.divmod(i, &t, &q);
     C acc = C(0);
     for (int64_t j = 0; j < k; ++j) {
       const int32_t r = rows[t * k + j];
@@ -255,11 +260,12 @@ __global__ void gather_sum_rows_kernel(const A* src, int64_t n_src, const int32_
 
 template <typename A, typename F>
 __global__ void combine_kernel(const A* y, const int32_t* row, const F* gate, const F* omega,
-                               ref::CombineShape shape, A* u) {
+                               ref::CombineShape shape, FastDivmod by_d, A* u) {
   using C = accum_t<A>;
   const int64_t tokens = shape.tokens, k = shape.k, d = shape.d, y_rows = shape.y_rows;
   MOE_GRID_LOOP(i, tokens * d) {
-    const int64_t t = i / d, q = i % d;
+    int64_t t, q;
+    by_d.divmod(i, &t, &q);
     C acc = C(0);
     for (int64_t j = 0; j < k; ++j) {
       const int32_t rr = row[t * k + j];
@@ -275,11 +281,14 @@ __global__ void combine_kernel(const A* y, const int32_t* row, const F* gate, co
 // dy rows of referenced slots (every row is referenced at most once; dy was zeroed).
 template <typename A, typename F>
 __global__ void combine_dy_kernel(const A* du, const int32_t* row, const F* gate, const F* omega,
-                                  ref::CombineShape shape, A* dy) {
+                                  ref::CombineShape shape, FastDivmod by_d, FastDivmod by_k,
+                                  A* dy) {
   using C = accum_t<A>;
   const int64_t tokens = shape.tokens, k = shape.k, d = shape.d, y_rows = shape.y_rows;
   MOE_GRID_LOOP(i, tokens * k * d) {
-    const int64_t tj = i / d, q = i % d, t = tj / k;
+    int64_t tj, q;
+    by_d.divmod(i, &tj, &q);
+    const int64_t t = by_k.div(tj);
     const int32_t rr = row[tj];
     if (rr < 0 || rr >= y_rows) continue;
     const C wq = omega != nullptr ? static_cast<C>(omega[q]) : C(1);
@@ -444,18 +453,26 @@ Status gather_rows(Context& ctx, const TensorView& src, const TensorView& index,
   const int64_t m = dst.dim(0);
   const int64_t row_bytes = src.dim(1) * static_cast<int64_t>(dtype_size(src.dtype()));
   if (m == 0 || row_bytes == 0) return Status::OK();
-  // Words when every row starts on a 4-byte boundary (a bf16 view may begin at an odd element).
-  const bool aligned = reinterpret_cast<uintptr_t>(src.raw()) % 4 == 0 &&
-                       reinterpret_cast<uintptr_t>(dst.raw()) % 4 == 0;
-  if (row_bytes % 4 == 0 && aligned) {
+  // Words of `bytes` when every row of both starts on such a boundary (a bf16 view may begin at
+  // an odd element).
+  const auto on = [&](uintptr_t bytes) {
+    return reinterpret_cast<uintptr_t>(src.raw()) % bytes == 0 &&
+           reinterpret_cast<uintptr_t>(dst.raw()) % bytes == 0 && row_bytes % bytes == 0;
+  };
+  if (on(16)) {
+    const int64_t words = row_bytes / 16;
+    gather_rows_kernel<uint4><<<grid_for(m * words), kThreads, 0, stream_of(ctx)>>>(
+        static_cast<const uint4*>(src.raw()), src.dim(0), index.data<int32_t>(), m,
+        FastDivmod(words), static_cast<uint4*>(dst.raw()));
+  } else if (on(4)) {
     const int64_t words = row_bytes / 4;
     gather_rows_kernel<uint32_t><<<grid_for(m * words), kThreads, 0, stream_of(ctx)>>>(
-        static_cast<const uint32_t*>(src.raw()), src.dim(0), index.data<int32_t>(), m, words,
-        static_cast<uint32_t*>(dst.raw()));
+        static_cast<const uint32_t*>(src.raw()), src.dim(0), index.data<int32_t>(), m,
+        FastDivmod(words), static_cast<uint32_t*>(dst.raw()));
   } else {
     gather_rows_kernel<uint8_t><<<grid_for(m * row_bytes), kThreads, 0, stream_of(ctx)>>>(
-        static_cast<const uint8_t*>(src.raw()), src.dim(0), index.data<int32_t>(), m, row_bytes,
-        static_cast<uint8_t*>(dst.raw()));
+        static_cast<const uint8_t*>(src.raw()), src.dim(0), index.data<int32_t>(), m,
+        FastDivmod(row_bytes), static_cast<uint8_t*>(dst.raw()));
   }
   return launch_status("gather_rows");
 }
@@ -467,7 +484,8 @@ Status gather_sum_rows(Context& ctx, const TensorView& src, const TensorView& ro
   MOE_RETURN_IF_ERROR(dispatch_float("gather_sum_rows", src, [&](auto tag) {
     using A = decltype(tag);
     gather_sum_rows_kernel<A><<<grid_for(tokens * d), kThreads, 0, stream_of(ctx)>>>(
-        src.data<A>(), src.dim(0), rows.data<int32_t>(), tokens, rows.dim(1), d, dst.data<A>());
+        src.data<A>(), src.dim(0), rows.data<int32_t>(), tokens, rows.dim(1), FastDivmod(d),
+        dst.data<A>());
   }));
   return launch_status("gather_sum_rows");
 }
@@ -486,7 +504,7 @@ Status combine(Context& ctx, const TensorView& y, const TensorView& row, const T
     using F = decltype(ft);
     combine_kernel<A, F><<<grid_for(tokens * d), kThreads, 0, stream_of(ctx)>>>(
         y.data<A>(), row.data<int32_t>(), gate.data<F>(), data_or_null<F>(omega), shape,
-        u.data<A>());
+        FastDivmod(d), u.data<A>());
   }));
   return launch_status("combine");
 }
@@ -536,7 +554,8 @@ Status combine_backward(Context& ctx, const TensorView& du, const TensorView& y,
     const F* w = data_or_null<F>(omega);
     if (d > 0) {
       combine_dy_kernel<A, F><<<grid_for(tokens * k * d), kThreads, 0, s>>>(
-          du.data<A>(), row.data<int32_t>(), gate.data<F>(), w, shape, dy.data<A>());
+          du.data<A>(), row.data<int32_t>(), gate.data<F>(), w, shape, FastDivmod(d), FastDivmod(k),
+          dy.data<A>());
     }
     combine_dgate_kernel<A, F><<<grid_for(tokens * k * 32), kThreads, 0, s>>>(
         du.data<A>(), y.data<A>(), row.data<int32_t>(), w, shape, d_gate.data<F>());

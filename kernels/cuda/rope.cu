@@ -2,6 +2,7 @@
 // cos and sin in double (rope_math.h, as the CPU) and rounds them to F; the rotation kernel then
 // gives one thread per (row, pair of q or k), which also copies one element of v when out is not
 // in. Every element is written by one thread in the CPU's expression order: deterministic.
+#include "base/fast_divmod.h"
 #include "kernels/common.h"
 #include "kernels/cpu/rope_math.h"
 #include "kernels/cuda/cuda_util.cuh"
@@ -23,8 +24,9 @@ __global__ void rope_table_kernel(int64_t seq_len, int64_t head_dim, double base
 
 // The sizes of rope_rotate_kernel: in, out [rows, 3 d_model]; the table covers seq_len positions.
 struct RopeRotateShape {
-  int64_t rows, seq_len;      // rows = B * S; a row's position is r % seq_len
-  int64_t d_model, head_dim;  // D and Dh = D / H
+  int64_t rows;                       // B * S; a row's position is r % seq_len
+  int64_t head_dim;                   // Dh = D / H
+  FastDivmod seq_len, d_model, half;  // S, D and Dh / 2, as divisors (base/fast_divmod.h)
 };
 
 // Pair p of row r (p in [0, D): head p / half of q then of k, element i = p % half) turned by the
@@ -33,13 +35,15 @@ struct RopeRotateShape {
 template <typename T, typename F>
 __global__ void rope_rotate_kernel(const T* in, RopeRotateShape shape, const F* cos_sin,
                                    double sign, bool copy_v, T* out) {
-  const int64_t rows = shape.rows, seq_len = shape.seq_len, d_model = shape.d_model;
-  const int64_t head_dim = shape.head_dim;
-  const int64_t half = head_dim / 2;
+  const int64_t rows = shape.rows, d_model = shape.d_model.divisor();
+  const int64_t head_dim = shape.head_dim, half = shape.half.divisor();
   MOE_GRID_LOOP(idx, rows * d_model) {
-    const int64_t r = idx / d_model, p = idx % d_model;
-    const int64_t col = (p / half) * head_dim + p % half;
-    const F* cs = cos_sin + 2 * ((r % seq_len) * half + p % half);
+    int64_t r, p, pair, e, seq, position;
+    shape.d_model.divmod(idx, &r, &p);
+    shape.half.divmod(p, &pair, &e);
+    shape.seq_len.divmod(r, &seq, &position);
+    const int64_t col = pair * head_dim + e;
+    const F* cs = cos_sin + 2 * (position * half + e);
     const int64_t base = r * 3 * d_model;
     const ref::RopePair y = ref::rope_turn(
         static_cast<double>(load(in, base + col)), static_cast<double>(load(in, base + col + half)),
@@ -60,9 +64,10 @@ Status rope(Context& ctx, const RopeArgs& args, bool transpose, const TensorView
   const char* op = transpose ? "rope_backward" : "rope_forward";
   RopeRotateShape shape;
   shape.rows = rows;
-  shape.seq_len = args.seq_len;
-  shape.d_model = d_model;
   shape.head_dim = head_dim;
+  shape.seq_len = FastDivmod(args.seq_len);
+  shape.d_model = FastDivmod(d_model);
+  shape.half = FastDivmod(half);
   MOE_ASSIGN_OR_RETURN(Tensor table, ctx.empty({args.seq_len, half, 2}, compute_dtype(in.dtype())));
   MOE_RETURN_IF_ERROR(dispatch_act(op, in, [&](auto at, auto ft) {
     using T = decltype(at);

@@ -1624,25 +1624,35 @@ TEST_F(CudaKernelTest, ConvertToAnIntegerDtypeIsRefused) {
             StatusCode::kInvalidArgument);
 }
 
-// gather_rows on views that start at an odd bf16 element: rows of 4-byte multiples whose base
-// is only 2-byte aligned must not take the 4-byte path (a misaligned load faults).
-TEST_F(CudaKernelTest, GatherRowsFromAnOddBf16Offset) {
-  const int64_t n = 37, d = 6, m = 50;
-  Tensor flat = rand({1 + n * d}, DType::kBF16);
-  Tensor gflat = up(flat);
-  std::vector<int32_t> idx(m);
-  for (int64_t i = 0; i < m; ++i) idx[i] = i % 7 == 3 ? -1 : static_cast<int32_t>((i * 11) % n);
-  Tensor index = Tensor::from_vector<int32_t>({m}, idx);
-  Tensor dflat = Tensor::empty({1 + m * d}, DType::kBF16);
-  Tensor gdflat = poisoned({1 + m * d}, DType::kBF16);
-  const auto odd = [&](const Tensor& t, int64_t rows) {
-    return t.view().rows(1, 1 + rows * d).reshape({rows, d});
+// gather_rows on views that start off a word boundary: rows whose size is a multiple of the
+// word must not take a wider path than their base allows (a misaligned load faults). bf16 rows
+// of 12 bytes from an odd element (2-byte aligned: bytes); bf16 rows of 16 bytes from element 2
+// and f32 rows of 16 bytes from element 1 (4-byte aligned: 4-byte words, not 16-byte ones).
+TEST_F(CudaKernelTest, GatherRowsFromMisalignedViews) {
+  struct Case {
+    DType dtype;
+    int64_t offset, d;
   };
-  OK(gather_rows(cpu(), odd(flat, n), index, odd(dflat, m)));
-  OK(gather_rows(gpu(), odd(gflat, n), up(index), odd(gdflat, m)));
-  Tensor got = down(odd(gdflat, m));
-  Tensor want = Tensor::copy_of(odd(dflat, m));
-  EXPECT_TRUE(testing::bitwise_equal(want, got));
+  for (const Case& c :
+       {Case{DType::kBF16, 1, 6}, Case{DType::kBF16, 2, 8}, Case{DType::kF32, 1, 4}}) {
+    SCOPED_TRACE(str_cat(dtype_name(c.dtype), " offset ", c.offset, " d ", c.d));
+    const int64_t n = 37, m = 50, d = c.d;
+    Tensor flat = rand({c.offset + n * d}, c.dtype);
+    Tensor gflat = up(flat);
+    std::vector<int32_t> idx(m);
+    for (int64_t i = 0; i < m; ++i) idx[i] = i % 7 == 3 ? -1 : static_cast<int32_t>((i * 11) % n);
+    Tensor index = Tensor::from_vector<int32_t>({m}, idx);
+    Tensor dflat = Tensor::empty({c.offset + m * d}, c.dtype);
+    Tensor gdflat = poisoned({c.offset + m * d}, c.dtype);
+    const auto view = [&](const Tensor& t, int64_t rows) {
+      return t.view().rows(c.offset, c.offset + rows * d).reshape({rows, d});
+    };
+    OK(gather_rows(cpu(), view(flat, n), index, view(dflat, m)));
+    OK(gather_rows(gpu(), view(gflat, n), up(index), view(gdflat, m)));
+    Tensor got = down(view(gdflat, m));
+    Tensor want = Tensor::copy_of(view(dflat, m));
+    EXPECT_TRUE(testing::bitwise_equal(want, got));
+  }
 }
 
 // The AC router's statistics (moe_stats.h): accumulated over calls, the same numbers as the CPU.
