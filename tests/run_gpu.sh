@@ -68,8 +68,9 @@
 #                  --shape 1..4 --torch 1), shapes 1, 2, 4 with one cuBLAS call per expert
 #                  block (MOMOE_EXPERT_GEMM=loop), gpu-large's MoE layer and attention core
 #                  (momoe-bench attention)
-#                  -> layer.jsonl, and shape 2's time per kernel under ncu -> layer_profile.csv
-#                  (both in results.tgz)
+#                  -> layer.jsonl, and shapes 2 and 1's time per kernel under ncu ->
+#                  layer_profile.csv, layer_profile_shape1.csv, and one gpu-large training
+#                  step's -> train_profile_gpu_large.csv (all in results.tgz)
 #   only when named:
 #   build     420  without a bundle: configure and build BUILD_DIR (default build-gpu)
 #
@@ -483,14 +484,28 @@ assert hasattr(torch, "_grouped_mm"), "torch %s has no _grouped_mm" % torch.__ve
         --iterations 10 --warmup 2 | tee -a "$RESULTS/layer.jsonl" || rc=1
     done
   done
-  # Where shape 2's time goes, kernel by kernel (one forward + backward, no warm-up, plus the
-  # floors' own GEMM and copy): Nsight Compute's duration per kernel. A profile that cannot run
-  # (no ncu, no counter permission) is reported, not failed.
+  # Where shapes 2 and 1 spend their time, kernel by kernel (one forward + backward, no
+  # warm-up, plus the floors' own GEMM and copy): Nsight Compute's duration per kernel
+  # (layer_profile.csv, layer_profile_shape1.csv; window 1 profiled shape 2 only, and shape 1 is
+  # the furthest behind PyTorch). A profile that cannot run (no ncu, no counter permission) is
+  # reported, not failed.
   if command -v ncu > /dev/null; then
+    local suffix
+    for shape in 2 1; do
+      suffix=$([ "$shape" = 2 ] && echo "" || echo "_shape$shape")
+      timeout 120 ncu --metrics gpu__time_duration.sum --print-summary per-kernel --csv \
+        "$BIN/momoe-bench" layer --device cuda --shape "$shape" --iterations 1 --warmup 0 \
+        > "$RESULTS/layer_profile$suffix.csv" 2> "$RESULTS/layer_profile$suffix.log" ||
+        echo "layer: the ncu profile of shape $shape failed (layer_profile$suffix.log)"
+    done
+    # One eager gpu-large training step (after its initialisation: every kernel of the run is
+    # listed, the step's are those with 12 or 24 invocations): where its 236 ms go beside the
+    # 25 ms its FLOPs need at the GEMM rate (MFU 10% against the issue's 40%).
     timeout 150 ncu --metrics gpu__time_duration.sum --print-summary per-kernel --csv \
-      "$BIN/momoe-bench" layer --device cuda --shape 2 --iterations 1 --warmup 0 \
-      > "$RESULTS/layer_profile.csv" 2> "$RESULTS/layer_profile.log" ||
-      echo "layer: the ncu profile failed (see layer_profile.log in results.tgz)"
+      "$BIN/momoe-bench" train --device cuda --precision BF16 --preset gpu-large --steps 1 \
+      --warmup 0 --cuda-graphs 0 --config "$ROOT/configs/quickstart.pbtxt" \
+      > "$RESULTS/train_profile_gpu_large.csv" 2> "$RESULTS/train_profile_gpu_large.log" ||
+      echo "layer: the ncu profile of a gpu-large step failed (train_profile_gpu_large.log)"
   else
     echo "layer: no ncu on this machine: no per-kernel profile"
   fi
