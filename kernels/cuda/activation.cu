@@ -120,6 +120,7 @@ __global__ void column_partials_kernel(const A* dy, int64_t m, int64_t n, int64_
   const int64_t begin = blockIdx.y * rows_per;
   const int64_t end = begin + rows_per < m ? begin + rows_per : m;
   double s = 0;
+#pragma unroll 8  // several rows' loads in flight; the adds stay in row order
   for (int64_t r = begin; r < end; ++r) s += static_cast<double>(load(dy, r * n + j));
   partial[blockIdx.y * n + j] = s;
 }
@@ -201,6 +202,8 @@ __global__ void bias_grad_blocks_kernel(const A* dy, int64_t n, int64_t ranks, i
     const int64_t b = r * experts + l;
     const int64_t begin = offsets == nullptr ? b * cap : offsets[b];
     const int64_t end = offsets == nullptr ? begin + used_rows(filled, b, cap) : offsets[b + 1];
+    // Unrolled so that several rows' loads are in flight at once (the adds stay in row order).
+#pragma unroll 8
     for (int64_t row = begin; row < end; ++row) s += static_cast<double>(load(dy, row * n + j));
   }
   dbias[l * n + j] = static_cast<F>(static_cast<double>(dbias[l * n + j]) + s);
