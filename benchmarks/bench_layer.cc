@@ -231,10 +231,12 @@ StatusOr<LayerOptions> parse_layer_options(int argc, char** argv, const comm::Wo
   return o;
 }
 
-// The layer's forward + backward time, and its seconds per iteration inside BLAS tiles.
+// The layer's forward + backward time, and its seconds per iteration inside BLAS tiles; the
+// forward alone where it was timed (fwd.iterations > 0).
 struct LayerTiming {
   Timing t;
   double gemm_seconds = 0;
+  Timing fwd;
 };
 
 // Times the layer's forward + backward after a finiteness check of one step, counting the time
@@ -256,6 +258,18 @@ StatusOr<LayerTiming> time_layer(const LayerOptions& o, LayerFixture& fixture) {
   kernels::ref::set_gemm_timing(false);
   layer.gemm_seconds = kernels::ref::gemm_counters().seconds / (o.warm + o.iters);
   return layer;
+}
+
+// The forward alone, finished, with the same warm-up and iterations (its saved tensors freed
+// after each): fwd_ms, and bwd_ms as the forward + backward median less it. The shape 4
+// targets each side (Megatron-Core's baseline times them apart).
+StatusOr<Timing> time_forward(const LayerOptions& o, LayerFixture& fixture) {
+  Context& ctx = fixture.context();
+  return time_it(o.warm, o.iters, [&]() -> Status {
+    MoeLayerSaved saved;
+    MOE_RETURN_IF_ERROR(fixture.forward(&saved));
+    return ctx.synchronize();
+  });
 }
 
 // The floors' timings, with the buffers they timed (held until the benchmark returns).
@@ -348,6 +362,8 @@ JsonLine layer_line(const LayerOptions& o, Context& ctx, const LayerTiming& laye
       .num("threads", ctx.threads())
       .num("iterations", o.iters)
       .num("fwd_bwd_ms", t.median * 1e3)
+      .num("fwd_ms", layer.fwd.iterations > 0 ? layer.fwd.median * 1e3 : -1.0)
+      .num("bwd_ms", layer.fwd.iterations > 0 ? (t.median - layer.fwd.median) * 1e3 : -1.0)
       // The CPU's BLAS calls are timed one by one; a GPU's kernels are not (-1).
       .num("gemm_share", ctx.device().is_host() ? layer.gemm_seconds / t.mean : -1.0)
       .num("tokens_per_second", tokens / t.median)
@@ -395,7 +411,8 @@ Status add_torch_comparison(const LayerOptions& o, int threads, const Timing& t,
 StatusOr<double> run_layer(const LayerOptions& o, int cuda_device) {
   LayerFixture fixture(o.cfg, o.tokens, nullptr, 0, o.act, o.threads, cuda_device);
   Context& ctx = fixture.context();
-  MOE_ASSIGN_OR_RETURN(const LayerTiming layer, time_layer(o, fixture));
+  MOE_ASSIGN_OR_RETURN(LayerTiming layer, time_layer(o, fixture));
+  MOE_ASSIGN_OR_RETURN(layer.fwd, time_forward(o, fixture));
   Floors floors;
   MOE_RETURN_IF_ERROR(time_floors(o, ctx, &floors));
   JsonLine j = layer_line(o, ctx, layer, floors);

@@ -509,6 +509,27 @@ assert hasattr(torch, "_grouped_mm"), "torch %s has no _grouped_mm" % torch.__ve
   else
     echo "layer: no ncu on this machine: no per-kernel profile"
   fi
+  # The layer and attention lines in one key line (summary.txt), beside the training lines'.
+  key "layers and attention: $(py - "$RESULTS/layer.jsonl" 2>/dev/null <<'EOF'
+import json, sys
+for line in open(sys.argv[1]):
+    try:
+        j = json.loads(line)
+    except ValueError:
+        continue  # a library's stray line among the results
+    if j.get("bench") == "layer":
+        torch = ""
+        if "speedup_vs_torch" in j:
+            torch = " torch %.2f ms: %.2fx" % (j["torch_fwd_bwd_ms"], j["speedup_vs_torch"])
+        print("T%d D%d F%d E%d K%d %s %.2f ms (fwd %.2f, bwd %.2f)%s;" % (
+            j["tokens"], j["d"], j["f"], j["experts"], j["top_k"], j.get("expert_gemm"),
+            j["fwd_bwd_ms"], j.get("fwd_ms", -1), j.get("bwd_ms", -1), torch), end=" ")
+    elif j.get("bench") == "attention":
+        print("attention %s S%d Dh%d fwd %.2f bwd %.2f ms;" % (
+            j.get("attention"), j.get("seq", -1), j.get("head_dim", -1),
+            j.get("forward_ms", -1), j.get("backward_ms", -1)), end=" ")
+EOF
+)"
   return $rc
 }
 
