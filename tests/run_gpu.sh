@@ -473,8 +473,9 @@ assert hasattr(torch, "_grouped_mm"), "torch %s has no _grouped_mm" % torch.__ve
     --f 2048 --experts 16 --top-k 2 --iterations 10 --warmup 2 | tee -a "$RESULTS/layer.jsonl" ||
     rc=1
   # The attention core alone, the GEMM path in f32 and on bf16 operands and the fused kernels
-  # (MOMOE_ATTENTION=gemm-bf16, =fused; each line's "attention" says which ran), at gpu-large's shape (16 sequences of 1024, 16 heads of
-  # 64) and at heads of 128 over 2048 positions: times, causal TFLOP/s and the GEMM rate beside.
+  # (MOMOE_ATTENTION=gemm-bf16, =fused; each line's "attention" says which ran), at gpu-large's
+  # shape (16 sequences of 1024, 16 heads of 64) and at heads of 128 over 2048 positions: times,
+  # causal TFLOP/s and the GEMM rate beside.
   local attention shape preset
   for shape in "--batch 16 --heads 16 --seq 1024 --head-dim 64" \
                "--batch 4 --heads 16 --seq 2048 --head-dim 128"; do
@@ -484,6 +485,28 @@ assert hasattr(torch, "_grouped_mm"), "torch %s has no _grouped_mm" % torch.__ve
         --iterations 10 --warmup 2 | tee -a "$RESULTS/layer.jsonl" || rc=1
     done
   done
+  # The layer and attention lines in one key line (summary.txt), beside the training lines'
+  # (before the profiles, which a call cut short at the stage's box would lose).
+  key "layers and attention: $(py - "$RESULTS/layer.jsonl" 2>/dev/null <<'EOF'
+import json, sys
+for line in open(sys.argv[1]):
+    try:
+        j = json.loads(line)
+    except ValueError:
+        continue  # a library's stray line among the results
+    if j.get("bench") == "layer":
+        torch = ""
+        if "speedup_vs_torch" in j:
+            torch = " torch %.2f ms: %.2fx" % (j["torch_fwd_bwd_ms"], j["speedup_vs_torch"])
+        print("T%d D%d F%d E%d K%d %s %.2f ms (fwd %.2f, bwd %.2f)%s;" % (
+            j["tokens"], j["d"], j["f"], j["experts"], j["top_k"], j.get("expert_gemm"),
+            j["fwd_bwd_ms"], j.get("fwd_ms", -1), j.get("bwd_ms", -1), torch), end=" ")
+    elif j.get("bench") == "attention":
+        print("attention %s S%d Dh%d fwd %.2f bwd %.2f ms;" % (
+            j.get("attention"), j.get("seq", -1), j.get("head_dim", -1),
+            j.get("forward_ms", -1), j.get("backward_ms", -1)), end=" ")
+EOF
+)"
   # Where shapes 2 and 1 spend their time, kernel by kernel (one forward + backward, no
   # warm-up, plus the floors' own GEMM and copy): Nsight Compute's duration per kernel
   # (layer_profile.csv, layer_profile_shape1.csv; window 1 profiled shape 2 only, and shape 1 is
@@ -509,27 +532,6 @@ assert hasattr(torch, "_grouped_mm"), "torch %s has no _grouped_mm" % torch.__ve
   else
     echo "layer: no ncu on this machine: no per-kernel profile"
   fi
-  # The layer and attention lines in one key line (summary.txt), beside the training lines'.
-  key "layers and attention: $(py - "$RESULTS/layer.jsonl" 2>/dev/null <<'EOF'
-import json, sys
-for line in open(sys.argv[1]):
-    try:
-        j = json.loads(line)
-    except ValueError:
-        continue  # a library's stray line among the results
-    if j.get("bench") == "layer":
-        torch = ""
-        if "speedup_vs_torch" in j:
-            torch = " torch %.2f ms: %.2fx" % (j["torch_fwd_bwd_ms"], j["speedup_vs_torch"])
-        print("T%d D%d F%d E%d K%d %s %.2f ms (fwd %.2f, bwd %.2f)%s;" % (
-            j["tokens"], j["d"], j["f"], j["experts"], j["top_k"], j.get("expert_gemm"),
-            j["fwd_bwd_ms"], j.get("fwd_ms", -1), j.get("bwd_ms", -1), torch), end=" ")
-    elif j.get("bench") == "attention":
-        print("attention %s S%d Dh%d fwd %.2f bwd %.2f ms;" % (
-            j.get("attention"), j.get("seq", -1), j.get("head_dim", -1),
-            j.get("forward_ms", -1), j.get("backward_ms", -1)), end=" ")
-EOF
-)"
   return $rc
 }
 
