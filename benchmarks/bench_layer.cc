@@ -14,12 +14,13 @@
 // (dropless, bf16). A finiteness pre-check runs before timing.
 //
 //   momoe-bench layer [--tokens 2048] [--d 352] [--f 352] [--experts 16] [--top-k 2]
-//                     [--variant plain|momentum|ac|sparsemixer] [--iterations 5] [--warmup 1]
+//                     [--variant plain|momentum|adam|robust|ac|sparsemixer]
+//                     [--iterations 5] [--warmup 1]
 //                     [--threads 0]   (CPU threads; 0 = every core) [--device cpu|cuda]
 //                     [--dtype f32|bf16] [--dropless 0|1] [--shape 1|2|3|4] [--torch 0|1]
 //                     [--activation relu|gelu|swiglu] [--score softmax|sigmoid] [--shared N]
 //                     [--shared-gate 0|1] [--bias-rate R] [--groups G --topk-groups g]
-//                     [--compare fine-grained|options] [--rounds 5]
+//                     [--compare fine-grained|options|variants] [--rounds 5]
 //   momoe-bench layer --device cuda --shape 1 --torch 1 --iterations 20 --warmup 5
 // The routing of current models: --shared N adds N shared experts of width f (--shared-gate 1:
 // under Qwen2-MoE's sigmoid gate), --bias-rate R
@@ -29,7 +30,8 @@
 // one (64 experts, top 8, width f / 8) and prints their time per active FLOP's ratio;
 // --compare options times the layer alone, with loss-free balancing (rate 1e-3), with one shared
 // expert and with one gated shared expert, and prints what each adds beyond its own GEMMs (the
-// shared FFN timed alone).
+// shared FFN timed alone); --compare variants times MomentumSMoE, AdamSMoE, Robust
+// MomentumSMoE, the AC router and SparseMixer against the plain layer and prints each overhead.
 // gemm_share is the layer's time inside BLAS tiles over its whole time (the rest: routing,
 // dispatch, activation, combine; CPU only).
 #include <sys/wait.h>
@@ -139,13 +141,13 @@ struct LayerOptions {
   int threads = 0;
   std::string device;
   bool with_torch = false;
-  std::string compare;  // "", "fine-grained" or "options" (bench_layer)
+  std::string compare;  // "", "fine-grained", "options" or "variants" (bench_layer)
   int rounds = 5;       // --compare: interleaved timing rounds
 };
 
 // The routing of current models: --score softmax|sigmoid, --shared N (shared experts of width
 // f), --bias-rate R (loss-free balancing), --groups G --topk-groups g; --compare
-// fine-grained|options (bench_layer).
+// fine-grained|options|variants (bench_layer).
 Status apply_modern_options(const Args& a, LayerOptions* o) {
   const std::string score = a.get_str("score", "softmax");
   if (score != "softmax" && score != "sigmoid") {
@@ -166,8 +168,10 @@ Status apply_modern_options(const Args& a, LayerOptions* o) {
   o->compare = a.get_str("compare", "");
   o->rounds = static_cast<int>(a.get("rounds", 5));
   if (o->rounds < 1) return invalid_argument_error("--rounds must be >= 1");
-  if (!o->compare.empty() && o->compare != "fine-grained" && o->compare != "options") {
-    return invalid_argument_error("--compare ", o->compare, " is not one of fine-grained, options");
+  if (!o->compare.empty() && o->compare != "fine-grained" && o->compare != "options" &&
+      o->compare != "variants") {
+    return invalid_argument_error("--compare ", o->compare,
+                                  " is not one of fine-grained, options, variants");
   }
   return Status::OK();
 }
@@ -551,6 +555,50 @@ Status compare_options(const LayerOptions& o, int cuda_device) {
   return Status::OK();
 }
 
+// The layer of `o` as variant v: its residual, router and top-k as layer_config sets them, every
+// other setting (dtype, dropless, activation, ...) kept.
+LayerOptions with_variant(const LayerOptions& o, LayerVariant v) {
+  LayerOptions r = o;
+  const MoeLayerConfig c = layer_config(o.d, o.f, o.cfg.num_experts, o.cfg.top_k, v);
+  r.variant = v;
+  r.cfg.residual = c.residual;
+  r.cfg.ac.enabled = c.ac.enabled;
+  r.cfg.sparsemixer.enabled = c.sparsemixer.enabled;
+  r.cfg.top_k = c.top_k;
+  return r;
+}
+
+// --compare variants: the papers' layers against the plain one of the same shape (the H100
+// issue's target: each adds at most 3%): MomentumSMoE, AdamSMoE, Robust MomentumSMoE and the
+// Adaptive Clustering router against plain top-k, SparseMixer (top 1) against plain top 1. Each
+// layer's line first, then --rounds interleaved rounds; each overhead is the median over rounds
+// of its time over its baseline's, less 1.
+Status compare_variants(const LayerOptions& o, int cuda_device) {
+  const LayerVariant kinds[] = {LayerVariant::kPlain, LayerVariant::kMomentum,
+                                LayerVariant::kAdam,  LayerVariant::kRobust,
+                                LayerVariant::kAc,    LayerVariant::kSparseMixer};
+  std::vector<LayerOptions> layers;
+  for (LayerVariant v : kinds) layers.push_back(with_variant(o, v));
+  LayerOptions plain_top1 = layers[0];
+  plain_top1.cfg.top_k = 1;
+  layers.push_back(plain_top1);
+  for (const LayerOptions& l : layers) {
+    MOE_RETURN_IF_ERROR(l.cfg.validate(variant_name(l.variant)));
+    MOE_RETURN_IF_ERROR(run_layer(l, cuda_device).status());
+  }
+  MOE_ASSIGN_OR_RETURN(const auto t, interleaved_rounds(layers, o.rounds, cuda_device));
+  JsonLine j("layer_compare");
+  j.str("compare", "variants").num("rounds", o.rounds).num("plain_ms", median_of(t[0]) * 1e3);
+  for (size_t i = 1; i + 1 < layers.size(); ++i) {
+    const size_t base = layers[i].variant == LayerVariant::kSparseMixer ? layers.size() - 1 : 0;
+    std::vector<double> over;
+    for (int r = 0; r < o.rounds; ++r) over.push_back(t[i][r] / t[base][r] - 1);
+    j.num(str_cat(variant_name(layers[i].variant), "_overhead"), median_of(over));
+  }
+  std::printf("%s\n", j.dump().c_str());
+  return Status::OK();
+}
+
 }  // namespace
 
 StatusOr<BenchRun> bench_layer(int argc, char** argv, comm::World* world) {
@@ -562,6 +610,7 @@ StatusOr<BenchRun> bench_layer(int argc, char** argv, comm::World* world) {
   return BenchRun([o, cuda_device]() -> Status {
     if (o.compare == "fine-grained") return compare_fine_grained(o, cuda_device);
     if (o.compare == "options") return compare_options(o, cuda_device);
+    if (o.compare == "variants") return compare_variants(o, cuda_device);
     return run_layer(o, cuda_device).status();
   });
 }

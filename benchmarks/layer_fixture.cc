@@ -14,6 +14,10 @@ const char* variant_name(LayerVariant v) {
       return "plain";
     case LayerVariant::kMomentum:
       return "momentum";
+    case LayerVariant::kAdam:
+      return "adam";
+    case LayerVariant::kRobust:
+      return "robust";
     case LayerVariant::kAc:
       return "ac";
     case LayerVariant::kSparseMixer:
@@ -23,11 +27,12 @@ const char* variant_name(LayerVariant v) {
 }
 
 StatusOr<LayerVariant> parse_variant(const std::string& name) {
-  for (LayerVariant v : {LayerVariant::kPlain, LayerVariant::kMomentum, LayerVariant::kAc,
-                         LayerVariant::kSparseMixer}) {
+  for (LayerVariant v : {LayerVariant::kPlain, LayerVariant::kMomentum, LayerVariant::kAdam,
+                         LayerVariant::kRobust, LayerVariant::kAc, LayerVariant::kSparseMixer}) {
     if (name == variant_name(v)) return v;
   }
-  return invalid_argument_error("variant '", name, "' is not plain, momentum, ac or sparsemixer");
+  return invalid_argument_error("variant '", name,
+                                "' is not plain, momentum, adam, robust, ac or sparsemixer");
 }
 
 MoeLayerConfig layer_config(int64_t d, int64_t f, int64_t experts, int64_t top_k, LayerVariant v) {
@@ -37,7 +42,10 @@ MoeLayerConfig layer_config(int64_t d, int64_t f, int64_t experts, int64_t top_k
   cfg.num_experts = experts;
   cfg.top_k = v == LayerVariant::kSparseMixer ? 1 : top_k;
   cfg.capacity_factor = 1.25;
-  cfg.residual = v == LayerVariant::kMomentum ? ResidualKind::kHeavyBall : ResidualKind::kPlain;
+  cfg.residual = v == LayerVariant::kMomentum ? ResidualKind::kHeavyBall
+                 : v == LayerVariant::kAdam   ? ResidualKind::kAdam
+                 : v == LayerVariant::kRobust ? ResidualKind::kRobust
+                                              : ResidualKind::kPlain;
   cfg.ac.enabled = v == LayerVariant::kAc;
   cfg.sparsemixer.enabled = v == LayerVariant::kSparseMixer;
   return cfg;

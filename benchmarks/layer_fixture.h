@@ -10,9 +10,11 @@
 
 namespace moe::bench {
 
-enum class LayerVariant { kPlain, kMomentum, kAc, kSparseMixer };
+// The layer's routing and residual variants: plain SMoE, MomentumSMoE (heavy ball), AdamSMoE,
+// Robust MomentumSMoE, the Adaptive Clustering router, SparseMixer (top 1).
+enum class LayerVariant { kPlain, kMomentum, kAdam, kRobust, kAc, kSparseMixer };
 const char* variant_name(LayerVariant v);
-// "plain" | "momentum" | "ac" | "sparsemixer"; kInvalidArgument otherwise.
+// "plain" | "momentum" | "adam" | "robust" | "ac" | "sparsemixer"; kInvalidArgument otherwise.
 StatusOr<LayerVariant> parse_variant(const std::string& name);
 
 // The benchmarks' layer config: capacity 1.25, ReLU, the variant's router and residual.

@@ -115,13 +115,15 @@ const char* usage_of(const std::string& cmd) {
   if (cmd == "layer") {
     return "momoe-bench layer: the MoE layer forward + backward against a dense GEMM floor\n"
            "  --tokens 2048  --d 352  --f 352  --experts 16  --top-k 2\n"
-           "  --variant plain|momentum|ac|sparsemixer (plain)  --iterations 5  --warmup 1\n"
+           "  --variant plain|momentum|adam|robust|ac|sparsemixer (plain)\n"
+           "  --iterations 5  --warmup 1\n"
            "  --threads 0 (CPU threads; 0 = every core)  --device cpu|cuda (cpu)\n"
            "  --dtype f32|bf16  --dropless 0|1  --activation relu|gelu|swiglu (relu)\n"
            "  --score softmax|sigmoid (softmax)  --shared 0  --shared-gate 0|1 (0)\n"
-           "  --bias-rate 0  --groups 1  --topk-groups 0  --compare fine-grained|options (the\n"
-           "  fine-grained layer against the coarse one; loss-free balancing and shared experts,\n"
-           "  gated or not, against the layer alone)\n";
+           "  --bias-rate 0  --groups 1  --topk-groups 0\n"
+           "  --compare fine-grained|options|variants (the fine-grained layer against the coarse\n"
+           "  one; loss-free balancing and shared experts, gated or not, against the layer alone;\n"
+           "  the papers' variants against the plain layer)  --rounds 5\n";
   }
   if (cmd == "train") {
     return "momoe-bench train: training throughput (tokens/s) and model FLOP/s (on a GPU the MFU\n"

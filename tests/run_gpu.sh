@@ -466,6 +466,10 @@ assert hasattr(torch, "_grouped_mm"), "torch %s has no _grouped_mm" % torch.__ve
     MOMOE_EXPERT_GEMM=loop "$BIN/momoe-bench" layer --device cuda --shape "$shape" |
       tee -a "$RESULTS/layer.jsonl" || rc=1
   done
+  # The papers' variants against the plain layer at shape 1 (the issue's target: each adds at
+  # most 3%; SparseMixer against plain top 1): one line each, then the overheads.
+  "$BIN/momoe-bench" layer --device cuda --shape 1 --compare variants --rounds 3 --iterations 5 \
+    --warmup 1 | tee -a "$RESULTS/layer.jsonl" || rc=1
   # gpu-large's MoE layer alone (16,384 tokens of width 1024, 16 experts of 2048, top 2, in
   # capacity mode as that preset trains): its share of gpu-large's step, beside the attention
   # core's below (12 of each a step).
@@ -498,9 +502,14 @@ for line in open(sys.argv[1]):
         torch = ""
         if "speedup_vs_torch" in j:
             torch = " torch %.2f ms: %.2fx" % (j["torch_fwd_bwd_ms"], j["speedup_vs_torch"])
-        print("T%d D%d F%d E%d K%d %s %.2f ms (fwd %.2f, bwd %.2f)%s;" % (
-            j["tokens"], j["d"], j["f"], j["experts"], j["top_k"], j.get("expert_gemm"),
+        variant = "" if j.get("variant") == "plain" else " " + j.get("variant", "?")
+        print("T%d D%d F%d E%d K%d%s %s %.2f ms (fwd %.2f, bwd %.2f)%s;" % (
+            j["tokens"], j["d"], j["f"], j["experts"], j["top_k"], variant, j.get("expert_gemm"),
             j["fwd_bwd_ms"], j.get("fwd_ms", -1), j.get("bwd_ms", -1), torch), end=" ")
+    elif j.get("bench") == "layer_compare" and j.get("compare") == "variants":
+        print("variants over plain: %s;" % ", ".join(
+            "%s %+.1f%%" % (k[:-len("_overhead")], 100 * v) for k, v in j.items()
+            if k.endswith("_overhead")), end=" ")
     elif j.get("bench") == "attention":
         print("attention %s S%d Dh%d fwd %.2f bwd %.2f ms;" % (
             j.get("attention"), j.get("seq", -1), j.get("head_dim", -1),
