@@ -36,8 +36,9 @@
 #   model     180  (39 s) the whole model, every config family and Mixtral's, Qwen2-MoE's and
 #                  Qwen3-MoE's presets, GPU against CPU: FP32 20 steps (routing counted, flips
 #                  and their first step stated), BF16 100 steps (and again with the fused
-#                  attention for two families), repeat runs, checkpoints across devices, one
-#                  sync per step, CUDA graph steps against eager ones (gpu_training_test)
+#                  and the gemm-bf16 attention for two families), repeat runs, checkpoints
+#                  across devices, one sync per step, CUDA graph steps against eager ones, each
+#                  step's allocator peak against the memory estimate (gpu_training_test)
 #   memcheck   70  (7 s) compute-sanitizer memcheck on the kernel tests
 #   smoke      60  (19 s) training tokens/s on the GPU (momoe-bench train, FP32 and BF16), a
 #                  40-step momoe-train run whose checkpoint momoe-eval scores on the GPU and on
