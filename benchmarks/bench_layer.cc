@@ -21,6 +21,7 @@
 //                     [--activation relu|gelu|swiglu] [--score softmax|sigmoid] [--shared N]
 //                     [--shared-gate 0|1] [--bias-rate R] [--groups G --topk-groups g]
 //                     [--compare fine-grained|options|variants] [--rounds 5]
+//                     [--forward-alone 0|1]
 //   momoe-bench layer --device cuda --shape 1 --torch 1 --iterations 20 --warmup 5
 // The routing of current models: --shared N adds N shared experts of width f (--shared-gate 1:
 // under Qwen2-MoE's sigmoid gate), --bias-rate R
@@ -143,6 +144,9 @@ struct LayerOptions {
   bool with_torch = false;
   std::string compare;  // "", "fine-grained", "options" or "variants" (bench_layer)
   int rounds = 5;       // --compare: interleaved timing rounds
+  // Also time the forward alone (fwd_ms, bwd_ms); 0 keeps a profiled run to its forward +
+  // backward passes.
+  bool forward_alone = true;
 };
 
 // The routing of current models: --score softmax|sigmoid, --shared N (shared experts of width
@@ -180,12 +184,12 @@ Status apply_modern_options(const Args& a, LayerOptions* o) {
 // one of issue 21's shapes in bf16, dropless); the benchmark runs on one rank.
 StatusOr<LayerOptions> parse_layer_options(int argc, char** argv, const comm::World& world) {
   MOE_ASSIGN_OR_RETURN(
-      Args a,
-      Args::parse(argc, argv,
-                  {"tokens",     "d",           "f",       "experts", "top-k",      "variant",
-                   "iterations", "warmup",      "threads", "device",  "dtype",      "dropless",
-                   "activation", "shape",       "torch",   "score",   "shared",     "bias-rate",
-                   "groups",     "topk-groups", "compare", "rounds",  "shared-gate"}));
+      Args a, Args::parse(argc, argv,
+                          {"tokens",  "d",          "f",           "experts",      "top-k",
+                           "variant", "iterations", "warmup",      "threads",      "device",
+                           "dtype",   "dropless",   "activation",  "shape",        "torch",
+                           "score",   "shared",     "bias-rate",   "groups",       "topk-groups",
+                           "compare", "rounds",     "shared-gate", "forward-alone"}));
   if (world.size() != 1) return invalid_argument_error("momoe-bench layer runs on one rank");
   LayerOptions o;
   MOE_ASSIGN_OR_RETURN(o.variant, parse_variant(a.get_str("variant", "plain")));
@@ -232,6 +236,14 @@ StatusOr<LayerOptions> parse_layer_options(int argc, char** argv, const comm::Wo
         "--torch compares the plain dropless layer (the reference has no capacity and no "
         "residual variant): use --variant plain --dropless 1");
   }
+  if (o.with_torch && !o.compare.empty()) {
+    return invalid_argument_error(
+        "--torch times one layer against PyTorch: leave it out of --compare");
+  }
+  if (o.compare == "variants" && o.variant != LayerVariant::kPlain) {
+    return invalid_argument_error("--compare variants times every variant: leave out --variant");
+  }
+  o.forward_alone = a.get("forward-alone", 1) != 0;
   return o;
 }
 
@@ -416,7 +428,9 @@ StatusOr<double> run_layer(const LayerOptions& o, int cuda_device) {
   LayerFixture fixture(o.cfg, o.tokens, nullptr, 0, o.act, o.threads, cuda_device);
   Context& ctx = fixture.context();
   MOE_ASSIGN_OR_RETURN(LayerTiming layer, time_layer(o, fixture));
-  MOE_ASSIGN_OR_RETURN(layer.fwd, time_forward(o, fixture));
+  if (o.forward_alone) {
+    MOE_ASSIGN_OR_RETURN(layer.fwd, time_forward(o, fixture));
+  }
   Floors floors;
   MOE_RETURN_IF_ERROR(time_floors(o, ctx, &floors));
   JsonLine j = layer_line(o, ctx, layer, floors);
@@ -582,10 +596,9 @@ Status compare_variants(const LayerOptions& o, int cuda_device) {
   LayerOptions plain_top1 = layers[0];
   plain_top1.cfg.top_k = 1;
   layers.push_back(plain_top1);
-  for (const LayerOptions& l : layers) {
-    MOE_RETURN_IF_ERROR(l.cfg.validate(variant_name(l.variant)));
-    MOE_RETURN_IF_ERROR(run_layer(l, cuda_device).status());
-  }
+  // Every layer checked before any is timed (SparseMixer refuses some routing options).
+  for (const LayerOptions& l : layers) MOE_RETURN_IF_ERROR(l.cfg.validate(variant_name(l.variant)));
+  for (const LayerOptions& l : layers) MOE_RETURN_IF_ERROR(run_layer(l, cuda_device).status());
   MOE_ASSIGN_OR_RETURN(const auto t, interleaved_rounds(layers, o.rounds, cuda_device));
   JsonLine j("layer_compare");
   j.str("compare", "variants").num("rounds", o.rounds).num("plain_ms", median_of(t[0]) * 1e3);

@@ -106,6 +106,13 @@ LayerFixture::LayerFixture(const MoeLayerConfig& cfg, int64_t tokens, comm::Comm
     top1.data<int32_t>()[t] = static_cast<int32_t>(t % cfg.num_experts);
   }
   prev_top1_ = ctx_->upload(top1).value();
+  if (cfg.residual == ResidualKind::kAdam) {
+    // Moments arriving from an earlier layer, as in every AdamSMoE layer but the first (empty
+    // ones read as zeros and skip their loads): m ~ N(0, 1), v = 1.
+    adam_m_ = randn({tokens, d}, compute_dtype(act));
+    adam_v_ = ctx_->empty({tokens, d}, compute_dtype(act)).value();
+    MOE_CHECK(kernels::init_constant(*ctx_, adam_v_, 1.0).ok());
+  }
 }
 
 Status LayerFixture::forward(MoeLayerSaved* saved) {
@@ -113,6 +120,8 @@ Status LayerFixture::forward(MoeLayerSaved* saved) {
   in.x_in = x_;
   in.x_base = x_;
   in.p_in = p_;
+  in.adam_m_in = adam_m_;
+  in.adam_v_in = adam_v_;
   in.prev_top1 = prev_top1_;
   in.token_offset = token_offset_;
   MOE_ASSIGN_OR_RETURN(MoeLayerOutputs out, layer_->forward(in, saved));

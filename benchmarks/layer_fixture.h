@@ -47,6 +47,7 @@ class LayerFixture {
   ParameterSet params_;
   std::unique_ptr<MoeLayer> layer_;
   Tensor x_, p_, prev_top1_, d_out_, out_, d_x_;
+  Tensor adam_m_, adam_v_;  // AdamSMoE's incoming moments (a layer past the first); else empty
 };
 
 }  // namespace moe::bench

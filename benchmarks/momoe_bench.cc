@@ -123,7 +123,8 @@ const char* usage_of(const std::string& cmd) {
            "  --bias-rate 0  --groups 1  --topk-groups 0\n"
            "  --compare fine-grained|options|variants (the fine-grained layer against the coarse\n"
            "  one; loss-free balancing and shared experts, gated or not, against the layer alone;\n"
-           "  the papers' variants against the plain layer)  --rounds 5\n";
+           "  the papers' variants against the plain layer)  --rounds 5\n"
+           "  --forward-alone 0|1 (1: also time the forward alone: fwd_ms, bwd_ms)\n";
   }
   if (cmd == "train") {
     return "momoe-bench train: training throughput (tokens/s) and model FLOP/s (on a GPU the MFU\n"

@@ -67,11 +67,12 @@
 #                  (MOMOE_ATTENTION=fused); then momoe's MoE layer
 #                  against PyTorch's grouped-GEMM layer (momoe-bench layer --device cuda
 #                  --shape 1..4 --torch 1), shapes 1, 2, 4 with one cuBLAS call per expert
-#                  block (MOMOE_EXPERT_GEMM=loop), gpu-large's MoE layer and attention core
-#                  (momoe-bench attention)
-#                  -> layer.jsonl, and shapes 2 and 1's time per kernel under ncu ->
-#                  layer_profile.csv, layer_profile_shape1.csv, and one gpu-large training
-#                  step's -> train_profile_gpu_large.csv (all in results.tgz)
+#                  block (MOMOE_EXPERT_GEMM=loop), the papers' variants against the plain
+#                  layer (--compare variants), gpu-large's MoE layer and attention core
+#                  (momoe-bench attention, three paths) -> layer.jsonl; then, while the box
+#                  has room, shapes 2 and 1's time per kernel under ncu -> layer_profile.csv,
+#                  layer_profile_shape1.csv, and one gpu-large training step's ->
+#                  train_profile_gpu_large.csv (all in results.tgz)
 #   only when named:
 #   build     420  without a bundle: configure and build BUILD_DIR (default build-gpu)
 #
@@ -408,6 +409,22 @@ EOF
   return $rc
 }
 
+# profile LIMIT NAME COMMAND...: Nsight Compute's duration per kernel of COMMAND into
+# RESULTS/NAME.csv, when the stage's box (STAGE_BOX; SECONDS counts the stage's own time) leaves
+# LIMIT seconds and a margin: a stage cut at its box counts as failed, a profile left out does not.
+profile() {
+  local limit=$1 name=$2 left
+  shift 2
+  left=$(( ${STAGE_BOX:-100000} - SECONDS ))
+  if [ "$left" -lt $((limit + 15)) ]; then
+    echo "layer: no time left for the $name profile ($left s of the stage's box)"
+    return 0
+  fi
+  timeout "$limit" ncu --metrics gpu__time_duration.sum --print-summary per-kernel --csv "$@" \
+    > "$RESULTS/$name.csv" 2> "$RESULTS/$name.log" ||
+    echo "layer: the $name profile failed (see $name.log in results.tgz)"
+}
+
 stage_layer() {
   local rc=0 shape
   # First what tells most per minute: whole training steps (a call cut short keeps them).
@@ -517,28 +534,21 @@ for line in open(sys.argv[1]):
             j.get("forward_ms", -1), j.get("backward_ms", -1)), end=" ")
 EOF
 )"
-  # Where shapes 2 and 1 spend their time, kernel by kernel (one forward + backward, no
-  # warm-up, plus the floors' own GEMM and copy): Nsight Compute's duration per kernel
-  # (layer_profile.csv, layer_profile_shape1.csv; window 1 profiled shape 2 only, and shape 1 is
-  # the furthest behind PyTorch). A profile that cannot run (no ncu, no counter permission) is
-  # reported, not failed.
+  # Where shapes 2 and 1 spend their time, kernel by kernel (the check step and one timed
+  # forward + backward, no warm-up, no forward alone, plus the floors' own GEMM and copy):
+  # layer_profile.csv, layer_profile_shape1.csv (window 1 profiled shape 2 only, and shape 1 is
+  # the furthest behind PyTorch). A profile that cannot run (no ncu, no counter permission) or
+  # finds no time left is reported, not failed.
   if command -v ncu > /dev/null; then
-    local suffix
-    for shape in 2 1; do
-      suffix=$([ "$shape" = 2 ] && echo "" || echo "_shape$shape")
-      timeout 120 ncu --metrics gpu__time_duration.sum --print-summary per-kernel --csv \
-        "$BIN/momoe-bench" layer --device cuda --shape "$shape" --iterations 1 --warmup 0 \
-        > "$RESULTS/layer_profile$suffix.csv" 2> "$RESULTS/layer_profile$suffix.log" ||
-        echo "layer: the ncu profile of shape $shape failed (layer_profile$suffix.log)"
-    done
-    # One eager gpu-large training step (after its initialisation: every kernel of the run is
-    # listed, the step's are those with 12 or 24 invocations): where its 236 ms go beside the
-    # 25 ms its FLOPs need at the GEMM rate (MFU 10% against the issue's 40%).
-    timeout 150 ncu --metrics gpu__time_duration.sum --print-summary per-kernel --csv \
-      "$BIN/momoe-bench" train --device cuda --precision BF16 --preset gpu-large --steps 1 \
-      --warmup 0 --cuda-graphs 0 --config "$ROOT/configs/quickstart.pbtxt" \
-      > "$RESULTS/train_profile_gpu_large.csv" 2> "$RESULTS/train_profile_gpu_large.log" ||
-      echo "layer: the ncu profile of a gpu-large step failed (train_profile_gpu_large.log)"
+    profile 100 layer_profile "$BIN/momoe-bench" layer --device cuda --shape 2 --iterations 1 \
+      --warmup 0 --forward-alone 0
+    profile 100 layer_profile_shape1 "$BIN/momoe-bench" layer --device cuda --shape 1 \
+      --iterations 1 --warmup 0 --forward-alone 0
+    # One eager gpu-large training step (the run's initialisation is listed too: the step's
+    # kernels are the MoE and attention ones with 12 or 24 invocations, and the rest by name):
+    # where its 236 ms go beside the 25 ms its FLOPs need at the GEMM rate (MFU 10% against 40%).
+    profile 130 train_profile_gpu_large "$BIN/momoe-bench" train --device cuda --precision BF16 \
+      --preset gpu-large --steps 1 --warmup 0 --cuda-graphs 0 --config "$ROOT/configs/quickstart.pbtxt"
   else
     echo "layer: no ncu on this machine: no per-kernel profile"
   fi
@@ -928,7 +938,8 @@ for stage in "${STAGES[@]}"; do
   [ "$box" -gt "$left" ] && box=$left
   echo "== $stage (at most ${box} s)"
   t0=$(date +%s)
-  STAGE=$stage timeout --kill-after=10 "$box" "$SELF" --run-stage "$stage" > "$RESULTS/$stage.log" 2>&1
+  STAGE=$stage STAGE_BOX=$box timeout --kill-after=10 "$box" "$SELF" --run-stage "$stage" \
+    > "$RESULTS/$stage.log" 2>&1
   rc=$?
   SECS[$stage]=$(($(date +%s) - t0))
   case $rc in

@@ -31,9 +31,9 @@ struct RunDevice {
 StatusOr<RunDevice> make_run_device(DeviceKind kind, const ContextOptions& host_options, int rank);
 
 // Device memory a step needs beyond estimate_training_memory (which counts what the CPU holds):
-// the CUDA attention's score scratch (forward probabilities, backward probabilities and their
-// gradient: B*H*S*S floats each; the fused kernels' B*H*S row sums instead) and the cuBLAS
-// workspace. 0 on the CPU.
+// the CUDA attention's score scratch, 12 bytes per B*H*S*S score on either GEMM path (the f32
+// path's backward holds p and dP in f32, the gemm-bf16 path's s and dP in f32 with P m and dS in
+// bf16), or the fused kernels' B*H*S row sums instead, and the cuBLAS workspace. 0 on the CPU.
 int64_t device_scratch_bytes(const RunConfig& cfg, int world_size);
 
 }  // namespace moe

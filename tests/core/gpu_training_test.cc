@@ -377,6 +377,43 @@ TEST_F(GpuTrainingTest, CheckpointsMoveBetweenTheGpuAndTheCpu) {
   fs::remove_all(dir);
 }
 
+// A run's steps' recorded allocator peaks, the memory check's estimate less cuBLAS's workspace,
+// and how many lines of its metrics.jsonl carry a peak; peaks is short where a step failed
+// (reported). The run's directory is removed.
+struct PeakRecord {
+  double estimate = 0;
+  std::vector<int64_t> peaks;
+  int carried = 0;
+};
+PeakRecord record_peaks(const RunConfig& cfg, int steps) {
+  PeakRecord r;
+  const std::string run = fresh_dir("gpu_memory");
+  {
+    auto t = Trainer::create(cfg, quiet_options(run, false), nullptr);
+    if (!t.ok()) {
+      ADD_FAILURE() << t.status().to_string();
+      fs::remove_all(run);
+      return r;
+    }
+    r.estimate = static_cast<double>((*t)->memory_estimate().total()) -
+                 static_cast<double>(Context::kCublasWorkspaceBytes);
+    for (int i = 0; i < steps; ++i) {
+      StatusOr<StepStatsInfo> st = (*t)->step();
+      if (!st.ok()) {
+        ADD_FAILURE() << st.status().to_string();
+        break;
+      }
+      r.peaks.push_back(st->peak_tensor_bytes.value_or(-1));
+    }
+  }
+  std::ifstream metrics(run + "/metrics.jsonl");
+  for (std::string line; std::getline(metrics, line);) {
+    if (line.find("\"peak_tensor_bytes\":") != std::string::npos) ++r.carried;
+  }
+  fs::remove_all(run);
+  return r;
+}
+
 // The memory of a GPU step (the memory-estimate half of the multi-device issue): each step records
 // the CUDA pool allocator's peak (a replayed step its recording's), metrics.jsonl carries it on
 // every training line, and the estimate the memory check uses brackets it: never below it (the
@@ -387,41 +424,27 @@ TEST_F(GpuTrainingTest, CheckpointsMoveBetweenTheGpuAndTheCpu) {
 // Mixtral's block (dropless), FP32 and BF16, without and with full recomputation. Ratios printed.
 TEST_F(GpuTrainingTest, StepsRecordTheAllocatorsPeakWhichTheEstimateBrackets) {
   constexpr int kSteps = 4;
-  const double workspace = static_cast<double>(Context::kCublasWorkspaceBytes);
   for (const std::string family : {"quickstart", "modern/mixtral"}) {
     for (const char* precision : {"FP32", "BF16"}) {
       for (const char* recompute : {"NONE", "FULL"}) {
         const std::string what = str_cat(family, " ", precision, " recompute ", recompute);
         SCOPED_TRACE(what);
-        const std::string run = fresh_dir("gpu_memory");
         StatusOr<RunConfig> cfg =
             config(family, precision, "CUDA", kSteps,
                    {str_cat("train.recompute=", recompute), "train.log_every=1"});
-        ASSERT_TRUE(cfg.ok()) << cfg.status().to_string();
-        std::vector<int64_t> peaks;
-        double estimate = 0;
-        {
-          auto t = Trainer::create(*cfg, quiet_options(run, false), nullptr);
-          ASSERT_TRUE(t.ok()) << t.status().to_string();
-          estimate = static_cast<double>((*t)->memory_estimate().total()) - workspace;
-          for (int i = 0; i < kSteps; ++i) {
-            StatusOr<StepStatsInfo> st = (*t)->step();
-            ASSERT_TRUE(st.ok()) << st.status().to_string();
-            peaks.push_back(st->peak_tensor_bytes.value_or(-1));
-          }
+        if (!cfg.ok()) {
+          ADD_FAILURE() << cfg.status().to_string();
+          continue;
         }
-        std::ifstream metrics(run + "/metrics.jsonl");
-        int carried = 0;
-        for (std::string line; std::getline(metrics, line);) {
-          if (line.find("\"peak_tensor_bytes\":") != std::string::npos) ++carried;
-        }
-        fs::remove_all(run);
-        EXPECT_EQ(carried, kSteps) << "training lines of metrics.jsonl with the step's peak";
-        for (int i = 0; i < kSteps; ++i) {
-          ASSERT_GT(peaks[i], 0) << "step " << i + 1 << " recorded no allocator peak";
-          const double ratio = estimate / static_cast<double>(peaks[i]);
-          std::printf("[ gpu ] memory %s step %d: estimate %.2f MiB, peak %.2f MiB, ratio %.2f\n",
-                      what.c_str(), i + 1, estimate / 1048576.0, peaks[i] / 1048576.0, ratio);
+        const PeakRecord r = record_peaks(*cfg, kSteps);
+        EXPECT_EQ(r.peaks.size(), static_cast<size_t>(kSteps));
+        EXPECT_EQ(r.carried, static_cast<int>(r.peaks.size()))
+            << "training lines of metrics.jsonl with the step's peak";
+        for (size_t i = 0; i < r.peaks.size(); ++i) {
+          const double peak = static_cast<double>(r.peaks[i]), ratio = r.estimate / peak;
+          EXPECT_GT(peak, 0) << "step " << i + 1 << " recorded no allocator peak";
+          std::printf("[ gpu ] memory %s step %zu: estimate %.2f MiB, peak %.2f MiB, ratio %.2f\n",
+                      what.c_str(), i + 1, r.estimate / 1048576.0, peak / 1048576.0, ratio);
           EXPECT_GE(ratio, 1.0) << "step " << i + 1 << ": the estimate is below the GPU's peak";
           EXPECT_LE(ratio, 1.6) << "step " << i + 1;
         }
