@@ -410,8 +410,9 @@ EOF
 }
 
 # profile LIMIT NAME COMMAND...: Nsight Compute's duration per kernel of COMMAND into
-# RESULTS/NAME.csv, when the stage's box (STAGE_BOX; SECONDS counts the stage's own time) leaves
-# LIMIT seconds and a margin: a stage cut at its box counts as failed, a profile left out does not.
+# RESULTS/NAME.csv (its largest kernels in the stage's key line: benchmarks/ncu_summary.py),
+# when the stage's box (STAGE_BOX; SECONDS counts the stage's own time) leaves LIMIT seconds and
+# a margin: a stage cut at its box counts as failed, a profile left out does not.
 profile() {
   local limit=$1 name=$2 left
   shift 2
@@ -420,9 +421,13 @@ profile() {
     echo "layer: no time left for the $name profile ($left s of the stage's box)"
     return 0
   fi
-  timeout "$limit" ncu --metrics gpu__time_duration.sum --print-summary per-kernel --csv "$@" \
-    > "$RESULTS/$name.csv" 2> "$RESULTS/$name.log" ||
+  if timeout "$limit" ncu --metrics gpu__time_duration.sum --print-summary per-kernel --csv "$@" \
+      > "$RESULTS/$name.csv" 2> "$RESULTS/$name.log"; then
+    # Its largest kernels in the key line (summary.txt), the whole table in results.tgz.
+    key "$name: $(py "$ROOT/benchmarks/ncu_summary.py" --top 8 "$RESULTS/$name.csv" 2>&1)"
+  else
     echo "layer: the $name profile failed (see $name.log in results.tgz)"
+  fi
 }
 
 stage_layer() {
