@@ -38,9 +38,9 @@ std::string name(const Case& c) {
 
 float round_bf16(float x) { return static_cast<float>(bf16(x)); }
 
-// The fused kernels' arithmetic (kernels/cuda/flash_attention.cu) in f32 on the host, sums in
-// index order: P = exp(s - lse) times the dropout scale, rounded to bf16, before O = P V; dS =
-// P (m dP - D) rounded to bf16 before dQ and dK; P m rounded to bf16 before dV. With
+// The fused kernels' arithmetic (kernels/cuda/flash_attention_kernels.cuh) in f32 on the host,
+// sums in index order: P = exp(s - lse) times the dropout scale, rounded to bf16, before O = P V;
+// dS = P (m dP - D) rounded to bf16 before dQ and dK; P m rounded to bf16 before dV. With
 // sums_in_double, the softmax row sum and D_i add in double, as attention_bf16.cu's row kernels
 // do (its products are cuBLAS's: f32 accumulation in another order, which the bound's per-
 // operation model covers as it covers the tensor cores').

@@ -1,7 +1,8 @@
 // Causal attention (kernels/attention.h) computed exactly, in double, beside a bound on how far a
 // computation with given rounding points may be from it: the cross-path rule's derived bound
-// (tests/testing/cross_path.h) for the fused GPU kernels (kernels/cuda/flash_attention.cu), whose
-// arithmetic differs from the CPU reference's in more than the order of sums.
+// (tests/testing/cross_path.h) for the fused GPU kernels
+// (kernels/cuda/flash_attention_kernels.cuh), whose arithmetic differs from the CPU reference's
+// in more than the order of sums.
 //
 // The bound is a first-order running-error analysis of that arithmetic, entry by entry:
 //   - every product and sum in f32 with relative error e32 per operation (2^-23: twice the unit
