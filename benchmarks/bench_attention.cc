@@ -71,7 +71,7 @@ StatusOr<AttentionTensors> make_tensors(Context& ctx, const AttentionOptions& o)
 
 Status run_both(Context& ctx, const kernels::AttentionArgs& a, AttentionTensors& t) {
   MOE_RETURN_IF_ERROR(kernels::attention_forward(ctx, a, t.qkv, t.out, t.lse));
-  return kernels::attention_backward(ctx, a, t.d_out, t.qkv, t.lse, t.d_qkv);
+  return kernels::attention_backward(ctx, a, t.d_out, t.qkv, t.out, t.lse, t.d_qkv);
 }
 
 // One run of the timed batch on `ctx`, its first sequence against the CPU reference on the same
@@ -107,11 +107,11 @@ Status measure(const AttentionOptions& o) {
         MOE_RETURN_IF_ERROR(kernels::attention_forward(*ctx, a, t.qkv, t.out, t.lse));
         return ctx->synchronize();
       }));
-  MOE_ASSIGN_OR_RETURN(
-      const Timing bwd, time_it(o.warm, o.iters, [&]() -> Status {
-        MOE_RETURN_IF_ERROR(kernels::attention_backward(*ctx, a, t.d_out, t.qkv, t.lse, t.d_qkv));
-        return ctx->synchronize();
-      }));
+  MOE_ASSIGN_OR_RETURN(const Timing bwd, time_it(o.warm, o.iters, [&]() -> Status {
+                         MOE_RETURN_IF_ERROR(kernels::attention_backward(*ctx, a, t.d_out, t.qkv,
+                                                                         t.out, t.lse, t.d_qkv));
+                         return ctx->synchronize();
+                       }));
   MOE_ASSIGN_OR_RETURN(const double gemm,
                        measure_gemm_rate(*ctx, o.dtype, cuda ? 4096 : 512, cuda ? 10 : 3));
   const double S = static_cast<double>(a.seq_len);

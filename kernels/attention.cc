@@ -92,17 +92,19 @@ Status attention_forward(Context& ctx, const AttentionArgs& a, const TensorView&
 }
 
 Status attention_backward(Context& ctx, const AttentionArgs& a, const TensorView& d_out,
-                          const TensorView& qkv, const TensorView& lse, const TensorView& d_qkv) {
+                          const TensorView& qkv, const TensorView& out, const TensorView& lse,
+                          const TensorView& d_qkv) {
   constexpr const char* kOp = "attention_backward";
   MOE_KERNEL_ENTRY_CUDA(ctx, kOp);
   int64_t D = 0;
   MOE_RETURN_IF_ERROR(check_args(ctx, kOp, a, qkv, &D));
   const int64_t S = a.seq_len, H = a.heads;
   MOE_RETURN_IF_ERROR(check_act_shape(kOp, qkv, "d_out", d_out, Shape{a.batch * S, D}));
+  MOE_RETURN_IF_ERROR(check_act_shape(kOp, qkv, "out", out, Shape{a.batch * S, D}));
   MOE_RETURN_IF_ERROR(check_device(ctx, kOp, "lse", lse));
   MOE_RETURN_IF_ERROR(check_compute(kOp, "lse", lse, qkv.dtype(), Shape{a.batch, H, S}));
   MOE_RETURN_IF_ERROR(check_act_shape(kOp, qkv, "d_qkv", d_qkv, qkv.shape()));
-  MOE_ON_CUDA(ctx, cuda::attention_backward(ctx, a, d_out, qkv, lse, d_qkv));
+  MOE_ON_CUDA(ctx, cuda::attention_backward(ctx, a, d_out, qkv, out, lse, d_qkv));
   return dispatch_act(kOp, qkv, [&](auto at, auto ft) {
     using A = decltype(at);
     using F = decltype(ft);

@@ -128,8 +128,9 @@ StatusOr<Tensor> MultiHeadAttention::backward(const Tensor& dy, const Saved& sav
   MOE_ASSIGN_OR_RETURN(Tensor d_qkv, ctx_.empty({n, 3 * d_model_}, act_));
   const kernels::AttentionArgs args{saved.batch,   saved.seq_len, heads_,
                                     saved.dropout, saved.rng,     saved.sequence_offset};
-  MOE_RETURN_IF_ERROR(kernels::attention_backward(ctx_, args, d_ctx, saved.qkv, saved.lse, d_qkv)
-                          .with_context(prefix_));
+  MOE_RETURN_IF_ERROR(
+      kernels::attention_backward(ctx_, args, d_ctx, saved.qkv, saved.ctx, saved.lse, d_qkv)
+          .with_context(prefix_));
   if (rope_base_ > 0) {  // d_qkv of the rotated qkv -> of the projection's output
     const kernels::RopeArgs rope{saved.batch, saved.seq_len, heads_, rope_base_};
     MOE_RETURN_IF_ERROR(kernels::rope_backward(ctx_, rope, d_qkv, d_qkv).with_context(prefix_));

@@ -214,10 +214,11 @@ Status attention_forward(Context& ctx, const AttentionArgs& args, const TensorVi
 }
 
 Status attention_backward(Context& ctx, const AttentionArgs& args, const TensorView& d_out,
-                          const TensorView& qkv, const TensorView& lse, const TensorView& d_qkv) {
+                          const TensorView& qkv, const TensorView& out, const TensorView& lse,
+                          const TensorView& d_qkv) {
   switch (cuda_attention(qkv.dtype(), qkv.dim(1) / 3 / args.heads)) {
     case CudaAttention::kFused:
-      return fused_attention_backward(ctx, args, d_out, qkv, lse, d_qkv);
+      return fused_attention_backward(ctx, args, d_out, qkv, out, lse, d_qkv);
     case CudaAttention::kGemmBf16:
       return bf16_attention_backward(ctx, args, d_out, qkv, lse, d_qkv);
     case CudaAttention::kGemm:

@@ -12,6 +12,7 @@ namespace moe::kernels::cuda {
 Status attention_forward(Context& ctx, const AttentionArgs& args, const TensorView& qkv,
                          const TensorView& out, const TensorView& lse);
 Status attention_backward(Context& ctx, const AttentionArgs& args, const TensorView& d_out,
-                          const TensorView& qkv, const TensorView& lse, const TensorView& d_qkv);
+                          const TensorView& qkv, const TensorView& out, const TensorView& lse,
+                          const TensorView& d_qkv);
 
 }  // namespace moe::kernels::cuda

@@ -51,7 +51,7 @@ Status fused_attention_forward(Context& ctx, const AttentionArgs& a, const Tenso
   f.qkv = qkv.data<bf16>();
   f.out = out.data<bf16>();
   f.lse = lse.data<float>();
-  f.words = flash::copies_words(dh, f.qkv, nullptr);
+  f.words = flash::copies_words(dh, {f.qkv});
   return flash::with_head_width(dh, [&](auto hd) {
     constexpr int HD = decltype(hd)::value;
     return launch(ctx, kOp, flash::flash_forward_kernel<HD>, flash::ForwardSmem<HD>::kBytes, f);
@@ -59,7 +59,7 @@ Status fused_attention_forward(Context& ctx, const AttentionArgs& a, const Tenso
 }
 
 Status fused_attention_backward(Context& ctx, const AttentionArgs& a, const TensorView& d_out,
-                                const TensorView& qkv, const TensorView& lse,
+                                const TensorView& qkv, const TensorView& out, const TensorView& lse,
                                 const TensorView& d_qkv) {
   constexpr const char* kOp = "attention_backward (fused)";
   const int64_t dh = qkv.dim(1) / 3 / a.heads;
@@ -69,10 +69,11 @@ Status fused_attention_backward(Context& ctx, const AttentionArgs& a, const Tens
   FlashParams f = flash::params_of(a, dh);
   f.qkv = qkv.data<bf16>();
   f.d_out = d_out.data<bf16>();
+  f.out = out.data<bf16>();  // read: D_i = d_out_i . out_i
   f.lse = lse.data<float>();
   f.dsum = dsum.data<float>();
   f.d_qkv = d_qkv.data<bf16>();
-  f.words = flash::copies_words(dh, f.qkv, f.d_out);
+  f.words = flash::copies_words(dh, {f.qkv, f.d_out, f.out});
   return flash::with_head_width(dh, [&](auto hd) -> Status {
     constexpr int HD = decltype(hd)::value;
     MOE_RETURN_IF_ERROR(

@@ -28,9 +28,10 @@ inline constexpr int64_t kFusedAttentionMaxHeadDim = 128;
 // bf16 qkv [B*S, 3D] -> out [B*S, D] (bf16), lse [B, H, S] (f32). Views validated by the caller.
 Status fused_attention_forward(Context& ctx, const AttentionArgs& args, const TensorView& qkv,
                                const TensorView& out, const TensorView& lse);
-// bf16 d_out [B*S, D], qkv [B*S, 3D], f32 lse [B, H, S] -> d_qkv [B*S, 3D] (bf16).
+// bf16 d_out [B*S, D], qkv [B*S, 3D], out [B*S, D] (the forward's), f32 lse [B, H, S] ->
+// d_qkv [B*S, 3D] (bf16).
 Status fused_attention_backward(Context& ctx, const AttentionArgs& args, const TensorView& d_out,
-                                const TensorView& qkv, const TensorView& lse,
+                                const TensorView& qkv, const TensorView& out, const TensorView& lse,
                                 const TensorView& d_qkv);
 
 }  // namespace moe::kernels::cuda

@@ -17,20 +17,23 @@
 // the four lanes of a quad, so row sums and maxima end in two xor shuffles, which give every lane
 // of the quad the same bits (+ and max commute).
 //
-// Forward, per query tile (two passes over the key tiles, so that the output accumulates in
-// registers without rescaling):
-//   pass 1: s = scale (q . k) on tensor cores; per row, the running max m and sum l of
-//      exp(s - m) (f32); lse = m + log(l), saved.
-//   pass 2: s again; P = exp(s - lse) (times the dropout scale where kept), rounded to bf16;
-//      O += P V (f32); O rounded to bf16 once.
+// Forward, per query tile, one pass over the key tiles (online softmax): s = scale (q . k) on
+//   tensor cores; per row the running max m and sum l of exp(s - m) (f32); P~ = exp(s - m)
+//   (times the dropout scale where kept) rounded to bf16; acc = acc exp(m_old - m) + P~ V (f32);
+//   at the end O = acc / l, rounded to bf16 once, and lse = m + log(l), saved. (The first
+//   version took two passes, recomputing s to form P = exp(s - lse) directly: 3 products per
+//   score instead of 2.)
 // Backward, two kernels, neither with atomics:
-//   dq: per query tile: a first pass forms D_i = sum_j P_ij m_ij dP_ij (dP = dO V^T, m the
-//       dropout scale) in f32 and saves it; a second forms dS = P (m dP - D), rounded to bf16,
-//       and dQ = scale dS K.
+//   dq: per query tile: D_i = sum_j P_ij m_ij dP_ij (dP = dO V^T, m the dropout scale) formed as
+//       dO_i . O_i from the forward's bf16 output, as flash attention does (f32), and saved;
+//       then, with P = exp(s - lse) from the saved lse, dS = P (m dP - D), rounded to bf16,
+//       and dQ = scale dS K: 3 products per score. (The first version formed D from P and dP
+//       in a pass of its own: 5.)
 //   dkv: per key tile, over the query tiles at or below the diagonal: with S^T = K Q^T and
 //       dP^T = V dO^T, dV = (P m)^T dO and dK = scale dS^T Q, both operands rounded to bf16.
 // Where this differs from the CPU reference (kernels/cpu/attention_ref.cc), value for value:
-// the reference keeps P and dS in f32 and sums softmax rows in double. The error this adds is
+// the reference keeps P and dS in f32, sums softmax rows in double and forms D from P and dP
+// (the error of the rounded output carries into D here). The error this adds is
 // bounded in tests/testing/attention_bound.h, which the GPU test checks element by element (the
 // bound is a running-error analysis: it holds for any order of the f32 sums).
 // Rows past S and head columns past Dh are zeros in shared memory and are never stored.
@@ -38,6 +41,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <initializer_list>
 #include <type_traits>
 
 #include "base/dtype.h"
@@ -79,7 +83,7 @@ struct Smem {
 // Forward: Q, K, V.
 template <int HD>
 using ForwardSmem = Smem<HD, 3, 0>;
-// dq: Q, dO (this block's queries), K, V (the key tile).
+// dq: Q, dO (this block's queries), O (then K), V (the key tile).
 template <int HD>
 using DqSmem = Smem<HD, 4, 0>;
 // dkv: K, V (this block's keys), Q, dO (the query tile); the query tile's lse and D.
@@ -305,61 +309,62 @@ __device__ __forceinline__ int first_tiles_first() { return block_y(); }
 
 // --- Forward ---
 
-// Pass 1: the logsumexp of the lane's two rows (r0 + g, r0 + g + 8) over their causal keys; 0
-// for rows past S.
+// A row's running max and sum of exp(s - m) in the forward's online softmax.
+struct RowSoftmax {
+  float m = -INFINITY, l = 0.f;
+};
+
+// The online softmax of one key tile for the lane's half-row `half` (row g + 8 half of the
+// warp's 16): the row's max m and sum l over the live columns are updated, the accumulator's
+// half-row is rescaled by exp(m_old - m_new), and s's entries become P~ = exp(s - m_new) times
+// the dropout scale (0 where not live), which the caller rounds to bf16 for P~ V.
 template <int HD>
-__device__ void forward_lse(const FlashParams& f, const Where& w, int qt, const bf16* my_q,
-                            bf16* ks, float (&lse)[2]) {
-  const int64_t r0 = int64_t{qt} * kTile + w.warp * 16;
-  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
-  for (int kt = 0; kt <= qt; ++kt) {
-    block_sync();  // every warp is done with the last key tile
-    load_tile<HD>(w.k, 3 * w.D, int64_t{kt} * kTile, w.S, f.dh, f.words, ks);
-    block_sync();
-    Scores s;
-    rows_dot_rows<HD>(my_q, ks, s);
-    const Causal<true> live(w.S, r0, int64_t{kt} * kTile);
+__device__ __forceinline__ void online_softmax(const FlashParams& f, const Where& w,
+                                               const Causal<true>& live, uint32_t keep, int half,
+                                               Scores& s, RowSoftmax& row, Accum<HD>& acc) {
+  const int ri = w.g + half * 8;
+  float tmax = -INFINITY;
 #pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int ri = w.g + half * 8;
-      float tmax = -INFINITY;
+  for (int n = 0; n < kBlocks8; ++n) {
 #pragma unroll
-      for (int n = 0; n < kBlocks8; ++n) {
-#pragma unroll
-        for (int e = 2 * half; e < 2 * half + 2; ++e) {
-          if (live(ri, col_of(n, e, w.t))) tmax = fmaxf(tmax, s[n][e] * f.scale);
-        }
-      }
-      const float m_new = fmaxf(m[half], quad_max(tmax));
-      float part = 0.f;
-#pragma unroll
-      for (int n = 0; n < kBlocks8; ++n) {
-#pragma unroll
-        for (int e = 2 * half; e < 2 * half + 2; ++e) {
-          if (live(ri, col_of(n, e, w.t))) part += expf(s[n][e] * f.scale - m_new);
-        }
-      }
-      part = quad_sum(part);
-      if (m_new != -INFINITY) {  // rows past S have no keys
-        l[half] = l[half] * expf(m[half] - m_new) + part;
-        m[half] = m_new;
-      }
+    for (int e = 2 * half; e < 2 * half + 2; ++e) {
+      if (live(ri, col_of(n, e, w.t))) tmax = fmaxf(tmax, s[n][e] * f.scale);
     }
   }
-  for (int half = 0; half < 2; ++half) {
-    lse[half] = r0 + w.g + half * 8 < w.S ? m[half] + logf(l[half]) : 0.f;
+  const float m_new = fmaxf(row.m, quad_max(tmax));
+  float part = 0.f;
+#pragma unroll
+  for (int n = 0; n < kBlocks8; ++n) {
+#pragma unroll
+    for (int e = 2 * half; e < 2 * half + 2; ++e) {
+      const float p = live(ri, col_of(n, e, w.t)) ? expf(s[n][e] * f.scale - m_new) : 0.f;
+      part += p;
+      s[n][e] = p * keep_scale(keep, n, e, f.inv_keep);
+    }
+  }
+  part = quad_sum(part);
+  if (m_new == -INFINITY) return;           // no live key yet (rows past S): nothing to rescale
+  const float alpha = expf(row.m - m_new);  // 0 on the row's first live tile (m = -inf)
+  row.l = row.l * alpha + part;
+  row.m = m_new;
+#pragma unroll
+  for (int n = 0; n < HD / 8; ++n) {
+    acc[n][2 * half] *= alpha;
+    acc[n][2 * half + 1] *= alpha;
   }
 }
 
-// Pass 2: O = P V for the warp's 16 rows, P = exp(s - lse) times the dropout scale, in bf16.
+// The forward for the warp's 16 rows in one pass over the key tiles: acc = sum over tiles of
+// P~ V (P~ rounded to bf16), kept scaled to the current row maxima, and each row's lse; rows past
+// S get lse 0 (and an accumulator that is never stored).
 template <int HD>
-__device__ void forward_output(const FlashParams& f, const Where& w, int qt, const bf16* my_q,
-                               bf16* ks, bf16* vs, const float (&lse)[2]) {
+__device__ void forward_rows(const FlashParams& f, const Where& w, int qt, const bf16* my_q,
+                             bf16* ks, bf16* vs, float (&lse)[2], Accum<HD>& acc) {
   const int64_t r0 = int64_t{qt} * kTile + w.warp * 16;
-  Accum<HD> acc;
+  RowSoftmax rows[2];
   zero<HD>(acc);
   for (int kt = 0; kt <= qt; ++kt) {
-    block_sync();
+    block_sync();  // every warp is done with the last key and value tiles
     load_tile<HD>(w.k, 3 * w.D, int64_t{kt} * kTile, w.S, f.dh, f.words, ks);
     load_tile<HD>(w.v, 3 * w.D, int64_t{kt} * kTile, w.S, f.dh, f.words, vs);
     block_sync();
@@ -369,19 +374,23 @@ __device__ void forward_output(const FlashParams& f, const Where& w, int qt, con
     const Causal<true> live(w.S, r0, j0);
     const uint32_t keep = keep_bits<true>(f, w, r0, j0);
 #pragma unroll
-    for (int n = 0; n < kBlocks8; ++n) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        s[n][e] = live(row_of(e, w.g), col_of(n, e, w.t))
-                      ? expf(s[n][e] * f.scale - lse[e >> 1]) * keep_scale(keep, n, e, f.inv_keep)
-                      : 0.f;
-      }
+    for (int half = 0; half < 2; ++half) {
+      online_softmax<HD>(f, w, live, keep, half, s, rows[half], acc);
     }
     Operand p;
     to_operand(s, p);
     accumulate_product<HD>(p, vs, acc);
   }
-  store_rows<HD>(acc, 1.f, f.out + w.b * w.S * w.D + w.h * f.dh, w.D, r0, w.S, f.dh);
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const bool in = r0 + w.g + half * 8 < w.S;
+    lse[half] = in ? rows[half].m + logf(rows[half].l) : 0.f;
+#pragma unroll
+    for (int n = 0; n < HD / 8; ++n) {  // O = acc / l, one rounding
+      acc[n][2 * half] = in ? acc[n][2 * half] / rows[half].l : 0.f;
+      acc[n][2 * half + 1] = in ? acc[n][2 * half + 1] / rows[half].l : 0.f;
+    }
+  }
 }
 
 template <int HD>
@@ -390,15 +399,17 @@ __global__ void __launch_bounds__(kFlashThreads) flash_forward_kernel(FlashParam
   const ForwardSmem<HD> sm(dynamic_shared());
   const Where w(f);
   const int qt = last_tiles_first();
+  const int64_t r0 = int64_t{qt} * kTile + w.warp * 16;
   load_tile<HD>(w.q, 3 * w.D, int64_t{qt} * kTile, w.S, f.dh, f.words, sm.tile(0));
   const bf16* my_q = sm.tile(0) + w.warp * 16 * (HD + 8);
   float lse[2];
-  forward_lse<HD>(f, w, qt, my_q, sm.tile(1), lse);
+  Accum<HD> acc;
+  forward_rows<HD>(f, w, qt, my_q, sm.tile(1), sm.tile(2), lse, acc);
   for (int half = 0; half < 2; ++half) {
-    const int64_t i = int64_t{qt} * kTile + w.warp * 16 + w.g + half * 8;
+    const int64_t i = r0 + w.g + half * 8;
     if (i < w.S && w.t == 0) f.lse[w.bh * w.S + i] = lse[half];
   }
-  forward_output<HD>(f, w, qt, my_q, sm.tile(1), sm.tile(2), lse);
+  store_rows<HD>(acc, 1.f, f.out + w.b * w.S * w.D + w.h * f.dh, w.D, r0, w.S, f.dh);
 #endif
 }
 
@@ -432,12 +443,28 @@ __device__ __forceinline__ void probabilities_and_dp(const TileOperands& t, floa
   rows_dot_rows<HD>(t.u, t.z, dp);
 }
 
-// One pass of the dq kernel over the key tiles: kDs false sums D of the lane's two rows into
-// d_i; kDs true forms dS with d_i (the quad's sums) and adds dS K to acc. Tiles 0 = Q, 1 = dO
-// (this block's queries), 2 = K, 3 = V.
-template <int HD, bool kDs>
-__device__ void dq_pass(const FlashParams& f, const Where& w, const DqSmem<HD>& sm, int qt,
-                        const float (&row_lse)[2], float (&d_i)[2], Accum<HD>& acc) {
+// D_i = dO_i . O_i for the lane's two rows (r0 + g, r0 + g + 8) from the block's tiles of dO and
+// of the forward's bf16 output O: the quad's four lanes take every fourth column (each product
+// of two bf16 values is exact in f32), then the quad's sum.
+template <int HD>
+__device__ void rows_d(const Where& w, const bf16* d_out_tile, const bf16* out_tile,
+                       float (&d_i)[2]) {
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int at = (w.warp * 16 + w.g + half * 8) * (HD + 8);
+    float sum = 0.f;
+    for (int c = w.t; c < HD; c += 4) {
+      sum += static_cast<float>(d_out_tile[at + c]) * static_cast<float>(out_tile[at + c]);
+    }
+    d_i[half] = quad_sum(sum);
+  }
+}
+
+// dQ of the warp's 16 rows over the key tiles: dS = P (m dP - D), rounded to bf16, then
+// acc += dS K. Tiles 0 = Q, 1 = dO (this block's queries), 2 = K, 3 = V.
+template <int HD>
+__device__ void dq_rows(const FlashParams& f, const Where& w, const DqSmem<HD>& sm, int qt,
+                        const float (&row_lse)[2], const float (&d_i)[2], Accum<HD>& acc) {
   const int64_t r0 = int64_t{qt} * kTile + w.warp * 16;
   const int rows_at = w.warp * 16 * (HD + 8);
   for (int kt = 0; kt <= qt; ++kt) {
@@ -458,18 +485,12 @@ __device__ void dq_pass(const FlashParams& f, const Where& w, const DqSmem<HD>& 
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const float g = live(n, e) ? dp[n][e] * keep_scale(keep, n, e, f.inv_keep) : 0.f;
-        if (kDs) {
-          p[n][e] = p[n][e] * (g - d_i[e >> 1]);
-        } else {
-          d_i[e >> 1] += p[n][e] * g;
-        }
+        p[n][e] = p[n][e] * (g - d_i[e >> 1]);
       }
     }
-    if (kDs) {
-      Operand ds;
-      to_operand(p, ds);
-      accumulate_product<HD>(ds, sm.tile(2), acc);
-    }
+    Operand ds;
+    to_operand(p, ds);
+    accumulate_product<HD>(ds, sm.tile(2), acc);
   }
 }
 
@@ -483,20 +504,18 @@ __global__ void __launch_bounds__(kFlashThreads, kBackwardBlocks<HD>)
   const int64_t q0 = int64_t{qt} * kTile, r0 = q0 + w.warp * 16;
   load_tile<HD>(w.q, 3 * w.D, q0, w.S, f.dh, f.words, sm.tile(0));
   load_tile<HD>(w.d_out, w.D, q0, w.S, f.dh, f.words, sm.tile(1));
-  float row_lse[2], d_i[2] = {0.f, 0.f};
+  load_tile<HD>(f.out + w.b * w.S * w.D + w.h * f.dh, w.D, q0, w.S, f.dh, f.words, sm.tile(2));
+  block_sync();
+  float row_lse[2], d_i[2];
+  rows_d<HD>(w, sm.tile(1), sm.tile(2), d_i);  // tile 2 becomes K's after dq_rows' first barrier
   for (int half = 0; half < 2; ++half) {
     const int64_t i = r0 + w.g + half * 8;
     row_lse[half] = i < w.S ? f.lse[w.bh * w.S + i] : 0.f;
+    if (i < w.S && w.t == 0) f.dsum[w.bh * w.S + i] = d_i[half];
   }
   Accum<HD> acc;
   zero<HD>(acc);
-  dq_pass<HD, false>(f, w, sm, qt, row_lse, d_i, acc);
-  for (int half = 0; half < 2; ++half) {
-    d_i[half] = quad_sum(d_i[half]);
-    const int64_t i = r0 + w.g + half * 8;
-    if (i < w.S && w.t == 0) f.dsum[w.bh * w.S + i] = d_i[half];
-  }
-  dq_pass<HD, true>(f, w, sm, qt, row_lse, d_i, acc);
+  dq_rows<HD>(f, w, sm, qt, row_lse, d_i, acc);
   store_rows<HD>(acc, f.scale, f.d_qkv + w.b * w.S * 3 * w.D + w.h * f.dh, 3 * w.D, r0, w.S, f.dh);
 #endif
 }
@@ -581,10 +600,12 @@ inline FlashParams params_of(const AttentionArgs& a, int64_t dh) {
 }
 
 // Whether load_tile may copy 16-byte words: dh a multiple of 8 (then so are the rows' strides
-// 3 D and D and every head's offset) and the loaded views on 16-byte boundaries.
-inline bool copies_words(int64_t dh, const void* qkv, const void* d_out) {
-  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  return dh % 8 == 0 && aligned(qkv) && (d_out == nullptr || aligned(d_out));
+// 3 D and D and every head's offset) and every loaded view on a 16-byte boundary.
+inline bool copies_words(int64_t dh, std::initializer_list<const void*> views) {
+  for (const void* p : views) {
+    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
+  }
+  return dh % 8 == 0;
 }
 
 // Calls f(std::integral_constant<int, HD>) for the padded head width of dh.

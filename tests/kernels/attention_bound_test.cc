@@ -38,12 +38,13 @@ std::string name(const Case& c) {
 
 float round_bf16(float x) { return static_cast<float>(bf16(x)); }
 
-// The fused kernels' arithmetic (kernels/cuda/flash_attention_kernels.cuh) in f32 on the host,
-// sums in index order: P = exp(s - lse) times the dropout scale, rounded to bf16, before O = P V;
-// dS = P (m dP - D) rounded to bf16 before dQ and dK; P m rounded to bf16 before dV. With
-// sums_in_double, the softmax row sum and D_i add in double, as attention_bf16.cu's row kernels
-// do (its products are cuBLAS's: f32 accumulation in another order, which the bound's per-
-// operation model covers as it covers the tensor cores').
+// The bound's rounding model in f32 on the host (the first fused kernels' arithmetic; the present
+// ones, whose forward is one pass with rescaling, run through the warp emulator in
+// flash_attention_emulation_test), sums in index order: P = exp(s - lse) times the dropout
+// scale, rounded to bf16, before O = P V; dS = P (m dP - D) rounded to bf16 before dQ and dK;
+// P m rounded to bf16 before dV. With sums_in_double, the softmax row sum and D_i add in double,
+// as attention_bf16.cu's row kernels do (its products are cuBLAS's: f32 accumulation in another
+// order, which the bound's per-operation model covers as it covers the tensor cores').
 struct FusedEmulation {
   const AttentionArgs& a;
   int64_t dh, D;
@@ -194,7 +195,7 @@ TEST_P(AttentionBound, Bf16RoundingArithmeticAndReferenceAreInsideTheBound) {
 
   Context& ctx = testing::host_context();
   ASSERT_TRUE(attention_forward(ctx, a_, qkv_, out, lse).ok());
-  ASSERT_TRUE(attention_backward(ctx, a_, dout_, qkv_, lse, d_qkv).ok());
+  ASSERT_TRUE(attention_backward(ctx, a_, dout_, qkv_, out, lse, d_qkv).ok());
   EXPECT_TRUE(within_bound("reference out", out, exact_.out, exact_.out_bound));
   EXPECT_TRUE(within_bound("reference lse", lse, exact_.lse, exact_.lse_bound));
   EXPECT_TRUE(within_bound("reference d_qkv", d_qkv, exact_.d_qkv, exact_.d_qkv_bound));

@@ -150,7 +150,7 @@ TEST_P(AttentionShapes, BackwardMatchesFiniteDifferences) {
     loss();
     Tensor d_qkv = Tensor::empty(qkv.shape(), DType::kF64);
     fill_uniform(d_qkv, 77);  // overwritten, not accumulated
-    ASSERT_TRUE(attention_backward(ctx(), args, w, qkv, lse, d_qkv).ok());
+    ASSERT_TRUE(attention_backward(ctx(), args, w, qkv, out, lse, d_qkv).ok());
     for (const auto& f : check_gradients(loss, {{"qkv", qkv, d_qkv}}, {1e-6, 1e-8, 1e-6})) {
       ADD_FAILURE() << f;
     }
@@ -249,10 +249,11 @@ TEST(AttentionTest, BadArgumentsAreInvalidArgument) {
   Tensor qkv_i32 = Tensor::zeros({B * S, 3 * D}, DType::kI32);
   expect_invalid(attention_forward(ctx(), ok, qkv_i32, out, probs), "qkv");
   Tensor d_qkv_bad = Tensor::zeros({B * S, 3 * D - 1}, DType::kF32);
-  expect_invalid(attention_backward(ctx(), ok, out, qkv, probs, d_qkv_bad), "d_qkv");
+  expect_invalid(attention_backward(ctx(), ok, out, qkv, out, probs, d_qkv_bad), "d_qkv");
   Tensor d_qkv = Tensor::zeros({B * S, 3 * D}, DType::kF32);
-  expect_invalid(attention_backward(ctx(), ok, out_bad, qkv, probs, d_qkv), "d_out");
-  expect_invalid(attention_backward(ctx(), ok, out, qkv, probs_bad, d_qkv), "lse");
+  expect_invalid(attention_backward(ctx(), ok, out_bad, qkv, out, probs, d_qkv), "d_out");
+  expect_invalid(attention_backward(ctx(), ok, out, qkv, out, probs_bad, d_qkv), "lse");
+  expect_invalid(attention_backward(ctx(), ok, out, qkv, out_bad, probs, d_qkv), "out");
 }
 
 // MOMOE_ATTENTION picks the CUDA path (cuda_attention), whatever the build: bf16 alone leaves the

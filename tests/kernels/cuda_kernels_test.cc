@@ -188,7 +188,7 @@ class CudaKernelTest : public ::testing::Test {
       Tensor glse = poisoned({c.batch, c.heads, c.seq}, DType::kF32);
       Tensor gdqkv = poisoned({rows, 3 * d}, DType::kBF16);
       OK(attention_forward(gpu(), a, gqkv, gout, glse));
-      OK(attention_backward(gpu(), a, gdout, gqkv, glse, gdqkv));
+      OK(attention_backward(gpu(), a, gdout, gqkv, gout, glse, gdqkv));
       const Tensor out = down(gout), lse = down(glse), dqkv = down(gdqkv);
       EXPECT_TRUE(
           testing::within_bound(path + " attention_forward", out, exact.out, exact.out_bound));
@@ -206,7 +206,7 @@ class CudaKernelTest : public ::testing::Test {
       Tensor glse2 = poisoned({c.batch, c.heads, c.seq}, DType::kF32);
       Tensor gdqkv2 = poisoned({rows, 3 * d}, DType::kBF16);
       OK(attention_forward(gpu(), a, gqkv, gout2, glse2));
-      OK(attention_backward(gpu(), a, gdout, gqkv, glse2, gdqkv2));
+      OK(attention_backward(gpu(), a, gdout, gqkv, gout2, glse2, gdqkv2));
       EXPECT_TRUE(testing::bitwise_equal(out, down(gout2)));
       EXPECT_TRUE(testing::bitwise_equal(lse, down(glse2)));
       EXPECT_TRUE(testing::bitwise_equal(dqkv, down(gdqkv2)));
@@ -223,7 +223,7 @@ class CudaKernelTest : public ::testing::Test {
     Tensor gout = poisoned(out.shape(), DType::kBF16), gdqkv = poisoned(dqkv.shape(), DType::kBF16);
     Tensor glse = poisoned({a.batch, a.heads, a.seq_len}, DType::kF32);
     OK(attention_forward(gpu(), a, gqkv, gout, glse));
-    OK(attention_backward(gpu(), a, gdout, gqkv, glse, gdqkv));
+    OK(attention_backward(gpu(), a, gdout, gqkv, gout, glse, gdqkv));
     EXPECT_FALSE(testing::bitwise_equal(out, down(gout)) &&
                  testing::bitwise_equal(dqkv, down(gdqkv)))
         << "the same bits as the f32 GEMM path: did the dispatch take it?";
@@ -1379,8 +1379,8 @@ TEST_F(CudaKernelTest, CausalAttention) {
       expect_close("attention_forward(lse)", lse, glse, f == DType::kF64 ? 1e-12 : 1e-6);
       Tensor dout = rand({rows, d}, dt);
       Tensor dqkv = Tensor::empty({rows, 3 * d}, dt), gdqkv = poisoned({rows, 3 * d}, dt);
-      OK(attention_backward(cpu(), a, dout, qkv, lse, dqkv));
-      OK(attention_backward(gpu(), a, up(dout), gqkv, glse, gdqkv));
+      OK(attention_backward(cpu(), a, dout, qkv, out, lse, dqkv));
+      OK(attention_backward(gpu(), a, up(dout), gqkv, gout, glse, gdqkv));
       expect_close("attention_backward", dqkv, gdqkv, tol);
     }
   }

@@ -16,6 +16,7 @@ using namespace moe::testing::emu;  // NOLINT: the primitives the kernels' text 
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -186,7 +187,7 @@ class FusedAttentionEmulation : public ::testing::TestWithParam<Case> {
     f.lse = lse->data<float>();
     f.dsum = dsum.data<float>();
     f.d_qkv = dqkv->data<bf16>();
-    f.words = words && copies_words(dh, f.qkv, f.d_out);
+    f.words = words && copies_words(dh, {f.qkv, f.d_out, f.out});
     EXPECT_EQ(f.words, words && dh % 8 == 0);
     const emu::Grid grid{static_cast<int>(a.batch * a.heads),
                          static_cast<int>((a.seq_len + kTile - 1) / kTile)};
@@ -220,6 +221,10 @@ TEST_P(FusedAttentionEmulation, WithinTheDerivedBoundOfExactAttention) {
   EXPECT_TRUE(testing::within_bound("fused out", out, exact.out, exact.out_bound));
   EXPECT_TRUE(testing::within_bound("fused lse", lse, exact.lse, exact.lse_bound));
   EXPECT_TRUE(testing::within_bound("fused d_qkv", dqkv, exact.d_qkv, exact.d_qkv_bound));
+  std::printf("worst error / bound: out %.3f, lse %.3f, d_qkv %.3f\n",
+              testing::worst_error_over_bound(out, exact.out, exact.out_bound),
+              testing::worst_error_over_bound(lse, exact.lse, exact.lse_bound),
+              testing::worst_error_over_bound(dqkv, exact.d_qkv, exact.d_qkv_bound));
   if (c.head_dim % 8 == 0) {  // the 16-byte copies and the element copies: the same tiles
     Tensor out2, lse2, dqkv2;
     run(a, c.head_dim, qkv, dout, /*words=*/false, &out2, &lse2, &dqkv2);

@@ -96,7 +96,22 @@ void forward_head(const Head& hd, double scale, Square* p, Square* ep, Attention
   }
 }
 
-// The backward of one head from P and its relative error bound.
+// The error of D_i = sum_j P_ij dP_ij formed as dO_i . O'_i (the fused kernels, as flash
+// attention) from the stored bf16 output O' (within out_bound of the exact O; dO . O = D
+// exactly): the output's error carried by |dO|, and the dot's own f32 sum.
+double d_from_output_error(const Head& hd, int64_t i, const AttentionWithBound& r) {
+  double e = 0;
+  for (int64_t c = 0; c < hd.dh; ++c) {
+    const int64_t at = (hd.b * hd.a.seq_len + i) * hd.D + hd.h * hd.dh + c;
+    const double go = std::fabs(hd.g(i, c));
+    e += go * r.out_bound[at] +
+         kE32 * sum_ops(hd.dh) * go * (std::fabs(r.out[at]) + r.out_bound[at]);
+  }
+  return e;
+}
+
+// The backward of one head from P and its relative error bound. D_i's bound covers both ways of
+// forming it: from P and dP (the CPU reference, the GEMM paths) and from the output (fused).
 void backward_head(const Head& hd, double scale, Square& p, Square& ep, AttentionWithBound* r) {
   const int64_t S = hd.a.seq_len, dh = hd.dh, D = hd.D;
   Square g(S), eg(S), ds(S), eds(S);
@@ -116,6 +131,7 @@ void backward_head(const Head& hd, double scale, Square& p, Square& ep, Attentio
       mag_d += p(i, j) * std::fabs(g(i, j));
     }
     e_d += kE32 * sum_ops(S) * mag_d;
+    e_d = std::max(e_d, d_from_output_error(hd, i, *r));
     for (int64_t j = 0; j <= i; ++j) {
       ds(i, j) = p(i, j) * (g(i, j) - d_i);
       eds(i, j) = p(i, j) * (eg(i, j) + e_d + kE32 * std::fabs(g(i, j) - d_i)) +

@@ -10,7 +10,9 @@
 //     products of length Dh, the row sums of length S;
 //   - exp, log and the subtraction in their argument at a few e32;
 //   - the probabilities (times the dropout scale) and the score gradients rounded to bf16 before
-//     their products (ub = 2^-8, round to nearest), and every output rounded to bf16 once.
+//     their products (ub = 2^-8, round to nearest), and every output rounded to bf16 once;
+//   - D_i = sum_j P_ij dP_ij either from P and dP or, as the fused kernels form it, as
+//     dO_i . O_i from the rounded output (whose bound then carries into D).
 // Each error is carried through the magnitudes it multiplies (|P| |V|, |dS| |K|, ...), so the
 // bound is tight where values cancel and loose nowhere by more than these constants. A path that
 // keeps P and dS in f32 (the CPU reference, the GEMM path) is inside it too.
