@@ -67,8 +67,9 @@ const char* attention_path(const Context& ctx, DType act, int64_t head_dim);
 // [in] d_out [B*S, D] act; the saved qkv [B*S, 3D], out [B*S, D] (the forward's output for them)
 // and lse [B, H, S]; args as in forward (the dropout mask is redrawn). [out] d_qkv [B*S, 3D] act
 // = (dq | dk | dv), overwritten. The fused CUDA kernels form each row's
-// D_i = sum_j P_ij dP_ij as d_out_i . out_i, as flash attention does (one product per score
-// fewer than from P and dP); the other paths form it from P and dP and read only out's shape.
+// D_i = sum_j P_ij m_ij dP_ij (m the dropout scale) as d_out_i . out_i, as flash attention does
+// (two products per score fewer than from P and dP); the other paths form it from P and dP and
+// read only out's shape.
 Status attention_backward(Context& ctx, const AttentionArgs& args, const TensorView& d_out,
                           const TensorView& qkv, const TensorView& out, const TensorView& lse,
                           const TensorView& d_qkv);

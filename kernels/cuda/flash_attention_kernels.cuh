@@ -225,7 +225,7 @@ __device__ void store_rows(const Accum<HD>& acc, float scale, bf16* dst, int64_t
 struct FlashParams {
   AttentionArgs a;
   int dh;          // head columns (the tiles pad them to HD)
-  bool words;      // load_tile may copy 16-byte words (qkv and d_out aligned, dh % 8 == 0)
+  bool words;      // load_tile may copy 16-byte words (qkv, d_out, out aligned; dh % 8 == 0)
   float scale;     // 1 / sqrt(dh), rounded to f32 (as the reference)
   float inv_keep;  // 1 / (1 - dropout), rounded to f32
   const bf16* qkv;
@@ -405,6 +405,7 @@ __global__ void __launch_bounds__(kFlashThreads) flash_forward_kernel(FlashParam
   float lse[2];
   Accum<HD> acc;
   forward_rows<HD>(f, w, qt, my_q, sm.tile(1), sm.tile(2), lse, acc);
+#pragma unroll
   for (int half = 0; half < 2; ++half) {
     const int64_t i = r0 + w.g + half * 8;
     if (i < w.S && w.t == 0) f.lse[w.bh * w.S + i] = lse[half];
@@ -508,6 +509,7 @@ __global__ void __launch_bounds__(kFlashThreads, kBackwardBlocks<HD>)
   block_sync();
   float row_lse[2], d_i[2];
   rows_d<HD>(w, sm.tile(1), sm.tile(2), d_i);  // tile 2 becomes K's after dq_rows' first barrier
+#pragma unroll
   for (int half = 0; half < 2; ++half) {
     const int64_t i = r0 + w.g + half * 8;
     row_lse[half] = i < w.S ? f.lse[w.bh * w.S + i] : 0.f;

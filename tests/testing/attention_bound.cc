@@ -96,23 +96,24 @@ void forward_head(const Head& hd, double scale, Square* p, Square* ep, Attention
   }
 }
 
-// The error of D_i = sum_j P_ij dP_ij formed as dO_i . O'_i (the fused kernels, as flash
-// attention) from the stored bf16 output O' (within out_bound of the exact O; dO . O = D
-// exactly): the output's error carried by |dO|, and the dot's own f32 sum.
-double d_from_output_error(const Head& hd, int64_t i, const AttentionWithBound& r) {
-  double e = 0;
+// The error of D_i formed as dO_i . O'_i (the fused kernels, as flash attention) from the output
+// O' they stored: dO . O = D exactly (O exact), so the error is |dO_i . O'_i - D_i| in double,
+// plus the f32 sum of the dot (each product of two bf16 values is exact in f32).
+double d_from_output_error(const Head& hd, int64_t i, double d_exact,
+                           const std::vector<double>& out_used) {
+  double dot = 0, mag = 0;
   for (int64_t c = 0; c < hd.dh; ++c) {
-    const int64_t at = (hd.b * hd.a.seq_len + i) * hd.D + hd.h * hd.dh + c;
-    const double go = std::fabs(hd.g(i, c));
-    e += go * r.out_bound[at] +
-         kE32 * sum_ops(hd.dh) * go * (std::fabs(r.out[at]) + r.out_bound[at]);
+    const double o = out_used[(hd.b * hd.a.seq_len + i) * hd.D + hd.h * hd.dh + c];
+    dot += hd.g(i, c) * o;
+    mag += std::fabs(hd.g(i, c) * o);
   }
-  return e;
+  return std::fabs(dot - d_exact) + kE32 * sum_ops(hd.dh) * mag;
 }
 
-// The backward of one head from P and its relative error bound. D_i's bound covers both ways of
-// forming it: from P and dP (the CPU reference, the GEMM paths) and from the output (fused).
-void backward_head(const Head& hd, double scale, Square& p, Square& ep, AttentionWithBound* r) {
+// The backward of one head from P and its relative error bound; D_i formed from P and dP, or
+// from out_used where given.
+void backward_head(const Head& hd, double scale, Square& p, Square& ep,
+                   const std::vector<double>* out_used, AttentionWithBound* r) {
   const int64_t S = hd.a.seq_len, dh = hd.dh, D = hd.D;
   Square g(S), eg(S), ds(S), eds(S);
   for (int64_t i = 0; i < S; ++i) {
@@ -131,7 +132,7 @@ void backward_head(const Head& hd, double scale, Square& p, Square& ep, Attentio
       mag_d += p(i, j) * std::fabs(g(i, j));
     }
     e_d += kE32 * sum_ops(S) * mag_d;
-    e_d = std::max(e_d, d_from_output_error(hd, i, *r));
+    if (out_used != nullptr) e_d = d_from_output_error(hd, i, d_i, *out_used);
     for (int64_t j = 0; j <= i; ++j) {
       ds(i, j) = p(i, j) * (g(i, j) - d_i);
       eds(i, j) = p(i, j) * (eg(i, j) + e_d + kE32 * std::fabs(g(i, j) - d_i)) +
@@ -177,9 +178,11 @@ double error_ratio(double got, double exact, double bound) {
 }  // namespace
 
 AttentionWithBound exact_attention(const kernels::AttentionArgs& a, const TensorView& qkv_t,
-                                   const TensorView& d_out_t) {
+                                   const TensorView& d_out_t, const TensorView* out_used) {
   const int64_t S = a.seq_len, H = a.heads, D = qkv_t.dim(1) / 3, dh = D / H;
   const std::vector<double> qkv = to_doubles(qkv_t), dout = to_doubles(d_out_t);
+  const std::vector<double> used =
+      out_used != nullptr ? to_doubles(*out_used) : std::vector<double>{};
   const double scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(dh)));
   AttentionWithBound r;
   r.out.assign(a.batch * S * D, 0.0);
@@ -193,7 +196,7 @@ AttentionWithBound exact_attention(const kernels::AttentionArgs& a, const Tensor
       const Head hd{a, b, h, dh, D, qkv, dout};
       Square p(S), ep(S);
       forward_head(hd, scale, &p, &ep, &r);
-      backward_head(hd, scale, p, ep, &r);
+      backward_head(hd, scale, p, ep, out_used != nullptr ? &used : nullptr, &r);
     }
   }
   // Second-order terms (an error's own rounding) are below 1% of the first-order bound.
@@ -241,6 +244,21 @@ double worst_error_over_bound(const TensorView& got, const std::vector<double>& 
   double worst = 0;
   for (size_t x = 0; x < g.size(); ++x)
     worst = std::max(worst, error_ratio(g[x], exact[x], bound[x]));
+  return worst;
+}
+
+double worst_part_error_over_bound(const TensorView& d_qkv, const std::vector<double>& exact,
+                                   const std::vector<double>& bound, int part) {
+  const std::vector<double> g = to_doubles(d_qkv);
+  MOE_CHECK(g.size() == exact.size() && bound.size() == exact.size() && d_qkv.dim(1) % 3 == 0);
+  const int64_t D = d_qkv.dim(1) / 3;
+  double worst = 0;
+  for (int64_t row = 0; row < d_qkv.dim(0); ++row) {
+    for (int64_t c = part * D; c < (part + 1) * D; ++c) {
+      const size_t x = static_cast<size_t>(row * 3 * D + c);
+      worst = std::max(worst, error_ratio(g[x], exact[x], bound[x]));
+    }
+  }
   return worst;
 }
 

@@ -1,11 +1,13 @@
 #include "tests/testing/warp_emulator.h"
 
+#include <sys/mman.h>
 #include <ucontext.h>
 
 #include <cstring>
 #include <memory>
 #include <vector>
 
+#include "base/check.h"
 #include "base/status.h"
 
 namespace moe::testing::emu {
@@ -30,10 +32,31 @@ const char* op_name(Op op) {
   return "?";
 }
 
+// A fiber's stack with a page below it that faults when touched (an overflow stops the test
+// instead of corrupting the heap).
+class Stack {
+ public:
+  Stack() {
+    void* p = mmap(nullptr, kGuard + kStackBytes, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    MOE_CHECK(p != MAP_FAILED, "warp emulator: cannot map a fiber stack");
+    MOE_CHECK(mprotect(p, kGuard, PROT_NONE) == 0);
+    base_ = static_cast<char*>(p);
+  }
+  ~Stack() { munmap(base_, kGuard + kStackBytes); }
+  Stack(const Stack&) = delete;
+  Stack& operator=(const Stack&) = delete;
+  char* top_region() const { return base_ + kGuard; }  // kStackBytes usable above the guard
+
+ private:
+  static constexpr size_t kGuard = 4096;
+  char* base_ = nullptr;
+};
+
 // One GPU thread: its fiber, where it waits, and a collective's operands and results.
 struct Lane {
   ucontext_t context;
-  std::unique_ptr<char[]> stack;
+  std::unique_ptr<Stack> stack;
   Wait wait = Wait::kRun;
   Op op = Op::kShfl;
   int mask = 0;
@@ -194,17 +217,25 @@ bool resolve_barrier() {
   return true;
 }
 
+// How many sweeps warp w waits between steps: 1 to 4, warp 0 fastest in even blocks and the
+// last warps fastest in odd ones, so that a write by either kind of warp to shared memory that
+// the other has yet to read shows.
+int rate(int w) {
+  const int r = w % 4;
+  return ((g_machine->bx + g_machine->by) % 2 == 0 ? r : 3 - r) + 1;
+}
+
 // Runs one block: in each sweep, lanes in turn up to their next collective, then the collectives
-// that all their lanes reached, until every thread has returned or nothing can move. Warp w runs
-// in one sweep of every w % 4 + 1, so warps drift apart between barriers: a kernel that writes
-// shared memory another warp has yet to read, without a block_sync between, gives that warp the
-// new values (and wrong results), as a GPU may.
+// that all their lanes reached, until every thread has returned or nothing can move. Warps run
+// at different rates (rate), so they drift apart between barriers: a kernel that writes shared
+// memory another warp has yet to read, without a block_sync between, gives that warp the new
+// values (and wrong results), as a GPU may.
 void run_block() {
   Machine& m = *g_machine;
   std::memset(m.shared.data(), 0xff, m.shared.size());  // NaN bits
   for (Lane& lane : m.lanes) {
     getcontext(&lane.context);
-    lane.context.uc_stack.ss_sp = lane.stack.get();
+    lane.context.uc_stack.ss_sp = lane.stack->top_region();
     lane.context.uc_stack.ss_size = kStackBytes;
     lane.context.uc_link = nullptr;
     makecontext(&lane.context, lane_main, 0);
@@ -215,7 +246,7 @@ void run_block() {
     for (m.current = 0; m.current < m.threads && m.fault.empty(); ++m.current) {
       if (m.lanes[m.current].wait != Wait::kRun) continue;
       moved = true;  // runnable, if not in this sweep
-      if (sweep % (m.current / kWarp % 4 + 1) != 0) continue;
+      if (sweep % rate(m.current / kWarp) != 0) continue;
       swapcontext(&m.scheduler, &m.lanes[m.current].context);
     }
     for (int w = 0; w < m.threads / kWarp && m.fault.empty(); ++w) moved |= resolve_warp(w);
@@ -241,6 +272,7 @@ std::string run_grid(Grid grid, int threads, size_t shared_bytes,
   if (threads <= 0 || threads % kWarp != 0 || threads > 1024) {
     return str_cat("run_grid: ", threads, " threads: a multiple of 32 up to 1024 is needed");
   }
+  if (g_machine != nullptr) return "run_grid: called from inside a kernel (not reentrant)";
   Machine m;
   m.grid = grid;
   m.threads = threads;
@@ -249,7 +281,7 @@ std::string run_grid(Grid grid, int threads, size_t shared_bytes,
   m.base = m.shared.data() + (128 - at % 128) % 128;
   m.shared_bytes = shared_bytes;
   m.lanes.resize(static_cast<size_t>(threads));
-  for (Lane& lane : m.lanes) lane.stack.reset(new char[kStackBytes]);
+  for (Lane& lane : m.lanes) lane.stack = std::make_unique<Stack>();
   m.kernel = &kernel;
   g_machine = &m;
   for (m.by = 0; m.by < grid.y && m.fault.empty(); ++m.by) {

@@ -10,9 +10,11 @@
 //
 // It emulates the instructions' results, not their timing or their order of f32 sums inside a
 // product (its own order: ascending k, one rounding per multiply-add). Warps advance at
-// different rates between barriers (warp w one collective in every w % 4 + 1 turns), so a
-// missing block_sync between one warp's reads of shared memory and another's writes shows as
-// wrong results. A test of a kernel through it checks its index arithmetic, its barriers and its
+// different rates between barriers (one collective in every 1 to 4 turns, the first warps
+// fastest in even blocks and the last in odd ones), so a missing block_sync between one warp's
+// reads of shared memory and another's writes shows as wrong results. Each fiber's stack has a
+// guard page; a kernel that loops without collectives is not interrupted (the test's timeout
+// ends it). A test of a kernel through it checks its index arithmetic, its barriers and its
 // arithmetic's rounding points; only a GPU run checks the instructions themselves.
 //
 // Use: include this header, then `namespace <the kernels' namespace> { using namespace
