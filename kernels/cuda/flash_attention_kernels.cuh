@@ -33,9 +33,9 @@
 //       dP^T = V dO^T, dV = (P m)^T dO and dK = scale dS^T Q, both operands rounded to bf16.
 // Where this differs from the CPU reference (kernels/cpu/attention_ref.cc), value for value:
 // the reference keeps P and dS in f32, sums softmax rows in double and forms D from P and dP
-// (the error of the rounded output carries into D here). The error this adds is
-// bounded in tests/testing/attention_bound.h, which the GPU test checks element by element (the
-// bound is a running-error analysis: it holds for any order of the f32 sums).
+// (here the rounded output's error carries into D). The error this adds is bounded in
+// tests/testing/attention_bound.h, which the GPU test checks element by element (the bound is a
+// running-error analysis: it holds for any order of the f32 sums).
 // Rows past S and head columns past Dh are zeros in shared memory and are never stored.
 #pragma once
 

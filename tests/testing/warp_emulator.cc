@@ -46,7 +46,8 @@ class Stack {
   ~Stack() { munmap(base_, kGuard + kStackBytes); }
   Stack(const Stack&) = delete;
   Stack& operator=(const Stack&) = delete;
-  char* top_region() const { return base_ + kGuard; }  // kStackBytes usable above the guard
+  // The kStackBytes above the guard page (the stack grows down towards it).
+  char* usable() const { return base_ + kGuard; }
 
  private:
   static constexpr size_t kGuard = 4096;
@@ -235,7 +236,7 @@ void run_block() {
   std::memset(m.shared.data(), 0xff, m.shared.size());  // NaN bits
   for (Lane& lane : m.lanes) {
     getcontext(&lane.context);
-    lane.context.uc_stack.ss_sp = lane.stack->top_region();
+    lane.context.uc_stack.ss_sp = lane.stack->usable();
     lane.context.uc_stack.ss_size = kStackBytes;
     lane.context.uc_link = nullptr;
     makecontext(&lane.context, lane_main, 0);
