@@ -102,30 +102,40 @@ void lane_main() {
   wait_for(Wait::kDone);  // never resumed
 }
 
-// 16-bit element `col` of the 16-byte row at `address` (0 and a fault outside shared memory).
-uint32_t row_element(uint32_t address, int col, int lane) {
-  if (address % 16 != 0 || size_t{address} + 16 > g_machine->shared_bytes) {
-    g_machine->current = lane;
-    fail(str_cat("ldmatrix row address ", address, " is not a 16-byte row inside the ",
-                 g_machine->shared_bytes, " bytes of shared memory"));
-    return 0;
-  }
+// 16-bit element `col` of the 16-byte row at `address` (checked by run_ldmatrix).
+uint32_t row_element(uint32_t address, int col) {
   uint16_t v;
   std::memcpy(&v, g_machine->base + address + 2 * col, sizeof(v));
   return v;
 }
 
+// Every lane of the warp gives a 16-byte row address inside shared memory: a fault names the
+// first that does not.
+bool rows_in_shared(const Lane* warp) {
+  for (int l = 0; l < kWarp; ++l) {
+    const uint32_t address = warp[l].address;
+    if (address % 16 != 0 || size_t{address} + 16 > g_machine->shared_bytes) {
+      g_machine->current = static_cast<int>(warp + l - g_machine->lanes.data());
+      fail(str_cat("ldmatrix row address ", address, " is not a 16-byte row inside the ",
+                   g_machine->shared_bytes, " bytes of shared memory"));
+      return false;
+    }
+  }
+  return true;
+}
+
 void run_ldmatrix(Lane* warp, bool trans) {
+  if (!rows_in_shared(warp)) return;
   for (int l = 0; l < kWarp; ++l) {
     const int g = l >> 2, t = l & 3;
     for (int m = 0; m < 4; ++m) {
       uint32_t lo, hi;
       if (trans) {  // column g, rows 2t and 2t + 1 of matrix m
-        lo = row_element(warp[8 * m + 2 * t].address, g, l);
-        hi = row_element(warp[8 * m + 2 * t + 1].address, g, l);
+        lo = row_element(warp[8 * m + 2 * t].address, g);
+        hi = row_element(warp[8 * m + 2 * t + 1].address, g);
       } else {  // row g, columns 2t and 2t + 1
-        lo = row_element(warp[8 * m + g].address, 2 * t, l);
-        hi = row_element(warp[8 * m + g].address, 2 * t + 1, l);
+        lo = row_element(warp[8 * m + g].address, 2 * t);
+        hi = row_element(warp[8 * m + g].address, 2 * t + 1);
       }
       warp[l].r[m] = lo | (hi << 16);
     }
