@@ -10,7 +10,9 @@
 // operands read from shared memory by ldmatrix. A warp's products stay in registers: the
 // accumulator layout of a 16 x 64 block of scores is the A-operand layout of the next product,
 // so P (and dS) go from one product to the next without a trip through shared memory. Heads are
-// zero-padded to HD = 32, 64 or 128 columns in shared memory, which changes no dot product.
+// zero-padded to HD = 32, 64 or 128 columns in shared memory, which changes no dot product. The
+// inner tiles (K and V, or Q and dO) are double-buffered: the next tile's copies (cp.async,
+// 16-byte words where the views allow) are in flight while the current one is multiplied.
 //
 // Lane layout (PTX ISA, mma.m16n8k16): lane 4 g + t holds, of each 16 x 8 accumulator block,
 // rows g and g + 8 at columns 2 t and 2 t + 1 (row_of, col_of). A row's columns are spread over
@@ -80,15 +82,18 @@ struct Smem {
   }
   __device__ float* row(int k) const { return reinterpret_cast<float*>(base + kRowAt) + k * kTile; }
 };
-// Forward: Q, K, V.
+// The inner tiles are double-buffered: buffer b = tile index % 2 is multiplied while the copies
+// of the next tile land in the other.
+// Forward: Q; K in tiles 1, 2; V in tiles 3, 4.
 template <int HD>
-using ForwardSmem = Smem<HD, 3, 0>;
-// dq: Q, dO (this block's queries), O (then K), V (the key tile).
+using ForwardSmem = Smem<HD, 5, 0>;
+// dq: Q, dO (this block's queries); K in tiles 2, 3 (O in 3 until D is formed); V in 4, 5.
 template <int HD>
-using DqSmem = Smem<HD, 4, 0>;
-// dkv: K, V (this block's keys), Q, dO (the query tile); the query tile's lse and D.
+using DqSmem = Smem<HD, 6, 0>;
+// dkv: K, V (this block's keys); Q in tiles 2, 3; dO in 4, 5; lse and D of buffer b in rows
+// 2 b and 2 b + 1.
 template <int HD>
-using DkvSmem = Smem<HD, 4, 2>;
+using DkvSmem = Smem<HD, 6, 4>;
 
 // Where the lane's element e (0..3) of accumulator block n lies in the warp's 16 rows and the
 // block's columns; g = lane / 4, t = lane % 4.
@@ -113,7 +118,9 @@ struct alignas(16) Word16 {
 
 // The head slice's rows row0 .. row0 + 63 (columns 0 .. dh-1 of rows ld apart) into a bf16 tile;
 // zeros past row `rows` and past column dh. Every thread of the block takes part. `words`: dh,
-// ld and src are multiples of 8 elements from a 16-byte boundary, so 16-byte words are copied.
+// ld and src are multiples of 8 elements from a 16-byte boundary, so 16-byte words are copied
+// asynchronously: they land once this thread's copy_async_wait covers the group they are
+// committed with (the caller commits), and a block_sync after that shows the whole tile.
 template <int HD>
 __device__ void load_tile(const bf16* src, int64_t ld, int64_t row0, int64_t rows, int dh,
                           bool words, bf16* dst) {
@@ -123,9 +130,11 @@ __device__ void load_tile(const bf16* src, int64_t ld, int64_t row0, int64_t row
     for (int x = thread_x(); x < kTile * kWords; x += kFlashThreads) {
       const int r = x / kWords, c = x % kWords * 8;
       const int64_t g = row0 + r;
-      Word16 v{};
-      if (g < rows && c < dh) v = *reinterpret_cast<const Word16*>(src + g * ld + c);
-      *reinterpret_cast<Word16*>(dst + r * kLd + c) = v;
+      if (g < rows && c < dh) {
+        copy_async_16(dst + r * kLd + c, src + g * ld + c);
+      } else {
+        *reinterpret_cast<Word16*>(dst + r * kLd + c) = Word16{};
+      }
     }
     return;
   }
@@ -354,20 +363,43 @@ __device__ __forceinline__ void online_softmax(const FlashParams& f, const Where
   }
 }
 
+// Starts the copies of key tile kt's K and V into buffer kt % 2 (tiles 1 + b and 3 + b) and
+// commits them, with any copies this thread started before (the Q tile's).
+template <int HD>
+__device__ void start_key_tile(const FlashParams& f, const Where& w, const ForwardSmem<HD>& sm,
+                               int kt) {
+  const int b = kt & 1;
+  load_tile<HD>(w.k, 3 * w.D, int64_t{kt} * kTile, w.S, f.dh, f.words, sm.tile(1 + b));
+  load_tile<HD>(w.v, 3 * w.D, int64_t{kt} * kTile, w.S, f.dh, f.words, sm.tile(3 + b));
+  copy_async_commit();
+}
+
+// Waits for the copies of tile t (started by the previous call or before the loop), after
+// starting those of tile t + 1 where t < last; then a barrier shows every thread's part.
+template <typename Start>
+__device__ __forceinline__ void next_tile(int t, int last, Start start) {
+  if (t < last) {
+    start(t + 1);
+    copy_async_wait<1>();
+  } else {
+    copy_async_wait<0>();
+  }
+  block_sync();
+}
+
 // The forward for the warp's 16 rows in one pass over the key tiles: acc = sum over tiles of
 // P~ V (P~ rounded to bf16), kept scaled to the current row maxima, and each row's lse; rows past
-// S get lse 0 (and an accumulator that is never stored).
+// S get lse 0 (and an accumulator that is never stored). Key tile 0's copies are started.
 template <int HD>
-__device__ void forward_rows(const FlashParams& f, const Where& w, int qt, const bf16* my_q,
-                             bf16* ks, bf16* vs, float (&lse)[2], Accum<HD>& acc) {
+__device__ void forward_rows(const FlashParams& f, const Where& w, int qt,
+                             const ForwardSmem<HD>& sm, float (&lse)[2], Accum<HD>& acc) {
   const int64_t r0 = int64_t{qt} * kTile + w.warp * 16;
+  const bf16* my_q = sm.tile(0) + w.warp * 16 * (HD + 8);
   RowSoftmax rows[2];
   zero<HD>(acc);
   for (int kt = 0; kt <= qt; ++kt) {
-    block_sync();  // every warp is done with the last key and value tiles
-    load_tile<HD>(w.k, 3 * w.D, int64_t{kt} * kTile, w.S, f.dh, f.words, ks);
-    load_tile<HD>(w.v, 3 * w.D, int64_t{kt} * kTile, w.S, f.dh, f.words, vs);
-    block_sync();
+    next_tile(kt, qt, [&](int t) { start_key_tile<HD>(f, w, sm, t); });
+    const bf16 *ks = sm.tile(1 + (kt & 1)), *vs = sm.tile(3 + (kt & 1));
     Scores s;
     rows_dot_rows<HD>(my_q, ks, s);
     const int64_t j0 = int64_t{kt} * kTile;
@@ -380,6 +412,7 @@ __device__ void forward_rows(const FlashParams& f, const Where& w, int qt, const
     Operand p;
     to_operand(s, p);
     accumulate_product<HD>(p, vs, acc);
+    block_sync();  // every warp is done with buffer kt % 2 before tile kt + 2 is copied there
   }
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
@@ -401,10 +434,10 @@ __global__ void __launch_bounds__(kFlashThreads) flash_forward_kernel(FlashParam
   const int qt = last_tiles_first();
   const int64_t r0 = int64_t{qt} * kTile + w.warp * 16;
   load_tile<HD>(w.q, 3 * w.D, int64_t{qt} * kTile, w.S, f.dh, f.words, sm.tile(0));
-  const bf16* my_q = sm.tile(0) + w.warp * 16 * (HD + 8);
+  start_key_tile<HD>(f, w, sm, 0);  // one group with Q's copies
   float lse[2];
   Accum<HD> acc;
-  forward_rows<HD>(f, w, qt, my_q, sm.tile(1), sm.tile(2), lse, acc);
+  forward_rows<HD>(f, w, qt, sm, lse, acc);
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const int64_t i = r0 + w.g + half * 8;
@@ -461,25 +494,34 @@ __device__ void rows_d(const Where& w, const bf16* d_out_tile, const bf16* out_t
   }
 }
 
+// Starts the copies of key tile kt's K and V into the dq kernel's buffer kt % 2 (tiles 2 + b and
+// 4 + b) and commits them, with any copies this thread started before.
+template <int HD>
+__device__ void start_dq_key_tile(const FlashParams& f, const Where& w, const DqSmem<HD>& sm,
+                                  int kt) {
+  const int b = kt & 1;
+  load_tile<HD>(w.k, 3 * w.D, int64_t{kt} * kTile, w.S, f.dh, f.words, sm.tile(2 + b));
+  load_tile<HD>(w.v, 3 * w.D, int64_t{kt} * kTile, w.S, f.dh, f.words, sm.tile(4 + b));
+  copy_async_commit();
+}
+
 // dQ of the warp's 16 rows over the key tiles: dS = P (m dP - D), rounded to bf16, then
-// acc += dS K. Tiles 0 = Q, 1 = dO (this block's queries), 2 = K, 3 = V.
+// acc += dS K. Tiles 0 = Q, 1 = dO (this block's queries); key tile 0's copies are started.
 template <int HD>
 __device__ void dq_rows(const FlashParams& f, const Where& w, const DqSmem<HD>& sm, int qt,
                         const float (&row_lse)[2], const float (&d_i)[2], Accum<HD>& acc) {
   const int64_t r0 = int64_t{qt} * kTile + w.warp * 16;
   const int rows_at = w.warp * 16 * (HD + 8);
   for (int kt = 0; kt <= qt; ++kt) {
-    block_sync();
-    load_tile<HD>(w.k, 3 * w.D, int64_t{kt} * kTile, w.S, f.dh, f.words, sm.tile(2));
-    load_tile<HD>(w.v, 3 * w.D, int64_t{kt} * kTile, w.S, f.dh, f.words, sm.tile(3));
-    block_sync();
+    next_tile(kt, qt, [&](int t) { start_dq_key_tile<HD>(f, w, sm, t); });
+    bf16 *ks = sm.tile(2 + (kt & 1)), *vs = sm.tile(4 + (kt & 1));
     const int64_t j0 = int64_t{kt} * kTile;
     const Causal<true> causal(w.S, r0, j0);
     const auto live = [&](int n, int e) { return causal(row_of(e, w.g), col_of(n, e, w.t)); };
     const uint32_t keep = keep_bits<true>(f, w, r0, j0);
     Scores p, dp;
     probabilities_and_dp<HD>(
-        {sm.tile(0) + rows_at, sm.tile(2), sm.tile(1) + rows_at, sm.tile(3)}, f.scale, live,
+        {sm.tile(0) + rows_at, ks, sm.tile(1) + rows_at, vs}, f.scale, live,
         [&](int, int e) { return row_lse[e >> 1]; }, p, dp);
 #pragma unroll
     for (int n = 0; n < kBlocks8; ++n) {
@@ -491,7 +533,8 @@ __device__ void dq_rows(const FlashParams& f, const Where& w, const DqSmem<HD>& 
     }
     Operand ds;
     to_operand(p, ds);
-    accumulate_product<HD>(ds, sm.tile(2), acc);
+    accumulate_product<HD>(ds, ks, acc);
+    block_sync();  // every warp is done with buffer kt % 2 before tile kt + 2 is copied there
   }
 }
 
@@ -505,16 +548,19 @@ __global__ void __launch_bounds__(kFlashThreads, kBackwardBlocks<HD>)
   const int64_t q0 = int64_t{qt} * kTile, r0 = q0 + w.warp * 16;
   load_tile<HD>(w.q, 3 * w.D, q0, w.S, f.dh, f.words, sm.tile(0));
   load_tile<HD>(w.d_out, w.D, q0, w.S, f.dh, f.words, sm.tile(1));
-  load_tile<HD>(f.out + w.b * w.S * w.D + w.h * f.dh, w.D, q0, w.S, f.dh, f.words, sm.tile(2));
+  load_tile<HD>(f.out + w.b * w.S * w.D + w.h * f.dh, w.D, q0, w.S, f.dh, f.words, sm.tile(3));
+  start_dq_key_tile<HD>(f, w, sm, 0);  // one group with Q's, dO's and O's copies
+  copy_async_wait<0>();
   block_sync();
   float row_lse[2], d_i[2];
-  rows_d<HD>(w, sm.tile(1), sm.tile(2), d_i);  // tile 2 becomes K's after dq_rows' first barrier
+  rows_d<HD>(w, sm.tile(1), sm.tile(3), d_i);
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const int64_t i = r0 + w.g + half * 8;
     row_lse[half] = i < w.S ? f.lse[w.bh * w.S + i] : 0.f;
     if (i < w.S && w.t == 0) f.dsum[w.bh * w.S + i] = d_i[half];
   }
+  block_sync();  // every warp has read O (tile 3) before key tile 1's K is copied there
   Accum<HD> acc;
   zero<HD>(acc);
   dq_rows<HD>(f, w, sm, qt, row_lse, d_i, acc);
@@ -522,20 +568,39 @@ __global__ void __launch_bounds__(kFlashThreads, kBackwardBlocks<HD>)
 #endif
 }
 
-// dK and dV: tiles 0 = K, 1 = V (this block's keys), 2 = Q, 3 = dO (the query tile); rows 0 and
-// 1 hold the query tile's lse and D. A warp's rows are keys j, its columns queries i.
+// Starts the copies of query tile qt's Q and dO into the dkv kernel's buffer qt % 2 (tiles 2 + b
+// and 4 + b) and commits them (with any copies this thread started before); writes the tile's
+// lse and D into rows 2 b and 2 b + 1.
+template <int HD>
+__device__ void start_query_tile(const FlashParams& f, const Where& w, const DkvSmem<HD>& sm,
+                                 int qt) {
+  const int b = qt & 1;
+  const int64_t q0 = int64_t{qt} * kTile;
+  load_tile<HD>(w.q, 3 * w.D, q0, w.S, f.dh, f.words, sm.tile(2 + b));
+  load_tile<HD>(w.d_out, w.D, q0, w.S, f.dh, f.words, sm.tile(4 + b));
+  copy_async_commit();
+  for (int x = thread_x(); x < kTile; x += kFlashThreads) {
+    const bool in = q0 + x < w.S;
+    sm.row(2 * b)[x] = in ? f.lse[w.bh * w.S + q0 + x] : 0.f;
+    sm.row(2 * b + 1)[x] = in ? f.dsum[w.bh * w.S + q0 + x] : 0.f;
+  }
+}
+
+// dK and dV over one query tile qt: tiles 0 = K, 1 = V (this block's keys), the query tile's Q,
+// dO, lse and D in buffer qt % 2. A warp's rows are keys j, its columns queries i.
 template <int HD>
 __device__ void dkv_query_tile(const FlashParams& f, const Where& w, const DkvSmem<HD>& sm,
-                               int64_t k0, int64_t q0, Accum<HD>& dk, Accum<HD>& dv) {
-  const int64_t r0 = k0 + w.warp * 16;
-  const int rows_at = w.warp * 16 * (HD + 8);
-  const float *lse_t = sm.row(0), *d_t = sm.row(1);
+                               int64_t k0, int qt, Accum<HD>& dk, Accum<HD>& dv) {
+  const int64_t r0 = k0 + w.warp * 16, q0 = int64_t{qt} * kTile;
+  const int rows_at = w.warp * 16 * (HD + 8), b = qt & 1;
+  const bf16 *qs = sm.tile(2 + b), *gs = sm.tile(4 + b);
+  const float *lse_t = sm.row(2 * b), *d_t = sm.row(2 * b + 1);
   const Causal<false> causal(w.S, r0, q0);
   const auto live = [&](int n, int e) { return causal(row_of(e, w.g), col_of(n, e, w.t)); };
   const uint32_t keep = keep_bits<false>(f, w, r0, q0);
   Scores p, dp;
   probabilities_and_dp<HD>(
-      {sm.tile(0) + rows_at, sm.tile(2), sm.tile(1) + rows_at, sm.tile(3)}, f.scale, live,
+      {sm.tile(0) + rows_at, qs, sm.tile(1) + rows_at, gs}, f.scale, live,
       [&](int n, int e) { return lse_t[col_of(n, e, w.t)]; }, p, dp);
 #pragma unroll
   for (int n = 0; n < kBlocks8; ++n) {
@@ -550,9 +615,9 @@ __device__ void dkv_query_tile(const FlashParams& f, const Where& w, const DkvSm
   // One operand at a time: P m is consumed before dS is packed (fewer live registers).
   Operand op;
   to_operand(p, op);
-  accumulate_product<HD>(op, sm.tile(3), dv);
+  accumulate_product<HD>(op, gs, dv);
   to_operand(dp, op);
-  accumulate_product<HD>(op, sm.tile(2), dk);
+  accumulate_product<HD>(op, qs, dk);
 }
 
 template <int HD>
@@ -566,21 +631,14 @@ __global__ void __launch_bounds__(kFlashThreads, kBackwardBlocks<HD>)
   const int64_t k0 = int64_t{kt} * kTile;
   load_tile<HD>(w.k, 3 * w.D, k0, w.S, f.dh, f.words, sm.tile(0));
   load_tile<HD>(w.v, 3 * w.D, k0, w.S, f.dh, f.words, sm.tile(1));
+  start_query_tile<HD>(f, w, sm, kt);  // one group with K's and V's copies
   Accum<HD> dk, dv;
   zero<HD>(dk);
   zero<HD>(dv);
   for (int qt = kt; qt < tiles; ++qt) {
-    const int64_t q0 = int64_t{qt} * kTile;
-    block_sync();
-    load_tile<HD>(w.q, 3 * w.D, q0, w.S, f.dh, f.words, sm.tile(2));
-    load_tile<HD>(w.d_out, w.D, q0, w.S, f.dh, f.words, sm.tile(3));
-    for (int x = thread_x(); x < kTile; x += kFlashThreads) {
-      const bool in = q0 + x < w.S;
-      sm.row(0)[x] = in ? f.lse[w.bh * w.S + q0 + x] : 0.f;
-      sm.row(1)[x] = in ? f.dsum[w.bh * w.S + q0 + x] : 0.f;
-    }
-    block_sync();
-    dkv_query_tile<HD>(f, w, sm, k0, q0, dk, dv);
+    next_tile(qt, tiles - 1, [&](int t) { start_query_tile<HD>(f, w, sm, t); });
+    dkv_query_tile<HD>(f, w, sm, k0, qt, dk, dv);
+    block_sync();  // every warp is done with buffer qt % 2 before tile qt + 2 is copied there
   }
   bf16* dst = f.d_qkv + w.b * w.S * 3 * w.D + w.h * f.dh;
   const int64_t r0 = k0 + w.warp * 16;

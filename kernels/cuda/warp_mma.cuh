@@ -1,9 +1,10 @@
 // The warp-level primitives that the tensor-core kernels (flash_attention_kernels.cuh) are
 // written against: thread and block indices, the block's dynamic shared memory, the block
-// barrier, the xor shuffle, ldmatrix and mma.sync (bf16 operands, f32 accumulators), and the
-// packing of two floats into a bf16 operand register. tests/testing/warp_emulator.h gives the
-// same names on the host, with the PTX ISA's fragment layouts, so that the kernels' index
-// arithmetic runs in the CPU tests; on the GPU these are the instructions themselves.
+// barrier, the xor shuffle, asynchronous copies into shared memory, ldmatrix and mma.sync (bf16
+// operands, f32 accumulators), and the packing of two floats into a bf16 operand register.
+// tests/testing/warp_emulator.h gives the same names on the host, with the PTX ISA's fragment
+// layouts, so that the kernels' index arithmetic runs in the CPU tests; on the GPU these are the
+// instructions themselves.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -52,6 +53,24 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t add
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(address));
+}
+
+// Asynchronous copies from global to shared memory (cp.async, Ampere and later): copy_async_16
+// starts a copy of 16 bytes (both addresses on 16-byte boundaries) without a register in
+// between; copy_async_commit closes this thread's group of copies started since the last one;
+// copy_async_wait<N> returns once all but this thread's N newest groups have landed. Other
+// threads see them after a block_sync that follows the wait.
+__device__ __forceinline__ void copy_async_16(void* shared, const void* global) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(shared_address(shared)),
+               "l"(global)
+               : "memory");
+}
+__device__ __forceinline__ void copy_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+template <int N>
+__device__ __forceinline__ void copy_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
 // c (16 x 8, f32) += a (16 x 16, bf16) b (16 x 8, bf16). Lane 4 g + t holds a: {row g, columns

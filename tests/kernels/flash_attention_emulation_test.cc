@@ -253,13 +253,14 @@ std::string name(const ::testing::TestParamInfo<Case>& info) {
                  static_cast<int>(c.dropout * 100));
 }
 
-// The GPU test's shapes (tests/kernels/cuda_kernels_test.cc), smaller where the emulation is
-// slow (one fiber switch per lane per instruction): every padded width (32, 64, 128), widths
+// The GPU test's shapes (tests/kernels/cuda_kernels_test.cc), some smaller (the emulation takes
+// one fiber switch per lane per instruction): every padded width (32, 64, 128), widths
 // that are not multiples of 8 (element copies), sequences of 1 and ending inside a tile, more
 // than one tile, dropout.
 INSTANTIATE_TEST_SUITE_P(Shapes, FusedAttentionEmulation,
                          ::testing::Values(Case{1, 1, 1, 4, 0.f}, Case{2, 37, 3, 8, 0.f},
-                                           Case{1, 130, 2, 5, 0.25f}, Case{1, 129, 1, 64, 0.f},
+                                           Case{3, 64, 4, 16, 0.1f}, Case{1, 130, 2, 5, 0.25f},
+                                           Case{2, 200, 2, 64, 0.f}, Case{1, 129, 1, 64, 0.f},
                                            Case{1, 70, 1, 128, 0.1f}, Case{1, 70, 2, 33, 0.f},
                                            Case{1, 65, 1, 32, 0.1f}),
                          name);

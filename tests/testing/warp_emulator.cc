@@ -65,6 +65,13 @@ struct Lane {
   uint32_t address = 0;
   uint32_t a[4] = {}, b[2] = {}, r[4] = {};
   float c[4] = {};
+  // cp.async: copies started since the last commit, and the committed groups, oldest first.
+  struct Copy {
+    void* to;
+    const void* from;
+  };
+  std::vector<Copy> open;
+  std::vector<std::vector<Copy>> groups;
 };
 
 struct Machine {
@@ -251,6 +258,8 @@ void run_block() {
     lane.context.uc_link = nullptr;
     makecontext(&lane.context, lane_main, 0);
     lane.wait = Wait::kRun;
+    lane.open.clear();
+    lane.groups.clear();
   }
   for (int sweep = 0;; ++sweep) {
     bool moved = false;
@@ -325,6 +334,32 @@ uint32_t shared_address(const void* p) {
     return 0;
   }
   return static_cast<uint32_t>(q - g_machine->base);
+}
+
+void copy_async_16(void* shared, const void* global) {
+  const auto* to = static_cast<unsigned char*>(shared);
+  if (to < g_machine->base || to + 16 > g_machine->base + g_machine->shared_bytes ||
+      (to - g_machine->base) % 16 != 0 || reinterpret_cast<uintptr_t>(global) % 16 != 0) {
+    fail(
+        "copy_async_16 needs a 16-byte destination row inside shared memory and a 16-byte "
+        "aligned source");
+    return;
+  }
+  me().open.push_back({shared, global});
+}
+
+void copy_async_commit() {
+  Lane& lane = me();
+  lane.groups.push_back(std::move(lane.open));
+  lane.open.clear();
+}
+
+void copy_async_wait_groups(int newest_left) {
+  Lane& lane = me();
+  while (static_cast<int>(lane.groups.size()) > newest_left) {
+    for (const Lane::Copy& c : lane.groups.front()) std::memcpy(c.to, c.from, 16);
+    lane.groups.erase(lane.groups.begin());
+  }
 }
 
 void ldmatrix_x4(uint32_t (&r)[4], uint32_t address) {
