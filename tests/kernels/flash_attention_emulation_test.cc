@@ -155,6 +155,37 @@ TEST(WarpEmulator, WarpsDriftApartBetweenBarriers) {
   EXPECT_EQ(late, 8);
 }
 
+// cp.async: the destination is NaN from the start of a copy until the thread's wait covers its
+// group; copy_async_wait<1> leaves the newest group in flight; a misaligned copy is a fault.
+TEST(WarpEmulator, AsyncCopiesLandAtTheirWait) {
+  alignas(16) static float src[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+  float seen[3][2] = {};
+  const std::string fault = emu::run_grid({1, 1}, 32, 64, [&] {
+    float* dst = reinterpret_cast<float*>(dynamic_shared());
+    if (thread_x() != 0) return;
+    dst[0] = dst[4] = -1.f;
+    copy_async_16(dst, src);
+    copy_async_commit();
+    copy_async_16(dst + 4, src + 4);
+    copy_async_commit();
+    seen[0][0] = dst[0], seen[0][1] = dst[4];
+    copy_async_wait<1>();
+    seen[1][0] = dst[0], seen[1][1] = dst[4];
+    copy_async_wait<0>();
+    seen[2][0] = dst[0], seen[2][1] = dst[4];
+  });
+  ASSERT_EQ(fault, "");
+  EXPECT_TRUE(std::isnan(seen[0][0]) && std::isnan(seen[0][1])) << "in flight: neither landed";
+  EXPECT_EQ(seen[1][0], 1.f);
+  EXPECT_TRUE(std::isnan(seen[1][1])) << "wait<1>: the newest group still in flight";
+  EXPECT_EQ(seen[2][0], 1.f);
+  EXPECT_EQ(seen[2][1], 5.f);
+  const std::string misaligned = emu::run_grid({1, 1}, 32, 64, [&] {
+    if (thread_x() == 0) copy_async_16(dynamic_shared() + 8, src);
+  });
+  EXPECT_NE(misaligned.find("copy_async_16"), std::string::npos) << misaligned;
+}
+
 // --- The kernels ---
 
 struct Case {

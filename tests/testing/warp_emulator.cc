@@ -345,6 +345,10 @@ void copy_async_16(void* shared, const void* global) {
         "aligned source");
     return;
   }
+  // Until the wait the destination holds nothing a kernel may rely on: NaN bits, as if the copy
+  // had landed half-way (a read before the wait, or a write into a tile another warp still
+  // reads, shows in the results).
+  std::memset(shared, 0xff, 16);
   me().open.push_back({shared, global});
 }
 

@@ -2,8 +2,8 @@
 // tensor-core kernels written against them (kernels/cuda/flash_attention_kernels.cuh): the
 // kernel's own text runs on the CPU, one fiber per GPU thread, with the PTX ISA's semantics for
 // ldmatrix (.x4, .trans) and mma.sync.m16n8k16 (bf16 operands, f32 accumulators), cp.async
-// (each thread's copies land only when its wait covers them), the xor shuffle and the block
-// barrier. It checks what the hardware would trap on or leave undefined:
+// (a destination is NaN from the copy's start until its thread's wait covers it), the xor
+// shuffle and the block barrier. It checks what the hardware would trap on or leave undefined:
 // a collective that not all 32 lanes of a warp reach together (divergence), a barrier that some
 // threads of the block never reach, an ldmatrix row address outside the block's shared memory
 // or off a 16-byte boundary. Shared memory starts as NaN bits in every block, so a read of
@@ -60,8 +60,9 @@ float shfl_xor(float v, int mask);
 // A shared-memory address as the kernels pass it to ldmatrix: its offset in the block's shared
 // memory (a fault, and 0, outside it).
 uint32_t shared_address(const void* p);
-// cp.async: the copy is carried out when this thread's copy_async_wait covers its group (not
-// before: a kernel that reads the destination first reads what was there).
+// cp.async: the destination holds NaN bits from the start of the copy until this thread's
+// copy_async_wait covers its group, when the copy is carried out (a kernel that reads it before
+// its wait, or starts a copy into a tile another warp still reads, gets NaNs in its results).
 void copy_async_16(void* shared, const void* global);
 void copy_async_commit();
 void copy_async_wait_groups(int newest_left);
