@@ -364,14 +364,13 @@ __device__ __forceinline__ void online_softmax(const FlashParams& f, const Where
   }
 }
 
-// Starts the copies of key tile kt's K and V into buffer kt % 2 (tiles 1 + b and 3 + b) and
-// commits them, with any copies this thread started before (the Q tile's).
+// Starts the copies of key tile kt's K and V into k_dst and v_dst (the forward's or dq's buffer
+// kt % 2) and commits them, with any copies this thread started before.
 template <int HD>
-__device__ void start_key_tile(const FlashParams& f, const Where& w, const ForwardSmem<HD>& sm,
-                               int kt) {
-  const int b = kt & 1;
-  load_tile<HD>(w.k, 3 * w.D, int64_t{kt} * kTile, w.S, f.dh, f.words, sm.tile(1 + b));
-  load_tile<HD>(w.v, 3 * w.D, int64_t{kt} * kTile, w.S, f.dh, f.words, sm.tile(3 + b));
+__device__ void start_key_tile(const FlashParams& f, const Where& w, int kt, bf16* k_dst,
+                               bf16* v_dst) {
+  load_tile<HD>(w.k, 3 * w.D, int64_t{kt} * kTile, w.S, f.dh, f.words, k_dst);
+  load_tile<HD>(w.v, 3 * w.D, int64_t{kt} * kTile, w.S, f.dh, f.words, v_dst);
   copy_async_commit();
 }
 
@@ -397,7 +396,9 @@ __device__ void forward_rows(const FlashParams& f, const Where& w, int qt,
   RowSoftmax rows[2];
   zero<HD>(acc);
   for (int kt = 0; kt <= qt; ++kt) {
-    next_tile(kt, qt, [&](int t) { start_key_tile<HD>(f, w, sm, t); });
+    next_tile(kt, qt, [&](int t) {  // K in tiles 1 and 2, V in 3 and 4
+      start_key_tile<HD>(f, w, t, sm.tile(1 + (t & 1)), sm.tile(3 + (t & 1)));
+    });
     const bf16 *ks = sm.tile(1 + (kt & 1)), *vs = sm.tile(3 + (kt & 1));
     Scores s;
     rows_dot_rows<HD>(my_q, ks, s);
@@ -432,7 +433,7 @@ __global__ void __launch_bounds__(kFlashThreads) flash_forward_kernel(FlashParam
   const int qt = last_tiles_first();
   const int64_t r0 = int64_t{qt} * kTile + w.warp * 16;
   load_tile<HD>(w.q, 3 * w.D, int64_t{qt} * kTile, w.S, f.dh, f.words, sm.tile(0));
-  start_key_tile<HD>(f, w, sm, 0);  // one group with Q's copies
+  start_key_tile<HD>(f, w, 0, sm.tile(1), sm.tile(3));  // one group with Q's copies
   float lse[2];
   Accum<HD> acc;
   forward_rows<HD>(f, w, qt, sm, lse, acc);
@@ -492,17 +493,6 @@ __device__ void rows_d(const Where& w, const bf16* d_out_tile, const bf16* out_t
   }
 }
 
-// Starts the copies of key tile kt's K and V into the dq kernel's buffer kt % 2 (tiles 2 + b and
-// 4 + b) and commits them, with any copies this thread started before.
-template <int HD>
-__device__ void start_dq_key_tile(const FlashParams& f, const Where& w, const DqSmem<HD>& sm,
-                                  int kt) {
-  const int b = kt & 1;
-  load_tile<HD>(w.k, 3 * w.D, int64_t{kt} * kTile, w.S, f.dh, f.words, sm.tile(2 + b));
-  load_tile<HD>(w.v, 3 * w.D, int64_t{kt} * kTile, w.S, f.dh, f.words, sm.tile(4 + b));
-  copy_async_commit();
-}
-
 // dQ of the warp's 16 rows over the key tiles: dS = P (m dP - D), rounded to bf16, then
 // acc += dS K. Tiles 0 = Q, 1 = dO (this block's queries); key tile 0's copies are started.
 template <int HD>
@@ -511,7 +501,9 @@ __device__ void dq_rows(const FlashParams& f, const Where& w, const DqSmem<HD>& 
   const int64_t r0 = int64_t{qt} * kTile + w.warp * 16;
   const int rows_at = w.warp * 16 * (HD + 8);
   for (int kt = 0; kt <= qt; ++kt) {
-    next_tile(kt, qt, [&](int t) { start_dq_key_tile<HD>(f, w, sm, t); });
+    next_tile(kt, qt, [&](int t) {  // K in tiles 2 and 3, V in 4 and 5
+      start_key_tile<HD>(f, w, t, sm.tile(2 + (t & 1)), sm.tile(4 + (t & 1)));
+    });
     bf16 *ks = sm.tile(2 + (kt & 1)), *vs = sm.tile(4 + (kt & 1));
     const int64_t j0 = int64_t{kt} * kTile;
     const Causal<true> causal(w.S, r0, j0);
@@ -547,7 +539,7 @@ __global__ void __launch_bounds__(kFlashThreads, kBackwardBlocks<HD>)
   load_tile<HD>(w.d_out, w.D, q0, w.S, f.dh, f.words, sm.tile(1));
   load_tile<HD>(f.out + w.b * w.S * w.D + w.h * f.dh, w.D, q0, w.S, f.dh, f.words, sm.tile(3));
   copy_async_commit();
-  start_dq_key_tile<HD>(f, w, sm, 0);  // in flight while D is formed
+  start_key_tile<HD>(f, w, 0, sm.tile(2), sm.tile(4));  // in flight while D is formed
   copy_async_wait<1>();
   block_sync();
   float row_lse[2], d_i[2];
