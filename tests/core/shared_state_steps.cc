@@ -53,8 +53,8 @@ double update_distance(const SharedStateStep& s) {
 }
 
 StepDifference expect_step_from_shared_state(const SharedStates& states, const SharedStateStep& s,
-                                             double loss_tol, double backward_tol,
-                                             const TrainingScale& scale, const std::string& at) {
+                                             const StepTolerances& tol, const TrainingScale& scale,
+                                             const std::string& at) {
   StepDifference d;
   if (s.a.losses.size() != 1 || s.b.losses.size() != 1 ||
       states.lead.losses.size() <= static_cast<size_t>(s.state)) {
@@ -65,14 +65,14 @@ StepDifference expect_step_from_shared_state(const SharedStates& states, const S
   EXPECT_EQ(s.a.grad_norms[0], states.lead.grad_norms[s.state]) << at;
   EXPECT_EQ(s.a_params, s.lead_params) << at << ": the optimizer state was not shared";
   d.loss = std::fabs(s.b.losses[0] - s.a.losses[0]) / std::fabs(s.a.losses[0]);
-  EXPECT_LE(d.loss, loss_tol) << at << ": loss " << s.a.losses[0] << " vs " << s.b.losses[0];
+  EXPECT_LE(d.loss, tol.loss) << at << ": loss " << s.a.losses[0] << " vs " << s.b.losses[0];
   d.grad_norm = std::fabs(s.b.grad_norms[0] - s.a.grad_norms[0]) / s.a.grad_norms[0];
   d.update = update_distance(s);
   const RoutingDifference routing = routing_difference(s.a, s.b);
   d.moved = routing.moved;
   if (d.moved == 0) {
-    EXPECT_LE(d.grad_norm, backward_tol) << at << ": gradient norm";
-    EXPECT_LE(d.update, backward_tol) << at << ": the masters' step";
+    EXPECT_LE(d.grad_norm, tol.grad_norm) << at << ": gradient norm";
+    EXPECT_LE(d.update, tol.update) << at << ": the masters' step";
   }
   expect_parameters_close(s.a_params, s.b_params, routing, scale, 1, at);
   return d;

@@ -36,18 +36,25 @@ double update_distance(const SharedStateStep& s);
 
 // The cross-path rule for one step from a shared state (`s` of `states`; `a` the lead's own
 // config): the state was shared (a's loss, gradient norm and masters after the step equal the
-// lead's own next step's, bit for bit); decisions counted; b's loss within `loss_tol` of a's,
-// relative; where no decision moved, the gradient norm and the masters' step (update_distance)
-// within `backward_tol` too (a moved token's gradient goes to other experts: not a rounding);
-// at every step no master past one step's reach (expect_parameters_close with `scale`).
-// Failures name `at`. Returns the differences, for the test's report.
+// lead's own next step's, bit for bit); decisions counted; b's loss within `tol.loss` of a's,
+// relative; where no decision moved, the gradient norm within `tol.grad_norm` and the masters'
+// step (update_distance) within `tol.update` too (a moved token's gradient goes to other
+// experts: not a rounding); at every step no master past one step's reach
+// (expect_parameters_close with `scale`). Failures name `at`. Returns the differences, for the
+// test's report.
 struct StepDifference {
   double loss = 0, grad_norm = 0, update = 0;  // relative
   int64_t moved = 0;                           // tokens routed otherwise
 };
+// Relative bounds on the three. The gradient norm is one sum over every entry (independent
+// roundings mostly cancel in it); the masters' step is an L2 distance over every entry (they
+// add up), so its bound is the entries' own (cross_path.h's bf16_backward_bound).
+struct StepTolerances {
+  double loss = 0, grad_norm = 0, update = 0;
+};
 StepDifference expect_step_from_shared_state(const SharedStates& states, const SharedStateStep& s,
-                                             double loss_tol, double backward_tol,
-                                             const TrainingScale& scale, const std::string& at);
+                                             const StepTolerances& tol, const TrainingScale& scale,
+                                             const std::string& at);
 
 // `lead` trains in `dir`, saving a checkpoint after each of the steps `at` (ascending); from each,
 // a trainer of config `a` and one of `b` resume (the same masters, optimizer state and next

@@ -32,6 +32,10 @@ double loss_tolerance(double eps, double depth, double nll) {
   return eps * (depth + std::fabs(nll));
 }
 
+double bf16_backward_bound(int depth, int bf16_paths) {
+  return 8 * 0x1p-8 * std::sqrt(2.0 * depth * bf16_paths);
+}
+
 namespace {
 
 int64_t int_at(const TensorView& t, int64_t i) {

@@ -61,6 +61,17 @@ double rounding_tolerance(double eps, double depth, double scale = 1.0);
 // log-softmax) rounds the NLL itself: eps x (depth + |nll|) (cross_path.py's
 // perplexity_tolerance).
 double loss_tolerance(double eps, double depth, double nll);
+// The bound on a BF16 step's backward results (a gradient, the masters' step: L2 over every
+// entry, relative) against another path's, for a model whose forward has `depth` stages. Not
+// eps x depth: at these depths (60-125) that worst case passes 1 and bounds nothing. Each stage
+// of the forward and of the backward (twice the depth) rounds to 8 bits independently, so the
+// roundings add in quadrature (Higham and Mary's probabilistic bound, as
+// torch_moe_reference.py's logic_bound): 8 standard deviations of u sqrt(2 depth), u = 2^-8.
+// `bf16_paths` is how many of the two paths round to bf16: 1 against FP32 (whose roundings are
+// 2^16 times smaller), 2 for two BF16 paths (GPU against CPU: independent roundings, whose
+// difference has sqrt(2) times the deviation). A gradient or step of the wrong sign or scale
+// is O(1).
+double bf16_backward_bound(int depth, int bf16_paths);
 
 // Decisions: rows of integer decisions (i32 or u8 host tensors of the same shape: [T, K] experts,
 // [T, K] slots, [T, E] masks), compared row by row.
