@@ -45,19 +45,18 @@ Status check_act_shape(const char* op, const TensorView& qkv, const char* name, 
 CudaAttention cuda_attention(DType act, int64_t head_dim) {
   const char* mode = std::getenv("MOMOE_ATTENTION");
   const std::string m = mode == nullptr ? "" : mode;
-  if (m == "fused" && act == DType::kBF16 && head_dim >= 1 &&
-      head_dim <= cuda::kFusedAttentionMaxHeadDim) {
-    return CudaAttention::kFused;
-  }
-  if (m == "gemm-bf16" && act == DType::kBF16) return CudaAttention::kGemmBf16;
   if (!m.empty() && m != "gemm" && m != "gemm-bf16" && m != "fused") {
     static std::atomic<bool> warned{false};
     if (!warned.exchange(true)) {
       log_warning("MOMOE_ATTENTION=", m, " is not one of gemm, gemm-bf16, fused: attention runs ",
-                  "on the GEMM path");
+                  "on the default path");
     }
   }
-  return CudaAttention::kGemm;
+  if (m == "gemm" || act != DType::kBF16) return CudaAttention::kGemm;
+  if (m != "gemm-bf16" && head_dim >= 1 && head_dim <= cuda::kFusedAttentionMaxHeadDim) {
+    return CudaAttention::kFused;
+  }
+  return CudaAttention::kGemmBf16;
 }
 
 const char* attention_path(const Context& ctx, DType act, int64_t head_dim) {

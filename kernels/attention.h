@@ -47,17 +47,18 @@ Status attention_forward(Context& ctx, const AttentionArgs& args, const TensorVi
                          const TensorView& out, const TensorView& lse);
 // How a CUDA context computes attention of `act` activations with heads of `head_dim` columns,
 // chosen by MOMOE_ATTENTION (read at every call, so one process can time every path):
-//   kGemm (unset, empty or "gemm"; the default): cuBLAS products and a softmax kernel in the
-//     compute dtype (f32 for f32 and bf16: bf16 inputs are widened), as the CPU reference
-//     computes; B x H x S x S f32 scratch.
-//   kGemmBf16 ("gemm-bf16", bf16 only): the same products on bf16 operands (tensor cores, f32
-//     accumulation), the probabilities and score gradients rounded to bf16 before their
-//     products (kernels/cuda/attention_bf16.h); f32 scores plus bf16 probabilities as scratch.
-//   kFused ("fused", bf16 with heads of at most 128 columns): flash-style kernels
-//     (kernels/cuda/flash_attention.h) with the roundings of kGemmBf16; no S x S scratch.
-// A dtype or head width a path does not take falls back to kGemm; any other value is warned
-// about once and means kGemm. The choice is the same in a build without CUDA (it names what a
-// CUDA context would do).
+//   kFused (bf16 with heads of at most 128 columns: the default there, or "fused"): flash-style
+//     kernels (kernels/cuda/flash_attention.h): P and dS rounded to bf16 before their products,
+//     f32 accumulation; no S x S scratch. Measured fastest on an H200 (benchmarks/gpu_notes.md).
+//   kGemmBf16 (bf16 with wider heads: the default there, or "gemm-bf16" at any width): cuBLAS
+//     products on bf16 operands (tensor cores, f32 accumulation) with kFused's roundings
+//     (kernels/cuda/attention_bf16.h); f32 scores plus bf16 probabilities as scratch.
+//   kGemm (every f32 activation, or "gemm"): cuBLAS products and a softmax kernel in the compute
+//     dtype (f32 for f32 and bf16: bf16 inputs are widened), as the CPU reference computes;
+//     B x H x S x S f32 scratch.
+// "fused" with a head wider than 128 runs kGemmBf16; any other value is warned about once and
+// means the default. The choice is the same in a build without CUDA (it names what a CUDA
+// context would do).
 enum class CudaAttention { kGemm, kGemmBf16, kFused };
 CudaAttention cuda_attention(DType act, int64_t head_dim);
 // Which implementation attention takes on ctx: "cpu" (the reference), or on a GPU "gemm",

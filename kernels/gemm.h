@@ -10,6 +10,7 @@
 #include "base/context.h"
 #include "base/tensor.h"
 #include "kernels/expert_blocks.h"
+#include "kernels/expert_gemm_path.h"
 
 namespace moe::kernels {
 
@@ -31,8 +32,8 @@ Status expert_gemm_wgrad(Context& ctx, const TensorView& x, const TensorView& dy
 
 // How a GPU has run its dropless expert products in this process, per group of two or more
 // (kernels/cuda/cublas_gemm.cuh run_gemm_group): as one grouped cuBLAS call; one by one because
-// cuBLAS refused them, because an operand was not 16-byte aligned, or because
-// MOMOE_EXPERT_GEMM=loop asked for it. All zero without CUDA.
+// cuBLAS refused them, because an operand was not 16-byte aligned, or because the loop path was
+// chosen (expert_gemm_path). All zero without CUDA.
 struct ExpertGemmPaths {
   int64_t grouped = 0, refused = 0, unaligned = 0, looped = 0;
 };

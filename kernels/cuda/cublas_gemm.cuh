@@ -33,9 +33,10 @@ Status run_gemm(Context& ctx, const char* op, DType in, DType out, const GemmCal
 
 // Products that write distinct C's (no order among them), each unbatched, as one grouped cuBLAS
 // call (cublasGemmGroupedBatchedEx, one problem per group): the dropless expert blocks, whose
-// row counts differ, in one launch instead of one per block. Runs them one by one instead (same
-// products, possibly other cuBLAS kernels) when there is one; when MOMOE_EXPERT_GEMM=loop is set
-// (A/B timing); when an operand or row stride is off a 16-byte boundary (the grouped kernels'
+// row counts differ, in one launch instead of one per block, when MOMOE_EXPERT_GEMM=grouped
+// (kernels/gemm.h's expert_gemm_path; the default runs them one by one: faster on an H200). Runs
+// them one by one otherwise (same products, possibly other cuBLAS kernels): when there is one;
+// when an operand or row stride is off a 16-byte boundary (the grouped kernels'
 // wide loads); or when cuBLAS refuses the dtype pair (NOT_SUPPORTED: not offered again) or the
 // arguments (INVALID_VALUE). kernels/gemm.h's expert_gemm_paths counts each outcome. The device
 // array of operand pointers is uploaded on ctx's stream (no wait).

@@ -7,8 +7,6 @@
 
 #include <atomic>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 
 #include "base/cublas_library.h"
 #include "kernels/common.h"
@@ -76,12 +74,6 @@ Status run_gemm(Context& ctx, const char* op, DType in, DType out, const GemmCal
 }
 
 namespace {
-
-// Read at every call (a getenv), so that one process can time both paths.
-bool grouped_gemm_allowed() {
-  const char* mode = std::getenv("MOMOE_EXPERT_GEMM");
-  return mode == nullptr || std::strcmp(mode, "loop") != 0;
-}
 
 std::atomic<int64_t> groups_grouped{0}, groups_refused{0}, groups_unaligned{0}, groups_looped{0};
 // Bit (in * 8 + out) set: cuBLAS refused grouped products of that dtype pair (NOT_SUPPORTED), so
@@ -189,7 +181,7 @@ Status try_grouped(Context& ctx, const char* op, DType in, DType out,
 Status run_gemm_group(Context& ctx, const char* op, DType in, DType out,
                       const std::vector<GemmCall>& calls) {
   if (calls.size() < 2) return run_each(ctx, op, in, out, calls);
-  if (!grouped_gemm_allowed()) {
+  if (expert_gemm_path() != ExpertGemmPath::kGrouped) {
     ++groups_looped;
     return run_each(ctx, op, in, out, calls);
   }

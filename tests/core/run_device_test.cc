@@ -1,7 +1,7 @@
 // The device memory a GPU step needs beyond the CPU's estimate (run_device.h): the GEMM paths'
 // 12 bytes per score (B x H x S x S: the f32 path's p and dP, or the bf16 path's f32 s and dP
 // beside bf16 P m and dS) and cuBLAS's workspace, or with the fused attention (bf16, heads of at
-// most 128 columns, MOMOE_ATTENTION=fused) its B x H x S row sums instead; nothing on the CPU.
+// most 128 columns: the default) its B x H x S row sums instead; nothing on the CPU.
 // Plain arithmetic on the config: no GPU needed.
 #include "core/train/run_device.h"
 
@@ -36,13 +36,18 @@ TEST(DeviceScratchTest, TheFusedAttentionNeedsRowSumsNotScores) {
   const int64_t scores = 3 * B * H * S * S * 4, row_sums = B * H * S * 4;
   EXPECT_EQ(device_scratch_bytes(config("CPU", "BF16"), 1), 0);
   {
-    const testing::ScopedEnv gemm("MOMOE_ATTENTION", nullptr);
+    const testing::ScopedEnv gemm("MOMOE_ATTENTION", "gemm");
     EXPECT_EQ(device_scratch_bytes(config("CUDA", "BF16"), 1), scores + workspace);
   }
   {
     // The GEMM path on bf16 operands: the same 12 bytes per score.
     const testing::ScopedEnv gemm_bf16("MOMOE_ATTENTION", "gemm-bf16");
     EXPECT_EQ(device_scratch_bytes(config("CUDA", "BF16"), 1), scores + workspace);
+  }
+  {
+    // The default for bf16 heads of at most 128 columns: the fused kernels.
+    const testing::ScopedEnv unset("MOMOE_ATTENTION", nullptr);
+    EXPECT_EQ(device_scratch_bytes(config("CUDA", "BF16"), 1), row_sums + workspace);
   }
   const testing::ScopedEnv fused("MOMOE_ATTENTION", "fused");
   // FP32 keeps the GEMM path; BF16 takes the fused kernels.

@@ -256,9 +256,10 @@ TEST(AttentionTest, BadArgumentsAreInvalidArgument) {
   expect_invalid(attention_backward(ctx(), ok, out, qkv, out_bad, probs, d_qkv), "out");
 }
 
-// MOMOE_ATTENTION picks the CUDA path (cuda_attention), whatever the build: bf16 alone leaves the
-// GEMM path in the compute dtype, and the fused kernels only for heads of at most 128 columns;
-// any other value is the default. The CPU always runs the reference.
+// MOMOE_ATTENTION picks the CUDA path (cuda_attention), whatever the build: bf16 takes the fused
+// kernels by default for heads of at most 128 columns and the GEMM path on bf16 operands for
+// wider ones; "gemm" and every f32 activation the GEMM path in the compute dtype; any other value
+// is the default. The CPU always runs the reference.
 TEST(AttentionTest, MomoeAttentionPicksTheCudaPath) {
   using K = CudaAttention;
   const DType bf = DType::kBF16, f32 = DType::kF32;
@@ -268,12 +269,13 @@ TEST(AttentionTest, MomoeAttentionPicksTheCudaPath) {
     int64_t head_dim;
     K want;
   };
-  for (const Case& c :
-       {Case{nullptr, bf, 64, K::kGemm}, Case{"", bf, 64, K::kGemm}, Case{"gemm", bf, 64, K::kGemm},
-        Case{"gemm-bf16", bf, 64, K::kGemmBf16}, Case{"gemm-bf16", bf, 256, K::kGemmBf16},
-        Case{"gemm-bf16", f32, 64, K::kGemm}, Case{"fused", bf, 128, K::kFused},
-        Case{"fused", bf, 129, K::kGemm}, Case{"fused", f32, 64, K::kGemm},
-        Case{"flash", bf, 64, K::kGemm}}) {
+  for (const Case& c : {Case{nullptr, bf, 64, K::kFused}, Case{"", bf, 128, K::kFused},
+                        Case{nullptr, bf, 129, K::kGemmBf16}, Case{nullptr, f32, 64, K::kGemm},
+                        Case{"gemm", bf, 64, K::kGemm}, Case{"gemm-bf16", bf, 64, K::kGemmBf16},
+                        Case{"gemm-bf16", bf, 256, K::kGemmBf16},
+                        Case{"gemm-bf16", f32, 64, K::kGemm}, Case{"fused", bf, 128, K::kFused},
+                        Case{"fused", bf, 129, K::kGemmBf16}, Case{"fused", f32, 64, K::kGemm},
+                        Case{"flash", bf, 64, K::kFused}, Case{"flash", f32, 64, K::kGemm}}) {
     const testing::ScopedEnv env("MOMOE_ATTENTION", c.env);
     SCOPED_TRACE(
         str_cat(c.env == nullptr ? "(unset)" : c.env, " ", dtype_name(c.act), " Dh ", c.head_dim));

@@ -225,7 +225,7 @@ class CudaKernelTest : public ::testing::Test {
   // roundings of P and dS must show in the bits.
   void expect_not_the_f32_path(const AttentionArgs& a, const Tensor& gqkv, const Tensor& gdout,
                                const Tensor& out, const Tensor& dqkv) {
-    const testing::ScopedEnv f32_path("MOMOE_ATTENTION", nullptr);
+    const testing::ScopedEnv f32_path("MOMOE_ATTENTION", "gemm");
     Tensor gout = poisoned(out.shape(), DType::kBF16), gdqkv = poisoned(dqkv.shape(), DType::kBF16);
     Tensor glse = poisoned({a.batch, a.heads, a.seq_len}, DType::kF32);
     OK(attention_forward(gpu(), a, gqkv, gout, glse));
@@ -507,8 +507,8 @@ TEST_F(CudaKernelTest, ExpertGemmsAndBlockBiases) {
   }
 }
 
-// Dropless products in one grouped cuBLAS call against one call per block
-// (MOMOE_EXPERT_GEMM=loop), at a shape with uneven blocks (one empty) whose operands are all
+// Dropless products in one grouped cuBLAS call (MOMOE_EXPERT_GEMM=grouped) against one call per
+// block (=loop, the default), at a shape with uneven blocks (one empty) whose operands are all
 // 16-byte aligned: both within the GEMM bound of the CPU reference. f32 must take the grouped
 // call (a wrong argument would show as a refusal); other dtypes may be refused by cuBLAS (bf16
 // products with an f32 output, the weight gradient, are not in its documented list). Prints
@@ -564,7 +564,8 @@ TEST_F(CudaKernelTest, DroplessExpertGemmsGroupedAndOneByOne) {
 }
 
 // Dropless blocks whose operands start off 16-byte boundaries (odd rows of width 9 in bf16) are
-// never offered to the grouped call: they run one by one, counted as unaligned.
+// never offered to the grouped call (MOMOE_EXPERT_GEMM=grouped): they run one by one, counted as
+// unaligned.
 TEST_F(CudaKernelTest, UnalignedDroplessBlocksRunOneByOne) {
   ExpertBlocks blocks;
   blocks.ranks = 1;
@@ -574,6 +575,7 @@ TEST_F(CudaKernelTest, UnalignedDroplessBlocksRunOneByOne) {
   Tensor x = rand({rows, k}, DType::kBF16), w = rand({3, k, n}, DType::kBF16);
   Tensor y = Tensor::empty({rows, n}, DType::kBF16), gy = poisoned({rows, n}, DType::kBF16);
   const ExpertGemmPaths before = expert_gemm_paths();
+  const testing::ScopedEnv grouped("MOMOE_EXPERT_GEMM", "grouped");
   OK(expert_gemm(cpu(), x, w, false, y, blocks));
   OK(expert_gemm(gpu(), up(x), up(w), false, gy, blocks));
   expect_close("expert_gemm (dropless, unaligned)", y, gy);
@@ -1178,7 +1180,7 @@ TEST_F(CudaKernelTest, DeviceStepDrawsLikeTheHostStep) {
     OK(dropout_forward(gpu(), up(x), {}, 55, device, 0.3f, gy));
     expect_close("dropout_forward(device step)", y, gy, 0);
     // Attention's mask keyed by sequence (the GEMM path).
-    const testing::ScopedEnv gemm_path("MOMOE_ATTENTION", nullptr);
+    const testing::ScopedEnv gemm_path("MOMOE_ATTENTION", "gemm");
     device.keys_per_sequence = 1;
     const AttentionArgs ha{2, kSeq, 3, 0.25f, host, 5 + kFirstSequence};
     const AttentionArgs da{2, kSeq, 3, 0.25f, device, 5};
@@ -1363,9 +1365,10 @@ TEST_F(CudaKernelTest, RouterAndLayerStatistics) {
   }
 }
 
-// The GEMM path (MOMOE_ATTENTION unset), every dtype, against the CPU reference.
+// The GEMM path in the compute dtype (MOMOE_ATTENTION=gemm), every dtype, against the CPU
+// reference.
 TEST_F(CudaKernelTest, CausalAttention) {
-  const testing::ScopedEnv gemm_path("MOMOE_ATTENTION", nullptr);
+  const testing::ScopedEnv gemm_path("MOMOE_ATTENTION", "gemm");
   using Case = AttentionCase;
   for (DType dt : kActs) {
     const DType f = compute_dtype(dt);

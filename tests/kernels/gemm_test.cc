@@ -4,6 +4,7 @@
 
 #include "base/rng.h"
 #include "tests/testing/gradient_check.h"
+#include "tests/testing/scoped_env.h"
 
 namespace moe::kernels {
 namespace {
@@ -99,6 +100,23 @@ TEST(ExpertGemmTest, DroplessBlocksMatchPerBlockProducts) {
       }
     }
   }
+}
+
+// MOMOE_EXPERT_GEMM picks how a GPU runs a group of dropless expert products (expert_gemm_path),
+// whatever the build: one cuBLAS call per block unless "grouped" asks for the grouped call; any
+// other value is the default.
+TEST(ExpertGemmTest, MomoeExpertGemmPicksTheCudaPath) {
+  using P = ExpertGemmPath;
+  const std::pair<const char*, P> cases[] = {{nullptr, P::kLoop},   {"", P::kLoop},
+                                             {"loop", P::kLoop},    {"grouped", P::kGrouped},
+                                             {"Grouped", P::kLoop}, {"batched", P::kLoop}};
+  for (const auto& [env, want] : cases) {
+    const testing::ScopedEnv path("MOMOE_EXPERT_GEMM", env);
+    SCOPED_TRACE(env == nullptr ? "(unset)" : env);
+    EXPECT_EQ(expert_gemm_path(), want);
+  }
+  EXPECT_STREQ(expert_gemm_path_name(P::kLoop), "loop");
+  EXPECT_STREQ(expert_gemm_path_name(P::kGrouped), "grouped");
 }
 
 // Capacity blocks: padding rows (past each block's filled prefix) are zero in the output and
