@@ -34,7 +34,9 @@
 // shared FFN timed alone); --compare variants times MomentumSMoE, AdamSMoE, Robust
 // MomentumSMoE, the AC router and SparseMixer against the plain layer and prints each overhead.
 // gemm_share is the layer's time inside BLAS tiles over its whole time (the rest: routing,
-// dispatch, activation, combine; CPU only).
+// dispatch, activation, combine; CPU only). On every device, dropless: expert_gemms_ms, the
+// layer's six expert products timed alone on an even split of its rows, and their share of
+// the layer's time.
 #include <sys/wait.h>
 
 #include <algorithm>
@@ -55,6 +57,7 @@
 #include "kernels/elementwise.h"
 #include "kernels/gemm.h"
 #include "kernels/init.h"
+#include "types/moe_config.h"
 
 namespace moe::bench {
 
@@ -295,7 +298,50 @@ struct Floors {
   int64_t copy_bytes = 0;
   Tensor copy_src, copy_dst;
   Timing c;
+  Timing experts;  // time_expert_gemms (iterations 0 when not timed)
 };
+
+// The layer's six expert products alone, as core/layers/expert_ffn.cc calls them (forward: x w1,
+// h w2; backward: both weight gradients into compute-dtype accumulators, dy w2^T, dh w1^T), on
+// T K rows split evenly over the experts (the layer's routing is near even), with the same
+// kernels/gemm.h entry points and MOMOE_EXPERT_GEMM path: what the layer would take if nothing
+// but its expert GEMMs ran. Dropless only; `t` untouched otherwise.
+Status time_expert_gemms(const LayerOptions& o, Context& ctx, Timing* t) {
+  const MoeLayerConfig& c = o.cfg;
+  if (!c.dropless) return Status::OK();
+  const int64_t e = c.num_experts, m = o.tokens * c.top_k, d = o.d, f = o.f;
+  const int64_t f1 = first_matrix_cols(c.activation, f);
+  kernels::ExpertBlocks blocks;
+  blocks.local_experts = e;
+  for (int64_t i = 0; i <= e; ++i) blocks.offsets.push_back(m * i / e);
+  const DType act = o.act, acc = compute_dtype(o.act);
+  MOE_ASSIGN_OR_RETURN(Tensor x, ctx.empty({m, d}, act));
+  MOE_ASSIGN_OR_RETURN(Tensor w1, ctx.empty({e, d, f1}, act));
+  MOE_ASSIGN_OR_RETURN(Tensor w2, ctx.empty({e, f, d}, act));
+  MOE_ASSIGN_OR_RETURN(Tensor h_pre, ctx.empty({m, f1}, act));
+  MOE_ASSIGN_OR_RETURN(Tensor h, ctx.empty({m, f}, act));
+  MOE_ASSIGN_OR_RETURN(Tensor y, ctx.empty({m, d}, act));
+  MOE_ASSIGN_OR_RETURN(Tensor dx, ctx.empty({m, d}, act));
+  MOE_ASSIGN_OR_RETURN(Tensor dw1, ctx.zeros({e, d, f1}, acc));
+  MOE_ASSIGN_OR_RETURN(Tensor dw2, ctx.zeros({e, f, d}, acc));
+  int tag = 0;
+  for (Tensor* v : {&x, &w1, &w2, &h}) {
+    const double stddev = v == &x || v == &h ? 1.0 : 0.02;
+    MOE_RETURN_IF_ERROR(kernels::init_normal(
+        ctx, *v, stddev,
+        CounterRng{5, make_stream(RngTag::kTest, 5, static_cast<uint32_t>(tag++))}));
+  }
+  MOE_ASSIGN_OR_RETURN(*t, time_it(o.warm, o.iters, [&]() {
+    MOE_RETURN_IF_ERROR(kernels::expert_gemm(ctx, x, w1, false, h_pre, blocks));
+    MOE_RETURN_IF_ERROR(kernels::expert_gemm(ctx, h, w2, false, y, blocks));
+    MOE_RETURN_IF_ERROR(kernels::expert_gemm_wgrad(ctx, h, y, dw2, blocks));
+    MOE_RETURN_IF_ERROR(kernels::expert_gemm(ctx, y, w2, true, h, blocks));
+    MOE_RETURN_IF_ERROR(kernels::expert_gemm_wgrad(ctx, x, h_pre, dw1, blocks));
+    MOE_RETURN_IF_ERROR(kernels::expert_gemm(ctx, h_pre, w1, true, dx, blocks));
+    return ctx.synchronize();
+  }));
+  return Status::OK();
+}
 
 // Times the floors: one dense GEMM with the expert FFN's row count and width, in the layer's
 // dtype, and a device-to-device copy.
@@ -324,7 +370,7 @@ Status time_floors(const LayerOptions& o, Context& ctx, Floors* fl) {
                          MOE_RETURN_IF_ERROR(kernels::convert(ctx, copy_src, copy_dst));
                          return ctx.synchronize();
                        }));
-  return Status::OK();
+  return time_expert_gemms(o, ctx, &fl->experts);
 }
 
 // The layer's active FLOPs per forward + backward (3 x forward): each token's K experts and the
@@ -337,11 +383,6 @@ double active_flops(const LayerOptions& o) {
   const double shared = 2.0 * matrices * d * static_cast<double>(c.shared_width());
   return 3.0 * static_cast<double>(o.tokens) *
          (static_cast<double>(c.top_k) * expert + shared + 2.0 * d * c.num_experts);
-}
-
-std::string expert_gemm_mode() {
-  const char* mode = std::getenv("MOMOE_EXPERT_GEMM");
-  return mode != nullptr && std::string(mode) == "loop" ? "loop" : "grouped";
 }
 
 // The result line: the layer's rate against the performance model and the measured floors.
@@ -363,10 +404,12 @@ JsonLine layer_line(const LayerOptions& o, Context& ctx, const LayerTiming& laye
       .num("bias_rate", cfg.bias_update_rate)
       .num("groups", cfg.expert_groups)
       .num("dropless", cfg.dropless ? 1 : 0)
-      // A GPU's dropless expert products: one grouped cuBLAS call, or one call per block when
-      // MOMOE_EXPERT_GEMM=loop (kernels/cuda/cublas_gemm.cuh); then how this process's groups
-      // really ran (cuBLAS may refuse a dtype pair, unaligned blocks run one by one).
-      .str("expert_gemm", ctx.device().is_host() ? "cpu" : expert_gemm_mode())
+      // A GPU's dropless expert products: one cuBLAS call per block, or one grouped call when
+      // MOMOE_EXPERT_GEMM=grouped (kernels/gemm.h's expert_gemm_path); then how this process's
+      // groups really ran (cuBLAS may refuse a dtype pair, unaligned blocks run one by one).
+      .str("expert_gemm", ctx.device().is_host()
+                              ? "cpu"
+                              : kernels::expert_gemm_path_name(kernels::expert_gemm_path()))
       .num("expert_gemm_groups_grouped", paths.grouped)
       .num("expert_gemm_groups_refused", paths.refused)
       .num("expert_gemm_groups_unaligned", paths.unaligned)
@@ -387,7 +430,11 @@ JsonLine layer_line(const LayerOptions& o, Context& ctx, const LayerTiming& laye
       .num("dense_gemm_gflops_per_second", gemm_flops / fl.g.median / 1e9)
       .num("roofline_ratio", (layer_flops / t.median) / (gemm_flops / fl.g.median))
       // A copy reads and writes every byte.
-      .num("copy_gb_per_second", 2.0 * static_cast<double>(fl.copy_bytes) / fl.c.median / 1e9);
+      .num("copy_gb_per_second", 2.0 * static_cast<double>(fl.copy_bytes) / fl.c.median / 1e9)
+      // The expert GEMMs alone (time_expert_gemms; -1 in capacity mode) and their share of the
+      // layer's time: the rest is routing, dispatch, activations, biases and combine.
+      .num("expert_gemms_ms", fl.experts.iterations > 0 ? fl.experts.median * 1e3 : -1.0)
+      .num("expert_gemms_share", fl.experts.iterations > 0 ? fl.experts.median / t.median : -1.0);
   return j;
 }
 

@@ -23,6 +23,7 @@
 #include <system_error>
 
 #include "base/logging.h"
+#include "base/phase_timer.h"
 #include "base/stream_graph.h"
 #include "benchmarks/bench_util.h"
 #include "benchmarks/train_presets.h"
@@ -32,6 +33,7 @@
 #include "core/train/trainer.h"
 #include "kernels/attention.h"
 #include "kernels/cpu/blas_ref.h"
+#include "kernels/expert_gemm_path.h"
 #include "proto/run_convert.h"
 
 namespace moe::bench {
@@ -106,7 +108,18 @@ struct TrainMeasurement {
   kernels::ref::GemmCounters gemm;  // rank 0's BLAS calls (the CPU)
   double gemm_rate = -1;            // a GPU's measured GEMM FLOP/s; -1: none
   int64_t graph_replays = -1;       // timed steps replayed from a CUDA graph; -1: graphs off
+  PhaseSecondsArray phases{};       // summed over the timed steps that report phases
+  int phase_steps = 0;              // how many did (a replayed step has no phase marks)
 };
+
+// Mean milliseconds per phase of the steps that reported phases (base/phase_timer.h: on a GPU
+// device time between events; the exchange lies inside forward and backward), -1 without any.
+void add_phases(const TrainMeasurement& m, JsonLine* j) {
+  for (int p = 0; p < kNumPhases; ++p) {
+    j->num(std::string(phase_name(static_cast<Phase>(p))) + "_ms",
+           m.phase_steps > 0 ? m.phases[p] / m.phase_steps * 1e3 : -1.0);
+  }
+}
 
 // MFU's denominator on a GPU: the rate its GEMM reaches in the run's dtype (gemm_rate.h), or -1
 // on the CPU and where it cannot be measured (a warning says why; the line has no MFU then).
@@ -144,9 +157,11 @@ void print_train_line(const TrainPreset& p, const RunConfig& cfg, Trainer& t, in
       .num("model_tflops_per_second", model_flops / 1e12)
       .num("gemm_tflops_per_second", m.gemm_rate > 0 ? m.gemm_rate / 1e12 : -1.0)
       .num("mfu", m.gemm_rate > 0 ? model_flops / (m.gemm_rate * world_size) : -1.0)
-      // Which attention ran: cpu, gemm or fused (kernels/attention.h).
+      // Which attention ran: cpu, gemm, gemm-bf16 or fused (kernels/attention.h), and how a GPU
+      // runs dropless expert products (kernels/expert_gemm_path.h).
       .str("attention", kernels::attention_path(t.context(), t.model().params().act_dtype(),
                                                 cfg.model.d_model / cfg.model.n_heads))
+      .str("expert_gemm", cpu ? "cpu" : kernels::expert_gemm_path_name(kernels::expert_gemm_path()))
       // Rank 0's GEMM time over its step time (BLAS calls are timed on this rank only; a GPU's
       // GEMMs are not timed one by one: -1).
       .num("gemm_share", cpu ? g.seconds / m.seconds : -1.0)
@@ -155,6 +170,7 @@ void print_train_line(const TrainPreset& p, const RunConfig& cfg, Trainer& t, in
       .num("gemm_calls_per_step", cpu ? static_cast<double>(g.calls) / m.steps : -1.0)
       .num("graph_replays", static_cast<double>(m.graph_replays))
       .str("graph_capture", m.graph_replays < 0 ? "off" : stream_graph_capture_mode());
+  add_phases(m, &j);
   std::printf("%s\n", j.dump().c_str());
   std::fflush(stdout);
 }
@@ -180,6 +196,10 @@ Status run_preset(const TrainPreset& p, const RunConfig& cfg, int steps, int war
     MOE_ASSIGN_OR_RETURN(StepStatsInfo s, t->step());
     m.seconds += s.step_seconds;
     m.tokens += s.tokens;
+    if (s.phases.has_value()) {
+      for (int p = 0; p < kNumPhases; ++p) m.phases[p] += (*s.phases)[p];
+      ++m.phase_steps;
+    }
   }
   kernels::ref::set_gemm_timing(false);
   m.gemm = kernels::ref::gemm_counters();

@@ -63,6 +63,9 @@ assert r["torch_check_grouped_rel_error"] == -1 and r["torch_impl"] == "loop", r
 assert r["torch_version"], r
 assert abs(r["speedup_vs_torch"] - r["torch_fwd_bwd_ms"] / r["fwd_bwd_ms"]) < 1e-3 * r["speedup_vs_torch"], r
 assert r["copy_gb_per_second"] > 0 and r["dense_gemm_gflops_per_second"] > 0, r
+# The expert GEMMs timed alone (dropless) and their share of the layer's time.
+assert r["expert_gemms_ms"] > 0, r
+assert abs(r["expert_gemms_share"] - r["expert_gemms_ms"] / r["fwd_bwd_ms"]) < 1e-3 * r["expert_gemms_share"], r
 # The forward alone is timed too; the backward is the rest of the forward + backward median
 # (each printed to 6 significant digits: three roundings of at most 5e-6 of each value).
 printed = 5e-6 * (r["fwd_ms"] + abs(r["bwd_ms"]) + r["fwd_bwd_ms"])
