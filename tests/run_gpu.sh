@@ -17,7 +17,7 @@
 #         --after gpu-results/call1-summary.txt
 #   N is status's budget_left_s; --cold when the machine was given back (a fresh start costs up
 #   to 3 minutes of N). Call 2 runs the stages call 1 failed or did not reach, then its own
-#   (transformers, then the performance benchmarks of the layer stage until its deadline).
+#   (the performance benchmarks of the layer stage, then transformers, until its deadline).
 #
 #   tests/run_gpu.sh [--out DIR] [--deadline SECONDS] [STAGE ...]   any stages, in this order
 #   tests/run_gpu.sh pack [--fast] [FILE]                            the bundle (below)
@@ -35,8 +35,8 @@
 #   nccl       30  (3 s) the NCCL backend at one rank (comm_nccl_test, NCCL_DEBUG=WARN)
 #   model     180  (39 s) the whole model, every config family and Mixtral's, Qwen2-MoE's and
 #                  Qwen3-MoE's presets, GPU against CPU: FP32 20 steps (routing counted, flips
-#                  and their first step stated), BF16 100 steps (and again with the fused
-#                  and the gemm-bf16 attention for two families), repeat runs, checkpoints
+#                  and their first step stated), BF16 100 steps (the fused attention, the
+#                  default; again with gemm-bf16 and gemm for two families), repeat runs, checkpoints
 #                  across devices, one sync per step, CUDA graph steps against eager ones, each
 #                  step's allocator peak against the memory estimate (gpu_training_test)
 #   memcheck   70  (7 s) compute-sanitizer memcheck on the kernel tests
@@ -52,7 +52,21 @@
 #   synccheck  70  (5 s) compute-sanitizer synccheck on the kernel tests
 #   racecheck 100  (47 s) compute-sanitizer racecheck on the kernel tests
 #   call 2, after call 1's failed and unreached stages:
-#   transformers 150 (113 s) the machine's own transformers (python3's; none is installed)
+#   layer     370  (272 s in the second window, before this order) first BF16 training
+#                  tokens/s under the defaults (fused attention, one cuBLAS call per expert
+#                  block): the presets eagerly, with each phase's device time (forward,
+#                  backward, optimizer), and under train.cuda_graphs (no replay: once more with
+#                  MOMOE_CUDA_GRAPH_CAPTURE=relaxed, to tell a call a recording cannot hold),
+#                  gpu-large's MFU; then momoe's MoE layer against PyTorch's grouped-GEMM layer
+#                  (momoe-bench layer --device cuda --shape 1..4 --torch 1; each line also
+#                  times the layer's expert GEMMs alone); then, while the box has room, one
+#                  gpu-large training step's time per kernel under ncu ->
+#                  train_profile_gpu_large.csv and shape 1's -> layer_profile_shape1.csv; the
+#                  papers' variants against the plain layer (--compare variants), gpu-large's
+#                  MoE layer and attention core (fused and gemm-bf16), shape 2 with the grouped
+#                  cuBLAS call (MOMOE_EXPERT_GEMM=grouped), shape 2's ncu profile ->
+#                  layer_profile.csv (all in results.tgz; lines in layer.jsonl)
+#   transformers 150 (113-120 s) the machine's own transformers (python3's; none is installed)
 #                  loads momoe's Mixtral, Qwen2-MoE and Qwen3-MoE exports
 #                  (transformers_export_test on the GPU: 12 steps and momoe-eval with
 #                  --routing-out on the GPU, momoe-export), and tests/launcher/
@@ -60,19 +74,6 @@
 #                  (a rope_theta of 5000 must fail that) and in bfloat16 (routed on
 #                  momoe-eval's decisions: decisions differing, |ln ratio| against
 #                  (eps_bf16 + eps32) x (depth + mean NLL))
-#   layer     500  first BF16 training tokens/s: the presets eagerly and under
-#                  train.cuda_graphs (no replay: once more with MOMOE_CUDA_GRAPH_CAPTURE=relaxed,
-#                  to tell a call a recording cannot hold), gpu-large's MFU, each with the GEMM
-#                  attention, on bf16 operands (MOMOE_ATTENTION=gemm-bf16) and the fused one
-#                  (MOMOE_ATTENTION=fused); then momoe's MoE layer
-#                  against PyTorch's grouped-GEMM layer (momoe-bench layer --device cuda
-#                  --shape 1..4 --torch 1), shapes 1, 2, 4 with one cuBLAS call per expert
-#                  block (MOMOE_EXPERT_GEMM=loop), the papers' variants against the plain
-#                  layer (--compare variants), gpu-large's MoE layer and attention core
-#                  (momoe-bench attention, three paths) -> layer.jsonl; then, while the box
-#                  has room, shapes 2 and 1's time per kernel under ncu -> layer_profile.csv,
-#                  layer_profile_shape1.csv, and one gpu-large training step's ->
-#                  train_profile_gpu_large.csv (all in results.tgz)
 #   only when named:
 #   build     420  without a bundle: configure and build BUILD_DIR (default build-gpu)
 #
@@ -91,11 +92,11 @@ set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 SELF="$ROOT/tests/run_gpu.sh"
 CALL1_STAGES="env kernels nccl model memcheck smoke mpi initcheck synccheck racecheck"
-CALL2_STAGES="transformers layer"
-ORDER="env build kernels nccl model memcheck smoke mpi initcheck synccheck racecheck transformers layer"
+CALL2_STAGES="layer transformers"
+ORDER="env build kernels nccl model memcheck smoke mpi initcheck synccheck racecheck layer transformers"
 declare -A BOX=([env]=20 [build]=420 [kernels]=110 [nccl]=30 [model]=180 [memcheck]=70
                 [smoke]=60 [mpi]=90 [transformers]=150 [initcheck]=60 [synccheck]=70
-                [racecheck]=100 [layer]=500)
+                [racecheck]=100 [layer]=370)
 BUNDLE=${BUNDLE:-$ROOT/gpu-bundle.tar.xz}
 KERNEL_FILTER='CudaKernelTest.*:-*RepeatedRuns*:*LargeShapes*'  # sanitizers: small cases
 BINARIES=(tests/kernels/cuda_kernels_test tests/base/phase_timer_gpu_test
@@ -430,26 +431,53 @@ profile() {
   fi
 }
 
-stage_layer() {
-  local rc=0 shape
-  # First what tells most per minute: whole training steps (a call cut short keeps them).
-  # Whole BF16 training steps: the quick start and smoe-medium ("all": heads of 32 over one tile
-  # of 64 positions; heads of 44, padded to 64, over 512), eagerly and then under
-  # train.cuda_graphs (the timed steps are replays: "graph_replays"), then the model that fills
-  # the GPU (gpu-large: 12 MoE blocks of width 1024, sequences of 1024, 0.90 G parameters): its
-  # MFU against the measured GEMM rate ("mfu"; the issue's 40%); each with the GEMM attention,
-  # the GEMM attention on bf16 operands (MOMOE_ATTENTION=gemm-bf16) and the fused one (=fused).
-  local run preset attention graphs
-  for run in "all gemm 0" "all gemm 1" "gpu-large gemm 0" "gpu-large gemm-bf16 0" \
-             "all gemm-bf16 1" "all fused 0" "gpu-large fused 0" "gpu-large gemm 1"; do
-    read -r preset attention graphs <<< "$run"
-    MOMOE_ATTENTION=$attention "$BIN/momoe-bench" train --device cuda --precision BF16 \
-      --preset "$preset" --steps 4 --warmup 2 --cuda-graphs "$graphs" \
-      --config "$ROOT/configs/quickstart.pbtxt" | tee "$RESULTS/train_run.jsonl" || rc=1
+# The layer and attention lines of layer.jsonl from line FIRST on, in one line (the key).
+summarize_layers() {
+  py - "$RESULTS/layer.jsonl" "$1" 2>/dev/null <<'EOF'
+import json, sys
+for line in open(sys.argv[1]).readlines()[int(sys.argv[2]) - 1:]:
+    try:
+        j = json.loads(line)
+    except ValueError:
+        continue  # a library's stray line among the results
+    if j.get("bench") == "layer":
+        torch = ""
+        if "speedup_vs_torch" in j:
+            torch = " torch %.2f ms: %.2fx" % (j["torch_fwd_bwd_ms"], j["speedup_vs_torch"])
+        variant = "" if j.get("variant") == "plain" else " " + j.get("variant", "?")
+        gemms = ""
+        if j.get("expert_gemms_ms", -1) > 0:
+            gemms = ", gemms %.2f" % j["expert_gemms_ms"]
+        print("T%d D%d F%d E%d K%d%s %s %.2f ms (fwd %.2f, bwd %.2f%s)%s;" % (
+            j["tokens"], j["d"], j["f"], j["experts"], j["top_k"], variant, j.get("expert_gemm"),
+            j["fwd_bwd_ms"], j.get("fwd_ms", -1), j.get("bwd_ms", -1), gemms, torch), end=" ")
+    elif j.get("bench") == "layer_compare" and j.get("compare") == "variants":
+        print("variants over plain: %s;" % ", ".join(
+            "%s %+.1f%%" % (k[:-len("_overhead")], 100 * v) for k, v in j.items()
+            if k.endswith("_overhead")), end=" ")
+    elif j.get("bench") == "attention":
+        print("attention %s S%d Dh%d fwd %.2f bwd %.2f ms;" % (
+            j.get("attention"), j.get("seq", -1), j.get("head_dim", -1),
+            j.get("forward_ms", -1), j.get("backward_ms", -1)), end=" ")
+EOF
+}
+
+# Whole BF16 training steps under the defaults (the fused attention, expert products one cuBLAS
+# call per block): the quick start and smoe-medium ("all": heads of 32 over one tile of 64
+# positions; heads of 44, padded to 64, over 512) and the model that fills the GPU (gpu-large: 12
+# MoE blocks of width 1024, sequences of 1024, 0.90 G parameters; its MFU against the measured
+# GEMM rate is the issue's 40%), eagerly (each phase's device time: forward, backward,
+# optimizer) and under train.cuda_graphs (the timed steps are replays: "graph_replays"; none:
+# once more with MOMOE_CUDA_GRAPH_CAPTURE=relaxed, to tell a call a recording cannot hold).
+layer_training() {
+  local rc=0 run preset graphs
+  for run in "all 0" "all 1" "gpu-large 0" "gpu-large 1"; do
+    read -r preset graphs <<< "$run"
+    "$BIN/momoe-bench" train --device cuda --precision BF16 --preset "$preset" --steps 4 \
+      --warmup 2 --cuda-graphs "$graphs" --config "$ROOT/configs/quickstart.pbtxt" |
+      tee "$RESULTS/train_run.jsonl" || rc=1
     cat "$RESULTS/train_run.jsonl" >> "$RESULTS/layer.jsonl"
     if [ "$graphs" = 1 ] && grep -q '"graph_replays": 0' "$RESULTS/train_run.jsonl"; then
-      # A preset without a replay: whether a capture in relaxed mode (calls a recording
-      # refuses run once, outside it) records the step says whether such a call broke it.
       MOMOE_CUDA_GRAPH_CAPTURE=relaxed "$BIN/momoe-bench" train --device cuda --precision BF16 \
         --preset "$preset" --steps 4 --warmup 2 --cuda-graphs 1 \
         --config "$ROOT/configs/quickstart.pbtxt" | tee -a "$RESULTS/layer.jsonl" || rc=1
@@ -467,10 +495,23 @@ for line in open(sys.argv[1]):
         graphs = {"off": ""}.get(j.get("graph_capture", "off"), " graphs")
         if j.get("graph_capture") == "relaxed":
             graphs = " graphs (relaxed capture)"
-        print("%s %s%s %.0f tok/s MFU %.1f%%;" % (j.get("preset"), j.get("attention"), graphs,
-              j.get("tokens_per_second", 0), 100 * j.get("mfu", -1)), end=" ")
+        phases = ""
+        if j.get("forward_ms", -1) > 0:
+            phases = " (fwd %.1f, bwd %.1f, opt %.1f ms)" % (
+                j["forward_ms"], j["backward_ms"], j.get("optimizer_ms", -1))
+        print("%s %s%s %.0f tok/s MFU %.1f%%%s;" % (
+            j.get("preset"), j.get("attention"), graphs, j.get("tokens_per_second", 0),
+            100 * j.get("mfu", -1), phases), end=" ")
 EOF
 )"
+  return $rc
+}
+
+stage_layer() {
+  local rc=0 shape first attention
+  # First what tells most per minute (a call cut short keeps what finished): whole training
+  # steps, then momoe's MoE layer against PyTorch's, then the profiles, then the rest.
+  layer_training || rc=1
   export MOMOE_PYTHON=${MOMOE_PYTHON:-$(command -v python3)}
   export MOMOE_TORCH_REFERENCE=$ROOT/benchmarks/torch_moe_reference.py
   LD_LIBRARY_PATH=$ORIG_LD_LIBRARY_PATH "$MOMOE_PYTHON" -c 'import torch; assert torch.cuda.is_available(), "torch sees no GPU"
@@ -479,16 +520,30 @@ assert hasattr(torch, "_grouped_mm"), "torch %s has no _grouped_mm" % torch.__ve
   LD_LIBRARY_PATH=$ORIG_LD_LIBRARY_PATH "$MOMOE_PYTHON" "$MOMOE_TORCH_REFERENCE" layer \
     --device cuda --tokens 16 --d 64 --f 128 --experts 64 --top-k 2 --check --iterations 1 \
     --warmup 0 | tee -a "$RESULTS/layer.jsonl" || return 1
+  # The issue's four shapes against PyTorch's torch._grouped_mm layer in the same run; each
+  # line also times the layer's expert GEMMs alone ("expert_gemms_ms": the rest of the layer's
+  # time is routing, dispatch, activations, biases and combine).
+  first=$(($(wc -l < "$RESULTS/layer.jsonl") + 1))
   for shape in 1 2 3 4; do
     "$BIN/momoe-bench" layer --device cuda --shape "$shape" --torch 1 | tee -a "$RESULTS/layer.jsonl" ||
       rc=1
   done
-  # Shapes 1, 2 and 4 again with one cuBLAS call per expert block: what the grouped call gains
-  # or loses (window 1: the loop was faster on shape 2; each line says "expert_gemm": "loop").
-  for shape in 1 2 4; do
-    MOMOE_EXPERT_GEMM=loop "$BIN/momoe-bench" layer --device cuda --shape "$shape" |
-      tee -a "$RESULTS/layer.jsonl" || rc=1
-  done
+  key "layers against PyTorch: $(summarize_layers "$first")"
+  # Where the time goes, kernel by kernel, while the stage's box has room (a profile that cannot
+  # run, no ncu or no counter permission, or finds no time left is reported, not failed): one
+  # eager gpu-large training step (its initialisation is listed too: the step's kernels are the
+  # MoE and attention ones with 12 or 24 invocations, and the rest by name), then shape 1's
+  # forward + backward (the check pass and one timed pass, no warm-up, no forward alone, plus
+  # the floors' own GEMMs and copy).
+  if command -v ncu > /dev/null; then
+    profile 150 train_profile_gpu_large "$BIN/momoe-bench" train --device cuda --precision BF16 \
+      --preset gpu-large --steps 1 --warmup 0 --cuda-graphs 0 --config "$ROOT/configs/quickstart.pbtxt"
+    profile 100 layer_profile_shape1 "$BIN/momoe-bench" layer --device cuda --shape 1 \
+      --iterations 1 --warmup 0 --forward-alone 0
+  else
+    echo "layer: no ncu on this machine: no per-kernel profile"
+  fi
+  first=$(($(wc -l < "$RESULTS/layer.jsonl") + 1))
   # The papers' variants against the plain layer at shape 1 (the issue's target: each adds at
   # most 3%; SparseMixer against plain top 1): one line each, then the overheads.
   "$BIN/momoe-bench" layer --device cuda --shape 1 --compare variants --rounds 3 --iterations 5 \
@@ -499,63 +554,19 @@ assert hasattr(torch, "_grouped_mm"), "torch %s has no _grouped_mm" % torch.__ve
   "$BIN/momoe-bench" layer --device cuda --dtype bf16 --dropless 0 --tokens 16384 --d 1024 \
     --f 2048 --experts 16 --top-k 2 --iterations 10 --warmup 2 | tee -a "$RESULTS/layer.jsonl" ||
     rc=1
-  # The attention core alone, the GEMM path in f32 and on bf16 operands and the fused kernels
-  # (MOMOE_ATTENTION=gemm-bf16, =fused; each line's "attention" says which ran), at gpu-large's
-  # shape (16 sequences of 1024, 16 heads of 64) and at heads of 128 over 2048 positions: times,
-  # causal TFLOP/s and the GEMM rate beside.
-  local attention shape preset
-  for shape in "--batch 16 --heads 16 --seq 1024 --head-dim 64" \
-               "--batch 4 --heads 16 --seq 2048 --head-dim 128"; do
-    for attention in gemm gemm-bf16 fused; do
-      # shellcheck disable=SC2086  # the shape is several flags
-      MOMOE_ATTENTION=$attention "$BIN/momoe-bench" attention --device cuda $shape \
-        --iterations 10 --warmup 2 | tee -a "$RESULTS/layer.jsonl" || rc=1
-    done
+  # The attention core alone at gpu-large's shape (16 sequences of 1024, 16 heads of 64): the
+  # fused kernels (the default) and the GEMM path on bf16 operands; then shape 2 with the grouped
+  # cuBLAS call (MOMOE_EXPERT_GEMM=grouped: slower than one call per block in the last window).
+  for attention in fused gemm-bf16; do
+    MOMOE_ATTENTION=$attention "$BIN/momoe-bench" attention --device cuda --batch 16 --heads 16 \
+      --seq 1024 --head-dim 64 --iterations 10 --warmup 2 | tee -a "$RESULTS/layer.jsonl" || rc=1
   done
-  # The layer and attention lines in one key line (summary.txt), beside the training lines'
-  # (before the profiles, which a call cut short at the stage's box would lose).
-  key "layers and attention: $(py - "$RESULTS/layer.jsonl" 2>/dev/null <<'EOF'
-import json, sys
-for line in open(sys.argv[1]):
-    try:
-        j = json.loads(line)
-    except ValueError:
-        continue  # a library's stray line among the results
-    if j.get("bench") == "layer":
-        torch = ""
-        if "speedup_vs_torch" in j:
-            torch = " torch %.2f ms: %.2fx" % (j["torch_fwd_bwd_ms"], j["speedup_vs_torch"])
-        variant = "" if j.get("variant") == "plain" else " " + j.get("variant", "?")
-        print("T%d D%d F%d E%d K%d%s %s %.2f ms (fwd %.2f, bwd %.2f)%s;" % (
-            j["tokens"], j["d"], j["f"], j["experts"], j["top_k"], variant, j.get("expert_gemm"),
-            j["fwd_bwd_ms"], j.get("fwd_ms", -1), j.get("bwd_ms", -1), torch), end=" ")
-    elif j.get("bench") == "layer_compare" and j.get("compare") == "variants":
-        print("variants over plain: %s;" % ", ".join(
-            "%s %+.1f%%" % (k[:-len("_overhead")], 100 * v) for k, v in j.items()
-            if k.endswith("_overhead")), end=" ")
-    elif j.get("bench") == "attention":
-        print("attention %s S%d Dh%d fwd %.2f bwd %.2f ms;" % (
-            j.get("attention"), j.get("seq", -1), j.get("head_dim", -1),
-            j.get("forward_ms", -1), j.get("backward_ms", -1)), end=" ")
-EOF
-)"
-  # Where shapes 2 and 1 spend their time, kernel by kernel (the check step and one timed
-  # forward + backward, no warm-up, no forward alone, plus the floors' own GEMM and copy):
-  # layer_profile.csv, layer_profile_shape1.csv (window 1 profiled shape 2 only, and shape 1 is
-  # the furthest behind PyTorch). A profile that cannot run (no ncu, no counter permission) or
-  # finds no time left is reported, not failed.
+  MOMOE_EXPERT_GEMM=grouped "$BIN/momoe-bench" layer --device cuda --shape 2 |
+    tee -a "$RESULTS/layer.jsonl" || rc=1
+  key "more layers and attention: $(summarize_layers "$first")"
   if command -v ncu > /dev/null; then
     profile 100 layer_profile "$BIN/momoe-bench" layer --device cuda --shape 2 --iterations 1 \
       --warmup 0 --forward-alone 0
-    profile 100 layer_profile_shape1 "$BIN/momoe-bench" layer --device cuda --shape 1 \
-      --iterations 1 --warmup 0 --forward-alone 0
-    # One eager gpu-large training step (the run's initialisation is listed too: the step's
-    # kernels are the MoE and attention ones with 12 or 24 invocations, and the rest by name):
-    # where its 236 ms go beside the 25 ms its FLOPs need at the GEMM rate (MFU 10% against 40%).
-    profile 130 train_profile_gpu_large "$BIN/momoe-bench" train --device cuda --precision BF16 \
-      --preset gpu-large --steps 1 --warmup 0 --cuda-graphs 0 --config "$ROOT/configs/quickstart.pbtxt"
-  else
-    echo "layer: no ncu on this machine: no per-kernel profile"
   fi
   return $rc
 }
