@@ -16,31 +16,36 @@ namespace {
 // The reference computes in accum_t<T> after rounding the activation to it (f32 for f32 and bf16,
 // f64 for f64): round the double result the same way.
 template <typename T>
-__global__ void activation_forward_kernel(Activation act, const T* x, int64_t n, T* y) {
+__device__ __forceinline__ T activation_value(Activation act, T x) {
   using C = accum_t<T>;
-  MOE_GRID_LOOP(i, n) {
-    const C xi = load(x, i);
-    if (act == Activation::kRelu) {
-      store(y, i, xi > C(0) ? xi : C(0));
-    } else {
-      store(y, i, ref::apply_activation<C>(act, xi));
-    }
-  }
+  const C xi = static_cast<C>(x);
+  if (act == Activation::kRelu) return rounded<T>(xi > C(0) ? xi : C(0));
+  return rounded<T>(ref::apply_activation<C>(act, xi));
 }
 
 template <typename T>
-__global__ void activation_backward_kernel(Activation act, const T* x, const T* dy, int64_t n,
-                                           T* dx) {
+__device__ __forceinline__ T activation_grad_value(Activation act, T x, T dy) {
   using C = accum_t<T>;
-  MOE_GRID_LOOP(i, n) {
-    const C xi = load(x, i);
-    if (act == Activation::kRelu) {
-      store(dx, i, xi > C(0) ? load(dy, i) : C(0));
-    } else {
-      store(dx, i, ref::apply_activation_grad<C>(act, xi) * load(dy, i));
-    }
-  }
+  const C xi = static_cast<C>(x);
+  if (act == Activation::kRelu) return rounded<T>(xi > C(0) ? static_cast<C>(dy) : C(0));
+  return rounded<T>(ref::apply_activation_grad<C>(act, xi) * static_cast<C>(dy));
 }
+
+// The activation and its gradient as map1 / map2 functors (cuda_util.cuh: in 16-byte words).
+struct ActivationOp {
+  Activation act;
+  template <typename T>
+  __device__ T operator()(T x) const {
+    return activation_value(act, x);
+  }
+};
+struct ActivationGradOp {
+  Activation act;
+  template <typename T>
+  __device__ T operator()(T x, T dy) const {
+    return activation_grad_value(act, x, dy);
+  }
+};
 
 // One thread per (row, column) pair: reads x[r, j] (gate) and x[r, F + j] (up).
 template <typename T>
@@ -101,12 +106,29 @@ __global__ void sigmoid_gate_backward_kernel(const A* x, const F* logit, const A
   }
 }
 
+// x + bias, as the reference rounds it: x widened to F, the sum rounded to A.
 template <typename A, typename F>
+__device__ __forceinline__ A biased(A x, F bias) {
+  return rounded<A>(static_cast<F>(static_cast<accum_t<A>>(x)) + bias);
+}
+
+// Adds bias[j], bias[j + 1], ... to the W elements of word w of x (W divides the row width, so
+// a word lies in one row, from its column j).
+template <typename A, typename F, int W>
+__device__ __forceinline__ void add_bias_word(A* x, int64_t w, const F* bias) {
+  Elems<A, W> v = load_word<A, W>(x, w);
+#pragma unroll
+  for (int k = 0; k < W; ++k) v.e[k] = biased(v.e[k], bias[k]);
+  store_word<A, W>(x, w, v);
+}
+
+// In words of W elements; W divides n (the launcher's choice).
+template <typename A, typename F, int W>
 __global__ void add_bias_kernel(A* x, int64_t m, FastDivmod by_n, const F* bias) {
-  MOE_GRID_LOOP(i, m * by_n.divisor()) {
+  MOE_GRID_LOOP(w, m * by_n.divisor() / W) {
     int64_t r, j;
-    by_n.divmod(i, &r, &j);
-    store(x, i, static_cast<F>(load(x, i)) + bias[j]);
+    by_n.divmod(w * W, &r, &j);
+    add_bias_word<A, F, W>(x, w, bias + j);
   }
 }
 
@@ -142,20 +164,24 @@ __device__ __forceinline__ int64_t used_rows(const int32_t* filled, int64_t b, i
 }
 
 // Capacity mode: row i of block b = i / C gets its expert's bias, or zero past the filled prefix.
-template <typename A, typename F>
+// In words of W elements; W divides n.
+template <typename A, typename F, int W>
 __global__ void add_bias_capacity_kernel(A* x, int64_t rows, FastDivmod by_n, const F* bias,
                                          const int32_t* filled, FastDivmod by_cap,
                                          FastDivmod by_experts) {
   const int64_t n = by_n.divisor(), cap = by_cap.divisor();
-  MOE_GRID_LOOP(i, rows * n) {
+  MOE_GRID_LOOP(w, rows * n / W) {
     int64_t row, j, b, slot, expert, rank;
-    by_n.divmod(i, &row, &j);
+    by_n.divmod(w * W, &row, &j);
     by_cap.divmod(row, &b, &slot);
     by_experts.divmod(b, &rank, &expert);
     if (slot < used_rows(filled, b, cap)) {
-      store(x, i, static_cast<F>(load(x, i)) + bias[expert * n + j]);
+      add_bias_word<A, F, W>(x, w, bias + expert * n + j);
     } else {
-      store(x, i, F(0));
+      Elems<A, W> zero;
+#pragma unroll
+      for (int k = 0; k < W; ++k) zero.e[k] = rounded<A>(F(0));
+      store_word<A, W>(x, w, zero);
     }
   }
 }
@@ -163,15 +189,15 @@ __global__ void add_bias_capacity_kernel(A* x, int64_t rows, FastDivmod by_n, co
 // Dropless: every block in one launch (one per block cost a launch per expert and rank: 11% of
 // the fine-grained layer's time on the H200). Row r's block is the b with offsets[b] <= r <
 // offsets[b + 1] (device offsets, blocks + 1 of them, ascending from 0 to rows): a binary search
-// over a few dozen cached entries.
-template <typename A, typename F>
+// over a few dozen cached entries, once a word. In words of W elements; W divides n.
+template <typename A, typename F, int W>
 __global__ void add_bias_dropless_kernel(A* x, int64_t rows, FastDivmod by_n, const F* bias,
                                          const int64_t* offsets, int64_t blocks,
                                          FastDivmod by_experts) {
   const int64_t n = by_n.divisor();
-  MOE_GRID_LOOP(i, rows * n) {
+  MOE_GRID_LOOP(w, rows * n / W) {
     int64_t row, j;
-    by_n.divmod(i, &row, &j);
+    by_n.divmod(w * W, &row, &j);
     int64_t lo = 0, hi = blocks;  // offsets[lo] <= row < offsets[hi]
     while (hi - lo > 1) {
       const int64_t mid = (lo + hi) / 2;
@@ -183,7 +209,7 @@ __global__ void add_bias_dropless_kernel(A* x, int64_t rows, FastDivmod by_n, co
     }
     int64_t rank, expert;
     by_experts.divmod(lo, &rank, &expert);
-    store(x, i, static_cast<F>(load(x, i)) + bias[expert * n + j]);
+    add_bias_word<A, F, W>(x, w, bias + expert * n + j);
   }
 }
 
@@ -257,8 +283,7 @@ Status activation_forward(Context& ctx, Activation act, const TensorView& x, con
   if (n == 0) return Status::OK();
   MOE_RETURN_IF_ERROR(dispatch_float("activation_forward", x, [&](auto tag) {
     using T = decltype(tag);
-    activation_forward_kernel<T>
-        <<<grid_for(n), kThreads, 0, stream_of(ctx)>>>(act, x.data<T>(), n, y.data<T>());
+    launch_map1(ctx, ActivationOp{act}, x.data<T>(), n, y.data<T>());
   }));
   return launch_status("activation_forward");
 }
@@ -269,8 +294,7 @@ Status activation_backward(Context& ctx, Activation act, const TensorView& x, co
   if (n == 0) return Status::OK();
   MOE_RETURN_IF_ERROR(dispatch_float("activation_backward", x, [&](auto tag) {
     using T = decltype(tag);
-    activation_backward_kernel<T><<<grid_for(n), kThreads, 0, stream_of(ctx)>>>(
-        act, x.data<T>(), dy.data<T>(), n, dx.data<T>());
+    launch_map2(ctx, ActivationGradOp{act}, x.data<T>(), dy.data<T>(), n, dx.data<T>());
   }));
   return launch_status("activation_backward");
 }
@@ -327,14 +351,32 @@ Status sigmoid_gate_backward(Context& ctx, const TensorView& x, const TensorView
   return launch_status("sigmoid_gate_backward");
 }
 
+namespace {
+
+// Whether the bias kernels may take x [rows, n] in words of W: every row starts on a 16-byte
+// boundary and holds whole words.
+template <typename A>
+bool bias_words(const TensorView& x, int64_t n) {
+  return n % kWordElems<A> == 0 && word_aligned({x.data<A>()});
+}
+
+}  // namespace
+
 Status add_bias(Context& ctx, const TensorView& x, const TensorView& bias) {
   const int64_t m = x.dim(0), n = x.dim(1);
   if (m * n == 0) return Status::OK();
   MOE_RETURN_IF_ERROR(dispatch_act("add_bias", x, [&](auto at, auto ft) {
     using A = decltype(at);
     using F = decltype(ft);
-    add_bias_kernel<A, F><<<grid_for(m * n), kThreads, 0, stream_of(ctx)>>>(
-        x.data<A>(), m, FastDivmod(n), bias.data<F>());
+    constexpr int W = kWordElems<A>;
+    const cudaStream_t stream = stream_of(ctx);
+    if (bias_words<A>(x, n)) {
+      add_bias_kernel<A, F, W><<<grid_for(m * n / W), kThreads, 0, stream>>>(
+          x.data<A>(), m, FastDivmod(n), bias.data<F>());
+    } else {
+      add_bias_kernel<A, F, 1>
+          <<<grid_for(m * n), kThreads, 0, stream>>>(x.data<A>(), m, FastDivmod(n), bias.data<F>());
+    }
   }));
   return launch_status("add_bias");
 }
@@ -358,6 +400,28 @@ Status bias_grad(Context& ctx, const TensorView& dy, const TensorView& dbias) {
   return launch_status("bias_grad");
 }
 
+namespace {
+
+// add_bias_blocks's kernel for its mode, in words of W elements (W divides x's row width).
+template <typename A, typename F, int W>
+void launch_add_bias_blocks(Context& ctx, const TensorView& x, const TensorView& bias,
+                            const ExpertBlocks& blocks, const Tensor& offsets) {
+  const int64_t rows = x.dim(0), n = x.dim(1);
+  const unsigned grid = grid_for(rows * n / W);
+  if (blocks.capacity >= 0) {
+    const int32_t* filled = blocks.filled.numel() > 0 ? blocks.filled.data<int32_t>() : nullptr;
+    add_bias_capacity_kernel<A, F, W><<<grid, kThreads, 0, stream_of(ctx)>>>(
+        x.data<A>(), rows, FastDivmod(n), bias.data<F>(), filled, FastDivmod(blocks.capacity),
+        FastDivmod(blocks.local_experts));
+    return;
+  }
+  add_bias_dropless_kernel<A, F, W><<<grid, kThreads, 0, stream_of(ctx)>>>(
+      x.data<A>(), rows, FastDivmod(n), bias.data<F>(), offsets.data<int64_t>(), blocks.blocks(),
+      FastDivmod(blocks.local_experts));
+}
+
+}  // namespace
+
 Status add_bias_blocks(Context& ctx, const TensorView& x, const TensorView& bias,
                        const ExpertBlocks& blocks) {
   const int64_t rows = x.dim(0), n = x.dim(1);
@@ -372,16 +436,11 @@ Status add_bias_blocks(Context& ctx, const TensorView& x, const TensorView& bias
   MOE_RETURN_IF_ERROR(dispatch_act("add_bias_blocks", x, [&](auto at, auto ft) {
     using A = decltype(at);
     using F = decltype(ft);
-    if (blocks.capacity >= 0) {
-      const int32_t* filled = blocks.filled.numel() > 0 ? blocks.filled.data<int32_t>() : nullptr;
-      add_bias_capacity_kernel<A, F><<<grid_for(rows * n), kThreads, 0, stream_of(ctx)>>>(
-          x.data<A>(), rows, FastDivmod(n), bias.data<F>(), filled, FastDivmod(blocks.capacity),
-          FastDivmod(blocks.local_experts));
-      return;
+    if (bias_words<A>(x, n)) {
+      launch_add_bias_blocks<A, F, kWordElems<A>>(ctx, x, bias, blocks, offsets);
+    } else {
+      launch_add_bias_blocks<A, F, 1>(ctx, x, bias, blocks, offsets);
     }
-    add_bias_dropless_kernel<A, F><<<grid_for(rows * n), kThreads, 0, stream_of(ctx)>>>(
-        x.data<A>(), rows, FastDivmod(n), bias.data<F>(), offsets.data<int64_t>(), blocks.blocks(),
-        FastDivmod(blocks.local_experts));
   }));
   return launch_status("add_bias_blocks");
 }

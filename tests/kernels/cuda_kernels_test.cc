@@ -583,6 +583,94 @@ TEST_F(CudaKernelTest, UnalignedDroplessBlocksRunOneByOne) {
   EXPECT_EQ(expert_gemm_paths().grouped, before.grouped);
 }
 
+// The elementwise kernels over long runs (activations, biases) load and store 16-byte words
+// where every pointer is on a 16-byte boundary (and, for the biases, rows hold whole words), one
+// element at a time otherwise (cuda_util.cuh's Elems): the same per-element arithmetic, so the
+// two paths give the same bits, and ReLU and the biases the CPU's. Each op runs on freshly
+// allocated tensors (words, with a tail of fewer than a word's elements where n is odd) and on
+// the same values one element past a boundary (one at a time).
+TEST_F(CudaKernelTest, ElementwiseWordsEqualOneElementAtATime) {
+  // The same values as a device view one element past a 16-byte boundary (and its buffer).
+  struct Shifted {
+    Tensor buf;
+    TensorView view;
+  };
+  const auto shifted = [&](const Tensor& host) {
+    Shifted s;
+    const int64_t n = host.numel();
+    s.buf = poisoned({n + 1}, host.dtype());
+    s.view = s.buf.view().rows(1, n + 1).reshape(host.shape());
+    Tensor g = up(host);
+    EXPECT_TRUE(convert(gpu(), g.view(), s.view).ok());
+    return s;
+  };
+  for (DType dt : kActs) {
+    const DType f = compute_dtype(dt);
+    for (const auto& [m, n] : {std::pair<int64_t, int64_t>{37, 64}, {5, 24}, {3, 9}}) {
+      SCOPED_TRACE(str_cat(dtype_name(dt), " ", m, " x ", n));
+      Tensor x = rand({m, n}, dt, -3, 3), dy = rand({m, n}, dt);
+      Tensor gx = up(x), gdy = up(dy);
+      const Shifted sx = shifted(x), sdy = shifted(dy);
+      for (Activation act : {Activation::kRelu, Activation::kGelu, Activation::kSilu}) {
+        Tensor words = poisoned({m, n}, dt), gdx = poisoned({m, n}, dt);
+        Shifted one = shifted(words), done = shifted(gdx);
+        OK(activation_forward(gpu(), act, gx, words));
+        OK(activation_forward(gpu(), act, sx.view, one.view));
+        EXPECT_TRUE(testing::bitwise_equal(down(words), down(one.view))) << activation_name(act);
+        OK(activation_backward(gpu(), act, gx, gdy, gdx));
+        OK(activation_backward(gpu(), act, sx.view, sdy.view, done.view));
+        EXPECT_TRUE(testing::bitwise_equal(down(gdx), down(done.view))) << activation_name(act);
+        if (act == Activation::kRelu) {
+          Tensor y = Tensor::empty(x.shape(), dt), dx = Tensor::empty(x.shape(), dt);
+          OK(activation_forward(cpu(), act, x, y));
+          OK(activation_backward(cpu(), act, x, dy, dx));
+          expect_close("activation_forward(relu, words)", y, words, 0);
+          expect_close("activation_backward(relu, words)", dx, gdx, 0);
+        }
+      }
+      {
+        // add, axpy (into the compute dtype), scale and convert (both ways).
+        Tensor sum = poisoned({m, n}, dt), acc = up(rand({m, n}, f)), wide = poisoned({m, n}, f);
+        Shifted ssum = shifted(down(sum)), sacc = shifted(down(acc)), swide = shifted(down(wide));
+        OK(add(gpu(), gx, gdy, sum));
+        OK(add(gpu(), sx.view, sdy.view, ssum.view));
+        OK(axpy(gpu(), 0.375, gx, acc));
+        OK(axpy(gpu(), 0.375, sx.view, sacc.view));
+        OK(scale(gpu(), acc, -1.25));
+        OK(scale(gpu(), sacc.view, -1.25));
+        OK(convert(gpu(), gx, wide));
+        OK(convert(gpu(), sx.view, swide.view));
+        Tensor back = poisoned({m, n}, dt);
+        Shifted sback = shifted(down(back));
+        OK(convert(gpu(), acc, back));
+        OK(convert(gpu(), sacc.view, sback.view));
+        EXPECT_TRUE(testing::bitwise_equal(down(sum), down(ssum.view))) << "add";
+        EXPECT_TRUE(testing::bitwise_equal(down(acc), down(sacc.view))) << "axpy, scale";
+        EXPECT_TRUE(testing::bitwise_equal(down(wide), down(swide.view))) << "convert";
+        EXPECT_TRUE(testing::bitwise_equal(down(back), down(sback.view))) << "convert back";
+      }
+      Tensor bias = rand({n}, f), gbias = up(bias);
+      Shifted one = shifted(x);
+      OK(add_bias(gpu(), gx, gbias));
+      OK(add_bias(gpu(), one.view, gbias));
+      OK(add_bias(cpu(), x, bias));
+      expect_close("add_bias (words)", x, gx, 0);
+      expect_close("add_bias (one at a time)", x, down(one.view), 0);
+      for (const ExpertBlocks& blocks : block_layouts()) {
+        Tensor h = rand({blocks.rows(), n}, dt), eb = rand({blocks.local_experts, n}, f);
+        Tensor gh = up(h);
+        Shifted sh = shifted(h);
+        const ExpertBlocks gblocks = on_gpu(gpu(), blocks);
+        OK(add_bias_blocks(gpu(), gh, up(eb), gblocks));
+        OK(add_bias_blocks(gpu(), sh.view, up(eb), gblocks));
+        OK(add_bias_blocks(cpu(), h, eb, blocks));
+        expect_close("add_bias_blocks (words)", h, gh, 0);
+        expect_close("add_bias_blocks (one at a time)", h, down(sh.view), 0);
+      }
+    }
+  }
+}
+
 TEST_F(CudaKernelTest, ActivationsBiasesDropout) {
   for (DType dt : kActs) {
     const DType f = compute_dtype(dt);
