@@ -188,8 +188,9 @@ void add_bias_blocks(const ExpertBlocks& blocks, A* px, int64_t n, const F* bias
   }
 }
 
-// db[e] += the column sums of expert e's blocks (rank order, rows in order). Tasks are (expert,
-// 32-column chunk) pairs, so every column's sum runs on one thread in that order.
+// db[e] += the column sums of expert e's blocks in the header's order (rank order, chunks of
+// kBiasGradChunk rows, each from zero). Tasks are (expert, 32-column chunk) pairs, so every
+// column's sum runs on one thread in that order.
 template <typename A, typename F>
 void bias_grad_blocks(const ExpertBlocks& blocks, const A* dy, int64_t n, F* db) {
   constexpr int64_t kCols = 32;
@@ -198,15 +199,19 @@ void bias_grad_blocks(const ExpertBlocks& blocks, const A* dy, int64_t n, F* db)
   parallel_for(
       experts * chunks, std::max<int64_t>(1, kElementGrain / rows_per_task),
       [&](int64_t i0, int64_t i1) {
-        std::vector<double> acc(kCols);
+        std::vector<double> acc(kCols), part(kCols);
         for (int64_t i = i0; i < i1; ++i) {
           const int64_t e = i / chunks, j0 = (i % chunks) * kCols, j1 = std::min(n, j0 + kCols);
           std::fill(acc.begin(), acc.end(), 0.0);
           for (int64_t b = e; b < blocks.blocks(); b += experts) {
             const int64_t begin = blocks.block_rows(b).first, end = begin + filled_rows(blocks, b);
-            for (int64_t r = begin; r < end; ++r) {
-              const A* row = dy + r * n;
-              for (int64_t j = j0; j < j1; ++j) acc[j - j0] += static_cast<double>(row[j]);
+            for (int64_t c = begin; c < end; c += kBiasGradChunk) {
+              std::fill(part.begin(), part.end(), 0.0);
+              for (int64_t r = c; r < std::min(end, c + kBiasGradChunk); ++r) {
+                const A* row = dy + r * n;
+                for (int64_t j = j0; j < j1; ++j) part[j - j0] += static_cast<double>(row[j]);
+              }
+              for (int64_t j = j0; j < j1; ++j) acc[j - j0] += part[j - j0];
             }
           }
           F* out = db + e * n;

@@ -45,8 +45,12 @@ void bias_grad(const A* dy, int64_t m, int64_t n, F* dbias);
 // rows are set to zero.
 template <typename A, typename F>
 void add_bias_blocks(const ExpertBlocks& blocks, A* x, int64_t n, const F* bias);
-// dy [rows, n], dbias [E_l, n]: dbias[l, :] += sum over the filled rows of l's blocks (block
-// order, then row order, in double) of dy.
+// dy [rows, n], dbias [E_l, n]: dbias[l, :] += sum over the filled rows of l's blocks of dy, in
+// double, in this order: block by block (rank order), each block's rows in chunks of
+// kBiasGradChunk from its first row, each chunk summed from zero in row order and added to the
+// total in chunk order. The CUDA kernels sum each (chunk, column) on a thread of its own and then
+// the chunks in that order, so both give the same bits.
+inline constexpr int64_t kBiasGradChunk = 256;
 template <typename A, typename F>
 void bias_grad_blocks(const ExpertBlocks& blocks, const A* dy, int64_t n, F* dbias);
 

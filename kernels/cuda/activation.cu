@@ -2,11 +2,14 @@
 // dropout on the GPU. The activation formulas are the reference's own
 // (kernels/cpu/activation_math.h); bias gradients are column sums in double in a fixed order;
 // dropout draws the same Philox blocks as the CPU, so masks match bit for bit.
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "base/fast_divmod.h"
 #include "kernels/common.h"
 #include "kernels/cpu/activation_math.h"
+#include "kernels/cpu/activation_ref.h"
 #include "kernels/cuda/activation.h"
 #include "kernels/cuda/cuda_util.cuh"
 
@@ -213,26 +216,80 @@ __global__ void add_bias_dropless_kernel(A* x, int64_t rows, FastDivmod by_n, co
   }
 }
 
-// dbias[l, j] += sum over blocks b = r * E_l + l (r ascending) of the used rows, in order.
-// Capacity mode (offsets == nullptr): block b is rows [b C, b C + used); dropless: the device
-// offsets.
-template <typename A, typename F>
-__global__ void bias_grad_blocks_kernel(const A* dy, int64_t n, int64_t ranks, int64_t experts,
-                                        int64_t cap, const int32_t* filled, const int64_t* offsets,
-                                        F* dbias) {
+// bias_grad_blocks in ref::bias_grad_blocks's order, in two kernels: partial[g, j], the sum of
+// column j over chunk g's rows (kBiasGradChunk of one block's rows, from its first; one thread
+// per (chunk, column)), then per (expert, column) the chunks of its blocks in rank and chunk
+// order. Chunks of block b: [first(b), first(b + 1)); capacity mode: chunks_per_block of every
+// block (those past the filled rows sum nothing: +0, which leaves a total unchanged), dropless:
+// the device prefix `chunk_first` (blocks + 1 entries).
+struct BiasGradChunks {
+  int64_t cap = -1;                      // capacity, or -1 (dropless)
+  int64_t chunks_per_block = 0;          // capacity mode
+  const int32_t* filled = nullptr;       // capacity mode, optional
+  const int64_t* offsets = nullptr;      // dropless: blocks + 1 row offsets
+  const int64_t* chunk_first = nullptr;  // dropless: blocks + 1 chunk offsets
+  int64_t blocks = 0, total = 0;         // blocks; chunks in all
+  __device__ int64_t first(int64_t b) const {
+    return cap >= 0 ? b * chunks_per_block : chunk_first[b];
+  }
+  // Chunk g's rows [*begin, *end).
+  __device__ void rows(int64_t g, int64_t* begin, int64_t* end) const {
+    int64_t b = 0, c = 0, block_end = 0;
+    if (cap >= 0) {
+      b = g / chunks_per_block;
+      c = g - b * chunks_per_block;
+      *begin = b * cap + c * ref::kBiasGradChunk;
+      block_end = b * cap + used_rows(filled, b, cap);
+    } else {
+      int64_t lo = 0, hi = blocks;  // chunk_first[lo] <= g < chunk_first[hi]
+      while (hi - lo > 1) {
+        const int64_t mid = (lo + hi) / 2;
+        if (chunk_first[mid] <= g) {
+          lo = mid;
+        } else {
+          hi = mid;
+        }
+      }
+      b = lo;
+      *begin = offsets[b] + (g - chunk_first[b]) * ref::kBiasGradChunk;
+      block_end = offsets[b + 1];
+    }
+    const int64_t chunk_end = *begin + ref::kBiasGradChunk;
+    *end = chunk_end < block_end ? chunk_end : block_end;
+  }
+};
+
+template <typename A>
+__global__ void bias_grad_chunks_kernel(const A* dy, int64_t n, BiasGradChunks ch,
+                                        double* partial) {
   const int64_t j = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
-  const int64_t l = blockIdx.y;
   if (j >= n) return;
-  double s = 0;
-  for (int64_t r = 0; r < ranks; ++r) {
-    const int64_t b = r * experts + l;
-    const int64_t begin = offsets == nullptr ? b * cap : offsets[b];
-    const int64_t end = offsets == nullptr ? begin + used_rows(filled, b, cap) : offsets[b + 1];
+  for (int64_t g = blockIdx.y; g < ch.total; g += gridDim.y) {
+    int64_t begin = 0, end = 0;
+    ch.rows(g, &begin, &end);
+    double s = 0;
     // Unrolled so that several rows' loads are in flight at once (the adds stay in row order).
 #pragma unroll 8
     for (int64_t row = begin; row < end; ++row) s += static_cast<double>(load(dy, row * n + j));
+    partial[g * n + j] = s;
   }
-  dbias[l * n + j] = static_cast<F>(static_cast<double>(dbias[l * n + j]) + s);
+}
+
+// dbias[l, j] += the chunks of l's blocks b = r E_l + l (r ascending), in chunk order.
+template <typename F>
+__global__ void bias_grad_blocks_finish_kernel(const double* partial, int64_t n, int64_t ranks,
+                                               FastDivmod by_n, BiasGradChunks ch, F* dbias) {
+  const int64_t experts = ch.blocks / ranks;
+  MOE_GRID_LOOP(i, experts * n) {
+    int64_t l, j;
+    by_n.divmod(i, &l, &j);
+    double s = 0;
+    for (int64_t r = 0; r < ranks; ++r) {
+      const int64_t b = r * experts + l;
+      for (int64_t g = ch.first(b); g < ch.first(b + 1); ++g) s += partial[g * n + j];
+    }
+    dbias[i] = static_cast<F>(static_cast<double>(dbias[i]) + s);
+  }
 }
 
 // Rows of m x n; per_row = ceil(n / 4) Philox blocks to a row.
@@ -449,26 +506,42 @@ Status bias_grad_blocks(Context& ctx, const TensorView& dy, const TensorView& db
                         const ExpertBlocks& blocks) {
   const int64_t n = dy.dim(1), experts = blocks.local_experts;
   if (n == 0 || experts == 0) return Status::OK();
-  if (experts > kMaxGridY) {
-    return invalid_argument_error("bias_grad_blocks: ", experts, " local experts (at most ",
-                                  kMaxGridY, " on CUDA)");
+  BiasGradChunks ch;
+  ch.blocks = blocks.blocks();
+  Tensor tables;  // dropless: the row offsets, then the chunk offsets
+  if (blocks.capacity >= 0) {
+    ch.cap = blocks.capacity;
+    ch.chunks_per_block = (blocks.capacity + ref::kBiasGradChunk - 1) / ref::kBiasGradChunk;
+    ch.filled = blocks.filled.numel() > 0 ? blocks.filled.data<int32_t>() : nullptr;
+    ch.total = ch.blocks * ch.chunks_per_block;
+  } else {
+    // Dropless offsets live on the host: the chunk table is made there and both are uploaded
+    // (stream-ordered, no wait).
+    std::vector<int64_t> host = blocks.offsets;
+    int64_t chunks = 0;
+    host.push_back(0);
+    for (int64_t b = 0; b < ch.blocks; ++b) {
+      const int64_t rows = blocks.offsets[b + 1] - blocks.offsets[b];
+      chunks += (rows + ref::kBiasGradChunk - 1) / ref::kBiasGradChunk;
+      host.push_back(chunks);
+    }
+    ch.total = chunks;
+    Tensor t = Tensor::from_vector<int64_t>(Shape{static_cast<int64_t>(host.size())}, host);
+    MOE_ASSIGN_OR_RETURN(tables, ctx.upload(t.view()));
+    ch.offsets = tables.data<int64_t>();
+    ch.chunk_first = ch.offsets + ch.blocks + 1;
   }
-  Tensor offsets;
-  if (blocks.capacity < 0) {
-    // Dropless offsets live on the host: upload them (stream-ordered, no wait).
-    Tensor host = Tensor::from_vector<int64_t>(Shape{static_cast<int64_t>(blocks.offsets.size())},
-                                               blocks.offsets);
-    MOE_ASSIGN_OR_RETURN(offsets, ctx.upload(host.view()));
-  }
+  if (ch.total == 0) return Status::OK();
+  MOE_ASSIGN_OR_RETURN(Tensor partial, ctx.empty({ch.total, n}, DType::kF64));
   MOE_RETURN_IF_ERROR(dispatch_act("bias_grad_blocks", dy, [&](auto at, auto ft) {
     using A = decltype(at);
     using F = decltype(ft);
-    const int32_t* filled = blocks.filled.numel() > 0 ? blocks.filled.data<int32_t>() : nullptr;
     const dim3 grid(static_cast<unsigned>((n + kThreads - 1) / kThreads),
-                    static_cast<unsigned>(experts));
-    bias_grad_blocks_kernel<A, F><<<grid, kThreads, 0, stream_of(ctx)>>>(
-        dy.data<A>(), n, blocks.ranks, experts, blocks.capacity, filled,
-        blocks.capacity < 0 ? offsets.data<int64_t>() : nullptr, dbias.data<F>());
+                    static_cast<unsigned>(std::min(ch.total, kMaxGridY)));
+    bias_grad_chunks_kernel<A>
+        <<<grid, kThreads, 0, stream_of(ctx)>>>(dy.data<A>(), n, ch, partial.data<double>());
+    bias_grad_blocks_finish_kernel<F><<<grid_for(experts * n), kThreads, 0, stream_of(ctx)>>>(
+        partial.data<double>(), n, blocks.ranks, FastDivmod(n), ch, dbias.data<F>());
   }));
   return launch_status("bias_grad_blocks");
 }

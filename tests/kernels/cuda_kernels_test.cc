@@ -583,6 +583,35 @@ TEST_F(CudaKernelTest, UnalignedDroplessBlocksRunOneByOne) {
   EXPECT_EQ(expert_gemm_paths().grouped, before.grouped);
 }
 
+// bias_grad_blocks over blocks of several kBiasGradChunk-row chunks (full, partial, empty, one
+// row; capacity with filled prefixes and dropless): the CPU's order of double sums (chunks of a
+// block summed on threads of their own, then in order), so the same bits.
+TEST_F(CudaKernelTest, BiasGradBlocksInChunks) {
+  ExpertBlocks cap;
+  cap.ranks = 2;
+  cap.local_experts = 3;
+  cap.capacity = 600;
+  cap.filled = Tensor::from_vector<int32_t>(Shape{6}, {600, 0, 257, 256, 599, 1});
+  ExpertBlocks dropless;
+  dropless.ranks = 2;
+  dropless.local_experts = 3;
+  dropless.offsets = {0, 300, 813, 813, 1069, 2069, 2070};
+  for (const ExpertBlocks& blocks : {cap, dropless}) {
+    const ExpertBlocks gblocks = on_gpu(gpu(), blocks);
+    for (DType dt : kActs) {
+      const DType f = compute_dtype(dt);
+      for (int64_t n : {int64_t{7}, int64_t{300}}) {
+        SCOPED_TRACE(str_cat(dtype_name(dt), " n ", n, blocks.capacity < 0 ? " dropless" : ""));
+        Tensor dy = rand({blocks.rows(), n}, dt, -2, 2), db = rand({blocks.local_experts, n}, f);
+        Tensor gdb = up(db);
+        OK(bias_grad_blocks(cpu(), dy, db, blocks));
+        OK(bias_grad_blocks(gpu(), up(dy), gdb, gblocks));
+        expect_close("bias_grad_blocks (chunks)", db, gdb, 0);
+      }
+    }
+  }
+}
+
 // The elementwise kernels over long runs (activations, biases) load and store 16-byte words
 // where every pointer is on a 16-byte boundary (and, for the biases, rows hold whole words), one
 // element at a time otherwise (cuda_util.cuh's Elems): the same per-element arithmetic, so the
