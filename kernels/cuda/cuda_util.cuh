@@ -112,7 +112,8 @@ inline bool word_aligned(std::initializer_list<const void*> pointers) {
 }
 
 // out[i] = op(a[i]) (map1) or op(a[i], b[i]) (map2) for i in [0, n): in words of W elements, then
-// the last n % W one per thread. Outputs may alias inputs (element i reads only element i).
+// the last n % W one per thread. An output may alias an input at the same offset (element i
+// reads only element i), never at another.
 template <int W, typename Op, typename A, typename O>
 __global__ void map1_kernel(Op op, const A* a, int64_t n, O* out) {
   const int64_t words = n / W, done = words * W;

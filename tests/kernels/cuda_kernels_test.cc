@@ -624,13 +624,18 @@ TEST_F(CudaKernelTest, ElementwiseWordsEqualOneElementAtATime) {
     Tensor buf;
     TensorView view;
   };
-  const auto shifted = [&](const Tensor& host) {
+  const auto shifted = [&](const Tensor& values) {  // host or device values
     Shifted s;
-    const int64_t n = host.numel();
-    s.buf = poisoned({n + 1}, host.dtype());
-    s.view = s.buf.view().rows(1, n + 1).reshape(host.shape());
-    Tensor g = up(host);
+    const int64_t n = values.numel();
+    s.buf = poisoned({n + 1}, values.dtype());
+    s.view = s.buf.view().rows(1, n + 1).reshape(values.shape());
+    Tensor g = values.device().is_host() ? up(values) : Tensor(values);
     EXPECT_TRUE(convert(gpu(), g.view(), s.view).ok());
+    // The two paths are taken: fresh tensors on 16-byte boundaries, the shifted view off one
+    // (addresses only; nothing is read).
+    const DeviceAccessScope addresses;
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(g.view().raw()) % 16, 0u);
+    EXPECT_NE(reinterpret_cast<uintptr_t>(s.view.raw()) % 16, 0u);
     return s;
   };
   for (DType dt : kActs) {
