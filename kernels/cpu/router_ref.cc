@@ -234,10 +234,21 @@ void ac_cluster_sums(const A* x, const int32_t* labels, int64_t tokens, int64_t 
                      double* sums, int64_t* counts) {
   std::fill(sums, sums + experts * d, 0.0);
   std::fill(counts, counts + experts, 0);
+  std::vector<double> part(static_cast<size_t>(experts * d), 0.0);
+  // A cluster's chunk of kAcSumChunk tokens ends: its sums join the total, in chunk order.
+  const auto flush = [&](int64_t k) {
+    for (int64_t q = 0; q < d; ++q) {
+      sums[k * d + q] += part[k * d + q];
+      part[k * d + q] = 0.0;
+    }
+  };
   for (int64_t t = 0; t < tokens; ++t) {
     const int64_t k = labels[t];
-    counts[k] += 1;
-    for (int64_t q = 0; q < d; ++q) sums[k * d + q] += static_cast<double>(x[t * d + q]);
+    for (int64_t q = 0; q < d; ++q) part[k * d + q] += static_cast<double>(x[t * d + q]);
+    if (++counts[k] % kAcSumChunk == 0) flush(k);
+  }
+  for (int64_t k = 0; k < experts; ++k) {
+    if (counts[k] % kAcSumChunk != 0) flush(k);
   }
 }
 
@@ -246,12 +257,24 @@ void ac_cluster_abs_dev(const A* x, const int32_t* labels, int64_t tokens, int64
                         int64_t experts, const double* sums, const int64_t* counts,
                         double* abs_dev) {
   std::fill(abs_dev, abs_dev + experts * d, 0.0);
+  std::vector<double> part(static_cast<size_t>(experts * d), 0.0);
+  std::vector<int64_t> seen(static_cast<size_t>(experts), 0);
+  const auto flush = [&](int64_t k) {
+    for (int64_t q = 0; q < d; ++q) {
+      abs_dev[k * d + q] += part[k * d + q];
+      part[k * d + q] = 0.0;
+    }
+  };
   for (int64_t t = 0; t < tokens; ++t) {
     const int64_t k = labels[t];
     const double inv = 1.0 / static_cast<double>(counts[k]);
     for (int64_t q = 0; q < d; ++q) {
-      abs_dev[k * d + q] += std::fabs(static_cast<double>(x[t * d + q]) - sums[k * d + q] * inv);
+      part[k * d + q] += std::fabs(static_cast<double>(x[t * d + q]) - sums[k * d + q] * inv);
     }
+    if (++seen[k] % kAcSumChunk == 0) flush(k);
+  }
+  for (int64_t k = 0; k < experts; ++k) {
+    if (seen[k] % kAcSumChunk != 0) flush(k);
   }
 }
 

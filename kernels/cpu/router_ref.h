@@ -92,6 +92,11 @@ void argmax_rows(const T* logits, int64_t tokens, int64_t experts, int32_t* top1
 int64_t first_label_outside(const int32_t* labels, int64_t n, int64_t experts);
 
 // AC statistics over x of type A (float, double or bf16); the metric and router input are F.
+// Each cluster's sums (and absolute deviations) run over its tokens in token order in chunks of
+// kAcSumChunk, each chunk summed from zero in double and added to the total in chunk order: the
+// CUDA kernels sum each (chunk, feature) on a thread of its own and then the chunks in order, so
+// both give the same bits.
+inline constexpr int64_t kAcSumChunk = 64;
 template <typename A>
 void ac_cluster_sums(const A* x, const int32_t* labels, int64_t tokens, int64_t d, int64_t experts,
                      double* sums, int64_t* counts);

@@ -1,17 +1,20 @@
 // The Adaptive Clustering router's statistics and metric on the GPU, and the per-row argmax.
-// Cluster statistics group the tokens by label (a stable sort, key_runs.h) and give each
-// (cluster, feature) element one thread that walks its cluster's tokens in token order: no
-// atomics, the CPU's order, the CPU's bits under the backend's no-FMA policy in cuda_util.cuh.
+// Cluster statistics group the tokens by label (a stable sort, key_runs.h); one thread per
+// (chunk of ref::kAcSumChunk of a cluster's tokens, feature) sums its chunk in token order, and
+// one per (cluster, feature) adds the chunks in order: no atomics, the CPU's order, the CPU's
+// bits under the backend's no-FMA policy in cuda_util.cuh.
 // The metric runs the reference's steps (router_math.h) one element per thread, its long sums in
 // the chunked order both backends share (kernels/cpu/chunked_sum.h): the CPU's bits as well.
 // The statistics skip labels outside [0, E) (no sync to report them; the router never produces
 // them); ac_apply_metric and its backward read metric[labels[t]] unchecked, as router.h requires
 // labels in [0, E).
+#include <algorithm>
 #include <cmath>
 
 #include "base/fast_divmod.h"
 #include "kernels/common.h"
 #include "kernels/cpu/router_math.h"
+#include "kernels/cpu/router_ref.h"
 #include "kernels/cuda/ac_router.h"
 #include "kernels/cuda/cuda_util.cuh"
 #include "kernels/cuda/key_runs.h"
@@ -48,38 +51,68 @@ __global__ void ac_cluster_counts_kernel(const int32_t* keys, int64_t tokens, in
   }
 }
 
-// Thread (k, q): sums[k, q] over cluster k's tokens in token order (its run in the stable sort):
-// the reference's order for this element. Threads of a warp share k and read one row's columns.
+// The clusters' chunks of ref::kAcSumChunk tokens (runs of the stable sort, in token order):
+// chunk_first[k] = the chunks of clusters before k, chunk_first[E] = all (one thread: E is small).
+__global__ void ac_chunk_table_kernel(const int64_t* counts, int64_t experts,
+                                      int64_t* chunk_first) {
+  int64_t chunks = 0;
+  for (int64_t k = 0; k < experts; ++k) {
+    chunk_first[k] = chunks;
+    chunks += (counts[k] + ref::kAcSumChunk - 1) / ref::kAcSumChunk;
+  }
+  chunk_first[experts] = chunks;
+}
+
+// What a chunk sums over its tokens' feature q: the values (the sums) or their absolute
+// deviations from the cluster's mean sums[k, q] / counts[k] (ref::ac_cluster_abs_dev's terms).
+struct AcTerms {
+  const double* sums = nullptr;  // null: the values themselves
+  const int64_t* counts = nullptr;
+};
+
+// Thread (q, chunk g): partial[g, q] = the chunk's terms of feature q in token order, from zero
+// (threads of a warp read one row's adjacent features). Chunks past the table's total do nothing.
 template <typename A>
-__global__ void ac_cluster_sums_kernel(const A* x, LabelRuns runs, int64_t d, int64_t experts,
-                                       double* sums) {
-  MOE_GRID_LOOP(i, experts * d) {
-    const int64_t k = i / d, q = i % d;
-    const int64_t end = first_at_least(runs.keys, runs.tokens, k + 1);
+__global__ void ac_cluster_partials_kernel(const A* x, LabelRuns runs, int64_t d, int64_t experts,
+                                           const int64_t* chunk_first, int64_t max_chunks,
+                                           AcTerms terms, double* partial) {
+  const int64_t q = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (q >= d) return;
+  for (int64_t g = blockIdx.y; g < max_chunks && g < chunk_first[experts]; g += gridDim.y) {
+    int64_t k = 0, hi = experts;  // chunk_first[k] <= g < chunk_first[hi]
+    while (hi - k > 1) {
+      const int64_t mid = (k + hi) / 2;
+      if (chunk_first[mid] <= g) {
+        k = mid;
+      } else {
+        hi = mid;
+      }
+    }
+    const int64_t run_end = first_at_least(runs.keys, runs.tokens, k + 1);
+    const int64_t begin =
+        first_at_least(runs.keys, runs.tokens, k) + (g - chunk_first[k]) * ref::kAcSumChunk;
+    const int64_t end = begin + ref::kAcSumChunk < run_end ? begin + ref::kAcSumChunk : run_end;
+    const double mean = terms.sums != nullptr
+                            ? terms.sums[k * d + q] * (1.0 / static_cast<double>(terms.counts[k]))
+                            : 0.0;
     double acc = 0;
 #pragma unroll 4
-    for (int64_t r = first_at_least(runs.keys, runs.tokens, k); r < end; ++r) {
-      acc += static_cast<double>(load(x, static_cast<int64_t>(runs.rows[r]) * d + q));
+    for (int64_t r = begin; r < end; ++r) {
+      const double v = static_cast<double>(load(x, static_cast<int64_t>(runs.rows[r]) * d + q));
+      acc += terms.sums != nullptr ? fabs(v - mean) : v;
     }
-    sums[i] = acc;
+    partial[g * d + q] = acc;
   }
 }
 
-template <typename A>
-__global__ void ac_cluster_abs_dev_kernel(const A* x, LabelRuns runs, int64_t d, int64_t experts,
-                                          const double* sums, const int64_t* counts,
-                                          double* abs_dev) {
+// out[k, q] = cluster k's chunks of feature q added in chunk order, from zero.
+__global__ void ac_cluster_finish_kernel(const double* partial, const int64_t* chunk_first,
+                                         int64_t d, int64_t experts, double* out) {
   MOE_GRID_LOOP(i, experts * d) {
     const int64_t k = i / d, q = i % d;
-    const int64_t end = first_at_least(runs.keys, runs.tokens, k + 1);
-    const double inv = 1.0 / static_cast<double>(counts[k]);
-    const double mean = sums[i] * inv;
     double acc = 0;
-#pragma unroll 4
-    for (int64_t r = first_at_least(runs.keys, runs.tokens, k); r < end; ++r) {
-      acc += fabs(static_cast<double>(load(x, static_cast<int64_t>(runs.rows[r]) * d + q)) - mean);
-    }
-    abs_dev[i] = acc;
+    for (int64_t g = chunk_first[k]; g < chunk_first[k + 1]; ++g) acc += partial[g * d + q];
+    out[i] = acc;
   }
 }
 
@@ -211,6 +244,34 @@ __global__ void argmax_rows_kernel(const T* p, int64_t tokens, int64_t experts, 
 
 }  // namespace
 
+namespace {
+
+// ac_cluster_partials_kernel then ac_cluster_finish_kernel into out [E, d]: the clusters' terms
+// (AcTerms) in ref::kAcSumChunk-token chunks, as router_ref.cc sums them.
+Status cluster_chunk_sums(Context& ctx, const char* op, const TensorView& x, const KeyRuns& runs,
+                          int64_t experts, const int64_t* counts, AcTerms terms, double* out) {
+  const int64_t tokens = x.dim(0), d = x.dim(1);
+  const int64_t max_chunks = tokens / ref::kAcSumChunk + experts;  // at least the table's total
+  MOE_ASSIGN_OR_RETURN(Tensor table, ctx.empty({experts + 1}, DType::kI64));
+  MOE_ASSIGN_OR_RETURN(Tensor partial,
+                       ctx.empty({std::max<int64_t>(1, max_chunks), d}, DType::kF64));
+  const cudaStream_t s = stream_of(ctx);
+  ac_chunk_table_kernel<<<1, 1, 0, s>>>(counts, experts, table.data<int64_t>());
+  MOE_RETURN_IF_ERROR(dispatch_float(op, x, [&](auto tag) {
+    using A = decltype(tag);
+    const dim3 grid(static_cast<unsigned>((d + kThreads - 1) / kThreads),
+                    static_cast<unsigned>(std::max<int64_t>(1, std::min(max_chunks, kMaxGridY))));
+    ac_cluster_partials_kernel<A><<<grid, kThreads, 0, s>>>(
+        x.data<A>(), LabelRuns{runs.keys.data<int32_t>(), runs.rows.data<int32_t>(), tokens}, d,
+        experts, table.data<int64_t>(), max_chunks, terms, partial.data<double>());
+  }));
+  ac_cluster_finish_kernel<<<grid_for(experts * d), kThreads, 0, s>>>(
+      partial.data<double>(), table.data<int64_t>(), d, experts, out);
+  return launch_status(op);
+}
+
+}  // namespace
+
 Status ac_cluster_sums(Context& ctx, const TensorView& x, const TensorView& labels,
                        const TensorView& sums, const TensorView& counts) {
   const int64_t tokens = x.dim(0), d = x.dim(1), experts = sums.dim(0);
@@ -220,28 +281,19 @@ Status ac_cluster_sums(Context& ctx, const TensorView& x, const TensorView& labe
       runs.keys.data<int32_t>(), tokens, experts, counts.data<int64_t>());
   MOE_RETURN_IF_ERROR(launch_status("ac_cluster_sums"));
   if (d == 0) return Status::OK();
-  MOE_RETURN_IF_ERROR(dispatch_float("ac_cluster_sums", x, [&](auto tag) {
-    using A = decltype(tag);
-    ac_cluster_sums_kernel<A><<<grid_for(experts * d), kThreads, 0, stream_of(ctx)>>>(
-        x.data<A>(), LabelRuns{runs.keys.data<int32_t>(), runs.rows.data<int32_t>(), tokens}, d,
-        experts, sums.data<double>());
-  }));
-  return launch_status("ac_cluster_sums");
+  return cluster_chunk_sums(ctx, "ac_cluster_sums", x, runs, experts, counts.data<int64_t>(),
+                            AcTerms{}, sums.data<double>());
 }
 
 Status ac_cluster_abs_dev(Context& ctx, const TensorView& x, const TensorView& labels,
                           const TensorView& sums, const TensorView& counts,
                           const TensorView& abs_dev) {
-  const int64_t tokens = x.dim(0), d = x.dim(1), experts = sums.dim(0);
+  const int64_t d = x.dim(1), experts = sums.dim(0);
   if (d == 0 || experts == 0) return Status::OK();
   MOE_ASSIGN_OR_RETURN(KeyRuns runs, sort_rows_by_key(ctx, labels));
-  MOE_RETURN_IF_ERROR(dispatch_float("ac_cluster_abs_dev", x, [&](auto tag) {
-    using A = decltype(tag);
-    ac_cluster_abs_dev_kernel<A><<<grid_for(experts * d), kThreads, 0, stream_of(ctx)>>>(
-        x.data<A>(), LabelRuns{runs.keys.data<int32_t>(), runs.rows.data<int32_t>(), tokens}, d,
-        experts, sums.data<double>(), counts.data<int64_t>(), abs_dev.data<double>());
-  }));
-  return launch_status("ac_cluster_abs_dev");
+  return cluster_chunk_sums(ctx, "ac_cluster_abs_dev", x, runs, experts, counts.data<int64_t>(),
+                            AcTerms{sums.data<double>(), counts.data<int64_t>()},
+                            abs_dev.data<double>());
 }
 
 // The steps of router_ref.cc's ac_metric in its order, each element on its own thread and the
