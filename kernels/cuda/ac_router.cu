@@ -53,12 +53,15 @@ __global__ void ac_cluster_counts_kernel(const int32_t* keys, int64_t tokens, in
 
 // The clusters' chunks of ref::kAcSumChunk tokens (runs of the stable sort, in token order):
 // chunk_first[k] = the chunks of clusters before k, chunk_first[E] = all (one thread: E is small).
-__global__ void ac_chunk_table_kernel(const int64_t* counts, int64_t experts,
-                                      int64_t* chunk_first) {
+// From this rank's runs, never from the counts a caller passes (all-reduced for global
+// statistics, they count other ranks' tokens too).
+__global__ void ac_chunk_table_kernel(LabelRuns runs, int64_t experts, int64_t* chunk_first) {
   int64_t chunks = 0;
   for (int64_t k = 0; k < experts; ++k) {
     chunk_first[k] = chunks;
-    chunks += (counts[k] + ref::kAcSumChunk - 1) / ref::kAcSumChunk;
+    const int64_t run =
+        first_at_least(runs.keys, runs.tokens, k + 1) - first_at_least(runs.keys, runs.tokens, k);
+    chunks += (run + ref::kAcSumChunk - 1) / ref::kAcSumChunk;
   }
   chunk_first[experts] = chunks;
 }
@@ -249,21 +252,22 @@ namespace {
 // ac_cluster_partials_kernel then ac_cluster_finish_kernel into out [E, d]: the clusters' terms
 // (AcTerms) in ref::kAcSumChunk-token chunks, as router_ref.cc sums them.
 Status cluster_chunk_sums(Context& ctx, const char* op, const TensorView& x, const KeyRuns& runs,
-                          int64_t experts, const int64_t* counts, AcTerms terms, double* out) {
+                          int64_t experts, AcTerms terms, double* out) {
   const int64_t tokens = x.dim(0), d = x.dim(1);
   const int64_t max_chunks = tokens / ref::kAcSumChunk + experts;  // at least the table's total
   MOE_ASSIGN_OR_RETURN(Tensor table, ctx.empty({experts + 1}, DType::kI64));
   MOE_ASSIGN_OR_RETURN(Tensor partial,
                        ctx.empty({std::max<int64_t>(1, max_chunks), d}, DType::kF64));
   const cudaStream_t s = stream_of(ctx);
-  ac_chunk_table_kernel<<<1, 1, 0, s>>>(counts, experts, table.data<int64_t>());
+  const LabelRuns label_runs{runs.keys.data<int32_t>(), runs.rows.data<int32_t>(), tokens};
+  ac_chunk_table_kernel<<<1, 1, 0, s>>>(label_runs, experts, table.data<int64_t>());
   MOE_RETURN_IF_ERROR(dispatch_float(op, x, [&](auto tag) {
     using A = decltype(tag);
     const dim3 grid(static_cast<unsigned>((d + kThreads - 1) / kThreads),
                     static_cast<unsigned>(std::max<int64_t>(1, std::min(max_chunks, kMaxGridY))));
-    ac_cluster_partials_kernel<A><<<grid, kThreads, 0, s>>>(
-        x.data<A>(), LabelRuns{runs.keys.data<int32_t>(), runs.rows.data<int32_t>(), tokens}, d,
-        experts, table.data<int64_t>(), max_chunks, terms, partial.data<double>());
+    ac_cluster_partials_kernel<A><<<grid, kThreads, 0, s>>>(x.data<A>(), label_runs, d, experts,
+                                                            table.data<int64_t>(), max_chunks,
+                                                            terms, partial.data<double>());
   }));
   ac_cluster_finish_kernel<<<grid_for(experts * d), kThreads, 0, s>>>(
       partial.data<double>(), table.data<int64_t>(), d, experts, out);
@@ -281,8 +285,8 @@ Status ac_cluster_sums(Context& ctx, const TensorView& x, const TensorView& labe
       runs.keys.data<int32_t>(), tokens, experts, counts.data<int64_t>());
   MOE_RETURN_IF_ERROR(launch_status("ac_cluster_sums"));
   if (d == 0) return Status::OK();
-  return cluster_chunk_sums(ctx, "ac_cluster_sums", x, runs, experts, counts.data<int64_t>(),
-                            AcTerms{}, sums.data<double>());
+  return cluster_chunk_sums(ctx, "ac_cluster_sums", x, runs, experts, AcTerms{},
+                            sums.data<double>());
 }
 
 Status ac_cluster_abs_dev(Context& ctx, const TensorView& x, const TensorView& labels,
@@ -291,7 +295,8 @@ Status ac_cluster_abs_dev(Context& ctx, const TensorView& x, const TensorView& l
   const int64_t d = x.dim(1), experts = sums.dim(0);
   if (d == 0 || experts == 0) return Status::OK();
   MOE_ASSIGN_OR_RETURN(KeyRuns runs, sort_rows_by_key(ctx, labels));
-  return cluster_chunk_sums(ctx, "ac_cluster_abs_dev", x, runs, experts, counts.data<int64_t>(),
+  // The mean from the given sums and counts (global statistics: every rank's).
+  return cluster_chunk_sums(ctx, "ac_cluster_abs_dev", x, runs, experts,
                             AcTerms{sums.data<double>(), counts.data<int64_t>()},
                             abs_dev.data<double>());
 }

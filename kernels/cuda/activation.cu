@@ -531,13 +531,13 @@ Status bias_grad_blocks(Context& ctx, const TensorView& dy, const TensorView& db
     ch.offsets = tables.data<int64_t>();
     ch.chunk_first = ch.offsets + ch.blocks + 1;
   }
-  if (ch.total == 0) return Status::OK();
-  MOE_ASSIGN_OR_RETURN(Tensor partial, ctx.empty({ch.total, n}, DType::kF64));
+  // No chunk at all still rounds dbias + 0.0 as the CPU does (-0 becomes +0).
+  MOE_ASSIGN_OR_RETURN(Tensor partial, ctx.empty({std::max<int64_t>(1, ch.total), n}, DType::kF64));
   MOE_RETURN_IF_ERROR(dispatch_act("bias_grad_blocks", dy, [&](auto at, auto ft) {
     using A = decltype(at);
     using F = decltype(ft);
     const dim3 grid(static_cast<unsigned>((n + kThreads - 1) / kThreads),
-                    static_cast<unsigned>(std::min(ch.total, kMaxGridY)));
+                    static_cast<unsigned>(std::max<int64_t>(1, std::min(ch.total, kMaxGridY))));
     bias_grad_chunks_kernel<A>
         <<<grid, kThreads, 0, stream_of(ctx)>>>(dy.data<A>(), n, ch, partial.data<double>());
     bias_grad_blocks_finish_kernel<F><<<grid_for(experts * n), kThreads, 0, stream_of(ctx)>>>(

@@ -1688,6 +1688,15 @@ TEST_F(CudaKernelTest, AdaptiveClusteringStatisticsOverManyTokens) {
     OK(ac_cluster_abs_dev(cpu(), x, labels, sums, counts, dev));
     OK(ac_cluster_abs_dev(gpu(), gx, glabels, gsums, gcounts, gdev));
     EXPECT_TRUE(testing::bitwise_equal(dev, down(gdev))) << "abs dev, 20000 tokens";
+    // Global statistics: sums and counts all-reduced over ranks count other ranks' tokens too;
+    // this rank's chunks still follow its own tokens.
+    Tensor global = Tensor::empty({experts}, DType::kI64);
+    for (int64_t k = 0; k < experts; ++k) global.data<int64_t>()[k] = 4 * counts.data<int64_t>()[k];
+    Tensor gdev4 = poisoned({experts, d}, DType::kF64);
+    OK(ac_cluster_abs_dev(cpu(), x, labels, sums, global, dev));
+    OK(ac_cluster_abs_dev(gpu(), gx, glabels, gsums, up(global), gdev4));
+    EXPECT_TRUE(testing::bitwise_equal(dev, down(gdev4))) << "abs dev, global counts";
+    OK(ac_cluster_abs_dev(cpu(), x, labels, sums, counts, dev));
     expect_ac_metric_matches(dev, counts);
   }
   // A wider metric: 12 x 500 weights take three levels of the chunked sums.
