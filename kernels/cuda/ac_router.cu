@@ -82,15 +82,7 @@ __global__ void ac_cluster_partials_kernel(const A* x, LabelRuns runs, int64_t d
   const int64_t q = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
   if (q >= d) return;
   for (int64_t g = blockIdx.y; g < max_chunks && g < chunk_first[experts]; g += gridDim.y) {
-    int64_t k = 0, hi = experts;  // chunk_first[k] <= g < chunk_first[hi]
-    while (hi - k > 1) {
-      const int64_t mid = (k + hi) / 2;
-      if (chunk_first[mid] <= g) {
-        k = mid;
-      } else {
-        hi = mid;
-      }
-    }
+    const int64_t k = segment_of(chunk_first, experts, g);
     const int64_t run_end = first_at_least(runs.keys, runs.tokens, k + 1);
     const int64_t begin =
         first_at_least(runs.keys, runs.tokens, k) + (g - chunk_first[k]) * ref::kAcSumChunk;

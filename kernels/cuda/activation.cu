@@ -191,8 +191,8 @@ __global__ void add_bias_capacity_kernel(A* x, int64_t rows, FastDivmod by_n, co
 
 // Dropless: every block in one launch (one per block cost a launch per expert and rank: 11% of
 // the fine-grained layer's time on the H200). Row r's block is the b with offsets[b] <= r <
-// offsets[b + 1] (device offsets, blocks + 1 of them, ascending from 0 to rows): a binary search
-// over a few dozen cached entries, once a word. In words of W elements; W divides n.
+// offsets[b + 1] (device offsets, blocks + 1 of them, ascending from 0 to rows): segment_of,
+// once a word. In words of W elements; W divides n.
 template <typename A, typename F, int W>
 __global__ void add_bias_dropless_kernel(A* x, int64_t rows, FastDivmod by_n, const F* bias,
                                          const int64_t* offsets, int64_t blocks,
@@ -201,17 +201,8 @@ __global__ void add_bias_dropless_kernel(A* x, int64_t rows, FastDivmod by_n, co
   MOE_GRID_LOOP(w, rows * n / W) {
     int64_t row, j;
     by_n.divmod(w * W, &row, &j);
-    int64_t lo = 0, hi = blocks;  // offsets[lo] <= row < offsets[hi]
-    while (hi - lo > 1) {
-      const int64_t mid = (lo + hi) / 2;
-      if (offsets[mid] <= row) {
-        lo = mid;
-      } else {
-        hi = mid;
-      }
-    }
     int64_t rank, expert;
-    by_experts.divmod(lo, &rank, &expert);
+    by_experts.divmod(segment_of(offsets, blocks, row), &rank, &expert);
     add_bias_word<A, F, W>(x, w, bias + expert * n + j);
   }
 }
@@ -241,16 +232,7 @@ struct BiasGradChunks {
       *begin = b * cap + c * ref::kBiasGradChunk;
       block_end = b * cap + used_rows(filled, b, cap);
     } else {
-      int64_t lo = 0, hi = blocks;  // chunk_first[lo] <= g < chunk_first[hi]
-      while (hi - lo > 1) {
-        const int64_t mid = (lo + hi) / 2;
-        if (chunk_first[mid] <= g) {
-          lo = mid;
-        } else {
-          hi = mid;
-        }
-      }
-      b = lo;
+      b = segment_of(chunk_first, blocks, g);
       *begin = offsets[b] + (g - chunk_first[b]) * ref::kBiasGradChunk;
       block_end = offsets[b + 1];
     }

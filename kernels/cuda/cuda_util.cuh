@@ -82,6 +82,22 @@ __device__ __forceinline__ void store(T* p, int64_t i, V v) {
   p[i] = rounded<T>(v);
 }
 
+// The segment s of v: starts[s] <= v < starts[s + 1], for `segments` segments whose starts
+// ascend from starts[0] <= v (empty segments share a start and are skipped): a binary search of a
+// few dozen cached entries (expert blocks' row offsets, chunk tables).
+__device__ __forceinline__ int64_t segment_of(const int64_t* starts, int64_t segments, int64_t v) {
+  int64_t lo = 0, hi = segments;  // starts[lo] <= v < starts[hi]
+  while (hi - lo > 1) {
+    const int64_t mid = (lo + hi) / 2;
+    if (starts[mid] <= v) {
+      lo = mid;
+    } else {
+      hi = mid;
+    }
+  }
+  return lo;
+}
+
 // Elements of T in one 16-byte word: 8 bf16, 4 f32, 2 f64. An elementwise kernel with one 2-byte
 // load per thread keeps too few bytes in flight to reach the copy bandwidth (window 1's profile:
 // the ReLU over 537 MB of bf16 at 1.2 TB/s, against 4.1 for a copy), so the kernels over long
