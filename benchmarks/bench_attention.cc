@@ -1,6 +1,7 @@
 // momoe-bench attention: the causal attention core (kernels/attention.h), forward and backward,
-// at one shape on the CPU or a GPU, by the path the context takes ("attention": cpu, gemm, or on
-// a GPU in bf16 gemm-bf16 or fused with MOMOE_ATTENTION=gemm-bf16 or =fused). Prints the median
+// at one shape on the CPU or a GPU, by the path the context takes ("attention": cpu, or on a GPU
+// kernels/attention.h's cuda_attention: in bf16 fused by default, gemm-bf16 or gemm by
+// MOMOE_ATTENTION; gemm in f32). Prints the median
 // times and the rate in causal FLOPs: each product covers the S (S + 1) / 2 pairs at or below the
 // diagonal, 2 Dh FLOPs a pair; the forward does 2 products (scores, P V), the backward 5 (the
 // recomputed scores, dP, dV, dQ, dK), whatever a path computes besides (the GEMM paths multiply

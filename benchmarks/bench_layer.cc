@@ -320,6 +320,7 @@ Status time_expert_gemms(const LayerOptions& o, Context& ctx, Timing* t) {
   MOE_ASSIGN_OR_RETURN(Tensor w2, ctx.empty({e, f, d}, act));
   MOE_ASSIGN_OR_RETURN(Tensor h_pre, ctx.empty({m, f1}, act));
   MOE_ASSIGN_OR_RETURN(Tensor h, ctx.empty({m, f}, act));
+  MOE_ASSIGN_OR_RETURN(Tensor dh, ctx.empty({m, f}, act));
   MOE_ASSIGN_OR_RETURN(Tensor y, ctx.empty({m, d}, act));
   MOE_ASSIGN_OR_RETURN(Tensor dx, ctx.empty({m, d}, act));
   MOE_ASSIGN_OR_RETURN(Tensor dw1, ctx.zeros({e, d, f1}, acc));
@@ -335,7 +336,7 @@ Status time_expert_gemms(const LayerOptions& o, Context& ctx, Timing* t) {
     MOE_RETURN_IF_ERROR(kernels::expert_gemm(ctx, x, w1, false, h_pre, blocks));
     MOE_RETURN_IF_ERROR(kernels::expert_gemm(ctx, h, w2, false, y, blocks));
     MOE_RETURN_IF_ERROR(kernels::expert_gemm_wgrad(ctx, h, y, dw2, blocks));
-    MOE_RETURN_IF_ERROR(kernels::expert_gemm(ctx, y, w2, true, h, blocks));
+    MOE_RETURN_IF_ERROR(kernels::expert_gemm(ctx, y, w2, true, dh, blocks));
     MOE_RETURN_IF_ERROR(kernels::expert_gemm_wgrad(ctx, x, h_pre, dw1, blocks));
     MOE_RETURN_IF_ERROR(kernels::expert_gemm(ctx, h_pre, w1, true, dx, blocks));
     return ctx.synchronize();
@@ -385,6 +386,14 @@ double active_flops(const LayerOptions& o) {
          (static_cast<double>(c.top_k) * expert + shared + 2.0 * d * c.num_experts);
 }
 
+// How the line's expert products ran: "cpu", or on a GPU "batched" (capacity mode: one strided
+// batch per source rank) or the dropless path (kernels/expert_gemm_path.h: "loop", "grouped").
+const char* expert_gemm_label(const Context& ctx, const MoeLayerConfig& cfg) {
+  if (ctx.device().is_host()) return "cpu";
+  if (!cfg.dropless) return "batched";
+  return kernels::expert_gemm_path_name(kernels::expert_gemm_path());
+}
+
 // The result line: the layer's rate against the performance model and the measured floors.
 JsonLine layer_line(const LayerOptions& o, Context& ctx, const LayerTiming& layer,
                     const Floors& fl) {
@@ -407,9 +416,7 @@ JsonLine layer_line(const LayerOptions& o, Context& ctx, const LayerTiming& laye
       // A GPU's dropless expert products: one cuBLAS call per block, or one grouped call when
       // MOMOE_EXPERT_GEMM=grouped (kernels/gemm.h's expert_gemm_path); then how this process's
       // groups really ran (cuBLAS may refuse a dtype pair, unaligned blocks run one by one).
-      .str("expert_gemm", ctx.device().is_host()
-                              ? "cpu"
-                              : kernels::expert_gemm_path_name(kernels::expert_gemm_path()))
+      .str("expert_gemm", expert_gemm_label(ctx, cfg))
       .num("expert_gemm_groups_grouped", paths.grouped)
       .num("expert_gemm_groups_refused", paths.refused)
       .num("expert_gemm_groups_unaligned", paths.unaligned)

@@ -16,7 +16,8 @@
 // at least until the step is recorded, so every timed step is a replay ("graph_replays" counts
 // them; -1: off).
 // Each line names the attention path that ran ("attention": cpu, gemm, gemm-bf16 or fused: on a
-// GPU, bf16 runs take the others with MOMOE_ATTENTION=gemm-bf16 or =fused).
+// GPU bf16 runs take fused by default, the others by MOMOE_ATTENTION) and each phase's mean
+// time ("forward_ms", ...; -1 where no timed step reported phases, as replayed steps do not).
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>

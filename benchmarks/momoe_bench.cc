@@ -139,9 +139,9 @@ const char* usage_of(const std::string& cmd) {
   }
   if (cmd == "attention") {
     return "momoe-bench attention: the causal attention core forward and backward by the path\n"
-           "the device takes (a GPU's cuBLAS path in f32; in bf16 its cuBLAS path on bf16\n"
-           "operands with MOMOE_ATTENTION=gemm-bf16, or its fused kernels with\n"
-           "MOMOE_ATTENTION=fused), in causal TFLOP/s beside the GEMM rate of the same run\n"
+           "the device takes (a GPU in bf16: its fused kernels by default, its cuBLAS path on\n"
+           "bf16 operands with MOMOE_ATTENTION=gemm-bf16, in f32 with =gemm, which f32 always\n"
+           "takes), in causal TFLOP/s beside the GEMM rate of the same run\n"
            "  --batch 4  --heads 8  --seq 512  --head-dim 64  --dtype bf16|f32 (bf16)\n"
            "  --device cpu|cuda (cpu)  --iterations 10  --warmup 2  --threads 0\n";
   }

@@ -410,18 +410,23 @@ EOF
   return $rc
 }
 
+# room SECONDS WHAT: whether the stage's box (STAGE_BOX; SECONDS counts the stage's own time)
+# leaves SECONDS and a margin; if not, says that WHAT is left out. A stage cut at its box counts
+# as failed; a part left out does not.
+room() {
+  local left=$(( ${STAGE_BOX:-100000} - SECONDS ))
+  [ "$left" -ge $(( $1 + 15 )) ] && return 0
+  echo "layer: no time left for $2 ($left s of the stage's box)"
+  return 1
+}
+
 # profile LIMIT NAME COMMAND...: Nsight Compute's duration per kernel of COMMAND into
 # RESULTS/NAME.csv (its largest kernels in the stage's key line: benchmarks/ncu_summary.py),
-# when the stage's box (STAGE_BOX; SECONDS counts the stage's own time) leaves LIMIT seconds and
-# a margin: a stage cut at its box counts as failed, a profile left out does not.
+# when the stage's box leaves LIMIT seconds (room).
 profile() {
-  local limit=$1 name=$2 left
+  local limit=$1 name=$2
   shift 2
-  left=$(( ${STAGE_BOX:-100000} - SECONDS ))
-  if [ "$left" -lt $((limit + 15)) ]; then
-    echo "layer: no time left for the $name profile ($left s of the stage's box)"
-    return 0
-  fi
+  room "$limit" "the $name profile" || return 0
   if timeout "$limit" ncu --metrics gpu__time_duration.sum --print-summary per-kernel --csv "$@" \
       > "$RESULTS/$name.csv" 2> "$RESULTS/$name.log"; then
     # Its largest kernels in the key line (summary.txt), the whole table in results.tgz.
@@ -544,25 +549,33 @@ assert hasattr(torch, "_grouped_mm"), "torch %s has no _grouped_mm" % torch.__ve
     echo "layer: no ncu on this machine: no per-kernel profile"
   fi
   first=$(($(wc -l < "$RESULTS/layer.jsonl") + 1))
-  # The papers' variants against the plain layer at shape 1 (the issue's target: each adds at
-  # most 3%; SparseMixer against plain top 1): one line each, then the overheads.
-  "$BIN/momoe-bench" layer --device cuda --shape 1 --compare variants --rounds 3 --iterations 5 \
-    --warmup 1 | tee -a "$RESULTS/layer.jsonl" || rc=1
+  # Each of the rest while the box has room (what each took before, with a margin). The papers'
+  # variants against the plain layer at shape 1 (the issue's target: each adds at most 3%;
+  # SparseMixer against plain top 1): one line each, then the overheads.
+  if room 45 "the variants"; then
+    "$BIN/momoe-bench" layer --device cuda --shape 1 --compare variants --rounds 3 \
+      --iterations 5 --warmup 1 | tee -a "$RESULTS/layer.jsonl" || rc=1
+  fi
   # gpu-large's MoE layer alone (16,384 tokens of width 1024, 16 experts of 2048, top 2, in
   # capacity mode as that preset trains): its share of gpu-large's step, beside the attention
   # core's below (12 of each a step).
-  "$BIN/momoe-bench" layer --device cuda --dtype bf16 --dropless 0 --tokens 16384 --d 1024 \
-    --f 2048 --experts 16 --top-k 2 --iterations 10 --warmup 2 | tee -a "$RESULTS/layer.jsonl" ||
-    rc=1
+  if room 15 "gpu-large's MoE layer"; then
+    "$BIN/momoe-bench" layer --device cuda --dtype bf16 --dropless 0 --tokens 16384 --d 1024 \
+      --f 2048 --experts 16 --top-k 2 --iterations 10 --warmup 2 |
+      tee -a "$RESULTS/layer.jsonl" || rc=1
+  fi
   # The attention core alone at gpu-large's shape (16 sequences of 1024, 16 heads of 64): the
   # fused kernels (the default) and the GEMM path on bf16 operands; then shape 2 with the grouped
   # cuBLAS call (MOMOE_EXPERT_GEMM=grouped: slower than one call per block in the last window).
   for attention in fused gemm-bf16; do
+    room 10 "the $attention attention core" || continue
     MOMOE_ATTENTION=$attention "$BIN/momoe-bench" attention --device cuda --batch 16 --heads 16 \
       --seq 1024 --head-dim 64 --iterations 10 --warmup 2 | tee -a "$RESULTS/layer.jsonl" || rc=1
   done
-  MOMOE_EXPERT_GEMM=grouped "$BIN/momoe-bench" layer --device cuda --shape 2 |
-    tee -a "$RESULTS/layer.jsonl" || rc=1
+  if room 20 "shape 2 with the grouped call"; then
+    MOMOE_EXPERT_GEMM=grouped "$BIN/momoe-bench" layer --device cuda --shape 2 |
+      tee -a "$RESULTS/layer.jsonl" || rc=1
+  fi
   key "more layers and attention: $(summarize_layers "$first")"
   if command -v ncu > /dev/null; then
     profile 100 layer_profile "$BIN/momoe-bench" layer --device cuda --shape 2 --iterations 1 \

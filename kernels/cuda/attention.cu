@@ -4,9 +4,10 @@
 // in double, the saved logsumexp) and its backward. P is recomputed in the backward from the
 // scores and the logsumexp, and the dropout mask is redrawn from the same Philox counters
 // (ref::attention_keep's key). bf16 activations are widened to f32 once, computed in f32 (as the
-// CPU does) and rounded once on output. Scores take B*H*S*S floats of scratch. MOMOE_ATTENTION
-// sends bf16 attention to attention_bf16.cu (the same products on bf16 operands) or to the fused
-// kernels of flash_attention.cu instead (kernels/attention.h's cuda_attention).
+// CPU does) and rounded once on output. Scores take B*H*S*S floats of scratch. This is the f32
+// path and MOMOE_ATTENTION=gemm's; bf16 attention goes by default to the fused kernels of
+// flash_attention.cu, or to attention_bf16.cu (the same products on bf16 operands) for heads
+// wider than 128 (kernels/attention.h's cuda_attention).
 #include <cmath>
 
 #include "kernels/common.h"

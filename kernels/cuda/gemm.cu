@@ -233,7 +233,8 @@ Status gemm(Context& ctx, const TensorView& a, bool trans_a, const TensorView& b
 // Capacity mode: block b = r * E_l + l holds C rows for expert l, so the blocks of one source
 // rank r form a strided batch over the experts (x and y stride C rows, w strides one expert).
 // Padding rows are computed (their input rows are zero). Dropless: one product per non-empty
-// block, all of them in one grouped call (run_gemm_group).
+// block (run_gemm_group: one cuBLAS call each, or one grouped call with
+// MOMOE_EXPERT_GEMM=grouped).
 Status expert_gemm(Context& ctx, const TensorView& x, const TensorView& w, bool trans_w,
                    const TensorView& y, const ExpertBlocks& blocks) {
   const int64_t k = x.dim(1), n = y.dim(1), el = blocks.local_experts;
@@ -275,7 +276,8 @@ Status expert_gemm(Context& ctx, const TensorView& x, const TensorView& w, bool 
 
 // dw[l] += x_b^T dy_b over l's blocks in rank order (a fixed order: deterministic). Capacity
 // mode: one strided batch over the experts per source rank; padding rows add zero (their output
-// gradient is zero). Dropless: one grouped call per source rank.
+// gradient is zero). Dropless: one product per block (run_gemm_group; with
+// MOMOE_EXPERT_GEMM=grouped one grouped call per source rank).
 Status expert_gemm_wgrad(Context& ctx, const TensorView& x, const TensorView& dy,
                          const TensorView& dw, const ExpertBlocks& blocks) {
   const int64_t k = x.dim(1), n = dy.dim(1), el = blocks.local_experts;

@@ -70,7 +70,12 @@ double loss_tolerance(double eps, double depth, double nll);
 // `bf16_paths` is how many of the two paths round to bf16: 1 against FP32 (whose roundings are
 // 2^16 times smaller), 2 for two BF16 paths (GPU against CPU: independent roundings, whose
 // difference has sqrt(2) times the deviation). A gradient or step of the wrong sign or scale
-// is O(1).
+// is O(1). For the masters' step of AdamW it is the gradient entries' bound carried through:
+// from a shared state a gradient error enters the moments scaled by (1 - beta), against moments
+// at least that large where the gradients agree in sign. It is coarse: at the quick start's
+// depth (64) two BF16 paths get 0.50, so a step twice too large fails and one 1.5 times too
+// large passes; the optimizer's own kernels are compared bit for bit, and the gradient norm
+// and the parameters' reach (trainer_test_util.h) are checked beside it.
 double bf16_backward_bound(int depth, int bf16_paths);
 
 // Decisions: rows of integer decisions (i32 or u8 host tensors of the same shape: [T, K] experts,
