@@ -36,7 +36,8 @@
 // gemm_share is the layer's time inside BLAS tiles over its whole time (the rest: routing,
 // dispatch, activation, combine; CPU only). On every device, dropless: expert_gemms_ms, the
 // layer's six expert products timed alone on an even split of its rows, and their share of
-// the layer's time.
+// the layer's time; dispatch_gb_per_second and combine_gb_per_second, the token movement alone,
+// with their shares of the copy rate (*_copy_share; the H100 issue's target is 0.7).
 #include <sys/wait.h>
 
 #include <algorithm>
@@ -57,6 +58,7 @@
 #include "kernels/elementwise.h"
 #include "kernels/gemm.h"
 #include "kernels/init.h"
+#include "kernels/moe_dispatch.h"
 #include "types/moe_config.h"
 
 namespace moe::bench {
@@ -298,8 +300,55 @@ struct Floors {
   int64_t copy_bytes = 0;
   Tensor copy_src, copy_dst;
   Timing c;
-  Timing experts;  // time_expert_gemms (iterations 0 when not timed)
+  Timing experts;            // time_expert_gemms (iterations 0 when not timed)
+  Timing dispatch, combine;  // time_token_movement (iterations 0 when not timed)
 };
+
+// The layer's token movement alone, dropless on one rank: the dispatch gather (each token's row
+// copied to its K send rows: kernels/moe_dispatch.h's gather_rows of moe_layout's send_token)
+// and the combine (each token's K rows, gate-weighted, summed back), on a routing that spreads
+// the T K assignments evenly (token t's k-th choice is expert (t + k) mod E). The target
+// is 70% of the copy rate for each; the bytes each must move are in movement_bytes.
+Status time_token_movement(const LayerOptions& o, Context& ctx, Floors* fl) {
+  const MoeLayerConfig& c = o.cfg;
+  if (!c.dropless || c.top_k > c.num_experts) return Status::OK();
+  const int64_t t = o.tokens, k = c.top_k, e = c.num_experts, d = o.d;
+  std::vector<int32_t> choice(static_cast<size_t>(t * k));
+  for (int64_t i = 0; i < t * k; ++i) choice[i] = static_cast<int32_t>((i / k + i % k) % e);
+  MOE_ASSIGN_OR_RETURN(Tensor idx, ctx.upload(Tensor::from_vector<int32_t>(Shape{t, k}, choice)));
+  MOE_ASSIGN_OR_RETURN(Tensor slot, ctx.empty({t, k}, DType::kI32));
+  MOE_ASSIGN_OR_RETURN(Tensor row, ctx.empty({t, k}, DType::kI32));
+  MOE_ASSIGN_OR_RETURN(Tensor load, ctx.empty({e}, DType::kI64));
+  MOE_ASSIGN_OR_RETURN(Tensor kept, ctx.empty({e}, DType::kI64));
+  MOE_ASSIGN_OR_RETURN(Tensor send_token, ctx.empty({t * k}, DType::kI32));
+  MOE_ASSIGN_OR_RETURN(Tensor send_key, ctx.empty({t * k}, DType::kI64));
+  MOE_RETURN_IF_ERROR(kernels::moe_layout(ctx, kernels::LayoutArgs(e, -1, 0), idx,
+                                          {slot, row, load, kept, send_token, send_key, {}}));
+  MOE_ASSIGN_OR_RETURN(Tensor x, ctx.empty({t, d}, o.act));
+  MOE_ASSIGN_OR_RETURN(Tensor send, ctx.empty({t * k, d}, o.act));
+  MOE_ASSIGN_OR_RETURN(Tensor u, ctx.empty({t, d}, o.act));
+  MOE_ASSIGN_OR_RETURN(Tensor gate, ctx.empty({t, k}, compute_dtype(o.act)));
+  MOE_RETURN_IF_ERROR(
+      kernels::init_normal(ctx, x, 1.0, CounterRng{7, make_stream(RngTag::kTest, 7, 0)}));
+  MOE_RETURN_IF_ERROR(kernels::init_constant(ctx, gate, 1.0 / static_cast<double>(k)));
+  MOE_ASSIGN_OR_RETURN(fl->dispatch, time_it(o.warm, o.iters, [&]() {
+                         MOE_RETURN_IF_ERROR(kernels::gather_rows(ctx, x, send_token, send));
+                         return ctx.synchronize();
+                       }));
+  MOE_ASSIGN_OR_RETURN(fl->combine, time_it(o.warm, o.iters, [&]() {
+                         MOE_RETURN_IF_ERROR(kernels::combine(ctx, send, row, gate, {}, u));
+                         return ctx.synchronize();
+                       }));
+  return Status::OK();
+}
+
+// Bytes the dispatch and the combine must move: each reads or writes T K rows of D, and the
+// combine writes T rows.
+double movement_bytes(const LayerOptions& o, bool combine) {
+  const double row = static_cast<double>(o.d) * static_cast<double>(dtype_size(o.act));
+  const double tk = static_cast<double>(o.tokens * o.cfg.top_k);
+  return combine ? (tk + static_cast<double>(o.tokens)) * row : 2.0 * tk * row;
+}
 
 // The layer's six expert products alone, as core/layers/expert_ffn.cc calls them (forward: x w1,
 // h w2; backward: both weight gradients into compute-dtype accumulators, dy w2^T, dh w1^T), on
@@ -371,7 +420,8 @@ Status time_floors(const LayerOptions& o, Context& ctx, Floors* fl) {
                          MOE_RETURN_IF_ERROR(kernels::convert(ctx, copy_src, copy_dst));
                          return ctx.synchronize();
                        }));
-  return time_expert_gemms(o, ctx, &fl->experts);
+  MOE_RETURN_IF_ERROR(time_expert_gemms(o, ctx, &fl->experts));
+  return time_token_movement(o, ctx, fl);
 }
 
 // The layer's active FLOPs per forward + backward (3 x forward): each token's K experts and the
@@ -442,6 +492,16 @@ JsonLine layer_line(const LayerOptions& o, Context& ctx, const LayerTiming& laye
       // layer's time: the rest is routing, dispatch, activations, biases and combine.
       .num("expert_gemms_ms", fl.experts.iterations > 0 ? fl.experts.median * 1e3 : -1.0)
       .num("expert_gemms_share", fl.experts.iterations > 0 ? fl.experts.median / t.median : -1.0);
+  // The token movement alone (time_token_movement; -1 in capacity mode): GB/s and the share of
+  // the copy rate (the target: 0.7).
+  const double copy = 2.0 * static_cast<double>(fl.copy_bytes) / fl.c.median;
+  for (const bool combine : {false, true}) {
+    const Timing& m = combine ? fl.combine : fl.dispatch;
+    const double rate = m.iterations > 0 ? movement_bytes(o, combine) / m.median : -1.0;
+    const std::string name = combine ? "combine" : "dispatch";
+    j.num(name + "_gb_per_second", rate > 0 ? rate / 1e9 : -1.0)
+        .num(name + "_copy_share", rate > 0 ? rate / copy : -1.0);
+  }
   return j;
 }
 

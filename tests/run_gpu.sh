@@ -453,6 +453,9 @@ for line in open(sys.argv[1]).readlines()[int(sys.argv[2]) - 1:]:
         gemms = ""
         if j.get("expert_gemms_ms", -1) > 0:
             gemms = ", gemms %.2f" % j["expert_gemms_ms"]
+        if j.get("dispatch_copy_share", -1) > 0:
+            gemms += ", dispatch %.0f%% combine %.0f%% of copy" % (
+                100 * j["dispatch_copy_share"], 100 * j["combine_copy_share"])
         print("T%d D%d F%d E%d K%d%s %s %.2f ms (fwd %.2f, bwd %.2f%s)%s;" % (
             j["tokens"], j["d"], j["f"], j["experts"], j["top_k"], variant, j.get("expert_gemm"),
             j["fwd_bwd_ms"], j.get("fwd_ms", -1), j.get("bwd_ms", -1), gemms, torch), end=" ")

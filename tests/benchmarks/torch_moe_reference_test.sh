@@ -66,6 +66,10 @@ assert r["copy_gb_per_second"] > 0 and r["dense_gemm_gflops_per_second"] > 0, r
 # The expert GEMMs timed alone (dropless) and their share of the layer's time.
 assert r["expert_gemms_ms"] > 0, r
 assert abs(r["expert_gemms_share"] - r["expert_gemms_ms"] / r["fwd_bwd_ms"]) < 1e-3 * r["expert_gemms_share"], r
+# The token movement alone (dispatch gather, combine): rates and shares of the same run's copy.
+for m in ("dispatch", "combine"):
+    assert r[m + "_gb_per_second"] > 0, r
+    assert abs(r[m + "_copy_share"] * r["copy_gb_per_second"] - r[m + "_gb_per_second"]) < 1e-3 * r[m + "_gb_per_second"], r
 # The forward alone is timed too; the backward is the rest of the forward + backward median
 # (each printed to 6 significant digits: three roundings of at most 5e-6 of each value).
 printed = 5e-6 * (r["fwd_ms"] + abs(r["bwd_ms"]) + r["fwd_bwd_ms"])
