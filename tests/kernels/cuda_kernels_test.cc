@@ -431,22 +431,30 @@ TEST_F(CudaKernelTest, Gemm) {
   expect_close("gemm(bf16->f32)", out, gout, 1e-5);
 }
 
-// Capacity mode: R = 2 ranks x E_l = 3 experts x C = 5 rows, filled prefixes 5, 0, 2 / 1, 5, 3;
-// padding rows hold zeros (as the dispatch writes them). Dropless: blocks of 3, 0, 2, 2, 1, 2 rows.
+// Blocks of R = 2 ranks x E_l = 3 experts: capacity mode with C rows and the given filled
+// prefixes, or dropless with the given row offsets.
+ExpertBlocks capacity_blocks(int64_t capacity, const std::vector<int32_t>& filled) {
+  ExpertBlocks b;
+  b.ranks = 2;
+  b.local_experts = 3;
+  b.capacity = capacity;
+  b.filled = Tensor::from_vector<int32_t>(Shape{6}, filled);
+  return b;
+}
+ExpertBlocks dropless_blocks(const std::vector<int64_t>& offsets) {
+  ExpertBlocks b;
+  b.ranks = 2;
+  b.local_experts = 3;
+  b.offsets = offsets;
+  return b;
+}
+
+// Capacity mode: C = 5 rows, filled prefixes 5, 0, 2 / 1, 5, 3; padding rows hold zeros (as the
+// dispatch writes them). Dropless: blocks of 3, 0, 2, 2, 1, 2 rows, and with empty first and
+// last blocks (the single-launch bias kernel searches the offsets).
 std::vector<ExpertBlocks> block_layouts() {
-  ExpertBlocks cap;
-  cap.ranks = 2;
-  cap.local_experts = 3;
-  cap.capacity = 5;
-  cap.filled = Tensor::from_vector<int32_t>(Shape{6}, {5, 0, 2, 1, 5, 3});
-  ExpertBlocks dropless;
-  dropless.ranks = 2;
-  dropless.local_experts = 3;
-  dropless.offsets = {0, 3, 3, 5, 7, 8, 10};
-  // Empty first and last blocks (the single-launch bias kernel searches the offsets).
-  ExpertBlocks edges = dropless;
-  edges.offsets = {0, 0, 4, 4, 6, 9, 9};
-  return {cap, dropless, edges};
+  return {capacity_blocks(5, {5, 0, 2, 1, 5, 3}), dropless_blocks({0, 3, 3, 5, 7, 8, 10}),
+          dropless_blocks({0, 0, 4, 4, 6, 9, 9})};
 }
 
 // Zeroes the padding rows of x [rows, n] (capacity mode) on the host.
@@ -587,16 +595,8 @@ TEST_F(CudaKernelTest, UnalignedDroplessBlocksRunOneByOne) {
 // row; capacity with filled prefixes and dropless): the CPU's order of double sums (chunks of a
 // block summed on threads of their own, then in order), so the same bits.
 TEST_F(CudaKernelTest, BiasGradBlocksInChunks) {
-  ExpertBlocks cap;
-  cap.ranks = 2;
-  cap.local_experts = 3;
-  cap.capacity = 600;
-  cap.filled = Tensor::from_vector<int32_t>(Shape{6}, {600, 0, 257, 256, 599, 1});
-  ExpertBlocks dropless;
-  dropless.ranks = 2;
-  dropless.local_experts = 3;
-  dropless.offsets = {0, 300, 813, 813, 1069, 2069, 2070};
-  for (const ExpertBlocks& blocks : {cap, dropless}) {
+  for (const ExpertBlocks& blocks : {capacity_blocks(600, {600, 0, 257, 256, 599, 1}),
+                                     dropless_blocks({0, 300, 813, 813, 1069, 2069, 2070})}) {
     const ExpertBlocks gblocks = on_gpu(gpu(), blocks);
     for (DType dt : kActs) {
       const DType f = compute_dtype(dt);
