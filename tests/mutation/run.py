@@ -30,6 +30,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -153,24 +154,35 @@ def sync_copy(src, work):
 
 def run_logged(cmd, cwd, log, timeout=None):
     """Runs cmd (a shell line), appending its output to log; returns (exit code, seconds).
-    A timeout kills the command's process group and returns 124."""
+    A timeout kills the command's process group and returns 124. The command's TMPDIR is a
+    fresh directory removed afterwards: a mutant that aborts a test (or a timeout's kill) skips
+    the test's own clean-up, and what it made must not stay in the system's /tmp."""
     t0 = time.monotonic()
+    scratch = tempfile.mkdtemp(prefix="momoe_mutation_tmp_")
     with open(log, "a", encoding="utf-8") as out:
-        out.write(f"$ {cmd}\n")
-        out.flush()
-        p = subprocess.Popen(cmd, shell=True, cwd=cwd, stdout=out, stderr=subprocess.STDOUT,
-                             start_new_session=True)
         try:
-            rc = p.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(p.pid, signal.SIGKILL)
-            p.wait()
-            rc = 124
-        except BaseException:
-            os.killpg(p.pid, signal.SIGKILL)
-            p.wait()
-            raise
-    return rc, time.monotonic() - t0
+            return run_in(cmd, cwd, out, timeout, dict(os.environ, TMPDIR=scratch)), \
+                time.monotonic() - t0
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
+def run_in(cmd, cwd, out, timeout, env):
+    """run_logged's command itself: its exit code, 124 after a timeout's kill."""
+    out.write(f"$ {cmd}\n")
+    out.flush()
+    p = subprocess.Popen(cmd, shell=True, cwd=cwd, stdout=out, stderr=subprocess.STDOUT,
+                         start_new_session=True, env=env)
+    try:
+        return p.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+        return 124
+    except BaseException:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+        raise
 
 
 def first_failure(log):
