@@ -7,6 +7,9 @@ set -euo pipefail
 harness="$(cd "$(dirname "$0")" && pwd)/run.py"
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/momoe_mutation_test.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
+# The harness gives each command a TMPDIR of its own, which a run killed outright (below)
+# cannot remove: inside $tmp, it goes with the rest.
+export TMPDIR=$tmp
 # shellcheck source=../testing/shell_helpers.sh
 source "$(dirname "$0")/../testing/shell_helpers.sh"  # fail, expect_in, expect_code
 
